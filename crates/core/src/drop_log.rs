@@ -1,0 +1,29 @@
+//! "Logged once per method at warn, then debug": a backend that floods unattributable messages
+//! must not flood the log, but the first occurrence must be visible.
+
+use std::collections::HashSet;
+
+use parking_lot::Mutex;
+use tracing::{debug, warn};
+
+/// Remembers which (reason, method) pairs were already warned about.
+#[derive(Debug, Default)]
+pub(crate) struct DropLog {
+    seen: Mutex<HashSet<(&'static str, String)>>,
+}
+
+impl DropLog {
+    /// Logs a dropped or refused backend message.
+    pub(crate) fn record(&self, reason: &'static str, method: &str) {
+        let first = {
+            let mut seen = self.seen.lock();
+            // Bounded: a hostile backend inventing method names must not grow this forever.
+            seen.len() < 1024 && seen.insert((reason, method.to_owned()))
+        };
+        if first {
+            warn!(%method, %reason, "backend message not delivered (further ones logged at debug)");
+        } else {
+            debug!(%method, %reason, "backend message not delivered");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! Core errors. `http` maps each variant to a status and a JSON-RPC error in one place.
+
+use switchboard_upstream::UpstreamError;
+
+/// Why the core could not produce a backend answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// Unknown, expired or deleted session id.
+    #[error("session not found")]
+    SessionNotFound,
+    /// The session table is full.
+    #[error("too many sessions (limit {0})")]
+    TooManySessions(usize),
+    /// The backend did not answer within the request deadline.
+    #[error("request timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    /// The backend is gone or refused the write.
+    #[error(transparent)]
+    Backend(#[from] UpstreamError),
+    /// A client posted a JSON-RPC response, but no backend request is outstanding for it (in
+    /// shared mode none ever is): it can only be an attempt to answer someone else's work.
+    #[error("unexpected JSON-RPC response from client")]
+    UnexpectedResponse,
+    /// The backend's answer to the gateway's own `initialize` was unusable.
+    #[error("backend initialize failed: {0}")]
+    BackendInit(String),
+}

@@ -1,0 +1,138 @@
+//! The one place where failures become HTTP statuses and JSON-RPC error objects.
+//!
+//! | failure                                   | HTTP | JSON-RPC                    |
+//! |-------------------------------------------|------|-----------------------------|
+//! | malformed JSON                            | 400  | -32700, no id               |
+//! | batch, bad shape, forbidden id            | 400  | -32600 (id when readable)   |
+//! | client-posted JSON-RPC response           | 400  | -32600, no id               |
+//! | unknown `MCP-Protocol-Version`            | 400  | -32600 + supported versions |
+//! | `Mcp-Session-Id` missing where required   | 400  | -32600                      |
+//! | unknown / expired session                 | 404  | -32001 "Session not found"  |
+//! | `Accept` lacks JSON or SSE                | 406  | -32600                      |
+//! | body not `application/json`               | 415  | -32600                      |
+//! | body over the limit                       | 413  | -32600                      |
+//! | GET/other method not offered              | 405  | -32600                      |
+//! | session table full                        | 503  | -32603                      |
+//! | backend gone / write queue full           | 502 / 503 | -32603                 |
+//! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use switchboard_core::CoreError;
+use switchboard_core::UpstreamError;
+use switchboard_wire::{codes, encode_error, version, ErrorObject, ParseError, RequestId};
+
+/// A request that ends in an error answer.
+#[derive(Debug)]
+pub(crate) enum HttpError {
+    NotAcceptable,
+    UnsupportedMediaType,
+    PayloadTooLarge(usize),
+    Parse(ParseError),
+    UnsupportedProtocolVersion(String),
+    ClientResponse,
+    MissingSession,
+    MethodNotAllowed(&'static str),
+    Core(Option<RequestId>, CoreError),
+}
+
+impl HttpError {
+    /// The status, the id to echo, and the JSON-RPC error for this failure.
+    pub(crate) fn parts(&self) -> (StatusCode, Option<&RequestId>, ErrorObject) {
+        use HttpError as E;
+        let invalid = |m: &'static str| ErrorObject::new(codes::INVALID_REQUEST, m);
+        match self {
+            E::NotAcceptable => (
+                StatusCode::NOT_ACCEPTABLE,
+                None,
+                invalid(
+                    "Not Acceptable: Accept must include application/json and text/event-stream",
+                ),
+            ),
+            E::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                None,
+                invalid("Unsupported Media Type: Content-Type must be application/json"),
+            ),
+            E::PayloadTooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                None,
+                invalid("Request body too large").with_data(json!({ "limitBytes": limit })),
+            ),
+            E::Parse(p) => (StatusCode::BAD_REQUEST, p.id.as_ref(), p.error.clone()),
+            E::UnsupportedProtocolVersion(v) => (
+                StatusCode::BAD_REQUEST,
+                None,
+                invalid("Bad Request: unsupported MCP-Protocol-Version")
+                    .with_data(json!({ "supported": version::LEGACY, "requested": v })),
+            ),
+            E::ClientResponse => (
+                StatusCode::BAD_REQUEST,
+                None,
+                invalid("Bad Request: no server request is awaiting a response from this client"),
+            ),
+            E::MissingSession => (
+                StatusCode::BAD_REQUEST,
+                None,
+                invalid("Bad Request: Mcp-Session-Id header is required"),
+            ),
+            E::MethodNotAllowed(_) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                None,
+                invalid("Method Not Allowed"),
+            ),
+            E::Core(id, e) => {
+                let (status, err) = core_parts(e);
+                (status, id.as_ref(), err)
+            }
+        }
+    }
+}
+
+fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
+    let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
+    match e {
+        CoreError::SessionNotFound => (
+            StatusCode::NOT_FOUND,
+            ErrorObject::new(codes::SESSION_NOT_FOUND, "Session not found"),
+        ),
+        CoreError::TooManySessions(_) => (StatusCode::SERVICE_UNAVAILABLE, internal(e.to_string())),
+        CoreError::Timeout(_) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            ErrorObject::new(codes::REQUEST_TIMEOUT, format!("Request timed out: {e}")),
+        ),
+        CoreError::Backend(UpstreamError::Overloaded) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            internal(format!("Backend overloaded: {e}")),
+        ),
+        CoreError::Backend(_) | CoreError::BackendInit(_) => (
+            StatusCode::BAD_GATEWAY,
+            internal(format!("Backend unavailable: {e}")),
+        ),
+        CoreError::UnexpectedResponse => (
+            StatusCode::BAD_REQUEST,
+            ErrorObject::new(
+                codes::INVALID_REQUEST,
+                "Bad Request: unexpected JSON-RPC response",
+            ),
+        ),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, internal(e.to_string())),
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let (status, id, err) = self.parts();
+        let body = encode_error(id, &err);
+        let mut response =
+            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if let HttpError::MethodNotAllowed(allow) = self {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        response
+    }
+}

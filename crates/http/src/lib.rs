@@ -1,0 +1,90 @@
+//! Switchboard's HTTP face: Streamable HTTP at `/mcp`, and `/healthz`.
+//!
+//! Architecture invariant: this is the only crate that knows the HTTP server. It validates
+//! headers and bodies, parses the envelope once, hands it to `core`, and turns every outcome
+//! into exactly one HTTP answer. All error → status/JSON-RPC mapping lives in [`error`].
+
+mod error;
+mod headers;
+mod sse;
+mod streamable;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+
+use switchboard_core::Gateway;
+
+/// HTTP-level limits.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Largest accepted request body; larger ones get 413 before any parsing.
+    pub max_body_bytes: usize,
+    /// Interval of `: keep-alive` comments on open SSE streams, so idle proxies keep them open
+    /// and dead clients are noticed.
+    pub keep_alive: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            max_body_bytes: 4 * 1024 * 1024,
+            keep_alive: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Shared state of every handler.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    gateway: Arc<Gateway>,
+    config: Arc<HttpConfig>,
+}
+
+impl AppState {
+    /// State for [`router`].
+    pub fn new(gateway: Arc<Gateway>, config: HttpConfig) -> Self {
+        AppState {
+            gateway,
+            config: Arc::new(config),
+        }
+    }
+}
+
+/// The gateway's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/mcp",
+            post(streamable::post)
+                .get(streamable::get)
+                .delete(streamable::delete),
+        )
+        .route("/healthz", get(health))
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    if state.gateway.backend_alive() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "backend unavailable\n")
+    }
+}

@@ -1,0 +1,101 @@
+//! The command line (the CLI contract in DESIGN.md).
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Switchboard: one MCP endpoint in front of your MCP servers.
+#[derive(Debug, Parser)]
+#[command(name = "switchboard", version, about)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Front a stdio MCP server at http://HOST:PORT/mcp (the built-in fixture if no command).
+    Run(RunArgs),
+    /// Run the built-in fixture MCP server on stdin/stdout.
+    Fixture(FixtureArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Address to listen on. Loopback by default: the gateway has no authentication yet.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) host: String,
+    /// Port to listen on; 0 picks a free one (printed on startup).
+    #[arg(long, default_value_t = 8080)]
+    pub(crate) port: u16,
+    /// How backend processes are shared between clients.
+    #[arg(long, value_enum, default_value_t = Isolation::Shared)]
+    pub(crate) isolation: Isolation,
+    /// Seconds a request may wait for the backend before it is failed with 504.
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) request_timeout: f64,
+    /// Seconds of inactivity after which a session expires.
+    #[arg(long, default_value_t = 1800.0)]
+    pub(crate) session_ttl: f64,
+    /// Most concurrent sessions.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) max_sessions: usize,
+    /// Largest accepted request body in bytes.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub(crate) max_body_bytes: usize,
+    /// Longest accepted backend stdout line in bytes.
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    pub(crate) max_line_bytes: usize,
+    /// Seconds to wait for the backend's initialize answer at startup.
+    #[arg(long, default_value_t = 30.0)]
+    pub(crate) startup_timeout: f64,
+    /// Seconds in-flight requests get to finish on shutdown.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) shutdown_grace: f64,
+    /// Seconds between keep-alive comments on SSE streams.
+    #[arg(long, default_value_t = 15.0)]
+    pub(crate) keep_alive: f64,
+    /// The stdio MCP server to front, after `--`.
+    #[arg(last = true)]
+    pub(crate) command: Vec<String>,
+}
+
+impl RunArgs {
+    pub(crate) fn secs(v: f64) -> Duration {
+        Duration::try_from_secs_f64(v.max(0.001))
+            .unwrap_or(Duration::from_secs(u64::from(u32::MAX)))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Isolation {
+    /// One backend process multiplexed by every session.
+    Shared,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FixtureArgs {
+    /// Which protocol eras the fixture speaks.
+    #[arg(long, value_enum, default_value_t = Era::Dual)]
+    pub(crate) era: Era,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Era {
+    /// Both 2025-11-25 sessions and 2026-07-28 stateless requests.
+    Dual,
+    /// Only the `initialize` handshake era.
+    Legacy,
+    /// Only 2026-07-28.
+    Modern,
+}
+
+impl From<Era> for switchboard_fixture::Era {
+    fn from(e: Era) -> Self {
+        match e {
+            Era::Dual => switchboard_fixture::Era::Dual,
+            Era::Legacy => switchboard_fixture::Era::LegacyOnly,
+            Era::Modern => switchboard_fixture::Era::ModernOnly,
+        }
+    }
+}

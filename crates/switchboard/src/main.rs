@@ -1,0 +1,64 @@
+//! `switchboard`: the MCP gateway binary. Thin: parse the command line, set up logging, and
+//! hand off to [`app`] (gateway) or the fixture server.
+
+mod app;
+mod cli;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use cli::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("switchboard: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => app::run(args).await,
+            Command::Fixture(args) => {
+                let opts = switchboard_fixture::FixtureOptions {
+                    era: args.era.into(),
+                };
+                switchboard_fixture::run_stdio(opts)
+                    .await
+                    .map_err(anyhow::Error::from)
+            }
+        }
+    });
+    // Do not wait for stray blocking tasks (e.g. a stdin read) on the way out.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchboard: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(cli: &Cli) {
+    // Logs go to stderr: stdout is the MCP channel for `fixture`, and carries only the
+    // human-readable progress lines for `run`.
+    let default = match &cli.command {
+        Command::Fixture(_) => "warn",
+        Command::Run(_) => "info",
+    };
+    let filter =
+        EnvFilter::try_from_env("SWITCHBOARD_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

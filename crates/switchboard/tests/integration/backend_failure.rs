@@ -1,0 +1,123 @@
+//! Backend death and deadlines: every request still gets exactly one answer, promptly.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::common::{tool_text, TestGateway};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_backend_answers_every_pending_request_within_a_second() {
+    let gw = TestGateway::start(&[]).await;
+    let sid = gw.session().await;
+    let pid = tool_text(
+        &gw.call_tool(Some(&sid), json!(0), "pid", json!({}))
+            .await
+            .json(),
+    )
+    .to_owned();
+
+    let in_flight: Vec<_> = (0..20)
+        .map(|i| gw.call_tool(Some(&sid), json!(i), "slow", json!({"ms": 30_000})))
+        .collect();
+    let all = futures::future::join_all(in_flight);
+    tokio::pin!(all);
+    // Let the calls reach the backend: a call that completes proves earlier ones were written.
+    let marker = gw.call_tool(Some(&sid), json!("marker"), "echo", json!({"text":"m"}));
+    let marker = tokio::select! {
+        m = marker => m,
+        _ = &mut all => panic!("slow calls finished early"),
+    };
+    assert_eq!(tool_text(&marker.json()), "m");
+
+    let killed = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let replies = tokio::time::timeout(Duration::from_secs(5), all)
+        .await
+        .expect("pending requests hung");
+    let elapsed = killed.elapsed();
+    assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+    for (i, r) in replies.iter().enumerate() {
+        assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", r.text);
+        let v = r.json();
+        assert_eq!(v["id"], json!(i));
+        assert_eq!(v["error"]["code"], -32603);
+    }
+    // Later requests fail fast too, and health says so.
+    let r = gw
+        .call_tool(Some(&sid), json!(99), "echo", json!({"text":"x"}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    let h = gw
+        .http
+        .get(format!("{}/healthz", gw.base()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(h.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn deadline_exceeded_is_504_on_json_and_an_error_frame_on_sse() {
+    let gw = TestGateway::start(&["--request-timeout", "0.3"]).await;
+    let sid = gw.session().await;
+    let r = gw
+        .call_tool(
+            Some(&sid),
+            json!(12345678901234567890u64),
+            "slow",
+            json!({"ms": 5000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    assert!(
+        r.text.contains(r#""id":12345678901234567890"#),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.error_code(), -32000);
+
+    let body = json!({"jsonrpc":"2.0","id":"t","method":"tools/call","params":{"name":"slow","arguments":{"ms":5000}}});
+    let r = gw
+        .post_raw(
+            Some(&sid),
+            body.to_string(),
+            &[("accept", "text/event-stream, application/json;q=0.1")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let v = r.json();
+    assert_eq!(v["id"], "t");
+    assert_eq!(v["error"]["code"], -32000);
+    // The gateway is still healthy and serving.
+    let r = gw
+        .call_tool(Some(&sid), json!(1), "echo", json!({"text":"ok"}))
+        .await;
+    assert_eq!(tool_text(&r.json()), "ok");
+}
+
+#[tokio::test]
+async fn a_backend_that_never_initializes_fails_startup() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args([
+            "run",
+            "--port",
+            "0",
+            "--startup-timeout",
+            "0.5",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("backend did not become ready"), "{stderr}");
+}

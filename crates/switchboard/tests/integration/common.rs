@@ -1,0 +1,227 @@
+//! Test harness: start the gateway, talk raw HTTP to it.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const BOTH: &str = "application/json, text/event-stream";
+
+/// A running `switchboard run` process. Killed on drop.
+pub struct TestGateway {
+    /// Held so the process lives as long as the test (kill_on_drop).
+    _child: Child,
+    pub url: String,
+    pub http: reqwest::Client,
+}
+
+impl TestGateway {
+    /// `switchboard run --port 0 <args>` in front of the built-in fixture.
+    pub async fn start(args: &[&str]) -> Self {
+        Self::start_with(args, &[]).await
+    }
+
+    /// Same, fronting `backend` (empty: the built-in fixture).
+    pub async fn start_with(args: &[&str], backend: &[&str]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+        cmd.args(["run", "--host", "127.0.0.1", "--port", "0"])
+            .args(args);
+        if !backend.is_empty() {
+            cmd.arg("--").args(backend);
+        }
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn switchboard");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(url) = line.strip_prefix("switchboard: listening on ") {
+                    return url.trim().to_owned();
+                }
+            }
+            panic!("switchboard exited before listening");
+        })
+        .await
+        .expect("switchboard did not start within 60s");
+        // Keep draining stdout so the gateway never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        TestGateway {
+            _child: child,
+            url,
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .unwrap(),
+        }
+    }
+
+    pub fn base(&self) -> String {
+        self.url.trim_end_matches("/mcp").to_owned()
+    }
+
+    /// POSTs `body` with the standard headers plus `extra`.
+    pub async fn post_raw(
+        &self,
+        session: Option<&str>,
+        body: impl Into<reqwest::Body>,
+        extra: &[(&str, &str)],
+    ) -> Reply {
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static(BOTH));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(s) = session {
+            headers.insert("mcp-session-id", HeaderValue::from_str(s).unwrap());
+        }
+        for (k, v) in extra {
+            headers.insert(
+                reqwest::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        let resp = self
+            .http
+            .post(&self.url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        Reply::read(resp).await
+    }
+
+    pub async fn post(&self, session: Option<&str>, body: &Value) -> Reply {
+        self.post_raw(session, body.to_string(), &[]).await
+    }
+
+    /// Opens a Legacy session and completes the handshake.
+    pub async fn session(&self) -> String {
+        self.session_with_version("2025-11-25").await.0
+    }
+
+    pub async fn session_with_version(&self, version: &str) -> (String, Value) {
+        let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+            "protocolVersion": version, "capabilities": {}, "clientInfo": {"name":"it","version":"0"}}});
+        let reply = self.post(None, &init).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        let sid = reply
+            .headers
+            .get("mcp-session-id")
+            .expect("session header")
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let done = self
+            .post(
+                Some(&sid),
+                &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+            )
+            .await;
+        assert_eq!(done.status, StatusCode::ACCEPTED);
+        (sid, reply.json())
+    }
+
+    /// Calls a tool and returns the whole JSON-RPC response.
+    pub async fn call_tool(
+        &self,
+        session: Option<&str>,
+        id: Value,
+        name: &str,
+        args: Value,
+    ) -> Reply {
+        let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args}});
+        self.post(session, &body).await
+    }
+}
+
+/// A buffered HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    async fn read(resp: reqwest::Response) -> Self {
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        Reply {
+            status,
+            headers,
+            text,
+        }
+    }
+
+    pub fn content_type(&self) -> &str {
+        self.headers
+            .get(CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap())
+            .unwrap_or("")
+    }
+
+    /// The one JSON-RPC message in the body (JSON, or the data of SSE `message` events).
+    pub fn json(&self) -> Value {
+        let msgs = self.messages();
+        assert_eq!(
+            msgs.len(),
+            1,
+            "expected exactly one message in {:?}",
+            self.text
+        );
+        msgs.into_iter().next().unwrap()
+    }
+
+    /// Every JSON-RPC message in the body, in order.
+    pub fn messages(&self) -> Vec<Value> {
+        if self.content_type().starts_with("text/event-stream") {
+            sse_data(&self.text)
+                .iter()
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect()
+        } else {
+            vec![serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {:?}", self.text))]
+        }
+    }
+
+    /// The JSON-RPC error code.
+    pub fn error_code(&self) -> i64 {
+        self.json()["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no error in {}", self.text))
+    }
+}
+
+/// The `data:` payloads of the `message` events in an SSE body (comments skipped).
+pub fn sse_data(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for block in text.replace("\r\n", "\n").split("\n\n") {
+        let mut event = "message";
+        let mut data = Vec::new();
+        for line in block.lines() {
+            if let Some(e) = line.strip_prefix("event:") {
+                event = e.trim();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data.push(d.strip_prefix(' ').unwrap_or(d));
+            }
+        }
+        if event == "message" && !data.is_empty() {
+            out.push(data.join("\n"));
+        }
+    }
+    out
+}
+
+/// The text of the first content block of a tool result.
+pub fn tool_text(response: &Value) -> &str {
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {response}"))
+}

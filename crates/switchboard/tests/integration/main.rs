@@ -1,0 +1,17 @@
+//! End-to-end tests: the real `switchboard` binary on 127.0.0.1 port 0, its real backend
+//! process, driven by raw HTTP and by rmcp's client.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    unreachable_pub,
+    missing_debug_implementations
+)]
+
+mod common;
+
+mod backend_failure;
+mod handshake;
+mod isolation;
+mod lifecycle;
+mod malformed;
+mod rmcp_client;

@@ -1,0 +1,25 @@
+//! Upstream errors.
+
+/// Why a call to a backend produced no response.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// The process could not be started.
+    #[error("failed to start backend `{program}`: {reason}")]
+    Spawn {
+        /// The command.
+        program: String,
+        /// The OS error text.
+        reason: String,
+    },
+    /// The backend exited or closed its stdout; every pending call fails with this.
+    #[error("backend closed: {0}")]
+    Closed(String),
+    /// The write queue to the backend is full (backpressure; the backend is not reading).
+    #[error("backend write queue is full")]
+    Overloaded,
+    /// A call was issued under a key that is already pending. Keys are random; this indicates
+    /// a bug, and refusing is the only safe answer.
+    #[error("duplicate pending key")]
+    DuplicateKey,
+}

@@ -1,0 +1,434 @@
+//! A stdio MCP server process, multiplexed by key.
+//!
+//! Tasks, each with one job and one owner:
+//! - **writer** owns the child's stdin; a bounded queue feeds it, so a backend that stops
+//!   reading applies backpressure instead of growing memory. Cancelling it closes stdin.
+//! - **reader** owns stdout: frames lines, resolves responses through the pending table, and
+//!   hands everything else (notifications, backend requests) to `core` on a bounded channel.
+//! - **stderr** drains stderr into the log (a full stderr pipe would block the child).
+//! - [`StdioProcess`] owns the `Child` and the shutdown sequence.
+//!
+//! The pending table is the one piece of shared state: a `parking_lot` mutex held only for a
+//! map operation, never across `.await`. When stdout ends, the table is closed and every pending
+//! call fails at once, so nothing waits for a dead process.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use switchboard_wire::{Message, MessageKind};
+
+use crate::framing::{Frame, LineReader};
+use crate::UpstreamError;
+
+/// How to start and bound a stdio backend.
+#[derive(Debug, Clone)]
+pub struct StdioConfig {
+    /// Program to run.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Longest stdout line accepted; longer lines are logged and skipped, so a runaway backend
+    /// cannot make the gateway buffer without bound.
+    pub max_line_bytes: usize,
+    /// Capacity of the queue of lines waiting to be written to stdin.
+    pub write_queue: usize,
+    /// Capacity of the queue of unsolicited backend messages waiting for `core`.
+    pub inbound_queue: usize,
+}
+
+impl StdioConfig {
+    /// Default line limit: large enough for big tool results, small enough to bound memory.
+    pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+    /// A config with default limits.
+    pub fn new(program: impl Into<String>, args: Vec<String>) -> Self {
+        StdioConfig {
+            program: program.into(),
+            args,
+            max_line_bytes: Self::DEFAULT_MAX_LINE_BYTES,
+            write_queue: 1024,
+            inbound_queue: 1024,
+        }
+    }
+}
+
+/// A backend's answer to one call: the raw line and where its `result`/`error` value sits.
+#[derive(Debug, Clone)]
+pub struct BackendResponse {
+    line: Bytes,
+    payload: Range<usize>,
+    is_error: bool,
+}
+
+impl BackendResponse {
+    /// `"result"` or `"error"`.
+    pub fn member(&self) -> &'static str {
+        if self.is_error {
+            "error"
+        } else {
+            "result"
+        }
+    }
+
+    /// Whether the backend answered with a JSON-RPC error.
+    pub fn is_error(&self) -> bool {
+        self.is_error
+    }
+
+    /// The raw JSON of the `result` or `error` member.
+    pub fn payload(&self) -> &str {
+        // The range was computed from a &str slice of this same line, so it is valid UTF-8 on
+        // char boundaries; the fallback is unreachable but keeps this free of panics.
+        std::str::from_utf8(&self.line[self.payload.clone()]).unwrap_or("null")
+    }
+}
+
+/// An unsolicited message from the backend (a notification or a backend→client request).
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    /// The raw line, one JSON-RPC message.
+    pub line: Bytes,
+}
+
+type Reply = oneshot::Sender<Result<BackendResponse, UpstreamError>>;
+
+#[derive(Debug, Default)]
+struct PendingTable {
+    /// Set once stdout ends: the reason every later call fails.
+    closed: Option<String>,
+    calls: HashMap<Box<str>, Reply>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    program: String,
+    pid: Option<u32>,
+    writer: mpsc::Sender<Bytes>,
+    pending: Mutex<PendingTable>,
+}
+
+/// Cloneable API to a running stdio backend.
+#[derive(Debug, Clone)]
+pub struct StdioHandle {
+    shared: Arc<Shared>,
+}
+
+/// Owner of the child process; the only thing that can stop it.
+#[derive(Debug)]
+pub struct StdioProcess {
+    child: Child,
+    stop_writer: CancellationToken,
+    shared: Arc<Shared>,
+}
+
+/// Starts `config.program`. Returns the call handle, the owner of the process, and the stream
+/// of the backend's unsolicited messages.
+pub fn spawn(
+    config: &StdioConfig,
+) -> Result<(StdioHandle, StdioProcess, mpsc::Receiver<Inbound>), UpstreamError> {
+    let spawn_err = |e: std::io::Error| UpstreamError::Spawn {
+        program: config.program.clone(),
+        reason: e.to_string(),
+    };
+    let mut child = Command::new(&config.program)
+        .args(&config.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(spawn_err)?;
+    let missing = || spawn_err(std::io::Error::other("stdio pipe missing"));
+    let stdin = child.stdin.take().ok_or_else(missing)?;
+    let stdout = child.stdout.take().ok_or_else(missing)?;
+    let stderr = child.stderr.take().ok_or_else(missing)?;
+
+    let (write_tx, write_rx) = mpsc::channel(config.write_queue.max(1));
+    let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue.max(1));
+    let shared = Arc::new(Shared {
+        program: config.program.clone(),
+        pid: child.id(),
+        writer: write_tx,
+        pending: Mutex::new(PendingTable::default()),
+    });
+    let stop_writer = CancellationToken::new();
+    tokio::spawn(write_loop(stdin, write_rx, stop_writer.clone()));
+    tokio::spawn(read_loop(
+        LineReader::new(stdout, config.max_line_bytes),
+        shared.clone(),
+        inbound_tx,
+    ));
+    tokio::spawn(stderr_loop(stderr, config.program.clone()));
+    info!(program = %config.program, pid = ?shared.pid, "backend started");
+    let handle = StdioHandle {
+        shared: shared.clone(),
+    };
+    Ok((
+        handle,
+        StdioProcess {
+            child,
+            stop_writer,
+            shared,
+        },
+        inbound_rx,
+    ))
+}
+
+impl StdioHandle {
+    /// Sends one request line whose JSON-RPC id is the string `key`, and returns the future of
+    /// its one answer. Dropping the future forgets the key, so an abandoned call leaves nothing
+    /// behind; a late answer for it is then dropped as unattributable.
+    pub async fn call(&self, key: &str, line: Vec<u8>) -> Result<PendingCall, UpstreamError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut table = self.shared.pending.lock();
+            if let Some(reason) = &table.closed {
+                return Err(UpstreamError::Closed(reason.clone()));
+            }
+            if table.calls.contains_key(key) {
+                return Err(UpstreamError::DuplicateKey);
+            }
+            table.calls.insert(key.into(), tx);
+        }
+        let call = PendingCall {
+            rx,
+            key: Some(key.into()),
+            shared: self.shared.clone(),
+        };
+        self.send_line(line).await?;
+        Ok(call)
+    }
+
+    /// Writes one line (a notification, or the gateway's answer to a backend request).
+    pub async fn send_line(&self, line: Vec<u8>) -> Result<(), UpstreamError> {
+        self.shared
+            .writer
+            .send(Bytes::from(line))
+            .await
+            .map_err(|_| UpstreamError::Closed("stdin closed".into()))
+    }
+
+    /// Like [`send_line`](Self::send_line) but never waits: used from drop paths and the
+    /// dispatcher, which must not block on a slow backend.
+    pub fn try_send_line(&self, line: Vec<u8>) -> Result<(), UpstreamError> {
+        self.shared
+            .writer
+            .try_send(Bytes::from(line))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => UpstreamError::Overloaded,
+                mpsc::error::TrySendError::Closed(_) => {
+                    UpstreamError::Closed("stdin closed".into())
+                }
+            })
+    }
+
+    /// Number of calls awaiting an answer (for tests and metrics).
+    pub fn pending_len(&self) -> usize {
+        self.shared.pending.lock().calls.len()
+    }
+
+    /// Whether the backend's stdout has ended.
+    pub fn is_closed(&self) -> bool {
+        self.shared.pending.lock().closed.is_some()
+    }
+
+    /// The backend's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.shared.pid
+    }
+
+    /// The backend's program name, for messages.
+    pub fn program(&self) -> &str {
+        &self.shared.program
+    }
+}
+
+/// The answer to one call. Resolves exactly once; dropping it withdraws the call.
+#[derive(Debug)]
+pub struct PendingCall {
+    rx: oneshot::Receiver<Result<BackendResponse, UpstreamError>>,
+    key: Option<Box<str>>,
+    shared: Arc<Shared>,
+}
+
+impl Future for PendingCall {
+    type Output = Result<BackendResponse, UpstreamError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let out = match Pin::new(&mut self.rx).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(answer)) => answer,
+            Poll::Ready(Err(_)) => Err(UpstreamError::Closed("backend closed".into())),
+        };
+        // Resolved: the reader (or close) already removed the entry.
+        self.key = None;
+        Poll::Ready(out)
+    }
+}
+
+impl Drop for PendingCall {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.shared.pending.lock().calls.remove(&key);
+        }
+    }
+}
+
+impl StdioProcess {
+    /// Closes stdin, waits up to `grace` for the process to exit, then kills it.
+    pub async fn shutdown(mut self, grace: Duration) {
+        self.stop_writer.cancel();
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(Ok(status)) => info!(%status, "backend exited"),
+            Ok(Err(e)) => warn!(error = %e, "waiting for backend failed"),
+            Err(_) => {
+                warn!(
+                    ?grace,
+                    "backend did not exit after stdin closed; killing it"
+                );
+                let _ = self.child.kill().await;
+            }
+        }
+        close_pending(&self.shared, "gateway shut down");
+    }
+
+    /// Resolves when the process exits on its own.
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+}
+
+async fn write_loop(stdin: ChildStdin, mut rx: mpsc::Receiver<Bytes>, stop: CancellationToken) {
+    let mut out = BufWriter::with_capacity(64 * 1024, stdin);
+    loop {
+        let line = tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            line = rx.recv() => match line { Some(l) => l, None => break },
+        };
+        if let Err(e) = write_line(&mut out, &line).await {
+            warn!(error = %e, "writing to backend stdin failed");
+            return;
+        }
+        // Batch whatever else is already queued before flushing: one syscall under load.
+        while let Ok(line) = rx.try_recv() {
+            if let Err(e) = write_line(&mut out, &line).await {
+                warn!(error = %e, "writing to backend stdin failed");
+                return;
+            }
+        }
+        if let Err(e) = out.flush().await {
+            warn!(error = %e, "flushing backend stdin failed");
+            return;
+        }
+    }
+    // Dropping the writer closes stdin: the polite way to ask a stdio server to exit.
+    let _ = out.shutdown().await;
+}
+
+async fn write_line(out: &mut BufWriter<ChildStdin>, line: &[u8]) -> std::io::Result<()> {
+    out.write_all(line).await?;
+    out.write_all(b"\n").await
+}
+
+async fn read_loop(
+    mut lines: LineReader<ChildStdout>,
+    shared: Arc<Shared>,
+    inbound: mpsc::Sender<Inbound>,
+) {
+    let reason = loop {
+        match lines.next().await {
+            Ok(Some(Frame::Line(line))) => route_line(&shared, &inbound, line),
+            Ok(Some(Frame::TooLong(n))) => {
+                warn!(bytes = n, "backend wrote a line over the limit; skipped")
+            }
+            Ok(None) => break "backend closed stdout".to_owned(),
+            Err(e) => break format!("reading backend stdout failed: {e}"),
+        }
+    };
+    info!(%reason, "backend stream ended");
+    close_pending(&shared, &reason);
+}
+
+fn route_line(shared: &Shared, inbound: &mpsc::Sender<Inbound>, line: Bytes) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    let msg = match Message::parse(&line) {
+        Ok(m) => m,
+        Err(e) => {
+            warn!(error = ?e.error.message, "backend wrote a line that is not JSON-RPC; skipped");
+            return;
+        }
+    };
+    if msg.kind != MessageKind::Response {
+        if inbound.try_send(Inbound { line: line.clone() }).is_err() {
+            warn!(method = ?msg.method, "inbound queue full or closed; backend message dropped");
+        }
+        return;
+    }
+    let Some(key) = msg.id.as_ref().and_then(|id| id.as_str()) else {
+        debug!(id = ?msg.id, "backend response with a non-string id; dropped");
+        return;
+    };
+    let Some(reply) = shared.pending.lock().calls.remove(key.as_str()) else {
+        debug!(%key, "backend response for no pending call; dropped");
+        return;
+    };
+    let (payload, is_error) = match (msg.result, msg.error) {
+        (Some(r), _) => (r, false),
+        (None, Some(e)) => (e, true),
+        (None, None) => return,
+    };
+    let start = payload.get().as_ptr() as usize - line.as_ptr() as usize;
+    let response = BackendResponse {
+        payload: start..start + payload.get().len(),
+        line: line.clone(),
+        is_error,
+    };
+    // The caller may have gone; its answer then goes nowhere, by design.
+    let _ = reply.send(Ok(response));
+}
+
+fn close_pending(shared: &Shared, reason: &str) {
+    let calls = {
+        let mut table = shared.pending.lock();
+        table.closed.get_or_insert_with(|| reason.to_owned());
+        std::mem::take(&mut table.calls)
+    };
+    for (_, reply) in calls {
+        let _ = reply.send(Err(UpstreamError::Closed(reason.to_owned())));
+    }
+}
+
+async fn stderr_loop(stderr: ChildStderr, program: String) {
+    let mut lines = LineReader::new(stderr, 8 * 1024);
+    while let Ok(Some(frame)) = lines.next().await {
+        match frame {
+            Frame::Line(l) => {
+                info!(target: "switchboard::backend", %program, "{}", String::from_utf8_lossy(&l))
+            }
+            Frame::TooLong(n) => {
+                info!(target: "switchboard::backend", %program, "<{n} bytes of stderr>")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "stdio/tests.rs"]
+mod tests;

@@ -1,0 +1,105 @@
+use super::*;
+
+/// A backend in Python: reads `n` request lines, then answers them in reverse order with
+/// `{"echo": <method>}`; first writes a non-JSON line and an over-long line, which must be
+/// skipped without disturbing the answers.
+const REVERSE_BACKEND: &str = r#"
+import json, sys
+n = int(sys.argv[1])
+reqs = [json.loads(sys.stdin.readline()) for _ in range(n)]
+print("this is not json", flush=True)
+print("x" * 5000, flush=True)
+print(json.dumps({"jsonrpc": "2.0", "method": "notifications/hello"}), flush=True)
+for r in reversed(reqs):
+    print(json.dumps({"jsonrpc": "2.0", "id": r["id"], "result": {"echo": r["method"]}}), flush=True)
+sys.stdin.read()
+"#;
+
+fn python(script: &str, args: &[&str]) -> StdioConfig {
+    let mut all = vec!["-c".to_owned(), script.to_owned()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    let mut c = StdioConfig::new("python3", all);
+    c.max_line_bytes = 1024;
+    c
+}
+
+fn request(key: &str, method: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":"{key}","method":"{method}"}}"#).into_bytes()
+}
+
+#[tokio::test]
+async fn answers_reach_their_own_call_out_of_order() {
+    let (handle, process, mut inbound) = spawn(&python(REVERSE_BACKEND, &["3"])).unwrap();
+    let mut calls = Vec::new();
+    for (k, m) in [("k1", "a"), ("k2", "b"), ("k3", "c")] {
+        calls.push((m, handle.call(k, request(k, m)).await.unwrap()));
+    }
+    for (method, call) in calls {
+        let answer = call.await.unwrap();
+        assert_eq!(answer.member(), "result");
+        assert_eq!(answer.payload(), format!(r#"{{"echo": "{method}"}}"#));
+    }
+    let note = inbound.recv().await.unwrap();
+    assert!(std::str::from_utf8(&note.line)
+        .unwrap()
+        .contains("notifications/hello"));
+    assert_eq!(handle.pending_len(), 0);
+    process.shutdown(Duration::from_secs(5)).await;
+    assert!(handle.is_closed());
+}
+
+#[tokio::test]
+async fn backend_death_fails_every_pending_call() {
+    let script = "import sys\nfor _ in range(5): sys.stdin.readline()\nsys.exit(3)\n";
+    let (handle, _process, _inbound) = spawn(&python(script, &[])).unwrap();
+    let mut calls = Vec::new();
+    for i in 0..5 {
+        let key = format!("k{i}");
+        calls.push(handle.call(&key, request(&key, "x")).await.unwrap());
+    }
+    for call in calls {
+        let err = tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .unwrap();
+        assert!(matches!(err, Err(UpstreamError::Closed(_))), "{err:?}");
+    }
+    assert_eq!(handle.pending_len(), 0);
+    // Later calls fail at once instead of waiting for a dead process.
+    assert!(matches!(
+        handle.call("late", request("late", "x")).await,
+        Err(UpstreamError::Closed(_))
+    ));
+}
+
+#[tokio::test]
+async fn dropped_call_is_forgotten_and_its_late_answer_goes_nowhere() {
+    let (handle, process, _inbound) = spawn(&python(REVERSE_BACKEND, &["2"])).unwrap();
+    let abandoned = handle.call("gone", request("gone", "a")).await.unwrap();
+    assert_eq!(handle.pending_len(), 1);
+    drop(abandoned);
+    assert_eq!(handle.pending_len(), 0);
+    let kept = handle.call("kept", request("kept", "b")).await.unwrap();
+    assert_eq!(kept.await.unwrap().payload(), r#"{"echo": "b"}"#);
+    assert!(
+        handle.call("kept", request("kept", "c")).await.is_ok(),
+        "a resolved key may be reused"
+    );
+    process.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn duplicate_pending_key_is_refused() {
+    let (handle, process, _inbound) = spawn(&python(REVERSE_BACKEND, &["2"])).unwrap();
+    let _first = handle.call("same", request("same", "a")).await.unwrap();
+    assert!(matches!(
+        handle.call("same", request("same", "b")).await,
+        Err(UpstreamError::DuplicateKey)
+    ));
+    process.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn spawn_failure_is_reported() {
+    let err = spawn(&StdioConfig::new("/nonexistent/backend", vec![])).unwrap_err();
+    assert!(matches!(err, UpstreamError::Spawn { .. }));
+}

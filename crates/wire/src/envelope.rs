@@ -1,0 +1,240 @@
+//! The JSON-RPC envelope: just enough of a message to route it.
+
+use std::borrow::Cow;
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use crate::error::{codes, ParseError};
+use crate::RequestId;
+
+/// What kind of JSON-RPC message this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageKind {
+    /// Has `method` and `id`.
+    Request,
+    /// Has `method`, no `id`.
+    Notification,
+    /// Has `id` and exactly one of `result` / `error`, no `method`.
+    Response,
+}
+
+/// A parsed envelope borrowing from the input buffer. Payload members stay raw JSON.
+#[derive(Debug, Clone)]
+pub struct Message<'a> {
+    /// Request, notification or response.
+    pub kind: MessageKind,
+    /// Present for requests and responses.
+    pub id: Option<RequestId>,
+    /// Present for requests and notifications.
+    pub method: Option<&'a str>,
+    /// `params`, raw. Absent when the member was absent or `null`.
+    pub params: Option<&'a RawValue>,
+    /// `result`, raw (responses only).
+    pub result: Option<&'a RawValue>,
+    /// `error`, raw (responses only).
+    pub error: Option<&'a RawValue>,
+}
+
+/// Serde view of the envelope. `id` uses [`present`] so that `"id": null` is seen as present
+/// (and then refused) rather than silently treated as a notification.
+#[derive(Deserialize)]
+struct Raw<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+impl<'a> Message<'a> {
+    /// Parses one JSON-RPC message.
+    ///
+    /// Errors: invalid JSON or UTF-8 → `-32700`; a top-level array (batch), a non-object, a
+    /// wrong `jsonrpc`, a forbidden id (null, fraction, bool, object, array), a non-string
+    /// method, or an impossible member combination → `-32600`. The error carries the id when it
+    /// could be read and is valid.
+    pub fn parse(input: &'a [u8]) -> Result<Self, ParseError> {
+        let text = std::str::from_utf8(input)
+            .map_err(|_| ParseError::new(None, codes::PARSE_ERROR, "Parse error: invalid UTF-8"))?;
+        match text.trim_start().as_bytes().first() {
+            Some(b'{') => {}
+            Some(b'[') => {
+                return Err(ParseError::new(
+                    None,
+                    codes::INVALID_REQUEST,
+                    "Invalid Request: batches are not supported",
+                ))
+            }
+            None => {
+                return Err(ParseError::new(
+                    None,
+                    codes::PARSE_ERROR,
+                    "Parse error: empty body",
+                ))
+            }
+            Some(_) => {
+                // Valid JSON that is not an object is an invalid request; garbage is a parse error.
+                let code = if serde_json::from_str::<&RawValue>(text).is_ok() {
+                    codes::INVALID_REQUEST
+                } else {
+                    codes::PARSE_ERROR
+                };
+                return Err(ParseError::new(
+                    None,
+                    code,
+                    "Invalid message: not a JSON object",
+                ));
+            }
+        }
+        let raw: Raw<'a> = serde_json::from_str(text).map_err(|e| {
+            let code = if e.is_data() {
+                codes::INVALID_REQUEST
+            } else {
+                codes::PARSE_ERROR
+            };
+            ParseError::new(None, code, "Parse error: malformed JSON-RPC message")
+        })?;
+        Self::from_raw(raw)
+    }
+
+    fn from_raw(raw: Raw<'a>) -> Result<Self, ParseError> {
+        let id = match raw.id {
+            None => None,
+            Some(r) => Some(RequestId::from_raw(r).ok_or_else(|| {
+                ParseError::new(
+                    None,
+                    codes::INVALID_REQUEST,
+                    "Invalid Request: id must be a string or an integer",
+                )
+            })?),
+        };
+        let invalid = |msg| ParseError::new(id.clone(), codes::INVALID_REQUEST, msg);
+        if raw.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+            return Err(invalid("Invalid Request: jsonrpc must be \"2.0\""));
+        }
+        let method = match raw.method {
+            None => None,
+            Some(m) => Some(
+                plain_json_str(m)
+                    .ok_or_else(|| invalid("Invalid Request: method must be a string"))?,
+            ),
+        };
+        let params = match raw.params {
+            Some(p) if p.get() == "null" => None,
+            Some(p) if !matches!(p.get().as_bytes().first(), Some(b'{' | b'[')) => {
+                return Err(invalid("Invalid Request: params must be an object"));
+            }
+            other => other,
+        };
+        let kind = match (method, &id, raw.result, raw.error) {
+            (Some(_), _, None, None) if id.is_some() => MessageKind::Request,
+            (Some(_), _, None, None) => MessageKind::Notification,
+            (None, Some(_), Some(_), None) | (None, Some(_), None, Some(_)) => {
+                MessageKind::Response
+            }
+            _ => {
+                return Err(invalid(
+                    "Invalid Request: not a request, notification or response",
+                ))
+            }
+        };
+        Ok(Message {
+            kind,
+            id,
+            method,
+            params,
+            result: raw.result,
+            error: raw.error,
+        })
+    }
+
+    /// Looks up `params._meta[key]` without decoding anything else. `None` when params, `_meta`
+    /// or the key is absent, or when either container is not an object.
+    pub fn meta(&self, key: &str) -> Option<&'a RawValue> {
+        let params = self.params?;
+        let meta = object_member(params, "_meta")?;
+        object_member(meta, key)
+    }
+
+    /// Looks up a top-level member of `params`.
+    pub fn param(&self, key: &str) -> Option<&'a RawValue> {
+        object_member(self.params?, key)
+    }
+}
+
+/// The value of `key` in a raw JSON object, raw. Walks only the top level of `obj` and
+/// allocates nothing unless a key is escaped. With duplicate keys the last one wins, as in most
+/// JSON parsers a backend would use.
+pub(crate) fn object_member<'a>(obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
+    let mut de = serde_json::Deserializer::from_str(obj.get());
+    de.deserialize_map(FindMember(key)).ok().flatten()
+}
+
+struct FindMember<'k>(&'k str);
+
+impl<'de> Visitor<'de> for FindMember<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(k) = map.next_key::<Key<'de>>()? {
+            let v: &'de RawValue = map.next_value()?;
+            if k.0 == self.0 {
+                found = Some(v);
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// An object key, borrowed when the JSON spelled it without escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A JSON string literal whose content needs no unescaping (true of every real method name),
+/// returned without its quotes. Escaped method names are refused rather than decoded, which
+/// keeps the envelope borrow-only.
+fn plain_json_str(raw: &RawValue) -> Option<&str> {
+    let s = raw.get();
+    let inner = s.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
+}
+
+#[cfg(test)]
+#[path = "envelope_tests.rs"]
+mod tests;

@@ -1,0 +1,25 @@
+//! Pure JSON-RPC / MCP wire vocabulary for Switchboard.
+//!
+//! Architecture invariant: this crate does no I/O and knows no async runtime. Everything here is
+//! a function from bytes to values or values to bytes, so it can be unit-tested, fuzzed and
+//! reused by every transport.
+//!
+//! The forwarding path parses only the *envelope* of a message ([`Message::parse`]): `jsonrpc`,
+//! `id`, `method`, and the positions of `params` / `result` / `error` as raw JSON. Payloads are
+//! never decoded into typed structures, so an unknown method or a new field passes through
+//! untouched, and ids round-trip byte-for-byte ([`RequestId`]).
+
+mod encode;
+mod envelope;
+mod error;
+mod id;
+pub mod method;
+pub mod sse;
+pub mod version;
+
+pub use encode::{
+    encode_error, encode_notification, encode_request, encode_result, restore_response,
+};
+pub use envelope::{Message, MessageKind};
+pub use error::{codes, ErrorObject, ParseError};
+pub use id::RequestId;
