@@ -12,6 +12,7 @@
 //! | body not `application/json`               | 415  | -32600                      |
 //! | body over the limit                       | 413  | -32600                      |
 //! | GET/other method not offered              | 405  | -32600                      |
+//! | `Host`/`Origin` not allowed (rebinding)   | 403  | -32600, no id               |
 //! | session table full                        | 503  | -32603                      |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
@@ -35,6 +36,7 @@ pub(crate) enum HttpError {
     ClientResponse,
     MissingSession,
     MethodNotAllowed(&'static str),
+    Forbidden(&'static str),
     Core(Option<RequestId>, CoreError),
 }
 
@@ -83,6 +85,7 @@ impl HttpError {
                 None,
                 invalid("Method Not Allowed"),
             ),
+            E::Forbidden(m) => (StatusCode::FORBIDDEN, None, invalid(m)),
             E::Core(id, e) => {
                 let (status, err) = core_parts(e);
                 (status, id.as_ref(), err)

@@ -6,6 +6,7 @@
 
 mod error;
 mod headers;
+mod origin;
 mod sse;
 mod streamable;
 
@@ -21,6 +22,8 @@ use tokio::net::TcpListener;
 
 use switchboard_core::Gateway;
 
+pub use origin::OriginPolicy;
+
 /// HTTP-level limits.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
@@ -29,6 +32,8 @@ pub struct HttpConfig {
     /// Interval of `: keep-alive` comments on open SSE streams, so idle proxies keep them open
     /// and dead clients are noticed.
     pub keep_alive: Duration,
+    /// DNS-rebinding protection for `/mcp`.
+    pub origin: OriginPolicy,
 }
 
 impl Default for HttpConfig {
@@ -36,6 +41,7 @@ impl Default for HttpConfig {
         HttpConfig {
             max_body_bytes: 4 * 1024 * 1024,
             keep_alive: Duration::from_secs(15),
+            origin: OriginPolicy::loopback(),
         }
     }
 }
@@ -66,6 +72,10 @@ pub fn router(state: AppState) -> Router {
                 .get(streamable::get)
                 .delete(streamable::delete),
         )
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            origin::guard,
+        ))
         .route("/healthz", get(health))
         .with_state(state)
 }

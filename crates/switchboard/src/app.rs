@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use switchboard_core::{Backend, Gateway, GatewayConfig};
-use switchboard_http::{AppState, HttpConfig};
+use switchboard_http::{AppState, HttpConfig, OriginPolicy};
 use switchboard_upstream::StdioConfig;
 
 use crate::cli::RunArgs;
@@ -44,6 +44,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let http = HttpConfig {
         max_body_bytes: args.max_body_bytes,
         keep_alive: RunArgs::secs(args.keep_alive),
+        origin: origin_policy(&args, addr.ip().is_loopback()),
     };
     let router = switchboard_http::router(AppState::new(gateway, http));
     let mut server = tokio::spawn(switchboard_http::serve(
@@ -92,6 +93,25 @@ fn stdio_config(args: &RunArgs) -> anyhow::Result<StdioConfig> {
     };
     config.max_line_bytes = args.max_line_bytes;
     Ok(config)
+}
+
+/// Loopback binds accept only loopback `Host`/`Origin` (DNS-rebinding protection) unless the
+/// operator lists others; other binds accept any unless the operator restricts them.
+fn origin_policy(args: &RunArgs, loopback: bool) -> OriginPolicy {
+    let default = if loopback {
+        OriginPolicy::loopback()
+    } else {
+        OriginPolicy::any()
+    };
+    let list = |given: &[String], fallback: Option<Vec<String>>| match given {
+        [] => fallback,
+        g if g.iter().any(|v| v == "*") => None,
+        g => Some(g.iter().map(|v| v.trim().to_ascii_lowercase()).collect()),
+    };
+    OriginPolicy {
+        hosts: list(&args.allowed_hosts, default.hosts),
+        origins: list(&args.allowed_origins, default.origins),
+    }
 }
 
 fn gateway_config(args: &RunArgs) -> GatewayConfig {

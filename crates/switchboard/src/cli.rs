@@ -18,6 +18,9 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Run the built-in fixture MCP server on stdin/stdout.
     Fixture(FixtureArgs),
+    /// Drive an MCP endpoint (or a stdio server directly) with load and report throughput and
+    /// latency.
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -55,6 +58,14 @@ pub(crate) struct RunArgs {
     /// Seconds between keep-alive comments on SSE streams.
     #[arg(long, default_value_t = 15.0)]
     pub(crate) keep_alive: f64,
+    /// Accepted `Host` names (comma-separated; `*` accepts any). Default: loopback names when
+    /// bound to loopback, any otherwise.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) allowed_hosts: Vec<String>,
+    /// Accepted `Origin`s (`scheme://host[:port]` or bare host names; `*` accepts any).
+    /// Default as for `--allowed-hosts`.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) allowed_origins: Vec<String>,
     /// The stdio MCP server to front, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,

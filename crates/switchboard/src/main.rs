@@ -2,6 +2,7 @@
 //! hand off to [`app`] (gateway) or the fixture server.
 
 mod app;
+mod bench;
 mod cli;
 
 use clap::Parser;
@@ -25,6 +26,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => app::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
             Command::Fixture(args) => {
                 let opts = switchboard_fixture::FixtureOptions {
                     era: args.era.into(),
@@ -51,7 +53,7 @@ fn init_tracing(cli: &Cli) {
     // human-readable progress lines for `run`.
     let default = match &cli.command {
         Command::Fixture(_) => "warn",
-        Command::Run(_) => "info",
+        Command::Run(_) | Command::Bench(_) => "info",
     };
     let filter =
         EnvFilter::try_from_env("SWITCHBOARD_LOG").unwrap_or_else(|_| EnvFilter::new(default));

@@ -234,3 +234,37 @@ async fn unknown_session_is_404_with_the_request_id() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_error_shape(&r.text, -32001, None);
 }
+
+#[tokio::test]
+async fn dns_rebinding_is_refused_on_loopback() {
+    let gw = TestGateway::start(&[]).await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#;
+    for (host, origin) in [
+        (Some("evil.example.com"), None),
+        (None, Some("http://evil.example.com")),
+        (Some("evil.example.com"), Some("http://evil.example.com")),
+    ] {
+        let mut req = gw
+            .http
+            .post(&gw.url)
+            .header("accept", crate::common::BOTH)
+            .header("content-type", "application/json");
+        if let Some(h) = host {
+            req = req.header("host", h);
+        }
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        let r = req.body(init).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{host:?} {origin:?}");
+        assert!(
+            r.headers().get("mcp-session-id").is_none(),
+            "a refused request opens no session"
+        );
+        assert_error_shape(&r.text().await.unwrap(), -32600, None);
+    }
+    let r = gw
+        .post_raw(None, init, &[("origin", "http://localhost:5173")])
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+}

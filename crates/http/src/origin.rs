@@ -1,0 +1,133 @@
+//! DNS-rebinding protection: `Host` and `Origin` allow-lists.
+//!
+//! A web page on evil.example can resolve its own name to 127.0.0.1 and make the browser talk
+//! to a local gateway; the browser then sends `Host: evil.example` and `Origin:
+//! http://evil.example`. A gateway bound to loopback therefore accepts only loopback hosts and
+//! origins unless told otherwise. Violations get 403 and a JSON-RPC error without id.
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::HttpError;
+use crate::AppState;
+
+/// Which `Host` and `Origin` values are accepted.
+#[derive(Debug, Clone, Default)]
+pub struct OriginPolicy {
+    /// Accepted host names (without port, lowercase). `None` accepts any.
+    pub hosts: Option<Vec<String>>,
+    /// Accepted origins (`scheme://host[:port]`, lowercase) or bare host names, which accept
+    /// that host on any scheme and port. `None` accepts any; requests without `Origin` (non-
+    /// browser clients) are always accepted.
+    pub origins: Option<Vec<String>>,
+}
+
+impl OriginPolicy {
+    /// Loopback only: the safe default for a gateway bound to 127.0.0.1 / ::1 / localhost.
+    pub fn loopback() -> Self {
+        let names = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "[::1]".to_owned(),
+        ];
+        OriginPolicy {
+            hosts: Some(names.clone()),
+            origins: Some(names),
+        }
+    }
+
+    /// No restriction (an operator bound a public address and fronts it with their own proxy).
+    pub fn any() -> Self {
+        OriginPolicy::default()
+    }
+
+    fn check(&self, headers: &HeaderMap) -> Result<(), HttpError> {
+        if let Some(hosts) = &self.hosts {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if !hosts
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(strip_port(host)))
+            {
+                return Err(HttpError::Forbidden("Forbidden: Host not allowed"));
+            }
+        }
+        if let (Some(origins), Some(origin)) = (&self.origins, headers.get(header::ORIGIN)) {
+            let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
+            let host = origin
+                .split_once("://")
+                .map_or("", |(_, rest)| strip_port(rest));
+            let ok = origins
+                .iter()
+                .any(|o| *o == origin || o.eq_ignore_ascii_case(host));
+            if !ok {
+                return Err(HttpError::Forbidden("Forbidden: Origin not allowed"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `host[:port]` → `host`, keeping IPv6 brackets.
+fn strip_port(authority: &str) -> &str {
+    let authority = authority.split('/').next().unwrap_or(authority);
+    if authority.starts_with('[') {
+        return authority.split_inclusive(']').next().unwrap_or(authority);
+    }
+    authority.split(':').next().unwrap_or(authority)
+}
+
+/// Middleware applying the state's [`OriginPolicy`] before any MCP handling.
+pub(crate) async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match state.config.origin.check(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(host: &str, origin: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+        if let Some(o) = origin {
+            h.insert(header::ORIGIN, HeaderValue::from_str(o).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn loopback_policy() {
+        let p = OriginPolicy::loopback();
+        for (host, origin) in [
+            ("127.0.0.1:8080", None),
+            ("localhost", Some("http://localhost:3000")),
+            ("[::1]:9", Some("https://127.0.0.1")),
+            ("LOCALHOST:1", Some("http://[::1]:5")),
+        ] {
+            assert!(p.check(&headers(host, origin)).is_ok(), "{host} {origin:?}");
+        }
+        for (host, origin) in [
+            ("evil.example.com", None),
+            ("127.0.0.1:8080", Some("http://evil.example.com")),
+            ("127.0.0.1.evil.com", None),
+            ("localhost", Some("http://localhost.evil.com")),
+            ("localhost", Some("null")),
+        ] {
+            assert!(
+                p.check(&headers(host, origin)).is_err(),
+                "{host} {origin:?}"
+            );
+        }
+        assert!(OriginPolicy::any()
+            .check(&headers("evil.example.com", Some("http://x")))
+            .is_ok());
+    }
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, unit + integration tests, and the
+# official conformance suite through the gateway. Needs only the Rust toolchain, Python 3 and
+# Node/npm (the script installs Node 22 for the conformance suite itself).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo test"
+cargo test --workspace
+echo "== conformance 2025-11-25 (through the gateway, built-in fixture)"
+scripts/conformance.sh 2025-11-25
