@@ -1,62 +1,148 @@
-//! What happens to messages a shared backend sends on its own (not responses; those are routed
-//! by route key in `upstream`).
+//! What happens to messages a shared backend sends on its own (responses are routed by route
+//! key in `upstream`; everything else comes here, in stdout order).
 //!
-//! | backend sends                         | shared mode                                  |
-//! |---------------------------------------|----------------------------------------------|
-//! | `ping` request                        | answered `{}` by the gateway                 |
-//! | any other request (sampling, …)       | `-32601` back to the backend                 |
-//! | any notification                      | dropped: it cannot be attributed to a client |
+//! | backend sends                                   | shared mode                                |
+//! |-------------------------------------------------|--------------------------------------------|
+//! | `ping` request                                  | answered `{}` by the gateway               |
+//! | any other request (sampling, elicitation, roots)| `-32601` back to the backend               |
+//! | `notifications/{tools,resources,prompts}/list_changed` | rebuilt without params, to every live session's listen stream |
+//! | `notifications/progress`                        | only the stream of the request whose gateway-minted token it carries, client token restored |
+//! | `notifications/resources/updated`               | rebuilt as `{uri}`, only to sessions subscribed to that URI |
+//! | `notifications/message`                         | dropped: it cannot be attributed            |
+//! | anything else                                   | dropped                                    |
 //!
-//! Dropping is the safe default of invariant 1: a message the gateway cannot prove belongs to
-//! one client reaches none. Routing progress, subscriptions and list changes comes with the
-//! registries that can attribute them.
+//! Every drop is logged once per method at warn, then at debug. Nothing here blocks: a full
+//! client queue loses that message (or evicts that listen stream), never delays the backend.
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-use tracing::debug;
+use bytes::Bytes;
+use serde_json::json;
+use serde_json::value::RawValue;
 
-use switchboard_upstream::{Inbound, StdioHandle};
+use switchboard_upstream::{InboundSink, StdioHandle};
 use switchboard_wire::{
-    codes, encode_error, encode_result, method, ErrorObject, Message, MessageKind,
+    codes, encode_error, encode_notification, encode_result, method, object_member, ErrorObject,
+    Message, MessageKind,
 };
 
 use crate::drop_log::DropLog;
+use crate::progress::ProgressRoutes;
+use crate::session::SessionStore;
+use crate::subscription::Subscriptions;
 
-/// Consumes the backend's unsolicited messages until the backend's stdout ends.
-pub(crate) async fn run(
-    mut inbound: mpsc::Receiver<Inbound>,
-    backend: StdioHandle,
-    drops: Arc<DropLog>,
-) {
-    while let Some(Inbound { line }) = inbound.recv().await {
-        let Ok(msg) = Message::parse(&line) else {
-            continue;
-        };
+/// The routing registries shared by the request path and the backend's inbound path.
+#[derive(Debug)]
+pub struct Registry {
+    pub(crate) sessions: SessionStore,
+    pub(crate) progress: ProgressRoutes,
+    pub(crate) subs: Subscriptions,
+    pub(crate) drops: DropLog,
+}
+
+impl Registry {
+    /// Empty registries for a gateway with these limits.
+    pub fn new(config: &crate::GatewayConfig) -> Arc<Self> {
+        Arc::new(Registry {
+            sessions: SessionStore::new(config.max_sessions, config.session_ttl),
+            progress: ProgressRoutes::default(),
+            subs: Subscriptions::default(),
+            drops: DropLog::default(),
+        })
+    }
+
+    /// The sink to give the backend's reader.
+    pub fn sink(self: &Arc<Self>) -> Arc<dyn InboundSink> {
+        Arc::new(Dispatcher {
+            registry: self.clone(),
+        })
+    }
+}
+
+/// Implements the routing table above.
+#[derive(Debug)]
+struct Dispatcher {
+    registry: Arc<Registry>,
+}
+
+impl InboundSink for Dispatcher {
+    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &StdioHandle) {
         let name = msg.method.unwrap_or_default();
+        let r = &self.registry;
         match (msg.kind, msg.id.as_ref()) {
             (MessageKind::Request, Some(id)) if name == method::PING => {
-                send(&backend, encode_result(id, "{}")).await;
+                let _ = backend.try_send_line(encode_result(id, "{}"));
             }
             (MessageKind::Request, Some(id)) => {
-                drops.record(
+                r.drops.record(
                     "backend request refused: no client can answer it in shared mode",
                     name,
                 );
                 let err = ErrorObject::new(
                     codes::METHOD_NOT_FOUND,
-                    "Method not found: the gateway shares this backend between clients and cannot forward server-initiated requests",
+                    "Method not found: this gateway shares the backend between clients and cannot forward server-initiated requests",
                 );
-                send(&backend, encode_error(Some(id), &err)).await;
+                let _ = backend.try_send_line(encode_error(Some(id), &err));
             }
-            _ => drops.record("notification cannot be attributed to one client", name),
+            _ => self.notification(name, msg.params),
         }
     }
-    debug!("backend dispatcher stopped");
 }
 
-async fn send(backend: &StdioHandle, line: Vec<u8>) {
-    if let Err(e) = backend.send_line(line).await {
-        debug!(error = %e, "could not answer backend request");
+impl Dispatcher {
+    fn notification(&self, name: &str, params: Option<&RawValue>) {
+        let r = &self.registry;
+        match name {
+            method::TOOLS_LIST_CHANGED
+            | method::RESOURCES_LIST_CHANGED
+            | method::PROMPTS_LIST_CHANGED => {
+                // Rebuilt from the name alone: a backend must not smuggle `_meta` or anything
+                // else into every session.
+                let data = Bytes::from(encode_notification(name, None));
+                r.sessions.for_each(|_, s| {
+                    s.listen.push(data.clone());
+                });
+            }
+            method::PROGRESS => {
+                if !r.progress.route(params) {
+                    r.drops.record("progress for no live request stream", name);
+                }
+            }
+            method::RESOURCE_UPDATED => self.resource_updated(params),
+            method::MESSAGE => r
+                .drops
+                .record("log messages cannot be attributed in shared mode", name),
+            _ => r
+                .drops
+                .record("notification cannot be attributed to one client", name),
+        }
+    }
+
+    fn resource_updated(&self, params: Option<&RawValue>) {
+        let r = &self.registry;
+        let uri = params
+            .and_then(|p| object_member(p, "uri"))
+            .and_then(|u| serde_json::from_str::<String>(u.get()).ok());
+        let Some(uri) = uri else {
+            r.drops
+                .record("resources/updated without a uri", method::RESOURCE_UPDATED);
+            return;
+        };
+        let subscribers = r.subs.subscribers(&uri);
+        if subscribers.is_empty() {
+            r.drops.record(
+                "resources/updated for a URI nobody subscribed to",
+                method::RESOURCE_UPDATED,
+            );
+            return;
+        }
+        let params = json!({ "uri": uri }).to_string();
+        let Ok(params) = RawValue::from_string(params) else {
+            return;
+        };
+        let data = Bytes::from(encode_notification(method::RESOURCE_UPDATED, Some(&params)));
+        for session in subscribers {
+            r.sessions.push_listen(&session, data.clone());
+        }
     }
 }

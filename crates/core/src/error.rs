@@ -22,6 +22,16 @@ pub enum CoreError {
     /// shared mode none ever is): it can only be an attempt to answer someone else's work.
     #[error("unexpected JSON-RPC response from client")]
     UnexpectedResponse,
+    /// The request was cancelled before its answer arrived (by the client's
+    /// `notifications/cancelled`, or because its session ended).
+    #[error("request cancelled")]
+    Cancelled,
+    /// The method only makes sense inside a session (subscriptions, log level).
+    #[error("{0} requires an Mcp-Session-Id")]
+    SessionRequired(&'static str),
+    /// The gateway itself validated a parameter and refused it.
+    #[error("invalid params: {0}")]
+    InvalidParams(&'static str),
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

@@ -1,30 +1,34 @@
 //! The gateway: one shared backend, many Legacy sessions, exact per-request routing.
 //!
 //! Request flow: `http` parses the envelope and calls [`Gateway::request`]; the gateway mints a
-//! [`RouteKey`], re-encodes the request with that key as its id, and awaits the one answer the
-//! upstream pending table routes back by that key; it then splices the client's original id
-//! back in, byte for byte. No table maps client ids to anything, so no client value can steer a
-//! response.
+//! [`RouteKey`], re-encodes the request with that key as its id (and a minted progress token in
+//! place of the client's), and awaits the one answer the upstream pending table routes back by
+//! that key; it then splices the client's original id back in, byte for byte. Subscriptions
+//! and log levels are intercepted here (`state_ops`); backend-initiated traffic is routed by
+//! `dispatch`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use switchboard_upstream::{Inbound, StdioHandle};
+use switchboard_upstream::{BackendResponse, StdioHandle};
 use switchboard_wire::{
-    encode_notification, encode_request, encode_result, method, restore_response, version, Message,
-    RequestId,
+    encode_notification, encode_request, encode_result, method, restore_response, version,
+    with_member, with_meta_member, Message, RequestId,
 };
 
-use crate::drop_log::DropLog;
+use crate::dispatch::Registry;
+use crate::listen::ListenStream;
+use crate::progress;
 use crate::route::RouteKey;
-use crate::session::{Session, SessionId, SessionStore};
-use crate::{dispatch, Backend, CoreError};
+use crate::session::{InFlight, SessionId};
+use crate::{Backend, CoreError};
 
 /// Limits and deadlines.
 #[derive(Debug, Clone)]
@@ -57,28 +61,36 @@ pub struct Initialized {
     pub response: Vec<u8>,
 }
 
+/// One client request as the core sees it.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// The caller's session, already resolved; `None` for sessionless requests.
+    pub session: Option<&'a SessionId>,
+    /// The parsed request.
+    pub msg: &'a Message<'a>,
+    /// The request's own stream for related notifications (progress), when the response is
+    /// delivered as SSE.
+    pub stream: Option<mpsc::Sender<Bytes>>,
+}
+
 /// The routing core for one shared backend.
 #[derive(Debug)]
 pub struct Gateway {
-    backend: Backend,
-    sessions: SessionStore,
-    config: GatewayConfig,
+    pub(crate) backend: Backend,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) config: GatewayConfig,
+    /// The level the backend was last set to (rank); the async lock orders reconciliations.
+    pub(crate) backend_log_level: tokio::sync::Mutex<Option<u8>>,
 }
 
 impl Gateway {
-    /// Wraps an initialized backend and starts the dispatcher for its unsolicited messages
-    /// (the dispatcher ends when the backend's stdout does).
-    pub fn new(
-        backend: Backend,
-        inbound: mpsc::Receiver<Inbound>,
-        config: GatewayConfig,
-    ) -> Arc<Self> {
-        let drops = Arc::new(DropLog::default());
-        tokio::spawn(dispatch::run(inbound, backend.handle.clone(), drops));
+    /// Wraps an initialized backend whose reader delivers into `registry`.
+    pub fn new(backend: Backend, registry: Arc<Registry>, config: GatewayConfig) -> Arc<Self> {
         Arc::new(Gateway {
-            sessions: SessionStore::new(config.max_sessions, config.session_ttl),
             backend,
+            registry,
             config,
+            backend_log_level: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -106,7 +118,7 @@ impl Gateway {
         if let Some(instructions) = &info.instructions {
             result["instructions"] = instructions.clone();
         }
-        let session = self.sessions.create(negotiated)?;
+        let session = self.registry.sessions.create(negotiated)?;
         debug!(?session, %negotiated, "session opened");
         Ok(Initialized {
             session,
@@ -115,25 +127,77 @@ impl Gateway {
     }
 
     /// Resolves a client-supplied session id, refreshing its TTL.
-    pub fn session(&self, raw: &str) -> Result<(SessionId, Session), CoreError> {
-        self.sessions.touch(raw)
+    pub fn session(&self, raw: &str) -> Result<SessionId, CoreError> {
+        self.registry.sessions.touch(raw).map(|(id, _)| id)
     }
 
-    /// Ends a session (DELETE).
-    pub fn end_session(&self, raw: &str) -> Result<(), CoreError> {
-        self.sessions.remove(raw)
+    /// Opens (or replaces) a session's listen stream, replaying missed events after
+    /// `last_event_id` when it names one of this session's buffered events.
+    pub fn open_listen(
+        &self,
+        raw: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<ListenStream, CoreError> {
+        self.registry.sessions.attach_listener(raw, last_event_id)
     }
 
-    /// Forwards one request under a fresh route key and returns the backend's answer with the
-    /// client's id restored. Dropping the future (client gone) withdraws the call and tells
-    /// the backend to cancel it.
-    pub async fn request(&self, msg: &Message<'_>) -> Result<Vec<u8>, CoreError> {
-        let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
+    /// Detaches a listen stream when its connection ends.
+    pub fn close_listen(&self, raw: &str, generation: u64) {
+        self.registry.sessions.detach_listener(raw, generation);
+    }
+
+    /// Handles one request and returns the JSON-RPC answer with the client's id restored.
+    /// Dropping the future (client gone) withdraws the call and cancels it upstream.
+    pub async fn request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+        let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
+        match (name, call.session) {
+            (method::SUBSCRIBE, Some(sid)) => self.subscribe(sid, id, call.msg).await,
+            (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg).await,
+            (method::SET_LEVEL, Some(sid)) => self.set_level(sid, id, call.msg).await,
+            (method::SUBSCRIBE, None) => Err(CoreError::SessionRequired(method::SUBSCRIBE)),
+            (method::UNSUBSCRIBE, None) => Err(CoreError::SessionRequired(method::UNSUBSCRIBE)),
+            (method::SET_LEVEL, None) => Err(CoreError::SessionRequired(method::SET_LEVEL)),
+            _ => {
+                let answer = self
+                    .call_backend(call.session, id, name, call.msg, call.stream)
+                    .await?;
+                Ok(restore(id, &answer))
+            }
+        }
+    }
+
+    /// Forwards one request under a fresh route key (and a fresh progress token) and waits for
+    /// its answer, the deadline, or cancellation.
+    pub(crate) async fn call_backend(
+        &self,
+        session: Option<&SessionId>,
+        id: &RequestId,
+        name: &str,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<BackendResponse, CoreError> {
         let key = RouteKey::mint();
-        let line = encode_request(&key.to_request_id(), name, msg.params);
-        let mut guard = CancelOnDrop {
+        // The client's progress token is always replaced: the backend must never see a value
+        // the client chose, or a client could name another request's token.
+        let mut rewritten = None;
+        let _progress = match (msg.meta("progressToken"), msg.params) {
+            (Some(original), Some(params)) => {
+                let token = progress::mint_token();
+                rewritten = with_meta_member(params, "progressToken", &token);
+                match stream {
+                    Some(tx) => self.registry.progress.register(&token, original, tx),
+                    None => self.registry.progress.none(),
+                }
+            }
+            _ => self.registry.progress.none(),
+        };
+        let params = rewritten.as_deref().or(msg.params);
+        let line = encode_request(&key.to_request_id(), name, params);
+        let cancel = CancellationToken::new();
+        let _in_flight = session.map(|s| InFlightGuard::register(self, s, id, &key, &cancel));
+        let mut upstream_cancel = CancelOnDrop {
             backend: &self.backend.handle,
             key: &key,
             reason: "client went away",
@@ -142,33 +206,57 @@ impl Gateway {
         let deadline = self.config.request_timeout;
         let answer = tokio::time::timeout(deadline, async {
             let call = self.backend.handle.call(key.as_str(), line).await?;
-            Ok::<_, CoreError>(call.await?)
+            tokio::select! {
+                answer = call => Ok(answer?),
+                () = cancel.cancelled() => Err(CoreError::Cancelled),
+            }
         })
         .await;
         match answer {
-            Ok(Ok(answer)) => {
-                guard.armed = false;
-                Ok(restore_response(id, answer.member(), answer.payload()))
-            }
-            Ok(Err(e)) => {
-                guard.armed = false;
-                Err(e)
+            Ok(result) => {
+                // Answered, failed, or cancelled by the client (whose cancellation was already
+                // forwarded): nothing more to tell the backend.
+                upstream_cancel.armed = false;
+                result
             }
             Err(_) => {
-                guard.reason = "request timed out at the gateway";
+                upstream_cancel.reason = "request timed out at the gateway";
                 Err(CoreError::Timeout(deadline))
             }
         }
     }
 
+    /// A request of the gateway's own (no client), e.g. an unsubscribe on session cleanup.
+    pub(crate) async fn internal_call(
+        &self,
+        name: &str,
+        params: Value,
+    ) -> Result<BackendResponse, CoreError> {
+        let params = RawValue::from_string(params.to_string())
+            .map_err(|_| CoreError::InvalidParams("params"))?;
+        let key = RouteKey::mint();
+        let line = encode_request(&key.to_request_id(), name, Some(&params));
+        let call = self.backend.handle.call(key.as_str(), line).await?;
+        let deadline = self.config.request_timeout;
+        tokio::time::timeout(deadline, call)
+            .await
+            .map_err(|_| CoreError::Timeout(deadline))?
+            .map_err(CoreError::from)
+    }
+
     /// Handles a client notification. `initialized` is the gateway's to consume (the backend
-    /// was initialized once, by the gateway); `cancelled` names a client id the backend never
-    /// saw, so it is not forwarded as-is; anything else passes through.
-    pub async fn notify(&self, msg: &Message<'_>) -> Result<(), CoreError> {
+    /// was initialized once, by the gateway); `cancelled` is rewritten to the route key the
+    /// backend saw, and only for the caller's own in-flight requests; anything else passes
+    /// through.
+    pub async fn notify(
+        &self,
+        session: Option<&SessionId>,
+        msg: &Message<'_>,
+    ) -> Result<(), CoreError> {
         match msg.method {
             Some(method::INITIALIZED) => Ok(()),
             Some(method::CANCELLED) => {
-                debug!("client cancellation not forwarded: its requestId is not a route key");
+                self.cancel(session, msg).await;
                 Ok(())
             }
             Some(name) => {
@@ -179,17 +267,46 @@ impl Gateway {
         }
     }
 
+    async fn cancel(&self, session: Option<&SessionId>, msg: &Message<'_>) {
+        let target = msg.param("requestId").map(|r| r.get().to_owned());
+        let (Some(sid), Some(target), Some(params)) = (session, target, msg.params) else {
+            debug!(
+                "cancellation without a session or requestId: nothing of the caller's to cancel"
+            );
+            return;
+        };
+        let found = self
+            .registry
+            .sessions
+            .with(sid.as_str(), |s| s.in_flight.remove(target.as_str()))
+            .ok()
+            .flatten();
+        let Some(in_flight) = found else {
+            debug!("cancellation for no in-flight request of this session; ignored");
+            return;
+        };
+        let key = in_flight.key.to_request_id();
+        if let Some(params) = with_member(params, "requestId", key.as_json()) {
+            let _ = self
+                .backend
+                .handle
+                .send_line(encode_notification(method::CANCELLED, Some(&params)))
+                .await;
+        }
+        in_flight.cancel.cancel();
+    }
+
     /// Expires idle sessions every quarter TTL until `stop` fires.
     pub async fn run_reaper(self: Arc<Self>, stop: CancellationToken) {
-        let tick = (self.sessions.ttl() / 4).max(Duration::from_millis(100));
+        let tick = (self.registry.sessions.ttl() / 4).max(Duration::from_millis(100));
         let mut interval = tokio::time::interval(tick);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = interval.tick() => {
-                    let n = self.sessions.reap();
-                    if n > 0 {
-                        debug!(expired = n, "sessions expired");
+                    for ended in self.registry.sessions.reap() {
+                        debug!("session expired");
+                        self.cleanup(ended).await;
                     }
                 }
             }
@@ -203,17 +320,77 @@ impl Gateway {
 
     /// Live sessions (for metrics and leak tests).
     pub fn session_count(&self) -> usize {
-        self.sessions.len()
+        self.registry.sessions.len()
     }
 
-    /// Calls awaiting a backend answer (for metrics and leak tests).
-    pub fn pending_count(&self) -> usize {
+    /// Every routing-table entry the gateway holds: pending backend calls, progress routes,
+    /// subscription rows and URI locks, and per-session entries. Zero when idle with no
+    /// sessions; leak tests assert on it.
+    pub fn table_entries(&self) -> usize {
         self.backend.handle.pending_len()
+            + self.registry.progress.len()
+            + self.registry.subs.len()
+            + self.registry.sessions.entry_count()
     }
 
     /// The backend's process id, when it is a local process.
     pub fn backend_pid(&self) -> Option<u32> {
         self.backend.handle.pid()
+    }
+}
+
+fn restore(id: &RequestId, answer: &BackendResponse) -> Vec<u8> {
+    restore_response(id, answer.member(), answer.payload())
+}
+
+/// Makes a request cancellable by the client's own id while it is in flight.
+struct InFlightGuard<'a> {
+    gateway: &'a Gateway,
+    session: &'a SessionId,
+    client_id: Box<str>,
+    key: RouteKey,
+}
+
+impl<'a> InFlightGuard<'a> {
+    fn register(
+        gateway: &'a Gateway,
+        session: &'a SessionId,
+        id: &RequestId,
+        key: &RouteKey,
+        cancel: &CancellationToken,
+    ) -> Self {
+        let client_id: Box<str> = id.as_json().into();
+        let entry = InFlight {
+            key: key.clone(),
+            cancel: cancel.clone(),
+        };
+        let _ = gateway.registry.sessions.with(session.as_str(), |s| {
+            s.in_flight.insert(client_id.clone(), entry)
+        });
+        InFlightGuard {
+            gateway,
+            session,
+            client_id,
+            key: key.clone(),
+        }
+    }
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .gateway
+            .registry
+            .sessions
+            .with(self.session.as_str(), |s| {
+                // Only our own entry: a client reusing an id concurrently owns the newer one.
+                if s.in_flight
+                    .get(&self.client_id)
+                    .is_some_and(|f| f.key == self.key)
+                {
+                    s.in_flight.remove(&self.client_id);
+                }
+            });
     }
 }
 
@@ -228,17 +405,17 @@ struct CancelOnDrop<'a> {
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            send_cancel(self.backend, self.key, self.reason);
         }
-        let params = json!({"requestId": self.key.as_str(), "reason": self.reason}).to_string();
-        let Ok(params) = RawValue::from_string(params) else {
-            return;
-        };
-        // Never block in drop: if the queue is full the backend is already overloaded, and the
-        // late answer will be dropped as unattributable anyway.
-        let _ = self
-            .backend
-            .try_send_line(encode_notification(method::CANCELLED, Some(&params)));
+    }
+}
+
+/// Never blocks: if the queue is full the backend is already overloaded, and the late answer
+/// will be dropped as unattributable anyway.
+pub(crate) fn send_cancel(backend: &StdioHandle, key: &RouteKey, reason: &str) {
+    let params = json!({"requestId": key.as_str(), "reason": reason}).to_string();
+    if let Ok(params) = RawValue::from_string(params) {
+        let _ = backend.try_send_line(encode_notification(method::CANCELLED, Some(&params)));
     }
 }

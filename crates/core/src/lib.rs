@@ -3,7 +3,8 @@
 //!
 //! Architecture invariants:
 //! - Only this crate decides who receives a backend message, and it decides by gateway-minted
-//!   keys ([`route::RouteKey`], [`session::SessionId`]), never by anything a client chose.
+//!   keys ([`route::RouteKey`], [`SessionId`], minted progress tokens), never by anything a
+//!   client chose.
 //! - No HTTP types here: `http` calls [`Gateway`] with parsed envelopes and maps [`CoreError`]
 //!   to status codes.
 
@@ -12,11 +13,19 @@ mod dispatch;
 mod drop_log;
 mod error;
 mod gateway;
+mod listen;
+mod logging;
+mod progress;
 pub mod route;
 pub mod session;
+mod state_ops;
+mod subscription;
 
 pub use backend::{Backend, BackendInfo};
+pub use dispatch::Registry;
 pub use error::CoreError;
-pub use gateway::{Gateway, GatewayConfig, Initialized};
+pub use gateway::{Call, Gateway, GatewayConfig, Initialized};
+pub use listen::{ListenEvent, ListenStream};
+pub use progress::REQUEST_STREAM_QUEUE;
 pub use session::SessionId;
 pub use switchboard_upstream::UpstreamError;

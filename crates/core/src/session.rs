@@ -1,17 +1,21 @@
-//! Legacy sessions: the table of live `Mcp-Session-Id`s.
+//! Legacy sessions: the table of live `Mcp-Session-Id`s and what each session owns.
 //!
 //! One owner (a `parking_lot` mutex around a map), locked only for map operations and never
 //! across `.await`. Ids are 128-bit CSPRNG values; an id is valid only while it is in the
-//! table, so DELETE, TTL expiry and shutdown all end a session the same way: removal.
+//! table, so DELETE, TTL expiry and shutdown all end a session the same way: removal, which
+//! hands back the session's state for cleanup ([`Ended`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use crate::route::random_hex;
+use crate::listen::{ListenState, ListenStream};
+use crate::route::{random_hex, RouteKey};
 use crate::CoreError;
 
 /// A gateway-minted session id (visible ASCII, 32 hex digits).
@@ -36,13 +40,36 @@ impl fmt::Debug for SessionId {
     }
 }
 
-/// What the gateway remembers about one session.
-#[derive(Debug, Clone)]
-pub struct Session {
-    /// The protocol version negotiated with this client.
-    pub protocol_version: &'static str,
-    /// Last time the client used the session; drives TTL expiry.
+/// A request of this session that is waiting for the backend, so that the client's
+/// `notifications/cancelled` can name it by the client's own id.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) key: RouteKey,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// What the gateway keeps for one session.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) protocol_version: &'static str,
     last_seen: Instant,
+    pub(crate) listen: ListenState,
+    /// `logging/setLevel` of this session, as a rank (see `logging`).
+    pub(crate) log_level: Option<u8>,
+    /// URIs this session subscribed to (mirror of the subscription table, for cleanup).
+    pub(crate) subscriptions: HashSet<String>,
+    /// In-flight requests by the client's raw id text.
+    pub(crate) in_flight: HashMap<Box<str>, InFlight>,
+}
+
+/// The state of a session that just ended, for cleanup outside the table lock.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    pub(crate) id: String,
+    pub(crate) subscriptions: HashSet<String>,
+    pub(crate) had_log_level: bool,
+    /// Route keys of requests that were still waiting; the backend is told to cancel them.
+    pub(crate) in_flight: Vec<RouteKey>,
 }
 
 /// All live sessions.
@@ -51,6 +78,7 @@ pub struct SessionStore {
     sessions: Mutex<HashMap<String, Session>>,
     max: usize,
     ttl: Duration,
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl SessionStore {
@@ -60,6 +88,7 @@ impl SessionStore {
             sessions: Mutex::new(HashMap::new()),
             max,
             ttl,
+            generation: std::sync::atomic::AtomicU64::new(1),
         }
     }
 
@@ -78,35 +107,93 @@ impl SessionStore {
         let session = Session {
             protocol_version,
             last_seen: Instant::now(),
+            listen: ListenState::default(),
+            log_level: None,
+            subscriptions: HashSet::new(),
+            in_flight: HashMap::new(),
         };
         sessions.insert(id.0.clone(), session);
         Ok(id)
     }
 
-    /// Looks a session up by the client-supplied header value and refreshes its TTL.
-    pub fn touch(&self, raw: &str) -> Result<(SessionId, Session), CoreError> {
-        let mut sessions = self.sessions.lock();
-        let session = sessions.get_mut(raw).ok_or(CoreError::SessionNotFound)?;
-        session.last_seen = Instant::now();
-        Ok((SessionId(raw.to_owned()), session.clone()))
+    /// Looks a session up by the client-supplied header value and refreshes its TTL. Returns
+    /// the canonical id and the session's negotiated version.
+    pub fn touch(&self, raw: &str) -> Result<(SessionId, &'static str), CoreError> {
+        self.with(raw, |s| {
+            s.last_seen = Instant::now();
+            s.protocol_version
+        })
+        .map(|v| (SessionId(raw.to_owned()), v))
     }
 
-    /// Ends a session. Errors if it did not exist.
-    pub fn remove(&self, raw: &str) -> Result<(), CoreError> {
-        self.sessions
-            .lock()
-            .remove(raw)
-            .map(drop)
+    /// Runs `f` on a live session under the table lock (`f` must not block).
+    pub(crate) fn with<R>(
+        &self,
+        raw: &str,
+        f: impl FnOnce(&mut Session) -> R,
+    ) -> Result<R, CoreError> {
+        let mut sessions = self.sessions.lock();
+        sessions
+            .get_mut(raw)
+            .map(f)
             .ok_or(CoreError::SessionNotFound)
     }
 
-    /// Removes every session idle for longer than the TTL; returns how many.
-    pub fn reap(&self) -> usize {
+    /// Runs `f` on every live session under the table lock (`f` must not block).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&str, &mut Session)) {
+        for (id, s) in self.sessions.lock().iter_mut() {
+            f(id, s);
+        }
+    }
+
+    /// Opens (or replaces) the session's listen stream.
+    pub fn attach_listener(
+        &self,
+        raw: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<ListenStream, CoreError> {
+        let generation = self
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.with(raw, |s| {
+            s.last_seen = Instant::now();
+            s.listen.attach(generation, last_event_id)
+        })
+    }
+
+    /// Closes the session's listen stream if it is still `generation`.
+    pub fn detach_listener(&self, raw: &str, generation: u64) {
+        let _ = self.with(raw, |s| s.listen.detach(generation));
+    }
+
+    /// Queues a message on one session's listen stream.
+    pub(crate) fn push_listen(&self, raw: &str, data: Bytes) {
+        let _ = self.with(raw, |s| s.listen.push(data));
+    }
+
+    /// Ends a session. Errors if it did not exist.
+    pub(crate) fn remove(&self, raw: &str) -> Result<Ended, CoreError> {
+        let session = self
+            .sessions
+            .lock()
+            .remove(raw)
+            .ok_or(CoreError::SessionNotFound)?;
+        Ok(ended(raw.to_owned(), session))
+    }
+
+    /// Removes every session idle for longer than the TTL.
+    pub(crate) fn reap(&self) -> Vec<Ended> {
         let now = Instant::now();
         let mut sessions = self.sessions.lock();
-        let before = sessions.len();
-        sessions.retain(|_, s| now.duration_since(s.last_seen) < self.ttl);
-        before - sessions.len()
+        let expired: Vec<String> = sessions
+            .iter()
+            .filter(|(_, s)| now.duration_since(s.last_seen) >= self.ttl && s.in_flight.is_empty())
+            .map(|(id, _)| id.clone())
+            .collect();
+        expired
+            .into_iter()
+            .filter_map(|id| sessions.remove(&id).map(|s| ended(id, s)))
+            .collect()
     }
 
     /// Number of live sessions.
@@ -122,6 +209,36 @@ impl SessionStore {
     /// The TTL, so the reaper can tick at a fraction of it.
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// Sum of per-session table entries (subscriptions, in-flight requests, attached streams),
+    /// for leak tests.
+    pub fn entry_count(&self) -> usize {
+        self.sessions
+            .lock()
+            .values()
+            .map(|s| {
+                s.subscriptions.len() + s.in_flight.len() + usize::from(s.listen.is_attached())
+            })
+            .sum()
+    }
+}
+
+fn ended(id: String, session: Session) -> Ended {
+    // Anything still waiting is cancelled with its session.
+    let in_flight = session
+        .in_flight
+        .into_values()
+        .map(|f| {
+            f.cancel.cancel();
+            f.key
+        })
+        .collect();
+    Ended {
+        id,
+        subscriptions: session.subscriptions,
+        had_log_level: session.log_level.is_some(),
+        in_flight,
     }
 }
 
@@ -139,10 +256,7 @@ mod tests {
             store.create("2025-11-25"),
             Err(CoreError::TooManySessions(2))
         ));
-        assert_eq!(
-            store.touch(b.as_str()).unwrap().1.protocol_version,
-            "2025-06-18"
-        );
+        assert_eq!(store.touch(b.as_str()).unwrap().1, "2025-06-18");
         store.remove(a.as_str()).unwrap();
         assert!(matches!(
             store.touch(a.as_str()),
@@ -167,8 +281,34 @@ mod tests {
         tokio::time::advance(Duration::from_secs(40)).await;
         store.touch(used.as_str()).unwrap();
         tokio::time::advance(Duration::from_secs(30)).await;
-        assert_eq!(store.reap(), 1);
+        assert_eq!(store.reap().len(), 1);
         assert!(store.touch(idle.as_str()).is_err());
         assert!(store.touch(used.as_str()).is_ok());
+    }
+
+    #[test]
+    fn ending_a_session_closes_its_stream_and_cancels_its_work() {
+        let store = SessionStore::new(10, Duration::from_secs(60));
+        let id = store.create("2025-11-25").unwrap();
+        let mut stream = store.attach_listener(id.as_str(), None).unwrap();
+        let cancel = CancellationToken::new();
+        store
+            .with(id.as_str(), |s| {
+                s.subscriptions.insert("u".into());
+                s.in_flight.insert(
+                    "1".into(),
+                    InFlight {
+                        key: RouteKey::mint(),
+                        cancel: cancel.clone(),
+                    },
+                );
+            })
+            .unwrap();
+        assert_eq!(store.entry_count(), 3);
+        let ended = store.remove(id.as_str()).unwrap();
+        assert!(ended.subscriptions.contains("u"));
+        assert!(cancel.is_cancelled());
+        assert!(stream.events.try_recv().is_err());
+        assert_eq!(store.entry_count(), 0);
     }
 }

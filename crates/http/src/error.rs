@@ -16,6 +16,9 @@
 //! | session table full                        | 503  | -32603                      |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
+//! | cancelled by the client / session ended   | 200  | -32800                      |
+//! | subscribe/setLevel without a session      | 400  | -32600                      |
+//! | gateway-validated bad params (log level)  | 200  | -32602                      |
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +38,7 @@ pub(crate) enum HttpError {
     UnsupportedProtocolVersion(String),
     ClientResponse,
     MissingSession,
+    #[allow(dead_code)] // The Modern (stateless) path answers GET/DELETE with it.
     MethodNotAllowed(&'static str),
     Forbidden(&'static str),
     Core(Option<RequestId>, CoreError),
@@ -94,6 +98,10 @@ impl HttpError {
     }
 }
 
+/// Answer to a request the client itself cancelled (or whose session ended): the HTTP request
+/// still needs exactly one answer. Same value LSP uses; outside JSON-RPC's reserved range.
+const REQUEST_CANCELLED: i32 = -32800;
+
 fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
     let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
     match e {
@@ -113,6 +121,18 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         CoreError::Backend(_) | CoreError::BackendInit(_) => (
             StatusCode::BAD_GATEWAY,
             internal(format!("Backend unavailable: {e}")),
+        ),
+        CoreError::Cancelled => (
+            StatusCode::OK,
+            ErrorObject::new(REQUEST_CANCELLED, "Request cancelled"),
+        ),
+        CoreError::SessionRequired(_) => (
+            StatusCode::BAD_REQUEST,
+            ErrorObject::new(codes::INVALID_REQUEST, format!("Bad Request: {e}")),
+        ),
+        CoreError::InvalidParams(_) => (
+            StatusCode::OK,
+            ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")),
         ),
         CoreError::UnexpectedResponse => (
             StatusCode::BAD_REQUEST,

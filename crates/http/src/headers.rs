@@ -56,6 +56,23 @@ pub(crate) fn delivery(headers: &HeaderMap) -> Result<Delivery, HttpError> {
     }
 }
 
+/// The listen stream (GET) needs `text/event-stream` (or a wildcard) in `Accept`.
+pub(crate) fn accepts_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|r| {
+            r.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .any(|m| m == "text/event-stream" || m == "text/*" || m == "*/*")
+}
+
 /// The body must be declared JSON.
 pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), HttpError> {
     let ok = headers

@@ -77,6 +77,7 @@ pub fn router(state: AppState) -> Router {
             origin::guard,
         ))
         .route("/healthz", get(health))
+        .route("/stats", get(stats))
         .with_state(state)
 }
 
@@ -97,4 +98,16 @@ async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "backend unavailable\n")
     }
+}
+
+/// Table sizes, for operators and leak tests. Counts only: no ids, nothing a caller could use.
+async fn stats(State(state): State<AppState>) -> axum::response::Response {
+    let body = serde_json::json!({
+        "sessions": state.gateway.session_count(),
+        "tableEntries": state.gateway.table_entries(),
+    });
+    axum::response::IntoResponse::into_response((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    ))
 }

@@ -6,8 +6,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use switchboard_core::CoreError;
+use switchboard_core::{Call, CoreError, SessionId, REQUEST_STREAM_QUEUE};
 use switchboard_wire::{encode_error, method, Message, MessageKind, RequestId};
+use tokio::sync::mpsc;
 
 use crate::error::HttpError;
 use crate::headers::{self, Delivery};
@@ -24,9 +25,25 @@ pub(crate) async fn post(
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// GET: the listen stream is not offered yet, which the spec allows with 405.
-pub(crate) async fn get() -> Response {
-    HttpError::MethodNotAllowed("POST, DELETE").into_response()
+/// GET: the session's listen stream (server-initiated messages), resumable with
+/// `Last-Event-ID`. At most one per session: a new GET replaces the previous stream.
+pub(crate) async fn get(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    open_listen(&state, &headers).unwrap_or_else(IntoResponse::into_response)
+}
+
+fn open_listen(state: &AppState, headers: &HeaderMap) -> Result<Response, HttpError> {
+    if !headers::accepts_sse(headers) {
+        return Err(HttpError::NotAcceptable);
+    }
+    let sid = headers::session_id(headers).ok_or(HttpError::MissingSession)?;
+    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let stream = state
+        .gateway
+        .open_listen(sid, last)
+        .map_err(|e| HttpError::Core(None, e))?;
+    let (gateway, sid, generation) = (state.gateway.clone(), sid.to_owned(), stream.generation);
+    let detach = sse::OnDrop::new(move || gateway.close_listen(&sid, generation));
+    Ok(sse::listen_stream(stream, detach, state.config.keep_alive))
 }
 
 /// DELETE: ends the session named by `Mcp-Session-Id`.
@@ -36,6 +53,7 @@ pub(crate) async fn delete(State(state): State<AppState>, headers: HeaderMap) ->
         Some(sid) => state
             .gateway
             .end_session(sid)
+            .await
             .map_err(|e| HttpError::Core(None, e)),
     };
     match result {
@@ -59,11 +77,9 @@ async fn handle_post(
     match (msg.kind, msg.method, msg.id.clone()) {
         (MessageKind::Response, ..) => Err(HttpError::ClientResponse),
         (MessageKind::Notification, ..) => {
-            if let Some(sid) = session {
-                gateway.session(sid).map_err(|e| HttpError::Core(None, e))?;
-            }
+            let sid = resolve(state, session, None)?;
             gateway
-                .notify(&msg)
+                .notify(sid.as_ref(), &msg)
                 .await
                 .map_err(|e| HttpError::Core(None, e))?;
             Ok(StatusCode::ACCEPTED.into_response())
@@ -79,18 +95,32 @@ async fn handle_post(
             Ok(response)
         }
         (MessageKind::Request, _, id) => {
-            if let Some(sid) = session {
-                gateway
-                    .session(sid)
-                    .map_err(|e| HttpError::Core(id.clone(), e))?;
-            }
-            Ok(forward(state, delivery, &msg, &bytes, id).await)
+            let sid = resolve(state, session, id.as_ref())?;
+            // Progress can only reach a client on a stream: a request carrying a progress
+            // token is answered as SSE (the client declared that it accepts both).
+            let delivery = if msg.meta("progressToken").is_some() {
+                Delivery::Sse
+            } else {
+                delivery
+            };
+            Ok(forward(state, delivery, &msg, &bytes, id, sid).await)
         }
     }
 }
 
+/// The caller's session, if it named one: unknown ids are 404 (echoing `id` when given).
+fn resolve(
+    state: &AppState,
+    raw: Option<&str>,
+    id: Option<&RequestId>,
+) -> Result<Option<SessionId>, HttpError> {
+    raw.map(|sid| state.gateway.session(sid))
+        .transpose()
+        .map_err(|e| HttpError::Core(id.cloned(), e))
+}
+
 /// Sends a request to the backend. On SSE the body stream owns the call (see
-/// [`sse::single_answer`]); on JSON this handler's future does, with the same effect when the
+/// [`sse::request_stream`]); on JSON this handler's future does, with the same effect when the
 /// client disconnects.
 async fn forward(
     state: &AppState,
@@ -98,20 +128,36 @@ async fn forward(
     msg: &Message<'_>,
     bytes: &Bytes,
     id: Option<RequestId>,
+    session: Option<SessionId>,
 ) -> Response {
     match delivery {
-        Delivery::Json => match state.gateway.request(msg).await {
-            Ok(body) => json_response(body),
-            Err(e) => HttpError::Core(id, e).into_response(),
-        },
+        Delivery::Json => {
+            let call = Call {
+                session: session.as_ref(),
+                msg,
+                stream: None,
+            };
+            match state.gateway.request(call).await {
+                Ok(body) => json_response(body),
+                Err(e) => HttpError::Core(id, e).into_response(),
+            }
+        }
         Delivery::Sse => {
             let gateway = state.gateway.clone();
             let bytes = bytes.clone();
+            let (tx, rx) = mpsc::channel(REQUEST_STREAM_QUEUE);
             let call = async move {
                 // The bytes parsed once already; parsing again inside the owned future avoids
                 // copying the payload out of the body buffer.
                 let result = match Message::parse(&bytes) {
-                    Ok(msg) => gateway.request(&msg).await,
+                    Ok(msg) => {
+                        let call = Call {
+                            session: session.as_ref(),
+                            msg: &msg,
+                            stream: Some(tx),
+                        };
+                        gateway.request(call).await
+                    }
                     Err(_) => Err(CoreError::UnexpectedResponse),
                 };
                 result.unwrap_or_else(|e| {
@@ -120,7 +166,7 @@ async fn forward(
                     encode_error(id, &err)
                 })
             };
-            sse::single_answer(call, state.config.keep_alive)
+            sse::request_stream(call, Some(rx), state.config.keep_alive)
         }
     }
 }
@@ -128,7 +174,9 @@ async fn forward(
 fn answer(state: &AppState, delivery: Delivery, body: Vec<u8>) -> Response {
     match delivery {
         Delivery::Json => json_response(body),
-        Delivery::Sse => sse::single_answer(std::future::ready(body), state.config.keep_alive),
+        Delivery::Sse => {
+            sse::request_stream(std::future::ready(body), None, state.config.keep_alive)
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use switchboard_core::{Backend, Gateway, GatewayConfig};
+use switchboard_core::{Backend, Gateway, GatewayConfig, Registry};
 use switchboard_http::{AppState, HttpConfig, OriginPolicy};
 use switchboard_upstream::StdioConfig;
 
@@ -20,7 +20,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .collect::<Vec<_>>()
         .join(" ");
     println!("switchboard: starting backend: {shown}");
-    let (handle, process, inbound) = switchboard_upstream::spawn(&stdio)?;
+    let config = gateway_config(&args);
+    let registry = Registry::new(&config);
+    let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
     let backend = match Backend::initialize(handle, RunArgs::secs(args.startup_timeout)).await {
         Ok(b) => b,
         Err(e) => {
@@ -32,7 +34,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         "switchboard: backend ready: {} (protocol {})",
         backend.info.server_info, backend.info.protocol_version
     );
-    let gateway = Gateway::new(backend, inbound, gateway_config(&args));
+    let gateway = Gateway::new(backend, registry, config);
     let stop = CancellationToken::new();
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));
 

@@ -46,8 +46,6 @@ pub struct StdioConfig {
     pub max_line_bytes: usize,
     /// Capacity of the queue of lines waiting to be written to stdin.
     pub write_queue: usize,
-    /// Capacity of the queue of unsolicited backend messages waiting for `core`.
-    pub inbound_queue: usize,
 }
 
 impl StdioConfig {
@@ -61,7 +59,6 @@ impl StdioConfig {
             args,
             max_line_bytes: Self::DEFAULT_MAX_LINE_BYTES,
             write_queue: 1024,
-            inbound_queue: 1024,
         }
     }
 }
@@ -97,11 +94,16 @@ impl BackendResponse {
     }
 }
 
-/// An unsolicited message from the backend (a notification or a backend→client request).
-#[derive(Debug, Clone)]
-pub struct Inbound {
-    /// The raw line, one JSON-RPC message.
-    pub line: Bytes,
+/// Receives the backend's unsolicited messages (notifications and backend→client requests).
+///
+/// Called synchronously by the stdout reader, in stdout order, before the next line is read:
+/// a progress notification written before a response is therefore handed on before that
+/// response resolves its call, so a client sees them in the backend's order. Implementations
+/// must not block (use `try_send`), or they stall the backend's whole stdout.
+pub trait InboundSink: Send + Sync + std::fmt::Debug + 'static {
+    /// One unsolicited message: its raw line and parsed envelope, and a handle to answer the
+    /// backend with.
+    fn deliver(&self, line: &Bytes, msg: &Message<'_>, backend: &StdioHandle);
 }
 
 type Reply = oneshot::Sender<Result<BackendResponse, UpstreamError>>;
@@ -135,11 +137,12 @@ pub struct StdioProcess {
     shared: Arc<Shared>,
 }
 
-/// Starts `config.program`. Returns the call handle, the owner of the process, and the stream
-/// of the backend's unsolicited messages.
+/// Starts `config.program`; its unsolicited messages go to `sink`. Returns the call handle and
+/// the owner of the process.
 pub fn spawn(
     config: &StdioConfig,
-) -> Result<(StdioHandle, StdioProcess, mpsc::Receiver<Inbound>), UpstreamError> {
+    sink: Arc<dyn InboundSink>,
+) -> Result<(StdioHandle, StdioProcess), UpstreamError> {
     let spawn_err = |e: std::io::Error| UpstreamError::Spawn {
         program: config.program.clone(),
         reason: e.to_string(),
@@ -158,7 +161,6 @@ pub fn spawn(
     let stderr = child.stderr.take().ok_or_else(missing)?;
 
     let (write_tx, write_rx) = mpsc::channel(config.write_queue.max(1));
-    let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue.max(1));
     let shared = Arc::new(Shared {
         program: config.program.clone(),
         pid: child.id(),
@@ -170,7 +172,7 @@ pub fn spawn(
     tokio::spawn(read_loop(
         LineReader::new(stdout, config.max_line_bytes),
         shared.clone(),
-        inbound_tx,
+        sink,
     ));
     tokio::spawn(stderr_loop(stderr, config.program.clone()));
     info!(program = %config.program, pid = ?shared.pid, "backend started");
@@ -184,7 +186,6 @@ pub fn spawn(
             stop_writer,
             shared,
         },
-        inbound_rx,
     ))
 }
 
@@ -348,11 +349,14 @@ async fn write_line(out: &mut BufWriter<ChildStdin>, line: &[u8]) -> std::io::Re
 async fn read_loop(
     mut lines: LineReader<ChildStdout>,
     shared: Arc<Shared>,
-    inbound: mpsc::Sender<Inbound>,
+    sink: Arc<dyn InboundSink>,
 ) {
+    let handle = StdioHandle {
+        shared: shared.clone(),
+    };
     let reason = loop {
         match lines.next().await {
-            Ok(Some(Frame::Line(line))) => route_line(&shared, &inbound, line),
+            Ok(Some(Frame::Line(line))) => route_line(&handle, sink.as_ref(), line),
             Ok(Some(Frame::TooLong(n))) => {
                 warn!(bytes = n, "backend wrote a line over the limit; skipped")
             }
@@ -364,7 +368,7 @@ async fn read_loop(
     close_pending(&shared, &reason);
 }
 
-fn route_line(shared: &Shared, inbound: &mpsc::Sender<Inbound>, line: Bytes) {
+fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
@@ -376,16 +380,14 @@ fn route_line(shared: &Shared, inbound: &mpsc::Sender<Inbound>, line: Bytes) {
         }
     };
     if msg.kind != MessageKind::Response {
-        if inbound.try_send(Inbound { line: line.clone() }).is_err() {
-            warn!(method = ?msg.method, "inbound queue full or closed; backend message dropped");
-        }
+        sink.deliver(&line, &msg, handle);
         return;
     }
     let Some(key) = msg.id.as_ref().and_then(|id| id.as_str()) else {
         debug!(id = ?msg.id, "backend response with a non-string id; dropped");
         return;
     };
-    let Some(reply) = shared.pending.lock().calls.remove(key.as_str()) else {
+    let Some(reply) = handle.shared.pending.lock().calls.remove(key.as_str()) else {
         debug!(%key, "backend response for no pending call; dropped");
         return;
     };

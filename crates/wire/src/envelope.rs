@@ -178,7 +178,7 @@ impl<'a> Message<'a> {
 /// The value of `key` in a raw JSON object, raw. Walks only the top level of `obj` and
 /// allocates nothing unless a key is escaped. With duplicate keys the last one wins, as in most
 /// JSON parsers a backend would use.
-pub(crate) fn object_member<'a>(obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
+pub fn object_member<'a>(obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
     let mut de = serde_json::Deserializer::from_str(obj.get());
     de.deserialize_map(FindMember(key)).ok().flatten()
 }
@@ -205,7 +205,7 @@ impl<'de> Visitor<'de> for FindMember<'_> {
 }
 
 /// An object key, borrowed when the JSON spelled it without escapes.
-struct Key<'de>(Cow<'de, str>);
+pub(crate) struct Key<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -13,6 +13,7 @@ mod encode;
 mod envelope;
 mod error;
 mod id;
+mod members;
 pub mod method;
 pub mod sse;
 pub mod version;
@@ -20,6 +21,7 @@ pub mod version;
 pub use encode::{
     encode_error, encode_notification, encode_request, encode_result, restore_response,
 };
-pub use envelope::{Message, MessageKind};
+pub use envelope::{object_member, Message, MessageKind};
 pub use error::{codes, ErrorObject, ParseError};
 pub use id::RequestId;
+pub use members::{with_member, with_meta_member};

@@ -225,3 +225,121 @@ pub fn tool_text(response: &Value) -> &str {
         .as_str()
         .unwrap_or_else(|| panic!("no text in {response}"))
 }
+
+/// A `switchboard run` in front of the scriptable Python backend (`backends/pushy.py`).
+pub async fn pushy(args: &[&str]) -> TestGateway {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/pushy.py"
+    );
+    TestGateway::start_with(args, &["python3", script]).await
+}
+
+/// One event of a listen stream.
+#[derive(Debug)]
+pub struct Event {
+    pub id: Option<String>,
+    pub data: Value,
+}
+
+/// An open GET listen stream.
+pub struct Listener {
+    events: std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>,
+    >,
+}
+
+impl Listener {
+    /// Opens the session's listen stream (resuming after `last_event_id` if given).
+    pub async fn open(gw: &TestGateway, session: &str, last_event_id: Option<&str>) -> Self {
+        let mut req = gw
+            .http
+            .get(&gw.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", session);
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(resp.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"));
+        Listener {
+            events: Box::pin(sse_stream::SseStream::from_bytes_stream(
+                resp.bytes_stream(),
+            )),
+        }
+    }
+
+    /// The next message event (comments skipped). Panics after 10 s: every caller expects an
+    /// event because it sent a sentinel.
+    pub async fn next(&mut self) -> Event {
+        use futures::StreamExt;
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let sse = self
+                    .events
+                    .next()
+                    .await
+                    .expect("stream ended")
+                    .expect("sse error");
+                if let Some(data) = sse.data.filter(|d| !d.is_empty()) {
+                    return Event {
+                        id: sse.id,
+                        data: serde_json::from_str(&data).unwrap(),
+                    };
+                }
+            }
+        })
+        .await
+        .expect("no event within 10s")
+    }
+
+    /// Whether the stream ends (server closed it) within 10 s, skipping any events.
+    pub async fn ends(&mut self) -> bool {
+        use futures::StreamExt;
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(item) = self.events.next().await {
+                if item.is_err() {
+                    break;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+}
+
+/// The gateway's table sizes (`GET /stats`).
+pub async fn stats(gw: &TestGateway) -> Value {
+    let r = gw
+        .http
+        .get(format!("{}/stats", gw.base()))
+        .send()
+        .await
+        .unwrap();
+    serde_json::from_str(&r.text().await.unwrap()).unwrap()
+}
+
+/// What the pushy backend saw.
+pub async fn backend_stats(gw: &TestGateway, session: &str) -> Value {
+    let r = gw
+        .call_tool(Some(session), json!("stats"), "stats", json!({}))
+        .await;
+    serde_json::from_str(tool_text(&r.json())).unwrap()
+}
+
+/// Makes the pushy backend write `lines` as its own messages.
+pub async fn emit(gw: &TestGateway, session: &str, lines: Value) {
+    let r = gw
+        .call_tool(
+            Some(session),
+            json!("emit"),
+            "emit",
+            json!({ "lines": lines }),
+        )
+        .await;
+    assert_eq!(tool_text(&r.json()), "emitted");
+}

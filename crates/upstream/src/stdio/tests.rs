@@ -1,5 +1,23 @@
 use super::*;
 
+/// Collects unsolicited messages for assertions.
+#[derive(Debug, Default)]
+struct Collect(Mutex<Vec<String>>);
+
+impl InboundSink for Collect {
+    fn deliver(&self, line: &Bytes, _msg: &Message<'_>, _backend: &StdioHandle) {
+        self.0
+            .lock()
+            .push(String::from_utf8_lossy(line).into_owned());
+    }
+}
+
+fn start(config: &StdioConfig) -> (StdioHandle, StdioProcess, Arc<Collect>) {
+    let sink = Arc::new(Collect::default());
+    let (h, p) = spawn(config, sink.clone()).unwrap();
+    (h, p, sink)
+}
+
 /// A backend in Python: reads `n` request lines, then answers them in reverse order with
 /// `{"echo": <method>}`; first writes a non-JSON line and an over-long line, which must be
 /// skipped without disturbing the answers.
@@ -29,7 +47,7 @@ fn request(key: &str, method: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn answers_reach_their_own_call_out_of_order() {
-    let (handle, process, mut inbound) = spawn(&python(REVERSE_BACKEND, &["3"])).unwrap();
+    let (handle, process, inbound) = start(&python(REVERSE_BACKEND, &["3"]));
     let mut calls = Vec::new();
     for (k, m) in [("k1", "a"), ("k2", "b"), ("k3", "c")] {
         calls.push((m, handle.call(k, request(k, m)).await.unwrap()));
@@ -39,10 +57,10 @@ async fn answers_reach_their_own_call_out_of_order() {
         assert_eq!(answer.member(), "result");
         assert_eq!(answer.payload(), format!(r#"{{"echo": "{method}"}}"#));
     }
-    let note = inbound.recv().await.unwrap();
-    assert!(std::str::from_utf8(&note.line)
-        .unwrap()
-        .contains("notifications/hello"));
+    // The notification was written before the answers, so it was delivered before they resolved.
+    let seen = inbound.0.lock().clone();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].contains("notifications/hello"));
     assert_eq!(handle.pending_len(), 0);
     process.shutdown(Duration::from_secs(5)).await;
     assert!(handle.is_closed());
@@ -51,7 +69,7 @@ async fn answers_reach_their_own_call_out_of_order() {
 #[tokio::test]
 async fn backend_death_fails_every_pending_call() {
     let script = "import sys\nfor _ in range(5): sys.stdin.readline()\nsys.exit(3)\n";
-    let (handle, _process, _inbound) = spawn(&python(script, &[])).unwrap();
+    let (handle, _process, _inbound) = start(&python(script, &[]));
     let mut calls = Vec::new();
     for i in 0..5 {
         let key = format!("k{i}");
@@ -73,7 +91,7 @@ async fn backend_death_fails_every_pending_call() {
 
 #[tokio::test]
 async fn dropped_call_is_forgotten_and_its_late_answer_goes_nowhere() {
-    let (handle, process, _inbound) = spawn(&python(REVERSE_BACKEND, &["2"])).unwrap();
+    let (handle, process, _inbound) = start(&python(REVERSE_BACKEND, &["2"]));
     let abandoned = handle.call("gone", request("gone", "a")).await.unwrap();
     assert_eq!(handle.pending_len(), 1);
     drop(abandoned);
@@ -89,7 +107,7 @@ async fn dropped_call_is_forgotten_and_its_late_answer_goes_nowhere() {
 
 #[tokio::test]
 async fn duplicate_pending_key_is_refused() {
-    let (handle, process, _inbound) = spawn(&python(REVERSE_BACKEND, &["2"])).unwrap();
+    let (handle, process, _inbound) = start(&python(REVERSE_BACKEND, &["2"]));
     let _first = handle.call("same", request("same", "a")).await.unwrap();
     assert!(matches!(
         handle.call("same", request("same", "b")).await,
@@ -100,6 +118,10 @@ async fn duplicate_pending_key_is_refused() {
 
 #[tokio::test]
 async fn spawn_failure_is_reported() {
-    let err = spawn(&StdioConfig::new("/nonexistent/backend", vec![])).unwrap_err();
+    let err = spawn(
+        &StdioConfig::new("/nonexistent/backend", vec![]),
+        Arc::new(Collect::default()),
+    )
+    .unwrap_err();
     assert!(matches!(err, UpstreamError::Spawn { .. }));
 }

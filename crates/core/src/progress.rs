@@ -1,0 +1,149 @@
+//! Progress-token routing.
+//!
+//! A client's `progressToken` is replaced, on the way to the backend, by a gateway-minted
+//! token; a backend `notifications/progress` is delivered only if its token is one the gateway
+//! minted for a request still in flight, and only to that request's own stream, with the
+//! client's token restored exactly. A client cannot name another request's token: its own
+//! token is never what the backend sees.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+
+use switchboard_wire::{encode_notification, method, with_member};
+
+use crate::route::random_hex;
+
+/// Capacity of a request stream's notification queue; when full, progress is dropped (a
+/// progress update is superseded by the next one anyway).
+pub const REQUEST_STREAM_QUEUE: usize = 32;
+
+#[derive(Debug)]
+struct Route {
+    /// The client's token, raw JSON.
+    original: Box<RawValue>,
+    sink: mpsc::Sender<Bytes>,
+}
+
+/// Minted progress token → the request stream it belongs to.
+#[derive(Debug, Default)]
+pub(crate) struct ProgressRoutes {
+    routes: Mutex<HashMap<String, Route>>,
+}
+
+/// Removes a route when its request ends, whichever way it ends.
+#[derive(Debug)]
+pub(crate) struct ProgressGuard<'a> {
+    routes: &'a ProgressRoutes,
+    token: Option<String>,
+}
+
+impl Drop for ProgressGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            self.routes.routes.lock().remove(&token);
+        }
+    }
+}
+
+/// A fresh gateway progress token, as JSON text.
+pub(crate) fn mint_token() -> String {
+    format!("\"sbp-{}\"", random_hex())
+}
+
+impl ProgressRoutes {
+    /// Routes progress for `token` (a minted token's JSON text) to `sink`, restoring
+    /// `original`. The route lives as long as the returned guard.
+    pub(crate) fn register(
+        &self,
+        token: &str,
+        original: &RawValue,
+        sink: mpsc::Sender<Bytes>,
+    ) -> ProgressGuard<'_> {
+        let key = token.trim_matches('"').to_owned();
+        let route = Route {
+            original: original.to_owned(),
+            sink,
+        };
+        self.routes.lock().insert(key.clone(), route);
+        ProgressGuard {
+            routes: self,
+            token: Some(key),
+        }
+    }
+
+    /// A guard that routes nothing (the request has no stream to carry progress).
+    pub(crate) fn none(&self) -> ProgressGuard<'_> {
+        ProgressGuard {
+            routes: self,
+            token: None,
+        }
+    }
+
+    /// Delivers a backend progress notification to its request's stream. Returns false when
+    /// the token is not a live minted token (the notification is then dropped).
+    pub(crate) fn route(&self, params: Option<&RawValue>) -> bool {
+        let Some(params) = params else { return false };
+        let Some(token) = switchboard_wire::object_member(params, "progressToken") else {
+            return false;
+        };
+        let Some(token) = token
+            .get()
+            .strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+        else {
+            return false;
+        };
+        let routes = self.routes.lock();
+        let Some(route) = routes.get(token) else {
+            return false;
+        };
+        let Some(params) = with_member(params, "progressToken", route.original.get()) else {
+            return false;
+        };
+        let line = encode_notification(method::PROGRESS, Some(&params));
+        route.sink.try_send(Bytes::from(line)).is_ok()
+    }
+
+    /// Live routes (for leak tests).
+    pub(crate) fn len(&self) -> usize {
+        self.routes.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn routes_only_live_minted_tokens_and_restores_the_client_token() {
+        let routes = ProgressRoutes::default();
+        let (tx, mut rx) = mpsc::channel(4);
+        let token = mint_token();
+        let guard = routes.register(&token, &raw("1"), tx);
+        let params = raw(&format!(
+            r#"{{"progressToken":{token},"progress":1,"total":3}}"#
+        ));
+        assert!(routes.route(Some(&params)));
+        let line = rx.try_recv().unwrap();
+        assert_eq!(
+            std::str::from_utf8(&line).unwrap(),
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1,"total":3}}"#
+        );
+        // The client's own token is not a route.
+        assert!(!routes.route(Some(&raw(r#"{"progressToken":1,"progress":2}"#))));
+        drop(guard);
+        assert!(
+            !routes.route(Some(&params)),
+            "the route dies with its request"
+        );
+        assert_eq!(routes.len(), 0);
+    }
+}

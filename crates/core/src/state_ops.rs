@@ -1,0 +1,177 @@
+//! Requests that change per-session routing state: `resources/subscribe`,
+//! `resources/unsubscribe`, `logging/setLevel`, and the cleanup when a session ends.
+
+use serde_json::json;
+use tracing::debug;
+
+use switchboard_upstream::BackendResponse;
+use switchboard_wire::{encode_result, method, restore_response, Message, RequestId};
+
+use crate::gateway::send_cancel;
+use crate::logging;
+use crate::session::{Ended, SessionId};
+use crate::{CoreError, Gateway};
+
+impl Gateway {
+    /// `resources/subscribe`: the backend sees the first subscriber of a URI only; later ones
+    /// are answered by the gateway. A failed upstream subscribe is not recorded, so the next
+    /// subscriber tries again.
+    pub(crate) async fn subscribe(
+        &self,
+        sid: &SessionId,
+        id: &RequestId,
+        msg: &Message<'_>,
+    ) -> Result<Vec<u8>, CoreError> {
+        let Some(uri) = uri_param(msg) else {
+            // Nothing to track; let the backend judge the request.
+            let answer = self
+                .call_backend(Some(sid), id, method::SUBSCRIBE, msg, None)
+                .await?;
+            return Ok(restore(id, &answer));
+        };
+        let subs = &self.registry.subs;
+        let lock = subs.lock(&uri).await;
+        let sessions = &self.registry.sessions;
+        if sessions.with(sid.as_str(), |s| s.subscriptions.contains(&uri))? {
+            return Ok(encode_result(id, "{}"));
+        }
+        if subs.has_subscribers(&uri) {
+            sessions.with(sid.as_str(), |s| s.subscriptions.insert(uri.clone()))?;
+            subs.add(&lock, sid.as_str());
+            return Ok(encode_result(id, "{}"));
+        }
+        let answer = self
+            .call_backend(Some(sid), id, method::SUBSCRIBE, msg, None)
+            .await?;
+        if !answer.is_error() {
+            let recorded = sessions.with(sid.as_str(), |s| s.subscriptions.insert(uri.clone()));
+            if recorded.is_ok() {
+                subs.add(&lock, sid.as_str());
+            } else {
+                // The session ended while we were subscribing: undo upstream.
+                let _ = self
+                    .internal_call(method::UNSUBSCRIBE, json!({ "uri": uri }))
+                    .await;
+            }
+        }
+        Ok(restore(id, &answer))
+    }
+
+    /// `resources/unsubscribe`: the backend sees it only when the last subscriber leaves. The
+    /// table is updated first, so a failing upstream unsubscribe still leaves it consistent.
+    pub(crate) async fn unsubscribe(
+        &self,
+        sid: &SessionId,
+        id: &RequestId,
+        msg: &Message<'_>,
+    ) -> Result<Vec<u8>, CoreError> {
+        let Some(uri) = uri_param(msg) else {
+            let answer = self
+                .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, None)
+                .await?;
+            return Ok(restore(id, &answer));
+        };
+        let lock = self.registry.subs.lock(&uri).await;
+        let was_subscribed = self
+            .registry
+            .sessions
+            .with(sid.as_str(), |s| s.subscriptions.remove(&uri))?;
+        if !was_subscribed || !self.registry.subs.remove(&lock, sid.as_str()) {
+            return Ok(encode_result(id, "{}"));
+        }
+        let answer = self
+            .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, None)
+            .await?;
+        Ok(restore(id, &answer))
+    }
+
+    /// `logging/setLevel`: recorded per session; the backend runs at the most verbose level
+    /// any session wants. The client is answered `{}` unless the backend refuses the change.
+    pub(crate) async fn set_level(
+        &self,
+        sid: &SessionId,
+        id: &RequestId,
+        msg: &Message<'_>,
+    ) -> Result<Vec<u8>, CoreError> {
+        if self.backend.info.capabilities.get("logging").is_none() {
+            // The backend does not do logging: let it answer for itself.
+            let answer = self
+                .call_backend(Some(sid), id, method::SET_LEVEL, msg, None)
+                .await?;
+            return Ok(restore(id, &answer));
+        }
+        let level = msg
+            .param("level")
+            .and_then(|l| serde_json::from_str::<String>(l.get()).ok())
+            .and_then(|l| logging::rank(&l))
+            .ok_or(CoreError::InvalidParams("level must be a logging level"))?;
+        self.registry
+            .sessions
+            .with(sid.as_str(), |s| s.log_level = Some(level))?;
+        match self.reconcile_log_level().await {
+            Some(refused) if refused.is_error() => Ok(restore(id, &refused)),
+            _ => Ok(encode_result(id, "{}")),
+        }
+    }
+
+    /// Sets the backend to the most verbose level any session wants, if that changed. Returns
+    /// the backend's answer when it was asked.
+    async fn reconcile_log_level(&self) -> Option<BackendResponse> {
+        let mut current = self.backend_log_level.lock().await;
+        let mut levels = Vec::new();
+        self.registry
+            .sessions
+            .for_each(|_, s| levels.extend(s.log_level));
+        let target = logging::target(levels.into_iter());
+        if *current == Some(target) {
+            return None;
+        }
+        let answer = self
+            .internal_call(method::SET_LEVEL, json!({ "level": logging::name(target) }))
+            .await
+            .ok()?;
+        if !answer.is_error() {
+            *current = Some(target);
+        }
+        Some(answer)
+    }
+
+    /// Ends a session (DELETE) and releases everything it held.
+    pub async fn end_session(&self, raw: &str) -> Result<(), CoreError> {
+        let ended = self.registry.sessions.remove(raw)?;
+        self.cleanup(ended).await;
+        Ok(())
+    }
+
+    /// Releases a finished session's state: upstream unsubscribes where it was the last
+    /// subscriber, log-level reconciliation, cancellation of its in-flight requests. Its
+    /// listen stream already closed when it left the table.
+    pub(crate) async fn cleanup(&self, ended: Ended) {
+        for key in &ended.in_flight {
+            send_cancel(&self.backend.handle, key, "session ended");
+        }
+        for uri in ended.subscriptions {
+            let lock = self.registry.subs.lock(&uri).await;
+            if self.registry.subs.remove(&lock, &ended.id) {
+                if let Err(e) = self
+                    .internal_call(method::UNSUBSCRIBE, json!({ "uri": uri }))
+                    .await
+                {
+                    debug!(error = %e, "upstream unsubscribe on session end failed");
+                }
+            }
+        }
+        if ended.had_log_level {
+            self.reconcile_log_level().await;
+        }
+    }
+}
+
+fn uri_param(msg: &Message<'_>) -> Option<String> {
+    msg.param("uri")
+        .and_then(|u| serde_json::from_str::<String>(u.get()).ok())
+}
+
+fn restore(id: &RequestId, answer: &BackendResponse) -> Vec<u8> {
+    restore_response(id, answer.member(), answer.payload())
+}

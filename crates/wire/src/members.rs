@@ -1,0 +1,119 @@
+//! Rewriting one member of a raw JSON object while copying every other member verbatim.
+//!
+//! Used where the gateway must replace a routing value inside a payload (a progress token in
+//! `params._meta`, a request id in `notifications/cancelled`) without re-encoding the rest:
+//! decoding into `serde_json::Value` would turn integers above 2^64 into floats and reorder
+//! nothing but still copy everything. Members keep their order; a replaced member keeps its
+//! position; an added member goes last.
+
+use serde::de::{MapAccess, Visitor};
+use serde::Deserializer;
+use serde_json::value::RawValue;
+
+use crate::envelope::Key;
+
+/// The members of a raw JSON object in order, or `None` if `obj` is not an object.
+fn members(obj: &RawValue) -> Option<Vec<(String, &RawValue)>> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Vec<(String, &'de RawValue)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(k) = map.next_key::<Key<'de>>()? {
+                let v: &'de RawValue = map.next_value()?;
+                out.push((k.0.into_owned(), v));
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(obj.get());
+    de.deserialize_map(V).ok()
+}
+
+/// `obj` with member `key` set to the raw JSON `value` (replacing every duplicate of it).
+/// `None` if `obj` is not an object or `value` is not valid JSON.
+pub fn with_member(obj: &RawValue, key: &str, value: &str) -> Option<Box<RawValue>> {
+    let value = RawValue::from_string(value.to_owned()).ok()?;
+    let mut members = members(obj)?;
+    let mut placed = false;
+    members.retain_mut(|(k, v)| {
+        if k != key {
+            return true;
+        }
+        let keep = !placed;
+        *v = &value;
+        placed = true;
+        keep
+    });
+    if !placed {
+        members.push((key.to_owned(), &value));
+    }
+    let mut out = String::with_capacity(obj.get().len() + value.get().len() + 16);
+    out.push('{');
+    for (i, (k, v)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // Serialising a string key cannot fail.
+        out.push_str(&serde_json::to_string(k).unwrap_or_default());
+        out.push(':');
+        out.push_str(v.get());
+    }
+    out.push('}');
+    RawValue::from_string(out).ok()
+}
+
+/// `params` with `params._meta[key]` set to the raw JSON `value`, creating `_meta` if absent.
+/// `None` if `params` (or an existing `_meta`) is not an object.
+pub fn with_meta_member(params: &RawValue, key: &str, value: &str) -> Option<Box<RawValue>> {
+    let meta = crate::envelope::object_member(params, "_meta");
+    let new_meta = match meta {
+        Some(meta) => with_member(meta, key, value)?,
+        None => {
+            let empty = RawValue::from_string("{}".to_owned()).ok()?;
+            with_member(&empty, key, value)?
+        }
+    };
+    with_member(params, "_meta", new_meta.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn replaces_in_place_and_keeps_everything_else_exact() {
+        let p = raw(
+            r#"{"name":"x","arguments":{"n":123456789012345678901234567890,"f":1.50},"_meta":{"progressToken":1,"other":"k"}}"#,
+        );
+        let out = with_meta_member(&p, "progressToken", r#""sbp-1""#).unwrap();
+        assert_eq!(
+            out.get(),
+            r#"{"name":"x","arguments":{"n":123456789012345678901234567890,"f":1.50},"_meta":{"progressToken":"sbp-1","other":"k"}}"#
+        );
+    }
+
+    #[test]
+    fn adds_missing_members_and_collapses_duplicates() {
+        let out = with_meta_member(&raw(r#"{"a":1}"#), "progressToken", "7").unwrap();
+        assert_eq!(out.get(), r#"{"a":1,"_meta":{"progressToken":7}}"#);
+        let out = with_member(&raw(r#"{"k":1,"z":2,"k":3}"#), "k", "9").unwrap();
+        assert_eq!(out.get(), r#"{"k":9,"z":2}"#);
+        let out = with_member(&raw(r#"{"a\"b":1}"#), "x", "true").unwrap();
+        assert_eq!(out.get(), r#"{"a\"b":1,"x":true}"#);
+    }
+
+    #[test]
+    fn refuses_non_objects() {
+        assert!(with_member(&raw("[1]"), "k", "1").is_none());
+        assert!(with_meta_member(&raw(r#"{"_meta":5}"#), "k", "1").is_none());
+        assert!(with_member(&raw("{}"), "k", "not json").is_none());
+    }
+}
