@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # Runs the official MCP conformance suite *through* the gateway, against the built-in fixture.
 #
-#   scripts/conformance.sh [SPEC_VERSION] [-- extra `switchboard run` args]
+#   scripts/conformance.sh [PROFILE]
 #
-# SPEC_VERSION defaults to 2025-11-25. Scenarios expected to fail are listed, each with the
-# issue that removes it, in conformance/expected-failures-<SPEC_VERSION>.yml; the suite fails
-# on any unexpected failure *and* on any listed scenario that now passes (a stale entry).
+# Profiles:
+#   2025-11-25         --spec-version 2025-11-25, fixture in dual-era mode (default)
+#   2026-07-28         --requirements 2026-07-28, fixture in dual-era mode (Modern pass-through)
+#   2026-07-28-bridge  --requirements 2026-07-28, fixture Legacy-only (the gateway bridges)
+#
+# Scenarios expected to fail are listed, each with the issue that removes it, in
+# conformance/expected-failures-<PROFILE>.yml; the suite fails on any unexpected failure *and*
+# on any listed scenario that now passes (a stale entry).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SPEC="${1:-2025-11-25}"
-shift || true
-[ "${1:-}" = "--" ] && shift
+PROFILE="${1:-2025-11-25}"
+case "$PROFILE" in
+  2025-11-25) SELECT=(--spec-version 2025-11-25); ERA=dual ;;
+  2026-07-28) SELECT=(--requirements 2026-07-28); ERA=dual ;;
+  2026-07-28-bridge) SELECT=(--requirements 2026-07-28); ERA=legacy ;;
+  *) echo "conformance: unknown profile $PROFILE" >&2; exit 2 ;;
+esac
 SUITE="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 TOOLS="$ROOT/.tools"
-RESULTS="$ROOT/conformance/results/$SPEC"
+RESULTS="$ROOT/conformance/results/$PROFILE"
 
 # The suite needs Node >= 22; the machines have Node 20. The npm package node@22 ships a binary.
 if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 22 ? 0 : 1)' 2>/dev/null; then
@@ -29,7 +38,7 @@ cargo build --quiet --bin switchboard
 BIN="$ROOT/target/debug/switchboard"
 
 LOG="$(mktemp)"
-"$BIN" run --host 127.0.0.1 --port 0 "$@" >"$LOG" 2>"$LOG.err" &
+"$BIN" run --host 127.0.0.1 --port 0 -- "$BIN" fixture --era "$ERA" >"$LOG" 2>"$LOG.err" &
 GW=$!
 trap 'kill $GW 2>/dev/null || true; wait $GW 2>/dev/null || true; rm -f "$LOG" "$LOG.err"' EXIT
 
@@ -41,8 +50,8 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 [ -n "$URL" ] || { echo "conformance: gateway did not start"; exit 1; }
-echo "conformance: suite $SUITE, spec $SPEC, gateway $URL"
+echo "conformance: suite $SUITE, profile $PROFILE (fixture era $ERA), gateway $URL"
 
 rm -rf "$RESULTS"
-npx --yes "$SUITE" server --url "$URL" --spec-version "$SPEC" \
-  --expected-failures "$ROOT/conformance/expected-failures-$SPEC.yml" -o "$RESULTS"
+npx --yes "$SUITE" server --url "$URL" "${SELECT[@]}" \
+  --expected-failures "$ROOT/conformance/expected-failures-$PROFILE.yml" -o "$RESULTS"

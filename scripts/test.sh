@@ -11,5 +11,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace
-echo "== conformance 2025-11-25 (through the gateway, built-in fixture)"
-scripts/conformance.sh 2025-11-25
+for profile in 2025-11-25 2026-07-28 2026-07-28-bridge; do
+  echo "== conformance $profile (through the gateway, built-in fixture)"
+  scripts/conformance.sh "$profile"
+done

@@ -1,8 +1,10 @@
-//! The gateway's own Legacy session with a shared backend.
+//! The gateway's own view of a shared backend: which eras it speaks, and what it declared.
 //!
-//! The gateway initializes the backend once, before serving, and answers every client's
-//! `initialize` itself from what it learned here — so a strict backend sees exactly one
-//! handshake however many clients connect.
+//! At startup the gateway probes Modern first (`server/discover`), then performs the Legacy
+//! handshake (`initialize` → `initialized`) once. A backend that answers both is dual-era; one
+//! that answers only one is served in that era and bridged for the other. Every client's
+//! `initialize` is answered by the gateway from what it learned here, so a strict backend sees
+//! exactly one handshake however many clients connect.
 
 use std::time::Duration;
 
@@ -10,16 +12,42 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tracing::info;
 
-use switchboard_upstream::StdioHandle;
+use switchboard_upstream::{BackendResponse, StdioHandle};
+use switchboard_wire::classify::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, META_SERVER_INFO,
+};
 use switchboard_wire::{encode_notification, encode_request, method, version};
 
 use crate::route::RouteKey;
 use crate::CoreError;
 
-/// What the backend said about itself in its `initialize` result.
+/// How long the Modern probe may take before the backend is taken to be Legacy-only.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which protocol eras a backend speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendEra {
+    /// Answers `initialize` (2025-11-25 and older).
+    pub legacy: bool,
+    /// Answers stateless 2026-07-28 requests.
+    pub modern: bool,
+}
+
+impl std::fmt::Display for BackendEra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match (self.legacy, self.modern) {
+            (true, true) => "dual",
+            (true, false) => "legacy",
+            (false, true) => "modern",
+            (false, false) => "none",
+        })
+    }
+}
+
+/// What the backend said about itself.
 #[derive(Debug, Clone)]
 pub struct BackendInfo {
-    /// The version the backend agreed to speak with the gateway.
+    /// The Legacy version the backend agreed to (or the Modern one for a Modern-only backend).
     pub protocol_version: String,
     /// The backend's capabilities object, offered to clients as the gateway's own.
     pub capabilities: Value,
@@ -27,9 +55,11 @@ pub struct BackendInfo {
     pub server_info: Value,
     /// The backend's `instructions`, if any.
     pub instructions: Option<Value>,
+    /// The eras it speaks.
+    pub era: BackendEra,
 }
 
-/// An initialized shared backend.
+/// A connected shared backend.
 #[derive(Debug, Clone)]
 pub struct Backend {
     /// Where requests go.
@@ -38,40 +68,125 @@ pub struct Backend {
     pub info: BackendInfo,
 }
 
+/// Which probes to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EraPolicy {
+    /// Probe Modern first, then Legacy.
+    #[default]
+    Auto,
+    /// Only the Legacy handshake (for servers that exit on any request before `initialize`).
+    LegacyOnly,
+}
+
+/// The `_meta` envelope the gateway sends on its own Modern requests.
+pub(crate) fn gateway_envelope() -> Value {
+    json!({
+        META_PROTOCOL_VERSION: version::MODERN[0],
+        META_CLIENT_CAPABILITIES: {},
+        META_CLIENT_INFO: {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
 impl Backend {
-    /// Performs the Legacy handshake with the backend: `initialize`, then `initialized`.
-    pub async fn initialize(handle: StdioHandle, deadline: Duration) -> Result<Backend, CoreError> {
-        let params = json!({
-            "protocolVersion": version::LATEST_LEGACY,
-            // Shared mode cannot attribute sampling, elicitation or roots to a client, so the
-            // gateway declares none of them.
-            "capabilities": {},
-            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let params = RawValue::from_string(params.to_string())
-            .map_err(|e| CoreError::BackendInit(e.to_string()))?;
-        let key = RouteKey::mint();
-        let line = encode_request(&key.to_request_id(), method::INITIALIZE, Some(&params));
-        let call = handle.call(key.as_str(), line).await?;
-        let answer = tokio::time::timeout(deadline, call).await.map_err(|_| {
-            CoreError::BackendInit(format!("no answer to initialize within {deadline:?}"))
-        })??;
-        if answer.is_error() {
-            return Err(CoreError::BackendInit(format!(
-                "backend refused initialize: {}",
-                answer.payload()
-            )));
-        }
-        let info = parse_info(answer.payload())?;
-        handle
-            .send_line(encode_notification(method::INITIALIZED, None))
-            .await?;
-        info!(
-            version = %info.protocol_version,
-            server = %info.server_info,
-            "backend initialized"
-        );
+    /// Learns the backend's eras and performs the Legacy handshake when it has one.
+    pub async fn connect(
+        handle: StdioHandle,
+        deadline: Duration,
+        policy: EraPolicy,
+    ) -> Result<Backend, CoreError> {
+        let discovered = match policy {
+            EraPolicy::Auto => probe_modern(&handle, deadline.min(PROBE_TIMEOUT)).await,
+            EraPolicy::LegacyOnly => None,
+        };
+        let legacy = legacy_handshake(&handle, deadline).await;
+        let info = match (legacy, discovered) {
+            (Ok(mut info), discovered) => {
+                info.era.modern = discovered.is_some();
+                info
+            }
+            (Err(_), Some(d)) => from_discover(d),
+            (Err(e), None) => return Err(e),
+        };
+        info!(era = %info.era, version = %info.protocol_version, server = %info.server_info, "backend connected");
         Ok(Backend { handle, info })
+    }
+}
+
+async fn call(
+    handle: &StdioHandle,
+    name: &str,
+    params: Value,
+    deadline: Duration,
+) -> Result<BackendResponse, CoreError> {
+    let params = RawValue::from_string(params.to_string())
+        .map_err(|e| CoreError::BackendInit(e.to_string()))?;
+    let key = RouteKey::mint();
+    let line = encode_request(&key.to_request_id(), name, Some(&params));
+    let pending = handle.call(key.as_str(), line).await?;
+    tokio::time::timeout(deadline, pending)
+        .await
+        .map_err(|_| CoreError::BackendInit(format!("no answer to {name} within {deadline:?}")))?
+        .map_err(CoreError::from)
+}
+
+/// `server/discover` with the gateway's envelope; `Some(result)` if the backend is Modern.
+async fn probe_modern(handle: &StdioHandle, timeout: Duration) -> Option<Value> {
+    let answer = call(
+        handle,
+        method::DISCOVER,
+        json!({"_meta": gateway_envelope()}),
+        timeout,
+    )
+    .await
+    .ok()?;
+    if answer.is_error() {
+        return None;
+    }
+    let result: Value = serde_json::from_str(answer.payload()).ok()?;
+    let speaks_ours = result["supportedVersions"]
+        .as_array()
+        .is_some_and(|v| v.iter().any(|v| v.as_str().is_some_and(version::is_modern)));
+    speaks_ours.then_some(result)
+}
+
+async fn legacy_handshake(
+    handle: &StdioHandle,
+    deadline: Duration,
+) -> Result<BackendInfo, CoreError> {
+    let params = json!({
+        "protocolVersion": version::LATEST_LEGACY,
+        // Shared mode cannot attribute sampling, elicitation or roots to a client, so the
+        // gateway declares none of them.
+        "capabilities": {},
+        "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let answer = call(handle, method::INITIALIZE, params, deadline).await?;
+    if answer.is_error() {
+        return Err(CoreError::BackendInit(format!(
+            "backend refused initialize: {}",
+            answer.payload()
+        )));
+    }
+    let info = parse_info(answer.payload())?;
+    handle
+        .send_line(encode_notification(method::INITIALIZED, None))
+        .await?;
+    Ok(info)
+}
+
+fn from_discover(mut d: Value) -> BackendInfo {
+    BackendInfo {
+        protocol_version: version::MODERN[0].to_owned(),
+        capabilities: d
+            .get_mut("capabilities")
+            .map(Value::take)
+            .unwrap_or_else(|| json!({})),
+        server_info: d["_meta"][META_SERVER_INFO].take(),
+        instructions: d.get_mut("instructions").map(Value::take),
+        era: BackendEra {
+            legacy: false,
+            modern: true,
+        },
     }
 }
 
@@ -97,6 +212,10 @@ fn parse_info(result: &str) -> Result<BackendInfo, CoreError> {
         capabilities,
         server_info,
         instructions: obj.remove("instructions"),
+        era: BackendEra {
+            legacy: true,
+            modern: false,
+        },
     })
 }
 
@@ -118,5 +237,14 @@ mod tests {
         ] {
             assert!(parse_info(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn modern_only_info_comes_from_discover() {
+        let d = json!({"resultType":"complete","supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},
+            "_meta":{META_SERVER_INFO:{"name":"m","version":"2"}},"ttlMs":0,"cacheScope":"public"});
+        let info = from_discover(d);
+        assert_eq!(info.server_info["name"], "m");
+        assert_eq!(info.era.to_string(), "modern");
     }
 }

@@ -8,6 +8,7 @@
 //! | `notifications/{tools,resources,prompts}/list_changed` | rebuilt without params, to every live session's listen stream |
 //! | `notifications/progress`                        | only the stream of the request whose gateway-minted token it carries, client token restored |
 //! | `notifications/resources/updated`               | rebuilt as `{uri}`, only to sessions subscribed to that URI |
+//! | any notification tagged with a subscription id  | only the Modern listen stream it names, re-tagged with the client's listen id |
 //! | `notifications/message`                         | dropped: it cannot be attributed            |
 //! | anything else                                   | dropped                                    |
 //!
@@ -21,12 +22,14 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use switchboard_upstream::{InboundSink, StdioHandle};
+use switchboard_wire::classify::META_SUBSCRIPTION_ID;
 use switchboard_wire::{
     codes, encode_error, encode_notification, encode_result, method, object_member, ErrorObject,
     Message, MessageKind,
 };
 
 use crate::drop_log::DropLog;
+use crate::listeners::ModernListeners;
 use crate::progress::ProgressRoutes;
 use crate::session::SessionStore;
 use crate::subscription::Subscriptions;
@@ -37,6 +40,7 @@ pub struct Registry {
     pub(crate) sessions: SessionStore,
     pub(crate) progress: ProgressRoutes,
     pub(crate) subs: Subscriptions,
+    pub(crate) listeners: ModernListeners,
     pub(crate) drops: DropLog,
 }
 
@@ -47,6 +51,7 @@ impl Registry {
             sessions: SessionStore::new(config.max_sessions, config.session_ttl),
             progress: ProgressRoutes::default(),
             subs: Subscriptions::default(),
+            listeners: ModernListeners::default(),
             drops: DropLog::default(),
         })
     }
@@ -92,6 +97,18 @@ impl InboundSink for Dispatcher {
 impl Dispatcher {
     fn notification(&self, name: &str, params: Option<&RawValue>) {
         let r = &self.registry;
+        // A Modern backend addresses listen-stream notifications by subscription id: they go to
+        // that one stream (re-tagged with the client's id) or nowhere.
+        let tag = params
+            .and_then(|p| object_member(p, "_meta"))
+            .and_then(|m| object_member(m, META_SUBSCRIPTION_ID));
+        if let (Some(tag), Some(params)) = (tag, params) {
+            if !r.listeners.route_tagged(name, params, tag) {
+                r.drops
+                    .record("tagged notification for no live listen stream", name);
+            }
+            return;
+        }
         match name {
             method::TOOLS_LIST_CHANGED
             | method::RESOURCES_LIST_CHANGED
@@ -102,6 +119,7 @@ impl Dispatcher {
                 r.sessions.for_each(|_, s| {
                     s.listen.push(data.clone());
                 });
+                r.listeners.list_changed(name);
             }
             method::PROGRESS => {
                 if !r.progress.route(params) {
@@ -128,6 +146,7 @@ impl Dispatcher {
                 .record("resources/updated without a uri", method::RESOURCE_UPDATED);
             return;
         };
+        r.listeners.resource_updated(&uri);
         let subscribers = r.subs.subscribers(&uri);
         if subscribers.is_empty() {
             r.drops.record(

@@ -32,6 +32,12 @@ pub enum CoreError {
     /// The gateway itself validated a parameter and refused it.
     #[error("invalid params: {0}")]
     InvalidParams(&'static str),
+    /// An HTTP+SSE session already runs as many requests as it may.
+    #[error("too many requests in flight on this session (limit {0})")]
+    SessionBusy(usize),
+    /// The method cannot be served for this backend through the gateway.
+    #[error("method not available through the gateway for this backend: {0}")]
+    Unsupported(String),
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

@@ -19,15 +19,15 @@ use tracing::debug;
 
 use switchboard_upstream::{BackendResponse, StdioHandle};
 use switchboard_wire::{
-    encode_notification, encode_request, encode_result, method, restore_response, version,
-    with_member, with_meta_member, Message, RequestId,
+    encode_notification, encode_request, encode_result, method, object_member, restore_response,
+    version, with_member, with_meta_member, Message, RequestId,
 };
 
 use crate::dispatch::Registry;
 use crate::listen::ListenStream;
 use crate::progress;
 use crate::route::RouteKey;
-use crate::session::{InFlight, SessionId};
+use crate::session::{InFlight, SessionId, Transport};
 use crate::{Backend, CoreError};
 
 /// Limits and deadlines.
@@ -73,6 +73,21 @@ pub struct Call<'a> {
     pub stream: Option<mpsc::Sender<Bytes>>,
 }
 
+/// One request on its way to the backend.
+#[derive(Debug)]
+pub(crate) struct Outgoing<'a> {
+    /// The caller's Legacy session, for cancellation by client id.
+    pub(crate) session: Option<&'a SessionId>,
+    /// The client's id (restored by the caller; used to name in-flight requests).
+    pub(crate) id: &'a RequestId,
+    pub(crate) name: &'a str,
+    pub(crate) params: Option<&'a RawValue>,
+    /// The request's stream for related notifications.
+    pub(crate) stream: Option<mpsc::Sender<Bytes>>,
+    /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend.
+    pub(crate) listen: Option<crate::listeners::Filter>,
+}
+
 /// The routing core for one shared backend.
 #[derive(Debug)]
 pub struct Gateway {
@@ -81,16 +96,23 @@ pub struct Gateway {
     pub(crate) config: GatewayConfig,
     /// The level the backend was last set to (rank); the async lock orders reconciliations.
     pub(crate) backend_log_level: tokio::sync::Mutex<Option<u8>>,
+    /// Cleanups started from synchronous code (an HTTP+SSE stream closing). Owned by the
+    /// gateway: dropping it aborts whatever is left.
+    pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
+    /// Lets cleanups that must outlive a request hold the gateway.
+    me: std::sync::Weak<Gateway>,
 }
 
 impl Gateway {
     /// Wraps an initialized backend whose reader delivers into `registry`.
     pub fn new(backend: Backend, registry: Arc<Registry>, config: GatewayConfig) -> Arc<Self> {
-        Arc::new(Gateway {
+        Arc::new_cyclic(|me| Gateway {
             backend,
             registry,
             config,
             backend_log_level: tokio::sync::Mutex::new(None),
+            background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
+            me: me.clone(),
         })
     }
 
@@ -101,6 +123,19 @@ impl Gateway {
         id: &RequestId,
         params: Option<&RawValue>,
     ) -> Result<Initialized, CoreError> {
+        let (negotiated, response) = self.negotiate(id, params);
+        let session = self.registry.sessions.create(negotiated)?;
+        debug!(?session, %negotiated, "session opened");
+        Ok(Initialized { session, response })
+    }
+
+    /// The gateway's answer to a client's `initialize`: the backend's own handshake, with the
+    /// version negotiated for this client. Returns the version and the encoded response.
+    pub(crate) fn negotiate(
+        &self,
+        id: &RequestId,
+        params: Option<&RawValue>,
+    ) -> (&'static str, Vec<u8>) {
         let requested = params
             .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
             .and_then(|p| {
@@ -118,17 +153,15 @@ impl Gateway {
         if let Some(instructions) = &info.instructions {
             result["instructions"] = instructions.clone();
         }
-        let session = self.registry.sessions.create(negotiated)?;
-        debug!(?session, %negotiated, "session opened");
-        Ok(Initialized {
-            session,
-            response: encode_result(id, &result.to_string()),
-        })
+        (negotiated, encode_result(id, &result.to_string()))
     }
 
     /// Resolves a client-supplied session id, refreshing its TTL.
     pub fn session(&self, raw: &str) -> Result<SessionId, CoreError> {
-        self.registry.sessions.touch(raw).map(|(id, _)| id)
+        self.registry
+            .sessions
+            .touch(raw, Transport::Streamable)
+            .map(|(id, _)| id)
     }
 
     /// Opens (or replaces) a session's listen stream, replaying missed events after
@@ -152,6 +185,9 @@ impl Gateway {
         let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
+        if !self.backend.info.era.legacy {
+            return self.legacy_to_modern(call, id, name).await;
+        }
         match (name, call.session) {
             (method::SUBSCRIBE, Some(sid)) => self.subscribe(sid, id, call.msg).await,
             (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg).await,
@@ -178,32 +214,66 @@ impl Gateway {
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<BackendResponse, CoreError> {
+        self.send(Outgoing {
+            session,
+            id,
+            name,
+            params: msg.params,
+            stream,
+            listen: None,
+        })
+        .await
+    }
+
+    /// Sends one request and waits for its answer. See [`Outgoing`].
+    pub(crate) async fn send(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
         let key = RouteKey::mint();
         // The client's progress token is always replaced: the backend must never see a value
         // the client chose, or a client could name another request's token.
+        let original = out
+            .params
+            .and_then(|p| object_member(p, "_meta"))
+            .and_then(|m| object_member(m, "progressToken"));
         let mut rewritten = None;
-        let _progress = match (msg.meta("progressToken"), msg.params) {
+        let _progress = match (original, out.params) {
             (Some(original), Some(params)) => {
                 let token = progress::mint_token();
                 rewritten = with_meta_member(params, "progressToken", &token);
-                match stream {
+                match out.stream.clone() {
                     Some(tx) => self.registry.progress.register(&token, original, tx),
                     None => self.registry.progress.none(),
                 }
             }
             _ => self.registry.progress.none(),
         };
-        let params = rewritten.as_deref().or(msg.params);
-        let line = encode_request(&key.to_request_id(), name, params);
+        // A Modern listen is addressed by its request id, i.e. by this key: register the route
+        // before the backend can answer.
+        let _listen = match (out.listen, out.stream.clone()) {
+            (Some(filter), Some(tx)) => Some(
+                self.registry
+                    .listeners
+                    .register(&key, out.id, filter, tx, true),
+            ),
+            _ => None,
+        };
+        let params = rewritten.as_deref().or(out.params);
+        let line = encode_request(&key.to_request_id(), out.name, params);
         let cancel = CancellationToken::new();
-        let _in_flight = session.map(|s| InFlightGuard::register(self, s, id, &key, &cancel));
+        let _in_flight = out
+            .session
+            .map(|s| InFlightGuard::register(self, s, out.id, &key, &cancel));
         let mut upstream_cancel = CancelOnDrop {
             backend: &self.backend.handle,
             key: &key,
             reason: "client went away",
             armed: true,
         };
-        let deadline = self.config.request_timeout;
+        // A listen stream lives until the client closes it; everything else has a deadline.
+        let deadline = if _listen.is_some() {
+            Duration::MAX / 4
+        } else {
+            self.config.request_timeout
+        };
         let answer = tokio::time::timeout(deadline, async {
             let call = self.backend.handle.call(key.as_str(), line).await?;
             tokio::select! {
@@ -313,6 +383,15 @@ impl Gateway {
         }
     }
 
+    pub(crate) fn myself(&self) -> Option<Arc<Gateway>> {
+        self.me.upgrade()
+    }
+
+    /// The backend's eras (for logs and `/stats`).
+    pub fn backend_era(&self) -> crate::BackendEra {
+        self.backend.info.era
+    }
+
     /// Whether the backend is still running (for `/healthz`).
     pub fn backend_alive(&self) -> bool {
         !self.backend.handle.is_closed()
@@ -331,6 +410,7 @@ impl Gateway {
             + self.registry.progress.len()
             + self.registry.subs.len()
             + self.registry.sessions.entry_count()
+            + self.registry.listeners.len()
     }
 
     /// The backend's process id, when it is a local process.

@@ -44,11 +44,27 @@ pub(crate) struct ListenState {
     /// Events are buffered only once the session has opened a listen stream: a session that
     /// never listens costs nothing.
     opened: bool,
+    /// Set for HTTP+SSE sessions, whose stream cannot be resumed: nothing is buffered.
+    no_replay: bool,
     next_seq: u64,
     replay: VecDeque<ListenEvent>,
 }
 
 impl ListenState {
+    /// State for a session whose one stream exists from the start and cannot be resumed (the
+    /// HTTP+SSE transport): no replay buffer, and the stream ends with the session.
+    pub(crate) fn stream_only(capacity: usize) -> (Self, mpsc::Receiver<ListenEvent>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let state = ListenState {
+            active: Some((0, tx)),
+            opened: true,
+            no_replay: true,
+            next_seq: 0,
+            replay: VecDeque::new(),
+        };
+        (state, rx)
+    }
+
     /// Attaches a new stream, replacing (and so closing) any previous one.
     pub(crate) fn attach(&mut self, generation: u64, last_event_id: Option<&str>) -> ListenStream {
         let (tx, rx) = mpsc::channel(LISTEN_QUEUE);
@@ -96,10 +112,12 @@ impl ListenState {
             id: format!("{PREFIX}{}", self.next_seq),
             data,
         };
-        if self.replay.len() == REPLAY_EVENTS {
-            self.replay.pop_front();
+        if !self.no_replay {
+            if self.replay.len() == REPLAY_EVENTS {
+                self.replay.pop_front();
+            }
+            self.replay.push_back(event.clone());
         }
-        self.replay.push_back(event.clone());
         let Some((_, tx)) = &self.active else {
             return false;
         };
@@ -109,6 +127,18 @@ impl ListenState {
             return false;
         }
         true
+    }
+}
+
+impl ListenState {
+    /// Queues a message that may be lost (progress) only while more than `reserve` slots are
+    /// free, so it can never crowd out the answers those slots are kept for. Never evicts.
+    pub(crate) fn push_reserving(&mut self, data: Bytes, reserve: usize) -> bool {
+        let room = self
+            .active
+            .as_ref()
+            .is_some_and(|(_, tx)| tx.capacity() > reserve);
+        room && self.push(data)
     }
 }
 
@@ -162,6 +192,18 @@ mod tests {
         l.detach(1);
         assert!(l.push(ev("x")));
         assert_eq!(new.events.try_recv().unwrap().data, "x");
+    }
+
+    #[test]
+    fn a_stream_only_state_buffers_nothing_and_keeps_room_for_answers() {
+        let (mut l, mut rx) = ListenState::stream_only(4);
+        assert!(l.push_reserving(ev("p1"), 2));
+        assert!(l.push_reserving(ev("p2"), 2));
+        assert!(!l.push_reserving(ev("p3"), 2), "only the reserve is left");
+        assert!(l.is_attached(), "dropping progress evicts nobody");
+        assert!(l.push(ev("answer")));
+        assert!(l.replay.is_empty());
+        assert_eq!(rx.try_recv().unwrap().data, "p1");
     }
 
     #[test]

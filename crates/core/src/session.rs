@@ -1,4 +1,5 @@
-//! Legacy sessions: the table of live `Mcp-Session-Id`s and what each session owns.
+//! Legacy sessions (Streamable HTTP `Mcp-Session-Id`s and HTTP+SSE `session_id`s, told apart by
+//! [`Transport`]): the table of live sessions and what each session owns.
 //!
 //! One owner (a `parking_lot` mutex around a map), locked only for map operations and never
 //! across `.await`. Ids are 128-bit CSPRNG values; an id is valid only while it is in the
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +42,16 @@ impl fmt::Debug for SessionId {
     }
 }
 
+/// Which transport a session belongs to. A session id is valid only on the transport that
+/// minted it: a Streamable HTTP `Mcp-Session-Id` names no HTTP+SSE session and vice versa.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Streamable HTTP (`/mcp`, `Mcp-Session-Id`).
+    Streamable,
+    /// The 2024-11-05 HTTP+SSE transport (`GET /sse`, `POST /messages?session_id=`).
+    Sse,
+}
+
 /// A request of this session that is waiting for the backend, so that the client's
 /// `notifications/cancelled` can name it by the client's own id.
 #[derive(Debug)]
@@ -51,6 +63,7 @@ pub(crate) struct InFlight {
 /// What the gateway keeps for one session.
 #[derive(Debug)]
 pub(crate) struct Session {
+    pub(crate) transport: Transport,
     pub(crate) protocol_version: &'static str,
     last_seen: Instant,
     pub(crate) listen: ListenState,
@@ -60,6 +73,9 @@ pub(crate) struct Session {
     pub(crate) subscriptions: HashSet<String>,
     /// In-flight requests by the client's raw id text.
     pub(crate) in_flight: HashMap<Box<str>, InFlight>,
+    /// HTTP+SSE only: the tasks running this session's requests. Owned by the session, so
+    /// ending the session (in any way) aborts them.
+    pub(crate) tasks: Option<JoinSet<()>>,
 }
 
 /// The state of a session that just ended, for cleanup outside the table lock.
@@ -92,8 +108,24 @@ impl SessionStore {
         }
     }
 
-    /// Creates a session, or refuses when the table is full.
+    /// Creates a Streamable HTTP session, or refuses when the table is full.
     pub fn create(&self, protocol_version: &'static str) -> Result<SessionId, CoreError> {
+        self.create_with(
+            Transport::Streamable,
+            protocol_version,
+            ListenState::default(),
+            None,
+        )
+    }
+
+    /// Creates a session of `transport` with the given stream state and task set.
+    pub(crate) fn create_with(
+        &self,
+        transport: Transport,
+        protocol_version: &'static str,
+        listen: ListenState,
+        tasks: Option<JoinSet<()>>,
+    ) -> Result<SessionId, CoreError> {
         let mut sessions = self.sessions.lock();
         if sessions.len() >= self.max {
             return Err(CoreError::TooManySessions(self.max));
@@ -105,21 +137,27 @@ impl SessionStore {
             }
         };
         let session = Session {
+            transport,
             protocol_version,
             last_seen: Instant::now(),
-            listen: ListenState::default(),
+            listen,
             log_level: None,
             subscriptions: HashSet::new(),
             in_flight: HashMap::new(),
+            tasks,
         };
         sessions.insert(id.0.clone(), session);
         Ok(id)
     }
 
-    /// Looks a session up by the client-supplied header value and refreshes its TTL. Returns
-    /// the canonical id and the session's negotiated version.
-    pub fn touch(&self, raw: &str) -> Result<(SessionId, &'static str), CoreError> {
-        self.with(raw, |s| {
+    /// Looks a session of `transport` up by the client-supplied value and refreshes its TTL.
+    /// Returns the canonical id and the session's negotiated version.
+    pub fn touch(
+        &self,
+        raw: &str,
+        transport: Transport,
+    ) -> Result<(SessionId, &'static str), CoreError> {
+        self.with_transport(raw, transport, |s| {
             s.last_seen = Instant::now();
             s.protocol_version
         })
@@ -139,6 +177,22 @@ impl SessionStore {
             .ok_or(CoreError::SessionNotFound)
     }
 
+    /// Like [`Self::with`], for a client-supplied id that must name a session of `transport`:
+    /// an id of the other transport is treated exactly like an unknown one.
+    pub(crate) fn with_transport<R>(
+        &self,
+        raw: &str,
+        transport: Transport,
+        f: impl FnOnce(&mut Session) -> R,
+    ) -> Result<R, CoreError> {
+        let mut sessions = self.sessions.lock();
+        sessions
+            .get_mut(raw)
+            .filter(|s| s.transport == transport)
+            .map(f)
+            .ok_or(CoreError::SessionNotFound)
+    }
+
     /// Runs `f` on every live session under the table lock (`f` must not block).
     pub(crate) fn for_each(&self, mut f: impl FnMut(&str, &mut Session)) {
         for (id, s) in self.sessions.lock().iter_mut() {
@@ -146,7 +200,7 @@ impl SessionStore {
         }
     }
 
-    /// Opens (or replaces) the session's listen stream.
+    /// Opens (or replaces) a Streamable HTTP session's listen stream.
     pub fn attach_listener(
         &self,
         raw: &str,
@@ -155,7 +209,7 @@ impl SessionStore {
         let generation = self
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.with(raw, |s| {
+        self.with_transport(raw, Transport::Streamable, |s| {
             s.last_seen = Instant::now();
             s.listen.attach(generation, last_event_id)
         })
@@ -163,7 +217,7 @@ impl SessionStore {
 
     /// Closes the session's listen stream if it is still `generation`.
     pub fn detach_listener(&self, raw: &str, generation: u64) {
-        let _ = self.with(raw, |s| s.listen.detach(generation));
+        let _ = self.with_transport(raw, Transport::Streamable, |s| s.listen.detach(generation));
     }
 
     /// Queues a message on one session's listen stream.
@@ -171,13 +225,15 @@ impl SessionStore {
         let _ = self.with(raw, |s| s.listen.push(data));
     }
 
-    /// Ends a session. Errors if it did not exist.
-    pub(crate) fn remove(&self, raw: &str) -> Result<Ended, CoreError> {
-        let session = self
-            .sessions
-            .lock()
-            .remove(raw)
-            .ok_or(CoreError::SessionNotFound)?;
+    /// Ends a session of `transport`. Errors if it did not exist (on that transport).
+    pub(crate) fn remove(&self, raw: &str, transport: Transport) -> Result<Ended, CoreError> {
+        let session = {
+            let mut sessions = self.sessions.lock();
+            if !sessions.get(raw).is_some_and(|s| s.transport == transport) {
+                return Err(CoreError::SessionNotFound);
+            }
+            sessions.remove(raw).ok_or(CoreError::SessionNotFound)?
+        };
         Ok(ended(raw.to_owned(), session))
     }
 
@@ -225,15 +281,23 @@ impl SessionStore {
 }
 
 fn ended(id: String, session: Session) -> Ended {
-    // Anything still waiting is cancelled with its session.
-    let in_flight = session
-        .in_flight
-        .into_values()
-        .map(|f| {
-            f.cancel.cancel();
-            f.key
-        })
-        .collect();
+    let in_flight = match session.tasks {
+        // HTTP+SSE: every request runs in one of the session's tasks. Aborting them drops each
+        // call, which withdraws it and tells the backend to cancel it, exactly once per key.
+        Some(mut tasks) => {
+            tasks.abort_all();
+            Vec::new()
+        }
+        // Streamable HTTP: anything still waiting is cancelled with its session.
+        None => session
+            .in_flight
+            .into_values()
+            .map(|f| {
+                f.cancel.cancel();
+                f.key
+            })
+            .collect(),
+    };
     Ended {
         id,
         subscriptions: session.subscriptions,
@@ -246,6 +310,26 @@ fn ended(id: String, session: Session) -> Ended {
 mod tests {
     use super::*;
 
+    const S: Transport = Transport::Streamable;
+
+    #[tokio::test]
+    async fn an_id_is_valid_only_on_the_transport_that_minted_it() {
+        let store = SessionStore::new(10, Duration::from_secs(60));
+        let (listen, _rx) = ListenState::stream_only(4);
+        let sse = store
+            .create_with(Transport::Sse, "2024-11-05", listen, Some(JoinSet::new()))
+            .unwrap();
+        let http = store.create("2025-11-25").unwrap();
+        assert!(store.touch(sse.as_str(), S).is_err());
+        assert!(store.attach_listener(sse.as_str(), None).is_err());
+        assert!(store.remove(sse.as_str(), S).is_err());
+        assert!(store.touch(http.as_str(), Transport::Sse).is_err());
+        assert!(store.remove(http.as_str(), Transport::Sse).is_err());
+        assert_eq!(store.len(), 2, "a wrong-transport removal removes nothing");
+        assert!(store.touch(sse.as_str(), Transport::Sse).is_ok());
+        assert!(store.remove(sse.as_str(), Transport::Sse).is_ok());
+    }
+
     #[test]
     fn lifecycle() {
         let store = SessionStore::new(2, Duration::from_secs(60));
@@ -256,18 +340,18 @@ mod tests {
             store.create("2025-11-25"),
             Err(CoreError::TooManySessions(2))
         ));
-        assert_eq!(store.touch(b.as_str()).unwrap().1, "2025-06-18");
-        store.remove(a.as_str()).unwrap();
+        assert_eq!(store.touch(b.as_str(), S).unwrap().1, "2025-06-18");
+        store.remove(a.as_str(), S).unwrap();
         assert!(matches!(
-            store.touch(a.as_str()),
+            store.touch(a.as_str(), S),
             Err(CoreError::SessionNotFound)
         ));
         assert!(matches!(
-            store.remove(a.as_str()),
+            store.remove(a.as_str(), S),
             Err(CoreError::SessionNotFound)
         ));
         assert!(matches!(
-            store.touch("forged"),
+            store.touch("forged", S),
             Err(CoreError::SessionNotFound)
         ));
         assert_eq!(store.len(), 1);
@@ -279,11 +363,11 @@ mod tests {
         let idle = store.create("2025-11-25").unwrap();
         let used = store.create("2025-11-25").unwrap();
         tokio::time::advance(Duration::from_secs(40)).await;
-        store.touch(used.as_str()).unwrap();
+        store.touch(used.as_str(), S).unwrap();
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_eq!(store.reap().len(), 1);
-        assert!(store.touch(idle.as_str()).is_err());
-        assert!(store.touch(used.as_str()).is_ok());
+        assert!(store.touch(idle.as_str(), S).is_err());
+        assert!(store.touch(used.as_str(), S).is_ok());
     }
 
     #[test]
@@ -305,7 +389,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(store.entry_count(), 3);
-        let ended = store.remove(id.as_str()).unwrap();
+        let ended = store.remove(id.as_str(), S).unwrap();
         assert!(ended.subscriptions.contains("u"));
         assert!(cancel.is_cancelled());
         assert!(stream.events.try_recv().is_err());

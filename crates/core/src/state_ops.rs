@@ -9,7 +9,7 @@ use switchboard_wire::{encode_result, method, restore_response, Message, Request
 
 use crate::gateway::send_cancel;
 use crate::logging;
-use crate::session::{Ended, SessionId};
+use crate::session::{Ended, SessionId, Transport};
 use crate::{CoreError, Gateway};
 
 impl Gateway {
@@ -136,9 +136,9 @@ impl Gateway {
         Some(answer)
     }
 
-    /// Ends a session (DELETE) and releases everything it held.
+    /// Ends a Streamable HTTP session (DELETE) and releases everything it held.
     pub async fn end_session(&self, raw: &str) -> Result<(), CoreError> {
-        let ended = self.registry.sessions.remove(raw)?;
+        let ended = self.registry.sessions.remove(raw, Transport::Streamable)?;
         self.cleanup(ended).await;
         Ok(())
     }

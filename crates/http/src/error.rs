@@ -17,8 +17,13 @@
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
 //! | cancelled by the client / session ended   | 200  | -32800                      |
+//! | Modern: header/envelope/version errors    | 400  | -32020/-32021/-32022/-32602 |
+//! | Modern: method not found (incl. removed)  | 404  | -32601                      |
+//! | Modern: other backend errors              | 200  | as the backend said         |
 //! | subscribe/setLevel without a session      | 400  | -32600                      |
 //! | gateway-validated bad params (log level)  | 200  | -32602                      |
+//! | `/messages` without `session_id`          | 400  | -32600                      |
+//! | HTTP+SSE session at its in-flight limit   | 503  | -32603, id echoed           |
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -38,8 +43,11 @@ pub(crate) enum HttpError {
     UnsupportedProtocolVersion(String),
     ClientResponse,
     MissingSession,
-    #[allow(dead_code)] // The Modern (stateless) path answers GET/DELETE with it.
+    /// `POST /messages` (HTTP+SSE) without a `session_id` query parameter.
+    MissingSessionParam,
     MethodNotAllowed(&'static str),
+    /// A JSON-RPC error the gateway decided itself (classification, Modern header checks).
+    Rpc(Option<RequestId>, ErrorObject),
     Forbidden(&'static str),
     Core(Option<RequestId>, CoreError),
 }
@@ -84,17 +92,44 @@ impl HttpError {
                 None,
                 invalid("Bad Request: Mcp-Session-Id header is required"),
             ),
+            E::MissingSessionParam => (
+                StatusCode::BAD_REQUEST,
+                None,
+                invalid("Bad Request: session_id query parameter is required"),
+            ),
             E::MethodNotAllowed(_) => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 None,
                 invalid("Method Not Allowed"),
             ),
             E::Forbidden(m) => (StatusCode::FORBIDDEN, None, invalid(m)),
+            E::Rpc(id, err) => (status_of(i64::from(err.code)), id.as_ref(), err.clone()),
             E::Core(id, e) => {
                 let (status, err) = core_parts(e);
                 (status, id.as_ref(), err)
             }
         }
+    }
+}
+
+/// HTTP status of a Modern JSON-RPC error (mcp-wire.md §3.3): the envelope and header codes
+/// are 400, method-not-found is 404 (its body tells it from a Legacy 404), anything else is
+/// the handler's business and travels with 200.
+pub(crate) fn status_of(code: i64) -> StatusCode {
+    const BAD_REQUEST_CODES: [i32; 6] = [
+        codes::HEADER_MISMATCH,
+        codes::MISSING_CLIENT_CAPABILITY,
+        codes::UNSUPPORTED_PROTOCOL_VERSION,
+        codes::INVALID_PARAMS,
+        codes::INVALID_REQUEST,
+        codes::PARSE_ERROR,
+    ];
+    if code == i64::from(codes::METHOD_NOT_FOUND) {
+        StatusCode::NOT_FOUND
+    } else if BAD_REQUEST_CODES.iter().any(|c| i64::from(*c) == code) {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
     }
 }
 
@@ -109,7 +144,9 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::NOT_FOUND,
             ErrorObject::new(codes::SESSION_NOT_FOUND, "Session not found"),
         ),
-        CoreError::TooManySessions(_) => (StatusCode::SERVICE_UNAVAILABLE, internal(e.to_string())),
+        CoreError::TooManySessions(_) | CoreError::SessionBusy(_) => {
+            (StatusCode::SERVICE_UNAVAILABLE, internal(e.to_string()))
+        }
         CoreError::Timeout(_) => (
             StatusCode::GATEWAY_TIMEOUT,
             ErrorObject::new(codes::REQUEST_TIMEOUT, format!("Request timed out: {e}")),
@@ -121,6 +158,10 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         CoreError::Backend(_) | CoreError::BackendInit(_) => (
             StatusCode::BAD_GATEWAY,
             internal(format!("Backend unavailable: {e}")),
+        ),
+        CoreError::Unsupported(_) => (
+            StatusCode::OK,
+            ErrorObject::new(codes::METHOD_NOT_FOUND, format!("Method not found: {e}")),
         ),
         CoreError::Cancelled => (
             StatusCode::OK,

@@ -1,4 +1,5 @@
-//! Switchboard's HTTP face: Streamable HTTP at `/mcp`, and `/healthz`.
+//! Switchboard's HTTP face: Streamable HTTP at `/mcp`, the HTTP+SSE transport at `/sse` +
+//! `/messages`, and `/healthz`.
 //!
 //! Architecture invariant: this is the only crate that knows the HTTP server. It validates
 //! headers and bodies, parses the envelope once, hands it to `core`, and turns every outcome
@@ -6,6 +7,8 @@
 
 mod error;
 mod headers;
+mod legacy_sse;
+mod modern;
 mod origin;
 mod sse;
 mod streamable;
@@ -22,6 +25,7 @@ use tokio::net::TcpListener;
 
 use switchboard_core::Gateway;
 
+pub use legacy_sse::clean_prefix;
 pub use origin::OriginPolicy;
 
 /// HTTP-level limits.
@@ -32,8 +36,14 @@ pub struct HttpConfig {
     /// Interval of `: keep-alive` comments on open SSE streams, so idle proxies keep them open
     /// and dead clients are noticed.
     pub keep_alive: Duration,
-    /// DNS-rebinding protection for `/mcp`.
+    /// DNS-rebinding protection for `/mcp`, `/sse` and `/messages`.
     pub origin: OriginPolicy,
+    /// Path prefix put in front of `/messages` in the HTTP+SSE `endpoint` event (a reverse
+    /// proxy's mount point; see [`clean_prefix`]). Empty: none.
+    pub endpoint_prefix: String,
+    /// Use the client's `X-Forwarded-Prefix` (when valid) instead of `endpoint_prefix`. Only
+    /// for gateways behind a proxy that sets it: otherwise any client could choose the URI.
+    pub trust_forwarded_prefix: bool,
 }
 
 impl Default for HttpConfig {
@@ -42,6 +52,8 @@ impl Default for HttpConfig {
             max_body_bytes: 4 * 1024 * 1024,
             keep_alive: Duration::from_secs(15),
             origin: OriginPolicy::loopback(),
+            endpoint_prefix: String::new(),
+            trust_forwarded_prefix: false,
         }
     }
 }
@@ -72,6 +84,8 @@ pub fn router(state: AppState) -> Router {
                 .get(streamable::get)
                 .delete(streamable::delete),
         )
+        .route("/sse", get(legacy_sse::open))
+        .route("/messages", post(legacy_sse::post))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             origin::guard,
@@ -105,6 +119,7 @@ async fn stats(State(state): State<AppState>) -> axum::response::Response {
     let body = serde_json::json!({
         "sessions": state.gateway.session_count(),
         "tableEntries": state.gateway.table_entries(),
+        "backendEra": state.gateway.backend_era().to_string(),
     });
     axum::response::IntoResponse::into_response((
         [(axum::http::header::CONTENT_TYPE, "application/json")],

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use switchboard_core::{Call, CoreError, SessionId, REQUEST_STREAM_QUEUE};
+use switchboard_wire::classify::{classify, Era};
 use switchboard_wire::{encode_error, method, Message, MessageKind, RequestId};
 use tokio::sync::mpsc;
 
@@ -32,6 +33,7 @@ pub(crate) async fn get(State(state): State<AppState>, headers: HeaderMap) -> Re
 }
 
 fn open_listen(state: &AppState, headers: &HeaderMap) -> Result<Response, HttpError> {
+    refuse_modern_stream_methods(headers)?;
     if !headers::accepts_sse(headers) {
         return Err(HttpError::NotAcceptable);
     }
@@ -48,6 +50,9 @@ fn open_listen(state: &AppState, headers: &HeaderMap) -> Result<Response, HttpEr
 
 /// DELETE: ends the session named by `Mcp-Session-Id`.
 pub(crate) async fn delete(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = refuse_modern_stream_methods(&headers) {
+        return e.into_response();
+    }
     let result = match headers::session_id(&headers) {
         None => Err(HttpError::MissingSession),
         Some(sid) => state
@@ -62,6 +67,19 @@ pub(crate) async fn delete(State(state): State<AppState>, headers: HeaderMap) ->
     }
 }
 
+/// 2026-07-28 has no GET stream and no sessions to DELETE: a sessionless GET/DELETE that
+/// declares a Modern version gets 405 with `Allow: POST`.
+fn refuse_modern_stream_methods(headers: &HeaderMap) -> Result<(), HttpError> {
+    let modern = headers
+        .get(headers::PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(switchboard_wire::version::is_modern);
+    if modern && headers::session_id(headers).is_none() {
+        return Err(HttpError::MethodNotAllowed("POST"));
+    }
+    Ok(())
+}
+
 async fn handle_post(
     state: &AppState,
     headers: &HeaderMap,
@@ -71,6 +89,17 @@ async fn handle_post(
     headers::require_json(headers)?;
     let bytes = read_body(headers, body, state.config.max_body_bytes).await?;
     let msg = Message::parse(&bytes).map_err(HttpError::Parse)?;
+    // Decided per request, before anything reads a session id (invariant 4).
+    let version_header = headers
+        .get(headers::PROTOCOL_VERSION)
+        .map(|v| v.to_str().unwrap_or("\u{0}"));
+    match classify(&msg, version_header) {
+        Err(e) => return Err(HttpError::Rpc(msg.id.clone(), e)),
+        Ok(Era::Modern(_)) => {
+            return crate::modern::handle(state, headers, &msg, &bytes, delivery).await
+        }
+        Ok(Era::Legacy) => {}
+    }
     headers::check_protocol_version(headers)?;
     let gateway = &state.gateway;
     let session = headers::session_id(headers);
@@ -189,7 +218,11 @@ fn json_response(body: Vec<u8>) -> Response {
         .into_response()
 }
 
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, HttpError> {
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, HttpError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

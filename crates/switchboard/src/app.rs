@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use switchboard_core::{Backend, Gateway, GatewayConfig, Registry};
+use switchboard_core::{Backend, EraPolicy, Gateway, GatewayConfig, Registry};
 use switchboard_http::{AppState, HttpConfig, OriginPolicy};
 use switchboard_upstream::StdioConfig;
 
@@ -23,7 +23,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = gateway_config(&args);
     let registry = Registry::new(&config);
     let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
-    let backend = match Backend::initialize(handle, RunArgs::secs(args.startup_timeout)).await {
+    let backend = match Backend::connect(
+        handle,
+        RunArgs::secs(args.startup_timeout),
+        EraPolicy::Auto,
+    )
+    .await
+    {
         Ok(b) => b,
         Err(e) => {
             process.shutdown(Duration::from_secs(2)).await;
@@ -31,8 +37,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     println!(
-        "switchboard: backend ready: {} (protocol {})",
-        backend.info.server_info, backend.info.protocol_version
+        "switchboard: backend ready: {} (protocol {}, era {})",
+        backend.info.server_info, backend.info.protocol_version, backend.info.era
     );
     let gateway = Gateway::new(backend, registry, config);
     let stop = CancellationToken::new();
@@ -43,10 +49,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
     let addr = listener.local_addr()?;
     println!("switchboard: listening on http://{addr}/mcp");
+    println!("switchboard: HTTP+SSE (2024-11-05) on http://{addr}/sse");
     let http = HttpConfig {
         max_body_bytes: args.max_body_bytes,
         keep_alive: RunArgs::secs(args.keep_alive),
         origin: origin_policy(&args, addr.ip().is_loopback()),
+        endpoint_prefix: args.endpoint_prefix.clone(),
+        trust_forwarded_prefix: args.trust_forwarded_prefix,
     };
     let router = switchboard_http::router(AppState::new(gateway, http));
     let mut server = tokio::spawn(switchboard_http::serve(

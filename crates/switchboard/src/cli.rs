@@ -66,9 +66,22 @@ pub(crate) struct RunArgs {
     /// Default as for `--allowed-hosts`.
     #[arg(long, value_delimiter = ',')]
     pub(crate) allowed_origins: Vec<String>,
+    /// Path prefix for the HTTP+SSE `endpoint` event's URI (`<prefix>/messages?session_id=…`),
+    /// for a gateway mounted under a path by a reverse proxy that strips it.
+    #[arg(long, default_value = "", value_parser = parse_prefix)]
+    pub(crate) endpoint_prefix: String,
+    /// Take that prefix from the request's `X-Forwarded-Prefix` header instead. Only behind a
+    /// proxy that sets (or strips) the header: otherwise clients choose it.
+    #[arg(long)]
+    pub(crate) trust_forwarded_prefix: bool,
     /// The stdio MCP server to front, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
+}
+
+fn parse_prefix(raw: &str) -> Result<String, String> {
+    switchboard_http::clean_prefix(raw)
+        .ok_or_else(|| "expected an absolute path like /gateway (plain path characters)".to_owned())
 }
 
 impl RunArgs {

@@ -9,9 +9,11 @@
 //! never decoded into typed structures, so an unknown method or a new field passes through
 //! untouched, and ids round-trip byte-for-byte ([`RequestId`]).
 
+pub mod classify;
 mod encode;
 mod envelope;
 mod error;
+pub mod headers;
 mod id;
 mod members;
 pub mod method;
@@ -24,4 +26,4 @@ pub use encode::{
 pub use envelope::{object_member, Message, MessageKind};
 pub use error::{codes, ErrorObject, ParseError};
 pub use id::RequestId;
-pub use members::{with_member, with_meta_member};
+pub use members::{retain_members, with_member, with_members, with_meta_member};

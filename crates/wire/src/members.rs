@@ -36,22 +36,43 @@ fn members(obj: &RawValue) -> Option<Vec<(String, &RawValue)>> {
 /// `obj` with member `key` set to the raw JSON `value` (replacing every duplicate of it).
 /// `None` if `obj` is not an object or `value` is not valid JSON.
 pub fn with_member(obj: &RawValue, key: &str, value: &str) -> Option<Box<RawValue>> {
-    let value = RawValue::from_string(value.to_owned()).ok()?;
+    with_members(obj, &[(key, value)], |_| true)
+}
+
+/// `obj` without the members `keep` refuses (e.g. reserved `_meta` keys).
+pub fn retain_members(obj: &RawValue, keep: impl Fn(&str) -> bool) -> Option<Box<RawValue>> {
+    with_members(obj, &[], keep)
+}
+
+/// `obj` with each `(key, raw value)` set (replacing duplicates, appending missing ones) and
+/// every other member for which `keep` is false removed — in one pass over `obj`.
+pub fn with_members(
+    obj: &RawValue,
+    set: &[(&str, &str)],
+    keep: impl Fn(&str) -> bool,
+) -> Option<Box<RawValue>> {
+    let values = set
+        .iter()
+        .map(|(k, v)| RawValue::from_string((*v).to_owned()).map(|v| (*k, v)))
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
     let mut members = members(obj)?;
-    let mut placed = false;
+    let mut placed = vec![false; values.len()];
     members.retain_mut(|(k, v)| {
-        if k != key {
-            return true;
-        }
-        let keep = !placed;
-        *v = &value;
-        placed = true;
-        keep
+        let Some(i) = values.iter().position(|(key, _)| key == k) else {
+            return keep(k);
+        };
+        let first = !placed[i];
+        *v = &values[i].1;
+        placed[i] = true;
+        first
     });
-    if !placed {
-        members.push((key.to_owned(), &value));
+    for (i, (k, v)) in values.iter().enumerate() {
+        if !placed[i] {
+            members.push(((*k).to_owned(), v));
+        }
     }
-    let mut out = String::with_capacity(obj.get().len() + value.get().len() + 16);
+    let mut out = String::with_capacity(obj.get().len() + 64);
     out.push('{');
     for (i, (k, v)) in members.iter().enumerate() {
         if i > 0 {
@@ -108,6 +129,13 @@ mod tests {
         assert_eq!(out.get(), r#"{"k":9,"z":2}"#);
         let out = with_member(&raw(r#"{"a\"b":1}"#), "x", "true").unwrap();
         assert_eq!(out.get(), r#"{"a\"b":1,"x":true}"#);
+        let out = with_members(
+            &raw(r#"{"a":1,"io.x/k":2,"b":3}"#),
+            &[("c", "4"), ("a", "0")],
+            |k| !k.starts_with("io.x/"),
+        )
+        .unwrap();
+        assert_eq!(out.get(), r#"{"a":0,"b":3,"c":4}"#);
     }
 
     #[test]

@@ -9,6 +9,12 @@ pub const LATEST_LEGACY: &str = "2025-11-25";
 /// Modern (stateless) revisions.
 pub const MODERN: &[&str] = &["2026-07-28"];
 
+/// Every revision this gateway serves, newest first (what `-32022` and `server/discover`
+/// advertise).
+pub fn supported() -> Vec<&'static str> {
+    MODERN.iter().chain(LEGACY.iter().rev()).copied().collect()
+}
+
 /// Whether `v` is a Legacy revision this gateway serves.
 pub fn is_legacy(v: &str) -> bool {
     LEGACY.contains(&v)

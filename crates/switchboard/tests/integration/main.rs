@@ -10,8 +10,13 @@
 mod common;
 
 mod backend_failure;
+mod bench;
 mod handshake;
 mod isolation;
+mod legacy_sse;
 mod lifecycle;
 mod malformed;
+mod modern;
+mod resume;
 mod rmcp_client;
+mod server_push;

@@ -5,6 +5,8 @@ Tools:
   the backend's own unsolicited traffic), then answers `emitted`. Lets a test make the backend
   send anything: forged progress tokens, list_changed with smuggled params, and so on.
 - `hold {}`: never answers (until cancelled, which is recorded).
+- `release {}`: answers every held request (`released`), then itself (`released N`). Lets a
+  test make answers arrive at a moment it chooses, e.g. after their client has gone.
 - `stats {}`: what the backend saw: subscribe/unsubscribe calls per URI in order, the current
   set of subscribed URIs, setLevel calls, received cancellations, and ids of held requests.
 
@@ -73,6 +75,12 @@ def handle(req):
         elif name == "hold":
             with lock:
                 state["held"].append(req["id"])
+        elif name == "release":
+            with lock:
+                held, state["held"] = state["held"], []
+            for key in held:
+                text({"id": key}, "released")
+            text(req, "released %d" % len(held))
         elif name == "stats":
             with lock:
                 text(req, json.dumps(state))

@@ -1,0 +1,165 @@
+//! Sessions of the 2024-11-05 HTTP+SSE transport (`GET /sse` + `POST /messages`).
+//!
+//! They live in the same [`SessionStore`](crate::session::SessionStore) as Streamable HTTP
+//! sessions (one table, one bound, one reaper) but are tagged [`Transport::Sse`], so their ids
+//! are never valid on `/mcp` and vice versa. What differs:
+//!
+//! - The session *is* its stream: it is created with the stream open (its `ListenState` is
+//!   attached from the start, without a replay buffer), and it ends when the stream closes. So
+//!   the dispatch table needs nothing SSE-specific: list_changed reaches the stream through
+//!   `for_each`, resources/updated through `push_listen`, exactly like a listen stream.
+//! - Answers cannot travel on the POST, so each request runs in a task owned by the session
+//!   (a bounded `JoinSet` inside the session's table entry) and its answer, and its progress,
+//!   are queued on the session's stream. When the session ends — stream closed, TTL, shutdown —
+//!   the entry leaves the table, which aborts those tasks (each aborted call withdraws its route
+//!   key and cancels upstream) and closes the stream. An answer produced after that finds no
+//!   session and is dropped: there is no queue a later client could inherit.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::debug;
+
+use switchboard_wire::RequestId;
+
+use crate::listen::{ListenEvent, ListenState};
+use crate::session::{SessionId, Transport};
+use crate::{CoreError, Gateway};
+
+/// Requests one HTTP+SSE session may have running at once; more are refused (503).
+pub const SSE_MAX_REQUESTS: usize = 64;
+/// Capacity of an HTTP+SSE session's stream queue. Progress may use it only down to
+/// [`SSE_MAX_REQUESTS`] free slots, so every running request's answer always fits; a client
+/// that stops reading long enough to fill it anyway is evicted, which ends its session.
+pub const SSE_QUEUE: usize = 4 * SSE_MAX_REQUESTS;
+/// The revision a session is recorded with until its `initialize` negotiates one.
+const TRANSPORT_REVISION: &str = "2024-11-05";
+
+/// A new HTTP+SSE session and its stream.
+#[derive(Debug)]
+pub struct SseSession {
+    /// Goes out in the `endpoint` event's URI.
+    pub id: SessionId,
+    /// Every message for this session, in order; ends when the session ends.
+    pub events: mpsc::Receiver<ListenEvent>,
+}
+
+/// What kind of message is being queued on an HTTP+SSE stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SseDelivery {
+    /// A request's answer: queued unless the consumer is stuck (which evicts it).
+    Answer,
+    /// A progress notification: dropped rather than crowd out answers.
+    Progress,
+}
+
+impl Gateway {
+    /// Opens an HTTP+SSE session (`GET /sse`) with its stream attached.
+    pub fn open_sse(&self) -> Result<SseSession, CoreError> {
+        let (listen, events) = ListenState::stream_only(SSE_QUEUE);
+        let id = self.registry.sessions.create_with(
+            Transport::Sse,
+            TRANSPORT_REVISION,
+            listen,
+            Some(JoinSet::new()),
+        )?;
+        debug!(session = ?id, "HTTP+SSE session opened");
+        Ok(SseSession { id, events })
+    }
+
+    /// Resolves a client-supplied HTTP+SSE session id (`POST /messages?session_id=`),
+    /// refreshing its TTL. Streamable HTTP ids are not found.
+    pub fn sse_session(&self, raw: &str) -> Result<SessionId, CoreError> {
+        self.registry
+            .sessions
+            .touch(raw, Transport::Sse)
+            .map(|(id, _)| id)
+    }
+
+    /// Answers `initialize` on an HTTP+SSE session: negotiates this client's version, records
+    /// it, and queues the answer on the session's stream.
+    pub fn initialize_sse(
+        &self,
+        session: &SessionId,
+        id: &RequestId,
+        params: Option<&RawValue>,
+    ) -> Result<(), CoreError> {
+        let (negotiated, response) = self.negotiate(id, params);
+        self.registry
+            .sessions
+            .with_transport(session.as_str(), Transport::Sse, |s| {
+                s.protocol_version = negotiated;
+                s.listen.push(Bytes::from(response));
+            })
+    }
+
+    /// Runs `task` (one request and the delivery of its answer) as a task owned by the session:
+    /// it is aborted when the session ends. Refused when the session already runs
+    /// [`SSE_MAX_REQUESTS`].
+    pub fn spawn_sse(
+        &self,
+        session: &SessionId,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), CoreError> {
+        self.registry
+            .sessions
+            .with_transport(session.as_str(), Transport::Sse, |s| {
+                let tasks = s.tasks.get_or_insert_with(JoinSet::new);
+                // Finished tasks stay in the set until joined; collect them first.
+                while tasks.try_join_next().is_some() {}
+                if tasks.len() >= SSE_MAX_REQUESTS {
+                    return Err(CoreError::SessionBusy(SSE_MAX_REQUESTS));
+                }
+                tasks.spawn(task);
+                Ok(())
+            })?
+    }
+
+    /// Queues one message on an HTTP+SSE session's stream. Returns false when it was not
+    /// queued: the session is gone (the message is dropped, never kept for anyone), or the
+    /// message was progress and the queue is short of room.
+    pub fn deliver_sse(&self, session: &SessionId, data: Bytes, kind: SseDelivery) -> bool {
+        self.registry
+            .sessions
+            .with_transport(session.as_str(), Transport::Sse, |s| match kind {
+                SseDelivery::Answer => s.listen.push(data),
+                SseDelivery::Progress => s.listen.push_reserving(data, SSE_MAX_REQUESTS),
+            })
+            .unwrap_or(false)
+    }
+
+    /// Refreshes an HTTP+SSE session's TTL while its stream is open. False once it has ended.
+    pub fn keep_sse_alive(&self, session: &SessionId) -> bool {
+        self.registry
+            .sessions
+            .touch(session.as_str(), Transport::Sse)
+            .is_ok()
+    }
+
+    /// The session's stream closed: end the session now (so nothing more is queued for it and
+    /// its id stops working at once) and release its state in the background, as DELETE would.
+    /// Called from synchronous drop code, hence the gateway-owned cleanup task.
+    pub fn close_sse(self: &Arc<Self>, session: &SessionId) {
+        let Ok(ended) = self
+            .registry
+            .sessions
+            .remove(session.as_str(), Transport::Sse)
+        else {
+            return; // Already ended (TTL, shutdown).
+        };
+        debug!(?session, "HTTP+SSE stream closed; session ended");
+        // A body dropped while the runtime itself is being torn down has no runtime to clean
+        // up on; the backend is going away with it.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let gateway = self.clone();
+        let mut background = self.background.lock();
+        while background.try_join_next().is_some() {}
+        background.spawn_on(async move { gateway.cleanup(ended).await }, &runtime);
+    }
+}

@@ -1,0 +1,273 @@
+//! Modern `subscriptions/listen` streams.
+//!
+//! Each listen request is registered under the route key it was forwarded with (or, when the
+//! gateway serves it itself for a Legacy backend, a key it minted). Notifications reach a
+//! listen stream only when they match its filter, tagged with
+//! `_meta["io.modelcontextprotocol/subscriptionId"]` = the client's own listen request id:
+//! - a Modern backend tags its notifications with the id it saw (our key): the tag is looked
+//!   up here and rewritten to the client's id; untagged or unknown tags reach nobody;
+//! - for a Legacy backend the gateway fans its untagged list changes and resource updates out
+//!   to the matching listeners itself.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use switchboard_wire::classify::META_SUBSCRIPTION_ID;
+use switchboard_wire::{encode_notification, method, object_member, with_meta_member, RequestId};
+
+use crate::route::RouteKey;
+
+/// What a listen stream asked for (`params.notifications`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Filter {
+    pub(crate) tools: bool,
+    pub(crate) prompts: bool,
+    pub(crate) resources: bool,
+    pub(crate) uris: Vec<String>,
+}
+
+impl Filter {
+    /// Parses `params.notifications`; unknown members are ignored, wrong types count as absent.
+    pub(crate) fn parse(params: Option<&RawValue>) -> Filter {
+        let v: Value = params
+            .and_then(|p| object_member(p, "notifications"))
+            .and_then(|n| serde_json::from_str(n.get()).ok())
+            .unwrap_or(Value::Null);
+        let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
+        Filter {
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            uris: v
+                .get("resourceSubscriptions")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|u| u.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The acknowledged subset, as the ack's `notifications` object.
+    pub(crate) fn to_json(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for (k, on) in [
+            ("toolsListChanged", self.tools),
+            ("promptsListChanged", self.prompts),
+            ("resourcesListChanged", self.resources),
+        ] {
+            if on {
+                out.insert(k.into(), json!(true));
+            }
+        }
+        if !self.uris.is_empty() {
+            out.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+        Value::Object(out)
+    }
+
+    fn wants_list(&self, name: &str) -> bool {
+        match name {
+            method::TOOLS_LIST_CHANGED => self.tools,
+            method::PROMPTS_LIST_CHANGED => self.prompts,
+            method::RESOURCES_LIST_CHANGED => self.resources,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Listener {
+    client_id: RequestId,
+    sink: mpsc::Sender<Bytes>,
+    filter: Filter,
+    /// The backend serves this listen itself (Modern backend); the gateway only re-tags.
+    passthrough: bool,
+}
+
+/// Live listen streams by key.
+#[derive(Debug, Default)]
+pub(crate) struct ModernListeners {
+    inner: Mutex<HashMap<String, Listener>>,
+}
+
+/// Removes a listener when its stream ends.
+#[derive(Debug)]
+pub(crate) struct ListenerGuard<'a> {
+    listeners: &'a ModernListeners,
+    key: String,
+}
+
+impl Drop for ListenerGuard<'_> {
+    fn drop(&mut self) {
+        self.listeners.inner.lock().remove(&self.key);
+    }
+}
+
+impl ModernListeners {
+    pub(crate) fn register(
+        &self,
+        key: &RouteKey,
+        client_id: &RequestId,
+        filter: Filter,
+        sink: mpsc::Sender<Bytes>,
+        passthrough: bool,
+    ) -> ListenerGuard<'_> {
+        let listener = Listener {
+            client_id: client_id.clone(),
+            sink,
+            filter,
+            passthrough,
+        };
+        self.inner.lock().insert(key.as_str().to_owned(), listener);
+        ListenerGuard {
+            listeners: self,
+            key: key.as_str().to_owned(),
+        }
+    }
+
+    /// A notification a Modern backend tagged with a subscription id: delivered, re-tagged
+    /// with the client's id, only to the listen stream the tag names. Returns false if the tag
+    /// names no live passthrough listener.
+    pub(crate) fn route_tagged(&self, name: &str, params: &RawValue, tag: &RawValue) -> bool {
+        let Some(key) = serde_json::from_str::<String>(tag.get()).ok() else {
+            return false;
+        };
+        let inner = self.inner.lock();
+        let Some(l) = inner.get(&key).filter(|l| l.passthrough) else {
+            return false;
+        };
+        let Some(params) = with_meta_member(params, META_SUBSCRIPTION_ID, l.client_id.as_json())
+        else {
+            return false;
+        };
+        l.sink
+            .try_send(Bytes::from(encode_notification(name, Some(&params))))
+            .is_ok()
+    }
+
+    /// Fans an (untagged) list change from a Legacy backend out to the listeners that asked.
+    pub(crate) fn list_changed(&self, name: &str) {
+        for l in self
+            .inner
+            .lock()
+            .values()
+            .filter(|l| !l.passthrough && l.filter.wants_list(name))
+        {
+            let _ = l.sink.try_send(tagged(name, &l.client_id, None));
+        }
+    }
+
+    /// Fans a resource update from a Legacy backend out to the listeners watching `uri`.
+    pub(crate) fn resource_updated(&self, uri: &str) {
+        for l in self
+            .inner
+            .lock()
+            .values()
+            .filter(|l| !l.passthrough && l.filter.uris.iter().any(|u| u == uri))
+        {
+            let _ = l
+                .sink
+                .try_send(tagged(method::RESOURCE_UPDATED, &l.client_id, Some(uri)));
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().len()
+    }
+}
+
+/// A payload-free notification tagged for one listen stream.
+pub(crate) fn tagged(name: &str, client_id: &RequestId, uri: Option<&str>) -> Bytes {
+    let tag: Value = serde_json::from_str(client_id.as_json()).unwrap_or(Value::Null);
+    let mut params = json!({ "_meta": { META_SUBSCRIPTION_ID: tag } });
+    if let Some(uri) = uri {
+        params["uri"] = json!(uri);
+    }
+    let params = RawValue::from_string(params.to_string()).ok();
+    Bytes::from(encode_notification(name, params.as_deref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn filter_parsing_and_ack() {
+        let f = Filter::parse(Some(&raw(
+            r#"{"notifications":{"toolsListChanged":true,"promptsListChanged":"yes","resourceSubscriptions":["a",1]}}"#,
+        )));
+        assert_eq!(
+            f,
+            Filter {
+                tools: true,
+                prompts: false,
+                resources: false,
+                uris: vec!["a".into()]
+            }
+        );
+        assert_eq!(
+            f.to_json(),
+            json!({"toolsListChanged":true,"resourceSubscriptions":["a"]})
+        );
+        assert_eq!(Filter::parse(None), Filter::default());
+    }
+
+    #[test]
+    fn tagged_routing_restores_the_client_id_and_ignores_unknown_tags() {
+        let ls = ModernListeners::default();
+        let (tx, mut rx) = mpsc::channel(4);
+        let key = RouteKey::mint();
+        let id = RequestId::from_raw(&raw("9007199254740993")).unwrap();
+        let guard = ls.register(&key, &id, Filter::default(), tx, true);
+        let tag = raw(&format!("\"{}\"", key.as_str()));
+        let params = raw(&format!(
+            r#"{{"_meta":{{"{META_SUBSCRIPTION_ID}":"{}"}}}}"#,
+            key.as_str()
+        ));
+        assert!(ls.route_tagged(method::TOOLS_LIST_CHANGED, &params, &tag));
+        let got = String::from_utf8(rx.try_recv().unwrap().to_vec()).unwrap();
+        assert!(
+            got.contains(r#""io.modelcontextprotocol/subscriptionId":9007199254740993"#),
+            "{got}"
+        );
+        assert!(!ls.route_tagged(method::TOOLS_LIST_CHANGED, &params, &raw(r#""sb-other""#)));
+        drop(guard);
+        assert!(!ls.route_tagged(method::TOOLS_LIST_CHANGED, &params, &tag));
+        assert_eq!(ls.len(), 0);
+    }
+
+    #[test]
+    fn gateway_served_fan_out_honours_filters() {
+        let ls = ModernListeners::default();
+        let (tx, mut rx) = mpsc::channel(8);
+        let id = RequestId::from_string("l1");
+        let f = Filter {
+            tools: true,
+            uris: vec!["file:///x".into()],
+            ..Filter::default()
+        };
+        let _g = ls.register(&RouteKey::mint(), &id, f, tx, false);
+        ls.list_changed(method::PROMPTS_LIST_CHANGED);
+        ls.resource_updated("file:///other");
+        ls.list_changed(method::TOOLS_LIST_CHANGED);
+        ls.resource_updated("file:///x");
+        let a: Value = serde_json::from_slice(&rx.try_recv().unwrap()).unwrap();
+        let b: Value = serde_json::from_slice(&rx.try_recv().unwrap()).unwrap();
+        assert!(rx.try_recv().is_err());
+        assert_eq!(a["method"], method::TOOLS_LIST_CHANGED);
+        assert_eq!(a["params"]["_meta"][META_SUBSCRIPTION_ID], "l1");
+        assert_eq!(b["params"]["uri"], "file:///x");
+    }
+}

@@ -1,0 +1,468 @@
+//! Modern (2026-07-28) requests: stateless by construction.
+//!
+//! Invariant 4: nothing here reads a session id or touches the session store; every request
+//! gets a fresh route key and leaves no entry behind when it completes (its progress route and
+//! listen registration are guards dropped with the request).
+//!
+//! Against a Modern backend the request passes through (route key, progress token and listen
+//! tag rewritten, nothing else). Against a Legacy-only backend the gateway bridges: it answers
+//! `server/discover` itself, serves `subscriptions/listen` from its own registries, strips the
+//! reserved `io.modelcontextprotocol/*` keys before the backend, and stamps results with
+//! `resultType`, cache hints and `serverInfo`.
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use switchboard_upstream::BackendResponse;
+use switchboard_wire::classify::{META_SERVER_INFO, META_SUBSCRIPTION_ID, RESERVED_PREFIX};
+use switchboard_wire::{
+    codes, encode_error, encode_notification, encode_result, method, object_member,
+    restore_response, retain_members, version, with_member, with_members, ErrorObject, Message,
+    RequestId,
+};
+
+use crate::gateway::Outgoing;
+use crate::listeners::Filter;
+use crate::route::RouteKey;
+use crate::{CoreError, Gateway};
+
+/// The Modern listen method.
+pub(crate) const LISTEN: &str = "subscriptions/listen";
+
+/// Methods that do not exist in 2026-07-28: answered 404/-32601 by the gateway.
+const REMOVED: &[&str] = &[
+    method::INITIALIZE,
+    method::PING,
+    method::SET_LEVEL,
+    method::SUBSCRIBE,
+    method::UNSUBSCRIBE,
+];
+
+/// Results that carry cache hints (SEP-2549).
+const CACHEABLE: &[&str] = &[
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// A Modern answer and the JSON-RPC error code it carries, which decides the HTTP status.
+#[derive(Debug)]
+pub struct ModernAnswer {
+    /// The JSON-RPC response.
+    pub body: Vec<u8>,
+    /// `Some(code)` when the answer is an error.
+    pub error_code: Option<i64>,
+}
+
+impl ModernAnswer {
+    fn error(id: &RequestId, err: &ErrorObject) -> Self {
+        ModernAnswer {
+            body: encode_error(Some(id), err),
+            error_code: Some(i64::from(err.code)),
+        }
+    }
+}
+
+impl Gateway {
+    /// Handles one classified Modern request. `stream` carries related notifications (progress,
+    /// and for `subscriptions/listen` the whole stream).
+    pub async fn modern(
+        &self,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
+            return Err(CoreError::UnexpectedResponse);
+        };
+        if REMOVED.contains(&name) {
+            let err = ErrorObject::new(codes::METHOD_NOT_FOUND, "Method not found")
+                .with_data(json!(name));
+            return Ok(ModernAnswer::error(id, &err));
+        }
+        if self.backend.info.era.modern {
+            let listen = (name == LISTEN).then(|| Filter::parse(msg.params));
+            let answer = self
+                .send(Outgoing {
+                    session: None,
+                    id,
+                    name,
+                    params: msg.params,
+                    stream,
+                    listen,
+                })
+                .await?;
+            if name == method::DISCOVER && !answer.is_error() {
+                return Ok(discover_passthrough(id, &answer));
+            }
+            return Ok(passthrough(id, &answer));
+        }
+        match name {
+            method::DISCOVER => Ok(self.discover(id)),
+            LISTEN => self.bridged_listen(id, msg, stream).await,
+            _ => self.bridged(id, name, msg, stream).await,
+        }
+    }
+
+    /// A Legacy client's request to a Modern-only backend: the gateway owns the client's
+    /// session and speaks to the backend statelessly under its own `_meta` envelope. Methods
+    /// the backend cannot have are answered here (`ping`, `logging/setLevel`) or refused
+    /// (subscriptions, which would need a gateway-held listen stream: not built yet).
+    pub(crate) async fn legacy_to_modern(
+        &self,
+        call: crate::Call<'_>,
+        id: &RequestId,
+        name: &str,
+    ) -> Result<Vec<u8>, CoreError> {
+        match name {
+            method::PING | method::SET_LEVEL => return Ok(encode_result(id, "{}")),
+            method::SUBSCRIBE | method::UNSUBSCRIBE => {
+                return Err(CoreError::Unsupported(name.to_owned()))
+            }
+            _ => {}
+        }
+        let envelope = crate::backend::gateway_envelope();
+        let base = serde_json::value::RawValue::from_string("{}".to_owned())
+            .map_err(|_| CoreError::InvalidParams("params"))?;
+        let params = call.msg.params.unwrap_or(&base);
+        let meta = object_member(params, "_meta").unwrap_or(&base);
+        let values: Vec<(String, String)> = envelope
+            .as_object()
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.to_string())).collect())
+            .unwrap_or_default();
+        let set: Vec<(&str, &str)> = values
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let params = with_members(meta, &set, |_| true)
+            .and_then(|m| with_member(params, "_meta", m.get()))
+            .ok_or(CoreError::InvalidParams("params must be an object"))?;
+        let answer = self
+            .send(Outgoing {
+                session: call.session,
+                id,
+                name,
+                params: Some(&params),
+                stream: call.stream,
+                listen: None,
+            })
+            .await?;
+        Ok(restore_response(id, answer.member(), answer.payload()))
+    }
+
+    /// `server/discover` for a Legacy backend, from its `initialize` result.
+    fn discover(&self, id: &RequestId) -> ModernAnswer {
+        let info = &self.backend.info;
+        let mut result = json!({
+            "resultType": "complete",
+            "supportedVersions": version::supported(),
+            "capabilities": flags_only(&info.capabilities),
+            "ttlMs": 0,
+            "cacheScope": "private",
+            "_meta": { META_SERVER_INFO: info.server_info },
+        });
+        if let Some(instructions) = &info.instructions {
+            result["instructions"] = instructions.clone();
+        }
+        ModernAnswer {
+            body: encode_result(id, &result.to_string()),
+            error_code: None,
+        }
+    }
+
+    async fn bridged(
+        &self,
+        id: &RequestId,
+        name: &str,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let stripped = msg.params.and_then(strip_reserved);
+        let params = stripped.as_deref().or(msg.params);
+        let answer = self
+            .send(Outgoing {
+                session: None,
+                id,
+                name,
+                params,
+                stream,
+                listen: None,
+            })
+            .await?;
+        if answer.is_error() {
+            return Ok(bridge_error(id, &answer));
+        }
+        let server_info = json!({ META_SERVER_INFO: self.backend.info.server_info }).to_string();
+        let mut set = vec![("resultType", "\"complete\"")];
+        if CACHEABLE.contains(&name) {
+            set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
+        }
+        let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
+        let stamped = result
+            .as_deref()
+            .and_then(|r| with_members(r, &set, |_| true))
+            .and_then(|r| merge_meta(&r, &server_info));
+        let body = match stamped {
+            Some(r) => encode_result(id, r.get()),
+            None => restore_response(id, answer.member(), answer.payload()),
+        };
+        Ok(ModernAnswer {
+            body,
+            error_code: None,
+        })
+    }
+
+    /// `subscriptions/listen` for a Legacy backend: acknowledged at once with the subset the
+    /// backend can feed, then served from the gateway's registries until the client closes the
+    /// stream. Resource subscriptions are reference-counted upstream like Legacy sessions'.
+    async fn bridged_listen(
+        &self,
+        id: &RequestId,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let Some(stream) = stream else {
+            return Ok(ModernAnswer::error(
+                id,
+                &ErrorObject::new(
+                    codes::INVALID_REQUEST,
+                    "subscriptions/listen needs a text/event-stream response",
+                ),
+            ));
+        };
+        let caps = &self.backend.info.capabilities;
+        let flag = |k: &str, f: &str| caps[k][f].as_bool().unwrap_or(false);
+        let asked = Filter::parse(msg.params);
+        let honoured = Filter {
+            tools: asked.tools && flag("tools", "listChanged"),
+            prompts: asked.prompts && flag("prompts", "listChanged"),
+            resources: asked.resources && flag("resources", "listChanged"),
+            uris: if flag("resources", "subscribe") {
+                asked.uris
+            } else {
+                Vec::new()
+            },
+        };
+        let key = RouteKey::mint();
+        let pseudo_session = format!("listen:{}", key.as_str());
+        let _guard =
+            self.registry
+                .listeners
+                .register(&key, id, honoured.clone(), stream.clone(), false);
+        let mut subs = ListenSubscriptions {
+            gateway: self,
+            owner: pseudo_session.clone(),
+            uris: Vec::new(),
+        };
+        for uri in &honoured.uris {
+            self.subscribe_for(&pseudo_session, uri).await;
+            subs.uris.push(uri.clone());
+        }
+        let tag: Value = serde_json::from_str(id.as_json()).unwrap_or(Value::Null);
+        let ack =
+            json!({ "_meta": { META_SUBSCRIPTION_ID: tag }, "notifications": honoured.to_json() })
+                .to_string();
+        if let Ok(ack) = serde_json::value::RawValue::from_string(ack) {
+            let _ = stream
+                .send(Bytes::from(encode_notification(
+                    "notifications/subscriptions/acknowledged",
+                    Some(&ack),
+                )))
+                .await;
+        }
+        // Served until the client closes the stream, which drops this future and the guards.
+        stream.closed().await;
+        Err(CoreError::Cancelled)
+    }
+
+    /// Adds a gateway-owned subscriber of `uri`, subscribing upstream if it is the first.
+    async fn subscribe_for(&self, owner: &str, uri: &str) {
+        let lock = self.registry.subs.lock(uri).await;
+        if !self.registry.subs.has_subscribers(uri) {
+            let ok = self
+                .internal_call(method::SUBSCRIBE, json!({ "uri": uri }))
+                .await
+                .is_ok_and(|a| !a.is_error());
+            if !ok {
+                return;
+            }
+        }
+        self.registry.subs.add(&lock, owner);
+    }
+}
+
+/// Releases a bridged listen's resource subscriptions when it ends. Upstream unsubscribes
+/// need `.await`, so they run in a task of their own, bounded by the request deadline.
+struct ListenSubscriptions<'a> {
+    gateway: &'a Gateway,
+    owner: String,
+    uris: Vec<String>,
+}
+
+impl Drop for ListenSubscriptions<'_> {
+    fn drop(&mut self) {
+        if self.uris.is_empty() {
+            return;
+        }
+        let Some(gateway) = self.gateway.myself() else {
+            return;
+        };
+        let (owner, uris) = (
+            std::mem::take(&mut self.owner),
+            std::mem::take(&mut self.uris),
+        );
+        let cleanup_owner = gateway.clone();
+        cleanup_owner.background.lock().spawn(async move {
+            for uri in uris {
+                let lock = gateway.registry.subs.lock(&uri).await;
+                if gateway.registry.subs.remove(&lock, &owner) {
+                    let _ = gateway
+                        .internal_call(method::UNSUBSCRIBE, json!({ "uri": uri }))
+                        .await;
+                }
+            }
+        });
+    }
+}
+
+/// The client talks to the gateway, which serves every version in `version::supported()`
+/// (Legacy ones through sessions): discovery says so, consistently with the gateway's own
+/// `-32022` answers. Everything else in the backend's result passes through.
+fn discover_passthrough(id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
+    let versions = json!(version::supported()).to_string();
+    let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
+    match result
+        .as_deref()
+        .and_then(|r| with_member(r, "supportedVersions", &versions))
+    {
+        Some(r) => ModernAnswer {
+            body: encode_result(id, r.get()),
+            error_code: None,
+        },
+        None => passthrough(id, answer),
+    }
+}
+
+fn passthrough(id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
+    let error_code = answer
+        .is_error()
+        .then(|| error_code(answer.payload()))
+        .flatten();
+    ModernAnswer {
+        body: restore_response(id, answer.member(), answer.payload()),
+        error_code: error_code.or(answer.is_error().then_some(0)),
+    }
+}
+
+/// Legacy errors in Modern terms: resource-not-found moved from -32002 to -32602 (SEP-2164).
+fn bridge_error(id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
+    let code = error_code(answer.payload());
+    if code == Some(i64::from(codes::RESOURCE_NOT_FOUND_LEGACY)) {
+        let v: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
+        let mut err = ErrorObject::new(
+            codes::INVALID_PARAMS,
+            v["message"]
+                .as_str()
+                .unwrap_or("Resource not found")
+                .to_owned(),
+        );
+        if let Some(data) = v.get("data") {
+            err = err.with_data(data.clone());
+        }
+        return ModernAnswer::error(id, &err);
+    }
+    ModernAnswer {
+        body: restore_response(id, answer.member(), answer.payload()),
+        error_code: code.or(Some(0)),
+    }
+}
+
+fn error_code(error: &str) -> Option<i64> {
+    let raw = serde_json::value::RawValue::from_string(error.to_owned()).ok()?;
+    object_member(&raw, "code").and_then(|c| c.get().parse().ok())
+}
+
+/// Modern capabilities carry flags only: Legacy-only members (`tasks`) are dropped.
+fn flags_only(caps: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for key in [
+        "experimental",
+        "logging",
+        "completions",
+        "prompts",
+        "resources",
+        "tools",
+        "extensions",
+    ] {
+        if let Some(v) = caps.get(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// `params` without reserved `_meta` keys (the backend speaks Legacy and must not see them).
+fn strip_reserved(
+    params: &serde_json::value::RawValue,
+) -> Option<Box<serde_json::value::RawValue>> {
+    let meta = object_member(params, "_meta")?;
+    let kept = retain_members(meta, |k| !k.starts_with(RESERVED_PREFIX))?;
+    with_member(params, "_meta", kept.get())
+}
+
+/// Adds the members of `extra` (a JSON object text) to `result._meta`.
+fn merge_meta(
+    result: &serde_json::value::RawValue,
+    extra: &str,
+) -> Option<Box<serde_json::value::RawValue>> {
+    let extra: serde_json::Map<String, Value> = serde_json::from_str(extra).ok()?;
+    let meta = object_member(result, "_meta");
+    let empty = serde_json::value::RawValue::from_string("{}".to_owned()).ok()?;
+    let base = meta.unwrap_or(&empty);
+    let values: Vec<(String, String)> = extra
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    let set: Vec<(&str, &str)> = values
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let merged = with_members(base, &set, |_| true)?;
+    with_member(result, "_meta", merged.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::value::RawValue;
+
+    #[test]
+    fn reserved_keys_are_stripped_and_others_kept() {
+        let p = RawValue::from_string(r#"{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":1,"app/key":2}}"#.into()).unwrap();
+        assert_eq!(
+            strip_reserved(&p).unwrap().get(),
+            r#"{"name":"x","_meta":{"progressToken":1,"app/key":2}}"#
+        );
+    }
+
+    #[test]
+    fn meta_merge_keeps_existing_members() {
+        let r = RawValue::from_string(r#"{"tools":[],"_meta":{"a":1}}"#.into()).unwrap();
+        let out = merge_meta(&r, r#"{"io.modelcontextprotocol/serverInfo":{"name":"s"}}"#).unwrap();
+        assert_eq!(
+            out.get(),
+            r#"{"tools":[],"_meta":{"a":1,"io.modelcontextprotocol/serverInfo":{"name":"s"}}}"#
+        );
+    }
+
+    #[test]
+    fn capabilities_are_flags_only() {
+        let caps = json!({"tools":{"listChanged":true},"tasks":{"list":{}},"logging":{}});
+        assert_eq!(
+            flags_only(&caps),
+            json!({"tools":{"listChanged":true},"logging":{}})
+        );
+    }
+}

@@ -1,0 +1,303 @@
+//! The 2024-11-05 HTTP+SSE transport: `GET /sse` opens a session whose stream carries every
+//! message for it; `POST /messages?session_id=<id>` takes the client's messages and answers
+//! `202 Accepted` at once.
+//!
+//! Routing is the core's, exactly as on `/mcp`: every request goes through
+//! [`Gateway::request`] (a fresh route key, the client's id restored byte for byte), in a task
+//! the session owns ([`Gateway::spawn_sse`]), and its answer and progress are queued on that
+//! session's stream only ([`Gateway::deliver_sse`]). Nothing here keeps a message for a client
+//! that is not connected: the session and its stream live and die together.
+//!
+//! The checks before the 202 are /mcp's: Content-Type, body limit, the wire parser (forbidden
+//! ids, batches, malformed JSON → 400 with the spec-shaped error), `MCP-Protocol-Version` when
+//! sent, client-posted responses → 400, unknown session → 404 -32001.
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::stream;
+use tokio::sync::mpsc;
+use tokio::time::{interval_at, Instant, Interval};
+use tracing::debug;
+
+use switchboard_core::{
+    Call, CoreError, Gateway, ListenEvent, SessionId, SseDelivery, REQUEST_STREAM_QUEUE,
+};
+use switchboard_wire::{encode_error, method, sse, Message, MessageKind, RequestId};
+
+use crate::error::HttpError;
+use crate::sse::OnDrop;
+use crate::streamable::read_body;
+use crate::{headers, AppState};
+
+/// The path clients POST to (after the configured or forwarded prefix).
+const MESSAGES_PATH: &str = "/messages";
+/// Longest accepted prefix: it goes into every `endpoint` event.
+const MAX_PREFIX: usize = 256;
+
+/// GET `/sse`: a new session, announced by the `endpoint` event, then its messages.
+pub(crate) async fn open(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    open_stream(&state, &headers).unwrap_or_else(IntoResponse::into_response)
+}
+
+fn open_stream(state: &AppState, headers: &HeaderMap) -> Result<Response, HttpError> {
+    if !headers::accepts_sse(headers) {
+        return Err(HttpError::NotAcceptable);
+    }
+    let session = state
+        .gateway
+        .open_sse()
+        .map_err(|e| HttpError::Core(None, e))?;
+    let prefix = endpoint_prefix(&state.config, headers);
+    let endpoint = format!("{prefix}{MESSAGES_PATH}?session_id={}", session.id.as_str());
+    let keep_alive = state.config.keep_alive;
+    let (gateway, id) = (state.gateway.clone(), session.id.clone());
+    // The stream is the session: when the client goes away, the session ends with it.
+    let close = OnDrop::new(move || gateway.close_sse(&id));
+    let st = StreamState {
+        endpoint: Some(Bytes::from(sse::frame(
+            "endpoint",
+            None,
+            endpoint.as_bytes(),
+        ))),
+        events: session.events,
+        ticker: interval_at(Instant::now() + keep_alive, keep_alive),
+        gateway: state.gateway.clone(),
+        session: session.id,
+        _close: close,
+    };
+    let body = stream::unfold(st, |mut st| async move {
+        if let Some(endpoint) = st.endpoint.take() {
+            return Some((Ok::<_, Infallible>(endpoint), st));
+        }
+        tokio::select! {
+            // Ends when the session ends (stream closed elsewhere, TTL, eviction, shutdown).
+            e = st.events.recv() => e.map(|e| (Ok(message(&e)), st)),
+            _ = st.ticker.tick() => {
+                // An open stream keeps its session alive.
+                st.gateway.keep_sse_alive(&st.session);
+                Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), st))
+            }
+        }
+    });
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+struct StreamState<G> {
+    endpoint: Option<Bytes>,
+    events: mpsc::Receiver<ListenEvent>,
+    ticker: Interval,
+    gateway: std::sync::Arc<Gateway>,
+    session: SessionId,
+    _close: G,
+}
+
+/// HTTP+SSE streams cannot be resumed, so events carry no `id:`.
+fn message(e: &ListenEvent) -> Bytes {
+    Bytes::from(sse::message(&e.data))
+}
+
+/// POST `/messages?session_id=<id>` (`sessionId` accepted too).
+pub(crate) async fn post(
+    State(state): State<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match handle_post(&state, &uri, &headers, body).await {
+        Ok(()) => (
+            StatusCode::ACCEPTED,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "Accepted",
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn handle_post(
+    state: &AppState,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(), HttpError> {
+    let raw_session = session_param(uri.query()).ok_or(HttpError::MissingSessionParam)?;
+    headers::require_json(headers)?;
+    let bytes = read_body(headers, body, state.config.max_body_bytes).await?;
+    let msg = Message::parse(&bytes).map_err(HttpError::Parse)?;
+    headers::check_protocol_version(headers)?;
+    if msg.kind == MessageKind::Response {
+        return Err(HttpError::ClientResponse);
+    }
+    let gateway = &state.gateway;
+    let session = gateway
+        .sse_session(raw_session)
+        .map_err(|e| HttpError::Core(msg.id.clone(), e))?;
+    match (msg.method, msg.id.clone()) {
+        (_, None) => gateway
+            .notify(Some(&session), &msg)
+            .await
+            .map_err(|e| HttpError::Core(None, e)),
+        (Some(method::INITIALIZE), Some(id)) => gateway
+            .initialize_sse(&session, &id, msg.params)
+            .map_err(|e| HttpError::Core(Some(id), e)),
+        (_, Some(id)) => {
+            let task = run_request(gateway.clone(), session.clone(), bytes.clone(), id.clone());
+            gateway
+                .spawn_sse(&session, task)
+                .map_err(|e| HttpError::Core(Some(id), e))
+        }
+    }
+}
+
+/// One request, run by a task of its session: progress and then the answer go to the
+/// session's stream, in the backend's order. If the session ends first, the task is aborted
+/// (withdrawing the call upstream); an answer that finds the session gone is dropped.
+async fn run_request(
+    gateway: std::sync::Arc<Gateway>,
+    session: SessionId,
+    bytes: Bytes,
+    id: RequestId,
+) {
+    // Parsed once already; parsing again here lets the task own the buffer, not a copy.
+    let Ok(msg) = Message::parse(&bytes) else {
+        return;
+    };
+    let (tx, mut notes) = mpsc::channel(REQUEST_STREAM_QUEUE);
+    let call = gateway.request(Call {
+        session: Some(&session),
+        msg: &msg,
+        stream: Some(tx),
+    });
+    tokio::pin!(call);
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(note) = notes.recv() => {
+                gateway.deliver_sse(&session, note, SseDelivery::Progress);
+            }
+            result = &mut call => break result,
+        }
+    };
+    // Progress written before the answer was queued before the answer resolved.
+    while let Ok(note) = notes.try_recv() {
+        gateway.deliver_sse(&session, note, SseDelivery::Progress);
+    }
+    let answer = match result {
+        Ok(answer) => answer,
+        // The client cancelled it: per the cancellation rules no response follows.
+        Err(CoreError::Cancelled) => return,
+        Err(e) => {
+            let failure = HttpError::Core(Some(id), e);
+            let (_, id, err) = failure.parts();
+            encode_error(id, &err)
+        }
+    };
+    if !gateway.deliver_sse(&session, Bytes::from(answer), SseDelivery::Answer) {
+        debug!(?session, "answer for an ended HTTP+SSE session dropped");
+    }
+}
+
+/// The `session_id` (or `sessionId`) query parameter. Ids are hex, so no percent-decoding is
+/// needed: an encoded value simply names no session.
+fn session_param(query: Option<&str>) -> Option<&str> {
+    let pairs = || {
+        query
+            .unwrap_or_default()
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+    };
+    pairs()
+        .find(|(k, _)| *k == "session_id")
+        .or_else(|| pairs().find(|(k, _)| *k == "sessionId"))
+        .map(|(_, v)| v)
+}
+
+/// The prefix for the advertised `/messages` URI: the client's `X-Forwarded-Prefix` when the
+/// operator trusts it and it is a clean path, else the configured one.
+fn endpoint_prefix<'a>(
+    config: &'a crate::HttpConfig,
+    headers: &HeaderMap,
+) -> std::borrow::Cow<'a, str> {
+    if config.trust_forwarded_prefix {
+        if let Some(raw) = headers.get("x-forwarded-prefix") {
+            match raw.to_str().ok().and_then(clean_prefix) {
+                Some(p) => return p.into(),
+                None => debug!("ignoring an invalid X-Forwarded-Prefix"),
+            }
+        }
+    }
+    config.endpoint_prefix.as_str().into()
+}
+
+/// Validates and normalises an endpoint prefix: empty, or an absolute path (`/a/b`) of plain
+/// path characters, without a trailing slash. Refuses anything that could make the advertised
+/// URI leave this origin (`//host`, `\`, a scheme), add a query or fragment, or break the SSE
+/// frame.
+pub fn clean_prefix(raw: &str) -> Option<String> {
+    let p = raw.trim().trim_end_matches('/');
+    if p.is_empty() {
+        return Some(String::new());
+    }
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@%/".contains(&b);
+    let ok =
+        p.len() <= MAX_PREFIX && p.starts_with('/') && !p.starts_with("//") && p.bytes().all(plain);
+    ok.then(|| p.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_parameter_in_either_spelling() {
+        assert_eq!(session_param(Some("session_id=abc")), Some("abc"));
+        assert_eq!(session_param(Some("x=1&sessionId=def")), Some("def"));
+        assert_eq!(
+            session_param(Some("sessionId=b&session_id=a")),
+            Some("a"),
+            "snake_case wins"
+        );
+        assert_eq!(session_param(Some("session_id=")), Some(""));
+        assert_eq!(session_param(Some("session=abc")), None);
+        assert_eq!(session_param(None), None);
+    }
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(clean_prefix("").as_deref(), Some(""));
+        assert_eq!(clean_prefix("/").as_deref(), Some(""));
+        assert_eq!(clean_prefix("/gw/").as_deref(), Some("/gw"));
+        assert_eq!(
+            clean_prefix(" /a/b-c_d.e~f ").as_deref(),
+            Some("/a/b-c_d.e~f")
+        );
+        for bad in [
+            "gw",
+            "//evil.example",
+            "/a?x=1",
+            "/a#f",
+            "/a\\b",
+            "http://x",
+            "/a b",
+            "/a\nb",
+            "/\u{e9}",
+        ] {
+            assert_eq!(clean_prefix(bad), None, "{bad:?}");
+        }
+        assert_eq!(clean_prefix(&format!("/{}", "a".repeat(MAX_PREFIX))), None);
+    }
+}

@@ -1,0 +1,83 @@
+//! The Modern (2026-07-28) branch of `POST /mcp`: stateless by construction.
+//!
+//! Reached only after classification, and before anything reads `Mcp-Session-Id`: this module
+//! never looks at it, never sets it, and never touches the session store.
+
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use switchboard_core::{CoreError, REQUEST_STREAM_QUEUE};
+use switchboard_wire::classify::mismatch;
+use switchboard_wire::{encode_error, headers as mcp_headers, Message, MessageKind};
+
+use crate::error::{status_of, HttpError};
+use crate::headers::{self, Delivery};
+use crate::{sse, AppState};
+
+const LISTEN: &str = "subscriptions/listen";
+
+pub(crate) async fn handle(
+    state: &AppState,
+    headers: &HeaderMap,
+    msg: &Message<'_>,
+    bytes: &Bytes,
+    delivery: Delivery,
+) -> Result<Response, HttpError> {
+    let id = msg.id.clone();
+    match msg.kind {
+        MessageKind::Response => return Err(HttpError::ClientResponse),
+        // 2026-07-28 defines no client→server notifications over HTTP (cancellation is closing
+        // the stream): accepted and dropped.
+        MessageKind::Notification => return Ok(axum::http::StatusCode::ACCEPTED.into_response()),
+        MessageKind::Request => {}
+    }
+    if headers.get(headers::PROTOCOL_VERSION).is_none() {
+        return Err(HttpError::Rpc(
+            id,
+            mismatch("MCP-Protocol-Version header is required"),
+        ));
+    }
+    let text = |name: &str| headers.get(name).map(|v| v.to_str().ok());
+    mcp_headers::check_modern(msg, text("mcp-method"), text("mcp-name"))
+        .map_err(|e| HttpError::Rpc(id.clone(), e))?;
+
+    let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
+    let delivery = if streaming { Delivery::Sse } else { delivery };
+    match delivery {
+        Delivery::Json => {
+            let answer = state
+                .gateway
+                .modern(msg, None)
+                .await
+                .map_err(|e| HttpError::Core(id, e))?;
+            let status = answer
+                .error_code
+                .map_or(axum::http::StatusCode::OK, status_of);
+            Ok((
+                status,
+                [(header::CONTENT_TYPE, "application/json")],
+                answer.body,
+            )
+                .into_response())
+        }
+        Delivery::Sse => {
+            let gateway = state.gateway.clone();
+            let bytes = bytes.clone();
+            let (tx, rx) = mpsc::channel(REQUEST_STREAM_QUEUE);
+            let call = async move {
+                let result = match Message::parse(&bytes) {
+                    Ok(msg) => gateway.modern(&msg, Some(tx)).await.map(|a| a.body),
+                    Err(_) => Err(CoreError::UnexpectedResponse),
+                };
+                result.unwrap_or_else(|e| {
+                    let failure = HttpError::Core(id, e);
+                    let (_, id, err) = failure.parts();
+                    encode_error(id, &err)
+                })
+            };
+            Ok(sse::request_stream(call, Some(rx), state.config.keep_alive))
+        }
+    }
+}
