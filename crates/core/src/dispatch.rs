@@ -9,6 +9,7 @@
 //! | `notifications/progress`                        | only the stream of the request whose gateway-minted token it carries, client token restored |
 //! | `notifications/resources/updated`               | rebuilt as `{uri}`, only to sessions subscribed to that URI |
 //! | any notification tagged with a subscription id  | only the Modern listen stream it names, re-tagged with the client's listen id |
+//! | `notifications/tasks/status`, related-task tagged | only the listen stream of the session owning the task |
 //! | `notifications/message`                         | dropped: it cannot be attributed            |
 //! | anything else                                   | dropped                                    |
 //!
@@ -41,6 +42,7 @@ pub struct Registry {
     pub(crate) progress: ProgressRoutes,
     pub(crate) subs: Subscriptions,
     pub(crate) listeners: ModernListeners,
+    pub(crate) tasks: crate::tasks::TaskOwners,
     pub(crate) drops: DropLog,
 }
 
@@ -52,6 +54,7 @@ impl Registry {
             progress: ProgressRoutes::default(),
             subs: Subscriptions::default(),
             listeners: ModernListeners::default(),
+            tasks: crate::tasks::TaskOwners::default(),
             drops: DropLog::default(),
         })
     }
@@ -109,6 +112,11 @@ impl Dispatcher {
             }
             return;
         }
+        // Task status and task-related messages go to the task's owner only.
+        if name == crate::tasks::STATUS || (name != method::PROGRESS && crate::tasks::task_of(params).is_some()) {
+            self.task_message(name, params);
+            return;
+        }
         match name {
             method::TOOLS_LIST_CHANGED
             | method::RESOURCES_LIST_CHANGED
@@ -133,6 +141,17 @@ impl Dispatcher {
             _ => r
                 .drops
                 .record("notification cannot be attributed to one client", name),
+        }
+    }
+
+    fn task_message(&self, name: &str, params: Option<&RawValue>) {
+        let r = &self.registry;
+        let owner = crate::tasks::task_of(params).and_then(|t| r.tasks.owner(&t));
+        match owner {
+            Some(session) => r
+                .sessions
+                .push_listen(&session, Bytes::from(encode_notification(name, params))),
+            None => r.drops.record("task message for a task no session owns", name),
         }
     }
 

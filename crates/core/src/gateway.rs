@@ -19,6 +19,7 @@ use tracing::debug;
 
 use switchboard_upstream::{BackendResponse, StdioHandle};
 use switchboard_wire::{
+    encode_error,
     encode_notification, encode_request, encode_result, method, object_member, restore_response,
     version, with_member, with_meta_member, Message, RequestId,
 };
@@ -195,13 +196,38 @@ impl Gateway {
             (method::SUBSCRIBE, None) => Err(CoreError::SessionRequired(method::SUBSCRIBE)),
             (method::UNSUBSCRIBE, None) => Err(CoreError::SessionRequired(method::UNSUBSCRIBE)),
             (method::SET_LEVEL, None) => Err(CoreError::SessionRequired(method::SET_LEVEL)),
+            (n, _) if crate::tasks::BY_ID.contains(&n) || n == crate::tasks::LIST => {
+                self.task_request(call, id, name).await
+            }
             _ => {
+                let task = crate::tasks::is_task_request(call.msg.params);
                 let answer = self
                     .call_backend(call.session, id, name, call.msg, call.stream)
                     .await?;
+                if let (true, Some(sid), false) = (task, call.session, answer.is_error()) {
+                    self.registry.tasks.record(sid.as_str(), answer.payload());
+                }
                 Ok(restore(id, &answer))
             }
         }
+    }
+
+    /// `tasks/get|result|cancel|list`: only the caller's own tasks exist for it.
+    async fn task_request(&self, call: Call<'_>, id: &RequestId, name: &str) -> Result<Vec<u8>, CoreError> {
+        let owner = call.session.map(|s| s.as_str().to_owned()).unwrap_or_default();
+        if name != crate::tasks::LIST {
+            let task = crate::tasks::task_of(call.msg.params).unwrap_or_default();
+            if !self.registry.tasks.owns(&owner, &task) {
+                return Ok(encode_error(Some(id), &crate::tasks::unknown_task()));
+            }
+        }
+        let answer = self.call_backend(call.session, id, name, call.msg, call.stream).await?;
+        if name == crate::tasks::LIST && !answer.is_error() {
+            if let Some(filtered) = self.registry.tasks.filter_list(&owner, answer.payload()) {
+                return Ok(encode_result(id, &filtered));
+            }
+        }
+        Ok(restore(id, &answer))
     }
 
     /// Forwards one request under a fresh route key (and a fresh progress token) and waits for
@@ -411,6 +437,7 @@ impl Gateway {
             + self.registry.subs.len()
             + self.registry.sessions.entry_count()
             + self.registry.listeners.len()
+            + self.registry.tasks.len()
     }
 
     /// The backend's process id, when it is a local process.

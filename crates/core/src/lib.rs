@@ -23,6 +23,7 @@ pub mod route;
 pub mod session;
 mod state_ops;
 mod subscription;
+mod tasks;
 
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use dispatch::Registry;

@@ -150,6 +150,7 @@ impl Gateway {
         for key in &ended.in_flight {
             send_cancel(&self.backend.handle, key, "session ended");
         }
+        self.registry.tasks.purge(&ended.id);
         for uri in ended.subscriptions {
             let lock = self.registry.subs.lock(&uri).await;
             if self.registry.subs.remove(&lock, &ended.id) {

@@ -20,3 +20,4 @@ mod modern;
 mod resume;
 mod rmcp_client;
 mod server_push;
+mod tasks;

@@ -64,6 +64,16 @@ def handle(req):
         with lock:
             state["setLevel"].append(params.get("level"))
         result(req, {})
+    elif method.startswith("tasks/"):
+        handle_task(req, method, params)
+    elif method == "tools/call" and "task" in params:
+        # Task-augmented call: answered at once with a task handle.
+        with lock:
+            state["tasks"] = state.get("tasks", 0) + 1
+            tid = "task-%d" % state["tasks"]
+            tasks[tid] = {"taskId": tid, "status": "working", "createdAt": "2026-01-01T00:00:00Z",
+                          "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": None}
+        result(req, {"task": tasks[tid]})
     elif method == "tools/call":
         name = params.get("name")
         args = params.get("arguments") or {}
@@ -91,6 +101,25 @@ def handle(req):
             send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32602, "message": "unknown tool"}})
     else:
         send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32601, "message": "nope"}})
+
+
+tasks = {}
+
+
+def handle_task(req, method, params):
+    if method == "tasks/list":
+        result(req, {"tasks": list(tasks.values())})
+        return
+    task = tasks.get(params.get("taskId"))
+    if task is None:
+        send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32602, "message": "no such task"}})
+    elif method == "tasks/result":
+        text(req, "result of " + task["taskId"])
+    elif method == "tasks/cancel":
+        task["status"] = "cancelled"
+        result(req, task)
+    else:
+        result(req, task)
 
 
 for line in sys.stdin:
