@@ -5,6 +5,7 @@
 #
 # Profiles:
 #   2025-11-25         --spec-version 2025-11-25, fixture in dual-era mode (default)
+#   2025-11-25-per-session  the same with one backend process per session
 #   2026-07-28         --requirements 2026-07-28, fixture in dual-era mode (Modern pass-through)
 #   2026-07-28-bridge  --requirements 2026-07-28, fixture Legacy-only (the gateway bridges)
 #
@@ -15,8 +16,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROFILE="${1:-2025-11-25}"
+GATEWAY=()
 case "$PROFILE" in
   2025-11-25) SELECT=(--spec-version 2025-11-25); ERA=dual ;;
+  2025-11-25-per-session) SELECT=(--spec-version 2025-11-25); ERA=dual; GATEWAY=(--isolation per-session) ;;
   2026-07-28) SELECT=(--requirements 2026-07-28); ERA=dual ;;
   2026-07-28-bridge) SELECT=(--requirements 2026-07-28); ERA=legacy ;;
   *) echo "conformance: unknown profile $PROFILE" >&2; exit 2 ;;
@@ -38,7 +41,7 @@ cargo build --quiet --bin switchboard
 BIN="$ROOT/target/debug/switchboard"
 
 LOG="$(mktemp)"
-"$BIN" run --host 127.0.0.1 --port 0 -- "$BIN" fixture --era "$ERA" >"$LOG" 2>"$LOG.err" &
+"$BIN" run --host 127.0.0.1 --port 0 ${GATEWAY[@]+"${GATEWAY[@]}"} -- "$BIN" fixture --era "$ERA" >"$LOG" 2>"$LOG.err" &
 GW=$!
 trap 'kill $GW 2>/dev/null || true; wait $GW 2>/dev/null || true; rm -f "$LOG" "$LOG.err"' EXIT
 

@@ -112,7 +112,22 @@ impl Backend {
     }
 }
 
-async fn call(
+impl Backend {
+    /// Makes a restarted process (`standby`, not yet installed) usable: the Legacy handshake
+    /// when the backend has one (a Modern-only backend needs none).
+    pub(crate) async fn reinitialize(
+        &self,
+        standby: &StdioHandle,
+        deadline: Duration,
+    ) -> Result<(), CoreError> {
+        if self.info.era.legacy {
+            legacy_handshake(standby, deadline).await?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) async fn call(
     handle: &StdioHandle,
     name: &str,
     params: Value,

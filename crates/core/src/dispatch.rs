@@ -113,7 +113,9 @@ impl Dispatcher {
             return;
         }
         // Task status and task-related messages go to the task's owner only.
-        if name == crate::tasks::STATUS || (name != method::PROGRESS && crate::tasks::task_of(params).is_some()) {
+        if name == crate::tasks::STATUS
+            || (name != method::PROGRESS && crate::tasks::task_of(params).is_some())
+        {
             self.task_message(name, params);
             return;
         }
@@ -151,7 +153,9 @@ impl Dispatcher {
             Some(session) => r
                 .sessions
                 .push_listen(&session, Bytes::from(encode_notification(name, params))),
-            None => r.drops.record("task message for a task no session owns", name),
+            None => r
+                .drops
+                .record("task message for a task no session owns", name),
         }
     }
 

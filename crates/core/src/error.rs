@@ -38,6 +38,13 @@ pub enum CoreError {
     /// The method cannot be served for this backend through the gateway.
     #[error("method not available through the gateway for this backend: {0}")]
     Unsupported(String),
+    /// The authorization policy does not allow this operation (kind-only message: the same
+    /// for a forbidden target and a missing one).
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// The caller's (or the tool's) rate limit is exhausted; retry after this many seconds.
+    #[error("rate limit exceeded")]
+    RateLimited(u64),
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

@@ -19,11 +19,11 @@ use tracing::debug;
 
 use switchboard_upstream::{BackendResponse, StdioHandle};
 use switchboard_wire::{
-    encode_error,
-    encode_notification, encode_request, encode_result, method, object_member, restore_response,
-    version, with_member, with_meta_member, Message, RequestId,
+    encode_error, encode_notification, encode_request, encode_result, method, object_member,
+    restore_response, version, with_member, with_meta_member, Message, RequestId,
 };
 
+use crate::access::{Path, Principal};
 use crate::dispatch::Registry;
 use crate::listen::ListenStream;
 use crate::progress;
@@ -41,6 +41,8 @@ pub struct GatewayConfig {
     pub session_ttl: Duration,
     /// Most concurrent Legacy sessions; more are refused rather than exhausting memory.
     pub max_sessions: usize,
+    /// Authorization policy, rate limits and audit log (all off by default).
+    pub access: crate::Access,
 }
 
 impl Default for GatewayConfig {
@@ -49,6 +51,7 @@ impl Default for GatewayConfig {
             request_timeout: Duration::from_secs(60),
             session_ttl: Duration::from_secs(30 * 60),
             max_sessions: 100_000,
+            access: crate::Access::default(),
         }
     }
 }
@@ -65,7 +68,10 @@ pub struct Initialized {
 /// One client request as the core sees it.
 #[derive(Debug)]
 pub struct Call<'a> {
-    /// The caller's session, already resolved; `None` for sessionless requests.
+    /// Who is calling (authenticated by `http`).
+    pub caller: &'a Principal,
+    /// The caller's session, already resolved (and owned by `caller`); `None` for sessionless
+    /// requests.
     pub session: Option<&'a SessionId>,
     /// The parsed request.
     pub msg: &'a Message<'a>,
@@ -87,6 +93,8 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) stream: Option<mpsc::Sender<Bytes>>,
     /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend.
     pub(crate) listen: Option<crate::listeners::Filter>,
+    /// The backend to use instead of the shared one (a per-session backend).
+    pub(crate) backend: Option<StdioHandle>,
 }
 
 /// The routing core for one shared backend.
@@ -102,6 +110,8 @@ pub struct Gateway {
     pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
     /// Lets cleanups that must outlive a request hold the gateway.
     me: std::sync::Weak<Gateway>,
+    /// Set when `--isolation per-session`: how to start a session's own backend.
+    pub(crate) per_session: std::sync::OnceLock<Arc<dyn crate::per_session::SpawnBackend>>,
 }
 
 impl Gateway {
@@ -114,6 +124,7 @@ impl Gateway {
             backend_log_level: tokio::sync::Mutex::new(None),
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
             me: me.clone(),
+            per_session: std::sync::OnceLock::new(),
         })
     }
 
@@ -121,11 +132,12 @@ impl Gateway {
     /// negotiated for *this* client, and opens its session.
     pub fn initialize(
         &self,
+        caller: &Principal,
         id: &RequestId,
         params: Option<&RawValue>,
     ) -> Result<Initialized, CoreError> {
-        let (negotiated, response) = self.negotiate(id, params);
-        let session = self.registry.sessions.create(negotiated)?;
+        let (negotiated, response) = self.negotiate(caller, id, params);
+        let session = self.registry.sessions.create(negotiated, caller)?;
         debug!(?session, %negotiated, "session opened");
         Ok(Initialized { session, response })
     }
@@ -134,6 +146,7 @@ impl Gateway {
     /// version negotiated for this client. Returns the version and the encoded response.
     pub(crate) fn negotiate(
         &self,
+        caller: &Principal,
         id: &RequestId,
         params: Option<&RawValue>,
     ) -> (&'static str, Vec<u8>) {
@@ -148,7 +161,7 @@ impl Gateway {
         let info = &self.backend.info;
         let mut result = json!({
             "protocolVersion": negotiated,
-            "capabilities": info.capabilities,
+            "capabilities": self.config.access.visible_capabilities(caller, &info.capabilities),
             "serverInfo": info.server_info,
         });
         if let Some(instructions) = &info.instructions {
@@ -157,11 +170,12 @@ impl Gateway {
         (negotiated, encode_result(id, &result.to_string()))
     }
 
-    /// Resolves a client-supplied session id, refreshing its TTL.
-    pub fn session(&self, raw: &str) -> Result<SessionId, CoreError> {
+    /// Resolves a client-supplied session id, refreshing its TTL. Another principal's session
+    /// is not found, exactly like an unknown one.
+    pub fn session(&self, raw: &str, caller: &Principal) -> Result<SessionId, CoreError> {
         self.registry
             .sessions
-            .touch(raw, Transport::Streamable)
+            .touch(raw, Transport::Streamable, caller)
             .map(|(id, _)| id)
     }
 
@@ -170,9 +184,12 @@ impl Gateway {
     pub fn open_listen(
         &self,
         raw: &str,
+        caller: &Principal,
         last_event_id: Option<&str>,
     ) -> Result<ListenStream, CoreError> {
-        self.registry.sessions.attach_listener(raw, last_event_id)
+        self.registry
+            .sessions
+            .attach_listener(raw, caller, last_event_id)
     }
 
     /// Detaches a listen stream when its connection ends.
@@ -182,10 +199,25 @@ impl Gateway {
 
     /// Handles one request and returns the JSON-RPC answer with the client's id restored.
     /// Dropping the future (client gone) withdraws the call and cancels it upstream.
+    ///
+    /// Admission (policy, rate limits) comes first, so a refused request reaches neither the
+    /// backend nor any routing table; list results are filtered for the caller; every request
+    /// is audited (see `access`).
     pub async fn request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+        let admitted =
+            self.config
+                .access
+                .admit(call.caller, call.session, call.msg, Path::Legacy)?;
+        admitted.finish_legacy(self.route_request(call).await)
+    }
+
+    async fn route_request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
         let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
+        if let Some(own) = call.session.and_then(|s| self.own_backend(s)) {
+            return self.own_request(call, id, name, own).await;
+        }
         if !self.backend.info.era.legacy {
             return self.legacy_to_modern(call, id, name).await;
         }
@@ -213,15 +245,25 @@ impl Gateway {
     }
 
     /// `tasks/get|result|cancel|list`: only the caller's own tasks exist for it.
-    async fn task_request(&self, call: Call<'_>, id: &RequestId, name: &str) -> Result<Vec<u8>, CoreError> {
-        let owner = call.session.map(|s| s.as_str().to_owned()).unwrap_or_default();
+    async fn task_request(
+        &self,
+        call: Call<'_>,
+        id: &RequestId,
+        name: &str,
+    ) -> Result<Vec<u8>, CoreError> {
+        let owner = call
+            .session
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default();
         if name != crate::tasks::LIST {
             let task = crate::tasks::task_of(call.msg.params).unwrap_or_default();
             if !self.registry.tasks.owns(&owner, &task) {
                 return Ok(encode_error(Some(id), &crate::tasks::unknown_task()));
             }
         }
-        let answer = self.call_backend(call.session, id, name, call.msg, call.stream).await?;
+        let answer = self
+            .call_backend(call.session, id, name, call.msg, call.stream)
+            .await?;
         if name == crate::tasks::LIST && !answer.is_error() {
             if let Some(filtered) = self.registry.tasks.filter_list(&owner, answer.payload()) {
                 return Ok(encode_result(id, &filtered));
@@ -247,12 +289,17 @@ impl Gateway {
             params: msg.params,
             stream,
             listen: None,
+            backend: None,
         })
         .await
     }
 
     /// Sends one request and waits for its answer. See [`Outgoing`].
     pub(crate) async fn send(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
+        let backend = out
+            .backend
+            .clone()
+            .unwrap_or_else(|| self.backend.handle.clone());
         let key = RouteKey::mint();
         // The client's progress token is always replaced: the backend must never see a value
         // the client chose, or a client could name another request's token.
@@ -287,9 +334,9 @@ impl Gateway {
         let cancel = CancellationToken::new();
         let _in_flight = out
             .session
-            .map(|s| InFlightGuard::register(self, s, out.id, &key, &cancel));
+            .map(|s| InFlightGuard::register(self, s, out.id, &key, &cancel, out.stream.clone()));
         let mut upstream_cancel = CancelOnDrop {
-            backend: &self.backend.handle,
+            backend: &backend,
             key: &key,
             reason: "client went away",
             armed: true,
@@ -301,7 +348,7 @@ impl Gateway {
             self.config.request_timeout
         };
         let answer = tokio::time::timeout(deadline, async {
-            let call = self.backend.handle.call(key.as_str(), line).await?;
+            let call = backend.call(key.as_str(), line).await?;
             tokio::select! {
                 answer = call => Ok(answer?),
                 () = cancel.cancelled() => Err(CoreError::Cancelled),
@@ -346,18 +393,35 @@ impl Gateway {
     /// through.
     pub async fn notify(
         &self,
+        caller: &Principal,
         session: Option<&SessionId>,
         msg: &Message<'_>,
     ) -> Result<(), CoreError> {
+        let admitted = self
+            .config
+            .access
+            .admit(caller, session, msg, Path::Legacy)?;
+        admitted.finish_notification(self.route_notification(session, msg).await)
+    }
+
+    async fn route_notification(
+        &self,
+        session: Option<&SessionId>,
+        msg: &Message<'_>,
+    ) -> Result<(), CoreError> {
+        let own = session.and_then(|s| self.own_backend(s));
         match msg.method {
-            Some(method::INITIALIZED) => Ok(()),
+            // A per-session backend saw the client's own `initialize`: it gets the client's
+            // `initialized` too. The shared backend was initialized once, by the gateway.
+            Some(method::INITIALIZED) if own.is_none() => Ok(()),
             Some(method::CANCELLED) => {
                 self.cancel(session, msg).await;
                 Ok(())
             }
             Some(name) => {
                 let line = encode_notification(name, msg.params);
-                Ok(self.backend.handle.send_line(line).await?)
+                let backend = own.as_ref().unwrap_or(&self.backend.handle);
+                Ok(backend.send_line(line).await?)
             }
             None => Err(CoreError::UnexpectedResponse),
         }
@@ -383,9 +447,10 @@ impl Gateway {
         };
         let key = in_flight.key.to_request_id();
         if let Some(params) = with_member(params, "requestId", key.as_json()) {
-            let _ = self
-                .backend
-                .handle
+            let backend = self
+                .own_backend(sid)
+                .unwrap_or_else(|| self.backend.handle.clone());
+            let _ = backend
                 .send_line(encode_notification(method::CANCELLED, Some(&params)))
                 .await;
         }
@@ -465,11 +530,13 @@ impl<'a> InFlightGuard<'a> {
         id: &RequestId,
         key: &RouteKey,
         cancel: &CancellationToken,
+        stream: Option<mpsc::Sender<Bytes>>,
     ) -> Self {
         let client_id: Box<str> = id.as_json().into();
         let entry = InFlight {
             key: key.clone(),
             cancel: cancel.clone(),
+            stream,
         };
         let _ = gateway.registry.sessions.with(session.as_str(), |s| {
             s.in_flight.insert(client_id.clone(), entry)

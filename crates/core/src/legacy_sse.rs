@@ -58,25 +58,30 @@ pub enum SseDelivery {
 }
 
 impl Gateway {
-    /// Opens an HTTP+SSE session (`GET /sse`) with its stream attached.
-    pub fn open_sse(&self) -> Result<SseSession, CoreError> {
+    /// Opens an HTTP+SSE session (`GET /sse`) owned by `caller`, with its stream attached.
+    pub fn open_sse(&self, caller: &crate::Principal) -> Result<SseSession, CoreError> {
         let (listen, events) = ListenState::stream_only(SSE_QUEUE);
         let id = self.registry.sessions.create_with(
             Transport::Sse,
             TRANSPORT_REVISION,
             listen,
             Some(JoinSet::new()),
+            caller,
         )?;
         debug!(session = ?id, "HTTP+SSE session opened");
         Ok(SseSession { id, events })
     }
 
     /// Resolves a client-supplied HTTP+SSE session id (`POST /messages?session_id=`),
-    /// refreshing its TTL. Streamable HTTP ids are not found.
-    pub fn sse_session(&self, raw: &str) -> Result<SessionId, CoreError> {
+    /// refreshing its TTL. Streamable HTTP ids, and other principals' sessions, are not found.
+    pub fn sse_session(
+        &self,
+        raw: &str,
+        caller: &crate::Principal,
+    ) -> Result<SessionId, CoreError> {
         self.registry
             .sessions
-            .touch(raw, Transport::Sse)
+            .touch(raw, Transport::Sse, caller)
             .map(|(id, _)| id)
     }
 
@@ -84,11 +89,12 @@ impl Gateway {
     /// it, and queues the answer on the session's stream.
     pub fn initialize_sse(
         &self,
+        caller: &crate::Principal,
         session: &SessionId,
         id: &RequestId,
         params: Option<&RawValue>,
     ) -> Result<(), CoreError> {
-        let (negotiated, response) = self.negotiate(id, params);
+        let (negotiated, response) = self.negotiate(caller, id, params);
         self.registry
             .sessions
             .with_transport(session.as_str(), Transport::Sse, |s| {
@@ -134,10 +140,7 @@ impl Gateway {
 
     /// Refreshes an HTTP+SSE session's TTL while its stream is open. False once it has ended.
     pub fn keep_sse_alive(&self, session: &SessionId) -> bool {
-        self.registry
-            .sessions
-            .touch(session.as_str(), Transport::Sse)
-            .is_ok()
+        self.registry.sessions.refresh(session, Transport::Sse)
     }
 
     /// The session's stream closed: end the session now (so nothing more is queued for it and
@@ -147,7 +150,7 @@ impl Gateway {
         let Ok(ended) = self
             .registry
             .sessions
-            .remove(session.as_str(), Transport::Sse)
+            .remove(session.as_str(), Transport::Sse, None)
         else {
             return; // Already ended (TTL, shutdown).
         };

@@ -8,6 +8,8 @@
 //! - No HTTP types here: `http` calls [`Gateway`] with parsed envelopes and maps [`CoreError`]
 //!   to status codes.
 
+pub mod access;
+pub mod audit;
 mod backend;
 mod dispatch;
 mod drop_log;
@@ -18,13 +20,16 @@ mod listen;
 mod listeners;
 mod logging;
 mod modern;
+mod per_session;
 mod progress;
+pub mod ratelimit;
 pub mod route;
 pub mod session;
 mod state_ops;
 mod subscription;
 mod tasks;
 
+pub use access::{Access, Authorizer, Principal, Target};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use dispatch::Registry;
 pub use error::CoreError;
@@ -32,6 +37,7 @@ pub use gateway::{Call, Gateway, GatewayConfig, Initialized};
 pub use legacy_sse::{SseDelivery, SseSession, SSE_MAX_REQUESTS, SSE_QUEUE};
 pub use listen::{ListenEvent, ListenStream};
 pub use modern::ModernAnswer;
+pub use per_session::SpawnBackend;
 pub use progress::REQUEST_STREAM_QUEUE;
 pub use session::{SessionId, Transport};
 pub use switchboard_upstream::UpstreamError;

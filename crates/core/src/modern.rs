@@ -69,7 +69,24 @@ impl ModernAnswer {
 impl Gateway {
     /// Handles one classified Modern request. `stream` carries related notifications (progress,
     /// and for `subscriptions/listen` the whole stream).
+    ///
+    /// The same admission, filtering and audit as Legacy requests (see `access`): a refused
+    /// request or a forbidden `subscriptions/listen` URI never reaches the backend or the
+    /// listener registry.
     pub async fn modern(
+        &self,
+        caller: &crate::Principal,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let admitted = self
+            .config
+            .access
+            .admit(caller, None, msg, crate::access::Path::Modern)?;
+        admitted.finish_modern(self.route_modern(msg, stream).await)
+    }
+
+    async fn route_modern(
         &self,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
@@ -92,6 +109,7 @@ impl Gateway {
                     params: msg.params,
                     stream,
                     listen,
+                    backend: None,
                 })
                 .await?;
             if name == method::DISCOVER && !answer.is_error() {
@@ -147,6 +165,7 @@ impl Gateway {
                 params: Some(&params),
                 stream: call.stream,
                 listen: None,
+                backend: None,
             })
             .await?;
         Ok(restore_response(id, answer.member(), answer.payload()))
@@ -189,6 +208,7 @@ impl Gateway {
                 params,
                 stream,
                 listen: None,
+                backend: None,
             })
             .await?;
         if answer.is_error() {

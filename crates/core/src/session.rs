@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::access::Principal;
 use crate::listen::{ListenState, ListenStream};
 use crate::route::{random_hex, RouteKey};
 use crate::CoreError;
@@ -58,12 +59,16 @@ pub enum Transport {
 pub(crate) struct InFlight {
     pub(crate) key: RouteKey,
     pub(crate) cancel: CancellationToken,
+    /// The request's own stream, where a per-session backend's related messages go.
+    pub(crate) stream: Option<tokio::sync::mpsc::Sender<Bytes>>,
 }
 
 /// What the gateway keeps for one session.
 #[derive(Debug)]
 pub(crate) struct Session {
     pub(crate) transport: Transport,
+    /// The principal that created the session (issuer, subject): the only one that can use it.
+    owner: (String, String),
     pub(crate) protocol_version: &'static str,
     last_seen: Instant,
     pub(crate) listen: ListenState,
@@ -76,6 +81,8 @@ pub(crate) struct Session {
     /// HTTP+SSE only: the tasks running this session's requests. Owned by the session, so
     /// ending the session (in any way) aborts them.
     pub(crate) tasks: Option<JoinSet<()>>,
+    /// Per-session mode: this session's own backend process.
+    pub(crate) own: Option<crate::per_session::OwnBackend>,
 }
 
 /// The state of a session that just ended, for cleanup outside the table lock.
@@ -86,6 +93,8 @@ pub(crate) struct Ended {
     pub(crate) had_log_level: bool,
     /// Route keys of requests that were still waiting; the backend is told to cancel them.
     pub(crate) in_flight: Vec<RouteKey>,
+    /// Per-session mode: the session's backend process, to shut down.
+    pub(crate) process: Option<switchboard_upstream::StdioProcess>,
 }
 
 /// All live sessions.
@@ -108,13 +117,18 @@ impl SessionStore {
         }
     }
 
-    /// Creates a Streamable HTTP session, or refuses when the table is full.
-    pub fn create(&self, protocol_version: &'static str) -> Result<SessionId, CoreError> {
+    /// Creates a Streamable HTTP session owned by `owner`, or refuses when the table is full.
+    pub fn create(
+        &self,
+        protocol_version: &'static str,
+        owner: &Principal,
+    ) -> Result<SessionId, CoreError> {
         self.create_with(
             Transport::Streamable,
             protocol_version,
             ListenState::default(),
             None,
+            owner,
         )
     }
 
@@ -125,6 +139,7 @@ impl SessionStore {
         protocol_version: &'static str,
         listen: ListenState,
         tasks: Option<JoinSet<()>>,
+        owner: &Principal,
     ) -> Result<SessionId, CoreError> {
         let mut sessions = self.sessions.lock();
         if sessions.len() >= self.max {
@@ -138,6 +153,7 @@ impl SessionStore {
         };
         let session = Session {
             transport,
+            owner: (owner.issuer.clone(), owner.subject.clone()),
             protocol_version,
             last_seen: Instant::now(),
             listen,
@@ -145,19 +161,22 @@ impl SessionStore {
             subscriptions: HashSet::new(),
             in_flight: HashMap::new(),
             tasks,
+            own: None,
         };
         sessions.insert(id.0.clone(), session);
         Ok(id)
     }
 
-    /// Looks a session of `transport` up by the client-supplied value and refreshes its TTL.
-    /// Returns the canonical id and the session's negotiated version.
+    /// Looks a session of `transport` owned by `caller` up by the client-supplied value and
+    /// refreshes its TTL. Returns the canonical id and the session's negotiated version. A
+    /// session of another principal is not found, exactly like an unknown id (no oracle).
     pub fn touch(
         &self,
         raw: &str,
         transport: Transport,
+        caller: &Principal,
     ) -> Result<(SessionId, &'static str), CoreError> {
-        self.with_transport(raw, transport, |s| {
+        self.with_owned(raw, transport, caller, |s| {
             s.last_seen = Instant::now();
             s.protocol_version
         })
@@ -193,6 +212,30 @@ impl SessionStore {
             .ok_or(CoreError::SessionNotFound)
     }
 
+    /// Like [`Self::with_transport`], for a client-supplied id that must also belong to
+    /// `caller`: another principal's session is treated exactly like an unknown one.
+    pub(crate) fn with_owned<R>(
+        &self,
+        raw: &str,
+        transport: Transport,
+        caller: &Principal,
+        f: impl FnOnce(&mut Session) -> R,
+    ) -> Result<R, CoreError> {
+        let mut sessions = self.sessions.lock();
+        sessions
+            .get_mut(raw)
+            .filter(|s| s.transport == transport && s.owned_by(caller))
+            .map(f)
+            .ok_or(CoreError::SessionNotFound)
+    }
+
+    /// Refreshes the TTL of a session the gateway itself holds the id of (an open HTTP+SSE
+    /// stream). False once it has ended.
+    pub(crate) fn refresh(&self, id: &SessionId, transport: Transport) -> bool {
+        self.with_transport(id.as_str(), transport, |s| s.last_seen = Instant::now())
+            .is_ok()
+    }
+
     /// Runs `f` on every live session under the table lock (`f` must not block).
     pub(crate) fn for_each(&self, mut f: impl FnMut(&str, &mut Session)) {
         for (id, s) in self.sessions.lock().iter_mut() {
@@ -204,12 +247,13 @@ impl SessionStore {
     pub fn attach_listener(
         &self,
         raw: &str,
+        caller: &Principal,
         last_event_id: Option<&str>,
     ) -> Result<ListenStream, CoreError> {
         let generation = self
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.with_transport(raw, Transport::Streamable, |s| {
+        self.with_owned(raw, Transport::Streamable, caller, |s| {
             s.last_seen = Instant::now();
             s.listen.attach(generation, last_event_id)
         })
@@ -225,16 +269,42 @@ impl SessionStore {
         let _ = self.with(raw, |s| s.listen.push(data));
     }
 
-    /// Ends a session of `transport`. Errors if it did not exist (on that transport).
-    pub(crate) fn remove(&self, raw: &str, transport: Transport) -> Result<Ended, CoreError> {
+    /// Ends a session of `transport` (and, when `caller` is given, owned by it). Errors if it
+    /// did not exist (on that transport, for that caller).
+    pub(crate) fn remove(
+        &self,
+        raw: &str,
+        transport: Transport,
+        caller: Option<&Principal>,
+    ) -> Result<Ended, CoreError> {
         let session = {
             let mut sessions = self.sessions.lock();
-            if !sessions.get(raw).is_some_and(|s| s.transport == transport) {
+            let mine = |s: &Session| caller.is_none_or(|c| s.owned_by(c));
+            if !sessions
+                .get(raw)
+                .is_some_and(|s| s.transport == transport && mine(s))
+            {
                 return Err(CoreError::SessionNotFound);
             }
             sessions.remove(raw).ok_or(CoreError::SessionNotFound)?
         };
         Ok(ended(raw.to_owned(), session))
+    }
+
+    /// Ends a session whatever its transport (the gateway's own cleanup paths).
+    pub(crate) fn remove_any(&self, raw: &str) -> Result<Ended, CoreError> {
+        let session = self
+            .sessions
+            .lock()
+            .remove(raw)
+            .ok_or(CoreError::SessionNotFound)?;
+        Ok(ended(raw.to_owned(), session))
+    }
+
+    /// Ends every session (gateway shutdown).
+    pub(crate) fn drain(&self) -> Vec<Ended> {
+        let all: Vec<(String, Session)> = self.sessions.lock().drain().collect();
+        all.into_iter().map(|(id, s)| ended(id, s)).collect()
     }
 
     /// Removes every session idle for longer than the TTL.
@@ -280,6 +350,12 @@ impl SessionStore {
     }
 }
 
+impl Session {
+    fn owned_by(&self, caller: &Principal) -> bool {
+        self.owner.0 == caller.issuer && self.owner.1 == caller.subject
+    }
+}
+
 fn ended(id: String, session: Session) -> Ended {
     let in_flight = match session.tasks {
         // HTTP+SSE: every request runs in one of the session's tasks. Aborting them drops each
@@ -303,12 +379,17 @@ fn ended(id: String, session: Session) -> Ended {
         subscriptions: session.subscriptions,
         had_log_level: session.log_level.is_some(),
         in_flight,
+        process: session.own.and_then(|mut o| o.process.take()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn anon() -> Principal {
+        Principal::anonymous()
+    }
 
     const S: Transport = Transport::Streamable;
 
@@ -317,41 +398,69 @@ mod tests {
         let store = SessionStore::new(10, Duration::from_secs(60));
         let (listen, _rx) = ListenState::stream_only(4);
         let sse = store
-            .create_with(Transport::Sse, "2024-11-05", listen, Some(JoinSet::new()))
+            .create_with(
+                Transport::Sse,
+                "2024-11-05",
+                listen,
+                Some(JoinSet::new()),
+                &anon(),
+            )
             .unwrap();
-        let http = store.create("2025-11-25").unwrap();
-        assert!(store.touch(sse.as_str(), S).is_err());
-        assert!(store.attach_listener(sse.as_str(), None).is_err());
-        assert!(store.remove(sse.as_str(), S).is_err());
-        assert!(store.touch(http.as_str(), Transport::Sse).is_err());
-        assert!(store.remove(http.as_str(), Transport::Sse).is_err());
+        let http = store.create("2025-11-25", &anon()).unwrap();
+        assert!(store.touch(sse.as_str(), S, &anon()).is_err());
+        assert!(store.attach_listener(sse.as_str(), &anon(), None).is_err());
+        assert!(store.remove(sse.as_str(), S, None).is_err());
+        assert!(store.touch(http.as_str(), Transport::Sse, &anon()).is_err());
+        assert!(store.remove(http.as_str(), Transport::Sse, None).is_err());
         assert_eq!(store.len(), 2, "a wrong-transport removal removes nothing");
-        assert!(store.touch(sse.as_str(), Transport::Sse).is_ok());
-        assert!(store.remove(sse.as_str(), Transport::Sse).is_ok());
+        assert!(store.touch(sse.as_str(), Transport::Sse, &anon()).is_ok());
+        assert!(store.remove(sse.as_str(), Transport::Sse, None).is_ok());
+    }
+
+    #[test]
+    fn another_principals_session_is_not_found() {
+        let store = SessionStore::new(10, Duration::from_secs(60));
+        let alice = Principal {
+            subject: "alice".into(),
+            ..anon()
+        };
+        let bob = Principal {
+            subject: "bob".into(),
+            ..anon()
+        };
+        let id = store.create("2025-11-25", &alice).unwrap();
+        assert!(matches!(
+            store.touch(id.as_str(), S, &bob),
+            Err(CoreError::SessionNotFound)
+        ));
+        assert!(store.attach_listener(id.as_str(), &bob, None).is_err());
+        assert!(store.remove(id.as_str(), S, Some(&bob)).is_err());
+        assert!(store.touch(id.as_str(), S, &alice).is_ok());
+        assert!(store.remove(id.as_str(), S, Some(&alice)).is_ok());
     }
 
     #[test]
     fn lifecycle() {
         let store = SessionStore::new(2, Duration::from_secs(60));
-        let a = store.create("2025-11-25").unwrap();
-        let b = store.create("2025-06-18").unwrap();
+        let a = store.create("2025-11-25", &anon()).unwrap();
+        let b = store.create("2025-06-18", &anon()).unwrap();
         assert_ne!(a, b);
         assert!(matches!(
-            store.create("2025-11-25"),
+            store.create("2025-11-25", &anon()),
             Err(CoreError::TooManySessions(2))
         ));
-        assert_eq!(store.touch(b.as_str(), S).unwrap().1, "2025-06-18");
-        store.remove(a.as_str(), S).unwrap();
+        assert_eq!(store.touch(b.as_str(), S, &anon()).unwrap().1, "2025-06-18");
+        store.remove(a.as_str(), S, None).unwrap();
         assert!(matches!(
-            store.touch(a.as_str(), S),
+            store.touch(a.as_str(), S, &anon()),
             Err(CoreError::SessionNotFound)
         ));
         assert!(matches!(
-            store.remove(a.as_str(), S),
+            store.remove(a.as_str(), S, None),
             Err(CoreError::SessionNotFound)
         ));
         assert!(matches!(
-            store.touch("forged", S),
+            store.touch("forged", S, &anon()),
             Err(CoreError::SessionNotFound)
         ));
         assert_eq!(store.len(), 1);
@@ -360,21 +469,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn idle_sessions_expire_and_used_ones_do_not() {
         let store = SessionStore::new(10, Duration::from_secs(60));
-        let idle = store.create("2025-11-25").unwrap();
-        let used = store.create("2025-11-25").unwrap();
+        let idle = store.create("2025-11-25", &anon()).unwrap();
+        let used = store.create("2025-11-25", &anon()).unwrap();
         tokio::time::advance(Duration::from_secs(40)).await;
-        store.touch(used.as_str(), S).unwrap();
+        store.touch(used.as_str(), S, &anon()).unwrap();
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_eq!(store.reap().len(), 1);
-        assert!(store.touch(idle.as_str(), S).is_err());
-        assert!(store.touch(used.as_str(), S).is_ok());
+        assert!(store.touch(idle.as_str(), S, &anon()).is_err());
+        assert!(store.touch(used.as_str(), S, &anon()).is_ok());
     }
 
     #[test]
     fn ending_a_session_closes_its_stream_and_cancels_its_work() {
         let store = SessionStore::new(10, Duration::from_secs(60));
-        let id = store.create("2025-11-25").unwrap();
-        let mut stream = store.attach_listener(id.as_str(), None).unwrap();
+        let id = store.create("2025-11-25", &anon()).unwrap();
+        let mut stream = store.attach_listener(id.as_str(), &anon(), None).unwrap();
         let cancel = CancellationToken::new();
         store
             .with(id.as_str(), |s| {
@@ -384,12 +493,13 @@ mod tests {
                     InFlight {
                         key: RouteKey::mint(),
                         cancel: cancel.clone(),
+                        stream: None,
                     },
                 );
             })
             .unwrap();
         assert_eq!(store.entry_count(), 3);
-        let ended = store.remove(id.as_str(), S).unwrap();
+        let ended = store.remove(id.as_str(), S, None).unwrap();
         assert!(ended.subscriptions.contains("u"));
         assert!(cancel.is_cancelled());
         assert!(stream.events.try_recv().is_err());

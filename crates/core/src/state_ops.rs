@@ -136,9 +136,38 @@ impl Gateway {
         Some(answer)
     }
 
+    /// Readies a restarted backend before it is installed: handshake, then re-subscribe every
+    /// URI someone is subscribed to and re-apply the log level, since the new process knows
+    /// nothing of the old one's state. Returns false to make the supervisor retry.
+    pub async fn revive(&self, standby: switchboard_upstream::StdioHandle) -> bool {
+        let deadline = self.config.request_timeout;
+        if let Err(e) = self.backend.reinitialize(&standby, deadline).await {
+            tracing::warn!(error = %e, "restarted backend refused the handshake");
+            return false;
+        }
+        for uri in self.registry.subs.uris() {
+            let params = json!({ "uri": uri });
+            if let Err(e) =
+                crate::backend::call(&standby, method::SUBSCRIBE, params, deadline).await
+            {
+                debug!(error = %e, "re-subscribe after restart failed");
+            }
+        }
+        let level = *self.backend_log_level.lock().await;
+        if let Some(level) = level {
+            let params = json!({ "level": logging::name(level) });
+            let _ = crate::backend::call(&standby, method::SET_LEVEL, params, deadline).await;
+        }
+        true
+    }
+
     /// Ends a Streamable HTTP session (DELETE) and releases everything it held.
-    pub async fn end_session(&self, raw: &str) -> Result<(), CoreError> {
-        let ended = self.registry.sessions.remove(raw, Transport::Streamable)?;
+    /// Another principal's session is not found, exactly like an unknown one.
+    pub async fn end_session(&self, raw: &str, caller: &crate::Principal) -> Result<(), CoreError> {
+        let ended = self
+            .registry
+            .sessions
+            .remove(raw, Transport::Streamable, Some(caller))?;
         self.cleanup(ended).await;
         Ok(())
     }
@@ -147,6 +176,11 @@ impl Gateway {
     /// subscriber, log-level reconciliation, cancellation of its in-flight requests. Its
     /// listen stream already closed when it left the table.
     pub(crate) async fn cleanup(&self, ended: Ended) {
+        if let Some(process) = ended.process {
+            // The session's own backend: its requests die with it, no cancellations needed.
+            process.shutdown(std::time::Duration::from_secs(2)).await;
+            return;
+        }
         for key in &ended.in_flight {
             send_cancel(&self.backend.handle, key, "session ended");
         }

@@ -92,6 +92,11 @@ impl Subscriptions {
             .unwrap_or_default()
     }
 
+    /// Every URI with at least one subscriber.
+    pub(crate) fn uris(&self) -> Vec<String> {
+        self.table.lock().keys().cloned().collect()
+    }
+
     /// Subscribed URIs plus live per-URI locks (for leak tests).
     pub(crate) fn len(&self) -> usize {
         self.table.lock().len() + self.locks.lock().len()

@@ -117,12 +117,17 @@ mod tests {
         t.record("b", r#"{"task":{"taskId":"t2","status":"working"}}"#);
         t.record("b", r#"{"content":[]}"#);
         assert!(t.owns("a", "t1") && !t.owns("b", "t1") && !t.owns("a", "nope"));
-        let list = json!({"tasks":[{"taskId":"t1"},{"taskId":"t2"},{"taskId":"t3"}],"nextCursor":"c"}).to_string();
+        let list =
+            json!({"tasks":[{"taskId":"t1"},{"taskId":"t2"},{"taskId":"t3"}],"nextCursor":"c"})
+                .to_string();
         let a: Value = serde_json::from_str(&t.filter_list("a", &list).unwrap()).unwrap();
         assert_eq!(a, json!({"tasks":[{"taskId":"t1"}],"nextCursor":"c"}));
         t.purge("a");
         assert_eq!(t.len(), 1);
-        let p = RawValue::from_string(r#"{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}}}"#.into()).unwrap();
+        let p = RawValue::from_string(
+            r#"{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}}}"#.into(),
+        )
+        .unwrap();
         assert_eq!(task_of(Some(&p)).as_deref(), Some("t2"));
     }
 }

@@ -4,8 +4,10 @@
 //! |-------------------------------------------|------|-----------------------------|
 //! | malformed JSON                            | 400  | -32700, no id               |
 //! | batch, bad shape, forbidden id            | 400  | -32600 (id when readable)   |
+//! | nested deeper than `MAX_CLIENT_DEPTH`     | 400  | -32600, id echoed           |
+//! | `_meta.progressToken` not string/number   | 400  | -32602, id echoed           |
 //! | client-posted JSON-RPC response           | 400  | -32600, no id               |
-//! | unknown `MCP-Protocol-Version`            | 400  | -32600 + supported versions |
+//! | unknown `MCP-Protocol-Version` (any verb) | 400  | -32600 + supported versions |
 //! | `Mcp-Session-Id` missing where required   | 400  | -32600                      |
 //! | unknown / expired session                 | 404  | -32001 "Session not found"  |
 //! | `Accept` lacks JSON or SSE                | 406  | -32600                      |
@@ -13,6 +15,9 @@
 //! | body over the limit                       | 413  | -32600                      |
 //! | GET/other method not offered              | 405  | -32600                      |
 //! | `Host`/`Origin` not allowed (rebinding)   | 403  | -32600, no id               |
+//! | no / invalid bearer credential            | 401  | -32600, no id + `WWW-Authenticate` |
+//! | denied by the authorization policy        | 403  | 403, id echoed (kind-only message) |
+//! | rate limit exhausted                      | 429  | 429 + `data.retryAfterSeconds`, `Retry-After` |
 //! | session table full                        | 503  | -32603                      |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
@@ -49,6 +54,12 @@ pub(crate) enum HttpError {
     /// A JSON-RPC error the gateway decided itself (classification, Modern header checks).
     Rpc(Option<RequestId>, ErrorObject),
     Forbidden(&'static str),
+    /// No valid credential: 401 with `WWW-Authenticate` naming the RFC 9728 document.
+    Unauthorized {
+        metadata_url: String,
+        /// A credential was presented but rejected (`error="invalid_token"`).
+        invalid_token: bool,
+    },
     Core(Option<RequestId>, CoreError),
 }
 
@@ -103,6 +114,11 @@ impl HttpError {
                 invalid("Method Not Allowed"),
             ),
             E::Forbidden(m) => (StatusCode::FORBIDDEN, None, invalid(m)),
+            E::Unauthorized { .. } => (
+                StatusCode::UNAUTHORIZED,
+                None,
+                invalid("Unauthorized: a valid bearer token is required"),
+            ),
             E::Rpc(id, err) => (status_of(i64::from(err.code)), id.as_ref(), err.clone()),
             E::Core(id, e) => {
                 let (status, err) = core_parts(e);
@@ -137,9 +153,20 @@ pub(crate) fn status_of(code: i64) -> StatusCode {
 /// still needs exactly one answer. Same value LSP uses; outside JSON-RPC's reserved range.
 const REQUEST_CANCELLED: i32 = -32800;
 
+/// JSON-RPC code for a policy denial (HTTP 403), as ToolHive's call gate answers.
+pub(crate) const FORBIDDEN: i32 = 403;
+/// JSON-RPC code for an exhausted rate limit (HTTP 429).
+pub(crate) const RATE_LIMITED: i32 = 429;
+
 fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
     let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
     match e {
+        CoreError::Forbidden(m) => (StatusCode::FORBIDDEN, ErrorObject::new(FORBIDDEN, *m)),
+        CoreError::RateLimited(secs) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorObject::new(RATE_LIMITED, "Rate limit exceeded")
+                .with_data(json!({ "retryAfterSeconds": secs })),
+        ),
         CoreError::SessionNotFound => (
             StatusCode::NOT_FOUND,
             ErrorObject::new(codes::SESSION_NOT_FOUND, "Session not found"),
@@ -192,10 +219,30 @@ impl IntoResponse for HttpError {
         let body = encode_error(id, &err);
         let mut response =
             (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
-        if let HttpError::MethodNotAllowed(allow) = self {
-            response
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        match self {
+            HttpError::MethodNotAllowed(allow) => {
+                response
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            HttpError::Unauthorized {
+                metadata_url,
+                invalid_token,
+            } => {
+                let mut challenge = format!("Bearer resource_metadata=\"{metadata_url}\"");
+                if invalid_token {
+                    challenge.push_str(", error=\"invalid_token\"");
+                }
+                if let Ok(v) = HeaderValue::from_str(&challenge) {
+                    response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+                }
+            }
+            HttpError::Core(_, CoreError::RateLimited(secs)) => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            _ => {}
         }
         response
     }

@@ -13,9 +13,10 @@
 //! sent, client-posted responses → 400, unknown session → 404 -32001.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -25,7 +26,7 @@ use tokio::time::{interval_at, Instant, Interval};
 use tracing::debug;
 
 use switchboard_core::{
-    Call, CoreError, Gateway, ListenEvent, SessionId, SseDelivery, REQUEST_STREAM_QUEUE,
+    Call, CoreError, Gateway, ListenEvent, Principal, SessionId, SseDelivery, REQUEST_STREAM_QUEUE,
 };
 use switchboard_wire::{encode_error, method, sse, Message, MessageKind, RequestId};
 
@@ -39,18 +40,27 @@ const MESSAGES_PATH: &str = "/messages";
 /// Longest accepted prefix: it goes into every `endpoint` event.
 const MAX_PREFIX: usize = 256;
 
-/// GET `/sse`: a new session, announced by the `endpoint` event, then its messages.
-pub(crate) async fn open(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    open_stream(&state, &headers).unwrap_or_else(IntoResponse::into_response)
+/// GET `/sse`: a new session owned by the caller, announced by the `endpoint` event, then its
+/// messages.
+pub(crate) async fn open(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Principal>>,
+    headers: HeaderMap,
+) -> Response {
+    open_stream(&state, &caller, &headers).unwrap_or_else(IntoResponse::into_response)
 }
 
-fn open_stream(state: &AppState, headers: &HeaderMap) -> Result<Response, HttpError> {
+fn open_stream(
+    state: &AppState,
+    caller: &Principal,
+    headers: &HeaderMap,
+) -> Result<Response, HttpError> {
     if !headers::accepts_sse(headers) {
         return Err(HttpError::NotAcceptable);
     }
     let session = state
         .gateway
-        .open_sse()
+        .open_sse(caller)
         .map_err(|e| HttpError::Core(None, e))?;
     let prefix = endpoint_prefix(&state.config, headers);
     let endpoint = format!("{prefix}{MESSAGES_PATH}?session_id={}", session.id.as_str());
@@ -113,11 +123,12 @@ fn message(e: &ListenEvent) -> Bytes {
 /// POST `/messages?session_id=<id>` (`sessionId` accepted too).
 pub(crate) async fn post(
     State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Principal>>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match handle_post(&state, &uri, &headers, body).await {
+    match handle_post(&state, &caller, &uri, &headers, body).await {
         Ok(()) => (
             StatusCode::ACCEPTED,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
@@ -130,6 +141,7 @@ pub(crate) async fn post(
 
 async fn handle_post(
     state: &AppState,
+    caller: &Arc<Principal>,
     uri: &Uri,
     headers: &HeaderMap,
     body: Body,
@@ -137,25 +149,31 @@ async fn handle_post(
     let raw_session = session_param(uri.query()).ok_or(HttpError::MissingSessionParam)?;
     headers::require_json(headers)?;
     let bytes = read_body(headers, body, state.config.max_body_bytes).await?;
-    let msg = Message::parse(&bytes).map_err(HttpError::Parse)?;
+    let msg = Message::parse_client(&bytes).map_err(HttpError::Parse)?;
     headers::check_protocol_version(headers)?;
     if msg.kind == MessageKind::Response {
         return Err(HttpError::ClientResponse);
     }
     let gateway = &state.gateway;
     let session = gateway
-        .sse_session(raw_session)
+        .sse_session(raw_session, caller)
         .map_err(|e| HttpError::Core(msg.id.clone(), e))?;
     match (msg.method, msg.id.clone()) {
         (_, None) => gateway
-            .notify(Some(&session), &msg)
+            .notify(caller, Some(&session), &msg)
             .await
             .map_err(|e| HttpError::Core(None, e)),
         (Some(method::INITIALIZE), Some(id)) => gateway
-            .initialize_sse(&session, &id, msg.params)
+            .initialize_sse(caller, &session, &id, msg.params)
             .map_err(|e| HttpError::Core(Some(id), e)),
         (_, Some(id)) => {
-            let task = run_request(gateway.clone(), session.clone(), bytes.clone(), id.clone());
+            let task = run_request(
+                gateway.clone(),
+                caller.clone(),
+                session.clone(),
+                bytes.clone(),
+                id.clone(),
+            );
             gateway
                 .spawn_sse(&session, task)
                 .map_err(|e| HttpError::Core(Some(id), e))
@@ -167,7 +185,8 @@ async fn handle_post(
 /// session's stream, in the backend's order. If the session ends first, the task is aborted
 /// (withdrawing the call upstream); an answer that finds the session gone is dropped.
 async fn run_request(
-    gateway: std::sync::Arc<Gateway>,
+    gateway: Arc<Gateway>,
+    caller: Arc<Principal>,
     session: SessionId,
     bytes: Bytes,
     id: RequestId,
@@ -178,6 +197,7 @@ async fn run_request(
     };
     let (tx, mut notes) = mpsc::channel(REQUEST_STREAM_QUEUE);
     let call = gateway.request(Call {
+        caller: &caller,
         session: Some(&session),
         msg: &msg,
         stream: Some(tx),

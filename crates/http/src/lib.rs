@@ -5,6 +5,7 @@
 //! headers and bodies, parses the envelope once, hands it to `core`, and turns every outcome
 //! into exactly one HTTP answer. All error → status/JSON-RPC mapping lives in [`error`].
 
+mod auth;
 mod error;
 mod headers;
 mod legacy_sse;
@@ -25,6 +26,7 @@ use tokio::net::TcpListener;
 
 use switchboard_core::Gateway;
 
+pub use auth::{parse_algorithm, Authenticator, JwtConfig, API_KEY_ISSUER};
 pub use legacy_sse::clean_prefix;
 pub use origin::OriginPolicy;
 
@@ -44,6 +46,8 @@ pub struct HttpConfig {
     /// Use the client's `X-Forwarded-Prefix` (when valid) instead of `endpoint_prefix`. Only
     /// for gateways behind a proxy that sets it: otherwise any client could choose the URI.
     pub trust_forwarded_prefix: bool,
+    /// Who may call: anonymous (default), static API keys, OAuth JWTs.
+    pub auth: Arc<Authenticator>,
 }
 
 impl Default for HttpConfig {
@@ -54,6 +58,7 @@ impl Default for HttpConfig {
             origin: OriginPolicy::loopback(),
             endpoint_prefix: String::new(),
             trust_forwarded_prefix: false,
+            auth: Arc::new(Authenticator::anonymous()),
         }
     }
 }
@@ -86,10 +91,20 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sse", get(legacy_sse::open))
         .route("/messages", post(legacy_sse::post))
+        // Layers run outermost-last-added: Origin/Host first (403), then authentication (401).
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             origin::guard,
         ))
+        .route("/.well-known/oauth-protected-resource", get(auth::metadata))
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(auth::metadata),
+        )
         .route("/healthz", get(health))
         .route("/stats", get(stats))
         .with_state(state)

@@ -20,6 +20,7 @@ const LISTEN: &str = "subscriptions/listen";
 
 pub(crate) async fn handle(
     state: &AppState,
+    caller: &std::sync::Arc<switchboard_core::Principal>,
     headers: &HeaderMap,
     msg: &Message<'_>,
     bytes: &Bytes,
@@ -43,13 +44,18 @@ pub(crate) async fn handle(
     mcp_headers::check_modern(msg, text("mcp-method"), text("mcp-name"))
         .map_err(|e| HttpError::Rpc(id.clone(), e))?;
 
+    // A denial is a plain 403 even when the answer would have been a stream.
+    state
+        .gateway
+        .authorize(caller, msg)
+        .map_err(|e| HttpError::Core(id.clone(), e))?;
     let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
     let delivery = if streaming { Delivery::Sse } else { delivery };
     match delivery {
         Delivery::Json => {
             let answer = state
                 .gateway
-                .modern(msg, None)
+                .modern(caller, msg, None)
                 .await
                 .map_err(|e| HttpError::Core(id, e))?;
             let status = answer
@@ -65,10 +71,14 @@ pub(crate) async fn handle(
         Delivery::Sse => {
             let gateway = state.gateway.clone();
             let bytes = bytes.clone();
+            let caller = caller.clone();
             let (tx, rx) = mpsc::channel(REQUEST_STREAM_QUEUE);
             let call = async move {
                 let result = match Message::parse(&bytes) {
-                    Ok(msg) => gateway.modern(&msg, Some(tx)).await.map(|a| a.body),
+                    Ok(msg) => gateway
+                        .modern(&caller, &msg, Some(tx))
+                        .await
+                        .map(|a| a.body),
                     Err(_) => Err(CoreError::UnexpectedResponse),
                 };
                 result.unwrap_or_else(|e| {

@@ -1,12 +1,14 @@
 //! Streamable HTTP (Legacy semantics) at `/mcp`.
 
 use axum::body::Body;
-use axum::extract::State;
+use std::sync::Arc;
+
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use switchboard_core::{Call, CoreError, SessionId, REQUEST_STREAM_QUEUE};
+use switchboard_core::{Call, CoreError, Principal, SessionId, REQUEST_STREAM_QUEUE};
 use switchboard_wire::classify::{classify, Era};
 use switchboard_wire::{encode_error, method, Message, MessageKind, RequestId};
 use tokio::sync::mpsc;
@@ -18,21 +20,30 @@ use crate::{sse, AppState};
 /// POST: one JSON-RPC message in, exactly one answer out.
 pub(crate) async fn post(
     State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Principal>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle_post(&state, &headers, body)
+    handle_post(&state, &caller, &headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
 /// GET: the session's listen stream (server-initiated messages), resumable with
 /// `Last-Event-ID`. At most one per session: a new GET replaces the previous stream.
-pub(crate) async fn get(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    open_listen(&state, &headers).unwrap_or_else(IntoResponse::into_response)
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Principal>>,
+    headers: HeaderMap,
+) -> Response {
+    open_listen(&state, &caller, &headers).unwrap_or_else(IntoResponse::into_response)
 }
 
-fn open_listen(state: &AppState, headers: &HeaderMap) -> Result<Response, HttpError> {
+fn open_listen(
+    state: &AppState,
+    caller: &Principal,
+    headers: &HeaderMap,
+) -> Result<Response, HttpError> {
     refuse_modern_stream_methods(headers)?;
     if !headers::accepts_sse(headers) {
         return Err(HttpError::NotAcceptable);
@@ -41,7 +52,7 @@ fn open_listen(state: &AppState, headers: &HeaderMap) -> Result<Response, HttpEr
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let stream = state
         .gateway
-        .open_listen(sid, last)
+        .open_listen(sid, caller, last)
         .map_err(|e| HttpError::Core(None, e))?;
     let (gateway, sid, generation) = (state.gateway.clone(), sid.to_owned(), stream.generation);
     let detach = sse::OnDrop::new(move || gateway.close_listen(&sid, generation));
@@ -49,7 +60,11 @@ fn open_listen(state: &AppState, headers: &HeaderMap) -> Result<Response, HttpEr
 }
 
 /// DELETE: ends the session named by `Mcp-Session-Id`.
-pub(crate) async fn delete(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Principal>>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(e) = refuse_modern_stream_methods(&headers) {
         return e.into_response();
     }
@@ -57,7 +72,7 @@ pub(crate) async fn delete(State(state): State<AppState>, headers: HeaderMap) ->
         None => Err(HttpError::MissingSession),
         Some(sid) => state
             .gateway
-            .end_session(sid)
+            .end_session(sid, &caller)
             .await
             .map_err(|e| HttpError::Core(None, e)),
     };
@@ -68,27 +83,32 @@ pub(crate) async fn delete(State(state): State<AppState>, headers: HeaderMap) ->
 }
 
 /// 2026-07-28 has no GET stream and no sessions to DELETE: a sessionless GET/DELETE that
-/// declares a Modern version gets 405 with `Allow: POST`.
+/// declares a Modern version gets 405 with `Allow: POST`. A version this endpoint does not
+/// serve at all gets 400, as on POST (the spec's MUST holds for every request).
 fn refuse_modern_stream_methods(headers: &HeaderMap) -> Result<(), HttpError> {
-    let modern = headers
-        .get(headers::PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(switchboard_wire::version::is_modern);
-    if modern && headers::session_id(headers).is_none() {
-        return Err(HttpError::MethodNotAllowed("POST"));
+    let Some(value) = headers.get(headers::PROTOCOL_VERSION) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or_default();
+    if switchboard_wire::version::is_modern(text) {
+        if headers::session_id(headers).is_none() {
+            return Err(HttpError::MethodNotAllowed("POST"));
+        }
+        return Ok(());
     }
-    Ok(())
+    headers::check_protocol_version(headers)
 }
 
 async fn handle_post(
     state: &AppState,
+    caller: &Arc<Principal>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
     let delivery = headers::delivery(headers)?;
     headers::require_json(headers)?;
     let bytes = read_body(headers, body, state.config.max_body_bytes).await?;
-    let msg = Message::parse(&bytes).map_err(HttpError::Parse)?;
+    let msg = Message::parse_client(&bytes).map_err(HttpError::Parse)?;
     // Decided per request, before anything reads a session id (invariant 4).
     let version_header = headers
         .get(headers::PROTOCOL_VERSION)
@@ -96,7 +116,7 @@ async fn handle_post(
     match classify(&msg, version_header) {
         Err(e) => return Err(HttpError::Rpc(msg.id.clone(), e)),
         Ok(Era::Modern(_)) => {
-            return crate::modern::handle(state, headers, &msg, &bytes, delivery).await
+            return crate::modern::handle(state, caller, headers, &msg, &bytes, delivery).await
         }
         Ok(Era::Legacy) => {}
     }
@@ -104,19 +124,31 @@ async fn handle_post(
     let gateway = &state.gateway;
     let session = headers::session_id(headers);
     match (msg.kind, msg.method, msg.id.clone()) {
-        (MessageKind::Response, ..) => Err(HttpError::ClientResponse),
-        (MessageKind::Notification, ..) => {
-            let sid = resolve(state, session, None)?;
+        (MessageKind::Response, ..) => {
+            // Only a per-session backend ever sends this client a request; an answer is
+            // accepted only for a request that session's own backend actually sent.
+            let sid = resolve(state, caller, session, None)?.ok_or(HttpError::ClientResponse)?;
             gateway
-                .notify(sid.as_ref(), &msg)
+                .client_response(&sid, &msg)
+                .await
+                .map_err(|_| HttpError::ClientResponse)?;
+            Ok(StatusCode::ACCEPTED.into_response())
+        }
+        (MessageKind::Notification, ..) => {
+            let sid = resolve(state, caller, session, None)?;
+            gateway
+                .notify(caller, sid.as_ref(), &msg)
                 .await
                 .map_err(|e| HttpError::Core(None, e))?;
             Ok(StatusCode::ACCEPTED.into_response())
         }
         (MessageKind::Request, Some(method::INITIALIZE), Some(id)) => {
-            let init = gateway
-                .initialize(&id, msg.params)
-                .map_err(|e| HttpError::Core(Some(id), e))?;
+            let init = if gateway.is_per_session() {
+                gateway.initialize_isolated(caller, &id, &msg).await
+            } else {
+                gateway.initialize(caller, &id, msg.params)
+            };
+            let init = init.map_err(|e| HttpError::Core(Some(id), e))?;
             let mut response = answer(state, delivery, init.response);
             if let Ok(v) = HeaderValue::from_str(init.session.as_str()) {
                 response.headers_mut().insert(headers::SESSION_ID, v);
@@ -124,26 +156,36 @@ async fn handle_post(
             Ok(response)
         }
         (MessageKind::Request, _, id) => {
-            let sid = resolve(state, session, id.as_ref())?;
+            let sid = resolve(state, caller, session, id.as_ref())?;
+            // A denial is a plain 403 even when the answer would have been a stream.
+            gateway
+                .authorize(caller, &msg)
+                .map_err(|e| HttpError::Core(id.clone(), e))?;
             // Progress can only reach a client on a stream: a request carrying a progress
             // token is answered as SSE (the client declared that it accepts both).
-            let delivery = if msg.meta("progressToken").is_some() {
+            // A per-session backend may ask the client something while answering: that needs
+            // a stream to travel on.
+            let delivery = if msg.meta("progressToken").is_some()
+                || (gateway.is_per_session() && sid.is_some())
+            {
                 Delivery::Sse
             } else {
                 delivery
             };
-            Ok(forward(state, delivery, &msg, &bytes, id, sid).await)
+            Ok(forward(state, caller, delivery, &msg, &bytes, id, sid).await)
         }
     }
 }
 
-/// The caller's session, if it named one: unknown ids are 404 (echoing `id` when given).
+/// The caller's session, if it named one: unknown ids, and other principals' sessions, are
+/// 404 (echoing `id` when given).
 fn resolve(
     state: &AppState,
+    caller: &Principal,
     raw: Option<&str>,
     id: Option<&RequestId>,
 ) -> Result<Option<SessionId>, HttpError> {
-    raw.map(|sid| state.gateway.session(sid))
+    raw.map(|sid| state.gateway.session(sid, caller))
         .transpose()
         .map_err(|e| HttpError::Core(id.cloned(), e))
 }
@@ -153,6 +195,7 @@ fn resolve(
 /// client disconnects.
 async fn forward(
     state: &AppState,
+    caller: &Arc<Principal>,
     delivery: Delivery,
     msg: &Message<'_>,
     bytes: &Bytes,
@@ -162,6 +205,7 @@ async fn forward(
     match delivery {
         Delivery::Json => {
             let call = Call {
+                caller,
                 session: session.as_ref(),
                 msg,
                 stream: None,
@@ -174,6 +218,7 @@ async fn forward(
         Delivery::Sse => {
             let gateway = state.gateway.clone();
             let bytes = bytes.clone();
+            let caller = caller.clone();
             let (tx, rx) = mpsc::channel(REQUEST_STREAM_QUEUE);
             let call = async move {
                 // The bytes parsed once already; parsing again inside the owned future avoids
@@ -181,6 +226,7 @@ async fn forward(
                 let result = match Message::parse(&bytes) {
                     Ok(msg) => {
                         let call = Call {
+                            caller: &caller,
                             session: session.as_ref(),
                             msg: &msg,
                             stream: Some(tx),

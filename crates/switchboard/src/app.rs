@@ -1,5 +1,6 @@
 //! `switchboard run`: start the backend, initialize it, serve, shut down in order.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -7,22 +8,28 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use switchboard_core::{Backend, EraPolicy, Gateway, GatewayConfig, Registry};
+use switchboard_core::{Backend, EraPolicy, Gateway, GatewayConfig, Registry, SpawnBackend};
 use switchboard_http::{AppState, HttpConfig, OriginPolicy};
 use switchboard_upstream::StdioConfig;
 
-use crate::cli::RunArgs;
+use crate::cli::{Isolation, RunArgs};
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Identity, policy and audit settings are checked before anything starts.
+    let auth = args.auth.resolve()?;
+    args.auth.check_anonymous(&auth, &args.host)?;
+    let access = args.auth.access(&auth)?;
     let stdio = stdio_config(&args)?;
     let shown = std::iter::once(stdio.program.as_str())
         .chain(stdio.args.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" ");
     println!("switchboard: starting backend: {shown}");
-    let config = gateway_config(&args);
+    let mut config = gateway_config(&args);
+    config.access = access;
     let registry = Registry::new(&config);
     let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
+    let supervised = handle.clone();
     let backend = match Backend::connect(
         handle,
         RunArgs::secs(args.startup_timeout),
@@ -33,6 +40,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(b) => b,
         Err(e) => {
             process.shutdown(Duration::from_secs(2)).await;
+            let tail = supervised.stderr_tail();
+            if !tail.is_empty() {
+                eprintln!("switchboard: the backend's last stderr lines:");
+                for line in tail {
+                    eprintln!("  | {line}");
+                }
+            }
             return Err(e).context("backend did not become ready");
         }
     };
@@ -40,14 +54,36 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         "switchboard: backend ready: {} (protocol {}, era {})",
         backend.info.server_info, backend.info.protocol_version, backend.info.era
     );
+    let sink = registry.sink();
     let gateway = Gateway::new(backend, registry, config);
+    if args.isolation == Isolation::PerSession {
+        gateway.enable_per_session(Arc::new(Spawner(stdio.clone())));
+        println!("switchboard: isolation per-session (one backend process per session)");
+    }
     let stop = CancellationToken::new();
+    // Restarts the shared backend after a crash; owns the process and its shutdown.
+    let supervisor_stop = CancellationToken::new();
+    let revive = gateway.clone();
+    let shutdown_gateway = gateway.clone();
+    let supervisor = tokio::spawn(switchboard_upstream::supervise(
+        supervised,
+        stdio.clone(),
+        sink,
+        process,
+        supervisor_stop.clone(),
+        Duration::from_secs(5),
+        move |standby| {
+            let gateway = revive.clone();
+            async move { gateway.revive(standby).await }
+        },
+    ));
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));
 
-    let listener = TcpListener::bind((args.host.as_str(), args.port))
+    let listener = bind(&args.host, args.port)
         .await
         .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
     let addr = listener.local_addr()?;
+    let authenticator = std::sync::Arc::new(args.auth.authenticator(&auth, addr)?);
     println!("switchboard: listening on http://{addr}/mcp");
     println!("switchboard: HTTP+SSE (2024-11-05) on http://{addr}/sse");
     let http = HttpConfig {
@@ -56,6 +92,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         origin: origin_policy(&args, addr.ip().is_loopback()),
         endpoint_prefix: args.endpoint_prefix.clone(),
         trust_forwarded_prefix: args.trust_forwarded_prefix,
+        auth: authenticator,
     };
     let router = switchboard_http::router(AppState::new(gateway, http));
     let mut server = tokio::spawn(switchboard_http::serve(
@@ -75,8 +112,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    // Closing the backend fails whatever is still pending, so every request gets an answer.
-    process.shutdown(Duration::from_secs(5)).await;
+    // Closing the backends fails whatever is still pending, so every request gets an answer.
+    shutdown_gateway.end_all_sessions().await;
+    supervisor_stop.cancel();
+    let _ = supervisor.await;
     if !server.is_finished()
         && tokio::time::timeout(Duration::from_secs(1), &mut server)
             .await
@@ -88,6 +127,44 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = reaper.await;
     info!("stopped");
     Ok(())
+}
+
+/// Starts a session's own backend (per-session isolation) from the same command line.
+#[derive(Debug)]
+struct Spawner(StdioConfig);
+
+impl SpawnBackend for Spawner {
+    fn spawn(
+        &self,
+        sink: Arc<dyn switchboard_upstream::InboundSink>,
+    ) -> Result<
+        (
+            switchboard_upstream::StdioHandle,
+            switchboard_upstream::StdioProcess,
+        ),
+        switchboard_upstream::UpstreamError,
+    > {
+        switchboard_upstream::spawn(&self.0, sink)
+    }
+}
+
+/// Binds with a deep accept backlog: the default (128) overflows when many clients connect
+/// at once (e.g. after a restart), and overflowed clients wait out a one-second SYN retry.
+async fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr).and_then(|()| socket.listen(4096)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no address to listen on")))
 }
 
 fn stdio_config(args: &RunArgs) -> anyhow::Result<StdioConfig> {
@@ -130,6 +207,7 @@ fn gateway_config(args: &RunArgs) -> GatewayConfig {
         request_timeout: RunArgs::secs(args.request_timeout),
         session_ttl: RunArgs::secs(args.session_ttl),
         max_sessions: args.max_sessions,
+        ..GatewayConfig::default()
     }
 }
 

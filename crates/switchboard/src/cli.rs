@@ -25,7 +25,8 @@ pub(crate) enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Address to listen on. Loopback by default: the gateway has no authentication yet.
+    /// Address to listen on. Loopback by default; a non-loopback address needs authentication
+    /// (or `--allow-anonymous-non-loopback`).
     #[arg(long, default_value = "127.0.0.1")]
     pub(crate) host: String,
     /// Port to listen on; 0 picks a free one (printed on startup).
@@ -74,6 +75,8 @@ pub(crate) struct RunArgs {
     /// proxy that sets (or strips) the header: otherwise clients choose it.
     #[arg(long)]
     pub(crate) trust_forwarded_prefix: bool,
+    #[command(flatten)]
+    pub(crate) auth: Box<crate::auth_config::AuthArgs>,
     /// The stdio MCP server to front, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
@@ -95,6 +98,9 @@ impl RunArgs {
 pub(crate) enum Isolation {
     /// One backend process multiplexed by every session.
     Shared,
+    /// One backend process per Legacy session (sampling, elicitation, roots and logging reach
+    /// their session); Modern and sessionless requests use a shared process.
+    PerSession,
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 //! hand off to [`app`] (gateway) or the fixture server.
 
 mod app;
+mod auth_config;
 mod bench;
 mod cli;
 

@@ -7,9 +7,12 @@
 
 mod error;
 mod framing;
+mod orphan;
 pub mod stdio;
+mod supervisor;
 
 pub use error::UpstreamError;
 pub use stdio::{
     spawn, BackendResponse, InboundSink, PendingCall, StdioConfig, StdioHandle, StdioProcess,
 };
+pub use supervisor::supervise;

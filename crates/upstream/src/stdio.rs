@@ -115,18 +115,25 @@ struct PendingTable {
     calls: HashMap<Box<str>, Reply>,
 }
 
+/// Lines of stderr kept for error reports (a backend that dies at startup says why there).
+const STDERR_TAIL: usize = 20;
+
 #[derive(Debug)]
 struct Shared {
     program: String,
     pid: Option<u32>,
     writer: mpsc::Sender<Bytes>,
     pending: Mutex<PendingTable>,
+    stderr_tail: Mutex<std::collections::VecDeque<String>>,
 }
 
-/// Cloneable API to a running stdio backend.
+/// Cloneable API to a stdio backend. A handle names a *slot*: when the supervisor restarts a
+/// crashed backend it installs the new process in the same slot ([`StdioHandle::adopt`]), so
+/// every holder of the handle reaches the new process, and calls issued to the old one have
+/// already failed.
 #[derive(Debug, Clone)]
 pub struct StdioHandle {
-    shared: Arc<Shared>,
+    slot: Arc<parking_lot::RwLock<Arc<Shared>>>,
 }
 
 /// Owner of the child process; the only thing that can stop it.
@@ -147,14 +154,15 @@ pub fn spawn(
         program: config.program.clone(),
         reason: e.to_string(),
     };
-    let mut child = Command::new(&config.program)
+    let mut command = Command::new(&config.program);
+    command
         .args(&config.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(spawn_err)?;
+        .kill_on_drop(true);
+    crate::orphan::die_with_parent(&mut command);
+    let mut child = command.spawn().map_err(spawn_err)?;
     let missing = || spawn_err(std::io::Error::other("stdio pipe missing"));
     let stdin = child.stdin.take().ok_or_else(missing)?;
     let stdout = child.stdout.take().ok_or_else(missing)?;
@@ -166,6 +174,7 @@ pub fn spawn(
         pid: child.id(),
         writer: write_tx,
         pending: Mutex::new(PendingTable::default()),
+        stderr_tail: Mutex::new(std::collections::VecDeque::new()),
     });
     let stop_writer = CancellationToken::new();
     tokio::spawn(write_loop(stdin, write_rx, stop_writer.clone()));
@@ -174,11 +183,9 @@ pub fn spawn(
         shared.clone(),
         sink,
     ));
-    tokio::spawn(stderr_loop(stderr, config.program.clone()));
+    tokio::spawn(stderr_loop(stderr, shared.clone()));
     info!(program = %config.program, pid = ?shared.pid, "backend started");
-    let handle = StdioHandle {
-        shared: shared.clone(),
-    };
+    let handle = StdioHandle::pinned(shared.clone());
     Ok((
         handle,
         StdioProcess {
@@ -190,13 +197,37 @@ pub fn spawn(
 }
 
 impl StdioHandle {
+    fn pinned(shared: Arc<Shared>) -> Self {
+        StdioHandle {
+            slot: Arc::new(parking_lot::RwLock::new(shared)),
+        }
+    }
+
+    fn shared(&self) -> Arc<Shared> {
+        self.slot.read().clone()
+    }
+
+    /// Installs the process behind `standby` (a freshly spawned, already initialized backend)
+    /// in this handle's slot: from now on every holder of this handle reaches it.
+    pub fn adopt(&self, standby: &StdioHandle) {
+        let next = standby.shared();
+        *self.slot.write() = next;
+    }
+
+    /// The last lines the backend wrote to stderr.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.shared().stderr_tail.lock().iter().cloned().collect()
+    }
+
     /// Sends one request line whose JSON-RPC id is the string `key`, and returns the future of
     /// its one answer. Dropping the future forgets the key, so an abandoned call leaves nothing
     /// behind; a late answer for it is then dropped as unattributable.
     pub async fn call(&self, key: &str, line: Vec<u8>) -> Result<PendingCall, UpstreamError> {
         let (tx, rx) = oneshot::channel();
+        // One process for the whole call, even if a restart swaps the slot meanwhile.
+        let shared = self.shared();
         {
-            let mut table = self.shared.pending.lock();
+            let mut table = shared.pending.lock();
             if let Some(reason) = &table.closed {
                 return Err(UpstreamError::Closed(reason.clone()));
             }
@@ -208,16 +239,20 @@ impl StdioHandle {
         let call = PendingCall {
             rx,
             key: Some(key.into()),
-            shared: self.shared.clone(),
+            shared: shared.clone(),
         };
-        self.send_line(line).await?;
+        shared
+            .writer
+            .send(Bytes::from(line))
+            .await
+            .map_err(|_| UpstreamError::Closed("stdin closed".into()))?;
         Ok(call)
     }
 
     /// Writes one line (a notification, or the gateway's answer to a backend request).
     pub async fn send_line(&self, line: Vec<u8>) -> Result<(), UpstreamError> {
-        self.shared
-            .writer
+        let writer = self.shared().writer.clone();
+        writer
             .send(Bytes::from(line))
             .await
             .map_err(|_| UpstreamError::Closed("stdin closed".into()))
@@ -226,7 +261,7 @@ impl StdioHandle {
     /// Like [`send_line`](Self::send_line) but never waits: used from drop paths and the
     /// dispatcher, which must not block on a slow backend.
     pub fn try_send_line(&self, line: Vec<u8>) -> Result<(), UpstreamError> {
-        self.shared
+        self.shared()
             .writer
             .try_send(Bytes::from(line))
             .map_err(|e| match e {
@@ -239,22 +274,22 @@ impl StdioHandle {
 
     /// Number of calls awaiting an answer (for tests and metrics).
     pub fn pending_len(&self) -> usize {
-        self.shared.pending.lock().calls.len()
+        self.shared().pending.lock().calls.len()
     }
 
     /// Whether the backend's stdout has ended.
     pub fn is_closed(&self) -> bool {
-        self.shared.pending.lock().closed.is_some()
+        self.shared().pending.lock().closed.is_some()
     }
 
     /// The backend's process id.
     pub fn pid(&self) -> Option<u32> {
-        self.shared.pid
+        self.shared().pid
     }
 
     /// The backend's program name, for messages.
-    pub fn program(&self) -> &str {
-        &self.shared.program
+    pub fn program(&self) -> String {
+        self.shared().program.clone()
     }
 }
 
@@ -351,9 +386,8 @@ async fn read_loop(
     shared: Arc<Shared>,
     sink: Arc<dyn InboundSink>,
 ) {
-    let handle = StdioHandle {
-        shared: shared.clone(),
-    };
+    // Pinned to this process: answers to its requests must go to it, not to a successor.
+    let handle = StdioHandle::pinned(shared.clone());
     let reason = loop {
         match lines.next().await {
             Ok(Some(Frame::Line(line))) => route_line(&handle, sink.as_ref(), line),
@@ -369,6 +403,7 @@ async fn read_loop(
 }
 
 fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
+    let shared = handle.shared();
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
@@ -387,7 +422,7 @@ fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
         debug!(id = ?msg.id, "backend response with a non-string id; dropped");
         return;
     };
-    let Some(reply) = handle.shared.pending.lock().calls.remove(key.as_str()) else {
+    let Some(reply) = shared.pending.lock().calls.remove(key.as_str()) else {
         debug!(%key, "backend response for no pending call; dropped");
         return;
     };
@@ -417,17 +452,20 @@ fn close_pending(shared: &Shared, reason: &str) {
     }
 }
 
-async fn stderr_loop(stderr: ChildStderr, program: String) {
+async fn stderr_loop(stderr: ChildStderr, shared: Arc<Shared>) {
     let mut lines = LineReader::new(stderr, 8 * 1024);
+    let program = shared.program.clone();
     while let Ok(Some(frame)) = lines.next().await {
-        match frame {
-            Frame::Line(l) => {
-                info!(target: "switchboard::backend", %program, "{}", String::from_utf8_lossy(&l))
-            }
-            Frame::TooLong(n) => {
-                info!(target: "switchboard::backend", %program, "<{n} bytes of stderr>")
-            }
+        let text = match frame {
+            Frame::Line(l) => String::from_utf8_lossy(&l).into_owned(),
+            Frame::TooLong(n) => format!("<{n} bytes of stderr>"),
+        };
+        info!(target: "switchboard::backend", %program, "{text}");
+        let mut tail = shared.stderr_tail.lock();
+        if tail.len() == STDERR_TAIL {
+            tail.pop_front();
         }
+        tail.push_back(text);
     }
 }
 

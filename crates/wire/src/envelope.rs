@@ -59,7 +59,42 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&RawValue>::deserialize(d).map(Some)
 }
 
+/// Deepest nesting of arrays and objects accepted in a client's message, counting the message
+/// object itself. The envelope parser copes with any depth, but backends do not: serde_json
+/// refuses 128 levels and never answers, Python's `json` raises `RecursionError` near 1,000 and
+/// takes the whole (shared) process down. Real MCP payloads stay far below this.
+pub const MAX_CLIENT_DEPTH: usize = 64;
+
 impl<'a> Message<'a> {
+    /// [`Message::parse`] plus the limits the gateway enforces on what a *client* may send
+    /// towards a backend (a backend's own messages are parsed with [`Message::parse`] only):
+    /// nesting deeper than [`MAX_CLIENT_DEPTH`] → `-32600`; a `params._meta.progressToken`
+    /// that is not a string or a number (the gateway routes progress by it) → `-32602`. Both
+    /// errors carry the id.
+    pub fn parse_client(input: &'a [u8]) -> Result<Self, ParseError> {
+        let msg = Self::parse(input)?;
+        if exceeds_depth(input, MAX_CLIENT_DEPTH) {
+            return Err(ParseError::new(
+                msg.id.clone(),
+                codes::INVALID_REQUEST,
+                "Invalid Request: nested too deeply",
+            ));
+        }
+        if let Some(token) = msg.meta("progressToken") {
+            if !matches!(
+                token.get().as_bytes().first(),
+                Some(b'"' | b'-' | b'0'..=b'9')
+            ) {
+                return Err(ParseError::new(
+                    msg.id.clone(),
+                    codes::INVALID_PARAMS,
+                    "Invalid params: _meta.progressToken must be a string or a number",
+                ));
+            }
+        }
+        Ok(msg)
+    }
+
     /// Parses one JSON-RPC message.
     ///
     /// Errors: invalid JSON or UTF-8 → `-32700`; a top-level array (batch), a non-object, a
@@ -224,6 +259,34 @@ impl<'de> Deserialize<'de> for Key<'de> {
         }
         d.deserialize_str(V)
     }
+}
+
+/// Whether valid JSON `input` nests arrays/objects deeper than `max`. One pass, no recursion.
+fn exceeds_depth(input: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in input {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// A JSON string literal whose content needs no unescaping (true of every real method name),

@@ -148,3 +148,48 @@ fn meta_lookup_is_tolerant() {
         "last duplicate wins"
     );
 }
+
+#[test]
+fn client_messages_are_depth_limited_with_the_id_echoed() {
+    let nested = |n: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"a":{}1{}}}}}"#,
+            "[".repeat(n),
+            "]".repeat(n)
+        )
+    };
+    // The message object and params are two levels.
+    let ok = nested(MAX_CLIENT_DEPTH - 2);
+    assert!(Message::parse_client(ok.as_bytes()).is_ok());
+    for n in [MAX_CLIENT_DEPTH - 1, 100_000] {
+        let deep = nested(n);
+        let e = Message::parse_client(deep.as_bytes()).expect_err("too deep");
+        assert_eq!(e.error.code, codes::INVALID_REQUEST);
+        assert_eq!(e.id.unwrap().as_json(), "7");
+        // The plain parser (used for backend messages) still accepts it.
+        assert!(Message::parse(deep.as_bytes()).is_ok());
+    }
+    // Brackets inside strings (escaped quotes included) do not count.
+    let s = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"s":"\"{}"}}}}"#,
+        "[".repeat(1000)
+    );
+    assert!(Message::parse_client(s.as_bytes()).is_ok());
+}
+
+#[test]
+fn client_progress_tokens_must_be_strings_or_numbers() {
+    let with = |t: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"x","method":"m","params":{{"_meta":{{"progressToken":{t}}}}}}}"#
+        )
+    };
+    for ok in [r#""p""#, "1", "-3", "1.5", "123456789012345678901234567890"] {
+        assert!(Message::parse_client(with(ok).as_bytes()).is_ok(), "{ok}");
+    }
+    for bad in ["null", "true", "{}", "[1]"] {
+        let e = Message::parse_client(with(bad).as_bytes()).expect_err(bad);
+        assert_eq!(e.error.code, codes::INVALID_PARAMS, "{bad}");
+        assert_eq!(e.id.unwrap().as_json(), r#""x""#);
+    }
+}

@@ -17,6 +17,8 @@ pub struct TestGateway {
     _child: Child,
     pub url: String,
     pub http: reqwest::Client,
+    /// Everything the gateway wrote to stderr so far (its logs).
+    pub stderr: std::sync::Arc<parking_lot::Mutex<String>>,
 }
 
 impl TestGateway {
@@ -27,18 +29,37 @@ impl TestGateway {
 
     /// Same, fronting `backend` (empty: the built-in fixture).
     pub async fn start_with(args: &[&str], backend: &[&str]) -> Self {
+        Self::start_env(args, backend, &[]).await
+    }
+
+    /// Same, with extra environment variables for the gateway.
+    pub async fn start_env(args: &[&str], backend: &[&str], env: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+        cmd.envs(env.iter().copied());
         cmd.args(["run", "--host", "127.0.0.1", "--port", "0"])
             .args(args);
         if !backend.is_empty() {
             cmd.arg("--").args(backend);
         }
         cmd.stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .stdin(Stdio::null())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn switchboard");
         let stdout = child.stdout.take().unwrap();
+        let stderr = std::sync::Arc::new(parking_lot::Mutex::new(String::new()));
+        let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = stderr.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = err_lines.next_line().await {
+                let mut s = sink.lock();
+                // Bounded: a chatty gateway cannot grow the test's memory without limit.
+                if s.len() < 4 * 1024 * 1024 {
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            }
+        });
         let mut lines = BufReader::new(stdout).lines();
         let url = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await.unwrap() {
@@ -54,12 +75,18 @@ impl TestGateway {
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         TestGateway {
             _child: child,
+            stderr,
             url,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
                 .build()
                 .unwrap(),
         }
+    }
+
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self._child.id().expect("gateway running")
     }
 
     pub fn base(&self) -> String {
@@ -260,6 +287,23 @@ impl Listener {
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id);
         }
+        Self::from_request(req).await
+    }
+
+    /// Opens the session's listen stream with extra request headers (credentials).
+    pub async fn open_with(gw: &TestGateway, session: &str, extra: &[(&str, &str)]) -> Self {
+        let mut req = gw
+            .http
+            .get(&gw.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", session);
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        Self::from_request(req).await
+    }
+
+    async fn from_request(req: reqwest::RequestBuilder) -> Self {
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
         assert!(resp.headers()[CONTENT_TYPE]

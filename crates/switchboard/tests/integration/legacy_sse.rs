@@ -732,7 +732,10 @@ async fn closing_the_stream_ends_the_session_and_purges_it() {
     let http = c.http.clone();
     drop(c);
     eventually("the session and its state to go", || async {
-        { let s = stats(&gw).await; s["sessions"] == 0 && s["tableEntries"] == 0 }
+        {
+            let s = stats(&gw).await;
+            s["sessions"] == 0 && s["tableEntries"] == 0
+        }
     })
     .await;
     let r = http
@@ -940,7 +943,10 @@ async fn python_sdk_sse_clients_list_and_call_tools() {
         assert_eq!(c["fast"], format!("{name}-fast"));
     }
     eventually("both sessions to end with their streams", || async {
-        { let s = stats(&gw).await; s["sessions"] == 0 && s["tableEntries"] == 0 }
+        {
+            let s = stats(&gw).await;
+            s["sessions"] == 0 && s["tableEntries"] == 0
+        }
     })
     .await;
 }

@@ -9,6 +9,7 @@
 
 mod common;
 
+mod auth;
 mod backend_failure;
 mod bench;
 mod handshake;
@@ -17,6 +18,8 @@ mod legacy_sse;
 mod lifecycle;
 mod malformed;
 mod modern;
+mod per_session;
+mod resilience;
 mod resume;
 mod rmcp_client;
 mod server_push;

@@ -12,9 +12,13 @@ async fn tasks_belong_to_their_session() {
     let mut lb = Listener::open(&gw, &b, None).await;
     let create = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"work","arguments":{},"task":{"ttl":60000}}});
     let created = gw.post(Some(&a), &create).await.json();
-    let task_id = created["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let task_id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
-    let by_id = |m: &str, t: &str| json!({"jsonrpc":"2.0","id":"q","method":m,"params":{"taskId":t}});
+    let by_id =
+        |m: &str, t: &str| json!({"jsonrpc":"2.0","id":"q","method":m,"params":{"taskId":t}});
     // The owner can use it.
     for m in ["tasks/get", "tasks/result"] {
         let r = gw.post(Some(&a), &by_id(m, &task_id)).await.json();
@@ -24,15 +28,30 @@ async fn tasks_belong_to_their_session() {
     for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
         let foreign = gw.post(Some(&b), &by_id(m, &task_id)).await;
         let unknown = gw.post(Some(&b), &by_id(m, "task-does-not-exist")).await;
-        assert_eq!((foreign.status, foreign.text.clone()), (unknown.status, unknown.text), "{m}");
+        assert_eq!(
+            (foreign.status, foreign.text.clone()),
+            (unknown.status, unknown.text),
+            "{m}"
+        );
         assert_eq!(foreign.error_code(), -32602);
     }
     let list = |sid: &str| {
         let gw = &gw;
         let sid = sid.to_owned();
         async move {
-            let r = gw.post(Some(&sid), &json!({"jsonrpc":"2.0","id":"l","method":"tasks/list"})).await.json();
-            r["result"]["tasks"].as_array().unwrap().iter().map(|t| t["taskId"].clone()).collect::<Vec<Value>>()
+            let r = gw
+                .post(
+                    Some(&sid),
+                    &json!({"jsonrpc":"2.0","id":"l","method":"tasks/list"}),
+                )
+                .await
+                .json();
+            r["result"]["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["taskId"].clone())
+                .collect::<Vec<Value>>()
         }
     };
     assert_eq!(list(&a).await, vec![json!(task_id)]);
@@ -43,6 +62,12 @@ async fn tasks_belong_to_their_session() {
     let sentinel = json!({"jsonrpc":"2.0","method":"notifications/prompts/list_changed"});
     emit(&gw, &b, json!([status, sentinel])).await;
     assert_eq!(la.next().await.data["params"]["taskId"], json!(task_id));
-    assert_eq!(la.next().await.data["method"], "notifications/prompts/list_changed");
-    assert_eq!(lb.next().await.data["method"], "notifications/prompts/list_changed");
+    assert_eq!(
+        la.next().await.data["method"],
+        "notifications/prompts/list_changed"
+    );
+    assert_eq!(
+        lb.next().await.data["method"],
+        "notifications/prompts/list_changed"
+    );
 }

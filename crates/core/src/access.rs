@@ -1,0 +1,648 @@
+//! Who may do what: the caller's identity ([`Principal`]), the authorization seam
+//! ([`Authorizer`], implemented with Cedar in `switchboard-policy`), per-principal and per-tool
+//! rate limits, and the audit record of every operation.
+//!
+//! One admission point for every path: Legacy requests ([`Gateway::request`], which the
+//! HTTP+SSE transport uses too), Modern requests ([`Gateway::modern`]) and client
+//! notifications all call [`Access::admit`] before anything reaches the backend or a routing
+//! table, and [`Admitted::finish_legacy`] / [`Admitted::finish_modern`] after, which filter list
+//! results (and discovery capability flags) to what the caller may use and write the audit
+//! line. A forbidden tool is therefore indistinguishable from a missing one in every list, on
+//! both eras, including the re-lists a client does after `list_changed`.
+//!
+//! [`Gateway::request`]: crate::Gateway::request
+//! [`Gateway::modern`]: crate::Gateway::modern
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use switchboard_wire::{
+    method, object_member, restore_response, with_member, Message, MessageKind, RequestId,
+};
+
+use crate::audit::AuditLog;
+use crate::ratelimit::RateLimiter;
+use crate::session::SessionId;
+use crate::CoreError;
+
+/// An authenticated caller: who issued its credential, and whom it names. Two principals are
+/// the same owner exactly when both are equal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Token issuer (`iss`), `api-key` for static keys, `anonymous` without authentication.
+    pub issuer: String,
+    /// Subject (`sub`), the key's name, or `anonymous`.
+    pub subject: String,
+    /// Verified JWT claims, for policies (`context.claims`). Empty for other credentials.
+    pub claims: serde_json::Map<String, Value>,
+}
+
+impl Principal {
+    /// The principal of every unauthenticated caller.
+    pub fn anonymous() -> Self {
+        Principal {
+            issuer: "anonymous".to_owned(),
+            subject: "anonymous".to_owned(),
+            claims: serde_json::Map::new(),
+        }
+    }
+
+    /// Whether `self` and `other` are the same owner (issuer and subject).
+    pub fn same_owner(&self, other: &Principal) -> bool {
+        self.issuer == other.issuer && self.subject == other.subject
+    }
+
+    fn key(&self) -> String {
+        format!("{}\u{0}{}", self.issuer, self.subject)
+    }
+}
+
+/// What an action is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A tool, by name.
+    Tool(String),
+    /// A resource, by exact URI.
+    Resource(String),
+    /// A resource template, by its `uriTemplate`.
+    ResourceTemplate(String),
+    /// A prompt, by name.
+    Prompt(String),
+    /// The server as a whole (list operations, methods without a narrower target).
+    Server,
+}
+
+impl Target {
+    fn audit(&self) -> Value {
+        match self {
+            Target::Tool(n) => json!({ "tool": n }),
+            Target::Resource(u) => json!({ "resource": u }),
+            Target::ResourceTemplate(u) => json!({ "resourceTemplate": u }),
+            Target::Prompt(n) => json!({ "prompt": n }),
+            Target::Server => Value::Null,
+        }
+    }
+}
+
+/// The authorization decision point. Implementations must fail closed: an evaluation error is
+/// a denial.
+pub trait Authorizer: Send + Sync + fmt::Debug {
+    /// Whether `principal` may perform `action` (`call_tool`, `list_tools`, … or, for methods
+    /// the gateway does not classify, the method name) on `target`.
+    fn is_allowed(&self, principal: &Principal, action: &str, target: &Target) -> bool;
+}
+
+/// Authorization, rate limits and audit, all optional. The default admits everything and
+/// records nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// When set, every operation must be allowed by it (unknown methods are denied unless the
+    /// policy names them), and lists are filtered.
+    pub authorizer: Option<Arc<dyn Authorizer>>,
+    /// Token buckets per principal and per (principal, tool).
+    pub limits: Option<Arc<RateLimiter>>,
+    /// One JSON line per operation.
+    pub audit: Option<Arc<AuditLog>>,
+}
+
+/// What one method needs from the policy.
+#[derive(Debug)]
+enum Gate {
+    /// Protocol plumbing every caller needs (handshake, ping, own log level, own unsubscribe).
+    Open,
+    /// One action on one target.
+    Check(Cow<'static, str>, Target),
+    /// A Modern `subscriptions/listen`: `subscribe` on each requested URI.
+    Listen(Vec<String>),
+}
+
+/// Methods that need no permission: they reveal nothing and only affect the caller's own state.
+const OPEN: &[&str] = &[
+    method::INITIALIZE,
+    method::INITIALIZED,
+    method::PING,
+    method::CANCELLED,
+    method::PROGRESS,
+    method::SET_LEVEL,
+    method::UNSUBSCRIBE,
+    method::DISCOVER,
+    "notifications/roots/list_changed",
+];
+
+/// List methods: (method, action, array member, item key, target constructor).
+type Wrap = fn(String) -> Target;
+const LISTS: &[(&str, &str, &str, &str, Wrap)] = &[
+    ("tools/list", "list_tools", "tools", "name", Target::Tool),
+    (
+        "prompts/list",
+        "list_prompts",
+        "prompts",
+        "name",
+        Target::Prompt,
+    ),
+    (
+        "resources/list",
+        "list_resources",
+        "resources",
+        "uri",
+        Target::Resource,
+    ),
+    (
+        "resources/templates/list",
+        "list_resources",
+        "resourceTemplates",
+        "uriTemplate",
+        Target::ResourceTemplate,
+    ),
+];
+
+/// The per-item action that makes an item of a list visible.
+fn item_action(target: &Target) -> &'static str {
+    match target {
+        Target::Tool(_) => "call_tool",
+        Target::Prompt(_) => "get_prompt",
+        Target::Resource(_) | Target::ResourceTemplate(_) => "read_resource",
+        Target::Server => "",
+    }
+}
+
+fn str_member(obj: Option<&RawValue>, key: &str) -> String {
+    obj.and_then(|o| object_member(o, key))
+        .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+        .unwrap_or_default()
+}
+
+fn check(action: &'static str, target: Target) -> Gate {
+    Gate::Check(Cow::Borrowed(action), target)
+}
+
+fn gate(msg: &Message<'_>) -> Gate {
+    let name = msg.method.unwrap_or_default();
+    if OPEN.contains(&name) {
+        return Gate::Open;
+    }
+    if let Some((_, action, ..)) = LISTS.iter().find(|l| l.0 == name) {
+        return Gate::Check(Cow::Borrowed(action), Target::Server);
+    }
+    let param = |k: &str| str_member(msg.params, k);
+    match name {
+        "tools/call" => check("call_tool", Target::Tool(param("name"))),
+        "resources/read" => check("read_resource", Target::Resource(param("uri"))),
+        "prompts/get" => check("get_prompt", Target::Prompt(param("name"))),
+        method::SUBSCRIBE => check("subscribe", Target::Resource(param("uri"))),
+        "completion/complete" => {
+            let reference = msg.param("ref");
+            match str_member(reference, "type").as_str() {
+                "ref/prompt" => check("get_prompt", Target::Prompt(str_member(reference, "name"))),
+                "ref/resource" => check(
+                    "read_resource",
+                    Target::Resource(str_member(reference, "uri")),
+                ),
+                _ => check("completion/complete", Target::Server),
+            }
+        }
+        "subscriptions/listen" => Gate::Listen(
+            msg.param("notifications")
+                .and_then(|n| object_member(n, "resourceSubscriptions"))
+                .and_then(|a| serde_json::from_str::<Vec<String>>(a.get()).ok())
+                .unwrap_or_default(),
+        ),
+        // Anything else is evaluated as an action named after the method on the server, so it
+        // is denied unless the policy names it.
+        other => Gate::Check(Cow::Owned(other.to_owned()), Target::Server),
+    }
+}
+
+impl crate::Gateway {
+    /// Whether the policy allows `msg` for `caller`, without consuming rate-limit tokens or
+    /// writing an audit line: lets `http` answer a denial with a plain 403 before it commits to
+    /// an SSE response. [`Gateway::request`](crate::Gateway::request) and
+    /// [`Gateway::modern`](crate::Gateway::modern) decide again (and audit) either way.
+    pub fn authorize(&self, caller: &Principal, msg: &Message<'_>) -> Result<(), CoreError> {
+        if self.config.access.authorizer.is_none() {
+            return Ok(());
+        }
+        self.config.access.decide(caller, msg).1
+    }
+}
+
+/// Which era path an operation came in on (audit only).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Path {
+    Legacy,
+    Modern,
+}
+
+impl Access {
+    /// Whether any of authorization, rate limiting or audit is on.
+    fn active(&self) -> bool {
+        self.authorizer.is_some() || self.limits.is_some() || self.audit.is_some()
+    }
+
+    fn allows(&self, principal: &Principal, action: &str, target: &Target) -> bool {
+        self.authorizer
+            .as_ref()
+            .is_none_or(|a| a.is_allowed(principal, action, target))
+    }
+
+    /// Decides whether the operation may proceed. A refusal is audited here; an admission
+    /// returns the handle that filters and audits the outcome.
+    pub(crate) fn admit<'a>(
+        &'a self,
+        principal: &'a Principal,
+        session: Option<&SessionId>,
+        msg: &'a Message<'a>,
+        path: Path,
+    ) -> Result<Admitted<'a>, CoreError> {
+        let mut admitted = Admitted {
+            access: self,
+            principal,
+            msg,
+            path,
+            // Only audit lines show the session: no allocation when nothing is recorded.
+            session: session.filter(|_| self.audit.is_some()).map(session_label),
+            target: Target::Server,
+            started: Instant::now(),
+            done: !self.active(),
+        };
+        if admitted.done {
+            return Ok(admitted);
+        }
+        let (target, verdict) = self.decide(principal, msg);
+        admitted.target = target;
+        let verdict = verdict.and_then(|()| match (&self.limits, msg.kind) {
+            (Some(limits), MessageKind::Request) => {
+                let tool = match &admitted.target {
+                    Target::Tool(t) if msg.method == Some("tools/call") => Some(t.as_str()),
+                    _ => None,
+                };
+                limits
+                    .check(&principal.key(), tool)
+                    .map_err(CoreError::RateLimited)
+            }
+            _ => Ok(()),
+        });
+        match verdict {
+            Ok(()) => Ok(admitted),
+            Err(e) => {
+                let reason = match &e {
+                    CoreError::RateLimited(_) => "rate_limited",
+                    _ => "policy",
+                };
+                admitted.record("denied", Some(json!(reason)), None);
+                Err(e)
+            }
+        }
+    }
+
+    /// The policy's decision for `msg` (no rate limit, no audit), and the operation's target.
+    fn decide(&self, principal: &Principal, msg: &Message<'_>) -> (Target, Result<(), CoreError>) {
+        // Without a policy the target is still needed (rate limits, audit).
+        match gate(msg) {
+            Gate::Open => (Target::Server, Ok(())),
+            Gate::Check(action, target) => {
+                let verdict = if self.allows(principal, &action, &target) {
+                    Ok(())
+                } else {
+                    Err(CoreError::Forbidden(denial(&action)))
+                };
+                (target, verdict)
+            }
+            Gate::Listen(uris) => {
+                let denied = uris
+                    .into_iter()
+                    .find(|u| !self.allows(principal, "subscribe", &Target::Resource(u.clone())));
+                match denied {
+                    None => (Target::Server, Ok(())),
+                    Some(uri) => (
+                        Target::Resource(uri),
+                        Err(CoreError::Forbidden(denial("subscribe"))),
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Capabilities without the families the caller may not list (`tools` without
+    /// `list_tools`, …), for `initialize` and `server/discover`.
+    pub(crate) fn visible_capabilities(&self, principal: &Principal, caps: &Value) -> Value {
+        let Some(authorizer) = &self.authorizer else {
+            return caps.clone();
+        };
+        let mut caps = caps.clone();
+        if let Some(map) = caps.as_object_mut() {
+            for (family, action) in [
+                ("tools", "list_tools"),
+                ("prompts", "list_prompts"),
+                ("resources", "list_resources"),
+            ] {
+                if map.contains_key(family)
+                    && !authorizer.is_allowed(principal, action, &Target::Server)
+                {
+                    map.remove(family);
+                }
+            }
+        }
+        caps
+    }
+}
+
+fn denial(action: &str) -> &'static str {
+    match action {
+        "call_tool" => "call denied by authorization policy",
+        "read_resource" => "read denied by authorization policy",
+        "get_prompt" => "prompt denied by authorization policy",
+        "subscribe" => "subscription denied by authorization policy",
+        a if a.starts_with("list_") => "list denied by authorization policy",
+        _ => "method denied by authorization policy",
+    }
+}
+
+/// The session as audit logs show it: a prefix, since ids are bearer-like secrets.
+fn session_label(id: &SessionId) -> String {
+    let s = id.as_str();
+    format!("{}…", &s[..s.len().min(8)])
+}
+
+/// An admitted operation: filters its result and writes its audit line exactly once (on
+/// completion, or as `cancelled` when the future owning it is dropped).
+#[derive(Debug)]
+pub(crate) struct Admitted<'a> {
+    access: &'a Access,
+    principal: &'a Principal,
+    msg: &'a Message<'a>,
+    path: Path,
+    session: Option<String>,
+    target: Target,
+    started: Instant,
+    done: bool,
+}
+
+impl Admitted<'_> {
+    /// Completes a Legacy request: filters list results, audits.
+    pub(crate) fn finish_legacy(
+        mut self,
+        result: Result<Vec<u8>, CoreError>,
+    ) -> Result<Vec<u8>, CoreError> {
+        if self.done {
+            return result;
+        }
+        let result = result.map(|body| self.filter_body(body));
+        self.record_result(&result);
+        result
+    }
+
+    /// Completes a notification.
+    pub(crate) fn finish_notification(
+        mut self,
+        result: Result<(), CoreError>,
+    ) -> Result<(), CoreError> {
+        if !self.done {
+            let reason = result.as_ref().err().map(|e| json!(e.to_string()));
+            let outcome = if reason.is_some() { "error" } else { "allowed" };
+            self.record(outcome, reason, None);
+        }
+        result
+    }
+
+    /// Completes a Modern request: filters list results and discovery flags, audits.
+    pub(crate) fn finish_modern(
+        mut self,
+        result: Result<crate::ModernAnswer, CoreError>,
+    ) -> Result<crate::ModernAnswer, CoreError> {
+        if self.done {
+            return result;
+        }
+        let result = result.map(|mut answer| {
+            if answer.error_code.is_none() {
+                answer.body = self.filter_body(std::mem::take(&mut answer.body));
+            }
+            answer
+        });
+        let audited = result.as_ref().map(|a| a.body.clone());
+        let audited = audited.map_err(|e| CoreError::Unsupported(e.to_string()));
+        self.record_result(&audited);
+        result
+    }
+
+    /// A response body with its `result` filtered for the caller (lists, discovery). Bodies
+    /// that are errors, or that do not parse, pass unchanged.
+    fn filter_body(&self, body: Vec<u8>) -> Vec<u8> {
+        let Some(authorizer) = &self.access.authorizer else {
+            return body;
+        };
+        let name = self.msg.method.unwrap_or_default();
+        let list = LISTS.iter().find(|l| l.0 == name);
+        if list.is_none() && name != method::DISCOVER {
+            return body;
+        }
+        let Ok(parsed) = Message::parse(&body) else {
+            return body;
+        };
+        let (Some(id), Some(result)) = (parsed.id.as_ref(), parsed.result) else {
+            return body;
+        };
+        let filtered = match list {
+            Some(&(_, _, member, key, wrap)) => filter_list(result, member, |item| {
+                let target = wrap(str_member(Some(item), key));
+                authorizer.is_allowed(self.principal, item_action(&target), &target)
+            }),
+            None => object_member(result, "capabilities")
+                .and_then(|c| serde_json::from_str::<Value>(c.get()).ok())
+                .map(|caps| self.access.visible_capabilities(self.principal, &caps))
+                .and_then(|caps| with_member(result, "capabilities", &caps.to_string())),
+        };
+        match filtered {
+            Some(result) => reencode(id, &result),
+            None => body,
+        }
+    }
+
+    fn record_result(&mut self, result: &Result<Vec<u8>, CoreError>) {
+        match result {
+            Ok(body) => {
+                let error = Message::parse(body).ok().and_then(|m| {
+                    m.error
+                        .and_then(|e| object_member(e, "code"))
+                        .map(|c| c.get().to_owned())
+                });
+                match error {
+                    Some(code) => self.record(
+                        "error",
+                        Some(json!(format!("JSON-RPC error {code}"))),
+                        Some(body),
+                    ),
+                    None => self.record("allowed", None, Some(body)),
+                }
+            }
+            Err(CoreError::Cancelled) => self.record("error", Some(json!("cancelled")), None),
+            Err(e) => self.record("error", Some(json!(e.to_string())), None),
+        }
+    }
+
+    fn record(&mut self, outcome: &str, reason: Option<Value>, response: Option<&[u8]>) {
+        self.done = true;
+        let Some(audit) = &self.access.audit else {
+            return;
+        };
+        let mut entry = json!({
+            "time": crate::audit::now_rfc3339(),
+            "principal": { "iss": self.principal.issuer, "sub": self.principal.subject },
+            "session": self.session.as_deref().unwrap_or("stateless"),
+            "era": match self.path { Path::Legacy => "legacy", Path::Modern => "modern" },
+            "method": self.msg.method.unwrap_or_default(),
+            "outcome": outcome,
+            "latencyMs": (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+        });
+        if let Some(id) = &self.msg.id {
+            entry["id"] = json!(truncate(id.as_json(), 128).0);
+        }
+        let target = self.target.audit();
+        if !target.is_null() {
+            entry["target"] = target;
+        }
+        if let Some(reason) = reason {
+            entry["reason"] = reason;
+        }
+        if let Some(limit) = audit.body_limit() {
+            if let Some(params) = self.msg.params {
+                let (text, cut) = truncate(params.get(), limit);
+                entry["request"] = json!(text);
+                if cut {
+                    entry["requestTruncated"] = json!(true);
+                }
+            }
+            if let Some(body) = response {
+                let text = String::from_utf8_lossy(body);
+                let (text, cut) = truncate(&text, limit);
+                entry["response"] = json!(text);
+                if cut {
+                    entry["responseTruncated"] = json!(true);
+                }
+            }
+        }
+        audit.record(&entry);
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.record("error", Some(json!("cancelled")), None);
+        }
+    }
+}
+
+/// At most `limit` bytes of `s`, cut on a character boundary.
+fn truncate(s: &str, limit: usize) -> (&str, bool) {
+    if s.len() <= limit {
+        return (s, false);
+    }
+    let mut end = limit;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&s[..end], true)
+}
+
+fn reencode(id: &RequestId, result: &RawValue) -> Vec<u8> {
+    restore_response(id, "result", result.get())
+}
+
+/// `result` with `result[member]` (an array) reduced to the items `keep` accepts. Items are
+/// copied verbatim. `None` when the member is absent or not an array.
+fn filter_list(
+    result: &RawValue,
+    member: &str,
+    mut keep: impl FnMut(&RawValue) -> bool,
+) -> Option<Box<RawValue>> {
+    let items: Vec<&RawValue> = serde_json::from_str(object_member(result, member)?.get()).ok()?;
+    let mut out = String::from("[");
+    for item in items.into_iter().filter(|i| keep(i)) {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(item.get());
+    }
+    out.push(']');
+    with_member(result, member, &out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct OnlyEcho;
+
+    impl Authorizer for OnlyEcho {
+        fn is_allowed(&self, _: &Principal, action: &str, target: &Target) -> bool {
+            action == "list_tools"
+                || (action == "call_tool" && *target == Target::Tool("echo".into()))
+        }
+    }
+
+    fn access() -> Access {
+        Access {
+            authorizer: Some(Arc::new(OnlyEcho)),
+            ..Access::default()
+        }
+    }
+
+    #[test]
+    fn lists_keep_only_permitted_items_verbatim() {
+        let access = access();
+        let p = Principal::anonymous();
+        let req = br#"{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tools/list"}"#;
+        let msg = Message::parse(req).unwrap();
+        let admitted = access.admit(&p, None, &msg, Path::Legacy).unwrap();
+        let body = br#"{"jsonrpc":"2.0","id":12345678901234567890123,"result":{"tools":[{"name":"add","x":1.0},{"name":"echo","inputSchema":{"default":1e400}}],"nextCursor":"c"}}"#;
+        let out = admitted.finish_legacy(Ok(body.to_vec())).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":12345678901234567890123,"result":{"tools":[{"name":"echo","inputSchema":{"default":1e400}}],"nextCursor":"c"}}"#
+        );
+    }
+
+    #[test]
+    fn calls_and_unknown_methods_are_checked() {
+        let access = access();
+        let p = Principal::anonymous();
+        for (req, ok) in [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#,
+                true,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}}"#,
+                false,
+            ),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, true),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"made/up"}"#, false),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"prompts/list"}"#, false),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"x"}}"#,
+                false,
+            ),
+        ] {
+            let msg = Message::parse(req.as_bytes()).unwrap();
+            let got = access.admit(&p, None, &msg, Path::Legacy);
+            assert_eq!(got.is_ok(), ok, "{req}");
+            if let Ok(a) = got {
+                let _ = a.finish_legacy(Ok(Vec::new()));
+            }
+        }
+    }
+
+    #[test]
+    fn capability_families_follow_list_permissions() {
+        let caps = json!({"tools":{"listChanged":true},"prompts":{},"logging":{}});
+        let out = access().visible_capabilities(&Principal::anonymous(), &caps);
+        assert_eq!(out, json!({"tools":{"listChanged":true},"logging":{}}));
+    }
+}

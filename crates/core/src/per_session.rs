@@ -1,0 +1,317 @@
+//! Per-session backends (`--isolation per-session`): one backend process per Legacy session.
+//!
+//! With a process of its own, everything the backend sends belongs to that one session, so
+//! what shared mode must refuse flows here: server-initiated requests (sampling, elicitation,
+//! roots, ping) go to the client, re-keyed with gateway-minted ids, and the client's answers
+//! are routed back to exactly the process that asked; `notifications/message` honours the
+//! session's own `logging/setLevel`. A request the backend sends while exactly one client
+//! request of the session is in flight on a stream goes on that request's stream (it is
+//! almost certainly related); otherwise on the session's listen stream.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+use switchboard_upstream::{InboundSink, StdioHandle, StdioProcess, UpstreamError};
+use switchboard_wire::{
+    codes, encode_error, encode_notification, encode_request, method, restore_response,
+    ErrorObject, Message, MessageKind, RequestId,
+};
+
+use crate::dispatch::Registry;
+use crate::route::random_hex;
+use crate::CoreError;
+
+/// Starts one backend process for one session; implemented by the binary (it knows the
+/// command line).
+pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
+    /// Spawns a process whose unsolicited messages go to `sink`.
+    fn spawn(
+        &self,
+        sink: Arc<dyn InboundSink>,
+    ) -> Result<(StdioHandle, StdioProcess), UpstreamError>;
+}
+
+/// A session's own backend.
+#[derive(Debug)]
+pub(crate) struct OwnBackend {
+    pub(crate) handle: StdioHandle,
+    /// Taken on session end and shut down outside the table lock.
+    pub(crate) process: Option<StdioProcess>,
+    /// Gateway key sent to the client → the backend's own request id.
+    pub(crate) server_requests: HashMap<String, RequestId>,
+}
+
+impl OwnBackend {
+    pub(crate) fn new(handle: StdioHandle, process: StdioProcess) -> Self {
+        OwnBackend {
+            handle,
+            process: Some(process),
+            server_requests: HashMap::new(),
+        }
+    }
+}
+
+/// Routes one session backend's unsolicited messages to that session only.
+#[derive(Debug)]
+pub(crate) struct SessionSink {
+    pub(crate) registry: Weak<Registry>,
+    pub(crate) session: String,
+}
+
+/// Most outstanding server→client requests per session; more are refused to the backend.
+const MAX_SERVER_REQUESTS: usize = 256;
+
+impl InboundSink for SessionSink {
+    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &StdioHandle) {
+        let Some(registry) = self.registry.upgrade() else {
+            return;
+        };
+        let name = msg.method.unwrap_or_default();
+        match (msg.kind, msg.id.as_ref()) {
+            (MessageKind::Request, Some(id)) => {
+                self.server_request(&registry, id, name, msg.params, backend)
+            }
+            _ if name == method::PROGRESS => {
+                if !registry.progress.route(msg.params) {
+                    registry
+                        .drops
+                        .record("progress for no live request stream", name);
+                }
+            }
+            _ => {
+                // Rebuilt list changes stay payload-free, as in shared mode; everything else is
+                // this session's own and travels as the backend wrote it.
+                let params = if name.ends_with("/list_changed") {
+                    None
+                } else {
+                    msg.params
+                };
+                let data = Bytes::from(encode_notification(name, params));
+                let _ = registry.sessions.with(&self.session, |s| deliver(s, data));
+            }
+        }
+    }
+}
+
+impl SessionSink {
+    fn server_request(
+        &self,
+        registry: &Registry,
+        id: &RequestId,
+        name: &str,
+        params: Option<&RawValue>,
+        backend: &StdioHandle,
+    ) {
+        let key = format!("sbs-{}", random_hex());
+        let line = Bytes::from(encode_request(&RequestId::from_string(&key), name, params));
+        let delivered = registry
+            .sessions
+            .with(&self.session, |s| {
+                let Some(own) = s.own.as_mut() else {
+                    return false;
+                };
+                if own.server_requests.len() >= MAX_SERVER_REQUESTS {
+                    return false;
+                }
+                own.server_requests.insert(key.clone(), id.clone());
+                if deliver(s, line) {
+                    return true;
+                }
+                if let Some(own) = s.own.as_mut() {
+                    own.server_requests.remove(&key);
+                }
+                false
+            })
+            .unwrap_or(false);
+        if !delivered {
+            registry
+                .drops
+                .record("server request with no client stream to carry it", name);
+            let err = ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "the client has no open stream to receive this request",
+            );
+            let _ = backend.try_send_line(encode_error(Some(id), &err));
+        }
+    }
+}
+
+/// Puts one message on the session's best stream: the single in-flight request's stream if
+/// there is exactly one, else the listen stream. Returns whether a stream took it.
+fn deliver(s: &mut crate::session::Session, data: Bytes) -> bool {
+    let mut streams = s.in_flight.values().filter_map(|f| f.stream.as_ref());
+    if let (Some(only), None) = (streams.next(), streams.next()) {
+        if only.try_send(data.clone()).is_ok() {
+            return true;
+        }
+    }
+    s.listen.is_attached() && s.listen.push(data)
+}
+
+/// A client's answer to a server request: routed back to the backend that asked, with that
+/// backend's own id restored. Answers for ids this session's backend never sent are refused.
+pub(crate) async fn client_response(
+    registry: &Registry,
+    session: &str,
+    msg: &Message<'_>,
+) -> Result<(), CoreError> {
+    let key = msg
+        .id
+        .as_ref()
+        .and_then(RequestId::as_str)
+        .ok_or(CoreError::UnexpectedResponse)?;
+    let (handle, backend_id) = registry
+        .sessions
+        .with(session, |s| {
+            let own = s.own.as_mut()?;
+            let id = own.server_requests.remove(&key)?;
+            Some((own.handle.clone(), id))
+        })?
+        .ok_or(CoreError::UnexpectedResponse)?;
+    let (member, payload) = match (msg.result, msg.error) {
+        (Some(r), _) => ("result", r.get()),
+        (None, Some(e)) => ("error", e.get()),
+        (None, None) => return Err(CoreError::UnexpectedResponse),
+    };
+    handle
+        .send_line(restore_response(&backend_id, member, payload))
+        .await?;
+    Ok(())
+}
+
+impl crate::Gateway {
+    /// Turns on per-session backends: every later Legacy `initialize` on `/mcp` gets its own
+    /// process from `spawner`. Sessionless and Modern requests keep using the shared backend.
+    pub fn enable_per_session(&self, spawner: Arc<dyn SpawnBackend>) {
+        let _ = self.per_session.set(spawner);
+    }
+
+    /// Whether sessions get their own backend.
+    pub fn is_per_session(&self) -> bool {
+        self.per_session.get().is_some()
+    }
+
+    /// The session's own backend, if it has one.
+    pub(crate) fn own_backend(&self, session: &crate::SessionId) -> Option<StdioHandle> {
+        self.registry
+            .sessions
+            .with(session.as_str(), |s| {
+                s.own.as_ref().map(|o| o.handle.clone())
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// A Legacy `initialize` in per-session mode: a new process, handed the client's own
+    /// `initialize` (its capabilities included, so the backend knows it may ask for sampling,
+    /// elicitation or roots); the backend's answer goes back with the client's id.
+    pub async fn initialize_isolated(
+        &self,
+        caller: &crate::Principal,
+        id: &RequestId,
+        msg: &Message<'_>,
+    ) -> Result<crate::Initialized, CoreError> {
+        let Some(spawner) = self.per_session.get() else {
+            return self.initialize(caller, id, msg.params);
+        };
+        let (negotiated, _) = self.negotiate(caller, id, msg.params);
+        let session = self.registry.sessions.create(negotiated, caller)?;
+        let sink = Arc::new(SessionSink {
+            registry: Arc::downgrade(&self.registry),
+            session: session.as_str().to_owned(),
+        });
+        let started = spawner.spawn(sink).map_err(CoreError::from);
+        let answer = match started {
+            Ok((handle, process)) => {
+                let out = crate::gateway::Outgoing {
+                    session: None,
+                    id,
+                    name: method::INITIALIZE,
+                    params: msg.params,
+                    stream: None,
+                    listen: None,
+                    backend: Some(handle.clone()),
+                };
+                let answer = self.send(out).await;
+                let attached = self.registry.sessions.with(session.as_str(), |s| {
+                    s.own = Some(OwnBackend::new(handle, process));
+                });
+                if attached.is_err() {
+                    return Err(CoreError::SessionNotFound);
+                }
+                answer
+            }
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(a) if !a.is_error() => Ok(crate::Initialized {
+                session,
+                response: restore_response(id, a.member(), a.payload()),
+            }),
+            failed => {
+                // No usable backend: the session never existed for the client.
+                if let Ok(ended) = self.registry.sessions.remove_any(session.as_str()) {
+                    self.cleanup(ended).await;
+                }
+                match failed {
+                    Ok(a) => Err(CoreError::BackendInit(format!(
+                        "backend refused initialize: {}",
+                        a.payload()
+                    ))),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Everything a per-session session asks goes to its own process as-is (subscriptions,
+    /// log level and tasks are the process's own business: nobody else shares it).
+    pub(crate) async fn own_request(
+        &self,
+        call: crate::Call<'_>,
+        id: &RequestId,
+        name: &str,
+        own: StdioHandle,
+    ) -> Result<Vec<u8>, CoreError> {
+        if own.is_closed() {
+            // The session's process died: the session dies with it, and the client learns it
+            // the standard way (404, then a fresh `initialize` gets a fresh process).
+            if let Some(sid) = call.session {
+                if let Ok(ended) = self.registry.sessions.remove_any(sid.as_str()) {
+                    self.cleanup(ended).await;
+                }
+            }
+            return Err(CoreError::SessionNotFound);
+        }
+        let out = crate::gateway::Outgoing {
+            session: call.session,
+            id,
+            name,
+            params: call.msg.params,
+            stream: call.stream,
+            listen: None,
+            backend: Some(own),
+        };
+        let answer = self.send(out).await?;
+        Ok(restore_response(id, answer.member(), answer.payload()))
+    }
+
+    /// A client's JSON-RPC response (answer to a server request) in per-session mode.
+    pub async fn client_response(
+        &self,
+        session: &crate::SessionId,
+        msg: &Message<'_>,
+    ) -> Result<(), CoreError> {
+        client_response(&self.registry, session.as_str(), msg).await
+    }
+
+    /// Ends every session (gateway shutdown), stopping their backend processes.
+    pub async fn end_all_sessions(&self) {
+        for ended in self.registry.sessions.drain() {
+            self.cleanup(ended).await;
+        }
+    }
+}

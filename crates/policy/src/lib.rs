@@ -1,0 +1,214 @@
+//! Cedar authorization for Switchboard: implements `switchboard_core::Authorizer` with the
+//! `cedar-policy` crate. Its own crate so that only this one compiles Cedar, and `core` stays
+//! testable with any authorizer.
+//!
+//! Vocabulary (no schema needed):
+//!
+//! | what           | Cedar                                                                 |
+//! |----------------|-----------------------------------------------------------------------|
+//! | JWT principal  | `User::"<sub>"` (attributes `iss`, `sub`)                              |
+//! | API key        | `ApiKey::"<name>"` (attributes `iss` = `"api-key"`, `sub`)             |
+//! | no credential  | `Anonymous::"anonymous"`                                              |
+//! | actions        | `Action::"call_tool"`, `"read_resource"`, `"get_prompt"`, `"subscribe"`, `"list_tools"`, `"list_prompts"`, `"list_resources"`, or the MCP method name for anything else (`Action::"tasks/get"`) |
+//! | resources      | `Tool::"<name>"`, `Resource::"<uri>"`, `ResourceTemplate::"<uriTemplate>"`, `Prompt::"<name>"`, `Server::"default"` |
+//! | context        | `context.claims`: the JWT's claims (strings, booleans, integers, arrays, objects; other values dropped) |
+//!
+//! Cedar denies by default; evaluation errors deny (fail closed).
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+
+use cedar_policy::{
+    Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicySet, Request,
+    RestrictedExpression,
+};
+use serde_json::{Map, Value};
+use tracing::debug;
+
+use switchboard_core::{Principal, Target};
+
+/// Issuer of principals authenticated by a static API key (must match `switchboard-http`).
+const API_KEY_ISSUER: &str = "api-key";
+
+/// A loaded policy set.
+#[derive(Debug)]
+pub struct CedarAuthorizer {
+    policies: PolicySet,
+    authorizer: cedar_policy::Authorizer,
+}
+
+/// A policy file that could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid Cedar policy: {0}")]
+pub struct PolicyError(String);
+
+impl CedarAuthorizer {
+    /// Parses Cedar policy text.
+    pub fn from_text(text: &str) -> Result<Self, PolicyError> {
+        let policies = PolicySet::from_str(text).map_err(|e| PolicyError(format!("{e:?}")))?;
+        Ok(CedarAuthorizer {
+            policies,
+            authorizer: cedar_policy::Authorizer::new(),
+        })
+    }
+
+    /// How many policies (and templates) the set holds.
+    pub fn len(&self) -> usize {
+        self.policies.policies().count()
+    }
+
+    /// Whether the set is empty (which denies everything).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn uid(kind: &str, id: &str) -> Option<EntityUid> {
+    let name = EntityTypeName::from_str(kind).ok()?;
+    Some(EntityUid::from_type_name_and_id(name, EntityId::new(id)))
+}
+
+fn principal_uid(p: &Principal) -> Option<EntityUid> {
+    if *p == Principal::anonymous() {
+        uid("Anonymous", "anonymous")
+    } else if p.issuer == API_KEY_ISSUER {
+        uid("ApiKey", &p.subject)
+    } else {
+        uid("User", &p.subject)
+    }
+}
+
+fn resource_uid(t: &Target) -> Option<EntityUid> {
+    match t {
+        Target::Tool(n) => uid("Tool", n),
+        Target::Resource(u) => uid("Resource", u),
+        Target::ResourceTemplate(u) => uid("ResourceTemplate", u),
+        Target::Prompt(n) => uid("Prompt", n),
+        Target::Server => uid("Server", "default"),
+    }
+}
+
+/// Claims as Cedar can take them without a schema: integers only, no nulls or floats, and no
+/// `__`-prefixed keys (Cedar's JSON escapes for entities and extensions).
+fn sanitize(v: &Value) -> Option<Value> {
+    match v {
+        Value::Null => None,
+        Value::Number(n) => n.as_i64().map(Value::from),
+        Value::Bool(_) | Value::String(_) => Some(v.clone()),
+        Value::Array(a) => Some(Value::Array(a.iter().filter_map(sanitize).collect())),
+        Value::Object(o) => Some(Value::Object(sanitize_map(o))),
+    }
+}
+
+fn sanitize_map(o: &Map<String, Value>) -> Map<String, Value> {
+    o.iter()
+        .filter(|(k, _)| !k.starts_with("__"))
+        .filter_map(|(k, v)| sanitize(v).map(|v| (k.clone(), v)))
+        .collect()
+}
+
+impl switchboard_core::Authorizer for CedarAuthorizer {
+    fn is_allowed(&self, principal: &Principal, action: &str, target: &Target) -> bool {
+        let (Some(p), Some(a), Some(r)) = (
+            principal_uid(principal),
+            uid("Action", action),
+            resource_uid(target),
+        ) else {
+            return false;
+        };
+        let attrs = HashMap::from([
+            (
+                "iss".to_owned(),
+                RestrictedExpression::new_string(principal.issuer.clone()),
+            ),
+            (
+                "sub".to_owned(),
+                RestrictedExpression::new_string(principal.subject.clone()),
+            ),
+        ]);
+        let Ok(entity) = Entity::new(p.clone(), attrs, HashSet::new()) else {
+            return false;
+        };
+        let Ok(entities) = Entities::from_entities([entity], None) else {
+            return false;
+        };
+        let claims = Value::Object(sanitize_map(&principal.claims));
+        let context = match Context::from_json_value(serde_json::json!({ "claims": claims }), None)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                debug!(error = %e, "claims unusable as Cedar context; evaluating without them");
+                Context::empty()
+            }
+        };
+        let Ok(request) = Request::new(p, a, r, context, None) else {
+            return false;
+        };
+        let response = self
+            .authorizer
+            .is_authorized(&request, &self.policies, &entities);
+        let errors = response.diagnostics().errors().count();
+        if errors > 0 {
+            debug!(
+                errors,
+                action, "Cedar evaluation errors (treated as not permitting)"
+            );
+        }
+        response.decision() == Decision::Allow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_core::Authorizer as _;
+
+    fn user(sub: &str, claims: Value) -> Principal {
+        Principal {
+            issuer: "https://idp.example".into(),
+            subject: sub.into(),
+            claims: claims.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn permits_what_the_policy_names_and_nothing_else() {
+        let a = CedarAuthorizer::from_text(
+            r#"
+            permit(principal, action == Action::"list_tools", resource);
+            permit(principal == User::"alice", action == Action::"call_tool", resource == Tool::"echo");
+            permit(principal is ApiKey, action, resource);
+            permit(principal, action == Action::"get_prompt", resource)
+              when { context.claims has groups && context.claims.groups.contains("writers") };
+            forbid(principal, action == Action::"call_tool", resource == Tool::"exit");
+            "#,
+        )
+        .unwrap();
+        let alice = user(
+            "alice",
+            serde_json::json!({"groups": ["writers"], "score": 1.5, "__entity": {"type":"X","id":"y"}}),
+        );
+        let bob = user("bob", serde_json::json!({}));
+        let echo = Target::Tool("echo".into());
+        assert!(a.is_allowed(&alice, "call_tool", &echo));
+        assert!(!a.is_allowed(&bob, "call_tool", &echo));
+        assert!(!a.is_allowed(&alice, "call_tool", &Target::Tool("add".into())));
+        assert!(a.is_allowed(&bob, "list_tools", &Target::Server));
+        assert!(a.is_allowed(&alice, "get_prompt", &Target::Prompt("p".into())));
+        assert!(!a.is_allowed(&bob, "get_prompt", &Target::Prompt("p".into())));
+        assert!(!a.is_allowed(&alice, "tasks/get", &Target::Server));
+        let key = Principal {
+            issuer: API_KEY_ISSUER.into(),
+            subject: "admin".into(),
+            claims: Map::new(),
+        };
+        assert!(a.is_allowed(&key, "tasks/get", &Target::Server));
+        assert!(!a.is_allowed(&key, "call_tool", &Target::Tool("exit".into())));
+        assert!(!a.is_allowed(&Principal::anonymous(), "list_tools_x", &Target::Server));
+    }
+
+    #[test]
+    fn bad_policies_are_refused() {
+        assert!(CedarAuthorizer::from_text("permit(principal, action, resource").is_err());
+    }
+}

@@ -1,0 +1,983 @@
+//! The authenticated multi-user gateway: bearer credentials (static API keys, OAuth JWTs
+//! checked against a JWKS served by the test), session ownership on every transport, Cedar
+//! authorization with list filtering on both eras, the audit log, and rate limits.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common::{stats, tool_text, Listener, Reply, TestGateway};
+
+const ALICE: &str = "alice-key-0123456789abcdef";
+const BOB: &str = "bob-key-0123456789abcdef01";
+const ADMIN: &str = "admin-key-0123456789abcdef";
+const V: &str = "2026-07-28";
+
+/// A fresh file with `contents` in a per-test temporary directory.
+fn temp_file(name: &str, contents: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "switchboard-auth-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+fn keys_file() -> String {
+    temp_file(
+        "keys",
+        &format!("# test keys\nalice:{ALICE}\nbob:{BOB}\nadmin:{ADMIN}\n"),
+    )
+    .to_string_lossy()
+    .into_owned()
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// POST as the holder of `token` (None: no credential).
+async fn post_as(
+    gw: &TestGateway,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+) -> Reply {
+    let auth = token.map(bearer);
+    let mut extra = Vec::new();
+    if let Some(a) = auth.as_deref() {
+        extra.push(("authorization", a));
+    }
+    gw.post_raw(session, body.to_string(), &extra).await
+}
+
+/// Opens a Legacy session as the holder of `token`.
+async fn session_as(gw: &TestGateway, token: &str) -> (String, Value) {
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"0"}}});
+    let r = post_as(gw, Some(token), None, &init).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let done = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    assert_eq!(
+        post_as(gw, Some(token), Some(&sid), &done).await.status,
+        StatusCode::ACCEPTED
+    );
+    (sid, r.json())
+}
+
+fn call(id: Value, name: &str, args: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args}})
+}
+
+fn request(id: Value, method: &str, params: Value) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})
+}
+
+/// A Modern request as the holder of `token`.
+async fn modern_as(
+    gw: &TestGateway,
+    token: &str,
+    id: Value,
+    method: &str,
+    mut params: Value,
+) -> Reply {
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let name = params
+        .get("name")
+        .or(params.get("uri"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let auth = bearer(token);
+    let mut headers = vec![
+        ("mcp-protocol-version", V),
+        ("mcp-method", method),
+        ("authorization", auth.as_str()),
+    ];
+    if let Some(n) = name.as_deref() {
+        headers.push(("mcp-name", n));
+    }
+    let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
+    gw.post_raw(None, body.to_string(), &headers).await
+}
+
+fn tool_names(v: &Value) -> Vec<String> {
+    v["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {v}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A raw GET/DELETE on `/mcp` as the holder of `token`.
+async fn raw(
+    gw: &TestGateway,
+    method: reqwest::Method,
+    token: &str,
+    session: &str,
+    extra: &[(&str, &str)],
+) -> (StatusCode, String) {
+    let mut req = gw
+        .http
+        .request(method, &gw.url)
+        .header("accept", "text/event-stream")
+        .header("authorization", bearer(token))
+        .header("mcp-session-id", session);
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status();
+    // A 200 listen stream never ends: read only error bodies.
+    let text = if status == StatusCode::OK {
+        String::new()
+    } else {
+        r.text().await.unwrap()
+    };
+    (status, text)
+}
+
+/// Opens `GET /sse` as the holder of `token` and returns the session id and the stream.
+async fn open_sse(
+    gw: &TestGateway,
+    token: &str,
+) -> (
+    String,
+    std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>,
+    >,
+) {
+    let r = gw
+        .http
+        .get(format!("{}/sse", gw.base()))
+        .header("accept", "text/event-stream")
+        .header("authorization", bearer(token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(r.bytes_stream()));
+    let endpoint = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let e = events.next().await.unwrap().unwrap();
+            if e.event.as_deref() == Some("endpoint") {
+                return e.data.unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let sid = endpoint.split_once("session_id=").unwrap().1.to_owned();
+    let events: std::pin::Pin<Box<dyn futures::Stream<Item = _> + Send>> = events;
+    (sid, events)
+}
+
+async fn post_messages(
+    gw: &TestGateway,
+    token: &str,
+    sid: &str,
+    body: &Value,
+) -> (StatusCode, String) {
+    let r = gw
+        .http
+        .post(format!("{}/messages?session_id={sid}", gw.base()))
+        .header("content-type", "application/json")
+        .header("authorization", bearer(token))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn credentials_are_required_and_the_metadata_is_served() {
+    let keys = keys_file();
+    let gw = TestGateway::start(&["--api-keys-file", &keys]).await;
+    let ping = request(json!(1), "ping", json!({}));
+    let expected = format!(
+        "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+        gw.base()
+    );
+    // No credential: 401 on every MCP route, with the challenge naming the metadata.
+    let r = post_as(&gw, None, None, &ping).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.headers["www-authenticate"], expected.as_str());
+    let body = r.json();
+    assert!(body.get("id").is_none(), "{body}");
+    assert_eq!(body["error"]["code"], -32600);
+    for (method, path) in [
+        (reqwest::Method::GET, "/mcp"),
+        (reqwest::Method::DELETE, "/mcp"),
+        (reqwest::Method::GET, "/sse"),
+        (reqwest::Method::POST, "/messages?session_id=x"),
+    ] {
+        let r = gw
+            .http
+            .request(method.clone(), format!("{}{path}", gw.base()))
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{method} {path}");
+        assert!(r.headers().contains_key("www-authenticate"));
+    }
+    // A wrong key, or another scheme: invalid_token.
+    for auth in [bearer("not-a-key-0123456789"), format!("Basic {ALICE}")] {
+        let r = gw
+            .post_raw(None, ping.to_string(), &[("authorization", auth.as_str())])
+            .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            r.headers["www-authenticate"],
+            format!("{expected}, error=\"invalid_token\"").as_str()
+        );
+    }
+    // The Origin check still comes first (403, not 401).
+    let r = gw
+        .post_raw(None, ping.to_string(), &[("origin", "http://evil.example")])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // RFC 9728 documents, without credentials.
+    for (path, resource) in [
+        ("/.well-known/oauth-protected-resource", gw.base()),
+        ("/.well-known/oauth-protected-resource/mcp", gw.url.clone()),
+    ] {
+        let r = gw
+            .http
+            .get(format!("{}{path}", gw.base()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let doc: Value = r.json().await.unwrap();
+        assert_eq!(doc["resource"], resource.as_str());
+        assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
+    }
+    // A valid key works; healthz needs nothing.
+    assert_eq!(
+        post_as(&gw, Some(ALICE), None, &ping).await.status,
+        StatusCode::OK
+    );
+    let r = gw
+        .http
+        .get(format!("{}/healthz", gw.base()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_session_is_usable_only_by_its_principal() {
+    let keys = keys_file();
+    let gw = TestGateway::start(&["--api-keys-file", &keys]).await;
+    let (alice, _) = session_as(&gw, ALICE).await;
+    let (bob, _) = session_as(&gw, BOB).await;
+
+    // Bob replaying Alice's session id gets exactly what a forged id gets.
+    let forged = "0123456789abcdef0123456789abcdef";
+    let echo = call(json!(7), "echo", json!({"text":"x"}));
+    let stolen = post_as(&gw, Some(BOB), Some(&alice), &echo).await;
+    let unknown = post_as(&gw, Some(BOB), Some(forged), &echo).await;
+    assert_eq!(stolen.status, StatusCode::NOT_FOUND);
+    assert_eq!(stolen.error_code(), -32001);
+    assert_eq!(stolen.text, unknown.text, "no oracle");
+    let note = json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"});
+    assert_eq!(
+        post_as(&gw, Some(BOB), Some(&alice), &note).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let get = raw(&gw, reqwest::Method::GET, BOB, &alice, &[]).await;
+    assert_eq!(get.0, StatusCode::NOT_FOUND);
+    let resume = raw(
+        &gw,
+        reqwest::Method::GET,
+        BOB,
+        &alice,
+        &[("last-event-id", "listen-1")],
+    )
+    .await;
+    assert_eq!(resume.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        get.1,
+        raw(&gw, reqwest::Method::GET, BOB, forged, &[]).await.1
+    );
+    let delete = raw(&gw, reqwest::Method::DELETE, BOB, &alice, &[]).await;
+    assert_eq!(delete.0, StatusCode::NOT_FOUND);
+
+    // HTTP+SSE: Bob cannot post into Alice's stream.
+    let (sse_alice, mut alice_events) = open_sse(&gw, ALICE).await;
+    let init = request(
+        json!(1),
+        "initialize",
+        json!({"protocolVersion":"2024-11-05",
+        "capabilities":{},"clientInfo":{"name":"it","version":"0"}}),
+    );
+    let (status, _) = post_messages(&gw, BOB, &sse_alice, &init).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = post_messages(&gw, BOB, &sse_alice, &echo).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // …nor use an HTTP+SSE id on /mcp (or the other way round), even his own.
+    assert_eq!(
+        post_as(&gw, Some(ALICE), Some(&sse_alice), &echo)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let (status, _) = post_messages(&gw, ALICE, &sse_alice, &init).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let answer = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let e = alice_events.next().await.unwrap().unwrap();
+            if let Some(d) = e.data.filter(|d| !d.is_empty()) {
+                return serde_json::from_str::<Value>(&d).unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        answer["id"], 1,
+        "Alice's own stream carries her answer: {answer}"
+    );
+
+    // Alice's session still works after all of that, and so does Bob's own.
+    let r = post_as(
+        &gw,
+        Some(ALICE),
+        Some(&alice),
+        &call(json!(1), "echo", json!({"text":"mine"})),
+    )
+    .await;
+    assert_eq!(tool_text(&r.json()), "mine");
+    assert_eq!(
+        raw(&gw, reqwest::Method::GET, ALICE, &alice, &[]).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        raw(&gw, reqwest::Method::DELETE, BOB, &bob, &[]).await.0,
+        StatusCode::NO_CONTENT
+    );
+    let r = post_as(
+        &gw,
+        Some(ALICE),
+        Some(&alice),
+        &call(json!(2), "echo", json!({"text":"still"})),
+    )
+    .await;
+    assert_eq!(tool_text(&r.json()), "still");
+}
+
+/// A JWKS endpoint on 127.0.0.1 whose key set the test can swap; counts fetches.
+struct Jwks {
+    url: String,
+    body: Arc<Mutex<String>>,
+    hits: Arc<AtomicUsize>,
+}
+
+impl Jwks {
+    async fn serve(keys: &[&str]) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let body = Arc::new(Mutex::new(String::new()));
+        let hits = Arc::new(AtomicUsize::new(0));
+        let (b, h) = (body.clone(), hits.clone());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (b, h) = (b.clone(), h.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let mut read = 0;
+                    while !buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf[read..]).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => read += n,
+                        }
+                    }
+                    h.fetch_add(1, Ordering::SeqCst);
+                    let body = b.lock().clone();
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        let jwks = Jwks { url, body, hits };
+        jwks.set(keys);
+        jwks
+    }
+
+    fn set(&self, keys: &[&str]) {
+        let keys: Vec<Value> = keys
+            .iter()
+            .map(|k| serde_json::from_str(&fixture(&format!("{k}.jwk.json"))).unwrap())
+            .collect();
+        *self.body.lock() = json!({ "keys": keys }).to_string();
+    }
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/tests/integration/keys/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+const ISSUER: &str = "https://idp.switchboard.test";
+const AUDIENCE: &str = "switchboard-test";
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn claims(sub: &str) -> Value {
+    json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "iat": now(), "nbf": now() - 10,
+        "exp": now() + 600, "groups": ["it"]})
+}
+
+fn sign(kid: &str, claims: &Value) -> String {
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some(kid.to_owned());
+    let der = std::fs::read(format!(
+        "{}/tests/integration/keys/{kid}.der",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let key = EncodingKey::from_rsa_der(&der);
+    encode(&header, claims, &key).unwrap()
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    // base64url without padding, enough for a test token.
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n =
+            chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+        for i in 0..=chunk.len() {
+            let _ = out.write_char(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+async fn status_with(gw: &TestGateway, token: &str) -> StatusCode {
+    post_as(gw, Some(token), None, &request(json!(1), "ping", json!({})))
+        .await
+        .status
+}
+
+#[tokio::test]
+async fn jwts_are_validated_against_the_jwks_and_rotation_is_picked_up() {
+    let jwks = Jwks::serve(&["k1"]).await;
+    let audit = temp_file("audit.log", "");
+    let audit_path = audit.to_string_lossy().into_owned();
+    let gw = TestGateway::start_env(
+        &[
+            "--jwt-issuer",
+            ISSUER,
+            "--jwks-url",
+            &jwks.url,
+            "--jwt-audience",
+            AUDIENCE,
+            "--jwks-refresh-cooldown",
+            "1",
+            "--audit-log",
+            &audit_path,
+            "--audit-bodies",
+        ],
+        &[],
+        &[("SWITCHBOARD_LOG", "debug")],
+    )
+    .await;
+    let mut tokens = Vec::new();
+    let good = sign("k1", &claims("alice"));
+    tokens.push(good.clone());
+    let (sid, _) = session_as(&gw, &good).await;
+    let r = post_as(
+        &gw,
+        Some(&good),
+        Some(&sid),
+        &call(json!(1), "echo", json!({"text":"hi"})),
+    )
+    .await;
+    assert_eq!(tool_text(&r.json()), "hi");
+
+    // Another subject of the same issuer is another principal.
+    let carol = sign("k1", &claims("carol"));
+    tokens.push(carol.clone());
+    let r = post_as(
+        &gw,
+        Some(&carol),
+        Some(&sid),
+        &call(json!(1), "echo", json!({})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    let mut with = |f: &dyn Fn(&mut Value)| {
+        let mut c = claims("alice");
+        f(&mut c);
+        let t = sign("k1", &c);
+        tokens.push(t.clone());
+        t
+    };
+    let expired = with(&|c| {
+        c["exp"] = json!(now() - 3600);
+        c["nbf"] = json!(now() - 7200);
+    });
+    let not_yet = with(&|c| c["nbf"] = json!(now() + 3600));
+    let wrong_aud = with(&|c| c["aud"] = json!("someone-else"));
+    let wrong_iss = with(&|c| c["iss"] = json!("https://evil.example"));
+    let no_sub = with(&|c| {
+        c.as_object_mut().unwrap().remove("sub");
+    });
+    let payload = good.split('.').nth(1).unwrap().to_owned();
+    let alg_none = format!("{}.{payload}.", b64(br#"{"alg":"none","typ":"JWT"}"#));
+    // Algorithm confusion: HS256 keyed with the public key the gateway holds.
+    let hs256 = encode(
+        &Header {
+            kid: Some("k1".into()),
+            ..Header::new(Algorithm::HS256)
+        },
+        &claims("alice"),
+        &EncodingKey::from_secret(fixture("k1.jwk.json").as_bytes()),
+    )
+    .unwrap();
+    let mut tampered = good.clone();
+    let last = tampered.pop().unwrap();
+    tampered.push(if last == 'A' { 'B' } else { 'A' });
+    let mut forged_claims = good.split('.').map(str::to_owned).collect::<Vec<_>>();
+    forged_claims[1] = b64(claims("mallory").to_string().as_bytes());
+    let swapped = forged_claims.join(".");
+    let unknown_kid = sign("k2", &claims("alice"));
+    for (what, token) in [
+        ("expired", &expired),
+        ("not yet valid", &not_yet),
+        ("wrong audience", &wrong_aud),
+        ("wrong issuer", &wrong_iss),
+        ("no subject", &no_sub),
+        ("alg none", &alg_none),
+        ("HS256 confusion", &hs256),
+        ("tampered signature", &tampered),
+        ("swapped claims", &swapped),
+        ("unknown kid", &unknown_kid),
+        ("garbage", &"a.b.c".to_owned()),
+    ] {
+        tokens.push(token.clone());
+        assert_eq!(
+            status_with(&gw, token).await,
+            StatusCode::UNAUTHORIZED,
+            "{what}"
+        );
+    }
+    // Unknown kids refetch the key set at most once per cooldown.
+    let before = jwks.hits.load(Ordering::SeqCst);
+    for _ in 0..5 {
+        assert_eq!(
+            status_with(&gw, &unknown_kid).await,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert!(
+        jwks.hits.load(Ordering::SeqCst) - before <= 1,
+        "JWKS hammered"
+    );
+
+    // Rotation: the issuer now signs with k2 only.
+    jwks.set(&["k2"]);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let rotated = sign("k2", &claims("alice"));
+    tokens.push(rotated.clone());
+    assert_eq!(status_with(&gw, &rotated).await, StatusCode::OK);
+    // Same issuer and subject, new key: still Alice, still her session.
+    let r = post_as(
+        &gw,
+        Some(&rotated),
+        Some(&sid),
+        &call(json!(2), "echo", json!({"text":"again"})),
+    )
+    .await;
+    assert_eq!(tool_text(&r.json()), "again");
+
+    // No token, valid or not, ever reaches a log line or the audit log (bodies included).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let logs = gw.stderr.lock().clone();
+    assert!(
+        logs.contains("bearer credential rejected"),
+        "debug logs were captured"
+    );
+    let audit_text = std::fs::read_to_string(&audit).unwrap();
+    assert!(audit_text.contains("\"sub\":\"alice\""), "{audit_text}");
+    for t in &tokens {
+        let signature = t.rsplit('.').next().unwrap();
+        for text in [&logs, &audit_text] {
+            assert!(!text.contains(t.as_str()), "a token leaked");
+            if signature.len() > 16 {
+                assert!(!text.contains(signature), "a token signature leaked");
+            }
+        }
+    }
+}
+
+const POLICY: &str = r#"
+permit(principal == ApiKey::"admin", action, resource);
+permit(principal == ApiKey::"alice", action in [Action::"list_tools", Action::"list_prompts"], resource);
+permit(principal == ApiKey::"alice", action == Action::"call_tool", resource == Tool::"echo");
+"#;
+
+fn audit_lines(path: &PathBuf) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
+    let keys = keys_file();
+    let policy = temp_file("policy.cedar", POLICY);
+    let audit = temp_file("audit.log", "");
+    let gw = TestGateway::start(&[
+        "--api-keys-file",
+        &keys,
+        "--policy",
+        policy.to_str().unwrap(),
+        "--audit-log",
+        audit.to_str().unwrap(),
+    ])
+    .await;
+    let (admin, _) = session_as(&gw, ADMIN).await;
+    let (alice, init) = session_as(&gw, ALICE).await;
+    // Capabilities she cannot list are not advertised.
+    let caps = &init["result"]["capabilities"];
+    assert!(
+        caps.get("tools").is_some() && caps.get("resources").is_none(),
+        "{caps}"
+    );
+
+    // Legacy: only the permitted tool is listed; anything else is 403.
+    let list = request(json!(1), "tools/list", json!({}));
+    assert_eq!(
+        tool_names(&post_as(&gw, Some(ALICE), Some(&alice), &list).await.json()),
+        ["echo"]
+    );
+    assert!(tool_names(&post_as(&gw, Some(ADMIN), Some(&admin), &list).await.json()).len() > 5);
+    let r = post_as(
+        &gw,
+        Some(ALICE),
+        Some(&alice),
+        &call(json!("x"), "add", json!({"a":1,"b":2})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let err = r.json();
+    assert_eq!(err["id"], "x");
+    assert_eq!(err["error"]["code"], 403);
+    // A tool that does not exist looks exactly the same.
+    let missing = post_as(
+        &gw,
+        Some(ALICE),
+        Some(&alice),
+        &call(json!("x"), "no_such_tool", json!({})),
+    )
+    .await;
+    assert_eq!(
+        (missing.status, missing.text.clone()),
+        (r.status, r.text.clone())
+    );
+    let ok = post_as(
+        &gw,
+        Some(ALICE),
+        Some(&alice),
+        &call(json!(2), "echo", json!({"text":"hi"})),
+    )
+    .await;
+    assert_eq!(tool_text(&ok.json()), "hi");
+    // Even as a stream (progress token), a denial is a plain 403.
+    let mut streamed = call(json!(3), "add", json!({"a":1,"b":2}));
+    streamed["params"]["_meta"] = json!({"progressToken": "p"});
+    assert_eq!(
+        post_as(&gw, Some(ALICE), Some(&alice), &streamed)
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    // Prompts she may list but not get: an empty list. Resources: not even listable.
+    let prompts = post_as(
+        &gw,
+        Some(ALICE),
+        Some(&alice),
+        &request(json!(4), "prompts/list", json!({})),
+    )
+    .await;
+    assert_eq!(prompts.json()["result"]["prompts"], json!([]));
+    let resources = post_as(
+        &gw,
+        Some(ALICE),
+        Some(&alice),
+        &request(json!(5), "resources/list", json!({})),
+    )
+    .await;
+    assert_eq!(resources.status, StatusCode::FORBIDDEN);
+    // A denied subscription never enters the routing table; unknown methods are denied.
+    let before = stats(&gw).await["tableEntries"].clone();
+    let sub = request(
+        json!(6),
+        "resources/subscribe",
+        json!({"uri":"test://watched"}),
+    );
+    assert_eq!(
+        post_as(&gw, Some(ALICE), Some(&alice), &sub).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(stats(&gw).await["tableEntries"], before);
+    let odd = request(json!(7), "made/up", json!({}));
+    assert_eq!(
+        post_as(&gw, Some(ALICE), Some(&alice), &odd).await.status,
+        StatusCode::FORBIDDEN
+    );
+
+    // Modern: the same policy.
+    let r = modern_as(&gw, ALICE, json!(10), "tools/list", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(tool_names(&r.json()), ["echo"]);
+    let r = modern_as(
+        &gw,
+        ALICE,
+        json!(11),
+        "tools/call",
+        json!({"name":"add","arguments":{"a":1,"b":2}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.error_code(), 403);
+    let r = modern_as(
+        &gw,
+        ALICE,
+        json!(12),
+        "tools/call",
+        json!({"name":"echo","arguments":{"text":"m"}}),
+    )
+    .await;
+    assert_eq!(tool_text(&r.json()), "m");
+    let r = modern_as(&gw, ALICE, json!(13), "server/discover", json!({})).await;
+    let caps = &r.json()["result"]["capabilities"];
+    assert!(
+        caps.get("tools").is_some() && caps.get("resources").is_none(),
+        "{caps}"
+    );
+    let r = modern_as(&gw, ADMIN, json!(14), "server/discover", json!({})).await;
+    assert!(r.json()["result"]["capabilities"]
+        .get("resources")
+        .is_some());
+
+    // HTTP+SSE: the denial arrives on the stream.
+    let (sse, mut events) = open_sse(&gw, ALICE).await;
+    let (status, _) = post_messages(
+        &gw,
+        ALICE,
+        &sse,
+        &call(json!(20), "add", json!({"a":1,"b":2})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let denied = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let e = events.next().await.unwrap().unwrap();
+            if let Some(d) = e.data.filter(|d| !d.is_empty()) {
+                return serde_json::from_str::<Value>(&d).unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (denied["id"].clone(), denied["error"]["code"].clone()),
+        (json!(20), json!(403))
+    );
+
+    // list_changed reaches Alice; her re-list stays filtered.
+    let mut listener = Listener::open_with(&gw, &alice, &[("authorization", &bearer(ALICE))]).await;
+    let r = post_as(
+        &gw,
+        Some(ADMIN),
+        Some(&admin),
+        &call(json!(30), "trigger", json!({"kind":"tools_list_changed"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let e = listener.next().await;
+    assert_eq!(e.data["method"], "notifications/tools/list_changed");
+    let relist = post_as(&gw, Some(ALICE), Some(&alice), &list).await;
+    assert_eq!(tool_names(&relist.json()), ["echo"]);
+
+    // An admin call the backend fails (unknown tool): an error outcome.
+    let r = post_as(
+        &gw,
+        Some(ADMIN),
+        Some(&admin),
+        &call(json!(40), "no_such_tool", json!({})),
+    )
+    .await;
+    assert!(r.json().get("error").is_some(), "{}", r.text);
+
+    // The audit log has one line per operation: allowed, denied and failed calls included.
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        lines = audit_lines(&audit);
+        if lines.iter().any(|l| l["id"] == "40") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let find = |outcome: &str, tool: &str| {
+        lines.iter().find(|l| {
+            l["method"] == "tools/call" && l["outcome"] == outcome && l["target"]["tool"] == tool
+        })
+    };
+    let allowed = find("allowed", "echo").expect("allowed call audited");
+    assert_eq!(allowed["principal"], json!({"iss":"api-key","sub":"alice"}));
+    assert!(
+        allowed["session"].as_str().unwrap().len() < 12,
+        "session ids are shortened"
+    );
+    assert!(allowed["latencyMs"].is_number() && allowed["time"].is_string());
+    assert!(
+        allowed.get("request").is_none(),
+        "bodies only with --audit-bodies"
+    );
+    let denied = find("denied", "add").expect("denied call audited");
+    assert_eq!(denied["reason"], "policy");
+    assert!(
+        find("error", "no_such_tool").is_some(),
+        "failed call audited"
+    );
+    assert!(lines
+        .iter()
+        .any(|l| l["era"] == "modern" && l["session"] == "stateless" && l["outcome"] == "allowed"));
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let logs = gw.stderr.lock().clone();
+    for key in [ALICE, BOB, ADMIN] {
+        assert!(!text.contains(key) && !logs.contains(key), "a key leaked");
+    }
+}
+
+#[tokio::test]
+async fn rate_limits_apply_per_principal_and_per_tool() {
+    let keys = keys_file();
+    let gw = TestGateway::start(&[
+        "--api-keys-file",
+        &keys,
+        "--tool-rate-limit",
+        "echo=2/h",
+        "--rate-limit",
+        "8/h",
+    ])
+    .await;
+    let (alice, _) = session_as(&gw, ALICE).await;
+    for i in 0..2 {
+        let r = post_as(
+            &gw,
+            Some(ALICE),
+            Some(&alice),
+            &call(json!(i), "echo", json!({"text":"x"})),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    let r = post_as(
+        &gw,
+        Some(ALICE),
+        Some(&alice),
+        &call(json!(9), "echo", json!({})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    let v = r.json();
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(9), json!(429))
+    );
+    let retry = v["error"]["data"]["retryAfterSeconds"].as_u64().unwrap();
+    assert!(retry > 60, "{retry}");
+    assert_eq!(r.headers["retry-after"], retry.to_string().as_str());
+    // Modern: the same bucket.
+    let r = modern_as(
+        &gw,
+        ALICE,
+        json!(10),
+        "tools/call",
+        json!({"name":"echo","arguments":{}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    // Other tools are limited only by the principal's own budget: 8, of which the two
+    // admitted echo calls used 2 (refused requests take no token).
+    let mut statuses = Vec::new();
+    for i in 0..7 {
+        let r = post_as(
+            &gw,
+            Some(ALICE),
+            Some(&alice),
+            &call(json!(100 + i), "add", json!({"a":1,"b":2})),
+        )
+        .await;
+        statuses.push(r.status.as_u16());
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 200, 429],
+        "{statuses:?}"
+    );
+    // Bob has his own buckets.
+    let (bob, _) = session_as(&gw, BOB).await;
+    let r = post_as(
+        &gw,
+        Some(BOB),
+        Some(&bob),
+        &call(json!(1), "echo", json!({"text":"b"})),
+    )
+    .await;
+    assert_eq!(tool_text(&r.json()), "b");
+}
+
+#[tokio::test]
+async fn anonymous_callers_are_refused_on_non_loopback_binds() {
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .args(["run", "--host", "0.0.0.0", "--port", "0"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("exits at once")
+    .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-anonymous-non-loopback"));
+}

@@ -1,0 +1,202 @@
+//! `--isolation per-session`: a backend process per session, server-initiated requests routed
+//! to their session and answered back to the process that asked.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{stats, tool_text, TestGateway, BOTH};
+
+type Events = Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>>;
+
+/// POSTs a request and returns its open SSE response stream.
+async fn open_call(gw: &TestGateway, sid: &str, body: Value) -> Events {
+    let resp = gw
+        .http
+        .post(&gw.url)
+        .header("accept", BOTH)
+        .header("content-type", "application/json")
+        .header("mcp-session-id", sid)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resp.bytes_stream(),
+    ))
+}
+
+async fn next(events: &mut Events) -> Value {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("no event within 10s")
+            .expect("stream ended")
+            .expect("sse error");
+        if let Some(d) = e.data.filter(|d| !d.is_empty()) {
+            return serde_json::from_str(&d).unwrap();
+        }
+    }
+}
+
+fn elicit() -> Value {
+    json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"trigger","arguments":{"kind":"elicitation"}}})
+}
+
+async fn client_session(gw: &TestGateway) -> String {
+    // Declares elicitation so the backend may ask.
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"it","version":"0"}}});
+    let r = gw.post(None, &init).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    gw.post(
+        Some(&sid),
+        &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    )
+    .await;
+    sid
+}
+
+#[tokio::test]
+async fn concurrent_elicitations_reach_their_own_session_and_answers_their_own_backend() {
+    let gw = TestGateway::start(&["--isolation", "per-session"]).await;
+    let (a, b) = (client_session(&gw).await, client_session(&gw).await);
+    let (mut sa, mut sb) = tokio::join!(open_call(&gw, &a, elicit()), open_call(&gw, &b, elicit()));
+    let (qa, qb) = tokio::join!(next(&mut sa), next(&mut sb));
+    for q in [&qa, &qb] {
+        assert_eq!(q["method"], "elicitation/create", "{q}");
+        assert!(
+            q["id"].as_str().is_some_and(|k| k.starts_with("sbs-")),
+            "re-keyed by the gateway: {q}"
+        );
+    }
+    assert_ne!(qa["id"], qb["id"]);
+    let answer = |id: &Value, who: &str| json!({"jsonrpc":"2.0","id":id,"result":{"action":"accept","content":{"who":who}}});
+    // B answering A's request is refused and changes nothing.
+    let r = gw.post(Some(&b), &answer(&qa["id"], "forged-by-b")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    // Each answers its own.
+    assert_eq!(
+        gw.post(Some(&a), &answer(&qa["id"], "a")).await.status,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        gw.post(Some(&b), &answer(&qb["id"], "b")).await.status,
+        StatusCode::ACCEPTED
+    );
+    for (stream, who) in [(&mut sa, "a"), (&mut sb, "b")] {
+        let done = next(stream).await;
+        assert_eq!(done["id"], 1);
+        let report: Value = serde_json::from_str(tool_text(&done)).unwrap();
+        assert_eq!(
+            report["answer"]["result"]["content"]["who"], who,
+            "{report}"
+        );
+    }
+    // A second answer to an already-answered request is refused too.
+    let r = gw.post(Some(&a), &answer(&qa["id"], "again")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn sessions_have_their_own_processes_and_leave_none_behind() {
+    let gw = TestGateway::start(&["--isolation", "per-session", "--max-sessions", "300"]).await;
+    let pids = futures::future::join_all((0..200).map(|_| async {
+        let sid = client_session(&gw).await;
+        let pid = tool_text(
+            &gw.call_tool(Some(&sid), json!(1), "pid", json!({}))
+                .await
+                .json(),
+        )
+        .to_owned();
+        (sid, pid)
+    }))
+    .await;
+    let distinct: std::collections::HashSet<&String> = pids.iter().map(|(_, p)| p).collect();
+    assert_eq!(distinct.len(), 200, "one process per session");
+    let gw_ref = &gw;
+    futures::future::join_all(pids.iter().map(|(sid, _)| async move {
+        let gw = gw_ref;
+        let r = gw
+            .http
+            .delete(&gw.url)
+            .header("mcp-session-id", sid)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    }))
+    .await;
+    // DELETE waits for its process to stop: by now none of them exists.
+    for (_, pid) in &pids {
+        assert!(!running(pid), "backend {pid} survived its session");
+    }
+    let s = stats(&gw).await;
+    assert_eq!(
+        (s["sessions"].as_u64(), s["tableEntries"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+}
+
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn a_session_whose_backend_dies_ends_and_a_new_one_works() {
+    let gw = TestGateway::start(&["--isolation", "per-session"]).await;
+    let a = client_session(&gw).await;
+    let other = client_session(&gw).await;
+    let pid = tool_text(
+        &gw.call_tool(Some(&a), json!(1), "pid", json!({}))
+            .await
+            .json(),
+    )
+    .to_owned();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Bounded wait for the death to be noticed; then the session is gone (404, so a client
+    // re-initializes), and other sessions never noticed anything.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = gw
+            .call_tool(Some(&a), json!(2), "echo", json!({"text":"x"}))
+            .await;
+        if r.status == StatusCode::NOT_FOUND {
+            assert_eq!(r.error_code(), -32001);
+            break;
+        }
+        // Until the next request notices, a request fails with an error, never silence.
+        assert!(r.json()["error"].is_object(), "{}", r.text);
+        assert!(tokio::time::Instant::now() < deadline, "{}", r.text);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = gw
+        .call_tool(Some(&other), json!(3), "echo", json!({"text":"fine"}))
+        .await;
+    assert_eq!(tool_text(&r.json()), "fine");
+    let again = client_session(&gw).await;
+    let r = gw
+        .call_tool(Some(&again), json!(4), "echo", json!({"text":"new"}))
+        .await;
+    assert_eq!(tool_text(&r.json()), "new");
+}

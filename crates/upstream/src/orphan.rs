@@ -1,0 +1,36 @@
+//! No orphan backends, even when the gateway is killed with SIGKILL.
+//!
+//! Closing stdin asks a well-behaved stdio server to exit, and `kill_on_drop` covers every
+//! orderly exit of the gateway; neither runs when the gateway itself is SIGKILLed. On Linux the
+//! child therefore asks the kernel, between `fork` and `exec`, to SIGKILL it when its parent
+//! dies (`PR_SET_PDEATHSIG`). The kernel tracks the *thread* that forked: backends are spawned
+//! from the runtime's worker threads, which live as long as the gateway.
+
+use tokio::process::Command;
+
+/// Arranges for the spawned child to be killed when the gateway process dies.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub(crate) fn die_with_parent(command: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the child after fork and before exec, where only
+    // async-signal-safe calls are allowed: `prctl` and `getppid` are system calls that
+    // allocate nothing and take no locks.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect: then we are already
+            // orphaned (re-parented) and must not start at all.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(std::io::Error::other("gateway exited during spawn"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Elsewhere only the orderly paths (stdin close, `kill_on_drop`) apply.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn die_with_parent(_command: &mut Command) {}
