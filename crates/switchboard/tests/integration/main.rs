@@ -12,6 +12,7 @@ mod common;
 mod auth;
 mod backend_failure;
 mod bench;
+mod everything;
 mod handshake;
 mod isolation;
 mod legacy_sse;
