@@ -182,11 +182,26 @@ echo
 # 5. Per-session backends.
 echo "### 5. Per-session mode (session setup cost, processes reaped)"
 echo
-if "$SB" run --help | grep -q 'per-session'; then
-  echo "\`--isolation per-session\` exists, but this suite does not measure it yet."
-else
-  echo "Not available yet: \`switchboard run --isolation per-session\` is not implemented."
-fi
+PS_N=${BENCH_PS_SESSIONS:-50}
+gw_start --isolation per-session
+H=(-H 'Accept: application/json, text/event-stream' -H 'Content-Type: application/json')
+INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}'
+CALL='{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}'
+sids=()
+start=$(date +%s%N)
+for _ in $(seq "$PS_N"); do
+  sid=$(curl -s -D - -o /dev/null -X POST "$URL" "${H[@]}" -d "$INIT" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
+  curl -s -o /dev/null -X POST "$URL" "${H[@]}" -H "Mcp-Session-Id: $sid" -d "$CALL"
+  sids+=("$sid")
+done
+setup_us=$(( ($(date +%s%N) - start) / 1000 / PS_N ))
+children=$(ps --ppid "$GW_PID" --no-headers | wc -l)
+for sid in "${sids[@]}"; do curl -s -o /dev/null -X DELETE "$URL" -H "Mcp-Session-Id: $sid"; done
+left=$(ps --ppid "$GW_PID" --no-headers | wc -l)
+echo "| sessions | initialize → first result (mean, sequential) | backend processes while open | after DELETE |"
+echo "|---:|---:|---:|---:|"
+echo "| $PS_N | $setup_us µs | $children | $left (the shared backend for Modern/sessionless requests) |"
+gw_stop
 echo
 echo "Load average after the run: $(cut -d' ' -f1 /proc/loadavg) (the suite itself adds ~1–2)."
 } | tee "$OUT/results.md"

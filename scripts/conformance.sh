@@ -8,6 +8,8 @@
 #   2025-11-25-per-session  the same with one backend process per session
 #   2026-07-28         --requirements 2026-07-28, fixture in dual-era mode (Modern pass-through)
 #   2026-07-28-bridge  --requirements 2026-07-28, fixture Legacy-only (the gateway bridges)
+#   2026-07-28-bridge-per-session  the same with per-session isolation (MRTR bridged: each
+#                      call that may ask for input runs on its own backend process)
 #
 # Scenarios expected to fail are listed, each with the issue that removes it, in
 # conformance/expected-failures-<PROFILE>.yml; the suite fails on any unexpected failure *and*
@@ -22,6 +24,7 @@ case "$PROFILE" in
   2025-11-25-per-session) SELECT=(--spec-version 2025-11-25); ERA=dual; GATEWAY=(--isolation per-session) ;;
   2026-07-28) SELECT=(--requirements 2026-07-28); ERA=dual ;;
   2026-07-28-bridge) SELECT=(--requirements 2026-07-28); ERA=legacy ;;
+  2026-07-28-bridge-per-session) SELECT=(--requirements 2026-07-28); ERA=legacy; GATEWAY=(--isolation per-session) ;;
   *) echo "conformance: unknown profile $PROFILE" >&2; exit 2 ;;
 esac
 SUITE="@modelcontextprotocol/conformance@0.2.0-alpha.12"

@@ -12,7 +12,8 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 # Opt in to the test against the real @modelcontextprotocol/server-everything (npm).
 SWITCHBOARD_NPX_TESTS=1 cargo test --workspace
-for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge; do
+for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
+  2026-07-28-bridge-per-session; do
   echo "== conformance $profile (through the gateway, built-in fixture)"
   scripts/conformance.sh "$profile"
 done

@@ -13,6 +13,11 @@
 //! | `notifications/message`                         | dropped: it cannot be attributed            |
 //! | anything else                                   | dropped                                    |
 //!
+//! Why `-32601` for sampling/elicitation/roots, even for a Modern client's call that the MRTR
+//! bridge could turn into `input_required`: on a process every client shares, nothing says
+//! which open call a server request belongs to, and guessing would break invariant 1. With
+//! `--isolation per-session` such calls run on a process of their own (`mrtr`), where it does.
+//!
 //! Every drop is logged once per method at warn, then at debug. Nothing here blocks: a full
 //! client queue loses that message (or evicts that listen stream), never delays the backend.
 

@@ -43,6 +43,9 @@ pub struct GatewayConfig {
     pub max_sessions: usize,
     /// Authorization policy, rate limits and audit log (all off by default).
     pub access: crate::Access,
+    /// Per-session mode: a session whose listen stream has been gone this long (with nothing
+    /// in flight) is ended, and its process with it.
+    pub listen_grace: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -52,6 +55,7 @@ impl Default for GatewayConfig {
             session_ttl: Duration::from_secs(30 * 60),
             max_sessions: 100_000,
             access: crate::Access::default(),
+            listen_grace: Duration::from_secs(60),
         }
     }
 }
@@ -112,6 +116,10 @@ pub struct Gateway {
     me: std::sync::Weak<Gateway>,
     /// Set when `--isolation per-session`: how to start a session's own backend.
     pub(crate) per_session: std::sync::OnceLock<Arc<dyn crate::per_session::SpawnBackend>>,
+    /// MRTR bridge (per-session mode): seals `requestState` tokens ...
+    pub(crate) mrtr_sealer: crate::mrtr::Sealer,
+    /// ... that name calls parked here while the client is asked for input.
+    pub(crate) held: crate::mrtr::HeldTable<crate::mrtr::Dedicated>,
 }
 
 impl Gateway {
@@ -125,6 +133,8 @@ impl Gateway {
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
             me: me.clone(),
             per_session: std::sync::OnceLock::new(),
+            mrtr_sealer: crate::mrtr::Sealer::new(),
+            held: crate::mrtr::HeldTable::new(crate::mrtr::MAX_HELD),
         })
     }
 
@@ -459,15 +469,27 @@ impl Gateway {
 
     /// Expires idle sessions every quarter TTL until `stop` fires.
     pub async fn run_reaper(self: Arc<Self>, stop: CancellationToken) {
-        let tick = (self.registry.sessions.ttl() / 4).max(Duration::from_millis(100));
-        let mut interval = tokio::time::interval(tick);
+        let mut tick = self.registry.sessions.ttl() / 4;
+        if self.is_per_session() {
+            tick = tick.min(self.config.listen_grace / 2);
+        }
+        let mut interval = tokio::time::interval(tick.max(Duration::from_millis(100)));
+        // Parked MRTR calls expire on their own, shorter clock.
+        let mut held = tokio::time::interval(Duration::from_secs(5));
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
+                _ = held.tick() => self.reap_held_calls(),
                 _ = interval.tick() => {
                     for ended in self.registry.sessions.reap() {
                         debug!("session expired");
                         self.cleanup(ended).await;
+                    }
+                    if self.is_per_session() {
+                        for ended in self.registry.sessions.reap_lost_listeners(self.config.listen_grace) {
+                            debug!("session's listen stream lost past the grace period");
+                            self.cleanup(ended).await;
+                        }
                     }
                 }
             }
@@ -494,7 +516,7 @@ impl Gateway {
     }
 
     /// Every routing-table entry the gateway holds: pending backend calls, progress routes,
-    /// subscription rows and URI locks, and per-session entries. Zero when idle with no
+    /// subscription rows and URI locks, per-session entries, and parked MRTR calls. Zero when idle with no
     /// sessions; leak tests assert on it.
     pub fn table_entries(&self) -> usize {
         self.backend.handle.pending_len()
@@ -503,6 +525,7 @@ impl Gateway {
             + self.registry.sessions.entry_count()
             + self.registry.listeners.len()
             + self.registry.tasks.len()
+            + self.held.len()
     }
 
     /// The backend's process id, when it is a local process.

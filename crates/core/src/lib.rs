@@ -20,6 +20,7 @@ mod listen;
 mod listeners;
 mod logging;
 mod modern;
+mod mrtr;
 mod per_session;
 mod progress;
 pub mod ratelimit;

@@ -48,6 +48,8 @@ pub(crate) struct ListenState {
     no_replay: bool,
     next_seq: u64,
     replay: VecDeque<ListenEvent>,
+    /// When the last attached stream went away (closed, replaced by nothing, or evicted).
+    lost_since: Option<tokio::time::Instant>,
 }
 
 impl ListenState {
@@ -61,6 +63,7 @@ impl ListenState {
             no_replay: true,
             next_seq: 0,
             replay: VecDeque::new(),
+            lost_since: None,
         };
         (state, rx)
     }
@@ -81,6 +84,7 @@ impl ListenState {
             None => Vec::new(),
         };
         self.active = Some((generation, tx));
+        self.lost_since = None;
         self.opened = true;
         ListenStream {
             generation,
@@ -93,6 +97,15 @@ impl ListenState {
     pub(crate) fn detach(&mut self, generation: u64) {
         if self.active.as_ref().is_some_and(|(g, _)| *g == generation) {
             self.active = None;
+            self.lost_since = Some(tokio::time::Instant::now());
+        }
+    }
+
+    /// How long the session has been without the listen stream it once had.
+    pub(crate) fn lost_for(&self, now: tokio::time::Instant) -> Option<std::time::Duration> {
+        match (&self.active, self.lost_since) {
+            (None, Some(since)) => Some(now.duration_since(since)),
+            _ => None,
         }
     }
 
@@ -124,6 +137,7 @@ impl ListenState {
         if tx.try_send(event).is_err() {
             // Full (a consumer that stopped reading) or closed: drop the stream, never wait.
             self.active = None;
+            self.lost_since = Some(tokio::time::Instant::now());
             return false;
         }
         true

@@ -8,7 +8,9 @@
 //! tag rewritten, nothing else). Against a Legacy-only backend the gateway bridges: it answers
 //! `server/discover` itself, serves `subscriptions/listen` from its own registries, strips the
 //! reserved `io.modelcontextprotocol/*` keys before the backend, and stamps results with
-//! `resultType`, cache hints and `serverInfo`.
+//! `resultType`, cache hints and `serverInfo`. In per-session mode, `tools/call`,
+//! `prompts/get` and `resources/read` go through the MRTR bridge (`mrtr`) instead, so a Legacy
+//! backend's requests for input reach the client as `input_required` results.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -58,7 +60,7 @@ pub struct ModernAnswer {
 }
 
 impl ModernAnswer {
-    fn error(id: &RequestId, err: &ErrorObject) -> Self {
+    pub(crate) fn error(id: &RequestId, err: &ErrorObject) -> Self {
         ModernAnswer {
             body: encode_error(Some(id), err),
             error_code: Some(i64::from(err.code)),
@@ -83,11 +85,12 @@ impl Gateway {
             .config
             .access
             .admit(caller, None, msg, crate::access::Path::Modern)?;
-        admitted.finish_modern(self.route_modern(msg, stream).await)
+        admitted.finish_modern(self.route_modern(caller, msg, stream).await)
     }
 
     async fn route_modern(
         &self,
+        caller: &crate::Principal,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<ModernAnswer, CoreError> {
@@ -120,6 +123,9 @@ impl Gateway {
         match name {
             method::DISCOVER => Ok(self.discover(id)),
             LISTEN => self.bridged_listen(id, msg, stream).await,
+            // Per-session mode: calls that may need client input run on their own process
+            // (the MRTR bridge, `mrtr`); shared mode cannot attribute a backend's requests.
+            _ if self.mrtr_applies(name) => self.mrtr(caller, id, name, msg, stream).await,
             _ => self.bridged(id, name, msg, stream).await,
         }
     }
@@ -211,8 +217,19 @@ impl Gateway {
                 backend: None,
             })
             .await?;
+        Ok(self.complete(id, name, &answer))
+    }
+
+    /// A Legacy backend's final answer in Modern terms: errors mapped, results stamped with
+    /// `resultType`, cache hints where required, and `serverInfo`.
+    pub(crate) fn complete(
+        &self,
+        id: &RequestId,
+        name: &str,
+        answer: &BackendResponse,
+    ) -> ModernAnswer {
         if answer.is_error() {
-            return Ok(bridge_error(id, &answer));
+            return bridge_error(id, answer);
         }
         let server_info = json!({ META_SERVER_INFO: self.backend.info.server_info }).to_string();
         let mut set = vec![("resultType", "\"complete\"")];
@@ -228,10 +245,10 @@ impl Gateway {
             Some(r) => encode_result(id, r.get()),
             None => restore_response(id, answer.member(), answer.payload()),
         };
-        Ok(ModernAnswer {
+        ModernAnswer {
             body,
             error_code: None,
-        })
+        }
     }
 
     /// `subscriptions/listen` for a Legacy backend: acknowledged at once with the subset the

@@ -184,7 +184,8 @@ pub(crate) async fn client_response(
 
 impl crate::Gateway {
     /// Turns on per-session backends: every later Legacy `initialize` on `/mcp` gets its own
-    /// process from `spawner`. Sessionless and Modern requests keep using the shared backend.
+    /// process from `spawner`. Sessionless and Modern requests keep using the shared backend,
+    /// except Modern calls that may need client input on a Legacy-only backend (`mrtr`).
     pub fn enable_per_session(&self, spawner: Arc<dyn SpawnBackend>) {
         let _ = self.per_session.set(spawner);
     }
@@ -308,10 +309,12 @@ impl crate::Gateway {
         client_response(&self.registry, session.as_str(), msg).await
     }
 
-    /// Ends every session (gateway shutdown), stopping their backend processes.
+    /// Ends every session and every parked MRTR call (gateway shutdown), stopping their
+    /// backend processes.
     pub async fn end_all_sessions(&self) {
         for ended in self.registry.sessions.drain() {
             self.cleanup(ended).await;
         }
+        self.end_held_calls().await;
     }
 }

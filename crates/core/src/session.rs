@@ -322,6 +322,26 @@ impl SessionStore {
             .collect()
     }
 
+    /// Per-session mode: removes sessions with their own backend whose listen stream has been
+    /// gone for longer than `grace` and that wait for nothing (the client is gone; its process
+    /// should not live until the TTL).
+    pub(crate) fn reap_lost_listeners(&self, grace: Duration) -> Vec<Ended> {
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock();
+        let lost: Vec<String> = sessions
+            .iter()
+            .filter(|(_, s)| {
+                s.own.is_some()
+                    && s.in_flight.is_empty()
+                    && s.listen.lost_for(now).is_some_and(|d| d >= grace)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        lost.into_iter()
+            .filter_map(|id| sessions.remove(&id).map(|s| ended(id, s)))
+            .collect()
+    }
+
     /// Number of live sessions.
     pub fn len(&self) -> usize {
         self.sessions.lock().len()

@@ -207,6 +207,7 @@ fn gateway_config(args: &RunArgs) -> GatewayConfig {
         request_timeout: RunArgs::secs(args.request_timeout),
         session_ttl: RunArgs::secs(args.session_ttl),
         max_sessions: args.max_sessions,
+        listen_grace: RunArgs::secs(args.listen_grace),
         ..GatewayConfig::default()
     }
 }

@@ -53,6 +53,10 @@ pub(crate) struct RunArgs {
     /// Seconds to wait for the backend's initialize answer at startup.
     #[arg(long, default_value_t = 30.0)]
     pub(crate) startup_timeout: f64,
+    /// Per-session mode: seconds a session may live without the listen stream it had opened
+    /// (and with nothing in flight) before it and its process are reaped.
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) listen_grace: f64,
     /// Seconds in-flight requests get to finish on shutdown.
     #[arg(long, default_value_t = 10.0)]
     pub(crate) shutdown_grace: f64,

@@ -68,7 +68,7 @@ async fn killing_the_gateway_leaves_no_backend_behind() {
     assert!(std::path::Path::new(&format!("/proc/{backend}")).exists());
     kill9(&gw.pid().to_string());
     let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(&backend) {
+    while crate::common::process_running(&backend) {
         assert!(
             Instant::now() < deadline,
             "backend {backend} outlived the gateway"
@@ -92,17 +92,6 @@ fn kill9(pid: &str) {
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-/// Alive and not a zombie (a killed child the test harness has not reaped yet counts as gone).
-fn alive(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.split(") ")
-                .nth(1)
-                .is_some_and(|rest| rest.starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 #[tokio::test]

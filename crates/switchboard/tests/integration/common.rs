@@ -387,3 +387,62 @@ pub async fn emit(gw: &TestGateway, session: &str, lines: Value) {
         .await;
     assert_eq!(tool_text(&r.json()), "emitted");
 }
+
+/// rmcp's client in Legacy (`initialize`) and in Modern (`server/discover`) mode, each listing
+/// tools and calling `echo`. `echo_arg` names the echo tool's text argument and `expect` maps
+/// the text sent to the text the server answers.
+pub async fn rmcp_both_eras(
+    url: &str,
+    context: &str,
+    echo_arg: &str,
+    expect: impl Fn(&str) -> String,
+) {
+    use rmcp::model::{CallToolRequestParams, ProtocolVersion};
+    use rmcp::service::ClientLifecycleMode;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ClientServiceExt;
+    for lifecycle in [
+        ClientLifecycleMode::Initialize,
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    ] {
+        let label = format!("{context}, {lifecycle:?}");
+        let client = ()
+            .serve_with_lifecycle(
+                StreamableHttpClientTransport::from_uri(url.to_owned()),
+                lifecycle,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        let tools = client
+            .list_all_tools()
+            .await
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert!(tools.iter().any(|t| t.name == "echo"), "{label}");
+        let mut args = serde_json::Map::new();
+        args.insert(echo_arg.to_owned(), json!(label));
+        let r = client
+            .call_tool(CallToolRequestParams::new("echo").with_arguments(args))
+            .await
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert_eq!(
+            r.content[0].as_text().unwrap().text,
+            expect(&label),
+            "{label}"
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
+/// Whether a process exists and is not a zombie (a killed child nobody reaped yet counts as
+/// gone).
+pub fn process_running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
+}

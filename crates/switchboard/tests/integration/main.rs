@@ -19,6 +19,7 @@ mod legacy_sse;
 mod lifecycle;
 mod malformed;
 mod modern;
+mod mrtr;
 mod per_session;
 mod resilience;
 mod resume;

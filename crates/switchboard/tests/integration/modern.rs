@@ -4,10 +4,6 @@
 use std::sync::Arc;
 
 use reqwest::StatusCode;
-use rmcp::model::{CallToolRequestParams, ProtocolVersion};
-use rmcp::service::ClientLifecycleMode;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::ClientServiceExt;
 use serde_json::{json, Value};
 
 use crate::common::{stats, tool_text, Reply, TestGateway};
@@ -351,38 +347,18 @@ async fn the_bridge_serves_modern_clients_from_a_legacy_backend() {
     );
 }
 
-/// The four client×backend era cells, each with rmcp's client.
+/// The four client×backend era cells (and the dual-era backend), each with rmcp's client.
 #[tokio::test]
 async fn rmcp_clients_of_both_eras_reach_backends_of_each_era() {
     for backend in ["dual", "legacy", "modern"] {
         let gw = gateway_for(backend).await;
-        for lifecycle in [
-            ClientLifecycleMode::Initialize,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        ] {
-            let label = format!("{backend} backend, {lifecycle:?}");
-            let client = ()
-                .serve_with_lifecycle(
-                    StreamableHttpClientTransport::from_uri(gw.url.clone()),
-                    lifecycle,
-                )
-                .await
-                .unwrap_or_else(|e| panic!("{label}: {e}"));
-            let tools = client
-                .list_all_tools()
-                .await
-                .unwrap_or_else(|e| panic!("{label}: {e}"));
-            assert!(tools.iter().any(|t| t.name == "echo"), "{label}");
-            let args = json!({"text": label}).as_object().unwrap().clone();
-            let r = client
-                .call_tool(CallToolRequestParams::new("echo").with_arguments(args))
-                .await
-                .unwrap_or_else(|e| panic!("{label}: {e}"));
-            assert_eq!(r.content[0].as_text().unwrap().text, label);
-            client.cancel().await.unwrap();
-        }
+        crate::common::rmcp_both_eras(
+            &gw.url,
+            &format!("{backend} backend"),
+            "text",
+            str::to_owned,
+        )
+        .await;
     }
 }
 

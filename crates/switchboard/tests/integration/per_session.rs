@@ -138,7 +138,10 @@ async fn sessions_have_their_own_processes_and_leave_none_behind() {
     .await;
     // DELETE waits for its process to stop: by now none of them exists.
     for (_, pid) in &pids {
-        assert!(!running(pid), "backend {pid} survived its session");
+        assert!(
+            !crate::common::process_running(pid),
+            "backend {pid} survived its session"
+        );
     }
     let s = stats(&gw).await;
     assert_eq!(
@@ -146,16 +149,6 @@ async fn sessions_have_their_own_processes_and_leave_none_behind() {
         (Some(0), Some(0)),
         "{s}"
     );
-}
-
-fn running(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.split(") ")
-                .nth(1)
-                .is_some_and(|rest| rest.starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 #[tokio::test]
@@ -199,4 +192,51 @@ async fn a_session_whose_backend_dies_ends_and_a_new_one_works() {
         .call_tool(Some(&again), json!(4), "echo", json!({"text":"new"}))
         .await;
     assert_eq!(tool_text(&r.json()), "new");
+}
+
+#[tokio::test]
+async fn losing_the_listen_stream_past_the_grace_reaps_the_session_and_its_process() {
+    let gw = TestGateway::start(&["--isolation", "per-session", "--listen-grace", "0.3"]).await;
+    let a = client_session(&gw).await;
+    let kept = client_session(&gw).await;
+    let pid = tool_text(
+        &gw.call_tool(Some(&a), json!(1), "pid", json!({}))
+            .await
+            .json(),
+    )
+    .to_owned();
+    let listen = crate::common::Listener::open(&gw, &a, None).await;
+    let _kept_listen = crate::common::Listener::open(&gw, &kept, None).await;
+    drop(listen);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = gw
+            .post(
+                Some(&a),
+                &json!({"jsonrpc":"2.0","method":"notifications/x"}),
+            )
+            .await;
+        if r.status == StatusCode::NOT_FOUND {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "session never reaped"
+        );
+        // Spaced probes: a notification does not count as in flight, and the grace is short.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while crate::common::process_running(&pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "process {pid} outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A session that keeps its stream stays.
+    let r = gw
+        .call_tool(Some(&kept), json!(2), "echo", json!({"text":"still"}))
+        .await;
+    assert_eq!(tool_text(&r.json()), "still");
 }

@@ -1,0 +1,531 @@
+//! The MRTR bridge: a Modern client's call on a Legacy-only backend that asks for input.
+//!
+//! A Legacy backend asks for sampling, elicitation or roots with real server→client requests
+//! while a call is open; a Modern (2026-07-28) client can only be asked through an
+//! `input_required` result and answers by retrying with `inputResponses`. The bridge turns one
+//! into the other, which needs every server request to be attributable to exactly one call:
+//!
+//! - **Per-session mode only.** Each bridged `tools/call`, `prompts/get` or `resources/read`
+//!   runs on a dedicated backend process spawned for that call (the per-session
+//!   `SpawnBackend`), handshaken with exactly the capabilities this request's
+//!   `clientCapabilities` declare (sampling, elicitation, roots). Whatever that process asks
+//!   belongs to this call. In shared mode a server request cannot be attributed, so it keeps
+//!   getting -32601 (`dispatch`).
+//! - A request for a capability the request did not declare → -32021 (HTTP 400), call ended.
+//! - Otherwise the requests that arrive together (within [`SETTLE`] of each other) become one
+//!   `input_required` result keyed by the backend's key hint ([`KEY_HINT`], when it sends one)
+//!   or a gateway-chosen key, with a sealed `requestState` (see `state`); the process and its
+//!   pending call are parked in a bounded, expiring table.
+//! - The retry is verified (principal, method, params, expiry, single use), its
+//!   `inputResponses` answer the backend's pending requests (missing ones are asked again,
+//!   extra keys ignored), and the call continues: final result → stamped like any bridged
+//!   result, process shut down; more requests → another round.
+//!
+//! Invariant 4 holds except for what MRTR makes explicit: a parked call is state the client
+//! asked for (it holds the token), bounded by [`state::MAX_HELD`] and [`state::HELD_TTL`], and
+//! gone when the call completes, fails, expires, or the client abandons a round.
+
+mod sink;
+mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use switchboard_upstream::{PendingCall, StdioHandle, StdioProcess, UpstreamError};
+use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_SERVER_INFO};
+use switchboard_wire::{
+    codes, encode_notification, encode_request, encode_result, method, with_meta_member,
+    ErrorObject, Message, RequestId,
+};
+
+use crate::modern::ModernAnswer;
+use crate::route::RouteKey;
+use crate::{CoreError, Gateway, Principal};
+use sink::{capability_of, Asked, CallSink};
+
+pub(crate) use state::{HeldTable, Sealer, MAX_HELD};
+
+/// The methods on which a server may answer `input_required`.
+pub(crate) const METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+
+/// `_meta` key a Legacy backend may put on a server request to name the `inputRequests` key
+/// it stands for (the fixture does; so can any server written MRTR-style behind a legacy
+/// shim). Used when it is a non-empty string not already taken; stripped before the client.
+pub(crate) const KEY_HINT: &str = "switchboard/inputKey";
+
+/// Server requests arriving within this long of each other form one round. A Legacy backend
+/// has no way to say "that is all I will ask for now"; one that asks for several things at
+/// once writes them back to back.
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// Most server requests queued per call; more are refused to the backend.
+const ASKED_QUEUE: usize = 64;
+
+/// How long a retired call's process gets to exit after its stdin closes.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// A request the client has been asked (and not yet answered).
+#[derive(Debug)]
+struct Outstanding {
+    key: String,
+    backend_id: RequestId,
+    method: String,
+    params: Value,
+}
+
+/// A call on its own backend process. Dropping it withdraws the call and shuts the process
+/// down in the background.
+#[derive(Debug)]
+pub(crate) struct Dedicated {
+    handle: StdioHandle,
+    process: Option<StdioProcess>,
+    asked: mpsc::Receiver<Asked>,
+    pending: Option<PendingCall>,
+    /// The minted progress token the backend saw (JSON text), if the call carried one.
+    progress_token: Option<String>,
+    log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
+    outstanding: Vec<Outstanding>,
+    next_key: u64,
+}
+
+impl Dedicated {
+    /// Shuts the process down now (gateway shutdown), instead of in the background.
+    async fn retire(mut self) {
+        self.pending = None;
+        if let Some(process) = self.process.take() {
+            process.shutdown(GRACE).await;
+        }
+    }
+
+    /// The client-facing key for a server request: the backend's hint when usable, else a
+    /// gateway-chosen one; unique among this call's outstanding requests.
+    fn key_for(&mut self, asked: &Asked, params: &Value, taken: &[String]) -> String {
+        let in_use =
+            |k: &str| self.outstanding.iter().any(|o| o.key == k) || taken.iter().any(|t| t == k);
+        if let Some(hint) = params["_meta"][KEY_HINT].as_str() {
+            if !hint.is_empty() && !in_use(hint) {
+                return hint.to_owned();
+            }
+        }
+        let stem = asked.method.split('/').next().unwrap_or("input").to_owned();
+        loop {
+            self.next_key += 1;
+            let key = format!("{stem}_{}", self.next_key);
+            if !in_use(&key) {
+                return key;
+            }
+        }
+    }
+
+    /// Answers one of the backend's requests.
+    async fn answer(&self, backend_id: &RequestId, result: &Value) -> Result<(), CoreError> {
+        let line = switchboard_wire::restore_response(backend_id, "result", &result.to_string());
+        Ok(self.handle.send_line(line).await?)
+    }
+}
+
+impl Drop for Dedicated {
+    fn drop(&mut self) {
+        self.pending = None;
+        if let Some(process) = self.process.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(process.shutdown(GRACE));
+            }
+        }
+    }
+}
+
+/// The part of a request MRTR looks at.
+struct Incoming<'a> {
+    id: &'a RequestId,
+    name: &'a str,
+    msg: &'a Message<'a>,
+    params: Value,
+    stream: Option<mpsc::Sender<Bytes>>,
+}
+
+fn invalid_params(id: &RequestId, message: &str, data: Value) -> ModernAnswer {
+    ModernAnswer::error(
+        id,
+        &ErrorObject::new(codes::INVALID_PARAMS, message.to_owned()).with_data(data),
+    )
+}
+
+fn refused(id: &RequestId, why: state::Refused) -> ModernAnswer {
+    invalid_params(
+        id,
+        "Invalid or expired requestState",
+        json!({"reason": why.reason()}),
+    )
+}
+
+impl Gateway {
+    /// Whether this Modern request goes through the MRTR bridge (the backend is Legacy-only,
+    /// checked by the caller).
+    pub(crate) fn mrtr_applies(&self, name: &str) -> bool {
+        self.is_per_session() && METHODS.contains(&name)
+    }
+
+    /// A bridged call that may need client input. See the module docs.
+    pub(crate) async fn mrtr(
+        &self,
+        caller: &Principal,
+        id: &RequestId,
+        name: &str,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let params: Value = msg
+            .params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or_else(|| json!({}));
+        let responses = match params.get("inputResponses") {
+            None => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => {
+                return Ok(invalid_params(
+                    id,
+                    "inputResponses must be an object",
+                    json!({"reason": "invalid_input_responses"}),
+                ))
+            }
+        };
+        let digest = state::params_digest(&params);
+        let binding = state::Binding {
+            caller,
+            method: name,
+            digest: &digest,
+        };
+        let call = match params.get("requestState") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(token)) => {
+                let held = self
+                    .mrtr_sealer
+                    .open(token, &binding)
+                    .and_then(|h| self.held.take(&h).ok_or(state::Refused::Unknown));
+                match held {
+                    Ok(call) => Some(call),
+                    Err(why) => return Ok(refused(id, why)),
+                }
+            }
+            Some(_) => return Ok(refused(id, state::Refused::Malformed)),
+        };
+        let incoming = Incoming {
+            id,
+            name,
+            msg,
+            params,
+            stream,
+        };
+        let call = match call {
+            Some(call) => call,
+            None => self.start_call(&incoming).await?,
+        };
+        self.round(&incoming, call, &responses, &binding).await
+    }
+
+    /// Spawns and handshakes the call's own process and sends it the request.
+    async fn start_call(&self, req: &Incoming<'_>) -> Result<Dedicated, CoreError> {
+        let spawner = self
+            .per_session
+            .get()
+            .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
+        if !self.held.has_room() {
+            return Err(CoreError::Backend(UpstreamError::Overloaded));
+        }
+        let meta = &req.params["_meta"];
+        let declared = &meta[META_CLIENT_CAPABILITIES];
+        let mut caps = Map::new();
+        for cap in ["sampling", "elicitation", "roots"] {
+            if let Some(v) = declared.get(cap).filter(|v| !v.is_null()) {
+                caps.insert(cap.into(), v.clone());
+            }
+        }
+        let caps = Value::Object(caps);
+        let (tx, rx) = mpsc::channel(ASKED_QUEUE);
+        let log = Arc::new(parking_lot::Mutex::new(None));
+        let sink = Arc::new(CallSink {
+            asked: tx,
+            registry: Arc::downgrade(&self.registry),
+            log: log.clone(),
+        });
+        let (handle, process) = spawner.spawn(sink)?;
+        let mut call = Dedicated {
+            handle,
+            process: Some(process),
+            asked: rx,
+            pending: None,
+            progress_token: None,
+            log,
+            outstanding: Vec::new(),
+            next_key: 0,
+        };
+        let deadline = self.config.request_timeout;
+        let init = json!({
+            "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
+            "capabilities": caps,
+            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let answer = crate::backend::call(&call.handle, method::INITIALIZE, init, deadline).await?;
+        if answer.is_error() {
+            return Err(CoreError::BackendInit(format!(
+                "backend refused initialize: {}",
+                answer.payload()
+            )));
+        }
+        call.handle
+            .send_line(encode_notification(method::INITIALIZED, None))
+            .await?;
+        if let Some(level) = meta.get(META_LOG_LEVEL).filter(|l| l.is_string()) {
+            let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
+            if logging["capabilities"].get("logging").is_some() {
+                let params = json!({ "level": level });
+                let _ =
+                    crate::backend::call(&call.handle, method::SET_LEVEL, params, deadline).await;
+            }
+        }
+        // The backend sees the call as a Legacy request: no reserved `_meta`, no MRTR members,
+        // and a minted progress token in place of the client's.
+        let mut forwarded = req.params.clone();
+        if let Some(obj) = forwarded.as_object_mut() {
+            obj.remove("inputResponses");
+            obj.remove("requestState");
+            if let Some(meta) = obj.get_mut("_meta").and_then(Value::as_object_mut) {
+                meta.retain(|k, _| !k.starts_with(switchboard_wire::classify::RESERVED_PREFIX));
+            }
+        }
+        let forwarded = RawValue::from_string(forwarded.to_string())
+            .map_err(|_| CoreError::InvalidParams("params"))?;
+        let mut params = forwarded;
+        if req.msg.meta("progressToken").is_some() {
+            let token = crate::progress::mint_token();
+            if let Some(p) = with_meta_member(&params, "progressToken", &token) {
+                params = p;
+                call.progress_token = Some(token);
+            }
+        }
+        let key = RouteKey::mint();
+        let line = encode_request(&key.to_request_id(), req.name, Some(&params));
+        call.pending = Some(call.handle.call(key.as_str(), line).await?);
+        Ok(call)
+    }
+
+    /// One round: answer what the client answered, then wait for the call's next event.
+    async fn round(
+        &self,
+        req: &Incoming<'_>,
+        mut call: Dedicated,
+        responses: &Map<String, Value>,
+        binding: &state::Binding<'_>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let id = req.id;
+        // This round's stream carries the call's progress and (if asked for) its logs.
+        let original = req.msg.meta("progressToken");
+        let _progress = match (&call.progress_token, original, req.stream.clone()) {
+            (Some(token), Some(original), Some(tx)) => {
+                self.registry.progress.register(token, original, tx)
+            }
+            _ => self.registry.progress.none(),
+        };
+        let wants_logs = req.params["_meta"].get(META_LOG_LEVEL).is_some();
+        *call.log.lock() = req.stream.clone().filter(|_| wants_logs);
+
+        // Keys this round has used, so a response answers at most one backend request.
+        let mut used: Vec<String> = Vec::new();
+        for o in std::mem::take(&mut call.outstanding) {
+            match responses.get(&o.key) {
+                Some(Value::Object(_)) => {
+                    call.answer(&o.backend_id, &responses[&o.key]).await?;
+                    used.push(o.key);
+                }
+                Some(_) => return Ok(not_a_result(id, &o.key)),
+                None => call.outstanding.push(o),
+            }
+        }
+
+        let deadline = Instant::now() + self.config.request_timeout;
+        let mut asked_open = true;
+        loop {
+            let wait = if call.outstanding.is_empty() {
+                deadline
+            } else {
+                (Instant::now() + SETTLE).min(deadline)
+            };
+            let Some(pending) = call.pending.as_mut() else {
+                return Err(CoreError::UnexpectedResponse);
+            };
+            tokio::select! {
+                biased;
+                answer = pending => {
+                    call.pending = None;
+                    *call.log.lock() = None;
+                    let answer = answer?;
+                    return Ok(self.complete(id, req.name, &answer));
+                }
+                asked = call.asked.recv(), if asked_open => {
+                    let Some(asked) = asked else {
+                        asked_open = false;
+                        continue;
+                    };
+                    let cap = capability_of(&asked.method).unwrap_or("roots");
+                    // Checked against *this* request's declaration (a retry may declare less
+                    // than the request that started the call).
+                    if !declares(&req.params, cap) {
+                        return Ok(missing_capability(id, cap));
+                    }
+                    let mut params: Value = asked
+                        .params
+                        .as_deref()
+                        .and_then(|p| serde_json::from_str(p.get()).ok())
+                        .unwrap_or_else(|| json!({}));
+                    let key = call.key_for(&asked, &params, &used);
+                    strip_hint(&mut params);
+                    match responses.get(&key) {
+                        // Answered ahead (the client already knows this key): no round trip.
+                        Some(answer @ Value::Object(_)) => {
+                            call.answer(&asked.id, answer).await?;
+                            used.push(key);
+                        }
+                        Some(_) => return Ok(not_a_result(id, &key)),
+                        None => call.outstanding.push(Outstanding {
+                            key,
+                            backend_id: asked.id,
+                            method: asked.method,
+                            params,
+                        }),
+                    }
+                }
+                () = tokio::time::sleep_until(wait) => {
+                    if call.outstanding.is_empty() {
+                        return Err(CoreError::Timeout(self.config.request_timeout));
+                    }
+                    return Ok(self.park(id, call, binding));
+                }
+            }
+        }
+    }
+
+    /// Parks the call and answers `input_required` with what it waits for.
+    fn park(&self, id: &RequestId, call: Dedicated, binding: &state::Binding<'_>) -> ModernAnswer {
+        *call.log.lock() = None;
+        let requests: Map<String, Value> = call
+            .outstanding
+            .iter()
+            .map(|o| {
+                (
+                    o.key.clone(),
+                    json!({"method": o.method, "params": o.params}),
+                )
+            })
+            .collect();
+        let (held_id, token) = self.mrtr_sealer.seal(binding, state::HELD_TTL);
+        let (held, expired) =
+            self.held
+                .hold(held_id, std::time::Instant::now() + state::HELD_TTL, call);
+        drop(expired);
+        if held.is_err() {
+            let err = ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "too many calls are waiting for client input; retry later",
+            );
+            return ModernAnswer::error(id, &err);
+        }
+        let result = json!({
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": token,
+            "_meta": { META_SERVER_INFO: self.backend.info.server_info },
+        });
+        ModernAnswer {
+            body: encode_result(id, &result.to_string()),
+            error_code: None,
+        }
+    }
+
+    /// Shuts down expired parked calls (called by the reaper).
+    pub(crate) fn reap_held_calls(&self) {
+        drop(self.held.reap());
+    }
+
+    /// Shuts down every parked call (gateway shutdown).
+    pub(crate) async fn end_held_calls(&self) {
+        for call in self.held.drain() {
+            call.retire().await;
+        }
+    }
+}
+
+/// Whether a request's `clientCapabilities` declare `capability`.
+fn declares(params: &Value, capability: &str) -> bool {
+    params["_meta"][META_CLIENT_CAPABILITIES]
+        .get(capability)
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Removes the key hint from a server request's `_meta` (dropping `_meta` if it empties).
+fn strip_hint(params: &mut Value) {
+    let Some(obj) = params.as_object_mut() else {
+        return;
+    };
+    let empty = match obj.get_mut("_meta").and_then(Value::as_object_mut) {
+        Some(meta) => {
+            meta.remove(KEY_HINT);
+            meta.is_empty()
+        }
+        None => false,
+    };
+    if empty {
+        obj.remove("_meta");
+    }
+}
+
+fn missing_capability(id: &RequestId, cap: &str) -> ModernAnswer {
+    let mut required = Map::new();
+    required.insert(cap.to_owned(), json!({}));
+    let err = ErrorObject::new(
+        codes::MISSING_CLIENT_CAPABILITY,
+        format!("Server requires the {cap} capability for this request"),
+    )
+    .with_data(json!({ "requiredCapabilities": required }));
+    ModernAnswer::error(id, &err)
+}
+
+fn not_a_result(id: &RequestId, key: &str) -> ModernAnswer {
+    invalid_params(
+        id,
+        &format!("inputResponses.{key} must be a result object"),
+        json!({"reason": "invalid_input_response", "key": key}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hint_is_stripped_and_meta_dropped_when_empty() {
+        let mut p = json!({"message": "m", "_meta": {KEY_HINT: "k"}});
+        strip_hint(&mut p);
+        assert_eq!(p, json!({"message": "m"}));
+        let mut p = json!({"_meta": {KEY_HINT: "k", "other": 1}});
+        strip_hint(&mut p);
+        assert_eq!(p, json!({"_meta": {"other": 1}}));
+    }
+
+    #[test]
+    fn capability_errors_name_an_object() {
+        let a = missing_capability(&RequestId::from_string("x"), "sampling");
+        let v: Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["error"]["code"], -32021);
+        assert_eq!(
+            v["error"]["data"]["requiredCapabilities"],
+            json!({"sampling": {}})
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! The inbound side of one MRTR call's dedicated backend process.
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+
+use switchboard_upstream::{InboundSink, StdioHandle};
+use switchboard_wire::{
+    codes, encode_error, encode_notification, encode_result, method, ErrorObject, Message,
+    MessageKind, RequestId,
+};
+
+use crate::dispatch::Registry;
+
+/// One server→client request from a dedicated backend.
+#[derive(Debug)]
+pub(crate) struct Asked {
+    pub(crate) id: RequestId,
+    pub(crate) method: String,
+    pub(crate) params: Option<Box<RawValue>>,
+}
+
+/// The capability a server request needs.
+pub(crate) fn capability_of(name: &str) -> Option<&'static str> {
+    match name {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+/// Routes one dedicated backend's unsolicited messages: input requests to its call, `ping`
+/// answered here, progress through the minted token, log messages to the current round's
+/// stream (only when the request asked for them), everything else dropped.
+#[derive(Debug)]
+pub(crate) struct CallSink {
+    pub(crate) asked: mpsc::Sender<Asked>,
+    pub(crate) registry: Weak<Registry>,
+    pub(crate) log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
+}
+
+impl InboundSink for CallSink {
+    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &StdioHandle) {
+        let name = msg.method.unwrap_or_default();
+        let refuse = |id: &RequestId, code: i32, message: &str| {
+            let err = ErrorObject::new(code, message.to_owned());
+            let _ = backend.try_send_line(encode_error(Some(id), &err));
+        };
+        match (msg.kind, msg.id.as_ref()) {
+            (MessageKind::Request, Some(id)) if name == method::PING => {
+                let _ = backend.try_send_line(encode_result(id, "{}"));
+            }
+            (MessageKind::Request, Some(id)) if capability_of(name).is_some() => {
+                let asked = Asked {
+                    id: id.clone(),
+                    method: name.to_owned(),
+                    params: msg.params.map(ToOwned::to_owned),
+                };
+                if self.asked.try_send(asked).is_err() {
+                    refuse(id, codes::INTERNAL_ERROR, "too many outstanding requests");
+                }
+            }
+            (MessageKind::Request, Some(id)) => {
+                refuse(id, codes::METHOD_NOT_FOUND, "Method not found");
+            }
+            _ => {
+                let Some(registry) = self.registry.upgrade() else {
+                    return;
+                };
+                let delivered = match name {
+                    // The call's process is an instance of the backend Modern clients use:
+                    // its list changes go, payload-free, to Modern listen streams (Legacy
+                    // sessions here own processes of their own, whose lists are theirs).
+                    method::TOOLS_LIST_CHANGED
+                    | method::RESOURCES_LIST_CHANGED
+                    | method::PROMPTS_LIST_CHANGED => {
+                        registry.listeners.list_changed(name);
+                        true
+                    }
+                    method::PROGRESS => registry.progress.route(msg.params),
+                    method::MESSAGE => self.log.lock().as_ref().is_some_and(|tx| {
+                        tx.try_send(Bytes::from(encode_notification(name, msg.params)))
+                            .is_ok()
+                    }),
+                    _ => false,
+                };
+                if !delivered {
+                    registry
+                        .drops
+                        .record("notification from an MRTR call backend", name);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The MRTR bridge's memory: sealed `requestState` tokens and the bounded table of held calls.
+//!
+//! A token is `<held id>.<expiry, unix seconds>.<HMAC-SHA256 hex>`. The MAC (per-gateway key
+//! from the OS CSPRNG, never leaves the process) covers the held id, the expiry, the caller's
+//! issuer and subject, the method and a digest of the original params, so a token verifies only
+//! for the same principal retrying the same call before it expires. The token itself carries no
+//! principal and no params: only the id and expiry are readable.
+//!
+//! The table maps held ids to parked calls. Taking an entry removes it, so each token works
+//! once; expired entries are swept (their processes shut down) by the gateway's reaper and on
+//! every insert.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::route::random_hex;
+use crate::Principal;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Most calls parked at once, across all callers.
+pub(crate) const MAX_HELD: usize = 1024;
+/// How long a parked call waits for its retry.
+pub(crate) const HELD_TTL: Duration = Duration::from_secs(5 * 60);
+
+/// Why a `requestState` was refused (`data.reason` of the -32602 answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Not a token this gateway mints.
+    Malformed,
+    /// The MAC does not verify: tampered, another principal's, or another call's.
+    Invalid,
+    /// Verified, but past its expiry.
+    Expired,
+    /// Verified, but the call is gone (already resumed once, or reaped).
+    Unknown,
+}
+
+impl Refused {
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Refused::Malformed => "malformed_request_state",
+            Refused::Invalid => "invalid_request_state",
+            Refused::Expired => "expired_request_state",
+            Refused::Unknown => "unknown_request_state",
+        }
+    }
+}
+
+/// What a token is bound to besides its id and expiry.
+pub(crate) struct Binding<'a> {
+    pub(crate) caller: &'a Principal,
+    pub(crate) method: &'a str,
+    pub(crate) digest: &'a [u8; 32],
+}
+
+/// SHA-256 of the call's identity: its params without `_meta`, `inputResponses` and
+/// `requestState`, in a canonical form (object keys sorted), so a retry must repeat the
+/// original call (tool name and arguments, prompt, or URI) exactly.
+pub(crate) fn params_digest(params: &Value) -> [u8; 32] {
+    let mut identity = params.clone();
+    if let Some(obj) = identity.as_object_mut() {
+        for key in ["_meta", "inputResponses", "requestState"] {
+            obj.remove(key);
+        }
+    }
+    let mut text = String::new();
+    canonical(&identity, &mut text);
+    Sha256::digest(text.as_bytes()).into()
+}
+
+fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Seals and opens `requestState` tokens with this gateway's key.
+pub(crate) struct Sealer {
+    /// Keyed once; cloned for every token.
+    keyed: HmacSha256,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sealer(..)")
+    }
+}
+
+impl Sealer {
+    pub(crate) fn new() -> Self {
+        let mut key = [0u8; 32];
+        // Tokens MACed with a zero key would be forgeable: without an OS entropy source the
+        // gateway stops rather than continue (as `route::random_hex` does).
+        if let Err(e) = getrandom::fill(&mut key) {
+            panic!("OS random number generator unavailable: {e}");
+        }
+        match HmacSha256::new_from_slice(&key) {
+            Ok(keyed) => Sealer { keyed },
+            // HMAC takes keys of any length; this arm cannot run.
+            Err(e) => panic!("HMAC refused a 32-byte key: {e}"),
+        }
+    }
+
+    fn mac(&self, id: &str, expires: u64, b: &Binding<'_>) -> HmacSha256 {
+        let mut mac = self.keyed.clone();
+        // Length-prefixed fields: no two different bindings feed the same bytes.
+        let expires = expires.to_string();
+        for field in [
+            "switchboard-mrtr-v1",
+            id,
+            expires.as_str(),
+            b.caller.issuer.as_str(),
+            b.caller.subject.as_str(),
+            b.method,
+        ] {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field.as_bytes());
+        }
+        mac.update(b.digest);
+        mac
+    }
+
+    /// A fresh held id and its token, valid for `ttl`.
+    pub(crate) fn seal(&self, b: &Binding<'_>, ttl: Duration) -> (String, String) {
+        let id = random_hex();
+        let expires = unix_now() + ttl.as_secs().max(1);
+        let tag = hex(&self.mac(&id, expires, b).finalize().into_bytes());
+        let token = format!("{id}.{expires}.{tag}");
+        (id, token)
+    }
+
+    /// The held id a token names, if it verifies for this binding and has not expired.
+    pub(crate) fn open(&self, token: &str, b: &Binding<'_>) -> Result<String, Refused> {
+        let mut parts = token.split('.');
+        let (Some(id), Some(expires), Some(tag), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(Refused::Malformed);
+        };
+        let expires: u64 = expires.parse().map_err(|_| Refused::Malformed)?;
+        let tag = unhex(tag).ok_or(Refused::Malformed)?;
+        if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Err(Refused::Malformed);
+        }
+        self.mac(id, expires, b)
+            .verify_slice(&tag)
+            .map_err(|_| Refused::Invalid)?;
+        if unix_now() >= expires {
+            return Err(Refused::Expired);
+        }
+        Ok(id.to_owned())
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
+/// Parked calls by held id, bounded and expiring. `T` is the parked call (generic so the
+/// table can be tested without processes).
+#[derive(Debug)]
+pub(crate) struct HeldTable<T> {
+    entries: parking_lot::Mutex<HashMap<String, (Instant, T)>>,
+    max: usize,
+}
+
+impl<T> HeldTable<T> {
+    pub(crate) fn new(max: usize) -> Self {
+        HeldTable {
+            entries: parking_lot::Mutex::new(HashMap::new()),
+            max,
+        }
+    }
+
+    /// Parks `value` under `id` until `expires`. When the table is full (after sweeping
+    /// expired entries) the value is handed back. Expired entries are returned for shutdown.
+    pub(crate) fn hold(&self, id: String, expires: Instant, value: T) -> (Result<(), T>, Vec<T>) {
+        let mut entries = self.entries.lock();
+        let expired = sweep(&mut entries, Instant::now());
+        if entries.len() >= self.max {
+            return (Err(value), expired);
+        }
+        entries.insert(id, (expires, value));
+        (Ok(()), expired)
+    }
+
+    /// Removes and returns the call parked under `id` (single use).
+    pub(crate) fn take(&self, id: &str) -> Option<T> {
+        let (expires, value) = self.entries.lock().remove(id)?;
+        (Instant::now() < expires).then_some(value)
+    }
+
+    /// Whether another call could be parked right now.
+    pub(crate) fn has_room(&self) -> bool {
+        self.entries.lock().len() < self.max
+    }
+
+    /// Removes and returns every expired call.
+    pub(crate) fn reap(&self) -> Vec<T> {
+        sweep(&mut self.entries.lock(), Instant::now())
+    }
+
+    /// Removes and returns every call (gateway shutdown).
+    pub(crate) fn drain(&self) -> Vec<T> {
+        self.entries.lock().drain().map(|(_, (_, v))| v).collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+}
+
+fn sweep<T>(entries: &mut HashMap<String, (Instant, T)>, now: Instant) -> Vec<T> {
+    let dead: Vec<String> = entries
+        .iter()
+        .filter(|(_, (expires, _))| *expires <= now)
+        .map(|(k, _)| k.clone())
+        .collect();
+    dead.into_iter()
+        .filter_map(|k| entries.remove(&k).map(|(_, v)| v))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn principal(sub: &str) -> Principal {
+        Principal {
+            issuer: "api-key".into(),
+            subject: sub.into(),
+            claims: serde_json::Map::new(),
+        }
+    }
+
+    #[test]
+    fn a_token_opens_only_for_its_binding() {
+        let sealer = Sealer::new();
+        let alice = principal("alice");
+        let digest = params_digest(&json!({"name": "t", "arguments": {"a": 1, "b": 2}}));
+        let bind = Binding {
+            caller: &alice,
+            method: "tools/call",
+            digest: &digest,
+        };
+        let (id, token) = sealer.seal(&bind, HELD_TTL);
+        assert_eq!(sealer.open(&token, &bind), Ok(id));
+
+        let bob = principal("bob");
+        let foreign = Binding {
+            caller: &bob,
+            ..bind
+        };
+        assert_eq!(sealer.open(&token, &foreign), Err(Refused::Invalid));
+        let other_method = Binding {
+            method: "prompts/get",
+            ..bind
+        };
+        assert_eq!(sealer.open(&token, &other_method), Err(Refused::Invalid));
+        let other_digest = params_digest(&json!({"name": "t", "arguments": {"a": 2}}));
+        let other_params = Binding {
+            digest: &other_digest,
+            ..bind
+        };
+        assert_eq!(sealer.open(&token, &other_params), Err(Refused::Invalid));
+
+        let mut tampered = token.clone();
+        tampered.push('0');
+        assert_eq!(sealer.open(&tampered, &bind), Err(Refused::Malformed));
+        let flipped = format!("{}{}", &token[..token.len() - 1], "x");
+        assert_eq!(sealer.open(&flipped, &bind), Err(Refused::Malformed));
+        let last = token.chars().last().unwrap();
+        let swapped = format!(
+            "{}{}",
+            &token[..token.len() - 1],
+            if last == '0' { '1' } else { '0' }
+        );
+        assert_eq!(sealer.open(&swapped, &bind), Err(Refused::Invalid));
+        // Extending the expiry breaks the MAC.
+        let parts: Vec<&str> = token.split('.').collect();
+        let later = format!("{}.{}.{}", parts[0], u64::MAX, parts[2]);
+        assert_eq!(sealer.open(&later, &bind), Err(Refused::Invalid));
+        // Another gateway's key.
+        assert_eq!(Sealer::new().open(&token, &bind), Err(Refused::Invalid));
+    }
+
+    #[test]
+    fn expired_tokens_are_refused() {
+        let sealer = Sealer::new();
+        let p = principal("p");
+        let digest = params_digest(&json!({}));
+        let bind = Binding {
+            caller: &p,
+            method: "tools/call",
+            digest: &digest,
+        };
+        let id = "0".repeat(32);
+        let past = unix_now() - 1;
+        let tag = hex(&sealer.mac(&id, past, &bind).finalize().into_bytes());
+        assert_eq!(
+            sealer.open(&format!("{id}.{past}.{tag}"), &bind),
+            Err(Refused::Expired)
+        );
+    }
+
+    #[test]
+    fn digest_ignores_key_order_and_mrtr_members() {
+        let a =
+            params_digest(&json!({"name": "t", "arguments": {"x": 1, "y": [1, {"b": 2, "a": 1}]}}));
+        let b = params_digest(
+            &json!({"arguments": {"y": [1, {"a": 1, "b": 2}], "x": 1}, "name": "t",
+            "inputResponses": {"k": {}}, "requestState": "s", "_meta": {"progressToken": 1}}),
+        );
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            params_digest(&json!({"name": "t", "arguments": {"x": 2}}))
+        );
+    }
+
+    #[test]
+    fn the_table_is_bounded_single_use_and_expiring() {
+        let table = HeldTable::new(2);
+        let later = Instant::now() + Duration::from_secs(60);
+        assert!(table.hold("a".into(), later, 1).0.is_ok());
+        assert!(table.hold("b".into(), later, 2).0.is_ok());
+        assert_eq!(table.hold("c".into(), later, 3).0, Err(3));
+        assert_eq!(table.take("a"), Some(1));
+        assert_eq!(table.take("a"), None);
+        let (held, _) = table.hold("d".into(), Instant::now(), 4);
+        assert!(held.is_ok());
+        assert_eq!(table.take("d"), None, "expired entries are not handed out");
+        let (_, expired) = table.hold("e".into(), Instant::now(), 5);
+        assert!(expired.is_empty());
+        assert_eq!(table.reap(), vec![5]);
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.drain(), vec![2]);
+        assert_eq!(table.len(), 0);
+    }
+}
