@@ -144,6 +144,11 @@ pub(crate) async fn call(
         .map_err(CoreError::from)
 }
 
+/// Whether the backend answers `server/discover` with a version the gateway speaks.
+pub(crate) async fn speaks_modern(handle: &StdioHandle) -> bool {
+    probe_modern(handle, PROBE_TIMEOUT).await.is_some()
+}
+
 /// `server/discover` with the gateway's envelope; `Some(result)` if the backend is Modern.
 async fn probe_modern(handle: &StdioHandle, timeout: Duration) -> Option<Value> {
     let answer = call(

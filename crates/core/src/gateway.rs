@@ -114,6 +114,9 @@ pub struct Gateway {
     pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
     /// Lets cleanups that must outlive a request hold the gateway.
     me: std::sync::Weak<Gateway>,
+    /// Whether the backend answers Modern requests *now*: learned at startup, re-learned when
+    /// the backend refuses a Modern request on era grounds or is restarted.
+    pub(crate) modern_live: std::sync::atomic::AtomicBool,
     /// Set when `--isolation per-session`: how to start a session's own backend.
     pub(crate) per_session: std::sync::OnceLock<Arc<dyn crate::per_session::SpawnBackend>>,
     /// MRTR bridge (per-session mode): seals `requestState` tokens ...
@@ -125,6 +128,7 @@ pub struct Gateway {
 impl Gateway {
     /// Wraps an initialized backend whose reader delivers into `registry`.
     pub fn new(backend: Backend, registry: Arc<Registry>, config: GatewayConfig) -> Arc<Self> {
+        let modern = backend.info.era.modern;
         Arc::new_cyclic(|me| Gateway {
             backend,
             registry,
@@ -132,6 +136,7 @@ impl Gateway {
             backend_log_level: tokio::sync::Mutex::new(None),
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
             me: me.clone(),
+            modern_live: std::sync::atomic::AtomicBool::new(modern),
             per_session: std::sync::OnceLock::new(),
             mrtr_sealer: crate::mrtr::Sealer::new(),
             held: crate::mrtr::HeldTable::new(crate::mrtr::MAX_HELD),
@@ -502,7 +507,32 @@ impl Gateway {
 
     /// The backend's eras (for logs and `/stats`).
     pub fn backend_era(&self) -> crate::BackendEra {
-        self.backend.info.era
+        crate::BackendEra {
+            modern: self.modern_now(),
+            ..self.backend.info.era
+        }
+    }
+
+    /// Whether Modern requests pass through to the backend (else they are bridged).
+    pub(crate) fn modern_now(&self) -> bool {
+        self.modern_live.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Learns the backend's Modern era again (in the background): after it refused a Modern
+    /// request on era grounds, or after a restart. A backend that is Legacy too is then
+    /// bridged instead of passed through.
+    pub(crate) fn reprobe(&self) {
+        let Some(gateway) = self.myself() else { return };
+        let task = async move {
+            let modern = crate::backend::speaks_modern(&gateway.backend.handle).await;
+            let was = gateway
+                .modern_live
+                .swap(modern, std::sync::atomic::Ordering::Relaxed);
+            if was != modern {
+                tracing::info!(modern, "backend era re-learned");
+            }
+        };
+        self.background.lock().spawn(task);
     }
 
     /// Whether the backend is still running (for `/healthz`).

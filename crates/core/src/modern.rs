@@ -102,7 +102,9 @@ impl Gateway {
                 .with_data(json!(name));
             return Ok(ModernAnswer::error(id, &err));
         }
-        if self.backend.info.era.modern {
+        // A Modern-only backend is always passed through; a dual one unless it stopped
+        // answering Modern requests (then it is bridged like a Legacy one).
+        if self.modern_now() || !self.backend.info.era.legacy {
             let listen = (name == LISTEN).then(|| Filter::parse(msg.params));
             let answer = self
                 .send(Outgoing {
@@ -118,7 +120,12 @@ impl Gateway {
             if name == method::DISCOVER && !answer.is_error() {
                 return Ok(discover_passthrough(id, &answer));
             }
-            return Ok(passthrough(id, &answer));
+            let answer = passthrough(id, &answer);
+            if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
+                // Refused on era grounds: the backend may have changed (restart, upgrade).
+                self.reprobe();
+            }
+            return Ok(answer);
         }
         match name {
             method::DISCOVER => Ok(self.discover(id)),

@@ -145,6 +145,10 @@ impl Gateway {
             tracing::warn!(error = %e, "restarted backend refused the handshake");
             return false;
         }
+        // The new process may speak another era than the old one (an upgrade).
+        let modern = crate::backend::speaks_modern(&standby).await;
+        self.modern_live
+            .store(modern, std::sync::atomic::Ordering::Relaxed);
         for uri in self.registry.subs.uris() {
             let params = json!({ "uri": uri });
             if let Err(e) =

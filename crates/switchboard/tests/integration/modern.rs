@@ -378,3 +378,45 @@ where
         }
     }
 }
+
+/// A backend that stops answering Modern requests is re-probed on its first era refusal; from
+/// then on Modern clients are bridged onto its Legacy side instead of failing.
+#[tokio::test]
+async fn a_backend_refusing_modern_on_era_grounds_is_reprobed_and_bridged() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/shifty.py"
+    );
+    let gw = TestGateway::start_with(&[], &["python3", script]).await;
+    assert_eq!(stats(&gw).await["backendEra"], "dual");
+    let call = json!({"name":"who","arguments":{}});
+    let r = modern(&gw, json!(1), "tools/call", call.clone(), &[]).await;
+    assert_eq!(
+        tool_text(&r.json()),
+        "modern",
+        "passed through while the backend speaks Modern"
+    );
+
+    let sid = gw.session().await;
+    gw.call_tool(Some(&sid), json!(2), "downgrade", json!({}))
+        .await;
+    let refused = modern(&gw, json!(3), "tools/call", call.clone(), &[]).await;
+    assert_eq!(
+        refused.error_code(),
+        -32022,
+        "the refusal itself reaches the client"
+    );
+    // The re-probe runs in the background: bounded wait until the era is re-learned.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stats(&gw).await["backendEra"] != "legacy" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "era never re-learned"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let r = modern(&gw, json!(4), "tools/call", call, &[]).await;
+    let v = r.json();
+    assert_eq!(tool_text(&v), "legacy", "bridged onto the Legacy side: {v}");
+    assert_eq!(v["result"]["resultType"], "complete");
+}
