@@ -264,31 +264,66 @@ fn json_response(body: Vec<u8>) -> Response {
         .into_response()
 }
 
+/// Reads a request body of at most `limit` bytes.
+///
+/// An oversized body is *drained* (discarded, within a budget and a deadline) before the 413
+/// goes out: closing a connection with unread request bytes makes the kernel reset it, and the
+/// client would see a reset instead of the 413. Bodies declared beyond the budget, or sent with
+/// `Expect: 100-continue` (the client waits for our answer before sending), are refused
+/// without reading.
 pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
 ) -> Result<Bytes, HttpError> {
+    use http_body_util::BodyExt;
+    let limit_u64 = limit as u64;
+    let budget = limit_u64.saturating_mul(8).clamp(1 << 20, 64 << 20);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    let expects_continue = headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    let mut over = declared.is_some_and(|n| n > limit_u64);
+    if over && (expects_continue || declared.is_some_and(|n| n > budget)) {
         return Err(HttpError::PayloadTooLarge(limit));
     }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            HttpError::PayloadTooLarge(limit)
-        } else {
-            HttpError::Parse(switchboard_wire::ParseError {
-                id: None,
-                error: switchboard_wire::ErrorObject::new(
-                    switchboard_wire::codes::PARSE_ERROR,
-                    "Parse error: request body could not be read",
-                ),
-            })
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    let mut seen: u64 = 0;
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|_| ())?.into_data() else {
+                continue;
+            };
+            seen += data.len() as u64;
+            if !over && buf.len() + data.len() <= limit {
+                buf.extend_from_slice(&data);
+            } else {
+                over = true;
+                buf.clear();
+                if seen > budget {
+                    break;
+                }
+            }
         }
-    })
+        Ok::<(), ()>(())
+    };
+    let unreadable = || {
+        HttpError::Parse(switchboard_wire::ParseError {
+            id: None,
+            error: switchboard_wire::ErrorObject::new(
+                switchboard_wire::codes::PARSE_ERROR,
+                "Parse error: request body could not be read",
+            ),
+        })
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(10), read).await {
+        Ok(Ok(())) if !over => Ok(buf.freeze()),
+        Ok(Ok(())) | Err(_) if over => Err(HttpError::PayloadTooLarge(limit)),
+        _ => Err(unreadable()),
+    }
 }
