@@ -15,6 +15,7 @@ mod dispatch;
 mod drop_log;
 mod error;
 mod gateway;
+mod guards;
 mod legacy_sse;
 mod listen;
 mod listeners;

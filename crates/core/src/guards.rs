@@ -1,0 +1,96 @@
+//! Guards that tie per-request state to the request's lifetime: the in-flight entry that lets
+//! a client cancel by its own id, and the upstream cancellation sent when a call is abandoned.
+//! Both run on drop, so every way a request can end (answer, error, timeout, client gone)
+//! cleans up the same way.
+
+use bytes::Bytes;
+use serde_json::json;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use switchboard_upstream::StdioHandle;
+use switchboard_wire::{encode_notification, method, RequestId};
+
+use crate::route::RouteKey;
+use crate::session::{InFlight, SessionId};
+use crate::Gateway;
+
+/// Makes a request cancellable by the client's own id while it is in flight.
+pub(crate) struct InFlightGuard<'a> {
+    gateway: &'a Gateway,
+    session: &'a SessionId,
+    client_id: Box<str>,
+    key: RouteKey,
+}
+
+impl<'a> InFlightGuard<'a> {
+    pub(crate) fn register(
+        gateway: &'a Gateway,
+        session: &'a SessionId,
+        id: &RequestId,
+        key: &RouteKey,
+        cancel: &CancellationToken,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Self {
+        let client_id: Box<str> = id.as_json().into();
+        let entry = InFlight {
+            key: key.clone(),
+            cancel: cancel.clone(),
+            stream,
+        };
+        let _ = gateway.registry.sessions.with(session.as_str(), |s| {
+            s.in_flight.insert(client_id.clone(), entry)
+        });
+        InFlightGuard {
+            gateway,
+            session,
+            client_id,
+            key: key.clone(),
+        }
+    }
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .gateway
+            .registry
+            .sessions
+            .with(self.session.as_str(), |s| {
+                // Only our own entry: a client reusing an id concurrently owns the newer one.
+                if s.in_flight
+                    .get(&self.client_id)
+                    .is_some_and(|f| f.key == self.key)
+                {
+                    s.in_flight.remove(&self.client_id);
+                }
+            });
+    }
+}
+
+/// Sends `notifications/cancelled` for a call that will never be awaited again, so the backend
+/// can stop work nobody will read.
+pub(crate) struct CancelOnDrop<'a> {
+    pub(crate) backend: &'a StdioHandle,
+    pub(crate) key: &'a RouteKey,
+    pub(crate) reason: &'static str,
+    pub(crate) armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            send_cancel(self.backend, self.key, self.reason);
+        }
+    }
+}
+
+/// Never blocks: if the queue is full the backend is already overloaded, and the late answer
+/// will be dropped as unattributable anyway.
+pub(crate) fn send_cancel(backend: &StdioHandle, key: &RouteKey, reason: &str) {
+    let params = json!({"requestId": key.as_str(), "reason": reason}).to_string();
+    if let Ok(params) = RawValue::from_string(params) {
+        let _ = backend.try_send_line(encode_notification(method::CANCELLED, Some(&params)));
+    }
+}
