@@ -10,10 +10,21 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
+LOG="$(mktemp)"
+trap 'rm -f "$LOG"' EXIT
 # Opt in to the test against the real @modelcontextprotocol/server-everything (npm).
-SWITCHBOARD_NPX_TESTS=1 cargo test --workspace
+SWITCHBOARD_NPX_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
+PROFILES=0
 for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
   2026-07-28-bridge-per-session; do
   echo "== conformance $profile (through the gateway, built-in fixture)"
   scripts/conformance.sh "$profile"
+  PROFILES=$((PROFILES + 1))
 done
+
+# One closing line for everything cargo ran (the last runner output above is the conformance
+# suite's, and cargo's last own line is its doc-tests, often empty).
+awk -v profiles="$PROFILES" '
+  /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i } }
+  END { printf "conformance profiles passed: %d\nsummary: %d passed, %d failed\n", profiles, p, f }
+' "$LOG"
