@@ -223,11 +223,21 @@ impl crate::Gateway {
     /// writing an audit line: lets `http` answer a denial with a plain 403 before it commits to
     /// an SSE response. [`Gateway::request`](crate::Gateway::request) and
     /// [`Gateway::modern`](crate::Gateway::modern) decide again (and audit) either way.
-    pub fn authorize(&self, caller: &Principal, msg: &Message<'_>) -> Result<(), CoreError> {
-        if self.config.access.authorizer.is_none() {
+    pub fn authorize(
+        &self,
+        caller: &Principal,
+        session: Option<&SessionId>,
+        msg: &Message<'_>,
+        modern: bool,
+    ) -> Result<(), CoreError> {
+        let access = &self.config.access;
+        if access.authorizer.is_none() || access.decide(caller, msg).1.is_ok() {
             return Ok(());
         }
-        self.config.access.decide(caller, msg).1
+        // Denied: go through the admission point so the denial is audited exactly as it would
+        // have been on the request path (a denial consumes no rate-limit tokens).
+        let path = if modern { Path::Modern } else { Path::Legacy };
+        access.admit(caller, session, msg, path).map(drop)
     }
 }
 

@@ -167,6 +167,11 @@ async fn handle_post(
             .initialize_sse(caller, &session, &id, msg.params)
             .map_err(|e| HttpError::Core(Some(id), e)),
         (_, Some(id)) => {
+            // A denial is a plain 403 on the POST, as on /mcp, rather than an error that
+            // arrives later on the stream.
+            gateway
+                .authorize(caller, Some(&session), &msg, false)
+                .map_err(|e| HttpError::Core(Some(id.clone()), e))?;
             let task = run_request(
                 gateway.clone(),
                 caller.clone(),

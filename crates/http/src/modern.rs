@@ -47,7 +47,7 @@ pub(crate) async fn handle(
     // A denial is a plain 403 even when the answer would have been a stream.
     state
         .gateway
-        .authorize(caller, msg)
+        .authorize(caller, None, msg, true)
         .map_err(|e| HttpError::Core(id.clone(), e))?;
     let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
     let delivery = if streaming { Delivery::Sse } else { delivery };

@@ -796,26 +796,17 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
         .get("resources")
         .is_some());
 
-    // HTTP+SSE: the denial arrives on the stream.
-    let (sse, mut events) = open_sse(&gw, ALICE).await;
-    let (status, _) = post_messages(
+    // HTTP+SSE: the denial is a plain 403 on the POST, like on /mcp; nothing is queued.
+    let (sse, _events) = open_sse(&gw, ALICE).await;
+    let (status, body) = post_messages(
         &gw,
         ALICE,
         &sse,
         &call(json!(20), "add", json!({"a":1,"b":2})),
     )
     .await;
-    assert_eq!(status, StatusCode::ACCEPTED);
-    let denied = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let e = events.next().await.unwrap().unwrap();
-            if let Some(d) = e.data.filter(|d| !d.is_empty()) {
-                return serde_json::from_str::<Value>(&d).unwrap();
-            }
-        }
-    })
-    .await
-    .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let denied: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         (denied["id"].clone(), denied["error"]["code"].clone()),
         (json!(20), json!(403))
