@@ -48,6 +48,7 @@ pub struct Registry {
     pub(crate) subs: Subscriptions,
     pub(crate) listeners: ModernListeners,
     pub(crate) tasks: crate::tasks::TaskOwners,
+    pub(crate) tool_headers: crate::tool_headers::ToolHeaders,
     pub(crate) drops: DropLog,
 }
 
@@ -60,6 +61,7 @@ impl Registry {
             subs: Subscriptions::default(),
             listeners: ModernListeners::default(),
             tasks: crate::tasks::TaskOwners::default(),
+            tool_headers: crate::tool_headers::ToolHeaders::default(),
             drops: DropLog::default(),
         })
     }
@@ -105,6 +107,10 @@ impl InboundSink for Dispatcher {
 impl Dispatcher {
     fn notification(&self, name: &str, params: Option<&RawValue>) {
         let r = &self.registry;
+        if name == method::TOOLS_LIST_CHANGED {
+            // Tool schemas may have changed: the Mcp-Param-* designations are re-learned.
+            r.tool_headers.invalidate();
+        }
         // A Modern backend addresses listen-stream notifications by subscription id: they go to
         // that one stream (re-tagged with the client's id) or nowhere.
         let tag = params

@@ -30,6 +30,7 @@ pub mod session;
 mod state_ops;
 mod subscription;
 mod tasks;
+mod tool_headers;
 
 pub use access::{Access, Authorizer, Principal, Target};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};

@@ -43,6 +43,25 @@ pub(crate) async fn handle(
     let text = |name: &str| headers.get(name).map(|v| v.to_str().ok());
     mcp_headers::check_modern(msg, text("mcp-method"), text("mcp-name"))
         .map_err(|e| HttpError::Rpc(id.clone(), e))?;
+    // `Mcp-Param-*` mirror the arguments the tool's schema designates (SEP-2243). A stdio
+    // backend never sees headers, so the gateway checks them.
+    if msg.method == Some("tools/call") {
+        let tool = msg
+            .param("name")
+            .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
+        if let Some(tool) = tool {
+            let spec = state.gateway.param_headers(&tool).await;
+            if !spec.is_empty() {
+                let args: Option<serde_json::Value> = msg
+                    .param("arguments")
+                    .and_then(|a| serde_json::from_str(a.get()).ok());
+                mcp_headers::check_params(args.as_ref(), &spec, |h| {
+                    headers.get(h).map(|v| v.to_str().ok())
+                })
+                .map_err(|e| HttpError::Rpc(id.clone(), e))?;
+            }
+        }
+    }
 
     // A denial is a plain 403 even when the answer would have been a stream.
     state

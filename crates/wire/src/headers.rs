@@ -73,6 +73,88 @@ pub fn check_modern(
     }
 }
 
+/// One `x-mcp-header` designation in a tool's `inputSchema`: the argument at `path` (a chain
+/// of `properties` keys) is mirrored in the header `Mcp-Param-{name}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamHeader {
+    /// The full header name, lowercase (`mcp-param-region`).
+    pub header: String,
+    /// The argument's location: property names from the top of `arguments`.
+    pub path: Vec<String>,
+}
+
+/// Every `x-mcp-header` designation reachable from `schema` through `properties` alone (the
+/// spec ignores ones behind `items`, combinators or `$ref`).
+pub fn param_headers(schema: &serde_json::Value) -> Vec<ParamHeader> {
+    let mut out = Vec::new();
+    collect(schema, &mut Vec::new(), &mut out);
+    out
+}
+
+fn collect(schema: &serde_json::Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>) {
+    let Some(props) = schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+    else {
+        return;
+    };
+    for (name, prop) in props {
+        path.push(name.clone());
+        if let Some(h) = prop.get("x-mcp-header").and_then(serde_json::Value::as_str) {
+            out.push(ParamHeader {
+                header: format!("mcp-param-{}", h.to_ascii_lowercase()),
+                path: path.clone(),
+            });
+        }
+        collect(prop, path, out);
+        path.pop();
+    }
+}
+
+/// Checks the `Mcp-Param-*` headers of a `tools/call` against its arguments: a designated
+/// argument with a value needs its header, equal after sentinel decoding (integers compare
+/// numerically, booleans as `true`/`false`); a header without a value in the body is a
+/// mismatch too. `header` returns `None` when absent, `Some(None)` when not visible ASCII.
+pub fn check_params<'h>(
+    arguments: Option<&serde_json::Value>,
+    spec: &[ParamHeader],
+    header: impl Fn(&str) -> Option<Option<&'h str>>,
+) -> Result<(), ErrorObject> {
+    for p in spec {
+        let value = arguments
+            .and_then(|args| p.path.iter().try_fold(args, |v, k| v.get(k)))
+            .filter(|v| !v.is_null());
+        let matches = match (value, header(&p.header)) {
+            (None, None) => true,
+            (None, Some(_)) | (Some(_), None) | (Some(_), Some(None)) => false,
+            (Some(v), Some(Some(h))) => decode_value(h).is_some_and(|h| mirrors(v, &h)),
+        };
+        if !matches {
+            return Err(mismatch(format!(
+                "Header mismatch: {} does not match the argument {}",
+                p.header,
+                p.path.join(".")
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn mirrors(body: &serde_json::Value, header: &str) -> bool {
+    match body {
+        serde_json::Value::String(s) => s == header,
+        serde_json::Value::Bool(b) => header == if *b { "true" } else { "false" },
+        serde_json::Value::Number(n) => match (n.as_i64(), header.parse::<i64>().ok()) {
+            (Some(a), Some(b)) => a == b,
+            _ => n
+                .as_f64()
+                .zip(header.parse::<f64>().ok())
+                .is_some_and(|(a, b)| a == b),
+        },
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +162,60 @@ mod tests {
 
     fn msg(body: &str) -> Message<'_> {
         Message::parse(body.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn param_headers_mirror_arguments() {
+        let schema = serde_json::json!({"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "n":{"type":"integer","x-mcp-header":"N"},
+            "deep":{"type":"object","properties":{"flag":{"type":"boolean","x-mcp-header":"Flag"}}},
+            "list":{"type":"array","items":{"x-mcp-header":"Ignored"}}}});
+        let spec = param_headers(&schema);
+        assert_eq!(spec.len(), 3);
+        let args = serde_json::json!({"region":"us-west1","n":42,"deep":{"flag":true}});
+        let ok = |h: &str| match h {
+            "mcp-param-region" => Some(Some("us-west1")),
+            "mcp-param-n" => Some(Some("42")),
+            "mcp-param-flag" => Some(Some("true")),
+            _ => None,
+        };
+        assert!(check_params(Some(&args), &spec, ok).is_ok());
+        let wrong = |h: &str| {
+            if h == "mcp-param-region" {
+                Some(Some("eu"))
+            } else {
+                ok(h)
+            }
+        };
+        assert_eq!(
+            check_params(Some(&args), &spec, wrong).unwrap_err().code,
+            codes::HEADER_MISMATCH
+        );
+        let missing = |h: &str| if h == "mcp-param-n" { None } else { ok(h) };
+        assert!(check_params(Some(&args), &spec, missing).is_err());
+        let binary = |h: &str| {
+            if h == "mcp-param-region" {
+                Some(None)
+            } else {
+                ok(h)
+            }
+        };
+        assert!(check_params(Some(&args), &spec, binary).is_err());
+        let only_region = serde_json::json!({"region":"=?"});
+        let encoded = |h: &str| {
+            if h == "mcp-param-region" {
+                Some(Some("=?base64?PT8=?="))
+            } else {
+                None
+            }
+        };
+        assert!(check_params(Some(&only_region), &spec, encoded).is_ok());
+        assert!(check_params(Some(&serde_json::json!({})), &spec, |_| None).is_ok());
+        assert!(
+            check_params(Some(&serde_json::json!({})), &spec, ok).is_err(),
+            "a header with no value is a mismatch"
+        );
     }
 
     #[test]

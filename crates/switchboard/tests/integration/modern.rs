@@ -420,3 +420,48 @@ async fn a_backend_refusing_modern_on_era_grounds_is_reprobed_and_bridged() {
     assert_eq!(tool_text(&v), "legacy", "bridged onto the Legacy side: {v}");
     assert_eq!(v["result"]["resultType"], "complete");
 }
+
+/// `Mcp-Param-*` headers mirror the arguments a tool's schema designates (`x-mcp-header`): the
+/// gateway checks them, since a stdio backend never sees headers.
+#[tokio::test]
+async fn mcp_param_headers_must_mirror_designated_arguments() {
+    let gw = TestGateway::start(&[]).await;
+    let call = json!({"name":"test_custom_header","arguments":{"region":"us-west1"}});
+    let r = modern(
+        &gw,
+        json!(1),
+        "tools/call",
+        call.clone(),
+        &[("mcp-param-region", "us-west1")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = modern(
+        &gw,
+        json!(2),
+        "tools/call",
+        call.clone(),
+        &[("mcp-param-region", "=?base64?dXMtd2VzdDE=?=")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "sentinel-encoded: {}", r.text);
+    for bad in [&[("mcp-param-region", "eu-north1")][..], &[][..]] {
+        let r = modern(&gw, json!(3), "tools/call", call.clone(), bad).await;
+        assert_eq!(
+            (r.status, r.error_code()),
+            (StatusCode::BAD_REQUEST, -32020),
+            "{bad:?}"
+        );
+        assert_eq!(r.json()["id"], 3);
+    }
+    // Tools without designations need no headers.
+    let r = modern(
+        &gw,
+        json!(4),
+        "tools/call",
+        json!({"name":"echo","arguments":{"text":"x"}}),
+        &[],
+    )
+    .await;
+    assert_eq!(tool_text(&r.json()), "x");
+}
