@@ -124,12 +124,15 @@ pub struct Gateway {
     pub(crate) mrtr_sealer: crate::mrtr::Sealer,
     /// ... that name calls parked here while the client is asked for input.
     pub(crate) held: crate::mrtr::HeldTable<crate::mrtr::Dedicated>,
+    /// Bounds the dedicated MRTR processes, running and parked alike.
+    pub(crate) mrtr_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Gateway {
     /// Wraps an initialized backend whose reader delivers into `registry`.
     pub fn new(backend: Backend, registry: Arc<Registry>, config: GatewayConfig) -> Arc<Self> {
         let modern = backend.info.era.modern;
+        let dedicated_max = config.max_sessions.max(1);
         Arc::new_cyclic(|me| Gateway {
             backend,
             registry,
@@ -141,6 +144,9 @@ impl Gateway {
             per_session: std::sync::OnceLock::new(),
             mrtr_sealer: crate::mrtr::Sealer::new(),
             held: crate::mrtr::HeldTable::new(crate::mrtr::MAX_HELD),
+            mrtr_slots: Arc::new(tokio::sync::Semaphore::new(
+                crate::mrtr::MAX_DEDICATED.min(dedicated_max),
+            )),
         })
     }
 
@@ -231,8 +237,18 @@ impl Gateway {
         let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        if let Some(own) = call.session.and_then(|s| self.own_backend(s)) {
-            return self.own_request(call, id, name, own).await;
+        if let Some(sid) = call.session {
+            let own = self
+                .registry
+                .sessions
+                .with(sid.as_str(), |s| s.own.as_ref().map(|o| o.handle.clone()));
+            match own {
+                // Ended between lookup and routing (DELETE, reaping): never fall through to the
+                // shared backend with a dead session's request.
+                Err(_) => return Err(CoreError::SessionNotFound),
+                Ok(Some(own)) => return self.own_request(call, id, name, own).await,
+                Ok(None) => {}
+            }
         }
         if !self.backend.info.era.legacy {
             return self.legacy_to_modern(call, id, name).await;

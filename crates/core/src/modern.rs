@@ -85,7 +85,34 @@ impl Gateway {
             .config
             .access
             .admit(caller, None, msg, crate::access::Path::Modern)?;
-        admitted.finish_modern(self.route_modern(caller, msg, stream).await)
+        let answer = self.route_modern(caller, msg, stream).await;
+        admitted.finish_modern(answer.map(|a| self.hide_session_tasks(msg, a)))
+    }
+
+    /// `tasks/list` for a stateless caller never shows a task some session owns, and a
+    /// backend's "invalid task" answer is replaced by the gateway's own, so a session's task
+    /// and a task that does not exist look exactly alike.
+    fn hide_session_tasks(&self, msg: &Message<'_>, answer: ModernAnswer) -> ModernAnswer {
+        let by_id = msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m));
+        if let (true, Some(code), Some(id)) = (by_id, answer.error_code, msg.id.as_ref()) {
+            if code == i64::from(codes::INVALID_PARAMS) {
+                return ModernAnswer::error(id, &crate::tasks::unknown_task());
+            }
+        }
+        if msg.method != Some(crate::tasks::LIST) || answer.error_code.is_some() {
+            return answer;
+        }
+        let result = serde_json::from_slice::<Value>(&answer.body)
+            .ok()
+            .map(|v| v["result"].to_string())
+            .and_then(|r| self.registry.tasks.hide_owned(&r));
+        match (result, msg.id.as_ref()) {
+            (Some(r), Some(id)) => ModernAnswer {
+                body: encode_result(id, &r),
+                error_code: None,
+            },
+            _ => answer,
+        }
     }
 
     async fn route_modern(
@@ -97,6 +124,14 @@ impl Gateway {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
+        // A task a Legacy session owns is invisible to stateless callers: the same answer as an
+        // unknown task, and absent from lists.
+        if crate::tasks::BY_ID.contains(&name) {
+            let task = crate::tasks::task_of(msg.params).unwrap_or_default();
+            if self.registry.tasks.owner(&task).is_some() {
+                return Ok(ModernAnswer::error(id, &crate::tasks::unknown_task()));
+            }
+        }
         if REMOVED.contains(&name) {
             let err = ErrorObject::new(codes::METHOD_NOT_FOUND, "Method not found")
                 .with_data(json!(name));
@@ -150,6 +185,11 @@ impl Gateway {
         match name {
             method::PING | method::SET_LEVEL => return Ok(encode_result(id, "{}")),
             method::SUBSCRIBE | method::UNSUBSCRIBE => {
+                return Err(CoreError::Unsupported(name.to_owned()))
+            }
+            // 2025-11-25 tasks have no Modern counterpart here, and the gateway could not keep
+            // one session from another's tasks on a backend that knows no sessions.
+            n if crate::tasks::BY_ID.contains(&n) || n == crate::tasks::LIST => {
                 return Err(CoreError::Unsupported(name.to_owned()))
             }
             _ => {}

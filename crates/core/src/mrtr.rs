@@ -92,7 +92,14 @@ pub(crate) struct Dedicated {
     log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
     outstanding: Vec<Outstanding>,
     next_key: u64,
+    /// One of the bounded dedicated-process slots, released when the call is dropped.
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
+
+/// Most dedicated processes (running or parked MRTR calls) at once (and never more than
+/// `--max-sessions`): every concurrent Modern call spawns one, so without a bound any client
+/// could fork the host to exhaustion.
+pub(crate) const MAX_DEDICATED: usize = 128;
 
 impl Dedicated {
     /// Shuts the process down now (gateway shutdown), instead of in the background.
@@ -239,6 +246,11 @@ impl Gateway {
         if !self.held.has_room() {
             return Err(CoreError::Backend(UpstreamError::Overloaded));
         }
+        let slot = self
+            .mrtr_slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| CoreError::Backend(UpstreamError::Overloaded))?;
         let meta = &req.params["_meta"];
         let declared = &meta[META_CLIENT_CAPABILITIES];
         let mut caps = Map::new();
@@ -265,6 +277,7 @@ impl Gateway {
             log,
             outstanding: Vec::new(),
             next_key: 0,
+            _slot: slot,
         };
         let deadline = self.config.request_timeout;
         let init = json!({

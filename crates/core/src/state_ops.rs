@@ -145,6 +145,8 @@ impl Gateway {
             tracing::warn!(error = %e, "restarted backend refused the handshake");
             return false;
         }
+        // Task ids were the old process's: a new one may hand the same ids to someone else.
+        self.registry.tasks.clear();
         // The new process may speak another era than the old one (an upgrade).
         let modern = crate::backend::speaks_modern(&standby).await;
         self.modern_live

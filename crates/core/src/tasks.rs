@@ -72,6 +72,25 @@ impl TaskOwners {
         Some(v.to_string())
     }
 
+    /// `tasks/list` result without any task a session owns: what a caller without a session
+    /// (a Modern request) may see. `None` if the result is not a list.
+    pub(crate) fn hide_owned(&self, result: &str) -> Option<String> {
+        let mut v: Value = serde_json::from_str(result).ok()?;
+        let owners = self.owners.lock();
+        v.get_mut("tasks")?.as_array_mut()?.retain(|t| {
+            t["taskId"]
+                .as_str()
+                .is_none_or(|id| !owners.contains_key(id))
+        });
+        Some(v.to_string())
+    }
+
+    /// Forgets everything (the backend restarted: its task ids mean nothing any more, and a
+    /// new process may hand the same ids to someone else).
+    pub(crate) fn clear(&self) {
+        self.owners.lock().clear();
+    }
+
     /// Forgets a session's tasks when it ends.
     pub(crate) fn purge(&self, session: &str) {
         self.owners.lock().retain(|_, o| o != session);

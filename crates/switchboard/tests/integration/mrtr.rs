@@ -424,3 +424,46 @@ async fn a_backend_ping_is_answered_by_the_gateway() {
     assert_eq!(report["method"], "ping", "{done}");
     assert_eq!(report["answer"]["result"], json!({}), "{done}");
 }
+
+/// Every concurrent Modern call on the bridge runs on a process of its own: their number is
+/// bounded (by `--max-sessions` here), and calls beyond it get 503 instead of another fork.
+#[tokio::test]
+async fn dedicated_processes_are_bounded() {
+    let gw = bridge(&["--max-sessions", "3"]).await;
+    let calls = (0..6).map(|i| {
+        call(
+            &gw,
+            None,
+            "slow",
+            json!({"ms": 1500 + i}),
+            json!({}),
+            json!({}),
+        )
+    });
+    let watcher = async {
+        // While the calls run, the gateway never has more than 1 shared + 3 dedicated children.
+        let mut most = 0;
+        for _ in 0..30 {
+            most = most.max(children(&gw));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        most
+    };
+    let (replies, most) = tokio::join!(futures::future::join_all(calls), watcher);
+    assert!(most <= 4, "{most} children");
+    let ok = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::OK)
+        .count();
+    let refused = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::SERVICE_UNAVAILABLE)
+        .count();
+    assert_eq!((ok, refused), (3, 3), "{replies:?}");
+    for r in replies
+        .iter()
+        .filter(|r| r.status == StatusCode::SERVICE_UNAVAILABLE)
+    {
+        assert_eq!(r.json()["id"], 7);
+    }
+}

@@ -71,3 +71,61 @@ async fn tasks_belong_to_their_session() {
         "notifications/prompts/list_changed"
     );
 }
+
+/// A stateless (Modern) caller cannot reach a session's task: the same answer as an unknown
+/// task, and absent from its `tasks/list`.
+#[tokio::test]
+async fn modern_callers_cannot_reach_session_tasks() {
+    let gw = pushy(&[]).await;
+    let a = gw.session().await;
+    let create = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"work","arguments":{},"task":{"ttl":60000}}});
+    let task_id = gw.post(Some(&a), &create).await.json()["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let modern = |method: &str, params: Value| {
+        let mut params = params;
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
+        let body = json!({"jsonrpc":"2.0","id":"m","method":method,"params":params}).to_string();
+        let method = method.to_owned();
+        let gw = &gw;
+        async move {
+            gw.post_raw(
+                None,
+                body,
+                &[
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-method", method.as_str()),
+                ],
+            )
+            .await
+        }
+    };
+    for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let foreign = modern(m, json!({"taskId": task_id})).await;
+        let unknown = modern(m, json!({"taskId": "task-does-not-exist"})).await;
+        assert_eq!(foreign.error_code(), -32602, "{m}: {}", foreign.text);
+        assert_eq!(
+            (foreign.status, foreign.text.clone()),
+            (unknown.status, unknown.text),
+            "{m}: no oracle"
+        );
+    }
+    let list = modern("tasks/list", json!({})).await.json();
+    let ids: Vec<Value> = list["result"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["taskId"].clone())
+        .collect();
+    assert!(!ids.contains(&json!(task_id)), "{list}");
+    // The owner still has it.
+    let r = gw
+        .post(
+            Some(&a),
+            &json!({"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId":task_id}}),
+        )
+        .await
+        .json();
+    assert!(r["result"].is_object(), "{r}");
+}
