@@ -501,7 +501,12 @@ impl Gateway {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                _ = held.tick() => self.reap_held_calls(),
+                _ = held.tick() => {
+                    self.reap_held_calls();
+                    // Finished background cleanups leave their results in the set until joined.
+                    let mut background = self.background.lock();
+                    while background.try_join_next().is_some() {}
+                }
                 _ = interval.tick() => {
                     for ended in self.registry.sessions.reap() {
                         debug!("session expired");

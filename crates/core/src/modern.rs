@@ -390,6 +390,10 @@ impl Drop for ListenSubscriptions<'_> {
         if self.uris.is_empty() {
             return;
         }
+        // Drop can run during runtime teardown, where spawning would panic.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
         let Some(gateway) = self.gateway.myself() else {
             return;
         };

@@ -206,7 +206,10 @@ fn gateway_config(args: &RunArgs) -> GatewayConfig {
     GatewayConfig {
         request_timeout: RunArgs::secs(args.request_timeout),
         session_ttl: RunArgs::secs(args.session_ttl),
-        max_sessions: args.max_sessions,
+        max_sessions: args.max_sessions.unwrap_or(match args.isolation {
+            Isolation::Shared => 100_000,
+            Isolation::PerSession => 256,
+        }),
         listen_grace: RunArgs::secs(args.listen_grace),
         ..GatewayConfig::default()
     }

@@ -41,9 +41,10 @@ pub(crate) struct RunArgs {
     /// Seconds of inactivity after which a session expires.
     #[arg(long, default_value_t = 1800.0)]
     pub(crate) session_ttl: f64,
-    /// Most concurrent sessions.
-    #[arg(long, default_value_t = 100_000)]
-    pub(crate) max_sessions: usize,
+    /// Most concurrent sessions (more get 503). Default: 100000 in shared mode; 256 in
+    /// per-session mode, where each session is a process.
+    #[arg(long)]
+    pub(crate) max_sessions: Option<usize>,
     /// Largest accepted request body in bytes.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub(crate) max_body_bytes: usize,
