@@ -19,6 +19,7 @@
 //! | denied by the authorization policy        | 403  | 403, id echoed (kind-only message) |
 //! | rate limit exhausted                      | 429  | 429 + `data.retryAfterSeconds`, `Retry-After` |
 //! | session table full                        | 503  | -32603                      |
+//! | too many POSTs in flight                  | 503  | -32603, no id               |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
 //! | cancelled by the client / session ended   | 200  | -32800                      |
@@ -54,6 +55,8 @@ pub(crate) enum HttpError {
     /// A JSON-RPC error the gateway decided itself (classification, Modern header checks).
     Rpc(Option<RequestId>, ErrorObject),
     Forbidden(&'static str),
+    /// Too many requests in flight (`--max-in-flight`).
+    Busy,
     /// No valid credential: 401 with `WWW-Authenticate` naming the RFC 9728 document.
     Unauthorized {
         metadata_url: String,
@@ -112,6 +115,14 @@ impl HttpError {
                 StatusCode::METHOD_NOT_ALLOWED,
                 None,
                 invalid("Method Not Allowed"),
+            ),
+            E::Busy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    "Service unavailable: too many requests in flight",
+                ),
             ),
             E::Forbidden(m) => (StatusCode::FORBIDDEN, None, invalid(m)),
             E::Unauthorized { .. } => (

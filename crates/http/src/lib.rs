@@ -8,6 +8,7 @@
 mod auth;
 mod error;
 mod headers;
+mod in_flight;
 mod legacy_sse;
 mod modern;
 mod origin;
@@ -48,6 +49,8 @@ pub struct HttpConfig {
     pub trust_forwarded_prefix: bool,
     /// Who may call: anonymous (default), static API keys, OAuth JWTs.
     pub auth: Arc<Authenticator>,
+    /// Most POSTs handled or streaming their answer at once; more get 503.
+    pub max_in_flight: usize,
 }
 
 impl Default for HttpConfig {
@@ -59,6 +62,7 @@ impl Default for HttpConfig {
             endpoint_prefix: String::new(),
             trust_forwarded_prefix: false,
             auth: Arc::new(Authenticator::anonymous()),
+            max_in_flight: 10_000,
         }
     }
 }
@@ -68,6 +72,7 @@ impl Default for HttpConfig {
 pub struct AppState {
     gateway: Arc<Gateway>,
     config: Arc<HttpConfig>,
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -75,6 +80,7 @@ impl AppState {
     pub fn new(gateway: Arc<Gateway>, config: HttpConfig) -> Self {
         AppState {
             gateway,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
             config: Arc::new(config),
         }
     }
@@ -91,7 +97,12 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sse", get(legacy_sse::open))
         .route("/messages", post(legacy_sse::post))
-        // Layers run outermost-last-added: Origin/Host first (403), then authentication (401).
+        // Layers run outermost-last-added: Origin/Host first (403), then authentication (401),
+        // then the in-flight bound (503).
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            in_flight::guard,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::guard,

@@ -93,6 +93,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         endpoint_prefix: args.endpoint_prefix.clone(),
         trust_forwarded_prefix: args.trust_forwarded_prefix,
         auth: authenticator,
+        max_in_flight: args.max_in_flight,
     };
     let router = switchboard_http::router(AppState::new(gateway, http));
     let mut server = tokio::spawn(switchboard_http::serve(

@@ -45,6 +45,9 @@ pub(crate) struct RunArgs {
     /// per-session mode, where each session is a process.
     #[arg(long)]
     pub(crate) max_sessions: Option<usize>,
+    /// Most POSTs being handled or streaming their answer at once; more get 503 at once.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) max_in_flight: usize,
     /// Largest accepted request body in bytes.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub(crate) max_body_bytes: usize,

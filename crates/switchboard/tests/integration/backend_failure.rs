@@ -153,3 +153,40 @@ async fn a_backend_that_never_initializes_fails_startup() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("backend did not become ready"), "{stderr}");
 }
+
+/// POSTs being handled (or streaming their answer) are bounded: beyond the bound the gateway
+/// answers 503 at once instead of queueing; a freed slot admits the next request.
+#[tokio::test]
+async fn requests_in_flight_are_bounded() {
+    let gw = TestGateway::start(&["--max-in-flight", "2"]).await;
+    let slow = |i: u64| gw.call_tool(None, json!(i), "slow", json!({"ms": 1500}));
+    let busy = async {
+        // Both slow calls hold their slots once the backend has them (bounded wait).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while crate::common::stats(&gw).await["tableEntries"].as_u64() < Some(2) {
+            assert!(
+                Instant::now() < deadline,
+                "slow calls never reached the backend"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        gw.call_tool(None, json!("third"), "echo", json!({"text":"x"}))
+            .await
+    };
+    let (a, b, third) = tokio::join!(slow(1), slow(2), busy);
+    assert_eq!(
+        third.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        third.text
+    );
+    assert!(
+        third.json().get("id").is_none(),
+        "the body was never read: no id"
+    );
+    assert_eq!((a.status, b.status), (StatusCode::OK, StatusCode::OK));
+    let r = gw
+        .call_tool(None, json!(4), "echo", json!({"text":"free again"}))
+        .await;
+    assert_eq!(tool_text(&r.json()), "free again");
+}
