@@ -13,6 +13,19 @@ use crate::session::{Ended, SessionId, Transport};
 use crate::{CoreError, Gateway};
 
 impl Gateway {
+    /// A subscription request without a usable `uri`: nothing to track, so the backend judges
+    /// it as it is.
+    async fn untracked(
+        &self,
+        sid: &SessionId,
+        id: &RequestId,
+        name: &str,
+        msg: &Message<'_>,
+    ) -> Result<Vec<u8>, CoreError> {
+        let answer = self.call_backend(Some(sid), id, name, msg, None).await?;
+        Ok(restore(id, &answer))
+    }
+
     /// `resources/subscribe`: the backend sees the first subscriber of a URI only; later ones
     /// are answered by the gateway. A failed upstream subscribe is not recorded, so the next
     /// subscriber tries again.
@@ -23,11 +36,7 @@ impl Gateway {
         msg: &Message<'_>,
     ) -> Result<Vec<u8>, CoreError> {
         let Some(uri) = uri_param(msg) else {
-            // Nothing to track; let the backend judge the request.
-            let answer = self
-                .call_backend(Some(sid), id, method::SUBSCRIBE, msg, None)
-                .await?;
-            return Ok(restore(id, &answer));
+            return self.untracked(sid, id, method::SUBSCRIBE, msg).await;
         };
         let subs = &self.registry.subs;
         let lock = subs.lock(&uri).await;
@@ -66,10 +75,7 @@ impl Gateway {
         msg: &Message<'_>,
     ) -> Result<Vec<u8>, CoreError> {
         let Some(uri) = uri_param(msg) else {
-            let answer = self
-                .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, None)
-                .await?;
-            return Ok(restore(id, &answer));
+            return self.untracked(sid, id, method::UNSUBSCRIBE, msg).await;
         };
         let lock = self.registry.subs.lock(&uri).await;
         let was_subscribed = self

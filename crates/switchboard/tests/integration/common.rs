@@ -446,3 +446,23 @@ pub fn process_running(pid: &str) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Waits (bounded, probes spaced by `spacing`) until `session` is gone: a notification to it
+/// answers 404. A probe refreshes the session's TTL, so `spacing` must exceed what the test
+/// expects the session to live without traffic.
+pub async fn until_session_gone(gw: &TestGateway, session: &str, spacing: Duration, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = gw
+            .post(
+                Some(session),
+                &json!({"jsonrpc":"2.0","method":"notifications/x"}),
+            )
+            .await;
+        if r.status == StatusCode::NOT_FOUND {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(spacing).await;
+    }
+}

@@ -81,24 +81,14 @@ async fn idle_sessions_expire() {
     let gw = TestGateway::start(&["--session-ttl", "0.3"]).await;
     // Expiry is observable as 404. Each probe refreshes the TTL, so probes are spaced wider
     // than TTL + reaper tick; bounded by a deadline rather than one sleep-and-hope.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     let probe = gw.session().await;
-    loop {
-        let r = gw
-            .post(
-                Some(&probe),
-                &json!({"jsonrpc":"2.0","method":"notifications/x"}),
-            )
-            .await;
-        if r.status == StatusCode::NOT_FOUND {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "session never expired"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
-    }
+    crate::common::until_session_gone(
+        &gw,
+        &probe,
+        std::time::Duration::from_millis(400),
+        "session never expired",
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -208,24 +208,8 @@ async fn losing_the_listen_stream_past_the_grace_reaps_the_session_and_its_proce
     let listen = crate::common::Listener::open(&gw, &a, None).await;
     let _kept_listen = crate::common::Listener::open(&gw, &kept, None).await;
     drop(listen);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = gw
-            .post(
-                Some(&a),
-                &json!({"jsonrpc":"2.0","method":"notifications/x"}),
-            )
-            .await;
-        if r.status == StatusCode::NOT_FOUND {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "session never reaped"
-        );
-        // Spaced probes: a notification does not count as in flight, and the grace is short.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::common::until_session_gone(&gw, &a, Duration::from_millis(100), "session never reaped")
+        .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while crate::common::process_running(&pid) {
         assert!(
