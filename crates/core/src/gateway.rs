@@ -110,9 +110,12 @@ pub struct Gateway {
     pub(crate) config: GatewayConfig,
     /// The level the backend was last set to (rank); the async lock orders reconciliations.
     pub(crate) backend_log_level: tokio::sync::Mutex<Option<u8>>,
-    /// Cleanups started from synchronous code (an HTTP+SSE stream closing). Owned by the
-    /// gateway: dropping it aborts whatever is left.
+    /// Work that outlives the code that started it: session cleanups (reaper, HTTP+SSE
+    /// stream closing, abandoned per-session `initialize`), era re-probes. Owned by the
+    /// gateway: joined (bounded) on shutdown, and dropping it aborts whatever is left.
     pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
+    /// Bounds the session cleanups running at once (see `reaper`).
+    pub(crate) cleanup_slots: Arc<tokio::sync::Semaphore>,
     /// Lets cleanups that must outlive a request hold the gateway.
     me: std::sync::Weak<Gateway>,
     /// Whether the backend answers Modern requests *now*: learned at startup, re-learned when
@@ -139,6 +142,9 @@ impl Gateway {
             config,
             backend_log_level: tokio::sync::Mutex::new(None),
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
+            cleanup_slots: Arc::new(tokio::sync::Semaphore::new(
+                crate::reaper::CONCURRENT_CLEANUPS,
+            )),
             me: me.clone(),
             modern_live: std::sync::atomic::AtomicBool::new(modern),
             per_session: std::sync::OnceLock::new(),
@@ -487,40 +493,6 @@ impl Gateway {
                 .await;
         }
         in_flight.cancel.cancel();
-    }
-
-    /// Expires idle sessions every quarter TTL until `stop` fires.
-    pub async fn run_reaper(self: Arc<Self>, stop: CancellationToken) {
-        let mut tick = self.registry.sessions.ttl() / 4;
-        if self.is_per_session() {
-            tick = tick.min(self.config.listen_grace / 2);
-        }
-        let mut interval = tokio::time::interval(tick.max(Duration::from_millis(100)));
-        // Parked MRTR calls expire on their own, shorter clock.
-        let mut held = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                _ = held.tick() => {
-                    self.reap_held_calls();
-                    // Finished background cleanups leave their results in the set until joined.
-                    let mut background = self.background.lock();
-                    while background.try_join_next().is_some() {}
-                }
-                _ = interval.tick() => {
-                    for ended in self.registry.sessions.reap() {
-                        debug!("session expired");
-                        self.cleanup(ended).await;
-                    }
-                    if self.is_per_session() {
-                        for ended in self.registry.sessions.reap_lost_listeners(self.config.listen_grace) {
-                            debug!("session's listen stream lost past the grace period");
-                            self.cleanup(ended).await;
-                        }
-                    }
-                }
-            }
-        }
     }
 
     pub(crate) fn myself(&self) -> Option<Arc<Gateway>> {

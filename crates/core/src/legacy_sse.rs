@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::debug;
 
@@ -28,6 +27,7 @@ use switchboard_wire::RequestId;
 
 use crate::listen::{ListenEvent, ListenState};
 use crate::session::{SessionId, Transport};
+use crate::stream_queue::{Limits, QueueRx};
 use crate::{CoreError, Gateway};
 
 /// Requests one HTTP+SSE session may have running at once; more are refused (503).
@@ -36,6 +36,13 @@ pub const SSE_MAX_REQUESTS: usize = 64;
 /// [`SSE_MAX_REQUESTS`] free slots, so every running request's answer always fits; a client
 /// that stops reading long enough to fill it anyway is evicted, which ends its session.
 pub const SSE_QUEUE: usize = 4 * SSE_MAX_REQUESTS;
+/// Bytes of the stream's queue kept for answers: progress may queue only while this much is
+/// still free. A listen stream's budget, so answers get at least what any stream gets.
+pub const SSE_ANSWER_BYTES: usize = crate::listen::LISTEN_QUEUE_BYTES;
+/// Byte budget of an HTTP+SSE session's stream queue: its answers' share plus as much again
+/// for progress and listen traffic. Going over it evicts the consumer, as the event bound does
+/// (the session ends). One answer larger than the budget still goes out on an empty queue.
+pub const SSE_QUEUE_BYTES: usize = 2 * SSE_ANSWER_BYTES;
 /// The revision a session is recorded with until its `initialize` negotiates one.
 const TRANSPORT_REVISION: &str = "2024-11-05";
 
@@ -45,22 +52,26 @@ pub struct SseSession {
     /// Goes out in the `endpoint` event's URI.
     pub id: SessionId,
     /// Every message for this session, in order; ends when the session ends.
-    pub events: mpsc::Receiver<ListenEvent>,
+    pub events: QueueRx<ListenEvent>,
 }
 
 /// What kind of message is being queued on an HTTP+SSE stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SseDelivery {
-    /// A request's answer: queued unless the consumer is stuck (which evicts it).
+    /// A request's answer: queued unless the consumer is stuck, over the event or the byte
+    /// bound (which evicts it).
     Answer,
-    /// A progress notification: dropped rather than crowd out answers.
+    /// A progress notification: dropped rather than crowd out answers (slots or bytes).
     Progress,
 }
 
 impl Gateway {
     /// Opens an HTTP+SSE session (`GET /sse`) owned by `caller`, with its stream attached.
     pub fn open_sse(&self, caller: &crate::Principal) -> Result<SseSession, CoreError> {
-        let (listen, events) = ListenState::stream_only(SSE_QUEUE);
+        let (listen, events) = ListenState::stream_only(Limits {
+            events: SSE_QUEUE,
+            bytes: SSE_QUEUE_BYTES,
+        });
         let id = self.registry.sessions.create_with(
             Transport::Sse,
             TRANSPORT_REVISION,
@@ -133,7 +144,10 @@ impl Gateway {
             .sessions
             .with_transport(session.as_str(), Transport::Sse, |s| match kind {
                 SseDelivery::Answer => s.listen.push(data),
-                SseDelivery::Progress => s.listen.push_reserving(data, SSE_MAX_REQUESTS),
+                SseDelivery::Progress => {
+                    s.listen
+                        .push_reserving(data, SSE_MAX_REQUESTS, SSE_ANSWER_BYTES)
+                }
             })
             .unwrap_or(false)
     }
@@ -155,14 +169,6 @@ impl Gateway {
             return; // Already ended (TTL, shutdown).
         };
         debug!(?session, "HTTP+SSE stream closed; session ended");
-        // A body dropped while the runtime itself is being torn down has no runtime to clean
-        // up on; the backend is going away with it.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let gateway = self.clone();
-        let mut background = self.background.lock();
-        while background.try_join_next().is_some() {}
-        background.spawn_on(async move { gateway.cleanup(ended).await }, &runtime);
+        self.spawn_cleanup(ended);
     }
 }

@@ -25,9 +25,11 @@ mod mrtr;
 mod per_session;
 mod progress;
 pub mod ratelimit;
+mod reaper;
 pub mod route;
 pub mod session;
 mod state_ops;
+pub mod stream_queue;
 mod subscription;
 mod tasks;
 mod tool_headers;
@@ -37,10 +39,12 @@ pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use dispatch::Registry;
 pub use error::CoreError;
 pub use gateway::{Call, Gateway, GatewayConfig, Initialized};
-pub use legacy_sse::{SseDelivery, SseSession, SSE_MAX_REQUESTS, SSE_QUEUE};
-pub use listen::{ListenEvent, ListenStream};
+pub use legacy_sse::{
+    SseDelivery, SseSession, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE, SSE_QUEUE_BYTES,
+};
+pub use listen::{ListenEvent, ListenStream, LISTEN_QUEUE_BYTES, REPLAY_BYTES};
 pub use modern::ModernAnswer;
 pub use per_session::SpawnBackend;
-pub use progress::REQUEST_STREAM_QUEUE;
+pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use session::{SessionId, Transport};
 pub use switchboard_upstream::UpstreamError;

@@ -4,16 +4,38 @@
 //! to. A client that lost its connection reconnects with `Last-Event-ID` and receives, exactly
 //! once, the events after that id that are still in the bounded buffer. Lookups happen inside
 //! the requesting session only, so a `Last-Event-ID` copied from another session names nothing.
+//!
+//! Both the live queue and the replay buffer are bounded by events *and* bytes
+//! ([`crate::stream_queue`]): a consumer that falls behind by either bound is evicted (it can
+//! resume), and the replay buffer forgets its oldest events by either bound. Both hold the same
+//! `Bytes` (reference-counted), so a session pins at most about the larger of the two budgets,
+//! or one maximum-size line.
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
-/// Capacity of a listen stream's queue; a consumer that lets it fill is evicted (it can resume).
+use crate::stream_queue::{self, Limits, QueueRx, QueueTx, Weigh};
+
+/// Events a listen stream may have queued; a consumer that lets it fill is evicted (it can
+/// resume).
 pub(crate) const LISTEN_QUEUE: usize = 64;
+/// Bytes a listen stream may have queued, with the same eviction. Why 4 MiB: a backend line
+/// may be 16 MiB, so the event bound alone would let one stalled client pin about 1 GiB; 4 MiB
+/// is thousands of ordinary notifications, far more than a client that reads ever lags, and a
+/// single larger event still goes out when the queue is empty.
+pub const LISTEN_QUEUE_BYTES: usize = 4 << 20;
 /// Events kept for resumption per session.
 pub(crate) const REPLAY_EVENTS: usize = 64;
+/// Bytes kept for resumption per session; the oldest events go first. The newest event is
+/// always kept, even alone over the budget, so a client that drops right after a large event
+/// can still resume it.
+pub const REPLAY_BYTES: usize = 4 << 20;
+
+const LISTEN_LIMITS: Limits = Limits {
+    events: LISTEN_QUEUE,
+    bytes: LISTEN_QUEUE_BYTES,
+};
 
 const PREFIX: &str = "listen-";
 
@@ -26,6 +48,12 @@ pub struct ListenEvent {
     pub data: Bytes,
 }
 
+impl Weigh for ListenEvent {
+    fn weight(&self) -> usize {
+        self.data.len() + self.id.len()
+    }
+}
+
 /// What a new listen stream starts with.
 #[derive(Debug)]
 pub struct ListenStream {
@@ -34,20 +62,20 @@ pub struct ListenStream {
     /// Missed events to send first (only when resuming with a known `Last-Event-ID`).
     pub replay: Vec<ListenEvent>,
     /// Live events; closed when the stream is replaced, evicted or the session ends.
-    pub events: mpsc::Receiver<ListenEvent>,
+    pub events: QueueRx<ListenEvent>,
 }
 
 /// Per-session listen state.
 #[derive(Debug, Default)]
 pub(crate) struct ListenState {
-    active: Option<(u64, mpsc::Sender<ListenEvent>)>,
+    active: Option<(u64, QueueTx<ListenEvent>)>,
     /// Events are buffered only once the session has opened a listen stream: a session that
     /// never listens costs nothing.
     opened: bool,
     /// Set for HTTP+SSE sessions, whose stream cannot be resumed: nothing is buffered.
     no_replay: bool,
     next_seq: u64,
-    replay: VecDeque<ListenEvent>,
+    replay: Replay,
     /// When the last attached stream went away (closed, replaced by nothing, or evicted).
     lost_since: Option<tokio::time::Instant>,
 }
@@ -55,34 +83,26 @@ pub(crate) struct ListenState {
 impl ListenState {
     /// State for a session whose one stream exists from the start and cannot be resumed (the
     /// HTTP+SSE transport): no replay buffer, and the stream ends with the session.
-    pub(crate) fn stream_only(capacity: usize) -> (Self, mpsc::Receiver<ListenEvent>) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+    pub(crate) fn stream_only(limits: Limits) -> (Self, QueueRx<ListenEvent>) {
+        let (tx, rx) = stream_queue::bounded(limits);
         let state = ListenState {
             active: Some((0, tx)),
             opened: true,
             no_replay: true,
-            next_seq: 0,
-            replay: VecDeque::new(),
-            lost_since: None,
+            ..ListenState::default()
         };
         (state, rx)
     }
 
     /// Attaches a new stream, replacing (and so closing) any previous one.
     pub(crate) fn attach(&mut self, generation: u64, last_event_id: Option<&str>) -> ListenStream {
-        let (tx, rx) = mpsc::channel(LISTEN_QUEUE);
+        let (tx, rx) = stream_queue::bounded(LISTEN_LIMITS);
         let after = last_event_id
             .and_then(|id| id.strip_prefix(PREFIX))
             .and_then(|seq| seq.parse::<u64>().ok());
-        let replay = match after {
-            Some(after) => self
-                .replay
-                .iter()
-                .filter(|e| seq_of(&e.id) > after)
-                .cloned()
-                .collect(),
-            None => Vec::new(),
-        };
+        let replay = after
+            .map(|after| self.replay.after(after))
+            .unwrap_or_default();
         self.active = Some((generation, tx));
         self.lost_since = None;
         self.opened = true;
@@ -96,9 +116,13 @@ impl ListenState {
     /// Detaches the stream if it is still the one with `generation`.
     pub(crate) fn detach(&mut self, generation: u64) {
         if self.active.as_ref().is_some_and(|(g, _)| *g == generation) {
-            self.active = None;
-            self.lost_since = Some(tokio::time::Instant::now());
+            self.lose_stream();
         }
+    }
+
+    fn lose_stream(&mut self) {
+        self.active = None;
+        self.lost_since = Some(tokio::time::Instant::now());
     }
 
     /// How long the session has been without the listen stream it once had.
@@ -114,45 +138,91 @@ impl ListenState {
         self.active.is_some()
     }
 
-    /// Queues one message for this session's listen stream. Never blocks: a full queue evicts
-    /// the stream (the client may resume from the buffer).
+    /// Queues one message for this session's listen stream. Never blocks: a queue over its
+    /// event or byte bound evicts the stream (the client may resume from the buffer).
     pub(crate) fn push(&mut self, data: Bytes) -> bool {
-        if !self.opened {
+        let Some(event) = self.record(data) else {
             return false;
+        };
+        let Some((_, tx)) = &self.active else {
+            return false;
+        };
+        if tx.try_send(event).is_err() {
+            // Full (a consumer that stopped reading) or closed: drop the stream, never wait.
+            self.lose_stream();
+            return false;
+        }
+        true
+    }
+
+    /// Queues a message that may be lost (progress) only while it leaves `events` slots and
+    /// `bytes` of the byte budget free, so it can never crowd out the answers that room is kept
+    /// for. Never evicts.
+    pub(crate) fn push_reserving(&mut self, data: Bytes, events: usize, bytes: usize) -> bool {
+        let Some((_, tx)) = &self.active else {
+            return false;
+        };
+        let event = ListenEvent {
+            id: format!("{PREFIX}{}", self.next_seq + 1),
+            data,
+        };
+        if tx.try_send_reserving(event.clone(), events, bytes).is_err() {
+            return false;
+        }
+        self.next_seq += 1;
+        self.keep(event);
+        true
+    }
+
+    /// Numbers the next event and keeps it for resumption; `None` before any stream opened.
+    fn record(&mut self, data: Bytes) -> Option<ListenEvent> {
+        if !self.opened {
+            return None;
         }
         self.next_seq += 1;
         let event = ListenEvent {
             id: format!("{PREFIX}{}", self.next_seq),
             data,
         };
+        self.keep(event.clone());
+        Some(event)
+    }
+
+    fn keep(&mut self, event: ListenEvent) {
         if !self.no_replay {
-            if self.replay.len() == REPLAY_EVENTS {
-                self.replay.pop_front();
-            }
-            self.replay.push_back(event.clone());
+            self.replay.push(event);
         }
-        let Some((_, tx)) = &self.active else {
-            return false;
-        };
-        if tx.try_send(event).is_err() {
-            // Full (a consumer that stopped reading) or closed: drop the stream, never wait.
-            self.active = None;
-            self.lost_since = Some(tokio::time::Instant::now());
-            return false;
-        }
-        true
     }
 }
 
-impl ListenState {
-    /// Queues a message that may be lost (progress) only while more than `reserve` slots are
-    /// free, so it can never crowd out the answers those slots are kept for. Never evicts.
-    pub(crate) fn push_reserving(&mut self, data: Bytes, reserve: usize) -> bool {
-        let room = self
-            .active
-            .as_ref()
-            .is_some_and(|(_, tx)| tx.capacity() > reserve);
-        room && self.push(data)
+/// The events kept for `Last-Event-ID`, bounded by count and by bytes.
+#[derive(Debug, Default)]
+struct Replay {
+    events: VecDeque<ListenEvent>,
+    bytes: usize,
+}
+
+impl Replay {
+    /// Keeps `event`, forgetting the oldest ones beyond either bound (never the newest).
+    fn push(&mut self, event: ListenEvent) {
+        self.bytes += event.weight();
+        self.events.push_back(event);
+        while self.events.len() > REPLAY_EVENTS
+            || (self.bytes > REPLAY_BYTES && self.events.len() > 1)
+        {
+            if let Some(old) = self.events.pop_front() {
+                self.bytes -= old.weight();
+            }
+        }
+    }
+
+    /// The kept events after sequence number `after`.
+    fn after(&self, after: u64) -> Vec<ListenEvent> {
+        self.events
+            .iter()
+            .filter(|e| seq_of(&e.id) > after)
+            .cloned()
+            .collect()
     }
 }
 
@@ -210,14 +280,47 @@ mod tests {
 
     #[test]
     fn a_stream_only_state_buffers_nothing_and_keeps_room_for_answers() {
-        let (mut l, mut rx) = ListenState::stream_only(4);
-        assert!(l.push_reserving(ev("p1"), 2));
-        assert!(l.push_reserving(ev("p2"), 2));
-        assert!(!l.push_reserving(ev("p3"), 2), "only the reserve is left");
+        let limits = Limits {
+            events: 4,
+            bytes: 1000,
+        };
+        let (mut l, mut rx) = ListenState::stream_only(limits);
+        assert!(l.push_reserving(ev("p1"), 2, 0));
+        assert!(l.push_reserving(ev("p2"), 2, 0));
+        assert!(
+            !l.push_reserving(ev("p3"), 2, 0),
+            "only the reserve is left"
+        );
         assert!(l.is_attached(), "dropping progress evicts nobody");
         assert!(l.push(ev("answer")));
-        assert!(l.replay.is_empty());
+        assert!(l.replay.events.is_empty());
         assert_eq!(rx.try_recv().unwrap().data, "p1");
+        assert_eq!(
+            rx.try_recv().unwrap().id,
+            "listen-2",
+            "ids stay consecutive"
+        );
+        assert_eq!(rx.try_recv().unwrap().id, "listen-3");
+    }
+
+    #[test]
+    fn progress_cannot_take_the_bytes_kept_for_answers() {
+        let limits = Limits {
+            events: 64,
+            bytes: 1000,
+        };
+        let (mut l, _rx) = ListenState::stream_only(limits);
+        assert!(l.push_reserving(big(400), 2, 500));
+        assert!(
+            !l.push_reserving(big(200), 2, 500),
+            "would eat into the reserve"
+        );
+        assert!(l.is_attached());
+        assert!(l.push(big(580)), "an answer may use the reserve");
+    }
+
+    fn big(n: usize) -> Bytes {
+        Bytes::from(vec![b'x'; n])
     }
 
     #[test]
@@ -229,6 +332,62 @@ mod tests {
         }
         assert!(!l.push(ev("overflow")));
         assert!(!l.is_attached());
-        assert_eq!(l.replay.len(), REPLAY_EVENTS);
+        assert_eq!(l.replay.events.len(), REPLAY_EVENTS);
+    }
+
+    #[test]
+    fn few_large_events_evict_a_stalled_consumer_by_bytes() {
+        let mut l = ListenState::default();
+        let _stalled = l.attach(1, None);
+        let mib = 1 << 20;
+        let fit = LISTEN_QUEUE_BYTES / (mib + 16);
+        for _ in 0..fit {
+            assert!(l.push(big(mib)));
+        }
+        assert!(fit < LISTEN_QUEUE, "the event bound is far away");
+        assert!(!l.push(big(mib)), "over the byte budget");
+        assert!(!l.is_attached(), "evicted, as by the event bound");
+        assert!(l.lost_for(tokio::time::Instant::now()).is_some());
+    }
+
+    #[test]
+    fn an_oversize_event_reaches_a_reader_and_can_be_resumed() {
+        let mut l = ListenState::default();
+        let mut s = l.attach(1, None);
+        assert!(l.push(ev("small")));
+        let first = s.events.try_recv().unwrap();
+        let huge = LISTEN_QUEUE_BYTES.max(REPLAY_BYTES) + 1;
+        assert!(l.push(big(huge)), "alone in the queue: delivered");
+        assert_eq!(s.events.try_recv().unwrap().data.len(), huge);
+        assert!(l.is_attached());
+        let resumed = l.attach(2, Some(&first.id));
+        let sizes: Vec<_> = resumed.replay.iter().map(|e| e.data.len()).collect();
+        assert_eq!(
+            sizes,
+            [huge],
+            "the newest event is kept even over the budget"
+        );
+    }
+
+    #[test]
+    fn the_replay_buffer_forgets_the_oldest_events_by_bytes() {
+        let mut l = ListenState::default();
+        let s = l.attach(1, None);
+        drop(s);
+        l.detach(1);
+        let chunk = REPLAY_BYTES / 4;
+        for _ in 0..6 {
+            assert!(!l.push(big(chunk)), "no stream: buffered only");
+        }
+        assert!(l.replay.bytes <= REPLAY_BYTES, "{}", l.replay.bytes);
+        let ids: Vec<_> = l.replay.events.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["listen-4", "listen-5", "listen-6"], "oldest evicted");
+        let resumed = l.attach(2, Some("listen-0"));
+        assert_eq!(resumed.replay.len(), 3);
+        // Small events are still bounded by count.
+        for i in 0..(REPLAY_EVENTS + 5) {
+            l.push(ev(&i.to_string()));
+        }
+        assert_eq!(l.replay.events.len(), REPLAY_EVENTS);
     }
 }

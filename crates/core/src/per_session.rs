@@ -61,6 +61,9 @@ pub(crate) struct SessionSink {
     pub(crate) session: String,
 }
 
+/// How long a session's process may take to exit after its stdin closes before it is killed.
+pub(crate) const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Most outstanding server→client requests per session; more are refused to the backend.
 const MAX_SERVER_REQUESTS: usize = 256;
 
@@ -220,43 +223,23 @@ impl crate::Gateway {
         };
         let (negotiated, _) = self.negotiate(caller, id, msg.params);
         let session = self.registry.sessions.create(negotiated, caller)?;
-        let sink = Arc::new(SessionSink {
-            registry: Arc::downgrade(&self.registry),
-            session: session.as_str().to_owned(),
-        });
-        let started = spawner.spawn(sink).map_err(CoreError::from);
-        let answer = match started {
-            Ok((handle, process)) => {
-                let out = crate::gateway::Outgoing {
-                    session: None,
-                    id,
-                    name: method::INITIALIZE,
-                    params: msg.params,
-                    stream: None,
-                    listen: None,
-                    backend: Some(handle.clone()),
-                };
-                let answer = self.send(out).await;
-                let attached = self.registry.sessions.with(session.as_str(), |s| {
-                    s.own = Some(OwnBackend::new(handle, process));
-                });
-                if attached.is_err() {
-                    return Err(CoreError::SessionNotFound);
-                }
-                answer
-            }
-            Err(e) => Err(e),
+        // Until the client has its answer, dropping this future (the client went away while
+        // the process started or handshook) ends the session and stops the process.
+        let pending = PendingInit {
+            gateway: self,
+            session: Some(session.clone()),
         };
-        match answer {
-            Ok(a) if !a.is_error() => Ok(crate::Initialized {
-                session,
-                response: restore_response(id, a.member(), a.payload()),
-            }),
+        match self.start_own(&session, spawner.as_ref(), id, msg).await {
+            Ok(a) if !a.is_error() => {
+                pending.complete();
+                Ok(crate::Initialized {
+                    session,
+                    response: restore_response(id, a.member(), a.payload()),
+                })
+            }
             failed => {
                 // No usable backend: the session never existed for the client.
-                if let Ok(ended) = self.registry.sessions.remove_any(session.as_str()) {
-                    self.cleanup(ended).await;
-                }
+                pending.fail().await;
                 match failed {
                     Ok(a) => Err(CoreError::BackendInit(format!(
                         "backend refused initialize: {}",
@@ -266,6 +249,36 @@ impl crate::Gateway {
                 }
             }
         }
+    }
+
+    /// Starts the session's process, attaches it to the session first (so every way the
+    /// session ends also stops the process), then hands it the client's `initialize`.
+    async fn start_own(
+        &self,
+        session: &crate::SessionId,
+        spawner: &dyn SpawnBackend,
+        id: &RequestId,
+        msg: &Message<'_>,
+    ) -> Result<switchboard_upstream::BackendResponse, CoreError> {
+        let sink = Arc::new(SessionSink {
+            registry: Arc::downgrade(&self.registry),
+            session: session.as_str().to_owned(),
+        });
+        let (handle, process) = spawner.spawn(sink)?;
+        // Ended already (reaped): the process is dropped with the closure, and killed.
+        self.registry.sessions.with(session.as_str(), |s| {
+            s.own = Some(OwnBackend::new(handle.clone(), process));
+        })?;
+        let out = crate::gateway::Outgoing {
+            session: None,
+            id,
+            name: method::INITIALIZE,
+            params: msg.params,
+            stream: None,
+            listen: None,
+            backend: Some(handle),
+        };
+        self.send(out).await
     }
 
     /// Everything a per-session session asks goes to its own process as-is (subscriptions,
@@ -316,5 +329,49 @@ impl crate::Gateway {
             self.cleanup(ended).await;
         }
         self.end_held_calls().await;
+        // Teardowns started earlier (reaper, closed streams) get their process grace too.
+        self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))
+            .await;
+    }
+}
+
+/// A per-session `initialize` under way: the session exists, its client does not know it yet.
+struct PendingInit<'a> {
+    gateway: &'a crate::Gateway,
+    /// `None` once settled.
+    session: Option<crate::SessionId>,
+}
+
+impl PendingInit<'_> {
+    /// The client gets its session: nothing to undo.
+    fn complete(mut self) {
+        self.session = None;
+    }
+
+    /// The initialize failed: end the session now, and wait for its process to stop.
+    async fn fail(mut self) {
+        if let Some(ended) = self.take_ended() {
+            self.gateway.cleanup(ended).await;
+        }
+    }
+
+    fn take_ended(&mut self) -> Option<crate::session::Ended> {
+        let session = self.session.take()?;
+        self.gateway
+            .registry
+            .sessions
+            .remove_any(session.as_str())
+            .ok()
+    }
+}
+
+impl Drop for PendingInit<'_> {
+    /// Neither completed nor failed: the client went away mid-initialize. Drop code cannot
+    /// wait, so the process is stopped in the background.
+    fn drop(&mut self) {
+        if let Some(ended) = self.take_ended() {
+            tracing::debug!("client left during initialize; session ended");
+            self.gateway.spawn_cleanup(ended);
+        }
     }
 }

@@ -20,6 +20,16 @@ use crate::route::random_hex;
 /// Capacity of a request stream's notification queue; when full, progress is dropped (a
 /// progress update is superseded by the next one anyway).
 pub const REQUEST_STREAM_QUEUE: usize = 32;
+/// Bytes a request stream may hold for a client that is not reading, with the same policy as
+/// the event bound: a note that does not fit is dropped. Why: a backend line may be 16 MiB,
+/// so 32 queued notes could pin half a gigabyte per stalled request.
+pub const REQUEST_STREAM_BYTES: usize = 4 << 20;
+/// Both bounds of the queue in front of a streamed answer (`http` keeps it; the answer itself
+/// is never refused).
+pub const REQUEST_STREAM: crate::stream_queue::Limits = crate::stream_queue::Limits {
+    events: REQUEST_STREAM_QUEUE,
+    bytes: REQUEST_STREAM_BYTES,
+};
 
 #[derive(Debug)]
 struct Route {

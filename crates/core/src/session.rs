@@ -416,7 +416,10 @@ mod tests {
     #[tokio::test]
     async fn an_id_is_valid_only_on_the_transport_that_minted_it() {
         let store = SessionStore::new(10, Duration::from_secs(60));
-        let (listen, _rx) = ListenState::stream_only(4);
+        let (listen, _rx) = ListenState::stream_only(crate::stream_queue::Limits {
+            events: 4,
+            bytes: 1024,
+        });
         let sse = store
             .create_with(
                 Transport::Sse,

@@ -153,6 +153,8 @@ impl Gateway {
         }
         // Task ids were the old process's: a new one may hand the same ids to someone else.
         self.registry.tasks.clear();
+        // Its tools (and their `Mcp-Param-*` designations) may differ from the old one's.
+        self.registry.tool_headers.invalidate();
         // The new process may speak another era than the old one (an upgrade).
         let modern = crate::backend::speaks_modern(&standby).await;
         self.modern_live
@@ -190,7 +192,7 @@ impl Gateway {
     pub(crate) async fn cleanup(&self, ended: Ended) {
         if let Some(process) = ended.process {
             // The session's own backend: its requests die with it, no cancellations needed.
-            process.shutdown(std::time::Duration::from_secs(2)).await;
+            process.shutdown(crate::per_session::SHUTDOWN_GRACE).await;
             return;
         }
         for key in &ended.in_flight {

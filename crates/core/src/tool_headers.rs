@@ -2,11 +2,17 @@
 //! SEP-2243): learned from the backend's `tools/list`, cached, and forgotten when the backend
 //! says its tools changed. A stdio backend never sees HTTP headers, so the gateway is the one
 //! that must check them.
+//!
+//! Learning is single-flight, bounded in time, and keeps only a complete walk (`flight`).
+//! While the backend cannot be walked, calls go unchecked (fail open): a backend whose
+//! `tools/list` errors (some implement `tools/call` only) must keep serving, and its
+//! designations are unknowable anyway. The failure is logged and retried a second later.
+
+mod flight;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use switchboard_wire::headers::{param_headers, ParamHeader};
@@ -14,57 +20,33 @@ use switchboard_wire::headers::{param_headers, ParamHeader};
 use crate::Gateway;
 
 /// Tool name → its header designations (only tools that have any).
-type Table = Arc<HashMap<String, Vec<ParamHeader>>>;
+type Table = Arc<HashMap<String, Arc<[ParamHeader]>>>;
+
+/// The cache; empty until first needed and after every tools `list_changed`.
+pub(crate) type ToolHeaders = flight::SingleFlight<Table>;
 
 /// Pages of `tools/list` read at most (a backend paginating forever must not stall requests).
 const MAX_PAGES: usize = 50;
 
-/// The cache; `None` until first needed and after every tools `list_changed`.
-#[derive(Debug, Default)]
-pub(crate) struct ToolHeaders {
-    table: Mutex<Option<Table>>,
-}
-
-impl ToolHeaders {
-    pub(crate) fn invalidate(&self) {
-        *self.table.lock() = None;
-    }
-}
-
 impl Gateway {
-    /// The `Mcp-Param-*` designations of `tool` (empty when it has none or is unknown).
-    pub async fn param_headers(&self, tool: &str) -> Vec<ParamHeader> {
-        let cached = self.registry.tool_headers.table.lock().clone();
-        let table = match cached {
-            Some(t) => t,
-            None => {
-                let t = Arc::new(self.learn_tool_headers().await);
-                *self.registry.tool_headers.table.lock() = Some(t.clone());
-                t
-            }
-        };
-        table.get(tool).cloned().unwrap_or_default()
+    /// The `Mcp-Param-*` designations of `tool`; `None` when it has none, is unknown, or the
+    /// backend's tools cannot be learned right now.
+    pub async fn param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
+        let table = self
+            .registry
+            .tool_headers
+            .get(self.learn_tool_headers())
+            .await?;
+        table.get(tool).cloned()
     }
 
-    async fn learn_tool_headers(&self) -> HashMap<String, Vec<ParamHeader>> {
+    /// Walks every page of `tools/list`. Any failure fails the whole walk: a partial table
+    /// would silently skip the checks of the tools it misses.
+    async fn learn_tool_headers(&self) -> Result<Table, String> {
         let mut table = HashMap::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let mut params = if self.modern_now() {
-                json!({ "_meta": crate::backend::gateway_envelope() })
-            } else {
-                json!({})
-            };
-            if let Some(c) = &cursor {
-                params["cursor"] = json!(c);
-            }
-            let Ok(answer) = self.internal_call("tools/list", params).await else {
-                break;
-            };
-            if answer.is_error() {
-                break;
-            }
-            let page: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
+            let page = self.tools_page(cursor.as_deref()).await?;
             for tool in page["tools"].as_array().into_iter().flatten() {
                 let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema"))
                 else {
@@ -72,14 +54,36 @@ impl Gateway {
                 };
                 let spec = param_headers(schema);
                 if !spec.is_empty() {
-                    table.insert(name.to_owned(), spec);
+                    table.insert(name.to_owned(), Arc::from(spec));
                 }
             }
             cursor = page["nextCursor"].as_str().map(str::to_owned);
             if cursor.is_none() {
-                break;
+                return Ok(Arc::new(table));
             }
         }
-        table
+        Err(format!("tools/list has more than {MAX_PAGES} pages"))
+    }
+
+    async fn tools_page(&self, cursor: Option<&str>) -> Result<Value, String> {
+        let mut params = if self.modern_now() {
+            json!({ "_meta": crate::backend::gateway_envelope() })
+        } else {
+            json!({})
+        };
+        if let Some(c) = cursor {
+            params["cursor"] = json!(c);
+        }
+        let answer = self
+            .internal_call("tools/list", params)
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        if answer.is_error() {
+            // The backend's words, bounded: this goes to the log.
+            let text: String = answer.payload().chars().take(200).collect();
+            return Err(format!("tools/list answered an error: {text}"));
+        }
+        serde_json::from_str(answer.payload())
+            .map_err(|e| format!("tools/list answered unreadable JSON: {e}"))
     }
 }

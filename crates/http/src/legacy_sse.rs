@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::{interval_at, Instant, Interval};
 use tracing::debug;
 
+use switchboard_core::stream_queue::QueueRx;
 use switchboard_core::{
     Call, CoreError, Gateway, ListenEvent, Principal, SessionId, SseDelivery, REQUEST_STREAM_QUEUE,
 };
@@ -108,7 +109,7 @@ fn open_stream(
 
 struct StreamState<G> {
     endpoint: Option<Bytes>,
-    events: mpsc::Receiver<ListenEvent>,
+    events: QueueRx<ListenEvent>,
     ticker: Interval,
     gateway: std::sync::Arc<Gateway>,
     session: SessionId,

@@ -14,14 +14,17 @@ use futures::stream;
 use tokio::sync::mpsc;
 use tokio::time::{interval_at, Instant, Interval};
 
-use switchboard_core::{ListenEvent, ListenStream};
+use switchboard_core::stream_queue::{self, QueueRx, QueueTx};
+use switchboard_core::{ListenEvent, ListenStream, REQUEST_STREAM};
 use switchboard_wire::sse;
+use tracing::{debug, warn};
 
 type Answer = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 
 struct RequestState {
-    answer: Answer,
-    notes: Option<mpsc::Receiver<Bytes>>,
+    answer: Driver,
+    /// Notifications the driver queued for the client (bounded by events and bytes).
+    notes: QueueRx<Bytes>,
     ticker: Interval,
     /// Frames ready to go out before anything else (drained notes, then the answer).
     backlog: std::collections::VecDeque<Bytes>,
@@ -33,16 +36,22 @@ struct RequestState {
 ///
 /// Order is the backend's: a notification written before the response was queued before the
 /// response resolved, and all queued notifications are drained before the answer is written.
-/// The body owns the request future: when the client disconnects, hyper drops the body, which
-/// drops the future, which withdraws the backend call and cancels it upstream.
+///
+/// The request runs in a task of its own ([`drive`]), not inside the body: hyper polls a body
+/// only while the client reads, so a request the body drove would stop — deadline included —
+/// when its client stopped reading, and its in-flight entry would pin the session for as long
+/// as the connection stayed open. The body owns the task: when the client disconnects, hyper
+/// drops the body, which aborts the task, which drops the request future, which withdraws the
+/// backend call and cancels it upstream.
 pub(crate) fn request_stream(
     answer: impl Future<Output = Vec<u8>> + Send + 'static,
     notes: Option<mpsc::Receiver<Bytes>>,
     keep_alive: Duration,
 ) -> Response {
+    let (out, rx) = stream_queue::bounded(REQUEST_STREAM);
     let state = RequestState {
-        answer: Box::pin(answer),
-        notes,
+        answer: Driver(tokio::spawn(drive(Box::pin(answer), notes, out))),
+        notes: rx,
         ticker: interval_at(Instant::now() + keep_alive, keep_alive),
         backlog: Default::default(),
         done: false,
@@ -57,14 +66,16 @@ pub(crate) fn request_stream(
             }
             tokio::select! {
                 biased;
-                Some(note) = recv(&mut st.notes) => return Some((Ok(Bytes::from(sse::message(&note))), st)),
-                message = &mut st.answer => {
-                    if let Some(rx) = st.notes.as_mut() {
-                        while let Ok(note) = rx.try_recv() {
-                            st.backlog.push_back(Bytes::from(sse::message(&note)));
-                        }
+                Some(note) = st.notes.recv() => return Some((Ok(Bytes::from(sse::message(&note))), st)),
+                message = &mut st.answer.0 => {
+                    // The driver queued every note before it finished.
+                    while let Ok(note) = st.notes.try_recv() {
+                        st.backlog.push_back(Bytes::from(sse::message(&note)));
                     }
-                    st.backlog.push_back(Bytes::from(sse::message(&message)));
+                    match message {
+                        Ok(message) => st.backlog.push_back(Bytes::from(sse::message(&message))),
+                        Err(e) => warn!(error = %e, "request task failed; stream ends"),
+                    }
                     st.done = true;
                 }
                 _ = st.ticker.tick() => return Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), st)),
@@ -74,10 +85,57 @@ pub(crate) fn request_stream(
     event_stream(Body::from_stream(body))
 }
 
-async fn recv(notes: &mut Option<mpsc::Receiver<Bytes>>) -> Option<Bytes> {
-    match notes {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
+/// A stream carrying one answer that is already known (no request to run).
+pub(crate) fn answer_stream(message: Vec<u8>) -> Response {
+    let frame = Bytes::from(sse::message(&message));
+    event_stream(Body::from_stream(stream::iter([Ok::<_, Infallible>(
+        frame,
+    )])))
+}
+
+/// The task running one streamed request; aborted when the response body goes away.
+struct Driver(tokio::task::JoinHandle<Vec<u8>>);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs the request to its answer, moving its notifications into `out` as they come,
+/// whether or not the client is reading.
+async fn drive(
+    mut answer: Answer,
+    notes: Option<mpsc::Receiver<Bytes>>,
+    out: QueueTx<Bytes>,
+) -> Vec<u8> {
+    let Some(mut notes) = notes else {
+        return answer.await;
+    };
+    loop {
+        tokio::select! {
+            biased;
+            Some(note) = notes.recv() => forward(&out, note),
+            message = &mut answer => {
+                while let Ok(note) = notes.try_recv() {
+                    forward(&out, note);
+                }
+                return message;
+            }
+        }
+    }
+}
+
+/// A note over the event or byte bound is dropped, as a full request queue always dropped it:
+/// the client is not keeping up, and what it is sent on a request stream (progress above all)
+/// is superseded by what comes next. The answer never goes through here.
+fn forward(out: &QueueTx<Bytes>, note: Bytes) {
+    if let Err(e) = out.try_send(note) {
+        debug!(
+            reason = ?e,
+            queued = out.queued_bytes(),
+            "request stream over its bound; notification dropped"
+        );
     }
 }
 
@@ -100,7 +158,7 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 
 struct ListenState<G> {
     replay: std::vec::IntoIter<ListenEvent>,
-    events: mpsc::Receiver<ListenEvent>,
+    events: QueueRx<ListenEvent>,
     ticker: Interval,
     _detach: G,
 }

@@ -149,7 +149,7 @@ async fn handle_post(
                 gateway.initialize(caller, &id, msg.params)
             };
             let init = init.map_err(|e| HttpError::Core(Some(id), e))?;
-            let mut response = answer(state, delivery, init.response);
+            let mut response = answer(delivery, init.response);
             if let Ok(v) = HeaderValue::from_str(init.session.as_str()) {
                 response.headers_mut().insert(headers::SESSION_ID, v);
             }
@@ -246,12 +246,10 @@ async fn forward(
     }
 }
 
-fn answer(state: &AppState, delivery: Delivery, body: Vec<u8>) -> Response {
+fn answer(delivery: Delivery, body: Vec<u8>) -> Response {
     match delivery {
         Delivery::Json => json_response(body),
-        Delivery::Sse => {
-            sse::request_stream(std::future::ready(body), None, state.config.keep_alive)
-        }
+        Delivery::Sse => sse::answer_stream(body),
     }
 }
 

@@ -26,3 +26,4 @@ mod resume;
 mod rmcp_client;
 mod server_push;
 mod tasks;
+mod tool_headers;

@@ -15,7 +15,7 @@ fn envelope() -> Value {
 }
 
 /// A Modern request with the required headers.
-async fn modern(
+pub(crate) async fn modern(
     gw: &TestGateway,
     id: Value,
     method: &str,

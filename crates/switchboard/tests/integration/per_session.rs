@@ -224,3 +224,74 @@ async fn losing_the_listen_stream_past_the_grace_reaps_the_session_and_its_proce
         .await;
     assert_eq!(tool_text(&r.json()), "still");
 }
+
+/// A client that goes away during its `initialize` (while its process is still handshaking)
+/// leaves nothing behind: the session is ended at once and the process stopped, rather than
+/// both waiting for the TTL.
+#[tokio::test]
+async fn a_client_leaving_mid_initialize_leaves_no_session_and_no_process() {
+    let dir = std::env::temp_dir().join(format!("sb-slow-init-{}-{}", std::process::id(), line!()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/slow_init.py"
+    );
+    let backend = ["python3", script, dir.to_str().unwrap()];
+    let gw = TestGateway::start_with(&["--isolation", "per-session"], &backend).await;
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"slow","version":"0"}}});
+    let request = tokio::spawn({
+        let (http, url) = (gw.http.clone(), gw.url.clone());
+        async move {
+            http.post(url)
+                .header("accept", BOTH)
+                .header("content-type", "application/json")
+                .body(init.to_string())
+                .send()
+                .await
+        }
+    });
+    // Bounded wait until the session's process has the initialize (it names itself in `dir`).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let pid = loop {
+        let named = std::fs::read_dir(&dir).unwrap().next();
+        if let Some(entry) = named {
+            break entry.unwrap().file_name().to_string_lossy().into_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "initialize never reached a process"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(crate::common::process_running(&pid));
+    assert_eq!(
+        stats(&gw).await["sessions"],
+        1,
+        "the session exists mid-initialize"
+    );
+    request.abort();
+    assert!(request.await.unwrap_err().is_cancelled());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = stats(&gw).await;
+        if s["sessions"] == 0 && s["tableEntries"] == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "session left behind: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Its stdin closed, the process exits (or is killed after the grace).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while crate::common::process_running(&pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "process {pid} outlived its abandoned session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,6 +4,9 @@ Tools:
 - `emit {lines: [json...], delayMs?}`: writes each given JSON message to stdout (verbatim, as
   the backend's own unsolicited traffic), then answers `emitted`. Lets a test make the backend
   send anything: forged progress tokens, list_changed with smuggled params, and so on.
+- `flood_progress {count, bytes}`: sends `count` progress notifications for this request's own
+  (gateway-minted) token, each carrying a `message` of `bytes` characters, then answers
+  `flooded`. Lets a test put large notifications on a request's stream.
 - `hold {}`: never answers (until cancelled, which is recorded).
 - `release {}`: answers every held request (`released`), then itself (`released N`). Lets a
   test make answers arrive at a moment it chooses, e.g. after their client has gone.
@@ -82,6 +85,13 @@ def handle(req):
             for line in args.get("lines", []):
                 send(line)
             text(req, "emitted")
+        elif name == "flood_progress":
+            token = (params.get("_meta") or {}).get("progressToken")
+            pad = "p" * args.get("bytes", 0)
+            for i in range(args.get("count", 0)):
+                send({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": token, "progress": i + 1, "message": pad}})
+            text(req, "flooded")
         elif name == "hold":
             with lock:
                 state["held"].append(req["id"])

@@ -225,6 +225,7 @@ impl SseConn {
 // ---------------------------------------------------------------------------------------------
 // 1. Soak
 
+mod byte_budget;
 mod corpus;
 mod slow_consumer;
 mod soak;

@@ -1,0 +1,156 @@
+//! Server→client queues are bounded in bytes, not only in events: a stalled client that gets
+//! few but large messages is detached long before the event bound, and a POST whose stream is
+//! not read pins neither its session nor more than its byte budget.
+
+use super::*;
+
+const MIB: usize = 1 << 20;
+/// The event bound of a listen stream's queue and of its replay buffer (`core::listen`).
+/// Fewer 1 MiB messages than this are ever sent, so only the byte bound can explain what the
+/// tests see.
+const EVENT_BOUND: usize = 64;
+/// Most 1 MiB messages a test sends: below [`EVENT_BOUND`], and far above what a 4 MiB byte
+/// budget plus the socket buffers on both ends (a few MiB on loopback) can absorb.
+const MAX_LARGE: usize = 40;
+/// The byte budgets of a listen stream, of the replay buffer and of a request stream.
+const BUDGET: usize = 4 * MIB;
+
+fn updated(uri: &str) -> Value {
+    json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":uri}})
+}
+
+const SENTINEL: &str = "notifications/prompts/list_changed";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_listen_stream_is_evicted_by_bytes_long_before_the_event_bound() {
+    let gw = pushy(&[]).await;
+    // Every resources/updated for this URI is 1 MiB on the wire.
+    let uri = format!("file:///{}", "m".repeat(MIB));
+    let slow = gw.session().await;
+    let sub = json!({"jsonrpc":"2.0","id":"s","method":"resources/subscribe","params":{"uri":uri}});
+    let r = bounded("subscribe", gw.post(Some(&slow), &sub)).await;
+    assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    // Opened, then never read.
+    let stalled = bounded(
+        "GET listen",
+        gw.http
+            .get(&gw.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &slow)
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stalled.status(), StatusCode::OK);
+    let mut others = Vec::new();
+    for _ in 0..2 {
+        let sid = gw.session().await;
+        others.push(Listener::open(&gw, &sid, None).await);
+    }
+    let flooder = gw.session().await;
+    let attached = stats(&gw).await["tableEntries"].as_u64().unwrap();
+
+    // Two 1 MiB updates per round; each round has reached the dispatcher (and so the stalled
+    // queue) once `emit` answers, since the backend writes them before its answer.
+    let mut sent = 0;
+    let mut evicted = false;
+    while !evicted && sent < MAX_LARGE {
+        let lines = json!([updated(&uri), updated(&uri)]);
+        bounded("a flood round", emit(&gw, &flooder, lines)).await;
+        sent += 2;
+        evicted = stats(&gw).await["tableEntries"].as_u64().unwrap() == attached - 1;
+    }
+    assert!(evicted, "still attached after {sent} MiB: no byte bound");
+    assert!(sent < EVENT_BOUND, "the event bound was never in reach");
+    println!("stalled listen stream evicted after {sent} updates of 1 MiB");
+
+    // The eviction is visible to the stalled client: once it reads, its stream ends.
+    let mut body = stalled.bytes_stream();
+    bounded("the evicted stream to end", async {
+        while let Some(chunk) = body.next().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+
+    // Everyone else kept listening.
+    emit(&gw, &flooder, json!([{"jsonrpc":"2.0","method":SENTINEL}])).await;
+    for l in &mut others {
+        assert_eq!(l.next().await.data["method"], SENTINEL);
+    }
+    // The slow session resumes from its first event: the replay buffer kept only the newest
+    // updates that fit its byte budget (and every update is 1 MiB), then the sentinel.
+    let mut resumed = Listener::open(&gw, &slow, Some("listen-0")).await;
+    let mut replayed = 0;
+    loop {
+        let event = resumed.next().await;
+        if event.data["method"] == SENTINEL {
+            break;
+        }
+        assert_eq!(event.data["params"]["uri"], uri.as_str());
+        replayed += 1;
+    }
+    assert!(
+        (1..=BUDGET / MIB).contains(&replayed),
+        "{replayed} updates of 1 MiB replayed out of {sent}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_stream_that_is_not_read_pins_neither_its_session_nor_memory() {
+    // A short TTL: once nothing of the session is in flight, the reaper ends it.
+    let gw = pushy(&["--session-ttl", "2"]).await;
+    let sid = gw.session().await;
+    let call = json!({"jsonrpc":"2.0","id":"flood","method":"tools/call","params":{
+        "name":"flood_progress","arguments":{"count":MAX_LARGE,"bytes":MIB},
+        "_meta":{"progressToken":"t"}}});
+    // A progress token makes the answer a stream; its client never reads it.
+    let stalled = bounded(
+        "POST flood_progress",
+        gw.http
+            .post(&gw.url)
+            .header("accept", BOTH)
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &sid)
+            .body(call.to_string())
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(stalled.status(), StatusCode::OK);
+
+    // The request ran to its answer without its client reading, so nothing of it is left in
+    // the tables and its idle session expires, all while the stream is still unread.
+    eventually(
+        "the session to expire with its POST stream unread",
+        || async {
+            let s = stats(&gw).await;
+            s["sessions"] == 0 && s["tableEntries"] == 0
+        },
+    )
+    .await;
+
+    // Once read, the stream carries what its byte budget (and the socket buffers) held of the
+    // 40 MiB of progress, then the one answer.
+    let text = bounded("the stalled stream's body", stalled.text())
+        .await
+        .unwrap();
+    let messages: Vec<Value> = sse_data(&text)
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let (answer, progress) = messages.split_last().expect("an answer");
+    assert_eq!(answer["id"], "flood", "{answer}");
+    assert_eq!(tool_text(answer), "flooded");
+    assert!(progress
+        .iter()
+        .all(|p| p["method"] == "notifications/progress"));
+    assert!(
+        !progress.is_empty() && progress.len() <= MAX_LARGE / 2,
+        "{} of {MAX_LARGE} progress notes of 1 MiB kept for a client that was not reading",
+        progress.len()
+    );
+    println!("{} of {MAX_LARGE} progress notes delivered", progress.len());
+}

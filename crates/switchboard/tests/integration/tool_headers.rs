@@ -1,0 +1,91 @@
+//! The `Mcp-Param-*` designation cache (`core::tool_headers`) against a backend that counts its
+//! `tools/list` walks (`backends/toolsy.py`).
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{tool_text, TestGateway};
+use crate::modern::modern;
+
+/// The gateway in front of `toolsy.py FAIL_FIRST LIST_DELAY_MS`.
+async fn toolsy(fail_first: u32, list_delay_ms: u32) -> TestGateway {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/toolsy.py"
+    );
+    let (fail, delay) = (fail_first.to_string(), list_delay_ms.to_string());
+    TestGateway::start_with(&[], &["python3", script, &fail, &delay]).await
+}
+
+/// A Modern `tools/call regional` for `us-west1` carrying `header` as `Mcp-Param-Region`.
+async fn regional(gw: &TestGateway, id: u64, header: &str) -> crate::common::Reply {
+    let call = json!({"name":"regional","arguments":{"region":"us-west1"}});
+    modern(
+        gw,
+        json!(id),
+        "tools/call",
+        call,
+        &[("mcp-param-region", header)],
+    )
+    .await
+}
+
+/// How many `tools/list` the backend has answered (asked over Legacy, which checks no
+/// headers and so learns nothing itself).
+async fn walks(gw: &TestGateway, session: &str) -> u64 {
+    let r = gw
+        .call_tool(Some(session), json!("s"), "stats", json!({}))
+        .await;
+    let stats: Value = serde_json::from_str(tool_text(&r.json())).unwrap();
+    stats["toolsList"].as_u64().unwrap()
+}
+
+/// A walk that fails is not kept: once the backend answers, the designations are learned and
+/// enforced (before, the empty table of the failed walk stayed until a tools list_changed).
+#[tokio::test]
+async fn a_failed_walk_is_retried_and_then_enforced() {
+    let gw = toolsy(1, 0).await;
+    // The backend cannot list its tools yet: the call goes unchecked (fail open), as the
+    // designations are unknowable.
+    let r = regional(&gw, 1, "eu-north1").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(tool_text(&r.json()), "ok");
+    // A failed walk is remembered for a second: bounded wait for the retry to enforce them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = regional(&gw, 2, "eu-north1").await;
+        if r.status == StatusCode::BAD_REQUEST {
+            assert_eq!(r.error_code(), -32020, "{}", r.text);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "designations never re-learned: {}",
+            r.text
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = regional(&gw, 3, "us-west1").await;
+    assert_eq!(tool_text(&r.json()), "ok");
+    let session = gw.session().await;
+    assert_eq!(walks(&gw, &session).await, 2, "one failed walk, one kept");
+}
+
+/// Concurrent cold callers share one walk. The backend answers `tools/list` after 300 ms so
+/// the callers overlap the walk; the count is exact whatever the overlap.
+#[tokio::test]
+async fn concurrent_cold_callers_cause_one_walk() {
+    const CALLERS: u64 = 8;
+    let gw = toolsy(0, 300).await;
+    let replies =
+        futures::future::join_all((0..CALLERS).map(|i| regional(&gw, i, "us-west1"))).await;
+    for r in &replies {
+        assert_eq!(tool_text(&r.json()), "ok", "{}", r.text);
+    }
+    let refused = regional(&gw, CALLERS, "eu-north1").await;
+    assert_eq!(refused.error_code(), -32020, "{}", refused.text);
+    let session = gw.session().await;
+    assert_eq!(walks(&gw, &session).await, 1);
+}
