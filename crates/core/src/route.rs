@@ -1,6 +1,6 @@
 //! Route keys: the ids the backend sees in place of clients' ids.
 //!
-//! Every request forwarded to a backend carries a fresh key from the OS CSPRNG, so the key the
+//! Every request forwarded to a backend carries a fresh key from a CSPRNG, so the key the
 //! backend echoes identifies exactly one waiting caller. Nothing a client sends can name a key:
 //! client ids are only ever restored payload.
 
@@ -16,7 +16,7 @@ const PREFIX: &str = "sb-";
 pub struct RouteKey(String);
 
 impl RouteKey {
-    /// Mints a new key from the OS CSPRNG.
+    /// Mints a new key (see [`random_hex`]).
     pub fn mint() -> Self {
         RouteKey(format!("{PREFIX}{}", random_hex()))
     }
@@ -38,14 +38,16 @@ impl fmt::Debug for RouteKey {
     }
 }
 
-/// 128 bits from the OS CSPRNG as 32 lowercase hex digits.
+/// 128 bits from a CSPRNG as 32 lowercase hex digits.
+///
+/// The generator is `rand`'s thread-local ChaCha12, seeded from the OS and reseeded from it
+/// after every 64 KiB of output: unpredictable like the OS generator, without a `getrandom`
+/// syscall per request. If the OS cannot provide entropy it panics rather than produce
+/// guessable keys.
 pub(crate) fn random_hex() -> String {
+    use rand::Rng as _;
     let mut bytes = [0u8; 16];
-    // getrandom only fails when the OS has no entropy source at all; continuing with zeros
-    // would make keys guessable, so that is the one place we stop the process.
-    if let Err(e) = getrandom::fill(&mut bytes) {
-        panic!("OS random number generator unavailable: {e}");
-    }
+    rand::rng().fill_bytes(&mut bytes);
     let mut s = String::with_capacity(32);
     for b in bytes {
         s.push(char::from(HEX[usize::from(b >> 4)]));

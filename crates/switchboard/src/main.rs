@@ -11,6 +11,12 @@ use tracing_subscriber::EnvFilter;
 
 use cli::{Cli, Command};
 
+/// mimalloc instead of glibc malloc: the request path allocates on one tokio worker and frees
+/// on another, which glibc's arenas handle poorly (measured in BENCHMARKS.md). One binary
+/// serves as gateway, fixture and load driver, so all three get it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_tracing(&cli);

@@ -26,22 +26,24 @@ pub(crate) enum Target {
 }
 
 impl Target {
-    async fn call(&self, id: u64, body: Vec<u8>) -> Result<Bytes, String> {
+    async fn call(&self, lane: usize, id: u64, body: Vec<u8>) -> Result<Bytes, String> {
         match self {
-            Target::Http(t) => t.call(id, body).await,
+            Target::Http(t) => t.call(lane, id, body).await,
             Target::Stdio(t) => t.call(id, body).await,
         }
     }
 
-    /// Sends one request and judges the answer, with the per-request deadline.
+    /// Sends one request from worker `lane` and judges the answer, with the per-request
+    /// deadline.
     pub(crate) async fn exchange(
         &self,
+        lane: usize,
         template: &Template,
         id: u64,
         timeout: Duration,
     ) -> Verdict {
         let body = template.body(id);
-        match tokio::time::timeout(timeout, self.call(id, body)).await {
+        match tokio::time::timeout(timeout, self.call(lane, id, body)).await {
             Err(_) => Verdict::Error("timeout".into()),
             Ok(Err(kind)) => Verdict::Error(kind),
             Ok(Ok(answer)) => template.verify(id, &answer),
@@ -140,7 +142,7 @@ pub(crate) async fn run_phase(
     };
     let progress = tokio::spawn(progress(live.clone(), started, label));
     let mut workers = JoinSet::new();
-    for _ in 0..concurrency {
+    for lane in 0..concurrency {
         let (target, template, ids, live, issued) = (
             target.clone(),
             template.clone(),
@@ -159,7 +161,7 @@ pub(crate) async fn run_phase(
                 }
                 let id = ids.next();
                 let sent = Instant::now();
-                let verdict = target.exchange(&template, id, timeout).await;
+                let verdict = target.exchange(lane, &template, id, timeout).await;
                 let took = sent.elapsed();
                 live.done.fetch_add(1, Ordering::Relaxed);
                 match verdict {

@@ -60,7 +60,7 @@ pub(crate) async fn run(target: Arc<HttpTarget>, timeout: Duration) -> anyhow::R
         Some(r#"{"kind":"tools_list_changed"}"#),
     )?;
     let sent = Instant::now();
-    let answer = target.call(0, trigger.body(1)).await;
+    let answer = target.call(0, 0, trigger.body(1)).await;
     let trigger_us = sent.elapsed().as_secs_f64() * 1e6;
     match answer.map(|a| trigger.verify(1, &a)) {
         Ok(Verdict::Ok) => {}

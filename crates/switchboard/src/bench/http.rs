@@ -10,6 +10,7 @@ use reqwest::{Client, StatusCode};
 
 use switchboard_wire::{Message, MessageKind};
 
+use super::conn::Lanes;
 use super::payload::{error_code, Era};
 
 const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
@@ -29,6 +30,10 @@ pub(crate) struct HttpTarget {
     headers: HeaderMap,
     /// Legacy session ids; requests are spread over them round-robin by request number.
     sessions: Vec<HeaderValue>,
+    /// The measured path: one connection per worker (see [`Lanes`]).
+    lanes: Lanes,
+    /// `headers` as a list, for the lanes.
+    post_headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl HttpTarget {
@@ -65,11 +70,17 @@ impl HttpTarget {
                 HeaderValue::from_str(tool).context("--tool is not a valid Mcp-Name value")?,
             );
         }
+        let post_headers = headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let mut target = HttpTarget {
             client,
             url: url.to_owned(),
             headers,
             sessions: Vec::new(),
+            lanes: Lanes::new(url, concurrency)?,
+            post_headers,
         };
         if era == Era::Legacy {
             target.sessions = target.open_sessions(sessions.max(1), timeout).await?;
@@ -169,26 +180,22 @@ impl HttpTarget {
             .await;
     }
 
-    /// POSTs request number `seq` and returns the one JSON-RPC response message, or the kind
-    /// of failure.
-    pub(crate) async fn call(&self, seq: u64, body: Vec<u8>) -> Result<Bytes, String> {
-        let mut req = self
-            .client
-            .post(&self.url)
-            .headers(self.headers.clone())
-            .body(body);
-        if !self.sessions.is_empty() {
-            let sid = &self.sessions[(seq % self.sessions.len() as u64) as usize];
-            req = req.header(SESSION_ID, sid.clone());
-        }
-        let resp = req.send().await.map_err(transport_kind)?;
+    /// POSTs request number `seq` on worker `lane`'s connection and returns the one JSON-RPC
+    /// response message, or the kind of failure.
+    pub(crate) async fn call(&self, lane: usize, seq: u64, body: Vec<u8>) -> Result<Bytes, String> {
+        let session = (!self.sessions.is_empty())
+            .then(|| &self.sessions[(seq % self.sessions.len() as u64) as usize]);
+        let extra = session.map(|sid| (SESSION_ID, sid.clone()));
+        let (resp, body) = self
+            .lanes
+            .post(lane, &self.post_headers, extra, body)
+            .await?;
         let status = resp.status();
         let sse = resp
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        let body = resp.bytes().await.map_err(transport_kind)?;
         let message = if sse {
             sse_response(&body).ok_or_else(|| "sse_without_response".to_owned())?
         } else {
@@ -205,18 +212,6 @@ impl HttpTarget {
             });
         }
         Ok(message)
-    }
-}
-
-fn transport_kind(e: reqwest::Error) -> String {
-    if e.is_timeout() {
-        "timeout".into()
-    } else if e.is_connect() {
-        "connect".into()
-    } else if e.is_body() || e.is_decode() {
-        "body".into()
-    } else {
-        "transport".into()
     }
 }
 

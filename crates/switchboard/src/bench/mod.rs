@@ -11,6 +11,7 @@
 //! - [`report`]: the human and `--json` output;
 //! - [`fanout`]: the separate `--fanout N` listen-stream measurement.
 
+mod conn;
 mod driver;
 mod fanout;
 mod hist;
@@ -141,7 +142,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
     // One request before any load, so a target that does not speak this era (or this tool)
     // fails with its own words instead of as a wall of identical errors.
-    match target.exchange(&template, ids.next(), timeout).await {
+    match target.exchange(0, &template, ids.next(), timeout).await {
         Verdict::Ok => {}
         Verdict::Wrong(why) => bail!("the probe request got a wrong answer: {why}"),
         Verdict::Error(kind) => bail!(
