@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
-use axum::middleware::Next;
+
 use axum::response::{IntoResponse, Response};
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -278,28 +278,23 @@ pub(crate) enum AuthFailure {
     Invalid(&'static str),
 }
 
-/// Middleware: authenticates every request to an MCP route and stores the [`Principal`] as a
-/// request extension (`Arc<Principal>`).
-pub(crate) async fn guard(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// The admission step authenticating every request to an MCP route: stores the
+/// [`Principal`] as a request extension (`Arc<Principal>`), or answers 401.
+pub(crate) async fn admit(state: &AppState, request: &mut Request) -> Result<(), HttpError> {
     let auth = &state.config.auth;
     match auth.authenticate(request.headers()).await {
         Ok(principal) => {
             request.extensions_mut().insert(Arc::new(principal));
-            next.run(request).await
+            Ok(())
         }
         Err(failure) => {
             if let AuthFailure::Invalid(reason) = failure {
                 debug!(reason, "bearer credential rejected");
             }
-            HttpError::Unauthorized {
+            Err(HttpError::Unauthorized {
                 metadata_url: auth.metadata_url.clone(),
                 invalid_token: matches!(failure, AuthFailure::Invalid(_)),
-            }
-            .into_response()
+            })
         }
     }
 }

@@ -9,10 +9,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::Method;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::sync::OwnedSemaphorePermit;
@@ -20,15 +19,26 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::error::HttpError;
 use crate::AppState;
 
-/// Middleware: admit a POST only with a free permit.
-pub(crate) async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// The admission step: a POST needs a free permit (else 503 at once); other methods none.
+pub(crate) fn admit(
+    state: &AppState,
+    request: &Request,
+) -> Result<Option<OwnedSemaphorePermit>, HttpError> {
     if request.method() != Method::POST {
-        return next.run(request).await;
+        return Ok(None);
     }
-    let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
-        return HttpError::Busy.into_response();
+    match state.in_flight.clone().try_acquire_owned() {
+        Ok(permit) => Ok(Some(permit)),
+        Err(_) => Err(HttpError::Busy),
+    }
+}
+
+/// Ties `permit` to `response`'s body, so a streamed answer keeps it until the stream ends.
+pub(crate) fn hold(response: Response, permit: Option<OwnedSemaphorePermit>) -> Response {
+    let Some(permit) = permit else {
+        return response;
     };
-    let (parts, body) = next.run(request).await.into_parts();
+    let (parts, body) = response.into_parts();
     Response::from_parts(
         parts,
         Body::new(Held {

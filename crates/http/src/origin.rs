@@ -5,10 +5,8 @@
 //! http://evil.example`. A gateway bound to loopback therefore accepts only loopback hosts and
 //! origins unless told otherwise. Violations get 403 and a JSON-RPC error without id.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
 use crate::error::HttpError;
 use crate::AppState;
@@ -81,12 +79,9 @@ fn strip_port(authority: &str) -> &str {
     authority.split(':').next().unwrap_or(authority)
 }
 
-/// Middleware applying the state's [`OriginPolicy`] before any MCP handling.
-pub(crate) async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match state.config.origin.check(request.headers()) {
-        Ok(()) => next.run(request).await,
-        Err(e) => e.into_response(),
-    }
+/// The admission step applying the state's [`OriginPolicy`] before any MCP handling.
+pub(crate) fn admit(state: &AppState, request: &Request) -> Result<(), HttpError> {
+    state.config.origin.check(request.headers())
 }
 
 #[cfg(test)]
