@@ -85,6 +85,11 @@ pub(crate) struct RunArgs {
     pub(crate) trust_forwarded_prefix: bool,
     #[command(flatten)]
     pub(crate) auth: Box<crate::auth_config::AuthArgs>,
+    /// Async worker threads (default: one per CPU core). On a small machine the gateway shares
+    /// with its backends, fewer threads cost less CPU per request (fewer cross-thread
+    /// wake-ups); BENCHMARKS.md has the numbers.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) worker_threads: Option<u16>,
     /// The stdio MCP server to front, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
