@@ -78,41 +78,53 @@ echo "Load average before the run: $LOAD0$(awk -v l="$LOAD0" 'BEGIN { if (l > 0.
 echo
 
 # 1. Overhead: the same fixture, directly over stdio vs through the gateway (shared mode).
-echo "### 1. Overhead (Legacy, echo; gateway sessions = concurrency)"
+# overhead_rows "gateway args…": one table row per concurrency (direct runs are measured once
+# and reused), CPU rows collected in CPU_ROWS.
+overhead_rows() {
+  gw_start "$@"
+  FIXTURE_PID=$(pgrep -P "$GW_PID" | head -1)
+  CPU_ROWS=""
+  for c in $CONCS; do
+    [ -s "$OUT/direct-c$c.json" ] && [ "${REUSE_DIRECT:-}" = 1 ] && d=$(cat "$OUT/direct-c$c.json") ||
+      d=$(bench "direct-c$c" --stdio --concurrency "$c" --duration "$SECS" -- "$SB" fixture)
+    # Warm up in a separate run so the CPU counters bracket only measured requests (plus c
+    # initialize handshakes, negligible).
+    BW=0 bench "gateway-c$c-warm" --url "$URL" --concurrency "$c" --duration "$WARMUP" >/dev/null
+    g0=$(cpu_ticks "$GW_PID"); f0=$(cpu_ticks "$FIXTURE_PID")
+    g=$(BW=0 bench "gateway-c$c" --url "$URL" --concurrency "$c" --sessions "$c" --duration "$SECS")
+    g1=$(cpu_ticks "$GW_PID"); f1=$(cpu_ticks "$FIXTURE_PID")
+    jq -rn --argjson d "$d" --argjson g "$g" --arg c "$c" --arg clean "$(clean "$d") · $(clean "$g")" '
+      def r1: . * 10 | round / 10;
+      if ($d.failed or $g.failed) then "| \($c) | \($d.requests_per_sec // "FAILED") | \($g.requests_per_sec // "FAILED") | – | – | – | \($clean) |"
+      else "| \($c) | \($d.requests_per_sec) | \($g.requests_per_sec) | **\($g.requests_per_sec / $d.requests_per_sec * 100 | round / 100)×** | \($d.p50_us) → \($g.p50_us) (**+\($g.p50_us - $d.p50_us | r1)**) | \($d.p99_us) → \($g.p99_us) (**+\($g.p99_us - $d.p99_us | r1)**) | \($clean) |" end'
+    CPU_ROWS+=$(jq -rn --argjson d "$d" --argjson g "$g" --arg c "$c" \
+      --arg gt "$((g1 - g0))" --arg ft "$((f1 - f0))" '
+      def r1: . * 10 | round / 10;
+      def per($t): ($t | tonumber) * 10000 / $g.requests | r1;
+      if ($d.failed or $g.failed) then "| \($c) | – | – | – | – | – |"
+      else "| \($c) | \($d.client_cpu_us_per_req) + \($d.server_cpu_us_per_req) = \($d.client_cpu_us_per_req + $d.server_cpu_us_per_req | r1) | \($g.client_cpu_us_per_req) | **\(per($gt))** | \(per($ft)) | \($g.client_cpu_us_per_req + per($gt) + per($ft) | r1) |" end')$'\n'
+  done
+  gw_stop
+  echo
+  echo "CPU per request (µs, user+sys from /proc; the driver shares the machine's cores with the"
+  echo "target, so on a small machine throughput is roughly cores ÷ total CPU per request):"
+  echo
+  echo "| conc. | direct: driver + fixture | gw run: driver | gateway | fixture behind gw | gw run total |"
+  echo "|---:|---|---:|---:|---:|---:|"
+  printf '%s' "$CPU_ROWS"
+  echo
+}
+
+OVERHEAD_HEAD="| conc. | direct req/s | gateway req/s | ratio | p50 direct → gw (added) µs | p99 direct → gw (added) µs | errors / wrong |
+|---:|---:|---:|---:|---|---|---|"
+echo "### 1. Overhead (Legacy, echo; gateway sessions = concurrency; default worker threads)"
 echo
-echo "| conc. | direct req/s | gateway req/s | ratio | p50 direct → gw (added) µs | p99 direct → gw (added) µs | errors / wrong |"
-echo "|---:|---:|---:|---:|---|---|---|"
-gw_start
-FIXTURE_PID=$(pgrep -P "$GW_PID" | head -1)
-CPU_ROWS=""
-for c in 1 16 64; do
-  d=$(bench "direct-c$c" --stdio --concurrency "$c" --duration "$SECS" -- "$SB" fixture)
-  # Warm up in a separate run so the CPU counters bracket only measured requests (plus c
-  # initialize handshakes, negligible).
-  BW=0 bench "gateway-c$c-warm" --url "$URL" --concurrency "$c" --duration "$WARMUP" >/dev/null
-  g0=$(cpu_ticks "$GW_PID"); f0=$(cpu_ticks "$FIXTURE_PID")
-  g=$(BW=0 bench "gateway-c$c" --url "$URL" --concurrency "$c" --sessions "$c" --duration "$SECS")
-  g1=$(cpu_ticks "$GW_PID"); f1=$(cpu_ticks "$FIXTURE_PID")
-  jq -rn --argjson d "$d" --argjson g "$g" --arg c "$c" --arg clean "$(clean "$d") · $(clean "$g")" '
-    def r1: . * 10 | round / 10;
-    if ($d.failed or $g.failed) then "| \($c) | \($d.requests_per_sec // "FAILED") | \($g.requests_per_sec // "FAILED") | – | – | – | \($clean) |"
-    else "| \($c) | \($d.requests_per_sec) | \($g.requests_per_sec) | **\($g.requests_per_sec / $d.requests_per_sec * 100 | round / 100)×** | \($d.p50_us) → \($g.p50_us) (**+\($g.p50_us - $d.p50_us | r1)**) | \($d.p99_us) → \($g.p99_us) (**+\($g.p99_us - $d.p99_us | r1)**) | \($clean) |" end'
-  CPU_ROWS+=$(jq -rn --argjson d "$d" --argjson g "$g" --arg c "$c" \
-    --arg gt "$((g1 - g0))" --arg ft "$((f1 - f0))" '
-    def r1: . * 10 | round / 10;
-    def per($t): ($t | tonumber) * 10000 / $g.requests | r1;
-    if ($d.failed or $g.failed) then "| \($c) | – | – | – | – | – |"
-    else "| \($c) | \($d.client_cpu_us_per_req) + \($d.server_cpu_us_per_req) = \($d.client_cpu_us_per_req + $d.server_cpu_us_per_req | r1) | \($g.client_cpu_us_per_req) | **\(per($gt))** | \(per($ft)) | \($g.client_cpu_us_per_req + per($gt) + per($ft) | r1) |" end')$'\n'
-done
-gw_stop
+echo "$OVERHEAD_HEAD"
+CONCS="1 16 64" overhead_rows
+echo "### 1b. The same with \`run --worker-threads 1\` (direct runs reused from 1)"
 echo
-echo "CPU per request (µs, user+sys from /proc; the driver shares the machine's cores with the"
-echo "target, so on a small machine throughput is roughly cores ÷ total CPU per request):"
-echo
-echo "| conc. | direct: driver + fixture | gw run: driver | gateway | fixture behind gw | gw run total |"
-echo "|---:|---|---:|---:|---:|---:|"
-printf '%s' "$CPU_ROWS"
-echo
+echo "$OVERHEAD_HEAD"
+CONCS="1 64" REUSE_DIRECT=1 overhead_rows --worker-threads 1
 
 # 2. Session scale: many concurrent Legacy sessions on one shared backend.
 echo "### 2. Session scale ($SCALE Legacy sessions, 64 concurrent requests spread over all of them)"
