@@ -267,7 +267,7 @@ impl Gateway {
             registry: Arc::downgrade(&self.registry),
             log: log.clone(),
         });
-        let (handle, process) = spawner.spawn(sink)?;
+        let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
         let mut call = Dedicated {
             handle,
             process: Some(process),

@@ -34,6 +34,24 @@ pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
     ) -> Result<(StdioHandle, StdioProcess), UpstreamError>;
 }
 
+/// Starts a process with `spawner` on the blocking pool, not on an async worker: `fork` of a
+/// large multi-threaded gateway takes milliseconds, during which the worker would serve
+/// nobody (with `--worker-threads 1`, nobody at all). If the caller goes away meanwhile, the
+/// finished spawn is dropped and its process killed.
+pub(crate) async fn spawn_off_runtime(
+    spawner: &Arc<dyn SpawnBackend>,
+    sink: Arc<dyn InboundSink>,
+) -> Result<(StdioHandle, StdioProcess), CoreError> {
+    let spawner = spawner.clone();
+    match tokio::task::spawn_blocking(move || spawner.spawn(sink)).await {
+        Ok(spawned) => Ok(spawned?),
+        Err(e) => Err(CoreError::Backend(UpstreamError::Spawn {
+            program: "backend".into(),
+            reason: format!("spawn task failed: {e}"),
+        })),
+    }
+}
+
 /// A session's own backend.
 #[derive(Debug)]
 pub(crate) struct OwnBackend {
@@ -229,7 +247,7 @@ impl crate::Gateway {
             gateway: self,
             session: Some(session.clone()),
         };
-        match self.start_own(&session, spawner.as_ref(), id, msg).await {
+        match self.start_own(&session, spawner, id, msg).await {
             Ok(a) if !a.is_error() => {
                 pending.complete();
                 Ok(crate::Initialized {
@@ -256,7 +274,7 @@ impl crate::Gateway {
     async fn start_own(
         &self,
         session: &crate::SessionId,
-        spawner: &dyn SpawnBackend,
+        spawner: &Arc<dyn SpawnBackend>,
         id: &RequestId,
         msg: &Message<'_>,
     ) -> Result<switchboard_upstream::BackendResponse, CoreError> {
@@ -264,7 +282,7 @@ impl crate::Gateway {
             registry: Arc::downgrade(&self.registry),
             session: session.as_str().to_owned(),
         });
-        let (handle, process) = spawner.spawn(sink)?;
+        let (handle, process) = spawn_off_runtime(spawner, sink).await?;
         // Ended already (reaped): the process is dropped with the closure, and killed.
         self.registry.sessions.with(session.as_str(), |s| {
             s.own = Some(OwnBackend::new(handle.clone(), process));
@@ -373,5 +391,52 @@ impl Drop for PendingInit<'_> {
             tracing::debug!("client left during initialize; session ended");
             self.gateway.spawn_cleanup(ended);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc as std_mpsc;
+    use std::time::Duration;
+
+    use switchboard_upstream::StdioConfig;
+
+    use super::*;
+
+    /// A spawner whose `spawn` blocks until a task on the runtime signals it, and gives up
+    /// after a bound (so a regression fails instead of hanging).
+    #[derive(Debug)]
+    struct WaitsForRuntime(parking_lot::Mutex<std_mpsc::Receiver<()>>);
+
+    impl SpawnBackend for WaitsForRuntime {
+        fn spawn(
+            &self,
+            sink: Arc<dyn InboundSink>,
+        ) -> Result<(StdioHandle, StdioProcess), UpstreamError> {
+            let signalled = self.0.lock().recv_timeout(Duration::from_secs(10));
+            if signalled.is_err() {
+                return Err(UpstreamError::Spawn {
+                    program: "test".into(),
+                    reason: "the runtime made no progress while spawning".into(),
+                });
+            }
+            switchboard_upstream::spawn(&StdioConfig::new("cat", vec![]), sink)
+        }
+    }
+
+    /// On a single-threaded runtime, the signalling task can only run if the spawn is not
+    /// occupying the runtime's one thread: spawned inline, this test fails at the bound.
+    #[tokio::test(flavor = "current_thread")]
+    async fn spawning_leaves_the_async_worker_free() {
+        let (tx, rx) = std_mpsc::channel();
+        let spawner: Arc<dyn SpawnBackend> = Arc::new(WaitsForRuntime(parking_lot::Mutex::new(rx)));
+        let signal = tokio::spawn(async move { tx.send(()) });
+        let registry = Registry::new(&crate::GatewayConfig::default());
+        let (handle, process) = spawn_off_runtime(&spawner, registry.sink())
+            .await
+            .expect("spawned once the runtime signalled");
+        assert!(signal.await.expect("signal task").is_ok());
+        assert!(handle.pid().is_some());
+        process.shutdown(Duration::from_secs(2)).await;
     }
 }
