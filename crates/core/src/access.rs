@@ -10,8 +10,16 @@
 //! line. A forbidden tool is therefore indistinguishable from a missing one in every list, on
 //! both eras, including the re-lists a client does after `list_changed`.
 //!
+//! The audit log also records what is not an operation on the backend: session lifecycle
+//! (`initialize`, through [`Access::audit_only`], which neither gates nor counts it, and each
+//! session's end, [`Access::record_session_end`]) and refused authentication (HTTP 401,
+//! [`Gateway::audit_unauthenticated`]). Every line is built here, by one builder, with the
+//! same head: `time`, `principal` (absent when nobody was authenticated), `session` and `era`
+//! (MCP lines), `method` (a client's JSON-RPC method) or `event` (a gateway event), `outcome`.
+//!
 //! [`Gateway::request`]: crate::Gateway::request
 //! [`Gateway::modern`]: crate::Gateway::modern
+//! [`Gateway::audit_unauthenticated`]: crate::Gateway::audit_unauthenticated
 
 use std::borrow::Cow;
 use std::fmt;
@@ -239,6 +247,25 @@ impl crate::Gateway {
         let path = if modern { Path::Modern } else { Path::Legacy };
         access.admit(caller, session, msg, path).map(drop)
     }
+
+    /// Audits a request refused for want of a valid credential (HTTP 401): the failure's
+    /// kind, the HTTP method and the path (never the query, which may carry a session id).
+    /// Nothing is recorded without an audit log.
+    pub fn audit_unauthenticated(&self, failure: Unauthenticated, http_method: &str, path: &str) {
+        self.config
+            .access
+            .record_unauthenticated(failure, http_method, path);
+    }
+}
+
+/// Why a request was refused before it had a principal, as its audit line says. It carries
+/// only fixed strings, so no credential or header value can reach the line through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unauthenticated {
+    /// No credential (or more than one).
+    Missing,
+    /// A credential that is not valid, and the kind of failure (a fixed, non-secret text).
+    Invalid(&'static str),
 }
 
 /// Which era path an operation came in on (audit only).
@@ -275,7 +302,9 @@ impl Access {
             msg,
             path,
             // Only audit lines show the session: no allocation when nothing is recorded.
-            session: session.filter(|_| self.audit.is_some()).map(session_label),
+            session: session
+                .filter(|_| self.audit.is_some())
+                .map(|s| session_label(s.as_str())),
             target: Target::Server,
             started: Instant::now(),
             done: !self.active(),
@@ -338,6 +367,72 @@ impl Access {
         }
     }
 
+    /// An operation that is audited but neither gated by the policy nor counted by the rate
+    /// limits: `initialize` (open to every caller, it only creates the caller's own session;
+    /// it never went through [`Self::admit`]). Complete it with
+    /// [`Admitted::finish_initialize`]; dropped unfinished, it is audited as cancelled.
+    pub(crate) fn audit_only<'a>(
+        &'a self,
+        principal: &'a Principal,
+        msg: &'a Message<'a>,
+    ) -> Admitted<'a> {
+        Admitted {
+            access: self,
+            principal,
+            msg,
+            path: Path::Legacy,
+            session: None,
+            target: Target::Server,
+            started: Instant::now(),
+            done: self.audit.is_none(),
+        }
+    }
+
+    /// Audits the end of a session owned by `owner` (issuer, subject), by label, with why it
+    /// ended (`deleted`, `expired`, …).
+    pub(crate) fn record_session_end(&self, owner: &(String, String), id: &str, reason: &str) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        let mut entry = line(
+            Some((&owner.0, &owner.1)),
+            Some((&session_label(id), "legacy")),
+            ("event", "session_end"),
+            "ended",
+        );
+        entry["reason"] = json!(reason);
+        audit.record(&entry);
+    }
+
+    /// Audits a request refused with 401 (see [`crate::Gateway::audit_unauthenticated`]).
+    ///
+    /// Any client can cause these, as fast as it can send: the audit queue is bounded and,
+    /// when the writer falls behind, drops lines and counts them (`audit`), so a flood costs a
+    /// bounded amount of memory and never blocks a request (it can crowd other lines out of a
+    /// full queue, which the drop count then reports).
+    pub(crate) fn record_unauthenticated(
+        &self,
+        failure: Unauthenticated,
+        http_method: &str,
+        path: &str,
+    ) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        let (class, detail) = match failure {
+            Unauthenticated::Missing => ("missing_credential", None),
+            Unauthenticated::Invalid(detail) => ("invalid_credential", Some(detail)),
+        };
+        let mut entry = line(None, None, ("event", "authentication"), "unauthenticated");
+        entry["reason"] = json!(class);
+        if let Some(detail) = detail {
+            entry["detail"] = json!(detail);
+        }
+        entry["httpMethod"] = json!(truncate(http_method, 32).0);
+        entry["path"] = json!(truncate(path, 256).0);
+        audit.record(&entry);
+    }
+
     /// Capabilities without the families the caller may not list (`tools` without
     /// `list_tools`, …), for `initialize` and `server/discover`.
     pub(crate) fn visible_capabilities(&self, principal: &Principal, caps: &Value) -> Value {
@@ -374,9 +469,63 @@ fn denial(action: &str) -> &'static str {
 }
 
 /// The session as audit logs show it: a prefix, since ids are bearer-like secrets.
-fn session_label(id: &SessionId) -> String {
-    let s = id.as_str();
-    format!("{}…", &s[..s.len().min(8)])
+fn session_label(s: &str) -> String {
+    let prefix = s.get(..8).unwrap_or(s);
+    format!("{prefix}…")
+}
+
+/// Longest `clientInfo` name or version an audit line keeps, in bytes.
+const CLIENT_INFO_LIMIT: usize = 256;
+/// Longest error text an audit line keeps as its `reason`, in bytes (a backend's refusal of
+/// a per-session `initialize` quotes the backend's answer).
+const REASON_LIMIT: usize = 512;
+
+/// The head every audit line starts with, in this order: `time`; `principal` (issuer,
+/// subject), absent when nobody was authenticated; `session` and `era` (label or `stateless`,
+/// `legacy`/`modern`) for MCP lines; `what` — `("method", name)` for a client's JSON-RPC
+/// method or `("event", kind)` for a gateway event; `outcome`. Every value is a JSON string
+/// built by the encoder, so client-chosen text is escaped by construction.
+fn line(
+    principal: Option<(&str, &str)>,
+    scope: Option<(&str, &str)>,
+    what: (&str, &str),
+    outcome: &str,
+) -> Value {
+    let mut entry = json!({ "time": crate::audit::now_rfc3339() });
+    if let Some((iss, sub)) = principal {
+        entry["principal"] = json!({ "iss": iss, "sub": sub });
+    }
+    if let Some((session, era)) = scope {
+        entry["session"] = json!(session);
+        entry["era"] = json!(era);
+    }
+    entry[what.0] = json!(what.1);
+    entry["outcome"] = json!(outcome);
+    entry
+}
+
+/// An error as an audit `reason`, bounded.
+fn reason_of(e: &CoreError) -> Value {
+    json!(truncate(&e.to_string(), REASON_LIMIT).0)
+}
+
+/// The `clientInfo` `name` and `version` of an `initialize`, each cut to
+/// [`CLIENT_INFO_LIMIT`] bytes, and whether one was cut. Absent members (and non-strings)
+/// are left out; `None` when neither is there.
+fn client_info(msg: &Message<'_>) -> Option<(Value, bool)> {
+    let info = msg.param("clientInfo")?;
+    let mut out = serde_json::Map::new();
+    let mut cut = false;
+    for key in ["name", "version"] {
+        let text =
+            object_member(info, key).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+        if let Some(text) = text {
+            let (kept, was_cut) = truncate(&text, CLIENT_INFO_LIMIT);
+            cut |= was_cut;
+            out.insert(key.to_owned(), json!(kept));
+        }
+    }
+    (!out.is_empty()).then_some((Value::Object(out), cut))
 }
 
 /// An admitted operation: filters its result and writes its audit line exactly once (on
@@ -440,6 +589,38 @@ impl Admitted<'_> {
         result
     }
 
+    /// Completes an `initialize` (see [`Access::audit_only`]): `opened` is the session it
+    /// opened, the protocol version the client was answered with and the answer, or why
+    /// there is none. The line names the session by label and adds `protocolVersion` and the
+    /// client's `clientInfo` (`client`: `name`, `version`, bounded).
+    pub(crate) fn finish_initialize(
+        mut self,
+        opened: Result<(&SessionId, &str, &[u8]), &CoreError>,
+    ) {
+        if self.done {
+            return;
+        }
+        let client = client_info(self.msg);
+        let (outcome, reason, version, response) = match opened {
+            Ok((session, version, response)) => {
+                self.session = Some(session_label(session.as_str()));
+                ("allowed", None, Some(version), Some(response))
+            }
+            Err(e) => ("error", Some(reason_of(e)), None, None),
+        };
+        self.record_with(outcome, reason, response, |entry| {
+            if let Some(version) = version {
+                entry["protocolVersion"] = json!(version);
+            }
+            if let Some((client, cut)) = client {
+                entry["client"] = client;
+                if cut {
+                    entry["clientTruncated"] = json!(true);
+                }
+            }
+        });
+    }
+
     /// A response body with its `result` filtered for the caller (lists, discovery). Bodies
     /// that are errors, or that do not parse, pass unchanged.
     fn filter_body(&self, body: Vec<u8>) -> Vec<u8> {
@@ -491,24 +672,38 @@ impl Admitted<'_> {
                 }
             }
             Err(CoreError::Cancelled) => self.record("error", Some(json!("cancelled")), None),
-            Err(e) => self.record("error", Some(json!(e.to_string())), None),
+            Err(e) => self.record("error", Some(reason_of(e)), None),
         }
     }
 
     fn record(&mut self, outcome: &str, reason: Option<Value>, response: Option<&[u8]>) {
+        self.record_with(outcome, reason, response, |_| {});
+    }
+
+    /// [`Self::record`], with `more` adding the operation's own members (before `reason`).
+    fn record_with(
+        &mut self,
+        outcome: &str,
+        reason: Option<Value>,
+        response: Option<&[u8]>,
+        more: impl FnOnce(&mut Value),
+    ) {
         self.done = true;
         let Some(audit) = &self.access.audit else {
             return;
         };
-        let mut entry = json!({
-            "time": crate::audit::now_rfc3339(),
-            "principal": { "iss": self.principal.issuer, "sub": self.principal.subject },
-            "session": self.session.as_deref().unwrap_or("stateless"),
-            "era": match self.path { Path::Legacy => "legacy", Path::Modern => "modern" },
-            "method": self.msg.method.unwrap_or_default(),
-            "outcome": outcome,
-            "latencyMs": (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
-        });
+        let era = match self.path {
+            Path::Legacy => "legacy",
+            Path::Modern => "modern",
+        };
+        let mut entry = line(
+            Some((&self.principal.issuer, &self.principal.subject)),
+            Some((self.session.as_deref().unwrap_or("stateless"), era)),
+            ("method", self.msg.method.unwrap_or_default()),
+            outcome,
+        );
+        entry["latencyMs"] =
+            json!((self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0);
         if let Some(id) = &self.msg.id {
             entry["id"] = json!(truncate(id.as_json(), 128).0);
         }
@@ -516,6 +711,7 @@ impl Admitted<'_> {
         if !target.is_null() {
             entry["target"] = target;
         }
+        more(&mut entry);
         if let Some(reason) = reason {
             entry["reason"] = reason;
         }
@@ -654,5 +850,187 @@ mod tests {
         let caps = json!({"tools":{"listChanged":true},"prompts":{},"logging":{}});
         let out = access().visible_capabilities(&Principal::anonymous(), &caps);
         assert_eq!(out, json!({"tools":{"listChanged":true},"logging":{}}));
+    }
+
+    /// Collects what the audit writer thread writes, one write per line.
+    struct Lines(std::sync::mpsc::Sender<Vec<u8>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.0.send(buf.to_vec());
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn audited() -> (Access, std::sync::mpsc::Receiver<Vec<u8>>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log = AuditLog::to_writer(Box::new(Lines(tx)), None).unwrap();
+        let access = Access {
+            audit: Some(log),
+            ..Access::default()
+        };
+        (access, rx)
+    }
+
+    /// The line's member names, sorted (their order depends on serde_json's features).
+    fn keys(line: &Value) -> Vec<&str> {
+        let mut keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    /// The next line, raw and parsed; it must be exactly one line.
+    fn next_line(rx: &std::sync::mpsc::Receiver<Vec<u8>>) -> (String, Value) {
+        let raw = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("an audit line");
+        let raw = String::from_utf8(raw).unwrap();
+        assert!(
+            raw.ends_with('\n') && raw.matches('\n').count() == 1,
+            "{raw:?}"
+        );
+        let parsed = serde_json::from_str(&raw).unwrap();
+        (raw, parsed)
+    }
+
+    #[test]
+    fn initialize_lines_label_the_session_and_bound_the_client_info() {
+        let (access, rx) = audited();
+        let alice = Principal {
+            issuer: "api-key".into(),
+            subject: "alice".into(),
+            claims: serde_json::Map::new(),
+        };
+        let name = format!("evil\"}},\n\u{2028}{}", "é".repeat(300));
+        let req = json!({"jsonrpc":"2.0","id":7,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},
+            "clientInfo":{"name":name,"version":"1.2"}}})
+        .to_string();
+        let msg = Message::parse(req.as_bytes()).unwrap();
+        let store = crate::session::SessionStore::new(4, std::time::Duration::from_secs(60));
+        let sid = store.create("2025-11-25", &alice).unwrap();
+
+        access.audit_only(&alice, &msg).finish_initialize(Ok((
+            &sid,
+            "2025-11-25",
+            b"{}".as_slice(),
+        )));
+        let (raw, line) = next_line(&rx);
+        assert!(
+            !raw.contains(sid.as_str()),
+            "the raw session id is never logged"
+        );
+        assert_eq!(line["principal"], json!({"iss":"api-key","sub":"alice"}));
+        assert_eq!(line["session"], session_label(sid.as_str()));
+        assert_eq!(
+            (&line["era"], &line["method"], &line["outcome"], &line["id"]),
+            (
+                &json!("legacy"),
+                &json!("initialize"),
+                &json!("allowed"),
+                &json!("7")
+            )
+        );
+        assert_eq!(line["protocolVersion"], "2025-11-25");
+        assert_eq!(line["client"]["version"], "1.2");
+        let kept = line["client"]["name"].as_str().unwrap();
+        assert!(kept.len() <= CLIENT_INFO_LIMIT && kept.len() > CLIENT_INFO_LIMIT - 4);
+        assert!(
+            name.starts_with(kept),
+            "a prefix, cut on a character boundary"
+        );
+        assert_eq!(line["clientTruncated"], true);
+        assert!(
+            line.get("response").is_none(),
+            "bodies only with a body limit"
+        );
+
+        // Refused: no session, the reason; the client still named.
+        access
+            .audit_only(&alice, &msg)
+            .finish_initialize(Err(&CoreError::TooManySessions(4)));
+        let (_, line) = next_line(&rx);
+        assert_eq!(
+            (&line["outcome"], &line["reason"], &line["session"]),
+            (
+                &json!("error"),
+                &json!("too many sessions (limit 4)"),
+                &json!("stateless")
+            )
+        );
+        assert!(line.get("protocolVersion").is_none() && line["client"]["version"] == "1.2");
+
+        // Abandoned (the client left): cancelled.
+        drop(access.audit_only(&alice, &msg));
+        let (_, line) = next_line(&rx);
+        assert_eq!(
+            (&line["outcome"], &line["reason"]),
+            (&json!("error"), &json!("cancelled"))
+        );
+    }
+
+    #[test]
+    fn session_ends_and_refused_credentials_are_events() {
+        let (access, rx) = audited();
+        let id = "0123456789abcdef0123456789abcdef";
+        access.record_session_end(&("iss".into(), "bob".into()), id, "expired");
+        let (raw, line) = next_line(&rx);
+        assert!(!raw.contains(id));
+        assert_eq!(
+            keys(&line),
+            [
+                "era",
+                "event",
+                "outcome",
+                "principal",
+                "reason",
+                "session",
+                "time"
+            ]
+        );
+        assert_eq!(
+            (&line["principal"]["sub"], &line["session"], &line["event"]),
+            (&json!("bob"), &json!("01234567…"), &json!("session_end"))
+        );
+        assert_eq!(
+            (&line["outcome"], &line["reason"]),
+            (&json!("ended"), &json!("expired"))
+        );
+
+        access.record_unauthenticated(Unauthenticated::Missing, "GET", "/sse");
+        let (_, line) = next_line(&rx);
+        assert_eq!(
+            keys(&line),
+            ["event", "httpMethod", "outcome", "path", "reason", "time"]
+        );
+        assert_eq!(
+            (
+                &line["outcome"],
+                &line["reason"],
+                &line["httpMethod"],
+                &line["path"]
+            ),
+            (
+                &json!("unauthenticated"),
+                &json!("missing_credential"),
+                &json!("GET"),
+                &json!("/sse")
+            )
+        );
+        access.record_unauthenticated(Unauthenticated::Invalid("unknown API key"), "POST", "/mcp");
+        let (_, line) = next_line(&rx);
+        assert_eq!(
+            (&line["reason"], &line["detail"]),
+            (&json!("invalid_credential"), &json!("unknown API key"))
+        );
     }
 }

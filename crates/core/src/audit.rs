@@ -1,5 +1,6 @@
-//! The audit log: one JSON line per MCP operation, written by a thread of its own so that a
-//! slow disk never delays a request.
+//! The audit log: one JSON line per MCP operation, session start (`initialize`) and end, and
+//! refused credential (401), written by a thread of its own so that a slow disk never delays
+//! a request. The lines are built in `access`.
 //!
 //! Bounded (invariant 6): lines wait in a queue of [`AUDIT_QUEUE`]; when the writer falls that
 //! far behind, further lines are dropped and counted, and the count is reported (warn) with

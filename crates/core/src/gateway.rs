@@ -157,17 +157,28 @@ impl Gateway {
     }
 
     /// Answers a client's `initialize` from the backend's own handshake, with the version
-    /// negotiated for *this* client, and opens its session.
+    /// negotiated for *this* client, and opens its session. Audited, opened or refused (see
+    /// `access`).
     pub fn initialize(
         &self,
         caller: &Principal,
         id: &RequestId,
         params: Option<&RawValue>,
     ) -> Result<Initialized, CoreError> {
+        let msg = initialize_message(id, params);
+        let audit = self.config.access.audit_only(caller, &msg);
         let (negotiated, response) = self.negotiate(caller, id, params);
-        let session = self.registry.sessions.create(negotiated, caller)?;
-        debug!(?session, %negotiated, "session opened");
-        Ok(Initialized { session, response })
+        match self.registry.sessions.create(negotiated, caller) {
+            Ok(session) => {
+                debug!(?session, %negotiated, "session opened");
+                audit.finish_initialize(Ok((&session, negotiated, &response[..])));
+                Ok(Initialized { session, response })
+            }
+            Err(e) => {
+                audit.finish_initialize(Err(&e));
+                Err(e)
+            }
+        }
     }
 
     /// The gateway's answer to a client's `initialize`: the backend's own handshake, with the
@@ -555,6 +566,18 @@ impl Gateway {
     /// The backend's process id, when it is a local process.
     pub fn backend_pid(&self) -> Option<u32> {
         self.backend.handle.pid()
+    }
+}
+
+/// An `initialize` request as the audit sees it, for callers that hold only its parts.
+pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue>) -> Message<'a> {
+    Message {
+        kind: switchboard_wire::MessageKind::Request,
+        id: Some(id.clone()),
+        method: Some(method::INITIALIZE),
+        params,
+        result: None,
+        error: None,
     }
 }
 

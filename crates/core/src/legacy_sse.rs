@@ -97,7 +97,7 @@ impl Gateway {
     }
 
     /// Answers `initialize` on an HTTP+SSE session: negotiates this client's version, records
-    /// it, and queues the answer on the session's stream.
+    /// it, and queues the answer on the session's stream. Audited like one on `/mcp`.
     pub fn initialize_sse(
         &self,
         caller: &crate::Principal,
@@ -105,13 +105,22 @@ impl Gateway {
         id: &RequestId,
         params: Option<&RawValue>,
     ) -> Result<(), CoreError> {
+        let msg = crate::gateway::initialize_message(id, params);
+        let audit = self.config.access.audit_only(caller, &msg);
         let (negotiated, response) = self.negotiate(caller, id, params);
-        self.registry
+        let response = Bytes::from(response);
+        let queued = self
+            .registry
             .sessions
             .with_transport(session.as_str(), Transport::Sse, |s| {
                 s.protocol_version = negotiated;
-                s.listen.push(Bytes::from(response));
-            })
+                s.listen.push(response.clone());
+            });
+        match &queued {
+            Ok(()) => audit.finish_initialize(Ok((session, negotiated, &response[..]))),
+            Err(e) => audit.finish_initialize(Err(e)),
+        }
+        queued
     }
 
     /// Runs `task` (one request and the delivery of its answer) as a task owned by the session:
@@ -169,6 +178,6 @@ impl Gateway {
             return; // Already ended (TTL, shutdown).
         };
         debug!(?session, "HTTP+SSE stream closed; session ended");
-        self.spawn_cleanup(ended);
+        self.spawn_cleanup(ended, crate::state_ops::EndReason::StreamClosed);
     }
 }

@@ -34,7 +34,7 @@ mod subscription;
 mod tasks;
 mod tool_headers;
 
-pub use access::{Access, Authorizer, Principal, Target};
+pub use access::{Access, Authorizer, Principal, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use dispatch::Registry;
 pub use error::CoreError;

@@ -22,6 +22,7 @@ use switchboard_wire::{
 
 use crate::dispatch::Registry;
 use crate::route::random_hex;
+use crate::state_ops::EndReason;
 use crate::CoreError;
 
 /// Starts one backend process for one session; implemented by the binary (it knows the
@@ -229,7 +230,9 @@ impl crate::Gateway {
 
     /// A Legacy `initialize` in per-session mode: a new process, handed the client's own
     /// `initialize` (its capabilities included, so the backend knows it may ask for sampling,
-    /// elicitation or roots); the backend's answer goes back with the client's id.
+    /// elicitation or roots); the backend's answer goes back with the client's id. Audited
+    /// like a shared-mode `initialize`: opened, refused, failed, or cancelled when the client
+    /// leaves first.
     pub async fn initialize_isolated(
         &self,
         caller: &crate::Principal,
@@ -239,6 +242,31 @@ impl crate::Gateway {
         let Some(spawner) = self.per_session.get() else {
             return self.initialize(caller, id, msg.params);
         };
+        let audit = self.config.access.audit_only(caller, msg);
+        let result = self.open_isolated(caller, id, msg, spawner).await;
+        match &result {
+            Ok(init) => {
+                // The version the client was told is the backend's own answer's.
+                let answered = Message::parse(&init.response).ok().and_then(|m| {
+                    m.result
+                        .and_then(|r| switchboard_wire::object_member(r, "protocolVersion"))
+                        .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+                });
+                let version = answered.as_deref().unwrap_or_default();
+                audit.finish_initialize(Ok((&init.session, version, &init.response[..])));
+            }
+            Err(e) => audit.finish_initialize(Err(e)),
+        }
+        result
+    }
+
+    async fn open_isolated(
+        &self,
+        caller: &crate::Principal,
+        id: &RequestId,
+        msg: &Message<'_>,
+        spawner: &Arc<dyn SpawnBackend>,
+    ) -> Result<crate::Initialized, CoreError> {
         let (negotiated, _) = self.negotiate(caller, id, msg.params);
         let session = self.registry.sessions.create(negotiated, caller)?;
         // Until the client has its answer, dropping this future (the client went away while
@@ -313,7 +341,7 @@ impl crate::Gateway {
             // the standard way (404, then a fresh `initialize` gets a fresh process).
             if let Some(sid) = call.session {
                 if let Ok(ended) = self.registry.sessions.remove_any(sid.as_str()) {
-                    self.cleanup(ended).await;
+                    self.cleanup(ended, EndReason::BackendExited).await;
                 }
             }
             return Err(CoreError::SessionNotFound);
@@ -344,7 +372,7 @@ impl crate::Gateway {
     /// backend processes.
     pub async fn end_all_sessions(&self) {
         for ended in self.registry.sessions.drain() {
-            self.cleanup(ended).await;
+            self.cleanup(ended, EndReason::Shutdown).await;
         }
         self.end_held_calls().await;
         // Teardowns started earlier (reaper, closed streams) get their process grace too.
@@ -369,7 +397,7 @@ impl PendingInit<'_> {
     /// The initialize failed: end the session now, and wait for its process to stop.
     async fn fail(mut self) {
         if let Some(ended) = self.take_ended() {
-            self.gateway.cleanup(ended).await;
+            self.gateway.cleanup(ended, EndReason::NeverOpened).await;
         }
     }
 
@@ -389,7 +417,7 @@ impl Drop for PendingInit<'_> {
     fn drop(&mut self) {
         if let Some(ended) = self.take_ended() {
             tracing::debug!("client left during initialize; session ended");
-            self.gateway.spawn_cleanup(ended);
+            self.gateway.spawn_cleanup(ended, EndReason::NeverOpened);
         }
     }
 }

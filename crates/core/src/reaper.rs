@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::session::Ended;
+use crate::state_ops::EndReason;
 use crate::Gateway;
 
 /// Most session teardowns running at once; more wait for a slot. Bounds the processes being
@@ -47,20 +48,21 @@ impl Gateway {
     fn reap_sessions(&self) {
         for ended in self.registry.sessions.reap() {
             debug!("session expired");
-            self.spawn_cleanup(ended);
+            self.spawn_cleanup(ended, EndReason::Expired);
         }
         if self.is_per_session() {
             let grace = self.config.listen_grace;
             for ended in self.registry.sessions.reap_lost_listeners(grace) {
                 debug!("session's listen stream lost past the grace period");
-                self.spawn_cleanup(ended);
+                self.spawn_cleanup(ended, EndReason::ListenLost);
             }
         }
     }
 
-    /// Releases an ended session's state in the background (see the module docs). Callable
-    /// from synchronous code, drop included.
-    pub(crate) fn spawn_cleanup(&self, ended: Ended) {
+    /// Audits an ended session's end at once, then releases its state in the background (see
+    /// the module docs). Callable from synchronous code, drop included.
+    pub(crate) fn spawn_cleanup(&self, ended: Ended, reason: EndReason) {
+        self.audit_end(&ended, reason);
         // With no runtime (teardown) or no gateway left, dropping `ended` is the cleanup: its
         // process, if any, is killed on drop, and the shared backend goes with the gateway.
         let (Some(gateway), Ok(runtime)) = (self.myself(), tokio::runtime::Handle::try_current())
@@ -74,7 +76,7 @@ impl Gateway {
             async move {
                 // The semaphore is never closed; without a permit the cleanup still runs.
                 let _slot = slots.acquire_owned().await.ok();
-                gateway.cleanup(ended).await;
+                gateway.release(ended).await;
             },
             &runtime,
         );

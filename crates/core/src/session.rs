@@ -89,6 +89,8 @@ pub(crate) struct Session {
 #[derive(Debug)]
 pub(crate) struct Ended {
     pub(crate) id: String,
+    /// Who owned it (issuer, subject), for its audit line.
+    pub(crate) owner: (String, String),
     pub(crate) subscriptions: HashSet<String>,
     pub(crate) had_log_level: bool,
     /// Route keys of requests that were still waiting; the backend is told to cancel them.
@@ -396,6 +398,7 @@ fn ended(id: String, session: Session) -> Ended {
     };
     Ended {
         id,
+        owner: session.owner,
         subscriptions: session.subscriptions,
         had_log_level: session.log_level.is_some(),
         in_flight,

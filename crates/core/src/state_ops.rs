@@ -182,14 +182,30 @@ impl Gateway {
             .registry
             .sessions
             .remove(raw, Transport::Streamable, Some(caller))?;
-        self.cleanup(ended).await;
+        self.cleanup(ended, EndReason::Deleted).await;
         Ok(())
+    }
+
+    /// Audits a session's end (see [`EndReason`]) and releases its state.
+    pub(crate) async fn cleanup(&self, ended: Ended, reason: EndReason) {
+        self.audit_end(&ended, reason);
+        self.release(ended).await;
+    }
+
+    /// The audit line of a session's end: its owner, its label and `reason` (none for a
+    /// session that never reached its client).
+    pub(crate) fn audit_end(&self, ended: &Ended, reason: EndReason) {
+        if let Some(reason) = reason.audit() {
+            self.config
+                .access
+                .record_session_end(&ended.owner, &ended.id, reason);
+        }
     }
 
     /// Releases a finished session's state: upstream unsubscribes where it was the last
     /// subscriber, log-level reconciliation, cancellation of its in-flight requests. Its
     /// listen stream already closed when it left the table.
-    pub(crate) async fn cleanup(&self, ended: Ended) {
+    pub(crate) async fn release(&self, ended: Ended) {
         if let Some(process) = ended.process {
             // The session's own backend: its requests die with it, no cancellations needed.
             process.shutdown(crate::per_session::SHUTDOWN_GRACE).await;
@@ -213,6 +229,42 @@ impl Gateway {
         if ended.had_log_level {
             self.reconcile_log_level().await;
         }
+    }
+}
+
+/// Why a session ended, as its audit line says (`reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndReason {
+    /// The client's DELETE.
+    Deleted,
+    /// Idle past the TTL (reaper).
+    Expired,
+    /// Per-session mode: its backend process had exited (noticed at the session's next
+    /// request).
+    BackendExited,
+    /// Per-session mode: its listen stream was gone past the grace period (reaper).
+    ListenLost,
+    /// HTTP+SSE: its stream closed (client gone, or evicted for not reading).
+    StreamClosed,
+    /// Gateway shutdown.
+    Shutdown,
+    /// Per-session mode: its `initialize` failed, or the client left during it. The client
+    /// never had the session, and the `initialize` line already records the outcome, so no
+    /// line of its own.
+    NeverOpened,
+}
+
+impl EndReason {
+    fn audit(self) -> Option<&'static str> {
+        Some(match self {
+            EndReason::Deleted => "deleted",
+            EndReason::Expired => "expired",
+            EndReason::BackendExited => "backend_exited",
+            EndReason::ListenLost => "listen_lost",
+            EndReason::StreamClosed => "stream_closed",
+            EndReason::Shutdown => "shutdown",
+            EndReason::NeverOpened => return None,
+        })
     }
 }
 

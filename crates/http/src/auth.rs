@@ -16,7 +16,8 @@
 //!   cached, refetched when older than its max age, and refetched at once on an unknown `kid`
 //!   — at most once per cooldown, so forged `kid`s cannot make the gateway hammer the issuer.
 //!
-//! Tokens never reach a log line or an error message: failures are logged by kind only.
+//! Tokens never reach a log line, an error message or the audit log: failures are logged by
+//! kind only, and audited (`outcome: "unauthenticated"`) by kind, HTTP method and path.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,7 +34,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tracing::{debug, warn};
 
-use switchboard_core::Principal;
+use switchboard_core::{Principal, Unauthenticated};
 
 use crate::error::HttpError;
 use crate::AppState;
@@ -288,9 +289,23 @@ pub(crate) async fn admit(state: &AppState, request: &mut Request) -> Result<(),
             Ok(())
         }
         Err(failure) => {
-            if let AuthFailure::Invalid(reason) = failure {
-                debug!(reason, "bearer credential rejected");
-            }
+            let audited = match failure {
+                AuthFailure::Missing => Unauthenticated::Missing,
+                AuthFailure::Invalid(reason) => {
+                    debug!(reason, "bearer credential rejected");
+                    Unauthenticated::Invalid(reason)
+                }
+            };
+            // Audited by kind, method and path only: never the credential, any header, or
+            // the query (`/messages?session_id=`). An unauthenticated client can cause these
+            // lines without limit; the audit queue is bounded and drops (and counts) what
+            // its writer cannot keep up with, so a flood neither blocks nor grows anything.
+            // No remote address: the server is not started with connection info.
+            state.gateway.audit_unauthenticated(
+                audited,
+                request.method().as_str(),
+                request.uri().path(),
+            );
             Err(HttpError::Unauthorized {
                 metadata_url: auth.metadata_url.clone(),
                 invalid_token: matches!(failure, AuthFailure::Invalid(_)),

@@ -649,12 +649,36 @@ permit(principal == ApiKey::"alice", action in [Action::"list_tools", Action::"l
 permit(principal == ApiKey::"alice", action == Action::"call_tool", resource == Tool::"echo");
 "#;
 
+/// Every complete line of the audit log so far (one the writer thread is still writing is
+/// left for the next read).
 fn audit_lines(path: &PathBuf) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
+    let text = std::fs::read_to_string(path).unwrap();
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// Waits (bounded) for the audit writer thread to write a line `want` accepts; returns it.
+async fn audited(path: &PathBuf, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = audit_lines(path);
+        if let Some(line) = lines.iter().find(|l| want(l)) {
+            return line.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no audit line for {what} in {lines:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The audit log's name for a session: the first 8 characters of its id and an ellipsis.
+fn label(sid: &str) -> String {
+    format!("{}…", &sid[..8])
 }
 
 #[tokio::test]
@@ -876,6 +900,190 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
     for key in [ALICE, BOB, ADMIN] {
         assert!(!text.contains(key) && !logs.contains(key), "a key leaked");
     }
+}
+
+#[tokio::test]
+async fn session_lifecycle_and_refused_credentials_are_audited() {
+    let keys = keys_file();
+    let audit = temp_file("audit.log", "");
+    let gw = TestGateway::start(&[
+        "--api-keys-file",
+        &keys,
+        "--audit-log",
+        audit.to_str().unwrap(),
+        "--max-sessions",
+        "2",
+    ])
+    .await;
+    // Client-chosen text that would break a hand-built line, and longer than is kept.
+    let client_name = format!("probe\"}},\"outcome\":\"forged\n{}", "x".repeat(400));
+    let init = json!({"jsonrpc":"2.0","id":"init-1","method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},
+        "clientInfo":{"name":client_name,"version":"7.1"}}});
+    let r = post_as(&gw, Some(ALICE), None, &init).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+
+    // Who opened which session, at which version, with what client.
+    let opened = audited(&audit, "Alice's initialize", |l| {
+        l["method"] == "initialize"
+    })
+    .await;
+    assert_eq!(opened["principal"], json!({"iss":"api-key","sub":"alice"}));
+    assert_eq!(opened["session"], label(&sid));
+    assert_eq!(
+        (&opened["outcome"], &opened["era"], &opened["id"]),
+        (&json!("allowed"), &json!("legacy"), &json!("\"init-1\""))
+    );
+    assert_eq!(opened["protocolVersion"], "2025-06-18");
+    assert_eq!(opened["client"]["version"], "7.1");
+    let kept = opened["client"]["name"].as_str().unwrap();
+    assert_eq!(
+        (kept.len(), opened["clientTruncated"].clone()),
+        (256, json!(true))
+    );
+    assert!(client_name.starts_with(kept));
+
+    // An HTTP+SSE session is opened by its stream and initialized on it.
+    let (sse, events) = open_sse(&gw, ALICE).await;
+    let (status, _) = post_messages(&gw, ALICE, &sse, &init).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let sse_init = audited(&audit, "the HTTP+SSE initialize", |l| {
+        l["method"] == "initialize" && l["session"] == label(&sse)
+    })
+    .await;
+    assert_eq!(sse_init["outcome"], "allowed");
+    // A refused initialize (the table is full) is audited with its reason.
+    let r = post_as(&gw, Some(BOB), None, &init).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
+    let refused = audited(&audit, "Bob's refused initialize", |l| {
+        l["method"] == "initialize" && l["principal"]["sub"] == "bob"
+    })
+    .await;
+    assert_eq!(
+        (&refused["outcome"], &refused["reason"], &refused["session"]),
+        (
+            &json!("error"),
+            &json!("too many sessions (limit 2)"),
+            &json!("stateless")
+        )
+    );
+    // Closing the stream ends that session.
+    drop(events);
+    let closed = audited(&audit, "the HTTP+SSE session's end", |l| {
+        l["event"] == "session_end" && l["session"] == label(&sse)
+    })
+    .await;
+    assert_eq!(
+        (&closed["reason"], &closed["outcome"]),
+        (&json!("stream_closed"), &json!("ended"))
+    );
+
+    // 401s: no credential; a wrong key (on /mcp, and on /messages naming a real session).
+    const WRONG: &str = "wrong-key-SECRET-0123456789abcdef";
+    let ping = request(json!(1), "ping", json!({}));
+    assert_eq!(
+        post_as(&gw, None, None, &ping).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        post_as(&gw, Some(WRONG), Some(&sid), &ping).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let (status, _) = post_messages(&gw, WRONG, &sid, &ping).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // DELETE ends Alice's session: the last line, so once it is there every line before it is.
+    let (status, _) = raw(&gw, reqwest::Method::DELETE, ALICE, &sid, &[]).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let ended = audited(&audit, "the DELETE", |l| {
+        l["event"] == "session_end" && l["session"] == label(&sid)
+    })
+    .await;
+    assert_eq!(ended["principal"], json!({"iss":"api-key","sub":"alice"}));
+    assert_eq!(
+        (&ended["reason"], &ended["outcome"]),
+        (&json!("deleted"), &json!("ended"))
+    );
+
+    let lines = audit_lines(&audit);
+    let refused: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["outcome"] == "unauthenticated")
+        .collect();
+    assert_eq!(refused.len(), 3, "{refused:#?}");
+    for l in &refused {
+        assert_eq!(l["event"], "authentication");
+        assert!(l.get("principal").is_none(), "nobody was authenticated");
+    }
+    assert_eq!(
+        (
+            &refused[0]["reason"],
+            &refused[0]["httpMethod"],
+            &refused[0]["path"]
+        ),
+        (&json!("missing_credential"), &json!("POST"), &json!("/mcp"))
+    );
+    assert!(refused[0].get("detail").is_none());
+    for (l, path) in [(refused[1], "/mcp"), (refused[2], "/messages")] {
+        assert_eq!(
+            (&l["reason"], &l["detail"], &l["path"]),
+            (
+                &json!("invalid_credential"),
+                &json!("unknown API key"),
+                &json!(path)
+            )
+        );
+    }
+    // Every line is one JSON object (the client's text did not break out), and nothing
+    // secret is in the file: no key, no header, no raw session id (the /messages query).
+    assert!(lines.iter().all(|l| l["outcome"] != "forged"));
+    let text = std::fs::read_to_string(&audit).unwrap();
+    for secret in [WRONG, "SECRET", ALICE, BOB, &sid, &sse] {
+        assert!(!text.contains(secret), "{secret} leaked into {text}");
+    }
+    let lower = text.to_ascii_lowercase();
+    assert!(
+        !lower.contains("authorization") && !lower.contains("bearer"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn per_session_initialize_and_expiry_are_audited() {
+    let keys = keys_file();
+    let audit = temp_file("audit.log", "");
+    let gw = TestGateway::start(&[
+        "--isolation",
+        "per-session",
+        "--api-keys-file",
+        &keys,
+        "--audit-log",
+        audit.to_str().unwrap(),
+        "--session-ttl",
+        "0.5",
+    ])
+    .await;
+    let (sid, init) = session_as(&gw, ALICE).await;
+    let opened = audited(&audit, "the per-session initialize", |l| {
+        l["method"] == "initialize"
+    })
+    .await;
+    assert_eq!(opened["principal"], json!({"iss":"api-key","sub":"alice"}));
+    assert_eq!(opened["session"], label(&sid));
+    assert_eq!(opened["outcome"], "allowed");
+    // The version the session's own backend answered with.
+    assert_eq!(opened["protocolVersion"], init["result"]["protocolVersion"]);
+    assert_eq!(opened["client"], json!({"name":"it","version":"0"}));
+    // Left idle, it expires.
+    let ended = audited(&audit, "the expiry", |l| {
+        l["event"] == "session_end" && l["session"] == label(&sid)
+    })
+    .await;
+    assert_eq!(
+        (&ended["reason"], &ended["principal"]["sub"]),
+        (&json!("expired"), &json!("alice"))
+    );
 }
 
 #[tokio::test]
