@@ -35,22 +35,16 @@ pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
     ) -> Result<(StdioHandle, StdioProcess), UpstreamError>;
 }
 
-/// Starts a process with `spawner` on the blocking pool, not on an async worker: `fork` of a
-/// large multi-threaded gateway takes milliseconds, during which the worker would serve
-/// nobody (with `--worker-threads 1`, nobody at all). If the caller goes away meanwhile, the
-/// finished spawn is dropped and its process killed.
+/// Starts a process with `spawner` on the forking thread ([`switchboard_upstream::on_forker`]),
+/// not on an async worker: `fork` of a large multi-threaded gateway takes milliseconds, during
+/// which the worker would serve nobody (with `--worker-threads 1`, nobody at all). If the
+/// caller goes away meanwhile, the finished spawn is dropped and its process killed.
 pub(crate) async fn spawn_off_runtime(
     spawner: &Arc<dyn SpawnBackend>,
     sink: Arc<dyn InboundSink>,
 ) -> Result<(StdioHandle, StdioProcess), CoreError> {
     let spawner = spawner.clone();
-    match tokio::task::spawn_blocking(move || spawner.spawn(sink)).await {
-        Ok(spawned) => Ok(spawned?),
-        Err(e) => Err(CoreError::Backend(UpstreamError::Spawn {
-            program: "backend".into(),
-            reason: format!("spawn task failed: {e}"),
-        })),
-    }
+    Ok(switchboard_upstream::on_forker(move || spawner.spawn(sink)).await??)
 }
 
 /// A session's own backend.
@@ -415,8 +409,12 @@ impl Drop for PendingInit<'_> {
     /// Neither completed nor failed: the client went away mid-initialize. Drop code cannot
     /// wait, so the process is stopped in the background.
     fn drop(&mut self) {
-        if let Some(ended) = self.take_ended() {
+        if let Some(mut ended) = self.take_ended() {
             tracing::debug!("client left during initialize; session ended");
+            // Nobody ever saw this session, so no grace is owed: killed now (on drop), not
+            // after waiting for a teardown slot. A client that initializes and disconnects in
+            // a loop therefore cannot pile up processes.
+            drop(ended.process.take());
             self.gateway.spawn_cleanup(ended, EndReason::NeverOpened);
         }
     }

@@ -6,12 +6,14 @@
 //! requests) in stdout order; `core` implements it and decides what to do with them.
 
 mod error;
+mod forker;
 mod framing;
 mod orphan;
 pub mod stdio;
 mod supervisor;
 
 pub use error::UpstreamError;
+pub use forker::on_forker;
 pub use stdio::{
     spawn, BackendResponse, InboundSink, PendingCall, StdioConfig, StdioHandle, StdioProcess,
 };

@@ -3,8 +3,11 @@
 //! Closing stdin asks a well-behaved stdio server to exit, and `kill_on_drop` covers every
 //! orderly exit of the gateway; neither runs when the gateway itself is SIGKILLed. On Linux the
 //! child therefore asks the kernel, between `fork` and `exec`, to SIGKILL it when its parent
-//! dies (`PR_SET_PDEATHSIG`). The kernel tracks the *thread* that forked: backends are spawned
-//! from the runtime's worker threads, which live as long as the gateway.
+//! dies (`PR_SET_PDEATHSIG`). The kernel tracks the *thread* that forked: the shared backend is
+//! spawned at startup from the main thread, restarts from the runtime's workers, and
+//! per-session and per-call backends from [`crate::forker`]'s thread; all of them live as
+//! long as the gateway. Never spawn from a thread that may exit first (tokio's blocking pool
+//! retires idle threads after ten seconds, and its children would die with them).
 
 use tokio::process::Command;
 
