@@ -41,7 +41,8 @@ pub const SSE_QUEUE: usize = 4 * SSE_MAX_REQUESTS;
 pub const SSE_ANSWER_BYTES: usize = crate::listen::LISTEN_QUEUE_BYTES;
 /// Byte budget of an HTTP+SSE session's stream queue: its answers' share plus as much again
 /// for progress and listen traffic. Going over it evicts the consumer, as the event bound does
-/// (the session ends). One answer larger than the budget still goes out on an empty queue.
+/// (the session ends). Answers themselves are not refused for bytes: at most
+/// [`SSE_MAX_REQUESTS`] of them exist, one per request the client made.
 pub const SSE_QUEUE_BYTES: usize = 2 * SSE_ANSWER_BYTES;
 /// The revision a session is recorded with until its `initialize` negotiates one.
 const TRANSPORT_REVISION: &str = "2024-11-05";
@@ -152,7 +153,7 @@ impl Gateway {
         self.registry
             .sessions
             .with_transport(session.as_str(), Transport::Sse, |s| match kind {
-                SseDelivery::Answer => s.listen.push(data),
+                SseDelivery::Answer => s.listen.push_answer(data),
                 SseDelivery::Progress => {
                     s.listen
                         .push_reserving(data, SSE_MAX_REQUESTS, SSE_ANSWER_BYTES)

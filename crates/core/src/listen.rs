@@ -155,6 +155,25 @@ impl ListenState {
         true
     }
 
+    /// Queues the answer to one of the client's requests (HTTP+SSE): bounded by events, not
+    /// bytes (see [`QueueTx::try_send_answer`]); a full or closed queue evicts as [`push`]
+    /// does.
+    ///
+    /// [`push`]: Self::push
+    pub(crate) fn push_answer(&mut self, data: Bytes) -> bool {
+        let Some(event) = self.record(data) else {
+            return false;
+        };
+        let Some((_, tx)) = &self.active else {
+            return false;
+        };
+        if tx.try_send_answer(event).is_err() {
+            self.lose_stream();
+            return false;
+        }
+        true
+    }
+
     /// Queues a message that may be lost (progress) only while it leaves `events` slots and
     /// `bytes` of the byte budget free, so it can never crowd out the answers that room is kept
     /// for. Never evicts.
@@ -321,6 +340,30 @@ mod tests {
 
     fn big(n: usize) -> Bytes {
         Bytes::from(vec![b'x'; n])
+    }
+
+    /// The reviewer's case: several answers larger than the byte budget, queued behind one
+    /// another for a client that reads but has not caught up. Each is the only answer to a
+    /// request, so none may be refused for bytes; unsolicited traffic still is.
+    #[test]
+    fn answers_over_the_byte_budget_queue_behind_each_other() {
+        let limits = Limits {
+            events: 8,
+            bytes: 1000,
+        };
+        let (mut l, mut rx) = ListenState::stream_only(limits);
+        for _ in 0..3 {
+            assert!(
+                l.push_answer(big(1500)),
+                "an answer is never refused for bytes"
+            );
+        }
+        assert!(l.is_attached());
+        assert!(!l.push(big(10)), "a notification over the budget evicts");
+        assert!(!l.is_attached());
+        for _ in 0..3 {
+            assert_eq!(rx.try_recv().map(|e| e.data.len()).ok(), Some(1500));
+        }
     }
 
     #[test]

@@ -63,6 +63,12 @@ impl Gateway {
     /// the module docs). Callable from synchronous code, drop included.
     pub(crate) fn spawn_cleanup(&self, ended: Ended, reason: EndReason) {
         self.audit_end(&ended, reason);
+        // The session no longer counts against `--max-sessions`, but its process runs until
+        // its teardown gets a slot: ask it to exit now, so a well-behaved backend is gone
+        // before then and processes cannot pile up behind the slots.
+        if let Some(process) = &ended.process {
+            process.close_stdin();
+        }
         // With no runtime (teardown) or no gateway left, dropping `ended` is the cleanup: its
         // process, if any, is killed on drop, and the shared backend goes with the gateway.
         let (Some(gateway), Ok(runtime)) = (self.myself(), tokio::runtime::Handle::try_current())

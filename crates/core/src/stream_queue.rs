@@ -86,6 +86,15 @@ impl<T: Weigh> QueueTx<T> {
         })
     }
 
+    /// Queues `item` if it fits the event bound, whatever the bytes (which are still counted,
+    /// so budgeted messages see them). For answers to requests the client made: their number
+    /// is bounded by the client's own requests in flight, and refusing one would lose a
+    /// request's only answer (an answer larger than the free budget would otherwise evict a
+    /// client that is reading, whenever another answer is queued ahead of it).
+    pub fn try_send_answer(&self, item: T) -> Result<(), Rejected> {
+        self.send_if(item, 0, |_, _| true)
+    }
+
     /// Queues `item` only if it leaves `events` slots and `bytes` of the byte budget free for
     /// other messages. No oversize allowance: what is reserved stays reserved.
     pub fn try_send_reserving(&self, item: T, events: usize, bytes: usize) -> Result<(), Rejected> {

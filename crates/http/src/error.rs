@@ -142,6 +142,19 @@ impl HttpError {
 /// HTTP status of a Modern JSON-RPC error (mcp-wire.md §3.3): the envelope and header codes
 /// are 400, method-not-found is 404 (its body tells it from a Legacy 404), anything else is
 /// the handler's business and travels with 200.
+/// The last event of a streamed request whose task failed inside the gateway (a panic): the
+/// stream still ends with exactly one answer, a JSON-RPC internal error, rather than with no
+/// answer at all (which a client could mistake for a stream it should resume).
+pub(crate) fn stream_task_failed(id: Option<&RequestId>) -> Vec<u8> {
+    encode_error(
+        id,
+        &ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            "Internal error: the gateway failed while handling this request",
+        ),
+    )
+}
+
 pub(crate) fn status_of(code: i64) -> StatusCode {
     const BAD_REQUEST_CODES: [i32; 6] = [
         codes::HEADER_MISMATCH,

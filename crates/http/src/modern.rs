@@ -91,6 +91,7 @@ pub(crate) async fn handle(
             let bytes = bytes.clone();
             let caller = caller.clone();
             let (tx, rx) = mpsc::channel(REQUEST_STREAM_QUEUE);
+            let stream_id = id.clone();
             let call = async move {
                 let result = match Message::parse(&bytes) {
                     Ok(msg) => gateway
@@ -105,7 +106,12 @@ pub(crate) async fn handle(
                     encode_error(id, &err)
                 })
             };
-            Ok(sse::request_stream(call, Some(rx), state.config.keep_alive))
+            Ok(sse::request_stream(
+                call,
+                Some(rx),
+                state.config.keep_alive,
+                stream_id.as_ref(),
+            ))
         }
     }
 }

@@ -16,7 +16,7 @@ use tokio::time::{interval_at, Instant, Interval};
 
 use switchboard_core::stream_queue::{self, QueueRx, QueueTx};
 use switchboard_core::{ListenEvent, ListenStream, REQUEST_STREAM};
-use switchboard_wire::sse;
+use switchboard_wire::{sse, RequestId};
 use tracing::{debug, warn};
 
 type Answer = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
@@ -29,6 +29,8 @@ struct RequestState {
     /// Frames ready to go out before anything else (drained notes, then the answer).
     backlog: std::collections::VecDeque<Bytes>,
     done: bool,
+    /// The answer if the request's task fails (see [`crate::error::stream_task_failed`]).
+    failure: Option<Vec<u8>>,
 }
 
 /// A `text/event-stream` response for one request: related notifications (progress) as they
@@ -47,6 +49,7 @@ pub(crate) fn request_stream(
     answer: impl Future<Output = Vec<u8>> + Send + 'static,
     notes: Option<mpsc::Receiver<Bytes>>,
     keep_alive: Duration,
+    id: Option<&RequestId>,
 ) -> Response {
     let (out, rx) = stream_queue::bounded(REQUEST_STREAM);
     let state = RequestState {
@@ -55,6 +58,7 @@ pub(crate) fn request_stream(
         ticker: interval_at(Instant::now() + keep_alive, keep_alive),
         backlog: Default::default(),
         done: false,
+        failure: Some(crate::error::stream_task_failed(id)),
     };
     let body = stream::unfold(state, |mut st| async move {
         loop {
@@ -74,7 +78,11 @@ pub(crate) fn request_stream(
                     }
                     match message {
                         Ok(message) => st.backlog.push_back(Bytes::from(sse::message(&message))),
-                        Err(e) => warn!(error = %e, "request task failed; stream ends"),
+                        Err(e) => {
+                            warn!(error = %e, "request task failed; answering with an internal error");
+                            let failure = st.failure.take().unwrap_or_default();
+                            st.backlog.push_back(Bytes::from(sse::message(&failure)));
+                        }
                     }
                     st.done = true;
                 }
@@ -204,4 +212,32 @@ fn event_stream(body: Body) -> Response {
         body,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    /// A request whose task panics still ends its stream with exactly one answer: an internal
+    /// error carrying the client's id.
+    #[tokio::test]
+    async fn a_failed_request_task_still_answers() {
+        let id = RequestId::from_string("req-7");
+        let answer = async {
+            panic!("a bug in the request path");
+        };
+        let response = request_stream(answer, None, Duration::from_secs(3600), Some(&id));
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(text.matches("data: ").count(), 1, "one event: {text}");
+        assert!(text.contains(r#""id":"req-7""#), "{text}");
+        assert!(text.contains("-32603"), "{text}");
+    }
 }

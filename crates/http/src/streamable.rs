@@ -220,6 +220,7 @@ async fn forward(
             let bytes = bytes.clone();
             let caller = caller.clone();
             let (tx, rx) = mpsc::channel(REQUEST_STREAM_QUEUE);
+            let stream_id = id.clone();
             let call = async move {
                 // The bytes parsed once already; parsing again inside the owned future avoids
                 // copying the payload out of the body buffer.
@@ -241,7 +242,7 @@ async fn forward(
                     encode_error(id, &err)
                 })
             };
-            sse::request_stream(call, Some(rx), state.config.keep_alive)
+            sse::request_stream(call, Some(rx), state.config.keep_alive, stream_id.as_ref())
         }
     }
 }

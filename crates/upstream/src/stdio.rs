@@ -325,6 +325,14 @@ impl Drop for PendingCall {
 }
 
 impl StdioProcess {
+    /// Closes stdin now: the polite request to exit, for a process whose [`shutdown`] may
+    /// have to wait its turn. Idempotent.
+    ///
+    /// [`shutdown`]: Self::shutdown
+    pub fn close_stdin(&self) {
+        self.stop_writer.cancel();
+    }
+
     /// Closes stdin, waits up to `grace` for the process to exit, then kills it.
     pub async fn shutdown(mut self, grace: Duration) {
         self.stop_writer.cancel();
