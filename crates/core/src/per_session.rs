@@ -365,11 +365,14 @@ impl crate::Gateway {
     /// Ends every session and every parked MRTR call (gateway shutdown), stopping their
     /// backend processes.
     pub async fn end_all_sessions(&self) {
+        // All at once (bounded by the teardown slots), not one after another: 256 backends
+        // that ignore a closed stdin would otherwise take their 2 s grace each in turn.
         for ended in self.registry.sessions.drain() {
-            self.cleanup(ended, EndReason::Shutdown).await;
+            self.spawn_cleanup(ended, EndReason::Shutdown);
         }
         self.end_held_calls().await;
-        // Teardowns started earlier (reaper, closed streams) get their process grace too.
+        // Every teardown, these and those started earlier (reaper, closed streams), gets its
+        // process grace; what is still running after it is aborted and its process killed.
         self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))
             .await;
     }
