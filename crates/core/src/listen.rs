@@ -141,18 +141,7 @@ impl ListenState {
     /// Queues one message for this session's listen stream. Never blocks: a queue over its
     /// event or byte bound evicts the stream (the client may resume from the buffer).
     pub(crate) fn push(&mut self, data: Bytes) -> bool {
-        let Some(event) = self.record(data) else {
-            return false;
-        };
-        let Some((_, tx)) = &self.active else {
-            return false;
-        };
-        if tx.try_send(event).is_err() {
-            // Full (a consumer that stopped reading) or closed: drop the stream, never wait.
-            self.lose_stream();
-            return false;
-        }
-        true
+        self.push_with(data, QueueTx::try_send)
     }
 
     /// Queues the answer to one of the client's requests (HTTP+SSE): bounded by events, not
@@ -161,13 +150,22 @@ impl ListenState {
     ///
     /// [`push`]: Self::push
     pub(crate) fn push_answer(&mut self, data: Bytes) -> bool {
+        self.push_with(data, QueueTx::try_send_answer)
+    }
+
+    fn push_with(
+        &mut self,
+        data: Bytes,
+        send: impl FnOnce(&QueueTx<ListenEvent>, ListenEvent) -> Result<(), stream_queue::Rejected>,
+    ) -> bool {
         let Some(event) = self.record(data) else {
             return false;
         };
         let Some((_, tx)) = &self.active else {
             return false;
         };
-        if tx.try_send_answer(event).is_err() {
+        if send(tx, event).is_err() {
+            // Full (a consumer that stopped reading) or closed: drop the stream, never wait.
             self.lose_stream();
             return false;
         }

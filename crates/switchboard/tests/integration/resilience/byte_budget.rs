@@ -19,8 +19,6 @@ fn updated(uri: &str) -> Value {
     json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":uri}})
 }
 
-const SENTINEL: &str = "notifications/prompts/list_changed";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_listen_stream_is_evicted_by_bytes_long_before_the_event_bound() {
     let gw = pushy(&[]).await;
@@ -65,21 +63,10 @@ async fn a_stalled_listen_stream_is_evicted_by_bytes_long_before_the_event_bound
     println!("stalled listen stream evicted after {sent} updates of 1 MiB");
 
     // The eviction is visible to the stalled client: once it reads, its stream ends.
-    let mut body = stalled.bytes_stream();
-    bounded("the evicted stream to end", async {
-        while let Some(chunk) = body.next().await {
-            if chunk.is_err() {
-                break;
-            }
-        }
-    })
-    .await;
+    until_evicted_stream_ends(stalled).await;
 
     // Everyone else kept listening.
-    emit(&gw, &flooder, json!([{"jsonrpc":"2.0","method":SENTINEL}])).await;
-    for l in &mut others {
-        assert_eq!(l.next().await.data["method"], SENTINEL);
-    }
+    sentinel_reaches_next(&gw, &flooder, &mut others).await;
     // The slow session resumes from its first event: the replay buffer kept only the newest
     // updates that fit its byte budget (and every update is 1 MiB), then the sentinel.
     let mut resumed = Listener::open(&gw, &slow, Some("listen-0")).await;

@@ -18,6 +18,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{emit, pushy, sse_data, stats, tool_text, Listener, Reply, TestGateway, BOTH};
 
+/// A notification nothing else in these tests sends: when it arrives, everything before it
+/// has arrived.
+const SENTINEL: &str = "notifications/prompts/list_changed";
+
 /// Longest any single request, stream read or cleanup may take before it counts as a hang.
 const BOUND: Duration = Duration::from_secs(15);
 
@@ -25,6 +29,29 @@ async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T 
     tokio::time::timeout(BOUND, fut)
         .await
         .unwrap_or_else(|_| panic!("hang: {what} did not finish within {BOUND:?}"))
+}
+
+/// Reads an evicted stream until it ends: eviction must be visible to the client that
+/// stopped reading, once it reads again.
+async fn until_evicted_stream_ends(stalled: reqwest::Response) {
+    let mut body = stalled.bytes_stream();
+    bounded("the evicted stream to end", async {
+        while let Some(chunk) = body.next().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The backend emits a sentinel; every listener must get it next (so nothing else, such as
+/// another session's flood, came before it).
+async fn sentinel_reaches_next(gw: &TestGateway, flooder: &str, listeners: &mut [Listener]) {
+    emit(gw, flooder, json!([{"jsonrpc":"2.0","method":SENTINEL}])).await;
+    for l in listeners {
+        assert_eq!(l.next().await.data["method"], SENTINEL);
+    }
 }
 
 /// xorshift64*: tiny, seeded, reproducible.

@@ -11,7 +11,6 @@ fn updated(uri: &str) -> Value {
     json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":uri}})
 }
 
-const SENTINEL: &str = "notifications/prompts/list_changed";
 /// Updates per `emit` call (about 2 MiB of arguments).
 const FLOOD_BATCH: usize = 32;
 /// Upper bound on flood rounds (about 128 MiB): eviction must come long before.
@@ -125,21 +124,10 @@ async fn a_listen_stream_that_is_never_read_is_evicted_and_slows_nobody() {
     report("listen stream", baseline, during);
 
     // The eviction is visible to the stalled client: once it reads, its stream ends.
-    let mut body = stalled.bytes_stream();
-    bounded("the evicted stream to end", async {
-        while let Some(chunk) = body.next().await {
-            if chunk.is_err() {
-                break;
-            }
-        }
-    })
-    .await;
+    until_evicted_stream_ends(stalled).await;
 
     // Everyone else still listens, and got nothing of the slow session's updates.
-    emit(&gw, &flooder, json!([{"jsonrpc":"2.0","method":SENTINEL}])).await;
-    for l in &mut listeners {
-        assert_eq!(l.next().await.data["method"], SENTINEL);
-    }
+    sentinel_reaches_next(&gw, &flooder, &mut listeners).await;
     // The evicted session itself lives on and can listen again.
     let mut again = Listener::open(&gw, &slow, None).await;
     emit(&gw, &flooder, json!([{"jsonrpc":"2.0","method":SENTINEL}])).await;
