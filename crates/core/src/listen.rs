@@ -65,6 +65,16 @@ pub struct ListenStream {
     pub events: QueueRx<ListenEvent>,
 }
 
+/// What became of an answer offered to a stream (see [`ListenState::push_answer`]).
+#[derive(Debug)]
+pub(crate) enum AnswerPush {
+    Queued,
+    /// Over the byte budget: wait on this for the consumer to take something, then retry.
+    NoRoom(std::sync::Arc<tokio::sync::Notify>),
+    /// No stream, or it was evicted: the answer has nowhere to go.
+    Gone,
+}
+
 /// Per-session listen state.
 #[derive(Debug, Default)]
 pub(crate) struct ListenState {
@@ -141,35 +151,49 @@ impl ListenState {
     /// Queues one message for this session's listen stream. Never blocks: a queue over its
     /// event or byte bound evicts the stream (the client may resume from the buffer).
     pub(crate) fn push(&mut self, data: Bytes) -> bool {
-        self.push_with(data, QueueTx::try_send)
-    }
-
-    /// Queues the answer to one of the client's requests (HTTP+SSE): bounded by events, not
-    /// bytes (see [`QueueTx::try_send_answer`]); a full or closed queue evicts as [`push`]
-    /// does.
-    ///
-    /// [`push`]: Self::push
-    pub(crate) fn push_answer(&mut self, data: Bytes) -> bool {
-        self.push_with(data, QueueTx::try_send_answer)
-    }
-
-    fn push_with(
-        &mut self,
-        data: Bytes,
-        send: impl FnOnce(&QueueTx<ListenEvent>, ListenEvent) -> Result<(), stream_queue::Rejected>,
-    ) -> bool {
         let Some(event) = self.record(data) else {
             return false;
         };
         let Some((_, tx)) = &self.active else {
             return false;
         };
-        if send(tx, event).is_err() {
+        if tx.try_send(event).is_err() {
             // Full (a consumer that stopped reading) or closed: drop the stream, never wait.
             self.lose_stream();
             return false;
         }
         true
+    }
+
+    /// Queues the answer to one of the client's requests (HTTP+SSE) if it fits both bounds
+    /// (an oversize answer fits an empty queue). An answer that does not fit the byte budget
+    /// is *not* a reason to evict: it is handed back with the queue's room signal, and the
+    /// caller waits for the consumer to make room (see `Gateway::deliver_sse_answer`). A full
+    /// event bound or a closed queue evicts, as [`push`] does.
+    ///
+    /// [`push`]: Self::push
+    pub(crate) fn push_answer(&mut self, data: Bytes) -> AnswerPush {
+        let Some((_, tx)) = &self.active else {
+            return AnswerPush::Gone;
+        };
+        let event = ListenEvent {
+            id: format!("{PREFIX}{}", self.next_seq + 1),
+            data,
+        };
+        if !tx.fits_bytes(event.weight()) {
+            return AnswerPush::NoRoom(tx.room());
+        }
+        match tx.try_send(event.clone()) {
+            Ok(()) => {
+                self.next_seq += 1;
+                self.keep(event);
+                AnswerPush::Queued
+            }
+            Err(_) => {
+                self.lose_stream();
+                AnswerPush::Gone
+            }
+        }
     }
 
     /// Queues a message that may be lost (progress) only while it leaves `events` slots and
@@ -340,28 +364,34 @@ mod tests {
         Bytes::from(vec![b'x'; n])
     }
 
-    /// The reviewer's case: several answers larger than the byte budget, queued behind one
-    /// another for a client that reads but has not caught up. Each is the only answer to a
-    /// request, so none may be refused for bytes; unsolicited traffic still is.
-    #[test]
-    fn answers_over_the_byte_budget_queue_behind_each_other() {
+    /// Several answers larger than the byte budget for a client that reads but has not
+    /// caught up: the first goes into the empty queue; the next is handed back to wait for
+    /// room, without evicting; once the consumer takes the first, it fits.
+    #[tokio::test]
+    async fn an_answer_over_the_budget_waits_for_room_instead_of_evicting() {
         let limits = Limits {
             events: 8,
             bytes: 1000,
         };
         let (mut l, mut rx) = ListenState::stream_only(limits);
-        for _ in 0..3 {
-            assert!(
-                l.push_answer(big(1500)),
-                "an answer is never refused for bytes"
-            );
-        }
-        assert!(l.is_attached());
-        assert!(!l.push(big(10)), "a notification over the budget evicts");
+        assert!(matches!(l.push_answer(big(1500)), AnswerPush::Queued));
+        let AnswerPush::NoRoom(room) = l.push_answer(big(1500)) else {
+            panic!("a second oversize answer must wait, not be queued or dropped");
+        };
+        assert!(l.is_attached(), "waiting for room is not eviction");
+        let freed = room.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        assert_eq!(rx.try_recv().map(|e| e.data.len()).ok(), Some(1500));
+        tokio::time::timeout(std::time::Duration::from_secs(5), freed)
+            .await
+            .expect("room signalled");
+        assert!(matches!(l.push_answer(big(1500)), AnswerPush::Queued));
+        assert!(
+            !l.push(big(10)),
+            "a notification over the budget still evicts"
+        );
         assert!(!l.is_attached());
-        for _ in 0..3 {
-            assert_eq!(rx.try_recv().map(|e| e.data.len()).ok(), Some(1500));
-        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tracing::debug;
 
 use switchboard_core::stream_queue::QueueRx;
 use switchboard_core::{
-    Call, CoreError, Gateway, ListenEvent, Principal, SessionId, SseDelivery, REQUEST_STREAM_QUEUE,
+    Call, CoreError, Gateway, ListenEvent, Principal, SessionId, REQUEST_STREAM_QUEUE,
 };
 use switchboard_wire::{encode_error, method, sse, Message, MessageKind, RequestId};
 
@@ -213,14 +213,14 @@ async fn run_request(
         tokio::select! {
             biased;
             Some(note) = notes.recv() => {
-                gateway.deliver_sse(&session, note, SseDelivery::Progress);
+                gateway.deliver_sse_progress(&session, note);
             }
             result = &mut call => break result,
         }
     };
     // Progress written before the answer was queued before the answer resolved.
     while let Ok(note) = notes.try_recv() {
-        gateway.deliver_sse(&session, note, SseDelivery::Progress);
+        gateway.deliver_sse_progress(&session, note);
     }
     let answer = match result {
         Ok(answer) => answer,
@@ -232,7 +232,10 @@ async fn run_request(
             encode_error(id, &err)
         }
     };
-    if !gateway.deliver_sse(&session, Bytes::from(answer), SseDelivery::Answer) {
+    if !gateway
+        .deliver_sse_answer(&session, Bytes::from(answer))
+        .await
+    {
         debug!(?session, "answer for an ended HTTP+SSE session dropped");
     }
 }

@@ -17,7 +17,7 @@ type Events =
     Pin<Box<dyn futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>>;
 
 /// A raw HTTP+SSE client: one `GET /sse` stream and POSTs to the URI it announced.
-struct SseClient {
+pub(crate) struct SseClient {
     events: Events,
     /// The `endpoint` event's data, verbatim.
     endpoint: String,
@@ -77,7 +77,7 @@ impl SseClient {
     }
 
     /// Connects and completes the handshake.
-    async fn open(gw: &TestGateway) -> Self {
+    pub(crate) async fn open(gw: &TestGateway) -> Self {
         let mut c = Self::connect(gw).await;
         let init = c
             .request(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
@@ -107,14 +107,14 @@ impl SseClient {
     }
 
     /// POSTs a message that must be accepted.
-    async fn send(&self, body: &Value) {
+    pub(crate) async fn send(&self, body: &Value) {
         let (status, text) = self.post_raw(body.to_string()).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{text}");
         assert_eq!(text, "Accepted");
     }
 
     /// The next `message` event (keep-alives skipped).
-    async fn next(&mut self) -> Value {
+    pub(crate) async fn next(&mut self) -> Value {
         tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 let sse = self
@@ -145,7 +145,7 @@ impl SseClient {
     }
 
     /// Sends a sentinel request; the next message on the stream must be its answer.
-    async fn sentinel(&mut self) {
+    pub(crate) async fn sentinel(&mut self) {
         self.sentinels += 1;
         let id = format!("sentinel-{}", self.sentinels);
         let answer = self
