@@ -72,6 +72,8 @@ impl OwnBackend {
 pub(crate) struct SessionSink {
     pub(crate) registry: Weak<Registry>,
     pub(crate) session: String,
+    /// To end the session when its process goes (see [`InboundSink::closed`]).
+    pub(crate) gateway: Weak<crate::Gateway>,
 }
 
 /// How long a session's process may take to exit after its stdin closes before it is killed.
@@ -81,6 +83,19 @@ pub(crate) const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from
 const MAX_SERVER_REQUESTS: usize = 256;
 
 impl InboundSink for SessionSink {
+    /// The session's process is gone, so is the session: now, not at its next request, so its
+    /// listen stream ends and the client learns at once (a session that ended first, e.g. by
+    /// DELETE, is simply not found).
+    fn closed(&self, reason: &str) {
+        let Some(gateway) = self.gateway.upgrade() else {
+            return;
+        };
+        if let Ok(ended) = gateway.registry.sessions.remove_any(&self.session) {
+            tracing::info!(%reason, "a session's backend exited; session ended");
+            gateway.spawn_cleanup(ended, EndReason::BackendExited);
+        }
+    }
+
     fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &StdioHandle) {
         let Some(registry) = self.registry.upgrade() else {
             return;
@@ -303,6 +318,11 @@ impl crate::Gateway {
         let sink = Arc::new(SessionSink {
             registry: Arc::downgrade(&self.registry),
             session: session.as_str().to_owned(),
+            gateway: self
+                .myself()
+                .as_ref()
+                .map(Arc::downgrade)
+                .unwrap_or_default(),
         });
         let (handle, process) = spawn_off_runtime(spawner, sink).await?;
         // Ended already (reaped): the process is dropped with the closure, and killed.

@@ -104,6 +104,11 @@ pub trait InboundSink: Send + Sync + std::fmt::Debug + 'static {
     /// One unsolicited message: its raw line and parsed envelope, and a handle to answer the
     /// backend with.
     fn deliver(&self, line: &Bytes, msg: &Message<'_>, backend: &StdioHandle);
+
+    /// The backend's stdout ended (it exited or closed it), after every pending call has
+    /// failed: whoever depends on this process alone can act now rather than at its next
+    /// request. Called once, from the reader; must not block.
+    fn closed(&self, _reason: &str) {}
 }
 
 type Reply = oneshot::Sender<Result<BackendResponse, UpstreamError>>;
@@ -414,6 +419,7 @@ async fn read_loop(
     };
     info!(%reason, "backend stream ended");
     close_pending(&shared, &reason);
+    sink.closed(&reason);
 }
 
 fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {

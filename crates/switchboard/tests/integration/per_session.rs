@@ -8,7 +8,7 @@ use futures::{Stream, StreamExt};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{stats, tool_text, TestGateway, BOTH};
+use crate::common::{stats, tool_text, Listener, TestGateway, BOTH};
 
 type Events = Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>>;
 
@@ -192,6 +192,34 @@ async fn a_session_whose_backend_dies_ends_and_a_new_one_works() {
         .call_tool(Some(&again), json!(4), "echo", json!({"text":"new"}))
         .await;
     assert_eq!(tool_text(&r.json()), "new");
+}
+
+/// The session ends when its process does, not at its next request: its open listen stream
+/// ends at once, with no request sent, and the session is then unknown (404).
+#[tokio::test]
+async fn a_dead_backend_ends_its_session_and_listen_stream_at_once() {
+    let gw = TestGateway::start(&["--isolation", "per-session"]).await;
+    let a = client_session(&gw).await;
+    let mut listen = Listener::open(&gw, &a, None).await;
+    let pid = tool_text(
+        &gw.call_tool(Some(&a), json!(1), "pid", json!({}))
+            .await
+            .json(),
+    )
+    .to_owned();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(
+        listen.ends().await,
+        "the listen stream outlived its backend"
+    );
+    let r = gw
+        .call_tool(Some(&a), json!(2), "echo", json!({"text":"x"}))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
 }
 
 #[tokio::test]
