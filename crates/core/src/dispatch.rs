@@ -56,7 +56,11 @@ impl Registry {
     /// Empty registries for a gateway with these limits.
     pub fn new(config: &crate::GatewayConfig) -> Arc<Self> {
         Arc::new(Registry {
-            sessions: SessionStore::new(config.max_sessions, config.session_ttl),
+            sessions: match config.max_sessions_per_principal {
+                Some(n) => SessionStore::new(config.max_sessions, config.session_ttl)
+                    .with_principal_limit(n),
+                None => SessionStore::new(config.max_sessions, config.session_ttl),
+            },
             progress: ProgressRoutes::default(),
             subs: Subscriptions::default(),
             listeners: ModernListeners::default(),

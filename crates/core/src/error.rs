@@ -12,6 +12,9 @@ pub enum CoreError {
     /// The session table is full.
     #[error("too many sessions (limit {0})")]
     TooManySessions(usize),
+    /// The caller already holds as many sessions as one principal may.
+    #[error("too many sessions for this principal (limit {0}); end one (DELETE) first")]
+    TooManyPrincipalSessions(usize),
     /// The backend did not answer within the request deadline.
     #[error("request timed out after {0:?}")]
     Timeout(std::time::Duration),

@@ -42,6 +42,9 @@ pub struct GatewayConfig {
     pub session_ttl: Duration,
     /// Most concurrent Legacy sessions; more are refused rather than exhausting memory.
     pub max_sessions: usize,
+    /// Most concurrent sessions one principal may hold; more get 429. `None`: no limit (with
+    /// anonymous access every caller is the same principal, so only the table bound applies).
+    pub max_sessions_per_principal: Option<usize>,
     /// Authorization policy, rate limits and audit log (all off by default).
     pub access: crate::Access,
     /// Per-session mode: a session whose listen stream has been gone this long (with nothing
@@ -55,6 +58,7 @@ impl Default for GatewayConfig {
             request_timeout: Duration::from_secs(60),
             session_ttl: Duration::from_secs(30 * 60),
             max_sessions: 100_000,
+            max_sessions_per_principal: None,
             access: crate::Access::default(),
             listen_grace: Duration::from_secs(60),
         }

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -83,6 +84,32 @@ pub(crate) struct Session {
     pub(crate) tasks: Option<JoinSet<()>>,
     /// Per-session mode: this session's own backend process.
     pub(crate) own: Option<crate::per_session::OwnBackend>,
+    /// Counts this session against its principal's limit while it exists (any way it ends,
+    /// dropping the session gives the place back). `None` when there is no such limit.
+    _counted: Option<OwnerSlot>,
+}
+
+/// Live sessions per principal (issuer, subject).
+type OwnerCounts = Arc<Mutex<HashMap<(String, String), usize>>>;
+
+/// One session's place in its principal's count; given back on drop. Lock order: the
+/// session table, then the counts (a slot is dropped while the table may be locked).
+#[derive(Debug)]
+struct OwnerSlot {
+    counts: OwnerCounts,
+    owner: (String, String),
+}
+
+impl Drop for OwnerSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock();
+        if let Some(n) = counts.get_mut(&self.owner) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.owner);
+            }
+        }
+    }
 }
 
 /// The state of a session that just ended, for cleanup outside the table lock.
@@ -104,6 +131,9 @@ pub(crate) struct Ended {
 pub struct SessionStore {
     sessions: Mutex<HashMap<String, Session>>,
     max: usize,
+    /// Most live sessions one principal may hold (`usize::MAX`: no limit).
+    max_per_principal: usize,
+    per_principal: OwnerCounts,
     ttl: Duration,
     generation: std::sync::atomic::AtomicU64,
 }
@@ -114,6 +144,8 @@ impl SessionStore {
         SessionStore {
             sessions: Mutex::new(HashMap::new()),
             max,
+            max_per_principal: usize::MAX,
+            per_principal: OwnerCounts::default(),
             ttl,
             generation: std::sync::atomic::AtomicU64::new(1),
         }
@@ -134,6 +166,32 @@ impl SessionStore {
         )
     }
 
+    /// Limits how many live sessions one principal may hold (beyond the table's own bound):
+    /// with authentication on, one caller cannot take every session from the others.
+    pub fn with_principal_limit(mut self, max: usize) -> Self {
+        self.max_per_principal = max.max(1);
+        self
+    }
+
+    /// Takes a place in `owner`'s count, or refuses when it has its limit. Called with the
+    /// session table locked (see [`OwnerSlot`] for the lock order).
+    fn count_against_owner(&self, owner: &Principal) -> Result<Option<OwnerSlot>, CoreError> {
+        if self.max_per_principal == usize::MAX {
+            return Ok(None);
+        }
+        let key = (owner.issuer.clone(), owner.subject.clone());
+        let mut counts = self.per_principal.lock();
+        let n = counts.entry(key.clone()).or_default();
+        if *n >= self.max_per_principal {
+            return Err(CoreError::TooManyPrincipalSessions(self.max_per_principal));
+        }
+        *n += 1;
+        Ok(Some(OwnerSlot {
+            counts: self.per_principal.clone(),
+            owner: key,
+        }))
+    }
+
     /// Creates a session of `transport` with the given stream state and task set.
     pub(crate) fn create_with(
         &self,
@@ -147,6 +205,7 @@ impl SessionStore {
         if sessions.len() >= self.max {
             return Err(CoreError::TooManySessions(self.max));
         }
+        let counted = self.count_against_owner(owner)?;
         let id = loop {
             let id = SessionId::mint();
             if !sessions.contains_key(&id.0) {
@@ -164,6 +223,7 @@ impl SessionStore {
             in_flight: HashMap::new(),
             tasks,
             own: None,
+            _counted: counted,
         };
         sessions.insert(id.0.clone(), session);
         Ok(id)
@@ -407,128 +467,5 @@ fn ended(id: String, session: Session) -> Ended {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn anon() -> Principal {
-        Principal::anonymous()
-    }
-
-    const S: Transport = Transport::Streamable;
-
-    #[tokio::test]
-    async fn an_id_is_valid_only_on_the_transport_that_minted_it() {
-        let store = SessionStore::new(10, Duration::from_secs(60));
-        let (listen, _rx) = ListenState::stream_only(crate::stream_queue::Limits {
-            events: 4,
-            bytes: 1024,
-        });
-        let sse = store
-            .create_with(
-                Transport::Sse,
-                "2024-11-05",
-                listen,
-                Some(JoinSet::new()),
-                &anon(),
-            )
-            .unwrap();
-        let http = store.create("2025-11-25", &anon()).unwrap();
-        assert!(store.touch(sse.as_str(), S, &anon()).is_err());
-        assert!(store.attach_listener(sse.as_str(), &anon(), None).is_err());
-        assert!(store.remove(sse.as_str(), S, None).is_err());
-        assert!(store.touch(http.as_str(), Transport::Sse, &anon()).is_err());
-        assert!(store.remove(http.as_str(), Transport::Sse, None).is_err());
-        assert_eq!(store.len(), 2, "a wrong-transport removal removes nothing");
-        assert!(store.touch(sse.as_str(), Transport::Sse, &anon()).is_ok());
-        assert!(store.remove(sse.as_str(), Transport::Sse, None).is_ok());
-    }
-
-    #[test]
-    fn another_principals_session_is_not_found() {
-        let store = SessionStore::new(10, Duration::from_secs(60));
-        let alice = Principal {
-            subject: "alice".into(),
-            ..anon()
-        };
-        let bob = Principal {
-            subject: "bob".into(),
-            ..anon()
-        };
-        let id = store.create("2025-11-25", &alice).unwrap();
-        assert!(matches!(
-            store.touch(id.as_str(), S, &bob),
-            Err(CoreError::SessionNotFound)
-        ));
-        assert!(store.attach_listener(id.as_str(), &bob, None).is_err());
-        assert!(store.remove(id.as_str(), S, Some(&bob)).is_err());
-        assert!(store.touch(id.as_str(), S, &alice).is_ok());
-        assert!(store.remove(id.as_str(), S, Some(&alice)).is_ok());
-    }
-
-    #[test]
-    fn lifecycle() {
-        let store = SessionStore::new(2, Duration::from_secs(60));
-        let a = store.create("2025-11-25", &anon()).unwrap();
-        let b = store.create("2025-06-18", &anon()).unwrap();
-        assert_ne!(a, b);
-        assert!(matches!(
-            store.create("2025-11-25", &anon()),
-            Err(CoreError::TooManySessions(2))
-        ));
-        assert_eq!(store.touch(b.as_str(), S, &anon()).unwrap().1, "2025-06-18");
-        store.remove(a.as_str(), S, None).unwrap();
-        assert!(matches!(
-            store.touch(a.as_str(), S, &anon()),
-            Err(CoreError::SessionNotFound)
-        ));
-        assert!(matches!(
-            store.remove(a.as_str(), S, None),
-            Err(CoreError::SessionNotFound)
-        ));
-        assert!(matches!(
-            store.touch("forged", S, &anon()),
-            Err(CoreError::SessionNotFound)
-        ));
-        assert_eq!(store.len(), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn idle_sessions_expire_and_used_ones_do_not() {
-        let store = SessionStore::new(10, Duration::from_secs(60));
-        let idle = store.create("2025-11-25", &anon()).unwrap();
-        let used = store.create("2025-11-25", &anon()).unwrap();
-        tokio::time::advance(Duration::from_secs(40)).await;
-        store.touch(used.as_str(), S, &anon()).unwrap();
-        tokio::time::advance(Duration::from_secs(30)).await;
-        assert_eq!(store.reap().len(), 1);
-        assert!(store.touch(idle.as_str(), S, &anon()).is_err());
-        assert!(store.touch(used.as_str(), S, &anon()).is_ok());
-    }
-
-    #[test]
-    fn ending_a_session_closes_its_stream_and_cancels_its_work() {
-        let store = SessionStore::new(10, Duration::from_secs(60));
-        let id = store.create("2025-11-25", &anon()).unwrap();
-        let mut stream = store.attach_listener(id.as_str(), &anon(), None).unwrap();
-        let cancel = CancellationToken::new();
-        store
-            .with(id.as_str(), |s| {
-                s.subscriptions.insert("u".into());
-                s.in_flight.insert(
-                    "1".into(),
-                    InFlight {
-                        key: RouteKey::mint(),
-                        cancel: cancel.clone(),
-                        stream: None,
-                    },
-                );
-            })
-            .unwrap();
-        assert_eq!(store.entry_count(), 3);
-        let ended = store.remove(id.as_str(), S, None).unwrap();
-        assert!(ended.subscriptions.contains("u"));
-        assert!(cancel.is_cancelled());
-        assert!(stream.events.try_recv().is_err());
-        assert_eq!(store.entry_count(), 0);
-    }
-}
+#[path = "session/tests.rs"]
+mod tests;

@@ -198,6 +198,11 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         CoreError::TooManySessions(_) | CoreError::SessionBusy(_) => {
             (StatusCode::SERVICE_UNAVAILABLE, internal(e.to_string()))
         }
+        // The caller's own quota, not the gateway's capacity: 429, like a rate limit.
+        CoreError::TooManyPrincipalSessions(_) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorObject::new(RATE_LIMITED, e.to_string()),
+        ),
         CoreError::Timeout(_) => (
             StatusCode::GATEWAY_TIMEOUT,
             ErrorObject::new(codes::REQUEST_TIMEOUT, format!("Request timed out: {e}")),

@@ -45,6 +45,10 @@ pub(crate) struct RunArgs {
     /// per-session mode, where each session is a process.
     #[arg(long)]
     pub(crate) max_sessions: Option<usize>,
+    /// Most concurrent sessions one authenticated principal may hold; more get HTTP 429.
+    /// Default: no per-principal limit (only --max-sessions).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_sessions_per_principal: Option<u64>,
     /// Most POSTs being handled or streaming their answer at once; more get 503 at once.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) max_in_flight: usize,

@@ -1180,3 +1180,40 @@ async fn anonymous_callers_are_refused_on_non_loopback_binds() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-anonymous-non-loopback"));
 }
+
+/// One principal may hold at most `--max-sessions-per-principal` sessions: beyond that its
+/// `initialize` gets 429 with a JSON-RPC error echoing the id and no session, other principals
+/// are unaffected, and ending a session gives its place back.
+#[tokio::test]
+async fn one_principal_cannot_take_every_session() {
+    let keys = keys_file();
+    let gw = TestGateway::start(&[
+        "--api-keys-file",
+        &keys,
+        "--max-sessions-per-principal",
+        "2",
+    ])
+    .await;
+    let (first, _) = session_as(&gw, ALICE).await;
+    let _second = session_as(&gw, ALICE).await;
+    let init = json!({"jsonrpc":"2.0","id":"third","method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"0"}}});
+    let r = post_as(&gw, Some(ALICE), None, &init).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    assert!(r.headers.get("mcp-session-id").is_none());
+    let body = r.json();
+    assert_eq!(body["id"], "third");
+    assert!(body["error"]["code"].is_i64(), "{body}");
+    let _bob = session_as(&gw, BOB).await;
+    let bearer_alice = bearer(ALICE);
+    let deleted = gw
+        .http
+        .delete(&gw.url)
+        .header("authorization", bearer_alice.as_str())
+        .header("mcp-session-id", first.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let _again = session_as(&gw, ALICE).await;
+}
