@@ -25,7 +25,7 @@ use tracing::debug;
 
 use switchboard_wire::RequestId;
 
-use crate::listen::{AnswerPush, ListenEvent, ListenState};
+use crate::listen::{ListenEvent, ListenState};
 use crate::session::{SessionId, Transport};
 use crate::stream_queue::{Limits, QueueRx};
 use crate::{CoreError, Gateway};
@@ -41,12 +41,9 @@ pub const SSE_QUEUE: usize = 4 * SSE_MAX_REQUESTS;
 pub const SSE_ANSWER_BYTES: usize = crate::listen::LISTEN_QUEUE_BYTES;
 /// Byte budget of an HTTP+SSE session's stream queue: its answers' share plus as much again
 /// for progress and listen traffic. Going over it evicts the consumer, as the event bound does
-/// (the session ends). Answers are not refused for bytes: they wait for room, and evict
-/// only a consumer that takes nothing for [`SSE_STALL`] (see `Gateway::deliver_sse_answer`).
+/// (the session ends). Answers weigh nothing against it: they are bounded by
+/// [`SSE_MAX_REQUESTS`], one per request the client made (see `ListenState::push_answer`).
 pub const SSE_QUEUE_BYTES: usize = 2 * SSE_ANSWER_BYTES;
-/// How long an answer waits for an HTTP+SSE consumer that takes nothing while its stream is
-/// over the byte budget, before the consumer is evicted.
-pub const SSE_STALL: std::time::Duration = std::time::Duration::from_secs(10);
 /// The revision a session is recorded with until its `initialize` negotiates one.
 const TRANSPORT_REVISION: &str = "2024-11-05";
 
@@ -152,44 +149,17 @@ impl Gateway {
             .unwrap_or(false)
     }
 
-    /// Queues a request's answer on its HTTP+SSE session's stream, waiting while the stream
-    /// is over its byte budget: a client that is reading makes room and gets every answer,
-    /// however large; one that takes nothing for [`SSE_STALL`] is evicted (its session ends)
-    /// and the answer dropped. So an answer is never refused for a burst, and a stalled
-    /// client pins its answers for at most that long. False when the answer was not queued.
-    pub async fn deliver_sse_answer(&self, session: &SessionId, data: Bytes) -> bool {
-        loop {
-            let offered =
-                self.registry
-                    .sessions
-                    .with_transport(session.as_str(), Transport::Sse, |s| {
-                        s.listen.push_answer(data.clone())
-                    });
-            let room = match offered {
-                Ok(AnswerPush::Queued) => return true,
-                Ok(AnswerPush::Gone) | Err(_) => return false,
-                Ok(AnswerPush::NoRoom(room)) => room,
-            };
-            let freed = room.notified();
-            tokio::pin!(freed);
-            // Registered before the retry: an event taken in between is not missed.
-            freed.as_mut().enable();
-            let retry =
-                self.registry
-                    .sessions
-                    .with_transport(session.as_str(), Transport::Sse, |s| {
-                        s.listen.push_answer(data.clone())
-                    });
-            match retry {
-                Ok(AnswerPush::Queued) => return true,
-                Ok(AnswerPush::Gone) | Err(_) => return false,
-                Ok(AnswerPush::NoRoom(_)) => {}
-            }
-            if tokio::time::timeout(SSE_STALL, freed).await.is_err() {
-                self.end_stalled_sse(session);
-                return false;
-            }
-        }
+    /// Queues a request's answer on its HTTP+SSE session's stream: never refused for its
+    /// size (see [`ListenState::push_answer`]); a queue over its event bound, which the
+    /// reserved slots make unreachable while the client reads, evicts the consumer. False
+    /// when it was not queued (the session is gone: the answer is dropped, never kept).
+    pub fn deliver_sse_answer(&self, session: &SessionId, data: Bytes) -> bool {
+        self.registry
+            .sessions
+            .with_transport(session.as_str(), Transport::Sse, |s| {
+                s.listen.push_answer(data)
+            })
+            .unwrap_or(false)
     }
 
     /// Refreshes an HTTP+SSE session's TTL while its stream is open. False once it has ended.
@@ -200,25 +170,6 @@ impl Gateway {
     /// The session's stream closed: end the session now (so nothing more is queued for it and
     /// its id stops working at once) and release its state in the background, as DELETE would.
     /// Called from synchronous drop code, hence the gateway-owned cleanup task.
-    /// Ends an HTTP+SSE session whose client stopped reading. Closing its queue is not
-    /// enough: the response body is stuck writing to that client and would notice only when
-    /// the client reads or disconnects, holding the session (and its requests' answers) until
-    /// then. So the session leaves the table now; its requests are aborted with it.
-    fn end_stalled_sse(&self, session: &SessionId) {
-        let Ok(ended) = self
-            .registry
-            .sessions
-            .remove(session.as_str(), Transport::Sse, None)
-        else {
-            return;
-        };
-        debug!(
-            ?session,
-            "HTTP+SSE client took nothing for too long; session ended"
-        );
-        self.spawn_cleanup(ended, crate::state_ops::EndReason::Stalled);
-    }
-
     pub fn close_sse(self: &Arc<Self>, session: &SessionId) {
         let Ok(ended) = self
             .registry

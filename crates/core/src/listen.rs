@@ -46,11 +46,18 @@ pub struct ListenEvent {
     pub id: String,
     /// One JSON-RPC message.
     pub data: Bytes,
+    /// The answer to one of the client's own requests (HTTP+SSE): not counted against the
+    /// byte budget (see [`ListenState::push_answer`]).
+    pub(crate) answer: bool,
 }
 
 impl Weigh for ListenEvent {
     fn weight(&self) -> usize {
-        self.data.len() + self.id.len()
+        if self.answer {
+            0
+        } else {
+            self.data.len() + self.id.len()
+        }
     }
 }
 
@@ -63,16 +70,6 @@ pub struct ListenStream {
     pub replay: Vec<ListenEvent>,
     /// Live events; closed when the stream is replaced, evicted or the session ends.
     pub events: QueueRx<ListenEvent>,
-}
-
-/// What became of an answer offered to a stream (see [`ListenState::push_answer`]).
-#[derive(Debug)]
-pub(crate) enum AnswerPush {
-    Queued,
-    /// Over the byte budget: wait on this for the consumer to take something, then retry.
-    NoRoom(std::sync::Arc<tokio::sync::Notify>),
-    /// No stream, or it was evicted: the answer has nowhere to go.
-    Gone,
 }
 
 /// Per-session listen state.
@@ -165,35 +162,31 @@ impl ListenState {
         true
     }
 
-    /// Queues the answer to one of the client's requests (HTTP+SSE) if it fits both bounds
-    /// (an oversize answer fits an empty queue). An answer that does not fit the byte budget
-    /// is *not* a reason to evict: it is handed back with the queue's room signal, and the
-    /// caller waits for the consumer to make room (see `Gateway::deliver_sse_answer`). A full
-    /// event bound or a closed queue evicts, as [`push`] does.
+    /// Queues the answer to one of the client's requests (HTTP+SSE). Answers are the one
+    /// reply a request gets, so they are bounded by events only (the stream keeps a slot for
+    /// every request the session may have running) and weigh nothing against the byte
+    /// budget: neither is an answer refused for its size, nor does a large answer make the
+    /// budgeted notifications behind it evict a client that is reading. What answers can pin
+    /// is bounded by the session's requests in flight instead. A full or closed queue evicts
+    /// as [`push`] does.
     ///
     /// [`push`]: Self::push
-    pub(crate) fn push_answer(&mut self, data: Bytes) -> AnswerPush {
+    pub(crate) fn push_answer(&mut self, data: Bytes) -> bool {
         let Some((_, tx)) = &self.active else {
-            return AnswerPush::Gone;
+            return false;
         };
         let event = ListenEvent {
             id: format!("{PREFIX}{}", self.next_seq + 1),
             data,
+            answer: true,
         };
-        if !tx.fits_bytes(event.weight()) {
-            return AnswerPush::NoRoom(tx.room());
+        if tx.try_send_answer(event.clone()).is_err() {
+            self.lose_stream();
+            return false;
         }
-        match tx.try_send(event.clone()) {
-            Ok(()) => {
-                self.next_seq += 1;
-                self.keep(event);
-                AnswerPush::Queued
-            }
-            Err(_) => {
-                self.lose_stream();
-                AnswerPush::Gone
-            }
-        }
+        self.next_seq += 1;
+        self.keep(event);
+        true
     }
 
     /// Queues a message that may be lost (progress) only while it leaves `events` slots and
@@ -206,6 +199,7 @@ impl ListenState {
         let event = ListenEvent {
             id: format!("{PREFIX}{}", self.next_seq + 1),
             data,
+            answer: false,
         };
         if tx.try_send_reserving(event.clone(), events, bytes).is_err() {
             return false;
@@ -224,6 +218,7 @@ impl ListenState {
         let event = ListenEvent {
             id: format!("{PREFIX}{}", self.next_seq),
             data,
+            answer: false,
         };
         self.keep(event.clone());
         Some(event)
@@ -364,34 +359,35 @@ mod tests {
         Bytes::from(vec![b'x'; n])
     }
 
-    /// Several answers larger than the byte budget for a client that reads but has not
-    /// caught up: the first goes into the empty queue; the next is handed back to wait for
-    /// room, without evicting; once the consumer takes the first, it fits.
-    #[tokio::test]
-    async fn an_answer_over_the_budget_waits_for_room_instead_of_evicting() {
+    /// Answers larger than the byte budget, queued behind one another for a client that
+    /// reads but has not caught up: none is refused, and they leave the notifications' budget
+    /// untouched, so a notification after them does not evict the client.
+    #[test]
+    fn answers_neither_are_refused_for_bytes_nor_crowd_out_notifications() {
         let limits = Limits {
             events: 8,
             bytes: 1000,
         };
         let (mut l, mut rx) = ListenState::stream_only(limits);
-        assert!(matches!(l.push_answer(big(1500)), AnswerPush::Queued));
-        let AnswerPush::NoRoom(room) = l.push_answer(big(1500)) else {
-            panic!("a second oversize answer must wait, not be queued or dropped");
-        };
-        assert!(l.is_attached(), "waiting for room is not eviction");
-        let freed = room.notified();
-        tokio::pin!(freed);
-        freed.as_mut().enable();
-        assert_eq!(rx.try_recv().map(|e| e.data.len()).ok(), Some(1500));
-        tokio::time::timeout(std::time::Duration::from_secs(5), freed)
-            .await
-            .expect("room signalled");
-        assert!(matches!(l.push_answer(big(1500)), AnswerPush::Queued));
+        for _ in 0..3 {
+            assert!(
+                l.push_answer(big(1500)),
+                "an answer is never refused for bytes"
+            );
+        }
         assert!(
-            !l.push(big(10)),
-            "a notification over the budget still evicts"
+            l.push(big(900)),
+            "the notifications' budget is untouched by answers"
+        );
+        assert!(l.is_attached());
+        assert!(
+            !l.push(big(200)),
+            "notifications alone still obey the budget"
         );
         assert!(!l.is_attached());
+        for _ in 0..3 {
+            assert_eq!(rx.try_recv().map(|e| e.data.len()).ok(), Some(1500));
+        }
     }
 
     #[test]

@@ -246,9 +246,6 @@ pub(crate) enum EndReason {
     ListenLost,
     /// HTTP+SSE: its stream closed (client gone, or evicted for not reading).
     StreamClosed,
-    /// HTTP+SSE: the client took nothing from its stream for `SSE_STALL` while an answer
-    /// waited for room.
-    Stalled,
     /// Gateway shutdown.
     Shutdown,
     /// Per-session mode: its `initialize` failed, or the client left during it. The client
@@ -265,7 +262,6 @@ impl EndReason {
             EndReason::BackendExited => "backend_exited",
             EndReason::ListenLost => "listen_lost",
             EndReason::StreamClosed => "stream_closed",
-            EndReason::Stalled => "stalled",
             EndReason::Shutdown => "shutdown",
             EndReason::NeverOpened => return None,
         })

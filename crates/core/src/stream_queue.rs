@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
-use tokio::sync::{mpsc, Notify};
 
 /// What an event costs against a byte budget.
 pub trait Weigh {
@@ -56,8 +56,6 @@ pub struct QueueTx<T> {
     /// Bytes accepted by `try_send` and not yet taken by the receiver.
     queued: Arc<AtomicUsize>,
     max_bytes: usize,
-    /// Signalled whenever the consumer takes an event (room was freed).
-    room: Arc<Notify>,
 }
 
 /// The consuming side.
@@ -65,21 +63,18 @@ pub struct QueueTx<T> {
 pub struct QueueRx<T> {
     rx: mpsc::Receiver<T>,
     queued: Arc<AtomicUsize>,
-    room: Arc<Notify>,
 }
 
 /// A new queue with these bounds.
 pub fn bounded<T: Weigh>(limits: Limits) -> (QueueTx<T>, QueueRx<T>) {
     let (tx, rx) = mpsc::channel(limits.events.max(1));
     let queued = Arc::new(AtomicUsize::new(0));
-    let room = Arc::new(Notify::new());
     let tx = QueueTx {
         tx,
         queued: queued.clone(),
         max_bytes: limits.bytes,
-        room: room.clone(),
     };
-    (tx, QueueRx { rx, queued, room })
+    (tx, QueueRx { rx, queued })
 }
 
 impl<T: Weigh> QueueTx<T> {
@@ -91,17 +86,12 @@ impl<T: Weigh> QueueTx<T> {
         })
     }
 
-    /// Whether an event of `weight` bytes fits the byte budget now (alone in an empty queue,
-    /// any size fits). A hint for the one producer; [`try_send`](Self::try_send) decides.
-    pub fn fits_bytes(&self, weight: usize) -> bool {
-        let queued = self.queued_bytes();
-        queued == 0 || queued.saturating_add(weight) <= self.max_bytes
-    }
-
-    /// Signalled each time the consumer takes an event: a producer refused for bytes can wait
-    /// on it (register with `Notified::enable` before retrying, so no signal is missed).
-    pub fn room(&self) -> Arc<Notify> {
-        self.room.clone()
+    /// Queues `item` if it fits the event bound, whatever the bytes. For answers to requests
+    /// the client made (which weigh nothing, see `ListenEvent`): their number is bounded by
+    /// the client's own requests in flight, and refusing one would lose a request's only
+    /// answer.
+    pub fn try_send_answer(&self, item: T) -> Result<(), Rejected> {
+        self.send_if(item, 0, |_, _| true)
     }
 
     /// Queues `item` only if it leaves `events` slots and `bytes` of the byte budget free for
@@ -163,7 +153,6 @@ impl<T: Weigh> QueueRx<T> {
 
     fn taken(&self, item: T) -> T {
         self.queued.fetch_sub(item.weight(), Ordering::AcqRel);
-        self.room.notify_waiters();
         item
     }
 }
@@ -259,21 +248,5 @@ mod tests {
         drop(rx);
         assert_eq!(tx.try_send(bytes(3)), Err(Rejected::Closed));
         assert_eq!(tx.queued_bytes(), 0);
-    }
-
-    #[tokio::test]
-    async fn taking_an_event_signals_room() {
-        let (tx, mut rx) = bounded(SMALL);
-        assert_eq!(tx.try_send(bytes(100)), Ok(()));
-        assert_eq!(tx.try_send(bytes(1)), Err(Rejected::Full));
-        let room = tx.room();
-        let freed = room.notified();
-        tokio::pin!(freed);
-        freed.as_mut().enable();
-        assert_eq!(rx.try_recv().map(|b| b.len()), Ok(100));
-        tokio::time::timeout(std::time::Duration::from_secs(5), freed)
-            .await
-            .expect("the producer is woken when room is freed");
-        assert_eq!(tx.try_send(bytes(1)), Ok(()));
     }
 }

@@ -5,7 +5,7 @@
 //! Routing is the core's, exactly as on `/mcp`: every request goes through
 //! [`Gateway::request`] (a fresh route key, the client's id restored byte for byte), in a task
 //! the session owns ([`Gateway::spawn_sse`]), and its answer and progress are queued on that
-//! session's stream only ([`Gateway::deliver_sse`]). Nothing here keeps a message for a client
+//! session's stream only ([`Gateway::deliver_sse_answer`]). Nothing here keeps a message for a client
 //! that is not connected: the session and its stream live and die together.
 //!
 //! The checks before the 202 are /mcp's: Content-Type, body limit, the wire parser (forbidden
@@ -232,10 +232,7 @@ async fn run_request(
             encode_error(id, &err)
         }
     };
-    if !gateway
-        .deliver_sse_answer(&session, Bytes::from(answer))
-        .await
-    {
+    if !gateway.deliver_sse_answer(&session, Bytes::from(answer)) {
         debug!(?session, "answer for an ended HTTP+SSE session dropped");
     }
 }
