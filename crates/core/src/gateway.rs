@@ -290,7 +290,11 @@ impl Gateway {
                     .call_backend(call.session, id, name, call.msg, call.stream)
                     .await?;
                 if let (true, Some(sid), false) = (task, call.session, answer.is_error()) {
-                    self.registry.tasks.record(sid.as_str(), answer.payload());
+                    // Under the session's lock: a session that ended meanwhile (its tasks
+                    // already purged) records nothing that nobody would ever purge.
+                    let _ = self.registry.sessions.with(sid.as_str(), |_| {
+                        self.registry.tasks.record(sid.as_str(), answer.payload())
+                    });
                 }
                 Ok(restore(id, &answer))
             }

@@ -74,6 +74,10 @@ pub(crate) struct SessionSink {
     pub(crate) session: String,
     /// To end the session when its process goes (see [`InboundSink::closed`]).
     pub(crate) gateway: Weak<crate::Gateway>,
+    /// Set once the client has its session (`initialize` answered). Until then a dying
+    /// process is `PendingInit`'s to clean up: the client never saw the session, and its
+    /// `initialize` must fail as a backend failure (502), not as an unknown session.
+    pub(crate) opened: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How long a session's process may take to exit after its stdin closes before it is killed.
@@ -87,6 +91,9 @@ impl InboundSink for SessionSink {
     /// listen stream ends and the client learns at once (a session that ended first, e.g. by
     /// DELETE, is simply not found).
     fn closed(&self, reason: &str) {
+        if !self.opened.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let Some(gateway) = self.gateway.upgrade() else {
             return;
         };
@@ -283,8 +290,12 @@ impl crate::Gateway {
         let pending = PendingInit {
             gateway: self,
             session: Some(session.clone()),
+            opened: Arc::default(),
         };
-        match self.start_own(&session, spawner, id, msg).await {
+        match self
+            .start_own(&session, spawner, id, msg, pending.opened.clone())
+            .await
+        {
             Ok(a) if !a.is_error() => {
                 pending.complete();
                 Ok(crate::Initialized {
@@ -314,6 +325,7 @@ impl crate::Gateway {
         spawner: &Arc<dyn SpawnBackend>,
         id: &RequestId,
         msg: &Message<'_>,
+        opened: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<switchboard_upstream::BackendResponse, CoreError> {
         let sink = Arc::new(SessionSink {
             registry: Arc::downgrade(&self.registry),
@@ -323,6 +335,7 @@ impl crate::Gateway {
                 .as_ref()
                 .map(Arc::downgrade)
                 .unwrap_or_default(),
+            opened,
         });
         let (handle, process) = spawn_off_runtime(spawner, sink).await?;
         // Ended already (reaped): the process is dropped with the closure, and killed.
@@ -403,11 +416,15 @@ struct PendingInit<'a> {
     gateway: &'a crate::Gateway,
     /// `None` once settled.
     session: Option<crate::SessionId>,
+    /// Shared with the session's sink (see `SessionSink::opened`).
+    opened: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PendingInit<'_> {
     /// The client gets its session: nothing to undo.
     fn complete(mut self) {
+        self.opened
+            .store(true, std::sync::atomic::Ordering::Release);
         self.session = None;
     }
 

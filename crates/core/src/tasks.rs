@@ -63,6 +63,9 @@ impl TaskOwners {
             .and_then(|t| t["taskId"].as_str().map(str::to_owned));
         let Some(id) = id else { return };
         let mut table = self.table.lock();
+        if table.owners.get(&id).is_some_and(|o| o == session) {
+            return; // Already this session's: one index row per task.
+        }
         if table.owners.len() >= MAX_TASKS && !table.owners.contains_key(&id) {
             return;
         }
@@ -196,6 +199,8 @@ mod tests {
         let t = TaskOwners::default();
         let task = |id: &str| format!(r#"{{"task":{{"taskId":"{id}","status":"working"}}}}"#);
         t.record("victim", &task("v1"));
+        t.record("victim", &task("v1"));
+        assert_eq!(t.len(), 2, "a task recorded twice is indexed once");
         for i in 0..MAX_TASKS_PER_SESSION + 10 {
             t.record("greedy", &task(&format!("g{i}")));
         }

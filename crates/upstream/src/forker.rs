@@ -27,7 +27,9 @@ fn forker() -> Option<&'static Sender<Job>> {
                 .name("switchboard-fork".into())
                 .spawn(move || {
                     while let Ok(job) = rx.recv() {
-                        job();
+                        // A panicking job must not end this thread: every child it forked
+                        // would be killed with it. The job's caller sees its result dropped.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }
                 });
             started.ok().map(|_| tx)
@@ -93,6 +95,24 @@ mod tests {
         let (second, _) = std::thread::spawn(ask).join().expect("asking thread");
         assert_eq!(first, second);
         assert_eq!(name.as_deref(), Some("switchboard-fork"));
+    }
+
+    /// A panicking job fails only its own caller; the thread (and every child it forked)
+    /// lives on for the next job.
+    #[test]
+    fn a_panicking_job_does_not_end_the_thread() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let before = rt
+            .block_on(on_forker(|| std::thread::current().id()))
+            .expect("job ran");
+        let failed = rt.block_on(on_forker(|| -> u8 { panic!("a bug in a spawn job") }));
+        assert!(failed.is_err(), "the caller learns its job failed");
+        let after = rt
+            .block_on(on_forker(|| std::thread::current().id()))
+            .expect("the thread still serves");
+        assert_eq!(before, after);
     }
 
     /// The regression: spawned from a blocking-pool thread, a backend was SIGKILLed when that

@@ -253,6 +253,61 @@ async fn losing_the_listen_stream_past_the_grace_reaps_the_session_and_its_proce
     assert_eq!(tool_text(&r.json()), "still");
 }
 
+/// A session's process that dies during the client's `initialize` fails that initialize as
+/// what it is, a backend failure (502, id echoed), and leaves no session behind; the client
+/// never had the session, so the audit log records the failed initialize and no session end.
+#[tokio::test]
+async fn a_backend_dying_during_initialize_is_a_502_and_leaves_no_session() {
+    let dir =
+        std::env::temp_dir().join(format!("sb-crash-init-{}-{}", std::process::id(), line!()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let audit = dir.join("audit.jsonl");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/slow_init.py"
+    );
+    let backend = ["python3", script, dir.to_str().unwrap()];
+    let args = [
+        "--isolation",
+        "per-session",
+        "--audit-log",
+        audit.to_str().unwrap(),
+    ];
+    let gw = TestGateway::start_with(&args, &backend).await;
+    let init = |id: &str, name: &str| {
+        json!({"jsonrpc":"2.0","id":id,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":name,"version":"0"}}})
+    };
+    let r = gw.post(None, &init("i1", "crash")).await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", r.text);
+    assert_eq!(r.json()["id"], "i1");
+    assert!(r.headers.get("mcp-session-id").is_none());
+    assert_eq!(stats(&gw).await["sessions"], 0);
+    // A sentinel initialize: once its line is written, every earlier line is too.
+    let ok = gw.post(None, &init("i2", "sentinel")).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = std::fs::read_to_string(&audit).unwrap_or_default();
+        if log.contains("\"sentinel\"") {
+            break log;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no sentinel line: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        log.contains("\"crash\""),
+        "the failed initialize is audited: {log}"
+    );
+    assert!(
+        !log.contains("session_end"),
+        "a session nobody had cannot end: {log}"
+    );
+}
+
 /// A client that goes away during its `initialize` (while its process is still handshaking)
 /// leaves nothing behind: the session is ended at once and the process stopped, rather than
 /// both waiting for the TTL.

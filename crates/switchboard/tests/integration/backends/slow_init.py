@@ -1,6 +1,7 @@
 """A Legacy stdio backend that never answers a client's `initialize` when the client calls
 itself `slow` (per-session mode hands each process its client's own `initialize`): it records
 its pid as an empty file named after it in DIR instead, so a test knows which process to watch.
+A client that calls itself `crash` makes the process exit at once, unanswered.
 Anyone else (the gateway's own handshake) is answered at once.
 
 Usage: slow_init.py DIR
@@ -23,7 +24,10 @@ for line in sys.stdin:
         continue
     method, rid = msg["method"], msg["id"]
     params = msg.get("params") or {}
-    if method == "initialize" and (params.get("clientInfo") or {}).get("name") == "slow":
+    client = (params.get("clientInfo") or {}).get("name")
+    if method == "initialize" and client == "crash":
+        sys.exit(3)
+    if method == "initialize" and client == "slow":
         open(os.path.join(DIR, str(os.getpid())), "w").close()
     elif method == "initialize":
         send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": "2025-11-25",
