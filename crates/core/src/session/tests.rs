@@ -6,6 +6,13 @@ fn anon() -> Principal {
     Principal::anonymous()
 }
 
+fn named(subject: &str) -> Principal {
+    Principal {
+        subject: subject.into(),
+        ..anon()
+    }
+}
+
 const S: Transport = Transport::Streamable;
 
 #[tokio::test]
@@ -38,14 +45,7 @@ async fn an_id_is_valid_only_on_the_transport_that_minted_it() {
 #[test]
 fn another_principals_session_is_not_found() {
     let store = SessionStore::new(10, Duration::from_secs(60));
-    let alice = Principal {
-        subject: "alice".into(),
-        ..anon()
-    };
-    let bob = Principal {
-        subject: "bob".into(),
-        ..anon()
-    };
+    let (alice, bob) = (named("alice"), named("bob"));
     let id = store.create("2025-11-25", &alice).unwrap();
     assert!(matches!(
         store.touch(id.as_str(), S, &bob),
@@ -127,14 +127,7 @@ fn ending_a_session_closes_its_stream_and_cancels_its_work() {
 #[test]
 fn one_principal_cannot_take_every_session() {
     let store = SessionStore::new(10, Duration::from_secs(60)).with_principal_limit(2);
-    let alice = Principal {
-        subject: "alice".into(),
-        ..anon()
-    };
-    let bob = Principal {
-        subject: "bob".into(),
-        ..anon()
-    };
+    let (alice, bob) = (named("alice"), named("bob"));
     let a1 = store.create("2025-11-25", &alice).unwrap();
     let a2 = store.create("2025-11-25", &alice).unwrap();
     assert!(matches!(

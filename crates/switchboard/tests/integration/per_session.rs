@@ -151,22 +151,26 @@ async fn sessions_have_their_own_processes_and_leave_none_behind() {
     );
 }
 
-#[tokio::test]
-async fn a_session_whose_backend_dies_ends_and_a_new_one_works() {
-    let gw = TestGateway::start(&["--isolation", "per-session"]).await;
-    let a = client_session(&gw).await;
-    let other = client_session(&gw).await;
-    let pid = tool_text(
-        &gw.call_tool(Some(&a), json!(1), "pid", json!({}))
-            .await
-            .json(),
-    )
-    .to_owned();
+/// SIGKILLs the session's own backend process (it names its pid through the `pid` tool).
+async fn kill_backend_of(gw: &TestGateway, session: &str) {
+    let answer = gw
+        .call_tool(Some(session), json!("pid"), "pid", json!({}))
+        .await
+        .json();
+    let pid = tool_text(&answer).to_owned();
     let killed = std::process::Command::new("kill")
         .args(["-9", &pid])
         .status()
         .unwrap();
     assert!(killed.success());
+}
+
+#[tokio::test]
+async fn a_session_whose_backend_dies_ends_and_a_new_one_works() {
+    let gw = TestGateway::start(&["--isolation", "per-session"]).await;
+    let a = client_session(&gw).await;
+    let other = client_session(&gw).await;
+    kill_backend_of(&gw, &a).await;
     // Bounded wait for the death to be noticed; then the session is gone (404, so a client
     // re-initializes), and other sessions never noticed anything.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -201,17 +205,7 @@ async fn a_dead_backend_ends_its_session_and_listen_stream_at_once() {
     let gw = TestGateway::start(&["--isolation", "per-session"]).await;
     let a = client_session(&gw).await;
     let mut listen = Listener::open(&gw, &a, None).await;
-    let pid = tool_text(
-        &gw.call_tool(Some(&a), json!(1), "pid", json!({}))
-            .await
-            .json(),
-    )
-    .to_owned();
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_backend_of(&gw, &a).await;
     assert!(
         listen.ends().await,
         "the listen stream outlived its backend"
