@@ -139,11 +139,21 @@ async fn admit(State(state): State<AppState>, mut request: Request, next: Next) 
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
+///
+/// Every connection gets `TCP_NODELAY`: SSE streams write one small event at a time, and with
+/// Nagle's algorithm an event written while the previous one is unacknowledged waits for that
+/// ACK (up to the peer's delayed-ACK timer, tens of milliseconds).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
