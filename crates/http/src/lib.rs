@@ -13,6 +13,7 @@ mod legacy_sse;
 mod modern;
 mod origin;
 mod sse;
+mod stall;
 mod streamable;
 
 use std::future::Future;
@@ -139,21 +140,17 @@ async fn admit(State(state): State<AppState>, mut request: Request, next: Next) 
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
-///
-/// Every connection gets `TCP_NODELAY`: SSE streams write one small event at a time, and with
-/// Nagle's algorithm an event written while the previous one is unacknowledged waits for that
-/// ACK (up to the peer's delayed-ACK timer, tens of milliseconds).
+/// Every connection gets `TCP_NODELAY` and the send timeout (see [`stall`]).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    send_timeout: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
+    let listener = stall::GuardedListener {
+        inner: listener,
+        send_timeout,
+    };
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await

@@ -99,6 +99,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut server = tokio::spawn(switchboard_http::serve(
         listener,
         router,
+        RunArgs::secs(args.send_timeout),
         shutdown_signal(stop.clone()),
     ));
 

@@ -49,6 +49,11 @@ pub(crate) struct RunArgs {
     /// Default: no per-principal limit (only --max-sessions).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_sessions_per_principal: Option<u64>,
+    /// Seconds a write to a client may make no progress before the connection is closed: a
+    /// client that keeps a stream open but reads nothing would otherwise pin what is queued
+    /// for it (and an HTTP+SSE session) for as long as it stays connected.
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) send_timeout: f64,
     /// Most POSTs being handled or streaming their answer at once; more get 503 at once.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) max_in_flight: usize,

@@ -176,3 +176,31 @@ async fn a_burst_of_big_answers_all_reach_a_reading_http_sse_client() {
     assert_eq!(seen.len() as u64, N);
     client.sentinel().await;
 }
+
+/// A client that keeps its HTTP+SSE stream open but reads nothing while answers pile up: once
+/// a write to it has made no progress for the send timeout, its connection is closed, which
+/// ends the session and releases everything that was queued for it.
+#[tokio::test]
+async fn a_client_that_reads_nothing_is_disconnected_after_the_send_timeout() {
+    let gw = TestGateway::start(&["--send-timeout", "1"]).await;
+    let client = crate::legacy_sse::SseClient::open(&gw).await;
+    assert_eq!(stats(&gw).await["sessions"], 1);
+    // ~7 MB per answer: six are far more than the socket buffers hold.
+    let text = "x".repeat(3_500_000);
+    for i in 0..6 {
+        let body = json!({"jsonrpc":"2.0","id":i,"method":"tools/call",
+            "params":{"name":"echo","arguments":{"text":text}}});
+        client.send(&body).await;
+    }
+    // The client never reads again. Bounded wait: the send timeout plus generous slack.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stats(&gw).await["sessions"] != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a client that reads nothing still pins its session"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(stats(&gw).await["tableEntries"], 0);
+    drop(client);
+}
