@@ -29,8 +29,9 @@ struct RequestState {
     /// Frames ready to go out before anything else (drained notes, then the answer).
     backlog: std::collections::VecDeque<Bytes>,
     done: bool,
-    /// The answer if the request's task fails (see [`crate::error::stream_task_failed`]).
-    failure: Option<Vec<u8>>,
+    /// The client's id, for the answer if the request's task fails (encoded only then, see
+    /// [`crate::error::stream_task_failed`]).
+    id: Option<RequestId>,
 }
 
 /// A `text/event-stream` response for one request: related notifications (progress) as they
@@ -58,7 +59,7 @@ pub(crate) fn request_stream(
         ticker: interval_at(Instant::now() + keep_alive, keep_alive),
         backlog: Default::default(),
         done: false,
-        failure: Some(crate::error::stream_task_failed(id)),
+        id: id.cloned(),
     };
     let body = stream::unfold(state, |mut st| async move {
         loop {
@@ -80,7 +81,7 @@ pub(crate) fn request_stream(
                         Ok(message) => st.backlog.push_back(Bytes::from(sse::message(&message))),
                         Err(e) => {
                             warn!(error = %e, "request task failed; answering with an internal error");
-                            let failure = st.failure.take().unwrap_or_default();
+                            let failure = crate::error::stream_task_failed(st.id.as_ref());
                             st.backlog.push_back(Bytes::from(sse::message(&failure)));
                         }
                     }

@@ -43,6 +43,38 @@ fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// What [`flood_until_one_detaches`] leaves: the session that floods, the four other
+/// sessions' listen streams, and their request latencies before and during the flood.
+struct Flooded {
+    flooder: String,
+    listeners: Vec<Listener>,
+    baseline: Vec<Duration>,
+    during: Vec<Duration>,
+}
+
+/// Four other sessions listen while a fifth floods `uri`'s updates, until the stalled stream
+/// is evicted: with every stream attached the table is quiescent, and eviction detaches
+/// exactly one.
+async fn flood_until_one_detaches(gw: &TestGateway, uri: &str) -> Flooded {
+    let others: Vec<String> = futures::future::join_all((0..4).map(|_| gw.session())).await;
+    let mut listeners = Vec::new();
+    for sid in &others {
+        listeners.push(Listener::open(gw, sid, None).await);
+    }
+    let flooder = gw.session().await;
+    let attached = stats(gw).await["tableEntries"].as_u64().unwrap();
+    let (baseline, during) = flood_until(gw, &flooder, &others, uri, || async {
+        stats(gw).await["tableEntries"].as_u64().unwrap() == attached - 1
+    })
+    .await;
+    Flooded {
+        flooder,
+        listeners,
+        baseline,
+        during,
+    }
+}
+
 /// Floods the slow session until `evicted` holds (checked between rounds, when nothing else is
 /// in flight), while the other sessions keep working. Returns (baseline, during) latencies.
 async fn flood_until<F, Fut>(
@@ -109,18 +141,12 @@ async fn a_listen_stream_that_is_never_read_is_evicted_and_slows_nobody() {
         .unwrap();
     assert_eq!(stalled.status(), StatusCode::OK);
 
-    let others: Vec<String> = futures::future::join_all((0..4).map(|_| gw.session())).await;
-    let mut listeners = Vec::new();
-    for sid in &others {
-        listeners.push(Listener::open(&gw, sid, None).await);
-    }
-    let flooder = gw.session().await;
-    // Quiescent table size with every stream attached; eviction detaches exactly one.
-    let attached = stats(&gw).await["tableEntries"].as_u64().unwrap();
-    let (baseline, during) = flood_until(&gw, &flooder, &others, &uri, || async {
-        stats(&gw).await["tableEntries"].as_u64().unwrap() == attached - 1
-    })
-    .await;
+    let Flooded {
+        flooder,
+        mut listeners,
+        baseline,
+        during,
+    } = flood_until_one_detaches(&gw, &uri).await;
     report("listen stream", baseline, during);
 
     // The eviction is visible to the stalled client: once it reads, its stream ends.
@@ -147,18 +173,12 @@ async fn an_sse_stream_that_is_never_read_is_evicted_and_slows_nobody() {
     assert_eq!(slow.next().await["result"], json!({}));
     // From here on the slow client never reads.
 
-    let others: Vec<String> = futures::future::join_all((0..4).map(|_| gw.session())).await;
-    let mut listeners = Vec::new();
-    for sid in &others {
-        listeners.push(Listener::open(&gw, sid, None).await);
-    }
-    let flooder = gw.session().await;
-    // Quiescent table size with every stream attached; eviction detaches exactly one.
-    let attached = stats(&gw).await["tableEntries"].as_u64().unwrap();
-    let (baseline, during) = flood_until(&gw, &flooder, &others, &uri, || async {
-        stats(&gw).await["tableEntries"].as_u64().unwrap() == attached - 1
-    })
-    .await;
+    let Flooded {
+        flooder,
+        mut listeners,
+        baseline,
+        during,
+    } = flood_until_one_detaches(&gw, &uri).await;
     report("HTTP+SSE stream", baseline, during);
     // An HTTP+SSE stream is its session: once the client reads, the stream ends, and the
     // session with it.
