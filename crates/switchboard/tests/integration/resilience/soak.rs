@@ -73,16 +73,7 @@ async fn legacy_worker(gw: &TestGateway, w: u64, mut rng: Rng) -> Tally {
                 );
                 let delete = async {
                     tokio::time::sleep(pause).await;
-                    bounded(
-                        "DELETE",
-                        gw.http
-                            .delete(&gw.url)
-                            .header("mcp-session-id", &sid)
-                            .send(),
-                    )
-                    .await
-                    .unwrap()
-                    .status()
+                    delete_session(gw, &sid, "DELETE").await
                 };
                 let (r, status) = tokio::join!(call, delete);
                 assert_eq!(status, StatusCode::NO_CONTENT);
@@ -123,16 +114,7 @@ async fn legacy_worker(gw: &TestGateway, w: u64, mut rng: Rng) -> Tally {
             }
         }
     }
-    let status = bounded(
-        "final DELETE",
-        gw.http
-            .delete(&gw.url)
-            .header("mcp-session-id", &sid)
-            .send(),
-    )
-    .await
-    .unwrap()
-    .status();
+    let status = delete_session(gw, &sid, "final DELETE").await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     t
 }
@@ -239,3 +221,14 @@ async fn soak_mixed_eras_with_disconnects_and_deletes() {
 
 // ---------------------------------------------------------------------------------------------
 // 2. Slow consumer
+
+/// DELETEs `sid`, bounded; its status.
+async fn delete_session(gw: &TestGateway, sid: &str, what: &str) -> StatusCode {
+    bounded(
+        what,
+        gw.http.delete(&gw.url).header("mcp-session-id", sid).send(),
+    )
+    .await
+    .unwrap()
+    .status()
+}
