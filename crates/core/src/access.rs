@@ -469,7 +469,7 @@ fn denial(action: &str) -> &'static str {
 }
 
 /// The session as audit logs show it: a prefix, since ids are bearer-like secrets.
-fn session_label(s: &str) -> String {
+pub(crate) fn session_label(s: &str) -> String {
     let prefix = s.get(..8).unwrap_or(s);
     format!("{prefix}…")
 }

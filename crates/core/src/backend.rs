@@ -140,8 +140,16 @@ pub(crate) async fn call(
     let pending = handle.call(key.as_str(), line).await?;
     tokio::time::timeout(deadline, pending)
         .await
-        .map_err(|_| CoreError::BackendInit(format!("no answer to {name} within {deadline:?}")))?
+        .map_err(|_| no_answer(name, deadline))?
         .map_err(CoreError::from)
+}
+
+/// A backend that let a handshake step pass unanswered.
+pub(crate) fn no_answer(name: &str, limit: Duration) -> CoreError {
+    CoreError::BackendInit(format!(
+        "backend did not answer {name} within {} s",
+        limit.as_secs_f64()
+    ))
 }
 
 /// Whether the backend answers `server/discover` with a version the gateway speaks.

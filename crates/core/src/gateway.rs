@@ -38,6 +38,12 @@ pub struct GatewayConfig {
     /// How long a request may wait for its backend answer before it is failed (and cancelled
     /// upstream).
     pub request_timeout: Duration,
+    /// Progress for a request restarts its `request_timeout`; this bounds the whole request
+    /// however much progress it reports, measured from its start.
+    pub max_request_time: Duration,
+    /// How long a backend process may take to answer the gateway's (or, per-session, the
+    /// client's) `initialize`.
+    pub handshake_timeout: Duration,
     /// Idle time after which a Legacy session expires.
     pub session_ttl: Duration,
     /// Most concurrent Legacy sessions; more are refused rather than exhausting memory.
@@ -56,6 +62,8 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             request_timeout: Duration::from_secs(60),
+            max_request_time: Duration::from_secs(3600),
+            handshake_timeout: Duration::from_secs(30),
             session_ttl: Duration::from_secs(30 * 60),
             max_sessions: 100_000,
             max_sessions_per_principal: None,
@@ -365,14 +373,16 @@ impl Gateway {
             .and_then(|p| object_member(p, "_meta"))
             .and_then(|m| object_member(m, "progressToken"));
         let mut rewritten = None;
+        let alive = progress::Liveness::default();
+        // Registered with or without a stream: progress keeps the request's deadline alive
+        // even when the answer goes back as plain JSON and the notes themselves go nowhere.
         let _progress = match (original, out.params) {
             (Some(original), Some(params)) => {
                 let token = progress::mint_token();
                 rewritten = with_meta_member(params, "progressToken", &token);
-                match out.stream.clone() {
-                    Some(tx) => self.registry.progress.register(&token, original, tx),
-                    None => self.registry.progress.none(),
-                }
+                self.registry
+                    .progress
+                    .register(&token, original, out.stream.clone(), &alive)
             }
             _ => self.registry.progress.none(),
         };
@@ -398,20 +408,23 @@ impl Gateway {
             reason: "client went away",
             armed: true,
         };
-        // A listen stream lives until the client closes it; everything else has a deadline.
-        let deadline = if _listen.is_some() {
-            Duration::MAX / 4
-        } else {
-            self.config.request_timeout
-        };
-        let answer = tokio::time::timeout(deadline, async {
+        let exchange = async {
             let call = backend.call(key.as_str(), line).await?;
             tokio::select! {
+                // An answer that is already there wins over a cancellation that raced it (a
+                // session ending because its backend died must not hide why the call failed).
+                biased;
                 answer = call => Ok(answer?),
                 () = cancel.cancelled() => Err(CoreError::Cancelled),
             }
-        })
-        .await;
+        };
+        // A listen stream lives until the client closes it; everything else has a deadline.
+        let answer = if _listen.is_some() {
+            Ok(exchange.await)
+        } else {
+            let (idle, total) = (self.config.request_timeout, self.config.max_request_time);
+            progress::within(exchange, idle, total, &alive).await
+        };
         match answer {
             Ok(result) => {
                 // Answered, failed, or cancelled by the client (whose cancellation was already
@@ -419,9 +432,9 @@ impl Gateway {
                 upstream_cancel.armed = false;
                 result
             }
-            Err(_) => {
+            Err(expired) => {
                 upstream_cancel.reason = "request timed out at the gateway";
-                Err(CoreError::Timeout(deadline))
+                Err(CoreError::Timeout(expired.limit()))
             }
         }
     }

@@ -279,7 +279,7 @@ impl Gateway {
             next_key: 0,
             _slot: slot,
         };
-        let deadline = self.config.request_timeout;
+        let deadline = self.config.handshake_timeout;
         let init = json!({
             "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
             "capabilities": caps,
@@ -340,9 +340,13 @@ impl Gateway {
         let id = req.id;
         // This round's stream carries the call's progress and (if asked for) its logs.
         let original = req.msg.meta("progressToken");
-        let _progress = match (&call.progress_token, original, req.stream.clone()) {
-            (Some(token), Some(original), Some(tx)) => {
-                self.registry.progress.register(token, original, tx)
+        // Progress restarts this round's deadline (bounded by --max-request-time), stream or not.
+        let alive = crate::progress::Liveness::default();
+        let _progress = match (&call.progress_token, original) {
+            (Some(token), Some(original)) => {
+                self.registry
+                    .progress
+                    .register(token, original, req.stream.clone(), &alive)
             }
             _ => self.registry.progress.none(),
         };
@@ -362,7 +366,11 @@ impl Gateway {
             }
         }
 
-        let deadline = Instant::now() + self.config.request_timeout;
+        let started = Instant::now();
+        let hard = started
+            .checked_add(self.config.max_request_time)
+            .unwrap_or(started + self.config.request_timeout);
+        let mut deadline = (started + self.config.request_timeout).min(hard);
         let mut asked_open = true;
         loop {
             let wait = if call.outstanding.is_empty() {
@@ -414,9 +422,17 @@ impl Gateway {
                         }),
                     }
                 }
+                () = alive.progressed() => {
+                    deadline = (Instant::now() + self.config.request_timeout).min(hard);
+                }
                 () = tokio::time::sleep_until(wait) => {
                     if call.outstanding.is_empty() {
-                        return Err(CoreError::Timeout(self.config.request_timeout));
+                        let limit = if deadline >= hard {
+                            self.config.max_request_time
+                        } else {
+                            self.config.request_timeout
+                        };
+                        return Err(CoreError::Timeout(limit));
                     }
                     return Ok(self.park(id, call, binding));
                 }

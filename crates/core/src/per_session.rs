@@ -98,7 +98,8 @@ impl InboundSink for SessionSink {
             return;
         };
         if let Ok(ended) = gateway.registry.sessions.remove_any(&self.session) {
-            tracing::info!(%reason, "a session's backend exited; session ended");
+            let session = crate::access::session_label(&self.session);
+            tracing::warn!(%session, "session's {reason}; session ended");
             gateway.spawn_cleanup(ended, EndReason::BackendExited);
         }
     }
@@ -351,7 +352,12 @@ impl crate::Gateway {
             listen: None,
             backend: Some(handle),
         };
-        self.send(out).await
+        // The handshake deadline, not the request deadline: a process that never answers its
+        // `initialize` is a broken backend, and says so.
+        let limit = self.config.handshake_timeout;
+        tokio::time::timeout(limit, self.send(out))
+            .await
+            .map_err(|_| crate::backend::no_answer(method::INITIALIZE, limit))?
     }
 
     /// Everything a per-session session asks goes to its own process as-is (subscriptions,

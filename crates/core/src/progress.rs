@@ -5,13 +5,22 @@
 //! minted for a request still in flight, and only to that request's own stream, with the
 //! client's token restored exactly. A client cannot name another request's token: its own
 //! token is never what the backend sees.
+//!
+//! Attributed progress also tells its request that the backend is still working
+//! ([`Liveness`]): the request's idle deadline starts again, bounded by its overall limit.
+//! Only the minted token's own request is told, and it is told whether or not it has a
+//! stream to carry the note (a request answered as plain JSON keeps its deadline alive too).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 
 use switchboard_wire::{encode_notification, method, with_member};
 
@@ -35,7 +44,10 @@ pub const REQUEST_STREAM: crate::stream_queue::Limits = crate::stream_queue::Lim
 struct Route {
     /// The client's token, raw JSON.
     original: Box<RawValue>,
-    sink: mpsc::Sender<Bytes>,
+    /// The request's stream, when its answer is streamed.
+    sink: Option<mpsc::Sender<Bytes>>,
+    /// Woken by every progress note for this request (resets its idle deadline).
+    alive: Arc<Notify>,
 }
 
 /// Minted progress token → the request stream it belongs to.
@@ -65,18 +77,21 @@ pub(crate) fn mint_token() -> String {
 }
 
 impl ProgressRoutes {
-    /// Routes progress for `token` (a minted token's JSON text) to `sink`, restoring
-    /// `original`. The route lives as long as the returned guard.
+    /// Routes progress for `token` (a minted token's JSON text) to `sink` (if the request
+    /// has a stream), restoring `original`, and wakes `alive` for each note. The route lives
+    /// as long as the returned guard.
     pub(crate) fn register(
         &self,
         token: &str,
         original: &RawValue,
-        sink: mpsc::Sender<Bytes>,
+        sink: Option<mpsc::Sender<Bytes>>,
+        alive: &Liveness,
     ) -> ProgressGuard<'_> {
         let key = token.trim_matches('"').to_owned();
         let route = Route {
             original: original.to_owned(),
             sink,
+            alive: alive.0.clone(),
         };
         self.routes.lock().insert(key.clone(), route);
         ProgressGuard {
@@ -85,7 +100,7 @@ impl ProgressRoutes {
         }
     }
 
-    /// A guard that routes nothing (the request has no stream to carry progress).
+    /// A guard that routes nothing (the request asked for no progress).
     pub(crate) fn none(&self) -> ProgressGuard<'_> {
         ProgressGuard {
             routes: self,
@@ -93,8 +108,9 @@ impl ProgressRoutes {
         }
     }
 
-    /// Delivers a backend progress notification to its request's stream. Returns false when
-    /// the token is not a live minted token (the notification is then dropped).
+    /// Delivers a backend progress notification to its request (its deadline, and its stream
+    /// if it has one). Returns false when the token is not a live minted token, or the
+    /// request's stream had no room (the notification is then dropped).
     pub(crate) fn route(&self, params: Option<&RawValue>) -> bool {
         let Some(params) = params else { return false };
         let Some(token) = switchboard_wire::object_member(params, "progressToken") else {
@@ -111,16 +127,82 @@ impl ProgressRoutes {
         let Some(route) = routes.get(token) else {
             return false;
         };
+        route.alive.notify_one();
+        let Some(sink) = &route.sink else {
+            return true;
+        };
         let Some(params) = with_member(params, "progressToken", route.original.get()) else {
             return false;
         };
         let line = encode_notification(method::PROGRESS, Some(&params));
-        route.sink.try_send(Bytes::from(line)).is_ok()
+        sink.try_send(Bytes::from(line)).is_ok()
     }
 
     /// Live routes (for leak tests).
     pub(crate) fn len(&self) -> usize {
         self.routes.lock().len()
+    }
+}
+
+/// What a request's progress notes wake: its deadline (see [`within`]).
+#[derive(Debug, Default)]
+pub(crate) struct Liveness(Arc<Notify>);
+
+impl Liveness {
+    /// Resolves at the next progress note (or at once if one came since the last wait).
+    pub(crate) async fn progressed(&self) {
+        self.0.notified().await;
+    }
+}
+
+/// Why [`within`] gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expired {
+    /// No answer and no progress for the idle deadline.
+    Idle(Duration),
+    /// The overall limit, progress or not.
+    Total(Duration),
+}
+
+impl Expired {
+    pub(crate) fn limit(self) -> Duration {
+        match self {
+            Expired::Idle(d) | Expired::Total(d) => d,
+        }
+    }
+}
+
+/// Runs `fut` until it finishes, `idle` passes without progress on `alive`, or `total` passes
+/// since the start. Progress restarts the idle deadline (as an SDK client's
+/// `resetTimeoutOnProgress` does), so a long call that reports progress is not cut off, while
+/// `total` still bounds a backend that reports progress forever.
+pub(crate) async fn within<F: Future>(
+    fut: F,
+    idle: Duration,
+    total: Duration,
+    alive: &Liveness,
+) -> Result<F::Output, Expired> {
+    // A limit beyond the clock's range is as good as none: a century away.
+    let after = |d: Duration| {
+        let now = Instant::now();
+        now.checked_add(d)
+            .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+            .unwrap_or(now)
+    };
+    let hard = after(total);
+    tokio::pin!(fut);
+    let mut until = after(idle).min(hard);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut fut => return Ok(out),
+            () = alive.progressed() => {
+                until = after(idle).min(hard);
+            }
+            () = tokio::time::sleep_until(until) => {
+                return Err(if until >= hard { Expired::Total(total) } else { Expired::Idle(idle) });
+            }
+        }
     }
 }
 
@@ -137,7 +219,8 @@ mod tests {
         let routes = ProgressRoutes::default();
         let (tx, mut rx) = mpsc::channel(4);
         let token = mint_token();
-        let guard = routes.register(&token, &raw("1"), tx);
+        let alive = Liveness::default();
+        let guard = routes.register(&token, &raw("1"), Some(tx), &alive);
         let params = raw(&format!(
             r#"{{"progressToken":{token},"progress":1,"total":3}}"#
         ));

@@ -120,6 +120,7 @@ pub fn router(state: AppState) -> Router {
             "/.well-known/oauth-protected-resource/mcp",
             get(auth::metadata),
         )
+        .route("/", get(index))
         .route("/healthz", get(health))
         .route("/stats", get(stats))
         .with_state(state)
@@ -154,6 +155,28 @@ pub async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// What a person who opens the gateway in a browser (or curls it) learns: where the endpoints
+/// are. Fixed text, so it needs no authentication and reveals nothing about the backend.
+const INDEX: &str = "\
+Switchboard MCP gateway
+
+  POST/GET/DELETE /mcp   MCP Streamable HTTP (2025-11-25 sessions, 2026-07-28 stateless)
+  GET /sse               MCP HTTP+SSE (2024-11-05); then POST /messages?session_id=...
+  GET /healthz           liveness: 200 while the backend runs
+  GET /stats             table sizes (JSON)
+  GET /.well-known/oauth-protected-resource   OAuth protected resource metadata
+";
+
+async fn index() -> ([(axum::http::HeaderName, &'static str); 1], &'static str) {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; charset=utf-8",
+        )],
+        INDEX,
+    )
 }
 
 async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {

@@ -20,6 +20,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     args.auth.check_anonymous(&auth, &args.host)?;
     let access = args.auth.access(&auth)?;
     let stdio = stdio_config(&args)?;
+    // The address is claimed before any backend starts: a busy port is reported at once, and
+    // leaves no backend process behind.
+    let listener = bind(&args.host, args.port)
+        .await
+        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
     let shown = std::iter::once(stdio.program.as_str())
         .chain(stdio.args.iter().map(String::as_str))
         .collect::<Vec<_>>()
@@ -79,9 +84,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     ));
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));
 
-    let listener = bind(&args.host, args.port)
-        .await
-        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
     let addr = listener.local_addr()?;
     let authenticator = std::sync::Arc::new(args.auth.authenticator(&auth, addr)?);
     println!("switchboard: listening on http://{addr}/mcp");
@@ -182,6 +184,12 @@ fn stdio_config(args: &RunArgs) -> anyhow::Result<StdioConfig> {
         }
     };
     config.max_line_bytes = args.max_line_bytes;
+    config.env.clone_from(&args.env);
+    if let Some(dir) = &args.cwd {
+        // Checked here: a spawn error would only say "No such file or directory".
+        anyhow::ensure!(dir.is_dir(), "--cwd {}: not a directory", dir.display());
+    }
+    config.cwd.clone_from(&args.cwd);
     Ok(config)
 }
 
@@ -207,6 +215,8 @@ fn origin_policy(args: &RunArgs, loopback: bool) -> OriginPolicy {
 fn gateway_config(args: &RunArgs) -> GatewayConfig {
     GatewayConfig {
         request_timeout: RunArgs::secs(args.request_timeout),
+        max_request_time: RunArgs::secs(args.max_request_time),
+        handshake_timeout: RunArgs::secs(args.startup_timeout),
         session_ttl: RunArgs::secs(args.session_ttl),
         max_sessions: args.max_sessions.unwrap_or(match args.isolation {
             Isolation::Shared => 100_000,

@@ -15,6 +15,7 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Front a stdio MCP server at http://HOST:PORT/mcp (the built-in fixture if no command).
+    #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
     /// Run the built-in fixture MCP server on stdin/stdout.
     Fixture(FixtureArgs),
@@ -22,6 +23,21 @@ pub(crate) enum Command {
     /// latency.
     Bench(crate::bench::BenchArgs),
 }
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  # The built-in fixture server on http://127.0.0.1:8080/mcp
+  switchboard run
+
+  # A stdio MCP server; clients use /mcp (Streamable HTTP) or /sse (HTTP+SSE, 2024-11-05)
+  switchboard run --port 9000 -- npx -y @modelcontextprotocol/server-everything
+
+  # One backend process per session, with its own environment and working directory
+  switchboard run --isolation per-session --env API_TOKEN=secret --env LOG=debug \\
+      --cwd /srv/tools -- python3 server.py
+
+  # Liveness for a load balancer or orchestrator
+  curl http://127.0.0.1:8080/healthz";
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -38,6 +54,10 @@ pub(crate) struct RunArgs {
     /// Seconds a request may wait for the backend before it is failed with 504.
     #[arg(long, default_value_t = 60.0)]
     pub(crate) request_timeout: f64,
+    /// Seconds a request may take in all, from its start: progress from the backend restarts
+    /// --request-timeout, up to this bound.
+    #[arg(long, default_value_t = 3600.0)]
+    pub(crate) max_request_time: f64,
     /// Seconds of inactivity after which a session expires.
     #[arg(long, default_value_t = 1800.0)]
     pub(crate) session_ttl: f64,
@@ -63,7 +83,8 @@ pub(crate) struct RunArgs {
     /// Longest accepted backend stdout line in bytes.
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     pub(crate) max_line_bytes: usize,
-    /// Seconds to wait for the backend's initialize answer at startup.
+    /// Seconds a backend process may take to answer initialize: the shared one at startup,
+    /// and each session's own in per-session mode.
     #[arg(long, default_value_t = 30.0)]
     pub(crate) startup_timeout: f64,
     /// Per-session mode: seconds a session may live without the listen stream it had opened
@@ -99,9 +120,23 @@ pub(crate) struct RunArgs {
     /// wake-ups); BENCHMARKS.md has the numbers.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub(crate) worker_threads: Option<u16>,
+    /// An environment variable for the backend process, KEY=VALUE (repeatable); added to the
+    /// gateway's own environment, which the backend inherits.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub(crate) env: Vec<(String, String)>,
+    /// Working directory of the backend process (default: the gateway's).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) cwd: Option<std::path::PathBuf>,
     /// The stdio MCP server to front, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
+}
+
+fn parse_env(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got `{raw}`")),
+    }
 }
 
 fn parse_prefix(raw: &str) -> Result<String, String> {

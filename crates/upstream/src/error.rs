@@ -12,9 +12,14 @@ pub enum UpstreamError {
         /// The OS error text.
         reason: String,
     },
-    /// The backend exited or closed its stdout; every pending call fails with this.
+    /// The backend closed its stdout (or could not be written to) while its process was still
+    /// running, or no exit status was to be had; every pending call fails with this.
     #[error("backend closed: {0}")]
     Closed(String),
+    /// The backend process ended; every pending call fails with this. Displays as "backend
+    /// exited with status 3" or "backend killed by signal 9 (SIGKILL)".
+    #[error("backend {0}")]
+    Exited(crate::Exit),
     /// The write queue to the backend is full (backpressure; the backend is not reading).
     #[error("backend write queue is full")]
     Overloaded,

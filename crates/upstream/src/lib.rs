@@ -6,6 +6,7 @@
 //! requests) in stdout order; `core` implements it and decides what to do with them.
 
 mod error;
+mod exit;
 mod forker;
 mod framing;
 mod orphan;
@@ -13,6 +14,7 @@ pub mod stdio;
 mod supervisor;
 
 pub use error::UpstreamError;
+pub use exit::Exit;
 pub use forker::on_forker;
 pub use stdio::{
     spawn, BackendResponse, InboundSink, PendingCall, StdioConfig, StdioHandle, StdioProcess,

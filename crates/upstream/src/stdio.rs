@@ -6,7 +6,10 @@
 //! - **reader** owns stdout: frames lines, resolves responses through the pending table, and
 //!   hands everything else (notifications, backend requests) to `core` on a bounded channel.
 //! - **stderr** drains stderr into the log (a full stderr pipe would block the child).
-//! - [`StdioProcess`] owns the `Child` and the shutdown sequence.
+//! - **waiter** owns the `Child`: it reaps it and publishes how it ended (so the reader can
+//!   fail pending calls with "backend exited with status 3" rather than a bare "closed"), and
+//!   kills it when asked. [`StdioProcess`] is the one thing that can ask, and owns the
+//!   shutdown sequence; dropping it kills the process.
 //!
 //! The pending table is the one piece of shared state: a `parking_lot` mutex held only for a
 //! map operation, never across `.await`. When stdout ends, the table is closed and every pending
@@ -25,14 +28,18 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use switchboard_wire::{Message, MessageKind};
 
 use crate::framing::{Frame, LineReader};
-use crate::UpstreamError;
+use crate::{Exit, UpstreamError};
+
+/// How long the reader waits, once stdout has ended, for the process's exit status before it
+/// fails the pending calls without one (a process may close stdout and keep running).
+const EXIT_STATUS_WAIT: Duration = Duration::from_secs(1);
 
 /// How to start and bound a stdio backend.
 #[derive(Debug, Clone)]
@@ -41,6 +48,10 @@ pub struct StdioConfig {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
+    /// Variables added to (or replacing in) the environment it inherits.
+    pub env: Vec<(String, String)>,
+    /// Its working directory; `None`: the gateway's.
+    pub cwd: Option<std::path::PathBuf>,
     /// Longest stdout line accepted; longer lines are logged and skipped, so a runaway backend
     /// cannot make the gateway buffer without bound.
     pub max_line_bytes: usize,
@@ -57,6 +68,8 @@ impl StdioConfig {
         StdioConfig {
             program: program.into(),
             args,
+            env: Vec::new(),
+            cwd: None,
             max_line_bytes: Self::DEFAULT_MAX_LINE_BYTES,
             write_queue: 1024,
         }
@@ -115,8 +128,8 @@ type Reply = oneshot::Sender<Result<BackendResponse, UpstreamError>>;
 
 #[derive(Debug, Default)]
 struct PendingTable {
-    /// Set once stdout ends: the reason every later call fails.
-    closed: Option<String>,
+    /// Set once stdout ends: the error every later call fails with.
+    closed: Option<UpstreamError>,
     calls: HashMap<Box<str>, Reply>,
 }
 
@@ -141,12 +154,22 @@ pub struct StdioHandle {
     slot: Arc<parking_lot::RwLock<Arc<Shared>>>,
 }
 
-/// Owner of the child process; the only thing that can stop it.
+/// Owner of the child process; the only thing that can stop it. Dropping it kills the
+/// process.
 #[derive(Debug)]
 pub struct StdioProcess {
-    child: Child,
     stop_writer: CancellationToken,
+    /// Tells the waiter to kill the process.
+    kill: CancellationToken,
+    /// How the process ended, once it has.
+    exit: watch::Receiver<Option<Exit>>,
     shared: Arc<Shared>,
+}
+
+impl Drop for StdioProcess {
+    fn drop(&mut self) {
+        self.kill.cancel();
+    }
 }
 
 /// Starts `config.program`; its unsolicited messages go to `sink`. Returns the call handle and
@@ -162,12 +185,17 @@ pub fn spawn(
     let mut command = Command::new(&config.program);
     command
         .args(&config.args)
+        .envs(config.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    if let Some(dir) = &config.cwd {
+        command.current_dir(dir);
+    }
     crate::orphan::die_with_parent(&mut command);
     let mut child = command.spawn().map_err(spawn_err)?;
+    let pid = child.id();
     let missing = || spawn_err(std::io::Error::other("stdio pipe missing"));
     let stdin = child.stdin.take().ok_or_else(missing)?;
     let stdout = child.stdout.take().ok_or_else(missing)?;
@@ -176,17 +204,21 @@ pub fn spawn(
     let (write_tx, write_rx) = mpsc::channel(config.write_queue.max(1));
     let shared = Arc::new(Shared {
         program: config.program.clone(),
-        pid: child.id(),
+        pid,
         writer: write_tx,
         pending: Mutex::new(PendingTable::default()),
         stderr_tail: Mutex::new(std::collections::VecDeque::new()),
     });
     let stop_writer = CancellationToken::new();
+    let kill = CancellationToken::new();
+    let (exit_tx, exit) = watch::channel(None);
+    tokio::spawn(wait_loop(child, kill.clone(), exit_tx));
     tokio::spawn(write_loop(stdin, write_rx, stop_writer.clone()));
     tokio::spawn(read_loop(
         LineReader::new(stdout, config.max_line_bytes),
         shared.clone(),
         sink,
+        exit.clone(),
     ));
     tokio::spawn(stderr_loop(stderr, shared.clone()));
     info!(program = %config.program, pid = ?shared.pid, "backend started");
@@ -194,8 +226,9 @@ pub fn spawn(
     Ok((
         handle,
         StdioProcess {
-            child,
             stop_writer,
+            kill,
+            exit,
             shared,
         },
     ))
@@ -233,8 +266,8 @@ impl StdioHandle {
         let shared = self.shared();
         {
             let mut table = shared.pending.lock();
-            if let Some(reason) = &table.closed {
-                return Err(UpstreamError::Closed(reason.clone()));
+            if let Some(closed) = &table.closed {
+                return Err(closed.clone());
             }
             if table.calls.contains_key(key) {
                 return Err(UpstreamError::DuplicateKey);
@@ -341,23 +374,49 @@ impl StdioProcess {
     /// Closes stdin, waits up to `grace` for the process to exit, then kills it.
     pub async fn shutdown(mut self, grace: Duration) {
         self.stop_writer.cancel();
-        match tokio::time::timeout(grace, self.child.wait()).await {
-            Ok(Ok(status)) => info!(%status, "backend exited"),
+        match tokio::time::timeout(grace, self.wait()).await {
+            Ok(Ok(exit)) => info!("backend {exit}"),
             Ok(Err(e)) => warn!(error = %e, "waiting for backend failed"),
             Err(_) => {
                 warn!(
                     ?grace,
                     "backend did not exit after stdin closed; killing it"
                 );
-                let _ = self.child.kill().await;
+                self.kill.cancel();
+                // Bounded: a kill is reaped at once, but this path must end regardless.
+                let _ = tokio::time::timeout(Duration::from_secs(1), self.wait()).await;
             }
         }
-        close_pending(&self.shared, "gateway shut down");
+        close_pending(
+            &self.shared,
+            UpstreamError::Closed("gateway shut down".into()),
+        );
     }
 
-    /// Resolves when the process exits on its own.
-    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        self.child.wait().await
+    /// Resolves when the process has ended, with how it ended.
+    pub async fn wait(&mut self) -> std::io::Result<Exit> {
+        match self.exit.wait_for(Option::is_some).await {
+            Ok(exit) => (*exit).ok_or_else(|| std::io::Error::other("no exit status")),
+            Err(_) => Err(std::io::Error::other("waiting for the backend failed")),
+        }
+    }
+}
+
+/// Reaps the child (and kills it first when told to), then publishes how it ended. Dropped
+/// with the runtime, the `Child` is killed (`kill_on_drop`).
+async fn wait_loop(mut child: Child, kill: CancellationToken, exit: watch::Sender<Option<Exit>>) {
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = kill.cancelled() => match child.kill().await {
+            Ok(()) => child.wait().await,
+            Err(e) => Err(e),
+        },
+    };
+    match status {
+        Ok(status) => {
+            exit.send_replace(Some(Exit(status)));
+        }
+        Err(e) => warn!(error = %e, "waiting for backend failed"),
     }
 }
 
@@ -404,6 +463,7 @@ async fn read_loop(
     mut lines: LineReader<ChildStdout>,
     shared: Arc<Shared>,
     sink: Arc<dyn InboundSink>,
+    mut exit: watch::Receiver<Option<Exit>>,
 ) {
     // Pinned to this process: answers to its requests must go to it, not to a successor.
     let handle = StdioHandle::pinned(shared.clone());
@@ -417,8 +477,16 @@ async fn read_loop(
             Err(e) => break format!("reading backend stdout failed: {e}"),
         }
     };
-    info!(%reason, "backend stream ended");
-    close_pending(&shared, &reason);
+    // Stdout ending usually means the process is ending: wait (bounded) for how, so the
+    // pending calls, the log and the session's end can say it.
+    let ended = tokio::time::timeout(EXIT_STATUS_WAIT, exit.wait_for(Option::is_some)).await;
+    let error = match ended.ok().and_then(|r| r.ok().and_then(|e| *e)) {
+        Some(exit) => UpstreamError::Exited(exit),
+        None => UpstreamError::Closed(reason),
+    };
+    let reason = error.to_string();
+    info!(program = %shared.program, pid = ?shared.pid, "{reason}");
+    close_pending(&shared, error);
     sink.closed(&reason);
 }
 
@@ -461,14 +529,14 @@ fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
     let _ = reply.send(Ok(response));
 }
 
-fn close_pending(shared: &Shared, reason: &str) {
-    let calls = {
+fn close_pending(shared: &Shared, error: UpstreamError) {
+    let (calls, error) = {
         let mut table = shared.pending.lock();
-        table.closed.get_or_insert_with(|| reason.to_owned());
-        std::mem::take(&mut table.calls)
+        let error = table.closed.get_or_insert(error).clone();
+        (std::mem::take(&mut table.calls), error)
     };
     for (_, reply) in calls {
-        let _ = reply.send(Err(UpstreamError::Closed(reason.to_owned())));
+        let _ = reply.send(Err(error.clone()));
     }
 }
 

@@ -49,7 +49,10 @@ pub async fn supervise<F, Fut>(
             process.shutdown(grace).await;
             return;
         };
-        warn!(status = ?status.ok(), tail = ?handle.stderr_tail(), "backend exited; restarting");
+        match status {
+            Ok(exit) => warn!(tail = ?handle.stderr_tail(), "backend {exit}; restarting"),
+            Err(e) => warn!(error = %e, tail = ?handle.stderr_tail(), "backend ended; restarting"),
+        }
         if started.elapsed() >= STABLE {
             backoff = MIN_BACKOFF;
         }

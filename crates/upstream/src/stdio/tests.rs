@@ -79,13 +79,16 @@ async fn backend_death_fails_every_pending_call() {
         let err = tokio::time::timeout(Duration::from_secs(5), call)
             .await
             .unwrap();
-        assert!(matches!(err, Err(UpstreamError::Closed(_))), "{err:?}");
+        // They say how the process ended, in words.
+        let err = err.unwrap_err();
+        assert!(matches!(err, UpstreamError::Exited(_)), "{err:?}");
+        assert_eq!(err.to_string(), "backend exited with status 3");
     }
     assert_eq!(handle.pending_len(), 0);
     // Later calls fail at once instead of waiting for a dead process.
     assert!(matches!(
         handle.call("late", request("late", "x")).await,
-        Err(UpstreamError::Closed(_))
+        Err(UpstreamError::Exited(_))
     ));
 }
 
