@@ -48,6 +48,14 @@ pub enum CoreError {
     /// The caller's (or the tool's) rate limit is exhausted; retry after this many seconds.
     #[error("rate limit exceeded")]
     RateLimited(u64),
+    /// Per-session mode: a request on a session whose own backend is not ready yet (its
+    /// `initialize` has not been answered, or failed).
+    #[error("the session is not initialized: send initialize first")]
+    NotInitialized,
+    /// Per-session mode: a second `initialize` on an HTTP+SSE session that already has (or
+    /// is starting) its own backend.
+    #[error("the session is already initialized")]
+    AlreadyInitialized,
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

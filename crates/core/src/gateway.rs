@@ -27,6 +27,7 @@ use crate::access::{Path, Principal};
 use crate::dispatch::Registry;
 use crate::guards::{CancelOnDrop, InFlightGuard};
 use crate::listen::ListenStream;
+use crate::per_session::OwnRoute;
 use crate::progress;
 use crate::route::RouteKey;
 use crate::session::{SessionId, Transport};
@@ -267,16 +268,12 @@ impl Gateway {
             return Err(CoreError::UnexpectedResponse);
         };
         if let Some(sid) = call.session {
-            let own = self
-                .registry
-                .sessions
-                .with(sid.as_str(), |s| s.own.as_ref().map(|o| o.handle.clone()));
-            match own {
-                // Ended between lookup and routing (DELETE, reaping): never fall through to the
-                // shared backend with a dead session's request.
-                Err(_) => return Err(CoreError::SessionNotFound),
-                Ok(Some(own)) => return self.own_request(call, id, name, own).await,
-                Ok(None) => {}
+            // A session that ended between lookup and routing (DELETE, reaping) is not found:
+            // never fall through to the shared backend with a dead session's request.
+            match self.own_route(sid)? {
+                OwnRoute::Ready(own) => return self.own_request(call, id, name, own).await,
+                OwnRoute::NotYet => return self.before_initialize(id, name),
+                OwnRoute::Shared => {}
             }
         }
         if !self.backend.info.era.legacy {
@@ -489,9 +486,13 @@ impl Gateway {
                 Ok(())
             }
             Some(name) => {
-                let line = encode_notification(name, msg.params);
-                let backend = own.as_ref().unwrap_or(&self.backend.handle);
-                Ok(backend.send_line(line).await?)
+                let Some(backend) = self.notification_backend(session, own) else {
+                    debug!("notification before the session's own backend is ready; dropped");
+                    return Ok(());
+                };
+                Ok(backend
+                    .send_line(encode_notification(name, msg.params))
+                    .await?)
             }
             None => Err(CoreError::UnexpectedResponse),
         }

@@ -14,6 +14,11 @@
 //!   the entry leaves the table, which aborts those tasks (each aborted call withdraws its route
 //!   key and cancels upstream) and closes the stream. An answer produced after that finds no
 //!   session and is dropped: there is no queue a later client could inherit.
+//! - Per-session mode (`--isolation per-session`): the session exists before its
+//!   `initialize`, so its process is started when that arrives, not at `GET /sse`; until it
+//!   is ready the session uses no backend at all (see `Gateway::own_route`). Its process's
+//!   requests and notifications come through `per_session::SessionSink` onto this stream,
+//!   like progress (never into the room kept for answers), and its exit ends the session.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -54,6 +59,30 @@ pub struct SseSession {
     pub id: SessionId,
     /// Every message for this session, in order; ends when the session ends.
     pub events: QueueRx<ListenEvent>,
+}
+
+/// An HTTP+SSE session's claim on its one per-session `initialize`
+/// ([`Gateway::claim_sse_initialize`]); released on drop.
+#[derive(Debug)]
+pub struct SseInitClaim {
+    registry: Arc<crate::dispatch::Registry>,
+    session: SessionId,
+}
+
+impl SseInitClaim {
+    /// The session the claim is for.
+    pub fn session(&self) -> &SessionId {
+        &self.session
+    }
+}
+
+impl Drop for SseInitClaim {
+    fn drop(&mut self) {
+        let _ = self
+            .registry
+            .sessions
+            .with(self.session.as_str(), |s| s.initializing = false);
+    }
 }
 
 impl Gateway {
@@ -112,6 +141,99 @@ impl Gateway {
             Err(e) => audit.finish_initialize(Err(e)),
         }
         queued
+    }
+
+    /// Per-session mode: claims the session's one `initialize` (refused while another runs,
+    /// or once the session has its process). The claim is released when dropped, so an
+    /// `initialize` that fails, or whose task never runs, leaves the session free to retry.
+    pub fn claim_sse_initialize(&self, session: &SessionId) -> Result<SseInitClaim, CoreError> {
+        self.registry
+            .sessions
+            .with_transport(session.as_str(), Transport::Sse, |s| {
+                if s.initializing || s.own.is_some() {
+                    return Err(CoreError::AlreadyInitialized);
+                }
+                s.initializing = true;
+                Ok(())
+            })??;
+        Ok(SseInitClaim {
+            registry: self.registry.clone(),
+            session: session.clone(),
+        })
+    }
+
+    /// Per-session mode: the claimed session's `initialize`. Its own process is started and
+    /// handed the client's own `initialize` (capabilities and all), exactly as on `/mcp`;
+    /// the backend's answer, with the client's id, is returned for the session's stream.
+    /// On failure the process is stopped and the session stays, without one. Audited like
+    /// every `initialize`.
+    pub async fn initialize_sse_isolated(
+        &self,
+        caller: &crate::Principal,
+        claim: SseInitClaim,
+        id: &RequestId,
+        msg: &switchboard_wire::Message<'_>,
+    ) -> Result<Vec<u8>, CoreError> {
+        let audit = self.config.access.audit_only(caller, msg);
+        let session = &claim.session;
+        let result = self.start_sse_own(caller, session, id, msg).await;
+        match &result {
+            Ok(response) => {
+                let version = crate::per_session::answered_version(response);
+                let version = version.as_deref().unwrap_or_default();
+                audit.finish_initialize(Ok((session, version, &response[..])));
+            }
+            Err(e) => audit.finish_initialize(Err(e)),
+        }
+        // The session is usable from here on, before the client can see the answer.
+        drop(claim);
+        result
+    }
+
+    async fn start_sse_own(
+        &self,
+        caller: &crate::Principal,
+        session: &SessionId,
+        id: &RequestId,
+        msg: &switchboard_wire::Message<'_>,
+    ) -> Result<Vec<u8>, CoreError> {
+        let spawner = self
+            .per_session
+            .get()
+            .ok_or_else(|| CoreError::Unsupported("per-session HTTP+SSE".into()))?;
+        let (negotiated, _) = self.negotiate(caller, id, msg.params);
+        let opened = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        match self
+            .start_own(session, spawner, id, msg, opened.clone())
+            .await
+        {
+            Ok(answer) if !answer.is_error() => {
+                self.registry
+                    .sessions
+                    .with(session.as_str(), |s| s.protocol_version = negotiated)?;
+                // From now on the process's exit ends the session (and closes its stream).
+                opened.store(true, std::sync::atomic::Ordering::Release);
+                Ok(switchboard_wire::restore_response(
+                    id,
+                    answer.member(),
+                    answer.payload(),
+                ))
+            }
+            failed => {
+                // Killed on drop: it never served the client, so no grace is owed.
+                let _ = self
+                    .registry
+                    .sessions
+                    .with(session.as_str(), |s| s.own.take());
+                match failed {
+                    Ok(answer) => Err(CoreError::BackendInit(format!(
+                        "backend refused initialize: {}",
+                        answer.payload()
+                    ))),
+                    Err(e) => Err(e),
+                }
+            }
+        }
     }
 
     /// Runs `task` (one request and the delivery of its answer) as a task owned by the session:

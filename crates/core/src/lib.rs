@@ -39,7 +39,9 @@ pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use dispatch::Registry;
 pub use error::CoreError;
 pub use gateway::{Call, Gateway, GatewayConfig, Initialized};
-pub use legacy_sse::{SseSession, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE, SSE_QUEUE_BYTES};
+pub use legacy_sse::{
+    SseInitClaim, SseSession, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE, SSE_QUEUE_BYTES,
+};
 pub use listen::{ListenEvent, ListenStream, LISTEN_QUEUE_BYTES, REPLAY_BYTES};
 pub use modern::ModernAnswer;
 pub use per_session::SpawnBackend;

@@ -180,7 +180,18 @@ impl SessionSink {
 
 /// Puts one message on the session's best stream: the single in-flight request's stream if
 /// there is exactly one, else the listen stream. Returns whether a stream took it.
+///
+/// An HTTP+SSE session has one stream for everything: the message goes there, and, like
+/// progress, only while it leaves the room kept for answers (so a backend that asks or logs
+/// a lot can neither crowd out the answers nor get a reading client evicted). A request
+/// refused that way is failed back to the backend by the caller.
 fn deliver(s: &mut crate::session::Session, data: Bytes) -> bool {
+    if s.transport == crate::session::Transport::Sse {
+        use crate::legacy_sse::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
+        return s
+            .listen
+            .push_reserving(data, SSE_MAX_REQUESTS, SSE_ANSWER_BYTES);
+    }
     let mut streams = s.in_flight.values().filter_map(|f| f.stream.as_ref());
     if let (Some(only), None) = (streams.next(), streams.next()) {
         if only.try_send(data.clone()).is_ok() {
@@ -263,18 +274,54 @@ impl crate::Gateway {
         let result = self.open_isolated(caller, id, msg, spawner).await;
         match &result {
             Ok(init) => {
-                // The version the client was told is the backend's own answer's.
-                let answered = Message::parse(&init.response).ok().and_then(|m| {
-                    m.result
-                        .and_then(|r| switchboard_wire::object_member(r, "protocolVersion"))
-                        .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
-                });
-                let version = answered.as_deref().unwrap_or_default();
+                let version = answered_version(&init.response);
+                let version = version.as_deref().unwrap_or_default();
                 audit.finish_initialize(Ok((&init.session, version, &init.response[..])));
             }
             Err(e) => audit.finish_initialize(Err(e)),
         }
         result
+    }
+
+    /// Where a request of `session` goes: its own process once that is ready; in per-session
+    /// mode never the shared backend (an HTTP+SSE session exists before its `initialize`, and
+    /// its traffic must not reach a process other sessions use).
+    pub(crate) fn own_route(&self, session: &crate::SessionId) -> Result<OwnRoute, CoreError> {
+        let per_session = self.is_per_session();
+        self.registry
+            .sessions
+            .with(session.as_str(), |s| match &s.own {
+                Some(own) if !s.initializing => OwnRoute::Ready(own.handle.clone()),
+                _ if per_session => OwnRoute::NotYet,
+                _ => OwnRoute::Shared,
+            })
+    }
+
+    /// A request on a per-session session whose process is not ready: only `ping`, which
+    /// the spec allows before `initialize`, is answered (by the gateway).
+    pub(crate) fn before_initialize(
+        &self,
+        id: &RequestId,
+        name: &str,
+    ) -> Result<Vec<u8>, CoreError> {
+        match name {
+            method::PING => Ok(switchboard_wire::encode_result(id, "{}")),
+            _ => Err(CoreError::NotInitialized),
+        }
+    }
+
+    /// The backend a session's notification goes to: its own process, else the shared
+    /// backend, except in per-session mode, where it goes nowhere (see [`Self::own_route`]).
+    pub(crate) fn notification_backend(
+        &self,
+        session: Option<&crate::SessionId>,
+        own: Option<StdioHandle>,
+    ) -> Option<StdioHandle> {
+        match own {
+            Some(own) => Some(own),
+            None if session.is_some() && self.is_per_session() => None,
+            None => Some(self.backend.handle.clone()),
+        }
     }
 
     async fn open_isolated(
@@ -320,7 +367,7 @@ impl crate::Gateway {
 
     /// Starts the session's process, attaches it to the session first (so every way the
     /// session ends also stops the process), then hands it the client's `initialize`.
-    async fn start_own(
+    pub(crate) async fn start_own(
         &self,
         session: &crate::SessionId,
         spawner: &Arc<dyn SpawnBackend>,
@@ -415,6 +462,25 @@ impl crate::Gateway {
         self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))
             .await;
     }
+}
+
+/// Where a session's request is routed (see [`crate::Gateway::own_route`]).
+pub(crate) enum OwnRoute {
+    /// The session's own process, handshaken.
+    Ready(StdioHandle),
+    /// Per-session mode, but the process is not ready (HTTP+SSE before `initialize`).
+    NotYet,
+    /// Shared mode: the shared backend.
+    Shared,
+}
+
+/// The `protocolVersion` of a backend's `initialize` answer: the version the client was told.
+pub(crate) fn answered_version(response: &[u8]) -> Option<String> {
+    Message::parse(response).ok().and_then(|m| {
+        m.result
+            .and_then(|r| switchboard_wire::object_member(r, "protocolVersion"))
+            .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+    })
 }
 
 /// A per-session `initialize` under way: the session exists, its client does not know it yet.

@@ -84,6 +84,9 @@ pub(crate) struct Session {
     pub(crate) tasks: Option<JoinSet<()>>,
     /// Per-session mode: this session's own backend process.
     pub(crate) own: Option<crate::per_session::OwnBackend>,
+    /// Per-session mode, HTTP+SSE: the session's `initialize` is under way (its process
+    /// starting or handshaking), so it may neither start another nor be used yet.
+    pub(crate) initializing: bool,
     /// Counts this session against its principal's limit while it exists (any way it ends,
     /// dropping the session gives the place back). `None` when there is no such limit.
     _counted: Option<OwnerSlot>,
@@ -223,6 +226,7 @@ impl SessionStore {
             in_flight: HashMap::new(),
             tasks,
             own: None,
+            initializing: false,
             _counted: counted,
         };
         sessions.insert(id.0.clone(), session);

@@ -10,7 +10,11 @@
 //!
 //! The checks before the 202 are /mcp's: Content-Type, body limit, the wire parser (forbidden
 //! ids, batches, malformed JSON → 400 with the spec-shaped error), `MCP-Protocol-Version` when
-//! sent, client-posted responses → 400, unknown session → 404 -32001.
+//! sent, unknown session → 404 -32001, client-posted responses → 400 unless, in per-session
+//! mode, they answer a request of the session's own process (then routed back to it, 202).
+//!
+//! In per-session mode the session's `initialize` starts its own process (claimed, so once per
+//! session, and run as one of the session's tasks: the POST gets its 202 at once).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -27,7 +31,7 @@ use tracing::debug;
 
 use switchboard_core::stream_queue::QueueRx;
 use switchboard_core::{
-    Call, CoreError, Gateway, ListenEvent, Principal, SessionId, REQUEST_STREAM_QUEUE,
+    Call, CoreError, Gateway, ListenEvent, Principal, SessionId, SseInitClaim, REQUEST_STREAM_QUEUE,
 };
 use switchboard_wire::{encode_error, method, sse, Message, MessageKind, RequestId};
 
@@ -152,18 +156,43 @@ async fn handle_post(
     let bytes = read_body(headers, body, state.config.max_body_bytes).await?;
     let msg = Message::parse_client(&bytes).map_err(HttpError::Parse)?;
     headers::check_protocol_version(headers)?;
-    if msg.kind == MessageKind::Response {
+    let gateway = &state.gateway;
+    // Only a per-session backend ever sends this client a request (shared mode answers them
+    // itself), so only then can a response be an answer.
+    if msg.kind == MessageKind::Response && !gateway.is_per_session() {
         return Err(HttpError::ClientResponse);
     }
-    let gateway = &state.gateway;
     let session = gateway
         .sse_session(raw_session, caller)
         .map_err(|e| HttpError::Core(msg.id.clone(), e))?;
+    if msg.kind == MessageKind::Response {
+        // Accepted only for a request this session's own backend actually sent.
+        return gateway
+            .client_response(&session, &msg)
+            .await
+            .map_err(|_| HttpError::ClientResponse);
+    }
     match (msg.method, msg.id.clone()) {
         (_, None) => gateway
             .notify(caller, Some(&session), &msg)
             .await
             .map_err(|e| HttpError::Core(None, e)),
+        (Some(method::INITIALIZE), Some(id)) if gateway.is_per_session() => {
+            let claim = gateway
+                .claim_sse_initialize(&session)
+                .map_err(|e| HttpError::Core(Some(id.clone()), e))?;
+            let task = run_initialize(
+                gateway.clone(),
+                caller.clone(),
+                claim,
+                bytes.clone(),
+                id.clone(),
+            );
+            // Refused (busy): the task is dropped unrun, and its claim released with it.
+            gateway
+                .spawn_sse(&session, task)
+                .map_err(|e| HttpError::Core(Some(id), e))
+        }
         (Some(method::INITIALIZE), Some(id)) => gateway
             .initialize_sse(caller, &session, &id, msg.params)
             .map_err(|e| HttpError::Core(Some(id), e)),
@@ -234,6 +263,38 @@ async fn run_request(
     };
     if !gateway.deliver_sse_answer(&session, Bytes::from(answer)) {
         debug!(?session, "answer for an ended HTTP+SSE session dropped");
+    }
+}
+
+/// Per-session mode: the session's `initialize`, run by a task of its session (starting a
+/// process takes a while, and the session owns that work like any request's): its own
+/// process is started and handshaken, and the backend's answer, or the failure, goes to the
+/// session's stream.
+async fn run_initialize(
+    gateway: Arc<Gateway>,
+    caller: Arc<Principal>,
+    claim: SseInitClaim,
+    bytes: Bytes,
+    id: RequestId,
+) {
+    let session = claim.session().clone();
+    let answer = match Message::parse(&bytes) {
+        Ok(msg) => gateway
+            .initialize_sse_isolated(&caller, claim, &id, &msg)
+            .await
+            .unwrap_or_else(|e| {
+                let failure = HttpError::Core(Some(id), e);
+                let (_, id, err) = failure.parts();
+                encode_error(id, &err)
+            }),
+        // Parsed once already, so unreachable; still one answer, and the claim released.
+        Err(_) => crate::error::stream_task_failed(Some(&id)),
+    };
+    if !gateway.deliver_sse_answer(&session, Bytes::from(answer)) {
+        debug!(
+            ?session,
+            "initialize answer for an ended HTTP+SSE session dropped"
+        );
     }
 }
 

@@ -28,7 +28,7 @@ pub(crate) struct SseClient {
 }
 
 impl SseClient {
-    async fn connect(gw: &TestGateway) -> Self {
+    pub(crate) async fn connect(gw: &TestGateway) -> Self {
         Self::connect_with(gw, &[]).await
     }
 
@@ -102,7 +102,7 @@ impl SseClient {
         (r.status(), r.text().await.unwrap())
     }
 
-    async fn post_raw(&self, body: impl Into<reqwest::Body>) -> (StatusCode, String) {
+    pub(crate) async fn post_raw(&self, body: impl Into<reqwest::Body>) -> (StatusCode, String) {
         self.post_to(&self.post_url, body).await
     }
 
@@ -134,12 +134,25 @@ impl SseClient {
         .expect("no message within 10s")
     }
 
-    async fn request(&mut self, body: &Value) -> Value {
+    /// Whether the stream ends (the server closed it) within 10 s, skipping any events.
+    pub(crate) async fn ends(&mut self) -> bool {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(item) = self.events.next().await {
+                if item.is_err() {
+                    break;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    pub(crate) async fn request(&mut self, body: &Value) -> Value {
         self.send(body).await;
         self.next().await
     }
 
-    async fn call(&mut self, id: Value, name: &str, args: Value) -> Value {
+    pub(crate) async fn call(&mut self, id: Value, name: &str, args: Value) -> Value {
         let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args}});
         self.request(&body).await
     }
@@ -161,7 +174,7 @@ fn note(method: &str, params: Value) -> Value {
 
 /// Polls `check` (bounded) until it holds: for state the test waits on, never for proving
 /// that something did not happen.
-async fn eventually<F, Fut>(what: &str, mut check: F)
+pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -187,7 +200,7 @@ async fn held_calls(gw: &TestGateway, probe: &str, n: usize) -> Value {
     panic!("the backend never held {n} calls");
 }
 
-fn json_body(text: &str) -> Value {
+pub(crate) fn json_body(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"))
 }
 
@@ -892,43 +905,8 @@ async fn the_endpoint_prefix_is_configured_and_forwarded_only_when_trusted() {
 /// clients side by side with colliding ids and out-of-order answers.
 #[tokio::test]
 async fn python_sdk_sse_clients_list_and_call_tools() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let install = tokio::process::Command::new("bash")
-        .arg(format!("{root}/scripts/install-test-clients.sh"))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        install.status.success(),
-        "installing the Python SDK failed: {}",
-        String::from_utf8_lossy(&install.stderr)
-    );
-    let python = String::from_utf8(install.stdout).unwrap().trim().to_owned();
-
     let gw = TestGateway::start(&[]).await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/integration/clients/py_sse_client.py"
-    );
-    let out = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(&python)
-            .arg(script)
-            .arg(format!("{}/sse", gw.base()))
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("python client timed out")
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = python_sse_client(&gw, "py_sse_client.py").await;
     for name in ["a", "b"] {
         let c = &v[name];
         assert_eq!(c["server"], "switchboard-fixture", "{v}");
@@ -949,4 +927,44 @@ async fn python_sdk_sse_clients_list_and_call_tools() {
         }
     })
     .await;
+}
+
+/// Runs `clients/<script>` with the Python SDK (installed by `scripts/install-test-clients.sh`
+/// into `.tools/`) against the gateway's `/sse`, and returns the JSON it prints.
+pub(crate) async fn python_sse_client(gw: &TestGateway, script: &str) -> Value {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let install = tokio::process::Command::new("bash")
+        .arg(format!("{root}/scripts/install-test-clients.sh"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        install.status.success(),
+        "installing the Python SDK failed: {}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    let python = String::from_utf8(install.stdout).unwrap().trim().to_owned();
+    let script = format!(
+        "{}/tests/integration/clients/{script}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(&python)
+            .arg(script)
+            .arg(format!("{}/sse", gw.base()))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("python client timed out")
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

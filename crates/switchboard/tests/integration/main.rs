@@ -21,6 +21,7 @@ mod malformed;
 mod modern;
 mod mrtr;
 mod per_session;
+mod per_session_sse;
 mod resilience;
 mod resume;
 mod rmcp_client;
