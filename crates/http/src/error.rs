@@ -27,6 +27,7 @@
 //! | Modern: method not found (incl. removed)  | 404  | -32601                      |
 //! | Modern: other backend errors              | 200  | as the backend said         |
 //! | subscribe/setLevel without a session      | 400  | -32600                      |
+//! | task-augmented, anonymous and sessionless | 400  | -32600, id echoed           |
 //! | gateway-validated bad params (log level)  | 200  | -32602                      |
 //! | `/messages` without `session_id`          | 400  | -32600                      |
 //! | HTTP+SSE session at its in-flight limit   | 503  | -32603, id echoed           |
@@ -223,7 +224,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::OK,
             ErrorObject::new(REQUEST_CANCELLED, "Request cancelled"),
         ),
-        CoreError::SessionRequired(_) => (
+        CoreError::SessionRequired(_) | CoreError::TaskOwnerRequired => (
             StatusCode::BAD_REQUEST,
             ErrorObject::new(codes::INVALID_REQUEST, format!("Bad Request: {e}")),
         ),
