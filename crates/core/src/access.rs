@@ -60,6 +60,11 @@ impl Principal {
         }
     }
 
+    /// Whether this is the principal of unauthenticated callers, whom nothing tells apart.
+    pub fn is_anonymous(&self) -> bool {
+        self.issuer == "anonymous" && self.subject == "anonymous"
+    }
+
     /// Whether `self` and `other` are the same owner (issuer and subject).
     pub fn same_owner(&self, other: &Principal) -> bool {
         self.issuer == other.issuer && self.subject == other.subject

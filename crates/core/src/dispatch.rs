@@ -9,7 +9,7 @@
 //! | `notifications/progress`                        | only the stream of the request whose gateway-minted token it carries, client token restored |
 //! | `notifications/resources/updated`               | rebuilt as `{uri}`, only to sessions subscribed to that URI |
 //! | any notification tagged with a subscription id  | only the Modern listen stream it names, re-tagged with the client's listen id |
-//! | `notifications/tasks/status`, related-task tagged | only the listen stream of the session owning the task |
+//! | `notifications/tasks/status`, related-task tagged | only the listen stream of the session owning the task; dropped for a principal's stateless task |
 //! | `notifications/message`                         | dropped: it cannot be attributed            |
 //! | anything else                                   | dropped                                    |
 //!
@@ -165,12 +165,16 @@ impl Dispatcher {
         let r = &self.registry;
         let owner = crate::tasks::task_of(params).and_then(|t| r.tasks.owner(&t));
         match owner {
-            Some(session) => r
+            Some(crate::tasks::Owner::Session(session)) => r
                 .sessions
                 .push_listen(&session, Bytes::from(encode_notification(name, params))),
-            None => r
-                .drops
-                .record("task message for a task no session owns", name),
+            // A stateless owner has no stream the gateway could prove is its own (a Modern
+            // listen stream carries only what it asked for, and asked nothing of tasks).
+            Some(crate::tasks::Owner::Principal { .. }) => r.drops.record(
+                "task message for a stateless task: no stream to carry it",
+                name,
+            ),
+            None => r.drops.record("task message for a task nobody owns", name),
         }
     }
 

@@ -19,8 +19,8 @@ use tracing::debug;
 
 use switchboard_upstream::{BackendResponse, StdioHandle};
 use switchboard_wire::{
-    encode_error, encode_notification, encode_request, encode_result, method, object_member,
-    restore_response, version, with_member, with_meta_member, Message, RequestId,
+    encode_notification, encode_request, encode_result, method, object_member, restore_response,
+    version, with_member, with_meta_member, Message, RequestId,
 };
 
 use crate::access::{Path, Principal};
@@ -290,48 +290,21 @@ impl Gateway {
                 self.task_request(call, id, name).await
             }
             _ => {
-                let task = crate::tasks::is_task_request(call.msg.params);
+                // Only a task-augmented request needs its owner (kept off the common path).
+                let owner = crate::tasks::is_task_request(call.msg.params)
+                    .then(|| crate::tasks::Owner::of(call.caller, call.session));
+                if owner == Some(None) {
+                    return Err(CoreError::TaskOwnerRequired);
+                }
                 let answer = self
                     .call_backend(call.session, id, name, call.msg, call.stream)
                     .await?;
-                if let (true, Some(sid), false) = (task, call.session, answer.is_error()) {
-                    // Under the session's lock: a session that ended meanwhile (its tasks
-                    // already purged) records nothing that nobody would ever purge.
-                    let _ = self.registry.sessions.with(sid.as_str(), |_| {
-                        self.registry.tasks.record(sid.as_str(), answer.payload())
-                    });
+                if let (Some(Some(owner)), false) = (owner, answer.is_error()) {
+                    self.record_task(&owner, &answer);
                 }
                 Ok(restore(id, &answer))
             }
         }
-    }
-
-    /// `tasks/get|result|cancel|list`: only the caller's own tasks exist for it.
-    async fn task_request(
-        &self,
-        call: Call<'_>,
-        id: &RequestId,
-        name: &str,
-    ) -> Result<Vec<u8>, CoreError> {
-        let owner = call
-            .session
-            .map(|s| s.as_str().to_owned())
-            .unwrap_or_default();
-        if name != crate::tasks::LIST {
-            let task = crate::tasks::task_of(call.msg.params).unwrap_or_default();
-            if !self.registry.tasks.owns(&owner, &task) {
-                return Ok(encode_error(Some(id), &crate::tasks::unknown_task()));
-            }
-        }
-        let answer = self
-            .call_backend(call.session, id, name, call.msg, call.stream)
-            .await?;
-        if name == crate::tasks::LIST && !answer.is_error() {
-            if let Some(filtered) = self.registry.tasks.filter_list(&owner, answer.payload()) {
-                return Ok(encode_result(id, &filtered));
-            }
-        }
-        Ok(restore(id, &answer))
     }
 
     /// Forwards one request under a fresh route key (and a fresh progress token) and waits for
@@ -603,6 +576,6 @@ pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue
     }
 }
 
-fn restore(id: &RequestId, answer: &BackendResponse) -> Vec<u8> {
+pub(crate) fn restore(id: &RequestId, answer: &BackendResponse) -> Vec<u8> {
     restore_response(id, answer.member(), answer.payload())
 }

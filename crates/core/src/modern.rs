@@ -85,52 +85,66 @@ impl Gateway {
             .config
             .access
             .admit(caller, None, msg, crate::access::Path::Modern)?;
-        let answer = self.route_modern(caller, msg, stream).await;
-        admitted.finish_modern(answer.map(|a| self.hide_session_tasks(msg, a)))
+        // Only task methods and task-augmented requests need the owner up front (no copy of
+        // the principal on the common path).
+        let owner = (msg.method.is_some_and(crate::tasks::concerns_tasks)
+            || crate::tasks::is_task_request(msg.params))
+        .then(|| crate::tasks::Owner::of(caller, None))
+        .flatten();
+        let answer = self.route_modern(caller, owner.as_ref(), msg, stream).await;
+        admitted.finish_modern(answer.map(|a| self.own_tasks_only(owner.as_ref(), msg, a)))
     }
 
-    /// `tasks/list` for a stateless caller never shows a task some session owns, and a
-    /// backend's "invalid task" answer is replaced by the gateway's own, so a session's task
-    /// and a task that does not exist look exactly alike.
-    fn hide_session_tasks(&self, msg: &Message<'_>, answer: ModernAnswer) -> ModernAnswer {
+    /// `tasks/list` for a stateless caller shows only its principal's stateless tasks, and a
+    /// backend's "invalid task" answer is replaced by the gateway's own, so another owner's
+    /// task and a task that does not exist look exactly alike.
+    fn own_tasks_only(
+        &self,
+        owner: Option<&crate::tasks::Owner>,
+        msg: &Message<'_>,
+        answer: ModernAnswer,
+    ) -> ModernAnswer {
         let by_id = msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m));
         if let (true, Some(code), Some(id)) = (by_id, answer.error_code, msg.id.as_ref()) {
             if code == i64::from(codes::INVALID_PARAMS) {
                 return ModernAnswer::error(id, &crate::tasks::unknown_task());
             }
         }
-        if msg.method != Some(crate::tasks::LIST) || answer.error_code.is_some() {
+        let (Some(crate::tasks::LIST), None, Some(id)) =
+            (msg.method, answer.error_code, msg.id.as_ref())
+        else {
             return answer;
-        }
+        };
         let result = serde_json::from_slice::<Value>(&answer.body)
-            .ok()
             .map(|v| v["result"].to_string())
-            .and_then(|r| self.registry.tasks.hide_owned(&r));
-        match (result, msg.id.as_ref()) {
-            (Some(r), Some(id)) => ModernAnswer {
-                body: encode_result(id, &r),
-                error_code: None,
-            },
-            _ => answer,
+            .unwrap_or_default();
+        ModernAnswer {
+            body: encode_result(id, &self.registry.tasks.filter_list(owner, &result)),
+            error_code: None,
         }
     }
 
     async fn route_modern(
         &self,
         caller: &crate::Principal,
+        owner: Option<&crate::tasks::Owner>,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<ModernAnswer, CoreError> {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        // A task a Legacy session owns is invisible to stateless callers: the same answer as an
-        // unknown task, and absent from lists.
+        // Only the caller's principal's stateless tasks exist for it: a session's task,
+        // another principal's and a missing one get the same answer, before the backend.
         if crate::tasks::BY_ID.contains(&name) {
-            let task = crate::tasks::task_of(msg.params).unwrap_or_default();
-            if self.registry.tasks.owner(&task).is_some() {
+            let task = crate::tasks::requested_task(msg.params);
+            if !task.is_some_and(|t| self.registry.tasks.owns(owner, &t)) {
                 return Ok(ModernAnswer::error(id, &crate::tasks::unknown_task()));
             }
+        }
+        let asked_task = crate::tasks::is_task_request(msg.params);
+        if asked_task && owner.is_none() {
+            return Err(CoreError::TaskOwnerRequired);
         }
         if REMOVED.contains(&name) {
             let err = ErrorObject::new(codes::METHOD_NOT_FOUND, "Method not found")
@@ -152,6 +166,7 @@ impl Gateway {
                     backend: None,
                 })
                 .await?;
+            self.record_modern_task(caller, owner, asked_task, name, &answer);
             if name == method::DISCOVER && !answer.is_error() {
                 return Ok(discover_passthrough(id, &answer));
             }
@@ -168,7 +183,10 @@ impl Gateway {
             // Per-session mode: calls that may need client input run on their own process
             // (the MRTR bridge, `mrtr`); shared mode cannot attribute a backend's requests.
             _ if self.mrtr_applies(name) => self.mrtr(caller, id, name, msg, stream).await,
-            _ => self.bridged(id, name, msg, stream).await,
+            _ => {
+                let record = owner.filter(|_| asked_task);
+                self.bridged(id, name, msg, stream, record).await
+            }
         }
     }
 
@@ -244,12 +262,14 @@ impl Gateway {
         }
     }
 
+    /// A Modern request onto a Legacy backend; a task it creates is recorded as `task_owner`'s.
     async fn bridged(
         &self,
         id: &RequestId,
         name: &str,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
+        task_owner: Option<&crate::tasks::Owner>,
     ) -> Result<ModernAnswer, CoreError> {
         let stripped = msg.params.and_then(strip_reserved);
         let params = stripped.as_deref().or(msg.params);
@@ -264,6 +284,9 @@ impl Gateway {
                 backend: None,
             })
             .await?;
+        if let (Some(owner), false) = (task_owner, answer.is_error()) {
+            self.record_task(owner, &answer);
+        }
         Ok(self.complete(id, name, &answer))
     }
 

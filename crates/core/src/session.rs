@@ -27,7 +27,7 @@ use crate::CoreError;
 pub struct SessionId(String);
 
 impl SessionId {
-    fn mint() -> Self {
+    pub(crate) fn mint() -> Self {
         SessionId(random_hex())
     }
 

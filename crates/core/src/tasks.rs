@@ -1,10 +1,19 @@
-//! Ownership of 2025-11-25 tasks (experimental `tasks/*`) in shared mode.
+//! Who owns each task (2025-11-25 `tasks/*`, and the Modern Tasks extension's handles) on a
+//! shared backend.
 //!
-//! A task id returned to one session belongs to that session. `tasks/get`, `tasks/result` and
-//! `tasks/cancel` naming a task the caller does not own get exactly the answer an unknown task
-//! gets (the gateway's own, so nothing distinguishes "someone else's" from "nobody's");
-//! `tasks/list` shows only the caller's tasks; `notifications/tasks/status` and messages tagged
-//! with `io.modelcontextprotocol/related-task` reach only the owner's listen stream.
+//! Every task the gateway hands out is owned: by the caller's Legacy session when there is
+//! one, otherwise by the authenticated principal (issuer and subject) that created it. An
+//! anonymous caller without a session has no owner another caller could not also claim, so
+//! the gateway refuses its task-augmented requests (`CoreError::TaskOwnerRequired`) and never
+//! records a task for it. A session's tasks and its principal's stateless tasks are separate
+//! scopes: a session sees only its own, a sessionless call only its principal's stateless ones.
+//!
+//! `tasks/get`, `tasks/result`, `tasks/cancel` (and Modern `tasks/update`) naming a task the
+//! caller does not own get exactly the answer an unknown task gets (the gateway's own, before
+//! the backend is asked, so nothing distinguishes "someone else's" from "nobody's");
+//! `tasks/list` shows only the caller's tasks; `notifications/tasks/status` and messages
+//! tagged with `io.modelcontextprotocol/related-task` reach only the owning session's listen
+//! stream (a principal-owned task has no stream to go to: dropped, never broadcast).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -12,27 +21,64 @@ use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use switchboard_wire::{codes, object_member, ErrorObject};
+use switchboard_upstream::BackendResponse;
+use switchboard_wire::{codes, encode_error, encode_result, object_member, ErrorObject, RequestId};
+
+use crate::access::Principal;
+use crate::gateway::{restore, Call};
+use crate::session::SessionId;
+use crate::{CoreError, Gateway};
 
 /// `_meta` key tying a message to a task.
 pub(crate) const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
-/// Task methods whose `taskId` names one task.
-pub(crate) const BY_ID: &[&str] = &["tasks/get", "tasks/result", "tasks/cancel"];
+/// Task methods whose `taskId` names one task (`tasks/update` is the Modern extension's).
+pub(crate) const BY_ID: &[&str] = &["tasks/get", "tasks/result", "tasks/cancel", "tasks/update"];
 /// The listing method.
 pub(crate) const LIST: &str = "tasks/list";
+/// The method a Modern backend may answer with a task handle unasked (Tasks extension).
+pub(crate) const MAY_CREATE: &str = "tools/call";
 /// The status notification.
 pub(crate) const STATUS: &str = "notifications/tasks/status";
 
-/// Most tasks remembered at once for all sessions together; beyond it new tasks are not
-/// tracked and so are unreachable (refusing is the safe failure). The per-session bound below
-/// keeps one session from getting there alone.
+/// Most tasks remembered at once for all owners together; beyond it new tasks are not
+/// tracked and so are unreachable (refusing is the safe failure). The per-owner bound below
+/// keeps one owner from getting there alone.
 const MAX_TASKS: usize = 100_000;
-/// Most tasks remembered per session: a session's next task makes it forget its oldest, so a
-/// session that creates tasks without end only loses track of its own.
-const MAX_TASKS_PER_SESSION: usize = 1024;
+/// Most tasks remembered per owner: an owner's next task makes it forget its oldest, so an
+/// owner that creates tasks without end only loses track of its own.
+const MAX_TASKS_PER_OWNER: usize = 1024;
 
-/// Task id → owning session id, and each session's task ids, oldest first.
+/// Who may name a task.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Owner {
+    /// A Legacy session (itself owned by one principal).
+    Session(String),
+    /// An authenticated principal calling without a session (Modern, or sessionless Legacy).
+    Principal { issuer: String, subject: String },
+}
+
+impl Owner {
+    /// The owner of tasks `caller` creates or names in `session`; `None` for an anonymous
+    /// caller without a session, whom nothing tells apart from any other anonymous caller.
+    pub(crate) fn of(caller: &Principal, session: Option<&SessionId>) -> Option<Owner> {
+        match session {
+            Some(s) => Some(Owner::Session(s.as_str().to_owned())),
+            None if caller.is_anonymous() => None,
+            None => Some(Owner::Principal {
+                issuer: caller.issuer.clone(),
+                subject: caller.subject.clone(),
+            }),
+        }
+    }
+
+    /// A session's owner key (for look-ups by session id alone).
+    pub(crate) fn session(id: &str) -> Owner {
+        Owner::Session(id.to_owned())
+    }
+}
+
+/// Task id → owner, and each owner's task ids, oldest first.
 #[derive(Debug, Default)]
 pub(crate) struct TaskOwners {
     table: Mutex<Table>,
@@ -40,84 +86,77 @@ pub(crate) struct TaskOwners {
 
 #[derive(Debug, Default)]
 struct Table {
-    owners: HashMap<String, String>,
-    by_session: HashMap<String, VecDeque<String>>,
+    owners: HashMap<String, Owner>,
+    by_owner: HashMap<Owner, VecDeque<String>>,
 }
 
 impl Table {
-    /// Forgets `task` if `session` owns it.
-    fn forget(&mut self, session: &str, task: &str) {
-        if self.owners.get(task).is_some_and(|o| o == session) {
+    /// Forgets `task` if `owner` owns it.
+    fn forget(&mut self, owner: &Owner, task: &str) {
+        if self.owners.get(task).is_some_and(|o| o == owner) {
             self.owners.remove(task);
         }
+    }
+
+    fn owns(&self, owner: Option<&Owner>, task: &str) -> bool {
+        owner.is_some_and(|owner| self.owners.get(task).is_some_and(|o| o == owner))
     }
 }
 
 impl TaskOwners {
-    /// Records the task a `CreateTaskResult` names, if any.
-    pub(crate) fn record(&self, session: &str, result: &str) {
-        let id = RawValue::from_string(result.to_owned())
-            .ok()
-            .and_then(|r| object_member(&r, "task").map(|t| t.get().to_owned()))
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|t| t["taskId"].as_str().map(str::to_owned));
-        let Some(id) = id else { return };
-        let mut table = self.table.lock();
-        if table.owners.get(&id).is_some_and(|o| o == session) {
-            return; // Already this session's: one index row per task.
-        }
-        if table.owners.len() >= MAX_TASKS && !table.owners.contains_key(&id) {
+    /// Records the task a `CreateTaskResult` names, if any: `{task:{taskId}}` (2025-11-25) or
+    /// `{resultType:"task", taskId}` (the Modern Tasks extension).
+    ///
+    /// A task id some other owner already holds is forgotten rather than reassigned: the same
+    /// id handed out twice (a backend reusing ids) must not give either owner the other's
+    /// task, so neither can name it any more.
+    pub(crate) fn record(&self, owner: &Owner, result: &str) {
+        let Some(id) = created_task(result) else {
             return;
+        };
+        let mut table = self.table.lock();
+        match table.owners.get(&id) {
+            Some(o) if o == owner => return, // Already this owner's: one index row per task.
+            Some(_) => {
+                table.owners.remove(&id);
+                return;
+            }
+            None if table.owners.len() >= MAX_TASKS => return,
+            None => {}
         }
-        table.owners.insert(id.clone(), session.to_owned());
-        let mine = table.by_session.entry(session.to_owned()).or_default();
+        table.owners.insert(id.clone(), owner.clone());
+        let mine = table.by_owner.entry(owner.clone()).or_default();
         mine.push_back(id);
-        let oldest = (mine.len() > MAX_TASKS_PER_SESSION)
+        let oldest = (mine.len() > MAX_TASKS_PER_OWNER)
             .then(|| mine.pop_front())
             .flatten();
         if let Some(oldest) = oldest {
-            table.forget(session, &oldest);
+            table.forget(owner, &oldest);
         }
     }
 
-    /// Whether `session` owns `task`.
-    pub(crate) fn owns(&self, session: &str, task: &str) -> bool {
-        self.table
-            .lock()
-            .owners
-            .get(task)
-            .is_some_and(|o| o == session)
+    /// Whether `owner` owns `task` (no owner owns nothing).
+    pub(crate) fn owns(&self, owner: Option<&Owner>, task: &str) -> bool {
+        self.table.lock().owns(owner, task)
     }
 
     /// The owner of `task`.
-    pub(crate) fn owner(&self, task: &str) -> Option<String> {
+    pub(crate) fn owner(&self, task: &str) -> Option<Owner> {
         self.table.lock().owners.get(task).cloned()
     }
 
-    /// `tasks/list` result with only `session`'s tasks. `None` if the result is not a list.
-    pub(crate) fn filter_list(&self, session: &str, result: &str) -> Option<String> {
-        let mut v: Value = serde_json::from_str(result).ok()?;
+    /// `tasks/list` result with only `owner`'s tasks (none without an owner). A result that
+    /// is not a list becomes an empty one: what the gateway cannot filter, it does not pass.
+    pub(crate) fn filter_list(&self, owner: Option<&Owner>, result: &str) -> String {
+        let mut v: Value = serde_json::from_str(result).unwrap_or(Value::Null);
         let table = self.table.lock();
-        v.get_mut("tasks")?.as_array_mut()?.retain(|t| {
-            t["taskId"]
-                .as_str()
-                .and_then(|id| table.owners.get(id))
-                .is_some_and(|o| o == session)
-        });
-        Some(v.to_string())
-    }
-
-    /// `tasks/list` result without any task a session owns: what a caller without a session
-    /// (a Modern request) may see. `None` if the result is not a list.
-    pub(crate) fn hide_owned(&self, result: &str) -> Option<String> {
-        let mut v: Value = serde_json::from_str(result).ok()?;
-        let table = self.table.lock();
-        v.get_mut("tasks")?.as_array_mut()?.retain(|t| {
-            t["taskId"]
-                .as_str()
-                .is_none_or(|id| !table.owners.contains_key(id))
-        });
-        Some(v.to_string())
+        match v.get_mut("tasks").and_then(Value::as_array_mut) {
+            Some(tasks) => {
+                tasks.retain(|t| t["taskId"].as_str().is_some_and(|id| table.owns(owner, id)));
+                v.to_string()
+            }
+            None => r#"{"tasks":[]}"#.to_owned(),
+        }
     }
 
     /// Forgets everything (the backend restarted: its task ids mean nothing any more, and a
@@ -126,18 +165,107 @@ impl TaskOwners {
         *self.table.lock() = Table::default();
     }
 
-    /// Forgets a session's tasks when it ends (its own index: no scan of everyone's).
+    /// Forgets a session's tasks when it ends (its own index: no scan of everyone's). A
+    /// principal's stateless tasks have no end event: only the bounds above (and a backend
+    /// restart) forget them.
     pub(crate) fn purge(&self, session: &str) {
+        let owner = Owner::session(session);
         let mut table = self.table.lock();
-        for task in table.by_session.remove(session).unwrap_or_default() {
-            table.forget(session, &task);
+        for task in table.by_owner.remove(&owner).unwrap_or_default() {
+            table.forget(&owner, &task);
         }
     }
 
-    /// Entries held: tracked tasks plus per-session index rows (zero when idle).
+    /// Entries held: tracked tasks plus per-owner index rows (zero when idle).
     pub(crate) fn len(&self) -> usize {
         let table = self.table.lock();
-        table.owners.len() + table.by_session.len()
+        table.owners.len() + table.by_owner.len()
+    }
+}
+
+/// The task id a `CreateTaskResult` names, in either era's shape.
+fn created_task(result: &str) -> Option<String> {
+    let result: &RawValue = serde_json::from_str(result).ok()?;
+    let legacy = object_member(result, "task").and_then(|t| object_member(t, "taskId"));
+    let modern = || {
+        object_member(result, "resultType")
+            .filter(|t| t.get() == r#""task""#)
+            .and_then(|_| object_member(result, "taskId"))
+    };
+    legacy
+        .or_else(modern)
+        .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+}
+
+/// The task flow of a request: ownership checks before the backend, recording and list
+/// filtering after it.
+impl Gateway {
+    /// Records the task a successful answer created as `owner`'s.
+    pub(crate) fn record_task(&self, owner: &Owner, answer: &BackendResponse) {
+        let tasks = &self.registry.tasks;
+        match owner {
+            // Under the session's lock: a session that ended meanwhile (its tasks already
+            // purged) records nothing that nobody would ever purge.
+            Owner::Session(sid) => {
+                let _ = self
+                    .registry
+                    .sessions
+                    .with(sid, |_| tasks.record(owner, answer.payload()));
+            }
+            Owner::Principal { .. } => tasks.record(owner, answer.payload()),
+        }
+    }
+
+    /// Records the task a Modern backend's answer created: one the request asked for (as
+    /// `owner`, already known), or a handle the backend returned unasked to a `tools/call`
+    /// (the Tasks extension allows it), whose owner is learned only then.
+    pub(crate) fn record_modern_task(
+        &self,
+        caller: &Principal,
+        owner: Option<&Owner>,
+        asked: bool,
+        name: &str,
+        answer: &BackendResponse,
+    ) {
+        if answer.is_error() {
+            return;
+        }
+        if asked {
+            if let Some(owner) = owner {
+                self.record_task(owner, answer);
+            }
+        } else if name == MAY_CREATE && created_task(answer.payload()).is_some() {
+            if let Some(owner) = Owner::of(caller, None) {
+                self.record_task(&owner, answer);
+            }
+        }
+    }
+
+    /// `tasks/get|result|cancel|list`: only the caller's own tasks exist for it.
+    pub(crate) async fn task_request(
+        &self,
+        call: Call<'_>,
+        id: &RequestId,
+        name: &str,
+    ) -> Result<Vec<u8>, CoreError> {
+        let owner = Owner::of(call.caller, call.session);
+        if name != LIST {
+            let task = requested_task(call.msg.params);
+            if !task.is_some_and(|t| self.registry.tasks.owns(owner.as_ref(), &t)) {
+                return Ok(encode_error(Some(id), &unknown_task()));
+            }
+        }
+        let answer = self
+            .call_backend(call.session, id, name, call.msg, call.stream)
+            .await?;
+        if name == LIST && !answer.is_error() {
+            let filtered = self
+                .registry
+                .tasks
+                .filter_list(owner.as_ref(), answer.payload());
+            return Ok(encode_result(id, &filtered));
+        }
+        Ok(restore(id, &answer))
     }
 }
 
@@ -159,6 +287,43 @@ pub(crate) fn task_of(params: Option<&RawValue>) -> Option<String> {
         .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
 }
 
+/// The task a `tasks/get|result|cancel|update` request names: its one string `taskId`. A
+/// request naming it twice gets `None` (so the unknown-task answer): the gateway checks one
+/// value and a backend whose parser keeps the first duplicate would act on the other.
+pub(crate) fn requested_task(params: Option<&RawValue>) -> Option<String> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+
+    struct TaskIds(Vec<Option<String>>);
+    impl<'de> Visitor<'de> for TaskIds {
+        type Value = Vec<Option<String>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "taskId" {
+                    let v: &RawValue = map.next_value()?;
+                    self.0.push(serde_json::from_str(v.get()).ok());
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(self.0)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(params?.get());
+    let mut ids = de.deserialize_map(TaskIds(Vec::new())).ok()?;
+    match ids.len() {
+        1 => ids.pop().flatten(),
+        _ => None,
+    }
+}
+
+/// Whether a request with this method names tasks, whatever its params.
+pub(crate) fn concerns_tasks(method: &str) -> bool {
+    method == LIST || BY_ID.contains(&method)
+}
+
 /// Whether a task-augmented request asked for a task (`params.task`).
 pub(crate) fn is_task_request(params: Option<&RawValue>) -> bool {
     params.and_then(|p| object_member(p, "task")).is_some()
@@ -169,18 +334,42 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn session(id: &str) -> Owner {
+        Owner::session(id)
+    }
+
+    fn principal(subject: &str) -> Owner {
+        Owner::Principal {
+            issuer: "api-key".into(),
+            subject: subject.into(),
+        }
+    }
+
+    fn legacy_task(id: &str) -> String {
+        format!(r#"{{"task":{{"taskId":"{id}","status":"working"}}}}"#)
+    }
+
     #[test]
     fn ownership_and_filtering() {
         let t = TaskOwners::default();
-        t.record("a", r#"{"task":{"taskId":"t1","status":"working"}}"#);
-        t.record("b", r#"{"task":{"taskId":"t2","status":"working"}}"#);
-        t.record("b", r#"{"content":[]}"#);
-        assert!(t.owns("a", "t1") && !t.owns("b", "t1") && !t.owns("a", "nope"));
+        let (a, b) = (session("a"), session("b"));
+        t.record(&a, &legacy_task("t1"));
+        t.record(&b, &legacy_task("t2"));
+        t.record(&b, r#"{"content":[]}"#);
+        assert!(t.owns(Some(&a), "t1") && !t.owns(Some(&b), "t1"));
+        assert!(!t.owns(Some(&a), "nope") && !t.owns(None, "t1"));
         let list =
             json!({"tasks":[{"taskId":"t1"},{"taskId":"t2"},{"taskId":"t3"}],"nextCursor":"c"})
                 .to_string();
-        let a: Value = serde_json::from_str(&t.filter_list("a", &list).unwrap()).unwrap();
-        assert_eq!(a, json!({"tasks":[{"taskId":"t1"}],"nextCursor":"c"}));
+        let mine: Value = serde_json::from_str(&t.filter_list(Some(&a), &list)).unwrap();
+        assert_eq!(mine, json!({"tasks":[{"taskId":"t1"}],"nextCursor":"c"}));
+        let nobody: Value = serde_json::from_str(&t.filter_list(None, &list)).unwrap();
+        assert_eq!(nobody, json!({"tasks":[],"nextCursor":"c"}));
+        let odd = t.filter_list(Some(&a), r#"{"tasks":{"taskId":"t1"}}"#);
+        assert_eq!(
+            odd, r#"{"tasks":[]}"#,
+            "what cannot be filtered is not passed"
+        );
         t.purge("a");
         assert_eq!(t.len(), 2, "b's task and b's index row");
         t.purge("b");
@@ -192,28 +381,102 @@ mod tests {
         assert_eq!(task_of(Some(&p)).as_deref(), Some("t2"));
     }
 
-    /// A session that creates tasks without end forgets its own oldest ones; another
-    /// session's tasks stay reachable.
     #[test]
-    fn one_session_cannot_crowd_out_anothers_tasks() {
-        let t = TaskOwners::default();
-        let task = |id: &str| format!(r#"{{"task":{{"taskId":"{id}","status":"working"}}}}"#);
-        t.record("victim", &task("v1"));
-        t.record("victim", &task("v1"));
-        assert_eq!(t.len(), 2, "a task recorded twice is indexed once");
-        for i in 0..MAX_TASKS_PER_SESSION + 10 {
-            t.record("greedy", &task(&format!("g{i}")));
-        }
-        assert!(t.owns("victim", "v1"));
-        assert!(
-            !t.owns("greedy", "g0"),
-            "the greedy session's oldest is forgotten"
+    fn a_request_names_one_task() {
+        let named = |p: &str| requested_task(Some(&RawValue::from_string(p.into()).unwrap()));
+        assert_eq!(named(r#"{"taskId":"t"}"#).as_deref(), Some("t"));
+        assert_eq!(
+            named(r#"{"task\u0049d":"t","x":{"taskId":"u"}}"#).as_deref(),
+            Some("t")
         );
-        let newest = format!("g{}", MAX_TASKS_PER_SESSION + 9);
-        assert!(t.owns("greedy", &newest));
-        assert_eq!(t.len(), 1 + MAX_TASKS_PER_SESSION + 2);
-        t.purge("greedy");
+        assert_eq!(named(r#"{"taskId":"t","taskId":"u"}"#), None, "duplicates");
+        assert_eq!(
+            named(r#"{"taskId":"t","task\u0049d":"u"}"#),
+            None,
+            "escaped duplicate"
+        );
+        assert_eq!(named(r#"{"taskId":7}"#), None);
+        assert_eq!(named(r#"{}"#), None);
+        assert_eq!(named(r#"[1]"#), None);
+        assert_eq!(requested_task(None), None);
+    }
+
+    /// The owner of a sessionless call is its principal; an anonymous one has none. A
+    /// principal's stateless tasks are not its sessions' and vice versa.
+    #[test]
+    fn owners_by_session_and_principal() {
+        let alice = Principal {
+            issuer: "api-key".into(),
+            subject: "alice".into(),
+            claims: serde_json::Map::new(),
+        };
+        let sid = SessionId::mint();
+        assert_eq!(Owner::of(&Principal::anonymous(), None), None);
+        assert_eq!(
+            Owner::of(&Principal::anonymous(), Some(&sid)),
+            Some(session(sid.as_str()))
+        );
+        assert_eq!(Owner::of(&alice, None), Some(principal("alice")));
+        assert_eq!(Owner::of(&alice, Some(&sid)), Some(session(sid.as_str())));
+
+        let t = TaskOwners::default();
+        t.record(&principal("alice"), &legacy_task("p1"));
+        t.record(
+            &principal("alice"),
+            r#"{"resultType":"task","taskId":"m1","status":"working"}"#,
+        );
+        t.record(
+            &principal("bob"),
+            r#"{"resultType":"complete","taskId":"x"}"#,
+        );
+        assert!(t.owns(Some(&principal("alice")), "p1"));
+        assert!(t.owns(Some(&principal("alice")), "m1"), "Modern task shape");
+        assert!(t.owner("x").is_none(), "a complete result creates no task");
+        assert!(!t.owns(Some(&principal("bob")), "p1"));
+        assert!(!t.owns(Some(&session(sid.as_str())), "p1"));
+        let other_issuer = Owner::Principal {
+            issuer: "https://idp".into(),
+            subject: "alice".into(),
+        };
+        assert!(!t.owns(Some(&other_issuer), "p1"), "issuer and subject");
+        t.purge(sid.as_str());
+        assert!(t.owns(Some(&principal("alice")), "p1"), "not a session's");
+    }
+
+    /// A task id handed to a second owner belongs to neither: reassigning it would give one
+    /// owner the other's task.
+    #[test]
+    fn a_reused_task_id_belongs_to_nobody() {
+        let t = TaskOwners::default();
+        t.record(&principal("alice"), &legacy_task("dup"));
+        t.record(&principal("bob"), &legacy_task("dup"));
+        assert!(t.owner("dup").is_none());
+        assert!(!t.owns(Some(&principal("alice")), "dup"));
+        assert!(!t.owns(Some(&principal("bob")), "dup"));
+    }
+
+    /// An owner that creates tasks without end forgets its own oldest ones; another owner's
+    /// tasks stay reachable.
+    #[test]
+    fn one_owner_cannot_crowd_out_anothers_tasks() {
+        let t = TaskOwners::default();
+        let (victim, greedy) = (session("victim"), principal("greedy"));
+        t.record(&victim, &legacy_task("v1"));
+        t.record(&victim, &legacy_task("v1"));
+        assert_eq!(t.len(), 2, "a task recorded twice is indexed once");
+        for i in 0..MAX_TASKS_PER_OWNER + 10 {
+            t.record(&greedy, &legacy_task(&format!("g{i}")));
+        }
+        assert!(t.owns(Some(&victim), "v1"));
+        assert!(
+            !t.owns(Some(&greedy), "g0"),
+            "the greedy owner's oldest is forgotten"
+        );
+        let newest = format!("g{}", MAX_TASKS_PER_OWNER + 9);
+        assert!(t.owns(Some(&greedy), &newest));
+        assert_eq!(t.len(), 1 + MAX_TASKS_PER_OWNER + 2);
         t.purge("victim");
+        t.clear();
         assert_eq!(t.len(), 0);
     }
 }

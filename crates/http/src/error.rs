@@ -29,6 +29,7 @@
 //! | subscribe/setLevel without a session      | 400  | -32600                      |
 //! | per-session: request before `initialize`  | 400  | -32600 (HTTP+SSE: on the stream) |
 //! | per-session: HTTP+SSE `initialize` again  | 400  | -32600, id echoed           |
+//! | task-augmented, anonymous and sessionless | 400  | -32600, id echoed           |
 //! | gateway-validated bad params (log level)  | 200  | -32602                      |
 //! | `/messages` without `session_id`          | 400  | -32600                      |
 //! | HTTP+SSE session at its in-flight limit   | 503  | -32603, id echoed           |
@@ -227,7 +228,8 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         ),
         CoreError::SessionRequired(_)
         | CoreError::NotInitialized
-        | CoreError::AlreadyInitialized => (
+        | CoreError::AlreadyInitialized
+        | CoreError::TaskOwnerRequired => (
             StatusCode::BAD_REQUEST,
             ErrorObject::new(codes::INVALID_REQUEST, format!("Bad Request: {e}")),
         ),

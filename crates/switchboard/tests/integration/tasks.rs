@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{emit, pushy, Listener};
+use crate::common::{emit, pushy, Listener, Reply, TestGateway};
 
 #[tokio::test]
 async fn tasks_belong_to_their_session() {
@@ -128,4 +128,301 @@ async fn modern_callers_cannot_reach_session_tasks() {
         .await
         .json();
     assert!(r["result"].is_object(), "{r}");
+}
+
+/// How a test caller reaches the gateway: its credential and its era.
+#[derive(Clone, Copy)]
+struct Caller<'a> {
+    /// Bearer token; `None` for an anonymous caller.
+    token: Option<&'a str>,
+    era: Era<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum Era<'a> {
+    /// 2026-07-28, stateless.
+    Modern,
+    /// A Legacy POST without `Mcp-Session-Id`.
+    Sessionless,
+    /// A Legacy session.
+    Session(&'a str),
+}
+
+impl Caller<'_> {
+    async fn ask(&self, gw: &TestGateway, method: &str, mut params: Value) -> Reply {
+        let auth = self.token.map(|t| format!("Bearer {t}"));
+        let mut headers = Vec::new();
+        if let Some(a) = auth.as_deref() {
+            headers.push(("authorization", a));
+        }
+        let name = params["name"].as_str().map(str::to_owned);
+        let session = match self.era {
+            Era::Modern => {
+                params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": MODERN,
+                    "io.modelcontextprotocol/clientCapabilities": {}});
+                headers.push(("mcp-protocol-version", MODERN));
+                headers.push(("mcp-method", method));
+                if let Some(n) = name.as_deref() {
+                    headers.push(("mcp-name", n));
+                }
+                None
+            }
+            Era::Sessionless => None,
+            Era::Session(sid) => Some(sid),
+        };
+        let body = json!({"jsonrpc":"2.0","id":"q","method":method,"params":params});
+        gw.post_raw(session, body.to_string(), &headers).await
+    }
+
+    /// Creates a task with the pushy backend's task-augmented `tools/call`.
+    async fn create_task(&self, gw: &TestGateway) -> String {
+        let r = self.ask(gw, "tools/call", task_call()).await;
+        let v = r.json();
+        v["result"]["task"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no task in {v}"))
+            .to_owned()
+    }
+
+    /// The task ids `tasks/list` shows this caller.
+    async fn listed(&self, gw: &TestGateway) -> Vec<String> {
+        let v = self.ask(gw, "tasks/list", json!({})).await.json();
+        v["result"]["tasks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no list in {v}"))
+            .iter()
+            .map(|t| t["taskId"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    async fn status(&self, gw: &TestGateway, task: &str) -> Value {
+        let v = self
+            .ask(gw, "tasks/get", json!({"taskId": task}))
+            .await
+            .json();
+        v["result"]["status"].clone()
+    }
+}
+
+const MODERN: &str = "2026-07-28";
+const ALICE: &str = "alice-key-0123456789abcdef";
+const BOB: &str = "bob-key-0123456789abcdef01";
+
+fn task_call() -> Value {
+    json!({"name":"work","arguments":{},"task":{"ttl":60000}})
+}
+
+/// pushy behind `--api-keys-file` with the principals alice and bob.
+async fn pushy_with_keys() -> TestGateway {
+    let dir = std::env::temp_dir().join(format!("switchboard-tasks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    pushy(&["--api-keys-file", keys.to_str().unwrap()]).await
+}
+
+/// Opens a Legacy session as `token`'s principal.
+async fn session_as(gw: &TestGateway, token: &str) -> String {
+    let auth = format!("Bearer {token}");
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"0"}}});
+    let r = gw
+        .post_raw(None, init.to_string(), &[("authorization", auth.as_str())])
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::OK, "{}", r.text);
+    r.headers["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// A task created without a session (Modern, or sessionless Legacy) belongs to the principal
+/// that created it: every other caller, in either era, with or without a session, gets
+/// byte for byte the answer an unknown task gets and does not see it listed; its cancel
+/// attempts do not reach the backend; the owner still reads it and its result.
+#[tokio::test]
+async fn stateless_tasks_belong_to_their_principal() {
+    let gw = pushy_with_keys().await;
+    let (alice_sid, bob_sid) = (session_as(&gw, ALICE).await, session_as(&gw, BOB).await);
+    let alice = |era| Caller {
+        token: Some(ALICE),
+        era,
+    };
+    let bob = |era| Caller {
+        token: Some(BOB),
+        era,
+    };
+    let modern_task = alice(Era::Modern).create_task(&gw).await;
+    let legacy_task = alice(Era::Sessionless).create_task(&gw).await;
+    let others = [
+        bob(Era::Modern),
+        bob(Era::Sessionless),
+        bob(Era::Session(&bob_sid)),
+        // Decision: a principal's stateless tasks are not its sessions' tasks.
+        alice(Era::Session(&alice_sid)),
+    ];
+    for task in [&modern_task, &legacy_task] {
+        for other in &others {
+            for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
+                let foreign = other.ask(&gw, m, json!({"taskId": task})).await;
+                let unknown = other.ask(&gw, m, json!({"taskId": "task-404"})).await;
+                assert_eq!(foreign.error_code(), -32602, "{m}: {}", foreign.text);
+                assert_eq!(
+                    (foreign.status, foreign.text),
+                    (unknown.status, unknown.text),
+                    "{m}: no oracle"
+                );
+            }
+            assert!(!other.listed(&gw).await.contains(task));
+        }
+    }
+    // Naming a task twice is naming none: a backend that kept the first duplicate would act
+    // on the task the gateway did not check.
+    let bob_task = bob(Era::Sessionless).create_task(&gw).await;
+    let auth = format!("Bearer {BOB}");
+    for (task, m) in [(&modern_task, "tasks/cancel"), (&legacy_task, "tasks/get")] {
+        let twice = format!(
+            r#"{{"jsonrpc":"2.0","id":"q","method":"{m}","params":{{"taskId":"{task}","taskId":"{bob_task}"}}}}"#
+        );
+        let r = gw
+            .post_raw(None, twice, &[("authorization", auth.as_str())])
+            .await;
+        let unknown = bob(Era::Sessionless)
+            .ask(&gw, m, json!({"taskId": "task-404"}))
+            .await;
+        assert_eq!((r.status, r.text), (unknown.status, unknown.text), "{m}");
+    }
+    // The owner, in either stateless era, still has both: not cancelled, result readable.
+    for era in [Era::Modern, Era::Sessionless] {
+        let owner = alice(era);
+        let mut listed = owner.listed(&gw).await;
+        listed.sort();
+        let mut mine = vec![modern_task.clone(), legacy_task.clone()];
+        mine.sort();
+        assert_eq!(listed, mine);
+        for task in [&modern_task, &legacy_task] {
+            assert_eq!(owner.status(&gw, task).await, "working");
+            let r = owner
+                .ask(&gw, "tasks/result", json!({"taskId": task}))
+                .await
+                .json();
+            assert_eq!(
+                r["result"]["content"][0]["text"],
+                format!("result of {task}")
+            );
+        }
+    }
+}
+
+/// An anonymous caller without a session could not be told apart from any other, so its
+/// task-augmented requests are refused (400, -32600, id echoed) before the backend, in both
+/// eras; with a session it gets its task as before.
+#[tokio::test]
+async fn anonymous_sessionless_callers_cannot_create_tasks() {
+    let gw = pushy(&[]).await;
+    for era in [Era::Modern, Era::Sessionless] {
+        let anon = Caller { token: None, era };
+        let r = anon.ask(&gw, "tools/call", task_call()).await;
+        assert_eq!(r.status, reqwest::StatusCode::BAD_REQUEST, "{}", r.text);
+        let v = r.json();
+        assert_eq!(
+            (v["id"].clone(), v["error"]["code"].clone()),
+            (json!("q"), json!(-32600))
+        );
+        assert!(anon.listed(&gw).await.is_empty());
+    }
+    let sid = gw.session().await;
+    let task = Caller {
+        token: None,
+        era: Era::Session(&sid),
+    }
+    .create_task(&gw)
+    .await;
+    assert_eq!(
+        task, "task-1",
+        "the refused requests never reached the backend"
+    );
+}
+
+/// A status notification for a principal's stateless task has no stream to go to: it is
+/// dropped, never delivered to a session (of that principal or another); a sentinel after it
+/// proves it.
+#[tokio::test]
+async fn stateless_task_status_reaches_no_session() {
+    let gw = pushy_with_keys().await;
+    let (alice_sid, bob_sid) = (session_as(&gw, ALICE).await, session_as(&gw, BOB).await);
+    let task = Caller {
+        token: Some(ALICE),
+        era: Era::Modern,
+    }
+    .create_task(&gw)
+    .await;
+    let (a_auth, b_auth) = (format!("Bearer {ALICE}"), format!("Bearer {BOB}"));
+    let mut la = Listener::open_with(&gw, &alice_sid, &[("authorization", &a_auth)]).await;
+    let mut lb = Listener::open_with(&gw, &bob_sid, &[("authorization", &b_auth)]).await;
+    let status = json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":task,"status":"completed","createdAt":"x","lastUpdatedAt":"x","ttl":null}});
+    let related = json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x","_meta":{"io.modelcontextprotocol/related-task":{"taskId":task}}}});
+    let sentinel = json!({"jsonrpc":"2.0","method":"notifications/prompts/list_changed"});
+    let emit = Caller {
+        token: Some(BOB),
+        era: Era::Session(&bob_sid),
+    }
+    .ask(
+        &gw,
+        "tools/call",
+        json!({"name":"emit","arguments":{"lines":[status, related, sentinel]}}),
+    )
+    .await;
+    assert_eq!(emit.json()["result"]["content"][0]["text"], "emitted");
+    for l in [&mut la, &mut lb] {
+        assert_eq!(
+            l.next().await.data["method"],
+            "notifications/prompts/list_changed"
+        );
+    }
+}
+
+/// Through a Modern backend (pass-through), a Tasks-extension handle (`resultType: "task"`)
+/// that the backend returns unasked belongs to the principal whose call got it: another
+/// principal's `tasks/get` and `tasks/cancel` get exactly the unknown-task answer and never
+/// reach the backend (the owner sees its task still working).
+#[tokio::test]
+async fn modern_task_handles_belong_to_their_principal() {
+    let dir = std::env::temp_dir().join(format!("switchboard-tasky-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/tasky.py"
+    );
+    let gw = TestGateway::start_with(
+        &["--api-keys-file", keys.to_str().unwrap()],
+        &["python3", script],
+    )
+    .await;
+    let (alice, bob) = (
+        Caller {
+            token: Some(ALICE),
+            era: Era::Modern,
+        },
+        Caller {
+            token: Some(BOB),
+            era: Era::Modern,
+        },
+    );
+    let created = alice
+        .ask(&gw, "tools/call", json!({"name":"work","arguments":{}}))
+        .await
+        .json();
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    for m in ["tasks/get", "tasks/cancel"] {
+        let foreign = bob.ask(&gw, m, json!({"taskId": task})).await;
+        let unknown = bob.ask(&gw, m, json!({"taskId": "tasky-404"})).await;
+        assert_eq!(foreign.error_code(), -32602, "{m}: {}", foreign.text);
+        assert_eq!(
+            (foreign.status, foreign.text),
+            (unknown.status, unknown.text),
+            "{m}: no oracle"
+        );
+    }
+    assert_eq!(alice.status(&gw, &task).await, "working");
 }
