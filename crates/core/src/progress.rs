@@ -239,4 +239,39 @@ mod tests {
         );
         assert_eq!(routes.len(), 0);
     }
+
+    /// Progress restarts only its own request's idle deadline, and never past the total.
+    #[tokio::test(start_paused = true)]
+    async fn progress_extends_only_its_own_request_up_to_the_total() {
+        let routes = ProgressRoutes::default();
+        let (mine, other) = (Liveness::default(), Liveness::default());
+        let token = mint_token();
+        let _guard = routes.register(&token, &raw("1"), None, &mine);
+        let note = raw(&format!(r#"{{"progressToken":{token},"progress":1}}"#));
+        let idle = Duration::from_secs(1);
+        let total = Duration::from_secs(3);
+        let ticker = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                assert!(routes.route(Some(&note)), "attributed without a stream");
+            }
+        };
+        let forever = std::future::pending::<()>();
+        let watched = async {
+            tokio::join!(
+                within(forever, idle, total, &mine),
+                within(std::future::pending::<()>(), idle, total, &other),
+            )
+        };
+        let (mine_out, other_out) = tokio::select! {
+            out = watched => out,
+            () = ticker => unreachable!(),
+        };
+        assert_eq!(mine_out, Err(Expired::Total(total)));
+        assert_eq!(
+            other_out,
+            Err(Expired::Idle(idle)),
+            "another request's progress"
+        );
+    }
 }
