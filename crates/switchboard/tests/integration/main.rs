@@ -25,5 +25,6 @@ mod resilience;
 mod resume;
 mod rmcp_client;
 mod server_push;
+mod strict;
 mod tasks;
 mod tool_headers;
