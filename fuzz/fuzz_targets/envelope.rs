@@ -1,11 +1,21 @@
-//! The envelope parser on arbitrary bytes: it must never panic, and whatever it accepts must
-//! satisfy the shape its `MessageKind` promises.
+//! The envelope parsers on arbitrary bytes: they must never panic, and whatever the plain
+//! parser accepts must satisfy the shape its `MessageKind` promises.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use switchboard_wire::{Message, MessageKind};
 
 fuzz_target!(|data: &[u8]| {
+    // The client parse (with its strict scan) never panics, refuses only with the envelope's
+    // codes or -32602, and accepts nothing the plain parse refuses.
+    match Message::parse_client(data) {
+        Ok(_) => assert!(Message::parse(data).is_ok()),
+        Err(e) => assert!(
+            matches!(e.error.code, -32700 | -32600 | -32602),
+            "code {}",
+            e.error.code
+        ),
+    }
     let msg = match Message::parse(data) {
         Ok(m) => m,
         Err(e) => {

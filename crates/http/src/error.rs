@@ -7,6 +7,9 @@
 //! | nested deeper than `MAX_CLIENT_DEPTH`     | 400  | -32600, id echoed           |
 //! | `_meta.progressToken` not string/number   | 400  | -32602, id echoed           |
 //! | client-posted JSON-RPC response           | 400  | -32600, no id               |
+//! | duplicate key anywhere (in `params`)      | 400  | -32600 (-32602), id echoed  |
+//! | lone surrogate / float overflow anywhere  | 400  | -32700, id echoed unless in it |
+//! | repeated `Content-Type`/`Mcp-*`/`Last-Event-ID` | 400 | -32600, no id         |
 //! | unknown `MCP-Protocol-Version` (any verb) | 400  | -32600 + supported versions |
 //! | `Mcp-Session-Id` missing where required   | 400  | -32600                      |
 //! | unknown / expired session                 | 404  | -32001 "Session not found"  |
@@ -50,6 +53,8 @@ pub(crate) enum HttpError {
     PayloadTooLarge(usize),
     Parse(ParseError),
     UnsupportedProtocolVersion(String),
+    /// A header the gateway reads was sent more than once (lowercase name).
+    DuplicateHeader(String),
     ClientResponse,
     MissingSession,
     /// `POST /messages` (HTTP+SSE) without a `session_id` query parameter.
@@ -98,6 +103,15 @@ impl HttpError {
                 None,
                 invalid("Bad Request: unsupported MCP-Protocol-Version")
                     .with_data(json!({ "supported": version::LEGACY, "requested": v })),
+            ),
+            E::DuplicateHeader(name) => (
+                StatusCode::BAD_REQUEST,
+                None,
+                ErrorObject::new(
+                    codes::INVALID_REQUEST,
+                    format!("Bad Request: the {name} header must appear at most once"),
+                )
+                .with_data(json!({ "header": name })),
             ),
             E::ClientResponse => (
                 StatusCode::BAD_REQUEST,

@@ -11,6 +11,23 @@ pub(crate) const SESSION_ID: &str = "mcp-session-id";
 /// `MCP-Protocol-Version`.
 pub(crate) const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 
+/// Refuses a request that repeats a header the gateway reads: `Content-Type`, `Last-Event-ID`
+/// and every `Mcp-*` header (`Mcp-Session-Id`, `MCP-Protocol-Version`, `Mcp-Method`,
+/// `Mcp-Name`, `Mcp-Param-*`). With two values the gateway would act on one while a proxy in
+/// front of it, or whatever reads the request next, may act on the other. Checked before
+/// anything else reads them; `Authorization` has its own rule in `auth`.
+pub(crate) fn refuse_duplicates(headers: &HeaderMap) -> Result<(), HttpError> {
+    for name in headers.keys() {
+        let read = name == header::CONTENT_TYPE
+            || name.as_str().starts_with("mcp-")
+            || name.as_str() == "last-event-id";
+        if read && headers.get_all(name).iter().nth(1).is_some() {
+            return Err(HttpError::DuplicateHeader(name.as_str().to_owned()));
+        }
+    }
+    Ok(())
+}
+
 /// How the client wants a request's answer delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Delivery {
@@ -136,6 +153,40 @@ mod tests {
         assert!(accept("text/event-stream").is_err());
         assert!(accept("application/json, text/event-stream;q=0").is_err());
         assert!(delivery(&HeaderMap::new()).is_err());
+    }
+
+    #[test]
+    fn repeated_headers_that_are_read_are_refused() {
+        let mut h = HeaderMap::new();
+        h.append(header::ACCEPT, HeaderValue::from_static("application/json"));
+        h.append(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.append("x-other", HeaderValue::from_static("1"));
+        h.append("x-other", HeaderValue::from_static("2"));
+        h.insert(SESSION_ID, HeaderValue::from_static("a"));
+        assert!(
+            refuse_duplicates(&h).is_ok(),
+            "Accept may repeat; unread ones too"
+        );
+        for name in [
+            "content-type",
+            SESSION_ID,
+            PROTOCOL_VERSION,
+            "mcp-method",
+            "mcp-name",
+            "mcp-param-region",
+            "last-event-id",
+        ] {
+            let mut d = h.clone();
+            d.append(name, HeaderValue::from_static("x"));
+            d.append(name, HeaderValue::from_static("x"));
+            match refuse_duplicates(&d) {
+                Err(HttpError::DuplicateHeader(n)) => assert_eq!(n, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
     }
 
     #[test]

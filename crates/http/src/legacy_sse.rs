@@ -151,6 +151,7 @@ async fn handle_post(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(), HttpError> {
+    headers::refuse_duplicates(headers)?;
     let raw_session = session_param(uri.query()).ok_or(HttpError::MissingSessionParam)?;
     headers::require_json(headers)?;
     let bytes = read_body(headers, body, state.config.max_body_bytes).await?;

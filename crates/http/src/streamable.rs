@@ -44,6 +44,7 @@ fn open_listen(
     caller: &Principal,
     headers: &HeaderMap,
 ) -> Result<Response, HttpError> {
+    headers::refuse_duplicates(headers)?;
     refuse_modern_stream_methods(headers)?;
     if !headers::accepts_sse(headers) {
         return Err(HttpError::NotAcceptable);
@@ -65,7 +66,9 @@ pub(crate) async fn delete(
     Extension(caller): Extension<Arc<Principal>>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = refuse_modern_stream_methods(&headers) {
+    if let Err(e) =
+        headers::refuse_duplicates(&headers).and_then(|()| refuse_modern_stream_methods(&headers))
+    {
         return e.into_response();
     }
     let result = match headers::session_id(&headers) {
@@ -105,6 +108,7 @@ async fn handle_post(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
+    headers::refuse_duplicates(headers)?;
     let delivery = headers::delivery(headers)?;
     headers::require_json(headers)?;
     let bytes = read_body(headers, body, state.config.max_body_bytes).await?;

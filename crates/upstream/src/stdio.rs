@@ -15,7 +15,6 @@
 //! map operation, never across `.await`. When stdout ends, the table is closed and every pending
 //! call fails at once, so nothing waits for a dead process.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
@@ -26,6 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -126,12 +126,9 @@ pub trait InboundSink: Send + Sync + std::fmt::Debug + 'static {
 
 type Reply = oneshot::Sender<Result<BackendResponse, UpstreamError>>;
 
-#[derive(Debug, Default)]
-struct PendingTable {
-    /// Set once stdout ends: the error every later call fails with.
-    closed: Option<UpstreamError>,
-    calls: HashMap<Box<str>, Reply>,
-}
+#[path = "stdio/pending.rs"]
+mod pending;
+use pending::{Pending, PendingTable};
 
 /// Lines of stderr kept for error reports (a backend that dies at startup says why there).
 const STDERR_TAIL: usize = 20;
@@ -264,6 +261,7 @@ impl StdioHandle {
         let (tx, rx) = oneshot::channel();
         // One process for the whole call, even if a restart swaps the slot meanwhile.
         let shared = self.shared();
+        let permit = shared.writer.reserve().await.map_err(|_| stdin_closed())?;
         {
             let mut table = shared.pending.lock();
             if let Some(closed) = &table.closed {
@@ -272,42 +270,36 @@ impl StdioHandle {
             if table.calls.contains_key(key) {
                 return Err(UpstreamError::DuplicateKey);
             }
-            table.calls.insert(key.into(), tx);
+            let seq = table.next_seq();
+            table.calls.insert(key.into(), Pending { reply: tx, seq });
+            // Queued under the lock, so the line's number is its place in the queue.
+            permit.send(Bytes::from(line));
         }
-        let call = PendingCall {
+        Ok(PendingCall {
             rx,
             key: Some(key.into()),
             shared: shared.clone(),
-        };
-        shared
-            .writer
-            .send(Bytes::from(line))
-            .await
-            .map_err(|_| UpstreamError::Closed("stdin closed".into()))?;
-        Ok(call)
+        })
     }
 
     /// Writes one line (a notification, or the gateway's answer to a backend request).
     pub async fn send_line(&self, line: Vec<u8>) -> Result<(), UpstreamError> {
-        let writer = self.shared().writer.clone();
-        writer
-            .send(Bytes::from(line))
-            .await
-            .map_err(|_| UpstreamError::Closed("stdin closed".into()))
+        let shared = self.shared();
+        let permit = shared.writer.reserve().await.map_err(|_| stdin_closed())?;
+        shared.queue(permit, line);
+        Ok(())
     }
 
     /// Like [`send_line`](Self::send_line) but never waits: used from drop paths and the
     /// dispatcher, which must not block on a slow backend.
     pub fn try_send_line(&self, line: Vec<u8>) -> Result<(), UpstreamError> {
-        self.shared()
-            .writer
-            .try_send(Bytes::from(line))
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => UpstreamError::Overloaded,
-                mpsc::error::TrySendError::Closed(_) => {
-                    UpstreamError::Closed("stdin closed".into())
-                }
-            })
+        let shared = self.shared();
+        let permit = shared.writer.try_reserve().map_err(|e| match e {
+            mpsc::error::TrySendError::Full(()) => UpstreamError::Overloaded,
+            mpsc::error::TrySendError::Closed(()) => stdin_closed(),
+        })?;
+        shared.queue(permit, line);
+        Ok(())
     }
 
     /// Number of calls awaiting an answer (for tests and metrics).
@@ -328,6 +320,19 @@ impl StdioHandle {
     /// The backend's program name, for messages.
     pub fn program(&self) -> String {
         self.shared().program.clone()
+    }
+}
+
+fn stdin_closed() -> UpstreamError {
+    UpstreamError::Closed("stdin closed".into())
+}
+
+impl Shared {
+    /// Queues a line that expects no answer, numbered like every other line.
+    fn queue(&self, permit: mpsc::Permit<'_, Bytes>, line: Vec<u8>) {
+        let mut table = self.pending.lock();
+        table.next_seq();
+        permit.send(Bytes::from(line));
     }
 }
 
@@ -498,7 +503,13 @@ fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
     let msg = match Message::parse(&line) {
         Ok(m) => m,
         Err(e) => {
-            warn!(error = ?e.error.message, "backend wrote a line that is not JSON-RPC; skipped");
+            match switchboard_wire::null_id_error(&line) {
+                Some(error) => route_unparsed(&shared, &line, error),
+                None => warn!(
+                    error = ?e.error.message,
+                    "backend wrote a line that is not JSON-RPC; skipped"
+                ),
+            }
             return;
         }
     };
@@ -510,7 +521,7 @@ fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
         debug!(id = ?msg.id, "backend response with a non-string id; dropped");
         return;
     };
-    let Some(reply) = shared.pending.lock().calls.remove(key.as_str()) else {
+    let Some(reply) = shared.pending.lock().answer(key.as_str()) else {
         debug!(%key, "backend response for no pending call; dropped");
         return;
     };
@@ -519,6 +530,10 @@ fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
         (None, Some(e)) => (e, true),
         (None, None) => return,
     };
+    resolve(reply, &line, payload, is_error);
+}
+
+fn resolve(reply: Reply, line: &Bytes, payload: &RawValue, is_error: bool) {
     let start = payload.get().as_ptr() as usize - line.as_ptr() as usize;
     let response = BackendResponse {
         payload: start..start + payload.get().len(),
@@ -529,14 +544,33 @@ fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
     let _ = reply.send(Ok(response));
 }
 
+/// A backend's error with `"id": null`: it could not parse a line. The call whose line that
+/// certainly was gets the error as its answer (see [`PendingTable::sole_candidate`]); when
+/// it could be any of several lines, it goes to nobody and those calls keep their deadlines.
+fn route_unparsed(shared: &Shared, line: &Bytes, error: &RawValue) {
+    let reply = {
+        let mut table = shared.pending.lock();
+        table.sole_candidate().and_then(|key| table.answer(&key))
+    };
+    match reply {
+        Some(reply) => resolve(reply, line, error, true),
+        None => warn!(
+            // Only the code: the message may quote the line, which may be anyone's.
+            code = ?switchboard_wire::object_member(error, "code").map(RawValue::get),
+            "backend could not parse a line and the line is not certainly one call's; \
+             the calls in flight keep their deadlines"
+        ),
+    }
+}
+
 fn close_pending(shared: &Shared, error: UpstreamError) {
     let (calls, error) = {
         let mut table = shared.pending.lock();
         let error = table.closed.get_or_insert(error).clone();
         (std::mem::take(&mut table.calls), error)
     };
-    for (_, reply) in calls {
-        let _ = reply.send(Err(error.clone()));
+    for (_, call) in calls {
+        let _ = call.reply.send(Err(error.clone()));
     }
 }
 

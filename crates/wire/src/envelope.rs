@@ -7,6 +7,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::error::{codes, ParseError};
+use crate::strict::{Violation, Within};
 use crate::RequestId;
 
 /// What kind of JSON-RPC message this is.
@@ -67,18 +68,21 @@ pub const MAX_CLIENT_DEPTH: usize = 64;
 
 impl<'a> Message<'a> {
     /// [`Message::parse`] plus the limits the gateway enforces on what a *client* may send
-    /// towards a backend (a backend's own messages are parsed with [`Message::parse`] only):
-    /// nesting deeper than [`MAX_CLIENT_DEPTH`] → `-32600`; a `params._meta.progressToken`
-    /// that is not a string or a number (the gateway routes progress by it) → `-32602`. Both
-    /// errors carry the id.
+    /// towards a backend (a backend's own messages are parsed with [`Message::parse`] only),
+    /// checked anywhere in the message by one strict scan ([`crate::strict`]):
+    /// - nesting deeper than [`MAX_CLIENT_DEPTH`] → `-32600`;
+    /// - an object that repeats a key → `-32602` inside `params`, `-32600` elsewhere;
+    /// - an unpaired surrogate escape or a float that overflows a double → `-32700` (not JSON
+    ///   by strict rules);
+    /// - a `params._meta.progressToken` that is not a string or a number (the gateway routes
+    ///   progress by it) → `-32602`.
+    ///
+    /// Every error carries the id, unless the violation is inside the id itself.
     pub fn parse_client(input: &'a [u8]) -> Result<Self, ParseError> {
-        let msg = Self::parse(input)?;
-        if exceeds_depth(input, MAX_CLIENT_DEPTH) {
-            return Err(ParseError::new(
-                msg.id.clone(),
-                codes::INVALID_REQUEST,
-                "Invalid Request: nested too deeply",
-            ));
+        let text = utf8(input)?;
+        let msg = Self::parse_text(text)?;
+        if let Err(v) = crate::strict::scan(text, MAX_CLIENT_DEPTH) {
+            return Err(refusal(v, msg.id));
         }
         if let Some(token) = msg.meta("progressToken") {
             if !matches!(
@@ -102,8 +106,10 @@ impl<'a> Message<'a> {
     /// method, or an impossible member combination → `-32600`. The error carries the id when it
     /// could be read and is valid.
     pub fn parse(input: &'a [u8]) -> Result<Self, ParseError> {
-        let text = std::str::from_utf8(input)
-            .map_err(|_| ParseError::new(None, codes::PARSE_ERROR, "Parse error: invalid UTF-8"))?;
+        Self::parse_text(utf8(input)?)
+    }
+
+    fn parse_text(text: &'a str) -> Result<Self, ParseError> {
         match text.trim_start().as_bytes().first() {
             Some(b'{') => {}
             Some(b'[') => {
@@ -210,6 +216,19 @@ impl<'a> Message<'a> {
     }
 }
 
+/// The `error` member of a JSON-RPC error response whose id is `null`: what a peer answers to
+/// a line it could not parse (JSON-RPC 2.0 §5.1). [`Message::parse`] refuses such a message,
+/// since a null id names no request; whoever wrote the line that failed may still be able to
+/// tell that it was theirs.
+pub fn null_id_error(input: &[u8]) -> Option<&RawValue> {
+    let raw: Raw<'_> = serde_json::from_slice(input).ok()?;
+    let shaped = raw.jsonrpc.map(RawValue::get) == Some("\"2.0\"")
+        && raw.id.map(RawValue::get) == Some("null")
+        && raw.method.is_none()
+        && raw.result.is_none();
+    raw.error.filter(|_| shaped)
+}
+
 /// The value of `key` in a raw JSON object, raw. Walks only the top level of `obj` and
 /// allocates nothing unless a key is escaped. With duplicate keys the last one wins, as in most
 /// JSON parsers a backend would use.
@@ -261,32 +280,36 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// Whether valid JSON `input` nests arrays/objects deeper than `max`. One pass, no recursion.
-fn exceeds_depth(input: &[u8], max: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in input {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    false
+fn utf8(input: &[u8]) -> Result<&str, ParseError> {
+    std::str::from_utf8(input)
+        .map_err(|_| ParseError::new(None, codes::PARSE_ERROR, "Parse error: invalid UTF-8"))
+}
+
+/// The error for a strict-scan violation.
+fn refusal(v: Violation, id: Option<RequestId>) -> ParseError {
+    let (code, message) = match v {
+        Violation::TooDeep => (codes::INVALID_REQUEST, "Invalid Request: nested too deeply"),
+        Violation::DuplicateKey {
+            within: Within::Params,
+        } => (
+            codes::INVALID_PARAMS,
+            "Invalid params: an object repeats a key",
+        ),
+        Violation::DuplicateKey { .. } => (
+            codes::INVALID_REQUEST,
+            "Invalid Request: an object repeats a key",
+        ),
+        Violation::NotStrictJson { .. } => (
+            codes::PARSE_ERROR,
+            "Parse error: unpaired surrogate escape or number out of range",
+        ),
+    };
+    // An id that is itself not strict JSON cannot be echoed.
+    let id = match v {
+        Violation::NotStrictJson { within: Within::Id } => None,
+        _ => id,
+    };
+    ParseError::new(id, code, message)
 }
 
 /// A JSON string literal whose content needs no unescaping (true of every real method name),

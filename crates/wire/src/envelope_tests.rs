@@ -193,3 +193,23 @@ fn client_progress_tokens_must_be_strings_or_numbers() {
         assert_eq!(e.id.unwrap().as_json(), r#""x""#);
     }
 }
+
+#[test]
+fn null_id_errors_are_recognised_and_nothing_else() {
+    let line = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+    assert!(Message::parse(line).is_err());
+    assert_eq!(
+        null_id_error(line).unwrap().get(),
+        r#"{"code":-32700,"message":"Parse error"}"#
+    );
+    for other in [
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32700,"message":"m"}}"#,
+        r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"m"}}"#,
+        r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":null,"method":"x","error":{}}"#,
+        r#"{"jsonrpc":"1.0","id":null,"error":{}}"#,
+        "not json",
+    ] {
+        assert!(null_id_error(other.as_bytes()).is_none(), "{other}");
+    }
+}

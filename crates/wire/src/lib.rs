@@ -18,12 +18,13 @@ mod id;
 mod members;
 pub mod method;
 pub mod sse;
+mod strict;
 pub mod version;
 
 pub use encode::{
     encode_error, encode_notification, encode_request, encode_result, restore_response,
 };
-pub use envelope::{object_member, Message, MessageKind, MAX_CLIENT_DEPTH};
+pub use envelope::{null_id_error, object_member, Message, MessageKind, MAX_CLIENT_DEPTH};
 pub use error::{codes, ErrorObject, ParseError};
 pub use id::RequestId;
 pub use members::{retain_members, with_member, with_members, with_meta_member};

@@ -90,6 +90,11 @@ impl SseClient {
         c
     }
 
+    /// The session id the `endpoint` event named.
+    pub(crate) fn session(&self) -> &str {
+        &self.session
+    }
+
     async fn post_to(&self, url: &str, body: impl Into<reqwest::Body>) -> (StatusCode, String) {
         let r = self
             .http

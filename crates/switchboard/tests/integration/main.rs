@@ -26,6 +26,7 @@ mod resilience;
 mod resume;
 mod rmcp_client;
 mod server_push;
+mod strict;
 mod tasks;
 mod tool_headers;
 mod ux;

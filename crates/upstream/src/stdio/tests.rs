@@ -128,3 +128,80 @@ async fn spawn_failure_is_reported() {
     .unwrap_err();
     assert!(matches!(err, UpstreamError::Spawn { .. }));
 }
+
+/// Answers every request with `{"echo": <method>}`, except: a line containing `garble` gets
+/// the `"id": null` parse-error answer, and `hold` requests are answered only together with
+/// the next request that is not held.
+const GARBLE_BACKEND: &str = r#"
+import json, sys
+held = []
+for line in sys.stdin:
+    if "garble" in line:
+        print(json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}), flush=True)
+        continue
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "hold":
+        held.append(m)
+        continue
+    for r in held + [m]:
+        print(json.dumps({"jsonrpc": "2.0", "id": r["id"], "result": {"echo": r["method"]}}), flush=True)
+    held = []
+"#;
+
+const PARSE_ERROR: &str = r#"{"code": -32700, "message": "Parse error"}"#;
+
+#[tokio::test]
+async fn a_null_id_error_answers_the_one_call_it_can_only_be() {
+    let (handle, process, inbound) = start(&python(GARBLE_BACKEND, &[]));
+    // Nothing answered yet, the only line written: certainly this call's.
+    let first = handle.call("g1", request("g1", "garble")).await.unwrap();
+    // Bounded so that a call left unresolved fails the test rather than hanging it.
+    let answer = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the garbled call must be answered")
+        .unwrap();
+    assert!(answer.is_error());
+    assert_eq!(answer.payload(), PARSE_ERROR);
+    // After an answered call, again.
+    let ok = handle.call("a", request("a", "ok")).await.unwrap();
+    assert_eq!(ok.await.unwrap().payload(), r#"{"echo": "ok"}"#);
+    let second = handle.call("g2", request("g2", "garble")).await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), second).await;
+    assert_eq!(second.expect("answered").unwrap().payload(), PARSE_ERROR);
+    assert!(inbound.0.lock().is_empty(), "nothing unsolicited");
+    process.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_null_id_error_that_may_be_another_lines_goes_to_nobody() {
+    let (handle, process, _inbound) = start(&python(GARBLE_BACKEND, &[]));
+    // Two calls in flight: the error could be either's.
+    let held = handle.call("h", request("h", "hold")).await.unwrap();
+    let garbled = handle.call("g", request("g", "garble")).await.unwrap();
+    let release = handle.call("r", request("r", "release")).await.unwrap();
+    // The backend wrote the error before these answers, so it has been read by now.
+    assert_eq!(held.await.unwrap().payload(), r#"{"echo": "hold"}"#);
+    assert_eq!(release.await.unwrap().payload(), r#"{"echo": "release"}"#);
+    assert_eq!(handle.pending_len(), 1, "the garbled call keeps waiting");
+    drop(garbled);
+
+    // A notification the backend could not parse, then one call: the error is the
+    // notification's, and the call must get its own answer.
+    handle
+        .send_line(br#"{"jsonrpc":"2.0","method":"garble"}"#.to_vec())
+        .await
+        .unwrap();
+    let next = handle.call("n", request("n", "next")).await.unwrap();
+    assert_eq!(next.await.unwrap().payload(), r#"{"echo": "next"}"#);
+
+    // A withdrawn call's line is a candidate too, until a later line is answered.
+    let withdrawn = handle.call("w", request("w", "garble")).await.unwrap();
+    drop(withdrawn);
+    let after = handle.call("x", request("x", "hold")).await.unwrap();
+    let release = handle.call("y", request("y", "release")).await.unwrap();
+    assert_eq!(after.await.unwrap().payload(), r#"{"echo": "hold"}"#);
+    assert_eq!(release.await.unwrap().payload(), r#"{"echo": "release"}"#);
+    process.shutdown(Duration::from_secs(5)).await;
+}

@@ -377,6 +377,58 @@ fn corpus() -> Vec<Case> {
         req("logging/setLevel", r#"{"level":"LOUD"}"#),
         Rpc(-32602, id7),
     ));
+    // Strict JSON: what a backend's parser may read differently, or not at all.
+    for (name, params, code) in [
+        (
+            "repeated params key",
+            r#"{"name":"echo","name":"x"}"#,
+            -32602,
+        ),
+        (
+            "repeated arguments key",
+            r#"{"name":"echo","arguments":{"text":"a","text":"b"}}"#,
+            -32602,
+        ),
+        (
+            "repeated key spelled with an escape",
+            r#"{"name":"echo","na\u006de":"x"}"#,
+            -32602,
+        ),
+        (
+            "lone high surrogate",
+            r#"{"name":"echo","arguments":{"text":"\ud800"}}"#,
+            -32700,
+        ),
+        (
+            "lone low surrogate",
+            r#"{"name":"echo","arguments":{"text":"\udc00"}}"#,
+            -32700,
+        ),
+        (
+            "float overflow",
+            r#"{"name":"echo","arguments":{"n":1e999999}}"#,
+            -32700,
+        ),
+        (
+            "negative float overflow",
+            r#"{"name":"echo","arguments":{"n":-1e400}}"#,
+            -32700,
+        ),
+    ] {
+        c.push(case(name, ALL, call_with(params), Http(400, code, id7)));
+    }
+    c.push(case(
+        "repeated envelope member",
+        ALL,
+        r#"{"jsonrpc":"2.0","id":7,"method":"ping","x":1,"x":2}"#,
+        Http(400, -32600, id7),
+    ));
+    c.push(case(
+        "lone surrogate in the id",
+        ALL,
+        r#"{"jsonrpc":"2.0","id":"\ud800","method":"ping"}"#,
+        Http(400, -32700, None),
+    ));
     c
 }
 

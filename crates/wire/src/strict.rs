@@ -1,0 +1,272 @@
+//! The strict half of the client parse: one pass over a message serde already accepted as
+//! JSON, refusing what a backend's parser may read differently from the gateway or not at all.
+//!
+//! The gateway forwards a client's payload as raw bytes, so whatever it checks (policy on
+//! `params.name`, routing on `_meta.progressToken`) must be what the backend will read. That
+//! holds only for I-JSON (RFC 7493), so this scan refuses, anywhere in the message:
+//! - nesting deeper than the limit (backends choke on depth; see `MAX_CLIENT_DEPTH`);
+//! - an object that repeats a key (after unescaping): parsers disagree on which one wins;
+//! - a `\u` escape that is an unpaired UTF-16 surrogate: strict parsers refuse the string;
+//! - a number with a fraction or exponent that overflows a double (`1e999999`): strict
+//!   parsers refuse it. Integers of any size are allowed, since ids and payload integers must
+//!   round-trip exactly (invariant 3); I-JSON only advises against them.
+//!
+//! serde's borrow-only envelope parse already validated the syntax (and `ignore`s nested
+//! values without looking at escapes or number ranges), so this scan trusts the structure and
+//! looks only at what serde skipped. It replaced the depth scan: still two passes in all.
+
+use std::borrow::Cow;
+
+/// What the scan refused, and where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Violation {
+    /// Nested deeper than allowed.
+    TooDeep,
+    /// An object repeats a key. `within` is the top-level member it sits in (`None`: the
+    /// message object itself).
+    DuplicateKey { within: Within },
+    /// An unpaired surrogate escape, or a number that overflows to infinity.
+    NotStrictJson { within: Within },
+}
+
+/// The top-level member a violation sits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Within {
+    /// The message object itself (one of its keys).
+    Envelope,
+    /// `id`.
+    Id,
+    /// `params`.
+    Params,
+    /// Any other member (`result`, `error`, an unknown one).
+    Other,
+}
+
+/// Objects with at most this many keys are checked pairwise; larger ones are sorted, so a
+/// body of many keys costs n·log n, not n².
+const PAIRWISE_MAX: usize = 16;
+
+/// A key's position in the input, and whether it needs unescaping before comparison.
+#[derive(Clone, Copy)]
+struct KeySpan {
+    /// Byte range of the key's content, without its quotes.
+    start: usize,
+    end: usize,
+    escaped: bool,
+}
+
+struct Scanner<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+    /// Per open container: `Some(first key index)` for an object, `None` for an array.
+    stack: Vec<Option<usize>>,
+    /// Keys of every open object, innermost last.
+    keys: Vec<KeySpan>,
+    /// The next string is an object key.
+    expect_key: bool,
+    within: Within,
+}
+
+/// Scans `text` (valid JSON: serde parsed it) and returns the first violation.
+pub(crate) fn scan(text: &str, max_depth: usize) -> Result<(), Violation> {
+    let mut s = Scanner {
+        text,
+        bytes: text.as_bytes(),
+        pos: 0,
+        stack: Vec::new(),
+        keys: Vec::new(),
+        expect_key: false,
+        within: Within::Envelope,
+    };
+    s.run(max_depth)
+}
+
+impl Scanner<'_> {
+    fn run(&mut self, max_depth: usize) -> Result<(), Violation> {
+        while let Some(&b) = self.bytes.get(self.pos) {
+            match b {
+                b'"' => self.string()?,
+                b'{' | b'[' => {
+                    if self.stack.len() == max_depth {
+                        return Err(Violation::TooDeep);
+                    }
+                    let object = b == b'{';
+                    self.stack.push(object.then_some(self.keys.len()));
+                    self.expect_key = object;
+                    self.pos += 1;
+                }
+                b'}' | b']' => {
+                    if let Some(Some(first)) = self.stack.pop() {
+                        self.check_keys(first)?;
+                        self.keys.truncate(first);
+                    }
+                    if self.stack.len() == 1 {
+                        // Back in the message object: the member's value ended.
+                        self.within = Within::Envelope;
+                    }
+                    self.pos += 1;
+                }
+                b',' => {
+                    self.expect_key = matches!(self.stack.last(), Some(Some(_)));
+                    if self.stack.len() == 1 {
+                        self.within = Within::Envelope;
+                    }
+                    self.pos += 1;
+                }
+                b'-' | b'0'..=b'9' => self.number()?,
+                _ => self.pos += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// A string starting at `pos` (its opening quote): checks its escapes, and records it if it
+    /// is a key.
+    fn string(&mut self) -> Result<(), Violation> {
+        let start = self.pos + 1;
+        let mut i = start;
+        let mut escaped = false;
+        // serde validated the string, so it is closed and its escapes are well-formed.
+        while let Some(&b) = self.bytes.get(i) {
+            match b {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    if self.bytes.get(i + 1) == Some(&b'u') {
+                        i = self.unicode_escape(i)?;
+                    } else {
+                        i += 2;
+                    }
+                }
+                _ => i += 1,
+            }
+        }
+        self.pos = i + 1;
+        if self.expect_key {
+            self.expect_key = false;
+            let key = KeySpan {
+                start,
+                end: i,
+                escaped,
+            };
+            if self.stack.len() == 1 {
+                self.within = match &self.text[start..i] {
+                    "id" => Within::Id,
+                    "params" => Within::Params,
+                    _ => Within::Other,
+                };
+            }
+            self.keys.push(key);
+        }
+        Ok(())
+    }
+
+    /// The `\uXXXX` escape at `i` (its backslash); returns the index after it (and after its
+    /// low half, for a surrogate pair). An unpaired surrogate is a violation.
+    fn unicode_escape(&self, i: usize) -> Result<usize, Violation> {
+        let unit = |at: usize| -> Option<u16> {
+            let hex = self.text.get(at + 2..at + 6)?;
+            u16::from_str_radix(hex, 16).ok()
+        };
+        let lone = Violation::NotStrictJson {
+            within: self.within_here(),
+        };
+        match unit(i) {
+            Some(0xD800..=0xDBFF) => {
+                let paired = self.bytes.get(i + 6..i + 8) == Some(b"\\u")
+                    && matches!(unit(i + 6), Some(0xDC00..=0xDFFF));
+                if paired {
+                    Ok(i + 12)
+                } else {
+                    Err(lone)
+                }
+            }
+            Some(0xDC00..=0xDFFF) => Err(lone),
+            _ => Ok(i + 6),
+        }
+    }
+
+    /// A number at `pos`: an integer passes whatever its size; a fraction or exponent must
+    /// stay finite as a double.
+    fn number(&mut self) -> Result<(), Violation> {
+        let start = self.pos;
+        let mut i = start;
+        let mut float = false;
+        while let Some(&b) = self.bytes.get(i) {
+            match b {
+                b'0'..=b'9' | b'-' | b'+' => {}
+                b'.' | b'e' | b'E' => float = true,
+                _ => break,
+            }
+            i += 1;
+        }
+        self.pos = i;
+        // Without an exponent, a double overflows only past 309 integer digits.
+        let literal = &self.text[start..i];
+        let risky = literal.contains(['e', 'E']) || literal.len() > 300;
+        if float && risky && !literal.parse::<f64>().is_ok_and(f64::is_finite) {
+            return Err(Violation::NotStrictJson {
+                within: self.within_here(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Where a violation at the current position sits.
+    fn within_here(&self) -> Within {
+        if self.stack.len() <= 1 && self.expect_key {
+            Within::Envelope
+        } else {
+            self.within
+        }
+    }
+
+    /// Whether the object whose keys start at `first` repeats one.
+    fn check_keys(&self, first: usize) -> Result<(), Violation> {
+        let keys = &self.keys[first..];
+        let duplicate = if keys.len() <= PAIRWISE_MAX {
+            keys.iter()
+                .enumerate()
+                .any(|(n, a)| keys[n + 1..].iter().any(|b| self.same(a, b)))
+        } else {
+            let mut names: Vec<Cow<'_, str>> = keys.iter().map(|k| self.decoded(k)).collect();
+            names.sort_unstable();
+            names.windows(2).any(|w| w[0] == w[1])
+        };
+        if !duplicate {
+            return Ok(());
+        }
+        // The innermost object is the message itself when only it was open.
+        let within = if self.stack.is_empty() {
+            Within::Envelope
+        } else {
+            self.within
+        };
+        Err(Violation::DuplicateKey { within })
+    }
+
+    fn same(&self, a: &KeySpan, b: &KeySpan) -> bool {
+        if !a.escaped && !b.escaped {
+            return self.text[a.start..a.end] == self.text[b.start..b.end];
+        }
+        self.decoded(a) == self.decoded(b)
+    }
+
+    /// A key's text after unescaping (borrowed when it has no escapes).
+    fn decoded(&self, k: &KeySpan) -> Cow<'_, str> {
+        let raw = &self.text[k.start..k.end];
+        if !k.escaped {
+            return Cow::Borrowed(raw);
+        }
+        // The escapes were checked (no lone surrogates), so decoding succeeds; were it to
+        // fail, the raw spelling is a safe stand-in (two spellings then compare unequal only
+        // if they differ as text).
+        let quoted = &self.text[k.start - 1..=k.end];
+        serde_json::from_str::<String>(quoted).map_or(Cow::Borrowed(raw), Cow::Owned)
+    }
+}
+
+#[cfg(test)]
+#[path = "strict_tests.rs"]
+mod tests;

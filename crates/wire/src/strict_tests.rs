@@ -1,0 +1,197 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::{codes, Message, ParseError, MAX_CLIENT_DEPTH};
+
+fn client(s: &str) -> Result<Message<'_>, ParseError> {
+    Message::parse_client(s.as_bytes())
+}
+
+fn refused(s: &str) -> ParseError {
+    client(s).expect_err(s)
+}
+
+fn call(params: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{params}}}"#)
+}
+
+fn id_of(e: &ParseError) -> Option<&str> {
+    e.id.as_ref().map(crate::RequestId::as_json)
+}
+
+#[test]
+fn duplicate_keys_are_refused_at_any_depth_with_the_id() {
+    for params in [
+        r#"{"name":"a","name":"b"}"#,
+        r#"{"name":"echo","arguments":{"text":"x","text":"y"}}"#,
+        r#"{"_meta":{"progressToken":1,"progressToken":2}}"#,
+        r#"{"a":[{"k":1},{"k":2,"k":3}]}"#,
+        r#"{"deep":{"er":{"est":{"x":1,"x":1}}}}"#,
+        // The same key spelled two ways is the same key to every backend.
+        r#"{"name":"a","n\u0061me":"b"}"#,
+        r#"{"\ud83d\ude00":1,"😀":2}"#,
+    ] {
+        let e = refused(&call(params));
+        assert_eq!(e.error.code, codes::INVALID_PARAMS, "{params}");
+        assert_eq!(id_of(&e), Some("7"), "{params}");
+    }
+    // In the envelope (an unknown member), in a client's response: invalid request.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":7,"method":"m","x":1,"x":2}"#,
+        r#"{"jsonrpc":"2.0","id":7,"result":{"a":1,"a":1}}"#,
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"m","code":2}}"#,
+    ] {
+        let e = refused(body);
+        assert_eq!(e.error.code, codes::INVALID_REQUEST, "{body}");
+        assert_eq!(id_of(&e), Some("7"), "{body}");
+    }
+}
+
+#[test]
+fn distinct_keys_pass_even_when_alike() {
+    for params in [
+        r#"{"name":"a","Name":"b","name ":"c"}"#,
+        r#"{"a":{"k":1},"b":{"k":1},"k":[{"k":1},{"k":1}]}"#,
+        r#"{"s":"\"k\":1,\"k\":1","k":"{\"k\":1}"}"#,
+        r#"{"a\\":1,"a":2,"a\"":3}"#,
+    ] {
+        assert!(client(&call(params)).is_ok(), "{params}");
+    }
+    // Large objects go through the sorted check: both outcomes.
+    let many: Vec<String> = (0..200).map(|i| format!(r#""k{i}":{i}"#)).collect();
+    assert!(client(&call(&format!("{{{}}}", many.join(",")))).is_ok());
+    let dup = format!(r#"{{{},"k\u0031\u0039\u0039":0}}"#, many.join(","));
+    assert_eq!(refused(&call(&dup)).error.code, codes::INVALID_PARAMS);
+}
+
+#[test]
+fn unpaired_surrogates_are_parse_errors() {
+    for params in [
+        r#"{"s":"\ud800"}"#,
+        r#"{"s":"\udc00"}"#,
+        r#"{"s":"\ud800x"}"#,
+        r#"{"s":"\ud800\u0041"}"#,
+        r#"{"s":"\ud800\ud800"}"#,
+        r#"{"s":"\ude00\ud83d"}"#,
+        r#"{"\udfff":1}"#,
+        r#"{"a":[[["\uD800"]]]}"#,
+    ] {
+        let e = refused(&call(params));
+        assert_eq!(e.error.code, codes::PARSE_ERROR, "{params}");
+        assert_eq!(id_of(&e), Some("7"), "{params}");
+    }
+    // A pair, escaped or literal, is fine; so is an escaped backslash before `ud800`.
+    for params in [
+        r#"{"s":"\ud83d\ude00 😀"}"#,
+        r#"{"s":"\\ud800"}"#,
+        r#"{"s":"\uFFFF\u0000"}"#,
+    ] {
+        assert!(client(&call(params)).is_ok(), "{params}");
+    }
+    // In the id itself: nothing readable to echo.
+    let e = refused(r#"{"jsonrpc":"2.0","id":"\ud800","method":"ping"}"#);
+    assert_eq!(e.error.code, codes::PARSE_ERROR);
+    assert!(e.id.is_none());
+    // In an envelope key: serde decodes those keys itself and refuses it.
+    let e = refused(r#"{"jsonrpc":"2.0","id":3,"\ud800":1,"method":"ping"}"#);
+    assert_eq!(e.error.code, codes::PARSE_ERROR);
+}
+
+#[test]
+fn overflowing_numbers_are_parse_errors_and_big_integers_are_not() {
+    let long_float = format!("{}.5", "9".repeat(400));
+    for n in [
+        "1e999999",
+        "-1e400",
+        "1.5e309",
+        "1E+400",
+        long_float.as_str(),
+    ] {
+        let e = refused(&call(&format!(r#"{{"n":{n}}}"#)));
+        assert_eq!(e.error.code, codes::PARSE_ERROR, "{n}");
+        assert_eq!(id_of(&e), Some("7"), "{n}");
+    }
+    let huge = "1".repeat(500);
+    for n in [
+        "18446744073709551616",
+        "-123456789012345678901234567890",
+        huge.as_str(),
+        "1e308",
+        "1e-400",
+        "0.000001e-999999",
+        "-0.0",
+    ] {
+        assert!(
+            client(&call(&format!(r#"{{"n":{n}}}"#))).is_ok(),
+            "{n} must pass"
+        );
+    }
+    let id = "1".repeat(400);
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+    assert_eq!(client(&body).unwrap().id.unwrap().as_json(), id);
+}
+
+#[test]
+fn depth_is_the_first_check() {
+    let body = call(&format!(
+        r#"{{"a":{}"\ud800"{}}}"#,
+        "[".repeat(MAX_CLIENT_DEPTH),
+        "]".repeat(MAX_CLIENT_DEPTH)
+    ));
+    assert_eq!(refused(&body).error.code, codes::INVALID_REQUEST);
+    assert_eq!(scan("{}", 1), Ok(()));
+    assert_eq!(scan("[{}]", 1), Err(Violation::TooDeep));
+}
+
+#[test]
+fn the_plain_parser_stays_lenient_for_backend_messages() {
+    let body = call(r#"{"n":1e999,"s":"\ud800","k":1,"k":2}"#);
+    assert!(Message::parse(body.as_bytes()).is_ok());
+}
+
+/// A JSON object with distinct keys (from `keys`) whose values are scalars or nested objects.
+fn object(depth: u32) -> impl Strategy<Value = Vec<(String, String)>> {
+    let leaf = prop_oneof![
+        Just("1".to_owned()),
+        Just("-2.5e3".to_owned()),
+        Just("18446744073709551617".to_owned()),
+        Just(r#""t\u00e9\ud83d\ude00""#.to_owned()),
+        Just("null".to_owned()),
+        Just("[1,{}]".to_owned()),
+    ];
+    let value = leaf.prop_recursive(depth, 32, 6, |inner| {
+        prop::collection::btree_map("[a-d]{1,2}", inner, 0..6).prop_map(|m| {
+            let members: Vec<String> = m.iter().map(|(k, v)| format!(r#""{k}":{v}"#)).collect();
+            format!("{{{}}}", members.join(","))
+        })
+    });
+    prop::collection::btree_map("[a-d]{1,2}", value, 1..8).prop_map(|m| m.into_iter().collect())
+}
+
+fn render(members: &[(String, String)]) -> String {
+    let members: Vec<String> = members
+        .iter()
+        .map(|(k, v)| format!(r#""{k}":{v}"#))
+        .collect();
+    format!("{{{}}}", members.join(","))
+}
+
+proptest! {
+    #[test]
+    fn random_objects_pass_and_any_repeated_key_is_refused(
+        members in object(3),
+        pick in any::<prop::sample::Index>(),
+        at in any::<prop::sample::Index>(),
+    ) {
+        let ok = call(&render(&members));
+        prop_assert!(client(&ok).is_ok(), "{}", ok);
+        // Repeat one key (with a different value) at a random position.
+        let (key, _) = members[pick.index(members.len())].clone();
+        let mut dup = members.clone();
+        dup.insert(at.index(dup.len() + 1), (key, "0".to_owned()));
+        let bad = call(&render(&dup));
+        let e = client(&bad).expect_err(&bad);
+        prop_assert_eq!(e.error.code, codes::INVALID_PARAMS);
+        prop_assert_eq!(id_of(&e), Some("7"));
+    }
+}
