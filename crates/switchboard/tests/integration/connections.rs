@@ -38,10 +38,10 @@ async fn trickle_until_closed(mut s: TcpStream) -> bool {
             if s.write_all(b"a").await.is_err() {
                 return;
             }
-            match tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await {
-                Ok(Ok(0) | Err(_)) => return,
-                // A refusal (503) before the close, or still open: go on.
-                Ok(Ok(_)) | Err(_) => {}
+            // Data (a 503 refusal before the close) or a timeout (still open): go on.
+            let read = tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await;
+            if let Ok(Ok(0) | Err(_)) = read {
+                return;
             }
         }
     })
