@@ -284,6 +284,20 @@ impl Gateway {
             .unwrap_or(false)
     }
 
+    /// Whether requests of this HTTP+SSE session are still running (their answers are still to
+    /// be queued on its stream). False once the session has ended.
+    pub fn sse_in_flight(&self, session: &SessionId) -> bool {
+        self.registry
+            .sessions
+            .with_transport(session.as_str(), Transport::Sse, |s| {
+                s.tasks.as_mut().is_some_and(|tasks| {
+                    while tasks.try_join_next().is_some() {}
+                    !tasks.is_empty()
+                })
+            })
+            .unwrap_or(false)
+    }
+
     /// Refreshes an HTTP+SSE session's TTL while its stream is open. False once it has ended.
     pub fn keep_sse_alive(&self, session: &SessionId) -> bool {
         self.registry.sessions.refresh(session, Transport::Sse)

@@ -36,6 +36,7 @@
 //! | gateway-validated bad params (log level)  | 200  | -32602                      |
 //! | `/messages` without `session_id`          | 400  | -32600                      |
 //! | HTTP+SSE session at its in-flight limit   | 503  | -32603, id echoed           |
+//! | every connection busy (`--max-connections`) | 503 | -32603, no id (connection closed) |
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -155,6 +156,27 @@ impl HttpError {
         }
     }
 }
+
+/// The whole HTTP answer to a connection refused at the connection bound, written raw before
+/// any request is read (so no id) and followed by a close.
+pub(crate) static TOO_MANY_CONNECTIONS: std::sync::LazyLock<Vec<u8>> =
+    std::sync::LazyLock::new(|| {
+        let body = encode_error(
+            None,
+            &ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "Service unavailable: too many connections",
+            ),
+        );
+        let mut out = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&body);
+        out
+    });
 
 /// HTTP status of a Modern JSON-RPC error (mcp-wire.md §3.3): the envelope and header codes
 /// are 400, method-not-found is 404 (its body tells it from a Legacy 404), anything else is

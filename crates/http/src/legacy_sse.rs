@@ -18,6 +18,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
@@ -81,6 +82,8 @@ fn open_stream(
         ))),
         events: session.events,
         ticker: interval_at(Instant::now() + keep_alive, keep_alive),
+        drained: crate::sse::drained(&state.draining),
+        draining: false,
         gateway: state.gateway.clone(),
         session: session.id,
         _close: close,
@@ -89,15 +92,7 @@ fn open_stream(
         if let Some(endpoint) = st.endpoint.take() {
             return Some((Ok::<_, Infallible>(endpoint), st));
         }
-        tokio::select! {
-            // Ends when the session ends (stream closed elsewhere, TTL, eviction, shutdown).
-            e = st.events.recv() => e.map(|e| (Ok(message(&e)), st)),
-            _ = st.ticker.tick() => {
-                // An open stream keeps its session alive.
-                st.gateway.keep_sse_alive(&st.session);
-                Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), st))
-            }
-        }
+        next_frame(&mut st).await.map(|frame| (Ok(frame), st))
     });
     Ok((
         StatusCode::OK,
@@ -111,13 +106,46 @@ fn open_stream(
         .into_response())
 }
 
+/// While shutting down, how often a stream that still waits for answers checks whether its
+/// session's requests are done.
+const DRAIN_CHECK: Duration = Duration::from_millis(50);
+
 struct StreamState<G> {
     endpoint: Option<Bytes>,
     events: QueueRx<ListenEvent>,
     ticker: Interval,
+    drained: crate::sse::Drained,
+    /// Shutdown has begun: the stream ends as soon as its session has no request running, so
+    /// it holds the grace only for answers still to come, never for idle listening.
+    draining: bool,
     gateway: std::sync::Arc<Gateway>,
     session: SessionId,
     _close: G,
+}
+
+/// The stream's next frame; `None` ends it.
+async fn next_frame<G>(st: &mut StreamState<G>) -> Option<Bytes> {
+    loop {
+        if st.draining && !st.gateway.sse_in_flight(&st.session) {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            () = &mut st.drained, if !st.draining => {
+                st.draining = true;
+                st.ticker = tokio::time::interval(DRAIN_CHECK);
+            }
+            // Ends when the session ends (stream closed elsewhere, TTL, eviction, shutdown).
+            e = st.events.recv() => return e.map(|e| message(&e)),
+            _ = st.ticker.tick() => {
+                if !st.draining {
+                    // An open stream keeps its session alive.
+                    st.gateway.keep_sse_alive(&st.session);
+                    return Some(Bytes::from_static(sse::KEEP_ALIVE));
+                }
+            }
+        }
+    }
 }
 
 /// HTTP+SSE streams cannot be resumed, so events carry no `id:`.

@@ -6,6 +6,7 @@
 //! into exactly one HTTP answer. All error → status/JSON-RPC mapping lives in [`error`].
 
 mod auth;
+mod conn;
 mod error;
 mod headers;
 mod in_flight;
@@ -16,7 +17,6 @@ mod sse;
 mod stall;
 mod streamable;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,11 +26,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use switchboard_core::Gateway;
 
 pub use auth::{parse_algorithm, Authenticator, JwtConfig, API_KEY_ISSUER};
+pub use conn::{serve, ConnLimits, EVICTION_SLACK};
 pub use legacy_sse::clean_prefix;
 pub use origin::OriginPolicy;
 
@@ -82,6 +83,10 @@ pub struct Shared {
     gateway: Arc<Gateway>,
     config: HttpConfig,
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// Cancelled when shutdown begins: streams that only wait for events (GET listen, `/sse`,
+    /// Modern `subscriptions/listen`) end then, so they never hold the shutdown grace, while
+    /// requests in flight get it.
+    draining: CancellationToken,
 }
 
 impl std::ops::Deref for AppState {
@@ -99,6 +104,7 @@ impl AppState {
             gateway,
             in_flight: Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
             config,
+            draining: CancellationToken::new(),
         }))
     }
 }
@@ -138,23 +144,6 @@ async fn admit(State(state): State<AppState>, mut request: Request, next: Next) 
         Ok(permit) => in_flight::hold(next.run(request).await, permit),
         Err(refused) => refused.into_response(),
     }
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
-/// Every connection gets `TCP_NODELAY` and the send timeout (see [`stall`]).
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    send_timeout: Duration,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = stall::GuardedListener {
-        inner: listener,
-        send_timeout,
-    };
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 /// What a person who opens the gateway in a browser (or curls it) learns: where the endpoints

@@ -9,8 +9,10 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use switchboard_core::{CoreError, REQUEST_STREAM_QUEUE};
-use switchboard_wire::classify::mismatch;
-use switchboard_wire::{encode_error, headers as mcp_headers, Message, MessageKind};
+use switchboard_wire::classify::{mismatch, META_SUBSCRIPTION_ID};
+use switchboard_wire::{
+    encode_error, encode_result, headers as mcp_headers, Message, MessageKind, RequestId,
+};
 
 use crate::error::{status_of, HttpError};
 use crate::headers::{self, Delivery};
@@ -92,6 +94,10 @@ pub(crate) async fn handle(
             let caller = caller.clone();
             let (tx, rx) = mpsc::channel(REQUEST_STREAM_QUEUE);
             let stream_id = id.clone();
+            // A listen stream waits for events for ever: at shutdown it ends at once, with
+            // the graceful result the spec gives for a server-closed subscription (dropping
+            // the call withdraws its registration, and cancels it upstream).
+            let listen = (msg.method == Some(LISTEN)).then(|| (state.draining.clone(), id.clone()));
             let call = async move {
                 let result = match Message::parse(&bytes) {
                     Ok(msg) => gateway
@@ -106,6 +112,16 @@ pub(crate) async fn handle(
                     encode_error(id, &err)
                 })
             };
+            let call = async move {
+                let Some((draining, Some(id))) = listen else {
+                    return call.await;
+                };
+                tokio::select! {
+                    biased;
+                    () = draining.cancelled() => listen_closed(&id),
+                    answer = call => answer,
+                }
+            };
             Ok(sse::request_stream(
                 call,
                 Some(rx),
@@ -114,4 +130,13 @@ pub(crate) async fn handle(
             ))
         }
     }
+}
+
+/// The result that ends a listen stream the server closes (mcp-wire.md §3.9).
+fn listen_closed(id: &RequestId) -> Vec<u8> {
+    let result = format!(
+        r#"{{"resultType":"complete","_meta":{{"{META_SUBSCRIPTION_ID}":{}}}}}"#,
+        id.as_json()
+    );
+    encode_result(id, &result)
 }

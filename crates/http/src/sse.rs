@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::stream;
 use tokio::sync::mpsc;
 use tokio::time::{interval_at, Instant, Interval};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use switchboard_core::stream_queue::{self, QueueRx, QueueTx};
 use switchboard_core::{ListenEvent, ListenStream, REQUEST_STREAM};
@@ -169,21 +170,33 @@ struct ListenState<G> {
     replay: std::vec::IntoIter<ListenEvent>,
     events: QueueRx<ListenEvent>,
     ticker: Interval,
+    drained: Drained,
     _detach: G,
 }
 
+/// Resolves when the gateway starts shutting down. Made once per stream from a child token:
+/// each stream then waits on a notifier of its own rather than all on the one shared token.
+pub(crate) type Drained = Pin<Box<WaitForCancellationFutureOwned>>;
+
+pub(crate) fn drained(draining: &CancellationToken) -> Drained {
+    Box::pin(draining.child_token().cancelled_owned())
+}
+
 /// A session's listen stream: replayed events first, then live ones, with keep-alives. Ends
-/// when the session's queue closes (stream replaced, consumer evicted, session ended);
-/// `detach` runs when the client goes away.
+/// when the session's queue closes (stream replaced, consumer evicted, session ended) or when
+/// the gateway shuts down (a clean end the client reconnects after); `detach` runs when the
+/// client goes away.
 pub(crate) fn listen_stream<G: Send + 'static>(
     stream: ListenStream,
     detach: G,
     keep_alive: Duration,
+    draining: &CancellationToken,
 ) -> Response {
     let state = ListenState {
         replay: stream.replay.into_iter(),
         events: stream.events,
         ticker: interval_at(Instant::now() + keep_alive, keep_alive),
+        drained: drained(draining),
         _detach: detach,
     };
     let body = stream::unfold(state, |mut st| async move {
@@ -191,6 +204,8 @@ pub(crate) fn listen_stream<G: Send + 'static>(
             return Some((Ok::<_, Infallible>(event(&e)), st));
         }
         tokio::select! {
+            biased;
+            () = &mut st.drained => None,
             e = st.events.recv() => e.map(|e| (Ok(event(&e)), st)),
             _ = st.ticker.tick() => Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), st)),
         }

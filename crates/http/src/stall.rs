@@ -14,35 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
-
-/// Accepts TCP connections with `TCP_NODELAY` and the send timeout.
-///
-/// `TCP_NODELAY`: SSE streams write one small event at a time, and with Nagle's algorithm an
-/// event written while the previous one is unacknowledged waits for that ACK.
-#[derive(Debug)]
-pub(crate) struct GuardedListener {
-    pub(crate) inner: TcpListener,
-    pub(crate) send_timeout: Duration,
-}
-
-impl axum::serve::Listener for GuardedListener {
-    type Io = StallGuard<TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (tcp, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-        (StallGuard::new(tcp, self.send_timeout), addr)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
 
 /// A stream whose writes fail with `TimedOut` once one has been pending for `limit`.
 #[derive(Debug)]

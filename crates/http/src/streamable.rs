@@ -57,7 +57,12 @@ fn open_listen(
         .map_err(|e| HttpError::Core(None, e))?;
     let (gateway, sid, generation) = (state.gateway.clone(), sid.to_owned(), stream.generation);
     let detach = sse::OnDrop::new(move || gateway.close_listen(&sid, generation));
-    Ok(sse::listen_stream(stream, detach, state.config.keep_alive))
+    Ok(sse::listen_stream(
+        stream,
+        detach,
+        state.config.keep_alive,
+        &state.draining,
+    ))
 }
 
 /// DELETE: ends the session named by `Mcp-Session-Id`.

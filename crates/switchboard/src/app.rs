@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use switchboard_core::{Backend, EraPolicy, Gateway, GatewayConfig, Registry, SpawnBackend};
-use switchboard_http::{AppState, HttpConfig, OriginPolicy};
+use switchboard_http::{AppState, ConnLimits, HttpConfig, OriginPolicy};
 use switchboard_upstream::StdioConfig;
 
 use crate::cli::{Isolation, RunArgs};
@@ -31,6 +31,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .join(" ");
     println!("switchboard: starting backend: {shown}");
     let mut config = gateway_config(&args);
+    let max_sessions = config.max_sessions;
     config.access = access;
     let registry = Registry::new(&config);
     let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
@@ -97,11 +98,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         auth: authenticator,
         max_in_flight: args.max_in_flight,
     };
-    let router = switchboard_http::router(AppState::new(gateway, http));
+    let limits = ConnLimits {
+        send_timeout: RunArgs::secs(args.send_timeout),
+        header_read_timeout: RunArgs::secs(args.header_read_timeout),
+        idle_timeout: RunArgs::secs(args.idle_timeout),
+        max_connections: max_connections(&args, max_sessions),
+    };
+    info!(max_connections = limits.max_connections, "connection bound");
     let mut server = tokio::spawn(switchboard_http::serve(
         listener,
-        router,
-        RunArgs::secs(args.send_timeout),
+        AppState::new(gateway, http),
+        limits,
         shutdown_signal(stop.clone()),
     ));
 
@@ -228,6 +235,46 @@ fn gateway_config(args: &RunArgs) -> GatewayConfig {
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         ..GatewayConfig::default()
     }
+}
+
+/// File descriptors kept for what is not a client connection or a backend: the listener, the
+/// runtime, stdio, the audit log, outgoing JWKS fetches.
+const FD_RESERVE: u64 = 128;
+/// A backend process holds its stdin, stdout and stderr pipes and a pidfd.
+const FDS_PER_BACKEND: u64 = 4;
+const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
+/// Below this the gateway could hardly serve anyone; a lower fd limit is warned about.
+const MIN_CONNECTIONS: u64 = 32;
+
+/// `--max-connections`, or a default below the open-file limit: when the process runs out of
+/// descriptors, accepting fails and backends cannot be spawned, so the bound has to bite
+/// first. The headroom counts every backend process the gateway may run (the shared one and a
+/// restart's standby; one per session in per-session mode).
+fn max_connections(args: &RunArgs, max_sessions: usize) -> usize {
+    let backends = match args.isolation {
+        Isolation::Shared => 2,
+        Isolation::PerSession => u64::try_from(max_sessions)
+            .unwrap_or(u64::MAX)
+            .saturating_add(2),
+    };
+    let headroom = FDS_PER_BACKEND
+        .saturating_mul(backends)
+        .saturating_add(FD_RESERVE)
+        .saturating_add(switchboard_http::EVICTION_SLACK as u64);
+    // `None`: unlimited.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let fits = limit.map_or(u64::MAX, |l| l.saturating_sub(headroom));
+    if let Some(n) = args.max_connections {
+        if n > fits {
+            warn!(max_connections = n, open_file_limit = ?limit, "--max-connections is above what the open-file limit leaves for connections; raise `ulimit -n`");
+        }
+        return usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if fits < MIN_CONNECTIONS {
+        warn!(open_file_limit = ?limit, backends, "the open-file limit leaves little room for connections; raise `ulimit -n`");
+    }
+    let n = fits.clamp(MIN_CONNECTIONS, DEFAULT_MAX_CONNECTIONS);
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// Resolves on SIGINT or SIGTERM, and cancels `stop` so the rest of the app follows.

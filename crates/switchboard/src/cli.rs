@@ -74,6 +74,19 @@ pub(crate) struct RunArgs {
     /// for it (and an HTTP+SSE session) for as long as it stays connected.
     #[arg(long, default_value_t = 60.0)]
     pub(crate) send_timeout: f64,
+    /// Seconds a client may take to send a request's headers, from their first byte (from
+    /// the accept for a connection's first request); slower connections are closed.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) header_read_timeout: f64,
+    /// Seconds a connection may stay open with no request in progress (a response being
+    /// streamed, SSE included, is one); then it is closed.
+    #[arg(long, default_value_t = 120.0)]
+    pub(crate) idle_timeout: f64,
+    /// Most open client connections. At the bound the oldest idle one is closed to make room;
+    /// when all are busy a new one gets 503. Default: 10000, or fewer if the open-file limit
+    /// (`ulimit -n`) minus what the backends need does not allow that many.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_connections: Option<u64>,
     /// Most POSTs being handled or streaming their answer at once; more get 503 at once.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) max_in_flight: usize,

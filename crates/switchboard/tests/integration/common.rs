@@ -41,6 +41,34 @@ impl TestGateway {
         if !backend.is_empty() {
             cmd.arg("--").args(backend);
         }
+        Self::spawn(cmd).await
+    }
+
+    /// `switchboard run --port 0 <args>` with its open-file limit (soft and hard) lowered to
+    /// `nofile`, set by the shell that then execs the gateway.
+    pub async fn start_nofile(nofile: u32, args: &[&str]) -> Self {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("ulimit -n {nofile} && exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_switchboard"))
+            .args(["run", "--host", "127.0.0.1", "--port", "0"])
+            .args(args);
+        Self::spawn(cmd).await
+    }
+
+    /// Sends SIGTERM and waits (at most `bound`) for the gateway to exit; false if it did not.
+    pub async fn terminate_within(&mut self, bound: Duration) -> bool {
+        let pid = self.pid().to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        tokio::time::timeout(bound, self._child.wait())
+            .await
+            .is_ok()
+    }
+
+    async fn spawn(mut cmd: Command) -> Self {
         cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(Stdio::null())

@@ -12,6 +12,7 @@ mod common;
 mod auth;
 mod backend_failure;
 mod bench;
+mod connections;
 mod everything;
 mod handshake;
 mod isolation;

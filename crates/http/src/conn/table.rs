@@ -1,0 +1,198 @@
+//! The open connections: their bound, and which one to close when a new one needs the room.
+//!
+//! At the bound the oldest *idle* connection (no request being handled or streamed, which
+//! includes one still trickling its request headers) is closed to make room, so a client with
+//! work to do always gets in while an attacker's idle or slow-header connections are shed
+//! first. Only when every connection is busy is the newcomer refused (503). An evicted
+//! connection takes a moment to close, so a small slack above the bound lets the newcomer in
+//! meanwhile; the fd headroom the default bound keeps covers it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use std::task::Waker;
+
+use futures::task::AtomicWaker;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// Connections allowed above the bound while evicted ones are closing.
+pub const EVICTION_SLACK: usize = 64;
+
+/// What one connection's task, its reads and its requests share.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    /// Requests dispatched on this connection whose response body has not finished.
+    busy: AtomicUsize,
+    /// Set once the connection was asked to close (eviction); never cleared.
+    closing: AtomicBool,
+    close: Notify,
+    /// The connection's reader, parked while a request was in progress: woken when the last
+    /// one ends, so the idle deadline starts even if hyper read before dropping the body.
+    reader: AtomicWaker,
+}
+
+impl Activity {
+    /// Marks a request as begun; it ends when the returned guard is dropped.
+    pub(crate) fn begin(self: &Arc<Self>) -> Busy {
+        // Relaxed: the connection's reads, requests and bodies are all polled by its one task;
+        // the accept loop only reads this as a hint for eviction (a request that began just
+        // after still completes, see `evict`).
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed) > 0
+    }
+
+    /// Wakes `waker` when no request is in progress any more.
+    pub(crate) fn wake_when_idle(&self, waker: &Waker) {
+        self.reader.register(waker);
+    }
+
+    /// Asks an idle connection to close. A connection that turned busy meanwhile is closed
+    /// gracefully by its task (its request completes first).
+    fn evict(&self) -> bool {
+        if self.is_busy() || self.closing.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        self.close.notify_one();
+        true
+    }
+
+    /// Resolves once the connection was evicted.
+    pub(crate) async fn evicted(&self) {
+        self.close.notified().await;
+    }
+}
+
+/// One request in progress on a connection.
+#[derive(Debug)]
+pub(crate) struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.busy.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.0.reader.wake();
+        }
+    }
+}
+
+/// The table of open connections, oldest first.
+#[derive(Debug)]
+pub(crate) struct Connections {
+    max: usize,
+    open: Mutex<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    next: u64,
+    by_age: BTreeMap<u64, Arc<Activity>>,
+}
+
+/// Whether a new connection may be served.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// Served; `evicted` tells that the bound was reached and an idle connection made room.
+    Admitted { slot: Slot, evicted: bool },
+    /// Every connection is busy (or too many are still closing): answer 503 and close.
+    Refused,
+}
+
+impl Connections {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Connections {
+            max: max.max(1),
+            open: Mutex::new(Table::default()),
+        })
+    }
+
+    /// Admits a new connection, evicting the oldest idle one when at the bound.
+    pub(crate) fn admit(self: &Arc<Self>) -> Admission {
+        let mut table = self.open.lock();
+        let open = table.by_age.len();
+        let mut evicted = false;
+        if open >= self.max {
+            evicted = table.by_age.values().any(|a| a.evict());
+            if !evicted || open >= self.max + EVICTION_SLACK {
+                return Admission::Refused;
+            }
+        }
+        let id = table.next;
+        table.next += 1;
+        let activity = Arc::new(Activity::default());
+        table.by_age.insert(id, activity.clone());
+        Admission::Admitted {
+            slot: Slot {
+                table: self.clone(),
+                id,
+                activity,
+            },
+            evicted,
+        }
+    }
+
+    /// Closes the oldest idle connection, if any (the process ran out of file descriptors).
+    pub(crate) fn evict_one(&self) -> bool {
+        self.open.lock().by_age.values().any(|a| a.evict())
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.open.lock().by_age.len()
+    }
+}
+
+/// A connection's place in the table; leaves it when dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    table: Arc<Connections>,
+    id: u64,
+    activity: Arc<Activity>,
+}
+
+impl Slot {
+    pub(crate) fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.table.open.lock().by_age.remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admitted(a: Admission) -> (Slot, bool) {
+        match a {
+            Admission::Admitted { slot, evicted } => (slot, evicted),
+            Admission::Refused => panic!("refused"),
+        }
+    }
+
+    /// At the bound the oldest idle connection is asked to close; busy ones never are, and
+    /// when all are busy the newcomer is refused.
+    #[tokio::test]
+    async fn the_oldest_idle_connection_makes_room() {
+        let table = Connections::new(2);
+        let (oldest, _) = admitted(table.admit());
+        let (second, _) = admitted(table.admit());
+        let _working = oldest.activity().begin();
+        let (third, evicted) = admitted(table.admit());
+        assert!(evicted);
+        // The busy oldest one was skipped; the second was told to close.
+        second.activity().evicted().await;
+        assert!(!oldest.activity().closing.load(Ordering::Relaxed));
+        drop(second);
+        let _also = third.activity().begin();
+        assert!(matches!(table.admit(), Admission::Refused));
+        assert_eq!(table.len(), 2);
+    }
+}
