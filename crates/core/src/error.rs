@@ -48,6 +48,18 @@ pub enum CoreError {
     /// The caller's (or the tool's) rate limit is exhausted; retry after this many seconds.
     #[error("rate limit exceeded")]
     RateLimited(u64),
+    /// The caller holds its whole share of the MRTR bridge's dedicated processes (running or
+    /// parked calls); retry after this many seconds, or finish one of those calls first.
+    #[error("too many Modern calls of this caller are running on dedicated backend processes or waiting for client input (limit {limit}); answer or finish one first")]
+    BridgeShareExhausted {
+        /// The per-principal share (`--mrtr-per-principal`).
+        limit: usize,
+        /// When the caller's earliest such call will have ended at the latest.
+        retry_after: u64,
+    },
+    /// Every dedicated MRTR process (or parking place) is in use, across all callers.
+    #[error("every dedicated backend process for Modern calls that may need client input is in use (limit {0}); retry later")]
+    BridgeFull(usize),
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

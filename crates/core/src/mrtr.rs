@@ -25,6 +25,7 @@
 //! asked for (it holds the token), bounded by [`state::MAX_HELD`] and [`state::HELD_TTL`], and
 //! gone when the call completes, fails, expires, or the client abandons a round.
 
+mod share;
 mod sink;
 mod state;
 
@@ -37,7 +38,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use switchboard_upstream::{PendingCall, StdioHandle, StdioProcess, UpstreamError};
+use switchboard_upstream::{PendingCall, StdioHandle, StdioProcess};
 use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_SERVER_INFO};
 use switchboard_wire::{
     codes, encode_notification, encode_request, encode_result, method, with_meta_member,
@@ -49,6 +50,7 @@ use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
 use sink::{capability_of, Asked, CallSink};
 
+pub(crate) use share::{default_share, SharePermit, Shares};
 pub(crate) use state::{HeldTable, Sealer, MAX_HELD};
 
 /// The methods on which a server may answer `input_required`.
@@ -94,6 +96,8 @@ pub(crate) struct Dedicated {
     next_key: u64,
     /// One of the bounded dedicated-process slots, released when the call is dropped.
     _slot: tokio::sync::OwnedSemaphorePermit,
+    /// One unit of the caller's share of those slots, released with it.
+    share: SharePermit,
 }
 
 /// Most dedicated processes (running or parked MRTR calls) at once (and never more than
@@ -150,6 +154,7 @@ impl Drop for Dedicated {
 
 /// The part of a request MRTR looks at.
 struct Incoming<'a> {
+    caller: &'a Principal,
     id: &'a RequestId,
     name: &'a str,
     msg: &'a Message<'a>,
@@ -224,6 +229,7 @@ impl Gateway {
             Some(_) => return Ok(refused(id, state::Refused::Malformed)),
         };
         let incoming = Incoming {
+            caller,
             id,
             name,
             msg,
@@ -231,7 +237,11 @@ impl Gateway {
             stream,
         };
         let call = match call {
-            Some(call) => call,
+            Some(call) => {
+                call.share
+                    .until(std::time::Instant::now() + self.config.request_timeout);
+                call
+            }
             None => self.start_call(&incoming).await?,
         };
         self.round(&incoming, call, &responses, &binding).await
@@ -243,14 +253,26 @@ impl Gateway {
             .per_session
             .get()
             .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
+        // The caller's share first: a caller over it is told so (429) even while the pool has
+        // room, so what it is refused never depends on what others are doing.
+        let share = self
+            .mrtr_shares
+            .try_take(
+                &req.caller.key(),
+                std::time::Instant::now() + self.config.request_timeout,
+            )
+            .map_err(|retry_after| CoreError::BridgeShareExhausted {
+                limit: self.mrtr_shares.limit(),
+                retry_after,
+            })?;
         if !self.held.has_room() {
-            return Err(CoreError::Backend(UpstreamError::Overloaded));
+            return Err(CoreError::BridgeFull(MAX_HELD));
         }
         let slot = self
             .mrtr_slots
             .clone()
             .try_acquire_owned()
-            .map_err(|_| CoreError::Backend(UpstreamError::Overloaded))?;
+            .map_err(|_| CoreError::BridgeFull(self.mrtr_pool))?;
         let meta = &req.params["_meta"];
         let declared = &meta[META_CLIENT_CAPABILITIES];
         let mut caps = Map::new();
@@ -278,6 +300,7 @@ impl Gateway {
             outstanding: Vec::new(),
             next_key: 0,
             _slot: slot,
+            share,
         };
         let deadline = self.config.request_timeout;
         let init = json!({
@@ -438,9 +461,9 @@ impl Gateway {
             })
             .collect();
         let (held_id, token) = self.mrtr_sealer.seal(binding, state::HELD_TTL);
-        let (held, expired) =
-            self.held
-                .hold(held_id, std::time::Instant::now() + state::HELD_TTL, call);
+        let expires = std::time::Instant::now() + state::HELD_TTL;
+        call.share.until(expires);
+        let (held, expired) = self.held.hold(held_id, expires, call);
         drop(expired);
         if held.is_err() {
             let err = ErrorObject::new(

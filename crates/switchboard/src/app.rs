@@ -216,6 +216,9 @@ fn gateway_config(args: &RunArgs) -> GatewayConfig {
         max_sessions_per_principal: args
             .max_sessions_per_principal
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        mrtr_per_principal: args
+            .mrtr_per_principal
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         ..GatewayConfig::default()
     }
 }

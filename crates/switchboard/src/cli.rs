@@ -49,6 +49,12 @@ pub(crate) struct RunArgs {
     /// Default: no per-principal limit (only --max-sessions).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_sessions_per_principal: Option<u64>,
+    /// Per-session mode: most Modern calls one principal may have running on dedicated
+    /// backend processes or parked waiting for client input (MRTR); more get HTTP 429 with
+    /// `retryAfterSeconds`. Default: an eighth of that pool (min(128, --max-sessions)), at
+    /// least 1. Anonymous callers are one principal.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) mrtr_per_principal: Option<u64>,
     /// Seconds a write to a client may make no progress before the connection is closed: a
     /// client that keeps a stream open but reads nothing would otherwise pin what is queued
     /// for it (and an HTTP+SSE session) for as long as it stays connected.

@@ -280,12 +280,18 @@ async fn tampered_or_mismatched_state_is_refused() {
     settles(&gw, "after completion", |s, _| s["tableEntries"] == 0).await;
 }
 
+/// A keys file naming alice and bob, in a directory of its own (removed by the caller).
+fn two_keys(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sb-mrtr-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("keys"), format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    dir
+}
+
 #[tokio::test]
 async fn another_principals_state_is_refused() {
-    let dir = std::env::temp_dir().join(format!("sb-mrtr-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = two_keys("foreign");
     let keys = dir.join("keys");
-    std::fs::write(&keys, format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
     let gw = bridge(&["--api-keys-file", keys.to_str().unwrap()]).await;
     let tool = "test_input_required_result_elicitation";
     let r = call(&gw, Some(ALICE), tool, json!({}), elicitation(), json!({})).await;
@@ -427,9 +433,10 @@ async fn a_backend_ping_is_answered_by_the_gateway() {
 
 /// Every concurrent Modern call on the bridge runs on a process of its own: their number is
 /// bounded (by `--max-sessions` here), and calls beyond it get 503 instead of another fork.
+/// (One anonymous principal here, so its share is raised above the whole pool.)
 #[tokio::test]
 async fn dedicated_processes_are_bounded() {
-    let gw = bridge(&["--max-sessions", "3"]).await;
+    let gw = bridge(&["--max-sessions", "3", "--mrtr-per-principal", "6"]).await;
     let calls = (0..6).map(|i| {
         call(
             &gw,
@@ -465,5 +472,66 @@ async fn dedicated_processes_are_bounded() {
         .filter(|r| r.status == StatusCode::SERVICE_UNAVAILABLE)
     {
         assert_eq!(r.json()["id"], 7);
+        let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains("dedicated backend process"), "{message}");
     }
+}
+
+/// One principal cannot take the whole pool of dedicated processes by parking calls (each
+/// costs it nothing to keep for the held TTL): past its share (default an eighth of the pool,
+/// here 16 / 8 = 2) it gets 429 with `retryAfterSeconds`, while another principal's calls
+/// still run; finishing a call gives the share back.
+#[tokio::test]
+async fn one_principal_cannot_park_the_whole_bridge() {
+    let dir = two_keys("share");
+    let keys = dir.join("keys");
+    let gw = bridge(&[
+        "--api-keys-file",
+        keys.to_str().unwrap(),
+        "--max-sessions",
+        "16",
+    ])
+    .await;
+    let tool = "test_input_required_result_elicitation";
+    let park = |key| call(&gw, Some(key), tool, json!({}), elicitation(), json!({}));
+    let mut states = Vec::new();
+    let refused = loop {
+        let r = park(ALICE).await;
+        if r.status != StatusCode::OK || states.len() > 16 {
+            break r;
+        }
+        states.push(input_required(&r)["requestState"].clone());
+    };
+    assert_eq!(states.len(), 2, "alice parked more than her share");
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        refused.text
+    );
+    let body = refused.json();
+    assert_eq!(body["id"], 7, "{body}");
+    assert_eq!(body["error"]["code"], 429, "{body}");
+    let retry = body["error"]["data"]["retryAfterSeconds"].as_u64().unwrap();
+    assert!((1..=300).contains(&retry), "{body}");
+    assert_eq!(refused.headers["retry-after"], retry.to_string().as_str());
+    // Nothing of alice's was touched by the refusal, and bob still gets his call.
+    assert_eq!(stats(&gw).await["tableEntries"], 2);
+    let bob = input_required(&park(BOB).await);
+    // Alice finishes one call: its unit of her share is back.
+    let answer = json!({"user_name": {"action": "accept", "content": {"name": "A"}}});
+    let done = call(
+        &gw,
+        Some(ALICE),
+        tool,
+        json!({}),
+        elicitation(),
+        json!({"inputResponses": answer, "requestState": states[0]}),
+    )
+    .await;
+    assert_eq!(tool_text(&done.json()), "Hello, A!");
+    input_required(&park(ALICE).await);
+    assert_eq!(park(ALICE).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(bob["requestState"].is_string());
+    let _ = std::fs::remove_dir_all(&dir);
 }
