@@ -60,6 +60,9 @@ pub enum CoreError {
     /// Every dedicated MRTR process (or parking place) is in use, across all callers.
     #[error("every dedicated backend process for Modern calls that may need client input is in use (limit {0}); retry later")]
     BridgeFull(usize),
+    /// Every warm Modern partition is in use (per-session mode).
+    #[error("too many warm backend processes for Modern callers (limit {0}); retry later")]
+    TooManyPartitions(usize),
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

@@ -53,6 +53,8 @@ pub struct GatewayConfig {
     /// Most dedicated MRTR calls (running or parked) one principal may hold; more get 429.
     /// `None`: an eighth of the pool (at least one).
     pub mrtr_per_principal: Option<usize>,
+    /// Per-session mode: a warm Modern partition unused this long is stopped.
+    pub partition_idle: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -65,6 +67,7 @@ impl Default for GatewayConfig {
             access: crate::Access::default(),
             listen_grace: Duration::from_secs(60),
             mrtr_per_principal: None,
+            partition_idle: Duration::from_secs(60),
         }
     }
 }
@@ -141,6 +144,9 @@ pub struct Gateway {
     pub(crate) mrtr_pool: usize,
     /// ... and each principal's fair share of them.
     pub(crate) mrtr_shares: Arc<crate::mrtr::Shares>,
+    /// Per-session mode: warm backend processes for Modern requests, by (principal,
+    /// declared capabilities).
+    pub(crate) partitions: crate::mrtr::Partitions,
 }
 
 impl Gateway {
@@ -151,6 +157,7 @@ impl Gateway {
         let share = config
             .mrtr_per_principal
             .unwrap_or_else(|| crate::mrtr::default_share(pool));
+        let partitions = crate::mrtr::Partitions::new(pool, config.partition_idle);
         Arc::new_cyclic(|me| Gateway {
             backend,
             registry,
@@ -168,6 +175,7 @@ impl Gateway {
             mrtr_slots: Arc::new(tokio::sync::Semaphore::new(pool)),
             mrtr_pool: pool,
             mrtr_shares: crate::mrtr::Shares::new(share),
+            partitions,
         })
     }
 
@@ -580,6 +588,12 @@ impl Gateway {
             + self.registry.listeners.len()
             + self.registry.tasks.len()
             + self.held.len()
+    }
+
+    /// Warm Modern partitions (per-session mode). Counted apart from `table_entries`: they
+    /// are kept on purpose while idle, and reaped after `partition_idle`.
+    pub fn partition_count(&self) -> usize {
+        self.partitions.len()
     }
 
     /// The backend's process id, when it is a local process.

@@ -26,6 +26,7 @@ use switchboard_wire::{
 
 use crate::gateway::Outgoing;
 use crate::listeners::Filter;
+use crate::mrtr::PartitionKey;
 use crate::route::RouteKey;
 use crate::{CoreError, Gateway};
 
@@ -165,10 +166,26 @@ impl Gateway {
         match name {
             method::DISCOVER => Ok(self.discover(id)),
             LISTEN => self.bridged_listen(id, msg, stream).await,
-            // Per-session mode: calls that may need client input run on their own process
-            // (the MRTR bridge, `mrtr`); shared mode cannot attribute a backend's requests.
-            _ if self.mrtr_applies(name) => self.mrtr(caller, id, name, msg, stream).await,
-            _ => self.bridged(id, name, msg, stream).await,
+            // Per-session mode: calls that may need client input go through the MRTR bridge
+            // (`mrtr`); shared mode cannot attribute a backend's requests.
+            _ if self.mrtr_applies(name)
+                && (PartitionKey::of(caller, msg).input_capable()
+                    || msg.param("requestState").is_some()) =>
+            {
+                self.mrtr(caller, id, name, msg, stream).await
+            }
+            // Per-session mode: everything else of this caller runs on its warm partition, so
+            // the backend keeps its state between calls (tasks stay on the shared backend,
+            // where the gateway tracks their owners).
+            _ if self.is_per_session()
+                && !crate::tasks::BY_ID.contains(&name)
+                && name != crate::tasks::LIST =>
+            {
+                let using = self.partition(&PartitionKey::of(caller, msg)).await?;
+                let handle = using.0.handle.clone();
+                self.bridged(id, name, msg, stream, Some(handle)).await
+            }
+            _ => self.bridged(id, name, msg, stream, None).await,
         }
     }
 
@@ -250,6 +267,7 @@ impl Gateway {
         name: &str,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
+        backend: Option<switchboard_upstream::StdioHandle>,
     ) -> Result<ModernAnswer, CoreError> {
         let stripped = msg.params.and_then(strip_reserved);
         let params = stripped.as_deref().or(msg.params);
@@ -261,7 +279,7 @@ impl Gateway {
                 params,
                 stream,
                 listen: None,
-                backend: None,
+                backend,
             })
             .await?;
         Ok(self.complete(id, name, &answer))

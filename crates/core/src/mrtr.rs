@@ -25,6 +25,7 @@
 //! asked for (it holds the token), bounded by [`state::MAX_HELD`] and [`state::HELD_TTL`], and
 //! gone when the call completes, fails, expires, or the client abandons a round.
 
+mod partition;
 mod share;
 mod sink;
 mod state;
@@ -41,8 +42,7 @@ use tokio::time::Instant;
 use switchboard_upstream::{PendingCall, StdioHandle, StdioProcess};
 use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_SERVER_INFO};
 use switchboard_wire::{
-    codes, encode_notification, encode_request, encode_result, method, with_meta_member,
-    ErrorObject, Message, RequestId,
+    codes, encode_request, encode_result, with_meta_member, ErrorObject, Message, RequestId,
 };
 
 use crate::modern::ModernAnswer;
@@ -50,7 +50,11 @@ use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
 use sink::{capability_of, Asked, CallSink};
 
+pub(crate) use partition::{Key as PartitionKey, Partitions};
 pub(crate) use share::{default_share, SharePermit, Shares};
+
+/// Where a call's backend process puts its requests for input (see `sink::CallSink`).
+pub(crate) type AskedSlot = Arc<parking_lot::Mutex<Option<mpsc::Sender<Asked>>>>;
 pub(crate) use state::{HeldTable, Sealer, MAX_HELD};
 
 /// The methods on which a server may answer `input_required`.
@@ -81,8 +85,9 @@ struct Outstanding {
     params: Value,
 }
 
-/// A call on its own backend process. Dropping it withdraws the call and shuts the process
-/// down in the background.
+/// A call on its own backend process, or holding its partition's lease. Dropping it withdraws
+/// the call: a process of its own is shut down in the background; on a partition, whatever
+/// the backend still waits for is refused and the call is cancelled upstream.
 #[derive(Debug)]
 pub(crate) struct Dedicated {
     handle: StdioHandle,
@@ -94,10 +99,15 @@ pub(crate) struct Dedicated {
     log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
     outstanding: Vec<Outstanding>,
     next_key: u64,
-    /// One of the bounded dedicated-process slots, released when the call is dropped.
-    _slot: tokio::sync::OwnedSemaphorePermit,
-    /// One unit of the caller's share of those slots, released with it.
+    /// One of the bounded dedicated-process slots (none on a partition), released when the
+    /// call is dropped.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// One unit of the caller's share of the bridge, released with it.
     share: SharePermit,
+    /// Set when the call runs on its principal's warm partition.
+    lease: Option<partition::Lease>,
+    /// The key the call went out under (to cancel it on a partition).
+    key: Option<RouteKey>,
 }
 
 /// Most dedicated processes (running or parked MRTR calls) at once (and never more than
@@ -134,6 +144,17 @@ impl Dedicated {
         }
     }
 
+    /// Refuses one of the backend's requests (the call is ending without asking the client).
+    fn refuse(&self, backend_id: &RequestId) {
+        let err = ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            "the client did not declare this capability",
+        );
+        let _ = self
+            .handle
+            .try_send_line(switchboard_wire::encode_error(Some(backend_id), &err));
+    }
+
     /// Answers one of the backend's requests.
     async fn answer(&self, backend_id: &RequestId, result: &Value) -> Result<(), CoreError> {
         let line = switchboard_wire::restore_response(backend_id, "result", &result.to_string());
@@ -143,6 +164,25 @@ impl Dedicated {
 
 impl Drop for Dedicated {
     fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            // The partition's process lives on: nothing it asked stays unanswered, and work
+            // nobody will read is cancelled. Closed first, so nothing new arrives meanwhile.
+            lease.close();
+            let handle = &self.handle;
+            let refuse = |id: &RequestId| {
+                let err = ErrorObject::new(codes::INTERNAL_ERROR, "the client's call ended");
+                let _ = handle.try_send_line(switchboard_wire::encode_error(Some(id), &err));
+            };
+            while let Ok(asked) = self.asked.try_recv() {
+                refuse(&asked.id);
+            }
+            for o in self.outstanding.drain(..) {
+                refuse(&o.backend_id);
+            }
+            if let (Some(_), Some(key)) = (self.pending.take(), self.key.as_ref()) {
+                crate::guards::send_cancel(handle, key, "the client's call ended");
+            }
+        }
         self.pending = None;
         if let Some(process) = self.process.take() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -247,12 +287,9 @@ impl Gateway {
         self.round(&incoming, call, &responses, &binding).await
     }
 
-    /// Spawns and handshakes the call's own process and sends it the request.
+    /// Starts a call: on the caller's partition when its lease is free, else on a process of
+    /// its own; then sends it the request.
     async fn start_call(&self, req: &Incoming<'_>) -> Result<Dedicated, CoreError> {
-        let spawner = self
-            .per_session
-            .get()
-            .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
         // The caller's share first: a caller over it is told so (429) even while the pool has
         // room, so what it is refused never depends on what others are doing.
         let share = self
@@ -268,6 +305,46 @@ impl Gateway {
         if !self.held.has_room() {
             return Err(CoreError::BridgeFull(MAX_HELD));
         }
+        let key = PartitionKey::of(req.caller, req.msg);
+        let leased = match self.partition(&key).await {
+            Ok(using) => self.lease(using),
+            // No room for another partition: the call still gets a process of its own.
+            Err(CoreError::TooManyPartitions(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let mut call = match leased {
+            Some((lease, asked)) => Dedicated {
+                handle: lease.handle(),
+                process: None,
+                asked,
+                pending: None,
+                progress_token: None,
+                log: lease.log(),
+                outstanding: Vec::new(),
+                next_key: 0,
+                _slot: None,
+                share,
+                lease: Some(lease),
+                key: None,
+            },
+            // Another input-capable call holds the partition: what the backend asks could be
+            // either's, so this one runs where everything asked is its own.
+            None => self.dedicated(req, share).await?,
+        };
+        self.send_call(&mut call, req).await?;
+        Ok(call)
+    }
+
+    /// A process of the call's own, handshaken with exactly the request's capabilities.
+    async fn dedicated(
+        &self,
+        req: &Incoming<'_>,
+        share: SharePermit,
+    ) -> Result<Dedicated, CoreError> {
+        let spawner = self
+            .per_session
+            .get()
+            .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
         let slot = self
             .mrtr_slots
             .clone()
@@ -281,16 +358,15 @@ impl Gateway {
                 caps.insert(cap.into(), v.clone());
             }
         }
-        let caps = Value::Object(caps);
         let (tx, rx) = mpsc::channel(ASKED_QUEUE);
         let log = Arc::new(parking_lot::Mutex::new(None));
         let sink = Arc::new(CallSink {
-            asked: tx,
+            asked: Arc::new(parking_lot::Mutex::new(Some(tx))),
             registry: Arc::downgrade(&self.registry),
             log: log.clone(),
         });
         let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
-        let mut call = Dedicated {
+        let call = Dedicated {
             handle,
             process: Some(process),
             asked: rx,
@@ -299,33 +375,18 @@ impl Gateway {
             log,
             outstanding: Vec::new(),
             next_key: 0,
-            _slot: slot,
+            _slot: Some(slot),
             share,
+            lease: None,
+            key: None,
         };
-        let deadline = self.config.request_timeout;
-        let init = json!({
-            "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
-            "capabilities": caps,
-            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let answer = crate::backend::call(&call.handle, method::INITIALIZE, init, deadline).await?;
-        if answer.is_error() {
-            return Err(CoreError::BackendInit(format!(
-                "backend refused initialize: {}",
-                answer.payload()
-            )));
-        }
-        call.handle
-            .send_line(encode_notification(method::INITIALIZED, None))
+        self.handshake(&call.handle, Value::Object(caps), meta.get(META_LOG_LEVEL))
             .await?;
-        if let Some(level) = meta.get(META_LOG_LEVEL).filter(|l| l.is_string()) {
-            let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
-            if logging["capabilities"].get("logging").is_some() {
-                let params = json!({ "level": level });
-                let _ =
-                    crate::backend::call(&call.handle, method::SET_LEVEL, params, deadline).await;
-            }
-        }
+        Ok(call)
+    }
+
+    /// Sends the call's request to its process.
+    async fn send_call(&self, call: &mut Dedicated, req: &Incoming<'_>) -> Result<(), CoreError> {
         // The backend sees the call as a Legacy request: no reserved `_meta`, no MRTR members,
         // and a minted progress token in place of the client's.
         let mut forwarded = req.params.clone();
@@ -349,7 +410,8 @@ impl Gateway {
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), req.name, Some(&params));
         call.pending = Some(call.handle.call(key.as_str(), line).await?);
-        Ok(call)
+        call.key = Some(key);
+        Ok(())
     }
 
     /// One round: answer what the client answered, then wait for the call's next event.
@@ -413,6 +475,7 @@ impl Gateway {
                     // Checked against *this* request's declaration (a retry may declare less
                     // than the request that started the call).
                     if !declares(&req.params, cap) {
+                        call.refuse(&asked.id);
                         return Ok(missing_capability(id, cap));
                     }
                     let mut params: Value = asked

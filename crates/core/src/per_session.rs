@@ -404,6 +404,7 @@ impl crate::Gateway {
             self.spawn_cleanup(ended, EndReason::Shutdown);
         }
         self.end_held_calls().await;
+        self.end_partitions();
         // Every teardown, these and those started earlier (reaper, closed streams), gets its
         // process grace; what is still running after it is aborted and its process killed.
         self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))

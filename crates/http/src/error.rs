@@ -21,6 +21,7 @@
 //! | caller's MRTR share in use (`--mrtr-per-principal`) | 429 | 429 + `data.retryAfterSeconds`, `Retry-After` |
 //! | session table full                        | 503  | -32603                      |
 //! | every dedicated MRTR process in use       | 503  | -32603                      |
+//! | every warm Modern partition in use        | 503  | -32603                      |
 //! | too many POSTs in flight                  | 503  | -32603, no id               |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
@@ -203,7 +204,10 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::NOT_FOUND,
             ErrorObject::new(codes::SESSION_NOT_FOUND, "Session not found"),
         ),
-        CoreError::TooManySessions(_) | CoreError::SessionBusy(_) | CoreError::BridgeFull(_) => {
+        CoreError::TooManySessions(_)
+        | CoreError::SessionBusy(_)
+        | CoreError::BridgeFull(_)
+        | CoreError::TooManyPartitions(_) => {
             (StatusCode::SERVICE_UNAVAILABLE, internal(e.to_string()))
         }
         // The caller's own quota, not the gateway's capacity: 429, like a rate limit.

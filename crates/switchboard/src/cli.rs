@@ -55,6 +55,10 @@ pub(crate) struct RunArgs {
     /// least 1. Anonymous callers are one principal.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) mrtr_per_principal: Option<u64>,
+    /// Per-session mode: seconds a warm backend process for a principal's Modern requests may
+    /// stay unused before it is stopped.
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) partition_idle: f64,
     /// Seconds a write to a client may make no progress before the connection is closed: a
     /// client that keeps a stream open but reads nothing would otherwise pin what is queued
     /// for it (and an HTTP+SSE session) for as long as it stays connected.

@@ -1,4 +1,4 @@
-//! The inbound side of one MRTR call's dedicated backend process.
+//! The inbound side of an MRTR call's backend process (dedicated, or a warm partition).
 
 use std::sync::{Arc, Weak};
 
@@ -37,7 +37,8 @@ pub(crate) fn capability_of(name: &str) -> Option<&'static str> {
 /// stream (only when the request asked for them), everything else dropped.
 #[derive(Debug)]
 pub(crate) struct CallSink {
-    pub(crate) asked: mpsc::Sender<Asked>,
+    /// The call's channel for input requests; `None` on a partition with no input call open.
+    pub(crate) asked: super::AskedSlot,
     pub(crate) registry: Weak<Registry>,
     pub(crate) log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
 }
@@ -59,8 +60,14 @@ impl InboundSink for CallSink {
                     method: name.to_owned(),
                     params: msg.params.map(ToOwned::to_owned),
                 };
-                if self.asked.try_send(asked).is_err() {
-                    refuse(id, codes::INTERNAL_ERROR, "too many outstanding requests");
+                let slot = self.asked.lock();
+                match slot.as_ref().map(|tx| tx.try_send(asked)) {
+                    Some(Ok(())) => {}
+                    Some(Err(_)) => {
+                        refuse(id, codes::INTERNAL_ERROR, "too many outstanding requests")
+                    }
+                    // No call of this partition can be asked for input right now.
+                    None => refuse(id, codes::METHOD_NOT_FOUND, "Method not found"),
                 }
             }
             (MessageKind::Request, Some(id)) => {

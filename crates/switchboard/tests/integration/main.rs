@@ -27,3 +27,4 @@ mod rmcp_client;
 mod server_push;
 mod tasks;
 mod tool_headers;
+mod warm;

@@ -1,0 +1,357 @@
+//! Warm partitions: per-session mode's backend processes for Modern requests.
+//!
+//! A Modern client keeps no session, but a Legacy-only backend keeps state per connection
+//! (what a tool call changed, its subscriptions, tools it registers for the client's
+//! capabilities). Starting a process per call loses all of it and costs a spawn and a
+//! handshake each time. So Modern requests of one principal run on a process kept for that
+//! principal and the capability set its requests declare (`Key`): the backend's
+//! `initialize` carries exactly those capabilities, like a Legacy client's would.
+//!
+//! - Gateway-held backend state keyed by the authenticated principal, never by anything the
+//!   client names: no session id is read, the session store is not touched (invariant 4).
+//!   Anonymous callers are one principal and share their partitions.
+//! - Bounded: at most one per (principal, capability set), so eight per principal, and the
+//!   pool size (min(128, `--max-sessions`)) in all; idle ones (`--partition-idle`) are reaped,
+//!   all are stopped on shutdown; a dead one is replaced on next use (its in-flight calls
+//!   were already answered 502 by the upstream pending table).
+//! - Attribution: a partition runs at most one *input-capable* call (a `tools/call`,
+//!   `prompts/get` or `resources/read` declaring sampling, elicitation or roots) at a time,
+//!   running or parked ([`Lease`]): every server request it makes while that call is open is
+//!   that call's, and becomes an `input_required` round exactly as on a dedicated process. A
+//!   second such call meanwhile is the ambiguous case and gets a dedicated process. Requests
+//!   that cannot ask for input (lists, calls declaring nothing) run concurrently; a server
+//!   request with no lease open is refused to the backend (-32601, as in shared mode).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, OnceCell, OwnedSemaphorePermit, Semaphore};
+
+use switchboard_upstream::{StdioHandle, StdioProcess};
+use switchboard_wire::classify::META_CLIENT_CAPABILITIES;
+use switchboard_wire::{encode_notification, method, Message};
+
+use super::sink::{Asked, CallSink};
+use super::{AskedSlot, GRACE};
+use crate::{CoreError, Gateway, Principal};
+
+/// The input capabilities a Modern request can declare, as bits of a [`Key`].
+const CAPABILITIES: [&str; 3] = ["sampling", "elicitation", "roots"];
+
+/// Which partition a request belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    principal: String,
+    caps: u8,
+}
+
+impl Key {
+    pub(crate) fn of(caller: &Principal, msg: &Message<'_>) -> Key {
+        let declared: Value = msg
+            .meta(META_CLIENT_CAPABILITIES)
+            .and_then(|c| serde_json::from_str(c.get()).ok())
+            .unwrap_or(Value::Null);
+        let mut caps = 0;
+        for (bit, cap) in CAPABILITIES.iter().enumerate() {
+            if declared.get(cap).is_some_and(|v| !v.is_null()) {
+                caps |= 1 << bit;
+            }
+        }
+        Key {
+            principal: caller.key(),
+            caps,
+        }
+    }
+
+    /// Whether a call in this partition may be asked for input.
+    pub(crate) fn input_capable(&self) -> bool {
+        self.caps != 0
+    }
+
+    /// The `capabilities` of the partition's `initialize` (empty objects: the Modern
+    /// declaration's sub-options are per request, the handshake only needs the families).
+    fn capabilities(&self) -> Value {
+        let mut caps = serde_json::Map::new();
+        for (bit, cap) in CAPABILITIES.iter().enumerate() {
+            if self.caps & (1 << bit) != 0 {
+                caps.insert((*cap).to_owned(), json!({}));
+            }
+        }
+        Value::Object(caps)
+    }
+}
+
+/// One warm backend process.
+#[derive(Debug)]
+pub(crate) struct Partition {
+    pub(crate) handle: StdioHandle,
+    process: parking_lot::Mutex<Option<StdioProcess>>,
+    /// Where the backend's requests for input go: the leased call's channel, or nowhere.
+    asked: AskedSlot,
+    pub(crate) log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
+    /// One permit: the input-capable call running or parked here.
+    input: Arc<Semaphore>,
+    /// Requests and leases using the partition now; it is idle at zero.
+    users: AtomicUsize,
+    last_used: parking_lot::Mutex<Instant>,
+}
+
+impl Partition {
+    fn idle_for(&self, idle: Duration, now: Instant) -> bool {
+        self.users.load(Ordering::Acquire) == 0
+            && now.saturating_duration_since(*self.last_used.lock()) >= idle
+    }
+
+    fn take_process(&self) -> Option<StdioProcess> {
+        self.process.lock().take()
+    }
+}
+
+/// A request using a partition; the partition is not idle while one exists.
+#[derive(Debug)]
+pub(crate) struct Use(pub(crate) Arc<Partition>);
+
+impl Use {
+    fn new(part: Arc<Partition>) -> Use {
+        part.users.fetch_add(1, Ordering::AcqRel);
+        Use(part)
+    }
+}
+
+impl Drop for Use {
+    fn drop(&mut self) {
+        *self.0.last_used.lock() = Instant::now();
+        self.0.users.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The partition's one input-capable call, running or parked. Dropping it closes the call's
+/// channel for server requests (later ones are refused) and frees the partition for the next.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    using: Use,
+    _input: OwnedSemaphorePermit,
+}
+
+impl Lease {
+    pub(crate) fn handle(&self) -> StdioHandle {
+        self.using.0.handle.clone()
+    }
+
+    pub(crate) fn log(&self) -> Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>> {
+        self.using.0.log.clone()
+    }
+
+    pub(crate) fn close(&self) {
+        *self.using.0.asked.lock() = None;
+    }
+}
+
+type Cell = Arc<OnceCell<Arc<Partition>>>;
+
+/// Every partition, bounded.
+#[derive(Debug)]
+pub(crate) struct Partitions {
+    cells: parking_lot::Mutex<HashMap<Key, Cell>>,
+    max: usize,
+    idle: Duration,
+}
+
+impl Partitions {
+    pub(crate) fn new(max: usize, idle: Duration) -> Self {
+        Partitions {
+            cells: parking_lot::Mutex::new(HashMap::new()),
+            max: max.max(1),
+            idle,
+        }
+    }
+
+    /// Live partitions (for `/stats`).
+    pub(crate) fn len(&self) -> usize {
+        self.cells.lock().len()
+    }
+
+    /// The cell for `key`, made room for by reaping idle partitions when the table is full.
+    fn cell(&self, key: &Key) -> Result<(Cell, Vec<StdioProcess>), CoreError> {
+        let mut cells = self.cells.lock();
+        let mut reaped = Vec::new();
+        if !cells.contains_key(key) && cells.len() >= self.max {
+            reaped = sweep(&mut cells, Duration::ZERO);
+            if cells.len() >= self.max {
+                return Err(CoreError::TooManyPartitions(self.max));
+            }
+        }
+        let cell = cells.entry(key.clone()).or_default().clone();
+        Ok((cell, reaped))
+    }
+
+    /// Forgets `cell` if it is still `key`'s (it failed to start, or its process died).
+    fn forget(&self, key: &Key, cell: &Cell) -> Option<StdioProcess> {
+        let mut cells = self.cells.lock();
+        if cells.get(key).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            cells.remove(key);
+        }
+        cell.get().and_then(|p| p.take_process())
+    }
+
+    /// Removes idle partitions (and ones whose process died); their processes to stop.
+    pub(crate) fn reap(&self) -> Vec<StdioProcess> {
+        sweep(&mut self.cells.lock(), self.idle)
+    }
+
+    /// Removes every partition (gateway shutdown).
+    pub(crate) fn drain(&self) -> Vec<StdioProcess> {
+        self.cells
+            .lock()
+            .drain()
+            .filter_map(|(_, c)| c.get().and_then(|p| p.take_process()))
+            .collect()
+    }
+}
+
+fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<StdioProcess> {
+    let now = Instant::now();
+    let mut stopped = Vec::new();
+    cells.retain(|_, cell| {
+        // A cell still starting belongs to the request starting it.
+        let Some(part) = cell.get() else { return true };
+        if part.handle.is_closed() || part.idle_for(idle, now) {
+            stopped.extend(part.take_process());
+            return false;
+        }
+        true
+    });
+    stopped
+}
+
+impl Gateway {
+    /// The caller's partition for `key`, started (and handshaken) if needed.
+    pub(crate) async fn partition(&self, key: &Key) -> Result<Use, CoreError> {
+        for _ in 0..2 {
+            let (cell, reaped) = self.partitions.cell(key)?;
+            self.stop_in_background(reaped);
+            let started = cell
+                .get_or_try_init(|| self.start_partition(key))
+                .await
+                .cloned();
+            match started {
+                Ok(part) if !part.handle.is_closed() => return Ok(Use::new(part)),
+                // Died since it was last used: replaced by a fresh one.
+                Ok(_) => {
+                    let dead = self.partitions.forget(key, &cell);
+                    self.stop_in_background(dead.into_iter().collect());
+                }
+                Err(e) => {
+                    self.partitions.forget(key, &cell);
+                    return Err(e);
+                }
+            }
+        }
+        Err(CoreError::BackendInit(
+            "the backend process exited right after it started".to_owned(),
+        ))
+    }
+
+    /// The partition's input lease for an input-capable call, or `None` when another call
+    /// holds it (the ambiguous case: the caller falls back to a dedicated process).
+    pub(crate) fn lease(&self, using: Use) -> Option<(Lease, mpsc::Receiver<Asked>)> {
+        let permit = using.0.input.clone().try_acquire_owned().ok()?;
+        let (tx, rx) = mpsc::channel(super::ASKED_QUEUE);
+        *using.0.asked.lock() = Some(tx);
+        Some((
+            Lease {
+                using,
+                _input: permit,
+            },
+            rx,
+        ))
+    }
+
+    async fn start_partition(&self, key: &Key) -> Result<Arc<Partition>, CoreError> {
+        let spawner = self
+            .per_session
+            .get()
+            .ok_or_else(|| CoreError::Unsupported(method::INITIALIZE.to_owned()))?;
+        let asked: AskedSlot = Arc::default();
+        let log = Arc::new(parking_lot::Mutex::new(None));
+        let sink = Arc::new(CallSink {
+            asked: asked.clone(),
+            registry: Arc::downgrade(&self.registry),
+            log: log.clone(),
+        });
+        let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
+        // Dropped on failure: the process is killed with it.
+        let part = Arc::new(Partition {
+            handle,
+            process: parking_lot::Mutex::new(Some(process)),
+            asked,
+            log,
+            input: Arc::new(Semaphore::new(1)),
+            users: AtomicUsize::new(0),
+            last_used: parking_lot::Mutex::new(Instant::now()),
+        });
+        self.handshake(&part.handle, key.capabilities(), None)
+            .await?;
+        Ok(part)
+    }
+
+    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for.
+    pub(crate) async fn handshake(
+        &self,
+        handle: &StdioHandle,
+        capabilities: Value,
+        level: Option<&Value>,
+    ) -> Result<(), CoreError> {
+        let deadline = self.config.request_timeout;
+        let init = json!({
+            "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
+            "capabilities": capabilities,
+            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let answer = crate::backend::call(handle, method::INITIALIZE, init, deadline).await?;
+        if answer.is_error() {
+            return Err(CoreError::BackendInit(format!(
+                "backend refused initialize: {}",
+                answer.payload()
+            )));
+        }
+        handle
+            .send_line(encode_notification(method::INITIALIZED, None))
+            .await?;
+        if let Some(level) = level.filter(|l| l.is_string()) {
+            let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
+            if logging["capabilities"].get("logging").is_some() {
+                let params = json!({ "level": level });
+                let _ = crate::backend::call(handle, method::SET_LEVEL, params, deadline).await;
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_in_background(&self, processes: Vec<StdioProcess>) {
+        if processes.is_empty() {
+            return;
+        }
+        self.background.lock().spawn(async move {
+            for p in processes {
+                p.shutdown(GRACE).await;
+            }
+        });
+    }
+
+    /// Stops idle partitions (called by the reaper).
+    pub(crate) fn reap_partitions(&self) {
+        let idle = self.partitions.reap();
+        self.stop_in_background(idle);
+    }
+
+    /// Stops every partition (gateway shutdown; joined with the rest of the background).
+    pub(crate) fn end_partitions(&self) {
+        let all = self.partitions.drain();
+        self.stop_in_background(all);
+    }
+}
