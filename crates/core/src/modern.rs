@@ -17,11 +17,10 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use switchboard_upstream::BackendResponse;
-use switchboard_wire::classify::{META_SERVER_INFO, META_SUBSCRIPTION_ID, RESERVED_PREFIX};
+use switchboard_wire::classify::{META_SERVER_INFO, RESERVED_PREFIX};
 use switchboard_wire::{
-    codes, encode_error, encode_notification, encode_result, method, object_member,
-    restore_response, retain_members, version, with_member, with_members, ErrorObject, Message,
-    RequestId,
+    codes, encode_error, encode_result, method, object_member, restore_response, retain_members,
+    version, with_member, with_members, ErrorObject, Message, RequestId,
 };
 
 use crate::gateway::Outgoing;
@@ -165,6 +164,11 @@ impl Gateway {
         }
         match name {
             method::DISCOVER => Ok(self.discover(id)),
+            // Per-session mode: the caller's partition is the process its calls change.
+            LISTEN if self.is_per_session() => match stream {
+                Some(stream) => self.partition_listen(caller, id, msg, stream).await,
+                None => Ok(listen_needs_stream(id)),
+            },
             LISTEN => self.bridged_listen(id, msg, stream).await,
             // Per-session mode: calls that may need client input go through the MRTR bridge
             // (`mrtr`); shared mode cannot attribute a backend's requests.
@@ -326,27 +330,9 @@ impl Gateway {
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<ModernAnswer, CoreError> {
         let Some(stream) = stream else {
-            return Ok(ModernAnswer::error(
-                id,
-                &ErrorObject::new(
-                    codes::INVALID_REQUEST,
-                    "subscriptions/listen needs a text/event-stream response",
-                ),
-            ));
+            return Ok(listen_needs_stream(id));
         };
-        let caps = &self.backend.info.capabilities;
-        let flag = |k: &str, f: &str| caps[k][f].as_bool().unwrap_or(false);
-        let asked = Filter::parse(msg.params);
-        let honoured = Filter {
-            tools: asked.tools && flag("tools", "listChanged"),
-            prompts: asked.prompts && flag("prompts", "listChanged"),
-            resources: asked.resources && flag("resources", "listChanged"),
-            uris: if flag("resources", "subscribe") {
-                asked.uris
-            } else {
-                Vec::new()
-            },
-        };
+        let honoured = self.honoured(Filter::parse(msg.params));
         let key = RouteKey::mint();
         let pseudo_session = format!("listen:{}", key.as_str());
         let _guard =
@@ -362,21 +348,26 @@ impl Gateway {
             self.subscribe_for(&pseudo_session, uri).await;
             subs.uris.push(uri.clone());
         }
-        let tag: Value = serde_json::from_str(id.as_json()).unwrap_or(Value::Null);
-        let ack =
-            json!({ "_meta": { META_SUBSCRIPTION_ID: tag }, "notifications": honoured.to_json() })
-                .to_string();
-        if let Ok(ack) = serde_json::value::RawValue::from_string(ack) {
-            let _ = stream
-                .send(Bytes::from(encode_notification(
-                    "notifications/subscriptions/acknowledged",
-                    Some(&ack),
-                )))
-                .await;
-        }
+        crate::mrtr::acknowledge(&stream, id, &honoured).await;
         // Served until the client closes the stream, which drops this future and the guards.
         stream.closed().await;
         Err(CoreError::Cancelled)
+    }
+
+    /// The part of a listen's filter a Legacy backend can feed (by its capabilities).
+    pub(crate) fn honoured(&self, asked: Filter) -> Filter {
+        let caps = &self.backend.info.capabilities;
+        let flag = |k: &str, f: &str| caps[k][f].as_bool().unwrap_or(false);
+        Filter {
+            tools: asked.tools && flag("tools", "listChanged"),
+            prompts: asked.prompts && flag("prompts", "listChanged"),
+            resources: asked.resources && flag("resources", "listChanged"),
+            uris: if flag("resources", "subscribe") {
+                asked.uris
+            } else {
+                Vec::new()
+            },
+        }
     }
 
     /// Adds a gateway-owned subscriber of `uri`, subscribing upstream if it is the first.
@@ -431,6 +422,16 @@ impl Drop for ListenSubscriptions<'_> {
             }
         });
     }
+}
+
+fn listen_needs_stream(id: &RequestId) -> ModernAnswer {
+    ModernAnswer::error(
+        id,
+        &ErrorObject::new(
+            codes::INVALID_REQUEST,
+            "subscriptions/listen needs a text/event-stream response",
+        ),
+    )
 }
 
 /// The client talks to the gateway, which serves every version in `version::supported()`

@@ -50,7 +50,7 @@ use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
 use sink::{capability_of, Asked, CallSink};
 
-pub(crate) use partition::{Key as PartitionKey, Partitions};
+pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions};
 pub(crate) use share::{default_share, SharePermit, Shares};
 
 /// Where a call's backend process puts its requests for input (see `sink::CallSink`).
@@ -364,6 +364,7 @@ impl Gateway {
             asked: Arc::new(parking_lot::Mutex::new(Some(tx))),
             registry: Arc::downgrade(&self.registry),
             log: log.clone(),
+            listeners: None,
         });
         let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
         let call = Dedicated {

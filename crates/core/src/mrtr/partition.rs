@@ -37,6 +37,9 @@ use switchboard_wire::{encode_notification, method, Message};
 
 use super::sink::{Asked, CallSink};
 use super::{AskedSlot, GRACE};
+use crate::listeners::{Filter, ModernListeners};
+use crate::modern::ModernAnswer;
+use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
 
 /// The input capabilities a Modern request can declare, as bits of a [`Key`].
@@ -98,6 +101,10 @@ pub(crate) struct Partition {
     /// Requests and leases using the partition now; it is idle at zero.
     users: AtomicUsize,
     last_used: parking_lot::Mutex<Instant>,
+    /// Its principal's `subscriptions/listen` streams on this process.
+    pub(crate) listeners: Arc<ModernListeners>,
+    /// Listens per subscribed URI: the process is subscribed while the count is positive.
+    subscribed: parking_lot::Mutex<HashMap<String, usize>>,
 }
 
 impl Partition {
@@ -277,11 +284,13 @@ impl Gateway {
             .get()
             .ok_or_else(|| CoreError::Unsupported(method::INITIALIZE.to_owned()))?;
         let asked: AskedSlot = Arc::default();
+        let listeners = Arc::new(ModernListeners::default());
         let log = Arc::new(parking_lot::Mutex::new(None));
         let sink = Arc::new(CallSink {
             asked: asked.clone(),
             registry: Arc::downgrade(&self.registry),
             log: log.clone(),
+            listeners: Some(listeners.clone()),
         });
         let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
         // Dropped on failure: the process is killed with it.
@@ -293,6 +302,8 @@ impl Gateway {
             input: Arc::new(Semaphore::new(1)),
             users: AtomicUsize::new(0),
             last_used: parking_lot::Mutex::new(Instant::now()),
+            listeners,
+            subscribed: parking_lot::Mutex::new(HashMap::new()),
         });
         self.handshake(&part.handle, key.capabilities(), None)
             .await?;
@@ -353,5 +364,106 @@ impl Gateway {
     pub(crate) fn end_partitions(&self) {
         let all = self.partitions.drain();
         self.stop_in_background(all);
+    }
+}
+
+impl Gateway {
+    /// `subscriptions/listen` in per-session mode: served from the caller's partition (the
+    /// process its calls change), its resource subscriptions made on that process, until the
+    /// client closes the stream.
+    pub(crate) async fn partition_listen(
+        &self,
+        caller: &Principal,
+        id: &switchboard_wire::RequestId,
+        msg: &Message<'_>,
+        stream: mpsc::Sender<Bytes>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let using = self.partition(&Key::of(caller, msg)).await?;
+        let part = using.0.clone();
+        let honoured = self.honoured(Filter::parse(msg.params));
+        let _guard = part.listeners.register(
+            &RouteKey::mint(),
+            id,
+            honoured.clone(),
+            stream.clone(),
+            false,
+        );
+        let mut subs = PartitionSubscriptions {
+            gateway: self,
+            part: part.clone(),
+            uris: Vec::new(),
+        };
+        for uri in honoured.uris.iter() {
+            let first = {
+                let mut counts = part.subscribed.lock();
+                let n = counts.entry(uri.clone()).or_default();
+                *n += 1;
+                *n == 1
+            };
+            subs.uris.push(uri.clone());
+            if first {
+                let params = json!({ "uri": uri });
+                let deadline = self.config.request_timeout;
+                let _ =
+                    crate::backend::call(&part.handle, method::SUBSCRIBE, params, deadline).await;
+            }
+        }
+        acknowledge(&stream, id, &honoured).await;
+        // Served until the client closes the stream, which drops this future and the guards.
+        stream.closed().await;
+        drop(using);
+        Err(CoreError::Cancelled)
+    }
+}
+
+/// Sends a listen's acknowledgement: the subset of what it asked that will be delivered.
+pub(crate) async fn acknowledge(
+    stream: &mpsc::Sender<Bytes>,
+    id: &switchboard_wire::RequestId,
+    honoured: &Filter,
+) {
+    let tag: Value = serde_json::from_str(id.as_json()).unwrap_or(Value::Null);
+    let meta = switchboard_wire::classify::META_SUBSCRIPTION_ID;
+    let ack = json!({ "_meta": { meta: tag }, "notifications": honoured.to_json() }).to_string();
+    if let Ok(ack) = serde_json::value::RawValue::from_string(ack) {
+        let note = encode_notification("notifications/subscriptions/acknowledged", Some(&ack));
+        let _ = stream.send(Bytes::from(note)).await;
+    }
+}
+
+/// Releases a partition listen's resource subscriptions when it ends: the last listen of a
+/// URI unsubscribes the process (in the background, bounded by the request deadline).
+struct PartitionSubscriptions<'a> {
+    gateway: &'a Gateway,
+    part: Arc<Partition>,
+    uris: Vec<String>,
+}
+
+impl Drop for PartitionSubscriptions<'_> {
+    fn drop(&mut self) {
+        let mut last = Vec::new();
+        {
+            let mut counts = self.part.subscribed.lock();
+            for uri in self.uris.drain(..) {
+                if let Some(n) = counts.get_mut(&uri) {
+                    *n -= 1;
+                    if *n == 0 {
+                        counts.remove(&uri);
+                        last.push(uri);
+                    }
+                }
+            }
+        }
+        if last.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let handle = self.part.handle.clone();
+        let deadline = self.gateway.config.request_timeout;
+        self.gateway.background.lock().spawn(async move {
+            for uri in last {
+                let params = json!({ "uri": uri });
+                let _ = crate::backend::call(&handle, method::UNSUBSCRIBE, params, deadline).await;
+            }
+        });
     }
 }

@@ -13,6 +13,7 @@ use switchboard_wire::{
 };
 
 use crate::dispatch::Registry;
+use crate::listeners::ModernListeners;
 
 /// One server→client request from a dedicated backend.
 #[derive(Debug)]
@@ -41,6 +42,9 @@ pub(crate) struct CallSink {
     pub(crate) asked: super::AskedSlot,
     pub(crate) registry: Weak<Registry>,
     pub(crate) log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
+    /// A partition's own listen streams (its principal's only); `None` for a dedicated
+    /// process, whose payload-free list changes go to every Modern listen stream.
+    pub(crate) listeners: Option<Arc<ModernListeners>>,
 }
 
 impl InboundSink for CallSink {
@@ -84,9 +88,19 @@ impl InboundSink for CallSink {
                     method::TOOLS_LIST_CHANGED
                     | method::RESOURCES_LIST_CHANGED
                     | method::PROMPTS_LIST_CHANGED => {
-                        registry.listeners.list_changed(name);
+                        match &self.listeners {
+                            Some(own) => own.list_changed(name),
+                            None => registry.listeners.list_changed(name),
+                        }
                         true
                     }
+                    // A partition's resources are its principal's: only its listens hear.
+                    method::RESOURCE_UPDATED => match (&self.listeners, msg.param("uri")) {
+                        (Some(own), Some(uri)) => serde_json::from_str::<String>(uri.get())
+                            .map(|uri| own.resource_updated(&uri))
+                            .is_ok(),
+                        _ => false,
+                    },
                     method::PROGRESS => registry.progress.route(msg.params),
                     method::MESSAGE => self.log.lock().as_ref().is_some_and(|tx| {
                         tx.try_send(Bytes::from(encode_notification(name, msg.params)))

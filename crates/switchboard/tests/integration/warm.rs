@@ -116,3 +116,76 @@ async fn a_dead_partition_is_replaced_and_an_idle_one_reaped() {
     // And started again on demand.
     assert_ne!(pid_of(&gw, None, json!({})).await, second);
 }
+
+/// A `subscriptions/listen` stream as `key`, watching `uris`, past its acknowledgement.
+async fn listen(
+    gw: &crate::common::TestGateway,
+    key: &str,
+    uris: &[&str],
+) -> std::pin::Pin<Box<impl futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>>>> {
+    let body = json!({"jsonrpc": "2.0", "id": "L1", "method": "subscriptions/listen", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}},
+        "notifications": {"resourceSubscriptions": uris}}});
+    let resp = gw
+        .http
+        .post(&gw.url)
+        .header("accept", crate::common::BOTH)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .header("authorization", format!("Bearer {key}"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resp.bytes_stream(),
+    ));
+    let ack = crate::modern::next_message(&mut events).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(uris)
+    );
+    events
+}
+
+/// A resource update the caller's own call causes arrives on its listen stream, and on no
+/// other principal's: bob watches the same URI, and the first event he gets is his own
+/// sentinel update, made after alice's.
+#[tokio::test]
+async fn a_listen_hears_its_partitions_updates_only() {
+    let dir = two_keys("listen");
+    let keys = dir.join("keys");
+    let gw = bridge(&["--api-keys-file", keys.to_str().unwrap()]).await;
+    let (uri, sentinel) = ("test://watched-resource", "test://bob-sentinel");
+    let mut alice = listen(&gw, ALICE, &[uri]).await;
+    let mut bob = listen(&gw, BOB, &[uri, sentinel]).await;
+    let update = |key, uri| {
+        call(
+            &gw,
+            Some(key),
+            "trigger",
+            json!({"kind": "resource_updated", "uri": uri}),
+            json!({}),
+            json!({}),
+        )
+    };
+    assert_eq!(update(ALICE, uri).await.status, StatusCode::OK);
+    let n = crate::modern::next_message(&mut alice).await;
+    assert_eq!(n["method"], "notifications/resources/updated", "{n}");
+    assert_eq!(n["params"]["uri"], uri);
+    assert_eq!(
+        n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "L1"
+    );
+    assert_eq!(update(BOB, sentinel).await.status, StatusCode::OK);
+    let n = crate::modern::next_message(&mut bob).await;
+    assert_eq!(
+        n["params"]["uri"], sentinel,
+        "alice's update reached bob: {n}"
+    );
+    assert_eq!(stats(&gw).await["partitions"], 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
