@@ -172,9 +172,13 @@ impl Gateway {
             LISTEN => self.bridged_listen(id, msg, stream).await,
             // Per-session mode: calls that may need client input go through the MRTR bridge
             // (`mrtr`); shared mode cannot attribute a backend's requests.
+            // (A call asking for logs too: its log level is set on a process of its own.)
             _ if self.mrtr_applies(name)
                 && (PartitionKey::of(caller, msg).input_capable()
-                    || msg.param("requestState").is_some()) =>
+                    || msg.param("requestState").is_some()
+                    || msg
+                        .meta(switchboard_wire::classify::META_LOG_LEVEL)
+                        .is_some()) =>
             {
                 self.mrtr(caller, id, name, msg, stream).await
             }

@@ -25,6 +25,7 @@
 //! asked for (it holds the token), bounded by [`state::MAX_HELD`] and [`state::HELD_TTL`], and
 //! gone when the call completes, fails, expires, or the client abandons a round.
 
+mod dedicated;
 mod partition;
 mod share;
 mod sink;
@@ -48,7 +49,7 @@ use switchboard_wire::{
 use crate::modern::ModernAnswer;
 use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
-use sink::{capability_of, Asked, CallSink};
+use sink::{capability_of, Asked};
 
 pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions};
 pub(crate) use share::{default_share, SharePermit, Shares};
@@ -306,11 +307,18 @@ impl Gateway {
             return Err(CoreError::BridgeFull(MAX_HELD));
         }
         let key = PartitionKey::of(req.caller, req.msg);
-        let leased = match self.partition(&key).await {
-            Ok(using) => self.lease(using),
-            // No room for another partition: the call still gets a process of its own.
-            Err(CoreError::TooManyPartitions(_)) => None,
-            Err(e) => return Err(e),
+        let wants_logs = req.params["_meta"].get(META_LOG_LEVEL).is_some();
+        // A partition runs at the log level of no single request: such a call gets a process
+        // handshaken (and set to its level) for it alone.
+        let leased = if wants_logs || !key.input_capable() {
+            None
+        } else {
+            match self.partition(&key).await {
+                Ok(using) => self.lease(using),
+                // No room for another partition: the call still gets a process of its own.
+                Err(CoreError::TooManyPartitions(_)) => None,
+                Err(e) => return Err(e),
+            }
         };
         let mut call = match leased {
             Some((lease, asked)) => Dedicated {
@@ -332,57 +340,6 @@ impl Gateway {
             None => self.dedicated(req, share).await?,
         };
         self.send_call(&mut call, req).await?;
-        Ok(call)
-    }
-
-    /// A process of the call's own, handshaken with exactly the request's capabilities.
-    async fn dedicated(
-        &self,
-        req: &Incoming<'_>,
-        share: SharePermit,
-    ) -> Result<Dedicated, CoreError> {
-        let spawner = self
-            .per_session
-            .get()
-            .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
-        let slot = self
-            .mrtr_slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| CoreError::BridgeFull(self.mrtr_pool))?;
-        let meta = &req.params["_meta"];
-        let declared = &meta[META_CLIENT_CAPABILITIES];
-        let mut caps = Map::new();
-        for cap in ["sampling", "elicitation", "roots"] {
-            if let Some(v) = declared.get(cap).filter(|v| !v.is_null()) {
-                caps.insert(cap.into(), v.clone());
-            }
-        }
-        let (tx, rx) = mpsc::channel(ASKED_QUEUE);
-        let log = Arc::new(parking_lot::Mutex::new(None));
-        let sink = Arc::new(CallSink {
-            asked: Arc::new(parking_lot::Mutex::new(Some(tx))),
-            registry: Arc::downgrade(&self.registry),
-            log: log.clone(),
-            listeners: None,
-        });
-        let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
-        let call = Dedicated {
-            handle,
-            process: Some(process),
-            asked: rx,
-            pending: None,
-            progress_token: None,
-            log,
-            outstanding: Vec::new(),
-            next_key: 0,
-            _slot: Some(slot),
-            share,
-            lease: None,
-            key: None,
-        };
-        self.handshake(&call.handle, Value::Object(caps), meta.get(META_LOG_LEVEL))
-            .await?;
         Ok(call)
     }
 

@@ -310,39 +310,6 @@ impl Gateway {
         Ok(part)
     }
 
-    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for.
-    pub(crate) async fn handshake(
-        &self,
-        handle: &StdioHandle,
-        capabilities: Value,
-        level: Option<&Value>,
-    ) -> Result<(), CoreError> {
-        let deadline = self.config.request_timeout;
-        let init = json!({
-            "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
-            "capabilities": capabilities,
-            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let answer = crate::backend::call(handle, method::INITIALIZE, init, deadline).await?;
-        if answer.is_error() {
-            return Err(CoreError::BackendInit(format!(
-                "backend refused initialize: {}",
-                answer.payload()
-            )));
-        }
-        handle
-            .send_line(encode_notification(method::INITIALIZED, None))
-            .await?;
-        if let Some(level) = level.filter(|l| l.is_string()) {
-            let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
-            if logging["capabilities"].get("logging").is_some() {
-                let params = json!({ "level": level });
-                let _ = crate::backend::call(handle, method::SET_LEVEL, params, deadline).await;
-            }
-        }
-        Ok(())
-    }
-
     fn stop_in_background(&self, processes: Vec<StdioProcess>) {
         if processes.is_empty() {
             return;
