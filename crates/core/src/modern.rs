@@ -8,9 +8,10 @@
 //! tag rewritten, nothing else). Against a Legacy-only backend the gateway bridges: it answers
 //! `server/discover` itself, serves `subscriptions/listen` from its own registries, strips the
 //! reserved `io.modelcontextprotocol/*` keys before the backend, and stamps results with
-//! `resultType`, cache hints and `serverInfo`. In per-session mode, `tools/call`,
-//! `prompts/get` and `resources/read` go through the MRTR bridge (`mrtr`) instead, so a Legacy
-//! backend's requests for input reach the client as `input_required` results.
+//! `resultType`, cache hints and `serverInfo`. In per-session mode requests run on the
+//! caller's warm partition (`mrtr::partition`), and `tools/call`, `prompts/get` and
+//! `resources/read` that declare an input capability go through the MRTR bridge (`mrtr`), so
+//! a Legacy backend's requests for input reach the client as `input_required` results.
 
 use bytes::Bytes;
 use serde_json::{json, Value};

@@ -6,10 +6,11 @@
 //! into the other, which needs every server request to be attributable to exactly one call:
 //!
 //! - **Per-session mode only.** Each bridged `tools/call`, `prompts/get` or `resources/read`
-//!   runs on a dedicated backend process spawned for that call (the per-session
-//!   `SpawnBackend`), handshaken with exactly the capabilities this request's
-//!   `clientCapabilities` declare (sampling, elicitation, roots). Whatever that process asks
-//!   belongs to this call. In shared mode a server request cannot be attributed, so it keeps
+//!   that declares an input capability runs where whatever the backend asks belongs to this
+//!   call: on the caller's warm partition (`partition`), handshaken with exactly the
+//!   capabilities this request's `clientCapabilities` declare, while it holds the partition's
+//!   one lease; else (the lease is taken, or the call asks for logs) on a dedicated process
+//!   spawned for it (`dedicated`, the per-session `SpawnBackend`). In shared mode a server request cannot be attributed, so it keeps
 //!   getting -32601 (`dispatch`).
 //! - A request for a capability the request did not declare → -32021 (HTTP 400), call ended.
 //! - Otherwise the requests that arrive together (within [`SETTLE`] of each other) become one

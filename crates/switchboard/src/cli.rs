@@ -131,7 +131,8 @@ pub(crate) enum Isolation {
     /// One backend process multiplexed by every session.
     Shared,
     /// One backend process per Legacy session (sampling, elicitation, roots and logging reach
-    /// their session); Modern and sessionless requests use a shared process.
+    /// their session); sessionless requests use a shared process, Modern ones (Legacy-only
+    /// backend) a warm process per principal and declared capabilities.
     PerSession,
 }
 
