@@ -192,7 +192,16 @@ impl Gateway {
             {
                 let using = self.partition(&PartitionKey::of(caller, msg)).await?;
                 let handle = using.0.handle.clone();
-                self.bridged(id, name, msg, stream, Some(handle)).await
+                if !crate::mrtr::METHODS.contains(&name) {
+                    return self.bridged(id, name, msg, stream, Some(handle)).await;
+                }
+                // A call that declared nothing the backend could ask for: refused with -32021
+                // when the backend asks anyway and the request is attributable to it.
+                let mut running = using.0.plain.start();
+                tokio::select! {
+                    answer = self.bridged(id, name, msg, stream, Some(handle)) => answer,
+                    Ok(cap) = &mut running.blamed => Ok(crate::mrtr::missing_capability(id, cap)),
+                }
             }
             _ => self.bridged(id, name, msg, stream, None).await,
         }

@@ -52,7 +52,7 @@ use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
 use sink::{capability_of, Asked};
 
-pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions};
+pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
 pub(crate) use share::{default_share, SharePermit, Shares};
 
 /// Where a call's backend process puts its requests for input (see `sink::CallSink`).
@@ -543,7 +543,7 @@ fn strip_hint(params: &mut Value) {
     }
 }
 
-fn missing_capability(id: &RequestId, cap: &str) -> ModernAnswer {
+pub(crate) fn missing_capability(id: &RequestId, cap: &str) -> ModernAnswer {
     let mut required = Map::new();
     required.insert(cap.to_owned(), json!({}));
     let err = ErrorObject::new(

@@ -45,6 +45,7 @@ impl Gateway {
             registry: Arc::downgrade(&self.registry),
             log: log.clone(),
             listeners: None,
+            plain: None,
         });
         let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
         let call = Dedicated {

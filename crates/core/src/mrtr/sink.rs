@@ -45,6 +45,8 @@ pub(crate) struct CallSink {
     /// A partition's own listen streams (its principal's only); `None` for a dedicated
     /// process, whose payload-free list changes go to every Modern listen stream.
     pub(crate) listeners: Option<Arc<ModernListeners>>,
+    /// A partition's calls that declared no input capability, running now.
+    pub(crate) plain: Option<super::Plain>,
 }
 
 impl InboundSink for CallSink {
@@ -70,8 +72,14 @@ impl InboundSink for CallSink {
                     Some(Err(_)) => {
                         refuse(id, codes::INTERNAL_ERROR, "too many outstanding requests")
                     }
-                    // No call of this partition can be asked for input right now.
-                    None => refuse(id, codes::METHOD_NOT_FOUND, "Method not found"),
+                    // No call of this partition can be asked for input right now; if exactly
+                    // one call runs, it is the one that needed the capability (-32021).
+                    None => {
+                        if let (Some(plain), Some(cap)) = (&self.plain, capability_of(name)) {
+                            plain.blame(cap);
+                        }
+                        refuse(id, codes::METHOD_NOT_FOUND, "Method not found")
+                    }
                 }
             }
             (MessageKind::Request, Some(id)) => {

@@ -189,3 +189,29 @@ async fn a_listen_hears_its_partitions_updates_only() {
     assert_eq!(stats(&gw).await["partitions"], 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A call that declared no capability, alone on its partition, whose backend asks for one
+/// anyway: attributable, so it is refused with -32021 (HTTP 400); the partition lives on.
+#[tokio::test]
+async fn an_undeclared_capability_on_the_partition_is_refused_with_32021() {
+    let gw = bridge(&[]).await;
+    let warm = pid_of(&gw, None, json!({})).await;
+    let r = call(
+        &gw,
+        None,
+        "test_missing_capability",
+        json!({}),
+        json!({}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    let body = r.json();
+    assert_eq!(body["id"], 7);
+    assert_eq!(body["error"]["code"], -32021, "{body}");
+    assert_eq!(
+        body["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+    assert_eq!(pid_of(&gw, None, json!({})).await, warm);
+}
