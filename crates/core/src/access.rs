@@ -70,7 +70,7 @@ impl Principal {
         self.issuer == other.issuer && self.subject == other.subject
     }
 
-    fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{}\u{0}{}", self.issuer, self.subject)
     }
 }

@@ -60,6 +60,21 @@ pub enum CoreError {
     /// is starting) its own backend.
     #[error("the session is already initialized")]
     AlreadyInitialized,
+    /// The caller holds its whole share of the MRTR bridge's dedicated processes (running or
+    /// parked calls); retry after this many seconds, or finish one of those calls first.
+    #[error("too many Modern calls of this caller are running on dedicated backend processes or waiting for client input (limit {limit}); answer or finish one first")]
+    BridgeShareExhausted {
+        /// The per-principal share (`--mrtr-per-principal`).
+        limit: usize,
+        /// When the caller's earliest such call will have ended at the latest.
+        retry_after: u64,
+    },
+    /// Every dedicated MRTR process (or parking place) is in use, across all callers.
+    #[error("every dedicated backend process for Modern calls that may need client input is in use (limit {0}); retry later")]
+    BridgeFull(usize),
+    /// Every warm Modern partition is in use (per-session mode).
+    #[error("too many warm backend processes for Modern callers (limit {0}); retry later")]
+    TooManyPartitions(usize),
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

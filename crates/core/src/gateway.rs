@@ -57,6 +57,11 @@ pub struct GatewayConfig {
     /// Per-session mode: a session whose listen stream has been gone this long (with nothing
     /// in flight) is ended, and its process with it.
     pub listen_grace: Duration,
+    /// Most dedicated MRTR calls (running or parked) one principal may hold; more get 429.
+    /// `None`: an eighth of the pool (at least one).
+    pub mrtr_per_principal: Option<usize>,
+    /// Per-session mode: a warm Modern partition unused this long is stopped.
+    pub partition_idle: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -70,6 +75,8 @@ impl Default for GatewayConfig {
             max_sessions_per_principal: None,
             access: crate::Access::default(),
             listen_grace: Duration::from_secs(60),
+            mrtr_per_principal: None,
+            partition_idle: Duration::from_secs(60),
         }
     }
 }
@@ -142,13 +149,24 @@ pub struct Gateway {
     pub(crate) held: crate::mrtr::HeldTable<crate::mrtr::Dedicated>,
     /// Bounds the dedicated MRTR processes, running and parked alike.
     pub(crate) mrtr_slots: Arc<tokio::sync::Semaphore>,
+    /// The size of that pool (for error messages).
+    pub(crate) mrtr_pool: usize,
+    /// ... and each principal's fair share of them.
+    pub(crate) mrtr_shares: Arc<crate::mrtr::Shares>,
+    /// Per-session mode: warm backend processes for Modern requests, by (principal,
+    /// declared capabilities).
+    pub(crate) partitions: crate::mrtr::Partitions,
 }
 
 impl Gateway {
     /// Wraps an initialized backend whose reader delivers into `registry`.
     pub fn new(backend: Backend, registry: Arc<Registry>, config: GatewayConfig) -> Arc<Self> {
         let modern = backend.info.era.modern;
-        let dedicated_max = config.max_sessions.max(1);
+        let pool = crate::mrtr::MAX_DEDICATED.min(config.max_sessions.max(1));
+        let share = config
+            .mrtr_per_principal
+            .unwrap_or_else(|| crate::mrtr::default_share(pool));
+        let partitions = crate::mrtr::Partitions::new(pool, config.partition_idle);
         Arc::new_cyclic(|me| Gateway {
             backend,
             registry,
@@ -163,9 +181,10 @@ impl Gateway {
             per_session: std::sync::OnceLock::new(),
             mrtr_sealer: crate::mrtr::Sealer::new(),
             held: crate::mrtr::HeldTable::new(crate::mrtr::MAX_HELD),
-            mrtr_slots: Arc::new(tokio::sync::Semaphore::new(
-                crate::mrtr::MAX_DEDICATED.min(dedicated_max),
-            )),
+            mrtr_slots: Arc::new(tokio::sync::Semaphore::new(pool)),
+            mrtr_pool: pool,
+            mrtr_shares: crate::mrtr::Shares::new(share),
+            partitions,
         })
     }
 
@@ -556,6 +575,12 @@ impl Gateway {
             + self.registry.listeners.len()
             + self.registry.tasks.len()
             + self.held.len()
+    }
+
+    /// Warm Modern partitions (per-session mode). Counted apart from `table_entries`: they
+    /// are kept on purpose while idle, and reaped after `partition_idle`.
+    pub fn partition_count(&self) -> usize {
+        self.partitions.len()
     }
 
     /// The backend's process id, when it is a local process.

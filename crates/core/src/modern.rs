@@ -8,24 +8,25 @@
 //! tag rewritten, nothing else). Against a Legacy-only backend the gateway bridges: it answers
 //! `server/discover` itself, serves `subscriptions/listen` from its own registries, strips the
 //! reserved `io.modelcontextprotocol/*` keys before the backend, and stamps results with
-//! `resultType`, cache hints and `serverInfo`. In per-session mode, `tools/call`,
-//! `prompts/get` and `resources/read` go through the MRTR bridge (`mrtr`) instead, so a Legacy
-//! backend's requests for input reach the client as `input_required` results.
+//! `resultType`, cache hints and `serverInfo`. In per-session mode requests run on the
+//! caller's warm partition (`mrtr::partition`), and `tools/call`, `prompts/get` and
+//! `resources/read` that declare an input capability go through the MRTR bridge (`mrtr`), so
+//! a Legacy backend's requests for input reach the client as `input_required` results.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use switchboard_upstream::BackendResponse;
-use switchboard_wire::classify::{META_SERVER_INFO, META_SUBSCRIPTION_ID, RESERVED_PREFIX};
+use switchboard_wire::classify::{META_SERVER_INFO, RESERVED_PREFIX};
 use switchboard_wire::{
-    codes, encode_error, encode_notification, encode_result, method, object_member,
-    restore_response, retain_members, version, with_member, with_members, ErrorObject, Message,
-    RequestId,
+    codes, encode_error, encode_result, method, object_member, restore_response, retain_members,
+    version, with_member, with_members, ErrorObject, Message, RequestId,
 };
 
 use crate::gateway::Outgoing;
 use crate::listeners::Filter;
+use crate::mrtr::PartitionKey;
 use crate::route::RouteKey;
 use crate::{CoreError, Gateway};
 
@@ -179,13 +180,48 @@ impl Gateway {
         }
         match name {
             method::DISCOVER => Ok(self.discover(id)),
+            // Per-session mode: the caller's partition is the process its calls change.
+            LISTEN if self.is_per_session() => match stream {
+                Some(stream) => self.partition_listen(caller, id, msg, stream).await,
+                None => Ok(listen_needs_stream(id)),
+            },
             LISTEN => self.bridged_listen(id, msg, stream).await,
-            // Per-session mode: calls that may need client input run on their own process
-            // (the MRTR bridge, `mrtr`); shared mode cannot attribute a backend's requests.
-            _ if self.mrtr_applies(name) => self.mrtr(caller, id, name, msg, stream).await,
+            // Per-session mode: calls that may need client input go through the MRTR bridge
+            // (`mrtr`); shared mode cannot attribute a backend's requests.
+            // (A call asking for logs too: its log level is set on a process of its own.)
+            _ if self.mrtr_applies(name)
+                && (PartitionKey::of(caller, msg).input_capable()
+                    || msg.param("requestState").is_some()
+                    || msg
+                        .meta(switchboard_wire::classify::META_LOG_LEVEL)
+                        .is_some()) =>
+            {
+                self.mrtr(caller, id, name, msg, stream).await
+            }
+            // Per-session mode: everything else of this caller runs on its warm partition, so
+            // the backend keeps its state between calls (tasks stay on the shared backend,
+            // where the gateway tracks their owners).
+            _ if self.is_per_session()
+                && !asked_task
+                && !crate::tasks::BY_ID.contains(&name)
+                && name != crate::tasks::LIST =>
+            {
+                let using = self.partition(&PartitionKey::of(caller, msg)).await?;
+                let handle = using.0.handle.clone();
+                if !crate::mrtr::METHODS.contains(&name) {
+                    return self.bridged(id, name, msg, stream, Some(handle), None).await;
+                }
+                // A call that declared nothing the backend could ask for: refused with -32021
+                // when the backend asks anyway and the request is attributable to it.
+                let mut running = using.0.plain.start();
+                tokio::select! {
+                    answer = self.bridged(id, name, msg, stream, Some(handle), None) => answer,
+                    Ok(cap) = &mut running.blamed => Ok(crate::mrtr::missing_capability(id, cap)),
+                }
+            }
             _ => {
                 let record = owner.filter(|_| asked_task);
-                self.bridged(id, name, msg, stream, record).await
+                self.bridged(id, name, msg, stream, None, record).await
             }
         }
     }
@@ -269,6 +305,7 @@ impl Gateway {
         name: &str,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
+        backend: Option<switchboard_upstream::StdioHandle>,
         task_owner: Option<&crate::tasks::Owner>,
     ) -> Result<ModernAnswer, CoreError> {
         let stripped = msg.params.and_then(strip_reserved);
@@ -281,7 +318,7 @@ impl Gateway {
                 params,
                 stream,
                 listen: None,
-                backend: None,
+                backend,
             })
             .await?;
         if let (Some(owner), false) = (task_owner, answer.is_error()) {
@@ -331,27 +368,9 @@ impl Gateway {
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<ModernAnswer, CoreError> {
         let Some(stream) = stream else {
-            return Ok(ModernAnswer::error(
-                id,
-                &ErrorObject::new(
-                    codes::INVALID_REQUEST,
-                    "subscriptions/listen needs a text/event-stream response",
-                ),
-            ));
+            return Ok(listen_needs_stream(id));
         };
-        let caps = &self.backend.info.capabilities;
-        let flag = |k: &str, f: &str| caps[k][f].as_bool().unwrap_or(false);
-        let asked = Filter::parse(msg.params);
-        let honoured = Filter {
-            tools: asked.tools && flag("tools", "listChanged"),
-            prompts: asked.prompts && flag("prompts", "listChanged"),
-            resources: asked.resources && flag("resources", "listChanged"),
-            uris: if flag("resources", "subscribe") {
-                asked.uris
-            } else {
-                Vec::new()
-            },
-        };
+        let honoured = self.honoured(Filter::parse(msg.params));
         let key = RouteKey::mint();
         let pseudo_session = format!("listen:{}", key.as_str());
         let _guard =
@@ -367,21 +386,26 @@ impl Gateway {
             self.subscribe_for(&pseudo_session, uri).await;
             subs.uris.push(uri.clone());
         }
-        let tag: Value = serde_json::from_str(id.as_json()).unwrap_or(Value::Null);
-        let ack =
-            json!({ "_meta": { META_SUBSCRIPTION_ID: tag }, "notifications": honoured.to_json() })
-                .to_string();
-        if let Ok(ack) = serde_json::value::RawValue::from_string(ack) {
-            let _ = stream
-                .send(Bytes::from(encode_notification(
-                    "notifications/subscriptions/acknowledged",
-                    Some(&ack),
-                )))
-                .await;
-        }
+        crate::mrtr::acknowledge(&stream, id, &honoured).await;
         // Served until the client closes the stream, which drops this future and the guards.
         stream.closed().await;
         Err(CoreError::Cancelled)
+    }
+
+    /// The part of a listen's filter a Legacy backend can feed (by its capabilities).
+    pub(crate) fn honoured(&self, asked: Filter) -> Filter {
+        let caps = &self.backend.info.capabilities;
+        let flag = |k: &str, f: &str| caps[k][f].as_bool().unwrap_or(false);
+        Filter {
+            tools: asked.tools && flag("tools", "listChanged"),
+            prompts: asked.prompts && flag("prompts", "listChanged"),
+            resources: asked.resources && flag("resources", "listChanged"),
+            uris: if flag("resources", "subscribe") {
+                asked.uris
+            } else {
+                Vec::new()
+            },
+        }
     }
 
     /// Adds a gateway-owned subscriber of `uri`, subscribing upstream if it is the first.
@@ -436,6 +460,16 @@ impl Drop for ListenSubscriptions<'_> {
             }
         });
     }
+}
+
+fn listen_needs_stream(id: &RequestId) -> ModernAnswer {
+    ModernAnswer::error(
+        id,
+        &ErrorObject::new(
+            codes::INVALID_REQUEST,
+            "subscriptions/listen needs a text/event-stream response",
+        ),
+    )
 }
 
 /// The client talks to the gateway, which serves every version in `version::supported()`

@@ -6,10 +6,11 @@
 //! into the other, which needs every server request to be attributable to exactly one call:
 //!
 //! - **Per-session mode only.** Each bridged `tools/call`, `prompts/get` or `resources/read`
-//!   runs on a dedicated backend process spawned for that call (the per-session
-//!   `SpawnBackend`), handshaken with exactly the capabilities this request's
-//!   `clientCapabilities` declare (sampling, elicitation, roots). Whatever that process asks
-//!   belongs to this call. In shared mode a server request cannot be attributed, so it keeps
+//!   that declares an input capability runs where whatever the backend asks belongs to this
+//!   call: on the caller's warm partition (`partition`), handshaken with exactly the
+//!   capabilities this request's `clientCapabilities` declare, while it holds the partition's
+//!   one lease; else (the lease is taken, or the call asks for logs) on a dedicated process
+//!   spawned for it (`dedicated`, the per-session `SpawnBackend`). In shared mode a server request cannot be attributed, so it keeps
 //!   getting -32601 (`dispatch`).
 //! - A request for a capability the request did not declare → -32021 (HTTP 400), call ended.
 //! - Otherwise the requests that arrive together (within [`SETTLE`] of each other) become one
@@ -25,6 +26,9 @@
 //! asked for (it holds the token), bounded by [`state::MAX_HELD`] and [`state::HELD_TTL`], and
 //! gone when the call completes, fails, expires, or the client abandons a round.
 
+mod dedicated;
+mod partition;
+mod share;
 mod sink;
 mod state;
 
@@ -37,18 +41,22 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use switchboard_upstream::{PendingCall, StdioHandle, StdioProcess, UpstreamError};
+use switchboard_upstream::{PendingCall, StdioHandle, StdioProcess};
 use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_SERVER_INFO};
 use switchboard_wire::{
-    codes, encode_notification, encode_request, encode_result, method, with_meta_member,
-    ErrorObject, Message, RequestId,
+    codes, encode_request, encode_result, with_meta_member, ErrorObject, Message, RequestId,
 };
 
 use crate::modern::ModernAnswer;
 use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
-use sink::{capability_of, Asked, CallSink};
+use sink::{capability_of, Asked};
 
+pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
+pub(crate) use share::{default_share, SharePermit, Shares};
+
+/// Where a call's backend process puts its requests for input (see `sink::CallSink`).
+pub(crate) type AskedSlot = Arc<parking_lot::Mutex<Option<mpsc::Sender<Asked>>>>;
 pub(crate) use state::{HeldTable, Sealer, MAX_HELD};
 
 /// The methods on which a server may answer `input_required`.
@@ -79,8 +87,9 @@ struct Outstanding {
     params: Value,
 }
 
-/// A call on its own backend process. Dropping it withdraws the call and shuts the process
-/// down in the background.
+/// A call on its own backend process, or holding its partition's lease. Dropping it withdraws
+/// the call: a process of its own is shut down in the background; on a partition, whatever
+/// the backend still waits for is refused and the call is cancelled upstream.
 #[derive(Debug)]
 pub(crate) struct Dedicated {
     handle: StdioHandle,
@@ -92,8 +101,15 @@ pub(crate) struct Dedicated {
     log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
     outstanding: Vec<Outstanding>,
     next_key: u64,
-    /// One of the bounded dedicated-process slots, released when the call is dropped.
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    /// One of the bounded dedicated-process slots (none on a partition), released when the
+    /// call is dropped.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// One unit of the caller's share of the bridge, released with it.
+    share: SharePermit,
+    /// Set when the call runs on its principal's warm partition.
+    lease: Option<partition::Lease>,
+    /// The key the call went out under (to cancel it on a partition).
+    key: Option<RouteKey>,
 }
 
 /// Most dedicated processes (running or parked MRTR calls) at once (and never more than
@@ -130,6 +146,17 @@ impl Dedicated {
         }
     }
 
+    /// Refuses one of the backend's requests (the call is ending without asking the client).
+    fn refuse(&self, backend_id: &RequestId) {
+        let err = ErrorObject::new(
+            codes::INTERNAL_ERROR,
+            "the client did not declare this capability",
+        );
+        let _ = self
+            .handle
+            .try_send_line(switchboard_wire::encode_error(Some(backend_id), &err));
+    }
+
     /// Answers one of the backend's requests.
     async fn answer(&self, backend_id: &RequestId, result: &Value) -> Result<(), CoreError> {
         let line = switchboard_wire::restore_response(backend_id, "result", &result.to_string());
@@ -139,6 +166,25 @@ impl Dedicated {
 
 impl Drop for Dedicated {
     fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            // The partition's process lives on: nothing it asked stays unanswered, and work
+            // nobody will read is cancelled. Closed first, so nothing new arrives meanwhile.
+            lease.close();
+            let handle = &self.handle;
+            let refuse = |id: &RequestId| {
+                let err = ErrorObject::new(codes::INTERNAL_ERROR, "the client's call ended");
+                let _ = handle.try_send_line(switchboard_wire::encode_error(Some(id), &err));
+            };
+            while let Ok(asked) = self.asked.try_recv() {
+                refuse(&asked.id);
+            }
+            for o in self.outstanding.drain(..) {
+                refuse(&o.backend_id);
+            }
+            if let (Some(_), Some(key)) = (self.pending.take(), self.key.as_ref()) {
+                crate::guards::send_cancel(handle, key, "the client's call ended");
+            }
+        }
         self.pending = None;
         if let Some(process) = self.process.take() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -150,6 +196,7 @@ impl Drop for Dedicated {
 
 /// The part of a request MRTR looks at.
 struct Incoming<'a> {
+    caller: &'a Principal,
     id: &'a RequestId,
     name: &'a str,
     msg: &'a Message<'a>,
@@ -224,6 +271,7 @@ impl Gateway {
             Some(_) => return Ok(refused(id, state::Refused::Malformed)),
         };
         let incoming = Incoming {
+            caller,
             id,
             name,
             msg,
@@ -231,78 +279,73 @@ impl Gateway {
             stream,
         };
         let call = match call {
-            Some(call) => call,
+            Some(call) => {
+                call.share
+                    .until(std::time::Instant::now() + self.config.request_timeout);
+                call
+            }
             None => self.start_call(&incoming).await?,
         };
         self.round(&incoming, call, &responses, &binding).await
     }
 
-    /// Spawns and handshakes the call's own process and sends it the request.
+    /// Starts a call: on the caller's partition when its lease is free, else on a process of
+    /// its own; then sends it the request.
     async fn start_call(&self, req: &Incoming<'_>) -> Result<Dedicated, CoreError> {
-        let spawner = self
-            .per_session
-            .get()
-            .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
+        // The caller's share first: a caller over it is told so (429) even while the pool has
+        // room, so what it is refused never depends on what others are doing.
+        let share = self
+            .mrtr_shares
+            .try_take(
+                &req.caller.key(),
+                std::time::Instant::now() + self.config.request_timeout,
+            )
+            .map_err(|retry_after| CoreError::BridgeShareExhausted {
+                limit: self.mrtr_shares.limit(),
+                retry_after,
+            })?;
         if !self.held.has_room() {
-            return Err(CoreError::Backend(UpstreamError::Overloaded));
+            return Err(CoreError::BridgeFull(MAX_HELD));
         }
-        let slot = self
-            .mrtr_slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| CoreError::Backend(UpstreamError::Overloaded))?;
-        let meta = &req.params["_meta"];
-        let declared = &meta[META_CLIENT_CAPABILITIES];
-        let mut caps = Map::new();
-        for cap in ["sampling", "elicitation", "roots"] {
-            if let Some(v) = declared.get(cap).filter(|v| !v.is_null()) {
-                caps.insert(cap.into(), v.clone());
+        let key = PartitionKey::of(req.caller, req.msg);
+        let wants_logs = req.params["_meta"].get(META_LOG_LEVEL).is_some();
+        // A partition runs at the log level of no single request: such a call gets a process
+        // handshaken (and set to its level) for it alone.
+        let leased = if wants_logs || !key.input_capable() {
+            None
+        } else {
+            match self.partition(&key).await {
+                Ok(using) => self.lease(using),
+                // No room for another partition: the call still gets a process of its own.
+                Err(CoreError::TooManyPartitions(_)) => None,
+                Err(e) => return Err(e),
             }
-        }
-        let caps = Value::Object(caps);
-        let (tx, rx) = mpsc::channel(ASKED_QUEUE);
-        let log = Arc::new(parking_lot::Mutex::new(None));
-        let sink = Arc::new(CallSink {
-            asked: tx,
-            registry: Arc::downgrade(&self.registry),
-            log: log.clone(),
-        });
-        let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
-        let mut call = Dedicated {
-            handle,
-            process: Some(process),
-            asked: rx,
-            pending: None,
-            progress_token: None,
-            log,
-            outstanding: Vec::new(),
-            next_key: 0,
-            _slot: slot,
         };
-        let deadline = self.config.handshake_timeout;
-        let init = json!({
-            "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
-            "capabilities": caps,
-            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let answer = crate::backend::call(&call.handle, method::INITIALIZE, init, deadline).await?;
-        if answer.is_error() {
-            return Err(CoreError::BackendInit(format!(
-                "backend refused initialize: {}",
-                answer.payload()
-            )));
-        }
-        call.handle
-            .send_line(encode_notification(method::INITIALIZED, None))
-            .await?;
-        if let Some(level) = meta.get(META_LOG_LEVEL).filter(|l| l.is_string()) {
-            let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
-            if logging["capabilities"].get("logging").is_some() {
-                let params = json!({ "level": level });
-                let _ =
-                    crate::backend::call(&call.handle, method::SET_LEVEL, params, deadline).await;
-            }
-        }
+        let mut call = match leased {
+            Some((lease, asked)) => Dedicated {
+                handle: lease.handle(),
+                process: None,
+                asked,
+                pending: None,
+                progress_token: None,
+                log: lease.log(),
+                outstanding: Vec::new(),
+                next_key: 0,
+                _slot: None,
+                share,
+                lease: Some(lease),
+                key: None,
+            },
+            // Another input-capable call holds the partition: what the backend asks could be
+            // either's, so this one runs where everything asked is its own.
+            None => self.dedicated(req, share).await?,
+        };
+        self.send_call(&mut call, req).await?;
+        Ok(call)
+    }
+
+    /// Sends the call's request to its process.
+    async fn send_call(&self, call: &mut Dedicated, req: &Incoming<'_>) -> Result<(), CoreError> {
         // The backend sees the call as a Legacy request: no reserved `_meta`, no MRTR members,
         // and a minted progress token in place of the client's.
         let mut forwarded = req.params.clone();
@@ -326,7 +369,8 @@ impl Gateway {
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), req.name, Some(&params));
         call.pending = Some(call.handle.call(key.as_str(), line).await?);
-        Ok(call)
+        call.key = Some(key);
+        Ok(())
     }
 
     /// One round: answer what the client answered, then wait for the call's next event.
@@ -398,6 +442,7 @@ impl Gateway {
                     // Checked against *this* request's declaration (a retry may declare less
                     // than the request that started the call).
                     if !declares(&req.params, cap) {
+                        call.refuse(&asked.id);
                         return Ok(missing_capability(id, cap));
                     }
                     let mut params: Value = asked
@@ -454,9 +499,9 @@ impl Gateway {
             })
             .collect();
         let (held_id, token) = self.mrtr_sealer.seal(binding, state::HELD_TTL);
-        let (held, expired) =
-            self.held
-                .hold(held_id, std::time::Instant::now() + state::HELD_TTL, call);
+        let expires = std::time::Instant::now() + state::HELD_TTL;
+        call.share.until(expires);
+        let (held, expired) = self.held.hold(held_id, expires, call);
         drop(expired);
         if held.is_err() {
             let err = ErrorObject::new(
@@ -514,7 +559,7 @@ fn strip_hint(params: &mut Value) {
     }
 }
 
-fn missing_capability(id: &RequestId, cap: &str) -> ModernAnswer {
+pub(crate) fn missing_capability(id: &RequestId, cap: &str) -> ModernAnswer {
     let mut required = Map::new();
     required.insert(cap.to_owned(), json!({}));
     let err = ErrorObject::new(

@@ -234,8 +234,8 @@ pub(crate) async fn client_response(
 
 impl crate::Gateway {
     /// Turns on per-session backends: every later Legacy `initialize` on `/mcp` gets its own
-    /// process from `spawner`. Sessionless and Modern requests keep using the shared backend,
-    /// except Modern calls that may need client input on a Legacy-only backend (`mrtr`).
+    /// process from `spawner`. Sessionless requests keep using the shared backend; Modern ones
+    /// on a Legacy-only backend run on their principal's partition (`mrtr::partition`).
     pub fn enable_per_session(&self, spawner: Arc<dyn SpawnBackend>) {
         let _ = self.per_session.set(spawner);
     }
@@ -457,6 +457,7 @@ impl crate::Gateway {
             self.spawn_cleanup(ended, EndReason::Shutdown);
         }
         self.end_held_calls().await;
+        self.end_partitions();
         // Every teardown, these and those started earlier (reaper, closed streams), gets its
         // process grace; what is still running after it is aborted and its process killed.
         self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))

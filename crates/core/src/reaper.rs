@@ -36,6 +36,7 @@ impl Gateway {
                 () = stop.cancelled() => return,
                 _ = held.tick() => {
                     self.reap_held_calls();
+                    self.reap_partitions();
                     // Finished background work leaves its results in the set until joined.
                     let mut background = self.background.lock();
                     while background.try_join_next().is_some() {}

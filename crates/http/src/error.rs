@@ -21,7 +21,10 @@
 //! | no / invalid bearer credential            | 401  | -32600, no id + `WWW-Authenticate` |
 //! | denied by the authorization policy        | 403  | 403, id echoed (kind-only message) |
 //! | rate limit exhausted                      | 429  | 429 + `data.retryAfterSeconds`, `Retry-After` |
+//! | caller's MRTR share in use (`--mrtr-per-principal`) | 429 | 429 + `data.retryAfterSeconds`, `Retry-After` |
 //! | session table full                        | 503  | -32603                      |
+//! | every dedicated MRTR process in use       | 503  | -32603                      |
+//! | every warm Modern partition in use        | 503  | -32603                      |
 //! | too many POSTs in flight                  | 503  | -32603, no id               |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
@@ -230,11 +233,20 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             ErrorObject::new(RATE_LIMITED, "Rate limit exceeded")
                 .with_data(json!({ "retryAfterSeconds": secs })),
         ),
+        // The caller's own share of the MRTR bridge, not the gateway's capacity.
+        CoreError::BridgeShareExhausted { retry_after, .. } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorObject::new(RATE_LIMITED, e.to_string())
+                .with_data(json!({ "retryAfterSeconds": retry_after })),
+        ),
         CoreError::SessionNotFound => (
             StatusCode::NOT_FOUND,
             ErrorObject::new(codes::SESSION_NOT_FOUND, "Session not found"),
         ),
-        CoreError::TooManySessions(_) | CoreError::SessionBusy(_) => {
+        CoreError::TooManySessions(_)
+        | CoreError::SessionBusy(_)
+        | CoreError::BridgeFull(_)
+        | CoreError::TooManyPartitions(_) => {
             (StatusCode::SERVICE_UNAVAILABLE, internal(e.to_string()))
         }
         // The caller's own quota, not the gateway's capacity: 429, like a rate limit.
@@ -308,7 +320,13 @@ impl IntoResponse for HttpError {
                     response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
                 }
             }
-            HttpError::Core(_, CoreError::RateLimited(secs)) => {
+            HttpError::Core(_, CoreError::RateLimited(secs))
+            | HttpError::Core(
+                _,
+                CoreError::BridgeShareExhausted {
+                    retry_after: secs, ..
+                },
+            ) => {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -181,6 +181,7 @@ async fn stats(State(state): State<AppState>) -> axum::response::Response {
     let body = serde_json::json!({
         "sessions": state.gateway.session_count(),
         "tableEntries": state.gateway.table_entries(),
+        "partitions": state.gateway.partition_count(),
         "backendEra": state.gateway.backend_era().to_string(),
     });
     axum::response::IntoResponse::into_response((

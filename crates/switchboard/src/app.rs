@@ -230,8 +230,12 @@ fn gateway_config(args: &RunArgs) -> GatewayConfig {
             Isolation::PerSession => 256,
         }),
         listen_grace: RunArgs::secs(args.listen_grace),
+        partition_idle: RunArgs::secs(args.partition_idle),
         max_sessions_per_principal: args
             .max_sessions_per_principal
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        mrtr_per_principal: args
+            .mrtr_per_principal
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         ..GatewayConfig::default()
     }

@@ -69,6 +69,16 @@ pub(crate) struct RunArgs {
     /// Default: no per-principal limit (only --max-sessions).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_sessions_per_principal: Option<u64>,
+    /// Per-session mode: most Modern calls one principal may have running on dedicated
+    /// backend processes or parked waiting for client input (MRTR); more get HTTP 429 with
+    /// `retryAfterSeconds`. Default: an eighth of that pool (min(128, --max-sessions)), at
+    /// least 1. Anonymous callers are one principal.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) mrtr_per_principal: Option<u64>,
+    /// Per-session mode: seconds a warm backend process for a principal's Modern requests may
+    /// stay unused before it is stopped.
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) partition_idle: f64,
     /// Seconds a write to a client may make no progress before the connection is closed: a
     /// client that keeps a stream open but reads nothing would otherwise pin what is queued
     /// for it (and an HTTP+SSE session) for as long as it stays connected.
@@ -169,7 +179,8 @@ pub(crate) enum Isolation {
     /// One backend process multiplexed by every session.
     Shared,
     /// One backend process per Legacy session (sampling, elicitation, roots and logging reach
-    /// their session); Modern and sessionless requests use a shared process.
+    /// their session); sessionless requests use a shared process, Modern ones (Legacy-only
+    /// backend) a warm process per principal and declared capabilities.
     PerSession,
 }
 

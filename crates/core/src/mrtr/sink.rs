@@ -1,4 +1,4 @@
-//! The inbound side of one MRTR call's dedicated backend process.
+//! The inbound side of an MRTR call's backend process (dedicated, or a warm partition).
 
 use std::sync::{Arc, Weak};
 
@@ -13,6 +13,7 @@ use switchboard_wire::{
 };
 
 use crate::dispatch::Registry;
+use crate::listeners::ModernListeners;
 
 /// One server→client request from a dedicated backend.
 #[derive(Debug)]
@@ -37,9 +38,15 @@ pub(crate) fn capability_of(name: &str) -> Option<&'static str> {
 /// stream (only when the request asked for them), everything else dropped.
 #[derive(Debug)]
 pub(crate) struct CallSink {
-    pub(crate) asked: mpsc::Sender<Asked>,
+    /// The call's channel for input requests; `None` on a partition with no input call open.
+    pub(crate) asked: super::AskedSlot,
     pub(crate) registry: Weak<Registry>,
     pub(crate) log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
+    /// A partition's own listen streams (its principal's only); `None` for a dedicated
+    /// process, whose payload-free list changes go to every Modern listen stream.
+    pub(crate) listeners: Option<Arc<ModernListeners>>,
+    /// A partition's calls that declared no input capability, running now.
+    pub(crate) plain: Option<super::Plain>,
 }
 
 impl InboundSink for CallSink {
@@ -59,8 +66,20 @@ impl InboundSink for CallSink {
                     method: name.to_owned(),
                     params: msg.params.map(ToOwned::to_owned),
                 };
-                if self.asked.try_send(asked).is_err() {
-                    refuse(id, codes::INTERNAL_ERROR, "too many outstanding requests");
+                let slot = self.asked.lock();
+                match slot.as_ref().map(|tx| tx.try_send(asked)) {
+                    Some(Ok(())) => {}
+                    Some(Err(_)) => {
+                        refuse(id, codes::INTERNAL_ERROR, "too many outstanding requests")
+                    }
+                    // No call of this partition can be asked for input right now; if exactly
+                    // one call runs, it is the one that needed the capability (-32021).
+                    None => {
+                        if let (Some(plain), Some(cap)) = (&self.plain, capability_of(name)) {
+                            plain.blame(cap);
+                        }
+                        refuse(id, codes::METHOD_NOT_FOUND, "Method not found")
+                    }
                 }
             }
             (MessageKind::Request, Some(id)) => {
@@ -77,9 +96,19 @@ impl InboundSink for CallSink {
                     method::TOOLS_LIST_CHANGED
                     | method::RESOURCES_LIST_CHANGED
                     | method::PROMPTS_LIST_CHANGED => {
-                        registry.listeners.list_changed(name);
+                        match &self.listeners {
+                            Some(own) => own.list_changed(name),
+                            None => registry.listeners.list_changed(name),
+                        }
                         true
                     }
+                    // A partition's resources are its principal's: only its listens hear.
+                    method::RESOURCE_UPDATED => match (&self.listeners, msg.param("uri")) {
+                        (Some(own), Some(uri)) => serde_json::from_str::<String>(uri.get())
+                            .map(|uri| own.resource_updated(&uri))
+                            .is_ok(),
+                        _ => false,
+                    },
                     method::PROGRESS => registry.progress.route(msg.params),
                     method::MESSAGE => self.log.lock().as_ref().is_some_and(|tx| {
                         tx.try_send(Bytes::from(encode_notification(name, msg.params)))

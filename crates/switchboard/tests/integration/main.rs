@@ -31,3 +31,4 @@ mod strict;
 mod tasks;
 mod tool_headers;
 mod ux;
+mod warm;

@@ -10,11 +10,11 @@ use serde_json::{json, Value};
 use crate::common::{stats, tool_text, Reply, TestGateway};
 
 const V: &str = "2026-07-28";
-const ALICE: &str = "alice-key-mrtr-0123456789ab";
-const BOB: &str = "bob-key-mrtr-0123456789abcd";
+pub(crate) const ALICE: &str = "alice-key-mrtr-0123456789ab";
+pub(crate) const BOB: &str = "bob-key-mrtr-0123456789abcd";
 
 /// `switchboard run --isolation per-session <extra> -- switchboard fixture --era legacy`.
-async fn bridge(extra: &[&str]) -> TestGateway {
+pub(crate) async fn bridge(extra: &[&str]) -> TestGateway {
     let mut args = vec!["--isolation", "per-session"];
     args.extend_from_slice(extra);
     let bin = env!("CARGO_BIN_EXE_switchboard");
@@ -23,7 +23,7 @@ async fn bridge(extra: &[&str]) -> TestGateway {
 
 /// A Modern `tools/call` declaring `caps`, with `extra` params (inputResponses, requestState),
 /// as the holder of `key` (if any).
-async fn call(
+pub(crate) async fn call(
     gw: &TestGateway,
     key: Option<&str>,
     tool: &str,
@@ -57,12 +57,12 @@ async fn call(
     gw.post_raw(None, body.to_string(), &headers).await
 }
 
-fn elicitation() -> Value {
+pub(crate) fn elicitation() -> Value {
     json!({"elicitation": {}})
 }
 
 /// The `input_required` result of a reply, asserting its shape.
-fn input_required(r: &Reply) -> Value {
+pub(crate) fn input_required(r: &Reply) -> Value {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let result = r.json()["result"].clone();
     assert_eq!(result["resultType"], "input_required", "{result}");
@@ -71,7 +71,7 @@ fn input_required(r: &Reply) -> Value {
 }
 
 /// Children of the gateway process that are still running (its backends).
-fn children(gw: &TestGateway) -> usize {
+pub(crate) fn children(gw: &TestGateway) -> usize {
     let me = gw.pid().to_string();
     std::fs::read_dir("/proc")
         .unwrap()
@@ -88,7 +88,7 @@ fn children(gw: &TestGateway) -> usize {
         .count()
 }
 
-async fn settles(gw: &TestGateway, what: &str, check: impl Fn(&Value, usize) -> bool) {
+pub(crate) async fn settles(gw: &TestGateway, what: &str, check: impl Fn(&Value, usize) -> bool) {
     for _ in 0..100 {
         if check(&stats(gw).await, children(gw)) {
             return;
@@ -119,9 +119,10 @@ async fn an_elicitation_round_trips_and_leaves_nothing_behind() {
         "the key hint is the gateway's business: {asked}"
     );
     let state = first["requestState"].as_str().unwrap().to_owned();
-    // Parked: one held call, one extra backend process.
+    // Parked: one held call, on the caller's warm partition (one extra backend process).
     let s = stats(&gw).await;
     assert_eq!(s["tableEntries"], 1, "{s}");
+    assert_eq!(s["partitions"], 1, "{s}");
     assert_eq!(children(&gw), baseline + 1);
 
     // A retry without the answer asks again (SHOULD), with a fresh single-use state.
@@ -171,8 +172,9 @@ async fn an_elicitation_round_trips_and_leaves_nothing_behind() {
         assert_eq!(r.error_code(), -32602);
         assert_eq!(r.json()["error"]["data"]["reason"], "unknown_request_state");
     }
+    // Nothing is held; the partition stays warm for the caller's next call (until idle).
     settles(&gw, "after completion", |s, n| {
-        s["tableEntries"] == 0 && n == baseline
+        s["tableEntries"] == 0 && s["partitions"] == 1 && n == baseline + 1
     })
     .await;
 }
@@ -280,12 +282,18 @@ async fn tampered_or_mismatched_state_is_refused() {
     settles(&gw, "after completion", |s, _| s["tableEntries"] == 0).await;
 }
 
+/// A keys file naming alice and bob, in a directory of its own (removed by the caller).
+pub(crate) fn two_keys(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sb-mrtr-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("keys"), format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    dir
+}
+
 #[tokio::test]
 async fn another_principals_state_is_refused() {
-    let dir = std::env::temp_dir().join(format!("sb-mrtr-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = two_keys("foreign");
     let keys = dir.join("keys");
-    std::fs::write(&keys, format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
     let gw = bridge(&["--api-keys-file", keys.to_str().unwrap()]).await;
     let tool = "test_input_required_result_elicitation";
     let r = call(&gw, Some(ALICE), tool, json!({}), elicitation(), json!({})).await;
@@ -333,11 +341,23 @@ async fn an_undeclared_capability_is_refused_with_32021() {
         body["error"]["data"]["requiredCapabilities"],
         json!({"elicitation": {}})
     );
-    // The call's process is discarded, nothing is parked.
+    // Nothing is parked; the backend's request was refused, and its partition serves the
+    // caller's next call.
     settles(&gw, "after -32021", |s, n| {
-        s["tableEntries"] == 0 && n == baseline
+        s["tableEntries"] == 0 && s["partitions"] == 1 && n == baseline + 1
     })
     .await;
+    let r = call(
+        &gw,
+        None,
+        "pid",
+        json!({}),
+        json!({"sampling": {}}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(children(&gw), baseline + 1);
 }
 
 #[tokio::test]
@@ -425,23 +445,25 @@ async fn a_backend_ping_is_answered_by_the_gateway() {
     assert_eq!(report["answer"]["result"], json!({}), "{done}");
 }
 
-/// Every concurrent Modern call on the bridge runs on a process of its own: their number is
-/// bounded (by `--max-sessions` here), and calls beyond it get 503 instead of another fork.
+/// Concurrent input-capable calls of one caller: one holds its warm partition, every other
+/// runs on a process of its own (what each asks must be attributable); those are bounded
+/// (by `--max-sessions` here), and calls beyond get 503 instead of another fork. (One
+/// anonymous principal here, so its share is raised above the whole pool.)
 #[tokio::test]
 async fn dedicated_processes_are_bounded() {
-    let gw = bridge(&["--max-sessions", "3"]).await;
+    let gw = bridge(&["--max-sessions", "3", "--mrtr-per-principal", "6"]).await;
     let calls = (0..6).map(|i| {
         call(
             &gw,
             None,
             "slow",
             json!({"ms": 1500 + i}),
-            json!({}),
+            elicitation(),
             json!({}),
         )
     });
     let watcher = async {
-        // While the calls run, the gateway never has more than 1 shared + 3 dedicated children.
+        // While the calls run, never more than 1 shared + 1 partition + 3 dedicated children.
         let mut most = 0;
         for _ in 0..30 {
             most = most.max(children(&gw));
@@ -450,7 +472,7 @@ async fn dedicated_processes_are_bounded() {
         most
     };
     let (replies, most) = tokio::join!(futures::future::join_all(calls), watcher);
-    assert!(most <= 4, "{most} children");
+    assert!(most <= 5, "{most} children");
     let ok = replies
         .iter()
         .filter(|r| r.status == StatusCode::OK)
@@ -459,11 +481,72 @@ async fn dedicated_processes_are_bounded() {
         .iter()
         .filter(|r| r.status == StatusCode::SERVICE_UNAVAILABLE)
         .count();
-    assert_eq!((ok, refused), (3, 3), "{replies:?}");
+    assert_eq!((ok, refused), (4, 2), "{replies:?}");
     for r in replies
         .iter()
         .filter(|r| r.status == StatusCode::SERVICE_UNAVAILABLE)
     {
         assert_eq!(r.json()["id"], 7);
+        let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains("dedicated backend process"), "{message}");
     }
+}
+
+/// One principal cannot take the whole pool of dedicated processes by parking calls (each
+/// costs it nothing to keep for the held TTL): past its share (default an eighth of the pool,
+/// here 16 / 8 = 2) it gets 429 with `retryAfterSeconds`, while another principal's calls
+/// still run; finishing a call gives the share back.
+#[tokio::test]
+async fn one_principal_cannot_park_the_whole_bridge() {
+    let dir = two_keys("share");
+    let keys = dir.join("keys");
+    let gw = bridge(&[
+        "--api-keys-file",
+        keys.to_str().unwrap(),
+        "--max-sessions",
+        "16",
+    ])
+    .await;
+    let tool = "test_input_required_result_elicitation";
+    let park = |key| call(&gw, Some(key), tool, json!({}), elicitation(), json!({}));
+    let mut states = Vec::new();
+    let refused = loop {
+        let r = park(ALICE).await;
+        if r.status != StatusCode::OK || states.len() > 16 {
+            break r;
+        }
+        states.push(input_required(&r)["requestState"].clone());
+    };
+    assert_eq!(states.len(), 2, "alice parked more than her share");
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        refused.text
+    );
+    let body = refused.json();
+    assert_eq!(body["id"], 7, "{body}");
+    assert_eq!(body["error"]["code"], 429, "{body}");
+    let retry = body["error"]["data"]["retryAfterSeconds"].as_u64().unwrap();
+    assert!((1..=300).contains(&retry), "{body}");
+    assert_eq!(refused.headers["retry-after"], retry.to_string().as_str());
+    // Nothing of alice's was touched by the refusal, and bob still gets his call.
+    assert_eq!(stats(&gw).await["tableEntries"], 2);
+    let bob = input_required(&park(BOB).await);
+    // Alice finishes one call: its unit of her share is back.
+    let answer = json!({"user_name": {"action": "accept", "content": {"name": "A"}}});
+    let done = call(
+        &gw,
+        Some(ALICE),
+        tool,
+        json!({}),
+        elicitation(),
+        json!({"inputResponses": answer, "requestState": states[0]}),
+    )
+    .await;
+    assert_eq!(tool_text(&done.json()), "Hello, A!");
+    input_required(&park(ALICE).await);
+    assert_eq!(park(ALICE).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(bob["requestState"].is_string());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,102 @@
+//! A call's own backend process: the MRTR bridge's fallback when its caller's partition is
+//! busy with another input call (or the call asks for logs), and the handshake both use.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use switchboard_upstream::StdioHandle;
+use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL};
+use switchboard_wire::{encode_notification, method};
+
+use super::sink::CallSink;
+use super::{Dedicated, Incoming, SharePermit, ASKED_QUEUE};
+use crate::{CoreError, Gateway};
+
+impl Gateway {
+    /// A process of the call's own, handshaken with exactly the request's capabilities.
+    pub(super) async fn dedicated(
+        &self,
+        req: &Incoming<'_>,
+        share: SharePermit,
+    ) -> Result<Dedicated, CoreError> {
+        let spawner = self
+            .per_session
+            .get()
+            .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
+        let slot = self
+            .mrtr_slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| CoreError::BridgeFull(self.mrtr_pool))?;
+        let meta = &req.params["_meta"];
+        let declared = &meta[META_CLIENT_CAPABILITIES];
+        let mut caps = Map::new();
+        for cap in ["sampling", "elicitation", "roots"] {
+            if let Some(v) = declared.get(cap).filter(|v| !v.is_null()) {
+                caps.insert(cap.into(), v.clone());
+            }
+        }
+        let (tx, rx) = mpsc::channel(ASKED_QUEUE);
+        let log = Arc::new(parking_lot::Mutex::new(None));
+        let sink = Arc::new(CallSink {
+            asked: Arc::new(parking_lot::Mutex::new(Some(tx))),
+            registry: Arc::downgrade(&self.registry),
+            log: log.clone(),
+            listeners: None,
+            plain: None,
+        });
+        let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
+        let call = Dedicated {
+            handle,
+            process: Some(process),
+            asked: rx,
+            pending: None,
+            progress_token: None,
+            log,
+            outstanding: Vec::new(),
+            next_key: 0,
+            _slot: Some(slot),
+            share,
+            lease: None,
+            key: None,
+        };
+        self.handshake(&call.handle, Value::Object(caps), meta.get(META_LOG_LEVEL))
+            .await?;
+        Ok(call)
+    }
+
+    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for.
+    pub(crate) async fn handshake(
+        &self,
+        handle: &StdioHandle,
+        capabilities: Value,
+        level: Option<&Value>,
+    ) -> Result<(), CoreError> {
+        let deadline = self.config.handshake_timeout;
+        let init = json!({
+            "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
+            "capabilities": capabilities,
+            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let answer = crate::backend::call(handle, method::INITIALIZE, init, deadline).await?;
+        if answer.is_error() {
+            return Err(CoreError::BackendInit(format!(
+                "backend refused initialize: {}",
+                answer.payload()
+            )));
+        }
+        handle
+            .send_line(encode_notification(method::INITIALIZED, None))
+            .await?;
+        if let Some(level) = level.filter(|l| l.is_string()) {
+            let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
+            if logging["capabilities"].get("logging").is_some() {
+                let params = json!({ "level": level });
+                let _ = crate::backend::call(handle, method::SET_LEVEL, params, deadline).await;
+            }
+        }
+        Ok(())
+    }
+}

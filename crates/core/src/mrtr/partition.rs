@@ -1,0 +1,492 @@
+//! Warm partitions: per-session mode's backend processes for Modern requests.
+//!
+//! A Modern client keeps no session, but a Legacy-only backend keeps state per connection
+//! (what a tool call changed, its subscriptions, tools it registers for the client's
+//! capabilities). Starting a process per call loses all of it and costs a spawn and a
+//! handshake each time. So Modern requests of one principal run on a process kept for that
+//! principal and the capability set its requests declare (`Key`): the backend's
+//! `initialize` carries exactly those capabilities, like a Legacy client's would.
+//!
+//! - Gateway-held backend state keyed by the authenticated principal, never by anything the
+//!   client names: no session id is read, the session store is not touched (invariant 4).
+//!   Anonymous callers are one principal and share their partitions.
+//! - Bounded: at most one per (principal, capability set), so eight per principal, and the
+//!   pool size (min(128, `--max-sessions`)) in all; idle ones (`--partition-idle`) are reaped,
+//!   all are stopped on shutdown; a dead one is replaced on next use (its in-flight calls
+//!   were already answered 502 by the upstream pending table).
+//! - Attribution: a partition runs at most one *input-capable* call (a `tools/call`,
+//!   `prompts/get` or `resources/read` declaring sampling, elicitation or roots) at a time,
+//!   running or parked ([`Lease`]): every server request it makes while that call is open is
+//!   that call's, and becomes an `input_required` round exactly as on a dedicated process. A
+//!   second such call meanwhile is the ambiguous case and gets a dedicated process. Requests
+//!   that cannot ask for input (lists, calls declaring nothing) run concurrently; a server
+//!   request with no lease open is refused to the backend (-32601, as in shared mode).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, OnceCell, OwnedSemaphorePermit, Semaphore};
+
+use switchboard_upstream::{StdioHandle, StdioProcess};
+use switchboard_wire::classify::META_CLIENT_CAPABILITIES;
+use switchboard_wire::{encode_notification, method, Message};
+
+use super::sink::{Asked, CallSink};
+use super::{AskedSlot, GRACE};
+use crate::listeners::{Filter, ModernListeners};
+use crate::modern::ModernAnswer;
+use crate::route::RouteKey;
+use crate::{CoreError, Gateway, Principal};
+
+/// The input capabilities a Modern request can declare, as bits of a [`Key`].
+const CAPABILITIES: [&str; 3] = ["sampling", "elicitation", "roots"];
+
+/// Which partition a request belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    principal: String,
+    caps: u8,
+}
+
+impl Key {
+    pub(crate) fn of(caller: &Principal, msg: &Message<'_>) -> Key {
+        let declared: Value = msg
+            .meta(META_CLIENT_CAPABILITIES)
+            .and_then(|c| serde_json::from_str(c.get()).ok())
+            .unwrap_or(Value::Null);
+        let mut caps = 0;
+        for (bit, cap) in CAPABILITIES.iter().enumerate() {
+            if declared.get(cap).is_some_and(|v| !v.is_null()) {
+                caps |= 1 << bit;
+            }
+        }
+        Key {
+            principal: caller.key(),
+            caps,
+        }
+    }
+
+    /// Whether a call in this partition may be asked for input.
+    pub(crate) fn input_capable(&self) -> bool {
+        self.caps != 0
+    }
+
+    /// The `capabilities` of the partition's `initialize` (empty objects: the Modern
+    /// declaration's sub-options are per request, the handshake only needs the families).
+    fn capabilities(&self) -> Value {
+        let mut caps = serde_json::Map::new();
+        for (bit, cap) in CAPABILITIES.iter().enumerate() {
+            if self.caps & (1 << bit) != 0 {
+                caps.insert((*cap).to_owned(), json!({}));
+            }
+        }
+        Value::Object(caps)
+    }
+}
+
+/// One warm backend process.
+#[derive(Debug)]
+pub(crate) struct Partition {
+    pub(crate) handle: StdioHandle,
+    process: parking_lot::Mutex<Option<StdioProcess>>,
+    /// Where the backend's requests for input go: the leased call's channel, or nowhere.
+    asked: AskedSlot,
+    pub(crate) log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
+    /// One permit: the input-capable call running or parked here.
+    input: Arc<Semaphore>,
+    /// Requests and leases using the partition now; it is idle at zero.
+    users: AtomicUsize,
+    last_used: parking_lot::Mutex<Instant>,
+    /// Its principal's `subscriptions/listen` streams on this process.
+    pub(crate) listeners: Arc<ModernListeners>,
+    /// Listens per subscribed URI: the process is subscribed while the count is positive.
+    subscribed: parking_lot::Mutex<HashMap<String, usize>>,
+    /// Its calls that declared no input capability, running now.
+    pub(crate) plain: Plain,
+}
+
+impl Partition {
+    fn idle_for(&self, idle: Duration, now: Instant) -> bool {
+        self.users.load(Ordering::Acquire) == 0
+            && now.saturating_duration_since(*self.last_used.lock()) >= idle
+    }
+
+    fn take_process(&self) -> Option<StdioProcess> {
+        self.process.lock().take()
+    }
+}
+
+/// A request using a partition; the partition is not idle while one exists.
+#[derive(Debug)]
+pub(crate) struct Use(pub(crate) Arc<Partition>);
+
+impl Use {
+    fn new(part: Arc<Partition>) -> Use {
+        part.users.fetch_add(1, Ordering::AcqRel);
+        Use(part)
+    }
+}
+
+impl Drop for Use {
+    fn drop(&mut self) {
+        *self.0.last_used.lock() = Instant::now();
+        self.0.users.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The partition's one input-capable call, running or parked. Dropping it closes the call's
+/// channel for server requests (later ones are refused) and frees the partition for the next.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    using: Use,
+    _input: OwnedSemaphorePermit,
+}
+
+impl Lease {
+    pub(crate) fn handle(&self) -> StdioHandle {
+        self.using.0.handle.clone()
+    }
+
+    pub(crate) fn log(&self) -> Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>> {
+        self.using.0.log.clone()
+    }
+
+    pub(crate) fn close(&self) {
+        *self.using.0.asked.lock() = None;
+    }
+}
+
+/// A partition's running calls that declared no input capability. A server request for input
+/// cannot be answered for them; when exactly one runs, it is attributable, and that call is
+/// told which capability it lacked (-32021) instead of running on with a refusal.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Plain(Arc<parking_lot::Mutex<PlainInner>>);
+
+#[derive(Debug, Default)]
+struct PlainInner {
+    next: u64,
+    calls: HashMap<u64, Option<tokio::sync::oneshot::Sender<&'static str>>>,
+}
+
+/// One running plain call; removed on drop.
+#[derive(Debug)]
+pub(crate) struct PlainCall {
+    plain: Plain,
+    id: u64,
+    pub(crate) blamed: tokio::sync::oneshot::Receiver<&'static str>,
+}
+
+impl Plain {
+    pub(crate) fn start(&self) -> PlainCall {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut inner = self.0.lock();
+        inner.next += 1;
+        let id = inner.next;
+        inner.calls.insert(id, Some(tx));
+        PlainCall {
+            plain: self.clone(),
+            id,
+            blamed: rx,
+        }
+    }
+
+    /// A server request needed `cap`: the one running call, if exactly one, is told.
+    pub(crate) fn blame(&self, cap: &'static str) {
+        let mut inner = self.0.lock();
+        if inner.calls.len() == 1 {
+            if let Some(tx) = inner.calls.values_mut().next().and_then(Option::take) {
+                let _ = tx.send(cap);
+            }
+        }
+    }
+}
+
+impl Drop for PlainCall {
+    fn drop(&mut self) {
+        self.plain.0.lock().calls.remove(&self.id);
+    }
+}
+
+type Cell = Arc<OnceCell<Arc<Partition>>>;
+
+/// Every partition, bounded.
+#[derive(Debug)]
+pub(crate) struct Partitions {
+    cells: parking_lot::Mutex<HashMap<Key, Cell>>,
+    max: usize,
+    idle: Duration,
+}
+
+impl Partitions {
+    pub(crate) fn new(max: usize, idle: Duration) -> Self {
+        Partitions {
+            cells: parking_lot::Mutex::new(HashMap::new()),
+            max: max.max(1),
+            idle,
+        }
+    }
+
+    /// Live partitions (for `/stats`).
+    pub(crate) fn len(&self) -> usize {
+        self.cells.lock().len()
+    }
+
+    /// The cell for `key`, made room for by reaping idle partitions when the table is full.
+    fn cell(&self, key: &Key) -> Result<(Cell, Vec<StdioProcess>), CoreError> {
+        let mut cells = self.cells.lock();
+        let mut reaped = Vec::new();
+        if !cells.contains_key(key) && cells.len() >= self.max {
+            reaped = sweep(&mut cells, Duration::ZERO);
+            if cells.len() >= self.max {
+                return Err(CoreError::TooManyPartitions(self.max));
+            }
+        }
+        let cell = cells.entry(key.clone()).or_default().clone();
+        Ok((cell, reaped))
+    }
+
+    /// Forgets `cell` if it is still `key`'s (it failed to start, or its process died).
+    fn forget(&self, key: &Key, cell: &Cell) -> Option<StdioProcess> {
+        let mut cells = self.cells.lock();
+        if cells.get(key).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            cells.remove(key);
+        }
+        cell.get().and_then(|p| p.take_process())
+    }
+
+    /// Removes idle partitions (and ones whose process died); their processes to stop.
+    pub(crate) fn reap(&self) -> Vec<StdioProcess> {
+        sweep(&mut self.cells.lock(), self.idle)
+    }
+
+    /// Removes every partition (gateway shutdown).
+    pub(crate) fn drain(&self) -> Vec<StdioProcess> {
+        self.cells
+            .lock()
+            .drain()
+            .filter_map(|(_, c)| c.get().and_then(|p| p.take_process()))
+            .collect()
+    }
+}
+
+fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<StdioProcess> {
+    let now = Instant::now();
+    let mut stopped = Vec::new();
+    cells.retain(|_, cell| {
+        // A cell still starting belongs to the request starting it.
+        let Some(part) = cell.get() else { return true };
+        if part.handle.is_closed() || part.idle_for(idle, now) {
+            stopped.extend(part.take_process());
+            return false;
+        }
+        true
+    });
+    stopped
+}
+
+impl Gateway {
+    /// The caller's partition for `key`, started (and handshaken) if needed.
+    pub(crate) async fn partition(&self, key: &Key) -> Result<Use, CoreError> {
+        for _ in 0..2 {
+            let (cell, reaped) = self.partitions.cell(key)?;
+            self.stop_in_background(reaped);
+            let started = cell
+                .get_or_try_init(|| self.start_partition(key))
+                .await
+                .cloned();
+            match started {
+                Ok(part) if !part.handle.is_closed() => return Ok(Use::new(part)),
+                // Died since it was last used: replaced by a fresh one.
+                Ok(_) => {
+                    let dead = self.partitions.forget(key, &cell);
+                    self.stop_in_background(dead.into_iter().collect());
+                }
+                Err(e) => {
+                    self.partitions.forget(key, &cell);
+                    return Err(e);
+                }
+            }
+        }
+        Err(CoreError::BackendInit(
+            "the backend process exited right after it started".to_owned(),
+        ))
+    }
+
+    /// The partition's input lease for an input-capable call, or `None` when another call
+    /// holds it (the ambiguous case: the caller falls back to a dedicated process).
+    pub(crate) fn lease(&self, using: Use) -> Option<(Lease, mpsc::Receiver<Asked>)> {
+        let permit = using.0.input.clone().try_acquire_owned().ok()?;
+        let (tx, rx) = mpsc::channel(super::ASKED_QUEUE);
+        *using.0.asked.lock() = Some(tx);
+        Some((
+            Lease {
+                using,
+                _input: permit,
+            },
+            rx,
+        ))
+    }
+
+    async fn start_partition(&self, key: &Key) -> Result<Arc<Partition>, CoreError> {
+        let spawner = self
+            .per_session
+            .get()
+            .ok_or_else(|| CoreError::Unsupported(method::INITIALIZE.to_owned()))?;
+        let asked: AskedSlot = Arc::default();
+        let listeners = Arc::new(ModernListeners::default());
+        let plain = Plain::default();
+        let log = Arc::new(parking_lot::Mutex::new(None));
+        let sink = Arc::new(CallSink {
+            asked: asked.clone(),
+            registry: Arc::downgrade(&self.registry),
+            log: log.clone(),
+            listeners: Some(listeners.clone()),
+            plain: Some(plain.clone()),
+        });
+        let (handle, process) = crate::per_session::spawn_off_runtime(spawner, sink).await?;
+        // Dropped on failure: the process is killed with it.
+        let part = Arc::new(Partition {
+            handle,
+            process: parking_lot::Mutex::new(Some(process)),
+            asked,
+            log,
+            input: Arc::new(Semaphore::new(1)),
+            users: AtomicUsize::new(0),
+            last_used: parking_lot::Mutex::new(Instant::now()),
+            listeners,
+            subscribed: parking_lot::Mutex::new(HashMap::new()),
+            plain,
+        });
+        self.handshake(&part.handle, key.capabilities(), None)
+            .await?;
+        Ok(part)
+    }
+
+    fn stop_in_background(&self, processes: Vec<StdioProcess>) {
+        if processes.is_empty() {
+            return;
+        }
+        self.background.lock().spawn(async move {
+            for p in processes {
+                p.shutdown(GRACE).await;
+            }
+        });
+    }
+
+    /// Stops idle partitions (called by the reaper).
+    pub(crate) fn reap_partitions(&self) {
+        let idle = self.partitions.reap();
+        self.stop_in_background(idle);
+    }
+
+    /// Stops every partition (gateway shutdown; joined with the rest of the background).
+    pub(crate) fn end_partitions(&self) {
+        let all = self.partitions.drain();
+        self.stop_in_background(all);
+    }
+}
+
+impl Gateway {
+    /// `subscriptions/listen` in per-session mode: served from the caller's partition (the
+    /// process its calls change), its resource subscriptions made on that process, until the
+    /// client closes the stream.
+    pub(crate) async fn partition_listen(
+        &self,
+        caller: &Principal,
+        id: &switchboard_wire::RequestId,
+        msg: &Message<'_>,
+        stream: mpsc::Sender<Bytes>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let using = self.partition(&Key::of(caller, msg)).await?;
+        let part = using.0.clone();
+        let honoured = self.honoured(Filter::parse(msg.params));
+        let _guard = part.listeners.register(
+            &RouteKey::mint(),
+            id,
+            honoured.clone(),
+            stream.clone(),
+            false,
+        );
+        let mut subs = PartitionSubscriptions {
+            gateway: self,
+            part: part.clone(),
+            uris: Vec::new(),
+        };
+        for uri in honoured.uris.iter() {
+            let first = {
+                let mut counts = part.subscribed.lock();
+                let n = counts.entry(uri.clone()).or_default();
+                *n += 1;
+                *n == 1
+            };
+            subs.uris.push(uri.clone());
+            if first {
+                let params = json!({ "uri": uri });
+                let deadline = self.config.request_timeout;
+                let _ =
+                    crate::backend::call(&part.handle, method::SUBSCRIBE, params, deadline).await;
+            }
+        }
+        acknowledge(&stream, id, &honoured).await;
+        // Served until the client closes the stream, which drops this future and the guards.
+        stream.closed().await;
+        drop(using);
+        Err(CoreError::Cancelled)
+    }
+}
+
+/// Sends a listen's acknowledgement: the subset of what it asked that will be delivered.
+pub(crate) async fn acknowledge(
+    stream: &mpsc::Sender<Bytes>,
+    id: &switchboard_wire::RequestId,
+    honoured: &Filter,
+) {
+    let tag: Value = serde_json::from_str(id.as_json()).unwrap_or(Value::Null);
+    let meta = switchboard_wire::classify::META_SUBSCRIPTION_ID;
+    let ack = json!({ "_meta": { meta: tag }, "notifications": honoured.to_json() }).to_string();
+    if let Ok(ack) = serde_json::value::RawValue::from_string(ack) {
+        let note = encode_notification("notifications/subscriptions/acknowledged", Some(&ack));
+        let _ = stream.send(Bytes::from(note)).await;
+    }
+}
+
+/// Releases a partition listen's resource subscriptions when it ends: the last listen of a
+/// URI unsubscribes the process (in the background, bounded by the request deadline).
+struct PartitionSubscriptions<'a> {
+    gateway: &'a Gateway,
+    part: Arc<Partition>,
+    uris: Vec<String>,
+}
+
+impl Drop for PartitionSubscriptions<'_> {
+    fn drop(&mut self) {
+        let mut last = Vec::new();
+        {
+            let mut counts = self.part.subscribed.lock();
+            for uri in self.uris.drain(..) {
+                if let Some(n) = counts.get_mut(&uri) {
+                    *n -= 1;
+                    if *n == 0 {
+                        counts.remove(&uri);
+                        last.push(uri);
+                    }
+                }
+            }
+        }
+        if last.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let handle = self.part.handle.clone();
+        let deadline = self.gateway.config.request_timeout;
+        self.gateway.background.lock().spawn(async move {
+            for uri in last {
+                let params = json!({ "uri": uri });
+                let _ = crate::backend::call(&handle, method::UNSUBSCRIBE, params, deadline).await;
+            }
+        });
+    }
+}
