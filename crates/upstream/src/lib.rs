@@ -9,6 +9,7 @@ mod error;
 mod forker;
 mod framing;
 mod orphan;
+pub mod remote;
 pub mod stdio;
 mod supervisor;
 
