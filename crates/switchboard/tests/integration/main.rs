@@ -13,6 +13,7 @@ mod auth;
 mod backend_failure;
 mod bench;
 mod everything;
+mod fixture_http;
 mod handshake;
 mod isolation;
 mod legacy_sse;
