@@ -155,7 +155,11 @@ mod tests {
     #[test]
     fn decodes_across_chunks_and_line_endings() {
         let events = decode(
-            &[b"event: message\r", b"\ndata: {\"a\"", b":1}\r\n\r\n: ping\n\nid: 7\ndata: x\ndata: y\n\n"],
+            &[
+                b"event: message\r",
+                b"\ndata: {\"a\"",
+                b":1}\r\n\r\n: ping\n\nid: 7\ndata: x\ndata: y\n\n",
+            ],
             1024,
         )
         .unwrap();
@@ -179,10 +183,7 @@ mod tests {
         let mut d = SseDecoder::new(16);
         let mut out = Vec::new();
         assert!(d.push(b"data: 0123456789", &mut out).is_ok());
-        assert_eq!(
-            d.push(b"abcdef", &mut out),
-            Err(SseError::TooLarge(16))
-        );
+        assert_eq!(d.push(b"abcdef", &mut out), Err(SseError::TooLarge(16)));
         // Many short data lines count towards the same event.
         let lines: Vec<&[u8]> = vec![b"data: 12345\n"; 4];
         assert!(decode(&lines, 16).is_err());

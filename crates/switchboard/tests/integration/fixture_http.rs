@@ -23,8 +23,13 @@ pub struct FixtureHttp {
 
 impl FixtureHttp {
     pub async fn start(args: &[&str]) -> Self {
+        Self::start_at(0, args).await
+    }
+
+    /// On a given port (a restart on the port of a stopped fixture: every session is gone).
+    pub async fn start_at(port: u16, args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-            .args(["fixture", "--http", "--port", "0"])
+            .args(["fixture", "--http", "--port", &port.to_string()])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -48,6 +53,16 @@ impl FixtureHttp {
             url,
             http: reqwest::Client::new(),
         }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .trim_end_matches("/mcp")
+            .parse()
+            .unwrap()
     }
 
     pub fn base(&self) -> String {
@@ -83,7 +98,10 @@ impl FixtureHttp {
             "clientInfo": {"name": "fixture-http-test", "version": "1"}}});
         let resp = self.post(None, &init, &[]).await;
         assert_eq!(resp.status(), StatusCode::OK);
-        let id = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+        let id = resp.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["result"]["protocolVersion"], "2025-11-25");
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
@@ -147,7 +165,10 @@ async fn legacy_session_lives_until_delete_then_is_unknown() {
 
     // Without the header: 400, and an id the server never minted: 404.
     let ping = json!({"jsonrpc": "2.0", "id": 8, "method": "ping"});
-    assert_eq!(fx.post(None, &ping, &[]).await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        fx.post(None, &ping, &[]).await.status(),
+        StatusCode::BAD_REQUEST
+    );
     let other = "0".repeat(32);
     assert_eq!(
         fx.post(Some(&other), &ping, &[]).await.status(),
@@ -195,11 +216,17 @@ async fn sessions_are_separate_fixture_instances() {
         .await
         .unwrap();
     assert_eq!(listen.status(), StatusCode::OK);
-    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(listen.bytes_stream()));
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        listen.bytes_stream(),
+    ));
     let trigger = |id, kind| call(id, "trigger", json!({"kind": kind}));
-    let resp = fx.post(Some(&b), &trigger(1, "prompts_list_changed"), &[]).await;
+    let resp = fx
+        .post(Some(&b), &trigger(1, "prompts_list_changed"), &[])
+        .await;
     assert_eq!(messages(resp).await.pop().unwrap()["id"], 1);
-    let resp = fx.post(Some(&a), &trigger(2, "tools_list_changed"), &[]).await;
+    let resp = fx
+        .post(Some(&a), &trigger(2, "tools_list_changed"), &[])
+        .await;
     assert_eq!(messages(resp).await.pop().unwrap()["id"], 2);
     let first = loop {
         let sse = tokio::time::timeout(Duration::from_secs(10), events.next())
@@ -219,14 +246,20 @@ async fn server_request_travels_on_the_request_stream_and_its_answer_is_posted_b
     let fx = FixtureHttp::start(&[]).await;
     let session = fx.session(json!({"sampling": {}})).await;
     let resp = fx
-        .post(Some(&session), &call(5, "test_sampling", json!({"prompt": "p"})), &[])
+        .post(
+            Some(&session),
+            &call(5, "test_sampling", json!({"prompt": "p"})),
+            &[],
+        )
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp.headers()["content-type"]
         .to_str()
         .unwrap()
         .starts_with("text/event-stream"));
-    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(resp.bytes_stream()));
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resp.bytes_stream(),
+    ));
     let mut next = async || -> Value {
         loop {
             let sse = tokio::time::timeout(Duration::from_secs(10), events.next())
@@ -290,7 +323,11 @@ async fn modern_requests_are_stateless_and_their_headers_are_checked() {
         "io.modelcontextprotocol/clientCapabilities": {}}}});
     let ping_headers = [headers[0], ("mcp-method", "ping")];
     let resp = fx.post(None, &ping, &ping_headers).await;
-    assert_eq!(resp.status(), StatusCode::NOT_FOUND, "ping was removed in 2026-07-28");
+    assert_eq!(
+        resp.status(),
+        StatusCode::NOT_FOUND,
+        "ping was removed in 2026-07-28"
+    );
 }
 
 #[tokio::test]
@@ -304,17 +341,17 @@ async fn http_sse_round_trip() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
-    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(resp.bytes_stream()));
-    let mut next = async || {
-        loop {
-            let sse = tokio::time::timeout(Duration::from_secs(10), events.next())
-                .await
-                .expect("an event within 10s")
-                .expect("stream open")
-                .expect("valid sse");
-            if sse.data.as_deref().is_some_and(|d| !d.is_empty()) {
-                return sse;
-            }
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resp.bytes_stream(),
+    ));
+    let mut next = async || loop {
+        let sse = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event within 10s")
+            .expect("stream open")
+            .expect("valid sse");
+        if sse.data.as_deref().is_some_and(|d| !d.is_empty()) {
+            return sse;
         }
     };
     let endpoint = next().await;

@@ -22,6 +22,7 @@ mod malformed;
 mod modern;
 mod mrtr;
 mod per_session;
+mod remote_client;
 mod resilience;
 mod resume;
 mod rmcp_client;

@@ -64,7 +64,9 @@ pub(super) struct EventStream {
 
 impl std::fmt::Debug for EventStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventStream").field("read", &self.read).finish()
+        f.debug_struct("EventStream")
+            .field("read", &self.read)
+            .finish()
     }
 }
 
@@ -104,14 +106,12 @@ impl EventStream {
                 });
             }
             let mut out = Vec::new();
-            self.decoder
-                .push(data, &mut out)
-                .map_err(|e| match e {
-                    switchboard_wire::sse_decode::SseError::TooLarge(limit) => {
-                        RemoteError::TooLarge { limit }
-                    }
-                    other => RemoteError::Malformed(other.to_string()),
-                })?;
+            self.decoder.push(data, &mut out).map_err(|e| match e {
+                switchboard_wire::sse_decode::SseError::TooLarge(limit) => {
+                    RemoteError::TooLarge { limit }
+                }
+                other => RemoteError::Malformed(other.to_string()),
+            })?;
             self.ready.extend(out);
         }
     }

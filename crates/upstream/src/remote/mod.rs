@@ -116,10 +116,8 @@ impl RemoteResponse {
     }
 }
 
-type Client = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<HttpConnector>,
-    Full<Bytes>,
->;
+type Client =
+    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// A cloneable client for one remote endpoint (and at most one upstream session).
 #[derive(Debug, Clone)]
@@ -196,11 +194,10 @@ impl RemoteClient {
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return Err(RemoteError::InvalidUrl(config.url));
         }
-        let client = hyper_util::client::legacy::Client::builder(
-            hyper_util::rt::TokioExecutor::new(),
-        )
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build(connector(config.connect_timeout));
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(connector(config.connect_timeout));
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
@@ -238,7 +235,8 @@ impl RemoteClient {
     }
 
     async fn call_inner(&self, out: Outgoing<'_>) -> Result<RemoteResponse, RemoteError> {
-        let (request, with_session) = self.request(Method::POST, out.line, out.stateless, &out.headers)?;
+        let (request, with_session) =
+            self.request(Method::POST, out.line, out.stateless, &out.headers)?;
         let response = self.send_request(request).await?;
         let status = response.status();
         if !out.stateless {
@@ -499,8 +497,8 @@ fn answer_from(bytes: Bytes, id: &str, status: StatusCode) -> Result<RemoteRespo
             }
         }
     })?;
-    let ours = msg.kind == MessageKind::Response
-        && msg.id.as_ref().is_some_and(|m| m.as_json() == id);
+    let ours =
+        msg.kind == MessageKind::Response && msg.id.as_ref().is_some_and(|m| m.as_json() == id);
     if !ours {
         return Err(RemoteError::Malformed(
             "JSON body is not the answer to this request".into(),

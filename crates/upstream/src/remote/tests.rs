@@ -17,7 +17,8 @@ fn a_json_answer_must_name_the_request() {
 
 #[test]
 fn an_error_status_with_a_json_rpc_body_is_still_an_answer() {
-    let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"x"}}"#);
+    let body =
+        Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"x"}}"#);
     let answer = answer_from(body, "3", StatusCode::NOT_FOUND).unwrap();
     assert!(answer.is_error());
     assert_eq!(answer.status(), 404);
@@ -34,7 +35,10 @@ fn an_error_status_with_a_json_rpc_body_is_still_an_answer() {
 #[test]
 fn media_type_ignores_parameters_and_case() {
     let mut h = hyper::HeaderMap::new();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("Text/Event-Stream; charset=utf-8"));
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("Text/Event-Stream; charset=utf-8"),
+    );
     assert_eq!(content_type(&h), "text/event-stream");
     assert_eq!(content_type(&hyper::HeaderMap::new()), "");
 }
