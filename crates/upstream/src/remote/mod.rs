@@ -242,8 +242,8 @@ impl RemoteClient {
         if !out.stateless {
             self.adopt_session(response.headers());
         }
-        if status == StatusCode::NOT_FOUND && with_session {
-            return Err(self.session_lost());
+        if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
+            return Err(self.session_lost(sent));
         }
         let content_type = content_type(response.headers());
         let mut body = response.into_body();
@@ -314,8 +314,8 @@ impl RemoteClient {
             let (request, with_session) = self.request(Method::POST, line, false, &[])?;
             let response = self.send_request(request).await?;
             let status = response.status();
-            if status == StatusCode::NOT_FOUND && with_session {
-                return Err(self.session_lost());
+            if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
+                return Err(self.session_lost(sent));
             }
             if status.is_success() {
                 return Ok(());
@@ -354,14 +354,21 @@ impl RemoteClient {
             Err(e) => return e,
         };
         let status = response.status();
-        if status == StatusCode::NOT_FOUND && with_session {
-            return self.session_lost();
+        if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
+            return self.session_lost(sent);
         }
         let content_type = content_type(response.headers());
-        if !status.is_success() || content_type != "text/event-stream" {
+        if !status.is_success() {
+            let mut body = response.into_body();
             return RemoteError::Status {
                 status: status.as_u16(),
-                excerpt: content_type,
+                excerpt: body::excerpt(&mut body).await,
+            };
+        }
+        if content_type != "text/event-stream" {
+            return RemoteError::NotJson {
+                status: status.as_u16(),
+                content_type,
             };
         }
         let _ = opened.send(());
@@ -401,7 +408,7 @@ impl RemoteClient {
         body: Bytes,
         stateless: bool,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<(Request<Full<Bytes>>, bool), RemoteError> {
+    ) -> Result<(Request<Full<Bytes>>, Option<HeaderValue>), RemoteError> {
         let accept = if method == Method::GET {
             "text/event-stream"
         } else {
@@ -422,8 +429,7 @@ impl RemoteClient {
         } else {
             self.inner.session.lock().clone()
         };
-        let with_session = session.is_some();
-        if let Some(session) = session {
+        if let Some(session) = &session {
             builder = builder.header(SESSION, session);
             if let Some(version) = self.inner.version.lock().clone() {
                 builder = builder.header(VERSION, version);
@@ -431,7 +437,7 @@ impl RemoteClient {
         }
         builder
             .body(Full::new(body))
-            .map(|r| (r, with_session))
+            .map(|r| (r, session))
             .map_err(|e| RemoteError::Malformed(e.to_string()))
     }
 
@@ -457,9 +463,14 @@ impl RemoteClient {
         }
     }
 
-    fn session_lost(&self) -> RemoteError {
-        self.inner.session.lock().take();
-        self.inner.version.lock().take();
+    /// Forget `sent` — only if it is still the current session: a late 404 for an old
+    /// session must not throw away the one a concurrent re-initialize just established.
+    fn session_lost(&self, sent: &HeaderValue) -> RemoteError {
+        let mut session = self.inner.session.lock();
+        if session.as_ref() == Some(sent) {
+            *session = None;
+            self.inner.version.lock().take();
+        }
         RemoteError::SessionLost
     }
 }
