@@ -189,6 +189,15 @@ pub(crate) struct FixtureArgs {
     /// Which protocol eras the fixture speaks.
     #[arg(long, value_enum, default_value_t = Era::Dual)]
     pub(crate) era: Era,
+    /// Serve over HTTP instead of stdio: Streamable HTTP at /mcp, HTTP+SSE at /sse.
+    #[arg(long)]
+    pub(crate) http: bool,
+    /// Address to bind with --http.
+    #[arg(long, default_value = "127.0.0.1", requires = "http")]
+    pub(crate) host: String,
+    /// Port to bind with --http (0: any free port; the bound URL is printed).
+    #[arg(long, default_value_t = 0, requires = "http")]
+    pub(crate) port: u16,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -35,9 +35,16 @@ fn main() -> std::process::ExitCode {
                 let opts = switchboard_fixture::FixtureOptions {
                     era: args.era.into(),
                 };
-                switchboard_fixture::run_stdio(opts)
-                    .await
-                    .map_err(anyhow::Error::from)
+                let served = if args.http {
+                    let http = switchboard_fixture::HttpOptions {
+                        host: args.host,
+                        port: args.port,
+                    };
+                    switchboard_fixture::run_http(opts, http).await
+                } else {
+                    switchboard_fixture::run_stdio(opts).await
+                };
+                served.map_err(anyhow::Error::from)
             }
         }
     });

@@ -10,6 +10,7 @@ mod exit;
 mod forker;
 mod framing;
 mod orphan;
+pub mod remote;
 pub mod stdio;
 mod supervisor;
 

@@ -18,6 +18,7 @@ mod id;
 mod members;
 pub mod method;
 pub mod sse;
+pub mod sse_decode;
 mod strict;
 pub mod version;
 

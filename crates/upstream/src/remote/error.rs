@@ -1,0 +1,50 @@
+//! Why a call to a remote MCP server produced no answer.
+
+/// Failures of the remote (Streamable HTTP) upstream. Each says what the remote did, so the
+/// gateway can map it (`SessionLost` → re-initialize; the rest → 502/504).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteError {
+    /// The configured URL is not an absolute http(s) URL.
+    #[error("invalid remote URL: {0}")]
+    InvalidUrl(String),
+    /// Connecting or talking to the remote failed below HTTP (refused, reset, TLS).
+    #[error("remote unreachable: {0}")]
+    Transport(String),
+    /// No complete answer within the configured deadline.
+    #[error("remote did not answer in time")]
+    Timeout,
+    /// The remote answered 404 for the upstream session: it restarted or expired it. The
+    /// session is forgotten; the caller must initialize a new one.
+    #[error("remote lost the session")]
+    SessionLost,
+    /// An HTTP error status without a JSON-RPC answer in the body.
+    #[error("remote answered HTTP {status}: {excerpt}")]
+    Status {
+        /// The HTTP status code.
+        status: u16,
+        /// The start of the body (at most 256 bytes, lossy UTF-8), for the log.
+        excerpt: String,
+    },
+    /// A success status whose body is neither JSON nor an event stream (an HTML login page, a
+    /// proxy's error page).
+    #[error("remote answered {content_type:?} (HTTP {status}), not JSON or SSE")]
+    NotJson {
+        /// The HTTP status code.
+        status: u16,
+        /// The `Content-Type` it sent (empty if none).
+        content_type: String,
+    },
+    /// A message or the whole response stream is over its bound.
+    #[error("remote response exceeds the {limit}-byte bound")]
+    TooLarge {
+        /// The bound that was crossed.
+        limit: usize,
+    },
+    /// The body is not the JSON-RPC the request called for.
+    #[error("malformed remote response: {0}")]
+    Malformed(String),
+    /// The response stream ended before the request's answer.
+    #[error("remote closed the stream before answering")]
+    NoAnswer,
+}

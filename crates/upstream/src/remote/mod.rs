@@ -1,0 +1,537 @@
+//! A remote MCP server over Streamable HTTP: the client half of a future `Upstream::Streamable`.
+//! **Not wired into `core` or `switchboard run` yet** (issue 13 redesign).
+//!
+//! - [`RemoteClient::call`] POSTs one request and resolves with exactly one answer, whether the
+//!   remote replies with JSON or an SSE stream; every other message on that stream goes, in
+//!   stream order and synchronously, to the [`RemoteSink`] (as stdout lines go to
+//!   `InboundSink`).
+//! - [`RemoteClient::listen`] opens the GET listen stream in a task the returned handle owns.
+//! - The remote's `Mcp-Session-Id` is kept inside the client (never exposed); a 404 on a
+//!   request that carried it is [`RemoteError::SessionLost`] and forgets it.
+//! - Bounded: per message and per response stream, a deadline per call, a connect timeout;
+//!   hyper-util's pool reuses connections. TLS is rustls with the ring provider, passed
+//!   explicitly (no process-wide default), with the system's roots.
+
+mod body;
+mod error;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use parking_lot::Mutex;
+use tracing::{debug, warn};
+
+use switchboard_wire::{Message, MessageKind};
+
+use body::{EventStream, Limits};
+pub use error::RemoteError;
+
+const SESSION: &str = "mcp-session-id";
+const VERSION: &str = "mcp-protocol-version";
+
+/// Receives what a remote sends besides answers (notifications and server→client requests),
+/// from request streams and the listen stream, in the order of each stream.
+pub trait RemoteSink: Send + Sync + std::fmt::Debug + 'static {
+    /// One message: its raw JSON and parsed envelope. Must not block.
+    fn deliver(&self, line: &Bytes, msg: &Message<'_>);
+    /// The listen stream ended (`reason` says why); a new one may be opened.
+    fn listen_closed(&self, _reason: &RemoteError) {}
+}
+
+/// Where the remote is and how much of it to accept.
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// The MCP endpoint, `http://` or `https://`.
+    pub url: String,
+    /// Sent on every request (outgoing credentials); never logged.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Largest JSON body or SSE event accepted.
+    pub max_message_bytes: usize,
+    /// Largest total one response stream may carry.
+    pub max_stream_bytes: usize,
+    /// Deadline of one call, from sending to its answer.
+    pub call_timeout: Duration,
+    /// Deadline of establishing a connection (TCP and TLS).
+    pub connect_timeout: Duration,
+}
+
+impl RemoteConfig {
+    /// Defaults matching the stdio path's line bound (16 MiB).
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: Vec::new(),
+            max_message_bytes: 16 * 1024 * 1024,
+            max_stream_bytes: 64 * 1024 * 1024,
+            call_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One outgoing request.
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    /// The JSON-RPC request, already keyed by the caller.
+    pub line: Bytes,
+    /// Its `id`, as raw JSON text (how the answer is recognised).
+    pub id: &'a str,
+    /// Per-request headers (Modern `Mcp-Method`, `Mcp-Name`, ...).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// A Modern request: sent without the session, so a 404 means "method not found".
+    pub stateless: bool,
+}
+
+/// The remote's answer: the raw message and where its `result`/`error` sits.
+#[derive(Debug, Clone)]
+pub struct RemoteResponse {
+    line: Bytes,
+    payload: Range<usize>,
+    is_error: bool,
+    status: u16,
+}
+
+impl RemoteResponse {
+    /// The whole JSON-RPC response as the remote sent it.
+    pub fn line(&self) -> &Bytes {
+        &self.line
+    }
+    /// Whether it is a JSON-RPC error.
+    pub fn is_error(&self) -> bool {
+        self.is_error
+    }
+    /// The raw JSON of the `result` or `error` member.
+    pub fn payload(&self) -> &str {
+        std::str::from_utf8(&self.line[self.payload.clone()]).unwrap_or("null")
+    }
+    /// The HTTP status it came with (Modern errors carry 400/404).
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+}
+
+type Client =
+    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A cloneable client for one remote endpoint (and at most one upstream session).
+#[derive(Debug, Clone)]
+pub struct RemoteClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    uri: Uri,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    limits: Limits,
+    call_timeout: Duration,
+    session: Mutex<Option<HeaderValue>>,
+    version: Mutex<Option<HeaderValue>>,
+    sink: Arc<dyn RemoteSink>,
+}
+
+/// Owns the listen stream's task; dropping it closes the stream.
+#[derive(Debug)]
+pub struct ListenHandle {
+    task: tokio::task::JoinHandle<()>,
+    opened: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl ListenHandle {
+    /// Resolves once the remote accepted the stream (true), or when it failed to open (false).
+    /// From then on the remote has it, so whatever it sends afterwards reaches the sink.
+    pub async fn opened(&mut self) -> bool {
+        match self.opened.take() {
+            Some(rx) => rx.await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+impl Drop for ListenHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn connector(connect_timeout: Duration) -> hyper_rustls::HttpsConnector<HttpConnector> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    let provider = || rustls::crypto::ring::default_provider();
+    let builder = match hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider())
+    {
+        Ok(b) => b,
+        Err(e) => {
+            warn!(error = %e, "no system root certificates: https remotes will fail");
+            let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider()))
+                .with_protocol_versions(rustls::DEFAULT_VERSIONS)
+                .unwrap_or_else(|_| rustls::ClientConfig::builder_with_protocol_versions(&[]))
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth();
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
+        }
+    };
+    builder.https_or_http().enable_http1().wrap_connector(http)
+}
+
+impl RemoteClient {
+    /// A client for `config.url`; unsolicited messages go to `sink`. Connects lazily.
+    pub fn new(config: RemoteConfig, sink: Arc<dyn RemoteSink>) -> Result<Self, RemoteError> {
+        let uri: Uri = config
+            .url
+            .parse()
+            .map_err(|_| RemoteError::InvalidUrl(config.url.clone()))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(RemoteError::InvalidUrl(config.url));
+        }
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(connector(config.connect_timeout));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                uri,
+                headers: config.headers,
+                limits: Limits {
+                    message: config.max_message_bytes,
+                    stream: config.max_stream_bytes,
+                },
+                call_timeout: config.call_timeout,
+                session: Mutex::new(None),
+                version: Mutex::new(None),
+                sink,
+            }),
+        })
+    }
+
+    /// The protocol version negotiated by `initialize`, sent as `MCP-Protocol-Version` on
+    /// every later Legacy request.
+    pub fn set_protocol_version(&self, version: &str) {
+        *self.inner.version.lock() = HeaderValue::from_str(version).ok();
+    }
+
+    /// Whether an upstream session is established (its id stays private).
+    pub fn has_session(&self) -> bool {
+        self.inner.session.lock().is_some()
+    }
+
+    /// Send one request; resolves with its answer, or the reason there is none.
+    pub async fn call(&self, out: Outgoing<'_>) -> Result<RemoteResponse, RemoteError> {
+        let deadline = self.inner.call_timeout;
+        tokio::time::timeout(deadline, self.call_inner(out))
+            .await
+            .unwrap_or(Err(RemoteError::Timeout))
+    }
+
+    async fn call_inner(&self, out: Outgoing<'_>) -> Result<RemoteResponse, RemoteError> {
+        let (request, with_session) =
+            self.request(Method::POST, out.line, out.stateless, &out.headers)?;
+        let response = self.send_request(request).await?;
+        let status = response.status();
+        if !out.stateless {
+            self.adopt_session(response.headers());
+        }
+        if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
+            return Err(self.session_lost(sent));
+        }
+        let content_type = content_type(response.headers());
+        let mut body = response.into_body();
+        match content_type.as_str() {
+            "application/json" => {
+                let bytes = body::read_bounded(&mut body, self.inner.limits.message).await?;
+                answer_from(bytes, out.id, status)
+            }
+            "text/event-stream" if status.is_success() => {
+                self.answer_from_stream(EventStream::new(body, self.inner.limits), out.id, status)
+                    .await
+            }
+            _ if !status.is_success() => Err(RemoteError::Status {
+                status: status.as_u16(),
+                excerpt: body::excerpt(&mut body).await,
+            }),
+            _ => Err(RemoteError::NotJson {
+                status: status.as_u16(),
+                content_type,
+            }),
+        }
+    }
+
+    /// Read an SSE response until the message answering `id`; deliver everything before it.
+    async fn answer_from_stream(
+        &self,
+        mut events: EventStream,
+        id: &str,
+        status: StatusCode,
+    ) -> Result<RemoteResponse, RemoteError> {
+        while let Some(event) = events.next().await? {
+            if event.data.is_empty() {
+                continue;
+            }
+            let line = Bytes::from(event.data);
+            if let Some(answer) = self.route(line, Some(id), status) {
+                return Ok(answer);
+            }
+        }
+        Err(RemoteError::NoAnswer)
+    }
+
+    /// One message from a stream: the answer to `id` is returned, anything else delivered.
+    fn route(&self, line: Bytes, id: Option<&str>, status: StatusCode) -> Option<RemoteResponse> {
+        let msg = match Message::parse(&line) {
+            Ok(msg) => msg,
+            Err(_) => {
+                warn!("remote sent an event that is not JSON-RPC; skipped");
+                return None;
+            }
+        };
+        if msg.kind != MessageKind::Response {
+            self.inner.sink.deliver(&line, &msg);
+            return None;
+        }
+        let ours = id.is_some_and(|id| msg.id.as_ref().is_some_and(|m| m.as_json() == id));
+        if !ours {
+            debug!("remote response for another request on this stream; dropped");
+            return None;
+        }
+        response_of(&line, &msg, status)
+    }
+
+    /// POST a notification, or an answer to the remote's own request (202 expected).
+    pub async fn send(&self, line: Bytes) -> Result<(), RemoteError> {
+        let deadline = self.inner.call_timeout;
+        tokio::time::timeout(deadline, async {
+            let (request, with_session) = self.request(Method::POST, line, false, &[])?;
+            let response = self.send_request(request).await?;
+            let status = response.status();
+            if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
+                return Err(self.session_lost(sent));
+            }
+            if status.is_success() {
+                return Ok(());
+            }
+            let mut body = response.into_body();
+            Err(RemoteError::Status {
+                status: status.as_u16(),
+                excerpt: body::excerpt(&mut body).await,
+            })
+        })
+        .await
+        .unwrap_or(Err(RemoteError::Timeout))
+    }
+
+    /// Open the GET listen stream; its messages go to the sink until it ends (then
+    /// [`RemoteSink::listen_closed`]) or the handle is dropped.
+    pub fn listen(&self) -> ListenHandle {
+        let me = self.clone();
+        let (opened, opened_rx) = tokio::sync::oneshot::channel();
+        ListenHandle {
+            task: tokio::spawn(async move {
+                let reason = me.listen_loop(opened).await;
+                me.inner.sink.listen_closed(&reason);
+            }),
+            opened: Some(opened_rx),
+        }
+    }
+
+    async fn listen_loop(&self, opened: tokio::sync::oneshot::Sender<()>) -> RemoteError {
+        let (request, with_session) = match self.request(Method::GET, Bytes::new(), false, &[]) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let response = match self.send_request(request).await {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let status = response.status();
+        if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
+            return self.session_lost(sent);
+        }
+        let content_type = content_type(response.headers());
+        if !status.is_success() {
+            let mut body = response.into_body();
+            return RemoteError::Status {
+                status: status.as_u16(),
+                excerpt: body::excerpt(&mut body).await,
+            };
+        }
+        if content_type != "text/event-stream" {
+            return RemoteError::NotJson {
+                status: status.as_u16(),
+                content_type,
+            };
+        }
+        let _ = opened.send(());
+        let mut events = EventStream::new(response.into_body(), self.inner.limits);
+        // The listen stream has no natural end; its total bound does not apply to it.
+        events.unbounded_total();
+        loop {
+            match events.next().await {
+                Ok(Some(event)) if !event.data.is_empty() => {
+                    self.route(Bytes::from(event.data), None, status);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return RemoteError::NoAnswer,
+                Err(e) => return e,
+            }
+        }
+    }
+
+    /// End the upstream session (DELETE), forgetting it whatever the remote answers.
+    pub async fn end_session(&self) -> Result<(), RemoteError> {
+        if !self.has_session() {
+            return Ok(());
+        }
+        let (request, _) = self.request(Method::DELETE, Bytes::new(), false, &[])?;
+        self.inner.session.lock().take();
+        let sent = tokio::time::timeout(self.inner.call_timeout, self.send_request(request));
+        match sent.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(RemoteError::Timeout),
+        }
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        body: Bytes,
+        stateless: bool,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<(Request<Full<Bytes>>, Option<HeaderValue>), RemoteError> {
+        let accept = if method == Method::GET {
+            "text/event-stream"
+        } else {
+            "application/json, text/event-stream"
+        };
+        let mut builder = Request::builder()
+            .method(method.clone())
+            .uri(self.inner.uri.clone())
+            .header(ACCEPT, accept);
+        if method == Method::POST {
+            builder = builder.header(CONTENT_TYPE, "application/json");
+        }
+        for (name, value) in self.inner.headers.iter().chain(extra) {
+            builder = builder.header(name, value);
+        }
+        let session = if stateless {
+            None
+        } else {
+            self.inner.session.lock().clone()
+        };
+        if let Some(session) = &session {
+            builder = builder.header(SESSION, session);
+            if let Some(version) = self.inner.version.lock().clone() {
+                builder = builder.header(VERSION, version);
+            }
+        }
+        builder
+            .body(Full::new(body))
+            .map(|r| (r, session))
+            .map_err(|e| RemoteError::Malformed(e.to_string()))
+    }
+
+    async fn send_request(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, RemoteError> {
+        self.inner
+            .client
+            .request(request)
+            .await
+            .map_err(|e| RemoteError::Transport(error_chain(&e)))
+    }
+
+    /// The first session id the remote hands out is kept (the `initialize` answer's).
+    fn adopt_session(&self, headers: &hyper::HeaderMap) {
+        let Some(id) = headers.get(SESSION) else {
+            return;
+        };
+        let mut session = self.inner.session.lock();
+        if session.is_none() {
+            *session = Some(id.clone());
+        }
+    }
+
+    /// Forget `sent` — only if it is still the current session: a late 404 for an old
+    /// session must not throw away the one a concurrent re-initialize just established.
+    fn session_lost(&self, sent: &HeaderValue) -> RemoteError {
+        let mut session = self.inner.session.lock();
+        if session.as_ref() == Some(sent) {
+            *session = None;
+            self.inner.version.lock().take();
+        }
+        RemoteError::SessionLost
+    }
+}
+
+/// The media type, lowercased, without parameters.
+fn content_type(headers: &hyper::HeaderMap) -> String {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A JSON body must be the answer to `id` (whatever the HTTP status: Modern errors are 4xx).
+fn answer_from(bytes: Bytes, id: &str, status: StatusCode) -> Result<RemoteResponse, RemoteError> {
+    let msg = Message::parse(&bytes).map_err(|_| {
+        if status.is_success() {
+            RemoteError::Malformed("body is not a JSON-RPC message".into())
+        } else {
+            RemoteError::Status {
+                status: status.as_u16(),
+                excerpt: String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned(),
+            }
+        }
+    })?;
+    let ours =
+        msg.kind == MessageKind::Response && msg.id.as_ref().is_some_and(|m| m.as_json() == id);
+    if !ours {
+        return Err(RemoteError::Malformed(
+            "JSON body is not the answer to this request".into(),
+        ));
+    }
+    response_of(&bytes, &msg, status).ok_or_else(|| RemoteError::Malformed("empty answer".into()))
+}
+
+fn response_of(line: &Bytes, msg: &Message<'_>, status: StatusCode) -> Option<RemoteResponse> {
+    let (payload, is_error) = match (msg.result, msg.error) {
+        (Some(r), _) => (r, false),
+        (None, Some(e)) => (e, true),
+        (None, None) => return None,
+    };
+    let start = (payload.get().as_ptr() as usize).checked_sub(line.as_ptr() as usize)?;
+    Some(RemoteResponse {
+        line: line.clone(),
+        payload: start..start + payload.get().len(),
+        is_error,
+        status: status.as_u16(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

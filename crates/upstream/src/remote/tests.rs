@@ -1,0 +1,58 @@
+//! Pure parts of the remote client; the wire behaviour is tested against `fixture --http` in
+//! the switchboard integration tests (`remote_client`).
+
+use super::*;
+
+#[test]
+fn a_json_answer_must_name_the_request() {
+    let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":"k1","result":{"ok":true}}"#);
+    let answer = answer_from(body.clone(), r#""k1""#, StatusCode::OK).unwrap();
+    assert!(!answer.is_error());
+    assert_eq!(answer.payload(), r#"{"ok":true}"#);
+    assert!(matches!(
+        answer_from(body, r#""k2""#, StatusCode::OK),
+        Err(RemoteError::Malformed(_))
+    ));
+}
+
+#[test]
+fn an_error_status_with_a_json_rpc_body_is_still_an_answer() {
+    let body =
+        Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"x"}}"#);
+    let answer = answer_from(body, "3", StatusCode::NOT_FOUND).unwrap();
+    assert!(answer.is_error());
+    assert_eq!(answer.status(), 404);
+    let html = Bytes::from_static(b"<html>bad gateway</html>");
+    match answer_from(html, "3", StatusCode::BAD_GATEWAY) {
+        Err(RemoteError::Status { status, excerpt }) => {
+            assert_eq!(status, 502);
+            assert!(excerpt.contains("bad gateway"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn media_type_ignores_parameters_and_case() {
+    let mut h = hyper::HeaderMap::new();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("Text/Event-Stream; charset=utf-8"),
+    );
+    assert_eq!(content_type(&h), "text/event-stream");
+    assert_eq!(content_type(&hyper::HeaderMap::new()), "");
+}
+
+#[derive(Debug)]
+struct Nothing;
+impl RemoteSink for Nothing {
+    fn deliver(&self, _: &Bytes, _: &Message<'_>) {}
+}
+
+#[test]
+fn only_http_urls_are_accepted() {
+    for bad in ["ftp://h/mcp", "/mcp", "not a url"] {
+        let err = RemoteClient::new(RemoteConfig::new(bad), Arc::new(Nothing)).unwrap_err();
+        assert!(matches!(err, RemoteError::InvalidUrl(_)), "{bad}: {err:?}");
+    }
+}
