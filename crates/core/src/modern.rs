@@ -209,7 +209,9 @@ impl Gateway {
                 let using = self.partition(&PartitionKey::of(caller, msg)).await?;
                 let handle = using.0.handle.clone();
                 if !crate::mrtr::METHODS.contains(&name) {
-                    return self.bridged(id, name, msg, stream, Some(handle), None).await;
+                    return self
+                        .bridged(id, name, msg, stream, Some(handle), None)
+                        .await;
                 }
                 // A call that declared nothing the backend could ask for: refused with -32021
                 // when the backend asks anyway and the request is attributable to it.
