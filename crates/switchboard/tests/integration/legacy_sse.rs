@@ -934,12 +934,20 @@ async fn python_sdk_sse_clients_list_and_call_tools() {
     .await;
 }
 
-/// Runs `clients/<script>` with the Python SDK (installed by `scripts/install-test-clients.sh`
-/// into `.tools/`) against the gateway's `/sse`, and returns the JSON it prints.
+/// Runs `clients/<script>` with the Python SDK 1.x (installed by
+/// `scripts/install-test-clients.sh` into `.tools/`) against the gateway's `/sse`, and returns
+/// the JSON it prints.
 pub(crate) async fn python_sse_client(gw: &TestGateway, script: &str) -> Value {
+    python_client("sse", script, &format!("{}/sse", gw.base())).await
+}
+
+/// Runs `clients/<script> <url>` with the Python SDK that `scripts/install-test-clients.sh
+/// <sdk>` installs (`sse`: 1.x, `modern`: 2.3.0), and returns the JSON it prints.
+pub(crate) async fn python_client(sdk: &str, script: &str, url: &str) -> Value {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let install = tokio::process::Command::new("bash")
         .arg(format!("{root}/scripts/install-test-clients.sh"))
+        .arg(sdk)
         .stdin(std::process::Stdio::null())
         .output()
         .await
@@ -958,7 +966,7 @@ pub(crate) async fn python_sse_client(gw: &TestGateway, script: &str) -> Value {
         Duration::from_secs(120),
         tokio::process::Command::new(&python)
             .arg(script)
-            .arg(format!("{}/sse", gw.base()))
+            .arg(url)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
             .output(),

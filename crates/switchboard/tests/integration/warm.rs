@@ -215,3 +215,31 @@ async fn an_undeclared_capability_on_the_partition_is_refused_with_32021() {
     );
     assert_eq!(pid_of(&gw, None, json!({})).await, warm);
 }
+
+/// The official Python SDK 2.3.0's `Client`, pinned to 2026-07-28 (stateless: no handshake,
+/// no session), against a Legacy-only backend: its two `pid` calls and a later one run on one
+/// warm process (a fresh process per call would answer with different pids), and a
+/// `subscriptions/listen` it opens through `Client.listen` hears the resource update its own
+/// `trigger` call causes.
+#[tokio::test]
+async fn python_sdk_modern_client_reuses_its_process_and_hears_its_update() {
+    let gw = bridge(&[]).await;
+    let baseline = children(&gw);
+    let v = crate::legacy_sse::python_client("modern", "py_modern_warm.py", &gw.url).await;
+    assert_eq!(v["protocolVersion"], "2026-07-28", "{v}");
+    let first = v["pids"][0].as_str().expect("a pid");
+    assert!(first.parse::<u32>().is_ok(), "{v}");
+    assert_eq!(v["pids"][1], first, "a fresh process per call: {v}");
+    assert_eq!(v["pidAfter"], first, "{v}");
+    let uri = "test://watched-resource";
+    assert_eq!(v["honored"], json!([uri]), "{v}");
+    assert_eq!(v["triggerError"], false, "{v}");
+    assert_eq!(
+        v["event"],
+        json!({"type": "ResourceUpdated", "uri": uri}),
+        "{v}"
+    );
+    // Every call, the trigger and the listen among them, was served by that one partition.
+    assert_eq!(stats(&gw).await["partitions"], 1);
+    assert_eq!(children(&gw), baseline + 1);
+}
