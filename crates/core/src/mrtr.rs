@@ -183,6 +183,9 @@ impl Drop for Dedicated {
             }
             if let (Some(_), Some(key)) = (self.pending.take(), self.key.as_ref()) {
                 crate::guards::send_cancel(handle, key, "the client's call ended");
+                // Cancellation is advisory: the handler may run on and ask again, and the next
+                // lease holder must not receive that.
+                lease.retire();
             }
         }
         self.pending = None;
@@ -479,14 +482,19 @@ impl Gateway {
                         };
                         return Err(CoreError::Timeout(limit));
                     }
-                    return Ok(self.park(id, call, binding));
+                    return self.park(id, call, binding);
                 }
             }
         }
     }
 
     /// Parks the call and answers `input_required` with what it waits for.
-    fn park(&self, id: &RequestId, call: Dedicated, binding: &state::Binding<'_>) -> ModernAnswer {
+    fn park(
+        &self,
+        id: &RequestId,
+        call: Dedicated,
+        binding: &state::Binding<'_>,
+    ) -> Result<ModernAnswer, CoreError> {
         *call.log.lock() = None;
         let requests: Map<String, Value> = call
             .outstanding
@@ -504,11 +512,8 @@ impl Gateway {
         let (held, expired) = self.held.hold(held_id, expires, call);
         drop(expired);
         if held.is_err() {
-            let err = ErrorObject::new(
-                codes::INTERNAL_ERROR,
-                "too many calls are waiting for client input; retry later",
-            );
-            return ModernAnswer::error(id, &err);
+            // The same answer as a full dedicated pool (503 naming it), not a 200 error.
+            return Err(CoreError::BridgeFull(MAX_HELD));
         }
         let result = json!({
             "resultType": "input_required",
@@ -516,10 +521,10 @@ impl Gateway {
             "requestState": token,
             "_meta": { META_SERVER_INFO: self.backend.info.server_info },
         });
-        ModernAnswer {
+        Ok(ModernAnswer {
             body: encode_result(id, &result.to_string()),
             error_code: None,
-        }
+        })
     }
 
     /// Shuts down expired parked calls (called by the reaper).

@@ -5,7 +5,8 @@
 //!   headers, or sitting idle, does not hold a file descriptor for ever;
 //! - a bound on open connections ([`table`]): at the bound the oldest idle connection makes
 //!   room, so `/healthz` and clients with work still get in; when every connection is busy the
-//!   newcomer gets 503 and is closed;
+//!   newcomer is read for one request (up to [`HEALTH_OVERFLOW`] at once): `/healthz` is
+//!   answered, anything else gets 503, and it is closed (past those, 503 unread);
 //! - the send timeout and `TCP_NODELAY` ([`crate::stall`]).
 //!
 //! The accept loop never dies: an accept error other than a failed handshake (out of file
@@ -55,6 +56,11 @@ pub struct ConnLimits {
     pub max_connections: usize,
 }
 
+/// Connections beyond the bound, when every admitted one is busy, that are still read for a
+/// `GET /healthz` (anything else gets 503): so a caller holding every connection with streams
+/// cannot make the gateway look dead to its orchestrator. Past these, refused unread.
+const HEALTH_OVERFLOW: usize = 16;
+
 /// Pause after an accept error that is not about one connection (EMFILE, ENFILE, ENOBUFS):
 /// retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -70,6 +76,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let router = crate::router(state.clone());
+    let health_only = crate::health_router(state.clone());
+    let overflow = std::sync::Arc::new(tokio::sync::Semaphore::new(HEALTH_OVERFLOW));
     let connections = Connections::new(limits.max_connections);
     let mut tasks = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -90,7 +98,12 @@ pub async fn serve(
                     }
                     Admission::Refused => {
                         at_bound.warn(limits.max_connections, "every connection is busy; refused with 503");
-                        refuse(&tcp);
+                        match overflow.clone().try_acquire_owned() {
+                            Ok(permit) => {
+                                tasks.spawn(overflow_connection(tcp, permit, health_only.clone(), limits));
+                            }
+                            Err(_) => refuse(&tcp),
+                        }
                     }
                 },
                 Err(e) if is_connection_error(&e) => {}
@@ -158,6 +171,30 @@ async fn connection(
         }
     }
     drop(slot);
+}
+
+/// Serves one request on a connection over the bound with the health-only router (`/healthz`
+/// answered, anything else 503), within the header-read timeout, then closes.
+async fn overflow_connection(
+    tcp: TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    router: axum::Router,
+    limits: ConnLimits,
+) {
+    let service = ConnService {
+        router,
+        activity: std::sync::Arc::default(),
+    };
+    let io = TokioIo::new(StallGuard::new(tcp, limits.send_timeout));
+    let conn = http1::Builder::new()
+        .keep_alive(false)
+        .serve_connection(io, service);
+    if tokio::time::timeout(limits.header_read_timeout, conn)
+        .await
+        .is_err()
+    {
+        debug!("an over-the-bound connection sent no request in time");
+    }
 }
 
 async fn asked_to_close(draining: &CancellationToken, activity: &table::Activity) {

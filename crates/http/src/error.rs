@@ -164,21 +164,28 @@ impl HttpError {
 /// any request is read (so no id) and followed by a close.
 pub(crate) static TOO_MANY_CONNECTIONS: std::sync::LazyLock<Vec<u8>> =
     std::sync::LazyLock::new(|| {
-        let body = encode_error(
-            None,
-            &ErrorObject::new(
-                codes::INTERNAL_ERROR,
-                "Service unavailable: too many connections",
-            ),
-        );
+        let body = &*TOO_MANY_CONNECTIONS_BODY;
         let mut out = format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
              content-length: {}\r\nconnection: close\r\n\r\n",
             body.len()
         )
         .into_bytes();
-        out.extend_from_slice(&body);
+        out.extend_from_slice(body);
         out
+    });
+
+/// Its JSON-RPC body (also what an over-the-bound connection asking for anything but
+/// `/healthz` gets).
+pub(crate) static TOO_MANY_CONNECTIONS_BODY: std::sync::LazyLock<bytes::Bytes> =
+    std::sync::LazyLock::new(|| {
+        bytes::Bytes::from(encode_error(
+            None,
+            &ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "Service unavailable: too many connections",
+            ),
+        ))
     });
 
 /// HTTP status of a Modern JSON-RPC error (mcp-wire.md §3.3): the envelope and header codes

@@ -168,6 +168,24 @@ async fn index() -> ([(axum::http::HeaderName, &'static str); 1], &'static str) 
     )
 }
 
+/// What a connection over the connection bound is served with: `/healthz`, and 503 for the
+/// rest (see `conn`).
+pub(crate) fn health_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(health))
+        .fallback(too_many_connections)
+        .with_state(state)
+}
+
+async fn too_many_connections() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        error::TOO_MANY_CONNECTIONS_BODY.clone(),
+    )
+        .into_response()
+}
+
 async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {
     if state.gateway.backend_alive() {
         (StatusCode::OK, "ok\n")

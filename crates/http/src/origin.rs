@@ -42,6 +42,14 @@ impl OriginPolicy {
     }
 
     fn check(&self, headers: &HeaderMap) -> Result<(), HttpError> {
+        // One value each, or the check could approve one value while a proxy or the backend
+        // acts on another (RFC 9112 §3.2 makes a repeated Host a 400 anyway). Authorization
+        // too: which credential the caller meant must not depend on who reads first.
+        for name in [header::HOST, header::ORIGIN, header::AUTHORIZATION] {
+            if headers.get_all(&name).iter().nth(1).is_some() {
+                return Err(HttpError::DuplicateHeader(name.as_str().to_owned()));
+            }
+        }
         if let Some(hosts) = &self.hosts {
             let host = headers
                 .get(header::HOST)
@@ -124,5 +132,35 @@ mod tests {
         assert!(OriginPolicy::any()
             .check(&headers("evil.example.com", Some("http://x")))
             .is_ok());
+    }
+
+    /// A repeated Host, Origin or Authorization is refused whatever the values and their
+    /// order: otherwise the allowed first value would vouch for an evil second one.
+    #[test]
+    fn repeated_host_origin_or_authorization_is_refused() {
+        for policy in [OriginPolicy::loopback(), OriginPolicy::any()] {
+            for name in [header::HOST, header::ORIGIN, header::AUTHORIZATION] {
+                for pair in [
+                    ["localhost", "evil.example.com"],
+                    ["evil.example.com", "localhost"],
+                ] {
+                    let mut h = headers("localhost", None);
+                    h.remove(&name);
+                    for v in pair {
+                        let v = if name == header::ORIGIN {
+                            format!("http://{v}")
+                        } else {
+                            v.into()
+                        };
+                        h.append(&name, HeaderValue::from_str(&v).unwrap());
+                    }
+                    let refused = policy.check(&h);
+                    assert!(
+                        matches!(&refused, Err(HttpError::DuplicateHeader(n)) if n == name.as_str()),
+                        "{name} {pair:?}: {refused:?}"
+                    );
+                }
+            }
+        }
     }
 }

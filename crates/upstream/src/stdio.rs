@@ -544,6 +544,15 @@ fn resolve(reply: Reply, line: &Bytes, payload: &RawValue, is_error: bool) {
     let _ = reply.send(Ok(response));
 }
 
+/// What the one certain call gets when the backend could not parse its line.
+const UNPARSED_ANSWER: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the backend could not parse the request"}}"#;
+
+/// The `error` member of [`UNPARSED_ANSWER`], borrowed from `line`.
+fn own_error(line: &Bytes) -> Option<&RawValue> {
+    let msg = switchboard_wire::Message::parse(line).ok()?;
+    msg.error
+}
+
 /// A backend's error with `"id": null`: it could not parse a line. The call whose line that
 /// certainly was gets the error as its answer (see [`PendingTable::sole_candidate`]); when
 /// it could be any of several lines, it goes to nobody and those calls keep their deadlines.
@@ -553,7 +562,16 @@ fn route_unparsed(shared: &Shared, line: &Bytes, error: &RawValue) {
         table.sole_candidate().and_then(|key| table.answer(&key))
     };
     match reply {
-        Some(reply) => resolve(reply, line, error, true),
+        // The gateway's own words, not the backend's: its message or data might quote a line
+        // that, were the ordering assumption ever wrong, is another caller's.
+        Some(reply) => {
+            let own = Bytes::from_static(UNPARSED_ANSWER.as_bytes());
+            let payload = own_error(&own);
+            match payload {
+                Some(payload) => resolve(reply, &own, payload, true),
+                None => resolve(reply, line, error, true),
+            }
+        }
         None => warn!(
             // Only the code: the message may quote the line, which may be anyone's.
             code = ?switchboard_wire::object_member(error, "code").map(RawValue::get),

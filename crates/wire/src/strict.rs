@@ -230,7 +230,7 @@ impl Scanner<'_> {
                 .enumerate()
                 .any(|(n, a)| keys[n + 1..].iter().any(|b| self.same(a, b)))
         } else {
-            let mut names: Vec<Cow<'_, str>> = keys.iter().map(|k| self.decoded(k)).collect();
+            let mut names: Vec<String> = keys.iter().map(|k| fold(&self.decoded(k))).collect();
             names.sort_unstable();
             names.windows(2).any(|w| w[0] == w[1])
         };
@@ -246,11 +246,19 @@ impl Scanner<'_> {
         Err(Violation::DuplicateKey { within })
     }
 
+    /// Whether two keys name the same member for *some* parser: equal after unescaping, or
+    /// equal but for case. Go's `encoding/json` (many MCP servers) matches struct fields
+    /// case-insensitively, so `{"name":"a","Name":"b"}` would be authorized as `a` here and run
+    /// as `b` there.
     fn same(&self, a: &KeySpan, b: &KeySpan) -> bool {
         if !a.escaped && !b.escaped {
-            return self.text[a.start..a.end] == self.text[b.start..b.end];
+            let (a, b) = (&self.text[a.start..a.end], &self.text[b.start..b.end]);
+            if a.is_ascii() && b.is_ascii() {
+                return a.eq_ignore_ascii_case(b);
+            }
+            return folded(a).eq(folded(b));
         }
-        self.decoded(a) == self.decoded(b)
+        folded(&self.decoded(a)).eq(folded(&self.decoded(b)))
     }
 
     /// A key's text after unescaping (borrowed when it has no escapes).
@@ -265,6 +273,18 @@ impl Scanner<'_> {
         let quoted = &self.text[k.start - 1..=k.end];
         serde_json::from_str::<String>(quoted).map_or(Cow::Borrowed(raw), Cow::Owned)
     }
+}
+
+/// A key's characters under simple case folding (lowercase, and the two non-ASCII letters Go
+/// folds onto ASCII ones: U+017F long s → `s`; U+212A Kelvin sign lowercases to `k` already).
+fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
+    key.chars()
+        .flat_map(char::to_lowercase)
+        .map(|c| if c == '\u{17f}' { 's' } else { c })
+}
+
+fn fold(key: &str) -> String {
+    folded(key).collect()
 }
 
 #[cfg(test)]

@@ -30,6 +30,13 @@ fn duplicate_keys_are_refused_at_any_depth_with_the_id() {
         // The same key spelled two ways is the same key to every backend.
         r#"{"name":"a","n\u0061me":"b"}"#,
         r#"{"\ud83d\ude00":1,"😀":2}"#,
+        // Equal but for case: one member to a case-insensitive parser (Go's encoding/json),
+        // which would run the second while the gateway authorized the first.
+        r#"{"name":"a","Name":"b"}"#,
+        r#"{"uri":"file:///a","URI":"file:///b"}"#,
+        r#"{"arguments":{},"argument\u017f":{}}"#,
+        r#"{"k":1,"\u212a":2}"#,
+        r#"{"café":1,"CAFÉ":2}"#,
     ] {
         let e = refused(&call(params));
         assert_eq!(e.error.code, codes::INVALID_PARAMS, "{params}");
@@ -50,7 +57,7 @@ fn duplicate_keys_are_refused_at_any_depth_with_the_id() {
 #[test]
 fn distinct_keys_pass_even_when_alike() {
     for params in [
-        r#"{"name":"a","Name":"b","name ":"c"}"#,
+        r#"{"name":"a","name ":"c","nam":"d"}"#,
         r#"{"a":{"k":1},"b":{"k":1},"k":[{"k":1},{"k":1}]}"#,
         r#"{"s":"\"k\":1,\"k\":1","k":"{\"k\":1}"}"#,
         r#"{"a\\":1,"a":2,"a\"":3}"#,
@@ -62,6 +69,8 @@ fn distinct_keys_pass_even_when_alike() {
     assert!(client(&call(&format!("{{{}}}", many.join(",")))).is_ok());
     let dup = format!(r#"{{{},"k\u0031\u0039\u0039":0}}"#, many.join(","));
     assert_eq!(refused(&call(&dup)).error.code, codes::INVALID_PARAMS);
+    let cased = format!(r#"{{{},"K199":0}}"#, many.join(","));
+    assert_eq!(refused(&call(&cased)).error.code, codes::INVALID_PARAMS);
 }
 
 #[test]

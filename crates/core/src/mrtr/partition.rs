@@ -23,7 +23,7 @@
 //!   request with no lease open is refused to the backend (-32601, as in shared mode).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -107,12 +107,21 @@ pub(crate) struct Partition {
     subscribed: parking_lot::Mutex<HashMap<String, usize>>,
     /// Its calls that declared no input capability, running now.
     pub(crate) plain: Plain,
+    /// Set when a leased call ended without its answer: the backend may still be running that
+    /// call's handler, and what it asks next belongs to nobody alive. Such a process is never
+    /// leased again (that would hand the abandoned call's requests to the next call); it
+    /// leaves the table and dies with its last user.
+    retired: AtomicBool,
 }
 
 impl Partition {
     fn idle_for(&self, idle: Duration, now: Instant) -> bool {
         self.users.load(Ordering::Acquire) == 0
             && now.saturating_duration_since(*self.last_used.lock()) >= idle
+    }
+
+    fn retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     fn take_process(&self) -> Option<StdioProcess> {
@@ -157,6 +166,11 @@ impl Lease {
 
     pub(crate) fn close(&self) {
         *self.using.0.asked.lock() = None;
+    }
+
+    /// The leased call ended without its answer: see [`Partition::retired`].
+    pub(crate) fn retire(&self) {
+        self.using.0.retired.store(true, Ordering::Release);
     }
 }
 
@@ -258,6 +272,15 @@ impl Partitions {
         cell.get().and_then(|p| p.take_process())
     }
 
+    /// Forgets a retired partition's cell, leaving its process to its remaining users (it is
+    /// stopped when the last one lets go of it).
+    fn forget_retired(&self, key: &Key, cell: &Cell) {
+        let mut cells = self.cells.lock();
+        if cells.get(key).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            cells.remove(key);
+        }
+    }
+
     /// Removes idle partitions (and ones whose process died); their processes to stop.
     pub(crate) fn reap(&self) -> Vec<StdioProcess> {
         sweep(&mut self.cells.lock(), self.idle)
@@ -277,9 +300,14 @@ fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<StdioProcess> {
     let now = Instant::now();
     let mut stopped = Vec::new();
     cells.retain(|_, cell| {
-        // A cell still starting belongs to the request starting it.
-        let Some(part) = cell.get() else { return true };
-        if part.handle.is_closed() || part.idle_for(idle, now) {
+        // A request between `cell()` and its `Use` holds a clone of the cell (taken under this
+        // lock): its partition is not idle, even though `users` does not count it yet.
+        if Arc::strong_count(cell) > 1 {
+            return true;
+        }
+        // Nobody holds it: a start that was abandoned (its request dropped) left it empty.
+        let Some(part) = cell.get() else { return false };
+        if part.handle.is_closed() || part.retired() || part.idle_for(idle, now) {
             stopped.extend(part.take_process());
             return false;
         }
@@ -299,7 +327,10 @@ impl Gateway {
                 .await
                 .cloned();
             match started {
-                Ok(part) if !part.handle.is_closed() => return Ok(Use::new(part)),
+                Ok(part) if !part.handle.is_closed() && !part.retired() => {
+                    return Ok(Use::new(part))
+                }
+                Ok(part) if part.retired() => self.partitions.forget_retired(key, &cell),
                 // Died since it was last used: replaced by a fresh one.
                 Ok(_) => {
                     let dead = self.partitions.forget(key, &cell);
@@ -319,6 +350,9 @@ impl Gateway {
     /// The partition's input lease for an input-capable call, or `None` when another call
     /// holds it (the ambiguous case: the caller falls back to a dedicated process).
     pub(crate) fn lease(&self, using: Use) -> Option<(Lease, mpsc::Receiver<Asked>)> {
+        if using.0.retired() {
+            return None;
+        }
         let permit = using.0.input.clone().try_acquire_owned().ok()?;
         let (tx, rx) = mpsc::channel(super::ASKED_QUEUE);
         *using.0.asked.lock() = Some(tx);
@@ -356,6 +390,7 @@ impl Gateway {
             log,
             input: Arc::new(Semaphore::new(1)),
             users: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
             last_used: parking_lot::Mutex::new(Instant::now()),
             listeners,
             subscribed: parking_lot::Mutex::new(HashMap::new()),

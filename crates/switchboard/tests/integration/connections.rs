@@ -244,7 +244,7 @@ async fn at_the_connection_bound_idle_connections_make_room_and_busy_ones_do_not
         loop {
             let mut probe = TcpStream::connect(&addr).await.unwrap();
             let _ = probe
-                .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 .await;
             let got = read_until_closed(&mut probe).await.expect("probe answered");
             // A 200 means a connection still closing made room; the next probe finds none.
@@ -259,6 +259,17 @@ async fn at_the_connection_bound_idle_connections_make_room_and_busy_ones_do_not
     let v: Value = serde_json::from_str(body).unwrap();
     assert_eq!(v["error"]["code"], -32603, "{v}");
     assert!(v.get("id").is_none(), "no id to echo: {v}");
+    // Still at the bound (nothing was let go): `/healthz` is answered all the same, so a
+    // caller holding every connection cannot make the gateway look dead.
+    let mut probe = TcpStream::connect(&addr).await.unwrap();
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let health = read_until_closed(&mut probe)
+        .await
+        .expect("healthz answered");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     // Had a busy stream been evictable, every probe would have made room and none been
     // refused: the 503 is the proof that the three streams were left alone.
     drop(streams);

@@ -362,3 +362,33 @@ async fn repeated_content_type_on_messages_is_refused() {
     let counts: Value = serde_json::from_str(tool_text(&answer)).unwrap();
     assert_eq!(counts["bad"], 0, "{counts}");
 }
+
+/// The DNS-rebinding check reads one Origin: a request carrying an allowed one beside an evil
+/// one, in either order, is refused before anything else reads it (before the fix the first
+/// one won, so an allowed first Origin vouched for the second).
+#[tokio::test]
+async fn repeated_origin_or_authorization_is_refused_in_either_order() {
+    let gw = recorder(&[]).await;
+    let sid = gw.session().await;
+    let echo = call("12", r#"{"name":"echo","arguments":{"text":"BAD-MARKER"}}"#);
+    let base = format!(
+        "POST /mcp HTTP/1.1\r\nAccept: {BOTH}\r\nContent-Type: application/json\r\nMcp-Session-Id: {sid}"
+    );
+    let pairs = [
+        (
+            "Origin: http://localhost",
+            "Origin: http://evil.example.com",
+        ),
+        ("Authorization: Bearer a", "Authorization: Bearer b"),
+    ];
+    for (one, two) in pairs {
+        for (first, second) in [(one, two), (two, one)] {
+            let (status, body) =
+                raw_http(&gw, &format!("{base}\r\n{first}\r\n{second}"), &echo).await;
+            assert_eq!(status, 400, "{first} / {second}: {body}");
+            assert_refusal(&body, -32600, None);
+        }
+    }
+    let counts = seen(&gw, &sid).await;
+    assert_eq!(counts["bad"], 0, "{counts}");
+}

@@ -242,4 +242,27 @@ async fn python_sdk_modern_client_reuses_its_process_and_hears_its_update() {
     // Every call, the trigger and the listen among them, was served by that one partition.
     assert_eq!(stats(&gw).await["partitions"], 1);
     assert_eq!(children(&gw), baseline + 1);
+/// A leased call that ends without its answer (here: the gateway's deadline) may leave its
+/// handler running on the backend, asking for input on behalf of a call nobody holds. Its
+/// process is never leased again: the caller's next input-capable call runs on a fresh one,
+/// so it can never receive the abandoned call's requests.
+#[tokio::test]
+async fn an_abandoned_leased_call_retires_its_process() {
+    let gw = bridge(&["--request-timeout", "1"]).await;
+    let warm = pid_of(&gw, None, elicitation()).await;
+    let r = call(
+        &gw,
+        None,
+        "slow",
+        json!({"ms": 3000}),
+        elicitation(),
+        json!({}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT, "{}", r.text);
+    let next = pid_of(&gw, None, elicitation()).await;
+    assert_ne!(next, warm, "the abandoned call's process was leased again");
+    // The fresh one is the partition now.
+    assert_eq!(pid_of(&gw, None, elicitation()).await, next);
+    assert_eq!(stats(&gw).await["partitions"], 1);
 }
