@@ -242,6 +242,8 @@ async fn python_sdk_modern_client_reuses_its_process_and_hears_its_update() {
     // Every call, the trigger and the listen among them, was served by that one partition.
     assert_eq!(stats(&gw).await["partitions"], 1);
     assert_eq!(children(&gw), baseline + 1);
+}
+
 /// A leased call that ends without its answer (here: the gateway's deadline) may leave its
 /// handler running on the backend, asking for input on behalf of a call nobody holds. Its
 /// process is never leased again: the caller's next input-capable call runs on a fresh one,
