@@ -201,6 +201,14 @@ async fn a_client_that_reads_nothing_is_disconnected_after_the_send_timeout() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(stats(&gw).await["tableEntries"], 0);
+    // The session leaves the table first; its aborted requests withdraw their route keys as
+    // the runtime drops them, a moment later. Everything must be released, within the bound.
+    while stats(&gw).await["tableEntries"] != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the disconnected session's requests still hold table entries"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     drop(client);
 }
