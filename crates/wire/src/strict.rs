@@ -230,9 +230,11 @@ impl Scanner<'_> {
                 .enumerate()
                 .any(|(n, a)| keys[n + 1..].iter().any(|b| self.same(a, b)))
         } else {
-            let mut names: Vec<String> = keys.iter().map(|k| fold(&self.decoded(k))).collect();
-            names.sort_unstable();
-            names.windows(2).any(|w| w[0] == w[1])
+            // Sorted by folded spelling without building folded copies: keys borrow the body
+            // unless they hold escapes.
+            let mut names: Vec<Cow<'_, str>> = keys.iter().map(|k| self.decoded(k)).collect();
+            names.sort_unstable_by(|a, b| folded(a).cmp(folded(b)));
+            names.windows(2).any(|w| folded(&w[0]).eq(folded(&w[1])))
         };
         if !duplicate {
             return Ok(());
@@ -281,10 +283,6 @@ fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
     key.chars()
         .flat_map(char::to_lowercase)
         .map(|c| if c == '\u{17f}' { 's' } else { c })
-}
-
-fn fold(key: &str) -> String {
-    folded(key).collect()
 }
 
 #[cfg(test)]
