@@ -182,16 +182,7 @@ impl Gateway {
             method::DISCOVER => Ok(self.discover(id)),
             // Per-session mode: the caller's partition is the process its calls change.
             LISTEN if self.is_per_session() => match stream {
-                Some(stream) => {
-                    match self.partition_listen(caller, id, msg, stream.clone()).await {
-                        // Every partition is in use: served from the shared backend, as before
-                        // partitions existed, rather than refused.
-                        Err(CoreError::TooManyPartitions(_)) => {
-                            self.bridged_listen(id, msg, Some(stream)).await
-                        }
-                        answer => answer,
-                    }
-                }
+                Some(stream) => self.partition_listen(caller, id, msg, stream).await,
                 None => Ok(listen_needs_stream(id)),
             },
             LISTEN => self.bridged_listen(id, msg, stream).await,
@@ -215,16 +206,7 @@ impl Gateway {
                 && !crate::tasks::BY_ID.contains(&name)
                 && name != crate::tasks::LIST =>
             {
-                let using = match self.partition(&PartitionKey::of(caller, msg)).await {
-                    Ok(using) => using,
-                    // Every partition is in use (long-lived listens pin theirs): this request
-                    // runs on the shared backend, as before partitions existed, so other
-                    // principals' listens can never refuse it.
-                    Err(CoreError::TooManyPartitions(_)) => {
-                        return self.bridged(id, name, msg, stream, None, None).await
-                    }
-                    Err(e) => return Err(e),
-                };
+                let using = self.partition(&PartitionKey::of(caller, msg)).await?;
                 let handle = using.0.handle.clone();
                 if !crate::mrtr::METHODS.contains(&name) {
                     return self

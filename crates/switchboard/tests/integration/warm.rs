@@ -268,35 +268,3 @@ async fn an_abandoned_leased_call_retires_its_process() {
     assert_eq!(pid_of(&gw, None, elicitation()).await, next);
     assert_eq!(stats(&gw).await["partitions"], 1);
 }
-
-/// Long-lived listens pin their partitions; once every partition is pinned, another
-/// principal's requests still get served (on the shared backend, as before partitions
-/// existed) instead of 503: one set of callers holding listens cannot refuse everyone else.
-#[tokio::test]
-async fn pinned_partitions_never_refuse_another_principals_requests() {
-    const CAROL: &str = "carol-key-warm-0123456789abc";
-    let dir = two_keys("pinned");
-    let keys = dir.join("keys");
-    let mut file = std::fs::read_to_string(&keys).unwrap();
-    file.push_str(&format!("carol:{CAROL}\n"));
-    std::fs::write(&keys, file).unwrap();
-    // A pool of two partitions.
-    let gw = bridge(&[
-        "--api-keys-file",
-        keys.to_str().unwrap(),
-        "--max-sessions",
-        "2",
-    ])
-    .await;
-    let uri = "test://watched-resource";
-    let _alice = listen(&gw, ALICE, &[uri]).await;
-    let _bob = listen(&gw, BOB, &[uri]).await;
-    assert_eq!(stats(&gw).await["partitions"], 2);
-    let r = call(&gw, Some(CAROL), "pid", json!({}), json!({}), json!({})).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert!(tool_text(&r.json()).parse::<u32>().is_ok(), "{}", r.text);
-    // Carol's listen too: served, acknowledged.
-    let _carol = listen(&gw, CAROL, &[uri]).await;
-    assert_eq!(stats(&gw).await["partitions"], 2);
-    let _ = std::fs::remove_dir_all(&dir);
-}
