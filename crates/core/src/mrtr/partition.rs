@@ -307,7 +307,15 @@ fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<StdioProcess> {
         }
         // Nobody holds it: a start that was abandoned (its request dropped) left it empty.
         let Some(part) = cell.get() else { return false };
-        if part.handle.is_closed() || part.retired() || part.idle_for(idle, now) {
+        // A retired one leaves the table at once, but its process stays with the requests
+        // still using it (it is stopped with the last of them).
+        if part.retired() {
+            if part.users.load(Ordering::Acquire) == 0 {
+                stopped.extend(part.take_process());
+            }
+            return false;
+        }
+        if part.handle.is_closed() || part.idle_for(idle, now) {
             stopped.extend(part.take_process());
             return false;
         }
@@ -354,6 +362,11 @@ impl Gateway {
             return None;
         }
         let permit = using.0.input.clone().try_acquire_owned().ok()?;
+        // Retired between the check above and the permit (its abandoned holder let go just
+        // now): what the process asks next is the abandoned call's, never this one's.
+        if using.0.retired() {
+            return None;
+        }
         let (tx, rx) = mpsc::channel(super::ASKED_QUEUE);
         *using.0.asked.lock() = Some(tx);
         Some((
