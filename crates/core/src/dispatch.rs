@@ -35,7 +35,7 @@ use switchboard_wire::{
 };
 
 use crate::drop_log::DropLog;
-use crate::listeners::ModernListeners;
+use crate::modern_listen::ModernListeners;
 use crate::progress::ProgressRoutes;
 use crate::session::SessionStore;
 use crate::subscription::Subscriptions;

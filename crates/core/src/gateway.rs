@@ -4,7 +4,7 @@
 //! [`RouteKey`], re-encodes the request with that key as its id (and a minted progress token in
 //! place of the client's), and awaits the one answer the upstream pending table routes back by
 //! that key; it then splices the client's original id back in, byte for byte. Subscriptions
-//! and log levels are intercepted here (`state_ops`); backend-initiated traffic is routed by
+//! and log levels are intercepted here (`session_ops`); backend-initiated traffic is routed by
 //! `dispatch`.
 
 use std::sync::Arc;
@@ -25,8 +25,8 @@ use switchboard_wire::{
 
 use crate::access::{Path, Principal};
 use crate::dispatch::Registry;
-use crate::guards::{CancelOnDrop, InFlightGuard};
-use crate::listen::ListenStream;
+use crate::in_flight::{CancelOnDrop, InFlightGuard};
+use crate::listen_stream::ListenStream;
 use crate::per_session::OwnRoute;
 use crate::progress;
 use crate::route::RouteKey;
@@ -117,7 +117,7 @@ pub(crate) struct Outgoing<'a> {
     /// The request's stream for related notifications.
     pub(crate) stream: Option<mpsc::Sender<Bytes>>,
     /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend.
-    pub(crate) listen: Option<crate::listeners::Filter>,
+    pub(crate) listen: Option<crate::modern_listen::Filter>,
     /// The backend to use instead of the shared one (a per-session backend).
     pub(crate) backend: Option<StdioHandle>,
 }

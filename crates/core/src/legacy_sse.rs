@@ -30,7 +30,7 @@ use tracing::debug;
 
 use switchboard_wire::RequestId;
 
-use crate::listen::{ListenEvent, ListenState};
+use crate::listen_stream::{ListenEvent, ListenState};
 use crate::session::{SessionId, Transport};
 use crate::stream_queue::{Limits, QueueRx};
 use crate::{CoreError, Gateway};
@@ -43,7 +43,7 @@ pub const SSE_MAX_REQUESTS: usize = 64;
 pub const SSE_QUEUE: usize = 4 * SSE_MAX_REQUESTS;
 /// Bytes of the stream's queue kept for answers: progress may queue only while this much is
 /// still free. A listen stream's budget, so answers get at least what any stream gets.
-pub const SSE_ANSWER_BYTES: usize = crate::listen::LISTEN_QUEUE_BYTES;
+pub const SSE_ANSWER_BYTES: usize = crate::listen_stream::LISTEN_QUEUE_BYTES;
 /// Byte budget of an HTTP+SSE session's stream queue: its answers' share plus as much again
 /// for progress and listen traffic. Going over it evicts the consumer, as the event bound does
 /// (the session ends). Answers weigh nothing against it: they are bounded by
@@ -315,6 +315,6 @@ impl Gateway {
             return; // Already ended (TTL, shutdown).
         };
         debug!(?session, "HTTP+SSE stream closed; session ended");
-        self.spawn_cleanup(ended, crate::state_ops::EndReason::StreamClosed);
+        self.spawn_cleanup(ended, crate::session_ops::EndReason::StreamClosed);
     }
 }

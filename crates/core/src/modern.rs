@@ -25,7 +25,7 @@ use switchboard_wire::{
 };
 
 use crate::gateway::Outgoing;
-use crate::listeners::Filter;
+use crate::modern_listen::Filter;
 use crate::mrtr::PartitionKey;
 use crate::route::RouteKey;
 use crate::{CoreError, Gateway};

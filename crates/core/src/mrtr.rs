@@ -182,7 +182,7 @@ impl Drop for Dedicated {
                 refuse(&o.backend_id);
             }
             if let (Some(_), Some(key)) = (self.pending.take(), self.key.as_ref()) {
-                crate::guards::send_cancel(handle, key, "the client's call ended");
+                crate::in_flight::send_cancel(handle, key, "the client's call ended");
                 // Cancellation is advisory: the handler may run on and ask again, and the next
                 // lease holder must not receive that.
                 lease.retire();

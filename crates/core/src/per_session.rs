@@ -22,7 +22,7 @@ use switchboard_wire::{
 
 use crate::dispatch::Registry;
 use crate::route::random_hex;
-use crate::state_ops::EndReason;
+use crate::session_ops::EndReason;
 use crate::CoreError;
 
 /// Starts one backend process for one session; implemented by the binary (it knows the

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::session::Ended;
-use crate::state_ops::EndReason;
+use crate::session_ops::EndReason;
 use crate::Gateway;
 
 /// Most session teardowns running at once; more wait for a slot. Bounds the processes being

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::Principal;
-use crate::listen::{ListenState, ListenStream};
+use crate::listen_stream::{ListenState, ListenStream};
 use crate::route::{random_hex, RouteKey};
 use crate::CoreError;
 

@@ -37,8 +37,8 @@ use switchboard_wire::{encode_notification, method, Message};
 
 use super::sink::{Asked, CallSink};
 use super::{AskedSlot, GRACE};
-use crate::listeners::{Filter, ModernListeners};
 use crate::modern::ModernAnswer;
+use crate::modern_listen::{Filter, ModernListeners};
 use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
 

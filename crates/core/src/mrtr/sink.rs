@@ -13,7 +13,7 @@ use switchboard_wire::{
 };
 
 use crate::dispatch::Registry;
-use crate::listeners::ModernListeners;
+use crate::modern_listen::ModernListeners;
 
 /// One server→client request from a dedicated backend.
 #[derive(Debug)]

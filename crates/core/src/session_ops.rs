@@ -7,7 +7,7 @@ use tracing::debug;
 use switchboard_upstream::BackendResponse;
 use switchboard_wire::{encode_result, method, restore_response, Message, RequestId};
 
-use crate::guards::send_cancel;
+use crate::in_flight::send_cancel;
 use crate::logging;
 use crate::session::{Ended, SessionId, Transport};
 use crate::{CoreError, Gateway};
