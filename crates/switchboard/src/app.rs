@@ -37,7 +37,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
     let supervised = handle.clone();
     let backend = match Backend::connect(
-        handle,
+        switchboard_upstream::Upstream::Stdio(handle),
         RunArgs::secs(args.startup_timeout),
         EraPolicy::Auto,
     )
@@ -150,12 +150,12 @@ impl SpawnBackend for Spawner {
         sink: Arc<dyn switchboard_upstream::InboundSink>,
     ) -> Result<
         (
-            switchboard_upstream::StdioHandle,
-            switchboard_upstream::StdioProcess,
+            switchboard_upstream::Upstream,
+            switchboard_upstream::UpstreamOwner,
         ),
         switchboard_upstream::UpstreamError,
     > {
-        switchboard_upstream::spawn(&self.0, sink)
+        switchboard_upstream::spawn_stdio(&self.0, sink)
     }
 }
 
