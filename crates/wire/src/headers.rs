@@ -27,10 +27,11 @@ pub fn decode_value(value: &str) -> Option<String> {
 /// Encodes a value for a mirror header: as-is when it is visible ASCII without surrounding
 /// spaces (what a header can carry unchanged), else in the `=?base64?…?=` sentinel form.
 pub fn encode_value(value: &str) -> String {
-    let plain = value.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
-        && !value.starts_with(' ')
-        && !value.ends_with(' ')
-        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    let visible = value.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    let padded = value.starts_with(' ') || value.ends_with(' ');
+    // A plain value that looks like a sentinel would be decoded as one.
+    let looks_encoded = value.starts_with("=?base64?") && value.ends_with("?=");
+    let plain = visible && !padded && !looks_encoded;
     if plain {
         value.to_owned()
     } else {

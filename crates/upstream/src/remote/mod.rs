@@ -32,7 +32,7 @@ use switchboard_wire::{Message, MessageKind};
 
 use body::{EventStream, Limits};
 pub use error::RemoteError;
-pub use upstream::{RemoteOwner, RemoteTransport, RemoteUpstream};
+pub use upstream::{Mode, RemoteOwner, RemoteTransport, RemoteUpstream};
 
 const SESSION: &str = "mcp-session-id";
 /// First delay before reopening a dropped listen stream; doubled up to the maximum.
@@ -170,6 +170,18 @@ impl RemoteEndpoint {
                 call_timeout: config.call_timeout,
             }),
         })
+    }
+
+    /// The URL without credentials or query (which may carry secrets), for messages.
+    pub fn url(&self) -> String {
+        let uri = &self.inner.uri;
+        let host = uri.host().unwrap_or_default();
+        let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+        format!(
+            "{}://{host}{port}{}",
+            uri.scheme_str().unwrap_or("http"),
+            uri.path()
+        )
     }
 
     /// A client on this endpoint whose unsolicited messages go to `sink`.
