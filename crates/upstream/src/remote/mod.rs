@@ -14,6 +14,7 @@
 
 mod body;
 mod error;
+mod sse_client;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use switchboard_wire::{Message, MessageKind};
 
 use body::{EventStream, Limits};
 pub use error::RemoteError;
+pub use sse_client::SseClient;
 
 const SESSION: &str = "mcp-session-id";
 const VERSION: &str = "mcp-protocol-version";
