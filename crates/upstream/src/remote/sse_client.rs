@@ -234,7 +234,8 @@ impl SseClient {
     }
 
     /// POSTs one request and resolves with the answer that arrives on the stream with id
-    /// `out.id`, within `call_timeout`. Dropping the future withdraws the call.
+    /// `out.id`, within `call_timeout`. Dropping the future withdraws the call. `out.headers`
+    /// go with the POST; `out.stateless` means nothing here (the session is the stream).
     pub async fn call(&self, out: Outgoing<'_>) -> Result<RemoteResponse, RemoteError> {
         let session = &*self.inner.session;
         // Registered before sending: the answer may be on the stream before the POST returns.
