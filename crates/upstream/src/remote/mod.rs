@@ -14,6 +14,7 @@
 
 mod body;
 mod error;
+mod sse_client;
 mod upstream;
 
 use std::ops::Range;
@@ -32,6 +33,7 @@ use switchboard_wire::{Message, MessageKind};
 
 use body::{EventStream, Limits};
 pub use error::RemoteError;
+pub use sse_client::SseClient;
 pub use upstream::{Mode, RemoteOwner, RemoteTransport, RemoteUpstream};
 
 const SESSION: &str = "mcp-session-id";
