@@ -11,6 +11,7 @@
 //! handle to answer through. When the remote loses the session (404 on its id) or ends it, the
 //! handle closes for good and the sink hears it once, so the client's session ends with it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -22,6 +23,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use switchboard_wire::classify::META_PROTOCOL_VERSION;
+use switchboard_wire::headers::{param_headers, param_values, ParamHeader};
 use switchboard_wire::{method, object_member, Message};
 
 use super::{
@@ -70,8 +72,14 @@ struct Shared {
     reachable: AtomicBool,
     /// The GET stream of a session, opened once the session is initialized.
     listen: Mutex<Option<ListenHandle>>,
+    /// Tool → its `x-mcp-header` designations, learned from the Modern `tools/list` answers
+    /// this handle carried: a remote checks `Mcp-Param-*`, and the gateway must send them.
+    designations: Mutex<HashMap<String, Arc<[ParamHeader]>>>,
     sink: Arc<dyn InboundSink>,
 }
+
+/// Most tools whose designations are remembered.
+const MAX_DESIGNATED: usize = 4096;
 
 /// The transport client of one upstream session.
 #[derive(Debug)]
@@ -190,6 +198,7 @@ impl RemoteUpstream {
                 lost: Mutex::new(None),
                 reachable: AtomicBool::new(true),
                 listen: Mutex::new(None),
+                designations: Mutex::new(HashMap::new()),
                 sink,
             }
         });
@@ -217,20 +226,72 @@ impl RemoteUpstream {
 
     async fn exchange(&self, line: Bytes, id: &str) -> Result<BackendResponse, UpstreamError> {
         let facts = Facts::of(&line);
+        let mut headers = facts.headers();
+        if facts.modern && facts.arguments.is_some() {
+            headers.extend(self.param_headers(&facts));
+        }
         let out = Outgoing {
             id,
-            headers: facts.headers(),
+            headers,
             stateless: self.shared.mode == Mode::Stateless || facts.modern,
             line,
         };
         let answer = self.shared.link.call(out).await;
         let answer = self.note(answer)?;
+        if facts.modern && facts.method.as_deref() == Some("tools/list") && !answer.is_error() {
+            self.learn_designations(answer.payload());
+        }
         if facts.initialize && !answer.is_error() {
             if let Some(version) = negotiated_version(answer.payload()) {
                 self.shared.link.set_protocol_version(&version);
             }
         }
         Ok(answer.into_backend())
+    }
+
+    /// `Mcp-Param-*` for a Modern `tools/call`, from the designations learned so far.
+    fn param_headers(&self, facts: &Facts) -> Vec<(HeaderName, HeaderValue)> {
+        let spec = facts
+            .name
+            .as_ref()
+            .and_then(|tool| self.shared.designations.lock().get(tool).cloned());
+        let (Some(spec), Some(args)) = (spec, facts.arguments.as_deref()) else {
+            return Vec::new();
+        };
+        let args: Option<serde_json::Value> = serde_json::from_str(args).ok();
+        param_values(args.as_ref(), &spec)
+            .into_iter()
+            .filter_map(|(name, value)| {
+                Some((
+                    HeaderName::from_bytes(name.as_bytes()).ok()?,
+                    HeaderValue::from_str(&value).ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    fn learn_designations(&self, result: &str) {
+        let Ok(result) = serde_json::from_str::<serde_json::Value>(result) else {
+            return;
+        };
+        let Some(tools) = result.get("tools").and_then(serde_json::Value::as_array) else {
+            return;
+        };
+        let mut table = self.shared.designations.lock();
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else {
+                continue;
+            };
+            let spec = tool
+                .get("inputSchema")
+                .map(param_headers)
+                .unwrap_or_default();
+            if spec.is_empty() {
+                table.remove(name);
+            } else if table.len() < MAX_DESIGNATED || table.contains_key(name) {
+                table.insert(name.to_owned(), spec.into());
+            }
+        }
     }
 
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
@@ -388,6 +449,8 @@ struct Facts {
     /// The Modern version the request's `_meta` names, if it is a Modern request.
     modern_version: Option<String>,
     modern: bool,
+    /// A `tools/call`'s raw `arguments`.
+    arguments: Option<String>,
     initialize: bool,
     initialized: bool,
 }
@@ -414,7 +477,11 @@ impl Facts {
             "resources/read" => Some("uri"),
             _ => None,
         };
+        let arguments = (name == "tools/call")
+            .then(|| msg.param("arguments").map(|a| a.get().to_owned()))
+            .flatten();
         Facts {
+            arguments,
             name: text(member.and_then(|m| msg.param(m))),
             modern: modern_version.is_some(),
             modern_version,
