@@ -142,6 +142,9 @@ struct Endpoint {
     /// As configured (an HTTP+SSE session connects from it).
     config: RemoteConfig,
     transport: upstream::RemoteTransport,
+    /// Cleared when an exchange of any session fails below HTTP, set by any answer: the
+    /// remote's health as last seen (for `/healthz`).
+    reachable: Arc<std::sync::atomic::AtomicBool>,
     client: Client,
     uri: Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -167,6 +170,7 @@ impl RemoteEndpoint {
             inner: Arc::new(Endpoint {
                 config: config.clone(),
                 transport: upstream::RemoteTransport::Streamable,
+                reachable: Arc::new(std::sync::atomic::AtomicBool::new(true)),
                 client,
                 uri,
                 headers: config.headers,
@@ -184,6 +188,7 @@ impl RemoteEndpoint {
         let endpoint = Endpoint {
             config: self.inner.config.clone(),
             transport,
+            reachable: self.inner.reachable.clone(),
             client: self.inner.client.clone(),
             uri: self.inner.uri.clone(),
             headers: self.inner.headers.clone(),
@@ -193,6 +198,11 @@ impl RemoteEndpoint {
         Self {
             inner: Arc::new(endpoint),
         }
+    }
+
+    /// The shared reachability flag (see `Endpoint::reachable`).
+    pub(crate) fn reachability(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.inner.reachable.clone()
     }
 
     /// The configuration it was built from.

@@ -68,8 +68,8 @@ struct Shared {
     live: AtomicUsize,
     /// Set once the upstream session is gone: every later call fails with it.
     lost: Mutex<Option<UpstreamError>>,
-    /// Cleared when an exchange fails below HTTP, set again by any answer.
-    reachable: AtomicBool,
+    /// The endpoint's: cleared when an exchange fails below HTTP, set again by any answer.
+    reachable: Arc<AtomicBool>,
     /// The GET stream of a session, opened once the session is initialized.
     listen: Mutex<Option<ListenHandle>>,
     /// Tool → its `x-mcp-header` designations, learned from the Modern `tools/list` answers
@@ -196,7 +196,7 @@ impl RemoteUpstream {
                 mode,
                 live: AtomicUsize::new(0),
                 lost: Mutex::new(None),
-                reachable: AtomicBool::new(true),
+                reachable: endpoint.reachability(),
                 listen: Mutex::new(None),
                 designations: Mutex::new(HashMap::new()),
                 sink,
