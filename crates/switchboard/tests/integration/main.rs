@@ -25,6 +25,7 @@ mod mrtr;
 mod per_session;
 mod per_session_sse;
 mod remote_client;
+mod remote_resume;
 mod remote_sse_client;
 mod resilience;
 mod resume;

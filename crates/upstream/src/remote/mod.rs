@@ -14,6 +14,7 @@
 
 mod body;
 mod error;
+mod listen;
 mod sse_client;
 mod upstream;
 
@@ -33,6 +34,7 @@ use switchboard_wire::{Message, MessageKind};
 
 use body::{EventStream, Limits};
 pub use error::RemoteError;
+pub use listen::ListenHandle;
 pub use sse_client::SseClient;
 pub use upstream::{Mode, RemoteOwner, RemoteTransport, RemoteUpstream};
 
@@ -40,6 +42,8 @@ const SESSION: &str = "mcp-session-id";
 /// First delay before reopening a dropped listen stream; doubled up to the maximum.
 const LISTEN_MIN_BACKOFF: Duration = Duration::from_millis(250);
 const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Times one call's response stream is resumed after being cut.
+const MAX_RESUMES: u32 = 3;
 const VERSION: &str = "mcp-protocol-version";
 
 /// Receives what a remote sends besides answers (notifications and server→client requests),
@@ -264,30 +268,6 @@ impl std::ops::Deref for Inner {
     }
 }
 
-/// Owns the listen stream's task; dropping it closes the stream.
-#[derive(Debug)]
-pub struct ListenHandle {
-    task: tokio::task::JoinHandle<()>,
-    opened: Option<tokio::sync::oneshot::Receiver<()>>,
-}
-
-impl ListenHandle {
-    /// Resolves once the remote accepted the stream (true), or when it failed to open (false).
-    /// From then on the remote has it, so whatever it sends afterwards reaches the sink.
-    pub async fn opened(&mut self) -> bool {
-        match self.opened.take() {
-            Some(rx) => rx.await.is_ok(),
-            None => false,
-        }
-    }
-}
-
-impl Drop for ListenHandle {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 fn connector(connect_timeout: Duration) -> hyper_rustls::HttpsConnector<HttpConnector> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -377,7 +357,41 @@ impl RemoteClient {
         id: &str,
         status: StatusCode,
     ) -> Result<RemoteResponse, RemoteError> {
+        let mut last_event: Option<String> = None;
+        let mut resumes = 0;
+        loop {
+            let ended = match self
+                .read_until_answer(&mut events, id, status, &mut last_event)
+                .await
+            {
+                Ok(answer) => return Ok(answer),
+                Err(e) => e,
+            };
+            // A stream cut before the answer is resumed where the remote can replay it (it
+            // gave event ids, and this is a session's stream); otherwise the call fails.
+            let Some(after) = last_event.clone().filter(|_| resumes < MAX_RESUMES) else {
+                return Err(ended);
+            };
+            resumes += 1;
+            debug!(error = %ended, resumes, "remote response stream cut; resuming");
+            events = match self.resume(&after).await {
+                Ok(events) => events,
+                Err(_) => return Err(ended),
+            };
+        }
+    }
+
+    async fn read_until_answer(
+        &self,
+        events: &mut EventStream,
+        id: &str,
+        status: StatusCode,
+        last_event: &mut Option<String>,
+    ) -> Result<RemoteResponse, RemoteError> {
         while let Some(event) = events.next().await? {
+            if let Some(seen) = event.id.filter(|e| !e.is_empty()) {
+                *last_event = Some(seen);
+            }
             if event.data.is_empty() {
                 continue;
             }
@@ -387,6 +401,29 @@ impl RemoteClient {
             }
         }
         Err(RemoteError::NoAnswer)
+    }
+
+    /// Reopens a cut response stream with a GET naming the last event received.
+    async fn resume(&self, after: &str) -> Result<EventStream, RemoteError> {
+        let last = HeaderValue::from_str(after)
+            .map_err(|_| RemoteError::Malformed("unusable event id".into()))?;
+        let extra = [(HeaderName::from_static("last-event-id"), last)];
+        let (request, with_session) = self.request(Method::GET, Bytes::new(), false, &extra)?;
+        let Some(sent) = with_session else {
+            return Err(RemoteError::NoAnswer);
+        };
+        let response = self.send_request(request).await?;
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND {
+            return Err(self.session_lost(&sent));
+        }
+        if !status.is_success() || content_type(response.headers()) != "text/event-stream" {
+            return Err(RemoteError::Status {
+                status: status.as_u16(),
+                excerpt: String::new(),
+            });
+        }
+        Ok(EventStream::new(response.into_body(), self.inner.limits))
     }
 
     /// One message from a stream: the answer to `id` is returned, anything else delivered.
@@ -431,113 +468,6 @@ impl RemoteClient {
         })
         .await
         .unwrap_or(Err(RemoteError::Timeout))
-    }
-
-    /// Open the GET listen stream; its messages go to the sink until the session is lost or the
-    /// remote offers no stream (then [`RemoteSink::listen_closed`]), or the handle is dropped.
-    /// A stream that merely drops is reopened with backoff, resuming after the last event id
-    /// the remote gave (`Last-Event-ID`), so a flaky network loses nothing the remote replays.
-    pub fn listen(&self) -> ListenHandle {
-        let me = self.clone();
-        let (opened, opened_rx) = tokio::sync::oneshot::channel();
-        ListenHandle {
-            task: tokio::spawn(async move {
-                let reason = me.listen_resuming(opened).await;
-                me.inner.sink.listen_closed(&reason);
-            }),
-            opened: Some(opened_rx),
-        }
-    }
-
-    async fn listen_resuming(&self, opened: tokio::sync::oneshot::Sender<()>) -> RemoteError {
-        let mut opened = Some(opened);
-        let mut backoff = LISTEN_MIN_BACKOFF;
-        loop {
-            let (reason, was_open) = self.listen_loop(&mut opened).await;
-            // Only the first attempt answers `opened`: a caller waiting on it learns "not now".
-            opened = None;
-            let retry = match &reason {
-                RemoteError::Status { status, .. } => *status >= 500 || *status == 429,
-                RemoteError::Transport(_) | RemoteError::Timeout | RemoteError::NoAnswer => true,
-                RemoteError::TooLarge { .. } | RemoteError::Malformed(_) => true,
-                _ => false,
-            };
-            if !retry {
-                return reason;
-            }
-            if was_open {
-                backoff = LISTEN_MIN_BACKOFF;
-            }
-            debug!(error = %reason, ?backoff, "remote listen stream dropped; reopening");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
-        }
-    }
-
-    /// One listen stream, until it ends; whether it was ever open.
-    async fn listen_loop(
-        &self,
-        opened: &mut Option<tokio::sync::oneshot::Sender<()>>,
-    ) -> (RemoteError, bool) {
-        let resume = self.inner.last_event.lock().clone();
-        let extra: Vec<(HeaderName, HeaderValue)> = resume
-            .map(|id| (HeaderName::from_static("last-event-id"), id))
-            .into_iter()
-            .collect();
-        let (request, with_session) = match self.request(Method::GET, Bytes::new(), false, &extra) {
-            Ok(r) => r,
-            Err(e) => return (e, false),
-        };
-        let response = match self.send_request(request).await {
-            Ok(r) => r,
-            Err(e) => return (e, false),
-        };
-        let status = response.status();
-        if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
-            return (self.session_lost(sent), false);
-        }
-        let content_type = content_type(response.headers());
-        if !status.is_success() {
-            let mut body = response.into_body();
-            let excerpt = body::excerpt(&mut body).await;
-            return (
-                RemoteError::Status {
-                    status: status.as_u16(),
-                    excerpt,
-                },
-                false,
-            );
-        }
-        if content_type != "text/event-stream" {
-            let status = status.as_u16();
-            return (
-                RemoteError::NotJson {
-                    status,
-                    content_type,
-                },
-                false,
-            );
-        }
-        if let Some(opened) = opened.take() {
-            let _ = opened.send(());
-        }
-        let mut events = EventStream::new(response.into_body(), self.inner.limits);
-        // The listen stream has no natural end; its total bound does not apply to it.
-        events.unbounded_total();
-        loop {
-            match events.next().await {
-                Ok(Some(event)) => {
-                    if let Some(id) = event.id.as_deref().filter(|id| !id.is_empty()) {
-                        *self.inner.last_event.lock() = HeaderValue::from_str(id).ok();
-                    }
-                    if !event.data.is_empty() {
-                        self.route(Bytes::from(event.data), None, status);
-                    }
-                }
-                Ok(None) => return (RemoteError::NoAnswer, true),
-                Err(e) => return (e, true),
-            }
-        }
     }
 
     /// End the upstream session (DELETE), forgetting it whatever the remote answers.

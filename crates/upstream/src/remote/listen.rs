@@ -1,0 +1,143 @@
+//! The GET listen stream of an upstream session: what the remote sends outside any request
+//! (list changes, resource updates, session-level logs, its own requests).
+
+use bytes::Bytes;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Method, StatusCode};
+use tracing::debug;
+
+use super::body::{self, EventStream};
+use super::{content_type, RemoteClient, RemoteError, LISTEN_MAX_BACKOFF, LISTEN_MIN_BACKOFF};
+
+/// Owns the listen stream's task; dropping it closes the stream.
+#[derive(Debug)]
+pub struct ListenHandle {
+    task: tokio::task::JoinHandle<()>,
+    opened: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl ListenHandle {
+    /// Resolves once the remote accepted the stream (true), or when it failed to open (false).
+    /// From then on the remote has it, so whatever it sends afterwards reaches the sink.
+    pub async fn opened(&mut self) -> bool {
+        match self.opened.take() {
+            Some(rx) => rx.await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+impl Drop for ListenHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RemoteClient {
+    /// Open the GET listen stream; its messages go to the sink until the session is lost or the
+    /// remote offers no stream (then [`RemoteSink::listen_closed`]), or the handle is dropped.
+    /// A stream that merely drops is reopened with backoff, resuming after the last event id
+    /// the remote gave (`Last-Event-ID`), so a flaky network loses nothing the remote replays.
+    pub fn listen(&self) -> ListenHandle {
+        let me = self.clone();
+        let (opened, opened_rx) = tokio::sync::oneshot::channel();
+        ListenHandle {
+            task: tokio::spawn(async move {
+                let reason = me.listen_resuming(opened).await;
+                me.inner.sink.listen_closed(&reason);
+            }),
+            opened: Some(opened_rx),
+        }
+    }
+
+    async fn listen_resuming(&self, opened: tokio::sync::oneshot::Sender<()>) -> RemoteError {
+        let mut opened = Some(opened);
+        let mut backoff = LISTEN_MIN_BACKOFF;
+        loop {
+            let (reason, was_open) = self.listen_loop(&mut opened).await;
+            // Only the first attempt answers `opened`: a caller waiting on it learns "not now".
+            opened = None;
+            let retry = match &reason {
+                RemoteError::Status { status, .. } => *status >= 500 || *status == 429,
+                RemoteError::Transport(_) | RemoteError::Timeout | RemoteError::NoAnswer => true,
+                RemoteError::TooLarge { .. } | RemoteError::Malformed(_) => true,
+                _ => false,
+            };
+            if !retry {
+                return reason;
+            }
+            if was_open {
+                backoff = LISTEN_MIN_BACKOFF;
+            }
+            debug!(error = %reason, ?backoff, "remote listen stream dropped; reopening");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
+        }
+    }
+
+    /// One listen stream, until it ends; whether it was ever open.
+    async fn listen_loop(
+        &self,
+        opened: &mut Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> (RemoteError, bool) {
+        let resume = self.inner.last_event.lock().clone();
+        let extra: Vec<(HeaderName, HeaderValue)> = resume
+            .map(|id| (HeaderName::from_static("last-event-id"), id))
+            .into_iter()
+            .collect();
+        let (request, with_session) = match self.request(Method::GET, Bytes::new(), false, &extra) {
+            Ok(r) => r,
+            Err(e) => return (e, false),
+        };
+        let response = match self.send_request(request).await {
+            Ok(r) => r,
+            Err(e) => return (e, false),
+        };
+        let status = response.status();
+        if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
+            return (self.session_lost(sent), false);
+        }
+        let content_type = content_type(response.headers());
+        if !status.is_success() {
+            let mut body = response.into_body();
+            let excerpt = body::excerpt(&mut body).await;
+            return (
+                RemoteError::Status {
+                    status: status.as_u16(),
+                    excerpt,
+                },
+                false,
+            );
+        }
+        if content_type != "text/event-stream" {
+            let status = status.as_u16();
+            return (
+                RemoteError::NotJson {
+                    status,
+                    content_type,
+                },
+                false,
+            );
+        }
+        if let Some(opened) = opened.take() {
+            let _ = opened.send(());
+        }
+        let mut events = EventStream::new(response.into_body(), self.inner.limits);
+        // The listen stream has no natural end; its total bound does not apply to it.
+        events.unbounded_total();
+        loop {
+            match events.next().await {
+                Ok(Some(event)) => {
+                    if let Some(id) = event.id.as_deref().filter(|id| !id.is_empty()) {
+                        *self.inner.last_event.lock() = HeaderValue::from_str(id).ok();
+                    }
+                    if !event.data.is_empty() {
+                        self.route(Bytes::from(event.data), None, status);
+                    }
+                }
+                Ok(None) => return (RemoteError::NoAnswer, true),
+                Err(e) => return (e, true),
+            }
+        }
+    }
+}
