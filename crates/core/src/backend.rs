@@ -66,6 +66,10 @@ pub struct Backend {
     pub handle: Upstream,
     /// What the backend declared.
     pub info: BackendInfo,
+    /// Where the gateway's own requests go (`tools/list` for the `Mcp-Param-*` designations)
+    /// when `handle` cannot serve them: a Legacy-only remote refuses sessionless requests, so
+    /// the gateway keeps an upstream session of its own for them, which no client uses.
+    pub internal: Option<switchboard_upstream::Upstream>,
 }
 
 /// Which probes to run.
@@ -108,7 +112,11 @@ impl Backend {
             (Err(e), None) => return Err(e),
         };
         info!(era = %info.era, version = %info.protocol_version, server = %info.server_info, "backend connected");
-        Ok(Backend { handle, info })
+        Ok(Backend {
+            handle,
+            info,
+            internal: None,
+        })
     }
 }
 

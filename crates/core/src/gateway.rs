@@ -438,7 +438,12 @@ impl Gateway {
             .map_err(|_| CoreError::InvalidParams("params"))?;
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), name, Some(&params));
-        let call = self.backend.handle.call(key.as_str(), line).await?;
+        let handle = self
+            .backend
+            .internal
+            .as_ref()
+            .unwrap_or(&self.backend.handle);
+        let call = handle.call(key.as_str(), line).await?;
         let deadline = self.config.request_timeout;
         tokio::time::timeout(deadline, call)
             .await

@@ -141,6 +141,7 @@ mod tests {
                     modern: false,
                 },
             },
+            internal: None,
         };
         (backend, process)
     }

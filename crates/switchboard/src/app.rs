@@ -39,6 +39,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         started.backend.info.protocol_version,
         started.backend.info.era
     );
+    let internal = started.internal;
     let gateway = Gateway::new(started.backend, registry, config);
     if let Some(spawner) = started.per_session {
         gateway.enable_per_session(spawner);
@@ -107,6 +108,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // Closing the backends fails whatever is still pending, so every request gets an answer.
     shutdown_gateway.end_all_sessions().await;
+    if let Some(internal) = internal {
+        internal.shutdown(Duration::from_secs(2)).await;
+    }
     supervisor_stop.cancel();
     if let Some(supervisor) = supervisor {
         let _ = supervisor.await;
@@ -135,9 +139,13 @@ impl Origin {
         let Some(url) = &args.remote.url else {
             return Ok(Origin::Stdio(stdio_config(args)?));
         };
-        let config = args
-            .remote
-            .config(url, RunArgs::secs(args.request_timeout))?;
+        // Progress restarts the gateway's request deadline (which then drops the call), so a
+        // remote call itself is bounded only by the whole-request bound.
+        let config = args.remote.config(
+            url,
+            RunArgs::secs(args.max_request_time),
+            RunArgs::secs(args.request_timeout),
+        )?;
         let endpoint = switchboard_upstream::remote::RemoteEndpoint::new(config)
             .with_context(|| format!("--url {url}"))?;
         Ok(Origin::Remote(endpoint))
@@ -149,6 +157,8 @@ struct Started {
     backend: Backend,
     /// A shared process and what its supervisor needs to restart it.
     process: Option<Supervised>,
+    /// The gateway's own upstream session (see `Backend::internal`), ended on shutdown.
+    internal: Option<switchboard_upstream::UpstreamOwner>,
     /// How to open a session's own backend, when sessions get one.
     per_session: Option<Arc<dyn SpawnBackend>>,
     /// File descriptors one session's own backend may hold (for the connection bound).
@@ -193,6 +203,7 @@ async fn start_stdio(
         .then(|| Arc::new(Spawner(stdio.clone())) as Arc<dyn SpawnBackend>);
     Ok(Started {
         backend,
+        internal: None,
         process: Some(Supervised {
             handle,
             config: stdio,
@@ -211,11 +222,12 @@ async fn start_remote(
 ) -> anyhow::Result<Started> {
     println!("switchboard: connecting to remote: {}", endpoint.url());
     let timeout = RunArgs::secs(args.startup_timeout);
-    let (backend, endpoint) =
+    let (backend, internal, endpoint) =
         crate::remote::connect_with(endpoint, args.remote.transport, registry, timeout).await?;
     Ok(Started {
         backend,
         process: None,
+        internal,
         per_session: Some(Arc::new(crate::remote::RemoteSpawner(endpoint))),
         fds_per_session: FDS_PER_REMOTE_SESSION,
     })

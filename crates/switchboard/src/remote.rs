@@ -53,7 +53,14 @@ pub(crate) enum TransportArg {
 
 impl RemoteArgs {
     /// The remote's configuration, with every header checked and expanded.
-    pub(crate) fn config(&self, url: &str, call_timeout: Duration) -> anyhow::Result<RemoteConfig> {
+    /// `call_timeout` bounds a whole call (the gateway's own deadline, restarted by progress,
+    /// cancels it earlier); `send_timeout` bounds a notification or answer POST.
+    pub(crate) fn config(
+        &self,
+        url: &str,
+        call_timeout: Duration,
+        send_timeout: Duration,
+    ) -> anyhow::Result<RemoteConfig> {
         let mut lines: Vec<String> = self.headers.clone();
         if let Some(path) = &self.header_file {
             let text = std::fs::read_to_string(path)
@@ -67,6 +74,7 @@ impl RemoteArgs {
         }
         let mut config = RemoteConfig::new(url);
         config.call_timeout = call_timeout;
+        config.send_timeout = send_timeout;
         for line in &lines {
             config
                 .headers
@@ -118,6 +126,10 @@ fn redact(raw: &str) -> String {
     raw.chars().take(24).collect::<String>() + if raw.len() > 24 { "…" } else { "" }
 }
 
+/// The backend, the owner of the gateway's own upstream session (if it keeps one), and the
+/// endpoint on the transport that answered.
+type Connected = (Backend, Option<UpstreamOwner>, RemoteEndpoint);
+
 /// Connects over the chosen transport (see [`TransportArg::Auto`]); returns the backend and
 /// the endpoint on the transport that answered.
 pub(crate) async fn connect_with(
@@ -125,7 +137,7 @@ pub(crate) async fn connect_with(
     choice: TransportArg,
     registry: &Arc<Registry>,
     timeout: Duration,
-) -> anyhow::Result<(Backend, RemoteEndpoint)> {
+) -> anyhow::Result<Connected> {
     let on = |t| endpoint.clone().with_transport(t);
     let only = match choice {
         TransportArg::Streamable => Some(RemoteTransport::Streamable),
@@ -134,20 +146,21 @@ pub(crate) async fn connect_with(
     };
     if let Some(t) = only {
         let endpoint = on(t);
-        return Ok((connect(&endpoint, registry, timeout).await?, endpoint));
+        let (backend, owner) = connect(&endpoint, registry, timeout).await?;
+        return Ok((backend, owner, endpoint));
     }
     let streamable = on(RemoteTransport::Streamable);
     let first = match connect(&streamable, registry, timeout).await {
-        Ok(backend) => return Ok((backend, streamable)),
+        Ok((backend, owner)) => return Ok((backend, owner, streamable)),
         // Nobody there: HTTP+SSE would not answer either.
         Err(e) if unreachable(&e) => return Err(e),
         Err(e) => e,
     };
     let sse = on(RemoteTransport::Sse);
     match connect(&sse, registry, timeout).await {
-        Ok(backend) => {
+        Ok((backend, owner)) => {
             println!("switchboard: the remote speaks HTTP+SSE (2024-11-05), not Streamable HTTP");
-            Ok((backend, sse))
+            Ok((backend, owner, sse))
         }
         Err(second) => Err(second.context(format!(
             "neither Streamable HTTP ({first:#}) nor HTTP+SSE worked"
@@ -173,12 +186,18 @@ pub(crate) async fn connect(
     endpoint: &RemoteEndpoint,
     registry: &Arc<Registry>,
     timeout: Duration,
-) -> anyhow::Result<Backend> {
+) -> anyhow::Result<(Backend, Option<UpstreamOwner>)> {
     let probe = RemoteUpstream::new(endpoint, Mode::Session, registry.sink());
     let owner = probe.owner();
-    let connected = Backend::connect(Upstream::Remote(probe), timeout, EraPolicy::Auto).await;
-    owner.shutdown(Duration::from_secs(2)).await;
-    let mut backend = connected.context("remote did not become ready")?;
+    let connected =
+        Backend::connect(Upstream::Remote(probe.clone()), timeout, EraPolicy::Auto).await;
+    let mut backend = match connected {
+        Ok(b) => b,
+        Err(e) => {
+            owner.shutdown(Duration::from_secs(2)).await;
+            return Err(e).context("remote did not become ready");
+        }
+    };
     if endpoint.transport() == RemoteTransport::Sse {
         // Every HTTP+SSE exchange belongs to a session: there is no stateless path for
         // Modern requests, whatever the remote answered on the probe's session.
@@ -189,7 +208,15 @@ pub(crate) async fn connect(
         Mode::Stateless,
         registry.sink(),
     ));
-    Ok(backend)
+    if backend.info.era.modern {
+        owner.shutdown(Duration::from_secs(2)).await;
+        return Ok((backend, None));
+    }
+    // A Legacy-only remote refuses sessionless requests, so the gateway's own reads (its
+    // `tools/list` walk for `Mcp-Param-*` checks) keep the probe's session; no client's
+    // request ever goes there.
+    backend.internal = Some(Upstream::Remote(probe));
+    Ok((backend, Some(UpstreamOwner::Remote(owner))))
 }
 
 /// Opens an upstream session per client session (and per Modern partition).

@@ -68,6 +68,8 @@ pub struct RemoteConfig {
     pub max_stream_bytes: usize,
     /// Deadline of one call, from sending to its answer.
     pub call_timeout: Duration,
+    /// Deadline of sending a notification or an answer (202 expected).
+    pub send_timeout: Duration,
     /// Deadline of establishing a connection (TCP and TLS).
     pub connect_timeout: Duration,
 }
@@ -81,6 +83,7 @@ impl RemoteConfig {
             max_message_bytes: 16 * 1024 * 1024,
             max_stream_bytes: 64 * 1024 * 1024,
             call_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
         }
     }
@@ -154,6 +157,7 @@ struct Endpoint {
     headers: Vec<(HeaderName, HeaderValue)>,
     limits: Limits,
     call_timeout: Duration,
+    send_timeout: Duration,
 }
 
 impl RemoteEndpoint {
@@ -183,6 +187,7 @@ impl RemoteEndpoint {
                     stream: config.max_stream_bytes,
                 },
                 call_timeout: config.call_timeout,
+                send_timeout: config.send_timeout,
             }),
         })
     }
@@ -198,6 +203,7 @@ impl RemoteEndpoint {
             headers: self.inner.headers.clone(),
             limits: self.inner.limits,
             call_timeout: self.inner.call_timeout,
+            send_timeout: self.inner.send_timeout,
         };
         Self {
             inner: Arc::new(endpoint),
@@ -449,7 +455,7 @@ impl RemoteClient {
 
     /// POST a notification, or an answer to the remote's own request (202 expected).
     pub async fn send(&self, line: Bytes) -> Result<(), RemoteError> {
-        let deadline = self.inner.call_timeout;
+        let deadline = self.inner.send_timeout;
         tokio::time::timeout(deadline, async {
             let (request, with_session) = self.request(Method::POST, line, false, &[])?;
             let response = self.send_request(request).await?;
