@@ -25,6 +25,7 @@ mod mrtr;
 mod per_session;
 mod per_session_sse;
 mod remote_client;
+mod remote_sse_client;
 mod remote_upstream;
 mod resilience;
 mod resume;
