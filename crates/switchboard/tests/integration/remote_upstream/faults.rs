@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use super::{call, gateway, instance_of, next, open_call, open_session};
+use super::{
+    assert_error, assert_failure, call, gateway, instance_of, next, open_call, open_session,
+    Failure,
+};
 use crate::common::{Reply, TestGateway};
 use crate::fixture_http::FixtureHttp;
 
@@ -20,13 +23,6 @@ const AT_MOST: Duration = Duration::from_secs(10);
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
-}
-
-fn assert_bad_gateway(r: &Reply, id: Value) {
-    assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", r.text);
-    let v = r.json();
-    assert_eq!(v["id"], id, "{v}");
-    assert!(v["error"]["code"].is_i64(), "{v}");
 }
 
 #[tokio::test]
@@ -60,7 +56,7 @@ async fn a_killed_remote_fails_every_pending_call_within_a_second() {
         .expect("the pending plain call was never answered")
         .unwrap();
     let a_after = killed.elapsed();
-    assert_bad_gateway(&a_answer, json!(11));
+    assert_failure(&a_answer, Failure::BadGateway, json!(11));
     let b_answer = tokio::time::timeout(AT_MOST, async {
         loop {
             let m = next(&mut streamed).await;
@@ -72,8 +68,7 @@ async fn a_killed_remote_fails_every_pending_call_within_a_second() {
     .await
     .expect("the pending streamed call was never answered");
     let b_after = killed.elapsed();
-    assert_eq!(b_answer["id"], 12, "{b_answer}");
-    assert!(b_answer["error"]["code"].is_i64(), "{b_answer}");
+    assert_error(&b_answer, Failure::BadGateway, &json!(12));
     assert!(
         a_after <= PROMPTLY,
         "plain call answered {a_after:?} after the kill"
@@ -125,7 +120,7 @@ async fn a_restarted_remote_ends_the_session_and_a_fresh_one_works() {
 
     fx.kill().await;
     // While it is down: an error at once, never a hang.
-    assert_bad_gateway(&echo(&gw, &a, 2).await, json!(2));
+    assert_failure(&echo(&gw, &a, 2).await, Failure::BadGateway, json!(2));
 
     let fx = FixtureHttp::start_at(port, &[]).await;
     // The new remote does not know the upstream session (404 there): the client's session is
@@ -200,4 +195,35 @@ async fn healthz_while_the_remote_is_up_down_and_back() {
          request {back_after_use:?}",
         failed.status, failed.text
     );
+}
+
+/// Progress restarts `--request-timeout` (up to `--max-request-time`): a call that reports
+/// progress more often than the timeout may run longer than it. Checked against a stdio
+/// per-session backend first (the control: same gateway flags, same tool), then a remote.
+#[tokio::test]
+async fn progress_keeps_a_remote_call_alive_past_the_request_timeout() {
+    let fx = FixtureHttp::start(&[]).await;
+    let flags = ["--request-timeout", "1"];
+    let stdio = {
+        let mut args = vec!["--isolation", "per-session"];
+        args.extend(flags);
+        TestGateway::start(&args).await
+    };
+    let remote = gateway(&fx.url, &flags).await;
+    // Six notes 400 ms apart: 2.4 s in all, never 1 s without progress.
+    let body = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
+        "name": "progress", "arguments": {"steps": 6, "intervalMs": 400},
+        "_meta": {"progressToken": "alive"}}});
+    for (what, gw) in [("stdio per-session", &stdio), ("remote", &remote)] {
+        let sid = open_session(gw, None, json!({})).await;
+        let r = tokio::time::timeout(AT_MOST, gw.post(Some(&sid), &body))
+            .await
+            .expect("no answer within 10s");
+        let done = r.messages().pop().unwrap();
+        assert_eq!(done["id"], 21, "{what}: {done}");
+        assert_eq!(
+            done["result"]["content"][0]["text"], "done",
+            "{what}: cut despite progress: {done}"
+        );
+    }
 }

@@ -5,11 +5,11 @@
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::raw::{Fault, RawRemote, HOSTILE_CLIENT};
-use super::{call, gateway, keys_file, open_session, post_as, ALICE};
-use crate::common::{Reply, TestGateway};
+use super::{assert_failure, call, gateway, keys_file, open_session, post_as, Failure, ALICE};
+use crate::common::TestGateway;
 
 /// Fails the test instead of hanging it.
 const AT_MOST: Duration = Duration::from_secs(30);
@@ -22,14 +22,6 @@ async fn gateway_for(remote: &RawRemote, args: &[&str]) -> TestGateway {
     gateway(&remote.url, &all).await
 }
 
-fn assert_error_answer(r: &Reply, status: StatusCode, id: Value) {
-    assert_eq!(r.status, status, "{}", r.text);
-    let v = r.json();
-    assert_eq!(v["id"], id, "{v}");
-    let message = v["error"]["message"].as_str().unwrap_or_default();
-    assert!(v["error"]["code"].is_i64() && !message.is_empty(), "{v}");
-}
-
 #[tokio::test]
 async fn an_html_answer_to_initialize_is_a_clear_error_and_the_gateway_keeps_serving() {
     let remote = RawRemote::start(Fault::HtmlToClientInitialize).await;
@@ -40,7 +32,7 @@ async fn an_html_answer_to_initialize_is_a_clear_error_and_the_gateway_keeps_ser
     let r = tokio::time::timeout(AT_MOST, gw.post(None, &init))
         .await
         .expect("initialize answered with HTML by the remote was never answered");
-    assert_error_answer(&r, StatusCode::BAD_GATEWAY, json!("init-1"));
+    assert_failure(&r, Failure::BadGateway, json!("init-1"));
     assert!(
         r.headers.get("mcp-session-id").is_none(),
         "no session from a failed handshake"
@@ -71,7 +63,7 @@ async fn a_stream_that_never_answers_is_cut_by_the_request_timeout() {
     .await
     .expect("a call on an endless stream was never answered");
     let took = started.elapsed();
-    assert_error_answer(&r, StatusCode::GATEWAY_TIMEOUT, json!(5));
+    assert_failure(&r, Failure::Timeout, json!(5));
     assert!(
         took < Duration::from_secs(5),
         "504 only after {took:?} with a 1 s timeout"
@@ -111,7 +103,7 @@ async fn an_answer_over_the_size_bound_is_a_clear_bad_gateway() {
     )
     .await
     .expect("a call answered with an oversized message was never answered");
-    assert_error_answer(&r, StatusCode::BAD_GATEWAY, json!(9));
+    assert_failure(&r, Failure::BadGateway, json!(9));
     assert!(
         r.text.len() < 64 * 1024,
         "the oversized answer was relayed ({} bytes)",

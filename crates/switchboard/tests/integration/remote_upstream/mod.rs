@@ -143,6 +143,63 @@ async fn modern_instance(gw: &TestGateway, key: Option<&str>, capabilities: Valu
     instance_in(&answer)
 }
 
+/// A failure class of the gateway's error table (`http::error`): its HTTP status and code.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Failure {
+    /// The backend is gone or answered unusably: 502, -32603.
+    BadGateway,
+    /// The request's deadline passed: 504, -32000.
+    Timeout,
+}
+
+impl Failure {
+    fn code(self) -> i64 {
+        match self {
+            Failure::BadGateway => -32603,
+            Failure::Timeout => -32000,
+        }
+    }
+}
+
+/// The start of `text`, for assertion messages (a failing answer may be many MiB).
+pub(crate) fn excerpt(text: &str) -> String {
+    let mut end = text.len().min(400);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < text.len() { "…" } else { "" };
+    format!("{}{more} ({} bytes)", &text[..end], text.len())
+}
+
+/// Asserts that `m` is a JSON-RPC error of class `failure` answering `id`, with a message.
+pub(crate) fn assert_error(m: &Value, failure: Failure, id: &Value) {
+    let shown = excerpt(&m.to_string());
+    assert_eq!(&m["id"], id, "{shown}");
+    assert_eq!(m["error"]["code"], failure.code(), "{failure:?}: {shown}");
+    let message = m["error"]["message"].as_str().unwrap_or_default();
+    assert!(!message.is_empty(), "{shown}");
+}
+
+/// Asserts that `r` is exactly one error answer of class `failure` to `id`: a JSON body with
+/// the class's HTTP status, or a 200 SSE stream carrying only that error. (A session's
+/// requests are always streamed in per-session mode, which a remote always gets, so an error
+/// there can only be an SSE error frame: the status was sent with the stream's start.)
+pub(crate) fn assert_failure(r: &Reply, failure: Failure, id: Value) {
+    let status = match failure {
+        Failure::BadGateway => StatusCode::BAD_GATEWAY,
+        Failure::Timeout => StatusCode::GATEWAY_TIMEOUT,
+    };
+    let expected = if r.content_type().starts_with("text/event-stream") {
+        StatusCode::OK
+    } else {
+        status
+    };
+    assert_eq!(r.status, expected, "{}", excerpt(&r.text));
+    let messages = r.messages();
+    assert_eq!(messages.len(), 1, "{}", excerpt(&r.text));
+    assert_error(&messages[0], failure, &id);
+}
+
 pub(crate) type Events =
     Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>>;
 
@@ -409,4 +466,69 @@ async fn modern_requests_reach_a_modern_remote_statelessly() {
     let shared = instance_in(&direct);
     assert_eq!(modern_instance(&gw, Some(ALICE), json!({})).await, shared);
     assert_eq!(modern_instance(&gw, Some(BOB), json!({})).await, shared);
+}
+
+fn custom_header_call(region: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "test_custom_header", "arguments": {"region": region}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string()
+}
+
+async fn custom_header(gw: &TestGateway, region: &str, header: &str) -> Reply {
+    let extra = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "test_custom_header"),
+        ("mcp-param-region", header),
+    ];
+    gw.post_raw(None, custom_header_call(region), &extra).await
+}
+
+/// A Modern call of a tool with an `x-mcp-header` argument carries its `Mcp-Param-*` mirror
+/// header (SEP-2243); the remote checks it too, so the gateway must send it on (the value the
+/// client sent and the gateway validated, or one re-encoded from the arguments).
+#[tokio::test]
+async fn modern_param_headers_reach_the_remote() {
+    let fx = FixtureHttp::start(&[]).await;
+    let gw = gateway(&fx.url, &[]).await;
+    for (region, header) in [
+        ("us-west", "us-west"),
+        ("eu-north", "=?base64?ZXUtbm9ydGg=?="),
+    ] {
+        let r = custom_header(&gw, region, header).await;
+        assert_eq!(r.status, StatusCode::OK, "{header}: {}", r.text);
+        assert_eq!(
+            tool_text(&r.json()),
+            format!("region={region}"),
+            "{}",
+            r.text
+        );
+    }
+}
+
+/// The gateway checks `Mcp-Param-*` against the designations it learned from the backend's
+/// `tools/list`, also when the backend is a Legacy-only remote (Modern calls bridged). The
+/// control: the same call to a Legacy-only stdio backend is refused.
+#[tokio::test]
+async fn mismatched_param_headers_are_refused_in_front_of_a_legacy_remote() {
+    let fx = FixtureHttp::start(&["--era", "legacy"]).await;
+    let bin = env!("CARGO_BIN_EXE_switchboard");
+    let stdio = TestGateway::start_with(&[], &[bin, "fixture", "--era", "legacy"]).await;
+    let remote = gateway(&fx.url, &[]).await;
+    for (what, gw) in [("stdio legacy", &stdio), ("remote legacy", &remote)] {
+        // Calls go unchecked while the designations are being learned (a walk is retried
+        // after 1 s when it fails): bounded polling, 5 s at most.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let r = loop {
+            let r = custom_header(gw, "us-west", "eu-north").await;
+            if r.status != StatusCode::OK || tokio::time::Instant::now() > deadline {
+                break r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{what}: {}", r.text);
+        assert_eq!(r.error_code(), -32020, "{what}");
+    }
 }

@@ -16,17 +16,35 @@ fn trigger(id: Value, kind: &str) -> Value {
     call(id, "trigger", json!({"kind": kind}))
 }
 
+/// Holds two requests open on `sid` until dropped. The gateway puts a session-wide message on
+/// the session's one in-flight request's stream when there is exactly one, else on the listen
+/// stream; with two held, a sentinel always takes the listen stream, whether it arrives before
+/// or after the answer of the request that triggered it. The first progress note of each
+/// proves it is in flight.
+async fn hold(gw: &TestGateway, sid: &str) -> [Events; 2] {
+    let body = |n: u32| {
+        json!({"jsonrpc": "2.0", "id": format!("hold-{n}"), "method": "tools/call", "params": {
+        "name": "progress", "arguments": {"steps": 100_000, "intervalMs": 50},
+        "_meta": {"progressToken": format!("hold-{n}")}}})
+    };
+    let mut held = [
+        open_call(gw, sid, body(1)).await,
+        open_call(gw, sid, body(2)).await,
+    ];
+    for events in &mut held {
+        assert_eq!(next(events).await["method"], "notifications/progress");
+    }
+    held
+}
+
 /// Makes sure the session's listen stream is live end to end (the gateway may open its own
 /// listen stream at the remote only after ours): triggers `tools_list_changed` until one
 /// arrives. Later `tools_list_changed` events are leftovers of this, and skipped by readers.
 async fn prime(gw: &TestGateway, sid: &str, events: &mut Events) {
+    let _held = hold(gw, sid).await;
     for attempt in 0..20 {
-        let r = gw
-            .post(
-                Some(sid),
-                &trigger(json!(format!("prime-{attempt}")), "tools_list_changed"),
-            )
-            .await;
+        let id = json!(format!("prime-{attempt}"));
+        let r = gw.post(Some(sid), &trigger(id, "tools_list_changed")).await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
         if let Some(m) = next_within(events, Duration::from_millis(500)).await {
             assert_eq!(m["method"], "notifications/tools/list_changed", "{m}");
@@ -45,12 +63,9 @@ async fn until_sentinel(
     events: &mut Events,
     kind: &str,
 ) -> Vec<Value> {
-    let r = gw
-        .post(
-            Some(sid),
-            &trigger(json!("sentinel"), &format!("{kind}_list_changed")),
-        )
-        .await;
+    let _held = hold(gw, sid).await;
+    let sentinel = trigger(json!("sentinel"), &format!("{kind}_list_changed"));
+    let r = gw.post(Some(sid), &sentinel).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let wanted = format!("notifications/{kind}/list_changed");
     let mut before = Vec::new();
