@@ -556,7 +556,7 @@ impl Gateway {
 
     /// Whether the backend is still running (for `/healthz`).
     pub fn backend_alive(&self) -> bool {
-        !self.backend.handle.is_closed()
+        self.backend.handle.is_reachable()
     }
 
     /// Live sessions (for metrics and leak tests).

@@ -158,6 +158,26 @@ pub fn check_params<'h>(
     Ok(())
 }
 
+/// The `Mcp-Param-*` headers a client must send for these `arguments` (what
+/// [`check_params`] accepts): for an upstream that checks them.
+pub fn param_values(
+    arguments: Option<&serde_json::Value>,
+    spec: &[ParamHeader],
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in spec {
+        let value = arguments.and_then(|args| p.path.iter().try_fold(args, |v, k| v.get(k)));
+        let text = match value {
+            Some(serde_json::Value::String(s)) => encode_value(s),
+            Some(serde_json::Value::Bool(b)) => b.to_string(),
+            Some(serde_json::Value::Number(n)) => n.to_string(),
+            _ => continue,
+        };
+        out.push((p.header.clone(), text));
+    }
+    out
+}
+
 fn mirrors(body: &serde_json::Value, header: &str) -> bool {
     match body {
         serde_json::Value::String(s) => s == header,
@@ -180,6 +200,27 @@ mod tests {
 
     fn msg(body: &str) -> Message<'_> {
         Message::parse(body.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn param_values_pass_their_own_check() {
+        let schema = serde_json::json!({"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "n":{"type":"integer","x-mcp-header":"N"},
+            "flag":{"type":"boolean","x-mcp-header":"Flag"}}});
+        let spec = param_headers(&schema);
+        let args = serde_json::json!({"region":"zürich","n":42,"flag":true});
+        let values = param_values(Some(&args), &spec);
+        assert_eq!(values.len(), 3);
+        let get = |h: &str| {
+            values
+                .iter()
+                .find(|(n, _)| n == h)
+                .map(|(_, v)| Some(v.as_str()))
+        };
+        assert!(check_params(Some(&args), &spec, get).is_ok());
+        let none = param_values(Some(&serde_json::json!({})), &spec);
+        assert!(none.is_empty());
     }
 
     #[test]

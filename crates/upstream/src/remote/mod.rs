@@ -139,6 +139,12 @@ pub struct RemoteEndpoint {
 
 #[derive(Debug)]
 struct Endpoint {
+    /// As configured (an HTTP+SSE session connects from it).
+    config: RemoteConfig,
+    transport: upstream::RemoteTransport,
+    /// Cleared when an exchange of any session fails below HTTP, set by any answer: the
+    /// remote's health as last seen (for `/healthz`).
+    reachable: Arc<std::sync::atomic::AtomicBool>,
     client: Client,
     uri: Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -162,6 +168,9 @@ impl RemoteEndpoint {
                 .build(connector(config.connect_timeout));
         Ok(Self {
             inner: Arc::new(Endpoint {
+                config: config.clone(),
+                transport: upstream::RemoteTransport::Streamable,
+                reachable: Arc::new(std::sync::atomic::AtomicBool::new(true)),
                 client,
                 uri,
                 headers: config.headers,
@@ -172,6 +181,38 @@ impl RemoteEndpoint {
                 call_timeout: config.call_timeout,
             }),
         })
+    }
+
+    /// The same endpoint, reached over `transport`.
+    pub fn with_transport(self, transport: upstream::RemoteTransport) -> Self {
+        let endpoint = Endpoint {
+            config: self.inner.config.clone(),
+            transport,
+            reachable: self.inner.reachable.clone(),
+            client: self.inner.client.clone(),
+            uri: self.inner.uri.clone(),
+            headers: self.inner.headers.clone(),
+            limits: self.inner.limits,
+            call_timeout: self.inner.call_timeout,
+        };
+        Self {
+            inner: Arc::new(endpoint),
+        }
+    }
+
+    /// The shared reachability flag (see `Endpoint::reachable`).
+    pub(crate) fn reachability(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.inner.reachable.clone()
+    }
+
+    /// The configuration it was built from.
+    pub(crate) fn config(&self) -> &RemoteConfig {
+        &self.inner.config
+    }
+
+    /// The transport this endpoint is reached over.
+    pub fn transport(&self) -> upstream::RemoteTransport {
+        self.inner.transport
     }
 
     /// The URL without credentials or query (which may carry secrets), for messages.

@@ -11,6 +11,7 @@
 //! handle to answer through. When the remote loses the session (404 on its id) or ends it, the
 //! handle closes for good and the sink hears it once, so the client's session ends with it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -22,9 +23,12 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use switchboard_wire::classify::META_PROTOCOL_VERSION;
+use switchboard_wire::headers::{param_headers, param_values, ParamHeader};
 use switchboard_wire::{method, object_member, Message};
 
-use super::{ListenHandle, Outgoing, RemoteClient, RemoteEndpoint, RemoteError, RemoteSink};
+use super::{
+    ListenHandle, Outgoing, RemoteClient, RemoteEndpoint, RemoteError, RemoteSink, SseClient,
+};
 use crate::answer::Withdraw;
 use crate::{BackendResponse, InboundSink, PendingCall, Upstream, UpstreamError};
 
@@ -58,18 +62,94 @@ pub struct RemoteUpstream {
 
 #[derive(Debug)]
 struct Shared {
-    client: RemoteClient,
+    link: Link,
     mode: Mode,
     /// Exchanges under way (calls and lines being sent).
     live: AtomicUsize,
     /// Set once the upstream session is gone: every later call fails with it.
     lost: Mutex<Option<UpstreamError>>,
-    /// Cleared when an exchange fails below HTTP, set again by any answer.
-    reachable: AtomicBool,
+    /// The endpoint's: cleared when an exchange fails below HTTP, set again by any answer.
+    reachable: Arc<AtomicBool>,
     /// The GET stream of a session, opened once the session is initialized.
     listen: Mutex<Option<ListenHandle>>,
+    /// Tool → its `x-mcp-header` designations, learned from the Modern `tools/list` answers
+    /// this handle carried: a remote checks `Mcp-Param-*`, and the gateway must send them.
+    designations: Mutex<HashMap<String, Arc<[ParamHeader]>>>,
     sink: Arc<dyn InboundSink>,
 }
+
+/// Most tools whose designations are remembered.
+const MAX_DESIGNATED: usize = 4096;
+
+/// The transport client of one upstream session.
+#[derive(Debug)]
+enum Link {
+    Streamable(RemoteClient),
+    /// Connected at the first exchange (the SSE stream *is* the session).
+    Sse {
+        config: super::RemoteConfig,
+        sink: Arc<dyn RemoteSink>,
+        conn: tokio::sync::OnceCell<SseClient>,
+    },
+    /// Stateless requests cannot reach an HTTP+SSE remote: every session is a stream.
+    NoSession,
+}
+
+impl Link {
+    async fn call(&self, out: Outgoing<'_>) -> Result<super::RemoteResponse, RemoteError> {
+        match self {
+            Link::Streamable(c) => c.call(out).await,
+            Link::Sse { .. } => self.sse().await?.call(out).await,
+            Link::NoSession => Err(NO_SESSION),
+        }
+    }
+
+    async fn send(&self, line: Bytes) -> Result<(), RemoteError> {
+        match self {
+            Link::Streamable(c) => c.send(line).await,
+            Link::Sse { .. } => self.sse().await?.send(line).await,
+            Link::NoSession => Err(NO_SESSION),
+        }
+    }
+
+    async fn sse(&self) -> Result<&SseClient, RemoteError> {
+        let Link::Sse { config, sink, conn } = self else {
+            return Err(NO_SESSION);
+        };
+        conn.get_or_try_init(|| SseClient::connect(config.clone(), sink.clone()))
+            .await
+    }
+
+    fn set_protocol_version(&self, version: &str) {
+        if let Link::Streamable(c) = self {
+            c.set_protocol_version(version);
+        }
+    }
+
+    /// The session's own stream for what the remote sends unprompted, where it needs opening.
+    fn listen(&self) -> Option<ListenHandle> {
+        match self {
+            Link::Streamable(c) => Some(c.listen()),
+            Link::Sse { .. } | Link::NoSession => None,
+        }
+    }
+
+    async fn end_session(&self) -> Result<(), RemoteError> {
+        match self {
+            Link::Streamable(c) => c.end_session().await,
+            Link::Sse { conn, .. } => {
+                if let Some(c) = conn.get() {
+                    c.close();
+                }
+                Ok(())
+            }
+            Link::NoSession => Ok(()),
+        }
+    }
+}
+
+const NO_SESSION: RemoteError =
+    RemoteError::Refused("an HTTP+SSE remote serves only requests within a session");
 
 /// Routes the client's deliveries to the gateway's sink with a handle to answer through.
 #[derive(Debug)]
@@ -100,14 +180,27 @@ impl RemoteSink for Bridge {
 impl RemoteUpstream {
     /// A handle on `endpoint`; what the remote sends on its own goes to `sink`.
     pub fn new(endpoint: &RemoteEndpoint, mode: Mode, sink: Arc<dyn InboundSink>) -> Self {
-        let shared = Arc::new_cyclic(|me| Shared {
-            client: endpoint.client(Arc::new(Bridge { me: me.clone() })),
-            mode,
-            live: AtomicUsize::new(0),
-            lost: Mutex::new(None),
-            reachable: AtomicBool::new(true),
-            listen: Mutex::new(None),
-            sink,
+        let shared = Arc::new_cyclic(|me| {
+            let bridge: Arc<dyn RemoteSink> = Arc::new(Bridge { me: me.clone() });
+            let link = match (endpoint.transport(), mode) {
+                (RemoteTransport::Streamable, _) => Link::Streamable(endpoint.client(bridge)),
+                (RemoteTransport::Sse, Mode::Session) => Link::Sse {
+                    config: endpoint.config().clone(),
+                    sink: bridge,
+                    conn: tokio::sync::OnceCell::new(),
+                },
+                (RemoteTransport::Sse, Mode::Stateless) => Link::NoSession,
+            };
+            Shared {
+                link,
+                mode,
+                live: AtomicUsize::new(0),
+                lost: Mutex::new(None),
+                reachable: endpoint.reachability(),
+                listen: Mutex::new(None),
+                designations: Mutex::new(HashMap::new()),
+                sink,
+            }
         });
         RemoteUpstream { shared }
     }
@@ -133,26 +226,78 @@ impl RemoteUpstream {
 
     async fn exchange(&self, line: Bytes, id: &str) -> Result<BackendResponse, UpstreamError> {
         let facts = Facts::of(&line);
+        let mut headers = facts.headers();
+        if facts.modern && facts.arguments.is_some() {
+            headers.extend(self.param_headers(&facts));
+        }
         let out = Outgoing {
             id,
-            headers: facts.headers(),
+            headers,
             stateless: self.shared.mode == Mode::Stateless || facts.modern,
             line,
         };
-        let answer = self.shared.client.call(out).await;
+        let answer = self.shared.link.call(out).await;
         let answer = self.note(answer)?;
+        if facts.modern && facts.method.as_deref() == Some("tools/list") && !answer.is_error() {
+            self.learn_designations(answer.payload());
+        }
         if facts.initialize && !answer.is_error() {
             if let Some(version) = negotiated_version(answer.payload()) {
-                self.shared.client.set_protocol_version(&version);
+                self.shared.link.set_protocol_version(&version);
             }
         }
         Ok(answer.into_backend())
     }
 
+    /// `Mcp-Param-*` for a Modern `tools/call`, from the designations learned so far.
+    fn param_headers(&self, facts: &Facts) -> Vec<(HeaderName, HeaderValue)> {
+        let spec = facts
+            .name
+            .as_ref()
+            .and_then(|tool| self.shared.designations.lock().get(tool).cloned());
+        let (Some(spec), Some(args)) = (spec, facts.arguments.as_deref()) else {
+            return Vec::new();
+        };
+        let args: Option<serde_json::Value> = serde_json::from_str(args).ok();
+        param_values(args.as_ref(), &spec)
+            .into_iter()
+            .filter_map(|(name, value)| {
+                Some((
+                    HeaderName::from_bytes(name.as_bytes()).ok()?,
+                    HeaderValue::from_str(&value).ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    fn learn_designations(&self, result: &str) {
+        let Ok(result) = serde_json::from_str::<serde_json::Value>(result) else {
+            return;
+        };
+        let Some(tools) = result.get("tools").and_then(serde_json::Value::as_array) else {
+            return;
+        };
+        let mut table = self.shared.designations.lock();
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else {
+                continue;
+            };
+            let spec = tool
+                .get("inputSchema")
+                .map(param_headers)
+                .unwrap_or_default();
+            if spec.is_empty() {
+                table.remove(name);
+            } else if table.len() < MAX_DESIGNATED || table.contains_key(name) {
+                table.insert(name.to_owned(), spec.into());
+            }
+        }
+    }
+
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
         let _live = self.enter()?;
         let initialized = Facts::of(&line).initialized;
-        let sent = self.shared.client.send(line).await;
+        let sent = self.shared.link.send(line).await;
         self.note(sent)?;
         if initialized && self.shared.mode == Mode::Session {
             self.open_listen();
@@ -223,7 +368,7 @@ impl RemoteUpstream {
     fn open_listen(&self) {
         let mut listen = self.shared.listen.lock();
         if listen.is_none() {
-            *listen = Some(self.shared.client.listen());
+            *listen = self.shared.link.listen();
         }
     }
 }
@@ -267,17 +412,18 @@ impl RemoteOwner {
     pub async fn shutdown(self, grace: Duration) {
         let shared = &self.upstream.shared;
         shared.listen.lock().take();
+        // Closed first: the stream ending because we end it is not a loss to report.
+        shared
+            .lost
+            .lock()
+            .get_or_insert(UpstreamError::Closed("upstream session ended".into()));
         if shared.mode == Mode::Session {
-            match tokio::time::timeout(grace, shared.client.end_session()).await {
+            match tokio::time::timeout(grace, shared.link.end_session()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => debug!(error = %e, "remote did not confirm the session's end"),
                 Err(_) => debug!("remote did not answer the session's DELETE in time"),
             }
         }
-        shared
-            .lost
-            .lock()
-            .get_or_insert(UpstreamError::Closed("upstream session ended".into()));
     }
 }
 
@@ -303,6 +449,8 @@ struct Facts {
     /// The Modern version the request's `_meta` names, if it is a Modern request.
     modern_version: Option<String>,
     modern: bool,
+    /// A `tools/call`'s raw `arguments`.
+    arguments: Option<String>,
     initialize: bool,
     initialized: bool,
 }
@@ -329,7 +477,11 @@ impl Facts {
             "resources/read" => Some("uri"),
             _ => None,
         };
+        let arguments = (name == "tools/call")
+            .then(|| msg.param("arguments").map(|a| a.get().to_owned()))
+            .flatten();
         Facts {
+            arguments,
             name: text(member.and_then(|m| msg.param(m))),
             modern: modern_version.is_some(),
             modern_version,
