@@ -156,9 +156,10 @@ async fn healthz(gw: &TestGateway) -> (StatusCode, String) {
     (r.status(), r.text().await.unwrap())
 }
 
-/// `/healthz` is 200 while the remote is up (DESIGN: "answers 200 once the backend is ready").
-/// What it says while the remote is down, and once it is back, is printed, not asserted: that
-/// contract is the lead's to set.
+/// `/healthz` reflects the remote's reachability as last seen by any upstream session
+/// (`upstream::remote`: cleared when an exchange fails below HTTP, set again by any answer):
+/// 200 while up, 503 once a request found it down, 200 once a request got an answer again.
+/// Before any request notices, it still says what was last seen (printed, not asserted).
 #[tokio::test]
 async fn healthz_while_the_remote_is_up_down_and_back() {
     let port = free_port();
@@ -183,12 +184,18 @@ async fn healthz_while_the_remote_is_up_down_and_back() {
         failed.text
     );
     let down_after_use = healthz(&gw).await;
+    assert_eq!(
+        down_after_use.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{down_after_use:?}"
+    );
 
     let _fx = FixtureHttp::start_at(port, &[]).await;
     let back_before_use = healthz(&gw).await;
     let s = open_session(&gw, None, json!({})).await;
     assert_eq!(echo(&gw, &s, 1).await.status, StatusCode::OK);
     let back_after_use = healthz(&gw).await;
+    assert_eq!(back_after_use.0, StatusCode::OK, "{back_after_use:?}");
     eprintln!(
         "healthz: up {up:?}; down {down_before_use:?}, after a failed request \
          {down_after_use:?} (initialize got {} {}); back {back_before_use:?}, after a \
