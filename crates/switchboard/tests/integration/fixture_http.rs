@@ -13,12 +13,56 @@ use tokio::process::{Child, Command};
 
 use crate::common::{sse_data, BOTH};
 
+/// What a running fixture announced on stdout after its listening line.
+#[derive(Debug, Clone, Default)]
+pub struct Announced {
+    /// `(session id, instance id)` of every Streamable HTTP session it opened, in order.
+    pub opened: Vec<(String, String)>,
+    /// `(session id, instance id)` of every HTTP+SSE session it opened.
+    pub sse_opened: Vec<(String, String)>,
+    /// Sessions ended by DELETE or expiry.
+    pub closed: Vec<String>,
+}
+
+impl Announced {
+    /// The fixture session whose instance answered `instance` with this id.
+    pub fn session_of(&self, instance: &str) -> Option<&str> {
+        self.opened
+            .iter()
+            .chain(&self.sse_opened)
+            .find(|(_, i)| i == instance)
+            .map(|(s, _)| s.as_str())
+    }
+
+    fn record(&mut self, line: &str) {
+        let Some(rest) = line.strip_prefix("switchboard fixture: ") else {
+            return;
+        };
+        let pair = |r: &str| {
+            let (session, instance) = r.split_once(" instance ")?;
+            Some((session.to_owned(), instance.to_owned()))
+        };
+        if let Some(p) = rest.strip_prefix("session opened ").and_then(pair) {
+            self.opened.push(p);
+        } else if let Some(p) = rest.strip_prefix("sse session opened ").and_then(pair) {
+            self.sse_opened.push(p);
+        } else if let Some(id) = rest
+            .strip_prefix("session closed ")
+            .or_else(|| rest.strip_prefix("session expired "))
+        {
+            self.closed.push(id.to_owned());
+        }
+    }
+}
+
 /// A running `switchboard fixture --http --port 0`. Killed on drop.
 pub struct FixtureHttp {
     child: Child,
     /// `http://127.0.0.1:<port>/mcp`.
     pub url: String,
     pub http: reqwest::Client,
+    /// Updated as the fixture announces sessions (its stdout is drained for as long as it runs).
+    announced: tokio::sync::watch::Receiver<Announced>,
 }
 
 impl FixtureHttp {
@@ -48,11 +92,44 @@ impl FixtureHttp {
         })
         .await
         .expect("fixture did not start within 60s");
+        let (tx, announced) = tokio::sync::watch::channel(Announced::default());
+        // Ends when the fixture's stdout does (it exited); a full pipe would block the fixture.
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                tx.send_modify(|a| a.record(&line));
+            }
+        });
         FixtureHttp {
             child,
             url,
             http: reqwest::Client::new(),
+            announced,
         }
+    }
+
+    /// What the fixture has announced so far.
+    pub fn announced(&self) -> Announced {
+        self.announced.borrow().clone()
+    }
+
+    /// Waits (at most 10 s, else panics with `what`) until the announcements satisfy `ready`.
+    pub async fn announced_when(
+        &self,
+        what: &str,
+        ready: impl FnMut(&Announced) -> bool,
+    ) -> Announced {
+        let mut rx = self.announced.clone();
+        let seen = match tokio::time::timeout(Duration::from_secs(10), rx.wait_for(ready)).await {
+            Ok(Ok(seen)) => seen.clone(),
+            Ok(Err(_)) => panic!("fixture stdout reader gone before announcing {what}"),
+            Err(_) => panic!("fixture never announced {what}: {:?}", self.announced()),
+        };
+        seen
+    }
+
+    /// Sends SIGKILL (no chance to answer anything) and reaps it.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.unwrap();
     }
 
     pub fn port(&self) -> u16 {
@@ -401,4 +478,59 @@ async fn sigterm_stops_it_with_streams_open() {
         .unwrap();
     assert_eq!(listen.status(), StatusCode::OK);
     assert!(fx.terminate().await.success());
+}
+
+#[tokio::test]
+async fn each_session_is_an_instance_it_announces_and_modern_requests_share_one() {
+    let fx = FixtureHttp::start(&[]).await;
+    let a = fx.session(json!({})).await;
+    let b = fx.session(json!({})).await;
+    let instance = async |session: Option<&str>, body: Value, extra: &[(&str, &str)]| {
+        let resp = fx.post(session, &body, extra).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let answer = messages(resp).await.pop().unwrap();
+        let id = answer["result"]["structuredContent"]["instance"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no instance in {answer}"))
+            .to_owned();
+        assert_eq!(answer["result"]["content"][0]["text"], id.as_str());
+        id
+    };
+    let of_a = instance(Some(&a), call(1, "instance", json!({})), &[]).await;
+    assert_eq!(
+        instance(Some(&a), call(2, "instance", json!({})), &[]).await,
+        of_a,
+        "stable within the session"
+    );
+    let of_b = instance(Some(&b), call(1, "instance", json!({})), &[]).await;
+    assert_ne!(of_a, of_b);
+    let seen = fx
+        .announced_when("both sessions", |s| s.opened.len() == 2)
+        .await;
+    assert_eq!(seen.session_of(&of_a), Some(a.as_str()));
+    assert_eq!(seen.session_of(&of_b), Some(b.as_str()));
+
+    let modern = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "instance", "arguments": {},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "instance"),
+    ];
+    let shared = instance(None, modern.clone(), &headers).await;
+    assert_eq!(instance(None, modern, &headers).await, shared);
+    assert!(shared != of_a && shared != of_b, "{shared}");
+
+    let deleted = fx
+        .http
+        .delete(&fx.url)
+        .header("mcp-session-id", &a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::OK);
+    fx.announced_when("the DELETE", |s| s.closed == [a.clone()])
+        .await;
 }

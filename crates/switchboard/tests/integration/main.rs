@@ -27,6 +27,7 @@ mod per_session_sse;
 mod remote_client;
 mod remote_resume;
 mod remote_sse_client;
+mod remote_upstream;
 mod resilience;
 mod resume;
 mod rmcp_client;
