@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tracing::info;
 
-use switchboard_upstream::{BackendResponse, StdioHandle};
+use switchboard_upstream::{BackendResponse, Upstream};
 use switchboard_wire::classify::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, META_SERVER_INFO,
 };
@@ -63,7 +63,7 @@ pub struct BackendInfo {
 #[derive(Debug, Clone)]
 pub struct Backend {
     /// Where requests go.
-    pub handle: StdioHandle,
+    pub handle: Upstream,
     /// What the backend declared.
     pub info: BackendInfo,
 }
@@ -90,7 +90,7 @@ pub(crate) fn gateway_envelope() -> Value {
 impl Backend {
     /// Learns the backend's eras and performs the Legacy handshake when it has one.
     pub async fn connect(
-        handle: StdioHandle,
+        handle: Upstream,
         deadline: Duration,
         policy: EraPolicy,
     ) -> Result<Backend, CoreError> {
@@ -117,7 +117,7 @@ impl Backend {
     /// when the backend has one (a Modern-only backend needs none).
     pub(crate) async fn reinitialize(
         &self,
-        standby: &StdioHandle,
+        standby: &Upstream,
         deadline: Duration,
     ) -> Result<(), CoreError> {
         if self.info.era.legacy {
@@ -128,7 +128,7 @@ impl Backend {
 }
 
 pub(crate) async fn call(
-    handle: &StdioHandle,
+    handle: &Upstream,
     name: &str,
     params: Value,
     deadline: Duration,
@@ -153,12 +153,12 @@ pub(crate) fn no_answer(name: &str, limit: Duration) -> CoreError {
 }
 
 /// Whether the backend answers `server/discover` with a version the gateway speaks.
-pub(crate) async fn speaks_modern(handle: &StdioHandle) -> bool {
+pub(crate) async fn speaks_modern(handle: &Upstream) -> bool {
     probe_modern(handle, PROBE_TIMEOUT).await.is_some()
 }
 
 /// `server/discover` with the gateway's envelope; `Some(result)` if the backend is Modern.
-async fn probe_modern(handle: &StdioHandle, timeout: Duration) -> Option<Value> {
+async fn probe_modern(handle: &Upstream, timeout: Duration) -> Option<Value> {
     let answer = call(
         handle,
         method::DISCOVER,
@@ -177,10 +177,7 @@ async fn probe_modern(handle: &StdioHandle, timeout: Duration) -> Option<Value> 
     speaks_ours.then_some(result)
 }
 
-async fn legacy_handshake(
-    handle: &StdioHandle,
-    deadline: Duration,
-) -> Result<BackendInfo, CoreError> {
+async fn legacy_handshake(handle: &Upstream, deadline: Duration) -> Result<BackendInfo, CoreError> {
     let params = json!({
         "protocolVersion": version::LATEST_LEGACY,
         // Shared mode cannot attribute sampling, elicitation or roots to a client, so the

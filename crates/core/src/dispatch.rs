@@ -27,7 +27,7 @@ use bytes::Bytes;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use switchboard_upstream::{InboundSink, StdioHandle};
+use switchboard_upstream::{InboundSink, Upstream};
 use switchboard_wire::classify::META_SUBSCRIPTION_ID;
 use switchboard_wire::{
     codes, encode_error, encode_notification, encode_result, method, object_member, ErrorObject,
@@ -85,7 +85,7 @@ struct Dispatcher {
 }
 
 impl InboundSink for Dispatcher {
-    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &StdioHandle) {
+    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &Upstream) {
         let name = msg.method.unwrap_or_default();
         let r = &self.registry;
         match (msg.kind, msg.id.as_ref()) {

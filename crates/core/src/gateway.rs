@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use switchboard_upstream::{BackendResponse, StdioHandle};
+use switchboard_upstream::{BackendResponse, Upstream};
 use switchboard_wire::{
     encode_notification, encode_request, encode_result, method, object_member, restore_response,
     version, with_member, with_meta_member, Message, RequestId,
@@ -119,7 +119,7 @@ pub(crate) struct Outgoing<'a> {
     /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend.
     pub(crate) listen: Option<crate::modern_listen::Filter>,
     /// The backend to use instead of the shared one (a per-session backend).
-    pub(crate) backend: Option<StdioHandle>,
+    pub(crate) backend: Option<Upstream>,
 }
 
 /// The routing core for one shared backend.

@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use switchboard_upstream::StdioHandle;
+use switchboard_upstream::Upstream;
 use switchboard_wire::{encode_notification, method, RequestId};
 
 use crate::route::RouteKey;
@@ -72,7 +72,7 @@ impl Drop for InFlightGuard<'_> {
 /// Sends `notifications/cancelled` for a call that will never be awaited again, so the backend
 /// can stop work nobody will read.
 pub(crate) struct CancelOnDrop<'a> {
-    pub(crate) backend: &'a StdioHandle,
+    pub(crate) backend: &'a Upstream,
     pub(crate) key: &'a RouteKey,
     pub(crate) reason: &'static str,
     pub(crate) armed: bool,
@@ -88,7 +88,7 @@ impl Drop for CancelOnDrop<'_> {
 
 /// Never blocks: if the queue is full the backend is already overloaded, and the late answer
 /// will be dropped as unattributable anyway.
-pub(crate) fn send_cancel(backend: &StdioHandle, key: &RouteKey, reason: &str) {
+pub(crate) fn send_cancel(backend: &Upstream, key: &RouteKey, reason: &str) {
     let params = json!({"requestId": key.as_str(), "reason": reason}).to_string();
     if let Ok(params) = RawValue::from_string(params) {
         let _ = backend.try_send_line(encode_notification(method::CANCELLED, Some(&params)));

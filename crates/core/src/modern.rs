@@ -307,7 +307,7 @@ impl Gateway {
         name: &str,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
-        backend: Option<switchboard_upstream::StdioHandle>,
+        backend: Option<switchboard_upstream::Upstream>,
         task_owner: Option<&crate::tasks::Owner>,
     ) -> Result<ModernAnswer, CoreError> {
         let stripped = msg.params.and_then(strip_reserved);

@@ -41,7 +41,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use switchboard_upstream::{PendingCall, StdioHandle, StdioProcess};
+use switchboard_upstream::{PendingCall, Upstream, UpstreamOwner};
 use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_SERVER_INFO};
 use switchboard_wire::{
     codes, encode_request, encode_result, with_meta_member, ErrorObject, Message, RequestId,
@@ -92,8 +92,8 @@ struct Outstanding {
 /// the backend still waits for is refused and the call is cancelled upstream.
 #[derive(Debug)]
 pub(crate) struct Dedicated {
-    handle: StdioHandle,
-    process: Option<StdioProcess>,
+    handle: Upstream,
+    process: Option<UpstreamOwner>,
     asked: mpsc::Receiver<Asked>,
     pending: Option<PendingCall>,
     /// The minted progress token the backend saw (JSON text), if the call carried one.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use switchboard_upstream::{InboundSink, StdioHandle, StdioProcess, UpstreamError};
+use switchboard_upstream::{InboundSink, Upstream, UpstreamError, UpstreamOwner};
 use switchboard_wire::{
     codes, encode_error, encode_notification, encode_request, method, restore_response,
     ErrorObject, Message, MessageKind, RequestId,
@@ -29,10 +29,8 @@ use crate::CoreError;
 /// command line).
 pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
     /// Spawns a process whose unsolicited messages go to `sink`.
-    fn spawn(
-        &self,
-        sink: Arc<dyn InboundSink>,
-    ) -> Result<(StdioHandle, StdioProcess), UpstreamError>;
+    fn spawn(&self, sink: Arc<dyn InboundSink>)
+        -> Result<(Upstream, UpstreamOwner), UpstreamError>;
 }
 
 /// Starts a process with `spawner` on the forking thread ([`switchboard_upstream::on_forker`]),
@@ -42,7 +40,7 @@ pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
 pub(crate) async fn spawn_off_runtime(
     spawner: &Arc<dyn SpawnBackend>,
     sink: Arc<dyn InboundSink>,
-) -> Result<(StdioHandle, StdioProcess), CoreError> {
+) -> Result<(Upstream, UpstreamOwner), CoreError> {
     let spawner = spawner.clone();
     Ok(switchboard_upstream::on_forker(move || spawner.spawn(sink)).await??)
 }
@@ -50,15 +48,15 @@ pub(crate) async fn spawn_off_runtime(
 /// A session's own backend.
 #[derive(Debug)]
 pub(crate) struct OwnBackend {
-    pub(crate) handle: StdioHandle,
+    pub(crate) handle: Upstream,
     /// Taken on session end and shut down outside the table lock.
-    pub(crate) process: Option<StdioProcess>,
+    pub(crate) process: Option<UpstreamOwner>,
     /// Gateway key sent to the client → the backend's own request id.
     pub(crate) server_requests: HashMap<String, RequestId>,
 }
 
 impl OwnBackend {
-    pub(crate) fn new(handle: StdioHandle, process: StdioProcess) -> Self {
+    pub(crate) fn new(handle: Upstream, process: UpstreamOwner) -> Self {
         OwnBackend {
             handle,
             process: Some(process),
@@ -104,7 +102,7 @@ impl InboundSink for SessionSink {
         }
     }
 
-    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &StdioHandle) {
+    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &Upstream) {
         let Some(registry) = self.registry.upgrade() else {
             return;
         };
@@ -142,7 +140,7 @@ impl SessionSink {
         id: &RequestId,
         name: &str,
         params: Option<&RawValue>,
-        backend: &StdioHandle,
+        backend: &Upstream,
     ) {
         let key = format!("sbs-{}", random_hex());
         let line = Bytes::from(encode_request(&RequestId::from_string(&key), name, params));
@@ -246,7 +244,7 @@ impl crate::Gateway {
     }
 
     /// The session's own backend, if it has one.
-    pub(crate) fn own_backend(&self, session: &crate::SessionId) -> Option<StdioHandle> {
+    pub(crate) fn own_backend(&self, session: &crate::SessionId) -> Option<Upstream> {
         self.registry
             .sessions
             .with(session.as_str(), |s| {
@@ -315,8 +313,8 @@ impl crate::Gateway {
     pub(crate) fn notification_backend(
         &self,
         session: Option<&crate::SessionId>,
-        own: Option<StdioHandle>,
-    ) -> Option<StdioHandle> {
+        own: Option<Upstream>,
+    ) -> Option<Upstream> {
         match own {
             Some(own) => Some(own),
             None if session.is_some() && self.is_per_session() => None,
@@ -414,7 +412,7 @@ impl crate::Gateway {
         call: crate::Call<'_>,
         id: &RequestId,
         name: &str,
-        own: StdioHandle,
+        own: Upstream,
     ) -> Result<Vec<u8>, CoreError> {
         if own.is_closed() {
             // The session's process died: the session dies with it, and the client learns it
@@ -468,7 +466,7 @@ impl crate::Gateway {
 /// Where a session's request is routed (see [`crate::Gateway::own_route`]).
 pub(crate) enum OwnRoute {
     /// The session's own process, handshaken.
-    Ready(StdioHandle),
+    Ready(Upstream),
     /// Per-session mode, but the process is not ready (HTTP+SSE before `initialize`).
     NotYet,
     /// Shared mode: the shared backend.
@@ -551,7 +549,7 @@ mod tests {
         fn spawn(
             &self,
             sink: Arc<dyn InboundSink>,
-        ) -> Result<(StdioHandle, StdioProcess), UpstreamError> {
+        ) -> Result<(Upstream, UpstreamOwner), UpstreamError> {
             let signalled = self.0.lock().recv_timeout(Duration::from_secs(10));
             if signalled.is_err() {
                 return Err(UpstreamError::Spawn {
@@ -559,7 +557,7 @@ mod tests {
                     reason: "the runtime made no progress while spawning".into(),
                 });
             }
-            switchboard_upstream::spawn(&StdioConfig::new("cat", vec![]), sink)
+            switchboard_upstream::spawn_stdio(&StdioConfig::new("cat", vec![]), sink)
         }
     }
 

@@ -68,7 +68,7 @@ impl Gateway {
         // its teardown gets a slot: ask it to exit now, so a well-behaved backend is gone
         // before then and processes cannot pile up behind the slots.
         if let Some(process) = &ended.process {
-            process.close_stdin();
+            process.request_stop();
         }
         // With no runtime (teardown) or no gateway left, dropping `ended` is the cleanup: its
         // process, if any, is killed on drop, and the shared backend goes with the gateway.
@@ -124,11 +124,11 @@ mod tests {
     fn silent_backend(
         registry: &Arc<Registry>,
         log: &std::path::Path,
-    ) -> (Backend, switchboard_upstream::StdioProcess) {
+    ) -> (Backend, switchboard_upstream::UpstreamOwner) {
         let script = "cat > \"$0\"; exit".to_owned();
         let config = StdioConfig::new("sh", vec!["-c".into(), script, log.display().to_string()]);
         let (handle, process) =
-            switchboard_upstream::spawn(&config, registry.sink()).expect("spawn sh");
+            switchboard_upstream::spawn_stdio(&config, registry.sink()).expect("spawn sh");
         let backend = Backend {
             handle,
             info: BackendInfo {

@@ -126,7 +126,7 @@ pub(crate) struct Ended {
     /// Route keys of requests that were still waiting; the backend is told to cancel them.
     pub(crate) in_flight: Vec<RouteKey>,
     /// Per-session mode: the session's backend process, to shut down.
-    pub(crate) process: Option<switchboard_upstream::StdioProcess>,
+    pub(crate) process: Option<switchboard_upstream::UpstreamOwner>,
 }
 
 /// All live sessions.

@@ -146,6 +146,7 @@ impl Gateway {
     /// URI someone is subscribed to and re-apply the log level, since the new process knows
     /// nothing of the old one's state. Returns false to make the supervisor retry.
     pub async fn revive(&self, standby: switchboard_upstream::StdioHandle) -> bool {
+        let standby = switchboard_upstream::Upstream::Stdio(standby);
         let deadline = self.config.handshake_timeout;
         if let Err(e) = self.backend.reinitialize(&standby, deadline).await {
             tracing::warn!(error = %e, "restarted backend refused the handshake");

@@ -19,70 +19,52 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let auth = args.auth.resolve()?;
     args.auth.check_anonymous(&auth, &args.host)?;
     let access = args.auth.access(&auth)?;
-    let stdio = stdio_config(&args)?;
+    let origin = Origin::of(&args)?;
     // The address is claimed before any backend starts: a busy port is reported at once, and
     // leaves no backend process behind.
     let listener = bind(&args.host, args.port)
         .await
         .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
-    let shown = std::iter::once(stdio.program.as_str())
-        .chain(stdio.args.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(" ");
-    println!("switchboard: starting backend: {shown}");
     let mut config = gateway_config(&args);
     let max_sessions = config.max_sessions;
     config.access = access;
     let registry = Registry::new(&config);
-    let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
-    let supervised = handle.clone();
-    let backend = match Backend::connect(
-        handle,
-        RunArgs::secs(args.startup_timeout),
-        EraPolicy::Auto,
-    )
-    .await
-    {
-        Ok(b) => b,
-        Err(e) => {
-            process.shutdown(Duration::from_secs(2)).await;
-            let tail = supervised.stderr_tail();
-            if !tail.is_empty() {
-                eprintln!("switchboard: the backend's last stderr lines:");
-                for line in tail {
-                    eprintln!("  | {line}");
-                }
-            }
-            return Err(e).context("backend did not become ready");
-        }
+    let started = match origin {
+        Origin::Stdio(stdio) => start_stdio(&args, stdio, &registry).await?,
+        Origin::Remote(endpoint) => start_remote(&args, endpoint, &registry).await?,
     };
     println!(
         "switchboard: backend ready: {} (protocol {}, era {})",
-        backend.info.server_info, backend.info.protocol_version, backend.info.era
+        started.backend.info.server_info,
+        started.backend.info.protocol_version,
+        started.backend.info.era
     );
-    let sink = registry.sink();
-    let gateway = Gateway::new(backend, registry, config);
-    if args.isolation == Isolation::PerSession {
-        gateway.enable_per_session(Arc::new(Spawner(stdio.clone())));
-        println!("switchboard: isolation per-session (one backend process per session)");
+    let gateway = Gateway::new(started.backend, registry, config);
+    if let Some(spawner) = started.per_session {
+        gateway.enable_per_session(spawner);
+        println!(
+            "switchboard: isolation per-session (one upstream session or process per session)"
+        );
     }
     let stop = CancellationToken::new();
-    // Restarts the shared backend after a crash; owns the process and its shutdown.
+    // Restarts a shared backend process after a crash; owns the process and its shutdown.
     let supervisor_stop = CancellationToken::new();
-    let revive = gateway.clone();
     let shutdown_gateway = gateway.clone();
-    let supervisor = tokio::spawn(switchboard_upstream::supervise(
-        supervised,
-        stdio.clone(),
-        sink,
-        process,
-        supervisor_stop.clone(),
-        Duration::from_secs(5),
-        move |standby| {
-            let gateway = revive.clone();
-            async move { gateway.revive(standby).await }
-        },
-    ));
+    let supervisor = started.process.map(|p| {
+        let revive = gateway.clone();
+        tokio::spawn(switchboard_upstream::supervise(
+            p.handle,
+            p.config,
+            p.sink,
+            p.process,
+            supervisor_stop.clone(),
+            Duration::from_secs(5),
+            move |standby| {
+                let gateway = revive.clone();
+                async move { gateway.revive(standby).await }
+            },
+        ))
+    });
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));
 
     let addr = listener.local_addr()?;
@@ -102,7 +84,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         send_timeout: RunArgs::secs(args.send_timeout),
         header_read_timeout: RunArgs::secs(args.header_read_timeout),
         idle_timeout: RunArgs::secs(args.idle_timeout),
-        max_connections: max_connections(&args, max_sessions),
+        max_connections: max_connections(&args, max_sessions, started.fds_per_session),
     };
     info!(max_connections = limits.max_connections, "connection bound");
     let mut server = tokio::spawn(switchboard_http::serve(
@@ -126,7 +108,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Closing the backends fails whatever is still pending, so every request gets an answer.
     shutdown_gateway.end_all_sessions().await;
     supervisor_stop.cancel();
-    let _ = supervisor.await;
+    if let Some(supervisor) = supervisor {
+        let _ = supervisor.await;
+    }
     if !server.is_finished()
         && tokio::time::timeout(Duration::from_secs(1), &mut server)
             .await
@@ -140,6 +124,102 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the backend is: a local command or a remote URL (checked before anything starts).
+enum Origin {
+    Stdio(StdioConfig),
+    Remote(switchboard_upstream::remote::RemoteEndpoint),
+}
+
+impl Origin {
+    fn of(args: &RunArgs) -> anyhow::Result<Origin> {
+        let Some(url) = &args.remote.url else {
+            return Ok(Origin::Stdio(stdio_config(args)?));
+        };
+        let config = args
+            .remote
+            .config(url, RunArgs::secs(args.request_timeout))?;
+        let endpoint = switchboard_upstream::remote::RemoteEndpoint::new(config)
+            .with_context(|| format!("--url {url}"))?;
+        Ok(Origin::Remote(endpoint))
+    }
+}
+
+/// A backend connected and ready to serve, and what keeps it so.
+struct Started {
+    backend: Backend,
+    /// A shared process and what its supervisor needs to restart it.
+    process: Option<Supervised>,
+    /// How to open a session's own backend, when sessions get one.
+    per_session: Option<Arc<dyn SpawnBackend>>,
+    /// File descriptors one session's own backend may hold (for the connection bound).
+    fds_per_session: u64,
+}
+
+struct Supervised {
+    handle: switchboard_upstream::StdioHandle,
+    config: StdioConfig,
+    sink: Arc<dyn switchboard_upstream::InboundSink>,
+    process: switchboard_upstream::StdioProcess,
+}
+
+async fn start_stdio(
+    args: &RunArgs,
+    stdio: StdioConfig,
+    registry: &Arc<Registry>,
+) -> anyhow::Result<Started> {
+    let shown = std::iter::once(stdio.program.as_str())
+        .chain(stdio.args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    println!("switchboard: starting backend: {shown}");
+    let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
+    let upstream = switchboard_upstream::Upstream::Stdio(handle.clone());
+    let timeout = RunArgs::secs(args.startup_timeout);
+    let backend = match Backend::connect(upstream, timeout, EraPolicy::Auto).await {
+        Ok(b) => b,
+        Err(e) => {
+            process.shutdown(Duration::from_secs(2)).await;
+            let tail = handle.stderr_tail();
+            if !tail.is_empty() {
+                eprintln!("switchboard: the backend's last stderr lines:");
+                for line in tail {
+                    eprintln!("  | {line}");
+                }
+            }
+            return Err(e).context("backend did not become ready");
+        }
+    };
+    let per_session = (args.isolation == Isolation::PerSession)
+        .then(|| Arc::new(Spawner(stdio.clone())) as Arc<dyn SpawnBackend>);
+    Ok(Started {
+        backend,
+        process: Some(Supervised {
+            handle,
+            config: stdio,
+            sink: registry.sink(),
+            process,
+        }),
+        per_session,
+        fds_per_session: FDS_PER_BACKEND,
+    })
+}
+
+async fn start_remote(
+    args: &RunArgs,
+    endpoint: switchboard_upstream::remote::RemoteEndpoint,
+    registry: &Arc<Registry>,
+) -> anyhow::Result<Started> {
+    println!("switchboard: connecting to remote: {}", endpoint.url());
+    let timeout = RunArgs::secs(args.startup_timeout);
+    let backend = crate::remote::connect(&endpoint, registry, timeout).await?;
+    Ok(Started {
+        backend,
+        process: None,
+        per_session: Some(Arc::new(crate::remote::RemoteSpawner(endpoint))),
+        fds_per_session: FDS_PER_REMOTE_SESSION,
+    })
+}
+
 /// Starts a session's own backend (per-session isolation) from the same command line.
 #[derive(Debug)]
 struct Spawner(StdioConfig);
@@ -150,12 +230,12 @@ impl SpawnBackend for Spawner {
         sink: Arc<dyn switchboard_upstream::InboundSink>,
     ) -> Result<
         (
-            switchboard_upstream::StdioHandle,
-            switchboard_upstream::StdioProcess,
+            switchboard_upstream::Upstream,
+            switchboard_upstream::UpstreamOwner,
         ),
         switchboard_upstream::UpstreamError,
     > {
-        switchboard_upstream::spawn(&self.0, sink)
+        switchboard_upstream::spawn_stdio(&self.0, sink)
     }
 }
 
@@ -225,10 +305,14 @@ fn gateway_config(args: &RunArgs) -> GatewayConfig {
         max_request_time: RunArgs::secs(args.max_request_time),
         handshake_timeout: RunArgs::secs(args.startup_timeout),
         session_ttl: RunArgs::secs(args.session_ttl),
-        max_sessions: args.max_sessions.unwrap_or(match args.isolation {
-            Isolation::Shared => 100_000,
-            Isolation::PerSession => 256,
-        }),
+        max_sessions: args.max_sessions.unwrap_or(
+            match (args.isolation, args.remote.url.is_some()) {
+                // An upstream session costs the remote, not a process here.
+                (_, true) => 1024,
+                (Isolation::Shared, false) => 100_000,
+                (Isolation::PerSession, false) => 256,
+            },
+        ),
         listen_grace: RunArgs::secs(args.listen_grace),
         partition_idle: RunArgs::secs(args.partition_idle),
         max_sessions_per_principal: args
@@ -246,6 +330,8 @@ fn gateway_config(args: &RunArgs) -> GatewayConfig {
 const FD_RESERVE: u64 = 128;
 /// A backend process holds its stdin, stdout and stderr pipes and a pidfd.
 const FDS_PER_BACKEND: u64 = 4;
+/// An upstream session holds its listen stream's connection and, while calling, pooled ones.
+const FDS_PER_REMOTE_SESSION: u64 = 2;
 const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 /// Below this the gateway could hardly serve anyone; a lower fd limit is warned about.
 const MIN_CONNECTIONS: u64 = 32;
@@ -254,15 +340,15 @@ const MIN_CONNECTIONS: u64 = 32;
 /// descriptors, accepting fails and backends cannot be spawned, so the bound has to bite
 /// first. The headroom counts every backend process the gateway may run (the shared one and a
 /// restart's standby; one per session in per-session mode).
-fn max_connections(args: &RunArgs, max_sessions: usize) -> usize {
-    let backends = match args.isolation {
-        Isolation::Shared => 2,
-        Isolation::PerSession => u64::try_from(max_sessions)
-            .unwrap_or(u64::MAX)
-            .saturating_add(2),
+fn max_connections(args: &RunArgs, max_sessions: usize, fds_per_session: u64) -> usize {
+    let sessions = match (args.isolation, args.remote.url.is_some()) {
+        (Isolation::Shared, false) => 0,
+        _ => u64::try_from(max_sessions).unwrap_or(u64::MAX),
     };
+    let backends = sessions.saturating_add(2);
     let headroom = FDS_PER_BACKEND
-        .saturating_mul(backends)
+        .saturating_mul(2)
+        .saturating_add(fds_per_session.saturating_mul(sessions))
         .saturating_add(FD_RESERVE)
         .saturating_add(switchboard_http::EVICTION_SLACK as u64);
     // `None`: unlimited.

@@ -14,7 +14,8 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Front a stdio MCP server at http://HOST:PORT/mcp (the built-in fixture if no command).
+    /// Front an MCP server at http://HOST:PORT/mcp: a stdio command (the built-in fixture if
+    /// none) or a remote one (`--url`).
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
     /// Run the built-in fixture MCP server on stdin/stdout.
@@ -35,6 +36,10 @@ Examples:
   # One backend process per session, with its own environment and working directory
   switchboard run --isolation per-session --env API_TOKEN=secret --env LOG=debug \\
       --cwd /srv/tools -- python3 server.py
+
+  # A remote MCP server; each client session gets its own upstream session
+  TOKEN=... switchboard run --url https://mcp.example.com/mcp \\
+      --header 'Authorization: Bearer ${TOKEN}'
 
   # Liveness for a load balancer or orchestrator
   curl http://127.0.0.1:8080/healthz";
@@ -150,6 +155,8 @@ pub(crate) struct RunArgs {
     /// Working directory of the backend process (default: the gateway's).
     #[arg(long, value_name = "DIR")]
     pub(crate) cwd: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) remote: Box<crate::remote::RemoteArgs>,
     /// The stdio MCP server to front, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,

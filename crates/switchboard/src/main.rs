@@ -5,6 +5,7 @@ mod app;
 mod auth_config;
 mod bench;
 mod cli;
+mod remote;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;

@@ -23,6 +23,9 @@ pub enum UpstreamError {
     /// The write queue to the backend is full (backpressure; the backend is not reading).
     #[error("backend write queue is full")]
     Overloaded,
+    /// A remote server failed the exchange (see [`crate::remote::RemoteError`]).
+    #[error(transparent)]
+    Remote(#[from] crate::remote::RemoteError),
     /// A call was issued under a key that is already pending. Keys are random; this indicates
     /// a bug, and refusing is the only safe answer.
     #[error("duplicate pending key")]

@@ -68,14 +68,14 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::{spawn, InboundSink, StdioConfig, StdioHandle};
+    use crate::{spawn, InboundSink, StdioConfig};
     use switchboard_wire::Message;
 
     #[derive(Debug)]
     struct Ignore;
 
     impl InboundSink for Ignore {
-        fn deliver(&self, _: &Bytes, _: &Message<'_>, _: &StdioHandle) {}
+        fn deliver(&self, _: &Bytes, _: &Message<'_>, _: &crate::Upstream) {}
     }
 
     /// Every job runs on one named thread, whichever runtime asks.

@@ -1,23 +1,26 @@
-//! Backends. Today: a stdio MCP server process, shared by every session.
+//! Backends: stdio MCP server processes and remote MCP servers, behind one handle.
 //!
 //! Architecture invariant: this crate owns processes and connections and knows nothing about
-//! HTTP or client sessions. Its API is "send a request under a key, get exactly one answer",
-//! plus an [`InboundSink`] that receives the backend's unsolicited messages (notifications and
-//! requests) in stdout order; `core` implements it and decides what to do with them.
+//! the gateway's HTTP server or client sessions. Its API is "send a request under a key, get
+//! exactly one answer" ([`Upstream`]), plus an [`InboundSink`] that receives the backend's
+//! unsolicited messages (notifications and requests) in the backend's order; `core` implements
+//! it and decides what to do with them.
 
+mod answer;
 mod error;
 mod exit;
 mod forker;
 mod framing;
+mod handle;
 mod orphan;
 pub mod remote;
 pub mod stdio;
 mod supervisor;
 
+pub use answer::{BackendResponse, PendingCall};
 pub use error::UpstreamError;
 pub use exit::Exit;
 pub use forker::on_forker;
-pub use stdio::{
-    spawn, BackendResponse, InboundSink, PendingCall, StdioConfig, StdioHandle, StdioProcess,
-};
+pub use handle::{spawn_stdio, InboundSink, Upstream, UpstreamOwner};
+pub use stdio::{spawn, StdioConfig, StdioHandle, StdioProcess};
 pub use supervisor::supervise;

@@ -15,12 +15,8 @@
 //! map operation, never across `.await`. When stdout ends, the table is closed and every pending
 //! call fails at once, so nothing waits for a dead process.
 
-use std::future::Future;
-use std::ops::Range;
-use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,8 +30,9 @@ use tracing::{debug, info, warn};
 
 use switchboard_wire::{Message, MessageKind};
 
+use crate::answer::{Reply, Withdraw};
 use crate::framing::{Frame, LineReader};
-use crate::{Exit, UpstreamError};
+use crate::{BackendResponse, Exit, InboundSink, PendingCall, Upstream, UpstreamError};
 
 /// How long the reader waits, once stdout has ended, for the process's exit status before it
 /// fails the pending calls without one (a process may close stdout and keep running).
@@ -75,56 +72,6 @@ impl StdioConfig {
         }
     }
 }
-
-/// A backend's answer to one call: the raw line and where its `result`/`error` value sits.
-#[derive(Debug, Clone)]
-pub struct BackendResponse {
-    line: Bytes,
-    payload: Range<usize>,
-    is_error: bool,
-}
-
-impl BackendResponse {
-    /// `"result"` or `"error"`.
-    pub fn member(&self) -> &'static str {
-        if self.is_error {
-            "error"
-        } else {
-            "result"
-        }
-    }
-
-    /// Whether the backend answered with a JSON-RPC error.
-    pub fn is_error(&self) -> bool {
-        self.is_error
-    }
-
-    /// The raw JSON of the `result` or `error` member.
-    pub fn payload(&self) -> &str {
-        // The range was computed from a &str slice of this same line, so it is valid UTF-8 on
-        // char boundaries; the fallback is unreachable but keeps this free of panics.
-        std::str::from_utf8(&self.line[self.payload.clone()]).unwrap_or("null")
-    }
-}
-
-/// Receives the backend's unsolicited messages (notifications and backend→client requests).
-///
-/// Called synchronously by the stdout reader, in stdout order, before the next line is read:
-/// a progress notification written before a response is therefore handed on before that
-/// response resolves its call, so a client sees them in the backend's order. Implementations
-/// must not block (use `try_send`), or they stall the backend's whole stdout.
-pub trait InboundSink: Send + Sync + std::fmt::Debug + 'static {
-    /// One unsolicited message: its raw line and parsed envelope, and a handle to answer the
-    /// backend with.
-    fn deliver(&self, line: &Bytes, msg: &Message<'_>, backend: &StdioHandle);
-
-    /// The backend's stdout ended (it exited or closed it), after every pending call has
-    /// failed: whoever depends on this process alone can act now rather than at its next
-    /// request. Called once, from the reader; must not block.
-    fn closed(&self, _reason: &str) {}
-}
-
-type Reply = oneshot::Sender<Result<BackendResponse, UpstreamError>>;
 
 #[path = "stdio/pending.rs"]
 mod pending;
@@ -275,11 +222,11 @@ impl StdioHandle {
             // Queued under the lock, so the line's number is its place in the queue.
             permit.send(Bytes::from(line));
         }
-        Ok(PendingCall {
-            rx,
-            key: Some(key.into()),
+        let withdraw = Withdrawal {
+            key: key.into(),
             shared: shared.clone(),
-        })
+        };
+        Ok(PendingCall::new(rx, Withdraw::Stdio(withdraw)))
     }
 
     /// Writes one line (a notification, or the gateway's answer to a backend request).
@@ -336,34 +283,16 @@ impl Shared {
     }
 }
 
-/// The answer to one call. Resolves exactly once; dropping it withdraws the call.
+/// Forgets one abandoned call's key in its process's pending table.
 #[derive(Debug)]
-pub struct PendingCall {
-    rx: oneshot::Receiver<Result<BackendResponse, UpstreamError>>,
-    key: Option<Box<str>>,
+pub(crate) struct Withdrawal {
+    key: Box<str>,
     shared: Arc<Shared>,
 }
 
-impl Future for PendingCall {
-    type Output = Result<BackendResponse, UpstreamError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let out = match Pin::new(&mut self.rx).poll(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Ok(answer)) => answer,
-            Poll::Ready(Err(_)) => Err(UpstreamError::Closed("backend closed".into())),
-        };
-        // Resolved: the reader (or close) already removed the entry.
-        self.key = None;
-        Poll::Ready(out)
-    }
-}
-
-impl Drop for PendingCall {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.shared.pending.lock().calls.remove(&key);
-        }
+impl Withdrawal {
+    pub(crate) fn run(self) {
+        self.shared.pending.lock().calls.remove(&self.key);
     }
 }
 
@@ -471,10 +400,10 @@ async fn read_loop(
     mut exit: watch::Receiver<Option<Exit>>,
 ) {
     // Pinned to this process: answers to its requests must go to it, not to a successor.
-    let handle = StdioHandle::pinned(shared.clone());
+    let handle = Upstream::Stdio(StdioHandle::pinned(shared.clone()));
     let reason = loop {
         match lines.next().await {
-            Ok(Some(Frame::Line(line))) => route_line(&handle, sink.as_ref(), line),
+            Ok(Some(Frame::Line(line))) => route_line(&handle, &shared, sink.as_ref(), line),
             Ok(Some(Frame::TooLong(n))) => {
                 warn!(bytes = n, "backend wrote a line over the limit; skipped")
             }
@@ -495,8 +424,7 @@ async fn read_loop(
     sink.closed(&reason);
 }
 
-fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
-    let shared = handle.shared();
+fn route_line(handle: &Upstream, shared: &Shared, sink: &dyn InboundSink, line: Bytes) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
@@ -504,7 +432,7 @@ fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
         Ok(m) => m,
         Err(e) => {
             match switchboard_wire::null_id_error(&line) {
-                Some(error) => route_unparsed(&shared, &line, error),
+                Some(error) => route_unparsed(shared, &line, error),
                 None => warn!(
                     error = ?e.error.message,
                     "backend wrote a line that is not JSON-RPC; skipped"
@@ -535,11 +463,7 @@ fn route_line(handle: &StdioHandle, sink: &dyn InboundSink, line: Bytes) {
 
 fn resolve(reply: Reply, line: &Bytes, payload: &RawValue, is_error: bool) {
     let start = payload.get().as_ptr() as usize - line.as_ptr() as usize;
-    let response = BackendResponse {
-        payload: start..start + payload.get().len(),
-        line: line.clone(),
-        is_error,
-    };
+    let response = BackendResponse::new(line.clone(), start..start + payload.get().len(), is_error);
     // The caller may have gone; its answer then goes nowhere, by design.
     let _ = reply.send(Ok(response));
 }

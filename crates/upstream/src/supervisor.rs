@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::stdio::{spawn, InboundSink, StdioConfig, StdioHandle, StdioProcess};
+use crate::stdio::{spawn, StdioConfig, StdioHandle, StdioProcess};
+use crate::InboundSink;
 
 /// First restart delay; doubled after each failed attempt up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);

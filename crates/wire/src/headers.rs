@@ -24,6 +24,24 @@ pub fn decode_value(value: &str) -> Option<String> {
     }
 }
 
+/// Encodes a value for a mirror header: as-is when it is visible ASCII without surrounding
+/// spaces (what a header can carry unchanged), else in the `=?base64?…?=` sentinel form.
+pub fn encode_value(value: &str) -> String {
+    let visible = value.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    let padded = value.starts_with(' ') || value.ends_with(' ');
+    // A plain value that looks like a sentinel would be decoded as one.
+    let looks_encoded = value.starts_with("=?base64?") && value.ends_with("?=");
+    let plain = visible && !padded && !looks_encoded;
+    if plain {
+        value.to_owned()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(value)
+        )
+    }
+}
+
 /// The body value `Mcp-Name` must mirror: `params.name` for `tools/call` and `prompts/get`,
 /// `params.uri` for `resources/read`.
 fn name_member(method: &str) -> Option<&'static str> {
@@ -162,6 +180,30 @@ mod tests {
 
     fn msg(body: &str) -> Message<'_> {
         Message::parse(body.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn encoded_values_decode_to_themselves() {
+        for v in [
+            "tools/call",
+            "get weather",
+            "café",
+            " padded",
+            "tab\there",
+            "=?base64?x?=",
+        ] {
+            let encoded = encode_value(v);
+            assert!(
+                encoded.bytes().all(|b| b.is_ascii_graphic() || b == b' '),
+                "{encoded}"
+            );
+            assert_eq!(
+                decode_value(&encoded).as_deref(),
+                Some(v),
+                "{v} -> {encoded}"
+            );
+        }
+        assert_eq!(encode_value("execute_sql"), "execute_sql");
     }
 
     #[test]

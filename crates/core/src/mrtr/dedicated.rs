@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use switchboard_upstream::StdioHandle;
+use switchboard_upstream::Upstream;
 use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL};
 use switchboard_wire::{encode_notification, method};
 
@@ -70,7 +70,7 @@ impl Gateway {
     /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for.
     pub(crate) async fn handshake(
         &self,
-        handle: &StdioHandle,
+        handle: &Upstream,
         capabilities: Value,
         level: Option<&Value>,
     ) -> Result<(), CoreError> {

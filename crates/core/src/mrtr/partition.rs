@@ -31,7 +31,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, OnceCell, OwnedSemaphorePermit, Semaphore};
 
-use switchboard_upstream::{StdioHandle, StdioProcess};
+use switchboard_upstream::{Upstream, UpstreamOwner};
 use switchboard_wire::classify::META_CLIENT_CAPABILITIES;
 use switchboard_wire::{encode_notification, method, Message};
 
@@ -91,8 +91,8 @@ impl Key {
 /// One warm backend process.
 #[derive(Debug)]
 pub(crate) struct Partition {
-    pub(crate) handle: StdioHandle,
-    process: parking_lot::Mutex<Option<StdioProcess>>,
+    pub(crate) handle: Upstream,
+    process: parking_lot::Mutex<Option<UpstreamOwner>>,
     /// Where the backend's requests for input go: the leased call's channel, or nowhere.
     asked: AskedSlot,
     pub(crate) log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
@@ -124,7 +124,7 @@ impl Partition {
         self.retired.load(Ordering::Acquire)
     }
 
-    fn take_process(&self) -> Option<StdioProcess> {
+    fn take_process(&self) -> Option<UpstreamOwner> {
         self.process.lock().take()
     }
 }
@@ -156,7 +156,7 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn handle(&self) -> StdioHandle {
+    pub(crate) fn handle(&self) -> Upstream {
         self.using.0.handle.clone()
     }
 
@@ -250,7 +250,7 @@ impl Partitions {
     }
 
     /// The cell for `key`, made room for by reaping idle partitions when the table is full.
-    fn cell(&self, key: &Key) -> Result<(Cell, Vec<StdioProcess>), CoreError> {
+    fn cell(&self, key: &Key) -> Result<(Cell, Vec<UpstreamOwner>), CoreError> {
         let mut cells = self.cells.lock();
         let mut reaped = Vec::new();
         if !cells.contains_key(key) && cells.len() >= self.max {
@@ -264,7 +264,7 @@ impl Partitions {
     }
 
     /// Forgets `cell` if it is still `key`'s (it failed to start, or its process died).
-    fn forget(&self, key: &Key, cell: &Cell) -> Option<StdioProcess> {
+    fn forget(&self, key: &Key, cell: &Cell) -> Option<UpstreamOwner> {
         let mut cells = self.cells.lock();
         if cells.get(key).is_some_and(|c| Arc::ptr_eq(c, cell)) {
             cells.remove(key);
@@ -282,12 +282,12 @@ impl Partitions {
     }
 
     /// Removes idle partitions (and ones whose process died); their processes to stop.
-    pub(crate) fn reap(&self) -> Vec<StdioProcess> {
+    pub(crate) fn reap(&self) -> Vec<UpstreamOwner> {
         sweep(&mut self.cells.lock(), self.idle)
     }
 
     /// Removes every partition (gateway shutdown).
-    pub(crate) fn drain(&self) -> Vec<StdioProcess> {
+    pub(crate) fn drain(&self) -> Vec<UpstreamOwner> {
         self.cells
             .lock()
             .drain()
@@ -296,7 +296,7 @@ impl Partitions {
     }
 }
 
-fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<StdioProcess> {
+fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<UpstreamOwner> {
     let now = Instant::now();
     let mut stopped = Vec::new();
     cells.retain(|_, cell| {
@@ -414,7 +414,7 @@ impl Gateway {
         Ok(part)
     }
 
-    fn stop_in_background(&self, processes: Vec<StdioProcess>) {
+    fn stop_in_background(&self, processes: Vec<UpstreamOwner>) {
         if processes.is_empty() {
             return;
         }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use switchboard_upstream::{InboundSink, StdioHandle};
+use switchboard_upstream::{InboundSink, Upstream};
 use switchboard_wire::{
     codes, encode_error, encode_notification, encode_result, method, ErrorObject, Message,
     MessageKind, RequestId,
@@ -50,7 +50,7 @@ pub(crate) struct CallSink {
 }
 
 impl InboundSink for CallSink {
-    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &StdioHandle) {
+    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &Upstream) {
         let name = msg.method.unwrap_or_default();
         let refuse = |id: &RequestId, code: i32, message: &str| {
             let err = ErrorObject::new(code, message.to_owned());

@@ -1,5 +1,5 @@
-//! A remote MCP server over Streamable HTTP: the client half of a future `Upstream::Streamable`.
-//! **Not wired into `core` or `switchboard run` yet** (issue 13 redesign).
+//! A remote MCP server over Streamable HTTP (this file) or HTTP+SSE, and the adapter that puts
+//! either behind [`crate::Upstream`] (`upstream`).
 //!
 //! - [`RemoteClient::call`] POSTs one request and resolves with exactly one answer, whether the
 //!   remote replies with JSON or an SSE stream; every other message on that stream goes, in
@@ -14,6 +14,7 @@
 
 mod body;
 mod error;
+mod upstream;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -31,8 +32,12 @@ use switchboard_wire::{Message, MessageKind};
 
 use body::{EventStream, Limits};
 pub use error::RemoteError;
+pub use upstream::{Mode, RemoteOwner, RemoteTransport, RemoteUpstream};
 
 const SESSION: &str = "mcp-session-id";
+/// First delay before reopening a dropped listen stream; doubled up to the maximum.
+const LISTEN_MIN_BACKOFF: Duration = Duration::from_millis(250);
+const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(10);
 const VERSION: &str = "mcp-protocol-version";
 
 /// Receives what a remote sends besides answers (notifications and server→client requests),
@@ -98,6 +103,10 @@ pub struct RemoteResponse {
 }
 
 impl RemoteResponse {
+    /// The same answer as the transport-neutral type `core` awaits.
+    pub(crate) fn into_backend(self) -> crate::BackendResponse {
+        crate::BackendResponse::new(self.line, self.payload, self.is_error)
+    }
     /// The whole JSON-RPC response as the remote sent it.
     pub fn line(&self) -> &Bytes {
         &self.line
@@ -119,6 +128,76 @@ impl RemoteResponse {
 type Client =
     hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// One remote endpoint: its URL, outgoing headers, bounds and connection pool, shared by every
+/// upstream session opened on it (building the TLS roots once, not per session).
+#[derive(Debug, Clone)]
+pub struct RemoteEndpoint {
+    inner: Arc<Endpoint>,
+}
+
+#[derive(Debug)]
+struct Endpoint {
+    client: Client,
+    uri: Uri,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    limits: Limits,
+    call_timeout: Duration,
+}
+
+impl RemoteEndpoint {
+    /// Checks `config.url` and builds the connection pool. Connects lazily.
+    pub fn new(config: RemoteConfig) -> Result<Self, RemoteError> {
+        let uri: Uri = config
+            .url
+            .parse()
+            .map_err(|_| RemoteError::InvalidUrl(config.url.clone()))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(RemoteError::InvalidUrl(config.url));
+        }
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(connector(config.connect_timeout));
+        Ok(Self {
+            inner: Arc::new(Endpoint {
+                client,
+                uri,
+                headers: config.headers,
+                limits: Limits {
+                    message: config.max_message_bytes,
+                    stream: config.max_stream_bytes,
+                },
+                call_timeout: config.call_timeout,
+            }),
+        })
+    }
+
+    /// The URL without credentials or query (which may carry secrets), for messages.
+    pub fn url(&self) -> String {
+        let uri = &self.inner.uri;
+        let host = uri.host().unwrap_or_default();
+        let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+        format!(
+            "{}://{host}{port}{}",
+            uri.scheme_str().unwrap_or("http"),
+            uri.path()
+        )
+    }
+
+    /// A client on this endpoint whose unsolicited messages go to `sink`.
+    pub fn client(&self, sink: Arc<dyn RemoteSink>) -> RemoteClient {
+        RemoteClient {
+            inner: Arc::new(Inner {
+                endpoint: self.inner.clone(),
+                session: Mutex::new(None),
+                version: Mutex::new(None),
+                last_event: Mutex::new(None),
+                sink,
+            }),
+        }
+    }
+}
+
 /// A cloneable client for one remote endpoint (and at most one upstream session).
 #[derive(Debug, Clone)]
 pub struct RemoteClient {
@@ -127,14 +206,19 @@ pub struct RemoteClient {
 
 #[derive(Debug)]
 struct Inner {
-    client: Client,
-    uri: Uri,
-    headers: Vec<(HeaderName, HeaderValue)>,
-    limits: Limits,
-    call_timeout: Duration,
+    endpoint: Arc<Endpoint>,
     session: Mutex<Option<HeaderValue>>,
     version: Mutex<Option<HeaderValue>>,
+    /// The last event id seen on the listen stream, to resume it with `Last-Event-ID`.
+    last_event: Mutex<Option<HeaderValue>>,
     sink: Arc<dyn RemoteSink>,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Endpoint;
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
 }
 
 /// Owns the listen stream's task; dropping it closes the stream.
@@ -185,34 +269,10 @@ fn connector(connect_timeout: Duration) -> hyper_rustls::HttpsConnector<HttpConn
 }
 
 impl RemoteClient {
-    /// A client for `config.url`; unsolicited messages go to `sink`. Connects lazily.
+    /// A client for `config.url` on an endpoint of its own; unsolicited messages go to `sink`.
+    /// Connects lazily.
     pub fn new(config: RemoteConfig, sink: Arc<dyn RemoteSink>) -> Result<Self, RemoteError> {
-        let uri: Uri = config
-            .url
-            .parse()
-            .map_err(|_| RemoteError::InvalidUrl(config.url.clone()))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-            return Err(RemoteError::InvalidUrl(config.url));
-        }
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .build(connector(config.connect_timeout));
-        Ok(Self {
-            inner: Arc::new(Inner {
-                client,
-                uri,
-                headers: config.headers,
-                limits: Limits {
-                    message: config.max_message_bytes,
-                    stream: config.max_stream_bytes,
-                },
-                call_timeout: config.call_timeout,
-                session: Mutex::new(None),
-                version: Mutex::new(None),
-                sink,
-            }),
-        })
+        Ok(RemoteEndpoint::new(config)?.client(sink))
     }
 
     /// The protocol version negotiated by `initialize`, sent as `MCP-Protocol-Version` on
@@ -330,59 +390,109 @@ impl RemoteClient {
         .unwrap_or(Err(RemoteError::Timeout))
     }
 
-    /// Open the GET listen stream; its messages go to the sink until it ends (then
-    /// [`RemoteSink::listen_closed`]) or the handle is dropped.
+    /// Open the GET listen stream; its messages go to the sink until the session is lost or the
+    /// remote offers no stream (then [`RemoteSink::listen_closed`]), or the handle is dropped.
+    /// A stream that merely drops is reopened with backoff, resuming after the last event id
+    /// the remote gave (`Last-Event-ID`), so a flaky network loses nothing the remote replays.
     pub fn listen(&self) -> ListenHandle {
         let me = self.clone();
         let (opened, opened_rx) = tokio::sync::oneshot::channel();
         ListenHandle {
             task: tokio::spawn(async move {
-                let reason = me.listen_loop(opened).await;
+                let reason = me.listen_resuming(opened).await;
                 me.inner.sink.listen_closed(&reason);
             }),
             opened: Some(opened_rx),
         }
     }
 
-    async fn listen_loop(&self, opened: tokio::sync::oneshot::Sender<()>) -> RemoteError {
-        let (request, with_session) = match self.request(Method::GET, Bytes::new(), false, &[]) {
+    async fn listen_resuming(&self, opened: tokio::sync::oneshot::Sender<()>) -> RemoteError {
+        let mut opened = Some(opened);
+        let mut backoff = LISTEN_MIN_BACKOFF;
+        loop {
+            let (reason, was_open) = self.listen_loop(&mut opened).await;
+            // Only the first attempt answers `opened`: a caller waiting on it learns "not now".
+            opened = None;
+            let retry = match &reason {
+                RemoteError::Status { status, .. } => *status >= 500 || *status == 429,
+                RemoteError::Transport(_) | RemoteError::Timeout | RemoteError::NoAnswer => true,
+                RemoteError::TooLarge { .. } | RemoteError::Malformed(_) => true,
+                _ => false,
+            };
+            if !retry {
+                return reason;
+            }
+            if was_open {
+                backoff = LISTEN_MIN_BACKOFF;
+            }
+            debug!(error = %reason, ?backoff, "remote listen stream dropped; reopening");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
+        }
+    }
+
+    /// One listen stream, until it ends; whether it was ever open.
+    async fn listen_loop(
+        &self,
+        opened: &mut Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> (RemoteError, bool) {
+        let resume = self.inner.last_event.lock().clone();
+        let extra: Vec<(HeaderName, HeaderValue)> = resume
+            .map(|id| (HeaderName::from_static("last-event-id"), id))
+            .into_iter()
+            .collect();
+        let (request, with_session) = match self.request(Method::GET, Bytes::new(), false, &extra) {
             Ok(r) => r,
-            Err(e) => return e,
+            Err(e) => return (e, false),
         };
         let response = match self.send_request(request).await {
             Ok(r) => r,
-            Err(e) => return e,
+            Err(e) => return (e, false),
         };
         let status = response.status();
         if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
-            return self.session_lost(sent);
+            return (self.session_lost(sent), false);
         }
         let content_type = content_type(response.headers());
         if !status.is_success() {
             let mut body = response.into_body();
-            return RemoteError::Status {
-                status: status.as_u16(),
-                excerpt: body::excerpt(&mut body).await,
-            };
+            let excerpt = body::excerpt(&mut body).await;
+            return (
+                RemoteError::Status {
+                    status: status.as_u16(),
+                    excerpt,
+                },
+                false,
+            );
         }
         if content_type != "text/event-stream" {
-            return RemoteError::NotJson {
-                status: status.as_u16(),
-                content_type,
-            };
+            let status = status.as_u16();
+            return (
+                RemoteError::NotJson {
+                    status,
+                    content_type,
+                },
+                false,
+            );
         }
-        let _ = opened.send(());
+        if let Some(opened) = opened.take() {
+            let _ = opened.send(());
+        }
         let mut events = EventStream::new(response.into_body(), self.inner.limits);
         // The listen stream has no natural end; its total bound does not apply to it.
         events.unbounded_total();
         loop {
             match events.next().await {
-                Ok(Some(event)) if !event.data.is_empty() => {
-                    self.route(Bytes::from(event.data), None, status);
+                Ok(Some(event)) => {
+                    if let Some(id) = event.id.as_deref().filter(|id| !id.is_empty()) {
+                        *self.inner.last_event.lock() = HeaderValue::from_str(id).ok();
+                    }
+                    if !event.data.is_empty() {
+                        self.route(Bytes::from(event.data), None, status);
+                    }
                 }
-                Ok(Some(_)) => {}
-                Ok(None) => return RemoteError::NoAnswer,
-                Err(e) => return e,
+                Ok(None) => return (RemoteError::NoAnswer, true),
+                Err(e) => return (e, true),
             }
         }
     }
@@ -470,6 +580,7 @@ impl RemoteClient {
         if session.as_ref() == Some(sent) {
             *session = None;
             self.inner.version.lock().take();
+            self.inner.last_event.lock().take();
         }
         RemoteError::SessionLost
     }

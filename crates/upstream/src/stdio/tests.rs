@@ -5,7 +5,7 @@ use super::*;
 struct Collect(Mutex<Vec<String>>);
 
 impl InboundSink for Collect {
-    fn deliver(&self, line: &Bytes, _msg: &Message<'_>, _backend: &StdioHandle) {
+    fn deliver(&self, line: &Bytes, _msg: &Message<'_>, _backend: &crate::Upstream) {
         self.0
             .lock()
             .push(String::from_utf8_lossy(line).into_owned());

@@ -1,0 +1,170 @@
+//! `switchboard run --url`: fronting a remote MCP server.
+//!
+//! A remote is always served with per-session isolation: every Legacy client session gets an
+//! upstream session of its own (the client's own `initialize` goes to the remote), every
+//! Modern partition too, so no upstream session is ever shared between principals, and the
+//! remote's sampling, elicitation, logging and progress reach exactly the session they belong
+//! to. The shared handle is stateless: it carries Modern requests (and the gateway's probes)
+//! and never holds an upstream session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use hyper::header::{HeaderName, HeaderValue};
+
+use switchboard_core::{Backend, EraPolicy, Registry, SpawnBackend};
+use switchboard_upstream::remote::{Mode, RemoteConfig, RemoteEndpoint, RemoteUpstream};
+use switchboard_upstream::{InboundSink, Upstream, UpstreamError, UpstreamOwner};
+
+/// How to reach a remote MCP server (instead of a command after `--`).
+#[derive(Debug, Args)]
+pub(crate) struct RemoteArgs {
+    /// Front the remote MCP server at this URL (`http://` or `https://`) instead of a local
+    /// command.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub(crate) url: Option<String>,
+    /// The remote's transport. Default: Streamable HTTP.
+    #[arg(long, value_enum, default_value_t = TransportArg::Streamable, requires = "url")]
+    pub(crate) transport: TransportArg,
+    /// A header sent to the remote on every request, `Name: value` (repeatable). `${VAR}` in
+    /// the value is taken from the gateway's environment, so secrets stay off the command
+    /// line. Values are never logged.
+    #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
+    pub(crate) headers: Vec<String>,
+    /// Read more such headers from a file, one per line (`#` comments and blank lines skipped).
+    #[arg(long, value_name = "FILE", requires = "url")]
+    pub(crate) header_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TransportArg {
+    /// Streamable HTTP (MCP 2025-03-26 and later).
+    Streamable,
+}
+
+impl RemoteArgs {
+    /// The remote's configuration, with every header checked and expanded.
+    pub(crate) fn config(&self, url: &str, call_timeout: Duration) -> anyhow::Result<RemoteConfig> {
+        let mut lines: Vec<String> = self.headers.clone();
+        if let Some(path) = &self.header_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--header-file {}", path.display()))?;
+            lines.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(str::to_owned),
+            );
+        }
+        let mut config = RemoteConfig::new(url);
+        config.call_timeout = call_timeout;
+        for line in &lines {
+            config
+                .headers
+                .push(parse_header(line, |v| std::env::var(v).ok())?);
+        }
+        Ok(config)
+    }
+}
+
+/// `Name: value` with `${VAR}` expanded by `env`. Errors name the header, never its value.
+fn parse_header(
+    raw: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<(HeaderName, HeaderValue)> {
+    let (name, value) = raw.split_once(':').with_context(|| {
+        format!(
+            "--header: expected `Name: value`, got no `:` in `{}`",
+            redact(raw)
+        )
+    })?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .with_context(|| format!("--header: `{}` is not a header name", name.trim()))?;
+    let value = expand(value.trim(), &env).with_context(|| format!("--header {name}"))?;
+    let mut value = HeaderValue::from_str(&value)
+        .with_context(|| format!("--header {name}: the value is not a valid header value"))?;
+    value.set_sensitive(true);
+    Ok((name, value))
+}
+
+/// Replaces each `${VAR}` with its value; an unset variable is an error (a missing token
+/// would otherwise be sent as an empty credential).
+fn expand(value: &str, env: &impl Fn(&str) -> Option<String>) -> anyhow::Result<String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').context("an unclosed `${`")?;
+        let var = &after[..end];
+        let found = env(var).with_context(|| format!("environment variable {var} is not set"))?;
+        out.push_str(&found);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn redact(raw: &str) -> String {
+    raw.chars().take(24).collect::<String>() + if raw.len() > 24 { "…" } else { "" }
+}
+
+/// Learns the remote's eras and what it declared, on an upstream session of the gateway's own
+/// that is ended at once; returns the backend with its stateless shared handle.
+pub(crate) async fn connect(
+    endpoint: &RemoteEndpoint,
+    registry: &Arc<Registry>,
+    timeout: Duration,
+) -> anyhow::Result<Backend> {
+    let probe = RemoteUpstream::new(endpoint, Mode::Session, registry.sink());
+    let owner = probe.owner();
+    let connected = Backend::connect(Upstream::Remote(probe), timeout, EraPolicy::Auto).await;
+    owner.shutdown(Duration::from_secs(2)).await;
+    let mut backend = connected.context("remote did not become ready")?;
+    backend.handle = Upstream::Remote(RemoteUpstream::new(
+        endpoint,
+        Mode::Stateless,
+        registry.sink(),
+    ));
+    Ok(backend)
+}
+
+/// Opens an upstream session per client session (and per Modern partition).
+#[derive(Debug)]
+pub(crate) struct RemoteSpawner(pub(crate) RemoteEndpoint);
+
+impl SpawnBackend for RemoteSpawner {
+    fn spawn(
+        &self,
+        sink: Arc<dyn InboundSink>,
+    ) -> Result<(Upstream, UpstreamOwner), UpstreamError> {
+        let upstream = RemoteUpstream::new(&self.0, Mode::Session, sink);
+        let owner = UpstreamOwner::Remote(upstream.owner());
+        Ok((Upstream::Remote(upstream), owner))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(var: &str) -> Option<String> {
+        (var == "TOKEN").then(|| "s3cret".to_owned())
+    }
+
+    #[test]
+    fn headers_expand_variables_and_refuse_what_would_be_wrong() {
+        let (name, value) = parse_header("Authorization: Bearer ${TOKEN}", env).unwrap();
+        assert_eq!(name, "authorization");
+        assert_eq!(value, "Bearer s3cret");
+        assert!(value.is_sensitive());
+        let unset = parse_header("X-Key: ${MISSING}", env).unwrap_err();
+        assert!(format!("{unset:#}").contains("MISSING"), "{unset:#}");
+        for bad in ["no colon", "bad name: v", "X: ${UNCLOSED", "X: a\u{1}b"] {
+            let err = parse_header(bad, env).unwrap_err();
+            assert!(!format!("{err:#}").contains("s3cret"), "{err:#}");
+        }
+    }
+}

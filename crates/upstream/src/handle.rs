@@ -1,0 +1,148 @@
+//! The one handle `core` holds for a backend, whatever carries it: a stdio process or a remote
+//! MCP server. Its API is the whole contract: send a request under a key and get exactly one
+//! answer ([`Upstream::call`]); send a line that expects none; receive the backend's own
+//! messages through an [`InboundSink`]; stop it through its [`UpstreamOwner`].
+
+use bytes::Bytes;
+
+use switchboard_wire::Message;
+
+use crate::remote::{RemoteOwner, RemoteUpstream};
+use crate::stdio::{StdioHandle, StdioProcess};
+use crate::{PendingCall, UpstreamError};
+
+/// Receives the backend's unsolicited messages (notifications and backend→client requests).
+///
+/// Called synchronously by the transport's reader, in the backend's order, before the next
+/// message is read: a progress notification written before a response is therefore handed on
+/// before that response resolves its call, so a client sees them in the backend's order.
+/// Implementations must not block (use `try_send`), or they stall the backend's whole stream.
+pub trait InboundSink: Send + Sync + std::fmt::Debug + 'static {
+    /// One unsolicited message: its raw JSON and parsed envelope, and a handle to answer the
+    /// backend with.
+    fn deliver(&self, line: &Bytes, msg: &Message<'_>, backend: &Upstream);
+
+    /// The backend is gone for good (a process ended; a remote lost or ended the upstream
+    /// session), after every pending call has failed: whoever depends on it alone can act now
+    /// rather than at its next request. Called at most once; must not block.
+    fn closed(&self, _reason: &str) {}
+}
+
+/// A cloneable handle to one backend.
+#[derive(Debug, Clone)]
+pub enum Upstream {
+    /// A local process speaking newline-delimited JSON-RPC on stdio.
+    Stdio(StdioHandle),
+    /// A remote server over Streamable HTTP or HTTP+SSE (one upstream session, or none).
+    Remote(RemoteUpstream),
+}
+
+impl Upstream {
+    /// Sends one request whose JSON-RPC id is the string `key`, and returns the future of its
+    /// one answer. Dropping the future withdraws the call.
+    pub async fn call(&self, key: &str, line: Vec<u8>) -> Result<PendingCall, UpstreamError> {
+        match self {
+            Upstream::Stdio(h) => h.call(key, line).await,
+            Upstream::Remote(r) => r.call(key, line),
+        }
+    }
+
+    /// Sends one line that expects no answer (a notification, or an answer to the backend's
+    /// own request).
+    pub async fn send_line(&self, line: Vec<u8>) -> Result<(), UpstreamError> {
+        match self {
+            Upstream::Stdio(h) => h.send_line(line).await,
+            Upstream::Remote(r) => r.send_line(Bytes::from(line)).await,
+        }
+    }
+
+    /// Like [`send_line`](Self::send_line) but never waits (drop paths, the dispatcher).
+    pub fn try_send_line(&self, line: Vec<u8>) -> Result<(), UpstreamError> {
+        match self {
+            Upstream::Stdio(h) => h.try_send_line(line),
+            Upstream::Remote(r) => r.try_send_line(Bytes::from(line)),
+        }
+    }
+
+    /// Calls awaiting an answer (for leak tests and metrics).
+    pub fn pending_len(&self) -> usize {
+        match self {
+            Upstream::Stdio(h) => h.pending_len(),
+            Upstream::Remote(r) => r.pending_len(),
+        }
+    }
+
+    /// Whether the backend is gone for good (process ended, upstream session lost).
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Upstream::Stdio(h) => h.is_closed(),
+            Upstream::Remote(r) => r.is_closed(),
+        }
+    }
+
+    /// Whether the backend can be reached now: a running process; a remote whose last
+    /// exchange did not fail below HTTP (for `/healthz`).
+    pub fn is_reachable(&self) -> bool {
+        match self {
+            Upstream::Stdio(h) => !h.is_closed(),
+            Upstream::Remote(r) => r.is_reachable(),
+        }
+    }
+
+    /// The process id, for a local process.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Upstream::Stdio(h) => h.pid(),
+            Upstream::Remote(_) => None,
+        }
+    }
+
+    /// The stdio handle, for what only a process has (restart into the same slot).
+    pub fn as_stdio(&self) -> Option<&StdioHandle> {
+        match self {
+            Upstream::Stdio(h) => Some(h),
+            Upstream::Remote(_) => None,
+        }
+    }
+}
+
+/// The owner of one backend: the only thing that stops it. Dropping it stops it at once (kills
+/// a process; abandons a remote session without waiting for the remote).
+#[derive(Debug)]
+pub enum UpstreamOwner {
+    /// A local process.
+    Process(StdioProcess),
+    /// A remote upstream session.
+    Remote(RemoteOwner),
+}
+
+impl UpstreamOwner {
+    /// The polite, immediate request to stop, for an owner whose [`shutdown`] may have to wait
+    /// its turn: closes a process's stdin; a remote session needs nothing. Idempotent.
+    ///
+    /// [`shutdown`]: Self::shutdown
+    pub fn request_stop(&self) {
+        match self {
+            UpstreamOwner::Process(p) => p.close_stdin(),
+            UpstreamOwner::Remote(_) => {}
+        }
+    }
+
+    /// Stops the backend: a process gets `grace` to exit after stdin closes, then is killed; a
+    /// remote session is ended (DELETE), bounded by `grace`.
+    pub async fn shutdown(self, grace: std::time::Duration) {
+        match self {
+            UpstreamOwner::Process(p) => p.shutdown(grace).await,
+            UpstreamOwner::Remote(r) => r.shutdown(grace).await,
+        }
+    }
+}
+
+/// Starts a stdio backend behind the neutral handle (see [`crate::spawn`]).
+pub fn spawn_stdio(
+    config: &crate::StdioConfig,
+    sink: std::sync::Arc<dyn InboundSink>,
+) -> Result<(Upstream, UpstreamOwner), UpstreamError> {
+    let (handle, process) = crate::spawn(config, sink)?;
+    Ok((Upstream::Stdio(handle), UpstreamOwner::Process(process)))
+}

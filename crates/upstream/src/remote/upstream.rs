@@ -1,0 +1,368 @@
+//! A remote MCP server behind [`crate::Upstream`]: the same "one request, exactly one answer"
+//! contract the stdio path has, over Streamable HTTP.
+//!
+//! One [`RemoteUpstream`] is one upstream session (or, [`Mode::Stateless`], none at all: the
+//! shared handle a Modern remote is reached through). The gateway creates one per client
+//! session and per Modern partition, never one per backend, so an upstream session is never
+//! shared between principals. Its `Mcp-Session-Id` stays inside [`super::RemoteClient`].
+//!
+//! Each call runs as a task the returned [`PendingCall`] owns (dropping the call aborts the
+//! exchange). The remote's own messages go to the [`InboundSink`] in stream order, with this
+//! handle to answer through. When the remote loses the session (404 on its id) or ends it, the
+//! handle closes for good and the sink hears it once, so the client's session ends with it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::header::{HeaderName, HeaderValue};
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use switchboard_wire::classify::META_PROTOCOL_VERSION;
+use switchboard_wire::{method, object_member, Message};
+
+use super::{ListenHandle, Outgoing, RemoteClient, RemoteEndpoint, RemoteError, RemoteSink};
+use crate::answer::Withdraw;
+use crate::{BackendResponse, InboundSink, PendingCall, Upstream, UpstreamError};
+
+/// Most exchanges (calls and sent lines) one upstream session carries at once; more are
+/// refused as overload rather than opening connections without bound.
+const MAX_IN_FLIGHT: usize = 1024;
+
+/// Which transport a remote speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteTransport {
+    /// Streamable HTTP (2025-03-26 and later, and 2026-07-28).
+    Streamable,
+    /// HTTP+SSE (2024-11-05).
+    Sse,
+}
+
+/// Whether the handle carries an upstream session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Never sends or adopts a session id (Modern requests; the gateway's own probes).
+    Stateless,
+    /// Adopts the session the remote hands out at `initialize` and keeps it private.
+    Session,
+}
+
+/// A cloneable handle to one remote upstream session.
+#[derive(Debug, Clone)]
+pub struct RemoteUpstream {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    client: RemoteClient,
+    mode: Mode,
+    /// Exchanges under way (calls and lines being sent).
+    live: AtomicUsize,
+    /// Set once the upstream session is gone: every later call fails with it.
+    lost: Mutex<Option<UpstreamError>>,
+    /// Cleared when an exchange fails below HTTP, set again by any answer.
+    reachable: AtomicBool,
+    /// The GET stream of a session, opened once the session is initialized.
+    listen: Mutex<Option<ListenHandle>>,
+    sink: Arc<dyn InboundSink>,
+}
+
+/// Routes the client's deliveries to the gateway's sink with a handle to answer through.
+#[derive(Debug)]
+struct Bridge {
+    me: Weak<Shared>,
+}
+
+impl RemoteSink for Bridge {
+    fn deliver(&self, line: &Bytes, msg: &Message<'_>) {
+        if let Some(shared) = self.me.upgrade() {
+            let handle = Upstream::Remote(RemoteUpstream {
+                shared: shared.clone(),
+            });
+            shared.sink.deliver(line, msg, &handle);
+        }
+    }
+
+    fn listen_closed(&self, reason: &RemoteError) {
+        match (self.me.upgrade(), reason) {
+            (Some(shared), RemoteError::SessionLost) => {
+                shared.lose(RemoteError::SessionLost);
+            }
+            (_, reason) => debug!(%reason, "remote listen stream ended"),
+        }
+    }
+}
+
+impl RemoteUpstream {
+    /// A handle on `endpoint`; what the remote sends on its own goes to `sink`.
+    pub fn new(endpoint: &RemoteEndpoint, mode: Mode, sink: Arc<dyn InboundSink>) -> Self {
+        let shared = Arc::new_cyclic(|me| Shared {
+            client: endpoint.client(Arc::new(Bridge { me: me.clone() })),
+            mode,
+            live: AtomicUsize::new(0),
+            lost: Mutex::new(None),
+            reachable: AtomicBool::new(true),
+            listen: Mutex::new(None),
+            sink,
+        });
+        RemoteUpstream { shared }
+    }
+
+    /// The owner that ends this upstream session.
+    pub fn owner(&self) -> RemoteOwner {
+        RemoteOwner {
+            upstream: self.clone(),
+        }
+    }
+
+    pub(crate) fn call(&self, key: &str, line: Vec<u8>) -> Result<PendingCall, UpstreamError> {
+        let live = self.enter()?;
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        let id = format!("\"{key}\"");
+        let task = tokio::spawn(async move {
+            let _live = live;
+            let _ = tx.send(me.exchange(Bytes::from(line), &id).await);
+        });
+        Ok(PendingCall::new(rx, Withdraw::Task(task.abort_handle())))
+    }
+
+    async fn exchange(&self, line: Bytes, id: &str) -> Result<BackendResponse, UpstreamError> {
+        let facts = Facts::of(&line);
+        let out = Outgoing {
+            id,
+            headers: facts.headers(),
+            stateless: self.shared.mode == Mode::Stateless || facts.modern,
+            line,
+        };
+        let answer = self.shared.client.call(out).await;
+        let answer = self.note(answer)?;
+        if facts.initialize && !answer.is_error() {
+            if let Some(version) = negotiated_version(answer.payload()) {
+                self.shared.client.set_protocol_version(&version);
+            }
+        }
+        Ok(answer.into_backend())
+    }
+
+    pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
+        let _live = self.enter()?;
+        let initialized = Facts::of(&line).initialized;
+        let sent = self.shared.client.send(line).await;
+        self.note(sent)?;
+        if initialized && self.shared.mode == Mode::Session {
+            self.open_listen();
+        }
+        Ok(())
+    }
+
+    pub(crate) fn try_send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
+        // Bounded by MAX_IN_FLIGHT (checked by `send_line`) and by the call deadline; the
+        // task owns nothing but its one POST.
+        self.closed_error().map_or(Ok(()), Err)?;
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = me.send_line(line).await {
+                debug!(error = %e, "line to the remote not delivered");
+            }
+        });
+        Ok(())
+    }
+
+    pub(crate) fn pending_len(&self) -> usize {
+        self.shared.live.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.lost.lock().is_some()
+    }
+
+    pub(crate) fn is_reachable(&self) -> bool {
+        self.shared.reachable.load(Ordering::Relaxed) && !self.is_closed()
+    }
+
+    fn closed_error(&self) -> Option<UpstreamError> {
+        self.shared.lost.lock().clone()
+    }
+
+    /// Counts one exchange in, refusing it when the session is gone or too busy.
+    fn enter(&self) -> Result<LiveGuard, UpstreamError> {
+        if let Some(e) = self.closed_error() {
+            return Err(e);
+        }
+        let n = self.shared.live.fetch_add(1, Ordering::AcqRel);
+        let guard = LiveGuard(self.shared.clone());
+        if n >= MAX_IN_FLIGHT {
+            return Err(UpstreamError::Overloaded);
+        }
+        Ok(guard)
+    }
+
+    /// Records what an exchange says about the remote, and maps its error.
+    fn note<T>(&self, result: Result<T, RemoteError>) -> Result<T, UpstreamError> {
+        match result {
+            Ok(v) => {
+                self.shared.reachable.store(true, Ordering::Relaxed);
+                Ok(v)
+            }
+            Err(RemoteError::Transport(reason)) => {
+                self.shared.reachable.store(false, Ordering::Relaxed);
+                Err(UpstreamError::Remote(RemoteError::Transport(reason)))
+            }
+            Err(RemoteError::SessionLost) if self.shared.mode == Mode::Session => {
+                Err(self.shared.lose(RemoteError::SessionLost))
+            }
+            Err(e) => Err(UpstreamError::Remote(e)),
+        }
+    }
+
+    fn open_listen(&self) {
+        let mut listen = self.shared.listen.lock();
+        if listen.is_none() {
+            *listen = Some(self.shared.client.listen());
+        }
+    }
+}
+
+impl Shared {
+    /// The upstream session is gone: every later call fails, and the sink hears it once.
+    fn lose(&self, why: RemoteError) -> UpstreamError {
+        let error = UpstreamError::Remote(why);
+        let first = {
+            let mut lost = self.lost.lock();
+            let first = lost.is_none();
+            lost.get_or_insert_with(|| error.clone());
+            first
+        };
+        if first {
+            self.listen.lock().take();
+            warn!("remote upstream session ended: {error}");
+            self.sink.closed(&error.to_string());
+        }
+        error
+    }
+}
+
+/// One exchange counted in [`Shared::live`].
+struct LiveGuard(Arc<Shared>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Ends one upstream session; see [`crate::UpstreamOwner`].
+#[derive(Debug)]
+pub struct RemoteOwner {
+    upstream: RemoteUpstream,
+}
+
+impl RemoteOwner {
+    /// Ends the session at the remote (DELETE), bounded by `grace`, and closes the handle.
+    pub async fn shutdown(self, grace: Duration) {
+        let shared = &self.upstream.shared;
+        shared.listen.lock().take();
+        if shared.mode == Mode::Session {
+            match tokio::time::timeout(grace, shared.client.end_session()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(error = %e, "remote did not confirm the session's end"),
+                Err(_) => debug!("remote did not answer the session's DELETE in time"),
+            }
+        }
+        shared
+            .lost
+            .lock()
+            .get_or_insert(UpstreamError::Closed("upstream session ended".into()));
+    }
+}
+
+impl Drop for RemoteOwner {
+    /// Dropped without `shutdown`: the handle closes now; the remote expires the session.
+    fn drop(&mut self) {
+        let shared = &self.upstream.shared;
+        shared.listen.lock().take();
+        shared
+            .lost
+            .lock()
+            .get_or_insert(UpstreamError::Closed("upstream session ended".into()));
+    }
+}
+
+/// What the adapter needs to know about a line it sends (its own encoding, parsed once more:
+/// a remote exchange costs a round trip, so one envelope scan is noise).
+#[derive(Debug, Default)]
+struct Facts {
+    method: Option<String>,
+    /// `params.name` / `params.uri`, for `Mcp-Name`.
+    name: Option<String>,
+    /// The Modern version the request's `_meta` names, if it is a Modern request.
+    modern_version: Option<String>,
+    modern: bool,
+    initialize: bool,
+    initialized: bool,
+}
+
+impl Facts {
+    fn of(line: &[u8]) -> Facts {
+        let Ok(msg) = Message::parse(line) else {
+            return Facts::default();
+        };
+        let Some(name) = msg.method else {
+            return Facts::default();
+        };
+        let text = |v: Option<&serde_json::value::RawValue>| {
+            v.and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+        };
+        let modern_version = text(
+            msg.params
+                .and_then(|p| object_member(p, "_meta"))
+                .and_then(|m| object_member(m, META_PROTOCOL_VERSION)),
+        )
+        .filter(|v| switchboard_wire::version::is_modern(v));
+        let member = match name {
+            "tools/call" | "prompts/get" => Some("name"),
+            "resources/read" => Some("uri"),
+            _ => None,
+        };
+        Facts {
+            name: text(member.and_then(|m| msg.param(m))),
+            modern: modern_version.is_some(),
+            modern_version,
+            initialize: name == method::INITIALIZE,
+            initialized: name == method::INITIALIZED,
+            method: Some(name.to_owned()),
+        }
+    }
+
+    /// The Modern mirror headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`).
+    fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let Some(version) = &self.modern_version else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(3);
+        let mut push = |name: &'static str, value: &str| {
+            if let Ok(v) = HeaderValue::from_str(&switchboard_wire::headers::encode_value(value)) {
+                out.push((HeaderName::from_static(name), v));
+            }
+        };
+        push("mcp-protocol-version", version);
+        if let Some(m) = &self.method {
+            push("mcp-method", m);
+        }
+        if let Some(n) = &self.name {
+            push("mcp-name", n);
+        }
+        out
+    }
+}
+
+/// The `protocolVersion` of an `initialize` result.
+fn negotiated_version(result: &str) -> Option<String> {
+    let raw = serde_json::from_str::<&serde_json::value::RawValue>(result).ok()?;
+    serde_json::from_str(object_member(raw, "protocolVersion")?.get()).ok()
+}
