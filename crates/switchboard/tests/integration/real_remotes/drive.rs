@@ -276,6 +276,11 @@ pub async fn python_legacy(url: &str, transport: &str, spec: &Spec) {
     assert_eq!(v["protocolVersion"], "2025-11-25", "{label}: {v}");
     assert_eq!(v["server"], spec.server, "{label}: {v}");
     check_common(&v, spec, &label);
+    assert_eq!(
+        v["logsDuringProgress"],
+        spec.expected_step_logs(),
+        "{label}: {v}"
+    );
     if spec.log_tool.is_some() {
         // The `logTool` answer names the server's session; every log message is for it.
         let session = session_named(v["logToolResult"].as_str().expect("logToolResult"));
@@ -291,8 +296,9 @@ pub async fn python_legacy(url: &str, transport: &str, spec: &Spec) {
     }
 }
 
-/// The Python SDK 2.3 client, pinned to 2026-07-28, against `url`.
-pub async fn python_modern(url: &str, spec: &Spec) {
+/// The Python SDK 2.3 client, pinned to 2026-07-28, against `url`. It opts in to log messages
+/// on every request; `step_logs` says whether the progress call's own ones reach it.
+pub async fn python_modern(url: &str, spec: &Spec, step_logs: bool) {
     let v = run_python(
         "modern",
         "py_remote_modern.py",
@@ -302,6 +308,12 @@ pub async fn python_modern(url: &str, spec: &Spec) {
     let label = format!("python 2.3 modern {url}");
     assert_eq!(v["protocolVersion"], "2026-07-28", "{label}: {v}");
     check_common(&v, spec, &label);
+    let expected = if step_logs {
+        spec.expected_step_logs()
+    } else {
+        json!([])
+    };
+    assert_eq!(v["logsDuringProgress"], expected, "{label}: {v}");
 }
 
 /// What both Python clients report: the tools, the echo, the progress call.
@@ -325,11 +337,6 @@ fn check_common(v: &Value, spec: &Spec, label: &str) {
         .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
         .collect();
     assert_eq!(progress, spec.expected_progress(), "{label}: {v}");
-    assert_eq!(
-        v["logsDuringProgress"],
-        spec.expected_step_logs(),
-        "{label}: {v}"
-    );
 }
 
 /// The venv python that `scripts/install-test-clients.sh <sdk>` installs (`sse`: the Python
