@@ -433,7 +433,19 @@ impl crate::Gateway {
             listen: None,
             backend: Some(own),
         };
-        let answer = self.send(out).await?;
+        let answer = match self.send(out).await {
+            // The remote lost the upstream session: the client's session is over, and it
+            // learns the standard way (404), so it re-initializes (on a fresh upstream session).
+            Err(CoreError::Backend(e)) if e.is_session_lost() => {
+                if let Some(sid) = call.session {
+                    if let Ok(ended) = self.registry.sessions.remove_any(sid.as_str()) {
+                        self.cleanup(ended, EndReason::BackendExited).await;
+                    }
+                }
+                return Err(CoreError::SessionNotFound);
+            }
+            answer => answer?,
+        };
         Ok(restore_response(id, answer.member(), answer.payload()))
     }
 

@@ -46,6 +46,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use switchboard_core::CoreError;
+use switchboard_core::RemoteError;
 use switchboard_core::UpstreamError;
 use switchboard_wire::{codes, encode_error, version, ErrorObject, ParseError, RequestId};
 
@@ -264,6 +265,21 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         CoreError::Timeout(_) => (
             StatusCode::GATEWAY_TIMEOUT,
             ErrorObject::new(codes::REQUEST_TIMEOUT, format!("Request timed out: {e}")),
+        ),
+        CoreError::Backend(UpstreamError::Remote(RemoteError::Timeout)) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            ErrorObject::new(
+                codes::REQUEST_TIMEOUT,
+                "Request timed out at the remote server",
+            ),
+        ),
+        CoreError::Backend(UpstreamError::Remote(RemoteError::Refused(_))) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            internal(format!("Backend overloaded: {e}")),
+        ),
+        CoreError::Backend(u @ UpstreamError::Remote(_)) => (
+            StatusCode::BAD_GATEWAY,
+            internal(format!("Backend unavailable: {}", u.client_text())),
         ),
         CoreError::Backend(UpstreamError::Overloaded) => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -211,7 +211,8 @@ async fn start_remote(
 ) -> anyhow::Result<Started> {
     println!("switchboard: connecting to remote: {}", endpoint.url());
     let timeout = RunArgs::secs(args.startup_timeout);
-    let backend = crate::remote::connect(&endpoint, registry, timeout).await?;
+    let (backend, endpoint) =
+        crate::remote::connect_with(endpoint, args.remote.transport, registry, timeout).await?;
     Ok(Started {
         backend,
         process: None,

@@ -14,8 +14,10 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use hyper::header::{HeaderName, HeaderValue};
 
-use switchboard_core::{Backend, EraPolicy, Registry, SpawnBackend};
-use switchboard_upstream::remote::{Mode, RemoteConfig, RemoteEndpoint, RemoteUpstream};
+use switchboard_core::{Backend, CoreError, EraPolicy, Registry, SpawnBackend};
+use switchboard_upstream::remote::{
+    Mode, RemoteConfig, RemoteEndpoint, RemoteError, RemoteTransport, RemoteUpstream,
+};
 use switchboard_upstream::{InboundSink, Upstream, UpstreamError, UpstreamOwner};
 
 /// How to reach a remote MCP server (instead of a command after `--`).
@@ -25,8 +27,9 @@ pub(crate) struct RemoteArgs {
     /// command.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     pub(crate) url: Option<String>,
-    /// The remote's transport. Default: Streamable HTTP.
-    #[arg(long, value_enum, default_value_t = TransportArg::Streamable, requires = "url")]
+    /// The remote's transport. `auto` tries Streamable HTTP and falls back to HTTP+SSE
+    /// (2024-11-05) on the same URL when the remote answers but not as Streamable HTTP.
+    #[arg(long, value_enum, default_value_t = TransportArg::Auto, requires = "url")]
     pub(crate) transport: TransportArg,
     /// A header sent to the remote on every request, `Name: value` (repeatable). `${VAR}` in
     /// the value is taken from the gateway's environment, so secrets stay off the command
@@ -40,8 +43,12 @@ pub(crate) struct RemoteArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum TransportArg {
+    /// Streamable HTTP first, then HTTP+SSE.
+    Auto,
     /// Streamable HTTP (MCP 2025-03-26 and later).
     Streamable,
+    /// HTTP+SSE (MCP 2024-11-05): the URL is the SSE stream's.
+    Sse,
 }
 
 impl RemoteArgs {
@@ -111,6 +118,55 @@ fn redact(raw: &str) -> String {
     raw.chars().take(24).collect::<String>() + if raw.len() > 24 { "…" } else { "" }
 }
 
+/// Connects over the chosen transport (see [`TransportArg::Auto`]); returns the backend and
+/// the endpoint on the transport that answered.
+pub(crate) async fn connect_with(
+    endpoint: RemoteEndpoint,
+    choice: TransportArg,
+    registry: &Arc<Registry>,
+    timeout: Duration,
+) -> anyhow::Result<(Backend, RemoteEndpoint)> {
+    let on = |t| endpoint.clone().with_transport(t);
+    let only = match choice {
+        TransportArg::Streamable => Some(RemoteTransport::Streamable),
+        TransportArg::Sse => Some(RemoteTransport::Sse),
+        TransportArg::Auto => None,
+    };
+    if let Some(t) = only {
+        let endpoint = on(t);
+        return Ok((connect(&endpoint, registry, timeout).await?, endpoint));
+    }
+    let streamable = on(RemoteTransport::Streamable);
+    let first = match connect(&streamable, registry, timeout).await {
+        Ok(backend) => return Ok((backend, streamable)),
+        // Nobody there: HTTP+SSE would not answer either.
+        Err(e) if unreachable(&e) => return Err(e),
+        Err(e) => e,
+    };
+    let sse = on(RemoteTransport::Sse);
+    match connect(&sse, registry, timeout).await {
+        Ok(backend) => {
+            println!("switchboard: the remote speaks HTTP+SSE (2024-11-05), not Streamable HTTP");
+            Ok((backend, sse))
+        }
+        Err(second) => Err(second.context(format!(
+            "neither Streamable HTTP ({first:#}) nor HTTP+SSE worked"
+        ))),
+    }
+}
+
+/// Whether connecting failed below HTTP.
+fn unreachable(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<CoreError>(),
+            Some(CoreError::Backend(UpstreamError::Remote(
+                RemoteError::Transport(_)
+            )))
+        )
+    })
+}
+
 /// Learns the remote's eras and what it declared, on an upstream session of the gateway's own
 /// that is ended at once; returns the backend with its stateless shared handle.
 pub(crate) async fn connect(
@@ -123,6 +179,11 @@ pub(crate) async fn connect(
     let connected = Backend::connect(Upstream::Remote(probe), timeout, EraPolicy::Auto).await;
     owner.shutdown(Duration::from_secs(2)).await;
     let mut backend = connected.context("remote did not become ready")?;
+    if endpoint.transport() == RemoteTransport::Sse {
+        // Every HTTP+SSE exchange belongs to a session: there is no stateless path for
+        // Modern requests, whatever the remote answered on the probe's session.
+        backend.info.era.modern = false;
+    }
     backend.handle = Upstream::Remote(RemoteUpstream::new(
         endpoint,
         Mode::Stateless,

@@ -31,3 +31,24 @@ pub enum UpstreamError {
     #[error("duplicate pending key")]
     DuplicateKey,
 }
+
+impl UpstreamError {
+    /// A remote ended or lost the upstream session (it restarted, or expired it): the client
+    /// session that depended on it is over too.
+    pub fn is_session_lost(&self) -> bool {
+        matches!(
+            self,
+            UpstreamError::Remote(crate::remote::RemoteError::SessionLost)
+        )
+    }
+
+    /// What a client may be told: no text a remote wrote (an error page may quote anything).
+    pub fn client_text(&self) -> String {
+        match self {
+            UpstreamError::Remote(crate::remote::RemoteError::Status { status, .. }) => {
+                format!("remote answered HTTP {status}")
+            }
+            other => other.to_string(),
+        }
+    }
+}

@@ -26,6 +26,7 @@ mod per_session;
 mod per_session_sse;
 mod real_remotes;
 mod remote_client;
+mod remote_sse_client;
 mod resilience;
 mod resume;
 mod rmcp_client;

@@ -47,4 +47,8 @@ pub enum RemoteError {
     /// The response stream ended before the request's answer.
     #[error("remote closed the stream before answering")]
     NoAnswer,
+    /// The call was not sent: too many calls already await an answer on this session, or
+    /// one with the same id does (HTTP+SSE client).
+    #[error("call refused before sending: {0}")]
+    Refused(&'static str),
 }

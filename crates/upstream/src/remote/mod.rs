@@ -14,6 +14,7 @@
 
 mod body;
 mod error;
+mod sse_client;
 mod upstream;
 
 use std::ops::Range;
@@ -32,6 +33,7 @@ use switchboard_wire::{Message, MessageKind};
 
 use body::{EventStream, Limits};
 pub use error::RemoteError;
+pub use sse_client::SseClient;
 pub use upstream::{Mode, RemoteOwner, RemoteTransport, RemoteUpstream};
 
 const SESSION: &str = "mcp-session-id";
@@ -137,6 +139,9 @@ pub struct RemoteEndpoint {
 
 #[derive(Debug)]
 struct Endpoint {
+    /// As configured (an HTTP+SSE session connects from it).
+    config: RemoteConfig,
+    transport: upstream::RemoteTransport,
     client: Client,
     uri: Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -160,6 +165,8 @@ impl RemoteEndpoint {
                 .build(connector(config.connect_timeout));
         Ok(Self {
             inner: Arc::new(Endpoint {
+                config: config.clone(),
+                transport: upstream::RemoteTransport::Streamable,
                 client,
                 uri,
                 headers: config.headers,
@@ -170,6 +177,32 @@ impl RemoteEndpoint {
                 call_timeout: config.call_timeout,
             }),
         })
+    }
+
+    /// The same endpoint, reached over `transport`.
+    pub fn with_transport(self, transport: upstream::RemoteTransport) -> Self {
+        let endpoint = Endpoint {
+            config: self.inner.config.clone(),
+            transport,
+            client: self.inner.client.clone(),
+            uri: self.inner.uri.clone(),
+            headers: self.inner.headers.clone(),
+            limits: self.inner.limits,
+            call_timeout: self.inner.call_timeout,
+        };
+        Self {
+            inner: Arc::new(endpoint),
+        }
+    }
+
+    /// The configuration it was built from.
+    pub(crate) fn config(&self) -> &RemoteConfig {
+        &self.inner.config
+    }
+
+    /// The transport this endpoint is reached over.
+    pub fn transport(&self) -> upstream::RemoteTransport {
+        self.inner.transport
     }
 
     /// The URL without credentials or query (which may carry secrets), for messages.

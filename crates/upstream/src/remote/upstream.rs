@@ -24,7 +24,9 @@ use tracing::{debug, warn};
 use switchboard_wire::classify::META_PROTOCOL_VERSION;
 use switchboard_wire::{method, object_member, Message};
 
-use super::{ListenHandle, Outgoing, RemoteClient, RemoteEndpoint, RemoteError, RemoteSink};
+use super::{
+    ListenHandle, Outgoing, RemoteClient, RemoteEndpoint, RemoteError, RemoteSink, SseClient,
+};
 use crate::answer::Withdraw;
 use crate::{BackendResponse, InboundSink, PendingCall, Upstream, UpstreamError};
 
@@ -58,7 +60,7 @@ pub struct RemoteUpstream {
 
 #[derive(Debug)]
 struct Shared {
-    client: RemoteClient,
+    link: Link,
     mode: Mode,
     /// Exchanges under way (calls and lines being sent).
     live: AtomicUsize,
@@ -70,6 +72,76 @@ struct Shared {
     listen: Mutex<Option<ListenHandle>>,
     sink: Arc<dyn InboundSink>,
 }
+
+/// The transport client of one upstream session.
+#[derive(Debug)]
+enum Link {
+    Streamable(RemoteClient),
+    /// Connected at the first exchange (the SSE stream *is* the session).
+    Sse {
+        config: super::RemoteConfig,
+        sink: Arc<dyn RemoteSink>,
+        conn: tokio::sync::OnceCell<SseClient>,
+    },
+    /// Stateless requests cannot reach an HTTP+SSE remote: every session is a stream.
+    NoSession,
+}
+
+impl Link {
+    async fn call(&self, out: Outgoing<'_>) -> Result<super::RemoteResponse, RemoteError> {
+        match self {
+            Link::Streamable(c) => c.call(out).await,
+            Link::Sse { .. } => self.sse().await?.call(out).await,
+            Link::NoSession => Err(NO_SESSION),
+        }
+    }
+
+    async fn send(&self, line: Bytes) -> Result<(), RemoteError> {
+        match self {
+            Link::Streamable(c) => c.send(line).await,
+            Link::Sse { .. } => self.sse().await?.send(line).await,
+            Link::NoSession => Err(NO_SESSION),
+        }
+    }
+
+    async fn sse(&self) -> Result<&SseClient, RemoteError> {
+        let Link::Sse { config, sink, conn } = self else {
+            return Err(NO_SESSION);
+        };
+        conn.get_or_try_init(|| SseClient::connect(config.clone(), sink.clone()))
+            .await
+    }
+
+    fn set_protocol_version(&self, version: &str) {
+        if let Link::Streamable(c) = self {
+            c.set_protocol_version(version);
+        }
+    }
+
+    /// The session's own stream for what the remote sends unprompted, where it needs opening.
+    fn listen(&self) -> Option<ListenHandle> {
+        match self {
+            Link::Streamable(c) => Some(c.listen()),
+            Link::Sse { .. } | Link::NoSession => None,
+        }
+    }
+
+    async fn end_session(&self) -> Result<(), RemoteError> {
+        match self {
+            Link::Streamable(c) => c.end_session().await,
+            Link::Sse { conn, .. } => {
+                if let Some(c) = conn.get() {
+                    c.close();
+                }
+                Ok(())
+            }
+            Link::NoSession => Ok(()),
+        }
+    }
+}
+
+const NO_SESSION: RemoteError =
+    RemoteError::Refused("an HTTP+SSE remote serves only requests within a session");
 
 /// Routes the client's deliveries to the gateway's sink with a handle to answer through.
 #[derive(Debug)]
@@ -100,14 +172,26 @@ impl RemoteSink for Bridge {
 impl RemoteUpstream {
     /// A handle on `endpoint`; what the remote sends on its own goes to `sink`.
     pub fn new(endpoint: &RemoteEndpoint, mode: Mode, sink: Arc<dyn InboundSink>) -> Self {
-        let shared = Arc::new_cyclic(|me| Shared {
-            client: endpoint.client(Arc::new(Bridge { me: me.clone() })),
-            mode,
-            live: AtomicUsize::new(0),
-            lost: Mutex::new(None),
-            reachable: AtomicBool::new(true),
-            listen: Mutex::new(None),
-            sink,
+        let shared = Arc::new_cyclic(|me| {
+            let bridge: Arc<dyn RemoteSink> = Arc::new(Bridge { me: me.clone() });
+            let link = match (endpoint.transport(), mode) {
+                (RemoteTransport::Streamable, _) => Link::Streamable(endpoint.client(bridge)),
+                (RemoteTransport::Sse, Mode::Session) => Link::Sse {
+                    config: endpoint.config().clone(),
+                    sink: bridge,
+                    conn: tokio::sync::OnceCell::new(),
+                },
+                (RemoteTransport::Sse, Mode::Stateless) => Link::NoSession,
+            };
+            Shared {
+                link,
+                mode,
+                live: AtomicUsize::new(0),
+                lost: Mutex::new(None),
+                reachable: AtomicBool::new(true),
+                listen: Mutex::new(None),
+                sink,
+            }
         });
         RemoteUpstream { shared }
     }
@@ -139,11 +223,11 @@ impl RemoteUpstream {
             stateless: self.shared.mode == Mode::Stateless || facts.modern,
             line,
         };
-        let answer = self.shared.client.call(out).await;
+        let answer = self.shared.link.call(out).await;
         let answer = self.note(answer)?;
         if facts.initialize && !answer.is_error() {
             if let Some(version) = negotiated_version(answer.payload()) {
-                self.shared.client.set_protocol_version(&version);
+                self.shared.link.set_protocol_version(&version);
             }
         }
         Ok(answer.into_backend())
@@ -152,7 +236,7 @@ impl RemoteUpstream {
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
         let _live = self.enter()?;
         let initialized = Facts::of(&line).initialized;
-        let sent = self.shared.client.send(line).await;
+        let sent = self.shared.link.send(line).await;
         self.note(sent)?;
         if initialized && self.shared.mode == Mode::Session {
             self.open_listen();
@@ -223,7 +307,7 @@ impl RemoteUpstream {
     fn open_listen(&self) {
         let mut listen = self.shared.listen.lock();
         if listen.is_none() {
-            *listen = Some(self.shared.client.listen());
+            *listen = self.shared.link.listen();
         }
     }
 }
@@ -267,17 +351,18 @@ impl RemoteOwner {
     pub async fn shutdown(self, grace: Duration) {
         let shared = &self.upstream.shared;
         shared.listen.lock().take();
+        // Closed first: the stream ending because we end it is not a loss to report.
+        shared
+            .lost
+            .lock()
+            .get_or_insert(UpstreamError::Closed("upstream session ended".into()));
         if shared.mode == Mode::Session {
-            match tokio::time::timeout(grace, shared.client.end_session()).await {
+            match tokio::time::timeout(grace, shared.link.end_session()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => debug!(error = %e, "remote did not confirm the session's end"),
                 Err(_) => debug!("remote did not answer the session's DELETE in time"),
             }
         }
-        shared
-            .lost
-            .lock()
-            .get_or_insert(UpstreamError::Closed("upstream session ended".into()));
     }
 }
 
