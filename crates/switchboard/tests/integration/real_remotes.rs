@@ -18,17 +18,8 @@ mod remote;
 use drive::{Era, Spec};
 use remote::{Remote, Transport};
 
-use crate::common::TestGateway;
-
-/// Whether the gateway can front a remote of this transport yet. TEMPORARY for HTTP+SSE
-/// remotes (until `run --url --transport sse` lands): their clients drive them directly, so
-/// the harness is proven against the real server, and afterwards only the URLs change.
-fn gateway_fronts(transport: Transport) -> bool {
-    match transport {
-        Transport::Streamable => true,
-        Transport::Sse => false,
-    }
-}
+use crate::common::{stats, TestGateway};
+use crate::legacy_sse::eventually;
 
 fn npx_enabled() -> bool {
     let on = std::env::var_os("SWITCHBOARD_NPX_TESTS").is_some();
@@ -40,82 +31,63 @@ fn npx_enabled() -> bool {
     on
 }
 
-/// Where the clients connect: the gateway fronting the remote.
+/// The gateway fronting a remote: `switchboard run --url <remote> <args>`, which serves both
+/// eras and both client transports whatever the remote speaks.
 struct Front {
-    /// The gateway, when it fronts the remote (kept alive for the test).
-    gw: Option<TestGateway>,
-    /// The Streamable HTTP endpoint, if there is one.
-    mcp: Option<String>,
-    /// The HTTP+SSE endpoint, if there is one.
-    sse: Option<String>,
-    /// The eras a client may speak there.
-    eras: Vec<Era>,
+    /// Kept alive for the test.
+    gw: TestGateway,
+    /// Its Streamable HTTP endpoint.
+    mcp: String,
+    /// Its HTTP+SSE endpoint.
+    sse: String,
 }
 
-/// `switchboard run --url <remote> <args>`, which serves both eras and both transports
-/// whatever the remote speaks.
 async fn front(remote: &Remote, args: &[&str]) -> Front {
-    if gateway_fronts(remote.transport) {
-        let mut all = vec!["--url", remote.url.as_str()];
-        all.extend_from_slice(args);
-        let gw = TestGateway::start_with(&all, &[]).await;
-        return Front {
-            mcp: Some(gw.url.clone()),
-            sse: Some(format!("{}/sse", gw.base())),
-            eras: vec![Era::Legacy, Era::Modern],
-            gw: Some(gw),
-        };
+    let mut all = vec!["--url", remote.url.as_str()];
+    all.extend_from_slice(args);
+    let gw = TestGateway::start_with(&all, &[]).await;
+    Front {
+        mcp: gw.url.clone(),
+        sse: format!("{}/sse", gw.base()),
+        gw,
     }
-    let _ = args;
-    match remote.transport {
-        Transport::Streamable => Front {
-            mcp: Some(remote.url.clone()),
-            sse: None,
-            eras: if remote.modern {
-                vec![Era::Legacy, Era::Modern]
-            } else {
-                vec![Era::Legacy]
-            },
-            gw: None,
-        },
-        Transport::Sse => Front {
-            mcp: None,
-            sse: Some(remote.url.clone()),
-            eras: vec![Era::Legacy],
-            gw: None,
-        },
+}
+
+impl Front {
+    /// The era the gateway learned the remote speaks is `era`, and once the clients are gone
+    /// no client session and no call is left behind.
+    async fn finish(self, era: &str) {
+        assert_eq!(stats(&self.gw).await["backendEra"], era);
+        eventually("every client session and call to end", || async {
+            let s = stats(&self.gw).await;
+            s["sessions"] == 0 && s["tableEntries"] == 0
+        })
+        .await;
     }
 }
 
 /// Every client against `front`: rmcp in each era and the Python SDK 1.x over Streamable
 /// HTTP, the Python SDK 2.3 in the Modern era, the Python SDK 1.x over HTTP+SSE.
 async fn every_client(front: &Front, spec: &Spec, label: &str) {
-    if let Some(url) = &front.mcp {
-        for era in &front.eras {
-            drive::rmcp(url, *era, spec, label).await;
-        }
-        drive::python_legacy(url, "streamable", spec).await;
-        if front.eras.contains(&Era::Modern) {
-            // KNOWN GAP, pinned so it is noticed when it closes: through the gateway a Modern
-            // request's own log messages (opted in with `_meta` logLevel, sent on that
-            // request's response stream) are dropped: `core::dispatch` gets them from the
-            // stateless shared handle without the stream they came on ("log messages cannot
-            // be attributed in shared mode"). Progress on the same stream is delivered.
-            drive::python_modern(url, spec, front.gw.is_none()).await;
-        }
+    for era in [Era::Legacy, Era::Modern] {
+        drive::rmcp(&front.mcp, era, spec, label).await;
     }
-    if let Some(url) = &front.sse {
-        drive::python_legacy(url, "sse", spec).await;
-    }
+    drive::python_legacy(&front.mcp, "streamable", spec).await;
+    // KNOWN GAP, pinned so it is noticed when it closes: a Modern request's own log messages
+    // (opted in with `_meta` logLevel, sent on that request's response stream) are dropped:
+    // `core::dispatch` gets them from the stateless shared handle without the stream they
+    // came on ("log messages cannot be attributed in shared mode"). Progress on the same
+    // stream is delivered. Directly, the Python SDK server's do reach this client.
+    drive::python_modern(&front.mcp, spec, false).await;
+    drive::python_legacy(&front.sse, "sse", spec).await;
 }
 
 /// Two Legacy rmcp sessions at once each get their own upstream session (the log tool's
 /// answer names it), and each hears only the log messages of its own.
 async fn two_sessions_each_hear_their_own_logs(front: &Front, spec: &Spec) {
-    let Some(url) = &front.mcp else { return };
     let (a, b) = tokio::join!(
-        drive::rmcp(url, Era::Legacy, spec, "session a"),
-        drive::rmcp(url, Era::Legacy, spec, "session b"),
+        drive::rmcp(&front.mcp, Era::Legacy, spec, "session a"),
+        drive::rmcp(&front.mcp, Era::Legacy, spec, "session b"),
     );
     let (a, b) = (a.expect("a's session"), b.expect("b's session"));
     assert_ne!(a, b, "two client sessions on one upstream session");
@@ -131,7 +103,7 @@ async fn server_everything_streamable_http_behind_run_url() {
     let front = front(&remote, &[]).await;
     every_client(&front, &spec, "everything streamableHttp").await;
     two_sessions_each_hear_their_own_logs(&front, &spec).await;
-    drop(front);
+    front.finish("legacy").await;
     remote.stop().await;
 }
 
@@ -145,7 +117,7 @@ async fn server_everything_sse_behind_run_url_transport_sse() {
     let front = front(&remote, &["--transport", "sse"]).await;
     every_client(&front, &spec, "everything sse").await;
     two_sessions_each_hear_their_own_logs(&front, &spec).await;
-    drop(front);
+    front.finish("legacy").await;
     remote.stop().await;
 }
 
@@ -159,14 +131,16 @@ async fn server_everything_sse_is_autodetected() {
     let remote = Remote::everything(Transport::Sse).await;
     let spec = Spec::everything();
     let front = front(&remote, &[]).await;
-    if let Some(url) = &front.mcp {
-        drive::rmcp(url, Era::Legacy, &spec, "everything sse, autodetected").await;
-        drive::python_legacy(url, "streamable", &spec).await;
-    }
-    if let Some(url) = &front.sse {
-        drive::python_legacy(url, "sse", &spec).await;
-    }
-    drop(front);
+    drive::rmcp(
+        &front.mcp,
+        Era::Legacy,
+        &spec,
+        "everything sse, autodetected",
+    )
+    .await;
+    drive::python_legacy(&front.mcp, "streamable", &spec).await;
+    drive::python_legacy(&front.sse, "sse", &spec).await;
+    front.finish("legacy").await;
     remote.stop().await;
 }
 
@@ -178,6 +152,6 @@ async fn python_sdk_server_behind_run_url() {
     let remote = Remote::python_sdk(&python).await;
     let front = front(&remote, &[]).await;
     every_client(&front, &Spec::python_sdk(), "python sdk 2.3 server").await;
-    drop(front);
+    front.finish("dual").await;
     remote.stop().await;
 }

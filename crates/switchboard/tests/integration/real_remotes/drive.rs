@@ -196,25 +196,11 @@ pub async fn rmcp(url: &str, era: Era, spec: &Spec, label: &str) -> Option<Strin
     )
     .await;
     assert_eq!(done, spec.progress_result, "{label}");
-    // rmcp hands each notification to its own task: they may arrive after the answer, and
-    // in any order.
-    let mut seen = Vec::new();
-    for _ in 0..spec.steps {
-        let p = next(&mut progress_rx, Duration::from_secs(10), &label).await;
-        seen.push((p.progress, p.total.unwrap_or(-1.0)));
-    }
-    seen.sort_by(|a, b| a.0.total_cmp(&b.0));
-    assert_eq!(seen, spec.expected_progress(), "{label}");
+    progress_notes(&mut progress_rx, spec, &label).await;
     let mut session = None;
     if era == Era::Legacy {
         if spec.logs_steps {
-            let mut steps = Vec::new();
-            for _ in 0..spec.steps {
-                let l = next(&mut logs_rx, Duration::from_secs(10), &label).await;
-                steps.push(json!([l.level, l.data]));
-            }
-            steps.sort_by_key(Value::to_string);
-            assert_eq!(Value::from(steps), spec.expected_step_logs(), "{label}");
+            step_logs(&mut logs_rx, spec, &label).await;
         }
         if let Some(tool) = spec.log_tool {
             session = Some(logs_name_own_session(&client, tool, &mut logs_rx, &label).await);
@@ -225,6 +211,37 @@ pub async fn rmcp(url: &str, era: Era, spec: &Spec, label: &str) -> Option<Strin
         .await
         .unwrap_or_else(|e| panic!("{label}: {e}"));
     session
+}
+
+/// The progress call's notifications. rmcp hands each notification to its own task: they
+/// may arrive after the answer, and in any order.
+async fn progress_notes(
+    rx: &mut mpsc::Receiver<ProgressNotificationParam>,
+    spec: &Spec,
+    label: &str,
+) {
+    let mut seen = Vec::new();
+    for _ in 0..spec.steps {
+        let p = next(rx, Duration::from_secs(10), label).await;
+        seen.push((p.progress, p.total.unwrap_or(-1.0)));
+    }
+    seen.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(seen, spec.expected_progress(), "{label}");
+}
+
+/// The log messages the progress call sent on its own request (any order, as above).
+async fn step_logs(
+    rx: &mut mpsc::Receiver<LoggingMessageNotificationParam>,
+    spec: &Spec,
+    label: &str,
+) {
+    let mut steps = Vec::new();
+    for _ in 0..spec.steps {
+        let l = next(rx, Duration::from_secs(10), label).await;
+        steps.push(json!([l.level, l.data]));
+    }
+    steps.sort_by_key(Value::to_string);
+    assert_eq!(Value::from(steps), spec.expected_step_logs(), "{label}");
 }
 
 /// Starts the server's periodic logging, checks that a log message arrives (bounded: one is

@@ -29,9 +29,6 @@ pub struct Remote {
     pgid: Pid,
     /// The endpoint a client uses: `…/mcp` (Streamable HTTP) or `…/sse` (HTTP+SSE).
     pub url: String,
-    pub transport: Transport,
-    /// Whether the server also answers 2026-07-28 requests (without a session).
-    pub modern: bool,
     /// From spawn to the port accepting connections.
     pub startup: Duration,
     log: Arc<Mutex<String>>,
@@ -50,7 +47,7 @@ impl Remote {
         cmd.args(["-y", "@modelcontextprotocol/server-everything", mode])
             .env("PORT", port.to_string());
         let started = Instant::now();
-        let (mut remote, stdout) = Remote::spawn(cmd, transport, false);
+        let (mut remote, stdout) = Remote::spawn(cmd);
         // Drained, not closed: the server logs every request to stdout and a closed pipe
         // would kill it.
         drain(stdout, remote.log.clone());
@@ -69,7 +66,7 @@ impl Remote {
         let mut cmd = Command::new(python);
         cmd.arg(script);
         let started = Instant::now();
-        let (mut remote, stdout) = Remote::spawn(cmd, Transport::Streamable, true);
+        let (mut remote, stdout) = Remote::spawn(cmd);
         let mut lines = BufReader::new(stdout).lines();
         let first = tokio::time::timeout(STARTUP_BOUND, lines.next_line())
             .await
@@ -88,11 +85,7 @@ impl Remote {
 
     /// Spawns `cmd` as the leader of a new process group, its stderr drained into a bounded
     /// log; the caller reads or drains its stdout.
-    fn spawn(
-        mut cmd: Command,
-        transport: Transport,
-        modern: bool,
-    ) -> (Remote, tokio::process::ChildStdout) {
+    fn spawn(mut cmd: Command) -> (Remote, tokio::process::ChildStdout) {
         cmd.process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -109,8 +102,6 @@ impl Remote {
             child,
             pgid,
             url: String::new(),
-            transport,
-            modern,
             startup: Duration::ZERO,
             log,
         };
