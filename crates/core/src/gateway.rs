@@ -31,7 +31,7 @@ use crate::per_session::OwnRoute;
 use crate::progress;
 use crate::route::RouteKey;
 use crate::session::{SessionId, Transport};
-use crate::{Backend, CoreError};
+use crate::CoreError;
 
 /// Limits and deadlines.
 #[derive(Debug, Clone)]
@@ -125,11 +125,10 @@ pub(crate) struct Outgoing<'a> {
 /// The routing core for one shared backend.
 #[derive(Debug)]
 pub struct Gateway {
-    pub(crate) backend: Backend,
+    /// The backends this gateway fronts (today a set of one).
+    pub(crate) backends: crate::Backends,
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: GatewayConfig,
-    /// The level the backend was last set to (rank); the async lock orders reconciliations.
-    pub(crate) backend_log_level: tokio::sync::Mutex<Option<u8>>,
     /// Work that outlives the code that started it: session cleanups (reaper, HTTP+SSE
     /// stream closing, abandoned per-session `initialize`), era re-probes. Owned by the
     /// gateway: joined (bounded) on shutdown, and dropping it aborts whatever is left.
@@ -138,9 +137,6 @@ pub struct Gateway {
     pub(crate) cleanup_slots: Arc<tokio::sync::Semaphore>,
     /// Lets cleanups that must outlive a request hold the gateway.
     me: std::sync::Weak<Gateway>,
-    /// Whether the backend answers Modern requests *now*: learned at startup, re-learned when
-    /// the backend refuses a Modern request on era grounds or is restarted.
-    pub(crate) modern_live: std::sync::atomic::AtomicBool,
     /// Set when `--isolation per-session`: how to start a session's own backend.
     pub(crate) per_session: std::sync::OnceLock<Arc<dyn crate::per_session::SpawnBackend>>,
     /// MRTR bridge (per-session mode): seals `requestState` tokens ...
@@ -159,25 +155,26 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Wraps an initialized backend whose reader delivers into `registry`.
-    pub fn new(backend: Backend, registry: Arc<Registry>, config: GatewayConfig) -> Arc<Self> {
-        let modern = backend.info.era.modern;
+    /// Wraps a set of initialized backends whose readers deliver into `registry`.
+    pub fn new(
+        backends: crate::Backends,
+        registry: Arc<Registry>,
+        config: GatewayConfig,
+    ) -> Arc<Self> {
         let pool = crate::mrtr::MAX_DEDICATED.min(config.max_sessions.max(1));
         let share = config
             .mrtr_per_principal
             .unwrap_or_else(|| crate::mrtr::default_share(pool));
         let partitions = crate::mrtr::Partitions::new(pool, config.partition_idle);
         Arc::new_cyclic(|me| Gateway {
-            backend,
+            backends,
             registry,
             config,
-            backend_log_level: tokio::sync::Mutex::new(None),
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
             cleanup_slots: Arc::new(tokio::sync::Semaphore::new(
                 crate::reaper::CONCURRENT_CLEANUPS,
             )),
             me: me.clone(),
-            modern_live: std::sync::atomic::AtomicBool::new(modern),
             per_session: std::sync::OnceLock::new(),
             mrtr_sealer: crate::mrtr::Sealer::new(),
             held: crate::mrtr::HeldTable::new(crate::mrtr::MAX_HELD),
@@ -229,7 +226,7 @@ impl Gateway {
                     .map(str::to_owned)
             });
         let negotiated = version::negotiate_legacy(requested.as_deref());
-        let info = &self.backend.info;
+        let info = &self.backends.primary().backend.info;
         let mut result = json!({
             "protocolVersion": negotiated,
             "capabilities": self.config.access.visible_capabilities(caller, &info.capabilities),
@@ -295,7 +292,7 @@ impl Gateway {
                 OwnRoute::Shared => {}
             }
         }
-        if !self.backend.info.era.legacy {
+        if !self.backends.primary().backend.info.era.legacy {
             return self.legacy_to_modern(call, id, name).await;
         }
         match (name, call.session) {
@@ -353,7 +350,7 @@ impl Gateway {
         let backend = out
             .backend
             .clone()
-            .unwrap_or_else(|| self.backend.handle.clone());
+            .unwrap_or_else(|| self.backends.primary().backend.handle.clone());
         let key = RouteKey::mint();
         // The client's progress token is always replaced: the backend must never see a value
         // the client chose, or a client could name another request's token.
@@ -438,11 +435,8 @@ impl Gateway {
             .map_err(|_| CoreError::InvalidParams("params"))?;
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), name, Some(&params));
-        let handle = self
-            .backend
-            .internal
-            .as_ref()
-            .unwrap_or(&self.backend.handle);
+        let backend = &self.backends.primary().backend;
+        let handle = backend.internal.as_ref().unwrap_or(&backend.handle);
         let call = handle.call(key.as_str(), line).await?;
         let deadline = self.config.request_timeout;
         tokio::time::timeout(deadline, call)
@@ -517,7 +511,7 @@ impl Gateway {
         if let Some(params) = with_member(params, "requestId", key.as_json()) {
             let backend = self
                 .own_backend(sid)
-                .unwrap_or_else(|| self.backend.handle.clone());
+                .unwrap_or_else(|| self.backends.primary().backend.handle.clone());
             let _ = backend
                 .send_line(encode_notification(method::CANCELLED, Some(&params)))
                 .await;
@@ -533,13 +527,13 @@ impl Gateway {
     pub fn backend_era(&self) -> crate::BackendEra {
         crate::BackendEra {
             modern: self.modern_now(),
-            ..self.backend.info.era
+            ..self.backends.primary().backend.info.era
         }
     }
 
     /// Whether Modern requests pass through to the backend (else they are bridged).
     pub(crate) fn modern_now(&self) -> bool {
-        self.modern_live.load(std::sync::atomic::Ordering::Relaxed)
+        self.backends.primary().modern_now()
     }
 
     /// Learns the backend's Modern era again (in the background): after it refused a Modern
@@ -548,10 +542,9 @@ impl Gateway {
     pub(crate) fn reprobe(&self) {
         let Some(gateway) = self.myself() else { return };
         let task = async move {
-            let modern = crate::backend::speaks_modern(&gateway.backend.handle).await;
-            let was = gateway
-                .modern_live
-                .swap(modern, std::sync::atomic::Ordering::Relaxed);
+            let modern =
+                crate::backend::speaks_modern(&gateway.backends.primary().backend.handle).await;
+            let was = gateway.backends.primary().set_modern(modern);
             if was != modern {
                 tracing::info!(modern, "backend era re-learned");
             }
@@ -561,7 +554,7 @@ impl Gateway {
 
     /// Whether the backend is still running (for `/healthz`).
     pub fn backend_alive(&self) -> bool {
-        self.backend.handle.is_reachable()
+        self.backends.primary().backend.handle.is_reachable()
     }
 
     /// Live sessions (for metrics and leak tests).
@@ -573,7 +566,7 @@ impl Gateway {
     /// subscription rows and URI locks, per-session entries, and parked MRTR calls. Zero when idle with no
     /// sessions; leak tests assert on it.
     pub fn table_entries(&self) -> usize {
-        self.backend.handle.pending_len()
+        self.backends.primary().backend.handle.pending_len()
             + self.registry.progress.len()
             + self.registry.subs.len()
             + self.registry.sessions.entry_count()
@@ -590,7 +583,7 @@ impl Gateway {
 
     /// The backend's process id, when it is a local process.
     pub fn backend_pid(&self) -> Option<u32> {
-        self.backend.handle.pid()
+        self.backends.primary().backend.handle.pid()
     }
 }
 

@@ -11,6 +11,7 @@
 pub mod access;
 pub mod audit;
 mod backend;
+mod backends;
 mod dispatch;
 mod drop_log;
 mod error;
@@ -36,6 +37,7 @@ mod tool_headers;
 
 pub use access::{Access, Authorizer, Principal, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
+pub use backends::{BackendId, BackendIdError, Backends, MAX_BACKEND_ID};
 pub use dispatch::Registry;
 pub use error::CoreError;
 pub use gateway::{Call, Gateway, GatewayConfig, Initialized};

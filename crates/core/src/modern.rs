@@ -154,7 +154,7 @@ impl Gateway {
         }
         // A Modern-only backend is always passed through; a dual one unless it stopped
         // answering Modern requests (then it is bridged like a Legacy one).
-        if self.modern_now() || !self.backend.info.era.legacy {
+        if self.modern_now() || !self.backends.primary().backend.info.era.legacy {
             let listen = (name == LISTEN).then(|| Filter::parse(msg.params));
             let answer = self
                 .send(Outgoing {
@@ -282,7 +282,7 @@ impl Gateway {
 
     /// `server/discover` for a Legacy backend, from its `initialize` result.
     fn discover(&self, id: &RequestId) -> ModernAnswer {
-        let info = &self.backend.info;
+        let info = &self.backends.primary().backend.info;
         let mut result = json!({
             "resultType": "complete",
             "supportedVersions": version::supported(),
@@ -340,7 +340,9 @@ impl Gateway {
         if answer.is_error() {
             return bridge_error(id, answer);
         }
-        let server_info = json!({ META_SERVER_INFO: self.backend.info.server_info }).to_string();
+        let server_info =
+            json!({ META_SERVER_INFO: self.backends.primary().backend.info.server_info })
+                .to_string();
         let mut set = vec![("resultType", "\"complete\"")];
         if CACHEABLE.contains(&name) {
             set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
@@ -396,7 +398,7 @@ impl Gateway {
 
     /// The part of a listen's filter a Legacy backend can feed (by its capabilities).
     pub(crate) fn honoured(&self, asked: Filter) -> Filter {
-        let caps = &self.backend.info.capabilities;
+        let caps = &self.backends.primary().backend.info.capabilities;
         let flag = |k: &str, f: &str| caps[k][f].as_bool().unwrap_or(false);
         Filter {
             tools: asked.tools && flag("tools", "listChanged"),

@@ -318,7 +318,7 @@ impl crate::Gateway {
         match own {
             Some(own) => Some(own),
             None if session.is_some() && self.is_per_session() => None,
-            None => Some(self.backend.handle.clone()),
+            None => Some(self.backends.primary().backend.handle.clone()),
         }
     }
 

@@ -159,7 +159,7 @@ mod tests {
         };
         let registry = Registry::new(&config);
         let (backend, process) = silent_backend(&registry, &log);
-        let gateway = Gateway::new(backend, registry.clone(), config);
+        let gateway = Gateway::new(crate::Backends::single(backend), registry.clone(), config);
         for i in 0..SESSIONS {
             let sid = registry
                 .sessions

@@ -99,7 +99,15 @@ impl Gateway {
         id: &RequestId,
         msg: &Message<'_>,
     ) -> Result<Vec<u8>, CoreError> {
-        if self.backend.info.capabilities.get("logging").is_none() {
+        if self
+            .backends
+            .primary()
+            .backend
+            .info
+            .capabilities
+            .get("logging")
+            .is_none()
+        {
             // The backend does not do logging: let it answer for itself.
             let answer = self
                 .call_backend(Some(sid), id, method::SET_LEVEL, msg, None)
@@ -123,7 +131,7 @@ impl Gateway {
     /// Sets the backend to the most verbose level any session wants, if that changed. Returns
     /// the backend's answer when it was asked.
     async fn reconcile_log_level(&self) -> Option<BackendResponse> {
-        let mut current = self.backend_log_level.lock().await;
+        let mut current = self.backends.primary().log_level.lock().await;
         let mut levels = Vec::new();
         self.registry
             .sessions
@@ -148,7 +156,13 @@ impl Gateway {
     pub async fn revive(&self, standby: switchboard_upstream::StdioHandle) -> bool {
         let standby = switchboard_upstream::Upstream::Stdio(standby);
         let deadline = self.config.handshake_timeout;
-        if let Err(e) = self.backend.reinitialize(&standby, deadline).await {
+        if let Err(e) = self
+            .backends
+            .primary()
+            .backend
+            .reinitialize(&standby, deadline)
+            .await
+        {
             tracing::warn!(error = %e, "restarted backend refused the handshake");
             return false;
         }
@@ -158,8 +172,7 @@ impl Gateway {
         self.registry.tool_headers.invalidate();
         // The new process may speak another era than the old one (an upgrade).
         let modern = crate::backend::speaks_modern(&standby).await;
-        self.modern_live
-            .store(modern, std::sync::atomic::Ordering::Relaxed);
+        self.backends.primary().set_modern(modern);
         for uri in self.registry.subs.uris() {
             let params = json!({ "uri": uri });
             if let Err(e) =
@@ -168,7 +181,7 @@ impl Gateway {
                 debug!(error = %e, "re-subscribe after restart failed");
             }
         }
-        let level = *self.backend_log_level.lock().await;
+        let level = *self.backends.primary().log_level.lock().await;
         if let Some(level) = level {
             let params = json!({ "level": logging::name(level) });
             let _ = crate::backend::call(&standby, method::SET_LEVEL, params, deadline).await;
@@ -213,7 +226,11 @@ impl Gateway {
             return;
         }
         for key in &ended.in_flight {
-            send_cancel(&self.backend.handle, key, "session ended");
+            send_cancel(
+                &self.backends.primary().backend.handle,
+                key,
+                "session ended",
+            );
         }
         self.registry.tasks.purge(&ended.id);
         for uri in ended.subscriptions {
