@@ -17,18 +17,19 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use switchboard_upstream::{BackendResponse, Upstream};
+use switchboard_upstream::BackendResponse;
 use switchboard_wire::{
     encode_notification, encode_request, encode_result, method, object_member, restore_response,
     version, with_member, with_meta_member, Message, RequestId,
 };
 
 use crate::access::{Path, Principal};
+use crate::backends::BackendId;
 use crate::dispatch::Registry;
 use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::listen_stream::ListenStream;
-use crate::per_session::OwnRoute;
 use crate::progress;
+use crate::resolve::{From, Name, Route, Via};
 use crate::route::RouteKey;
 use crate::session::{SessionId, Transport};
 use crate::CoreError;
@@ -118,8 +119,8 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) stream: Option<mpsc::Sender<Bytes>>,
     /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend.
     pub(crate) listen: Option<crate::modern_listen::Filter>,
-    /// The backend to use instead of the shared one (a per-session backend).
-    pub(crate) backend: Option<Upstream>,
+    /// Where it goes (from `resolve`).
+    pub(crate) route: &'a Route,
 }
 
 /// The routing core for one shared backend.
@@ -226,7 +227,7 @@ impl Gateway {
                     .map(str::to_owned)
             });
         let negotiated = version::negotiate_legacy(requested.as_deref());
-        let info = &self.backends.primary().backend.info;
+        let info = self.presented();
         let mut result = json!({
             "protocolVersion": negotiated,
             "capabilities": self.config.access.visible_capabilities(caller, &info.capabilities),
@@ -283,27 +284,27 @@ impl Gateway {
         let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        if let Some(sid) = call.session {
-            // A session that ended between lookup and routing (DELETE, reaping) is not found:
-            // never fall through to the shared backend with a dead session's request.
-            match self.own_route(sid)? {
-                OwnRoute::Ready(own) => return self.own_request(call, id, name, own).await,
-                OwnRoute::NotYet => return self.before_initialize(id, name),
-                OwnRoute::Shared => {}
-            }
+        // A session that ended between lookup and routing (DELETE, reaping) is not found:
+        // never fall through to the shared backend with a dead session's request.
+        let Some(route) = self.resolve(From::Request(call.session), name, call.msg.params)? else {
+            return self.before_initialize(id, name);
+        };
+        if route.via == Via::Own {
+            return self.own_request(call, id, name, &route).await;
         }
-        if !self.backends.primary().backend.info.era.legacy {
-            return self.legacy_to_modern(call, id, name).await;
+        if !self.backend_of(&route)?.info().era.legacy {
+            return self.legacy_to_modern(call, id, name, &route).await;
         }
+        let route = &route;
         match (name, call.session) {
-            (method::SUBSCRIBE, Some(sid)) => self.subscribe(sid, id, call.msg).await,
-            (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg).await,
-            (method::SET_LEVEL, Some(sid)) => self.set_level(sid, id, call.msg).await,
+            (method::SUBSCRIBE, Some(sid)) => self.subscribe(sid, id, call.msg, route).await,
+            (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg, route).await,
+            (method::SET_LEVEL, Some(sid)) => self.set_level(sid, id, call.msg, route).await,
             (method::SUBSCRIBE, None) => Err(CoreError::SessionRequired(method::SUBSCRIBE)),
             (method::UNSUBSCRIBE, None) => Err(CoreError::SessionRequired(method::UNSUBSCRIBE)),
             (method::SET_LEVEL, None) => Err(CoreError::SessionRequired(method::SET_LEVEL)),
             (n, _) if crate::tasks::BY_ID.contains(&n) || n == crate::tasks::LIST => {
-                self.task_request(call, id, name).await
+                self.task_request(call, id, name, route).await
             }
             _ => {
                 // Only a task-augmented request needs its owner (kept off the common path).
@@ -313,10 +314,10 @@ impl Gateway {
                     return Err(CoreError::TaskOwnerRequired);
                 }
                 let answer = self
-                    .call_backend(call.session, id, name, call.msg, call.stream)
+                    .call_backend(call.session, id, name, call.msg, call.stream, route)
                     .await?;
                 if let (Some(Some(owner)), false) = (owner, answer.is_error()) {
-                    self.record_task(&owner, &answer);
+                    self.record_task(&route.backend, &owner, &answer);
                 }
                 Ok(restore(id, &answer))
             }
@@ -332,6 +333,7 @@ impl Gateway {
         name: &str,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
+        route: &Route,
     ) -> Result<BackendResponse, CoreError> {
         self.send(Outgoing {
             session,
@@ -340,17 +342,18 @@ impl Gateway {
             params: msg.params,
             stream,
             listen: None,
-            backend: None,
+            route,
         })
         .await
     }
 
     /// Sends one request and waits for its answer. See [`Outgoing`].
     pub(crate) async fn send(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
-        let backend = out
-            .backend
-            .clone()
-            .unwrap_or_else(|| self.backends.primary().backend.handle.clone());
+        let route = out.route;
+        let backend = &route.upstream;
+        let name = match route.name {
+            Name::AsClient => out.name,
+        };
         let key = RouteKey::mint();
         // The client's progress token is always replaced: the backend must never see a value
         // the client chose, or a client could name another request's token.
@@ -383,13 +386,14 @@ impl Gateway {
             _ => None,
         };
         let params = rewritten.as_deref().or(out.params);
-        let line = encode_request(&key.to_request_id(), out.name, params);
+        let line = encode_request(&key.to_request_id(), name, params);
         let cancel = CancellationToken::new();
-        let _in_flight = out
-            .session
-            .map(|s| InFlightGuard::register(self, s, out.id, &key, &cancel, out.stream.clone()));
+        let _in_flight = out.session.map(|s| {
+            let stream = out.stream.clone();
+            InFlightGuard::register(self, s, (out.id, &route.backend), &key, &cancel, stream)
+        });
         let mut upstream_cancel = CancelOnDrop {
-            backend: &backend,
+            backend,
             key: &key,
             reason: "client went away",
             armed: true,
@@ -425,19 +429,22 @@ impl Gateway {
         }
     }
 
-    /// A request of the gateway's own (no client), e.g. an unsubscribe on session cleanup.
+    /// A request of the gateway's own (no client) to `backend`, e.g. an unsubscribe on
+    /// session cleanup.
     pub(crate) async fn internal_call(
         &self,
+        backend: &BackendId,
         name: &str,
         params: Value,
     ) -> Result<BackendResponse, CoreError> {
         let params = RawValue::from_string(params.to_string())
             .map_err(|_| CoreError::InvalidParams("params"))?;
+        let Some(route) = self.resolve(From::Gateway(backend), name, Some(&params))? else {
+            return Err(CoreError::UnknownBackend(backend.clone()));
+        };
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), name, Some(&params));
-        let backend = &self.backends.primary().backend;
-        let handle = backend.internal.as_ref().unwrap_or(&backend.handle);
-        let call = handle.call(key.as_str(), line).await?;
+        let call = route.upstream.call(key.as_str(), line).await?;
         let deadline = self.config.request_timeout;
         tokio::time::timeout(deadline, call)
             .await
@@ -467,25 +474,27 @@ impl Gateway {
         session: Option<&SessionId>,
         msg: &Message<'_>,
     ) -> Result<(), CoreError> {
-        let own = session.and_then(|s| self.own_backend(s));
-        match msg.method {
+        let Some(name) = msg.method else {
+            return Err(CoreError::UnexpectedResponse);
+        };
+        if name == method::CANCELLED {
+            self.cancel(session, msg).await;
+            return Ok(());
+        }
+        let route = self.resolve(From::Notification(session), name, msg.params)?;
+        match route {
             // A per-session backend saw the client's own `initialize`: it gets the client's
             // `initialized` too. The shared backend was initialized once, by the gateway.
-            Some(method::INITIALIZED) if own.is_none() => Ok(()),
-            Some(method::CANCELLED) => {
-                self.cancel(session, msg).await;
+            Some(route) if name == method::INITIALIZED && route.via != Via::Own => Ok(()),
+            Some(route) => Ok(route
+                .upstream
+                .send_line(encode_notification(name, msg.params))
+                .await?),
+            None if name == method::INITIALIZED => Ok(()),
+            None => {
+                debug!("notification before the session's own backend is ready; dropped");
                 Ok(())
             }
-            Some(name) => {
-                let Some(backend) = self.notification_backend(session, own) else {
-                    debug!("notification before the session's own backend is ready; dropped");
-                    return Ok(());
-                };
-                Ok(backend
-                    .send_line(encode_notification(name, msg.params))
-                    .await?)
-            }
-            None => Err(CoreError::UnexpectedResponse),
         }
     }
 
@@ -509,12 +518,13 @@ impl Gateway {
         };
         let key = in_flight.key.to_request_id();
         if let Some(params) = with_member(params, "requestId", key.as_json()) {
-            let backend = self
-                .own_backend(sid)
-                .unwrap_or_else(|| self.backends.primary().backend.handle.clone());
-            let _ = backend
-                .send_line(encode_notification(method::CANCELLED, Some(&params)))
-                .await;
+            let from = From::Cancel(sid, &in_flight.backend);
+            if let Ok(Some(route)) = self.resolve(from, method::CANCELLED, Some(&params)) {
+                let _ = route
+                    .upstream
+                    .send_line(encode_notification(method::CANCELLED, Some(&params)))
+                    .await;
+            }
         }
         in_flight.cancel.cancel();
     }
@@ -523,36 +533,40 @@ impl Gateway {
         self.me.upgrade()
     }
 
-    /// The backend's eras (for logs and `/stats`).
+    /// The primary backend's eras (for logs and `/stats`).
     pub fn backend_era(&self) -> crate::BackendEra {
+        let primary = self.backends.primary();
         crate::BackendEra {
-            modern: self.modern_now(),
-            ..self.backends.primary().backend.info.era
+            modern: primary.modern_now(),
+            ..primary.info().era
         }
     }
 
-    /// Whether Modern requests pass through to the backend (else they are bridged).
-    pub(crate) fn modern_now(&self) -> bool {
-        self.backends.primary().modern_now()
+    /// What the gateway presents as its server (`initialize`, `server/discover`,
+    /// `serverInfo`): the primary backend's declaration (see `Backends::primary`).
+    pub(crate) fn presented(&self) -> &crate::BackendInfo {
+        self.backends.primary().info()
     }
 
-    /// Learns the backend's Modern era again (in the background): after it refused a Modern
+    /// Learns `backend`'s Modern era again (in the background): after it refused a Modern
     /// request on era grounds, or after a restart. A backend that is Legacy too is then
     /// bridged instead of passed through.
-    pub(crate) fn reprobe(&self) {
+    pub(crate) fn reprobe(&self, backend: &BackendId) {
         let Some(gateway) = self.myself() else { return };
+        let backend = backend.clone();
         let task = async move {
-            let modern =
-                crate::backend::speaks_modern(&gateway.backends.primary().backend.handle).await;
-            let was = gateway.backends.primary().set_modern(modern);
-            if was != modern {
-                tracing::info!(modern, "backend era re-learned");
+            let Some(entry) = gateway.backends.get(&backend) else {
+                return;
+            };
+            let modern = crate::backend::speaks_modern(&entry.backend.handle).await;
+            if entry.set_modern(modern) != modern {
+                tracing::info!(%backend, modern, "backend era re-learned");
             }
         };
         self.background.lock().spawn(task);
     }
 
-    /// Whether the backend is still running (for `/healthz`).
+    /// Whether the primary backend is still running (for `/healthz`).
     pub fn backend_alive(&self) -> bool {
         self.backends.primary().backend.handle.is_reachable()
     }
@@ -566,12 +580,22 @@ impl Gateway {
     /// subscription rows and URI locks, per-session entries, and parked MRTR calls. Zero when idle with no
     /// sessions; leak tests assert on it.
     pub fn table_entries(&self) -> usize {
-        self.backends.primary().backend.handle.pending_len()
+        let pending: usize = self
+            .backends
+            .iter()
+            .map(|b| b.backend.handle.pending_len())
+            .sum();
+        let per_backend: usize = self
+            .registry
+            .all_tables()
+            .iter()
+            .map(|t| t.subs.len() + t.tasks.len())
+            .sum();
+        pending
             + self.registry.progress.len()
-            + self.registry.subs.len()
+            + per_backend
             + self.registry.sessions.entry_count()
             + self.registry.listeners.len()
-            + self.registry.tasks.len()
             + self.held.len()
     }
 
@@ -581,7 +605,7 @@ impl Gateway {
         self.partitions.len()
     }
 
-    /// The backend's process id, when it is a local process.
+    /// The primary backend's process id, when it is a local process.
     pub fn backend_pid(&self) -> Option<u32> {
         self.backends.primary().backend.handle.pid()
     }

@@ -27,6 +27,7 @@ mod per_session;
 mod progress;
 pub mod ratelimit;
 mod reaper;
+mod resolve;
 pub mod route;
 pub mod session;
 mod session_ops;
