@@ -177,6 +177,53 @@ impl Backends {
     }
 }
 
+/// The gateway's view of its backends: what it presents, and the one-backend accessors the
+/// binary and `http` report.
+impl crate::Gateway {
+    /// The primary backend's eras (for logs and `/stats`).
+    pub fn backend_era(&self) -> crate::BackendEra {
+        let primary = self.backends.primary();
+        crate::BackendEra {
+            modern: primary.modern_now(),
+            ..primary.info().era
+        }
+    }
+
+    /// What the gateway presents as its server (`initialize`, `server/discover`,
+    /// `serverInfo`): the primary backend's declaration (see `Backends::primary`).
+    pub(crate) fn presented(&self) -> &crate::BackendInfo {
+        self.backends.primary().info()
+    }
+
+    /// Learns `backend`'s Modern era again (in the background): after it refused a Modern
+    /// request on era grounds, or after a restart. A backend that is Legacy too is then
+    /// bridged instead of passed through.
+    pub(crate) fn reprobe(&self, backend: &BackendId) {
+        let Some(gateway) = self.myself() else { return };
+        let backend = backend.clone();
+        let task = async move {
+            let Some(entry) = gateway.backends.get(&backend) else {
+                return;
+            };
+            let modern = crate::backend::speaks_modern(&entry.backend.handle).await;
+            if entry.set_modern(modern) != modern {
+                tracing::info!(%backend, modern, "backend era re-learned");
+            }
+        };
+        self.background.lock().spawn(task);
+    }
+
+    /// Whether the primary backend is still running (for `/healthz`).
+    pub fn backend_alive(&self) -> bool {
+        self.backends.primary().backend.handle.is_reachable()
+    }
+
+    /// The primary backend's process id, when it is a local process.
+    pub fn backend_pid(&self) -> Option<u32> {
+        self.backends.primary().backend.handle.pid()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
