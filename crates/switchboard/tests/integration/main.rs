@@ -24,6 +24,7 @@ mod modern;
 mod mrtr;
 mod per_session;
 mod per_session_sse;
+mod real_remotes;
 mod remote_client;
 mod remote_resume;
 mod remote_sse_client;

@@ -190,7 +190,14 @@ async fn a_client_that_reads_nothing_is_disconnected_after_the_send_timeout() {
     for i in 0..6 {
         let body = json!({"jsonrpc":"2.0","id":i,"method":"tools/call",
             "params":{"name":"echo","arguments":{"text":text}}});
-        client.send(&body).await;
+        let (status, answer) = client.post_raw(body.to_string()).await;
+        // On a slow machine the first answers can fill the socket and outlast the 1 s send
+        // timeout while later bodies are still being posted: the session is then already
+        // gone (404), which is the outcome under test, reached early.
+        if status == reqwest::StatusCode::NOT_FOUND && i > 0 {
+            break;
+        }
+        assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{answer}");
     }
     // The client never reads again. Bounded wait: the send timeout plus generous slack.
     let deadline = Instant::now() + Duration::from_secs(20);
