@@ -21,7 +21,10 @@
 //! Every drop is logged once per method at warn, then at debug. Nothing here blocks: a full
 //! client queue loses that message (or evicts that listen stream), never delays the backend.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use bytes::Bytes;
 use serde_json::json;
@@ -34,22 +37,34 @@ use switchboard_wire::{
     Message, MessageKind,
 };
 
+use crate::backends::BackendId;
 use crate::drop_log::DropLog;
 use crate::modern_listen::ModernListeners;
 use crate::progress::ProgressRoutes;
 use crate::session::SessionStore;
 use crate::subscription::Subscriptions;
 
-/// The routing registries shared by the request path and the backend's inbound path.
+/// The routing registries shared by the request path and the backends' inbound paths.
 #[derive(Debug)]
 pub struct Registry {
     pub(crate) sessions: SessionStore,
     pub(crate) progress: ProgressRoutes,
-    pub(crate) subs: Subscriptions,
     pub(crate) listeners: ModernListeners,
+    pub(crate) drops: DropLog,
+    /// Per backend: what its inbound path routes by or invalidates (see [`BackendTables`]).
+    per_backend: Mutex<HashMap<BackendId, Arc<BackendTables>>>,
+}
+
+/// The tables of one backend that both its sink and the request path use: resource
+/// subscriptions (URI → sessions), task owners (task id → owner) and `Mcp-Param-*`
+/// designations. Keyed by backend because a URI or a task id means something only at the
+/// backend that issued it. Held here rather than in `Backends` because a backend's sink
+/// exists before the backend is connected.
+#[derive(Debug, Default)]
+pub(crate) struct BackendTables {
+    pub(crate) subs: Subscriptions,
     pub(crate) tasks: crate::tasks::TaskOwners,
     pub(crate) tool_headers: crate::tool_headers::ToolHeaders,
-    pub(crate) drops: DropLog,
 }
 
 impl Registry {
@@ -62,26 +77,49 @@ impl Registry {
                 None => SessionStore::new(config.max_sessions, config.session_ttl),
             },
             progress: ProgressRoutes::default(),
-            subs: Subscriptions::default(),
             listeners: ModernListeners::default(),
-            tasks: crate::tasks::TaskOwners::default(),
-            tool_headers: crate::tool_headers::ToolHeaders::default(),
             drops: DropLog::default(),
+            per_backend: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The sink to give the backend's reader.
+    /// The sink to give the `default` backend's reader (see [`Self::sink_for`]).
     pub fn sink(self: &Arc<Self>) -> Arc<dyn InboundSink> {
+        self.sink_for(&BackendId::default_id())
+    }
+
+    /// The sink to give backend `id`'s reader: what it delivers is routed as `id`'s.
+    pub fn sink_for(self: &Arc<Self>, id: &BackendId) -> Arc<dyn InboundSink> {
         Arc::new(Dispatcher {
             registry: self.clone(),
+            backend: id.clone(),
+            tables: self.tables(id),
         })
+    }
+
+    /// Backend `id`'s tables (made on first use: ids come only from the gateway's own set).
+    pub(crate) fn tables(&self, id: &BackendId) -> Arc<BackendTables> {
+        self.per_backend
+            .lock()
+            .entry(id.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// Every backend's tables.
+    pub(crate) fn all_tables(&self) -> Vec<Arc<BackendTables>> {
+        self.per_backend.lock().values().cloned().collect()
     }
 }
 
-/// Implements the routing table above.
+/// Implements the routing table above for one backend.
 #[derive(Debug)]
 struct Dispatcher {
     registry: Arc<Registry>,
+    /// The backend this sink belongs to: everything it delivers is that backend's.
+    backend: BackendId,
+    /// The tables of the backend this sink belongs to.
+    tables: Arc<BackendTables>,
 }
 
 impl InboundSink for Dispatcher {
@@ -93,7 +131,8 @@ impl InboundSink for Dispatcher {
                 let _ = backend.try_send_line(encode_result(id, "{}"));
             }
             (MessageKind::Request, Some(id)) => {
-                r.drops.record(
+                r.drops.record_for(
+                    &self.backend,
                     "backend request refused: no client can answer it in shared mode",
                     name,
                 );
@@ -113,7 +152,7 @@ impl Dispatcher {
         let r = &self.registry;
         if name == method::TOOLS_LIST_CHANGED {
             // Tool schemas may have changed: the Mcp-Param-* designations are re-learned.
-            r.tool_headers.invalidate();
+            self.tables.tool_headers.invalidate();
         }
         // A Modern backend addresses listen-stream notifications by subscription id: they go to
         // that one stream (re-tagged with the client's id) or nowhere.
@@ -122,8 +161,11 @@ impl Dispatcher {
             .and_then(|m| object_member(m, META_SUBSCRIPTION_ID));
         if let (Some(tag), Some(params)) = (tag, params) {
             if !r.listeners.route_tagged(name, params, tag) {
-                r.drops
-                    .record("tagged notification for no live listen stream", name);
+                r.drops.record_for(
+                    &self.backend,
+                    "tagged notification for no live listen stream",
+                    name,
+                );
             }
             return;
         }
@@ -148,33 +190,41 @@ impl Dispatcher {
             }
             method::PROGRESS => {
                 if !r.progress.route(params) {
-                    r.drops.record("progress for no live request stream", name);
+                    r.drops
+                        .record_for(&self.backend, "progress for no live request stream", name);
                 }
             }
             method::RESOURCE_UPDATED => self.resource_updated(params),
-            method::MESSAGE => r
-                .drops
-                .record("log messages cannot be attributed in shared mode", name),
-            _ => r
-                .drops
-                .record("notification cannot be attributed to one client", name),
+            method::MESSAGE => r.drops.record_for(
+                &self.backend,
+                "log messages cannot be attributed in shared mode",
+                name,
+            ),
+            _ => r.drops.record_for(
+                &self.backend,
+                "notification cannot be attributed to one client",
+                name,
+            ),
         }
     }
 
     fn task_message(&self, name: &str, params: Option<&RawValue>) {
         let r = &self.registry;
-        let owner = crate::tasks::task_of(params).and_then(|t| r.tasks.owner(&t));
+        let owner = crate::tasks::task_of(params).and_then(|t| self.tables.tasks.owner(&t));
         match owner {
             Some(crate::tasks::Owner::Session(session)) => r
                 .sessions
                 .push_listen(&session, Bytes::from(encode_notification(name, params))),
             // A stateless owner has no stream the gateway could prove is its own (a Modern
             // listen stream carries only what it asked for, and asked nothing of tasks).
-            Some(crate::tasks::Owner::Principal { .. }) => r.drops.record(
+            Some(crate::tasks::Owner::Principal { .. }) => r.drops.record_for(
+                &self.backend,
                 "task message for a stateless task: no stream to carry it",
                 name,
             ),
-            None => r.drops.record("task message for a task nobody owns", name),
+            None => r
+                .drops
+                .record_for(&self.backend, "task message for a task nobody owns", name),
         }
     }
 
@@ -184,14 +234,18 @@ impl Dispatcher {
             .and_then(|p| object_member(p, "uri"))
             .and_then(|u| serde_json::from_str::<String>(u.get()).ok());
         let Some(uri) = uri else {
-            r.drops
-                .record("resources/updated without a uri", method::RESOURCE_UPDATED);
+            r.drops.record_for(
+                &self.backend,
+                "resources/updated without a uri",
+                method::RESOURCE_UPDATED,
+            );
             return;
         };
         r.listeners.resource_updated(&uri);
-        let subscribers = r.subs.subscribers(&uri);
+        let subscribers = self.tables.subs.subscribers(&uri);
         if subscribers.is_empty() {
-            r.drops.record(
+            r.drops.record_for(
+                &self.backend,
                 "resources/updated for a URI nobody subscribed to",
                 method::RESOURCE_UPDATED,
             );

@@ -6,6 +6,8 @@ use std::collections::HashSet;
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
+use crate::backends::BackendId;
+
 /// Remembers which (reason, method) pairs were already warned about.
 #[derive(Debug, Default)]
 pub(crate) struct DropLog {
@@ -15,15 +17,28 @@ pub(crate) struct DropLog {
 impl DropLog {
     /// Logs a dropped or refused backend message.
     pub(crate) fn record(&self, reason: &'static str, method: &str) {
-        let first = {
-            let mut seen = self.seen.lock();
-            // Bounded: a hostile backend inventing method names must not grow this forever.
-            seen.len() < 1024 && seen.insert((reason, method.to_owned()))
-        };
-        if first {
+        if self.first(reason, method) {
             warn!(%method, %reason, "backend message not delivered (further ones logged at debug)");
         } else {
             debug!(%method, %reason, "backend message not delivered");
+        }
+    }
+
+    /// Like [`Self::record`], naming the backend that sent it.
+    pub(crate) fn record_for(&self, backend: &BackendId, reason: &'static str, method: &str) {
+        if self.first(reason, method) {
+            warn!(%backend, %method, %reason, "backend message not delivered (further ones logged at debug)");
+        } else {
+            debug!(%backend, %method, %reason, "backend message not delivered");
+        }
+    }
+
+    /// Whether this (reason, method) pair is new.
+    fn first(&self, reason: &'static str, method: &str) -> bool {
+        {
+            let mut seen = self.seen.lock();
+            // Bounded: a hostile backend inventing method names must not grow this forever.
+            seen.len() < 1024 && seen.insert((reason, method.to_owned()))
         }
     }
 }

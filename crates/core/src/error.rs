@@ -75,6 +75,9 @@ pub enum CoreError {
     /// Every warm Modern partition is in use (per-session mode).
     #[error("too many warm backend processes for Modern callers (limit {0}); retry later")]
     TooManyPartitions(usize),
+    /// A route named a backend the gateway does not front (a bug: routes come from the set).
+    #[error("no backend named {0}")]
+    UnknownBackend(crate::BackendId),
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

@@ -17,21 +17,22 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use switchboard_upstream::{BackendResponse, Upstream};
+use switchboard_upstream::BackendResponse;
 use switchboard_wire::{
     encode_notification, encode_request, encode_result, method, object_member, restore_response,
     version, with_member, with_meta_member, Message, RequestId,
 };
 
 use crate::access::{Path, Principal};
+use crate::backends::BackendId;
 use crate::dispatch::Registry;
 use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::listen_stream::ListenStream;
-use crate::per_session::OwnRoute;
 use crate::progress;
+use crate::resolve::{From, Name, Route, Via};
 use crate::route::RouteKey;
 use crate::session::{SessionId, Transport};
-use crate::{Backend, CoreError};
+use crate::CoreError;
 
 /// Limits and deadlines.
 #[derive(Debug, Clone)]
@@ -118,18 +119,17 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) stream: Option<mpsc::Sender<Bytes>>,
     /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend.
     pub(crate) listen: Option<crate::modern_listen::Filter>,
-    /// The backend to use instead of the shared one (a per-session backend).
-    pub(crate) backend: Option<Upstream>,
+    /// Where it goes (from `resolve`).
+    pub(crate) route: &'a Route,
 }
 
 /// The routing core for one shared backend.
 #[derive(Debug)]
 pub struct Gateway {
-    pub(crate) backend: Backend,
+    /// The backends this gateway fronts (today a set of one).
+    pub(crate) backends: crate::Backends,
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: GatewayConfig,
-    /// The level the backend was last set to (rank); the async lock orders reconciliations.
-    pub(crate) backend_log_level: tokio::sync::Mutex<Option<u8>>,
     /// Work that outlives the code that started it: session cleanups (reaper, HTTP+SSE
     /// stream closing, abandoned per-session `initialize`), era re-probes. Owned by the
     /// gateway: joined (bounded) on shutdown, and dropping it aborts whatever is left.
@@ -138,9 +138,6 @@ pub struct Gateway {
     pub(crate) cleanup_slots: Arc<tokio::sync::Semaphore>,
     /// Lets cleanups that must outlive a request hold the gateway.
     me: std::sync::Weak<Gateway>,
-    /// Whether the backend answers Modern requests *now*: learned at startup, re-learned when
-    /// the backend refuses a Modern request on era grounds or is restarted.
-    pub(crate) modern_live: std::sync::atomic::AtomicBool,
     /// Set when `--isolation per-session`: how to start a session's own backend.
     pub(crate) per_session: std::sync::OnceLock<Arc<dyn crate::per_session::SpawnBackend>>,
     /// MRTR bridge (per-session mode): seals `requestState` tokens ...
@@ -159,25 +156,26 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Wraps an initialized backend whose reader delivers into `registry`.
-    pub fn new(backend: Backend, registry: Arc<Registry>, config: GatewayConfig) -> Arc<Self> {
-        let modern = backend.info.era.modern;
+    /// Wraps a set of initialized backends whose readers deliver into `registry`.
+    pub fn new(
+        backends: crate::Backends,
+        registry: Arc<Registry>,
+        config: GatewayConfig,
+    ) -> Arc<Self> {
         let pool = crate::mrtr::MAX_DEDICATED.min(config.max_sessions.max(1));
         let share = config
             .mrtr_per_principal
             .unwrap_or_else(|| crate::mrtr::default_share(pool));
         let partitions = crate::mrtr::Partitions::new(pool, config.partition_idle);
         Arc::new_cyclic(|me| Gateway {
-            backend,
+            backends,
             registry,
             config,
-            backend_log_level: tokio::sync::Mutex::new(None),
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
             cleanup_slots: Arc::new(tokio::sync::Semaphore::new(
                 crate::reaper::CONCURRENT_CLEANUPS,
             )),
             me: me.clone(),
-            modern_live: std::sync::atomic::AtomicBool::new(modern),
             per_session: std::sync::OnceLock::new(),
             mrtr_sealer: crate::mrtr::Sealer::new(),
             held: crate::mrtr::HeldTable::new(crate::mrtr::MAX_HELD),
@@ -229,7 +227,7 @@ impl Gateway {
                     .map(str::to_owned)
             });
         let negotiated = version::negotiate_legacy(requested.as_deref());
-        let info = &self.backend.info;
+        let info = self.presented();
         let mut result = json!({
             "protocolVersion": negotiated,
             "capabilities": self.config.access.visible_capabilities(caller, &info.capabilities),
@@ -286,27 +284,27 @@ impl Gateway {
         let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        if let Some(sid) = call.session {
-            // A session that ended between lookup and routing (DELETE, reaping) is not found:
-            // never fall through to the shared backend with a dead session's request.
-            match self.own_route(sid)? {
-                OwnRoute::Ready(own) => return self.own_request(call, id, name, own).await,
-                OwnRoute::NotYet => return self.before_initialize(id, name),
-                OwnRoute::Shared => {}
-            }
+        // A session that ended between lookup and routing (DELETE, reaping) is not found:
+        // never fall through to the shared backend with a dead session's request.
+        let Some(route) = self.resolve(From::Request(call.session), name, call.msg.params)? else {
+            return self.before_initialize(id, name);
+        };
+        if route.via == Via::Own {
+            return self.own_request(call, id, name, &route).await;
         }
-        if !self.backend.info.era.legacy {
-            return self.legacy_to_modern(call, id, name).await;
+        if !self.backend_of(&route)?.info().era.legacy {
+            return self.legacy_to_modern(call, id, name, &route).await;
         }
+        let route = &route;
         match (name, call.session) {
-            (method::SUBSCRIBE, Some(sid)) => self.subscribe(sid, id, call.msg).await,
-            (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg).await,
-            (method::SET_LEVEL, Some(sid)) => self.set_level(sid, id, call.msg).await,
+            (method::SUBSCRIBE, Some(sid)) => self.subscribe(sid, id, call.msg, route).await,
+            (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg, route).await,
+            (method::SET_LEVEL, Some(sid)) => self.set_level(sid, id, call.msg, route).await,
             (method::SUBSCRIBE, None) => Err(CoreError::SessionRequired(method::SUBSCRIBE)),
             (method::UNSUBSCRIBE, None) => Err(CoreError::SessionRequired(method::UNSUBSCRIBE)),
             (method::SET_LEVEL, None) => Err(CoreError::SessionRequired(method::SET_LEVEL)),
             (n, _) if crate::tasks::BY_ID.contains(&n) || n == crate::tasks::LIST => {
-                self.task_request(call, id, name).await
+                self.task_request(call, id, name, route).await
             }
             _ => {
                 // Only a task-augmented request needs its owner (kept off the common path).
@@ -316,10 +314,10 @@ impl Gateway {
                     return Err(CoreError::TaskOwnerRequired);
                 }
                 let answer = self
-                    .call_backend(call.session, id, name, call.msg, call.stream)
+                    .call_backend(call.session, id, name, call.msg, call.stream, route)
                     .await?;
                 if let (Some(Some(owner)), false) = (owner, answer.is_error()) {
-                    self.record_task(&owner, &answer);
+                    self.record_task(&route.backend, &owner, &answer);
                 }
                 Ok(restore(id, &answer))
             }
@@ -335,6 +333,7 @@ impl Gateway {
         name: &str,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
+        route: &Route,
     ) -> Result<BackendResponse, CoreError> {
         self.send(Outgoing {
             session,
@@ -343,17 +342,18 @@ impl Gateway {
             params: msg.params,
             stream,
             listen: None,
-            backend: None,
+            route,
         })
         .await
     }
 
     /// Sends one request and waits for its answer. See [`Outgoing`].
     pub(crate) async fn send(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
-        let backend = out
-            .backend
-            .clone()
-            .unwrap_or_else(|| self.backend.handle.clone());
+        let route = out.route;
+        let backend = &route.upstream;
+        let name = match route.name {
+            Name::AsClient => out.name,
+        };
         let key = RouteKey::mint();
         // The client's progress token is always replaced: the backend must never see a value
         // the client chose, or a client could name another request's token.
@@ -386,13 +386,14 @@ impl Gateway {
             _ => None,
         };
         let params = rewritten.as_deref().or(out.params);
-        let line = encode_request(&key.to_request_id(), out.name, params);
+        let line = encode_request(&key.to_request_id(), name, params);
         let cancel = CancellationToken::new();
-        let _in_flight = out
-            .session
-            .map(|s| InFlightGuard::register(self, s, out.id, &key, &cancel, out.stream.clone()));
+        let _in_flight = out.session.map(|s| {
+            let stream = out.stream.clone();
+            InFlightGuard::register(self, s, (out.id, &route.backend), &key, &cancel, stream)
+        });
         let mut upstream_cancel = CancelOnDrop {
-            backend: &backend,
+            backend,
             key: &key,
             reason: "client went away",
             armed: true,
@@ -428,22 +429,22 @@ impl Gateway {
         }
     }
 
-    /// A request of the gateway's own (no client), e.g. an unsubscribe on session cleanup.
+    /// A request of the gateway's own (no client) to `backend`, e.g. an unsubscribe on
+    /// session cleanup.
     pub(crate) async fn internal_call(
         &self,
+        backend: &BackendId,
         name: &str,
         params: Value,
     ) -> Result<BackendResponse, CoreError> {
         let params = RawValue::from_string(params.to_string())
             .map_err(|_| CoreError::InvalidParams("params"))?;
+        let Some(route) = self.resolve(From::Gateway(backend), name, Some(&params))? else {
+            return Err(CoreError::UnknownBackend(backend.clone()));
+        };
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), name, Some(&params));
-        let handle = self
-            .backend
-            .internal
-            .as_ref()
-            .unwrap_or(&self.backend.handle);
-        let call = handle.call(key.as_str(), line).await?;
+        let call = route.upstream.call(key.as_str(), line).await?;
         let deadline = self.config.request_timeout;
         tokio::time::timeout(deadline, call)
             .await
@@ -473,25 +474,27 @@ impl Gateway {
         session: Option<&SessionId>,
         msg: &Message<'_>,
     ) -> Result<(), CoreError> {
-        let own = session.and_then(|s| self.own_backend(s));
-        match msg.method {
+        let Some(name) = msg.method else {
+            return Err(CoreError::UnexpectedResponse);
+        };
+        if name == method::CANCELLED {
+            self.cancel(session, msg).await;
+            return Ok(());
+        }
+        let route = self.resolve(From::Notification(session), name, msg.params)?;
+        match route {
             // A per-session backend saw the client's own `initialize`: it gets the client's
             // `initialized` too. The shared backend was initialized once, by the gateway.
-            Some(method::INITIALIZED) if own.is_none() => Ok(()),
-            Some(method::CANCELLED) => {
-                self.cancel(session, msg).await;
+            Some(route) if name == method::INITIALIZED && route.via != Via::Own => Ok(()),
+            Some(route) => Ok(route
+                .upstream
+                .send_line(encode_notification(name, msg.params))
+                .await?),
+            None if name == method::INITIALIZED => Ok(()),
+            None => {
+                debug!("notification before the session's own backend is ready; dropped");
                 Ok(())
             }
-            Some(name) => {
-                let Some(backend) = self.notification_backend(session, own) else {
-                    debug!("notification before the session's own backend is ready; dropped");
-                    return Ok(());
-                };
-                Ok(backend
-                    .send_line(encode_notification(name, msg.params))
-                    .await?)
-            }
-            None => Err(CoreError::UnexpectedResponse),
         }
     }
 
@@ -515,53 +518,19 @@ impl Gateway {
         };
         let key = in_flight.key.to_request_id();
         if let Some(params) = with_member(params, "requestId", key.as_json()) {
-            let backend = self
-                .own_backend(sid)
-                .unwrap_or_else(|| self.backend.handle.clone());
-            let _ = backend
-                .send_line(encode_notification(method::CANCELLED, Some(&params)))
-                .await;
+            let from = From::Cancel(sid, &in_flight.backend);
+            if let Ok(Some(route)) = self.resolve(from, method::CANCELLED, Some(&params)) {
+                let _ = route
+                    .upstream
+                    .send_line(encode_notification(method::CANCELLED, Some(&params)))
+                    .await;
+            }
         }
         in_flight.cancel.cancel();
     }
 
     pub(crate) fn myself(&self) -> Option<Arc<Gateway>> {
         self.me.upgrade()
-    }
-
-    /// The backend's eras (for logs and `/stats`).
-    pub fn backend_era(&self) -> crate::BackendEra {
-        crate::BackendEra {
-            modern: self.modern_now(),
-            ..self.backend.info.era
-        }
-    }
-
-    /// Whether Modern requests pass through to the backend (else they are bridged).
-    pub(crate) fn modern_now(&self) -> bool {
-        self.modern_live.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Learns the backend's Modern era again (in the background): after it refused a Modern
-    /// request on era grounds, or after a restart. A backend that is Legacy too is then
-    /// bridged instead of passed through.
-    pub(crate) fn reprobe(&self) {
-        let Some(gateway) = self.myself() else { return };
-        let task = async move {
-            let modern = crate::backend::speaks_modern(&gateway.backend.handle).await;
-            let was = gateway
-                .modern_live
-                .swap(modern, std::sync::atomic::Ordering::Relaxed);
-            if was != modern {
-                tracing::info!(modern, "backend era re-learned");
-            }
-        };
-        self.background.lock().spawn(task);
-    }
-
-    /// Whether the backend is still running (for `/healthz`).
-    pub fn backend_alive(&self) -> bool {
-        self.backend.handle.is_reachable()
     }
 
     /// Live sessions (for metrics and leak tests).
@@ -573,12 +542,22 @@ impl Gateway {
     /// subscription rows and URI locks, per-session entries, and parked MRTR calls. Zero when idle with no
     /// sessions; leak tests assert on it.
     pub fn table_entries(&self) -> usize {
-        self.backend.handle.pending_len()
+        let pending: usize = self
+            .backends
+            .iter()
+            .map(|b| b.backend.handle.pending_len())
+            .sum();
+        let per_backend: usize = self
+            .registry
+            .all_tables()
+            .iter()
+            .map(|t| t.subs.len() + t.tasks.len())
+            .sum();
+        pending
             + self.registry.progress.len()
-            + self.registry.subs.len()
+            + per_backend
             + self.registry.sessions.entry_count()
             + self.registry.listeners.len()
-            + self.registry.tasks.len()
             + self.held.len()
     }
 
@@ -586,11 +565,6 @@ impl Gateway {
     /// are kept on purpose while idle, and reaped after `partition_idle`.
     pub fn partition_count(&self) -> usize {
         self.partitions.len()
-    }
-
-    /// The backend's process id, when it is a local process.
-    pub fn backend_pid(&self) -> Option<u32> {
-        self.backend.handle.pid()
     }
 }
 

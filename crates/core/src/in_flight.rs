@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use switchboard_upstream::Upstream;
 use switchboard_wire::{encode_notification, method, RequestId};
 
+use crate::backends::BackendId;
 use crate::route::RouteKey;
 use crate::session::{InFlight, SessionId};
 use crate::Gateway;
@@ -25,10 +26,11 @@ pub(crate) struct InFlightGuard<'a> {
 }
 
 impl<'a> InFlightGuard<'a> {
+    /// The request: the client's id, and the backend the request goes to.
     pub(crate) fn register(
         gateway: &'a Gateway,
         session: &'a SessionId,
-        id: &RequestId,
+        (id, backend): (&RequestId, &BackendId),
         key: &RouteKey,
         cancel: &CancellationToken,
         stream: Option<mpsc::Sender<Bytes>>,
@@ -36,6 +38,7 @@ impl<'a> InFlightGuard<'a> {
         let client_id: Box<str> = id.as_json().into();
         let entry = InFlight {
             key: key.clone(),
+            backend: backend.clone(),
             cancel: cancel.clone(),
             stream,
         };

@@ -150,7 +150,7 @@ impl Gateway {
         self.registry
             .sessions
             .with_transport(session.as_str(), Transport::Sse, |s| {
-                if s.initializing || s.own.is_some() {
+                if s.initializing || !s.own.is_empty() {
                     return Err(CoreError::AlreadyInitialized);
                 }
                 s.initializing = true;
@@ -202,9 +202,10 @@ impl Gateway {
             .get()
             .ok_or_else(|| CoreError::Unsupported("per-session HTTP+SSE".into()))?;
         let (negotiated, _) = self.negotiate(caller, id, msg.params);
+        let backend = self.own_backend_for(msg)?;
         let opened = Arc::new(std::sync::atomic::AtomicBool::new(false));
         match self
-            .start_own(session, spawner, id, msg, opened.clone())
+            .start_own((session, &backend), spawner, id, msg, opened.clone())
             .await
         {
             Ok(answer) if !answer.is_error() => {
@@ -224,7 +225,7 @@ impl Gateway {
                 let _ = self
                     .registry
                     .sessions
-                    .with(session.as_str(), |s| s.own.take());
+                    .with(session.as_str(), |s| s.own.remove(&backend));
                 match failed {
                     Ok(answer) => Err(CoreError::BackendInit(format!(
                         "backend refused initialize: {}",

@@ -11,6 +11,7 @@
 pub mod access;
 pub mod audit;
 mod backend;
+mod backends;
 mod dispatch;
 mod drop_log;
 mod error;
@@ -26,6 +27,7 @@ mod per_session;
 mod progress;
 pub mod ratelimit;
 mod reaper;
+mod resolve;
 pub mod route;
 pub mod session;
 mod session_ops;
@@ -36,6 +38,7 @@ mod tool_headers;
 
 pub use access::{Access, Authorizer, Principal, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
+pub use backends::{BackendId, BackendIdError, Backends, MAX_BACKEND_ID};
 pub use dispatch::Registry;
 pub use error::CoreError;
 pub use gateway::{Call, Gateway, GatewayConfig, Initialized};

@@ -27,8 +27,13 @@ use switchboard_wire::{
 use crate::gateway::Outgoing;
 use crate::modern_listen::Filter;
 use crate::mrtr::PartitionKey;
-use crate::route::RouteKey;
+use crate::resolve::{From, Route};
 use crate::{CoreError, Gateway};
+
+mod listen;
+
+pub(crate) use listen::honoured;
+use listen::listen_needs_stream;
 
 /// The Modern listen method.
 pub(crate) const LISTEN: &str = "subscriptions/listen";
@@ -92,8 +97,16 @@ impl Gateway {
             || crate::tasks::is_task_request(msg.params))
         .then(|| crate::tasks::Owner::of(caller, None))
         .flatten();
-        let answer = self.route_modern(caller, owner.as_ref(), msg, stream).await;
-        admitted.finish_modern(answer.map(|a| self.own_tasks_only(owner.as_ref(), msg, a)))
+        let method = msg.method.unwrap_or_default();
+        let answer = match self.resolve(From::Modern, method, msg.params) {
+            Ok(Some(route)) => self
+                .route_modern(caller, owner.as_ref(), msg, stream, &route)
+                .await
+                .map(|a| self.own_tasks_only(owner.as_ref(), msg, a, &route)),
+            Ok(None) => Err(CoreError::UnexpectedResponse),
+            Err(e) => Err(e),
+        };
+        admitted.finish_modern(answer)
     }
 
     /// `tasks/list` for a stateless caller shows only its principal's stateless tasks, and a
@@ -104,6 +117,7 @@ impl Gateway {
         owner: Option<&crate::tasks::Owner>,
         msg: &Message<'_>,
         answer: ModernAnswer,
+        route: &Route,
     ) -> ModernAnswer {
         let by_id = msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m));
         if let (true, Some(code), Some(id)) = (by_id, answer.error_code, msg.id.as_ref()) {
@@ -119,8 +133,9 @@ impl Gateway {
         let result = serde_json::from_slice::<Value>(&answer.body)
             .map(|v| v["result"].to_string())
             .unwrap_or_default();
+        let tables = self.registry.tables(&route.backend);
         ModernAnswer {
-            body: encode_result(id, &self.registry.tasks.filter_list(owner, &result)),
+            body: encode_result(id, &tables.tasks.filter_list(owner, &result)),
             error_code: None,
         }
     }
@@ -131,6 +146,7 @@ impl Gateway {
         owner: Option<&crate::tasks::Owner>,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
+        route: &Route,
     ) -> Result<ModernAnswer, CoreError> {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
@@ -139,7 +155,8 @@ impl Gateway {
         // another principal's and a missing one get the same answer, before the backend.
         if crate::tasks::BY_ID.contains(&name) {
             let task = crate::tasks::requested_task(msg.params);
-            if !task.is_some_and(|t| self.registry.tasks.owns(owner, &t)) {
+            let tables = self.registry.tables(&route.backend);
+            if !task.is_some_and(|t| tables.tasks.owns(owner, &t)) {
                 return Ok(ModernAnswer::error(id, &crate::tasks::unknown_task()));
             }
         }
@@ -154,7 +171,8 @@ impl Gateway {
         }
         // A Modern-only backend is always passed through; a dual one unless it stopped
         // answering Modern requests (then it is bridged like a Legacy one).
-        if self.modern_now() || !self.backend.info.era.legacy {
+        let entry = self.backend_of(route)?;
+        if entry.modern_now() || !entry.info().era.legacy {
             let listen = (name == LISTEN).then(|| Filter::parse(msg.params));
             let answer = self
                 .send(Outgoing {
@@ -164,28 +182,31 @@ impl Gateway {
                     params: msg.params,
                     stream,
                     listen,
-                    backend: None,
+                    route,
                 })
                 .await?;
-            self.record_modern_task(caller, owner, asked_task, name, &answer);
+            self.record_modern_task(caller, owner, asked_task, (name, route), &answer);
             if name == method::DISCOVER && !answer.is_error() {
                 return Ok(discover_passthrough(id, &answer));
             }
             let answer = passthrough(id, &answer);
             if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
                 // Refused on era grounds: the backend may have changed (restart, upgrade).
-                self.reprobe();
+                self.reprobe(&route.backend);
             }
             return Ok(answer);
         }
         match name {
-            method::DISCOVER => Ok(self.discover(id)),
+            method::DISCOVER => Ok(discover(id, entry.info())),
             // Per-session mode: the caller's partition is the process its calls change.
             LISTEN if self.is_per_session() => match stream {
-                Some(stream) => self.partition_listen(caller, id, msg, stream).await,
+                Some(stream) => {
+                    self.partition_listen(caller, (id, msg), stream, route)
+                        .await
+                }
                 None => Ok(listen_needs_stream(id)),
             },
-            LISTEN => self.bridged_listen(id, msg, stream).await,
+            LISTEN => self.bridged_listen(id, msg, stream, route).await,
             // Per-session mode: calls that may need client input go through the MRTR bridge
             // (`mrtr`); shared mode cannot attribute a backend's requests.
             // (A call asking for logs too: its log level is set on a process of its own.)
@@ -207,23 +228,27 @@ impl Gateway {
                 && name != crate::tasks::LIST =>
             {
                 let using = self.partition(&PartitionKey::of(caller, msg)).await?;
-                let handle = using.0.handle.clone();
+                let started = From::Started(&route.backend, using.0.handle.clone());
+                let on_partition = self
+                    .resolve(started, name, msg.params)?
+                    .ok_or_else(|| CoreError::UnknownBackend(route.backend.clone()))?;
+                let on_partition = &on_partition;
                 if !crate::mrtr::METHODS.contains(&name) {
                     return self
-                        .bridged(id, name, msg, stream, Some(handle), None)
+                        .bridged(id, (name, msg), stream, on_partition, None)
                         .await;
                 }
                 // A call that declared nothing the backend could ask for: refused with -32021
                 // when the backend asks anyway and the request is attributable to it.
                 let mut running = using.0.plain.start();
                 tokio::select! {
-                    answer = self.bridged(id, name, msg, stream, Some(handle), None) => answer,
+                    answer = self.bridged(id, (name, msg), stream, on_partition, None) => answer,
                     Ok(cap) = &mut running.blamed => Ok(crate::mrtr::missing_capability(id, cap)),
                 }
             }
             _ => {
                 let record = owner.filter(|_| asked_task);
-                self.bridged(id, name, msg, stream, None, record).await
+                self.bridged(id, (name, msg), stream, route, record).await
             }
         }
     }
@@ -237,6 +262,7 @@ impl Gateway {
         call: crate::Call<'_>,
         id: &RequestId,
         name: &str,
+        route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
         match name {
             method::PING | method::SET_LEVEL => return Ok(encode_result(id, "{}")),
@@ -274,40 +300,19 @@ impl Gateway {
                 params: Some(&params),
                 stream: call.stream,
                 listen: None,
-                backend: None,
+                route,
             })
             .await?;
         Ok(restore_response(id, answer.member(), answer.payload()))
-    }
-
-    /// `server/discover` for a Legacy backend, from its `initialize` result.
-    fn discover(&self, id: &RequestId) -> ModernAnswer {
-        let info = &self.backend.info;
-        let mut result = json!({
-            "resultType": "complete",
-            "supportedVersions": version::supported(),
-            "capabilities": flags_only(&info.capabilities),
-            "ttlMs": 0,
-            "cacheScope": "private",
-            "_meta": { META_SERVER_INFO: info.server_info },
-        });
-        if let Some(instructions) = &info.instructions {
-            result["instructions"] = instructions.clone();
-        }
-        ModernAnswer {
-            body: encode_result(id, &result.to_string()),
-            error_code: None,
-        }
     }
 
     /// A Modern request onto a Legacy backend; a task it creates is recorded as `task_owner`'s.
     async fn bridged(
         &self,
         id: &RequestId,
-        name: &str,
-        msg: &Message<'_>,
+        (name, msg): (&str, &Message<'_>),
         stream: Option<mpsc::Sender<Bytes>>,
-        backend: Option<switchboard_upstream::Upstream>,
+        route: &Route,
         task_owner: Option<&crate::tasks::Owner>,
     ) -> Result<ModernAnswer, CoreError> {
         let stripped = msg.params.and_then(strip_reserved);
@@ -320,15 +325,14 @@ impl Gateway {
                 params,
                 stream,
                 listen: None,
-                backend,
+                route,
             })
             .await?;
         if let (Some(owner), false) = (task_owner, answer.is_error()) {
-            self.record_task(owner, &answer);
+            self.record_task(&route.backend, owner, &answer);
         }
         Ok(self.complete(id, name, &answer))
     }
-
     /// A Legacy backend's final answer in Modern terms: errors mapped, results stamped with
     /// `resultType`, cache hints where required, and `serverInfo`.
     pub(crate) fn complete(
@@ -340,7 +344,7 @@ impl Gateway {
         if answer.is_error() {
             return bridge_error(id, answer);
         }
-        let server_info = json!({ META_SERVER_INFO: self.backend.info.server_info }).to_string();
+        let server_info = json!({ META_SERVER_INFO: self.presented().server_info }).to_string();
         let mut set = vec![("resultType", "\"complete\"")];
         if CACHEABLE.contains(&name) {
             set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
@@ -359,119 +363,25 @@ impl Gateway {
             error_code: None,
         }
     }
-
-    /// `subscriptions/listen` for a Legacy backend: acknowledged at once with the subset the
-    /// backend can feed, then served from the gateway's registries until the client closes the
-    /// stream. Resource subscriptions are reference-counted upstream like Legacy sessions'.
-    async fn bridged_listen(
-        &self,
-        id: &RequestId,
-        msg: &Message<'_>,
-        stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<ModernAnswer, CoreError> {
-        let Some(stream) = stream else {
-            return Ok(listen_needs_stream(id));
-        };
-        let honoured = self.honoured(Filter::parse(msg.params));
-        let key = RouteKey::mint();
-        let pseudo_session = format!("listen:{}", key.as_str());
-        let _guard =
-            self.registry
-                .listeners
-                .register(&key, id, honoured.clone(), stream.clone(), false);
-        let mut subs = ListenSubscriptions {
-            gateway: self,
-            owner: pseudo_session.clone(),
-            uris: Vec::new(),
-        };
-        for uri in &honoured.uris {
-            self.subscribe_for(&pseudo_session, uri).await;
-            subs.uris.push(uri.clone());
-        }
-        crate::mrtr::acknowledge(&stream, id, &honoured).await;
-        // Served until the client closes the stream, which drops this future and the guards.
-        stream.closed().await;
-        Err(CoreError::Cancelled)
-    }
-
-    /// The part of a listen's filter a Legacy backend can feed (by its capabilities).
-    pub(crate) fn honoured(&self, asked: Filter) -> Filter {
-        let caps = &self.backend.info.capabilities;
-        let flag = |k: &str, f: &str| caps[k][f].as_bool().unwrap_or(false);
-        Filter {
-            tools: asked.tools && flag("tools", "listChanged"),
-            prompts: asked.prompts && flag("prompts", "listChanged"),
-            resources: asked.resources && flag("resources", "listChanged"),
-            uris: if flag("resources", "subscribe") {
-                asked.uris
-            } else {
-                Vec::new()
-            },
-        }
-    }
-
-    /// Adds a gateway-owned subscriber of `uri`, subscribing upstream if it is the first.
-    async fn subscribe_for(&self, owner: &str, uri: &str) {
-        let lock = self.registry.subs.lock(uri).await;
-        if !self.registry.subs.has_subscribers(uri) {
-            let ok = self
-                .internal_call(method::SUBSCRIBE, json!({ "uri": uri }))
-                .await
-                .is_ok_and(|a| !a.is_error());
-            if !ok {
-                return;
-            }
-        }
-        self.registry.subs.add(&lock, owner);
-    }
 }
 
-/// Releases a bridged listen's resource subscriptions when it ends. Upstream unsubscribes
-/// need `.await`, so they run in a task of their own, bounded by the request deadline.
-struct ListenSubscriptions<'a> {
-    gateway: &'a Gateway,
-    owner: String,
-    uris: Vec<String>,
-}
-
-impl Drop for ListenSubscriptions<'_> {
-    fn drop(&mut self) {
-        if self.uris.is_empty() {
-            return;
-        }
-        // Drop can run during runtime teardown, where spawning would panic.
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
-        }
-        let Some(gateway) = self.gateway.myself() else {
-            return;
-        };
-        let (owner, uris) = (
-            std::mem::take(&mut self.owner),
-            std::mem::take(&mut self.uris),
-        );
-        let cleanup_owner = gateway.clone();
-        cleanup_owner.background.lock().spawn(async move {
-            for uri in uris {
-                let lock = gateway.registry.subs.lock(&uri).await;
-                if gateway.registry.subs.remove(&lock, &owner) {
-                    let _ = gateway
-                        .internal_call(method::UNSUBSCRIBE, json!({ "uri": uri }))
-                        .await;
-                }
-            }
-        });
+/// `server/discover` for a Legacy backend, from its `initialize` result.
+fn discover(id: &RequestId, info: &crate::BackendInfo) -> ModernAnswer {
+    let mut result = json!({
+        "resultType": "complete",
+        "supportedVersions": version::supported(),
+        "capabilities": flags_only(&info.capabilities),
+        "ttlMs": 0,
+        "cacheScope": "private",
+        "_meta": { META_SERVER_INFO: info.server_info },
+    });
+    if let Some(instructions) = &info.instructions {
+        result["instructions"] = instructions.clone();
     }
-}
-
-fn listen_needs_stream(id: &RequestId) -> ModernAnswer {
-    ModernAnswer::error(
-        id,
-        &ErrorObject::new(
-            codes::INVALID_REQUEST,
-            "subscriptions/listen needs a text/event-stream response",
-        ),
-    )
+    ModernAnswer {
+        body: encode_result(id, &result.to_string()),
+        error_code: None,
+    }
 }
 
 /// The client talks to the gateway, which serves every version in `version::supported()`

@@ -519,7 +519,7 @@ impl Gateway {
             "resultType": "input_required",
             "inputRequests": requests,
             "requestState": token,
-            "_meta": { META_SERVER_INFO: self.backend.info.server_info },
+            "_meta": { META_SERVER_INFO: self.presented().server_info },
         });
         Ok(ModernAnswer {
             body: encode_result(id, &result.to_string()),

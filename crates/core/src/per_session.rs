@@ -20,7 +20,9 @@ use switchboard_wire::{
     ErrorObject, Message, MessageKind, RequestId,
 };
 
+use crate::backends::BackendId;
 use crate::dispatch::Registry;
+use crate::resolve::{From, Route};
 use crate::route::random_hex;
 use crate::session_ops::EndReason;
 use crate::CoreError;
@@ -70,6 +72,8 @@ impl OwnBackend {
 pub(crate) struct SessionSink {
     pub(crate) registry: Weak<Registry>,
     pub(crate) session: String,
+    /// The backend whose process (or upstream session) this is, of the session's own ones.
+    pub(crate) backend: BackendId,
     /// To end the session when its process goes (see [`InboundSink::closed`]).
     pub(crate) gateway: Weak<crate::Gateway>,
     /// Set once the client has its session (`initialize` answered). Until then a dying
@@ -147,7 +151,7 @@ impl SessionSink {
         let delivered = registry
             .sessions
             .with(&self.session, |s| {
-                let Some(own) = s.own.as_mut() else {
+                let Some(own) = s.own.get_mut(&self.backend) else {
                     return false;
                 };
                 if own.server_requests.len() >= MAX_SERVER_REQUESTS {
@@ -157,7 +161,7 @@ impl SessionSink {
                 if deliver(s, line) {
                     return true;
                 }
-                if let Some(own) = s.own.as_mut() {
+                if let Some(own) = s.own.get_mut(&self.backend) {
                     own.server_requests.remove(&key);
                 }
                 false
@@ -214,9 +218,11 @@ pub(crate) async fn client_response(
     let (handle, backend_id) = registry
         .sessions
         .with(session, |s| {
-            let own = s.own.as_mut()?;
-            let id = own.server_requests.remove(&key)?;
-            Some((own.handle.clone(), id))
+            // Only the process that asked knows the key (keys are minted per request).
+            s.own.values_mut().find_map(|own| {
+                let id = own.server_requests.remove(&key)?;
+                Some((own.handle.clone(), id))
+            })
         })?
         .ok_or(CoreError::UnexpectedResponse)?;
     let (member, payload) = match (msg.result, msg.error) {
@@ -241,17 +247,6 @@ impl crate::Gateway {
     /// Whether sessions get their own backend.
     pub fn is_per_session(&self) -> bool {
         self.per_session.get().is_some()
-    }
-
-    /// The session's own backend, if it has one.
-    pub(crate) fn own_backend(&self, session: &crate::SessionId) -> Option<Upstream> {
-        self.registry
-            .sessions
-            .with(session.as_str(), |s| {
-                s.own.as_ref().map(|o| o.handle.clone())
-            })
-            .ok()
-            .flatten()
     }
 
     /// A Legacy `initialize` in per-session mode: a new process, handed the client's own
@@ -281,20 +276,6 @@ impl crate::Gateway {
         result
     }
 
-    /// Where a request of `session` goes: its own process once that is ready; in per-session
-    /// mode never the shared backend (an HTTP+SSE session exists before its `initialize`, and
-    /// its traffic must not reach a process other sessions use).
-    pub(crate) fn own_route(&self, session: &crate::SessionId) -> Result<OwnRoute, CoreError> {
-        let per_session = self.is_per_session();
-        self.registry
-            .sessions
-            .with(session.as_str(), |s| match &s.own {
-                Some(own) if !s.initializing => OwnRoute::Ready(own.handle.clone()),
-                _ if per_session => OwnRoute::NotYet,
-                _ => OwnRoute::Shared,
-            })
-    }
-
     /// A request on a per-session session whose process is not ready: only `ping`, which
     /// the spec allows before `initialize`, is answered (by the gateway).
     pub(crate) fn before_initialize(
@@ -308,18 +289,11 @@ impl crate::Gateway {
         }
     }
 
-    /// The backend a session's notification goes to: its own process, else the shared
-    /// backend, except in per-session mode, where it goes nowhere (see [`Self::own_route`]).
-    pub(crate) fn notification_backend(
-        &self,
-        session: Option<&crate::SessionId>,
-        own: Option<Upstream>,
-    ) -> Option<Upstream> {
-        match own {
-            Some(own) => Some(own),
-            None if session.is_some() && self.is_per_session() => None,
-            None => Some(self.backend.handle.clone()),
-        }
+    /// The backend a per-session `initialize` opens its session's own process (or upstream
+    /// session) on.
+    pub(crate) fn own_backend_for(&self, msg: &Message<'_>) -> Result<BackendId, CoreError> {
+        let route = self.resolve(From::Initialize, method::INITIALIZE, msg.params)?;
+        route.map(|r| r.backend).ok_or(CoreError::NotInitialized)
     }
 
     async fn open_isolated(
@@ -330,6 +304,7 @@ impl crate::Gateway {
         spawner: &Arc<dyn SpawnBackend>,
     ) -> Result<crate::Initialized, CoreError> {
         let (negotiated, _) = self.negotiate(caller, id, msg.params);
+        let backend = self.own_backend_for(msg)?;
         let session = self.registry.sessions.create(negotiated, caller)?;
         // Until the client has its answer, dropping this future (the client went away while
         // the process started or handshook) ends the session and stops the process.
@@ -339,7 +314,13 @@ impl crate::Gateway {
             opened: Arc::default(),
         };
         match self
-            .start_own(&session, spawner, id, msg, pending.opened.clone())
+            .start_own(
+                (&session, &backend),
+                spawner,
+                id,
+                msg,
+                pending.opened.clone(),
+            )
             .await
         {
             Ok(a) if !a.is_error() => {
@@ -365,9 +346,10 @@ impl crate::Gateway {
 
     /// Starts the session's process, attaches it to the session first (so every way the
     /// session ends also stops the process), then hands it the client's `initialize`.
+    /// `(session, backend)`: whose process it is, and of which backend.
     pub(crate) async fn start_own(
         &self,
-        session: &crate::SessionId,
+        (session, backend): (&crate::SessionId, &BackendId),
         spawner: &Arc<dyn SpawnBackend>,
         id: &RequestId,
         msg: &Message<'_>,
@@ -376,6 +358,7 @@ impl crate::Gateway {
         let sink = Arc::new(SessionSink {
             registry: Arc::downgrade(&self.registry),
             session: session.as_str().to_owned(),
+            backend: backend.clone(),
             gateway: self
                 .myself()
                 .as_ref()
@@ -386,8 +369,16 @@ impl crate::Gateway {
         let (handle, process) = spawn_off_runtime(spawner, sink).await?;
         // Ended already (reaped): the process is dropped with the closure, and killed.
         self.registry.sessions.with(session.as_str(), |s| {
-            s.own = Some(OwnBackend::new(handle.clone(), process));
+            s.own
+                .insert(backend.clone(), OwnBackend::new(handle.clone(), process));
         })?;
+        let route = self
+            .resolve(
+                From::Started(backend, handle),
+                method::INITIALIZE,
+                msg.params,
+            )?
+            .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
         let out = crate::gateway::Outgoing {
             session: None,
             id,
@@ -395,7 +386,7 @@ impl crate::Gateway {
             params: msg.params,
             stream: None,
             listen: None,
-            backend: Some(handle),
+            route: &route,
         };
         // The handshake deadline, not the request deadline: a process that never answers its
         // `initialize` is a broken backend, and says so.
@@ -412,9 +403,9 @@ impl crate::Gateway {
         call: crate::Call<'_>,
         id: &RequestId,
         name: &str,
-        own: Upstream,
+        route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
-        if own.is_closed() {
+        if route.upstream.is_closed() {
             // The session's process died: the session dies with it, and the client learns it
             // the standard way (404, then a fresh `initialize` gets a fresh process).
             if let Some(sid) = call.session {
@@ -431,7 +422,7 @@ impl crate::Gateway {
             params: call.msg.params,
             stream: call.stream,
             listen: None,
-            backend: Some(own),
+            route,
         };
         let answer = match self.send(out).await {
             // The remote lost the upstream session: the client's session is over, and it
@@ -473,16 +464,6 @@ impl crate::Gateway {
         self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))
             .await;
     }
-}
-
-/// Where a session's request is routed (see [`crate::Gateway::own_route`]).
-pub(crate) enum OwnRoute {
-    /// The session's own process, handshaken.
-    Ready(Upstream),
-    /// Per-session mode, but the process is not ready (HTTP+SSE before `initialize`).
-    NotYet,
-    /// Shared mode: the shared backend.
-    Shared,
 }
 
 /// The `protocolVersion` of a backend's `initialize` answer: the version the client was told.
@@ -537,7 +518,7 @@ impl Drop for PendingInit<'_> {
             // Nobody ever saw this session, so no grace is owed: killed now (on drop), not
             // after waiting for a teardown slot. A client that initializes and disconnects in
             // a loop therefore cannot pile up processes.
-            drop(ended.process.take());
+            ended.processes.clear();
             self.gateway.spawn_cleanup(ended, EndReason::NeverOpened);
         }
     }

@@ -67,7 +67,7 @@ impl Gateway {
         // The session no longer counts against `--max-sessions`, but its process runs until
         // its teardown gets a slot: ask it to exit now, so a well-behaved backend is gone
         // before then and processes cannot pile up behind the slots.
-        if let Some(process) = &ended.process {
+        for process in &ended.processes {
             process.request_stop();
         }
         // With no runtime (teardown) or no gateway left, dropping `ended` is the cleanup: its
@@ -112,7 +112,7 @@ mod tests {
 
     use switchboard_upstream::StdioConfig;
 
-    use crate::{Backend, BackendEra, BackendInfo, GatewayConfig, Principal, Registry};
+    use crate::{Backend, BackendEra, BackendId, BackendInfo, GatewayConfig, Principal, Registry};
 
     use super::*;
 
@@ -159,19 +159,23 @@ mod tests {
         };
         let registry = Registry::new(&config);
         let (backend, process) = silent_backend(&registry, &log);
-        let gateway = Gateway::new(backend, registry.clone(), config);
+        let gateway = Gateway::new(crate::Backends::single(backend), registry.clone(), config);
         for i in 0..SESSIONS {
             let sid = registry
                 .sessions
                 .create("2025-11-25", &Principal::anonymous())
                 .expect("session");
             let uri = format!("test://{i}");
-            let lock = registry.subs.lock(&uri).await;
+            let tables = registry.tables(&BackendId::default_id());
+            let lock = tables.subs.lock(&uri).await;
             registry
                 .sessions
-                .with(sid.as_str(), |s| s.subscriptions.insert(uri.clone()))
+                .with(sid.as_str(), |s| {
+                    s.subscriptions
+                        .insert((BackendId::default_id(), uri.clone()))
+                })
                 .expect("live session");
-            registry.subs.add(&lock, sid.as_str());
+            tables.subs.add(&lock, sid.as_str());
         }
         let stop = CancellationToken::new();
         let reaper = tokio::spawn(gateway.clone().run_reaper(stop.clone()));

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::Principal;
+use crate::backends::BackendId;
 use crate::listen_stream::{ListenState, ListenStream};
 use crate::route::{random_hex, RouteKey};
 use crate::CoreError;
@@ -59,10 +60,15 @@ pub enum Transport {
 #[derive(Debug)]
 pub(crate) struct InFlight {
     pub(crate) key: RouteKey,
+    /// The backend the request went to (its cancellation goes there too).
+    pub(crate) backend: BackendId,
     pub(crate) cancel: CancellationToken,
     /// The request's own stream, where a per-session backend's related messages go.
     pub(crate) stream: Option<tokio::sync::mpsc::Sender<Bytes>>,
 }
+
+/// A subscription: the URI, at the backend that serves it.
+pub(crate) type SubKey = (BackendId, String);
 
 /// What the gateway keeps for one session.
 #[derive(Debug)]
@@ -75,15 +81,17 @@ pub(crate) struct Session {
     pub(crate) listen: ListenState,
     /// `logging/setLevel` of this session, as a rank (see `logging`).
     pub(crate) log_level: Option<u8>,
-    /// URIs this session subscribed to (mirror of the subscription table, for cleanup).
-    pub(crate) subscriptions: HashSet<String>,
+    /// (backend, URI) pairs this session subscribed to (mirror of the backends' subscription
+    /// tables, for cleanup).
+    pub(crate) subscriptions: HashSet<SubKey>,
     /// In-flight requests by the client's raw id text.
     pub(crate) in_flight: HashMap<Box<str>, InFlight>,
     /// HTTP+SSE only: the tasks running this session's requests. Owned by the session, so
     /// ending the session (in any way) aborts them.
     pub(crate) tasks: Option<JoinSet<()>>,
-    /// Per-session mode: this session's own backend process.
-    pub(crate) own: Option<crate::per_session::OwnBackend>,
+    /// Per-session mode: this session's own backend process (or upstream session), per
+    /// backend.
+    pub(crate) own: HashMap<BackendId, crate::per_session::OwnBackend>,
     /// Per-session mode, HTTP+SSE: the session's `initialize` is under way (its process
     /// starting or handshaking), so it may neither start another nor be used yet.
     pub(crate) initializing: bool,
@@ -121,12 +129,14 @@ pub(crate) struct Ended {
     pub(crate) id: String,
     /// Who owned it (issuer, subject), for its audit line.
     pub(crate) owner: (String, String),
-    pub(crate) subscriptions: HashSet<String>,
+    pub(crate) subscriptions: HashSet<SubKey>,
     pub(crate) had_log_level: bool,
-    /// Route keys of requests that were still waiting; the backend is told to cancel them.
-    pub(crate) in_flight: Vec<RouteKey>,
-    /// Per-session mode: the session's backend process, to shut down.
-    pub(crate) process: Option<switchboard_upstream::UpstreamOwner>,
+    /// Route keys of requests that were still waiting, with their backends; each backend is
+    /// told to cancel its own.
+    pub(crate) in_flight: Vec<(BackendId, RouteKey)>,
+    /// Per-session mode: the session's backend processes (or upstream sessions), to shut
+    /// down.
+    pub(crate) processes: Vec<switchboard_upstream::UpstreamOwner>,
 }
 
 /// All live sessions.
@@ -225,7 +235,7 @@ impl SessionStore {
             subscriptions: HashSet::new(),
             in_flight: HashMap::new(),
             tasks,
-            own: None,
+            own: HashMap::new(),
             initializing: false,
             _counted: counted,
         };
@@ -397,7 +407,7 @@ impl SessionStore {
         let lost: Vec<String> = sessions
             .iter()
             .filter(|(_, s)| {
-                s.own.is_some()
+                !s.own.is_empty()
                     && s.in_flight.is_empty()
                     && s.listen.lost_for(now).is_some_and(|d| d >= grace)
             })
@@ -456,7 +466,7 @@ fn ended(id: String, session: Session) -> Ended {
             .into_values()
             .map(|f| {
                 f.cancel.cancel();
-                f.key
+                (f.backend, f.key)
             })
             .collect(),
     };
@@ -466,7 +476,11 @@ fn ended(id: String, session: Session) -> Ended {
         subscriptions: session.subscriptions,
         had_log_level: session.log_level.is_some(),
         in_flight,
-        process: session.own.and_then(|mut o| o.process.take()),
+        processes: session
+            .own
+            .into_values()
+            .filter_map(|mut o| o.process.take())
+            .collect(),
     }
 }
 

@@ -7,9 +7,13 @@ use tracing::debug;
 use switchboard_upstream::BackendResponse;
 use switchboard_wire::{encode_result, method, restore_response, Message, RequestId};
 
+use switchboard_upstream::Upstream;
+
+use crate::backends::BackendEntry;
 use crate::in_flight::send_cancel;
 use crate::logging;
-use crate::session::{Ended, SessionId, Transport};
+use crate::resolve::{From, Route};
+use crate::session::{Ended, SessionId, SubKey, Transport};
 use crate::{CoreError, Gateway};
 
 impl Gateway {
@@ -18,11 +22,13 @@ impl Gateway {
     async fn untracked(
         &self,
         sid: &SessionId,
-        id: &RequestId,
-        name: &str,
+        (id, name): (&RequestId, &str),
         msg: &Message<'_>,
+        route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
-        let answer = self.call_backend(Some(sid), id, name, msg, None).await?;
+        let answer = self
+            .call_backend(Some(sid), id, name, msg, None, route)
+            .await?;
         Ok(restore(id, &answer))
     }
 
@@ -34,32 +40,38 @@ impl Gateway {
         sid: &SessionId,
         id: &RequestId,
         msg: &Message<'_>,
+        route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
         let Some(uri) = uri_param(msg) else {
-            return self.untracked(sid, id, method::SUBSCRIBE, msg).await;
+            return self
+                .untracked(sid, (id, method::SUBSCRIBE), msg, route)
+                .await;
         };
-        let subs = &self.registry.subs;
+        let tables = self.registry.tables(&route.backend);
+        let subs = &tables.subs;
         let lock = subs.lock(&uri).await;
         let sessions = &self.registry.sessions;
-        if sessions.with(sid.as_str(), |s| s.subscriptions.contains(&uri))? {
+        let key: SubKey = (route.backend.clone(), uri);
+        if sessions.with(sid.as_str(), |s| s.subscriptions.contains(&key))? {
             return Ok(encode_result(id, "{}"));
         }
-        if subs.has_subscribers(&uri) {
-            sessions.with(sid.as_str(), |s| s.subscriptions.insert(uri.clone()))?;
+        if subs.has_subscribers(&key.1) {
+            sessions.with(sid.as_str(), |s| s.subscriptions.insert(key.clone()))?;
             subs.add(&lock, sid.as_str());
             return Ok(encode_result(id, "{}"));
         }
         let answer = self
-            .call_backend(Some(sid), id, method::SUBSCRIBE, msg, None)
+            .call_backend(Some(sid), id, method::SUBSCRIBE, msg, None, route)
             .await?;
         if !answer.is_error() {
-            let recorded = sessions.with(sid.as_str(), |s| s.subscriptions.insert(uri.clone()));
+            let recorded = sessions.with(sid.as_str(), |s| s.subscriptions.insert(key.clone()));
             if recorded.is_ok() {
                 subs.add(&lock, sid.as_str());
             } else {
                 // The session ended while we were subscribing: undo upstream.
+                let params = json!({ "uri": key.1 });
                 let _ = self
-                    .internal_call(method::UNSUBSCRIBE, json!({ "uri": uri }))
+                    .internal_call(&route.backend, method::UNSUBSCRIBE, params)
                     .await;
             }
         }
@@ -73,20 +85,25 @@ impl Gateway {
         sid: &SessionId,
         id: &RequestId,
         msg: &Message<'_>,
+        route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
         let Some(uri) = uri_param(msg) else {
-            return self.untracked(sid, id, method::UNSUBSCRIBE, msg).await;
+            return self
+                .untracked(sid, (id, method::UNSUBSCRIBE), msg, route)
+                .await;
         };
-        let lock = self.registry.subs.lock(&uri).await;
+        let tables = self.registry.tables(&route.backend);
+        let lock = tables.subs.lock(&uri).await;
+        let key: SubKey = (route.backend.clone(), uri);
         let was_subscribed = self
             .registry
             .sessions
-            .with(sid.as_str(), |s| s.subscriptions.remove(&uri))?;
-        if !was_subscribed || !self.registry.subs.remove(&lock, sid.as_str()) {
+            .with(sid.as_str(), |s| s.subscriptions.remove(&key))?;
+        if !was_subscribed || !tables.subs.remove(&lock, sid.as_str()) {
             return Ok(encode_result(id, "{}"));
         }
         let answer = self
-            .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, None)
+            .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, None, route)
             .await?;
         Ok(restore(id, &answer))
     }
@@ -98,11 +115,13 @@ impl Gateway {
         sid: &SessionId,
         id: &RequestId,
         msg: &Message<'_>,
+        route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
-        if self.backend.info.capabilities.get("logging").is_none() {
+        let entry = self.backend_of(route)?;
+        if entry.info().capabilities.get("logging").is_none() {
             // The backend does not do logging: let it answer for itself.
             let answer = self
-                .call_backend(Some(sid), id, method::SET_LEVEL, msg, None)
+                .call_backend(Some(sid), id, method::SET_LEVEL, msg, None, route)
                 .await?;
             return Ok(restore(id, &answer));
         }
@@ -114,16 +133,16 @@ impl Gateway {
         self.registry
             .sessions
             .with(sid.as_str(), |s| s.log_level = Some(level))?;
-        match self.reconcile_log_level().await {
+        match self.reconcile_log_level(entry).await {
             Some(refused) if refused.is_error() => Ok(restore(id, &refused)),
             _ => Ok(encode_result(id, "{}")),
         }
     }
 
-    /// Sets the backend to the most verbose level any session wants, if that changed. Returns
+    /// Sets `backend` to the most verbose level any session wants, if that changed. Returns
     /// the backend's answer when it was asked.
-    async fn reconcile_log_level(&self) -> Option<BackendResponse> {
-        let mut current = self.backend_log_level.lock().await;
+    async fn reconcile_log_level(&self, backend: &BackendEntry) -> Option<BackendResponse> {
+        let mut current = backend.log_level.lock().await;
         let mut levels = Vec::new();
         self.registry
             .sessions
@@ -132,8 +151,9 @@ impl Gateway {
         if *current == Some(target) {
             return None;
         }
+        let params = json!({ "level": logging::name(target) });
         let answer = self
-            .internal_call(method::SET_LEVEL, json!({ "level": logging::name(target) }))
+            .internal_call(&backend.id, method::SET_LEVEL, params)
             .await
             .ok()?;
         if !answer.is_error() {
@@ -142,25 +162,33 @@ impl Gateway {
         Some(answer)
     }
 
-    /// Readies a restarted backend before it is installed: handshake, then re-subscribe every
-    /// URI someone is subscribed to and re-apply the log level, since the new process knows
-    /// nothing of the old one's state. Returns false to make the supervisor retry.
+    /// Readies a restarted process of the primary backend (the one `run` supervises) before
+    /// it is installed (see [`Self::revive_backend`]).
     pub async fn revive(&self, standby: switchboard_upstream::StdioHandle) -> bool {
-        let standby = switchboard_upstream::Upstream::Stdio(standby);
+        let primary = self.backends.primary();
+        self.revive_backend(primary, switchboard_upstream::Upstream::Stdio(standby))
+            .await
+    }
+
+    /// Readies a restarted process of `backend` before it is installed: handshake, then
+    /// re-subscribe every URI someone is subscribed to there and re-apply the log level, since
+    /// the new process knows nothing of the old one's state. Returns false to make the
+    /// supervisor retry.
+    async fn revive_backend(&self, backend: &BackendEntry, standby: Upstream) -> bool {
         let deadline = self.config.handshake_timeout;
-        if let Err(e) = self.backend.reinitialize(&standby, deadline).await {
+        if let Err(e) = backend.backend.reinitialize(&standby, deadline).await {
             tracing::warn!(error = %e, "restarted backend refused the handshake");
             return false;
         }
+        let tables = self.registry.tables(&backend.id);
         // Task ids were the old process's: a new one may hand the same ids to someone else.
-        self.registry.tasks.clear();
+        tables.tasks.clear();
         // Its tools (and their `Mcp-Param-*` designations) may differ from the old one's.
-        self.registry.tool_headers.invalidate();
+        tables.tool_headers.invalidate();
         // The new process may speak another era than the old one (an upgrade).
         let modern = crate::backend::speaks_modern(&standby).await;
-        self.modern_live
-            .store(modern, std::sync::atomic::Ordering::Relaxed);
-        for uri in self.registry.subs.uris() {
+        backend.set_modern(modern);
+        for uri in tables.subs.uris() {
             let params = json!({ "uri": uri });
             if let Err(e) =
                 crate::backend::call(&standby, method::SUBSCRIBE, params, deadline).await
@@ -168,7 +196,7 @@ impl Gateway {
                 debug!(error = %e, "re-subscribe after restart failed");
             }
         }
-        let level = *self.backend_log_level.lock().await;
+        let level = *backend.log_level.lock().await;
         if let Some(level) = level {
             let params = json!({ "level": logging::name(level) });
             let _ = crate::backend::call(&standby, method::SET_LEVEL, params, deadline).await;
@@ -207,20 +235,33 @@ impl Gateway {
     /// subscriber, log-level reconciliation, cancellation of its in-flight requests. Its
     /// listen stream already closed when it left the table.
     pub(crate) async fn release(&self, ended: Ended) {
-        if let Some(process) = ended.process {
-            // The session's own backend: its requests die with it, no cancellations needed.
-            process.shutdown(crate::per_session::SHUTDOWN_GRACE).await;
+        if !ended.processes.is_empty() {
+            // The session's own backends: its requests die with them, no cancellations
+            // needed. Stopped together, each with its grace.
+            let grace = crate::per_session::SHUTDOWN_GRACE;
+            let mut stops = tokio::task::JoinSet::new();
+            for process in ended.processes {
+                stops.spawn(process.shutdown(grace));
+            }
+            // Each stop is bounded by its grace (then a kill), so this ends.
+            while stops.join_next().await.is_some() {}
             return;
         }
-        for key in &ended.in_flight {
-            send_cancel(&self.backend.handle, key, "session ended");
+        for (backend, key) in &ended.in_flight {
+            let route = self.resolve(From::Teardown(backend), method::CANCELLED, None);
+            if let Ok(Some(route)) = route {
+                send_cancel(&route.upstream, key, "session ended");
+            }
         }
-        self.registry.tasks.purge(&ended.id);
-        for uri in ended.subscriptions {
-            let lock = self.registry.subs.lock(&uri).await;
-            if self.registry.subs.remove(&lock, &ended.id) {
+        for tables in self.registry.all_tables() {
+            tables.tasks.purge(&ended.id);
+        }
+        for (backend, uri) in ended.subscriptions {
+            let tables = self.registry.tables(&backend);
+            let lock = tables.subs.lock(&uri).await;
+            if tables.subs.remove(&lock, &ended.id) {
                 if let Err(e) = self
-                    .internal_call(method::UNSUBSCRIBE, json!({ "uri": uri }))
+                    .internal_call(&backend, method::UNSUBSCRIBE, json!({ "uri": uri }))
                     .await
                 {
                     debug!(error = %e, "upstream unsubscribe on session end failed");
@@ -228,7 +269,9 @@ impl Gateway {
             }
         }
         if ended.had_log_level {
-            self.reconcile_log_level().await;
+            for backend in self.backends.iter() {
+                self.reconcile_log_level(backend).await;
+            }
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Who owns each task (2025-11-25 `tasks/*`, and the Modern Tasks extension's handles) on a
-//! shared backend.
+//! shared backend. A task id means something only at the backend that issued it, so each
+//! backend has its own [`TaskOwners`] (`dispatch::BackendTables`): tasks are keyed by
+//! (backend, task id).
 //!
 //! Every task the gateway hands out is owned: by the caller's Legacy session when there is
 //! one, otherwise by the authenticated principal (issuer and subject) that created it. An
@@ -25,7 +27,9 @@ use switchboard_upstream::BackendResponse;
 use switchboard_wire::{codes, encode_error, encode_result, object_member, ErrorObject, RequestId};
 
 use crate::access::Principal;
+use crate::backends::BackendId;
 use crate::gateway::{restore, Call};
+use crate::resolve::Route;
 use crate::session::SessionId;
 use crate::{CoreError, Gateway};
 
@@ -200,9 +204,10 @@ fn created_task(result: &str) -> Option<String> {
 /// The task flow of a request: ownership checks before the backend, recording and list
 /// filtering after it.
 impl Gateway {
-    /// Records the task a successful answer created as `owner`'s.
-    pub(crate) fn record_task(&self, owner: &Owner, answer: &BackendResponse) {
-        let tasks = &self.registry.tasks;
+    /// Records the task a successful answer of `backend` created as `owner`'s.
+    pub(crate) fn record_task(&self, backend: &BackendId, owner: &Owner, answer: &BackendResponse) {
+        let tables = self.registry.tables(backend);
+        let tasks = &tables.tasks;
         match owner {
             // Under the session's lock: a session that ended meanwhile (its tasks already
             // purged) records nothing that nobody would ever purge.
@@ -224,7 +229,7 @@ impl Gateway {
         caller: &Principal,
         owner: Option<&Owner>,
         asked: bool,
-        name: &str,
+        (name, route): (&str, &Route),
         answer: &BackendResponse,
     ) {
         if answer.is_error() {
@@ -232,11 +237,11 @@ impl Gateway {
         }
         if asked {
             if let Some(owner) = owner {
-                self.record_task(owner, answer);
+                self.record_task(&route.backend, owner, answer);
             }
         } else if name == MAY_CREATE && created_task(answer.payload()).is_some() {
             if let Some(owner) = Owner::of(caller, None) {
-                self.record_task(&owner, answer);
+                self.record_task(&route.backend, &owner, answer);
             }
         }
     }
@@ -247,22 +252,21 @@ impl Gateway {
         call: Call<'_>,
         id: &RequestId,
         name: &str,
+        route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
         let owner = Owner::of(call.caller, call.session);
+        let tables = self.registry.tables(&route.backend);
         if name != LIST {
             let task = requested_task(call.msg.params);
-            if !task.is_some_and(|t| self.registry.tasks.owns(owner.as_ref(), &t)) {
+            if !task.is_some_and(|t| tables.tasks.owns(owner.as_ref(), &t)) {
                 return Ok(encode_error(Some(id), &unknown_task()));
             }
         }
         let answer = self
-            .call_backend(call.session, id, name, call.msg, call.stream)
+            .call_backend(call.session, id, name, call.msg, call.stream, route)
             .await?;
         if name == LIST && !answer.is_error() {
-            let filtered = self
-                .registry
-                .tasks
-                .filter_list(owner.as_ref(), answer.payload());
+            let filtered = tables.tasks.filter_list(owner.as_ref(), answer.payload());
             return Ok(encode_result(id, &filtered));
         }
         Ok(restore(id, &answer))

@@ -17,7 +17,12 @@ use serde_json::{json, Value};
 
 use switchboard_wire::headers::{param_headers, ParamHeader};
 
+use crate::backends::BackendId;
+use crate::resolve::From;
 use crate::Gateway;
+
+/// The call whose arguments the designations are about.
+const TOOLS_CALL: &str = "tools/call";
 
 /// Tool name → its header designations (only tools that have any).
 type Table = Arc<HashMap<String, Arc<[ParamHeader]>>>;
@@ -32,21 +37,23 @@ impl Gateway {
     /// The `Mcp-Param-*` designations of `tool`; `None` when it has none, is unknown, or the
     /// backend's tools cannot be learned right now.
     pub async fn param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
-        let table = self
-            .registry
+        // The backend the Modern `tools/call` of `tool` would go to.
+        let route = self.resolve(From::Modern, TOOLS_CALL, None).ok()??;
+        let tables = self.registry.tables(&route.backend);
+        let table = tables
             .tool_headers
-            .get(self.learn_tool_headers())
+            .get(self.learn_tool_headers(&route.backend))
             .await?;
         table.get(tool).cloned()
     }
 
-    /// Walks every page of `tools/list`. Any failure fails the whole walk: a partial table
-    /// would silently skip the checks of the tools it misses.
-    async fn learn_tool_headers(&self) -> Result<Table, String> {
+    /// Walks every page of `backend`'s `tools/list`. Any failure fails the whole walk: a
+    /// partial table would silently skip the checks of the tools it misses.
+    async fn learn_tool_headers(&self, backend: &BackendId) -> Result<Table, String> {
         let mut table = HashMap::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let page = self.tools_page(cursor.as_deref()).await?;
+            let page = self.tools_page(backend, cursor.as_deref()).await?;
             for tool in page["tools"].as_array().into_iter().flatten() {
                 let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema"))
                 else {
@@ -65,8 +72,9 @@ impl Gateway {
         Err(format!("tools/list has more than {MAX_PAGES} pages"))
     }
 
-    async fn tools_page(&self, cursor: Option<&str>) -> Result<Value, String> {
-        let mut params = if self.modern_now() {
+    async fn tools_page(&self, backend: &BackendId, cursor: Option<&str>) -> Result<Value, String> {
+        let modern = self.backends.get(backend).is_some_and(|b| b.modern_now());
+        let mut params = if modern {
             json!({ "_meta": crate::backend::gateway_envelope() })
         } else {
             json!({})
@@ -75,7 +83,7 @@ impl Gateway {
             params["cursor"] = json!(c);
         }
         let answer = self
-            .internal_call("tools/list", params)
+            .internal_call(backend, "tools/list", params)
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
         if answer.is_error() {

@@ -8,7 +8,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use switchboard_core::{Backend, EraPolicy, Gateway, GatewayConfig, Registry, SpawnBackend};
+use switchboard_core::{
+    Backend, Backends, EraPolicy, Gateway, GatewayConfig, Registry, SpawnBackend,
+};
 use switchboard_http::{AppState, ConnLimits, HttpConfig, OriginPolicy};
 use switchboard_upstream::StdioConfig;
 
@@ -40,7 +42,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         started.backend.info.era
     );
     let internal = started.internal;
-    let gateway = Gateway::new(started.backend, registry, config);
+    let gateway = Gateway::new(Backends::single(started.backend), registry, config);
     if let Some(spawner) = started.per_session {
         gateway.enable_per_session(spawner);
         println!(

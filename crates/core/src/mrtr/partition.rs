@@ -445,13 +445,15 @@ impl Gateway {
     pub(crate) async fn partition_listen(
         &self,
         caller: &Principal,
-        id: &switchboard_wire::RequestId,
-        msg: &Message<'_>,
+        (id, msg): (&switchboard_wire::RequestId, &Message<'_>),
         stream: mpsc::Sender<Bytes>,
+        route: &crate::resolve::Route,
     ) -> Result<ModernAnswer, CoreError> {
+        // The partition is a process of the route's backend: that backend says what it feeds.
+        let info = self.backend_of(route)?.info();
         let using = self.partition(&Key::of(caller, msg)).await?;
         let part = using.0.clone();
-        let honoured = self.honoured(Filter::parse(msg.params));
+        let honoured = crate::modern::honoured(info, Filter::parse(msg.params));
         let _guard = part.listeners.register(
             &RouteKey::mint(),
             id,

@@ -105,11 +105,13 @@ fn ending_a_session_closes_its_stream_and_cancels_its_work() {
     let cancel = CancellationToken::new();
     store
         .with(id.as_str(), |s| {
-            s.subscriptions.insert("u".into());
+            s.subscriptions
+                .insert((BackendId::default_id(), "u".into()));
             s.in_flight.insert(
                 "1".into(),
                 InFlight {
                     key: RouteKey::mint(),
+                    backend: BackendId::default_id(),
                     cancel: cancel.clone(),
                     stream: None,
                 },
@@ -118,7 +120,9 @@ fn ending_a_session_closes_its_stream_and_cancels_its_work() {
         .unwrap();
     assert_eq!(store.entry_count(), 3);
     let ended = store.remove(id.as_str(), S, None).unwrap();
-    assert!(ended.subscriptions.contains("u"));
+    assert!(ended
+        .subscriptions
+        .contains(&(BackendId::default_id(), "u".into())));
     assert!(cancel.is_cancelled());
     assert!(stream.events.try_recv().is_err());
     assert_eq!(store.entry_count(), 0);

@@ -1,0 +1,273 @@
+//! The gateway's backends as a set: each named by a [`BackendId`], each with what the request
+//! path keeps about it (its [`Backend`]: handle and declared info; whether it answers Modern
+//! requests now; the log level it was last set to).
+//!
+//! `run` builds a set of one ([`Backends::single`], id `default`). Which backend a request
+//! goes to is decided only by `resolve`; this module only holds the set. What a backend's
+//! *inbound* path also touches (subscriptions, task owners, `Mcp-Param-*` designations) is
+//! per backend too, but lives in the `Registry` (`dispatch::BackendTables`), because the
+//! backend's sink exists before the backend is connected and the set is built.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::Backend;
+
+/// Longest backend name.
+pub const MAX_BACKEND_ID: usize = 32;
+
+/// A backend's name: 1 to 32 of `a-z`, `0-9`, `_`, `-` (config keys, log fields and policy
+/// attributes stay plain). Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendId(Arc<str>);
+
+/// Why a string is not a [`BackendId`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendIdError {
+    /// The empty string.
+    #[error("a backend name must not be empty")]
+    Empty,
+    /// Longer than [`MAX_BACKEND_ID`] bytes.
+    #[error("a backend name has at most {MAX_BACKEND_ID} characters, this one has {0}")]
+    TooLong(usize),
+    /// A character outside `a-z0-9_-`.
+    #[error("a backend name may use only a-z, 0-9, '_' and '-', not {0:?}")]
+    BadChar(char),
+}
+
+impl BackendId {
+    /// The name of the one backend `switchboard run` fronts.
+    pub const DEFAULT: &'static str = "default";
+
+    /// The id `default`.
+    pub fn default_id() -> Self {
+        BackendId(Arc::from(Self::DEFAULT))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for BackendId {
+    type Err = BackendIdError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() {
+            return Err(BackendIdError::Empty);
+        }
+        if let Some(bad) = s
+            .chars()
+            .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
+        {
+            return Err(BackendIdError::BadChar(bad));
+        }
+        // Only ASCII is left, so bytes are characters.
+        if s.len() > MAX_BACKEND_ID {
+            return Err(BackendIdError::TooLong(s.len()));
+        }
+        Ok(BackendId(Arc::from(s)))
+    }
+}
+
+impl TryFrom<&str> for BackendId {
+    type Error = BackendIdError;
+
+    fn try_from(s: &str) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl fmt::Display for BackendId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for BackendId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BackendId({})", self.0)
+    }
+}
+
+/// One backend of the set and what the request path keeps about it.
+#[derive(Debug)]
+pub(crate) struct BackendEntry {
+    pub(crate) id: BackendId,
+    /// Handle and declared info.
+    pub(crate) backend: Backend,
+    /// Whether the backend answers Modern requests *now*: learned at startup, re-learned when
+    /// it refuses a Modern request on era grounds or is restarted.
+    modern_live: AtomicBool,
+    /// The level the backend was last set to (rank); the async lock orders reconciliations.
+    pub(crate) log_level: tokio::sync::Mutex<Option<u8>>,
+}
+
+impl BackendEntry {
+    fn new(id: BackendId, backend: Backend) -> Self {
+        let modern = backend.info.era.modern;
+        BackendEntry {
+            id,
+            backend,
+            modern_live: AtomicBool::new(modern),
+            log_level: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether Modern requests pass through to this backend (else they are bridged).
+    pub(crate) fn modern_now(&self) -> bool {
+        self.modern_live.load(Ordering::Relaxed)
+    }
+
+    /// Records what a probe learned; returns what was known before.
+    pub(crate) fn set_modern(&self, modern: bool) -> bool {
+        self.modern_live.swap(modern, Ordering::Relaxed)
+    }
+
+    /// The backend's declared info.
+    pub(crate) fn info(&self) -> &crate::BackendInfo {
+        &self.backend.info
+    }
+}
+
+/// The set of backends a gateway fronts (never empty).
+#[derive(Debug)]
+pub struct Backends {
+    /// In configuration order; the first is the primary (see [`Backends::primary`]).
+    entries: Vec<BackendEntry>,
+}
+
+impl Backends {
+    /// A set of one backend, named `default` (what `switchboard run` fronts).
+    pub fn single(backend: Backend) -> Self {
+        Backends {
+            entries: vec![BackendEntry::new(BackendId::default_id(), backend)],
+        }
+    }
+
+    /// The backend the gateway presents as itself (its `initialize` answer, `server/discover`,
+    /// `serverInfo`) and the one the public one-backend accessors report. With one backend,
+    /// that one; aggregation will replace what it presents with a merged view.
+    pub(crate) fn primary(&self) -> &BackendEntry {
+        // Never empty: every constructor puts at least one entry in.
+        &self.entries[0]
+    }
+
+    /// The backend named `id`, if the set has it.
+    pub(crate) fn get(&self, id: &BackendId) -> Option<&BackendEntry> {
+        self.entries.iter().find(|e| &e.id == id)
+    }
+
+    /// Every backend, in configuration order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &BackendEntry> {
+        self.entries.iter()
+    }
+
+    /// How many backends the set holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Always false (a set is never empty); for clippy's `len_without_is_empty`.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The gateway's view of its backends: what it presents, and the one-backend accessors the
+/// binary and `http` report.
+impl crate::Gateway {
+    /// The primary backend's eras (for logs and `/stats`).
+    pub fn backend_era(&self) -> crate::BackendEra {
+        let primary = self.backends.primary();
+        crate::BackendEra {
+            modern: primary.modern_now(),
+            ..primary.info().era
+        }
+    }
+
+    /// What the gateway presents as its server (`initialize`, `server/discover`,
+    /// `serverInfo`): the primary backend's declaration (see `Backends::primary`).
+    pub(crate) fn presented(&self) -> &crate::BackendInfo {
+        self.backends.primary().info()
+    }
+
+    /// Learns `backend`'s Modern era again (in the background): after it refused a Modern
+    /// request on era grounds, or after a restart. A backend that is Legacy too is then
+    /// bridged instead of passed through.
+    pub(crate) fn reprobe(&self, backend: &BackendId) {
+        let Some(gateway) = self.myself() else { return };
+        let backend = backend.clone();
+        let task = async move {
+            let Some(entry) = gateway.backends.get(&backend) else {
+                return;
+            };
+            let modern = crate::backend::speaks_modern(&entry.backend.handle).await;
+            if entry.set_modern(modern) != modern {
+                tracing::info!(%backend, modern, "backend era re-learned");
+            }
+        };
+        self.background.lock().spawn(task);
+    }
+
+    /// Whether the primary backend is still running (for `/healthz`).
+    pub fn backend_alive(&self) -> bool {
+        self.backends.primary().backend.handle.is_reachable()
+    }
+
+    /// The primary backend's process id, when it is a local process.
+    pub fn backend_pid(&self) -> Option<u32> {
+        self.backends.primary().backend.handle.pid()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated() {
+        for ok in ["default", "a", "git-hub_2", &"x".repeat(MAX_BACKEND_ID)] {
+            let id: BackendId = ok.parse().unwrap();
+            assert_eq!(id.as_str(), ok);
+            assert_eq!(id.to_string(), ok);
+            assert_eq!(BackendId::try_from(ok).unwrap(), id);
+        }
+        assert_eq!("".parse::<BackendId>(), Err(BackendIdError::Empty));
+        assert_eq!(
+            "x".repeat(MAX_BACKEND_ID + 1).parse::<BackendId>(),
+            Err(BackendIdError::TooLong(MAX_BACKEND_ID + 1))
+        );
+        for (bad, c) in [
+            ("GitHub", 'G'),
+            ("a b", ' '),
+            ("a.b", '.'),
+            ("a/b", '/'),
+            ("é", 'é'),
+            ("ＡＢ", 'Ａ'),
+        ] {
+            assert_eq!(
+                BackendId::try_from(bad),
+                Err(BackendIdError::BadChar(c)),
+                "{bad}"
+            );
+        }
+        // A long name of multi-byte characters is refused for the character, not its length.
+        assert_eq!(
+            "é".repeat(20).parse::<BackendId>(),
+            Err(BackendIdError::BadChar('é'))
+        );
+        assert_eq!(BackendId::default_id().as_str(), BackendId::DEFAULT);
+    }
+
+    #[test]
+    fn clones_share_the_name() {
+        let a: BackendId = "shared".parse().unwrap();
+        let b = a.clone();
+        assert!(Arc::ptr_eq(&a.0, &b.0));
+        assert_eq!(format!("{b:?}"), "BackendId(shared)");
+    }
+}

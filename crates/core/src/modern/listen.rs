@@ -1,0 +1,139 @@
+//! `subscriptions/listen` for a Legacy backend (shared mode): acknowledged with what the
+//! backend can feed, then served from the gateway's registries; resource subscriptions are
+//! the gateway's own, reference-counted upstream like Legacy sessions'.
+
+use bytes::Bytes;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use switchboard_wire::{codes, method, ErrorObject, Message, RequestId};
+
+use super::ModernAnswer;
+use crate::backends::BackendId;
+use crate::modern_listen::Filter;
+use crate::resolve::Route;
+use crate::route::RouteKey;
+use crate::{CoreError, Gateway};
+
+impl Gateway {
+    /// `subscriptions/listen` for a Legacy backend: acknowledged at once with the subset the
+    /// backend can feed, then served from the gateway's registries until the client closes the
+    /// stream. Resource subscriptions are reference-counted upstream like Legacy sessions'.
+    pub(super) async fn bridged_listen(
+        &self,
+        id: &RequestId,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+        route: &Route,
+    ) -> Result<ModernAnswer, CoreError> {
+        let Some(stream) = stream else {
+            return Ok(listen_needs_stream(id));
+        };
+        let honoured = honoured(self.backend_of(route)?.info(), Filter::parse(msg.params));
+        let key = RouteKey::mint();
+        let pseudo_session = format!("listen:{}", key.as_str());
+        let _guard =
+            self.registry
+                .listeners
+                .register(&key, id, honoured.clone(), stream.clone(), false);
+        let mut subs = ListenSubscriptions {
+            gateway: self,
+            backend: route.backend.clone(),
+            owner: pseudo_session.clone(),
+            uris: Vec::new(),
+        };
+        for uri in &honoured.uris {
+            self.subscribe_for(&route.backend, &pseudo_session, uri)
+                .await;
+            subs.uris.push(uri.clone());
+        }
+        crate::mrtr::acknowledge(&stream, id, &honoured).await;
+        // Served until the client closes the stream, which drops this future and the guards.
+        stream.closed().await;
+        Err(CoreError::Cancelled)
+    }
+
+    /// Adds a gateway-owned subscriber of `uri` at `backend`, subscribing upstream if it is
+    /// the first.
+    async fn subscribe_for(&self, backend: &BackendId, owner: &str, uri: &str) {
+        let tables = self.registry.tables(backend);
+        let lock = tables.subs.lock(uri).await;
+        if !tables.subs.has_subscribers(uri) {
+            let ok = self
+                .internal_call(backend, method::SUBSCRIBE, json!({ "uri": uri }))
+                .await
+                .is_ok_and(|a| !a.is_error());
+            if !ok {
+                return;
+            }
+        }
+        tables.subs.add(&lock, owner);
+    }
+}
+
+/// The part of a listen's filter a Legacy backend can feed (by its capabilities).
+pub(crate) fn honoured(backend: &crate::BackendInfo, asked: Filter) -> Filter {
+    let caps = &backend.capabilities;
+    let flag = |k: &str, f: &str| caps[k][f].as_bool().unwrap_or(false);
+    Filter {
+        tools: asked.tools && flag("tools", "listChanged"),
+        prompts: asked.prompts && flag("prompts", "listChanged"),
+        resources: asked.resources && flag("resources", "listChanged"),
+        uris: if flag("resources", "subscribe") {
+            asked.uris
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// Releases a bridged listen's resource subscriptions when it ends. Upstream unsubscribes
+/// need `.await`, so they run in a task of their own, bounded by the request deadline.
+struct ListenSubscriptions<'a> {
+    gateway: &'a Gateway,
+    backend: BackendId,
+    owner: String,
+    uris: Vec<String>,
+}
+
+impl Drop for ListenSubscriptions<'_> {
+    fn drop(&mut self) {
+        if self.uris.is_empty() {
+            return;
+        }
+        // Drop can run during runtime teardown, where spawning would panic.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let Some(gateway) = self.gateway.myself() else {
+            return;
+        };
+        let (owner, uris) = (
+            std::mem::take(&mut self.owner),
+            std::mem::take(&mut self.uris),
+        );
+        let backend = self.backend.clone();
+        let cleanup_owner = gateway.clone();
+        cleanup_owner.background.lock().spawn(async move {
+            let tables = gateway.registry.tables(&backend);
+            for uri in uris {
+                let lock = tables.subs.lock(&uri).await;
+                if tables.subs.remove(&lock, &owner) {
+                    let _ = gateway
+                        .internal_call(&backend, method::UNSUBSCRIBE, json!({ "uri": uri }))
+                        .await;
+                }
+            }
+        });
+    }
+}
+
+pub(super) fn listen_needs_stream(id: &RequestId) -> ModernAnswer {
+    ModernAnswer::error(
+        id,
+        &ErrorObject::new(
+            codes::INVALID_REQUEST,
+            "subscriptions/listen needs a text/event-stream response",
+        ),
+    )
+}
