@@ -97,6 +97,27 @@ fn parse_header(
     })?;
     let name = HeaderName::from_bytes(name.trim().as_bytes())
         .with_context(|| format!("--header: `{}` is not a header name", name.trim()))?;
+    // The gateway sets these itself, per upstream session or per request: a fixed value
+    // would make every session present the same `Mcp-Session-Id` (one upstream session for
+    // every principal), or break the framing of requests on the shared connection pool.
+    let reserved = name.as_str().starts_with("mcp-")
+        || matches!(
+            name.as_str(),
+            "host"
+                | "content-length"
+                | "transfer-encoding"
+                | "connection"
+                | "upgrade"
+                | "te"
+                | "trailer"
+                | "content-type"
+                | "accept"
+                | "last-event-id"
+        );
+    anyhow::ensure!(
+        !reserved,
+        "--header {name}: the gateway sets this header itself"
+    );
     let value = expand(value.trim(), &env).with_context(|| format!("--header {name}"))?;
     let mut value = HeaderValue::from_str(&value)
         .with_context(|| format!("--header {name}: the value is not a valid header value"))?;
@@ -250,7 +271,17 @@ mod tests {
         assert!(value.is_sensitive());
         let unset = parse_header("X-Key: ${MISSING}", env).unwrap_err();
         assert!(format!("{unset:#}").contains("MISSING"), "{unset:#}");
-        for bad in ["no colon", "bad name: v", "X: ${UNCLOSED", "X: a\u{1}b"] {
+        for bad in [
+            "no colon",
+            "bad name: v",
+            "X: ${UNCLOSED",
+            "X: a\u{1}b",
+            "Mcp-Session-Id: fixed",
+            "MCP-Protocol-Version: 2025-11-25",
+            "Content-Length: 0",
+            "Host: elsewhere",
+            "Last-Event-ID: 1",
+        ] {
             let err = parse_header(bad, env).unwrap_err();
             assert!(!format!("{err:#}").contains("s3cret"), "{err:#}");
         }

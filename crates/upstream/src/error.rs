@@ -42,12 +42,21 @@ impl UpstreamError {
         )
     }
 
-    /// What a client may be told: no text a remote wrote (an error page may quote anything).
+    /// What a client may be told: fixed words per kind, no text a remote (or the TLS and
+    /// DNS layers below it) wrote: an error page, a content type or a certificate name may
+    /// quote anything. The details go to the log.
     pub fn client_text(&self) -> String {
+        use crate::remote::RemoteError as R;
         match self {
-            UpstreamError::Remote(crate::remote::RemoteError::Status { status, .. }) => {
-                format!("remote answered HTTP {status}")
-            }
+            UpstreamError::Remote(r) => match r {
+                R::Status { status, .. } => format!("remote answered HTTP {status}"),
+                R::NotJson { status, .. } => {
+                    format!("remote answered HTTP {status} with neither JSON nor an event stream")
+                }
+                R::Transport(_) => "remote unreachable".to_owned(),
+                R::Malformed(_) => "remote sent a malformed response".to_owned(),
+                other => other.to_string(),
+            },
             other => other.to_string(),
         }
     }

@@ -42,6 +42,8 @@ const SESSION: &str = "mcp-session-id";
 /// First delay before reopening a dropped listen stream; doubled up to the maximum.
 const LISTEN_MIN_BACKOFF: Duration = Duration::from_millis(250);
 const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Idle pooled connections kept per remote host.
+pub(crate) const MAX_IDLE_CONNECTIONS: usize = 32;
 /// Times one call's response stream is resumed after being cut.
 const MAX_RESUMES: u32 = 3;
 const VERSION: &str = "mcp-protocol-version";
@@ -173,6 +175,8 @@ impl RemoteEndpoint {
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .pool_idle_timeout(Duration::from_secs(90))
+                // Idle sockets are fds: a burst must not leave one per call behind.
+                .pool_max_idle_per_host(MAX_IDLE_CONNECTIONS)
                 .build(connector(config.connect_timeout));
         Ok(Self {
             inner: Arc::new(Endpoint {

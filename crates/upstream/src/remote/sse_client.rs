@@ -213,6 +213,8 @@ impl SseClient {
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .pool_idle_timeout(Duration::from_secs(90))
+                // Idle sockets are fds: a burst must not leave one per call behind.
+                .pool_max_idle_per_host(super::MAX_IDLE_CONNECTIONS)
                 .build(connector(config.connect_timeout));
         let session = Arc::new(Session::new(sink));
         let opening = open(&client, &sse_url, &config, &session);

@@ -308,9 +308,11 @@ impl RemoteUpstream {
     pub(crate) fn try_send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
         // Bounded by MAX_IN_FLIGHT (checked by `send_line`) and by the call deadline; the
         // task owns nothing but its one POST.
-        self.closed_error().map_or(Ok(()), Err)?;
+        // Counted before the task exists, so a flood of these is refused, not spawned.
+        let live = self.enter()?;
         let me = self.clone();
         tokio::spawn(async move {
+            let _live = live;
             if let Err(e) = me.send_line(line).await {
                 debug!(error = %e, "line to the remote not delivered");
             }
