@@ -944,20 +944,7 @@ pub(crate) async fn python_sse_client(gw: &TestGateway, script: &str) -> Value {
 /// Runs `clients/<script> <url>` with the Python SDK that `scripts/install-test-clients.sh
 /// <sdk>` installs (`sse`: 1.x, `modern`: 2.3.0), and returns the JSON it prints.
 pub(crate) async fn python_client(sdk: &str, script: &str, url: &str) -> Value {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let install = tokio::process::Command::new("bash")
-        .arg(format!("{root}/scripts/install-test-clients.sh"))
-        .arg(sdk)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        install.status.success(),
-        "installing the Python SDK failed: {}",
-        String::from_utf8_lossy(&install.stderr)
-    );
-    let python = String::from_utf8(install.stdout).unwrap().trim().to_owned();
+    let python = sdk_python(sdk).await;
     let script = format!(
         "{}/tests/integration/clients/{script}",
         env!("CARGO_MANIFEST_DIR")
@@ -980,4 +967,23 @@ pub(crate) async fn python_client(sdk: &str, script: &str, url: &str) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The venv python that `scripts/install-test-clients.sh <sdk>` installs (`sse`: the Python
+/// SDK 1.x, `modern`: 2.3.0).
+pub(crate) async fn sdk_python(sdk: &str) -> String {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let install = tokio::process::Command::new("bash")
+        .arg(format!("{root}/scripts/install-test-clients.sh"))
+        .arg(sdk)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        install.status.success(),
+        "installing the Python SDK failed: {}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    String::from_utf8(install.stdout).unwrap().trim().to_owned()
 }

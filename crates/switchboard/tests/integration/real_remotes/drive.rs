@@ -356,24 +356,7 @@ fn check_common(v: &Value, spec: &Spec, label: &str) {
     assert_eq!(progress, spec.expected_progress(), "{label}: {v}");
 }
 
-/// The venv python that `scripts/install-test-clients.sh <sdk>` installs (`sse`: the Python
-/// SDK 1.x, `modern`: 2.3.0).
-pub async fn sdk_python(sdk: &str) -> String {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let install = tokio::process::Command::new("bash")
-        .arg(format!("{root}/scripts/install-test-clients.sh"))
-        .arg(sdk)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        install.status.success(),
-        "installing the Python SDK failed: {}",
-        String::from_utf8_lossy(&install.stderr)
-    );
-    String::from_utf8(install.stdout).unwrap().trim().to_owned()
-}
+pub(crate) use crate::legacy_sse::sdk_python;
 
 /// Runs `clients/<script> <args…>` with the SDK `sdk` and returns the JSON it prints.
 async fn run_python(sdk: &str, script: &str, args: &[&str]) -> Value {
