@@ -119,6 +119,9 @@ impl Gateway {
             },
             From::Cancel(sid, _) => match self.own_upstream(sid, &entry.id) {
                 Some(own) => route(Via::Own, own),
+                // Per-session mode: none of the session's requests went to the shared process,
+                // so neither does a cancellation (not even a gateway-minted key of it).
+                None if self.is_per_session() => None,
                 None => route(Via::Shared, shared()),
             },
             From::Request(None) | From::Notification(None) | From::Modern | From::Initialize => {
@@ -343,6 +346,8 @@ mod tests {
         // No process yet: nowhere (the shared process is other sessions').
         assert_eq!(f.route(From::Request(Some(&sid))), None);
         assert_eq!(f.route(From::Notification(Some(&sid))), None);
+        let default = BackendId::default_id();
+        assert_eq!(f.route(From::Cancel(&sid, &default)), None);
         // Sessionless requests keep the shared handle.
         assert_eq!(f.route(From::Request(None)), Some((Via::Shared, f.shared)));
         // Handshaking: requests wait for it, notifications (the client's own) go to it.
