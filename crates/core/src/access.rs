@@ -39,8 +39,9 @@ use crate::session::SessionId;
 use crate::CoreError;
 
 /// An authenticated caller: who issued its credential, and whom it names. Two principals are
-/// the same owner exactly when both are equal.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// the same owner exactly when both are equal (the credential itself takes no part: a caller
+/// that refreshed its token is the same caller).
+#[derive(Debug, Clone)]
 pub struct Principal {
     /// Token issuer (`iss`), `api-key` for static keys, `anonymous` without authentication.
     pub issuer: String,
@@ -48,7 +49,18 @@ pub struct Principal {
     pub subject: String,
     /// Verified JWT claims, for policies (`context.claims`). Empty for other credentials.
     pub claims: serde_json::Map<String, Value>,
+    /// The verified JWT as presented, for a remote backend configured to receive its callers'
+    /// tokens; `None` for API keys (a gateway secret, never a remote's) and anonymous callers.
+    pub credential: Option<switchboard_upstream::Credential>,
 }
+
+impl PartialEq for Principal {
+    fn eq(&self, other: &Self) -> bool {
+        self.issuer == other.issuer && self.subject == other.subject && self.claims == other.claims
+    }
+}
+
+impl Eq for Principal {}
 
 impl Principal {
     /// The principal of every unauthenticated caller.
@@ -57,6 +69,7 @@ impl Principal {
             issuer: "anonymous".to_owned(),
             subject: "anonymous".to_owned(),
             claims: serde_json::Map::new(),
+            credential: None,
         }
     }
 
@@ -914,6 +927,7 @@ mod tests {
             issuer: "api-key".into(),
             subject: "alice".into(),
             claims: serde_json::Map::new(),
+            credential: None,
         };
         let name = format!("evil\"}},\n\u{2028}{}", "é".repeat(300));
         let req = json!({"jsonrpc":"2.0","id":7,"method":"initialize","params":{

@@ -51,4 +51,5 @@ pub use per_session::SpawnBackend;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use session::{SessionId, Transport};
 pub use switchboard_upstream::remote::RemoteError;
+pub use switchboard_upstream::Credential;
 pub use switchboard_upstream::UpstreamError;

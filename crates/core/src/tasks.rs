@@ -413,6 +413,7 @@ mod tests {
             issuer: "api-key".into(),
             subject: "alice".into(),
             claims: serde_json::Map::new(),
+            credential: None,
         };
         let sid = SessionId::mint();
         assert_eq!(Owner::of(&Principal::anonymous(), None), None);

@@ -227,6 +227,7 @@ impl Authenticator {
                 issuer: API_KEY_ISSUER.to_owned(),
                 subject: name.to_owned(),
                 claims: Map::new(),
+                credential: None,
             });
         }
         match &self.jwt {
@@ -425,6 +426,7 @@ impl JwtValidator {
             issuer: self.config.issuer.clone(),
             subject,
             claims,
+            credential: switchboard_core::Credential::bearer(token),
         })
     }
 

@@ -168,6 +168,7 @@ mod tests {
             issuer: "https://idp.example".into(),
             subject: sub.into(),
             claims: claims.as_object().cloned().unwrap_or_default(),
+            credential: None,
         }
     }
 
@@ -201,6 +202,7 @@ mod tests {
             issuer: API_KEY_ISSUER.into(),
             subject: "admin".into(),
             claims: Map::new(),
+            credential: None,
         };
         assert!(a.is_allowed(&key, "tasks/get", &Target::Server));
         assert!(!a.is_allowed(&key, "call_tool", &Target::Tool("exit".into())));

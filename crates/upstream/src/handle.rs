@@ -9,7 +9,7 @@ use switchboard_wire::Message;
 
 use crate::remote::{RemoteOwner, RemoteUpstream};
 use crate::stdio::{StdioHandle, StdioProcess};
-use crate::{PendingCall, UpstreamError};
+use crate::{Credential, PendingCall, UpstreamError};
 
 /// Receives the backend's unsolicited messages (notifications and backend→client requests).
 ///
@@ -41,9 +41,22 @@ impl Upstream {
     /// Sends one request whose JSON-RPC id is the string `key`, and returns the future of its
     /// one answer. Dropping the future withdraws the call.
     pub async fn call(&self, key: &str, line: Vec<u8>) -> Result<PendingCall, UpstreamError> {
+        self.call_as(key, line, None).await
+    }
+
+    /// [`call`](Self::call) on behalf of a caller whose `credential` a remote configured to
+    /// receive it (`forward_caller_token`) gets instead of its static `Authorization`; every
+    /// other backend ignores it. An upstream session remembers the latest one for what it
+    /// sends on its own (listen stream, notifications, its end).
+    pub async fn call_as(
+        &self,
+        key: &str,
+        line: Vec<u8>,
+        credential: Option<&Credential>,
+    ) -> Result<PendingCall, UpstreamError> {
         match self {
             Upstream::Stdio(h) => h.call(key, line).await,
-            Upstream::Remote(r) => r.call(key, line),
+            Upstream::Remote(r) => r.call(key, line, credential),
         }
     }
 

@@ -7,6 +7,7 @@
 //! it and decides what to do with them.
 
 mod answer;
+mod credential;
 mod error;
 mod exit;
 mod forker;
@@ -18,6 +19,7 @@ pub mod stdio;
 mod supervisor;
 
 pub use answer::{BackendResponse, PendingCall};
+pub use credential::Credential;
 pub use error::UpstreamError;
 pub use exit::Exit;
 pub use forker::on_forker;

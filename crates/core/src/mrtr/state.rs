@@ -276,6 +276,7 @@ mod tests {
             issuer: "api-key".into(),
             subject: sub.into(),
             claims: serde_json::Map::new(),
+            credential: None,
         }
     }
 

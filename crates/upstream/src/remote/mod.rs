@@ -74,6 +74,10 @@ pub struct RemoteConfig {
     pub send_timeout: Duration,
     /// Deadline of establishing a connection (TCP and TLS).
     pub connect_timeout: Duration,
+    /// Send the caller's own bearer token (a [`crate::Credential`] given with a call) in place
+    /// of a static `Authorization` header. Off unless configured: incoming credentials are
+    /// never forwarded otherwise.
+    pub forward_caller_token: bool,
 }
 
 impl RemoteConfig {
@@ -87,6 +91,7 @@ impl RemoteConfig {
             call_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            forward_caller_token: false,
         }
     }
 }
@@ -249,6 +254,7 @@ impl RemoteEndpoint {
                 session: Mutex::new(None),
                 version: Mutex::new(None),
                 last_event: Mutex::new(None),
+                caller_auth: Mutex::new(None),
                 sink,
             }),
         }
@@ -268,6 +274,10 @@ struct Inner {
     version: Mutex<Option<HeaderValue>>,
     /// The last event id seen on the listen stream, to resume it with `Last-Event-ID`.
     last_event: Mutex<Option<HeaderValue>>,
+    /// The session's caller's own `Authorization` (`forward_caller_token`), replacing the
+    /// static one on everything this session sends. Only ever set on a session's client: a
+    /// stateless client serves every principal, so its calls carry the credential per request.
+    caller_auth: Mutex<Option<HeaderValue>>,
     sink: Arc<dyn RemoteSink>,
 }
 
@@ -276,6 +286,21 @@ impl std::ops::Deref for Inner {
     fn deref(&self) -> &Endpoint {
         &self.endpoint
     }
+}
+
+/// The static headers, except those a caller's credential or a per-request header replaces
+/// (one `Authorization`, never two), then those.
+pub(crate) fn merge_headers<'a>(
+    fixed: &'a [(HeaderName, HeaderValue)],
+    caller: &'a [(HeaderName, HeaderValue)],
+    extra: &'a [(HeaderName, HeaderValue)],
+) -> impl Iterator<Item = &'a (HeaderName, HeaderValue)> {
+    let replaced = move |name: &HeaderName| caller.iter().chain(extra).any(|(n, _)| n == name);
+    fixed
+        .iter()
+        .filter(move |(name, _)| !replaced(name))
+        .chain(caller)
+        .chain(extra)
 }
 
 fn connector(connect_timeout: Duration) -> hyper_rustls::HttpsConnector<HttpConnector> {
@@ -312,6 +337,11 @@ impl RemoteClient {
     /// every later Legacy request.
     pub fn set_protocol_version(&self, version: &str) {
         *self.inner.version.lock() = HeaderValue::from_str(version).ok();
+    }
+
+    /// Use `auth` as this session's `Authorization` from now on (see `Inner::caller_auth`).
+    pub(crate) fn set_caller_auth(&self, auth: &HeaderValue) {
+        *self.inner.caller_auth.lock() = Some(auth.clone());
     }
 
     /// Whether an upstream session is established (its id stays private).
@@ -514,7 +544,9 @@ impl RemoteClient {
         if method == Method::POST {
             builder = builder.header(CONTENT_TYPE, "application/json");
         }
-        for (name, value) in self.inner.headers.iter().chain(extra) {
+        let caller = self.inner.caller_auth.lock().clone();
+        let caller = caller.map(|v| (hyper::header::AUTHORIZATION, v));
+        for (name, value) in merge_headers(&self.inner.headers, caller.as_slice(), extra) {
             builder = builder.header(name, value);
         }
         let session = if stateless {
@@ -627,5 +659,7 @@ fn response_of(line: &Bytes, msg: &Message<'_>, status: StatusCode) -> Option<Re
     })
 }
 
+#[cfg(test)]
+mod credential_tests;
 #[cfg(test)]
 mod tests;

@@ -304,7 +304,7 @@ impl SseClient {
             .uri(self.inner.endpoint.clone())
             .header(ACCEPT, "application/json, text/event-stream")
             .header(CONTENT_TYPE, "application/json");
-        for (name, value) in self.inner.headers.iter().chain(extra) {
+        for (name, value) in super::merge_headers(&self.inner.headers, &[], extra) {
             builder = builder.header(name, value);
         }
         builder

@@ -30,7 +30,7 @@ use super::{
     ListenHandle, Outgoing, RemoteClient, RemoteEndpoint, RemoteError, RemoteSink, SseClient,
 };
 use crate::answer::Withdraw;
-use crate::{BackendResponse, InboundSink, PendingCall, Upstream, UpstreamError};
+use crate::{BackendResponse, Credential, InboundSink, PendingCall, Upstream, UpstreamError};
 
 /// Most exchanges (calls and sent lines) one upstream session carries at once; more are
 /// refused as overload rather than opening connections without bound.
@@ -64,6 +64,8 @@ pub struct RemoteUpstream {
 struct Shared {
     link: Link,
     mode: Mode,
+    /// Whether a caller's credential replaces the static `Authorization` (off by default).
+    forward_caller_token: bool,
     /// Exchanges under way (calls and lines being sent).
     live: AtomicUsize,
     /// Set once the upstream session is gone: every later call fails with it.
@@ -87,9 +89,12 @@ enum Link {
     Streamable(RemoteClient),
     /// Connected at the first exchange (the SSE stream *is* the session).
     Sse {
-        config: super::RemoteConfig,
+        config: Box<super::RemoteConfig>,
         sink: Arc<dyn RemoteSink>,
         conn: tokio::sync::OnceCell<SseClient>,
+        /// The caller's `Authorization` to connect with (`forward_caller_token`): the stream
+        /// is the session, so it is the one the session keeps.
+        auth: Mutex<Option<HeaderValue>>,
     },
     /// Stateless requests cannot reach an HTTP+SSE remote: every session is a stream.
     NoSession,
@@ -113,11 +118,35 @@ impl Link {
     }
 
     async fn sse(&self) -> Result<&SseClient, RemoteError> {
-        let Link::Sse { config, sink, conn } = self else {
+        let Link::Sse {
+            config,
+            sink,
+            conn,
+            auth,
+        } = self
+        else {
             return Err(NO_SESSION);
         };
-        conn.get_or_try_init(|| SseClient::connect(config.clone(), sink.clone()))
-            .await
+        conn.get_or_try_init(|| {
+            let mut config = super::RemoteConfig::clone(config);
+            if let Some(auth) = auth.lock().clone() {
+                config
+                    .headers
+                    .retain(|(n, _)| n != hyper::header::AUTHORIZATION);
+                config.headers.push((hyper::header::AUTHORIZATION, auth));
+            }
+            SseClient::connect(config, sink.clone())
+        })
+        .await
+    }
+
+    /// A session's caller credential, kept for everything the session sends.
+    fn set_caller_auth(&self, auth: &HeaderValue) {
+        match self {
+            Link::Streamable(c) => c.set_caller_auth(auth),
+            Link::Sse { auth: slot, .. } => *slot.lock() = Some(auth.clone()),
+            Link::NoSession => {}
+        }
     }
 
     fn set_protocol_version(&self, version: &str) {
@@ -185,15 +214,17 @@ impl RemoteUpstream {
             let link = match (endpoint.transport(), mode) {
                 (RemoteTransport::Streamable, _) => Link::Streamable(endpoint.client(bridge)),
                 (RemoteTransport::Sse, Mode::Session) => Link::Sse {
-                    config: endpoint.config().clone(),
+                    config: Box::new(endpoint.config().clone()),
                     sink: bridge,
                     conn: tokio::sync::OnceCell::new(),
+                    auth: Mutex::new(None),
                 },
                 (RemoteTransport::Sse, Mode::Stateless) => Link::NoSession,
             };
             Shared {
                 link,
                 mode,
+                forward_caller_token: endpoint.config().forward_caller_token,
                 live: AtomicUsize::new(0),
                 lost: Mutex::new(None),
                 reachable: endpoint.reachability(),
@@ -212,21 +243,48 @@ impl RemoteUpstream {
         }
     }
 
-    pub(crate) fn call(&self, key: &str, line: Vec<u8>) -> Result<PendingCall, UpstreamError> {
+    pub(crate) fn call(
+        &self,
+        key: &str,
+        line: Vec<u8>,
+        credential: Option<&Credential>,
+    ) -> Result<PendingCall, UpstreamError> {
         let live = self.enter()?;
+        let caller = self.caller_header(credential);
         let (tx, rx) = oneshot::channel();
         let me = self.clone();
         let id = format!("\"{key}\"");
         let task = tokio::spawn(async move {
             let _live = live;
-            let _ = tx.send(me.exchange(Bytes::from(line), &id).await);
+            let _ = tx.send(me.exchange(Bytes::from(line), &id, caller).await);
         });
         Ok(PendingCall::new(rx, Withdraw::Task(task.abort_handle())))
     }
 
-    async fn exchange(&self, line: Bytes, id: &str) -> Result<BackendResponse, UpstreamError> {
+    /// What a call on behalf of `credential` sends as `Authorization`, if anything: nothing
+    /// unless the endpoint forwards callers' tokens. A session keeps it (one principal owns
+    /// the session); a stateless handle, which every principal shares, sends it with this one
+    /// exchange only.
+    fn caller_header(&self, credential: Option<&Credential>) -> Option<HeaderValue> {
+        let credential = credential.filter(|_| self.shared.forward_caller_token)?;
+        match self.shared.mode {
+            Mode::Session => {
+                self.shared.link.set_caller_auth(credential.header());
+                None
+            }
+            Mode::Stateless => Some(credential.header().clone()),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        line: Bytes,
+        id: &str,
+        caller: Option<HeaderValue>,
+    ) -> Result<BackendResponse, UpstreamError> {
         let facts = Facts::of(&line);
         let mut headers = facts.headers();
+        headers.extend(caller.map(|v| (hyper::header::AUTHORIZATION, v)));
         if facts.modern && facts.arguments.is_some() {
             headers.extend(self.param_headers(&facts));
         }
