@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::names::{self, HASH_HEX};
 use super::rules::Filter;
-use super::{uri, BackendRules, Collision, Conflict, Entry, Kind, MergeError, Merged, Strategy};
+use super::{BackendRules, Collision, Conflict, Entry, Kind, MergeError, Merged, Strategy};
 use crate::BackendId;
 
 /// One backend item on its way to an entry.
@@ -361,7 +361,6 @@ fn dedupe_uris(kind: Kind, ids: &[&BackendId], items: &mut [Item], warnings: &mu
 
 fn build(kind: Kind, ids: &[&BackendId], items: Vec<Item>, mut warnings: Vec<String>) -> Merged {
     let mut entries = Vec::with_capacity(items.len());
-    let mut index = HashMap::with_capacity(items.len());
     for mut it in items.into_iter().filter(|it| !it.dropped) {
         if kind.renamable() {
             it.object.insert(
@@ -380,36 +379,19 @@ fn build(kind: Kind, ids: &[&BackendId], items: Vec<Item>, mut warnings: Vec<Str
                 continue;
             }
         };
-        let exposed: Arc<str> = Arc::from(it.exposed);
-        index.insert(exposed.clone(), entries.len());
         entries.push(Entry {
-            exposed,
+            exposed: Arc::from(it.exposed),
             backend: ids[it.backend].clone(),
             original: it.original,
             item,
         });
     }
-    let templates = match kind {
-        Kind::ResourceTemplates => entries
-            .iter()
-            .map(|e| uri::Template::parse(&e.exposed))
-            .collect(),
-        _ => Vec::new(),
-    };
-    let fingerprint = fingerprint(kind, &entries);
-    Merged {
-        kind,
-        entries,
-        index,
-        warnings,
-        templates,
-        fingerprint,
-    }
+    Merged::from_entries(kind, entries, warnings)
 }
 
 /// The first 8 bytes of SHA-256 over the kind and the exposed names (length-prefixed, so no
 /// two lists share an encoding).
-fn fingerprint(kind: Kind, entries: &[Entry]) -> [u8; 8] {
+pub(super) fn fingerprint(kind: Kind, entries: &[Entry]) -> [u8; 8] {
     let mut hasher = Sha256::new();
     hasher.update([kind.tag()]);
     for e in entries {

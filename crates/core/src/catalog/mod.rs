@@ -225,7 +225,7 @@ fn list(collisions: &[Collision]) -> String {
 }
 
 /// A merged list: entries in deterministic order, and the routing table behind them.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Merged {
     kind: Kind,
     entries: Vec<Entry>,
@@ -261,6 +261,40 @@ impl Merged {
         self.entries.iter().filter(|e| e.exposed != e.original)
     }
 
+    /// The same list with only the entries `keep` accepts (a caller's view after policy),
+    /// names unchanged: merging once and narrowing per caller keeps every name the same for
+    /// every principal, so a policy or audit line written for one name means one tool.
+    /// Cursors of the narrowed list are its own (its fingerprint differs).
+    pub fn filtered(&self, keep: impl Fn(&Entry) -> bool) -> Merged {
+        let entries: Vec<Entry> = self.entries.iter().filter(|e| keep(e)).cloned().collect();
+        Merged::from_entries(self.kind, entries, self.warnings.clone())
+    }
+
+    /// Builds the routing table, templates and fingerprint over `entries` (unique names).
+    pub(crate) fn from_entries(kind: Kind, entries: Vec<Entry>, warnings: Vec<String>) -> Self {
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.exposed.clone(), i))
+            .collect();
+        let templates = match kind {
+            Kind::ResourceTemplates => entries
+                .iter()
+                .map(|e| uri::Template::parse(&e.exposed))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let fingerprint = merge::fingerprint(kind, &entries);
+        Merged {
+            kind,
+            entries,
+            index,
+            warnings,
+            templates,
+            fingerprint,
+        }
+    }
+
     /// What the merge dropped or changed, in a sentence each.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
@@ -294,9 +328,23 @@ pub fn route_uri<'a>(
 }
 
 /// `params` with its top-level `key` member (`name` for `tools/call`, `prompts/get`) set to
-/// the backend's `original` name; every other byte kept. `None` if `params` is not an object
-/// (the caller answers `-32602`). URIs are never renamed, so never needed for `uri`.
+/// the backend's `original` name; every other byte kept (duplicates of `key` collapse into
+/// the one set). `None` if `params` is not an object (the caller answers `-32602`). URIs
+/// are never renamed, so it is never needed for `uri`.
 pub fn rename_param(params: &RawValue, key: &str, original: &str) -> Option<Box<RawValue>> {
-    let value = serde_json::to_string(original).ok()?;
-    switchboard_wire::with_member(params, key, &value)
+    rename_param_at(params, &[key], original)
+}
+
+/// [`rename_param`] for a nested member: `path` names the objects down to it, e.g.
+/// `["ref", "name"]` for a prompt completion (`completion/complete`). `None` if `path` is
+/// empty or any object on it is missing or not an object.
+pub fn rename_param_at(params: &RawValue, path: &[&str], original: &str) -> Option<Box<RawValue>> {
+    let (first, rest) = path.split_first()?;
+    if rest.is_empty() {
+        let value = serde_json::to_string(original).ok()?;
+        return switchboard_wire::with_member(params, first, &value);
+    }
+    let inner = switchboard_wire::object_member(params, first)?;
+    let replaced = rename_param_at(inner, rest, original)?;
+    switchboard_wire::with_member(params, first, replaced.get())
 }

@@ -351,3 +351,61 @@ fn kinds_name_their_method_and_keys() {
         false
     )));
 }
+
+#[test]
+fn a_narrowed_view_keeps_names_and_has_its_own_cursors() {
+    let m = uneven();
+    let view = m.filtered(|e| e.backend.as_str() == "c" && &*e.original != "c3");
+    assert_eq!(view.entries().len(), 6);
+    assert_eq!(view.lookup("c0"), Some((&id("c"), "c0")));
+    assert_eq!(
+        view.lookup("a0"),
+        None,
+        "a narrowed-away entry routes nowhere"
+    );
+    assert_eq!(view.lookup("c3"), None);
+    let full_cursor = page(&m, None, 4).unwrap().next.unwrap();
+    assert_eq!(
+        page(&view, Some(&full_cursor), 4).unwrap_err(),
+        BadCursor::OtherList
+    );
+    assert_eq!(
+        walk(&view, 4).concat(),
+        ["c0", "c1", "c2", "c4", "c5", "c6"]
+    );
+    let res = run(
+        Kind::ResourceTemplates,
+        &Strategy::default(),
+        &[(
+            "a",
+            BackendRules::default(),
+            templates(&["x://{id}", "y://{id}"]),
+        )],
+    )
+    .unwrap();
+    let only_y = res.filtered(|e| e.exposed.starts_with('y'));
+    assert_eq!(only_y.route_uri("y://1"), Some(&id("a")));
+    assert_eq!(
+        only_y.route_uri("x://1"),
+        None,
+        "templates are narrowed too"
+    );
+}
+
+#[test]
+fn rename_param_at_reaches_a_completion_ref() {
+    let params = RawValue::from_string(
+        r#"{"ref":{"type":"ref/prompt","name":"a_greet"},"argument":{"name":"who","value":"x"}}"#
+            .to_owned(),
+    )
+    .unwrap();
+    let out = rename_param_at(&params, &["ref", "name"], "greet").unwrap();
+    assert_eq!(
+        out.get(),
+        r#"{"ref":{"type":"ref/prompt","name":"greet"},"argument":{"name":"who","value":"x"}}"#
+    );
+    assert!(rename_param_at(&params, &[], "x").is_none());
+    assert!(rename_param_at(&params, &["missing", "name"], "x").is_none());
+    let bad_ref = RawValue::from_string(r#"{"ref":"nope"}"#.to_owned()).unwrap();
+    assert!(rename_param_at(&bad_ref, &["ref", "name"], "x").is_none());
+}
