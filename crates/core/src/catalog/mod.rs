@@ -175,7 +175,8 @@ pub struct Entry {
     pub backend: BackendId,
     /// The backend's own name (or URI) for it.
     pub original: Arc<str>,
-    /// The item as listed, with the exposed name and the overrides applied.
+    /// The item as listed, with the exposed name and the overrides applied (values intact;
+    /// members in key order, as `serde_json::Value` keeps them without `preserve_order`).
     pub item: Box<RawValue>,
 }
 
