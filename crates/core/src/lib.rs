@@ -12,6 +12,7 @@ pub mod access;
 pub mod audit;
 mod backend;
 mod backends;
+pub mod catalog;
 mod dispatch;
 mod drop_log;
 mod error;
