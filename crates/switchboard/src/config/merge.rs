@@ -2,23 +2,32 @@
 //! given on the command line. Lists given on the command line replace the file's; API keys
 //! add up (the file's `auth.apiKeys` and `--api-keys-file`).
 
+use super::model::{ConfigFile, Dur, IsolationKey};
 use super::spec::{AggregationSpec, BackendKind, ServeSpec};
-use super::{ConfigError, ConfigErrors, Loaded};
+use super::{ConfigError, ConfigErrors, Loaded, Resolved};
 use crate::cli::{GatewayArgs, Isolation};
 
-/// Takes `$val` (an `Option`) into `$dst` unless flag `$id` was given.
-macro_rules! take {
-    ($given:ident, $id:literal, $dst:expr, $val:expr) => {
-        if let Some(v) = $val {
-            if !$given($id) {
-                $dst = v;
-            }
-        }
-    };
+/// Sets options from the file unless their flag was given.
+struct Over<'a> {
+    /// Whether the flag with this clap id (the field name) was on the command line.
+    given: &'a dyn Fn(&str) -> bool,
 }
 
-/// The spec `serve` starts from. `given(id)`: whether the flag with that clap id (the field
-/// name) was on the command line.
+impl Over<'_> {
+    fn set<T>(&self, id: &str, dst: &mut T, val: Option<T>) {
+        if let Some(v) = val {
+            if !(self.given)(id) {
+                *dst = v;
+            }
+        }
+    }
+}
+
+fn secs(d: Option<Dur>) -> Option<f64> {
+    d.map(|d| d.0.as_secs_f64())
+}
+
+/// The spec `serve` starts from.
 pub(crate) fn serve_spec(
     loaded: Loaded,
     mut args: GatewayArgs,
@@ -29,180 +38,25 @@ pub(crate) fn serve_spec(
         file,
         resolved,
     } = loaded;
-    let f = &file;
-    let secs = |d: &super::model::Dur| d.0.as_secs_f64();
-    if let Some(l) = &f.listen {
-        take!(given, "host", args.host, l.host.clone());
-        take!(given, "port", args.port, l.port);
+    let o = Over { given };
+    if let Some(l) = &file.listen {
+        o.set("host", &mut args.host, l.host.clone());
+        o.set("port", &mut args.port, l.port);
     }
-    take!(
-        given,
+    o.set(
         "isolation",
-        args.isolation,
-        f.isolation.map(isolation)
+        &mut args.isolation,
+        file.isolation.map(isolation),
     );
-    take!(
-        given,
+    o.set(
         "worker_threads",
-        args.worker_threads,
-        f.worker_threads.map(Some)
+        &mut args.worker_threads,
+        file.worker_threads.map(Some),
     );
-    if let Some(t) = &f.timeouts {
-        take!(
-            given,
-            "request_timeout",
-            args.request_timeout,
-            t.request.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "max_request_time",
-            args.max_request_time,
-            t.max_request.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "session_ttl",
-            args.session_ttl,
-            t.session_ttl.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "partition_idle",
-            args.partition_idle,
-            t.partition_idle.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "send_timeout",
-            args.send_timeout,
-            t.send.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "header_read_timeout",
-            args.header_read_timeout,
-            t.header_read.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "idle_timeout",
-            args.idle_timeout,
-            t.idle.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "startup_timeout",
-            args.startup_timeout,
-            t.startup.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "listen_grace",
-            args.listen_grace,
-            t.listen_grace.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "shutdown_grace",
-            args.shutdown_grace,
-            t.shutdown_grace.as_ref().map(secs)
-        );
-        take!(
-            given,
-            "keep_alive",
-            args.keep_alive,
-            t.keep_alive.as_ref().map(secs)
-        );
-    }
-    if let Some(l) = &f.limits {
-        take!(
-            given,
-            "max_sessions",
-            args.max_sessions,
-            l.max_sessions.map(Some)
-        );
-        take!(
-            given,
-            "max_sessions_per_principal",
-            args.max_sessions_per_principal,
-            l.max_sessions_per_principal.map(Some)
-        );
-        take!(
-            given,
-            "mrtr_per_principal",
-            args.mrtr_per_principal,
-            l.mrtr_per_principal.map(Some)
-        );
-        take!(
-            given,
-            "max_connections",
-            args.max_connections,
-            l.max_connections.map(Some)
-        );
-        take!(given, "max_in_flight", args.max_in_flight, l.max_in_flight);
-        take!(
-            given,
-            "max_body_bytes",
-            args.max_body_bytes,
-            l.max_body_bytes
-        );
-        take!(
-            given,
-            "max_line_bytes",
-            args.max_line_bytes,
-            l.max_line_bytes
-        );
-        let a = &mut args.auth;
-        take!(
-            given,
-            "rate_limit",
-            a.rate_limit,
-            l.rate_limit.as_ref().and_then(|r| r.parse().ok()).map(Some)
-        );
-        let tools: Vec<String> = l
-            .tool_rate_limits
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        take!(
-            given,
-            "tool_rate_limit",
-            a.tool_rate_limit,
-            Some(tools).filter(|t| !t.is_empty())
-        );
-    }
-    let mut errors = Vec::new();
-    if let Some(h) = &f.http {
-        take!(
-            given,
-            "allowed_hosts",
-            args.allowed_hosts,
-            h.allowed_hosts.clone()
-        );
-        take!(
-            given,
-            "allowed_origins",
-            args.allowed_origins,
-            h.allowed_origins.clone()
-        );
-        if let Some(p) = &h.endpoint_prefix {
-            match switchboard_http::clean_prefix(p) {
-                Some(clean) => take!(given, "endpoint_prefix", args.endpoint_prefix, Some(clean)),
-                None => errors.push(ConfigError::new(
-                    "http.endpointPrefix",
-                    "expected an absolute path like /gateway (plain path characters)",
-                )),
-            }
-        }
-        take!(
-            given,
-            "trust_forwarded_prefix",
-            args.trust_forwarded_prefix,
-            h.trust_forwarded_prefix
-        );
-    }
-    auth(f, &resolved, &mut args, given);
+    timeouts(&o, &file, &mut args);
+    limits(&o, &file, &mut args);
+    let errors = http(&o, &file, &mut args);
+    auth(&o, &file, &resolved, &mut args);
     if !errors.is_empty() {
         return Err(ConfigErrors {
             source_name,
@@ -220,14 +74,10 @@ pub(crate) fn serve_spec(
     }
     if let [one] = backends.as_slice() {
         // One backend: its own deadline is the gateway's.
-        take!(
-            given,
-            "request_timeout",
-            args.request_timeout,
-            one.timeout.map(|d| d.as_secs_f64())
-        );
+        let own = one.timeout.map(|d| d.as_secs_f64());
+        o.set("request_timeout", &mut args.request_timeout, own);
     }
-    let aggregation = AggregationSpec::from_file(f.aggregation.as_ref(), &backends);
+    let aggregation = AggregationSpec::from_file(file.aggregation.as_ref(), &backends);
     Ok(ServeSpec {
         options: args,
         backends,
@@ -235,21 +85,124 @@ pub(crate) fn serve_spec(
     })
 }
 
-fn auth(
-    f: &super::model::ConfigFile,
-    resolved: &super::Resolved,
-    args: &mut GatewayArgs,
-    given: &dyn Fn(&str) -> bool,
-) {
+fn timeouts(o: &Over<'_>, file: &ConfigFile, args: &mut GatewayArgs) {
+    let Some(t) = &file.timeouts else { return };
+    o.set(
+        "request_timeout",
+        &mut args.request_timeout,
+        secs(t.request),
+    );
+    o.set(
+        "max_request_time",
+        &mut args.max_request_time,
+        secs(t.max_request),
+    );
+    o.set("session_ttl", &mut args.session_ttl, secs(t.session_ttl));
+    o.set(
+        "partition_idle",
+        &mut args.partition_idle,
+        secs(t.partition_idle),
+    );
+    o.set("send_timeout", &mut args.send_timeout, secs(t.send));
+    o.set(
+        "header_read_timeout",
+        &mut args.header_read_timeout,
+        secs(t.header_read),
+    );
+    o.set("idle_timeout", &mut args.idle_timeout, secs(t.idle));
+    o.set(
+        "startup_timeout",
+        &mut args.startup_timeout,
+        secs(t.startup),
+    );
+    o.set("listen_grace", &mut args.listen_grace, secs(t.listen_grace));
+    o.set(
+        "shutdown_grace",
+        &mut args.shutdown_grace,
+        secs(t.shutdown_grace),
+    );
+    o.set("keep_alive", &mut args.keep_alive, secs(t.keep_alive));
+}
+
+fn limits(o: &Over<'_>, file: &ConfigFile, args: &mut GatewayArgs) {
+    let Some(l) = &file.limits else { return };
+    o.set(
+        "max_sessions",
+        &mut args.max_sessions,
+        l.max_sessions.map(Some),
+    );
+    let per_principal = l.max_sessions_per_principal.map(Some);
+    o.set(
+        "max_sessions_per_principal",
+        &mut args.max_sessions_per_principal,
+        per_principal,
+    );
+    o.set(
+        "mrtr_per_principal",
+        &mut args.mrtr_per_principal,
+        l.mrtr_per_principal.map(Some),
+    );
+    o.set(
+        "max_connections",
+        &mut args.max_connections,
+        l.max_connections.map(Some),
+    );
+    o.set("max_in_flight", &mut args.max_in_flight, l.max_in_flight);
+    o.set("max_body_bytes", &mut args.max_body_bytes, l.max_body_bytes);
+    o.set("max_line_bytes", &mut args.max_line_bytes, l.max_line_bytes);
+    let a = &mut args.auth;
+    // Checked when the file was resolved.
+    let rate = l.rate_limit.as_ref().and_then(|r| r.parse().ok());
+    o.set("rate_limit", &mut a.rate_limit, rate.map(Some));
+    let tools: Vec<String> = l
+        .tool_rate_limits
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let tools = Some(tools).filter(|t| !t.is_empty());
+    o.set("tool_rate_limit", &mut a.tool_rate_limit, tools);
+}
+
+fn http(o: &Over<'_>, file: &ConfigFile, args: &mut GatewayArgs) -> Vec<ConfigError> {
+    let Some(h) = &file.http else {
+        return Vec::new();
+    };
+    o.set(
+        "allowed_hosts",
+        &mut args.allowed_hosts,
+        h.allowed_hosts.clone(),
+    );
+    o.set(
+        "allowed_origins",
+        &mut args.allowed_origins,
+        h.allowed_origins.clone(),
+    );
+    let trust = h.trust_forwarded_prefix;
+    o.set(
+        "trust_forwarded_prefix",
+        &mut args.trust_forwarded_prefix,
+        trust,
+    );
+    let Some(p) = &h.endpoint_prefix else {
+        return Vec::new();
+    };
+    match switchboard_http::clean_prefix(p) {
+        Some(clean) => {
+            o.set("endpoint_prefix", &mut args.endpoint_prefix, Some(clean));
+            Vec::new()
+        }
+        None => vec![ConfigError::new(
+            "http.endpointPrefix",
+            "expected an absolute path like /gateway (plain path characters)",
+        )],
+    }
+}
+
+fn auth(o: &Over<'_>, f: &ConfigFile, resolved: &Resolved, args: &mut GatewayArgs) {
     let a = &mut args.auth;
     a.inline_keys.clone_from(&resolved.api_keys);
     if let Some(p) = &f.policy {
-        take!(
-            given,
-            "policy",
-            a.policy,
-            Some(Some(resolved.path(&p.file)))
-        );
+        o.set("policy", &mut a.policy, Some(Some(resolved.path(&p.file))));
     }
     if let Some(audit) = &f.audit {
         let log = if audit.log == "-" {
@@ -257,77 +210,62 @@ fn auth(
         } else {
             resolved.path(audit.log.as_ref()).display().to_string()
         };
-        take!(given, "audit_log", a.audit_log, Some(Some(log)));
-        take!(
-            given,
-            "audit_bodies",
-            a.audit_bodies,
-            audit.bodies.map(Some)
-        );
+        o.set("audit_log", &mut a.audit_log, Some(Some(log)));
+        o.set("audit_bodies", &mut a.audit_bodies, audit.bodies.map(Some));
     }
     let Some(file) = &f.auth else { return };
     let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| Some(resolved.path(p)));
-    take!(given, "auth_config", a.auth_config, path(&file.config_file));
-    take!(
-        given,
+    o.set("auth_config", &mut a.auth_config, path(&file.config_file));
+    o.set(
         "api_keys_file",
-        a.api_keys_file,
-        path(&file.api_keys_file)
+        &mut a.api_keys_file,
+        path(&file.api_keys_file),
     );
-    take!(
-        given,
+    o.set(
         "public_url",
-        a.public_url,
-        file.public_url.clone().map(Some)
+        &mut a.public_url,
+        file.public_url.clone().map(Some),
     );
-    take!(
-        given,
+    let anonymous = file.allow_anonymous_non_loopback;
+    o.set(
         "allow_anonymous_non_loopback",
-        a.allow_anonymous_non_loopback,
-        file.allow_anonymous_non_loopback
+        &mut a.allow_anonymous_non_loopback,
+        anonymous,
     );
     let Some(jwt) = &file.jwt else { return };
-    take!(
-        given,
+    o.set(
         "jwt_issuer",
-        a.jwt_issuer,
-        Some(Some(jwt.issuer.clone()))
+        &mut a.jwt_issuer,
+        Some(Some(jwt.issuer.clone())),
     );
-    take!(
-        given,
+    o.set(
         "jwks_url",
-        a.jwks_url,
-        Some(Some(jwt.jwks_url.clone()))
+        &mut a.jwks_url,
+        Some(Some(jwt.jwks_url.clone())),
     );
-    take!(
-        given,
+    let nonempty = |v: &Vec<String>| Some(v.clone()).filter(|v| !v.is_empty());
+    o.set(
         "jwt_audience",
-        a.jwt_audience,
-        Some(jwt.audiences.clone()).filter(|v| !v.is_empty())
+        &mut a.jwt_audience,
+        nonempty(&jwt.audiences),
     );
-    take!(
-        given,
+    o.set(
         "jwt_algorithms",
-        a.jwt_algorithms,
-        Some(jwt.algorithms.clone()).filter(|v| !v.is_empty())
+        &mut a.jwt_algorithms,
+        nonempty(&jwt.algorithms),
     );
-    take!(
-        given,
-        "jwt_leeway",
-        a.jwt_leeway,
-        jwt.leeway.map(|d| Some(d.0.as_secs_f64()))
-    );
-    take!(
-        given,
+    o.set("jwt_leeway", &mut a.jwt_leeway, secs(jwt.leeway).map(Some));
+    let cooldown = secs(jwt.jwks_refresh_cooldown).map(Some);
+    o.set(
         "jwks_refresh_cooldown",
-        a.jwks_refresh_cooldown,
-        jwt.jwks_refresh_cooldown.map(|d| Some(d.0.as_secs_f64()))
+        &mut a.jwks_refresh_cooldown,
+        cooldown,
     );
 }
 
-fn isolation(k: super::model::IsolationKey) -> Isolation {
+fn isolation(k: IsolationKey) -> Isolation {
     match k {
-        super::model::IsolationKey::Shared => Isolation::Shared,
-        super::model::IsolationKey::PerSession => Isolation::PerSession,
+        IsolationKey::Shared => Isolation::Shared,
+        IsolationKey::PerSession => Isolation::PerSession,
     }
 }

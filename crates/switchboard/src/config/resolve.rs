@@ -226,7 +226,7 @@ impl Ctx<'_> {
                 Err(err) => errors.push(ConfigError::new(&path, err.to_string())),
             }
         }
-        let url = match expanded {
+        let expanded = match expanded {
             Ok(u) if errors.is_empty() => u,
             Ok(_) => return Err(errors),
             Err(err) => {
@@ -235,8 +235,9 @@ impl Ctx<'_> {
             }
         };
         Ok(BackendKind::Remote(RemoteSpec {
-            url,
-            shown_url: e_url_shown(e),
+            url: expanded,
+            // As written: its references are shown, never their values.
+            shown_url: url.to_owned(),
             label: format!("{at}.url"),
             transport: match e.transport {
                 None | Some(Transport::Auto) => TransportArg::Auto,
@@ -247,11 +248,6 @@ impl Ctx<'_> {
             forward_caller_token: e.forward_caller_token,
         }))
     }
-}
-
-/// The URL as written: its references are shown, never their values.
-fn e_url_shown(e: &BackendEntry) -> String {
-    e.url.clone().unwrap_or_default()
 }
 
 /// `Name: value` lines (as `--header-file`): `#` comments and blank lines skipped.

@@ -361,3 +361,30 @@ async fn serve_with_two_backends_says_it_needs_the_aggregating_core() {
     );
     assert!(!stdout.contains("listening on"), "{stdout}");
 }
+
+/// A remote's URL may carry a `${VAR}`: what `serve` prints (and the error when the remote
+/// is not there) shows the reference, never the value.
+#[tokio::test]
+async fn serve_shows_a_remote_url_by_its_reference() {
+    let dir = Dir::new("serve-url");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "listen: {{port: 0}}\ntimeouts: {{startup: 5s}}\nbackends:\n  - name: gone\n    url: \"http://127.0.0.1:{port}/mcp?key=${{IT_URL_KEY}}\"\n    headers: {{X-Key: \"${{IT_URL_KEY}}\"}}\n"
+        ),
+    );
+    let args = ["serve", "--config", config.to_str().unwrap()];
+    let out = switchboard(&args, &[("IT_URL_KEY", "it-url-secret-77")], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("key=${IT_URL_KEY}"), "{stdout}");
+    assert!(
+        !stdout.contains("it-url-secret") && !stderr.contains("it-url-secret"),
+        "{stdout}{stderr}"
+    );
+}
