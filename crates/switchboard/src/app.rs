@@ -1,4 +1,5 @@
-//! `switchboard run`: start the backend, initialize it, serve, shut down in order.
+//! `switchboard run` and `serve`: start the backend, initialize it, serve, shut down in
+//! order. Both start from a [`ServeSpec`]; one backend is served as a transparent proxy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,26 +15,63 @@ use switchboard_core::{
 use switchboard_http::{AppState, ConnLimits, HttpConfig, OriginPolicy};
 use switchboard_upstream::StdioConfig;
 
-use crate::cli::{Isolation, RunArgs};
+use crate::cli::{GatewayArgs, Isolation, RunArgs};
+use crate::config::spec::{BackendKind, BackendSpec, StdioSpec};
+use crate::config::ServeSpec;
 
+/// `switchboard run`: one backend from the command line.
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
+    start(args.into_spec()?).await
+}
+
+/// `switchboard serve`: one backend is served exactly as `run` serves it; more need the
+/// aggregating core (as does one whose lists are filtered or renamed).
+pub(crate) async fn serve(spec: ServeSpec) -> anyhow::Result<()> {
+    match spec.backends.as_slice() {
+        [one] if !one.needs_catalog() => start(spec).await,
+        _ => start_many(spec).await,
+    }
+}
+
+/// Many backends behind one endpoint. The aggregating core replaces this.
+pub(crate) async fn start_many(spec: ServeSpec) -> anyhow::Result<()> {
+    tracing::debug!(aggregation = ?spec.aggregation, "aggregation settings");
+    anyhow::bail!(
+        "serving {} backends needs the aggregating core (and so do tool/prompt filters, \
+         overrides and forwardCallerToken), which is not built yet",
+        spec.backends.len()
+    )
+}
+
+/// Serves the spec's one backend.
+async fn start(spec: ServeSpec) -> anyhow::Result<()> {
+    let ServeSpec {
+        options: args,
+        backends,
+        ..
+    } = spec;
+    let [backend] = <[BackendSpec; 1]>::try_from(backends)
+        .map_err(|b| anyhow::anyhow!("expected one backend, got {}", b.len()))?;
+    let shape = Shape::of(&backend);
     // Identity, policy and audit settings are checked before anything starts.
     let auth = args.auth.resolve()?;
     args.auth.check_anonymous(&auth, &args.host)?;
     let access = args.auth.access(&auth)?;
-    let origin = Origin::of(&args)?;
+    let origin = Origin::of(&args, &backend)?;
     // The address is claimed before any backend starts: a busy port is reported at once, and
     // leaves no backend process behind.
     let listener = bind(&args.host, args.port)
         .await
         .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
-    let mut config = gateway_config(&args);
+    let mut config = gateway_config(&args, shape);
     let max_sessions = config.max_sessions;
     config.access = access;
     let registry = Registry::new(&config);
     let started = match origin {
-        Origin::Stdio(stdio) => start_stdio(&args, stdio, &registry).await?,
-        Origin::Remote(endpoint) => start_remote(&args, endpoint, &registry).await?,
+        Origin::Stdio(stdio) => start_stdio(&args, stdio, shape.isolation, &registry).await?,
+        Origin::Remote(endpoint, transport, shown) => {
+            start_remote(&args, endpoint, transport, &shown, &registry).await?
+        }
     };
     println!(
         "switchboard: backend ready: {} (protocol {}, era {})",
@@ -76,7 +114,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     println!("switchboard: HTTP+SSE (2024-11-05) on http://{addr}/sse");
     let http = HttpConfig {
         max_body_bytes: args.max_body_bytes,
-        keep_alive: RunArgs::secs(args.keep_alive),
+        keep_alive: GatewayArgs::secs(args.keep_alive),
         origin: origin_policy(&args, addr.ip().is_loopback()),
         endpoint_prefix: args.endpoint_prefix.clone(),
         trust_forwarded_prefix: args.trust_forwarded_prefix,
@@ -84,10 +122,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_in_flight: args.max_in_flight,
     };
     let limits = ConnLimits {
-        send_timeout: RunArgs::secs(args.send_timeout),
-        header_read_timeout: RunArgs::secs(args.header_read_timeout),
-        idle_timeout: RunArgs::secs(args.idle_timeout),
-        max_connections: max_connections(&args, max_sessions, started.fds_per_session),
+        send_timeout: GatewayArgs::secs(args.send_timeout),
+        header_read_timeout: GatewayArgs::secs(args.header_read_timeout),
+        idle_timeout: GatewayArgs::secs(args.idle_timeout),
+        max_connections: max_connections(&args, shape, max_sessions, started.fds_per_session),
     };
     info!(max_connections = limits.max_connections, "connection bound");
     let mut server = tokio::spawn(switchboard_http::serve(
@@ -102,7 +140,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         r = &mut server => { r??; }
         () = stop.cancelled() => {
             println!("switchboard: shutting down");
-            let grace = RunArgs::secs(args.shutdown_grace);
+            let grace = GatewayArgs::secs(args.shutdown_grace);
             if tokio::time::timeout(grace, &mut server).await.is_err() {
                 warn!(?grace, "requests still in flight after the grace period; failing them");
             }
@@ -130,27 +168,61 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What decides the defaults that depend on the backend: its isolation, and whether it is
+/// remote (an upstream session costs the remote, not a process here).
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    isolation: Isolation,
+    remote: bool,
+}
+
+impl Shape {
+    fn of(backend: &BackendSpec) -> Shape {
+        match &backend.kind {
+            BackendKind::Stdio(s) => Shape {
+                isolation: s.isolation,
+                remote: false,
+            },
+            BackendKind::Remote(_) => Shape {
+                isolation: Isolation::PerSession,
+                remote: true,
+            },
+        }
+    }
+}
+
 /// What the backend is: a local command or a remote URL (checked before anything starts).
 enum Origin {
     Stdio(StdioConfig),
-    Remote(switchboard_upstream::remote::RemoteEndpoint),
+    /// The endpoint, the transport to try, and the URL as configured (shown, never the
+    /// expanded one).
+    Remote(
+        switchboard_upstream::remote::RemoteEndpoint,
+        crate::remote::TransportArg,
+        String,
+    ),
 }
 
 impl Origin {
-    fn of(args: &RunArgs) -> anyhow::Result<Origin> {
-        let Some(url) = &args.remote.url else {
-            return Ok(Origin::Stdio(stdio_config(args)?));
+    fn of(args: &GatewayArgs, backend: &BackendSpec) -> anyhow::Result<Origin> {
+        let remote = match &backend.kind {
+            BackendKind::Stdio(stdio) => return Ok(Origin::Stdio(stdio_config(args, stdio))),
+            BackendKind::Remote(r) => r,
         };
         // Progress restarts the gateway's request deadline (which then drops the call), so a
         // remote call itself is bounded only by the whole-request bound.
-        let config = args.remote.config(
-            url,
-            RunArgs::secs(args.max_request_time),
-            RunArgs::secs(args.request_timeout),
-        )?;
+        let config = crate::remote::remote_config(
+            remote,
+            GatewayArgs::secs(args.max_request_time),
+            GatewayArgs::secs(args.request_timeout),
+        );
         let endpoint = switchboard_upstream::remote::RemoteEndpoint::new(config)
-            .with_context(|| format!("--url {url}"))?;
-        Ok(Origin::Remote(endpoint))
+            .with_context(|| remote.label.clone())?;
+        Ok(Origin::Remote(
+            endpoint,
+            remote.transport,
+            remote.shown_url.clone(),
+        ))
     }
 }
 
@@ -175,8 +247,9 @@ struct Supervised {
 }
 
 async fn start_stdio(
-    args: &RunArgs,
+    args: &GatewayArgs,
     stdio: StdioConfig,
+    isolation: Isolation,
     registry: &Arc<Registry>,
 ) -> anyhow::Result<Started> {
     let shown = std::iter::once(stdio.program.as_str())
@@ -186,7 +259,7 @@ async fn start_stdio(
     println!("switchboard: starting backend: {shown}");
     let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
     let upstream = switchboard_upstream::Upstream::Stdio(handle.clone());
-    let timeout = RunArgs::secs(args.startup_timeout);
+    let timeout = GatewayArgs::secs(args.startup_timeout);
     let backend = match Backend::connect(upstream, timeout, EraPolicy::Auto).await {
         Ok(b) => b,
         Err(e) => {
@@ -201,7 +274,7 @@ async fn start_stdio(
             return Err(e).context("backend did not become ready");
         }
     };
-    let per_session = (args.isolation == Isolation::PerSession)
+    let per_session = (isolation == Isolation::PerSession)
         .then(|| Arc::new(Spawner(stdio.clone())) as Arc<dyn SpawnBackend>);
     Ok(Started {
         backend,
@@ -218,14 +291,16 @@ async fn start_stdio(
 }
 
 async fn start_remote(
-    args: &RunArgs,
+    args: &GatewayArgs,
     endpoint: switchboard_upstream::remote::RemoteEndpoint,
+    transport: crate::remote::TransportArg,
+    shown_url: &str,
     registry: &Arc<Registry>,
 ) -> anyhow::Result<Started> {
-    println!("switchboard: connecting to remote: {}", endpoint.url());
-    let timeout = RunArgs::secs(args.startup_timeout);
+    println!("switchboard: connecting to remote: {shown_url}");
+    let timeout = GatewayArgs::secs(args.startup_timeout);
     let (backend, internal, endpoint) =
-        crate::remote::connect_with(endpoint, args.remote.transport, registry, timeout).await?;
+        crate::remote::connect_with(endpoint, transport, registry, timeout).await?;
     Ok(Started {
         backend,
         process: None,
@@ -273,31 +348,17 @@ async fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {
     Err(last.unwrap_or_else(|| std::io::Error::other("no address to listen on")))
 }
 
-fn stdio_config(args: &RunArgs) -> anyhow::Result<StdioConfig> {
-    let mut config = match args.command.split_first() {
-        Some((program, rest)) => StdioConfig::new(program.clone(), rest.to_vec()),
-        None => {
-            let me = std::env::current_exe()
-                .context("cannot locate the switchboard binary for the built-in fixture")?;
-            StdioConfig::new(
-                me.to_string_lossy().into_owned(),
-                vec!["fixture".to_owned()],
-            )
-        }
-    };
+fn stdio_config(args: &GatewayArgs, stdio: &StdioSpec) -> StdioConfig {
+    let mut config = StdioConfig::new(stdio.program.clone(), stdio.args.clone());
     config.max_line_bytes = args.max_line_bytes;
-    config.env.clone_from(&args.env);
-    if let Some(dir) = &args.cwd {
-        // Checked here: a spawn error would only say "No such file or directory".
-        anyhow::ensure!(dir.is_dir(), "--cwd {}: not a directory", dir.display());
-    }
-    config.cwd.clone_from(&args.cwd);
-    Ok(config)
+    config.env.clone_from(&stdio.env);
+    config.cwd.clone_from(&stdio.cwd);
+    config
 }
 
 /// Loopback binds accept only loopback `Host`/`Origin` (DNS-rebinding protection) unless the
 /// operator lists others; other binds accept any unless the operator restricts them.
-fn origin_policy(args: &RunArgs, loopback: bool) -> OriginPolicy {
+fn origin_policy(args: &GatewayArgs, loopback: bool) -> OriginPolicy {
     let default = if loopback {
         OriginPolicy::loopback()
     } else {
@@ -314,22 +375,22 @@ fn origin_policy(args: &RunArgs, loopback: bool) -> OriginPolicy {
     }
 }
 
-fn gateway_config(args: &RunArgs) -> GatewayConfig {
+fn gateway_config(args: &GatewayArgs, shape: Shape) -> GatewayConfig {
     GatewayConfig {
-        request_timeout: RunArgs::secs(args.request_timeout),
-        max_request_time: RunArgs::secs(args.max_request_time),
-        handshake_timeout: RunArgs::secs(args.startup_timeout),
-        session_ttl: RunArgs::secs(args.session_ttl),
-        max_sessions: args.max_sessions.unwrap_or(
-            match (args.isolation, args.remote.url.is_some()) {
+        request_timeout: GatewayArgs::secs(args.request_timeout),
+        max_request_time: GatewayArgs::secs(args.max_request_time),
+        handshake_timeout: GatewayArgs::secs(args.startup_timeout),
+        session_ttl: GatewayArgs::secs(args.session_ttl),
+        max_sessions: args
+            .max_sessions
+            .unwrap_or(match (shape.isolation, shape.remote) {
                 // An upstream session costs the remote, not a process here.
                 (_, true) => 1024,
                 (Isolation::Shared, false) => 100_000,
                 (Isolation::PerSession, false) => 256,
-            },
-        ),
-        listen_grace: RunArgs::secs(args.listen_grace),
-        partition_idle: RunArgs::secs(args.partition_idle),
+            }),
+        listen_grace: GatewayArgs::secs(args.listen_grace),
+        partition_idle: GatewayArgs::secs(args.partition_idle),
         max_sessions_per_principal: args
             .max_sessions_per_principal
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
@@ -355,8 +416,13 @@ const MIN_CONNECTIONS: u64 = 32;
 /// descriptors, accepting fails and backends cannot be spawned, so the bound has to bite
 /// first. The headroom counts every backend process the gateway may run (the shared one and a
 /// restart's standby; one per session in per-session mode).
-fn max_connections(args: &RunArgs, max_sessions: usize, fds_per_session: u64) -> usize {
-    let sessions = match (args.isolation, args.remote.url.is_some()) {
+fn max_connections(
+    args: &GatewayArgs,
+    shape: Shape,
+    max_sessions: usize,
+    fds_per_session: u64,
+) -> usize {
+    let sessions = match (shape.isolation, shape.remote) {
         (Isolation::Shared, false) => 0,
         _ => u64::try_from(max_sessions).unwrap_or(u64::MAX),
     };

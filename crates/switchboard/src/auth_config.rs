@@ -70,6 +70,9 @@ pub(crate) struct AuthArgs {
     /// own), comma-separated or repeated.
     #[arg(long, value_name = "NAME=RATE", value_delimiter = ',')]
     pub(crate) tool_rate_limit: Vec<String>,
+    /// API keys given inline (`serve`'s config file, `auth.apiKeys`), already expanded.
+    #[arg(skip)]
+    pub(crate) inline_keys: Vec<(String, String)>,
 }
 
 /// The `--auth-config` file.
@@ -136,7 +139,7 @@ impl AuthArgs {
             }
             None => FileConfig::default(),
         };
-        let mut args_keys = Vec::new();
+        let mut args_keys = self.inline_keys.clone();
         if let Some(path) = &self.api_keys_file {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;

@@ -1,5 +1,6 @@
 //! The command line (the CLI contract in DESIGN.md).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -18,6 +19,15 @@ pub(crate) enum Command {
     /// none) or a remote one (`--url`).
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
+    /// Serve the backends of a config file (or of an `mcpServers` JSON file) at
+    /// http://HOST:PORT/mcp. Flags override the file.
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(ServeArgs),
+    /// Check a config file: every error with its path, or a summary of what it serves.
+    Validate(ValidateArgs),
+    /// Write a config file from the `mcpServers` JSON of Claude Desktop, Cursor, VS Code or
+    /// `.mcp.json`.
+    Init(InitArgs),
     /// Run the built-in fixture MCP server on stdin/stdout.
     Fixture(FixtureArgs),
     /// Drive an MCP endpoint (or a stdio server directly) with load and report throughput and
@@ -44,8 +54,72 @@ Examples:
   # Liveness for a load balancer or orchestrator
   curl http://127.0.0.1:8080/healthz";
 
+/// `run`: the gateway's options and one backend, given on the command line.
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  # Convert the servers you already use, then serve them on one endpoint
+  switchboard init --from-mcp-json ~/.config/Claude/claude_desktop_config.json
+  switchboard serve --config switchboard.yaml
+
+  # Serve an mcpServers file as it is
+  switchboard serve --mcp-json .mcp.json --port 9000";
+
+/// `serve`: the backends come from a file; the gateway flags are `run`'s.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The config file (YAML; schema/switchboard.schema.json).
+    #[arg(long, value_name = "FILE", required_unless_present = "mcp_json")]
+    pub(crate) config: Option<PathBuf>,
+    /// Serve the servers of an `mcpServers` (or VS Code `servers`) JSON file directly.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub(crate) mcp_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) gateway: GatewayArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateArgs {
+    /// The config file to check.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InitArgs {
+    /// The `mcpServers` JSON to convert.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) from_mcp_json: PathBuf,
+    /// Where to write the config. Its secrets go beside it, in `<stem>.secrets.env` (mode
+    /// 0600).
+    #[arg(long, value_name = "PATH", default_value = "switchboard.yaml")]
+    pub(crate) out: PathBuf,
+    /// Replace the config and secrets files if they exist.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) gateway: GatewayArgs,
+    /// An environment variable for the backend process, KEY=VALUE (repeatable); added to the
+    /// gateway's own environment, which the backend inherits.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub(crate) env: Vec<(String, String)>,
+    /// Working directory of the backend process (default: the gateway's).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) cwd: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) remote: Box<crate::remote::RemoteArgs>,
+    /// The stdio MCP server to front, after `--`.
+    #[arg(last = true)]
+    pub(crate) command: Vec<String>,
+}
+
+/// Everything about the gateway itself (not its backend): shared by `run` and `serve`, where a
+/// flag given on the command line overrides the config file.
+#[derive(Debug, Args)]
+pub(crate) struct GatewayArgs {
     /// Address to listen on. Loopback by default; a non-loopback address needs authentication
     /// (or `--allow-anonymous-non-loopback`).
     #[arg(long, default_value = "127.0.0.1")]
@@ -148,18 +222,6 @@ pub(crate) struct RunArgs {
     /// wake-ups); BENCHMARKS.md has the numbers.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub(crate) worker_threads: Option<u16>,
-    /// An environment variable for the backend process, KEY=VALUE (repeatable); added to the
-    /// gateway's own environment, which the backend inherits.
-    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
-    pub(crate) env: Vec<(String, String)>,
-    /// Working directory of the backend process (default: the gateway's).
-    #[arg(long, value_name = "DIR")]
-    pub(crate) cwd: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub(crate) remote: Box<crate::remote::RemoteArgs>,
-    /// The stdio MCP server to front, after `--`.
-    #[arg(last = true)]
-    pub(crate) command: Vec<String>,
 }
 
 fn parse_env(raw: &str) -> Result<(String, String), String> {
@@ -174,7 +236,7 @@ fn parse_prefix(raw: &str) -> Result<String, String> {
         .ok_or_else(|| "expected an absolute path like /gateway (plain path characters)".to_owned())
 }
 
-impl RunArgs {
+impl GatewayArgs {
     pub(crate) fn secs(v: f64) -> Duration {
         Duration::try_from_secs_f64(v.max(0.001))
             .unwrap_or(Duration::from_secs(u64::from(u32::MAX)))

@@ -1,13 +1,17 @@
 //! `switchboard`: the MCP gateway binary. Thin: parse the command line, set up logging, and
-//! hand off to [`app`] (gateway) or the fixture server.
+//! hand off to [`app`] (gateway), [`config`] (`validate`, `init`) or the fixture server.
 
 mod app;
 mod auth_config;
 mod bench;
 mod cli;
+mod config;
 mod remote;
 
-use clap::Parser;
+use std::future::Future;
+
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 use tracing_subscriber::EnvFilter;
 
 use cli::{Cli, Command};
@@ -19,20 +23,44 @@ use cli::{Cli, Command};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    init_tracing(&cli);
-    let runtime = match runtime_for(&cli.command) {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("switchboard: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+    // Parsed through `ArgMatches` so `serve` can tell a flag given on the command line (which
+    // overrides the config file) from a default.
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => app::run(args).await,
-            Command::Bench(args) => bench::run(args).await,
-            Command::Fixture(args) => {
+    init_tracing(&cli);
+    match cli.command {
+        // These never serve, so they need no async runtime.
+        Command::Validate(args) => exit(config::validate(&args)),
+        Command::Init(args) => exit(config::init(&args)),
+        Command::Serve(args) => {
+            let sub = matches.subcommand_matches("serve");
+            let given =
+                |id: &str| sub.and_then(|m| m.value_source(id)) == Some(ValueSource::CommandLine);
+            // The files are read before the runtime starts: its size may come from them.
+            match config::serve_spec(args, &given) {
+                Ok(spec) => {
+                    let threads = spec.options.worker_threads;
+                    block_on(multi_thread(threads), app::serve(spec))
+                }
+                Err(e) => exit(Err(e)),
+            }
+        }
+        Command::Run(args) => {
+            let threads = args.gateway.worker_threads;
+            block_on(multi_thread(threads), app::run(args))
+        }
+        Command::Bench(args) => block_on(multi_thread(None), bench::run(args)),
+        Command::Fixture(args) => {
+            // The fixture reads one stdin stream and answers from one writer, so it runs on a
+            // single thread: a multi-threaded runtime only added work-stealing wake-ups to
+            // every request (over 100 µs of CPU per request at concurrency 1, measured).
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            block_on(rt, async move {
                 let opts = switchboard_fixture::FixtureOptions {
                     era: args.era.into(),
                 };
@@ -46,11 +74,38 @@ fn main() -> std::process::ExitCode {
                     switchboard_fixture::run_stdio(opts).await
                 };
                 served.map_err(anyhow::Error::from)
-            }
+            })
         }
-    });
+    }
+}
+
+/// The gateway and the load driver run on a multi-threaded runtime.
+fn multi_thread(worker_threads: Option<u16>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = worker_threads {
+        b.worker_threads(usize::from(n));
+    }
+    b.enable_all().build()
+}
+
+fn block_on(
+    runtime: std::io::Result<tokio::runtime::Runtime>,
+    work: impl Future<Output = anyhow::Result<()>>,
+) -> std::process::ExitCode {
+    let runtime = match runtime {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("switchboard: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(work);
     // Do not wait for stray blocking tasks (e.g. a stdin read) on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    exit(result)
+}
+
+fn exit(result: anyhow::Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -60,31 +115,13 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// The gateway and the load driver run on a multi-threaded runtime. The fixture reads one
-/// stdin stream and answers from one writer, so it runs on a single thread: a multi-threaded
-/// runtime only added work-stealing wake-ups to every request (over 100 µs of CPU per request
-/// at concurrency 1, measured).
-fn runtime_for(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = match command {
-        Command::Fixture(_) => tokio::runtime::Builder::new_current_thread(),
-        Command::Run(args) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            if let Some(n) = args.worker_threads {
-                b.worker_threads(usize::from(n));
-            }
-            b
-        }
-        Command::Bench(_) => tokio::runtime::Builder::new_multi_thread(),
-    };
-    builder.enable_all().build()
-}
-
 fn init_tracing(cli: &Cli) {
     // Logs go to stderr: stdout is the MCP channel for `fixture`, and carries only the
     // human-readable progress lines for `run`.
     let default = match &cli.command {
         Command::Fixture(_) => "warn",
-        Command::Run(_) | Command::Bench(_) => "info",
+        Command::Validate(_) | Command::Init(_) => "warn",
+        Command::Run(_) | Command::Serve(_) | Command::Bench(_) => "info",
     };
     let filter =
         EnvFilter::try_from_env("SWITCHBOARD_LOG").unwrap_or_else(|_| EnvFilter::new(default));

@@ -52,15 +52,8 @@ pub(crate) enum TransportArg {
 }
 
 impl RemoteArgs {
-    /// The remote's configuration, with every header checked and expanded.
-    /// `call_timeout` bounds a whole call (the gateway's own deadline, restarted by progress,
-    /// cancels it earlier); `send_timeout` bounds a notification or answer POST.
-    pub(crate) fn config(
-        &self,
-        url: &str,
-        call_timeout: Duration,
-        send_timeout: Duration,
-    ) -> anyhow::Result<RemoteConfig> {
+    /// `--header` and `--header-file` lines, each checked and expanded.
+    pub(crate) fn headers(&self) -> anyhow::Result<Vec<(HeaderName, HeaderValue)>> {
         let mut lines: Vec<String> = self.headers.clone();
         if let Some(path) = &self.header_file {
             let text = std::fs::read_to_string(path)
@@ -72,16 +65,26 @@ impl RemoteArgs {
                     .map(str::to_owned),
             );
         }
-        let mut config = RemoteConfig::new(url);
-        config.call_timeout = call_timeout;
-        config.send_timeout = send_timeout;
-        for line in &lines {
-            config
-                .headers
-                .push(parse_header(line, |v| std::env::var(v).ok())?);
-        }
-        Ok(config)
+        lines
+            .iter()
+            .map(|line| parse_header(line, |v| std::env::var(v).ok()))
+            .collect()
     }
+}
+
+/// A remote's configuration: where, with which headers, within which deadlines.
+/// `call_timeout` bounds a whole call (the gateway's own deadline, restarted by progress,
+/// cancels it earlier); `send_timeout` bounds a notification or answer POST.
+pub(crate) fn remote_config(
+    spec: &crate::config::spec::RemoteSpec,
+    call_timeout: Duration,
+    send_timeout: Duration,
+) -> RemoteConfig {
+    let mut config = RemoteConfig::new(spec.url.clone());
+    config.call_timeout = call_timeout;
+    config.send_timeout = send_timeout;
+    config.headers.clone_from(&spec.headers);
+    config
 }
 
 /// `Name: value` with `${VAR}` expanded by `env`. Errors name the header, never its value.
@@ -95,8 +98,29 @@ fn parse_header(
             redact(raw)
         )
     })?;
-    let name = HeaderName::from_bytes(name.trim().as_bytes())
-        .with_context(|| format!("--header: `{}` is not a header name", name.trim()))?;
+    let name = header_name(name.trim()).map_err(|e| match e {
+        HeaderNameError::Invalid(_) => anyhow::anyhow!("--header: {e}"),
+        HeaderNameError::Reserved(_) => anyhow::anyhow!("--header {e}"),
+    })?;
+    let value = crate::config::secrets::expand(value.trim(), &env)
+        .with_context(|| format!("--header {name}"))?;
+    let value = header_value(&value).with_context(|| format!("--header {name}"))?;
+    Ok((name, value))
+}
+
+/// Why a header name is refused (never holds a value).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HeaderNameError {
+    #[error("`{0}` is not a header name")]
+    Invalid(String),
+    #[error("{0}: the gateway sets this header itself")]
+    Reserved(String),
+}
+
+/// A header name the operator may set on requests to a remote.
+pub(crate) fn header_name(raw: &str) -> Result<HeaderName, HeaderNameError> {
+    let name = HeaderName::from_bytes(raw.as_bytes())
+        .map_err(|_| HeaderNameError::Invalid(raw.to_owned()))?;
     // The gateway sets these itself, per upstream session or per request: a fixed value
     // would make every session present the same `Mcp-Session-Id` (one upstream session for
     // every principal), or break the framing of requests on the shared connection pool.
@@ -114,33 +138,18 @@ fn parse_header(
                 | "accept"
                 | "last-event-id"
         );
-    anyhow::ensure!(
-        !reserved,
-        "--header {name}: the gateway sets this header itself"
-    );
-    let value = expand(value.trim(), &env).with_context(|| format!("--header {name}"))?;
-    let mut value = HeaderValue::from_str(&value)
-        .with_context(|| format!("--header {name}: the value is not a valid header value"))?;
-    value.set_sensitive(true);
-    Ok((name, value))
+    if reserved {
+        return Err(HeaderNameError::Reserved(name.to_string()));
+    }
+    Ok(name)
 }
 
-/// Replaces each `${VAR}` with its value; an unset variable is an error (a missing token
-/// would otherwise be sent as an empty credential).
-fn expand(value: &str, env: &impl Fn(&str) -> Option<String>) -> anyhow::Result<String> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after.find('}').context("an unclosed `${`")?;
-        let var = &after[..end];
-        let found = env(var).with_context(|| format!("environment variable {var} is not set"))?;
-        out.push_str(&found);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+/// An (expanded) header value, marked sensitive so it is never logged.
+pub(crate) fn header_value(value: &str) -> anyhow::Result<HeaderValue> {
+    let mut value = HeaderValue::from_str(value)
+        .map_err(|_| anyhow::anyhow!("the value is not a valid header value"))?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 fn redact(raw: &str) -> String {

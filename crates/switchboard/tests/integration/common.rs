@@ -55,6 +55,11 @@ impl TestGateway {
         Self::spawn(cmd).await
     }
 
+    /// Any `switchboard` command line that ends up listening (`serve --config …`).
+    pub async fn start_command(cmd: Command) -> Self {
+        Self::spawn(cmd).await
+    }
+
     /// Sends SIGTERM and waits (at most `bound`) for the gateway to exit; false if it did not.
     pub async fn terminate_within(&mut self, bound: Duration) -> bool {
         let pid = self.pid().to_string();

@@ -12,6 +12,7 @@ mod common;
 mod auth;
 mod backend_failure;
 mod bench;
+mod config_file;
 mod connections;
 mod everything;
 mod fixture_http;

@@ -1,0 +1,87 @@
+//! Checks across entries that a schema cannot state (or states badly): unique backend names,
+//! exactly one of `command`/`url` and the keys that only make sense with one of them, and
+//! `aggregation.priority` naming configured backends. They read the JSON value, so they run
+//! and report alongside the schema's errors.
+//!
+//! Hook for later: `manual` conflict resolution needs an override for every colliding name,
+//! which is known only once the backends' lists are fetched; the aggregating core checks that
+//! at startup (and `validate` will print its mapping once the core can compute it).
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::ConfigError;
+
+const URL_ONLY: [&str; 4] = ["transport", "headers", "headersFile", "forwardCallerToken"];
+const COMMAND_ONLY: [&str; 4] = ["args", "env", "cwd", "isolation"];
+
+pub(crate) fn across(doc: &Value) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    let backends = doc
+        .get("backends")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, b) in backends.iter().enumerate() {
+        let at = format!("backends[{i}]");
+        if let Some(name) = b.get("name").and_then(Value::as_str) {
+            if let Some(first) = seen.get(name) {
+                out.push(ConfigError::new(
+                    &format!("{at}.name"),
+                    format!("\"{name}\" is already the name of backends[{first}]"),
+                ));
+            } else {
+                seen.insert(name, i);
+            }
+        }
+        out.extend(kind(b, &at));
+    }
+    if let Some(priority) = doc
+        .pointer("/aggregation/priority")
+        .and_then(Value::as_array)
+    {
+        let mut listed: HashMap<&str, usize> = HashMap::new();
+        for (i, p) in priority.iter().enumerate() {
+            let Some(name) = p.as_str() else { continue };
+            let at = format!("aggregation.priority[{i}]");
+            if !seen.contains_key(name) {
+                out.push(ConfigError::new(
+                    &at,
+                    format!("no backend is named \"{name}\""),
+                ));
+            } else if let Some(first) = listed.insert(name, i) {
+                out.push(ConfigError::new(
+                    &at,
+                    format!("\"{name}\" is already listed at priority[{first}]"),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Exactly one of `command` and `url`, and no key of the other kind.
+fn kind(b: &Value, at: &str) -> Vec<ConfigError> {
+    let Some(obj) = b.as_object() else {
+        return Vec::new();
+    };
+    let (command, url) = (obj.contains_key("command"), obj.contains_key("url"));
+    let (wrong, kind) = match (command, url) {
+        (true, true) => return vec![ConfigError::new(at, "give either command or url, not both")],
+        (false, false) => {
+            return vec![ConfigError::new(
+                &format!("{at}.command"),
+                "required (or url, for a remote server)",
+            )]
+        }
+        (true, false) => (&URL_ONLY, "url"),
+        (false, true) => (&COMMAND_ONLY, "command"),
+    };
+    wrong
+        .iter()
+        .filter(|k| obj.contains_key(**k))
+        .map(|k| ConfigError::new(&format!("{at}.{k}"), format!("only for a {kind} backend")))
+        .collect()
+}

@@ -1,0 +1,198 @@
+//! The config file (`serve --config`, `validate`), and the `mcpServers` JSON users already
+//! have (`init --from-mcp-json`, `serve --mcp-json`).
+//!
+//! Loading is one pipeline whatever the source: YAML → JSON value → the shipped JSON Schema
+//! (every error, with its path) → checks across entries (names, command/url, priority) →
+//! the serde model → `${VAR}` expansion and per-backend settings. Each stage reports every
+//! error it finds; the next stage runs only on a file the previous one accepted.
+
+mod check;
+mod init;
+mod mcp_json;
+pub(crate) mod merge;
+pub(crate) mod model;
+mod resolve;
+mod schema;
+pub(crate) mod secrets;
+pub(crate) mod spec;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub(crate) use init::init;
+pub(crate) use resolve::Resolved;
+pub(crate) use spec::ServeSpec;
+pub(crate) use validate::validate;
+
+/// One problem, at a place in the file (`backends[2].command`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigError {
+    pub(crate) path: String,
+    pub(crate) message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(path: &str, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found, one per line.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}: {} error(s)\n{}", errors.len(), lines(errors))]
+pub(crate) struct ConfigErrors {
+    pub(crate) source_name: String,
+    pub(crate) errors: Vec<ConfigError>,
+}
+
+fn lines(errors: &[ConfigError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A file accepted by every stage.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    /// What it was read from, for messages.
+    pub(crate) source_name: String,
+    /// The file as written (references not expanded: safe to show).
+    pub(crate) file: model::ConfigFile,
+    /// What it resolves to (references expanded: never show).
+    pub(crate) resolved: Resolved,
+}
+
+/// Where a config comes from.
+struct Source {
+    name: String,
+    /// The directory relative paths are taken from.
+    base: PathBuf,
+    doc: serde_json::Value,
+    /// Values for `${VAR}` that the source itself carries (an `mcpServers` file's literals).
+    secrets: HashMap<String, String>,
+}
+
+/// Reads and checks a YAML (or JSON: YAML is a superset) config file.
+pub(crate) fn load(path: &Path) -> Result<Loaded, ConfigErrors> {
+    let source_name = path.display().to_string();
+    let fail = |message: String| ConfigErrors {
+        source_name: source_name.clone(),
+        errors: vec![ConfigError::new("", message)],
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let doc: serde_json::Value = serde_yaml_ng::from_str(&text)
+        .map_err(|e| fail(format!("not valid YAML: {}", yaml_error(&e))))?;
+    load_source(Source {
+        base: base_dir(path),
+        name: source_name.clone(),
+        doc,
+        secrets: HashMap::new(),
+    })
+}
+
+/// Reads an `mcpServers` JSON file as a config of its servers, in the file's order.
+pub(crate) fn load_mcp_json(path: &Path) -> Result<Loaded, ConfigErrors> {
+    let source_name = path.display().to_string();
+    let converted = mcp_json::convert_file(path).map_err(|e| ConfigErrors {
+        source_name: source_name.clone(),
+        errors: vec![ConfigError::new("", format!("{e:#}"))],
+    })?;
+    for note in &converted.notes {
+        println!("switchboard: {note}");
+    }
+    load_source(Source {
+        base: base_dir(path),
+        name: source_name,
+        doc: converted.doc,
+        secrets: converted.secrets.into_iter().collect(),
+    })
+}
+
+fn load_source(source: Source) -> Result<Loaded, ConfigErrors> {
+    let errors = |errors: Vec<ConfigError>| ConfigErrors {
+        source_name: source.name.clone(),
+        errors,
+    };
+    let file = checked(&source.doc).map_err(errors)?;
+    let resolved = resolve::resolve(&file, &source.base, source.secrets.clone()).map_err(errors)?;
+    Ok(Loaded {
+        source_name: source.name.clone(),
+        file,
+        resolved,
+    })
+}
+
+/// The schema's errors and the checks across entries; then the serde model.
+fn checked(doc: &serde_json::Value) -> Result<model::ConfigFile, Vec<ConfigError>> {
+    let mut found = schema::check(doc);
+    found.extend(check::across(doc));
+    if !found.is_empty() {
+        return Err(found);
+    }
+    serde_json::from_value(doc.clone()).map_err(|e| {
+        // The schema accepted what the model refuses: a disagreement the unit tests are
+        // meant to catch; still reported rather than ignored.
+        vec![ConfigError::new("", e.to_string())]
+    })
+}
+
+fn base_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A YAML error's message with its line and column; serde_yaml_ng's messages name keys and
+/// types, never values.
+fn yaml_error(e: &serde_yaml_ng::Error) -> String {
+    match e.location() {
+        Some(at) => format!("line {}, column {}: {e}", at.line(), at.column()),
+        None => e.to_string(),
+    }
+}
+
+/// `serve`'s spec: the file (`--config`, or `--mcp-json`), then the flags given on the
+/// command line over it.
+pub(crate) fn serve_spec(
+    args: crate::cli::ServeArgs,
+    given: &dyn Fn(&str) -> bool,
+) -> anyhow::Result<ServeSpec> {
+    let loaded = match (&args.config, &args.mcp_json) {
+        (Some(path), _) => load(path)?,
+        (None, Some(path)) => load_mcp_json(path)?,
+        (None, None) => anyhow::bail!("serve needs --config FILE or --mcp-json FILE"),
+    };
+    println!(
+        "switchboard: {}: {} backend(s): {}",
+        loaded.source_name,
+        loaded.resolved.backends.len(),
+        loaded
+            .resolved
+            .backends
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(merge::serve_spec(loaded, args.gateway, given)?)
+}

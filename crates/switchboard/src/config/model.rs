@@ -1,0 +1,339 @@
+//! The config file as serde reads it: camelCase keys, unknown keys refused. The shipped JSON
+//! Schema (`schema/switchboard.schema.json`) describes the same shape; a unit test keeps the
+//! two in step. Values here are as written: `${VAR}` references are expanded later, so this
+//! model can be shown (`validate`) without showing a secret.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ConfigFile {
+    /// A JSON Schema reference for editors; ignored.
+    #[serde(rename = "$schema")]
+    pub(crate) _schema: Option<String>,
+    pub(crate) listen: Option<Listen>,
+    /// The default isolation of command backends (`--isolation`).
+    pub(crate) isolation: Option<IsolationKey>,
+    pub(crate) worker_threads: Option<u16>,
+    /// `KEY=VALUE` lines for `${KEY}` references (mode 0600 or stricter).
+    pub(crate) secrets_file: Option<PathBuf>,
+    pub(crate) auth: Option<Auth>,
+    pub(crate) policy: Option<Policy>,
+    pub(crate) audit: Option<Audit>,
+    pub(crate) limits: Option<Limits>,
+    pub(crate) timeouts: Option<Timeouts>,
+    pub(crate) http: Option<Http>,
+    pub(crate) aggregation: Option<Aggregation>,
+    pub(crate) backends: Vec<BackendEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Listen {
+    pub(crate) host: Option<String>,
+    pub(crate) port: Option<u16>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum IsolationKey {
+    Shared,
+    PerSession,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Auth {
+    /// An `--auth-config` JSON file.
+    pub(crate) config_file: Option<PathBuf>,
+    pub(crate) api_keys_file: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) api_keys: Vec<ApiKey>,
+    pub(crate) jwt: Option<Jwt>,
+    pub(crate) public_url: Option<String>,
+    pub(crate) allow_anonymous_non_loopback: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ApiKey {
+    pub(crate) name: String,
+    /// The key, normally a `${VAR}` reference.
+    pub(crate) key: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Jwt {
+    pub(crate) issuer: String,
+    pub(crate) jwks_url: String,
+    #[serde(default)]
+    pub(crate) audiences: Vec<String>,
+    #[serde(default)]
+    pub(crate) algorithms: Vec<String>,
+    pub(crate) leeway: Option<Dur>,
+    pub(crate) jwks_refresh_cooldown: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Policy {
+    /// A Cedar policy file.
+    pub(crate) file: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Audit {
+    /// A file to append JSON lines to, or `-` for stdout.
+    pub(crate) log: String,
+    /// Include params and results, truncated to this many bytes.
+    pub(crate) bodies: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Limits {
+    pub(crate) max_sessions: Option<usize>,
+    pub(crate) max_sessions_per_principal: Option<u64>,
+    pub(crate) mrtr_per_principal: Option<u64>,
+    pub(crate) max_connections: Option<u64>,
+    pub(crate) max_in_flight: Option<usize>,
+    pub(crate) max_body_bytes: Option<usize>,
+    pub(crate) max_line_bytes: Option<usize>,
+    /// `N/s`, `N/m` or `N/h`, per principal.
+    pub(crate) rate_limit: Option<String>,
+    /// Tool name (or `*`) → rate.
+    #[serde(default)]
+    pub(crate) tool_rate_limits: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Timeouts {
+    pub(crate) request: Option<Dur>,
+    pub(crate) max_request: Option<Dur>,
+    pub(crate) session_ttl: Option<Dur>,
+    pub(crate) partition_idle: Option<Dur>,
+    pub(crate) send: Option<Dur>,
+    pub(crate) header_read: Option<Dur>,
+    pub(crate) idle: Option<Dur>,
+    pub(crate) startup: Option<Dur>,
+    pub(crate) listen_grace: Option<Dur>,
+    pub(crate) shutdown_grace: Option<Dur>,
+    pub(crate) keep_alive: Option<Dur>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Http {
+    pub(crate) allowed_hosts: Option<Vec<String>>,
+    pub(crate) allowed_origins: Option<Vec<String>>,
+    pub(crate) endpoint_prefix: Option<String>,
+    pub(crate) trust_forwarded_prefix: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Aggregation {
+    pub(crate) conflict_resolution: Option<ConflictResolution>,
+    pub(crate) prefix_format: Option<String>,
+    pub(crate) priority: Option<Vec<String>>,
+    pub(crate) failure_mode: Option<FailureMode>,
+    pub(crate) list_cache_ttl: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum ConflictResolution {
+    /// Prefix only the names that collide.
+    #[default]
+    Conditional,
+    /// Prefix every name.
+    Prefix,
+    /// Earlier backends in `priority` win; the others' colliding names are dropped.
+    Priority,
+    /// Every collision needs an override.
+    Manual,
+}
+
+impl ConflictResolution {
+    /// As the file spells it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ConflictResolution::Conditional => "conditional",
+            ConflictResolution::Prefix => "prefix",
+            ConflictResolution::Priority => "priority",
+            ConflictResolution::Manual => "manual",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum FailureMode {
+    /// A failing backend is left out of lists.
+    #[default]
+    BestEffort,
+    /// A failing backend fails the list.
+    Fail,
+}
+
+impl FailureMode {
+    /// As the file spells it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::BestEffort => "bestEffort",
+            FailureMode::Fail => "fail",
+        }
+    }
+}
+
+/// One backend as written: `command` or `url` (exactly one, checked after the schema).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct BackendEntry {
+    pub(crate) name: String,
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) args: Vec<String>,
+    #[serde(default)]
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) isolation: Option<IsolationKey>,
+    pub(crate) url: Option<String>,
+    pub(crate) transport: Option<Transport>,
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) headers_file: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) forward_caller_token: bool,
+    pub(crate) timeout: Option<Dur>,
+    #[serde(default)]
+    pub(crate) tools: ListSettings,
+    #[serde(default)]
+    pub(crate) prompts: ListSettings,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum Transport {
+    Auto,
+    Streamable,
+    Sse,
+}
+
+/// What one backend exposes of one kind (tools or prompts).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ListSettings {
+    #[serde(default)]
+    pub(crate) allow: Vec<String>,
+    #[serde(default)]
+    pub(crate) deny: Vec<String>,
+    pub(crate) default_visibility: Option<Visibility>,
+    /// Original name → what to expose instead.
+    #[serde(default)]
+    pub(crate) overrides: BTreeMap<String, Override>,
+}
+
+impl ListSettings {
+    /// Whether these settings change anything (a transparent proxy cannot apply them).
+    pub(crate) fn is_empty(&self) -> bool {
+        self == &ListSettings::default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum Visibility {
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Override {
+    pub(crate) name: Option<String>,
+    pub(crate) title: Option<String>,
+    pub(crate) description: Option<String>,
+    /// Replaces the tool's annotations (an object, kept as written).
+    pub(crate) annotations: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// A duration: `"250ms"`, `"5s"`, `"2m"`, `"1h"`, `"1.5s"`, or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dur(pub(crate) Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(f64),
+            Text(String),
+        }
+        let parsed = match Raw::deserialize(d)? {
+            Raw::Secs(v) => secs(v),
+            Raw::Text(t) => parse_duration(&t),
+        };
+        parsed.map(Dur).map_err(serde::de::Error::custom)
+    }
+}
+
+fn secs(v: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v).map_err(|_| format!("{v} is not a duration in seconds"))
+}
+
+/// Parses `<number><unit>` with unit `ms`, `s`, `m` or `h`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" | "" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "`{text}`: expected a duration like 250ms, 5s, 2m or 1h"
+            ))
+        }
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}`: expected a duration like 250ms, 5s, 2m or 1h"))?;
+    secs(n * scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units_or_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("250ms"), Ok(ms(250)));
+        assert_eq!(parse_duration("5s"), Ok(ms(5000)));
+        assert_eq!(parse_duration("1.5s"), Ok(ms(1500)));
+        assert_eq!(parse_duration("2m"), Ok(ms(120_000)));
+        assert_eq!(parse_duration("1h"), Ok(ms(3_600_000)));
+        assert_eq!(parse_duration("7"), Ok(ms(7000)));
+        for bad in ["", "s", "5x", "-1s", "1.2.3s", "5 s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        let d: Dur = serde_json::from_str("0.25").unwrap();
+        assert_eq!(d.0, ms(250));
+        let d: Dur = serde_json::from_str("\"2m\"").unwrap();
+        assert_eq!(d.0, ms(120_000));
+        assert!(serde_json::from_str::<Dur>("-1").is_err());
+    }
+}

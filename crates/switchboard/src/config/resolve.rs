@@ -1,0 +1,277 @@
+//! From the file as written to what it means: `${VAR}` references expanded (from the
+//! environment, then `secretsFile`), relative paths taken from the file's directory, header
+//! names checked, backend names made `BackendId`s. Errors carry the path of the key and the
+//! reference text, never an expanded value.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use switchboard_core::BackendId;
+
+use super::model::{BackendEntry, ConfigFile, IsolationKey, Transport};
+use super::secrets::{ExpandError, Secrets};
+use super::spec::{BackendKind, BackendSpec, RemoteSpec, StdioSpec};
+use super::ConfigError;
+use crate::cli::Isolation;
+use crate::remote::TransportArg;
+
+/// What the file resolves to. Holds secrets: never printed.
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    /// The directory relative paths are taken from.
+    pub(crate) base: PathBuf,
+    pub(crate) backends: Vec<BackendSpec>,
+    /// `auth.apiKeys`, expanded.
+    pub(crate) api_keys: Vec<(String, String)>,
+}
+
+impl Resolved {
+    /// `path`, taken from the config file's directory when relative.
+    pub(crate) fn path(&self, path: &Path) -> PathBuf {
+        self.base.join(path)
+    }
+}
+
+pub(crate) fn resolve(
+    file: &ConfigFile,
+    base: &Path,
+    carried: HashMap<String, String>,
+) -> Result<Resolved, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let mut secrets = Secrets::with_values(carried);
+    if let Some(path) = &file.secrets_file {
+        if let Err(e) = secrets.add_file(&base.join(path)) {
+            // Without its values every reference below would be reported as unset too.
+            return Err(vec![ConfigError::new("secretsFile", e.to_string())]);
+        }
+    }
+    let ctx = Ctx { secrets, base };
+    let default_isolation = file.isolation;
+    let mut backends = Vec::new();
+    for (i, entry) in file.backends.iter().enumerate() {
+        match ctx.backend(entry, &format!("backends[{i}]"), default_isolation) {
+            Ok(b) => backends.push(b),
+            Err(mut e) => errors.append(&mut e),
+        }
+    }
+    let mut api_keys = Vec::new();
+    if let Some(auth) = &file.auth {
+        for (i, k) in auth.api_keys.iter().enumerate() {
+            match ctx.expand(&k.key, &format!("auth.apiKeys[{i}].key")) {
+                Ok(key) => api_keys.push((k.name.clone(), key)),
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    if let Some(limits) = &file.limits {
+        rates(limits, &mut errors);
+    }
+    if errors.is_empty() {
+        Ok(Resolved {
+            base: base.to_path_buf(),
+            backends,
+            api_keys,
+        })
+    } else {
+        Err(errors)
+    }
+}
+
+fn rates(limits: &super::model::Limits, errors: &mut Vec<ConfigError>) {
+    use switchboard_core::ratelimit::Rate;
+    if let Some(r) = &limits.rate_limit {
+        if let Err(e) = r.parse::<Rate>() {
+            errors.push(ConfigError::new("limits.rateLimit", e));
+        }
+    }
+    for (tool, r) in &limits.tool_rate_limits {
+        if let Err(e) = r.parse::<Rate>() {
+            let at = super::schema::join_key("limits.toolRateLimits", tool);
+            errors.push(ConfigError::new(&at, e));
+        }
+    }
+}
+
+struct Ctx<'a> {
+    secrets: Secrets,
+    base: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn expand(&self, value: &str, at: &str) -> Result<String, ConfigError> {
+        self.secrets.expand(value).map_err(|e| match e {
+            ExpandError::Unclosed => ConfigError::new(at, "an unclosed `${`"),
+            ExpandError::Unset(var) => ConfigError::new(
+                at,
+                format!("${{{var}}} is not set (in the environment or the secrets file)"),
+            ),
+        })
+    }
+
+    fn backend(
+        &self,
+        e: &BackendEntry,
+        at: &str,
+        default_isolation: Option<IsolationKey>,
+    ) -> Result<BackendSpec, Vec<ConfigError>> {
+        let name: BackendId = e
+            .name
+            .parse()
+            .map_err(|err| vec![ConfigError::new(&format!("{at}.name"), format!("{err}"))])?;
+        let kind = match (&e.command, &e.url) {
+            (Some(command), None) => self.stdio(e, command, at, default_isolation)?,
+            (None, Some(url)) => self.remote(e, url, at)?,
+            // Refused by the checks before this stage.
+            _ => return Err(vec![ConfigError::new(at, "give either command or url")]),
+        };
+        Ok(BackendSpec {
+            name,
+            kind,
+            timeout: e.timeout.map(|d| d.0),
+            tools: e.tools.clone(),
+            prompts: e.prompts.clone(),
+        })
+    }
+
+    fn stdio(
+        &self,
+        e: &BackendEntry,
+        command: &str,
+        at: &str,
+        default_isolation: Option<IsolationKey>,
+    ) -> Result<BackendKind, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut env = Vec::new();
+        for (key, value) in &e.env {
+            let path = super::schema::join_key(&format!("{at}.env"), key);
+            match self.expand(value, &path) {
+                Ok(v) => env.push((key.clone(), v)),
+                Err(err) => errors.push(err),
+            }
+        }
+        let cwd = e.cwd.as_ref().map(|d| self.base.join(d));
+        if let Some(dir) = &cwd {
+            // Checked here: a spawn error would only say "No such file or directory".
+            if !dir.is_dir() {
+                errors.push(ConfigError::new(&format!("{at}.cwd"), "not a directory"));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let isolation = match e.isolation.or(default_isolation) {
+            Some(IsolationKey::PerSession) => Isolation::PerSession,
+            Some(IsolationKey::Shared) | None => Isolation::Shared,
+        };
+        Ok(BackendKind::Stdio(StdioSpec {
+            program: command.to_owned(),
+            args: e.args.clone(),
+            env,
+            cwd,
+            isolation,
+        }))
+    }
+
+    fn remote(
+        &self,
+        e: &BackendEntry,
+        url: &str,
+        at: &str,
+    ) -> Result<BackendKind, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let expanded = self.expand(url, &format!("{at}.url"));
+        let mut headers = Vec::new();
+        let mut lines: Vec<(String, String, String)> = e
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    super::schema::join_key(&format!("{at}.headers"), k),
+                    k.clone(),
+                    v.clone(),
+                )
+            })
+            .collect();
+        if let Some(file) = &e.headers_file {
+            let path = self.base.join(file);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => lines.extend(header_lines(
+                    &text,
+                    &format!("{at}.headersFile"),
+                    &mut errors,
+                )),
+                Err(err) => errors.push(ConfigError::new(
+                    &format!("{at}.headersFile"),
+                    format!("cannot read {}: {err}", path.display()),
+                )),
+            }
+        }
+        for (path, name, value) in lines {
+            let name = match crate::remote::header_name(name.trim()) {
+                Ok(n) => n,
+                Err(err) => {
+                    errors.push(ConfigError::new(&path, err.to_string()));
+                    continue;
+                }
+            };
+            let value = match self.expand(value.trim(), &path) {
+                Ok(v) => v,
+                Err(err) => {
+                    errors.push(err);
+                    continue;
+                }
+            };
+            match crate::remote::header_value(&value) {
+                Ok(v) => headers.push((name, v)),
+                Err(err) => errors.push(ConfigError::new(&path, err.to_string())),
+            }
+        }
+        let expanded = match expanded {
+            Ok(u) if errors.is_empty() => u,
+            Ok(_) => return Err(errors),
+            Err(err) => {
+                errors.push(err);
+                return Err(errors);
+            }
+        };
+        Ok(BackendKind::Remote(RemoteSpec {
+            url: expanded,
+            // As written: its references are shown, never their values.
+            shown_url: url.to_owned(),
+            label: format!("{at}.url"),
+            transport: match e.transport {
+                None | Some(Transport::Auto) => TransportArg::Auto,
+                Some(Transport::Streamable) => TransportArg::Streamable,
+                Some(Transport::Sse) => TransportArg::Sse,
+            },
+            headers,
+            forward_caller_token: e.forward_caller_token,
+        }))
+    }
+}
+
+/// `Name: value` lines (as `--header-file`): `#` comments and blank lines skipped.
+fn header_lines(
+    text: &str,
+    at: &str,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let lines = text
+        .lines()
+        .enumerate()
+        .map(|(n, l)| (n + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+    for (n, line) in lines {
+        match line.split_once(':') {
+            Some((name, value)) => {
+                out.push((format!("{at} line {n}"), name.to_owned(), value.to_owned()))
+            }
+            None => errors.push(ConfigError::new(
+                &format!("{at} line {n}"),
+                "expected `Name: value`",
+            )),
+        }
+    }
+    out
+}

@@ -1,0 +1,194 @@
+//! `${VAR}` references and where their values come from: the process environment, then an
+//! optional secrets file. Used by `run --header` and by the config file.
+//!
+//! The config file expands references in `env` values, `headers` values (and `headersFile`
+//! lines), `url`, and `auth.apiKeys[].key`: the places a credential belongs. Not in `args`: a
+//! command line is visible to every local user in `ps` and `/proc/PID/cmdline`, so a secret
+//! must not be put there by the gateway, and a server's own `${...}` syntax in its arguments
+//! passes through untouched.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Why a value could not be expanded. Never carries a value, only reference names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ExpandError {
+    #[error("an unclosed `${{`")]
+    Unclosed,
+    #[error("environment variable {0} is not set")]
+    Unset(String),
+}
+
+/// Replaces each `${VAR}` with its value; an unset variable is an error (a missing token
+/// would otherwise be sent as an empty credential).
+pub(crate) fn expand(
+    value: &str,
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> Result<String, ExpandError> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or(ExpandError::Unclosed)?;
+        let var = &after[..end];
+        let found = lookup(var).ok_or_else(|| ExpandError::Unset(var.to_owned()))?;
+        out.push_str(&found);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Why a secrets file was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SecretsFileError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is readable or writable by group or others (mode {mode:o}); run `chmod 600 {path}`"
+    )]
+    Exposed { path: String, mode: u32 },
+    #[error("{path}:{line}: expected KEY=VALUE")]
+    Syntax { path: String, line: usize },
+}
+
+/// Where `${VAR}` values come from. The process environment wins over the file, so an
+/// operator can override one value for one run without editing the file.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Secrets {
+    file: HashMap<String, String>,
+    /// Ignore the process environment (tests).
+    no_env: bool,
+}
+
+impl Secrets {
+    /// The process environment plus `values` (an in-memory secrets file).
+    pub(crate) fn with_values(values: HashMap<String, String>) -> Self {
+        Secrets {
+            file: values,
+            no_env: false,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn only(values: HashMap<String, String>) -> Self {
+        Secrets {
+            file: values,
+            no_env: true,
+        }
+    }
+
+    /// Adds the `KEY=VALUE` lines of `path`, which must be private to its owner: a file of
+    /// credentials that others can read is refused rather than trusted.
+    pub(crate) fn add_file(&mut self, path: &Path) -> Result<(), SecretsFileError> {
+        let shown = path.display().to_string();
+        let read = |source| SecretsFileError::Read {
+            path: shown.clone(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(read)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(SecretsFileError::Exposed { path: shown, mode });
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = meta;
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let line = line.strip_prefix("export ").unwrap_or(line);
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(SecretsFileError::Syntax {
+                    path: shown,
+                    line: n + 1,
+                });
+            };
+            let key = key.trim();
+            if key.is_empty() {
+                return Err(SecretsFileError::Syntax {
+                    path: shown,
+                    line: n + 1,
+                });
+            }
+            self.file
+                .insert(key.to_owned(), unquote(value.trim()).to_owned());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn get(&self, var: &str) -> Option<String> {
+        if !self.no_env {
+            if let Ok(v) = std::env::var(var) {
+                return Some(v);
+            }
+        }
+        self.file.get(var).cloned()
+    }
+
+    /// `value` with its references expanded.
+    pub(crate) fn expand(&self, value: &str) -> Result<String, ExpandError> {
+        expand(value, &|v| self.get(v))
+    }
+}
+
+/// `"v"` or `'v'` → `v` (as shell-style env files write values).
+fn unquote(v: &str) -> &str {
+    for q in ['"', '\''] {
+        if let Some(inner) = v.strip_prefix(q).and_then(|r| r.strip_suffix(q)) {
+            return inner;
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_references_and_names_what_is_missing() {
+        let s = Secrets::only(HashMap::from([("A".to_owned(), "1".to_owned())]));
+        assert_eq!(s.expand("x${A}y${A}").unwrap(), "x1y1");
+        assert_eq!(s.expand("plain").unwrap(), "plain");
+        assert_eq!(s.expand("${B}"), Err(ExpandError::Unset("B".to_owned())));
+        assert_eq!(s.expand("${A"), Err(ExpandError::Unclosed));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_secrets_file_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sb-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.env");
+        std::fs::write(&path, "# c\nexport TOKEN=\"abc\"\nOTHER = x=y\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut s = Secrets::only(HashMap::new());
+        let err = s.add_file(&path).unwrap_err();
+        assert!(
+            matches!(err, SecretsFileError::Exposed { mode: 0o644, .. }),
+            "{err}"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        s.add_file(&path).unwrap();
+        assert_eq!(s.get("TOKEN").as_deref(), Some("abc"));
+        assert_eq!(s.get("OTHER").as_deref(), Some("x=y"));
+        std::fs::write(&path, "novalue\n").unwrap();
+        assert!(matches!(
+            s.add_file(&path),
+            Err(SecretsFileError::Syntax { line: 1, .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,179 @@
+//! What `run` and `serve` start from: the gateway's options, the backends, and how their
+//! lists are merged. `run` builds one from its flags; `serve` from a file, with the flags
+//! given on its command line overriding the file.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hyper::header::{HeaderName, HeaderValue};
+use switchboard_core::BackendId;
+
+use super::model::{ConflictResolution, FailureMode, ListSettings};
+use crate::cli::{GatewayArgs, Isolation};
+use crate::remote::TransportArg;
+
+/// Everything a gateway is started from.
+#[derive(Debug)]
+pub(crate) struct ServeSpec {
+    pub(crate) options: GatewayArgs,
+    /// In configured order (never empty).
+    pub(crate) backends: Vec<BackendSpec>,
+    pub(crate) aggregation: AggregationSpec,
+}
+
+/// One backend. Holds expanded secrets (env values, headers, URL): never print it whole.
+#[derive(Debug)]
+pub(crate) struct BackendSpec {
+    pub(crate) name: BackendId,
+    pub(crate) kind: BackendKind,
+    /// Its own request deadline (the core's per-backend deadline; with one backend, the
+    /// gateway's `--request-timeout`).
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) tools: ListSettings,
+    pub(crate) prompts: ListSettings,
+}
+
+impl BackendSpec {
+    /// Whether serving it needs the aggregating core (a transparent proxy would silently
+    /// ignore filters and overrides, exposing what the operator meant to hide).
+    pub(crate) fn needs_catalog(&self) -> bool {
+        !self.tools.is_empty()
+            || !self.prompts.is_empty()
+            || matches!(&self.kind, BackendKind::Remote(r) if r.forward_caller_token)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum BackendKind {
+    Stdio(StdioSpec),
+    Remote(RemoteSpec),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct StdioSpec {
+    pub(crate) program: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) isolation: Isolation,
+}
+
+#[derive(Debug)]
+pub(crate) struct RemoteSpec {
+    /// With references expanded: used, never shown.
+    pub(crate) url: String,
+    /// As written (`https://host/mcp?key=${KEY}`): what logs and messages show.
+    pub(crate) shown_url: String,
+    /// Where it was configured, for errors (`--url`, `backends[1].url`).
+    pub(crate) label: String,
+    pub(crate) transport: TransportArg,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) forward_caller_token: bool,
+}
+
+/// How many backends' lists become one (the aggregating core's input).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AggregationSpec {
+    pub(crate) conflict_resolution: ConflictResolution,
+    pub(crate) prefix_format: String,
+    /// Backend names, first wins (default: configured order).
+    pub(crate) priority: Vec<BackendId>,
+    pub(crate) failure_mode: FailureMode,
+    pub(crate) list_cache_ttl: Duration,
+}
+
+impl AggregationSpec {
+    /// The defaults, for `backends` in configured order.
+    pub(crate) fn defaults(backends: &[BackendSpec]) -> Self {
+        AggregationSpec {
+            conflict_resolution: ConflictResolution::Conditional,
+            prefix_format: "{backend}_".to_owned(),
+            priority: backends.iter().map(|b| b.name.clone()).collect(),
+            failure_mode: FailureMode::BestEffort,
+            list_cache_ttl: Duration::from_secs(5),
+        }
+    }
+
+    /// From the file's `aggregation`, with the defaults where it is silent.
+    pub(crate) fn from_file(
+        file: Option<&super::model::Aggregation>,
+        backends: &[BackendSpec],
+    ) -> Self {
+        let mut spec = Self::defaults(backends);
+        let Some(a) = file else { return spec };
+        spec.conflict_resolution = a.conflict_resolution.unwrap_or_default();
+        if let Some(f) = &a.prefix_format {
+            spec.prefix_format.clone_from(f);
+        }
+        if let Some(p) = &a.priority {
+            // Named ones first (checked to exist), then the rest in configured order.
+            let mut order: Vec<BackendId> = p.iter().filter_map(|n| n.parse().ok()).collect();
+            for b in backends {
+                if !order.contains(&b.name) {
+                    order.push(b.name.clone());
+                }
+            }
+            spec.priority = order;
+        }
+        spec.failure_mode = a.failure_mode.unwrap_or_default();
+        if let Some(t) = a.list_cache_ttl {
+            spec.list_cache_ttl = t.0;
+        }
+        spec
+    }
+}
+
+impl crate::cli::RunArgs {
+    /// `run`'s one backend: the command after `--` (the built-in fixture if none), or
+    /// `--url`, named `default`.
+    pub(crate) fn into_spec(self) -> anyhow::Result<ServeSpec> {
+        let kind = match &self.remote.url {
+            Some(url) => BackendKind::Remote(RemoteSpec {
+                url: url.clone(),
+                shown_url: url.clone(),
+                label: format!("--url {url}"),
+                transport: self.remote.transport,
+                headers: self.remote.headers()?,
+                forward_caller_token: false,
+            }),
+            None => {
+                let (program, args) = match self.command.split_first() {
+                    Some((program, rest)) => (program.clone(), rest.to_vec()),
+                    None => (fixture_program()?, vec!["fixture".to_owned()]),
+                };
+                if let Some(dir) = &self.cwd {
+                    // Checked here: a spawn error would only say "No such file or directory".
+                    anyhow::ensure!(dir.is_dir(), "--cwd {}: not a directory", dir.display());
+                }
+                BackendKind::Stdio(StdioSpec {
+                    program,
+                    args,
+                    env: self.env,
+                    cwd: self.cwd,
+                    isolation: self.gateway.isolation,
+                })
+            }
+        };
+        let backends = vec![BackendSpec {
+            name: BackendId::default_id(),
+            kind,
+            timeout: None,
+            tools: ListSettings::default(),
+            prompts: ListSettings::default(),
+        }];
+        let aggregation = AggregationSpec::defaults(&backends);
+        Ok(ServeSpec {
+            options: self.gateway,
+            backends,
+            aggregation,
+        })
+    }
+}
+
+/// This binary, which runs the built-in fixture as `switchboard fixture`.
+fn fixture_program() -> anyhow::Result<String> {
+    use anyhow::Context;
+    let me = std::env::current_exe()
+        .context("cannot locate the switchboard binary for the built-in fixture")?;
+    Ok(me.to_string_lossy().into_owned())
+}

@@ -1,0 +1,79 @@
+//! `switchboard validate --config F`: every error with its path (through the caller's error
+//! report, exit 1), or a summary of what would be served. Shows the file as written, so a
+//! `${VAR}` is shown as its reference, never its value.
+
+use super::model::BackendEntry;
+use super::spec::AggregationSpec;
+use crate::cli::ValidateArgs;
+
+pub(crate) fn validate(args: &ValidateArgs) -> anyhow::Result<()> {
+    let loaded = super::load(&args.config)?;
+    print!("{}", summary(&loaded));
+    Ok(())
+}
+
+pub(crate) fn summary(loaded: &super::Loaded) -> String {
+    let f = &loaded.file;
+    let agg = AggregationSpec::from_file(f.aggregation.as_ref(), &loaded.resolved.backends);
+    let listen = f.listen.as_ref();
+    let host = listen
+        .and_then(|l| l.host.as_deref())
+        .unwrap_or("127.0.0.1");
+    let port = listen.and_then(|l| l.port).unwrap_or(8080);
+    let mut out = format!("{}: valid\n", loaded.source_name);
+    out += &format!("listen: http://{host}:{port}/mcp\n");
+    let priority: Vec<&str> = agg.priority.iter().map(|b| b.as_str()).collect();
+    out += &format!(
+        "{} backend(s); conflict resolution {}, failure mode {}, priority {}\n",
+        f.backends.len(),
+        agg.conflict_resolution.as_str(),
+        agg.failure_mode.as_str(),
+        priority.join(" > ")
+    );
+    let width = f.backends.iter().map(|b| b.name.len()).max().unwrap_or(0);
+    for b in &f.backends {
+        out += &format!("  {:width$}  {}\n", b.name, describe(b, f.isolation));
+    }
+    out
+}
+
+fn describe(b: &BackendEntry, default: Option<super::model::IsolationKey>) -> String {
+    let mut extra = Vec::new();
+    if !b.tools.is_empty() {
+        extra.push("tool settings".to_owned());
+    }
+    if !b.prompts.is_empty() {
+        extra.push("prompt settings".to_owned());
+    }
+    if let Some(t) = b.timeout {
+        extra.push(format!("timeout {:?}", t.0));
+    }
+    let main = match (&b.command, &b.url) {
+        (Some(command), _) => {
+            // Arguments are not shown: some servers take a credential there.
+            let isolation = match b.isolation.or(default) {
+                Some(super::model::IsolationKey::PerSession) => "per-session",
+                _ => "shared",
+            };
+            format!(
+                "command  {command} ({} arg(s)), isolation {isolation}, {} env var(s)",
+                b.args.len(),
+                b.env.len()
+            )
+        }
+        (None, Some(url)) => {
+            let transport = format!("{:?}", b.transport.unwrap_or(super::model::Transport::Auto));
+            format!(
+                "url      {url}, transport {}, {} header(s)",
+                transport.to_lowercase(),
+                b.headers.len()
+            )
+        }
+        (None, None) => String::new(),
+    };
+    if extra.is_empty() {
+        main
+    } else {
+        format!("{main}; {}", extra.join(", "))
+    }
+}

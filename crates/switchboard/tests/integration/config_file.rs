@@ -1,0 +1,390 @@
+//! The config file through the real binary: `validate` (every error with its path, exit
+//! codes, no secret printed), `init --from-mcp-json` on a realistic Claude Desktop config,
+//! and `serve --config` / `serve --mcp-json` in front of the fixture.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::common::TestGateway;
+
+const SWITCHBOARD: &str = env!("CARGO_BIN_EXE_switchboard");
+const CLAUDE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/claude_desktop_config.json"
+);
+/// The literal credentials in the Claude fixture: none may appear in a config or any output.
+const CLAUDE_SECRETS: [&str; 3] = [
+    "ghp_FAKEfixtureTOKEN0123456789abcdefABCD",
+    "BSA-fixture-secret-9f8e7d6c",
+    "acme-fixture-bearer-55aa",
+];
+
+/// A fresh directory for one test, removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let path = std::env::temp_dir().join(format!("sb-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Dir(path)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `switchboard ARGS` to completion (bounded: a hang fails the test).
+async fn switchboard(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .current_dir(cwd)
+        .kill_on_drop(true);
+    tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("switchboard did not finish within 30s")
+        .unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn validate_prints_a_summary_and_never_a_secret() {
+    let dir = Dir::new("validate-good");
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "backends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n    env: {{TOKEN: \"${{IT_TOKEN}}\"}}\n  - name: remote\n    url: http://127.0.0.1:9/mcp?key=${{IT_TOKEN}}\n    headers: {{Authorization: \"Bearer ${{IT_TOKEN}}\"}}\n"
+        ),
+    );
+    let out = switchboard(
+        &["validate", "--config", config.to_str().unwrap()],
+        &[("IT_TOKEN", "it-secret-value-1234")],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("sb.yaml: valid"), "{stdout}");
+    assert!(stdout.contains("2 backend(s)"), "{stdout}");
+    assert!(
+        stdout.contains("fixture") && stdout.contains("command"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("remote") && stdout.contains("url"),
+        "{stdout}"
+    );
+    // The reference is shown, never its value.
+    assert!(stdout.contains("key=${IT_TOKEN}"), "{stdout}");
+    assert!(!stdout.contains("it-secret-value") && !stderr.contains("it-secret-value"));
+}
+
+#[tokio::test]
+async fn validate_reports_every_error_with_its_path_and_exits_1() {
+    let dir = Dir::new("validate-bad");
+    let config = dir.write(
+        "bad.yaml",
+        "listen: {port: 99999}\nbackends:\n  - name: one\n    command: x\n    env: {A: \"${IT_SET}\", B: \"${IT_UNSET_VAR}\"}\n  - name: two\n    args: [y]\n  - name: one\n    url: https://h/mcp\n    headers: {Mcp-Session-Id: fixed}\n",
+    );
+    let out = switchboard(
+        &["validate", "--config", config.to_str().unwrap()],
+        &[("IT_SET", "it-secret-value-5678")],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    // The schema's and the cross-entry checks' errors, together.
+    assert_eq!(
+        lines,
+        [
+            &format!("switchboard: {}: 3 error(s)", config.display()) as &str,
+            "listen.port: must be at most 65535",
+            "backends[1].command: required (or url, for a remote server)",
+            "backends[2].name: \"one\" is already the name of backends[0]",
+        ],
+        "{stderr}"
+    );
+    // Once those are fixed, the next stage: references and header names, each with its path.
+    let config = dir.write(
+        "bad2.yaml",
+        "backends:\n  - name: one\n    command: x\n    env: {A: \"${IT_SET}\", B: \"${IT_UNSET_VAR}\"}\n  - name: two\n    url: https://h/mcp\n    headers: {Mcp-Session-Id: fixed, X-Key: \"${IT_SET}\"}\n",
+    );
+    let out = switchboard(
+        &["validate", "--config", config.to_str().unwrap()],
+        &[("IT_SET", "it-secret-value-5678")],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let lines: Vec<&str> = stderr.lines().skip(1).collect();
+    assert_eq!(
+        lines,
+        [
+            "backends[0].env.B: ${IT_UNSET_VAR} is not set (in the environment or the secrets file)",
+            "backends[1].headers.Mcp-Session-Id: mcp-session-id: the gateway sets this header itself",
+        ],
+        "{stderr}"
+    );
+    assert!(!stdout.contains("it-secret-value") && !stderr.contains("it-secret-value"));
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_secrets_file_others_can_read_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new("secrets-mode");
+    let secrets = dir.write("s.env", "IT_FILE_TOKEN=it-file-secret\n");
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = dir.write(
+        "sb.yaml",
+        "secretsFile: s.env\nbackends: [{name: a, command: x, env: {T: \"${IT_FILE_TOKEN}\"}}]\n",
+    );
+    let args = ["validate", "--config", config.to_str().unwrap()];
+    let out = switchboard(&args, &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("secretsFile: ") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = switchboard(&args, &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("it-file-secret") && !stderr.contains("it-file-secret"));
+}
+
+#[tokio::test]
+async fn init_converts_a_claude_desktop_config() {
+    let dir = Dir::new("init");
+    let out = switchboard(
+        &["init", "--from-mcp-json", CLAUDE, "--out", "sb.yaml"],
+        &[],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    // The mapping, in the file's order; names made backend names, deduplicated.
+    for line in [
+        "\"filesystem\" -> backend filesystem",
+        "\"GitHub\" -> backend github",
+        "\"brave-search\" -> backend brave-search",
+        "\"Linear (remote)\" -> backend linear-remote",
+        "\"acme tools\" -> backend acme-tools",
+        "\"github\" -> backend github-2",
+    ] {
+        assert!(stdout.contains(line), "{line} not in {stdout}");
+    }
+    assert!(
+        stdout.contains("skipped \"puppeteer\": disabled"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sb.secrets.env (mode 0600)"), "{stdout}");
+    let yaml = std::fs::read_to_string(dir.0.join("sb.yaml")).unwrap();
+    let secrets_path = dir.0.join("sb.secrets.env");
+    let secrets = std::fs::read_to_string(&secrets_path).unwrap();
+    for s in CLAUDE_SECRETS {
+        assert!(!yaml.contains(s), "{s} copied into the YAML:\n{yaml}");
+        assert!(!stdout.contains(s) && !stderr.contains(s));
+        assert!(secrets.contains(s), "{s} not in the secrets file");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&secrets_path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let names: Vec<String> = serde_yaml_names(&yaml);
+    assert_eq!(
+        names,
+        [
+            "filesystem",
+            "github",
+            "brave-search",
+            "linear-remote",
+            "acme-tools",
+            "github-2"
+        ]
+    );
+    // What init wrote validates (the one reference it kept needs its variable).
+    let validate = ["validate", "--config", "sb.yaml"];
+    let out = switchboard(&validate, &[("BRAVE_LOG_LEVEL", "debug")], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("6 backend(s)"), "{stdout}");
+    for s in CLAUDE_SECRETS {
+        assert!(!stdout.contains(s) && !stderr.contains(s));
+    }
+    // A second run does not overwrite the user's files.
+    let again = ["init", "--from-mcp-json", CLAUDE, "--out", "sb.yaml"];
+    let out = switchboard(&again, &[], &dir.0).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("--force"), "{:?}", text(&out));
+}
+
+/// The `name:` values of a converted config, in order (the YAML is block style).
+fn serde_yaml_names(yaml: &str) -> Vec<String> {
+    yaml.lines()
+        .filter_map(|l| l.strip_prefix("- name: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `serve --config` with one backend is `run`: the fixture answers `tools/list`. The file's
+/// port is taken (a listener the test holds); `--port 0` on the command line overrides it.
+#[tokio::test]
+async fn serve_config_fronts_one_backend_and_flags_override_the_file() {
+    let dir = Dir::new("serve");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "listen: {{host: 127.0.0.1, port: {port}}}\ntimeouts: {{request: 20s}}\nbackends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n"
+        ),
+    );
+    // Without the override the file's (busy) port is used: the gateway says so and exits.
+    let out = switchboard(
+        &["serve", "--config", config.to_str().unwrap()],
+        &[],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+    assert_tools_list(&gw).await;
+    drop(busy);
+}
+
+async fn assert_tools_list(gw: &TestGateway) {
+    let sid = gw.session().await;
+    let r = gw
+        .post(
+            Some(&sid),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let tools = r.json()["result"]["tools"].clone();
+    assert!(
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "echo"),
+        "{tools}"
+    );
+}
+
+/// `serve --mcp-json` serves an `mcpServers` file as it is; its literal env values reach the
+/// backend without being written anywhere or printed.
+#[tokio::test]
+async fn serve_mcp_json_fronts_its_server() {
+    let dir = Dir::new("serve-mcp-json");
+    let file = dir.write(
+        "mcp.json",
+        &json!({"mcpServers": {"The Fixture": {
+            "command": SWITCHBOARD, "args": ["fixture"],
+            "env": {"IT_FIXTURE_SECRET": "it-literal-secret-42"}
+        }}})
+        .to_string(),
+    );
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--mcp-json", file.to_str().unwrap(), "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+    assert_tools_list(&gw).await;
+    assert!(!gw.stderr.lock().contains("it-literal-secret"));
+    let written: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
+    assert_eq!(
+        written.len(),
+        1,
+        "serve --mcp-json wrote files: {written:?}"
+    );
+}
+
+/// Several backends need the aggregating core: refused with that message, nothing started.
+#[tokio::test]
+async fn serve_with_two_backends_says_it_needs_the_aggregating_core() {
+    let dir = Dir::new("serve-two");
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "listen: {{port: 0}}\nbackends:\n  - {{name: a, command: {SWITCHBOARD}, args: [fixture]}}\n  - {{name: b, command: {SWITCHBOARD}, args: [fixture]}}\n"
+        ),
+    );
+    let out = switchboard(
+        &["serve", "--config", config.to_str().unwrap()],
+        &[],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("serving 2 backends needs the aggregating core"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("listening on"), "{stdout}");
+}
+
+/// A remote's URL may carry a `${VAR}`: what `serve` prints (and the error when the remote
+/// is not there) shows the reference, never the value.
+#[tokio::test]
+async fn serve_shows_a_remote_url_by_its_reference() {
+    let dir = Dir::new("serve-url");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "listen: {{port: 0}}\ntimeouts: {{startup: 5s}}\nbackends:\n  - name: gone\n    url: \"http://127.0.0.1:{port}/mcp?key=${{IT_URL_KEY}}\"\n    headers: {{X-Key: \"${{IT_URL_KEY}}\"}}\n"
+        ),
+    );
+    let args = ["serve", "--config", config.to_str().unwrap()];
+    let out = switchboard(&args, &[("IT_URL_KEY", "it-url-secret-77")], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("key=${IT_URL_KEY}"), "{stdout}");
+    assert!(
+        !stdout.contains("it-url-secret") && !stderr.contains("it-url-secret"),
+        "{stdout}{stderr}"
+    );
+}
