@@ -5,7 +5,7 @@
 //! `run` builds a set of one ([`Backends::single`], id `default`). Which backend a request
 //! goes to is decided only by `resolve`; this module only holds the set. What a backend's
 //! *inbound* path also touches (subscriptions, task owners, `Mcp-Param-*` designations) is
-//! per backend too, but lives in the `Registry` (`dispatch::BackendTables`), because the
+//! per backend too, but lives in the `Registry` (`registry::BackendTables`), because the
 //! backend's sink exists before the backend is connected and the set is built.
 
 use std::fmt;

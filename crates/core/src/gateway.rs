@@ -25,10 +25,10 @@ use switchboard_wire::{
 
 use crate::access::{Path, Principal};
 use crate::backends::BackendId;
-use crate::dispatch::Registry;
 use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::listen_stream::ListenStream;
 use crate::progress;
+use crate::registry::Registry;
 use crate::resolve::{From, Name, Route, Via};
 use crate::route::RouteKey;
 use crate::session::{SessionId, Transport};

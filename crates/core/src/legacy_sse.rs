@@ -65,7 +65,7 @@ pub struct SseSession {
 /// ([`Gateway::claim_sse_initialize`]); released on drop.
 #[derive(Debug)]
 pub struct SseInitClaim {
-    registry: Arc<crate::dispatch::Registry>,
+    registry: Arc<crate::registry::Registry>,
     session: SessionId,
 }
 

@@ -21,7 +21,7 @@ use switchboard_wire::{
 };
 
 use crate::backends::BackendId;
-use crate::dispatch::Registry;
+use crate::registry::Registry;
 use crate::resolve::{From, Route};
 use crate::route::random_hex;
 use crate::session_ops::EndReason;
