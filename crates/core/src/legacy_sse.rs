@@ -316,6 +316,6 @@ impl Gateway {
             return; // Already ended (TTL, shutdown).
         };
         debug!(?session, "HTTP+SSE stream closed; session ended");
-        self.spawn_cleanup(ended, crate::session_ops::EndReason::StreamClosed);
+        self.spawn_cleanup(ended, crate::session::EndReason::StreamClosed);
     }
 }

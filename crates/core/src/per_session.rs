@@ -8,7 +8,6 @@
 //! request of the session is in flight on a stream goes on that request's stream (it is
 //! almost certainly related); otherwise on the session's listen stream.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
@@ -24,7 +23,7 @@ use crate::backends::BackendId;
 use crate::registry::Registry;
 use crate::resolve::{From, Route};
 use crate::route::random_hex;
-use crate::session_ops::EndReason;
+use crate::session::{EndReason, OwnBackend};
 use crate::CoreError;
 
 /// Starts one backend process for one session; implemented by the binary (it knows the
@@ -45,26 +44,6 @@ pub(crate) async fn spawn_off_runtime(
 ) -> Result<(Upstream, UpstreamOwner), CoreError> {
     let spawner = spawner.clone();
     Ok(switchboard_upstream::on_forker(move || spawner.spawn(sink)).await??)
-}
-
-/// A session's own backend.
-#[derive(Debug)]
-pub(crate) struct OwnBackend {
-    pub(crate) handle: Upstream,
-    /// Taken on session end and shut down outside the table lock.
-    pub(crate) process: Option<UpstreamOwner>,
-    /// Gateway key sent to the client → the backend's own request id.
-    pub(crate) server_requests: HashMap<String, RequestId>,
-}
-
-impl OwnBackend {
-    pub(crate) fn new(handle: Upstream, process: UpstreamOwner) -> Self {
-        OwnBackend {
-            handle,
-            process: Some(process),
-            server_requests: HashMap::new(),
-        }
-    }
 }
 
 /// Routes one session backend's unsolicited messages to that session only.

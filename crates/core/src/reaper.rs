@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::session::EndReason;
 use crate::session::Ended;
-use crate::session_ops::EndReason;
 use crate::Gateway;
 
 /// Most session teardowns running at once; more wait for a slot. Bounds the processes being
