@@ -140,19 +140,9 @@ pub struct Gateway {
     me: std::sync::Weak<Gateway>,
     /// Set when `--isolation per-session`: how to start a session's own backend.
     pub(crate) per_session: std::sync::OnceLock<Arc<dyn crate::per_session::SpawnBackend>>,
-    /// MRTR bridge (per-session mode): seals `requestState` tokens ...
-    pub(crate) mrtr_sealer: crate::mrtr::Sealer,
-    /// ... that name calls parked here while the client is asked for input.
-    pub(crate) held: crate::mrtr::HeldTable<crate::mrtr::Dedicated>,
-    /// Bounds the dedicated MRTR processes, running and parked alike.
-    pub(crate) mrtr_slots: Arc<tokio::sync::Semaphore>,
-    /// The size of that pool (for error messages).
-    pub(crate) mrtr_pool: usize,
-    /// ... and each principal's fair share of them.
-    pub(crate) mrtr_shares: Arc<crate::mrtr::Shares>,
-    /// Per-session mode: warm backend processes for Modern requests, by (principal,
-    /// declared capabilities).
-    pub(crate) partitions: crate::mrtr::Partitions,
+    /// The MRTR bridge: sealed `requestState`s, parked calls, dedicated processes and (per-session
+    /// mode) warm partitions.
+    pub(crate) mrtr: crate::mrtr::Bridge,
 }
 
 impl Gateway {
@@ -162,11 +152,7 @@ impl Gateway {
         registry: Arc<Registry>,
         config: GatewayConfig,
     ) -> Arc<Self> {
-        let pool = crate::mrtr::MAX_DEDICATED.min(config.max_sessions.max(1));
-        let share = config
-            .mrtr_per_principal
-            .unwrap_or_else(|| crate::mrtr::default_share(pool));
-        let partitions = crate::mrtr::Partitions::new(pool, config.partition_idle);
+        let mrtr = crate::mrtr::Bridge::new(&config);
         Arc::new_cyclic(|me| Gateway {
             backends,
             registry,
@@ -177,12 +163,7 @@ impl Gateway {
             )),
             me: me.clone(),
             per_session: std::sync::OnceLock::new(),
-            mrtr_sealer: crate::mrtr::Sealer::new(),
-            held: crate::mrtr::HeldTable::new(crate::mrtr::MAX_HELD),
-            mrtr_slots: Arc::new(tokio::sync::Semaphore::new(pool)),
-            mrtr_pool: pool,
-            mrtr_shares: crate::mrtr::Shares::new(share),
-            partitions,
+            mrtr,
         })
     }
 
@@ -558,13 +539,13 @@ impl Gateway {
             + per_backend
             + self.registry.sessions.entry_count()
             + self.registry.listeners.len()
-            + self.held.len()
+            + self.mrtr.held.len()
     }
 
     /// Warm Modern partitions (per-session mode). Counted apart from `table_entries`: they
     /// are kept on purpose while idle, and reaped after `partition_idle`.
     pub fn partition_count(&self) -> usize {
-        self.partitions.len()
+        self.mrtr.partitions.len()
     }
 }
 

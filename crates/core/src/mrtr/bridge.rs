@@ -1,0 +1,48 @@
+//! The MRTR bridge's state, owned here rather than on `Gateway`: the sealer and the table of
+//! parked calls its tokens name, the bounded pool of dedicated processes and each principal's
+//! share of it, and (per-session mode) the warm partitions.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::{default_share, Dedicated, HeldTable, Partitions, Sealer, Shares};
+use super::{MAX_DEDICATED, MAX_HELD};
+use crate::GatewayConfig;
+
+/// Everything the bridge keeps between rounds and across calls.
+#[derive(Debug)]
+pub(crate) struct Bridge {
+    /// Seals `requestState` tokens ...
+    pub(crate) sealer: Sealer,
+    /// ... that name calls parked here while the client is asked for input.
+    pub(crate) held: HeldTable<Dedicated>,
+    /// Bounds the dedicated MRTR processes, running and parked alike.
+    pub(crate) slots: Arc<Semaphore>,
+    /// The size of that pool (for error messages).
+    pub(crate) pool: usize,
+    /// ... and each principal's fair share of them.
+    pub(crate) shares: Arc<Shares>,
+    /// Per-session mode: warm backend processes for Modern requests, by (principal,
+    /// declared capabilities).
+    pub(crate) partitions: Partitions,
+}
+
+impl Bridge {
+    /// An empty bridge for a gateway with these limits: the pool is never larger than
+    /// `--max-sessions`, and partitions share its bound.
+    pub(crate) fn new(config: &GatewayConfig) -> Self {
+        let pool = MAX_DEDICATED.min(config.max_sessions.max(1));
+        let share = config
+            .mrtr_per_principal
+            .unwrap_or_else(|| default_share(pool));
+        Bridge {
+            sealer: Sealer::new(),
+            held: HeldTable::new(MAX_HELD),
+            slots: Arc::new(Semaphore::new(pool)),
+            pool,
+            shares: Shares::new(share),
+            partitions: Partitions::new(pool, config.partition_idle),
+        }
+    }
+}
