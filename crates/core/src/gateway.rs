@@ -135,11 +135,11 @@ pub struct Gateway {
     /// gateway: joined (bounded) on shutdown, and dropping it aborts whatever is left.
     pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
     /// Bounds the session cleanups running at once (see `reaper`).
-    pub(crate) cleanup_slots: Arc<tokio::sync::Semaphore>,
+    pub(crate) cleanup_slots: crate::reaper::CleanupSlots,
     /// Lets cleanups that must outlive a request hold the gateway.
     me: std::sync::Weak<Gateway>,
     /// Set when `--isolation per-session`: how to start a session's own backend.
-    pub(crate) per_session: std::sync::OnceLock<Arc<dyn crate::per_session::SpawnBackend>>,
+    pub(crate) per_session: crate::per_session::Spawner,
     /// The MRTR bridge: sealed `requestState`s, parked calls, dedicated processes and (per-session
     /// mode) warm partitions.
     pub(crate) mrtr: crate::mrtr::Bridge,
@@ -158,11 +158,9 @@ impl Gateway {
             registry,
             config,
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
-            cleanup_slots: Arc::new(tokio::sync::Semaphore::new(
-                crate::reaper::CONCURRENT_CLEANUPS,
-            )),
+            cleanup_slots: crate::reaper::CleanupSlots::default(),
             me: me.clone(),
-            per_session: std::sync::OnceLock::new(),
+            per_session: crate::per_session::Spawner::default(),
             mrtr,
         })
     }

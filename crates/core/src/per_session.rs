@@ -34,6 +34,23 @@ pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
         -> Result<(Upstream, UpstreamOwner), UpstreamError>;
 }
 
+/// Per-session mode's one switch and how it starts a session's own backend (or upstream
+/// session): empty in shared mode, set once at startup (`Gateway::enable_per_session`).
+#[derive(Debug, Default)]
+pub(crate) struct Spawner(std::sync::OnceLock<Arc<dyn SpawnBackend>>);
+
+impl Spawner {
+    /// Turns per-session mode on; a second call changes nothing.
+    fn enable(&self, spawner: Arc<dyn SpawnBackend>) {
+        let _ = self.0.set(spawner);
+    }
+
+    /// The spawner, in per-session mode.
+    pub(crate) fn get(&self) -> Option<&Arc<dyn SpawnBackend>> {
+        self.0.get()
+    }
+}
+
 /// Starts a process with `spawner` on the forking thread ([`switchboard_upstream::on_forker`]),
 /// not on an async worker: `fork` of a large multi-threaded gateway takes milliseconds, during
 /// which the worker would serve nobody (with `--worker-threads 1`, nobody at all). If the
@@ -220,7 +237,7 @@ impl crate::Gateway {
     /// process from `spawner`. Sessionless requests keep using the shared backend; Modern ones
     /// on a Legacy-only backend run on their principal's partition (`mrtr::partition`).
     pub fn enable_per_session(&self, spawner: Arc<dyn SpawnBackend>) {
-        let _ = self.per_session.set(spawner);
+        self.per_session.enable(spawner);
     }
 
     /// Whether sessions get their own backend.

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -20,6 +21,25 @@ use crate::Gateway;
 /// Most session teardowns running at once; more wait for a slot. Bounds the processes being
 /// stopped and the unsubscribes queued on the shared backend at one time.
 pub(crate) const CONCURRENT_CLEANUPS: usize = 64;
+
+/// The [`CONCURRENT_CLEANUPS`] slots. Session cleanup's, not per-session mode's: a shared-mode
+/// teardown queues unsubscribes on the shared backend, and those are bounded too.
+#[derive(Debug, Clone)]
+pub(crate) struct CleanupSlots(Arc<Semaphore>);
+
+impl Default for CleanupSlots {
+    fn default() -> Self {
+        CleanupSlots(Arc::new(Semaphore::new(CONCURRENT_CLEANUPS)))
+    }
+}
+
+impl CleanupSlots {
+    /// Waits for a slot, held until the permit drops. `None` only if the semaphore were
+    /// closed, which it never is.
+    async fn take(self) -> Option<OwnedSemaphorePermit> {
+        self.0.acquire_owned().await.ok()
+    }
+}
 
 impl Gateway {
     /// Expires idle sessions every quarter TTL until `stop` fires.
@@ -82,7 +102,7 @@ impl Gateway {
         background.spawn_on(
             async move {
                 // The semaphore is never closed; without a permit the cleanup still runs.
-                let _slot = slots.acquire_owned().await.ok();
+                let _slot = slots.take().await;
                 gateway.release(ended).await;
             },
             &runtime,
