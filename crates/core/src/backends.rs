@@ -198,8 +198,8 @@ impl crate::Gateway {
     /// Learns `backend`'s Modern era again (in the background): after it refused a Modern
     /// request on era grounds, or after a restart. A backend that is Legacy too is then
     /// bridged instead of passed through.
-    pub(crate) fn reprobe(&self, backend: &BackendId) {
-        let Some(gateway) = self.myself() else { return };
+    pub(crate) fn reprobe(self: &Arc<Self>, backend: &BackendId) {
+        let gateway = self.clone();
         let backend = backend.clone();
         let task = async move {
             let Some(entry) = gateway.backends.get(&backend) else {

@@ -136,8 +136,6 @@ pub struct Gateway {
     pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
     /// Bounds the session cleanups running at once (see `reaper`).
     pub(crate) cleanup_slots: crate::reaper::CleanupSlots,
-    /// Lets cleanups that must outlive a request hold the gateway.
-    me: std::sync::Weak<Gateway>,
     /// Set when `--isolation per-session`: how to start a session's own backend.
     pub(crate) per_session: crate::per_session::Spawner,
     /// The MRTR bridge: sealed `requestState`s, parked calls, dedicated processes and (per-session
@@ -153,13 +151,12 @@ impl Gateway {
         config: GatewayConfig,
     ) -> Arc<Self> {
         let mrtr = crate::mrtr::Bridge::new(&config);
-        Arc::new_cyclic(|me| Gateway {
+        Arc::new(Gateway {
             backends,
             registry,
             config,
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
             cleanup_slots: crate::reaper::CleanupSlots::default(),
-            me: me.clone(),
             per_session: crate::per_session::Spawner::default(),
             mrtr,
         })
@@ -506,10 +503,6 @@ impl Gateway {
             }
         }
         in_flight.cancel.cancel();
-    }
-
-    pub(crate) fn myself(&self) -> Option<Arc<Gateway>> {
-        self.me.upgrade()
     }
 
     /// Live sessions (for metrics and leak tests).

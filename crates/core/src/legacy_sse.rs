@@ -168,7 +168,7 @@ impl Gateway {
     /// On failure the process is stopped and the session stays, without one. Audited like
     /// every `initialize`.
     pub async fn initialize_sse_isolated(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         claim: SseInitClaim,
         id: &RequestId,
@@ -191,7 +191,7 @@ impl Gateway {
     }
 
     async fn start_sse_own(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         session: &SessionId,
         id: &RequestId,

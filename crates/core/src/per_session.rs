@@ -70,7 +70,9 @@ pub(crate) struct SessionSink {
     pub(crate) session: String,
     /// The backend whose process (or upstream session) this is, of the session's own ones.
     pub(crate) backend: BackendId,
-    /// To end the session when its process goes (see [`InboundSink::closed`]).
+    /// To end the session when its process goes (see [`InboundSink::closed`]). Weak, like
+    /// `registry`: the process's reader owns this sink and runs until the session (held by
+    /// the gateway) stops the process, so a strong handle would keep both alive for ever.
     pub(crate) gateway: Weak<crate::Gateway>,
     /// Set once the client has its session (`initialize` answered). Until then a dying
     /// process is `PendingInit`'s to clean up: the client never saw the session, and its
@@ -251,7 +253,7 @@ impl crate::Gateway {
     /// like a shared-mode `initialize`: opened, refused, failed, or cancelled when the client
     /// leaves first.
     pub async fn initialize_isolated(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         id: &RequestId,
         msg: &Message<'_>,
@@ -293,7 +295,7 @@ impl crate::Gateway {
     }
 
     async fn open_isolated(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         id: &RequestId,
         msg: &Message<'_>,
@@ -344,7 +346,7 @@ impl crate::Gateway {
     /// session ends also stops the process), then hands it the client's `initialize`.
     /// `(session, backend)`: whose process it is, and of which backend.
     pub(crate) async fn start_own(
-        &self,
+        self: &Arc<Self>,
         (session, backend): (&crate::SessionId, &BackendId),
         spawner: &Arc<dyn SpawnBackend>,
         id: &RequestId,
@@ -355,11 +357,7 @@ impl crate::Gateway {
             registry: Arc::downgrade(&self.registry),
             session: session.as_str().to_owned(),
             backend: backend.clone(),
-            gateway: self
-                .myself()
-                .as_ref()
-                .map(Arc::downgrade)
-                .unwrap_or_default(),
+            gateway: Arc::downgrade(self),
             opened,
         });
         let (handle, process) = spawn_off_runtime(spawner, sink).await?;
@@ -447,7 +445,7 @@ impl crate::Gateway {
 
     /// Ends every session and every parked MRTR call (gateway shutdown), stopping their
     /// backend processes.
-    pub async fn end_all_sessions(&self) {
+    pub async fn end_all_sessions(self: &Arc<Self>) {
         // All at once (bounded by the teardown slots), not one after another: 256 backends
         // that ignore a closed stdin would otherwise take their 2 s grace each in turn.
         for ended in self.registry.sessions.drain() {
@@ -473,7 +471,7 @@ pub(crate) fn answered_version(response: &[u8]) -> Option<String> {
 
 /// A per-session `initialize` under way: the session exists, its client does not know it yet.
 struct PendingInit<'a> {
-    gateway: &'a crate::Gateway,
+    gateway: &'a Arc<crate::Gateway>,
     /// `None` once settled.
     session: Option<crate::SessionId>,
     /// Shared with the session's sink (see `SessionSink::opened`).

@@ -66,7 +66,7 @@ impl Gateway {
         }
     }
 
-    fn reap_sessions(&self) {
+    fn reap_sessions(self: &Arc<Self>) {
         for ended in self.registry.sessions.reap() {
             debug!("session expired");
             self.spawn_cleanup(ended, EndReason::Expired);
@@ -82,7 +82,7 @@ impl Gateway {
 
     /// Audits an ended session's end at once, then releases its state in the background (see
     /// the module docs). Callable from synchronous code, drop included.
-    pub(crate) fn spawn_cleanup(&self, ended: Ended, reason: EndReason) {
+    pub(crate) fn spawn_cleanup(self: &Arc<Self>, ended: Ended, reason: EndReason) {
         self.audit_end(&ended, reason);
         // The session no longer counts against `--max-sessions`, but its process runs until
         // its teardown gets a slot: ask it to exit now, so a well-behaved backend is gone
@@ -90,12 +90,12 @@ impl Gateway {
         for process in &ended.processes {
             process.request_stop();
         }
-        // With no runtime (teardown) or no gateway left, dropping `ended` is the cleanup: its
-        // process, if any, is killed on drop, and the shared backend goes with the gateway.
-        let (Some(gateway), Ok(runtime)) = (self.myself(), tokio::runtime::Handle::try_current())
-        else {
+        // With no runtime (teardown), dropping `ended` is the cleanup: its process, if any, is
+        // killed on drop, and the shared backend goes with the gateway.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let gateway = self.clone();
         let slots = self.cleanup_slots.clone();
         let mut background = self.background.lock();
         while background.try_join_next().is_some() {}
