@@ -114,11 +114,6 @@ pub(crate) struct Dedicated {
     key: Option<RouteKey>,
 }
 
-/// Most dedicated processes (running or parked MRTR calls) at once (and never more than
-/// `--max-sessions`): every concurrent Modern call spawns one, so without a bound any client
-/// could fork the host to exhaustion.
-pub(crate) const MAX_DEDICATED: usize = 128;
-
 impl Dedicated {
     /// Shuts the process down now (gateway shutdown), instead of in the background.
     async fn retire(mut self) {
@@ -529,18 +524,6 @@ impl Gateway {
             body: encode_result(id, &result.to_string()),
             error_code: None,
         })
-    }
-
-    /// Shuts down expired parked calls (called by the reaper).
-    pub(crate) fn reap_held_calls(&self) {
-        drop(self.mrtr.held.reap());
-    }
-
-    /// Shuts down every parked call (gateway shutdown).
-    pub(crate) async fn end_held_calls(&self) {
-        for call in self.mrtr.held.drain() {
-            call.retire().await;
-        }
     }
 }
 

@@ -451,7 +451,7 @@ impl crate::Gateway {
         for ended in self.registry.sessions.drain() {
             self.spawn_cleanup(ended, EndReason::Shutdown);
         }
-        self.end_held_calls().await;
+        self.mrtr.end_held_calls().await;
         self.end_partitions();
         // Every teardown, these and those started earlier (reaper, closed streams), gets its
         // process grace; what is still running after it is aborted and its process killed.

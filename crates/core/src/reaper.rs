@@ -55,7 +55,7 @@ impl Gateway {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = held.tick() => {
-                    self.reap_held_calls();
+                    self.mrtr.reap_held_calls();
                     self.reap_partitions();
                     // Finished background work leaves its results in the set until joined.
                     let mut background = self.background.lock();

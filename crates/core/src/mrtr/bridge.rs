@@ -6,9 +6,14 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
+use super::MAX_HELD;
 use super::{default_share, Dedicated, HeldTable, Partitions, Sealer, Shares};
-use super::{MAX_DEDICATED, MAX_HELD};
 use crate::GatewayConfig;
+
+/// Most dedicated processes (running or parked MRTR calls) at once (and never more than
+/// `--max-sessions`): every concurrent Modern call spawns one, so without a bound any client
+/// could fork the host to exhaustion.
+pub(crate) const MAX_DEDICATED: usize = 128;
 
 /// Everything the bridge keeps between rounds and across calls.
 #[derive(Debug)]
@@ -43,6 +48,18 @@ impl Bridge {
             pool,
             shares: Shares::new(share),
             partitions: Partitions::new(pool, config.partition_idle),
+        }
+    }
+
+    /// Shuts down expired parked calls (called by the reaper).
+    pub(crate) fn reap_held_calls(&self) {
+        drop(self.held.reap());
+    }
+
+    /// Shuts down every parked call (gateway shutdown).
+    pub(crate) async fn end_held_calls(&self) {
+        for call in self.held.drain() {
+            call.retire().await;
         }
     }
 }
