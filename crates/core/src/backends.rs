@@ -5,7 +5,7 @@
 //! `run` builds a set of one ([`Backends::single`], id `default`). Which backend a request
 //! goes to is decided only by `resolve`; this module only holds the set. What a backend's
 //! *inbound* path also touches (subscriptions, task owners, `Mcp-Param-*` designations) is
-//! per backend too, but lives in the `Registry` (`dispatch::BackendTables`), because the
+//! per backend too, but lives in the `Registry` (`registry::BackendTables`), because the
 //! backend's sink exists before the backend is connected and the set is built.
 
 use std::fmt;
@@ -198,8 +198,8 @@ impl crate::Gateway {
     /// Learns `backend`'s Modern era again (in the background): after it refused a Modern
     /// request on era grounds, or after a restart. A backend that is Legacy too is then
     /// bridged instead of passed through.
-    pub(crate) fn reprobe(&self, backend: &BackendId) {
-        let Some(gateway) = self.myself() else { return };
+    pub(crate) fn reprobe(self: &Arc<Self>, backend: &BackendId) {
+        let gateway = self.clone();
         let backend = backend.clone();
         let task = async move {
             let Some(entry) = gateway.backends.get(&backend) else {

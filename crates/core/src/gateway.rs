@@ -25,10 +25,10 @@ use switchboard_wire::{
 
 use crate::access::{Path, Principal};
 use crate::backends::BackendId;
-use crate::dispatch::Registry;
 use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::listen_stream::ListenStream;
 use crate::progress;
+use crate::registry::Registry;
 use crate::resolve::{From, Name, Route, Via};
 use crate::route::RouteKey;
 use crate::session::{SessionId, Transport};
@@ -135,24 +135,12 @@ pub struct Gateway {
     /// gateway: joined (bounded) on shutdown, and dropping it aborts whatever is left.
     pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
     /// Bounds the session cleanups running at once (see `reaper`).
-    pub(crate) cleanup_slots: Arc<tokio::sync::Semaphore>,
-    /// Lets cleanups that must outlive a request hold the gateway.
-    me: std::sync::Weak<Gateway>,
+    pub(crate) cleanup_slots: crate::reaper::CleanupSlots,
     /// Set when `--isolation per-session`: how to start a session's own backend.
-    pub(crate) per_session: std::sync::OnceLock<Arc<dyn crate::per_session::SpawnBackend>>,
-    /// MRTR bridge (per-session mode): seals `requestState` tokens ...
-    pub(crate) mrtr_sealer: crate::mrtr::Sealer,
-    /// ... that name calls parked here while the client is asked for input.
-    pub(crate) held: crate::mrtr::HeldTable<crate::mrtr::Dedicated>,
-    /// Bounds the dedicated MRTR processes, running and parked alike.
-    pub(crate) mrtr_slots: Arc<tokio::sync::Semaphore>,
-    /// The size of that pool (for error messages).
-    pub(crate) mrtr_pool: usize,
-    /// ... and each principal's fair share of them.
-    pub(crate) mrtr_shares: Arc<crate::mrtr::Shares>,
-    /// Per-session mode: warm backend processes for Modern requests, by (principal,
-    /// declared capabilities).
-    pub(crate) partitions: crate::mrtr::Partitions,
+    pub(crate) per_session: crate::per_session::Spawner,
+    /// The MRTR bridge: sealed `requestState`s, parked calls, dedicated processes and (per-session
+    /// mode) warm partitions.
+    pub(crate) mrtr: crate::mrtr::Bridge,
 }
 
 impl Gateway {
@@ -162,27 +150,15 @@ impl Gateway {
         registry: Arc<Registry>,
         config: GatewayConfig,
     ) -> Arc<Self> {
-        let pool = crate::mrtr::MAX_DEDICATED.min(config.max_sessions.max(1));
-        let share = config
-            .mrtr_per_principal
-            .unwrap_or_else(|| crate::mrtr::default_share(pool));
-        let partitions = crate::mrtr::Partitions::new(pool, config.partition_idle);
-        Arc::new_cyclic(|me| Gateway {
+        let mrtr = crate::mrtr::Bridge::new(&config);
+        Arc::new(Gateway {
             backends,
             registry,
             config,
             background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
-            cleanup_slots: Arc::new(tokio::sync::Semaphore::new(
-                crate::reaper::CONCURRENT_CLEANUPS,
-            )),
-            me: me.clone(),
-            per_session: std::sync::OnceLock::new(),
-            mrtr_sealer: crate::mrtr::Sealer::new(),
-            held: crate::mrtr::HeldTable::new(crate::mrtr::MAX_HELD),
-            mrtr_slots: Arc::new(tokio::sync::Semaphore::new(pool)),
-            mrtr_pool: pool,
-            mrtr_shares: crate::mrtr::Shares::new(share),
-            partitions,
+            cleanup_slots: crate::reaper::CleanupSlots::default(),
+            per_session: crate::per_session::Spawner::default(),
+            mrtr,
         })
     }
 
@@ -529,10 +505,6 @@ impl Gateway {
         in_flight.cancel.cancel();
     }
 
-    pub(crate) fn myself(&self) -> Option<Arc<Gateway>> {
-        self.me.upgrade()
-    }
-
     /// Live sessions (for metrics and leak tests).
     pub fn session_count(&self) -> usize {
         self.registry.sessions.len()
@@ -558,13 +530,13 @@ impl Gateway {
             + per_backend
             + self.registry.sessions.entry_count()
             + self.registry.listeners.len()
-            + self.held.len()
+            + self.mrtr.held.len()
     }
 
     /// Warm Modern partitions (per-session mode). Counted apart from `table_entries`: they
     /// are kept on purpose while idle, and reaped after `partition_idle`.
     pub fn partition_count(&self) -> usize {
-        self.partitions.len()
+        self.mrtr.partitions.len()
     }
 }
 

@@ -65,7 +65,7 @@ pub struct SseSession {
 /// ([`Gateway::claim_sse_initialize`]); released on drop.
 #[derive(Debug)]
 pub struct SseInitClaim {
-    registry: Arc<crate::dispatch::Registry>,
+    registry: Arc<crate::registry::Registry>,
     session: SessionId,
 }
 
@@ -168,7 +168,7 @@ impl Gateway {
     /// On failure the process is stopped and the session stays, without one. Audited like
     /// every `initialize`.
     pub async fn initialize_sse_isolated(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         claim: SseInitClaim,
         id: &RequestId,
@@ -191,7 +191,7 @@ impl Gateway {
     }
 
     async fn start_sse_own(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         session: &SessionId,
         id: &RequestId,
@@ -316,6 +316,6 @@ impl Gateway {
             return; // Already ended (TTL, shutdown).
         };
         debug!(?session, "HTTP+SSE stream closed; session ended");
-        self.spawn_cleanup(ended, crate::session_ops::EndReason::StreamClosed);
+        self.spawn_cleanup(ended, crate::session::EndReason::StreamClosed);
     }
 }

@@ -28,6 +28,7 @@ mod per_session;
 mod progress;
 pub mod ratelimit;
 mod reaper;
+mod registry;
 mod resolve;
 pub mod route;
 pub mod session;
@@ -40,7 +41,6 @@ mod tool_headers;
 pub use access::{Access, Authorizer, Principal, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use backends::{BackendId, BackendIdError, Backends, MAX_BACKEND_ID};
-pub use dispatch::Registry;
 pub use error::CoreError;
 pub use gateway::{Call, Gateway, GatewayConfig, Initialized};
 pub use legacy_sse::{
@@ -50,6 +50,7 @@ pub use listen_stream::{ListenEvent, ListenStream, LISTEN_QUEUE_BYTES, REPLAY_BY
 pub use modern::ModernAnswer;
 pub use per_session::SpawnBackend;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
+pub use registry::Registry;
 pub use session::{SessionId, Transport};
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;

@@ -13,6 +13,8 @@
 //! `resources/read` that declare an input capability go through the MRTR bridge (`mrtr`), so
 //! a Legacy backend's requests for input reach the client as `input_required` results.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -82,7 +84,7 @@ impl Gateway {
     /// request or a forbidden `subscriptions/listen` URI never reaches the backend or the
     /// listener registry.
     pub async fn modern(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
@@ -141,7 +143,7 @@ impl Gateway {
     }
 
     async fn route_modern(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         owner: Option<&crate::tasks::Owner>,
         msg: &Message<'_>,

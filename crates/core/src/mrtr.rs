@@ -26,6 +26,7 @@
 //! asked for (it holds the token), bounded by [`state::MAX_HELD`] and [`state::HELD_TTL`], and
 //! gone when the call completes, fails, expires, or the client abandons a round.
 
+mod bridge;
 mod dedicated;
 mod partition;
 mod share;
@@ -52,6 +53,7 @@ use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
 use sink::{capability_of, Asked};
 
+pub(crate) use bridge::Bridge;
 pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
 pub(crate) use share::{default_share, SharePermit, Shares};
 
@@ -111,11 +113,6 @@ pub(crate) struct Dedicated {
     /// The key the call went out under (to cancel it on a partition).
     key: Option<RouteKey>,
 }
-
-/// Most dedicated processes (running or parked MRTR calls) at once (and never more than
-/// `--max-sessions`): every concurrent Modern call spawns one, so without a bound any client
-/// could fork the host to exhaustion.
-pub(crate) const MAX_DEDICATED: usize = 128;
 
 impl Dedicated {
     /// Shuts the process down now (gateway shutdown), instead of in the background.
@@ -263,9 +260,10 @@ impl Gateway {
             None | Some(Value::Null) => None,
             Some(Value::String(token)) => {
                 let held = self
-                    .mrtr_sealer
+                    .mrtr
+                    .sealer
                     .open(token, &binding)
-                    .and_then(|h| self.held.take(&h).ok_or(state::Refused::Unknown));
+                    .and_then(|h| self.mrtr.held.take(&h).ok_or(state::Refused::Unknown));
                 match held {
                     Ok(call) => Some(call),
                     Err(why) => return Ok(refused(id, why)),
@@ -298,16 +296,17 @@ impl Gateway {
         // The caller's share first: a caller over it is told so (429) even while the pool has
         // room, so what it is refused never depends on what others are doing.
         let share = self
-            .mrtr_shares
+            .mrtr
+            .shares
             .try_take(
                 &req.caller.key(),
                 std::time::Instant::now() + self.config.request_timeout,
             )
             .map_err(|retry_after| CoreError::BridgeShareExhausted {
-                limit: self.mrtr_shares.limit(),
+                limit: self.mrtr.shares.limit(),
                 retry_after,
             })?;
-        if !self.held.has_room() {
+        if !self.mrtr.held.has_room() {
             return Err(CoreError::BridgeFull(MAX_HELD));
         }
         let key = PartitionKey::of(req.caller, req.msg);
@@ -506,10 +505,10 @@ impl Gateway {
                 )
             })
             .collect();
-        let (held_id, token) = self.mrtr_sealer.seal(binding, state::HELD_TTL);
+        let (held_id, token) = self.mrtr.sealer.seal(binding, state::HELD_TTL);
         let expires = std::time::Instant::now() + state::HELD_TTL;
         call.share.until(expires);
-        let (held, expired) = self.held.hold(held_id, expires, call);
+        let (held, expired) = self.mrtr.held.hold(held_id, expires, call);
         drop(expired);
         if held.is_err() {
             // The same answer as a full dedicated pool (503 naming it), not a 200 error.
@@ -525,18 +524,6 @@ impl Gateway {
             body: encode_result(id, &result.to_string()),
             error_code: None,
         })
-    }
-
-    /// Shuts down expired parked calls (called by the reaper).
-    pub(crate) fn reap_held_calls(&self) {
-        drop(self.held.reap());
-    }
-
-    /// Shuts down every parked call (gateway shutdown).
-    pub(crate) async fn end_held_calls(&self) {
-        for call in self.held.drain() {
-            call.retire().await;
-        }
     }
 }
 

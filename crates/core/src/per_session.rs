@@ -8,7 +8,6 @@
 //! request of the session is in flight on a stream goes on that request's stream (it is
 //! almost certainly related); otherwise on the session's listen stream.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
@@ -21,10 +20,10 @@ use switchboard_wire::{
 };
 
 use crate::backends::BackendId;
-use crate::dispatch::Registry;
+use crate::registry::Registry;
 use crate::resolve::{From, Route};
 use crate::route::random_hex;
-use crate::session_ops::EndReason;
+use crate::session::{EndReason, OwnBackend};
 use crate::CoreError;
 
 /// Starts one backend process for one session; implemented by the binary (it knows the
@@ -33,6 +32,23 @@ pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
     /// Spawns a process whose unsolicited messages go to `sink`.
     fn spawn(&self, sink: Arc<dyn InboundSink>)
         -> Result<(Upstream, UpstreamOwner), UpstreamError>;
+}
+
+/// Per-session mode's one switch and how it starts a session's own backend (or upstream
+/// session): empty in shared mode, set once at startup (`Gateway::enable_per_session`).
+#[derive(Debug, Default)]
+pub(crate) struct Spawner(std::sync::OnceLock<Arc<dyn SpawnBackend>>);
+
+impl Spawner {
+    /// Turns per-session mode on; a second call changes nothing.
+    fn enable(&self, spawner: Arc<dyn SpawnBackend>) {
+        let _ = self.0.set(spawner);
+    }
+
+    /// The spawner, in per-session mode.
+    pub(crate) fn get(&self) -> Option<&Arc<dyn SpawnBackend>> {
+        self.0.get()
+    }
 }
 
 /// Starts a process with `spawner` on the forking thread ([`switchboard_upstream::on_forker`]),
@@ -47,26 +63,6 @@ pub(crate) async fn spawn_off_runtime(
     Ok(switchboard_upstream::on_forker(move || spawner.spawn(sink)).await??)
 }
 
-/// A session's own backend.
-#[derive(Debug)]
-pub(crate) struct OwnBackend {
-    pub(crate) handle: Upstream,
-    /// Taken on session end and shut down outside the table lock.
-    pub(crate) process: Option<UpstreamOwner>,
-    /// Gateway key sent to the client → the backend's own request id.
-    pub(crate) server_requests: HashMap<String, RequestId>,
-}
-
-impl OwnBackend {
-    pub(crate) fn new(handle: Upstream, process: UpstreamOwner) -> Self {
-        OwnBackend {
-            handle,
-            process: Some(process),
-            server_requests: HashMap::new(),
-        }
-    }
-}
-
 /// Routes one session backend's unsolicited messages to that session only.
 #[derive(Debug)]
 pub(crate) struct SessionSink {
@@ -74,7 +70,9 @@ pub(crate) struct SessionSink {
     pub(crate) session: String,
     /// The backend whose process (or upstream session) this is, of the session's own ones.
     pub(crate) backend: BackendId,
-    /// To end the session when its process goes (see [`InboundSink::closed`]).
+    /// To end the session when its process goes (see [`InboundSink::closed`]). Weak, like
+    /// `registry`: the process's reader owns this sink and runs until the session (held by
+    /// the gateway) stops the process, so a strong handle would keep both alive for ever.
     pub(crate) gateway: Weak<crate::Gateway>,
     /// Set once the client has its session (`initialize` answered). Until then a dying
     /// process is `PendingInit`'s to clean up: the client never saw the session, and its
@@ -241,7 +239,7 @@ impl crate::Gateway {
     /// process from `spawner`. Sessionless requests keep using the shared backend; Modern ones
     /// on a Legacy-only backend run on their principal's partition (`mrtr::partition`).
     pub fn enable_per_session(&self, spawner: Arc<dyn SpawnBackend>) {
-        let _ = self.per_session.set(spawner);
+        self.per_session.enable(spawner);
     }
 
     /// Whether sessions get their own backend.
@@ -255,7 +253,7 @@ impl crate::Gateway {
     /// like a shared-mode `initialize`: opened, refused, failed, or cancelled when the client
     /// leaves first.
     pub async fn initialize_isolated(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         id: &RequestId,
         msg: &Message<'_>,
@@ -297,7 +295,7 @@ impl crate::Gateway {
     }
 
     async fn open_isolated(
-        &self,
+        self: &Arc<Self>,
         caller: &crate::Principal,
         id: &RequestId,
         msg: &Message<'_>,
@@ -348,7 +346,7 @@ impl crate::Gateway {
     /// session ends also stops the process), then hands it the client's `initialize`.
     /// `(session, backend)`: whose process it is, and of which backend.
     pub(crate) async fn start_own(
-        &self,
+        self: &Arc<Self>,
         (session, backend): (&crate::SessionId, &BackendId),
         spawner: &Arc<dyn SpawnBackend>,
         id: &RequestId,
@@ -359,11 +357,7 @@ impl crate::Gateway {
             registry: Arc::downgrade(&self.registry),
             session: session.as_str().to_owned(),
             backend: backend.clone(),
-            gateway: self
-                .myself()
-                .as_ref()
-                .map(Arc::downgrade)
-                .unwrap_or_default(),
+            gateway: Arc::downgrade(self),
             opened,
         });
         let (handle, process) = spawn_off_runtime(spawner, sink).await?;
@@ -451,13 +445,13 @@ impl crate::Gateway {
 
     /// Ends every session and every parked MRTR call (gateway shutdown), stopping their
     /// backend processes.
-    pub async fn end_all_sessions(&self) {
+    pub async fn end_all_sessions(self: &Arc<Self>) {
         // All at once (bounded by the teardown slots), not one after another: 256 backends
         // that ignore a closed stdin would otherwise take their 2 s grace each in turn.
         for ended in self.registry.sessions.drain() {
             self.spawn_cleanup(ended, EndReason::Shutdown);
         }
-        self.end_held_calls().await;
+        self.mrtr.end_held_calls().await;
         self.end_partitions();
         // Every teardown, these and those started earlier (reaper, closed streams), gets its
         // process grace; what is still running after it is aborted and its process killed.
@@ -477,7 +471,7 @@ pub(crate) fn answered_version(response: &[u8]) -> Option<String> {
 
 /// A per-session `initialize` under way: the session exists, its client does not know it yet.
 struct PendingInit<'a> {
-    gateway: &'a crate::Gateway,
+    gateway: &'a Arc<crate::Gateway>,
     /// `None` once settled.
     session: Option<crate::SessionId>,
     /// Shared with the session's sink (see `SessionSink::opened`).

@@ -10,16 +10,36 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::session::EndReason;
 use crate::session::Ended;
-use crate::session_ops::EndReason;
 use crate::Gateway;
 
 /// Most session teardowns running at once; more wait for a slot. Bounds the processes being
 /// stopped and the unsubscribes queued on the shared backend at one time.
 pub(crate) const CONCURRENT_CLEANUPS: usize = 64;
+
+/// The [`CONCURRENT_CLEANUPS`] slots. Session cleanup's, not per-session mode's: a shared-mode
+/// teardown queues unsubscribes on the shared backend, and those are bounded too.
+#[derive(Debug, Clone)]
+pub(crate) struct CleanupSlots(Arc<Semaphore>);
+
+impl Default for CleanupSlots {
+    fn default() -> Self {
+        CleanupSlots(Arc::new(Semaphore::new(CONCURRENT_CLEANUPS)))
+    }
+}
+
+impl CleanupSlots {
+    /// Waits for a slot, held until the permit drops. `None` only if the semaphore were
+    /// closed, which it never is.
+    async fn take(self) -> Option<OwnedSemaphorePermit> {
+        self.0.acquire_owned().await.ok()
+    }
+}
 
 impl Gateway {
     /// Expires idle sessions every quarter TTL until `stop` fires.
@@ -35,7 +55,7 @@ impl Gateway {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = held.tick() => {
-                    self.reap_held_calls();
+                    self.mrtr.reap_held_calls();
                     self.reap_partitions();
                     // Finished background work leaves its results in the set until joined.
                     let mut background = self.background.lock();
@@ -46,7 +66,7 @@ impl Gateway {
         }
     }
 
-    fn reap_sessions(&self) {
+    fn reap_sessions(self: &Arc<Self>) {
         for ended in self.registry.sessions.reap() {
             debug!("session expired");
             self.spawn_cleanup(ended, EndReason::Expired);
@@ -62,7 +82,7 @@ impl Gateway {
 
     /// Audits an ended session's end at once, then releases its state in the background (see
     /// the module docs). Callable from synchronous code, drop included.
-    pub(crate) fn spawn_cleanup(&self, ended: Ended, reason: EndReason) {
+    pub(crate) fn spawn_cleanup(self: &Arc<Self>, ended: Ended, reason: EndReason) {
         self.audit_end(&ended, reason);
         // The session no longer counts against `--max-sessions`, but its process runs until
         // its teardown gets a slot: ask it to exit now, so a well-behaved backend is gone
@@ -70,19 +90,19 @@ impl Gateway {
         for process in &ended.processes {
             process.request_stop();
         }
-        // With no runtime (teardown) or no gateway left, dropping `ended` is the cleanup: its
-        // process, if any, is killed on drop, and the shared backend goes with the gateway.
-        let (Some(gateway), Ok(runtime)) = (self.myself(), tokio::runtime::Handle::try_current())
-        else {
+        // With no runtime (teardown), dropping `ended` is the cleanup: its process, if any, is
+        // killed on drop, and the shared backend goes with the gateway.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let gateway = self.clone();
         let slots = self.cleanup_slots.clone();
         let mut background = self.background.lock();
         while background.try_join_next().is_some() {}
         background.spawn_on(
             async move {
                 // The semaphore is never closed; without a permit the cleanup still runs.
-                let _slot = slots.acquire_owned().await.ok();
+                let _slot = slots.take().await;
                 gateway.release(ended).await;
             },
             &runtime,

@@ -193,7 +193,8 @@ mod tests {
     use switchboard_upstream::{InboundSink, StdioConfig, UpstreamError, UpstreamOwner};
 
     use super::*;
-    use crate::per_session::{OwnBackend, SpawnBackend};
+    use crate::per_session::SpawnBackend;
+    use crate::session::OwnBackend;
     use crate::{Backend, BackendEra, BackendInfo, Backends, GatewayConfig, Principal, Registry};
 
     /// `cat`: a process that is alive, reads and never answers; told apart by its pid.

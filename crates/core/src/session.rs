@@ -23,6 +23,12 @@ use crate::listen_stream::{ListenState, ListenStream};
 use crate::route::{random_hex, RouteKey};
 use crate::CoreError;
 
+mod end;
+mod own;
+
+pub(crate) use end::EndReason;
+pub(crate) use own::OwnBackend;
+
 /// A gateway-minted session id (visible ASCII, 32 hex digits).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct SessionId(String);
@@ -91,7 +97,7 @@ pub(crate) struct Session {
     pub(crate) tasks: Option<JoinSet<()>>,
     /// Per-session mode: this session's own backend process (or upstream session), per
     /// backend.
-    pub(crate) own: HashMap<BackendId, crate::per_session::OwnBackend>,
+    pub(crate) own: HashMap<BackendId, OwnBackend>,
     /// Per-session mode, HTTP+SSE: the session's `initialize` is under way (its process
     /// starting or handshaking), so it may neither start another nor be used yet.
     pub(crate) initializing: bool,

@@ -1,6 +1,6 @@
 //! Who owns each task (2025-11-25 `tasks/*`, and the Modern Tasks extension's handles) on a
 //! shared backend. A task id means something only at the backend that issued it, so each
-//! backend has its own [`TaskOwners`] (`dispatch::BackendTables`): tasks are keyed by
+//! backend has its own [`TaskOwners`] (`registry::BackendTables`): tasks are keyed by
 //! (backend, task id).
 //!
 //! Every task the gateway hands out is owned: by the caller's Legacy session when there is

@@ -2,6 +2,8 @@
 //! backend can feed, then served from the gateway's registries; resource subscriptions are
 //! the gateway's own, reference-counted upstream like Legacy sessions'.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -20,7 +22,7 @@ impl Gateway {
     /// backend can feed, then served from the gateway's registries until the client closes the
     /// stream. Resource subscriptions are reference-counted upstream like Legacy sessions'.
     pub(super) async fn bridged_listen(
-        &self,
+        self: &Arc<Self>,
         id: &RequestId,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
@@ -90,7 +92,7 @@ pub(crate) fn honoured(backend: &crate::BackendInfo, asked: Filter) -> Filter {
 /// Releases a bridged listen's resource subscriptions when it ends. Upstream unsubscribes
 /// need `.await`, so they run in a task of their own, bounded by the request deadline.
 struct ListenSubscriptions<'a> {
-    gateway: &'a Gateway,
+    gateway: &'a Arc<Gateway>,
     backend: BackendId,
     owner: String,
     uris: Vec<String>,
@@ -105,9 +107,7 @@ impl Drop for ListenSubscriptions<'_> {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let Some(gateway) = self.gateway.myself() else {
-            return;
-        };
+        let gateway = self.gateway.clone();
         let (owner, uris) = (
             std::mem::take(&mut self.owner),
             std::mem::take(&mut self.uris),

@@ -26,10 +26,11 @@ impl Gateway {
             .get()
             .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
         let slot = self
-            .mrtr_slots
+            .mrtr
+            .slots
             .clone()
             .try_acquire_owned()
-            .map_err(|_| CoreError::BridgeFull(self.mrtr_pool))?;
+            .map_err(|_| CoreError::BridgeFull(self.mrtr.pool))?;
         let meta = &req.params["_meta"];
         let declared = &meta[META_CLIENT_CAPABILITIES];
         let mut caps = Map::new();

@@ -328,7 +328,7 @@ impl Gateway {
     /// The caller's partition for `key`, started (and handshaken) if needed.
     pub(crate) async fn partition(&self, key: &Key) -> Result<Use, CoreError> {
         for _ in 0..2 {
-            let (cell, reaped) = self.partitions.cell(key)?;
+            let (cell, reaped) = self.mrtr.partitions.cell(key)?;
             self.stop_in_background(reaped);
             let started = cell
                 .get_or_try_init(|| self.start_partition(key))
@@ -338,14 +338,14 @@ impl Gateway {
                 Ok(part) if !part.handle.is_closed() && !part.retired() => {
                     return Ok(Use::new(part))
                 }
-                Ok(part) if part.retired() => self.partitions.forget_retired(key, &cell),
+                Ok(part) if part.retired() => self.mrtr.partitions.forget_retired(key, &cell),
                 // Died since it was last used: replaced by a fresh one.
                 Ok(_) => {
-                    let dead = self.partitions.forget(key, &cell);
+                    let dead = self.mrtr.partitions.forget(key, &cell);
                     self.stop_in_background(dead.into_iter().collect());
                 }
                 Err(e) => {
-                    self.partitions.forget(key, &cell);
+                    self.mrtr.partitions.forget(key, &cell);
                     return Err(e);
                 }
             }
@@ -427,13 +427,13 @@ impl Gateway {
 
     /// Stops idle partitions (called by the reaper).
     pub(crate) fn reap_partitions(&self) {
-        let idle = self.partitions.reap();
+        let idle = self.mrtr.partitions.reap();
         self.stop_in_background(idle);
     }
 
     /// Stops every partition (gateway shutdown; joined with the rest of the background).
     pub(crate) fn end_partitions(&self) {
-        let all = self.partitions.drain();
+        let all = self.mrtr.partitions.drain();
         self.stop_in_background(all);
     }
 }

@@ -12,8 +12,8 @@ use switchboard_wire::{
     MessageKind, RequestId,
 };
 
-use crate::dispatch::Registry;
 use crate::modern_listen::ModernListeners;
+use crate::registry::Registry;
 
 /// One server→client request from a dedicated backend.
 #[derive(Debug)]

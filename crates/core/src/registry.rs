@@ -1,0 +1,86 @@
+//! The routing registries the request path and every backend's inbound path share: sessions,
+//! progress routes, Modern listen routes, the drop log, and per backend the tables its sink
+//! routes by (see [`BackendTables`]). What the sink does with a message is `dispatch`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use switchboard_upstream::InboundSink;
+
+use crate::backends::BackendId;
+use crate::dispatch::Dispatcher;
+use crate::drop_log::DropLog;
+use crate::modern_listen::ModernListeners;
+use crate::progress::ProgressRoutes;
+use crate::session::SessionStore;
+use crate::subscription::Subscriptions;
+
+/// The routing registries shared by the request path and the backends' inbound paths.
+#[derive(Debug)]
+pub struct Registry {
+    pub(crate) sessions: SessionStore,
+    pub(crate) progress: ProgressRoutes,
+    pub(crate) listeners: ModernListeners,
+    pub(crate) drops: DropLog,
+    /// Per backend: what its inbound path routes by or invalidates (see [`BackendTables`]).
+    per_backend: Mutex<HashMap<BackendId, Arc<BackendTables>>>,
+}
+
+/// The tables of one backend that both its sink and the request path use: resource
+/// subscriptions (URI → sessions), task owners (task id → owner) and `Mcp-Param-*`
+/// designations. Keyed by backend because a URI or a task id means something only at the
+/// backend that issued it. Held here rather than in `Backends` because a backend's sink
+/// exists before the backend is connected.
+#[derive(Debug, Default)]
+pub(crate) struct BackendTables {
+    pub(crate) subs: Subscriptions,
+    pub(crate) tasks: crate::tasks::TaskOwners,
+    pub(crate) tool_headers: crate::tool_headers::ToolHeaders,
+}
+
+impl Registry {
+    /// Empty registries for a gateway with these limits.
+    pub fn new(config: &crate::GatewayConfig) -> Arc<Self> {
+        Arc::new(Registry {
+            sessions: match config.max_sessions_per_principal {
+                Some(n) => SessionStore::new(config.max_sessions, config.session_ttl)
+                    .with_principal_limit(n),
+                None => SessionStore::new(config.max_sessions, config.session_ttl),
+            },
+            progress: ProgressRoutes::default(),
+            listeners: ModernListeners::default(),
+            drops: DropLog::default(),
+            per_backend: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The sink to give the `default` backend's reader (see [`Self::sink_for`]).
+    pub fn sink(self: &Arc<Self>) -> Arc<dyn InboundSink> {
+        self.sink_for(&BackendId::default_id())
+    }
+
+    /// The sink to give backend `id`'s reader: what it delivers is routed as `id`'s.
+    pub fn sink_for(self: &Arc<Self>, id: &BackendId) -> Arc<dyn InboundSink> {
+        Arc::new(Dispatcher {
+            registry: self.clone(),
+            backend: id.clone(),
+            tables: self.tables(id),
+        })
+    }
+
+    /// Backend `id`'s tables (made on first use: ids come only from the gateway's own set).
+    pub(crate) fn tables(&self, id: &BackendId) -> Arc<BackendTables> {
+        self.per_backend
+            .lock()
+            .entry(id.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// Every backend's tables.
+    pub(crate) fn all_tables(&self) -> Vec<Arc<BackendTables>> {
+        self.per_backend.lock().values().cloned().collect()
+    }
+}
