@@ -148,6 +148,21 @@ impl Backends {
         }
     }
 
+    /// A set of `backends`, in configured order (the first is the primary). Names must be
+    /// distinct; `None` for an empty list or a repeated name.
+    pub fn new(backends: Vec<(BackendId, Backend)>) -> Option<Self> {
+        let mut seen = std::collections::HashSet::new();
+        if backends.is_empty() || !backends.iter().all(|(id, _)| seen.insert(id.clone())) {
+            return None;
+        }
+        Some(Backends {
+            entries: backends
+                .into_iter()
+                .map(|(id, b)| BackendEntry::new(id, b))
+                .collect(),
+        })
+    }
+
     /// The backend the gateway presents as itself (its `initialize` answer, `server/discover`,
     /// `serverInfo`) and the one the public one-backend accessors report. With one backend,
     /// that one; aggregation will replace what it presents with a merged view.
@@ -192,7 +207,10 @@ impl crate::Gateway {
     /// What the gateway presents as its server (`initialize`, `server/discover`,
     /// `serverInfo`): the primary backend's declaration (see `Backends::primary`).
     pub(crate) fn presented(&self) -> &crate::BackendInfo {
-        self.backends.primary().info()
+        match self.vmcp() {
+            Some(vmcp) => vmcp.presented(),
+            None => self.backends.primary().info(),
+        }
     }
 
     /// Learns `backend`'s Modern era again (in the background): after it refused a Modern

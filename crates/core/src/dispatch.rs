@@ -79,6 +79,7 @@ impl Dispatcher {
             // Tool schemas may have changed: the Mcp-Param-* designations are re-learned.
             self.tables.tool_headers.invalidate();
         }
+        self.tables.lists_changed.mark(name);
         // A Modern backend addresses listen-stream notifications by subscription id: they go to
         // that one stream (re-tagged with the client's id) or nowhere.
         let tag = params

@@ -78,6 +78,19 @@ pub enum CoreError {
     /// A route named a backend the gateway does not front (a bug: routes come from the set).
     #[error("no backend named {0}")]
     UnknownBackend(crate::BackendId),
+
+    /// Aggregating: no backend serves this name (unknown, filtered or dropped by the naming
+    /// strategy: all three are refused alike).
+    #[error("unknown {0}: {1}")]
+    UnknownName(&'static str, String),
+
+    /// Aggregating: a backend failed the request; the message names it.
+    #[error("backend {0}: {1}")]
+    OfBackend(crate::BackendId, UpstreamError),
+
+    /// Aggregating: a merged list could not be built.
+    #[error("{0}")]
+    Aggregation(String),
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use switchboard_upstream::BackendResponse;
+use switchboard_upstream::Credential;
 use switchboard_wire::{
     encode_notification, encode_request, encode_result, method, object_member, restore_response,
     version, with_member, with_meta_member, Message, RequestId,
@@ -29,7 +30,7 @@ use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::listen_stream::ListenStream;
 use crate::progress;
 use crate::registry::Registry;
-use crate::resolve::{From, Name, Route, Via};
+use crate::resolve::{From, Route, Via};
 use crate::route::RouteKey;
 use crate::session::{SessionId, Transport};
 use crate::CoreError;
@@ -63,6 +64,9 @@ pub struct GatewayConfig {
     pub mrtr_per_principal: Option<usize>,
     /// Per-session mode: a warm Modern partition unused this long is stopped.
     pub partition_idle: Duration,
+    /// `Some`: the backends are aggregated into one virtual server (`switchboard serve`);
+    /// `None`: the one backend is proxied transparently (`run`).
+    pub vmcp: Option<crate::vmcp::VmcpConfig>,
 }
 
 impl Default for GatewayConfig {
@@ -77,6 +81,7 @@ impl Default for GatewayConfig {
             access: crate::Access::default(),
             listen_grace: Duration::from_secs(60),
             mrtr_per_principal: None,
+            vmcp: None,
             partition_idle: Duration::from_secs(60),
         }
     }
@@ -121,6 +126,9 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) listen: Option<crate::modern_listen::Filter>,
     /// Where it goes (from `resolve`).
     pub(crate) route: &'a Route,
+    /// The caller's own credential, for a remote that forwards it (`forward_caller_token`);
+    /// `None` for the gateway's own requests.
+    pub(crate) credential: Option<&'a switchboard_upstream::Credential>,
 }
 
 /// The routing core for one shared backend.
@@ -141,6 +149,8 @@ pub struct Gateway {
     /// The MRTR bridge: sealed `requestState`s, parked calls, dedicated processes and (per-session
     /// mode) warm partitions.
     pub(crate) mrtr: crate::mrtr::Bridge,
+    /// Aggregating (`GatewayConfig::vmcp`): the merged lists and what names route by.
+    pub(crate) vmcp: Option<crate::vmcp::Vmcp>,
 }
 
 impl Gateway {
@@ -151,6 +161,10 @@ impl Gateway {
         config: GatewayConfig,
     ) -> Arc<Self> {
         let mrtr = crate::mrtr::Bridge::new(&config);
+        let vmcp = config.vmcp.clone().map(|v| {
+            let infos: Vec<_> = backends.iter().map(|b| (b.id.clone(), b.info())).collect();
+            crate::vmcp::Vmcp::new(v, &infos)
+        });
         Arc::new(Gateway {
             backends,
             registry,
@@ -159,6 +173,7 @@ impl Gateway {
             cleanup_slots: crate::reaper::CleanupSlots::default(),
             per_session: crate::per_session::Spawner::default(),
             mrtr,
+            vmcp,
         })
     }
 
@@ -260,6 +275,11 @@ impl Gateway {
         let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
+        if self.vmcp().is_some() {
+            if let Some(answer) = self.aggregated(&call, id, name).await {
+                return answer;
+            }
+        }
         // A session that ended between lookup and routing (DELETE, reaping) is not found:
         // never fall through to the shared backend with a dead session's request.
         let Some(route) = self.resolve(From::Request(call.session), name, call.msg.params)? else {
@@ -290,7 +310,14 @@ impl Gateway {
                     return Err(CoreError::TaskOwnerRequired);
                 }
                 let answer = self
-                    .call_backend(call.session, id, name, call.msg, call.stream, route)
+                    .call_backend(
+                        call.session,
+                        id,
+                        name,
+                        call.msg,
+                        (call.stream, call.caller.credential.as_ref()),
+                        route,
+                    )
                     .await?;
                 if let (Some(Some(owner)), false) = (owner, answer.is_error()) {
                     self.record_task(&route.backend, &owner, &answer);
@@ -308,7 +335,7 @@ impl Gateway {
         id: &RequestId,
         name: &str,
         msg: &Message<'_>,
-        stream: Option<mpsc::Sender<Bytes>>,
+        (stream, credential): (Option<mpsc::Sender<Bytes>>, Option<&Credential>),
         route: &Route,
     ) -> Result<BackendResponse, CoreError> {
         self.send(Outgoing {
@@ -319,6 +346,7 @@ impl Gateway {
             stream,
             listen: None,
             route,
+            credential,
         })
         .await
     }
@@ -327,21 +355,22 @@ impl Gateway {
     pub(crate) async fn send(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
         let route = out.route;
         let backend = &route.upstream;
-        let name = match route.name {
-            Name::AsClient => out.name,
-        };
+        let name = out.name;
+        // Aggregating: the backend's own name for an exposed one (`params.name`, or a
+        // completion's `ref.name`), every other byte of params kept.
+        let renamed = route.name.apply(out.params);
+        let out_params = renamed.as_deref().or(out.params);
         let key = RouteKey::mint();
         // The client's progress token is always replaced: the backend must never see a value
         // the client chose, or a client could name another request's token.
-        let original = out
-            .params
+        let original = out_params
             .and_then(|p| object_member(p, "_meta"))
             .and_then(|m| object_member(m, "progressToken"));
         let mut rewritten = None;
         let alive = progress::Liveness::default();
         // Registered with or without a stream: progress keeps the request's deadline alive
         // even when the answer goes back as plain JSON and the notes themselves go nowhere.
-        let _progress = match (original, out.params) {
+        let _progress = match (original, out_params) {
             (Some(original), Some(params)) => {
                 let token = progress::mint_token();
                 rewritten = with_meta_member(params, "progressToken", &token);
@@ -361,7 +390,7 @@ impl Gateway {
             ),
             _ => None,
         };
-        let params = rewritten.as_deref().or(out.params);
+        let params = rewritten.as_deref().or(out_params);
         let line = encode_request(&key.to_request_id(), name, params);
         let cancel = CancellationToken::new();
         let _in_flight = out.session.map(|s| {
@@ -375,7 +404,7 @@ impl Gateway {
             armed: true,
         };
         let exchange = async {
-            let call = backend.call(key.as_str(), line).await?;
+            let call = backend.call_as(key.as_str(), line, out.credential).await?;
             tokio::select! {
                 // An answer that is already there wins over a cancellation that raced it (a
                 // session ending because its backend died must not hide why the call failed).
@@ -396,12 +425,23 @@ impl Gateway {
                 // Answered, failed, or cancelled by the client (whose cancellation was already
                 // forwarded): nothing more to tell the backend.
                 upstream_cancel.armed = false;
-                result
+                result.map_err(|e| self.attributed(&route.backend, e))
             }
             Err(expired) => {
                 upstream_cancel.reason = "request timed out at the gateway";
                 Err(CoreError::Timeout(expired.limit()))
             }
+        }
+    }
+
+    /// Aggregating, a backend's failure names the backend (one of several is down; the
+    /// client must know which).
+    fn attributed(&self, backend: &BackendId, e: CoreError) -> CoreError {
+        match e {
+            CoreError::Backend(e) if self.vmcp.is_some() => {
+                CoreError::OfBackend(backend.clone(), e)
+            }
+            e => e,
         }
     }
 

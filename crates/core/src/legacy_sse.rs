@@ -205,7 +205,13 @@ impl Gateway {
         let backend = self.own_backend_for(msg)?;
         let opened = Arc::new(std::sync::atomic::AtomicBool::new(false));
         match self
-            .start_own((session, &backend), spawner, id, msg, opened.clone())
+            .start_own(
+                (session, &backend),
+                spawner,
+                id,
+                (msg, caller.credential.as_ref()),
+                opened.clone(),
+            )
             .await
         {
             Ok(answer) if !answer.is_error() => {

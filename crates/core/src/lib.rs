@@ -37,6 +37,7 @@ pub mod stream_queue;
 mod subscription;
 mod tasks;
 mod tool_headers;
+mod vmcp;
 
 pub use access::{Access, Authorizer, Principal, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
@@ -55,3 +56,4 @@ pub use session::{SessionId, Transport};
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;
 pub use switchboard_upstream::UpstreamError;
+pub use vmcp::{FailureMode, VmcpConfig};

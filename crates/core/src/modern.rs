@@ -68,6 +68,14 @@ pub struct ModernAnswer {
 }
 
 impl ModernAnswer {
+    /// A successful answer.
+    pub(crate) fn ok(body: Vec<u8>) -> Self {
+        ModernAnswer {
+            body,
+            error_code: None,
+        }
+    }
+
     pub(crate) fn error(id: &RequestId, err: &ErrorObject) -> Self {
         ModernAnswer {
             body: encode_error(Some(id), err),
@@ -100,6 +108,11 @@ impl Gateway {
         .then(|| crate::tasks::Owner::of(caller, None))
         .flatten();
         let method = msg.method.unwrap_or_default();
+        if self.vmcp().is_some() {
+            if let Some(answer) = self.aggregated_modern(msg).await {
+                return admitted.finish_modern(answer);
+            }
+        }
         let answer = match self.resolve(From::Modern, method, msg.params) {
             Ok(Some(route)) => self
                 .route_modern(caller, owner.as_ref(), msg, stream, &route)
@@ -185,6 +198,7 @@ impl Gateway {
                     stream,
                     listen,
                     route,
+                    credential: caller.credential.as_ref(),
                 })
                 .await?;
             self.record_modern_task(caller, owner, asked_task, (name, route), &answer);
@@ -303,6 +317,7 @@ impl Gateway {
                 stream: call.stream,
                 listen: None,
                 route,
+                credential: call.caller.credential.as_ref(),
             })
             .await?;
         Ok(restore_response(id, answer.member(), answer.payload()))
@@ -328,6 +343,7 @@ impl Gateway {
                 stream,
                 listen: None,
                 route,
+                credential: None,
             })
             .await?;
         if let (Some(owner), false) = (task_owner, answer.is_error()) {
@@ -368,7 +384,7 @@ impl Gateway {
 }
 
 /// `server/discover` for a Legacy backend, from its `initialize` result.
-fn discover(id: &RequestId, info: &crate::BackendInfo) -> ModernAnswer {
+pub(crate) fn discover(id: &RequestId, info: &crate::BackendInfo) -> ModernAnswer {
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": version::supported(),

@@ -316,7 +316,7 @@ impl crate::Gateway {
                 (&session, &backend),
                 spawner,
                 id,
-                msg,
+                (msg, caller.credential.as_ref()),
                 pending.opened.clone(),
             )
             .await
@@ -350,7 +350,7 @@ impl crate::Gateway {
         (session, backend): (&crate::SessionId, &BackendId),
         spawner: &Arc<dyn SpawnBackend>,
         id: &RequestId,
-        msg: &Message<'_>,
+        (msg, credential): (&Message<'_>, Option<&switchboard_upstream::Credential>),
         opened: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<switchboard_upstream::BackendResponse, CoreError> {
         let sink = Arc::new(SessionSink {
@@ -381,6 +381,7 @@ impl crate::Gateway {
             stream: None,
             listen: None,
             route: &route,
+            credential,
         };
         // The handshake deadline, not the request deadline: a process that never answers its
         // `initialize` is a broken backend, and says so.
@@ -417,6 +418,7 @@ impl crate::Gateway {
             stream: call.stream,
             listen: None,
             route,
+            credential: call.caller.credential.as_ref(),
         };
         let answer = match self.send(out).await {
             // The remote lost the upstream session: the client's session is over, and it

@@ -38,6 +38,44 @@ pub(crate) struct BackendTables {
     pub(crate) subs: Subscriptions,
     pub(crate) tasks: crate::tasks::TaskOwners,
     pub(crate) tool_headers: crate::tool_headers::ToolHeaders,
+    /// Which of its lists the backend said changed since the gateway last fetched them
+    /// (aggregating: `vmcp` fetches those again).
+    pub(crate) lists_changed: ListsChanged,
+}
+
+/// One flag per list kind, set by the backend's `list_changed` and taken by the fetch.
+#[derive(Debug, Default)]
+pub(crate) struct ListsChanged([std::sync::atomic::AtomicBool; 4]);
+
+impl ListsChanged {
+    /// The backend announced `notification` (a `list_changed` method; others are ignored).
+    pub(crate) fn mark(&self, notification: &str) {
+        use switchboard_wire::method;
+        let kinds: &[usize] = match notification {
+            method::TOOLS_LIST_CHANGED => &[0],
+            method::PROMPTS_LIST_CHANGED => &[1],
+            // Templates have no notification of their own.
+            method::RESOURCES_LIST_CHANGED => &[2, 3],
+            _ => &[],
+        };
+        for k in kinds {
+            self.0[*k].store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Whether list `kind` (index in `vmcp::KINDS`) changed since it was last taken.
+    pub(crate) fn is_set(&self, kind: usize) -> bool {
+        self.0
+            .get(kind)
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Clears `kind`'s flag (a fetch is starting).
+    pub(crate) fn take(&self, kind: usize) -> bool {
+        self.0
+            .get(kind)
+            .is_some_and(|f| f.swap(false, std::sync::atomic::Ordering::AcqRel))
+    }
 }
 
 impl Registry {

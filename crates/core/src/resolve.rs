@@ -45,10 +45,29 @@ pub(crate) enum Via {
 }
 
 /// The name a message uses at its backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Name {
-    /// The client's own name, unchanged (one backend: nothing is renamed).
+    /// The client's own name, unchanged (one backend; or an aggregated name the strategy
+    /// left bare).
     AsClient,
+    /// Aggregating: `params.name` becomes the backend's own name for the exposed one.
+    Renamed(std::sync::Arc<str>),
+    /// Aggregating: a completion's `params.ref.name` becomes the backend's prompt name.
+    RenamedRef(std::sync::Arc<str>),
+}
+
+impl Name {
+    /// `params` as the backend must see them (`None`: unchanged).
+    pub(crate) fn apply(&self, params: Option<&RawValue>) -> Option<Box<RawValue>> {
+        let params = params?;
+        match self {
+            Name::AsClient => None,
+            Name::Renamed(original) => crate::catalog::rename_param(params, "name", original),
+            Name::RenamedRef(original) => {
+                crate::catalog::rename_param_at(params, &["ref", "name"], original)
+            }
+        }
+    }
 }
 
 /// Who is asking, as far as routing cares.
@@ -72,6 +91,9 @@ pub(crate) enum From<'a> {
     Teardown(&'a BackendId),
     /// An upstream the gateway just started for the caller on `backend`.
     Started(&'a BackendId, Upstream),
+    /// Aggregating: a Legacy client request that goes to every backend (`logging/setLevel`),
+    /// here to `backend`, in the session if it has one.
+    Fanout(Option<&'a SessionId>, &'a BackendId),
 }
 
 impl Gateway {
@@ -85,18 +107,18 @@ impl Gateway {
         method: &str,
         params: Option<&RawValue>,
     ) -> Result<Option<Route>, CoreError> {
-        let entry = self.choose_backend(&from, method, params)?;
+        let (entry, name) = self.choose_backend(&from, method, params)?;
         let route = |via, upstream| {
             Some(Route {
                 backend: entry.id.clone(),
                 upstream,
                 via,
-                name: Name::AsClient,
+                name: name.clone(),
             })
         };
         let shared = || entry.backend.handle.clone();
         Ok(match from {
-            From::Request(Some(sid)) => {
+            From::Request(Some(sid)) | From::Fanout(Some(sid), _) => {
                 let per_session = self.is_per_session();
                 let own =
                     self.registry
@@ -124,9 +146,11 @@ impl Gateway {
                 None if self.is_per_session() => None,
                 None => route(Via::Shared, shared()),
             },
-            From::Request(None) | From::Notification(None) | From::Modern | From::Initialize => {
-                route(Via::Shared, shared())
-            }
+            From::Request(None)
+            | From::Fanout(None, _)
+            | From::Notification(None)
+            | From::Modern
+            | From::Initialize => route(Via::Shared, shared()),
             From::Teardown(_) => route(Via::Shared, shared()),
             From::Gateway(_) => {
                 let internal = entry.backend.internal.clone();
@@ -144,24 +168,38 @@ impl Gateway {
         from: &From<'_>,
         method: &str,
         params: Option<&RawValue>,
-    ) -> Result<&BackendEntry, CoreError> {
+    ) -> Result<(&BackendEntry, Name), CoreError> {
         let named = match from {
-            From::Cancel(_, b) | From::Gateway(b) | From::Teardown(b) | From::Started(b, _) => {
-                Some(*b)
-            }
+            From::Cancel(_, b)
+            | From::Gateway(b)
+            | From::Teardown(b)
+            | From::Started(b, _)
+            | From::Fanout(_, b) => Some(*b),
             From::Request(_) | From::Notification(_) | From::Modern | From::Initialize => None,
         };
-        let Some(id) = named else {
-            tracing::trace!(
-                method,
-                has_params = params.is_some(),
-                "routed to the primary backend"
-            );
-            return Ok(self.backends.primary());
+        let (id, name) = match (named, self.vmcp()) {
+            (Some(id), _) => (id.clone(), Name::AsClient),
+            // Aggregating: a request goes where the merged lists say its name, URI or
+            // reference is served, under the backend's own name. Notifications and the
+            // handshake concern the primary only (shared backends: the gateway's own).
+            (None, Some(vmcp)) if matches!(from, From::Request(_) | From::Modern) => {
+                let pick = vmcp.pick(method, params)?;
+                (pick.backend, pick.name)
+            }
+            (None, _) => {
+                tracing::trace!(
+                    method,
+                    has_params = params.is_some(),
+                    "routed to the primary"
+                );
+                return Ok((self.backends.primary(), Name::AsClient));
+            }
         };
-        self.backends
-            .get(id)
-            .ok_or_else(|| CoreError::UnknownBackend(id.clone()))
+        let entry = self
+            .backends
+            .get(&id)
+            .ok_or_else(|| CoreError::UnknownBackend(id.clone()))?;
+        Ok((entry, name))
     }
 
     /// The session's own upstream on `backend`, ready or still handshaking (a session that

@@ -27,7 +27,7 @@ impl Gateway {
         route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
         let answer = self
-            .call_backend(Some(sid), id, name, msg, None, route)
+            .call_backend(Some(sid), id, name, msg, (None, None), route)
             .await?;
         Ok(restore(id, &answer))
     }
@@ -61,7 +61,7 @@ impl Gateway {
             return Ok(encode_result(id, "{}"));
         }
         let answer = self
-            .call_backend(Some(sid), id, method::SUBSCRIBE, msg, None, route)
+            .call_backend(Some(sid), id, method::SUBSCRIBE, msg, (None, None), route)
             .await?;
         if !answer.is_error() {
             let recorded = sessions.with(sid.as_str(), |s| s.subscriptions.insert(key.clone()));
@@ -103,7 +103,7 @@ impl Gateway {
             return Ok(encode_result(id, "{}"));
         }
         let answer = self
-            .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, None, route)
+            .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, (None, None), route)
             .await?;
         Ok(restore(id, &answer))
     }
@@ -121,7 +121,7 @@ impl Gateway {
         if entry.info().capabilities.get("logging").is_none() {
             // The backend does not do logging: let it answer for itself.
             let answer = self
-                .call_backend(Some(sid), id, method::SET_LEVEL, msg, None, route)
+                .call_backend(Some(sid), id, method::SET_LEVEL, msg, (None, None), route)
                 .await?;
             return Ok(restore(id, &answer));
         }
@@ -168,6 +168,22 @@ impl Gateway {
         let primary = self.backends.primary();
         self.revive_backend(primary, switchboard_upstream::Upstream::Stdio(standby))
             .await
+    }
+
+    /// Readies a restarted process of backend `id` (see [`Self::revive_backend`]); false
+    /// (retry) for a name the gateway does not front.
+    pub async fn revive_backend_named(
+        &self,
+        id: &crate::BackendId,
+        standby: switchboard_upstream::StdioHandle,
+    ) -> bool {
+        match self.backends.get(id) {
+            Some(entry) => {
+                self.revive_backend(entry, switchboard_upstream::Upstream::Stdio(standby))
+                    .await
+            }
+            None => false,
+        }
     }
 
     /// Readies a restarted process of `backend` before it is installed: handshake, then

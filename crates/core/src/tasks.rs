@@ -263,7 +263,14 @@ impl Gateway {
             }
         }
         let answer = self
-            .call_backend(call.session, id, name, call.msg, call.stream, route)
+            .call_backend(
+                call.session,
+                id,
+                name,
+                call.msg,
+                (call.stream, call.caller.credential.as_ref()),
+                route,
+            )
             .await?;
         if name == LIST && !answer.is_error() {
             let filtered = tables.tasks.filter_list(owner.as_ref(), answer.payload());

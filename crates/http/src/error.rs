@@ -289,6 +289,18 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::BAD_GATEWAY,
             internal(format!("Backend unavailable: {e}")),
         ),
+        CoreError::UnknownName(..) => (
+            StatusCode::OK,
+            ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")),
+        ),
+        CoreError::OfBackend(_, UpstreamError::Overloaded) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            internal(format!("Backend overloaded: {e}")),
+        ),
+        CoreError::OfBackend(..) | CoreError::Aggregation(_) => (
+            StatusCode::BAD_GATEWAY,
+            internal(format!("Backend unavailable: {e}")),
+        ),
         CoreError::Unsupported(_) => (
             StatusCode::OK,
             ErrorObject::new(codes::METHOD_NOT_FOUND, format!("Method not found: {e}")),

@@ -1,7 +1,6 @@
 //! `switchboard run` and `serve`: start the backend, initialize it, serve, shut down in
 //! order. Both start from a [`ServeSpec`]; one backend is served as a transparent proxy.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -9,15 +8,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use switchboard_core::{
-    Backend, Backends, EraPolicy, Gateway, GatewayConfig, Registry, SpawnBackend,
-};
+use switchboard_core::{Gateway, GatewayConfig, Registry};
 use switchboard_http::{AppState, ConnLimits, HttpConfig, OriginPolicy};
-use switchboard_upstream::StdioConfig;
 
 use crate::cli::{GatewayArgs, Isolation, RunArgs};
-use crate::config::spec::{BackendKind, BackendSpec, StdioSpec};
 use crate::config::ServeSpec;
+use crate::start_backends::{Origin, Shape};
 
 /// `switchboard run`: one backend from the command line.
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -33,31 +29,37 @@ pub(crate) async fn serve(spec: ServeSpec) -> anyhow::Result<()> {
     }
 }
 
-/// Many backends behind one endpoint. The aggregating core replaces this.
+/// Many backends behind one endpoint (or one whose lists are filtered or renamed): the
+/// aggregating core.
 pub(crate) async fn start_many(spec: ServeSpec) -> anyhow::Result<()> {
-    tracing::debug!(aggregation = ?spec.aggregation, "aggregation settings");
-    anyhow::bail!(
-        "serving {} backends needs the aggregating core (and so do tool/prompt filters, \
-         overrides and forwardCallerToken), which is not built yet",
-        spec.backends.len()
-    )
+    start_with(spec, true).await
 }
 
-/// Serves the spec's one backend.
+/// Serves the spec's one backend as a transparent proxy.
 async fn start(spec: ServeSpec) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        spec.backends.len() == 1,
+        "expected one backend, got {}",
+        spec.backends.len()
+    );
+    start_with(spec, false).await
+}
+
+async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let ServeSpec {
         options: args,
         backends,
-        ..
+        aggregation,
     } = spec;
-    let [backend] = <[BackendSpec; 1]>::try_from(backends)
-        .map_err(|b| anyhow::anyhow!("expected one backend, got {}", b.len()))?;
-    let shape = Shape::of(&backend);
+    let shape = Shape::of_all(&backends, aggregate);
     // Identity, policy and audit settings are checked before anything starts.
     let auth = args.auth.resolve()?;
     args.auth.check_anonymous(&auth, &args.host)?;
     let access = args.auth.access(&auth)?;
-    let origin = Origin::of(&args, &backend)?;
+    let origins = backends
+        .iter()
+        .map(|b| Ok((b.name.clone(), Origin::of(&args, b)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     // The address is claimed before any backend starts: a busy port is reported at once, and
     // leaves no backend process behind.
     let listener = bind(&args.host, args.port)
@@ -66,22 +68,14 @@ async fn start(spec: ServeSpec) -> anyhow::Result<()> {
     let mut config = gateway_config(&args, shape);
     let max_sessions = config.max_sessions;
     config.access = access;
+    if aggregate {
+        config.vmcp = Some(crate::start_backends::vmcp_config(&aggregation, &backends));
+    }
     let registry = Registry::new(&config);
-    let started = match origin {
-        Origin::Stdio(stdio) => start_stdio(&args, stdio, shape.isolation, &registry).await?,
-        Origin::Remote(endpoint, transport, shown) => {
-            start_remote(&args, endpoint, transport, &shown, &registry).await?
-        }
-    };
-    println!(
-        "switchboard: backend ready: {} (protocol {}, era {})",
-        started.backend.info.server_info,
-        started.backend.info.protocol_version,
-        started.backend.info.era
-    );
-    let internal = started.internal;
-    let gateway = Gateway::new(Backends::single(started.backend), registry, config);
-    if let Some(spawner) = started.per_session {
+    let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
+    let fds_per_session = set.fds_per_session;
+    let gateway = Gateway::new(set.backends, registry, config);
+    if let Some(spawner) = set.per_session {
         gateway.enable_per_session(spawner);
         println!(
             "switchboard: isolation per-session (one upstream session or process per session)"
@@ -91,22 +85,28 @@ async fn start(spec: ServeSpec) -> anyhow::Result<()> {
     // Restarts a shared backend process after a crash; owns the process and its shutdown.
     let supervisor_stop = CancellationToken::new();
     let shutdown_gateway = gateway.clone();
-    let supervisor = started.process.map(|p| {
-        let revive = gateway.clone();
-        tokio::spawn(switchboard_upstream::supervise(
-            p.handle,
-            p.config,
-            p.sink,
-            p.process,
-            supervisor_stop.clone(),
-            Duration::from_secs(5),
-            move |standby| {
-                let gateway = revive.clone();
-                async move { gateway.revive(standby).await }
-            },
-        ))
-    });
+    let supervisors: Vec<_> = set
+        .processes
+        .into_iter()
+        .map(|(id, p)| {
+            let revive = gateway.clone();
+            tokio::spawn(switchboard_upstream::supervise(
+                p.handle,
+                p.config,
+                p.sink,
+                p.process,
+                supervisor_stop.clone(),
+                Duration::from_secs(5),
+                move |standby| {
+                    let gateway = revive.clone();
+                    let id = id.clone();
+                    async move { gateway.revive_backend_named(&id, standby).await }
+                },
+            ))
+        })
+        .collect();
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));
+    gateway.warm_catalog().await;
 
     let addr = listener.local_addr()?;
     let authenticator = std::sync::Arc::new(args.auth.authenticator(&auth, addr)?);
@@ -125,7 +125,7 @@ async fn start(spec: ServeSpec) -> anyhow::Result<()> {
         send_timeout: GatewayArgs::secs(args.send_timeout),
         header_read_timeout: GatewayArgs::secs(args.header_read_timeout),
         idle_timeout: GatewayArgs::secs(args.idle_timeout),
-        max_connections: max_connections(&args, shape, max_sessions, started.fds_per_session),
+        max_connections: max_connections(&args, shape, max_sessions, fds_per_session),
     };
     info!(max_connections = limits.max_connections, "connection bound");
     let mut server = tokio::spawn(switchboard_http::serve(
@@ -148,11 +148,11 @@ async fn start(spec: ServeSpec) -> anyhow::Result<()> {
     }
     // Closing the backends fails whatever is still pending, so every request gets an answer.
     shutdown_gateway.end_all_sessions().await;
-    if let Some(internal) = internal {
+    for internal in set.internals {
         internal.shutdown(Duration::from_secs(2)).await;
     }
     supervisor_stop.cancel();
-    if let Some(supervisor) = supervisor {
+    for supervisor in supervisors {
         let _ = supervisor.await;
     }
     if !server.is_finished()
@@ -166,167 +166,6 @@ async fn start(spec: ServeSpec) -> anyhow::Result<()> {
     let _ = reaper.await;
     info!("stopped");
     Ok(())
-}
-
-/// What decides the defaults that depend on the backend: its isolation, and whether it is
-/// remote (an upstream session costs the remote, not a process here).
-#[derive(Debug, Clone, Copy)]
-struct Shape {
-    isolation: Isolation,
-    remote: bool,
-}
-
-impl Shape {
-    fn of(backend: &BackendSpec) -> Shape {
-        match &backend.kind {
-            BackendKind::Stdio(s) => Shape {
-                isolation: s.isolation,
-                remote: false,
-            },
-            BackendKind::Remote(_) => Shape {
-                isolation: Isolation::PerSession,
-                remote: true,
-            },
-        }
-    }
-}
-
-/// What the backend is: a local command or a remote URL (checked before anything starts).
-enum Origin {
-    Stdio(StdioConfig),
-    /// The endpoint, the transport to try, and the URL as configured (shown, never the
-    /// expanded one).
-    Remote(
-        switchboard_upstream::remote::RemoteEndpoint,
-        crate::remote::TransportArg,
-        String,
-    ),
-}
-
-impl Origin {
-    fn of(args: &GatewayArgs, backend: &BackendSpec) -> anyhow::Result<Origin> {
-        let remote = match &backend.kind {
-            BackendKind::Stdio(stdio) => return Ok(Origin::Stdio(stdio_config(args, stdio))),
-            BackendKind::Remote(r) => r,
-        };
-        // Progress restarts the gateway's request deadline (which then drops the call), so a
-        // remote call itself is bounded only by the whole-request bound.
-        let config = crate::remote::remote_config(
-            remote,
-            GatewayArgs::secs(args.max_request_time),
-            GatewayArgs::secs(args.request_timeout),
-        );
-        let endpoint = switchboard_upstream::remote::RemoteEndpoint::new(config)
-            .with_context(|| remote.label.clone())?;
-        Ok(Origin::Remote(
-            endpoint,
-            remote.transport,
-            remote.shown_url.clone(),
-        ))
-    }
-}
-
-/// A backend connected and ready to serve, and what keeps it so.
-struct Started {
-    backend: Backend,
-    /// A shared process and what its supervisor needs to restart it.
-    process: Option<Supervised>,
-    /// The gateway's own upstream session (see `Backend::internal`), ended on shutdown.
-    internal: Option<switchboard_upstream::UpstreamOwner>,
-    /// How to open a session's own backend, when sessions get one.
-    per_session: Option<Arc<dyn SpawnBackend>>,
-    /// File descriptors one session's own backend may hold (for the connection bound).
-    fds_per_session: u64,
-}
-
-struct Supervised {
-    handle: switchboard_upstream::StdioHandle,
-    config: StdioConfig,
-    sink: Arc<dyn switchboard_upstream::InboundSink>,
-    process: switchboard_upstream::StdioProcess,
-}
-
-async fn start_stdio(
-    args: &GatewayArgs,
-    stdio: StdioConfig,
-    isolation: Isolation,
-    registry: &Arc<Registry>,
-) -> anyhow::Result<Started> {
-    let shown = std::iter::once(stdio.program.as_str())
-        .chain(stdio.args.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(" ");
-    println!("switchboard: starting backend: {shown}");
-    let (handle, process) = switchboard_upstream::spawn(&stdio, registry.sink())?;
-    let upstream = switchboard_upstream::Upstream::Stdio(handle.clone());
-    let timeout = GatewayArgs::secs(args.startup_timeout);
-    let backend = match Backend::connect(upstream, timeout, EraPolicy::Auto).await {
-        Ok(b) => b,
-        Err(e) => {
-            process.shutdown(Duration::from_secs(2)).await;
-            let tail = handle.stderr_tail();
-            if !tail.is_empty() {
-                eprintln!("switchboard: the backend's last stderr lines:");
-                for line in tail {
-                    eprintln!("  | {line}");
-                }
-            }
-            return Err(e).context("backend did not become ready");
-        }
-    };
-    let per_session = (isolation == Isolation::PerSession)
-        .then(|| Arc::new(Spawner(stdio.clone())) as Arc<dyn SpawnBackend>);
-    Ok(Started {
-        backend,
-        internal: None,
-        process: Some(Supervised {
-            handle,
-            config: stdio,
-            sink: registry.sink(),
-            process,
-        }),
-        per_session,
-        fds_per_session: FDS_PER_BACKEND,
-    })
-}
-
-async fn start_remote(
-    args: &GatewayArgs,
-    endpoint: switchboard_upstream::remote::RemoteEndpoint,
-    transport: crate::remote::TransportArg,
-    shown_url: &str,
-    registry: &Arc<Registry>,
-) -> anyhow::Result<Started> {
-    println!("switchboard: connecting to remote: {shown_url}");
-    let timeout = GatewayArgs::secs(args.startup_timeout);
-    let (backend, internal, endpoint) =
-        crate::remote::connect_with(endpoint, transport, registry, timeout).await?;
-    Ok(Started {
-        backend,
-        process: None,
-        internal,
-        per_session: Some(Arc::new(crate::remote::RemoteSpawner(endpoint))),
-        fds_per_session: FDS_PER_REMOTE_SESSION,
-    })
-}
-
-/// Starts a session's own backend (per-session isolation) from the same command line.
-#[derive(Debug)]
-struct Spawner(StdioConfig);
-
-impl SpawnBackend for Spawner {
-    fn spawn(
-        &self,
-        sink: Arc<dyn switchboard_upstream::InboundSink>,
-    ) -> Result<
-        (
-            switchboard_upstream::Upstream,
-            switchboard_upstream::UpstreamOwner,
-        ),
-        switchboard_upstream::UpstreamError,
-    > {
-        switchboard_upstream::spawn_stdio(&self.0, sink)
-    }
 }
 
 /// Binds with a deep accept backlog: the default (128) overflows when many clients connect
@@ -346,14 +185,6 @@ async fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no address to listen on")))
-}
-
-fn stdio_config(args: &GatewayArgs, stdio: &StdioSpec) -> StdioConfig {
-    let mut config = StdioConfig::new(stdio.program.clone(), stdio.args.clone());
-    config.max_line_bytes = args.max_line_bytes;
-    config.env.clone_from(&stdio.env);
-    config.cwd.clone_from(&stdio.cwd);
-    config
 }
 
 /// Loopback binds accept only loopback `Host`/`Origin` (DNS-rebinding protection) unless the
@@ -405,9 +236,9 @@ fn gateway_config(args: &GatewayArgs, shape: Shape) -> GatewayConfig {
 /// runtime, stdio, the audit log, outgoing JWKS fetches.
 const FD_RESERVE: u64 = 128;
 /// A backend process holds its stdin, stdout and stderr pipes and a pidfd.
-const FDS_PER_BACKEND: u64 = 4;
+pub(crate) const FDS_PER_BACKEND: u64 = 4;
 /// An upstream session holds its listen stream's connection and, while calling, pooled ones.
-const FDS_PER_REMOTE_SESSION: u64 = 2;
+pub(crate) const FDS_PER_REMOTE_SESSION: u64 = 2;
 const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 /// Below this the gateway could hardly serve anyone; a lower fd limit is warned about.
 const MIN_CONNECTIONS: u64 = 32;

@@ -7,6 +7,7 @@ mod bench;
 mod cli;
 mod config;
 mod remote;
+mod start_backends;
 
 use std::future::Future;
 

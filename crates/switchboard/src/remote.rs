@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use hyper::header::{HeaderName, HeaderValue};
 
-use switchboard_core::{Backend, CoreError, EraPolicy, Registry, SpawnBackend};
+use switchboard_core::{Backend, CoreError, EraPolicy, SpawnBackend};
 use switchboard_upstream::remote::{
     Mode, RemoteConfig, RemoteEndpoint, RemoteError, RemoteTransport, RemoteUpstream,
 };
@@ -165,7 +165,7 @@ type Connected = (Backend, Option<UpstreamOwner>, RemoteEndpoint);
 pub(crate) async fn connect_with(
     endpoint: RemoteEndpoint,
     choice: TransportArg,
-    registry: &Arc<Registry>,
+    sink: &Arc<dyn InboundSink>,
     timeout: Duration,
 ) -> anyhow::Result<Connected> {
     let on = |t| endpoint.clone().with_transport(t);
@@ -176,18 +176,18 @@ pub(crate) async fn connect_with(
     };
     if let Some(t) = only {
         let endpoint = on(t);
-        let (backend, owner) = connect(&endpoint, registry, timeout).await?;
+        let (backend, owner) = connect(&endpoint, sink, timeout).await?;
         return Ok((backend, owner, endpoint));
     }
     let streamable = on(RemoteTransport::Streamable);
-    let first = match connect(&streamable, registry, timeout).await {
+    let first = match connect(&streamable, sink, timeout).await {
         Ok((backend, owner)) => return Ok((backend, owner, streamable)),
         // Nobody there: HTTP+SSE would not answer either.
         Err(e) if unreachable(&e) => return Err(e),
         Err(e) => e,
     };
     let sse = on(RemoteTransport::Sse);
-    match connect(&sse, registry, timeout).await {
+    match connect(&sse, sink, timeout).await {
         Ok((backend, owner)) => {
             println!("switchboard: the remote speaks HTTP+SSE (2024-11-05), not Streamable HTTP");
             Ok((backend, owner, sse))
@@ -214,10 +214,10 @@ fn unreachable(e: &anyhow::Error) -> bool {
 /// that is ended at once; returns the backend with its stateless shared handle.
 pub(crate) async fn connect(
     endpoint: &RemoteEndpoint,
-    registry: &Arc<Registry>,
+    sink: &Arc<dyn InboundSink>,
     timeout: Duration,
 ) -> anyhow::Result<(Backend, Option<UpstreamOwner>)> {
-    let probe = RemoteUpstream::new(endpoint, Mode::Session, registry.sink());
+    let probe = RemoteUpstream::new(endpoint, Mode::Session, sink.clone());
     let owner = probe.owner();
     let connected =
         Backend::connect(Upstream::Remote(probe.clone()), timeout, EraPolicy::Auto).await;
@@ -233,11 +233,7 @@ pub(crate) async fn connect(
         // Modern requests, whatever the remote answered on the probe's session.
         backend.info.era.modern = false;
     }
-    backend.handle = Upstream::Remote(RemoteUpstream::new(
-        endpoint,
-        Mode::Stateless,
-        registry.sink(),
-    ));
+    backend.handle = Upstream::Remote(RemoteUpstream::new(endpoint, Mode::Stateless, sink.clone()));
     if backend.info.era.modern {
         owner.shutdown(Duration::from_secs(2)).await;
         return Ok((backend, None));

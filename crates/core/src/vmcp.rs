@@ -1,0 +1,428 @@
+//! The aggregating path: many backends presented as one MCP server (`switchboard serve` with
+//! more than one backend). With one backend none of this is on the path.
+//!
+//! Per backend and list kind the gateway keeps the last list that backend gave through the
+//! gateway's own route (`resolve::From::Gateway`: its shared process, or the upstream the
+//! gateway keeps for itself), every page of it. A list is fetched again when its TTL has
+//! passed or the backend said `list_changed` (the sink marks it, `registry`); fetches of
+//! one kind run in parallel, one refresh at a time, each backend within its deadline.
+//!
+//! Names are computed (`catalog::merge`) from the last known list of **every** backend, also
+//! of one that is down: a failing backend must not rename the others' tools (with the
+//! default `conditional` strategy its leaving would otherwise un-prefix them). What lists show
+//! is that merge without the backends that failed their last fetch; calls route by the full
+//! merge, so a call to a down backend's tool fails fast, naming it, instead of "unknown".
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tracing::warn;
+
+use switchboard_wire::{encode_result, RequestId};
+
+use crate::backends::BackendId;
+use crate::catalog::{self, BackendRules, Kind, Merged, Strategy};
+use crate::{BackendInfo, CoreError, Gateway};
+
+mod requests;
+mod route;
+
+/// Every list kind, in the order the gateway keeps them.
+pub(crate) const KINDS: [Kind; 4] = [
+    Kind::Tools,
+    Kind::Prompts,
+    Kind::Resources,
+    Kind::ResourceTemplates,
+];
+
+/// Pages of one backend's list read at most (a backend paginating forever must not stall
+/// the list of every caller).
+const MAX_PAGES: usize = 50;
+
+/// What a backend that cannot be listed does to a merged list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// Left out of lists (the others are listed); its calls fail naming it.
+    #[default]
+    BestEffort,
+    /// The whole list fails, naming it.
+    Fail,
+}
+
+/// How the virtual server is put together (from the config file).
+#[derive(Debug, Clone)]
+pub struct VmcpConfig {
+    /// How names that collide across backends are resolved.
+    pub strategy: Strategy,
+    /// Filters and overrides, per backend (a backend not named has none).
+    pub rules: Vec<(BackendId, BackendRules)>,
+    /// See [`FailureMode`].
+    pub failure_mode: FailureMode,
+    /// How long a backend's list is reused without asking it again.
+    pub list_ttl: Duration,
+    /// Items per page of a merged list.
+    pub page_size: usize,
+    /// Deadline of fetching one backend's list (all its pages).
+    pub fetch_timeout: Duration,
+}
+
+impl Default for VmcpConfig {
+    fn default() -> Self {
+        VmcpConfig {
+            strategy: Strategy::default(),
+            rules: Vec::new(),
+            failure_mode: FailureMode::default(),
+            list_ttl: Duration::from_secs(5),
+            page_size: 500,
+            fetch_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The aggregating state, owned by the gateway (`Gateway::vmcp`).
+#[derive(Debug)]
+pub(crate) struct Vmcp {
+    config: VmcpConfig,
+    /// Backends in configured order with their rules.
+    order: Vec<(BackendId, BackendRules)>,
+    /// What the gateway presents as itself: merged capabilities, its own `serverInfo`.
+    presented: BackendInfo,
+    state: parking_lot::Mutex<State>,
+    /// One refresh per kind at a time; others wait for it and use its result.
+    refreshing: [tokio::sync::Mutex<()>; 4],
+}
+
+#[derive(Debug, Default)]
+struct State {
+    lists: HashMap<(BackendId, Kind), Cached>,
+    views: HashMap<Kind, Arc<View>>,
+}
+
+#[derive(Debug)]
+struct Cached {
+    items: Arc<[Value]>,
+    fetched: Instant,
+    /// Why the last fetch failed; `None` when it succeeded.
+    failed: Option<String>,
+}
+
+/// One backend's last known list of a kind, its rules, and why its last fetch failed.
+type Known<'a> = (BackendId, &'a BackendRules, Arc<[Value]>, Option<String>);
+
+/// One kind's merged list.
+#[derive(Debug)]
+pub(crate) struct View {
+    /// Every backend's last known items: what names route by.
+    pub(crate) all: Merged,
+    /// Without the backends whose last fetch failed: what lists show.
+    pub(crate) visible: Merged,
+    /// The backends left out, and why.
+    pub(crate) down: Vec<(BackendId, String)>,
+}
+
+impl Vmcp {
+    /// The state for `backends` (in configured order, with each one's declared info).
+    pub(crate) fn new(config: VmcpConfig, backends: &[(BackendId, &BackendInfo)]) -> Self {
+        let order = backends
+            .iter()
+            .map(|(id, _)| {
+                let rules = config
+                    .rules
+                    .iter()
+                    .find(|(r, _)| r == id)
+                    .map(|(_, rules)| rules.clone())
+                    .unwrap_or_default();
+                (id.clone(), rules)
+            })
+            .collect();
+        Vmcp {
+            presented: presented(backends),
+            order,
+            config,
+            state: parking_lot::Mutex::new(State::default()),
+            refreshing: Default::default(),
+        }
+    }
+
+    /// What the gateway presents as its server.
+    pub(crate) fn presented(&self) -> &BackendInfo {
+        &self.presented
+    }
+
+    /// The current merged list of `kind`, if one was built.
+    pub(crate) fn current(&self, kind: Kind) -> Option<Arc<View>> {
+        self.state.lock().views.get(&kind).cloned()
+    }
+
+    /// Whether `kind` must be fetched again from some backend (never fetched, TTL passed, or
+    /// the backend said it changed).
+    fn stale(&self, kind: Kind, changed: &dyn Fn(&BackendId, Kind) -> bool) -> Vec<BackendId> {
+        let state = self.state.lock();
+        let ttl = self.config.list_ttl;
+        self.order
+            .iter()
+            .map(|(id, _)| id)
+            .filter(|id| {
+                changed(id, kind)
+                    || state
+                        .lists
+                        .get(&((*id).clone(), kind))
+                        .is_none_or(|c| c.failed.is_some() || c.fetched.elapsed() >= ttl)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Records one backend's fetch: new items, or the failure (its last items are kept).
+    fn record(&self, id: &BackendId, kind: Kind, fetched: Result<Vec<Value>, String>) {
+        let mut state = self.state.lock();
+        let key = (id.clone(), kind);
+        let now = Instant::now();
+        match fetched {
+            Ok(items) => {
+                state.lists.insert(
+                    key,
+                    Cached {
+                        items: items.into(),
+                        fetched: now,
+                        failed: None,
+                    },
+                );
+            }
+            Err(why) => {
+                warn!(backend = %id, list = kind.list_method(), "backend left out: {why}");
+                let items = state
+                    .lists
+                    .get(&key)
+                    .map(|c| c.items.clone())
+                    .unwrap_or_else(|| Arc::from(Vec::new()));
+                state.lists.insert(
+                    key,
+                    Cached {
+                        items,
+                        fetched: now,
+                        failed: Some(why),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Merges `kind` again from what is cached and installs it. A merge that fails (a
+    /// `manual` collision that appeared at run time) keeps the previous list.
+    fn rebuild(&self, kind: Kind) -> Result<Arc<View>, CoreError> {
+        let mut state = self.state.lock();
+        let lists: Vec<Known<'_>> = self
+            .order
+            .iter()
+            .map(|(id, rules)| {
+                let cached = state.lists.get(&(id.clone(), kind));
+                let items = cached
+                    .map(|c| c.items.clone())
+                    .unwrap_or_else(|| Arc::from(Vec::new()));
+                let failed = cached.and_then(|c| c.failed.clone());
+                (id.clone(), rules, items, failed)
+            })
+            .collect();
+        let input: Vec<(BackendId, &BackendRules, &[Value])> = lists
+            .iter()
+            .map(|(id, rules, items, _)| (id.clone(), *rules, &items[..]))
+            .collect();
+        let down: Vec<(BackendId, String)> = lists
+            .iter()
+            .filter_map(|(id, _, _, failed)| Some((id.clone(), failed.clone()?)))
+            .collect();
+        let merged = catalog::merge(kind, &self.config.strategy, &input);
+        match merged {
+            Ok(all) => {
+                let out: Vec<BackendId> = down.iter().map(|(id, _)| id.clone()).collect();
+                let visible = all.filtered(|e| !out.contains(&e.backend));
+                let view = Arc::new(View { all, visible, down });
+                state.views.insert(kind, view.clone());
+                Ok(view)
+            }
+            Err(e) => {
+                warn!(list = kind.list_method(), "merged list not rebuilt: {e}");
+                state
+                    .views
+                    .get(&kind)
+                    .cloned()
+                    .ok_or_else(|| CoreError::Aggregation(e.to_string()))
+            }
+        }
+    }
+}
+
+/// The virtual server's own declaration: every backend's capabilities merged, its
+/// instructions naming each backend's, the gateway's `serverInfo`.
+fn presented(backends: &[(BackendId, &BackendInfo)]) -> BackendInfo {
+    let caps: Vec<(BackendId, &Value)> = backends
+        .iter()
+        .map(|(id, info)| (id.clone(), &info.capabilities))
+        .collect();
+    let instructions: Vec<(BackendId, Option<&str>)> = backends
+        .iter()
+        .map(|(id, info)| {
+            (
+                id.clone(),
+                info.instructions.as_ref().and_then(Value::as_str),
+            )
+        })
+        .collect();
+    BackendInfo {
+        protocol_version: switchboard_wire::version::LATEST_LEGACY.to_owned(),
+        capabilities: catalog::merge_capabilities(&caps),
+        server_info: json!({"name": "switchboard", "version": env!("CARGO_PKG_VERSION")}),
+        instructions: catalog::merge_instructions(&instructions).map(Value::String),
+        era: crate::BackendEra {
+            legacy: true,
+            modern: backends.iter().any(|(_, i)| i.era.modern),
+        },
+    }
+}
+
+impl Gateway {
+    /// The aggregating state, when the gateway fronts more than one backend.
+    pub(crate) fn vmcp(&self) -> Option<&Vmcp> {
+        self.vmcp.as_ref()
+    }
+
+    /// The merged list of `kind`, fetching what is stale first (one refresh at a time; a
+    /// caller that waited for another's refresh uses its result).
+    pub(crate) async fn view(&self, kind: Kind) -> Result<Arc<View>, CoreError> {
+        let Some(vmcp) = self.vmcp() else {
+            return Err(CoreError::Aggregation("not aggregating".into()));
+        };
+        let changed = |id: &BackendId, kind: Kind| {
+            self.registry
+                .tables(id)
+                .lists_changed
+                .is_set(kind_index(kind))
+        };
+        if vmcp.stale(kind, &changed).is_empty() {
+            if let Some(view) = vmcp.current(kind) {
+                return Ok(view);
+            }
+        }
+        let _one = vmcp.refreshing[kind_index(kind)].lock().await;
+        let stale = vmcp.stale(kind, &changed);
+        if stale.is_empty() {
+            if let Some(view) = vmcp.current(kind) {
+                return Ok(view);
+            }
+        }
+        let fetches = stale.iter().map(|id| async move {
+            // Taken before the fetch: a change announced while it runs marks it again.
+            self.registry
+                .tables(id)
+                .lists_changed
+                .take(kind_index(kind));
+            let deadline = vmcp.config.fetch_timeout;
+            let fetched = tokio::time::timeout(deadline, self.fetch_list(id, kind))
+                .await
+                .unwrap_or_else(|_| Err(format!("no complete list within {deadline:?}")));
+            (id, fetched)
+        });
+        for (id, fetched) in futures::future::join_all(fetches).await {
+            vmcp.record(id, kind, fetched);
+        }
+        vmcp.rebuild(kind)
+    }
+
+    /// Builds every merged list once (at startup, before clients come: so the first lists
+    /// already know every backend's names).
+    pub async fn warm_catalog(&self) {
+        if self.vmcp().is_none() {
+            return;
+        }
+        let all = KINDS.map(|kind| self.view(kind));
+        for (kind, built) in KINDS.iter().zip(futures::future::join_all(all).await) {
+            if let Err(e) = built {
+                warn!(
+                    list = kind.list_method(),
+                    "merged list not built at startup: {e}"
+                );
+            }
+        }
+    }
+
+    /// Every page of `backend`'s list of `kind`, through the gateway's own route.
+    async fn fetch_list(&self, backend: &BackendId, kind: Kind) -> Result<Vec<Value>, String> {
+        let modern = self.backends.get(backend).is_some_and(|b| b.modern_now());
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut params = if modern {
+                json!({ "_meta": crate::backend::gateway_envelope() })
+            } else {
+                json!({})
+            };
+            if let Some(c) = cursor.take() {
+                params["cursor"] = json!(c);
+            }
+            let method = kind.list_method();
+            let answer = self
+                .internal_call(backend, method, params)
+                .await
+                .map_err(|e| format!("{method} failed: {e}"))?;
+            if answer.is_error() {
+                let text: String = answer.payload().chars().take(200).collect();
+                return Err(format!("{method} answered an error: {text}"));
+            }
+            let mut page: Value = serde_json::from_str(answer.payload())
+                .map_err(|e| format!("{method} answered unreadable JSON: {e}"))?;
+            if let Some(Value::Array(list)) = page.get_mut(kind.result_key()).map(Value::take) {
+                items.extend(list);
+            }
+            cursor = page["nextCursor"].as_str().map(str::to_owned);
+            if cursor.is_none() {
+                return Ok(items);
+            }
+        }
+        Err(format!(
+            "{} has more than {MAX_PAGES} pages",
+            kind.list_method()
+        ))
+    }
+
+    /// A client's list request, answered from the merged list: one page from `cursor`
+    /// (`-32602` for a cursor this list did not issue). `modern` stamps it as a Modern
+    /// result.
+    pub(crate) async fn merged_list(
+        &self,
+        id: &RequestId,
+        kind: Kind,
+        cursor: Option<&str>,
+        modern: bool,
+    ) -> Result<Vec<u8>, CoreError> {
+        let view = self.view(kind).await?;
+        let Some(vmcp) = self.vmcp() else {
+            return Err(CoreError::Aggregation("not aggregating".into()));
+        };
+        if vmcp.config.failure_mode == FailureMode::Fail {
+            if let Some((backend, why)) = view.down.first() {
+                return Err(CoreError::Aggregation(format!("backend {backend}: {why}")));
+            }
+        }
+        let page = catalog::page(&view.visible, cursor, vmcp.config.page_size)
+            .map_err(|_| CoreError::InvalidParams("cursor"))?;
+        let mut result = format!(r#"{{"{}":{}"#, kind.result_key(), page.items_json().get());
+        if let Some(next) = &page.next {
+            result.push_str(&format!(r#","nextCursor":{}"#, json!(next)));
+        }
+        if modern {
+            let info = json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
+            result.push_str(&format!(
+                r#","resultType":"complete","ttlMs":0,"cacheScope":"private","_meta":{info}"#
+            ));
+        }
+        result.push('}');
+        Ok(encode_result(id, &result))
+    }
+}
+
+fn kind_index(kind: Kind) -> usize {
+    KINDS.iter().position(|k| *k == kind).unwrap_or(0)
+}

@@ -1,0 +1,102 @@
+//! What the virtual server answers itself, or prepares before routing: merged lists,
+//! `ping`, `server/discover`, `logging/setLevel` to every backend, and the merged lists a
+//! name-routed request needs.
+
+use std::sync::Arc;
+
+use switchboard_wire::{encode_result, method, Message, RequestId};
+
+use super::route::{kinds_for, list_kind, ready};
+use crate::resolve::From;
+use crate::{Call, CoreError, Gateway};
+
+impl Gateway {
+    /// A Legacy request the aggregating gateway answers itself (`Some`), or `None` when it
+    /// is routed to a backend (whose lists are then ready for `resolve`).
+    pub(crate) async fn aggregated(
+        &self,
+        call: &Call<'_>,
+        id: &RequestId,
+        name: &str,
+    ) -> Option<Result<Vec<u8>, CoreError>> {
+        if let Some(kind) = list_kind(name) {
+            let cursor = cursor_of(call.msg);
+            return Some(match cursor {
+                Ok(cursor) => self.merged_list(id, kind, cursor.as_deref(), false).await,
+                Err(e) => Err(e),
+            });
+        }
+        match name {
+            method::PING => Some(Ok(encode_result(id, "{}"))),
+            method::SET_LEVEL => Some(self.set_level_everywhere(call, id).await),
+            _ => self.prepare(call.msg).await.err().map(Err),
+        }
+    }
+
+    /// Builds the merged lists `msg`'s routing reads, when they are missing or do not name
+    /// what it asks for (a tool added since the last fetch).
+    pub(crate) async fn prepare(&self, msg: &Message<'_>) -> Result<(), CoreError> {
+        let (Some(vmcp), Some(name)) = (self.vmcp(), msg.method) else {
+            return Ok(());
+        };
+        if kinds_for(name).is_empty() || ready(vmcp, name, msg.params) {
+            return Ok(());
+        }
+        for kind in kinds_for(name) {
+            self.view(*kind).await?;
+        }
+        Ok(())
+    }
+
+    /// `logging/setLevel`: every backend the session uses runs at the level it asks for (each
+    /// reconciled as in the one-backend case). The first failure is the answer.
+    async fn set_level_everywhere(
+        &self,
+        call: &Call<'_>,
+        id: &RequestId,
+    ) -> Result<Vec<u8>, CoreError> {
+        let Some(sid) = call.session else {
+            return Err(CoreError::SessionRequired(method::SET_LEVEL));
+        };
+        let mut answer = None;
+        for entry in self.backends.iter() {
+            let from = From::Fanout(Some(sid), &entry.id);
+            let Some(route) = self.resolve(from, method::SET_LEVEL, call.msg.params)? else {
+                continue;
+            };
+            let one = self.set_level(sid, id, call.msg, &route).await?;
+            answer.get_or_insert(one);
+        }
+        answer.ok_or(CoreError::SessionNotFound)
+    }
+
+    /// A Modern request the aggregating gateway answers itself.
+    pub(crate) async fn aggregated_modern(
+        self: &Arc<Self>,
+        msg: &Message<'_>,
+    ) -> Option<Result<crate::ModernAnswer, CoreError>> {
+        let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
+            return None;
+        };
+        if name == method::DISCOVER {
+            return Some(Ok(crate::modern::discover(id, self.presented())));
+        }
+        if let Some(kind) = list_kind(name) {
+            let answer = match cursor_of(msg) {
+                Ok(cursor) => self.merged_list(id, kind, cursor.as_deref(), true).await,
+                Err(e) => Err(e),
+            };
+            return Some(answer.map(crate::ModernAnswer::ok));
+        }
+        self.prepare(msg).await.err().map(Err)
+    }
+}
+
+/// A list request's `cursor`: absent, or a string (anything else is `-32602`).
+fn cursor_of(msg: &Message<'_>) -> Result<Option<String>, CoreError> {
+    match msg.param("cursor") {
+        None => Ok(None),
+        Some(raw) => serde_json::from_str::<Option<String>>(raw.get())
+            .map_err(|_| CoreError::InvalidParams("cursor")),
+    }
+}

@@ -1,0 +1,156 @@
+//! Which backend an aggregated request goes to, and under which name: the part of
+//! `resolve::choose_backend` that reads the merged lists. Tools and prompts route by their
+//! exposed name, resources by URI (then by template), completions by their reference. A name
+//! the merged list does not hold — unknown, filtered, or dropped by the strategy — is refused
+//! the same way in both eras, before any backend sees it.
+
+use serde_json::value::RawValue;
+use switchboard_wire::{method, object_member};
+
+use super::{View, Vmcp};
+use crate::backends::BackendId;
+use crate::catalog::{self, Kind};
+use crate::resolve::Name;
+use crate::CoreError;
+
+/// Where an aggregated request goes.
+#[derive(Debug)]
+pub(crate) struct Pick {
+    pub(crate) backend: BackendId,
+    pub(crate) name: Name,
+}
+
+/// The lists a method's routing reads (empty: it does not route by name).
+pub(crate) fn kinds_for(method: &str) -> &'static [Kind] {
+    match method {
+        "tools/call" => &[Kind::Tools],
+        "prompts/get" => &[Kind::Prompts],
+        "resources/read" | method::SUBSCRIBE | method::UNSUBSCRIBE => {
+            &[Kind::Resources, Kind::ResourceTemplates]
+        }
+        "completion/complete" => &[Kind::Prompts, Kind::ResourceTemplates],
+        _ => &[],
+    }
+}
+
+/// The list method a request is, if it is one.
+pub(crate) fn list_kind(method: &str) -> Option<Kind> {
+    super::KINDS.into_iter().find(|k| k.list_method() == method)
+}
+
+impl Vmcp {
+    /// Where a client's request goes, from the current merged lists.
+    pub(crate) fn pick(&self, method: &str, params: Option<&RawValue>) -> Result<Pick, CoreError> {
+        let view = |kind| {
+            self.current(kind).ok_or(CoreError::Aggregation(
+                "the merged lists are not built yet".into(),
+            ))
+        };
+        match method {
+            "tools/call" => by_name(&*view(Kind::Tools)?, str_param(params, "name"), "tool"),
+            "prompts/get" => by_name(&*view(Kind::Prompts)?, str_param(params, "name"), "prompt"),
+            "resources/read" | method::SUBSCRIBE | method::UNSUBSCRIBE => {
+                let uri = str_param(params, "uri");
+                let (resources, templates) =
+                    (view(Kind::Resources)?, view(Kind::ResourceTemplates)?);
+                match catalog::route_uri(&resources.all, &templates.all, &uri) {
+                    Some(backend) => Ok(Pick {
+                        backend: backend.clone(),
+                        name: Name::AsClient,
+                    }),
+                    None => Err(CoreError::UnknownName("resource", clip(&uri))),
+                }
+            }
+            "completion/complete" => self.pick_completion(params),
+            // Not yet routed across backends: a Modern listen and tasks stay with the primary
+            // (whose registries serve them), as with one backend.
+            m if m == crate::modern::LISTEN || crate::tasks::concerns_tasks(m) => Ok(Pick {
+                backend: self.order[0].0.clone(),
+                name: Name::AsClient,
+            }),
+            other => Err(CoreError::Unsupported(format!(
+                "{other} (not routable across several backends)"
+            ))),
+        }
+    }
+
+    fn pick_completion(&self, params: Option<&RawValue>) -> Result<Pick, CoreError> {
+        let reference = params.and_then(|p| object_member(p, "ref"));
+        let kind_of = reference.and_then(|r| str_member(r, "type"));
+        match kind_of.as_deref() {
+            Some("ref/prompt") => {
+                let name = reference
+                    .and_then(|r| str_member(r, "name"))
+                    .unwrap_or_default();
+                let view = self.current(Kind::Prompts).ok_or(CoreError::Aggregation(
+                    "the merged lists are not built yet".into(),
+                ))?;
+                let pick = by_name(&view, name, "prompt")?;
+                Ok(Pick {
+                    name: match pick.name {
+                        Name::Renamed(original) => Name::RenamedRef(original),
+                        other => other,
+                    },
+                    ..pick
+                })
+            }
+            Some("ref/resource") => {
+                let uri = reference
+                    .and_then(|r| str_member(r, "uri"))
+                    .unwrap_or_default();
+                let view = self
+                    .current(Kind::ResourceTemplates)
+                    .ok_or(CoreError::Aggregation(
+                        "the merged lists are not built yet".into(),
+                    ))?;
+                match view
+                    .all
+                    .lookup(&uri)
+                    .map(|(b, _)| b)
+                    .or_else(|| view.all.route_uri(&uri))
+                {
+                    Some(backend) => Ok(Pick {
+                        backend: backend.clone(),
+                        name: Name::AsClient,
+                    }),
+                    None => Err(CoreError::UnknownName("resource template", clip(&uri))),
+                }
+            }
+            _ => Err(CoreError::InvalidParams("ref")),
+        }
+    }
+}
+
+/// Whether every list `method` routes by is built and names what it asks for (else the
+/// caller refreshes them first).
+pub(crate) fn ready(vmcp: &Vmcp, method: &str, params: Option<&RawValue>) -> bool {
+    kinds_for(method).iter().all(|k| vmcp.current(*k).is_some())
+        && vmcp.pick(method, params).is_ok()
+}
+
+fn by_name(view: &View, name: String, what: &'static str) -> Result<Pick, CoreError> {
+    match view.all.lookup(&name) {
+        Some((backend, original)) => Ok(Pick {
+            backend: backend.clone(),
+            name: if original == name {
+                Name::AsClient
+            } else {
+                Name::Renamed(original.into())
+            },
+        }),
+        None => Err(CoreError::UnknownName(what, clip(&name))),
+    }
+}
+
+fn str_param(params: Option<&RawValue>, key: &str) -> String {
+    params.and_then(|p| str_member(p, key)).unwrap_or_default()
+}
+
+fn str_member(raw: &RawValue, key: &str) -> Option<String> {
+    object_member(raw, key).and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+}
+
+/// A client's name as quoted back in an error: bounded.
+fn clip(name: &str) -> String {
+    name.chars().take(128).collect()
+}

@@ -1,0 +1,368 @@
+//! Starting the backends a spec names: each connected and handshaken (in parallel), with
+//! what keeps it running (a supervised process, the gateway's own upstream session) and,
+//! for one transparent backend, how sessions get their own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use switchboard_core::catalog::{self, BackendRules, Conflict, Strategy};
+use switchboard_core::{
+    Backend, BackendId, Backends, EraPolicy, FailureMode, Registry, SpawnBackend, VmcpConfig,
+};
+use switchboard_upstream::StdioConfig;
+
+use crate::app::{FDS_PER_BACKEND, FDS_PER_REMOTE_SESSION};
+use crate::cli::{GatewayArgs, Isolation};
+use crate::config::model::{ConflictResolution, ListSettings};
+use crate::config::spec::{AggregationSpec, BackendKind, BackendSpec, StdioSpec};
+
+/// Every backend started, and what the app keeps to run and stop them.
+pub(crate) struct StartedSet {
+    pub(crate) backends: Backends,
+    /// Shared processes by backend, for their supervisors.
+    pub(crate) processes: Vec<(BackendId, Supervised)>,
+    /// The gateway's own upstream sessions, ended on shutdown.
+    pub(crate) internals: Vec<switchboard_upstream::UpstreamOwner>,
+    /// One transparent backend whose sessions get their own upstream.
+    pub(crate) per_session: Option<Arc<dyn SpawnBackend>>,
+    pub(crate) fds_per_session: u64,
+}
+
+/// Starts every backend, in parallel. `aggregate`: named by their configured names (else the
+/// one backend is `default`), and refused where the aggregating core cannot serve them yet.
+pub(crate) async fn start_all(
+    args: &GatewayArgs,
+    origins: Vec<(BackendId, Origin)>,
+    aggregate: bool,
+    registry: &Arc<Registry>,
+) -> anyhow::Result<StartedSet> {
+    let starts = origins.into_iter().map(|(name, origin)| async move {
+        let id = if aggregate {
+            name
+        } else {
+            BackendId::default_id()
+        };
+        let started = match origin {
+            Origin::Stdio(stdio, isolation) => {
+                start_stdio(args, stdio, isolation, registry, &id).await
+            }
+            Origin::Remote(endpoint, transport, shown) => {
+                start_remote(args, endpoint, transport, &shown, registry, &id).await
+            }
+        };
+        started
+            .with_context(|| format!("backend {id}"))
+            .map(|s| (id, s))
+    });
+    let all = futures::future::join_all(starts).await;
+    let mut processes = Vec::new();
+    let mut internals = Vec::new();
+    let mut per_session = None;
+    let mut fds_per_session = FDS_PER_BACKEND;
+    let mut list = Vec::new();
+    let mut first_error = None;
+    for one in all {
+        match one {
+            Ok((id, started)) => list.push((id, started)),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let mut backends = Vec::new();
+    for (id, mut started) in list {
+        println!(
+            "switchboard: backend {id} ready: {} (protocol {}, era {})",
+            started.backend.info.server_info,
+            started.backend.info.protocol_version,
+            started.backend.info.era
+        );
+        if aggregate && started.per_session.is_some() {
+            shared_in_a_set(&id, &mut started)?;
+        }
+        fds_per_session = fds_per_session.max(started.fds_per_session);
+        per_session = started.per_session.take();
+        internals.extend(started.internal.take());
+        if let Some(p) = started.process.take() {
+            processes.push((id.clone(), p));
+        }
+        backends.push((id, started.backend));
+    }
+    if let Some(e) = first_error {
+        // What did start is stopped as the set is dropped (processes are killed with it).
+        return Err(e);
+    }
+    Ok(StartedSet {
+        backends: Backends::new(backends).context("backend names must be distinct")?,
+        processes,
+        internals,
+        per_session,
+        fds_per_session,
+    })
+}
+
+/// In a set, every backend is reached through one shared handle for now: a remote that
+/// answers Modern requests is one (statelessly, Legacy clients through the gateway's
+/// envelope); per-session processes and Legacy-only remotes, which need an upstream session
+/// per client session, are not served in a set yet.
+fn shared_in_a_set(id: &BackendId, started: &mut Started) -> anyhow::Result<()> {
+    let remote = started.process.is_none();
+    anyhow::ensure!(
+        remote && started.backend.info.era.modern,
+        "backend {id}: {} in a multi-backend config is not supported yet",
+        if remote {
+            "a remote that does not answer Modern (2026-07-28) requests"
+        } else {
+            "isolation: per-session"
+        }
+    );
+    started.per_session = None;
+    started.backend.info.era.legacy = false;
+    Ok(())
+}
+
+/// The aggregating core's settings from the file's.
+pub(crate) fn vmcp_config(aggregation: &AggregationSpec, backends: &[BackendSpec]) -> VmcpConfig {
+    let conflict = match aggregation.conflict_resolution {
+        ConflictResolution::Conditional => Conflict::Conditional,
+        ConflictResolution::Prefix => Conflict::Prefix,
+        ConflictResolution::Priority => Conflict::Priority,
+        ConflictResolution::Manual => Conflict::Manual,
+    };
+    VmcpConfig {
+        strategy: Strategy {
+            conflict,
+            prefix_format: aggregation.prefix_format.clone(),
+            priority: aggregation.priority.clone(),
+        },
+        rules: backends
+            .iter()
+            .map(|b| {
+                let rules = BackendRules {
+                    tools: filter(&b.tools),
+                    prompts: filter(&b.prompts),
+                };
+                (b.name.clone(), rules)
+            })
+            .collect(),
+        failure_mode: match aggregation.failure_mode {
+            crate::config::model::FailureMode::BestEffort => FailureMode::BestEffort,
+            crate::config::model::FailureMode::Fail => FailureMode::Fail,
+        },
+        list_ttl: aggregation.list_cache_ttl,
+        ..VmcpConfig::default()
+    }
+}
+
+fn filter(settings: &ListSettings) -> catalog::Filter {
+    catalog::Filter {
+        allow: settings.allow.clone(),
+        deny: settings.deny.clone(),
+        default_visibility: settings.default_visibility.map(|v| match v {
+            crate::config::model::Visibility::Allow => catalog::Visibility::Allow,
+            crate::config::model::Visibility::Deny => catalog::Visibility::Deny,
+        }),
+        overrides: settings
+            .overrides
+            .iter()
+            .map(|(name, o)| {
+                let o = catalog::Override {
+                    name: o.name.clone(),
+                    title: o.title.clone(),
+                    description: o.description.clone(),
+                    annotations: o.annotations.clone().map(serde_json::Value::Object),
+                };
+                (name.clone(), o)
+            })
+            .collect(),
+    }
+}
+
+/// What decides the defaults that depend on the backend: its isolation, and whether it is
+/// remote (an upstream session costs the remote, not a process here).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    pub(crate) isolation: Isolation,
+    pub(crate) remote: bool,
+}
+
+impl Shape {
+    fn of(backend: &BackendSpec) -> Shape {
+        match &backend.kind {
+            BackendKind::Stdio(s) => Shape {
+                isolation: s.isolation,
+                remote: false,
+            },
+            BackendKind::Remote(_) => Shape {
+                isolation: Isolation::PerSession,
+                remote: true,
+            },
+        }
+    }
+
+    /// The shape of a spec's backends: one transparent backend's own; a set's is shared
+    /// (every backend is reached through one handle, see `shared_in_a_set`).
+    pub(crate) fn of_all(backends: &[BackendSpec], aggregate: bool) -> Shape {
+        match backends {
+            [one] if !aggregate => Shape::of(one),
+            _ => Shape {
+                isolation: Isolation::Shared,
+                remote: false,
+            },
+        }
+    }
+}
+
+/// What the backend is: a local command or a remote URL (checked before anything starts).
+pub(crate) enum Origin {
+    /// The command and how sessions share it.
+    Stdio(StdioConfig, Isolation),
+    /// The endpoint, the transport to try, and the URL as configured (shown, never the
+    /// expanded one).
+    Remote(
+        switchboard_upstream::remote::RemoteEndpoint,
+        crate::remote::TransportArg,
+        String,
+    ),
+}
+
+impl Origin {
+    pub(crate) fn of(args: &GatewayArgs, backend: &BackendSpec) -> anyhow::Result<Origin> {
+        let remote = match &backend.kind {
+            BackendKind::Stdio(stdio) => {
+                return Ok(Origin::Stdio(stdio_config(args, stdio), stdio.isolation))
+            }
+            BackendKind::Remote(r) => r,
+        };
+        // Progress restarts the gateway's request deadline (which then drops the call), so a
+        // remote call itself is bounded only by the whole-request bound.
+        let config = crate::remote::remote_config(
+            remote,
+            GatewayArgs::secs(args.max_request_time),
+            GatewayArgs::secs(args.request_timeout),
+        );
+        let endpoint = switchboard_upstream::remote::RemoteEndpoint::new(config)
+            .with_context(|| remote.label.clone())?;
+        Ok(Origin::Remote(
+            endpoint,
+            remote.transport,
+            remote.shown_url.clone(),
+        ))
+    }
+}
+
+/// A backend connected and ready to serve, and what keeps it so.
+pub(crate) struct Started {
+    backend: Backend,
+    /// A shared process and what its supervisor needs to restart it.
+    process: Option<Supervised>,
+    /// The gateway's own upstream session (see `Backend::internal`), ended on shutdown.
+    internal: Option<switchboard_upstream::UpstreamOwner>,
+    /// How to open a session's own backend, when sessions get one.
+    per_session: Option<Arc<dyn SpawnBackend>>,
+    /// File descriptors one session's own backend may hold (for the connection bound).
+    fds_per_session: u64,
+}
+
+pub(crate) struct Supervised {
+    pub(crate) handle: switchboard_upstream::StdioHandle,
+    pub(crate) config: StdioConfig,
+    pub(crate) sink: Arc<dyn switchboard_upstream::InboundSink>,
+    pub(crate) process: switchboard_upstream::StdioProcess,
+}
+
+async fn start_stdio(
+    args: &GatewayArgs,
+    stdio: StdioConfig,
+    isolation: Isolation,
+    registry: &Arc<Registry>,
+    id: &BackendId,
+) -> anyhow::Result<Started> {
+    let shown = std::iter::once(stdio.program.as_str())
+        .chain(stdio.args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    println!("switchboard: starting backend: {shown}");
+    let sink = registry.sink_for(id);
+    let (handle, process) = switchboard_upstream::spawn(&stdio, sink.clone())?;
+    let upstream = switchboard_upstream::Upstream::Stdio(handle.clone());
+    let timeout = GatewayArgs::secs(args.startup_timeout);
+    let backend = match Backend::connect(upstream, timeout, EraPolicy::Auto).await {
+        Ok(b) => b,
+        Err(e) => {
+            process.shutdown(Duration::from_secs(2)).await;
+            let tail = handle.stderr_tail();
+            if !tail.is_empty() {
+                eprintln!("switchboard: the backend's last stderr lines:");
+                for line in tail {
+                    eprintln!("  | {line}");
+                }
+            }
+            return Err(e).context("backend did not become ready");
+        }
+    };
+    let per_session = (isolation == Isolation::PerSession)
+        .then(|| Arc::new(Spawner(stdio.clone())) as Arc<dyn SpawnBackend>);
+    Ok(Started {
+        backend,
+        internal: None,
+        process: Some(Supervised {
+            handle,
+            config: stdio,
+            sink,
+            process,
+        }),
+        per_session,
+        fds_per_session: FDS_PER_BACKEND,
+    })
+}
+
+async fn start_remote(
+    args: &GatewayArgs,
+    endpoint: switchboard_upstream::remote::RemoteEndpoint,
+    transport: crate::remote::TransportArg,
+    shown_url: &str,
+    registry: &Arc<Registry>,
+    id: &BackendId,
+) -> anyhow::Result<Started> {
+    println!("switchboard: connecting to remote: {shown_url}");
+    let timeout = GatewayArgs::secs(args.startup_timeout);
+    let (backend, internal, endpoint) =
+        crate::remote::connect_with(endpoint, transport, &registry.sink_for(id), timeout).await?;
+    Ok(Started {
+        backend,
+        process: None,
+        internal,
+        per_session: Some(Arc::new(crate::remote::RemoteSpawner(endpoint))),
+        fds_per_session: FDS_PER_REMOTE_SESSION,
+    })
+}
+
+/// Starts a session's own backend (per-session isolation) from the same command line.
+#[derive(Debug)]
+struct Spawner(StdioConfig);
+
+impl SpawnBackend for Spawner {
+    fn spawn(
+        &self,
+        sink: Arc<dyn switchboard_upstream::InboundSink>,
+    ) -> Result<
+        (
+            switchboard_upstream::Upstream,
+            switchboard_upstream::UpstreamOwner,
+        ),
+        switchboard_upstream::UpstreamError,
+    > {
+        switchboard_upstream::spawn_stdio(&self.0, sink)
+    }
+}
+
+fn stdio_config(args: &GatewayArgs, stdio: &StdioSpec) -> StdioConfig {
+    let mut config = StdioConfig::new(stdio.program.clone(), stdio.args.clone());
+    config.max_line_bytes = args.max_line_bytes;
+    config.env.clone_from(&stdio.env);
+    config.cwd.clone_from(&stdio.cwd);
+    config
+}
