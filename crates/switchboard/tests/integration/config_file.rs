@@ -337,14 +337,15 @@ async fn serve_mcp_json_fronts_its_server() {
     );
 }
 
-/// Several backends need the aggregating core: refused with that message, nothing started.
+/// A set is served by the aggregating core, but not yet with a per-session backend in it:
+/// refused at startup with a message naming that backend, before anything listens.
 #[tokio::test]
-async fn serve_with_two_backends_says_it_needs_the_aggregating_core() {
+async fn serve_refuses_a_per_session_backend_in_a_set() {
     let dir = Dir::new("serve-two");
     let config = dir.write(
         "sb.yaml",
         &format!(
-            "listen: {{port: 0}}\nbackends:\n  - {{name: a, command: {SWITCHBOARD}, args: [fixture]}}\n  - {{name: b, command: {SWITCHBOARD}, args: [fixture]}}\n"
+            "listen: {{port: 0}}\nbackends:\n  - {{name: a, command: {SWITCHBOARD}, args: [fixture]}}\n  - {{name: b, command: {SWITCHBOARD}, args: [fixture], isolation: per-session}}\n"
         ),
     );
     let out = switchboard(
@@ -356,7 +357,7 @@ async fn serve_with_two_backends_says_it_needs_the_aggregating_core() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(
-        stderr.contains("serving 2 backends needs the aggregating core"),
+        stderr.contains("backend b: isolation: per-session in a multi-backend config is not supported yet"),
         "{stderr}"
     );
     assert!(!stdout.contains("listening on"), "{stdout}");
