@@ -359,6 +359,10 @@ impl Gateway {
         // Aggregating: the backend's own name for an exposed one (`params.name`, or a
         // completion's `ref.name`), every other byte of params kept.
         let renamed = route.name.apply(out.params);
+        if renamed.is_none() && route.name != crate::resolve::Name::AsClient {
+            // Never the exposed name at the backend (routing proved params an object).
+            return Err(CoreError::InvalidParams("params must be an object"));
+        }
         let out_params = renamed.as_deref().or(out.params);
         let key = RouteKey::mint();
         // The client's progress token is always replaced: the backend must never see a value
@@ -380,6 +384,10 @@ impl Gateway {
             }
             _ => self.registry.progress.none(),
         };
+        if original.is_some() && rewritten.is_none() {
+            // Never the client's own token at the backend.
+            return Err(CoreError::InvalidParams("params._meta must be an object"));
+        }
         // A Modern listen is addressed by its request id, i.e. by this key: register the route
         // before the backend can answer.
         let _listen = match (out.listen, out.stream.clone()) {

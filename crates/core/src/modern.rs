@@ -41,7 +41,7 @@ use listen::listen_needs_stream;
 pub(crate) const LISTEN: &str = "subscriptions/listen";
 
 /// Methods that do not exist in 2026-07-28: answered 404/-32601 by the gateway.
-const REMOVED: &[&str] = &[
+pub(crate) const REMOVED: &[&str] = &[
     method::INITIALIZE,
     method::PING,
     method::SET_LEVEL,
@@ -205,7 +205,11 @@ impl Gateway {
             if name == method::DISCOVER && !answer.is_error() {
                 return Ok(discover_passthrough(id, &answer));
             }
-            let answer = passthrough(id, &answer);
+            let answer = match self.vmcp() {
+                // Aggregating: the result speaks for the virtual server, not one backend.
+                Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
+                _ => passthrough(id, &answer),
+            };
             if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
                 // Refused on era grounds: the backend may have changed (restart, upgrade).
                 self.reprobe(&route.backend);
@@ -320,7 +324,22 @@ impl Gateway {
                 credential: call.caller.credential.as_ref(),
             })
             .await?;
+        if !answer.is_error() {
+            if let Some(result) = legacy_result(answer.payload()) {
+                return Ok(encode_result(id, result.get()));
+            }
+        }
         Ok(restore_response(id, answer.member(), answer.payload()))
+    }
+
+    /// A Modern backend's result with the gateway's `serverInfo` in place of the backend's.
+    fn as_gateway(&self, id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
+        let server_info = json!({ META_SERVER_INFO: self.presented().server_info }).to_string();
+        let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
+        match result.as_deref().and_then(|r| merge_meta(r, &server_info)) {
+            Some(r) => ModernAnswer::ok(encode_result(id, r.get())),
+            None => passthrough(id, answer),
+        }
     }
 
     /// A Modern request onto a Legacy backend; a task it creates is recorded as `task_owner`'s.
@@ -487,6 +506,29 @@ fn strip_reserved(
     with_member(params, "_meta", kept.get())
 }
 
+/// A Modern backend's result as a Legacy client gets it: the reserved `_meta` keys stripped
+/// (they are one hop's, and name the backend), and `resultType` dropped when it only says
+/// `complete` (a Legacy result is always complete). `None`: nothing to change.
+fn legacy_result(result: &str) -> Option<Box<serde_json::value::RawValue>> {
+    let raw = serde_json::value::RawValue::from_string(result.to_owned()).ok()?;
+    let complete = object_member(&raw, "resultType").is_some_and(|t| t.get() == "\"complete\"");
+    let reserved = object_member(&raw, "_meta")
+        .and_then(|m| serde_json::from_str::<serde_json::Map<String, Value>>(m.get()).ok())
+        .is_some_and(|m| m.keys().any(|k| k.starts_with(RESERVED_PREFIX)));
+    if !complete && !reserved {
+        return None;
+    }
+    let kept = if complete {
+        retain_members(&raw, |k| k != "resultType")?
+    } else {
+        raw
+    };
+    match reserved {
+        true => strip_reserved(&kept),
+        false => Some(kept),
+    }
+}
+
 /// Adds the members of `extra` (a JSON object text) to `result._meta`.
 fn merge_meta(
     result: &serde_json::value::RawValue,
@@ -512,6 +554,18 @@ fn merge_meta(
 mod tests {
     use super::*;
     use serde_json::value::RawValue;
+
+    #[test]
+    fn a_legacy_client_gets_no_modern_only_members() {
+        let r = r#"{"content":[],"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"b"},"x":1}}"#;
+        assert_eq!(
+            legacy_result(r).unwrap().get(),
+            r#"{"content":[],"_meta":{"x":1}}"#
+        );
+        let pending = r#"{"resultType":"input_required","inputRequests":{}}"#;
+        assert!(legacy_result(pending).is_none());
+        assert!(legacy_result(r#"{"content":[]}"#).is_none());
+    }
 
     #[test]
     fn reserved_keys_are_stripped_and_others_kept() {

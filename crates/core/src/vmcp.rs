@@ -41,6 +41,14 @@ pub(crate) const KINDS: [Kind; 4] = [
 /// the list of every caller).
 const MAX_PAGES: usize = 50;
 
+/// Items of one backend's list kept at most: a longer list is a failed fetch (merging is
+/// superlinear in hostile inputs, and every caller's list would carry it).
+const MAX_ITEMS: usize = 10_000;
+
+/// A backend whose last fetch failed is asked again after this long, not at every list (a
+/// hung one would make each list wait out its deadline).
+const RETRY_FAILED: Duration = Duration::from_secs(2);
+
 /// What a backend that cannot be listed does to a merged list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailureMode {
@@ -166,10 +174,14 @@ impl Vmcp {
             .map(|(id, _)| id)
             .filter(|id| {
                 changed(id, kind)
-                    || state
-                        .lists
-                        .get(&((*id).clone(), kind))
-                        .is_none_or(|c| c.failed.is_some() || c.fetched.elapsed() >= ttl)
+                    || state.lists.get(&((*id).clone(), kind)).is_none_or(|c| {
+                        let wait = if c.failed.is_some() {
+                            RETRY_FAILED.min(ttl)
+                        } else {
+                            ttl
+                        };
+                        c.fetched.elapsed() >= wait
+                    })
             })
             .cloned()
             .collect()
@@ -212,8 +224,11 @@ impl Vmcp {
 
     /// Merges `kind` again from what is cached and installs it. A merge that fails (a
     /// `manual` collision that appeared at run time) keeps the previous list.
+    ///
+    /// The merge runs without the lock (it may take a while on a long list; every routed call
+    /// reads the views); one refresh per kind at a time installs, so they cannot race.
     fn rebuild(&self, kind: Kind) -> Result<Arc<View>, CoreError> {
-        let mut state = self.state.lock();
+        let state = self.state.lock();
         let lists: Vec<Known<'_>> = self
             .order
             .iter()
@@ -226,6 +241,7 @@ impl Vmcp {
                 (id.clone(), rules, items, failed)
             })
             .collect();
+        drop(state);
         let input: Vec<(BackendId, &BackendRules, &[Value])> = lists
             .iter()
             .map(|(id, rules, items, _)| (id.clone(), *rules, &items[..]))
@@ -240,12 +256,13 @@ impl Vmcp {
                 let out: Vec<BackendId> = down.iter().map(|(id, _)| id.clone()).collect();
                 let visible = all.filtered(|e| !out.contains(&e.backend));
                 let view = Arc::new(View { all, visible, down });
-                state.views.insert(kind, view.clone());
+                self.state.lock().views.insert(kind, view.clone());
                 Ok(view)
             }
             Err(e) => {
                 warn!(list = kind.list_method(), "merged list not rebuilt: {e}");
-                state
+                self.state
+                    .lock()
                     .views
                     .get(&kind)
                     .cloned()
@@ -348,8 +365,22 @@ impl Gateway {
         }
     }
 
-    /// Every page of `backend`'s list of `kind`, through the gateway's own route.
+    /// Every page of `backend`'s list of `kind`, through the gateway's own route; nothing
+    /// for a kind the backend did not declare (a tools-only server answers `prompts/list`
+    /// with an error, which is not a failure).
     async fn fetch_list(&self, backend: &BackendId, kind: Kind) -> Result<Vec<Value>, String> {
+        let family = match kind {
+            Kind::Tools => "tools",
+            Kind::Prompts => "prompts",
+            Kind::Resources | Kind::ResourceTemplates => "resources",
+        };
+        let declared = self
+            .backends
+            .get(backend)
+            .is_some_and(|b| b.info().capabilities.get(family).is_some());
+        if !declared {
+            return Ok(Vec::new());
+        }
         let modern = self.backends.get(backend).is_some_and(|b| b.modern_now());
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
@@ -375,6 +406,9 @@ impl Gateway {
                 .map_err(|e| format!("{method} answered unreadable JSON: {e}"))?;
             if let Some(Value::Array(list)) = page.get_mut(kind.result_key()).map(Value::take) {
                 items.extend(list);
+            }
+            if items.len() > MAX_ITEMS {
+                return Err(format!("{method} has more than {MAX_ITEMS} items"));
             }
             cursor = page["nextCursor"].as_str().map(str::to_owned);
             if cursor.is_none() {
@@ -403,7 +437,11 @@ impl Gateway {
         };
         if vmcp.config.failure_mode == FailureMode::Fail {
             if let Some((backend, why)) = view.down.first() {
-                return Err(CoreError::Aggregation(format!("backend {backend}: {why}")));
+                warn!(%backend, "list failed (failureMode: fail): {why}");
+                return Err(CoreError::OfBackend(
+                    backend.clone(),
+                    switchboard_upstream::UpstreamError::Closed("its list is unavailable".into()),
+                ));
             }
         }
         let page = catalog::page(&view.visible, cursor, vmcp.config.page_size)

@@ -293,13 +293,17 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::OK,
             ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")),
         ),
-        CoreError::OfBackend(_, UpstreamError::Overloaded) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            internal(format!("Backend overloaded: {e}")),
-        ),
-        CoreError::OfBackend(..) | CoreError::Aggregation(_) => (
+        // The same status and words as one backend's failure (never the backend's own text),
+        // naming which backend of the set it was.
+        CoreError::OfBackend(id, u) => {
+            let (status, mut err) = core_parts(&CoreError::Backend(u.clone()));
+            err.message = format!("{} (backend {id})", err.message).into();
+            (status, err)
+        }
+        // Details (names a backend listed) go to the log, not to every client.
+        CoreError::Aggregation(_) => (
             StatusCode::BAD_GATEWAY,
-            internal(format!("Backend unavailable: {e}")),
+            internal("Backend unavailable: the merged list could not be built".to_owned()),
         ),
         CoreError::Unsupported(_) => (
             StatusCode::OK,

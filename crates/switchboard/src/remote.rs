@@ -84,6 +84,7 @@ pub(crate) fn remote_config(
     config.call_timeout = call_timeout;
     config.send_timeout = send_timeout;
     config.headers.clone_from(&spec.headers);
+    config.forward_caller_token = spec.forward_caller_token;
     config
 }
 

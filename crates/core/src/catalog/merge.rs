@@ -34,6 +34,9 @@ struct Item {
 
 /// Merges one kind of list from `backends` (in configured order; each slice is that backend's
 /// items as it listed them, all pages). See the `catalog` module doc for every rule.
+/// Rounds of conditional prefixing at most (the loop in `prefix_names`).
+const MAX_PREFIX_ROUNDS: usize = 4;
+
 pub fn merge(
     kind: Kind,
     strategy: &Strategy,
@@ -245,7 +248,7 @@ fn prefix_names(
             .filter(|it| !it.overridden)
             .for_each(|it| it.prefixed = true);
     }
-    loop {
+    for round in 0.. {
         for it in items.iter_mut() {
             it.candidate = if it.prefixed {
                 format!("{}{}", prefixes[it.backend], it.base)
@@ -253,7 +256,10 @@ fn prefix_names(
                 it.base.clone()
             };
         }
-        if strategy.conflict != Conflict::Conditional {
+        // A hostile backend can chain names (`x`, `b_x`, `b_b_x`, …) so that every round
+        // prefixes one more: bounded, whatever still collides is settled below by claim
+        // order, deterministically, like any other clash left after prefixing.
+        if strategy.conflict != Conflict::Conditional || round >= MAX_PREFIX_ROUNDS {
             break;
         }
         // Each round prefixes at least one item, and an item at most once: it terminates.

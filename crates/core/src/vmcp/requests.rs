@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use switchboard_wire::{encode_result, method, Message, RequestId};
+use switchboard_wire::{codes, encode_result, method, ErrorObject, Message, RequestId};
 
 use super::route::{kinds_for, list_kind, ready};
 use crate::resolve::From;
@@ -59,7 +59,8 @@ impl Gateway {
             return Err(CoreError::SessionRequired(method::SET_LEVEL));
         };
         let mut answer = None;
-        for entry in self.backends.iter() {
+        // A Modern-only backend has no log level to set (the gateway answers it for them).
+        for entry in self.backends.iter().filter(|e| e.info().era.legacy) {
             let from = From::Fanout(Some(sid), &entry.id);
             let Some(route) = self.resolve(from, method::SET_LEVEL, call.msg.params)? else {
                 continue;
@@ -87,6 +88,15 @@ impl Gateway {
                 Err(e) => Err(e),
             };
             return Some(answer.map(crate::ModernAnswer::ok));
+        }
+        let routable = !kinds_for(name).is_empty()
+            || name == crate::modern::LISTEN
+            || crate::tasks::concerns_tasks(name);
+        if !routable || crate::modern::REMOVED.contains(&name) {
+            // Not a method of the virtual server: 404/-32601, as the Modern path answers it.
+            let err = ErrorObject::new(codes::METHOD_NOT_FOUND, "Method not found")
+                .with_data(serde_json::json!(name));
+            return Some(Ok(crate::ModernAnswer::error(id, &err)));
         }
         self.prepare(msg).await.err().map(Err)
     }

@@ -226,6 +226,18 @@ impl Ctx<'_> {
                 Err(err) => errors.push(ConfigError::new(&path, err.to_string())),
             }
         }
+        // The caller's token replaces the gateway's: a static one beside it would be sent
+        // for every caller without a token of its own, acting as the gateway at the remote.
+        if e.forward_caller_token
+            && headers
+                .iter()
+                .any(|(n, _)| *n == hyper::header::AUTHORIZATION)
+        {
+            errors.push(ConfigError::new(
+                &format!("{at}.forwardCallerToken"),
+                "cannot be combined with a static Authorization header".to_owned(),
+            ));
+        }
         let expanded = match expanded {
             Ok(u) if errors.is_empty() => u,
             Ok(_) => return Err(errors),

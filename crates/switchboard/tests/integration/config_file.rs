@@ -357,7 +357,9 @@ async fn serve_refuses_a_per_session_backend_in_a_set() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(
-        stderr.contains("backend b: isolation: per-session in a multi-backend config is not supported yet"),
+        stderr.contains(
+            "backend b: isolation: per-session in a multi-backend config is not supported yet"
+        ),
         "{stderr}"
     );
     assert!(!stdout.contains("listening on"), "{stdout}");
@@ -388,4 +390,32 @@ async fn serve_shows_a_remote_url_by_its_reference() {
         !stdout.contains("it-url-secret") && !stderr.contains("it-url-secret"),
         "{stdout}{stderr}"
     );
+}
+
+/// `forwardCallerToken` replaces the gateway's credential with the caller's: a static
+/// `Authorization` beside it would go out for every caller without a token of its own (the
+/// gateway's identity at the remote), so the file is refused, naming the key, never the value.
+#[tokio::test]
+async fn forwarding_the_callers_token_excludes_a_static_authorization() {
+    let dir = Dir::new("validate-forward");
+    let config = dir.write(
+        "sb.yaml",
+        "backends:\n  - name: remote\n    url: http://127.0.0.1:9/mcp\n    forwardCallerToken: true\n    headers: {Authorization: \"Bearer ${IT_TOKEN}\"}\n",
+    );
+    let out = switchboard(
+        &["validate", "--config", config.to_str().unwrap()],
+        &[("IT_TOKEN", "it-secret-value-5678")],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        all.contains(
+            "backends[0].forwardCallerToken: cannot be combined with a static Authorization header"
+        ),
+        "{all}"
+    );
+    assert!(!all.contains("it-secret-value"), "{all}");
 }

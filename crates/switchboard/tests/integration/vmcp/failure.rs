@@ -149,3 +149,30 @@ async fn a_dead_backend_fails_fast_by_name_and_comes_back_under_the_same_names()
     let modern_after = tool_names(gw, Era::Modern, None).await;
     assert_eq!(modern_after, before);
 }
+
+/// A backend that declares no prompts is not asked for them: with `failureMode: fail`, the
+/// merged `prompts/list` is the others' prompts, not a failure (a tools-only server answers
+/// `prompts/list` with -32601, which says nothing about its health).
+#[tokio::test]
+async fn a_kind_a_backend_does_not_declare_is_not_a_failure() {
+    let yaml = format!(
+        "aggregation: {{failureMode: fail}}\nbackends:\n{}{}",
+        super::stdio("alpha", ""),
+        super::growy("growy", 3, 10)
+    );
+    let served = super::serve("undeclared", &yaml, None).await;
+    let gw = &served.gw;
+    let sid = gw.session().await;
+    for era in [Era::Legacy, Era::Modern] {
+        let (prompts, _) = super::list_all(gw, era, Some(&sid), "prompts/list", "prompts").await;
+        let names = super::names(&prompts);
+        assert!(
+            names.contains(&"test_simple_prompt".to_owned()),
+            "{era:?}: {names:?}"
+        );
+        // Growy's tools are listed beside alpha's: its tools are declared and fetched.
+        assert!(tool_names(gw, era, Some(&sid))
+            .await
+            .contains(&"g0000".to_owned()));
+    }
+}

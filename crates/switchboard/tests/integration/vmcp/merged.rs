@@ -86,6 +86,35 @@ async fn routes_calls(gw: &TestGateway, era: Era, sid: &str) {
     assert_eq!(slept, "slept 1");
     let echoed = call_text(gw, era, s, "gamma_echo", json!({"text": "to gamma"})).await;
     assert_eq!(echoed, "to gamma");
+    result_speaks_for_the_gateway(gw, era, s).await;
+}
+
+/// A routed call's result names the virtual server, never the backend: a Modern caller gets
+/// the gateway's `serverInfo`; a Legacy caller gets no Modern-only members (the reserved
+/// `_meta` keys are one hop's, `resultType: complete` says nothing in Legacy), also from the
+/// remote backend, which answers in Modern terms.
+async fn result_speaks_for_the_gateway(gw: &TestGateway, era: Era, s: Option<&str>) {
+    for tool in ["alpha_pid", "gamma_pid"] {
+        let params = json!({"name": tool, "arguments": {}});
+        let answer = ask(gw, era, s, json!(tool), "tools/call", params).await;
+        let result = &answer["result"];
+        let meta = &result["_meta"];
+        match era {
+            Era::Modern => {
+                let info = &meta["io.modelcontextprotocol/serverInfo"];
+                assert_eq!(info["name"], "switchboard", "{tool}: {answer}");
+            }
+            Era::Legacy => {
+                assert!(result.get("resultType").is_none(), "{tool}: {answer}");
+                let reserved = meta
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .any(|(k, _)| k.starts_with("io.modelcontextprotocol/"));
+                assert!(!reserved, "{tool}: {answer}");
+            }
+        }
+    }
 }
 
 /// `prompts/get` by prefixed name reaches gamma under the fixture's own name.
