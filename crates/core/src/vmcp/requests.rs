@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use switchboard_wire::{encode_result, method, Message, RequestId};
 
-use super::route::{kinds_for, list_kind, ready};
+use super::route::{kinds_for, list_kind, ready, routable};
 use crate::resolve::From;
 use crate::{Call, CoreError, Gateway};
 
@@ -87,6 +87,12 @@ impl Gateway {
                 Err(e) => Err(e),
             };
             return Some(answer.map(crate::ModernAnswer::ok));
+        }
+        // Before `prepare`: a removed method (`resources/subscribe` too, which routes by URI
+        // in the Legacy era) or one no backend is chosen for is 404/-32601, as a Modern
+        // backend answers it through the one-backend proxy, not an unknown-name -32602.
+        if crate::modern::removed(name) || !routable(name) {
+            return Some(Ok(crate::modern::method_not_found(id, name)));
         }
         self.prepare(msg).await.err().map(Err)
     }

@@ -33,6 +33,15 @@ pub(crate) fn kinds_for(method: &str) -> &'static [Kind] {
     }
 }
 
+/// Whether the aggregating gateway routes `method` to a backend; every other method it
+/// answers itself (lists, `ping`, discovery) or refuses. The same methods [`Vmcp::pick`]
+/// has a backend for.
+pub(crate) fn routable(method: &str) -> bool {
+    !kinds_for(method).is_empty()
+        || method == crate::modern::LISTEN
+        || crate::tasks::concerns_tasks(method)
+}
+
 /// The list method a request is, if it is one.
 pub(crate) fn list_kind(method: &str) -> Option<Kind> {
     super::KINDS.into_iter().find(|k| k.list_method() == method)

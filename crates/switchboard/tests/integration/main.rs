@@ -38,4 +38,5 @@ mod strict;
 mod tasks;
 mod tool_headers;
 mod ux;
+mod vmcp_answers;
 mod warm;

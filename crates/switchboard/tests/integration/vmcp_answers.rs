@@ -1,0 +1,80 @@
+//! What the aggregating gateway (`serve` with several backends) answers itself, where the
+//! conformance suite found it differing from the one-backend proxy: Modern method-not-found
+//! is 404, a missing resource names its URI, and `Mcp-Param-*` headers are checked against
+//! the tool the merged list routes to.
+
+use std::path::PathBuf;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::process::Command;
+
+use crate::common::TestGateway;
+use crate::modern::modern;
+
+const SWITCHBOARD: &str = env!("CARGO_BIN_EXE_switchboard");
+
+/// A config file in its own temporary directory, removed on drop.
+struct Config(PathBuf);
+
+impl Config {
+    fn new(name: &str, text: &str) -> Config {
+        let dir = std::env::temp_dir().join(format!("sb-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("sb.yaml"), text).unwrap();
+        Config(dir)
+    }
+}
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `serve` with two dual-era fixtures `a` and `b`. The default `conditional` strategy
+/// prefixes every tool (all collide), so `b_…` is a renamed tool of the second backend.
+async fn two_fixtures(name: &str) -> (TestGateway, Config) {
+    let config = Config::new(
+        name,
+        &format!(
+            "listen: {{host: 127.0.0.1, port: 0}}\nbackends:\n  - {{name: a, command: {SWITCHBOARD}, args: [fixture, --era, dual]}}\n  - {{name: b, command: {SWITCHBOARD}, args: [fixture, --era, dual]}}\n"
+        ),
+    );
+    let mut cmd = Command::new(SWITCHBOARD);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(config.0.join("sb.yaml"));
+    (TestGateway::start_command(cmd).await, config)
+}
+
+/// Modern methods that 2026-07-28 removed, and one nobody has, are 404 with -32601 (as a
+/// Modern backend answers them through the one-backend proxy). Before, the aggregating path
+/// answered 200, and `resources/subscribe` even -32602 (it routed by its empty URI).
+#[tokio::test]
+async fn aggregated_modern_method_not_found_is_404() {
+    let (gw, _config) = two_fixtures("vmcp-404").await;
+    let cases = [
+        (
+            "initialize",
+            json!({"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"0"}}),
+        ),
+        ("ping", json!({})),
+        ("logging/setLevel", json!({"level":"debug"})),
+        ("resources/subscribe", json!({"uri":"test://static-text"})),
+        ("resources/unsubscribe", json!({"uri":"test://static-text"})),
+        ("no/such-method", json!({})),
+    ];
+    for (i, (method, params)) in cases.into_iter().enumerate() {
+        let r = modern(&gw, json!(i), method, params, &[]).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{method}: {}", r.text);
+        assert_eq!(r.error_code(), -32601, "{method}: {}", r.text);
+        assert_eq!(r.json()["id"], json!(i), "{method}");
+    }
+    // The Legacy era keeps them: ping is answered by the gateway itself.
+    let session = gw.session().await;
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    let r = gw.post(Some(&session), &ping).await;
+    assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+}
