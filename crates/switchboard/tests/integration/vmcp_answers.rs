@@ -78,3 +78,22 @@ async fn aggregated_modern_method_not_found_is_404() {
     let r = gw.post(Some(&session), &ping).await;
     assert_eq!(r.json()["result"], json!({}), "{}", r.text);
 }
+
+/// A URI no backend advertises is -32602 with the URI as `data.uri` (SEP-2164), in both
+/// eras; before, the aggregating path left `data` out.
+#[tokio::test]
+async fn aggregated_missing_resource_names_its_uri() {
+    let (gw, _config) = two_fixtures("vmcp-uri").await;
+    let uri = "test://nonexistent-resource";
+    let r = modern(&gw, json!(1), "resources/read", json!({"uri": uri}), &[]).await;
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], -32602, "{}", r.text);
+    assert_eq!(error["data"], json!({"uri": uri}), "{}", r.text);
+
+    let session = gw.session().await;
+    let read = json!({"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":uri}});
+    let r = gw.post(Some(&session), &read).await;
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], -32602, "{}", r.text);
+    assert_eq!(error["data"], json!({"uri": uri}), "{}", r.text);
+}
