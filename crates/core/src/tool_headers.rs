@@ -37,14 +37,26 @@ impl Gateway {
     /// The `Mcp-Param-*` designations of `tool`; `None` when it has none, is unknown, or the
     /// backend's tools cannot be learned right now.
     pub async fn param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
-        // The backend the Modern `tools/call` of `tool` would go to.
-        let route = self.resolve(From::Modern, TOOLS_CALL, None).ok()??;
-        let tables = self.registry.tables(&route.backend);
+        // The backend the Modern `tools/call` of `tool` would go to, and the tool's name
+        // there. Aggregating, the merged list says (a call routes by it too); its schema is
+        // the backend's, which the merge never changes.
+        let (backend, original) = match self.vmcp() {
+            Some(_) => {
+                let view = self.view(crate::catalog::Kind::Tools).await.ok()?;
+                let (backend, original) = view.all.lookup(tool)?;
+                (backend.clone(), original.to_owned())
+            }
+            None => {
+                let route = self.resolve(From::Modern, TOOLS_CALL, None).ok()??;
+                (route.backend, tool.to_owned())
+            }
+        };
+        let tables = self.registry.tables(&backend);
         let table = tables
             .tool_headers
-            .get(self.learn_tool_headers(&route.backend))
+            .get(self.learn_tool_headers(&backend))
             .await?;
-        table.get(tool).cloned()
+        table.get(&original).cloned()
     }
 
     /// Walks every page of `backend`'s `tools/list`. Any failure fails the whole walk: a

@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::process::Command;
 
-use crate::common::TestGateway;
+use crate::common::{tool_text, TestGateway};
 use crate::modern::modern;
 
 const SWITCHBOARD: &str = env!("CARGO_BIN_EXE_switchboard");
@@ -96,4 +96,27 @@ async fn aggregated_missing_resource_names_its_uri() {
     let error = &r.json()["error"];
     assert_eq!(error["code"], -32602, "{}", r.text);
     assert_eq!(error["data"], json!({"uri": uri}), "{}", r.text);
+}
+
+/// `Mcp-Param-*` (SEP-2243) are checked against the tool the merged list routes to, under
+/// its backend's own name: before, the aggregating path looked the exposed name up nowhere
+/// and let every call through unchecked.
+#[tokio::test]
+async fn aggregated_modern_call_checks_param_headers_of_a_renamed_tool() {
+    let (gw, _config) = two_fixtures("vmcp-headers").await;
+    let call = |id: u64, extra: &'static [(&'static str, &'static str)]| {
+        let params = json!({"name":"b_test_custom_header","arguments":{"region":"Hello"}});
+        let gw = &gw;
+        async move { modern(gw, json!(id), "tools/call", params, extra).await }
+    };
+    let missing = call(1, &[]).await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST, "{}", missing.text);
+    assert_eq!(missing.error_code(), -32020, "{}", missing.text);
+    let wrong = call(2, &[("mcp-param-region", "Goodbye")]).await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST, "{}", wrong.text);
+    assert_eq!(wrong.error_code(), -32020, "{}", wrong.text);
+    let right = call(3, &[("mcp-param-region", "Hello")]).await;
+    assert_eq!(right.status, StatusCode::OK, "{}", right.text);
+    let answer: Value = right.json();
+    assert_eq!(tool_text(&answer), "region=Hello", "{}", right.text);
 }
