@@ -17,6 +17,11 @@
 #                      Modern requests pass through statelessly)
 #   2026-07-28-remote-legacy  the same against a Legacy-only remote fixture: Modern clients are
 #                      bridged onto upstream sessions partitioned by principal and capabilities
+#   2025-11-25-serve   --spec-version 2025-11-25 through `switchboard serve` (the virtual
+#                      server) with three shared-mode backends: the fixture (`fixture --era
+#                      dual`, first in priority), @modelcontextprotocol/server-everything
+#                      (npx), and a remote dual-era fixture (`fixture --http`)
+#   2026-07-28-serve   --requirements 2026-07-28, the same three backends
 #
 # Scenarios expected to fail are listed, each with the issue that removes it, in
 # conformance/expected-failures-<PROFILE>.yml; the suite fails on any unexpected failure *and*
@@ -27,6 +32,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROFILE="${1:-2025-11-25}"
 GATEWAY=()
 REMOTE=no
+SERVE=no
 case "$PROFILE" in
   2025-11-25) SELECT=(--spec-version 2025-11-25); ERA=dual ;;
   2025-11-25-per-session) SELECT=(--spec-version 2025-11-25); ERA=dual; GATEWAY=(--isolation per-session) ;;
@@ -36,9 +42,13 @@ case "$PROFILE" in
   2025-11-25-remote) SELECT=(--spec-version 2025-11-25); ERA=dual; REMOTE=yes ;;
   2026-07-28-remote) SELECT=(--requirements 2026-07-28); ERA=dual; REMOTE=yes ;;
   2026-07-28-remote-legacy) SELECT=(--requirements 2026-07-28); ERA=legacy; REMOTE=yes ;;
+  2025-11-25-serve) SELECT=(--spec-version 2025-11-25); ERA=dual; REMOTE=yes; SERVE=yes ;;
+  2026-07-28-serve) SELECT=(--requirements 2026-07-28); ERA=dual; REMOTE=yes; SERVE=yes ;;
   *) echo "conformance: unknown profile $PROFILE" >&2; exit 2 ;;
 esac
 SUITE="@modelcontextprotocol/conformance@0.2.0-alpha.12"
+# The same package spec crates/switchboard/tests/integration/everything.rs runs.
+EVERYTHING="@modelcontextprotocol/server-everything"
 TOOLS="$ROOT/.tools"
 RESULTS="$ROOT/conformance/results/$PROFILE"
 
@@ -56,18 +66,20 @@ BIN="$ROOT/target/debug/switchboard"
 
 LOG="$(mktemp)"
 FXLOG="$(mktemp)"
+CONFIG="$(mktemp --suffix .yaml)"
 GW=""
 FX=""
 cleanup() {
   for pid in $GW $FX; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  rm -f "$LOG" "$LOG.err" "$FXLOG" "$FXLOG.err"
+  rm -f "$LOG" "$LOG.err" "$FXLOG" "$FXLOG.err" "$CONFIG"
 }
 trap cleanup EXIT
 
-# Waits (30 s at most) for `PREFIX<url>` in FILE while process PID lives; prints the URL.
+# Waits (SECS, default 30 s, at most) for `PREFIX<url>` in FILE while process PID lives; prints
+# the URL.
 wait_url() {
-  local file="$1" prefix="$2" pid="$3" what="$4" url=""
-  for _ in $(seq 1 300); do
+  local file="$1" prefix="$2" pid="$3" what="$4" secs="${5:-30}" url=""
+  for _ in $(seq 1 $((secs * 10))); do
     url="$(sed -n "s|^$prefix||p" "$file" | head -n 1)"
     [ -n "$url" ] && { echo "$url"; return 0; }
     kill -0 "$pid" 2>/dev/null || { cat "$file" "$file.err" >&2; echo "conformance: $what exited" >&2; return 1; }
@@ -86,10 +98,40 @@ if [ "$REMOTE" = yes ]; then
 else
   BACKEND=(-- "$BIN" fixture --era "$ERA")
 fi
-"$BIN" run --host 127.0.0.1 --port 0 ${GATEWAY[@]+"${GATEWAY[@]}"} "${BACKEND[@]}" >"$LOG" 2>"$LOG.err" &
+if [ "$SERVE" = yes ]; then
+  # `priority` with the fixture first keeps every fixture name bare (the suite calls them by
+  # name) and drops the others' colliding names; `conditional` would prefix *both* sides of
+  # each collision (the remote fixture collides on every name). Command and URL are
+  # JSON-quoted: JSON strings are YAML.
+  json() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+  cat >"$CONFIG" <<YAML
+listen: {host: 127.0.0.1, port: 0}
+# npx may fetch server-everything first (as everything.rs allows: --startup-timeout 120).
+timeouts: {startup: 120s}
+aggregation: {conflictResolution: priority, priority: [fixture, everything, remote]}
+backends:
+  - name: fixture
+    command: $(json "$BIN")
+    args: [fixture, --era, $ERA]
+  - name: everything
+    command: npx
+    args: [-y, $(json "$EVERYTHING")]
+  - name: remote
+    url: $(json "$FXURL")
+YAML
+  "$BIN" serve --config "$CONFIG" >"$LOG" 2>"$LOG.err" &
+else
+  "$BIN" run --host 127.0.0.1 --port 0 ${GATEWAY[@]+"${GATEWAY[@]}"} "${BACKEND[@]}" >"$LOG" 2>"$LOG.err" &
+fi
 GW=$!
-URL="$(wait_url "$LOG" "switchboard: listening on " "$GW" "gateway")"
-if [ "$REMOTE" = yes ]; then
+# `serve` prints its address once every backend is up, and the first `npx` of
+# server-everything may download it (the startup timeout above is 120 s).
+WAIT=30
+[ "$SERVE" = yes ] && WAIT=150
+URL="$(wait_url "$LOG" "switchboard: listening on " "$GW" "gateway" "$WAIT")"
+if [ "$SERVE" = yes ]; then
+  echo "conformance: suite $SUITE, profile $PROFILE (serve: fixture era $ERA, $EVERYTHING, remote fixture at $FXURL), gateway $URL"
+elif [ "$REMOTE" = yes ]; then
   echo "conformance: suite $SUITE, profile $PROFILE (remote fixture era $ERA at $FXURL), gateway $URL"
 else
   echo "conformance: suite $SUITE, profile $PROFILE (fixture era $ERA), gateway $URL"

@@ -49,6 +49,19 @@ pub(crate) const REMOVED: &[&str] = &[
     method::UNSUBSCRIBE,
 ];
 
+/// Whether `name` is a method 2026-07-28 removed.
+pub(crate) fn removed(name: &str) -> bool {
+    REMOVED.contains(&name)
+}
+
+/// The Modern answer to a method the gateway does not serve: 404 with -32601 (the status the
+/// HTTP layer gives that code), the method as `data` (bounded: the client wrote it).
+pub(crate) fn method_not_found(id: &RequestId, name: &str) -> ModernAnswer {
+    let name: String = name.chars().take(128).collect();
+    let err = ErrorObject::new(codes::METHOD_NOT_FOUND, "Method not found").with_data(json!(name));
+    ModernAnswer::error(id, &err)
+}
+
 /// Results that carry cache hints (SEP-2549).
 const CACHEABLE: &[&str] = &[
     "tools/list",
@@ -179,10 +192,8 @@ impl Gateway {
         if asked_task && owner.is_none() {
             return Err(CoreError::TaskOwnerRequired);
         }
-        if REMOVED.contains(&name) {
-            let err = ErrorObject::new(codes::METHOD_NOT_FOUND, "Method not found")
-                .with_data(json!(name));
-            return Ok(ModernAnswer::error(id, &err));
+        if removed(name) {
+            return Ok(method_not_found(id, name));
         }
         // A Modern-only backend is always passed through; a dual one unless it stopped
         // answering Modern requests (then it is bridged like a Legacy one).

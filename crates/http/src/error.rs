@@ -289,6 +289,12 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::BAD_GATEWAY,
             internal(format!("Backend unavailable: {e}")),
         ),
+        // A missing resource names its URI in `data` (SEP-2164), as a backend answers it.
+        CoreError::UnknownName(what, uri) if what.starts_with("resource") => (
+            StatusCode::OK,
+            ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}"))
+                .with_data(json!({ "uri": uri })),
+        ),
         CoreError::UnknownName(..) => (
             StatusCode::OK,
             ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")),

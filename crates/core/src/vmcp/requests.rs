@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use switchboard_wire::{codes, encode_result, method, ErrorObject, Message, RequestId};
+use switchboard_wire::{encode_result, method, Message, RequestId};
 
-use super::route::{kinds_for, list_kind, ready};
+use super::route::{kinds_for, list_kind, ready, routable};
 use crate::resolve::From;
 use crate::{Call, CoreError, Gateway};
 
@@ -89,14 +89,11 @@ impl Gateway {
             };
             return Some(answer.map(crate::ModernAnswer::ok));
         }
-        let routable = !kinds_for(name).is_empty()
-            || name == crate::modern::LISTEN
-            || crate::tasks::concerns_tasks(name);
-        if !routable || crate::modern::REMOVED.contains(&name) {
-            // Not a method of the virtual server: 404/-32601, as the Modern path answers it.
-            let err = ErrorObject::new(codes::METHOD_NOT_FOUND, "Method not found")
-                .with_data(serde_json::json!(name));
-            return Some(Ok(crate::ModernAnswer::error(id, &err)));
+        // Before `prepare`: a removed method (`resources/subscribe` too, which routes by URI
+        // in the Legacy era) or one no backend is chosen for is 404/-32601, as a Modern
+        // backend answers it through the one-backend proxy, not an unknown-name -32602.
+        if crate::modern::removed(name) || !routable(name) {
+            return Some(Ok(crate::modern::method_not_found(id, name)));
         }
         self.prepare(msg).await.err().map(Err)
     }

@@ -33,6 +33,15 @@ pub(crate) fn kinds_for(method: &str) -> &'static [Kind] {
     }
 }
 
+/// Whether the aggregating gateway routes `method` to a backend; every other method it
+/// answers itself (lists, `ping`, discovery) or refuses. The same methods [`Vmcp::pick`]
+/// has a backend for.
+pub(crate) fn routable(method: &str) -> bool {
+    !kinds_for(method).is_empty()
+        || method == crate::modern::LISTEN
+        || crate::tasks::concerns_tasks(method)
+}
+
 /// The list method a request is, if it is one.
 pub(crate) fn list_kind(method: &str) -> Option<Kind> {
     super::KINDS.into_iter().find(|k| k.list_method() == method)
@@ -58,7 +67,7 @@ impl Vmcp {
                         backend: backend.clone(),
                         name: Name::AsClient,
                     }),
-                    None => Err(CoreError::UnknownName("resource", clip(&uri))),
+                    None => Err(CoreError::UnknownName("resource", clip_uri(&uri))),
                 }
             }
             "completion/complete" => self.pick_completion(params),
@@ -113,7 +122,7 @@ impl Vmcp {
                         backend: backend.clone(),
                         name: Name::AsClient,
                     }),
-                    None => Err(CoreError::UnknownName("resource template", clip(&uri))),
+                    None => Err(CoreError::UnknownName("resource template", clip_uri(&uri))),
                 }
             }
             _ => Err(CoreError::InvalidParams("ref")),
@@ -153,4 +162,11 @@ fn str_member(raw: &RawValue, key: &str) -> Option<String> {
 /// A client's name as quoted back in an error: bounded.
 fn clip(name: &str) -> String {
     name.chars().take(128).collect()
+}
+
+/// A client's URI as quoted back in an error, also as its `data.uri` (SEP-2164), which a
+/// client may compare with what it asked for: bounded more loosely than a name, so that any
+/// URI a client would really use comes back whole.
+fn clip_uri(uri: &str) -> String {
+    uri.chars().take(2048).collect()
 }

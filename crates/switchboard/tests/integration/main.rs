@@ -39,4 +39,5 @@ mod tasks;
 mod tool_headers;
 mod ux;
 mod vmcp;
+mod vmcp_answers;
 mod warm;
