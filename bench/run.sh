@@ -215,5 +215,83 @@ echo "|---:|---:|---:|---:|"
 echo "| $PS_N | $setup_us µs | $children | $left (the shared backend for Modern/sessionless requests) |"
 gw_stop
 echo
+
+# 6. The virtual server: three backends behind `serve` (two stdio fixtures and a remote
+# fixture) against the one-backend proxy, in the same run.
+echo "### 6. Virtual server (\`serve\`, 3 backends: 2 stdio fixtures + 1 remote fixture)"
+echo
+"$SB" fixture --http --host 127.0.0.1 --port 0 >"$OUT/remote.out" 2>"$OUT/remote.err" &
+FX_PID=$!
+FXURL=""
+for _ in $(seq 300); do
+  FXURL=$(sed -n 's/^switchboard fixture: listening on //p' "$OUT/remote.out")
+  [ -n "$FXURL" ] && break
+  sleep 0.1
+done
+cat >"$OUT/vmcp.yaml" <<YAML
+backends:
+  - {name: alpha, command: "$SB", args: [fixture]}
+  - {name: beta, command: "$SB", args: [fixture]}
+  - {name: gamma, url: "$FXURL"}
+YAML
+# gw_serve: like gw_start, for `serve --config`.
+"$SB" serve --config "$OUT/vmcp.yaml" --host 127.0.0.1 --port 0 >"$OUT/gateway.out" 2>"$OUT/gateway.err" &
+GW_PID=$!
+URL=""
+for _ in $(seq 300); do
+  URL=$(sed -n 's/^switchboard: listening on //p' "$OUT/gateway.out")
+  [ -n "$URL" ] && break
+  sleep 0.1
+done
+VURL=$URL
+v=$(bench "vmcp-c16" --url "$VURL" --concurrency 16 --sessions 16 --duration "$SECS" --tool alpha_echo --args '{"text":"x"}')
+vr=$(bench "vmcp-remote-c16" --url "$VURL" --concurrency 16 --sessions 16 --duration "$SECS" --tool gamma_echo --args '{"text":"x"}')
+# Merged tools/list: served from the per-backend lists (fetched again after the 5 s TTL).
+list_ms() {
+  python3 - "$1" "$2" <<'PY'
+import http.client, json, sys, time, urllib.parse
+url, n = urllib.parse.urlparse(sys.argv[1]), int(sys.argv[2])
+c = http.client.HTTPConnection(url.hostname, url.port)
+h = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+def post(body, extra={}):
+    c.request("POST", url.path, json.dumps(body), {**h, **extra}); r = c.getresponse(); r.read(); return r
+r = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b", "version": "0"}}})
+sid = {"mcp-session-id": r.getheader("mcp-session-id"), "mcp-protocol-version": "2025-11-25"}
+t = []
+for i in range(n):
+    t0 = time.perf_counter(); post({"jsonrpc": "2.0", "id": i + 1, "method": "tools/list"}, sid); t.append(time.perf_counter() - t0)
+t.sort()
+print("%.0f %.0f" % (t[len(t) // 2] * 1e6, t[int(len(t) * 0.99)] * 1e6))
+PY
+}
+vl=$(list_ms "$VURL" 300)
+gw_stop
+gw_start
+p=$(bench "proxy-c16" --url "$URL" --concurrency 16 --sessions 16 --duration "$SECS")
+pl=$(list_ms "$URL" 300)
+gw_stop
+"$SB" run --host 127.0.0.1 --port 0 --url "$FXURL" >"$OUT/gateway.out" 2>"$OUT/gateway.err" &
+GW_PID=$!
+URL=""
+for _ in $(seq 300); do
+  URL=$(sed -n 's/^switchboard: listening on //p' "$OUT/gateway.out")
+  [ -n "$URL" ] && break
+  sleep 0.1
+done
+rl=$(list_ms "$URL" 300)
+gw_stop
+kill "$FX_PID" 2>/dev/null || true
+echo "| tools/call, c=16 | req/s | p50 / p99 µs | vs the one-backend proxy | errors / wrong |"
+echo "|---|---:|---|---:|---|"
+jq -rn --argjson p "$p" --arg clean "$(clean "$p")" '"| `run` (one stdio fixture, `echo`) | \($p.requests_per_sec) | \($p.p50_us) / \($p.p99_us) | 1× | \($clean) |"'
+jq -rn --argjson v "$v" --argjson p "$p" --arg clean "$(clean "$v")" '"| `serve`, stdio backend (`alpha_echo`) | \($v.requests_per_sec) | \($v.p50_us) / \($v.p99_us) | **\($v.requests_per_sec / $p.requests_per_sec * 100 | round / 100)×** | \($clean) |"'
+jq -rn --argjson v "$vr" --argjson p "$p" --arg clean "$(clean "$vr")" '"| `serve`, remote backend (`gamma_echo`) | \($v.requests_per_sec) | \($v.p50_us) / \($v.p99_us) | \($v.requests_per_sec / $p.requests_per_sec * 100 | round / 100)× | \($clean) |"'
+echo
+echo "| tools/list, sequential, one session | p50 / p99 µs |"
+echo "|---|---|"
+echo "| \`serve\`, merged (3 backends, ~110 tools) | $(echo "$vl" | awk '{print $1 " / " $2}') |"
+echo "| \`run\`, one stdio fixture (pass-through) | $(echo "$pl" | awk '{print $1 " / " $2}') |"
+echo "| \`run --url\`, the remote fixture alone (the slowest backend) | $(echo "$rl" | awk '{print $1 " / " $2}') |"
+echo
 echo "Load average after the run: $(cut -d' ' -f1 /proc/loadavg) (the suite itself adds ~1–2)."
 } | tee "$OUT/results.md"
