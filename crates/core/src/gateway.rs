@@ -282,7 +282,14 @@ impl Gateway {
         }
         // A session that ended between lookup and routing (DELETE, reaping) is not found:
         // never fall through to the shared backend with a dead session's request.
-        let Some(route) = self.resolve(From::Request(call.session), name, call.msg.params)? else {
+        let from = || From::Request(call.session);
+        let route = match self.resolve(from(), name, call.msg.params) {
+            Err(CoreError::UnknownName(..)) if self.refresh_names(name).await => {
+                self.resolve(from(), name, call.msg.params)
+            }
+            resolved => resolved,
+        };
+        let Some(route) = route? else {
             return self.before_initialize(id, name);
         };
         if route.via == Via::Own {

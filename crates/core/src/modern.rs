@@ -126,7 +126,13 @@ impl Gateway {
                 return admitted.finish_modern(answer);
             }
         }
-        let answer = match self.resolve(From::Modern, method, msg.params) {
+        let resolved = match self.resolve(From::Modern, method, msg.params) {
+            Err(CoreError::UnknownName(..)) if self.refresh_names(method).await => {
+                self.resolve(From::Modern, method, msg.params)
+            }
+            resolved => resolved,
+        };
+        let answer = match resolved {
             Ok(Some(route)) => self
                 .route_modern(caller, owner.as_ref(), msg, stream, &route)
                 .await

@@ -37,6 +37,8 @@
 //! | per-session: HTTP+SSE `initialize` again  | 400  | -32600, id echoed           |
 //! | task-augmented, anonymous and sessionless | 400  | -32600, id echoed           |
 //! | gateway-validated bad params (log level)  | 200  | -32602                      |
+//! | aggregating: unknown or filtered name/URI | 200  | -32602 (URI in `data.uri`)  |
+//! | aggregating: one backend failed           | as that failure | its code, "(backend X)" |
 //! | `/messages` without `session_id`          | 400  | -32600                      |
 //! | HTTP+SSE session at its in-flight limit   | 503  | -32603, id echoed           |
 //! | every connection busy (`--max-connections`) | 503 | -32603, no id (connection closed) |

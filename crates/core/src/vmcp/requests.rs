@@ -33,13 +33,27 @@ impl Gateway {
         }
     }
 
-    /// Builds the merged lists `msg`'s routing reads, when they are missing or do not name
-    /// what it asks for (a tool added since the last fetch).
+    /// After a name `method` routes by was not found: the lists it reads, fetched again where
+    /// stale (a tool added since the last fetch), so the caller resolves once more. At most one
+    /// fetch per TTL however many unknown names arrive. False when not aggregating.
+    pub(crate) async fn refresh_names(&self, method: &str) -> bool {
+        if self.vmcp().is_none() {
+            return false;
+        }
+        for kind in kinds_for(method) {
+            if self.view(*kind).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Builds the merged lists `msg`'s routing reads, when they are missing.
     pub(crate) async fn prepare(&self, msg: &Message<'_>) -> Result<(), CoreError> {
         let (Some(vmcp), Some(name)) = (self.vmcp(), msg.method) else {
             return Ok(());
         };
-        if kinds_for(name).is_empty() || ready(vmcp, name, msg.params) {
+        if kinds_for(name).is_empty() || ready(vmcp, name) {
             return Ok(());
         }
         for kind in kinds_for(name) {

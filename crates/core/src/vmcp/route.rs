@@ -130,11 +130,10 @@ impl Vmcp {
     }
 }
 
-/// Whether every list `method` routes by is built and names what it asks for (else the
-/// caller refreshes them first).
-pub(crate) fn ready(vmcp: &Vmcp, method: &str, params: Option<&RawValue>) -> bool {
+/// Whether every list `method` routes by is built (a name they do not hold is looked up
+/// again after a refresh: `Gateway::refresh_names`).
+pub(crate) fn ready(vmcp: &Vmcp, method: &str) -> bool {
     kinds_for(method).iter().all(|k| vmcp.current(*k).is_some())
-        && vmcp.pick(method, params).is_ok()
 }
 
 fn by_name(view: &View, name: String, what: &'static str) -> Result<Pick, CoreError> {
