@@ -48,7 +48,8 @@ case "$PROFILE" in
 esac
 SUITE="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 # The same package spec crates/switchboard/tests/integration/everything.rs runs.
-EVERYTHING="@modelcontextprotocol/server-everything"
+# Pinned: a new release may change what its lists hold.
+EVERYTHING="@modelcontextprotocol/server-everything@2026.8.31"
 TOOLS="$ROOT/.tools"
 RESULTS="$ROOT/conformance/results/$PROFILE"
 

@@ -9,6 +9,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The third-party server the real-server tests run, pinned (a new release may change what
+/// its lists hold); `scripts/conformance.sh` pins the same version.
+pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
 pub const BOTH: &str = "application/json, text/event-stream";
 
 /// A running `switchboard run` process. Killed on drop.

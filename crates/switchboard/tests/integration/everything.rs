@@ -14,7 +14,7 @@ async fn rmcp_clients_of_both_eras_use_server_everything() {
     }
     let gw = TestGateway::start_with(
         &["--startup-timeout", "120"],
-        &["npx", "-y", "@modelcontextprotocol/server-everything"],
+        &["npx", "-y", crate::common::SERVER_EVERYTHING],
     )
     .await;
     assert_eq!(stats(&gw).await["backendEra"], "legacy");

@@ -44,7 +44,7 @@ impl Remote {
             Transport::Sse => ("sse", "sse"),
         };
         let mut cmd = Command::new("npx");
-        cmd.args(["-y", "@modelcontextprotocol/server-everything", mode])
+        cmd.args(["-y", crate::common::SERVER_EVERYTHING, mode])
             .env("PORT", port.to_string());
         let started = Instant::now();
         let (mut remote, stdout) = Remote::spawn(cmd);
