@@ -584,7 +584,10 @@ impl RemoteClient {
         };
         let mut session = self.inner.session.lock();
         if session.is_none() {
-            *session = Some(id.clone());
+            // The upstream session id is the gateway's secret: kept out of debug output.
+            let mut id = id.clone();
+            id.set_sensitive(true);
+            *session = Some(id);
         }
     }
 
