@@ -10,6 +10,12 @@
 //! line. A forbidden tool is therefore indistinguishable from a missing one in every list, on
 //! both eras, including the re-lists a client does after `list_changed`.
 //!
+//! Aggregating (`serve`), exposed names can shift at run time, so the policy also gets each
+//! target's [`Origin`] (backend and the backend's own name) from the merged lists
+//! ([`Origins`], answered by `vmcp`): the request's from the routing decision itself, each
+//! list item's from the current view. Routing then confirms it reached that same origin
+//! ([`Admitted::confirm_route`]). Audit lines of routed operations name the backend.
+//!
 //! The audit log also records what is not an operation on the backend: session lifecycle
 //! (`initialize`, through [`Access::audit_only`], which neither gates nor counts it, and each
 //! session's end, [`Access::record_session_end`]) and refused authentication (HTTP 401,
@@ -30,6 +36,7 @@ use serde_json::{json, Value};
 use switchboard_wire::{Message, MessageKind};
 
 use crate::audit::AuditLog;
+use crate::backends::BackendId;
 use crate::ratelimit::RateLimiter;
 use crate::session::SessionId;
 use crate::CoreError;
@@ -109,6 +116,15 @@ pub enum Target {
 }
 
 impl Target {
+    /// The name or URI the client used, if the target has one.
+    pub(crate) fn name(&self) -> Option<&str> {
+        match self {
+            Target::Tool(n) | Target::Prompt(n) => Some(n),
+            Target::Resource(u) | Target::ResourceTemplate(u) => Some(u),
+            Target::Server => None,
+        }
+    }
+
     pub(super) fn audit(&self) -> Value {
         match self {
             Target::Tool(n) => json!({ "tool": n }),
@@ -120,12 +136,52 @@ impl Target {
     }
 }
 
+/// Where an aggregated target is served (`switchboard serve`): the backend, and that
+/// backend's own name (or URI) for it. An exposed name can change at run time (under
+/// `conditional`, a prefix appears when another backend adds a colliding name); this pair
+/// does not, so a policy or an audit line that names it names one tool for good.
+///
+/// Not aggregating (`run`), there is none: the one backend's names are the exposed names,
+/// and policies and audit lines stay exactly what they were before origins existed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The backend serving the target.
+    pub backend: BackendId,
+    /// The backend's own name for it (a URI is never renamed, so it is the URI).
+    pub original: String,
+}
+
 /// The authorization decision point. Implementations must fail closed: an evaluation error is
 /// a denial.
 pub trait Authorizer: Send + Sync + fmt::Debug {
     /// Whether `principal` may perform `action` (`call_tool`, `list_tools`, … or, for methods
     /// the gateway does not classify, the method name) on `target`.
     fn is_allowed(&self, principal: &Principal, action: &str, target: &Target) -> bool;
+
+    /// [`Self::is_allowed`], knowing where `target` is served when the gateway aggregates
+    /// (`origin`; `None` otherwise, and for targets that name no backend's item). The
+    /// gateway always asks this one; the default ignores the origin, for authorizers that
+    /// only know exposed names.
+    fn is_allowed_at(
+        &self,
+        principal: &Principal,
+        action: &str,
+        target: &Target,
+        origin: Option<&Origin>,
+    ) -> bool {
+        let _ = origin;
+        self.is_allowed(principal, action, target)
+    }
+}
+
+/// Where targets are served right now: the aggregating gateway's merged lists
+/// (`vmcp::Vmcp`). Admission asks it for the request's target, list filtering for each item.
+pub(crate) trait Origins: Send + Sync + fmt::Debug {
+    /// Where `msg` routes now, for its `target` (the exposed name or URI), if it routes by
+    /// name or URI and the merged lists hold it.
+    fn of_request(&self, msg: &Message<'_>, target: &Target) -> Option<Origin>;
+    /// The backend and original name behind a listed item, if the merged lists hold it.
+    fn of_item(&self, target: &Target) -> Option<Origin>;
 }
 
 /// Authorization, rate limits and audit, all optional. The default admits everything and
@@ -146,7 +202,10 @@ impl crate::Gateway {
     /// writing an audit line: lets `http` answer a denial with a plain 403 before it commits to
     /// an SSE response. [`Gateway::request`](crate::Gateway::request) and
     /// [`Gateway::modern`](crate::Gateway::modern) decide again (and audit) either way.
-    pub fn authorize(
+    ///
+    /// Aggregating, it first builds the merged lists the request routes by (as the request
+    /// itself would), so this gate sees the same backend and original name as the real one.
+    pub async fn authorize(
         &self,
         caller: &Principal,
         session: Option<&SessionId>,
@@ -154,13 +213,17 @@ impl crate::Gateway {
         modern: bool,
     ) -> Result<(), CoreError> {
         let access = &self.config.access;
-        if access.authorizer.is_none() || access.decide(caller, msg).1.is_ok() {
+        if access.authorizer.is_none() {
+            return Ok(());
+        }
+        let origins = self.origins_for(msg).await;
+        if access.decide(caller, msg, origins).2.is_ok() {
             return Ok(());
         }
         // Denied: go through the admission point so the denial is audited exactly as it would
         // have been on the request path (a denial consumes no rate-limit tokens).
         let path = if modern { Path::Modern } else { Path::Legacy };
-        access.admit(caller, session, msg, path).map(drop)
+        access.admit(caller, session, msg, origins, path).map(drop)
     }
 
     /// Audits a request refused for want of a valid credential (HTTP 401): the failure's
@@ -196,19 +259,28 @@ impl Access {
         self.authorizer.is_some() || self.limits.is_some() || self.audit.is_some()
     }
 
-    fn allows(&self, principal: &Principal, action: &str, target: &Target) -> bool {
+    fn allows(
+        &self,
+        principal: &Principal,
+        action: &str,
+        target: &Target,
+        origin: Option<&Origin>,
+    ) -> bool {
         self.authorizer
             .as_ref()
-            .is_none_or(|a| a.is_allowed(principal, action, target))
+            .is_none_or(|a| a.is_allowed_at(principal, action, target, origin))
     }
 
     /// Decides whether the operation may proceed. A refusal is audited here; an admission
-    /// returns the handle that filters and audits the outcome.
+    /// returns the handle that filters and audits the outcome. `origins`: where targets are
+    /// served, when the gateway aggregates (the policy and the audit line see the request's
+    /// backend and original name, list filtering each item's).
     pub(crate) fn admit<'a>(
         &'a self,
         principal: &'a Principal,
         session: Option<&SessionId>,
         msg: &'a Message<'a>,
+        origins: Option<&'a dyn Origins>,
         path: Path,
     ) -> Result<Admitted<'a>, CoreError> {
         let mut admitted = Admitted {
@@ -221,14 +293,17 @@ impl Access {
                 .filter(|_| self.audit.is_some())
                 .map(|s| session_label(s.as_str())),
             target: Target::Server,
+            origins,
+            origin: None,
             started: Instant::now(),
             done: !self.active(),
         };
         if admitted.done {
             return Ok(admitted);
         }
-        let (target, verdict) = self.decide(principal, msg);
+        let (target, origin, verdict) = self.decide(principal, msg, origins);
         admitted.target = target;
+        admitted.origin = origin;
         let verdict = verdict.and_then(|()| match (&self.limits, msg.kind) {
             (Some(limits), MessageKind::Request) => {
                 let tool = match &admitted.target {
@@ -254,27 +329,38 @@ impl Access {
         }
     }
 
-    /// The policy's decision for `msg` (no rate limit, no audit), and the operation's target.
-    fn decide(&self, principal: &Principal, msg: &Message<'_>) -> (Target, Result<(), CoreError>) {
+    /// The policy's decision for `msg` (no rate limit, no audit), the operation's target, and
+    /// where it is served (when aggregating and known).
+    fn decide(
+        &self,
+        principal: &Principal,
+        msg: &Message<'_>,
+        origins: Option<&dyn Origins>,
+    ) -> (Target, Option<Origin>, Result<(), CoreError>) {
         // Without a policy the target is still needed (rate limits, audit).
         match gate(msg) {
-            Gate::Open => (Target::Server, Ok(())),
+            Gate::Open => (Target::Server, None, Ok(())),
             Gate::Check(action, target) => {
-                let verdict = if self.allows(principal, &action, &target) {
+                let origin = origins.and_then(|o| o.of_request(msg, &target));
+                let verdict = if self.allows(principal, &action, &target, origin.as_ref()) {
                     Ok(())
                 } else {
                     Err(CoreError::Forbidden(denial(&action)))
                 };
-                (target, verdict)
+                (target, origin, verdict)
             }
             Gate::Listen(uris) => {
-                let denied = uris
-                    .into_iter()
-                    .find(|u| !self.allows(principal, "subscribe", &Target::Resource(u.clone())));
+                let denied = uris.into_iter().find_map(|u| {
+                    let target = Target::Resource(u);
+                    let origin = origins.and_then(|o| o.of_item(&target));
+                    let allowed = self.allows(principal, "subscribe", &target, origin.as_ref());
+                    (!allowed).then_some((target, origin))
+                });
                 match denied {
-                    None => (Target::Server, Ok(())),
-                    Some(uri) => (
-                        Target::Resource(uri),
+                    None => (Target::Server, None, Ok(())),
+                    Some((target, origin)) => (
+                        target,
+                        origin,
                         Err(CoreError::Forbidden(denial("subscribe"))),
                     ),
                 }
@@ -298,6 +384,8 @@ impl Access {
             path: Path::Legacy,
             session: None,
             target: Target::Server,
+            origins: None,
+            origin: None,
             started: Instant::now(),
             done: self.audit.is_none(),
         }
@@ -362,7 +450,7 @@ impl Access {
                 ("resources", "list_resources"),
             ] {
                 if map.contains_key(family)
-                    && !authorizer.is_allowed(principal, action, &Target::Server)
+                    && !authorizer.is_allowed_at(principal, action, &Target::Server, None)
                 {
                     map.remove(family);
                 }

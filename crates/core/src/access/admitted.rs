@@ -8,8 +8,10 @@ use serde_json::{json, Value};
 use switchboard_wire::{method, object_member, restore_response, with_member, Message, RequestId};
 
 use super::gate::{item_action, str_member, LISTS};
-use super::lines::{client_info, line, reason_of, session_label, truncate};
-use super::{Access, Path, Principal, Target};
+use super::lines::{client_info, line, reason_of, session_label, truncate, REASON_LIMIT};
+use super::{Access, Origin, Origins, Path, Principal, Target};
+use crate::backends::BackendId;
+use crate::resolve::Name;
 use crate::session::SessionId;
 use crate::CoreError;
 
@@ -23,6 +25,11 @@ pub(crate) struct Admitted<'a> {
     pub(super) path: Path,
     pub(super) session: Option<String>,
     pub(super) target: Target,
+    /// Where targets are served (aggregating only): the merged lists, read again when a list
+    /// result is filtered and when the request is routed.
+    pub(super) origins: Option<&'a dyn Origins>,
+    /// Where the request's target was served when it was admitted.
+    pub(super) origin: Option<Origin>,
     pub(super) started: Instant,
     pub(super) done: bool,
 }
@@ -106,6 +113,36 @@ impl Admitted<'_> {
         });
     }
 
+    /// Refuses to route the admitted request anywhere but where admission saw its target:
+    /// aggregating, the merged lists can be rebuilt between admission and routing (another
+    /// caller's refresh), and a name can then mean another backend's item (a `conditional`
+    /// prefix that appeared or went away) that the policy was never asked about. The caller
+    /// retries; the new lists are then the ones both steps read. Not aggregating, or without
+    /// a policy, there is nothing to confirm.
+    pub(crate) fn confirm_route(&self, backend: &BackendId, name: &Name) -> Result<(), CoreError> {
+        if self.origins.is_none() || self.access.authorizer.is_none() {
+            return Ok(());
+        }
+        let Some(exposed) = self.target.name() else {
+            return Ok(());
+        };
+        let original = match name {
+            Name::AsClient => exposed,
+            Name::Renamed(original) | Name::RenamedRef(original) => original,
+        };
+        let same = self
+            .origin
+            .as_ref()
+            .is_some_and(|o| o.backend == *backend && o.original == original);
+        if same {
+            Ok(())
+        } else {
+            Err(CoreError::Aggregation(
+                "the merged lists changed while the request was admitted; retry".into(),
+            ))
+        }
+    }
+
     /// A response body with its `result` filtered for the caller (lists, discovery). Bodies
     /// that are errors, or that do not parse, pass unchanged.
     fn filter_body(&self, body: Vec<u8>) -> Vec<u8> {
@@ -126,7 +163,22 @@ impl Admitted<'_> {
         let filtered = match list {
             Some(&(_, _, member, key, wrap)) => filter_list(result, member, |item| {
                 let target = wrap(str_member(Some(item), key));
-                authorizer.is_allowed(self.principal, item_action(&target), &target)
+                // Aggregating, each item's origin comes from the current merged lists (what a
+                // call of it would route by now); an item they no longer hold cannot be used,
+                // so it is not shown (fail closed: no origin means no backend for a policy).
+                let origin = match self.origins {
+                    Some(origins) => match origins.of_item(&target) {
+                        Some(origin) => Some(origin),
+                        None => return false,
+                    },
+                    None => None,
+                };
+                authorizer.is_allowed_at(
+                    self.principal,
+                    item_action(&target),
+                    &target,
+                    origin.as_ref(),
+                )
             }),
             None => object_member(result, "capabilities")
                 .and_then(|c| serde_json::from_str::<Value>(c.get()).ok())
@@ -195,6 +247,12 @@ impl Admitted<'_> {
         let target = self.target.audit();
         if !target.is_null() {
             entry["target"] = target;
+        }
+        if let Some(origin) = &self.origin {
+            entry["backend"] = json!(origin.backend.as_str());
+            if self.target.name() != Some(origin.original.as_str()) {
+                entry["original"] = json!(truncate(&origin.original, REASON_LIMIT).0);
+            }
         }
         more(&mut entry);
         if let Some(reason) = reason {

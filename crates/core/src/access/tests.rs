@@ -2,6 +2,7 @@
 
 use super::lines::CLIENT_INFO_LIMIT;
 use super::*;
+use crate::resolve::Name;
 
 #[derive(Debug)]
 struct OnlyEcho;
@@ -25,7 +26,7 @@ fn lists_keep_only_permitted_items_verbatim() {
     let p = Principal::anonymous();
     let req = br#"{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tools/list"}"#;
     let msg = Message::parse(req).unwrap();
-    let admitted = access.admit(&p, None, &msg, Path::Legacy).unwrap();
+    let admitted = access.admit(&p, None, &msg, None, Path::Legacy).unwrap();
     let body = br#"{"jsonrpc":"2.0","id":12345678901234567890123,"result":{"tools":[{"name":"add","x":1.0},{"name":"echo","inputSchema":{"default":1e400}}],"nextCursor":"c"}}"#;
     let out = admitted.finish_legacy(Ok(body.to_vec())).unwrap();
     assert_eq!(
@@ -56,7 +57,7 @@ fn calls_and_unknown_methods_are_checked() {
         ),
     ] {
         let msg = Message::parse(req.as_bytes()).unwrap();
-        let got = access.admit(&p, None, &msg, Path::Legacy);
+        let got = access.admit(&p, None, &msg, None, Path::Legacy);
         assert_eq!(got.is_ok(), ok, "{req}");
         if let Ok(a) = got {
             let _ = a.finish_legacy(Ok(Vec::new()));
@@ -250,4 +251,109 @@ fn session_ends_and_refused_credentials_are_events() {
         (&line["reason"], &line["detail"]),
         (&json!("invalid_credential"), &json!("unknown API key"))
     );
+}
+
+/// Merged lists of two backends: `exit` is alpha's, exposed as `a_exit`; `echo` is beta's;
+/// anything else is unknown.
+#[derive(Debug)]
+struct TwoBackends;
+
+fn origin(backend: &str, original: &str) -> Origin {
+    Origin {
+        backend: BackendId::try_from(backend).unwrap(),
+        original: original.into(),
+    }
+}
+
+impl Origins for TwoBackends {
+    fn of_request(&self, _: &Message<'_>, target: &Target) -> Option<Origin> {
+        self.of_item(target)
+    }
+
+    fn of_item(&self, target: &Target) -> Option<Origin> {
+        match target.name()? {
+            "a_exit" => Some(origin("alpha", "exit")),
+            "echo" => Some(origin("beta", "echo")),
+            _ => None,
+        }
+    }
+}
+
+/// Permits listing and every call except alpha's `exit`, by origin.
+#[derive(Debug)]
+struct NotAlphasExit;
+
+impl Authorizer for NotAlphasExit {
+    fn is_allowed(&self, _: &Principal, _: &str, _: &Target) -> bool {
+        unreachable!("the gateway asks with the origin")
+    }
+
+    fn is_allowed_at(&self, _: &Principal, action: &str, _: &Target, o: Option<&Origin>) -> bool {
+        action == "list_tools" || o != Some(&origin("alpha", "exit"))
+    }
+}
+
+#[test]
+fn admission_lists_and_audit_see_the_backend_and_original_name() {
+    let (mut access, rx) = audited();
+    access.authorizer = Some(Arc::new(NotAlphasExit));
+    let p = Principal::anonymous();
+    let origins: Option<&dyn Origins> = Some(&TwoBackends);
+    let call = |name: &str| {
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":name}}).to_string()
+    };
+
+    // Forbidden by origin, whatever it is exposed as; the denial names the backend.
+    let req = call("a_exit");
+    let msg = Message::parse(req.as_bytes()).unwrap();
+    assert!(access.admit(&p, None, &msg, origins, Path::Legacy).is_err());
+    let (_, line) = next_line(&rx);
+    assert_eq!(
+        (&line["outcome"], &line["backend"], &line["original"]),
+        (&json!("denied"), &json!("alpha"), &json!("exit"))
+    );
+
+    // Allowed: `backend`, and no `original` where it is the exposed name.
+    let req = call("echo");
+    let msg = Message::parse(req.as_bytes()).unwrap();
+    let admitted = access.admit(&p, None, &msg, origins, Path::Legacy).unwrap();
+    // Routed where admission saw it: fine; anywhere else: refused.
+    let beta = BackendId::try_from("beta").unwrap();
+    let alpha = BackendId::try_from("alpha").unwrap();
+    assert!(admitted.confirm_route(&beta, &Name::AsClient).is_ok());
+    assert!(admitted.confirm_route(&alpha, &Name::AsClient).is_err());
+    let renamed = Name::Renamed("other".into());
+    assert!(admitted.confirm_route(&beta, &renamed).is_err());
+    let _ = admitted.finish_legacy(Ok(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec()));
+    let (_, line) = next_line(&rx);
+    assert_eq!(
+        (&line["backend"], &line["outcome"]),
+        (&json!("beta"), &json!("allowed"))
+    );
+    assert!(line.get("original").is_none(), "{line}");
+
+    // Lists: alpha's exit and an item the merged lists no longer hold are left out.
+    let req = br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let msg = Message::parse(req).unwrap();
+    let admitted = access.admit(&p, None, &msg, origins, Path::Legacy).unwrap();
+    let body = br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"a_exit"},{"name":"gone"},{"name":"echo"}]}}"#;
+    let out = admitted.finish_legacy(Ok(body.to_vec())).unwrap();
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"echo"}]}}"#
+    );
+    let (_, line) = next_line(&rx);
+    assert!(
+        line.get("backend").is_none(),
+        "a list has no one backend: {line}"
+    );
+
+    // Not aggregating: no origin, nothing to confirm, the exposed name is all there is.
+    let req = call("a_exit");
+    let msg = Message::parse(req.as_bytes()).unwrap();
+    let admitted = access.admit(&p, None, &msg, None, Path::Legacy).unwrap();
+    assert!(admitted.confirm_route(&alpha, &Name::AsClient).is_ok());
+    drop(admitted);
+    let (_, line) = next_line(&rx);
+    assert!(line.get("backend").is_none(), "{line}");
 }
