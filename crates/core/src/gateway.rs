@@ -24,7 +24,7 @@ use switchboard_wire::{
     version, with_member, with_meta_member, Message, RequestId,
 };
 
-use crate::access::{Path, Principal};
+use crate::access::{Admitted, Path, Principal};
 use crate::backends::BackendId;
 use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::listen_stream::ListenStream;
@@ -264,14 +264,20 @@ impl Gateway {
     /// backend nor any routing table; list results are filtered for the caller; every request
     /// is audited (see `access`).
     pub async fn request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+        let origins = self.origins_for(call.msg).await;
         let admitted =
             self.config
                 .access
-                .admit(call.caller, call.session, call.msg, Path::Legacy)?;
-        admitted.finish_legacy(self.route_request(call).await)
+                .admit(call.caller, call.session, call.msg, origins, Path::Legacy)?;
+        let answer = self.route_request(call, &admitted).await;
+        admitted.finish_legacy(answer)
     }
 
-    async fn route_request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+    async fn route_request(
+        &self,
+        call: Call<'_>,
+        admitted: &Admitted<'_>,
+    ) -> Result<Vec<u8>, CoreError> {
         let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
@@ -292,6 +298,7 @@ impl Gateway {
         let Some(route) = route? else {
             return self.before_initialize(id, name);
         };
+        admitted.confirm_route(&route.backend, &route.name)?;
         if route.via == Via::Own {
             return self.own_request(call, id, name, &route).await;
         }
@@ -493,10 +500,10 @@ impl Gateway {
         session: Option<&SessionId>,
         msg: &Message<'_>,
     ) -> Result<(), CoreError> {
-        let admitted = self
-            .config
-            .access
-            .admit(caller, session, msg, Path::Legacy)?;
+        let admitted =
+            self.config
+                .access
+                .admit(caller, session, msg, self.origins(), Path::Legacy)?;
         admitted.finish_notification(self.route_notification(session, msg).await)
     }
 

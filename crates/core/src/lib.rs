@@ -39,7 +39,7 @@ mod tasks;
 mod tool_headers;
 mod vmcp;
 
-pub use access::{Access, Authorizer, Principal, Target, Unauthenticated};
+pub use access::{Access, Authorizer, Origin, Principal, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use backends::{BackendId, BackendIdError, Backends, MAX_BACKEND_ID};
 pub use error::CoreError;

@@ -110,10 +110,11 @@ impl Gateway {
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<ModernAnswer, CoreError> {
-        let admitted = self
-            .config
-            .access
-            .admit(caller, None, msg, crate::access::Path::Modern)?;
+        let origins = self.origins_for(msg).await;
+        let admitted =
+            self.config
+                .access
+                .admit(caller, None, msg, origins, crate::access::Path::Modern)?;
         // Only task methods and task-augmented requests need the owner up front (no copy of
         // the principal on the common path).
         let owner = (msg.method.is_some_and(crate::tasks::concerns_tasks)
@@ -133,10 +134,13 @@ impl Gateway {
             resolved => resolved,
         };
         let answer = match resolved {
-            Ok(Some(route)) => self
-                .route_modern(caller, owner.as_ref(), msg, stream, &route)
-                .await
-                .map(|a| self.own_tasks_only(owner.as_ref(), msg, a, &route)),
+            Ok(Some(route)) => match admitted.confirm_route(&route.backend, &route.name) {
+                Ok(()) => self
+                    .route_modern(caller, owner.as_ref(), msg, stream, &route)
+                    .await
+                    .map(|a| self.own_tasks_only(owner.as_ref(), msg, a, &route)),
+                Err(e) => Err(e),
+            },
             Ok(None) => Err(CoreError::UnexpectedResponse),
             Err(e) => Err(e),
         };

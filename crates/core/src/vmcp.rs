@@ -26,6 +26,7 @@ use crate::backends::BackendId;
 use crate::catalog::{self, BackendRules, Kind, Merged, Strategy};
 use crate::{BackendInfo, CoreError, Gateway};
 
+mod origins;
 mod requests;
 mod route;
 

@@ -230,6 +230,7 @@ async fn handle_post(
             // arrives later on the stream.
             gateway
                 .authorize(caller, Some(&session), &msg, false)
+                .await
                 .map_err(|e| HttpError::Core(Some(id.clone()), e))?;
             let task = run_request(
                 gateway.clone(),

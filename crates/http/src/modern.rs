@@ -68,6 +68,7 @@ pub(crate) async fn handle(
     state
         .gateway
         .authorize(caller, None, msg, true)
+        .await
         .map_err(|e| HttpError::Core(id.clone(), e))?;
     let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
     let delivery = if streaming { Delivery::Sse } else { delivery };

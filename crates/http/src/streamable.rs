@@ -169,6 +169,7 @@ async fn handle_post(
             // A denial is a plain 403 even when the answer would have been a stream.
             gateway
                 .authorize(caller, sid.as_ref(), &msg, false)
+                .await
                 .map_err(|e| HttpError::Core(id.clone(), e))?;
             // Progress can only reach a client on a stream: a request carrying a progress
             // token is answered as SSE (the client declared that it accepts both).

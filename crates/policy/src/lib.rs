@@ -10,10 +10,15 @@
 //! | API key        | `ApiKey::"<name>"` (attributes `iss` = `"api-key"`, `sub`)             |
 //! | no credential  | `Anonymous::"anonymous"`                                              |
 //! | actions        | `Action::"call_tool"`, `"read_resource"`, `"get_prompt"`, `"subscribe"`, `"list_tools"`, `"list_prompts"`, `"list_resources"`, or the MCP method name for anything else (`Action::"tasks/get"`) |
-//! | resources      | `Tool::"<name>"`, `Resource::"<uri>"`, `ResourceTemplate::"<uriTemplate>"`, `Prompt::"<name>"`, `Server::"default"` |
+//! | resources      | `Tool::"<name>"`, `Resource::"<uri>"`, `ResourceTemplate::"<uriTemplate>"`, `Prompt::"<name>"`, `Server::"default"` — by the name the client used (the exposed name) |
+//! | resource attributes | aggregating (`serve`) only: `backend` (the backend serving it) and `original` (that backend's own name or URI), which never change when exposed names do; absent with `run` and on `Server` |
 //! | context        | `context.claims`: the JWT's claims (strings, booleans, integers, arrays, objects; other values dropped) |
 //!
-//! Cedar denies by default; evaluation errors deny (fail closed).
+//! Cedar denies by default; evaluation errors deny (fail closed): a policy that reads
+//! `resource.backend` of a target without one errors, so a `permit` that needs it does not
+//! apply. Guard `forbid`s with `resource has backend &&` (an erroring `forbid` does not
+//! apply either), e.g.
+//! `forbid(principal, action == Action::"call_tool", resource) when { resource has backend && resource.backend == "alpha" && resource.original == "exit" };`
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
@@ -25,7 +30,7 @@ use cedar_policy::{
 use serde_json::{Map, Value};
 use tracing::debug;
 
-use switchboard_core::{Principal, Target};
+use switchboard_core::{Origin, Principal, Target};
 
 /// Issuer of principals authenticated by a static API key (must match `switchboard-http`).
 const API_KEY_ISSUER: &str = "api-key";
@@ -107,8 +112,61 @@ fn sanitize_map(o: &Map<String, Value>) -> Map<String, Value> {
         .collect()
 }
 
+/// The principal's entity: its uid with `iss` and `sub`.
+fn principal_entity(p: &Principal, uid: EntityUid) -> Option<Entity> {
+    let attrs = HashMap::from([
+        (
+            "iss".to_owned(),
+            RestrictedExpression::new_string(p.issuer.clone()),
+        ),
+        (
+            "sub".to_owned(),
+            RestrictedExpression::new_string(p.subject.clone()),
+        ),
+    ]);
+    Entity::new(uid, attrs, HashSet::new()).ok()
+}
+
+/// The resource's entity when its origin is known: `backend` and `original`. Without one the
+/// resource is left out of the entities, as before origins existed (so `has` is false and an
+/// attribute read is an error).
+fn resource_entity(uid: EntityUid, origin: &Origin) -> Option<Entity> {
+    let attrs = HashMap::from([
+        (
+            "backend".to_owned(),
+            RestrictedExpression::new_string(origin.backend.as_str().to_owned()),
+        ),
+        (
+            "original".to_owned(),
+            RestrictedExpression::new_string(origin.original.clone()),
+        ),
+    ]);
+    Entity::new(uid, attrs, HashSet::new()).ok()
+}
+
+fn context(principal: &Principal) -> Context {
+    let claims = Value::Object(sanitize_map(&principal.claims));
+    match Context::from_json_value(serde_json::json!({ "claims": claims }), None) {
+        Ok(c) => c,
+        Err(e) => {
+            debug!(error = %e, "claims unusable as Cedar context; evaluating without them");
+            Context::empty()
+        }
+    }
+}
+
 impl switchboard_core::Authorizer for CedarAuthorizer {
     fn is_allowed(&self, principal: &Principal, action: &str, target: &Target) -> bool {
+        self.is_allowed_at(principal, action, target, None)
+    }
+
+    fn is_allowed_at(
+        &self,
+        principal: &Principal,
+        action: &str,
+        target: &Target,
+        origin: Option<&Origin>,
+    ) -> bool {
         let (Some(p), Some(a), Some(r)) = (
             principal_uid(principal),
             uid("Action", action),
@@ -116,32 +174,20 @@ impl switchboard_core::Authorizer for CedarAuthorizer {
         ) else {
             return false;
         };
-        let attrs = HashMap::from([
-            (
-                "iss".to_owned(),
-                RestrictedExpression::new_string(principal.issuer.clone()),
-            ),
-            (
-                "sub".to_owned(),
-                RestrictedExpression::new_string(principal.subject.clone()),
-            ),
-        ]);
-        let Ok(entity) = Entity::new(p.clone(), attrs, HashSet::new()) else {
+        let Some(mut entities) = principal_entity(principal, p.clone()).map(|e| vec![e]) else {
             return false;
         };
-        let Ok(entities) = Entities::from_entities([entity], None) else {
+        // `Server` has no backend: one the gateway named for it would be a lie to policies.
+        if let Some(origin) = origin.filter(|_| *target != Target::Server) {
+            let Some(resource) = resource_entity(r.clone(), origin) else {
+                return false;
+            };
+            entities.push(resource);
+        }
+        let Ok(entities) = Entities::from_entities(entities, None) else {
             return false;
         };
-        let claims = Value::Object(sanitize_map(&principal.claims));
-        let context = match Context::from_json_value(serde_json::json!({ "claims": claims }), None)
-        {
-            Ok(c) => c,
-            Err(e) => {
-                debug!(error = %e, "claims unusable as Cedar context; evaluating without them");
-                Context::empty()
-            }
-        };
-        let Ok(request) = Request::new(p, a, r, context, None) else {
+        let Ok(request) = Request::new(p, a, r, context(principal), None) else {
             return false;
         };
         let response = self
@@ -207,6 +253,53 @@ mod tests {
         assert!(a.is_allowed(&key, "tasks/get", &Target::Server));
         assert!(!a.is_allowed(&key, "call_tool", &Target::Tool("exit".into())));
         assert!(!a.is_allowed(&Principal::anonymous(), "list_tools_x", &Target::Server));
+    }
+
+    fn from(backend: &str, original: &str) -> Origin {
+        Origin {
+            backend: switchboard_core::BackendId::try_from(backend).unwrap(),
+            original: original.into(),
+        }
+    }
+
+    #[test]
+    fn resources_carry_their_backend_and_original_name_when_known() {
+        let a = CedarAuthorizer::from_text(
+            r#"
+            permit(principal, action == Action::"call_tool", resource);
+            forbid(principal, action == Action::"call_tool", resource)
+              when { resource has backend && resource.backend == "alpha" && resource.original == "exit" };
+            permit(principal, action == Action::"get_prompt", resource)
+              when { resource.backend == "beta" };
+            "#,
+        )
+        .unwrap();
+        let p = Principal::anonymous();
+        let call = |name: &str, origin: Option<&Origin>| {
+            a.is_allowed_at(&p, "call_tool", &Target::Tool(name.into()), origin)
+        };
+        // Whatever the exposed name, alpha's `exit` is forbidden; others' are not.
+        assert!(!call("exit", Some(&from("alpha", "exit"))));
+        assert!(!call("alpha_exit", Some(&from("alpha", "exit"))));
+        assert!(!call("a_exit", Some(&from("alpha", "exit"))));
+        assert!(call("gamma_exit", Some(&from("gamma", "exit"))));
+        assert!(call("alpha_echo", Some(&from("alpha", "echo"))));
+        // No origin (`run`): the guarded forbid does not apply, as before.
+        assert!(call("exit", None));
+        assert!(a.is_allowed(&p, "call_tool", &Target::Tool("exit".into())));
+        // A permit reading `resource.backend` of a target without one errors: denied.
+        let prompt = Target::Prompt("p".into());
+        assert!(!a.is_allowed_at(&p, "get_prompt", &prompt, None));
+        assert!(!a.is_allowed_at(&p, "get_prompt", &prompt, Some(&from("alpha", "p"))));
+        assert!(a.is_allowed_at(&p, "get_prompt", &prompt, Some(&from("beta", "p"))));
+        // `Server` never gets a backend, even if one is passed.
+        let listing = CedarAuthorizer::from_text(
+            r#"permit(principal, action, resource) when { resource has backend };"#,
+        )
+        .unwrap();
+        let origin = from("beta", "x");
+        assert!(!listing.is_allowed_at(&p, "list_tools", &Target::Server, Some(&origin)));
+        assert!(listing.is_allowed_at(&p, "call_tool", &Target::Tool("x".into()), Some(&origin)));
     }
 
     #[test]

@@ -183,3 +183,159 @@ async fn rmcp_lists_and_calls_prefixed_tools_through_serve() {
         client.cancel().await.unwrap();
     }
 }
+
+/// Everything, except alpha's own `exit`, whatever it is exposed as.
+const BY_ORIGIN: &str = r#"
+permit(principal, action, resource);
+forbid(principal, action == Action::"call_tool", resource)
+  when { resource has backend && resource.backend == "alpha" && resource.original == "exit" };
+"#;
+
+/// Every tool name the admin lists in `era`, all pages.
+async fn listed(gw: &TestGateway, era: Era, session: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..20 {
+        let params = cursor
+            .as_ref()
+            .map_or(json!({}), |c| json!({ "cursor": c }));
+        let r = as_key(gw, ADMIN, era, session, ("tools/list", params)).await;
+        let result = r.json()["result"].clone();
+        out.extend(names(result["tools"].as_array().expect("tools")));
+        match result["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return out,
+        }
+    }
+    panic!("tools/list did not end within 20 pages");
+}
+
+/// `name` is refused by the policy (403, as any forbidden call; a deny-list policy lets a
+/// missing name through to the unknown-name answer, so the two differ here) and not listed.
+async fn forbidden_and_unlisted(gw: &TestGateway, era: Era, s: Option<&str>, name: &str) {
+    let call = ("tools/call", json!({"name": name, "arguments": {}}));
+    let denied = as_key(gw, ADMIN, era, s, call).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{era:?} {name}");
+    assert_eq!(denied.json()["error"]["code"], 403, "{era:?} {name}");
+    let now = listed(gw, era, s).await;
+    assert!(!now.iter().any(|n| n == name), "{era:?}: {name} listed");
+}
+
+/// A Cedar policy naming a backend and its own tool name keeps covering that tool when its
+/// exposed name changes at run time (growy adds a colliding `exit`: `conditional` prefixes
+/// alpha's); the other backend's tool of the same name stays usable; audit lines of routed
+/// calls name the backend (and the original name where it differs).
+#[tokio::test]
+async fn a_policy_by_backend_and_original_name_survives_a_run_time_rename() {
+    let dir = super::Dir::new("origin-policy");
+    let policy = dir.write("policy.cedar", BY_ORIGIN);
+    let audit = dir.0.join("audit.log");
+    let yaml = format!(
+        "auth:\n  apiKeys:\n    - {{name: admin, key: {ADMIN}}}\npolicy: {{file: {}}}\naudit: {{log: {}}}\nbackends:\n{}{}",
+        policy.display(),
+        audit.display(),
+        super::stdio("alpha", ""),
+        super::growy("growy", 3, 100)
+    );
+    let served = super::serve("origin-policy", &yaml, None).await;
+    let gw = &served.gw;
+    let (sid, _) = session_as(gw, ADMIN).await;
+    let eras = [(Era::Legacy, Some(sid.as_str())), (Era::Modern, None)];
+    // Bare at first: alpha's `exit` is `exit`.
+    for (era, s) in eras {
+        assert!(
+            listed(gw, era, s).await.iter().any(|n| n == "echo"),
+            "{era:?}"
+        );
+        forbidden_and_unlisted(gw, era, s, "exit").await;
+    }
+    let grow = (
+        "tools/call",
+        json!({"name": "grow", "arguments": {"name": "exit"}}),
+    );
+    let grown = as_key(gw, ADMIN, Era::Legacy, Some(&sid), grow).await;
+    assert_eq!(grown.json()["result"]["content"][0]["text"], "grown exit");
+    // The merged list follows growy's `list_changed` (bounded wait for the re-fetch).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !listed(gw, Era::Legacy, Some(&sid))
+        .await
+        .contains(&"growy_exit".to_owned())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "growy_exit never listed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for (era, s) in eras {
+        let now = listed(gw, era, s).await;
+        assert!(!now.iter().any(|n| n == "exit"), "{era:?}: {now:?}");
+        forbidden_and_unlisted(gw, era, s, "alpha_exit").await;
+        let theirs = ("tools/call", json!({"name": "growy_exit", "arguments": {}}));
+        let r = as_key(gw, ADMIN, era, s, theirs).await;
+        assert_eq!(
+            r.json()["result"]["content"][0]["text"],
+            "exit from growy",
+            "{era:?}"
+        );
+    }
+    let lines = audit_lines(
+        &audit,
+        |l| l["outcome"] == "allowed" && l["target"]["tool"] == "growy_exit",
+        2,
+    )
+    .await;
+    for line in &lines {
+        assert_eq!(
+            (&line["backend"], &line["original"]),
+            (&json!("growy"), &json!("exit")),
+            "{line}"
+        );
+    }
+    let denied = audit_lines(
+        &audit,
+        |l| l["outcome"] == "denied" && l["target"]["tool"] == "alpha_exit",
+        2,
+    )
+    .await;
+    assert!(
+        denied
+            .iter()
+            .all(|l| l["backend"] == "alpha" && l["original"] == "exit"),
+        "{denied:?}"
+    );
+    let bare = audit_lines(
+        &audit,
+        |l| l["target"]["tool"] == "echo" || l["target"]["tool"] == "exit",
+        0,
+    )
+    .await;
+    assert!(bare.iter().all(|l| l.get("original").is_none()), "{bare:?}");
+}
+
+/// At least `want` complete audit lines that `pick` accepts (bounded wait for the writer).
+async fn audit_lines(
+    path: &std::path::Path,
+    pick: impl Fn(&Value) -> bool,
+    want: usize,
+) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        let found: Vec<Value> = complete
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|l| pick(l))
+            .collect();
+        if found.len() >= want {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {want} audit lines",
+            found.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,311 @@
+//! An admitted operation: filters its result for the caller (lists, discovery flags) and
+//! writes its audit line exactly once.
+
+use std::time::Instant;
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use switchboard_wire::{method, object_member, restore_response, with_member, Message, RequestId};
+
+use super::gate::{item_action, str_member, LISTS};
+use super::lines::{client_info, line, reason_of, session_label, truncate, REASON_LIMIT};
+use super::{Access, Origin, Origins, Path, Principal, Target};
+use crate::backends::BackendId;
+use crate::resolve::Name;
+use crate::session::SessionId;
+use crate::CoreError;
+
+/// An admitted operation: filters its result and writes its audit line exactly once (on
+/// completion, or as `cancelled` when the future owning it is dropped).
+#[derive(Debug)]
+pub(crate) struct Admitted<'a> {
+    pub(super) access: &'a Access,
+    pub(super) principal: &'a Principal,
+    pub(super) msg: &'a Message<'a>,
+    pub(super) path: Path,
+    pub(super) session: Option<String>,
+    pub(super) target: Target,
+    /// Where targets are served (aggregating only): the merged lists, read again when a list
+    /// result is filtered and when the request is routed.
+    pub(super) origins: Option<&'a dyn Origins>,
+    /// Where the request's target was served when it was admitted.
+    pub(super) origin: Option<Origin>,
+    pub(super) started: Instant,
+    pub(super) done: bool,
+}
+
+impl Admitted<'_> {
+    /// Completes a Legacy request: filters list results, audits.
+    pub(crate) fn finish_legacy(
+        mut self,
+        result: Result<Vec<u8>, CoreError>,
+    ) -> Result<Vec<u8>, CoreError> {
+        if self.done {
+            return result;
+        }
+        let result = result.map(|body| self.filter_body(body));
+        self.record_result(&result);
+        result
+    }
+
+    /// Completes a notification.
+    pub(crate) fn finish_notification(
+        mut self,
+        result: Result<(), CoreError>,
+    ) -> Result<(), CoreError> {
+        if !self.done {
+            let reason = result.as_ref().err().map(|e| json!(e.to_string()));
+            let outcome = if reason.is_some() { "error" } else { "allowed" };
+            self.record(outcome, reason, None);
+        }
+        result
+    }
+
+    /// Completes a Modern request: filters list results and discovery flags, audits.
+    pub(crate) fn finish_modern(
+        mut self,
+        result: Result<crate::ModernAnswer, CoreError>,
+    ) -> Result<crate::ModernAnswer, CoreError> {
+        if self.done {
+            return result;
+        }
+        let result = result.map(|mut answer| {
+            if answer.error_code.is_none() {
+                answer.body = self.filter_body(std::mem::take(&mut answer.body));
+            }
+            answer
+        });
+        let audited = result.as_ref().map(|a| a.body.clone());
+        let audited = audited.map_err(|e| CoreError::Unsupported(e.to_string()));
+        self.record_result(&audited);
+        result
+    }
+
+    /// Completes an `initialize` (see [`Access::audit_only`]): `opened` is the session it
+    /// opened, the protocol version the client was answered with and the answer, or why
+    /// there is none. The line names the session by label and adds `protocolVersion` and the
+    /// client's `clientInfo` (`client`: `name`, `version`, bounded).
+    pub(crate) fn finish_initialize(
+        mut self,
+        opened: Result<(&SessionId, &str, &[u8]), &CoreError>,
+    ) {
+        if self.done {
+            return;
+        }
+        let client = client_info(self.msg);
+        let (outcome, reason, version, response) = match opened {
+            Ok((session, version, response)) => {
+                self.session = Some(session_label(session.as_str()));
+                ("allowed", None, Some(version), Some(response))
+            }
+            Err(e) => ("error", Some(reason_of(e)), None, None),
+        };
+        self.record_with(outcome, reason, response, |entry| {
+            if let Some(version) = version {
+                entry["protocolVersion"] = json!(version);
+            }
+            if let Some((client, cut)) = client {
+                entry["client"] = client;
+                if cut {
+                    entry["clientTruncated"] = json!(true);
+                }
+            }
+        });
+    }
+
+    /// Refuses to route the admitted request anywhere but where admission saw its target:
+    /// aggregating, the merged lists can be rebuilt between admission and routing (another
+    /// caller's refresh), and a name can then mean another backend's item (a `conditional`
+    /// prefix that appeared or went away) that the policy was never asked about. The caller
+    /// retries; the new lists are then the ones both steps read. Not aggregating, or without
+    /// a policy, there is nothing to confirm.
+    pub(crate) fn confirm_route(&self, backend: &BackendId, name: &Name) -> Result<(), CoreError> {
+        if self.origins.is_none() || self.access.authorizer.is_none() {
+            return Ok(());
+        }
+        let Some(exposed) = self.target.name() else {
+            return Ok(());
+        };
+        let original = match name {
+            Name::AsClient => exposed,
+            Name::Renamed(original) | Name::RenamedRef(original) => original,
+        };
+        let same = self
+            .origin
+            .as_ref()
+            .is_some_and(|o| o.backend == *backend && o.original == original);
+        if same {
+            Ok(())
+        } else {
+            Err(CoreError::Aggregation(
+                "the merged lists changed while the request was admitted; retry".into(),
+            ))
+        }
+    }
+
+    /// A response body with its `result` filtered for the caller (lists, discovery). Bodies
+    /// that are errors, or that do not parse, pass unchanged.
+    fn filter_body(&self, body: Vec<u8>) -> Vec<u8> {
+        let Some(authorizer) = &self.access.authorizer else {
+            return body;
+        };
+        let name = self.msg.method.unwrap_or_default();
+        let list = LISTS.iter().find(|l| l.0 == name);
+        if list.is_none() && name != method::DISCOVER {
+            return body;
+        }
+        let Ok(parsed) = Message::parse(&body) else {
+            return body;
+        };
+        let (Some(id), Some(result)) = (parsed.id.as_ref(), parsed.result) else {
+            return body;
+        };
+        let filtered = match list {
+            Some(&(_, _, member, key, wrap)) => filter_list(result, member, |item| {
+                let target = wrap(str_member(Some(item), key));
+                // Aggregating, each item's origin comes from the current merged lists (what a
+                // call of it would route by now); an item they no longer hold cannot be used,
+                // so it is not shown (fail closed: no origin means no backend for a policy).
+                let origin = match self.origins {
+                    Some(origins) => match origins.of_item(&target) {
+                        Some(origin) => Some(origin),
+                        None => return false,
+                    },
+                    None => None,
+                };
+                authorizer.is_allowed_at(
+                    self.principal,
+                    item_action(&target),
+                    &target,
+                    origin.as_ref(),
+                )
+            }),
+            None => object_member(result, "capabilities")
+                .and_then(|c| serde_json::from_str::<Value>(c.get()).ok())
+                .map(|caps| self.access.visible_capabilities(self.principal, &caps))
+                .and_then(|caps| with_member(result, "capabilities", &caps.to_string())),
+        };
+        match filtered {
+            Some(result) => reencode(id, &result),
+            None => body,
+        }
+    }
+
+    fn record_result(&mut self, result: &Result<Vec<u8>, CoreError>) {
+        match result {
+            Ok(body) => {
+                let error = Message::parse(body).ok().and_then(|m| {
+                    m.error
+                        .and_then(|e| object_member(e, "code"))
+                        .map(|c| c.get().to_owned())
+                });
+                match error {
+                    Some(code) => self.record(
+                        "error",
+                        Some(json!(format!("JSON-RPC error {code}"))),
+                        Some(body),
+                    ),
+                    None => self.record("allowed", None, Some(body)),
+                }
+            }
+            Err(CoreError::Cancelled) => self.record("error", Some(json!("cancelled")), None),
+            Err(e) => self.record("error", Some(reason_of(e)), None),
+        }
+    }
+
+    pub(super) fn record(&mut self, outcome: &str, reason: Option<Value>, response: Option<&[u8]>) {
+        self.record_with(outcome, reason, response, |_| {});
+    }
+
+    /// [`Self::record`], with `more` adding the operation's own members (before `reason`).
+    fn record_with(
+        &mut self,
+        outcome: &str,
+        reason: Option<Value>,
+        response: Option<&[u8]>,
+        more: impl FnOnce(&mut Value),
+    ) {
+        self.done = true;
+        let Some(audit) = &self.access.audit else {
+            return;
+        };
+        let era = match self.path {
+            Path::Legacy => "legacy",
+            Path::Modern => "modern",
+        };
+        let mut entry = line(
+            Some((&self.principal.issuer, &self.principal.subject)),
+            Some((self.session.as_deref().unwrap_or("stateless"), era)),
+            ("method", self.msg.method.unwrap_or_default()),
+            outcome,
+        );
+        entry["latencyMs"] =
+            json!((self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0);
+        if let Some(id) = &self.msg.id {
+            entry["id"] = json!(truncate(id.as_json(), 128).0);
+        }
+        let target = self.target.audit();
+        if !target.is_null() {
+            entry["target"] = target;
+        }
+        if let Some(origin) = &self.origin {
+            entry["backend"] = json!(origin.backend.as_str());
+            if self.target.name() != Some(origin.original.as_str()) {
+                entry["original"] = json!(truncate(&origin.original, REASON_LIMIT).0);
+            }
+        }
+        more(&mut entry);
+        if let Some(reason) = reason {
+            entry["reason"] = reason;
+        }
+        if let Some(limit) = audit.body_limit() {
+            if let Some(params) = self.msg.params {
+                let (text, cut) = truncate(params.get(), limit);
+                entry["request"] = json!(text);
+                if cut {
+                    entry["requestTruncated"] = json!(true);
+                }
+            }
+            if let Some(body) = response {
+                let text = String::from_utf8_lossy(body);
+                let (text, cut) = truncate(&text, limit);
+                entry["response"] = json!(text);
+                if cut {
+                    entry["responseTruncated"] = json!(true);
+                }
+            }
+        }
+        audit.record(&entry);
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.record("error", Some(json!("cancelled")), None);
+        }
+    }
+}
+
+fn reencode(id: &RequestId, result: &RawValue) -> Vec<u8> {
+    restore_response(id, "result", result.get())
+}
+
+/// `result` with `result[member]` (an array) reduced to the items `keep` accepts. Items are
+/// copied verbatim. `None` when the member is absent or not an array.
+fn filter_list(
+    result: &RawValue,
+    member: &str,
+    mut keep: impl FnMut(&RawValue) -> bool,
+) -> Option<Box<RawValue>> {
+    let items: Vec<&RawValue> = serde_json::from_str(object_member(result, member)?.get()).ok()?;
+    let mut out = String::from("[");
+    for item in items.into_iter().filter(|i| keep(i)) {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(item.get());
+    }
+    out.push(']');
+    with_member(result, member, &out)
+}

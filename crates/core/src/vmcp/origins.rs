@@ -1,0 +1,78 @@
+//! Where an aggregated target is served, for admission, list filtering and audit
+//! (`access::Origins`): read from the current merged lists, the same ones calls route by.
+
+use switchboard_wire::Message;
+
+use super::route::kinds_for;
+use super::Vmcp;
+use crate::access::{Origin, Origins, Target};
+use crate::catalog::{self, Kind};
+use crate::resolve::Name;
+use crate::Gateway;
+
+impl Origins for Vmcp {
+    fn of_request(&self, msg: &Message<'_>, target: &Target) -> Option<Origin> {
+        let method = msg.method?;
+        let exposed = target.name()?;
+        if kinds_for(method).is_empty() {
+            return None;
+        }
+        // Exactly the routing decision, so the policy judges what the call will reach.
+        let pick = self.pick(method, msg.params).ok()?;
+        let original = match &pick.name {
+            Name::AsClient => exposed,
+            Name::Renamed(original) | Name::RenamedRef(original) => original,
+        };
+        Some(Origin {
+            backend: pick.backend,
+            original: original.to_owned(),
+        })
+    }
+
+    fn of_item(&self, target: &Target) -> Option<Origin> {
+        let (kind, exposed) = match target {
+            Target::Tool(n) => (Kind::Tools, n),
+            Target::Prompt(n) => (Kind::Prompts, n),
+            Target::ResourceTemplate(u) => (Kind::ResourceTemplates, u),
+            Target::Resource(u) => {
+                // As `resources/read` routes: the exact URI, then the first matching template.
+                let (resources, templates) = (
+                    self.current(Kind::Resources)?,
+                    self.current(Kind::ResourceTemplates)?,
+                );
+                let backend = catalog::route_uri(&resources.all, &templates.all, u)?;
+                return Some(Origin {
+                    backend: backend.clone(),
+                    original: u.clone(),
+                });
+            }
+            Target::Server => return None,
+        };
+        let view = self.current(kind)?;
+        let (backend, original) = view.all.lookup(exposed)?;
+        Some(Origin {
+            backend: backend.clone(),
+            original: original.to_owned(),
+        })
+    }
+}
+
+impl Gateway {
+    /// The merged lists as they are, for admission: `None` when not aggregating.
+    pub(crate) fn origins(&self) -> Option<&dyn Origins> {
+        self.vmcp().map(|v| v as &dyn Origins)
+    }
+
+    /// Where `msg`'s targets are served, for its admission: `None` when not aggregating.
+    /// The merged lists the request routes by are built first when they are missing or do not
+    /// name its target (as routing would build them), so admission sees the backend of a
+    /// name added since the last fetch; a failure to build them is the routing step's to
+    /// answer (the policy then sees no origin, and routing refuses what it cannot confirm).
+    pub(crate) async fn origins_for(&self, msg: &Message<'_>) -> Option<&dyn Origins> {
+        self.vmcp()?;
+        if let Err(e) = self.prepare(msg).await {
+            tracing::debug!("merged lists not ready before admission: {e}");
+        }
+        self.origins()
+    }
+}
