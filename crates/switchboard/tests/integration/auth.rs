@@ -385,14 +385,14 @@ async fn a_session_is_usable_only_by_its_principal() {
 }
 
 /// A JWKS endpoint on 127.0.0.1 whose key set the test can swap; counts fetches.
-struct Jwks {
-    url: String,
+pub(crate) struct Jwks {
+    pub(crate) url: String,
     body: Arc<Mutex<String>>,
     hits: Arc<AtomicUsize>,
 }
 
 impl Jwks {
-    async fn serve(keys: &[&str]) -> Self {
+    pub(crate) async fn serve(keys: &[&str]) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/jwks", listener.local_addr().unwrap());
         let body = Arc::new(Mutex::new(String::new()));
@@ -442,8 +442,8 @@ fn fixture(name: &str) -> String {
     .unwrap()
 }
 
-const ISSUER: &str = "https://idp.switchboard.test";
-const AUDIENCE: &str = "switchboard-test";
+pub(crate) const ISSUER: &str = "https://idp.switchboard.test";
+pub(crate) const AUDIENCE: &str = "switchboard-test";
 
 fn now() -> i64 {
     SystemTime::now()
@@ -452,12 +452,12 @@ fn now() -> i64 {
         .as_secs() as i64
 }
 
-fn claims(sub: &str) -> Value {
+pub(crate) fn claims(sub: &str) -> Value {
     json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "iat": now(), "nbf": now() - 10,
         "exp": now() + 600, "groups": ["it"]})
 }
 
-fn sign(kid: &str, claims: &Value) -> String {
+pub(crate) fn sign(kid: &str, claims: &Value) -> String {
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some(kid.to_owned());
     let der = std::fs::read(format!(

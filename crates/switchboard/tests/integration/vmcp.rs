@@ -12,6 +12,7 @@ use crate::common::{tool_text, Reply, TestGateway};
 use crate::fixture_http::FixtureHttp;
 
 mod failure;
+mod forward;
 mod identity;
 mod merged;
 mod pages;
