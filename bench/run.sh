@@ -28,8 +28,12 @@ trap cleanup EXIT
 
 # gw_start [run args…]: starts a gateway on a free loopback port in front of the built-in
 # fixture; sets GW_PID and URL.
-gw_start() {
-  "$SB" run --host 127.0.0.1 --port 0 "$@" >"$OUT/gateway.out" 2>"$OUT/gateway.err" &
+gw_start() { gw_launch run "$@"; }
+
+# gw_launch SUBCOMMAND [args…]: the same for any subcommand that serves (`run`, `serve`).
+gw_launch() {
+  local sub=$1; shift
+  "$SB" "$sub" --host 127.0.0.1 --port 0 "$@" >"$OUT/gateway.out" 2>"$OUT/gateway.err" &
   GW_PID=$!
   URL=""
   for _ in $(seq 300); do
@@ -234,15 +238,7 @@ backends:
   - {name: beta, command: "$SB", args: [fixture]}
   - {name: gamma, url: "$FXURL"}
 YAML
-# gw_serve: like gw_start, for `serve --config`.
-"$SB" serve --config "$OUT/vmcp.yaml" --host 127.0.0.1 --port 0 >"$OUT/gateway.out" 2>"$OUT/gateway.err" &
-GW_PID=$!
-URL=""
-for _ in $(seq 300); do
-  URL=$(sed -n 's/^switchboard: listening on //p' "$OUT/gateway.out")
-  [ -n "$URL" ] && break
-  sleep 0.1
-done
+gw_launch serve --config "$OUT/vmcp.yaml"
 VURL=$URL
 v=$(bench "vmcp-c16" --url "$VURL" --concurrency 16 --sessions 16 --duration "$SECS" --tool alpha_echo --args '{"text":"x"}')
 vr=$(bench "vmcp-remote-c16" --url "$VURL" --concurrency 16 --sessions 16 --duration "$SECS" --tool gamma_echo --args '{"text":"x"}')
@@ -270,14 +266,7 @@ gw_start
 p=$(bench "proxy-c16" --url "$URL" --concurrency 16 --sessions 16 --duration "$SECS")
 pl=$(list_ms "$URL" 300)
 gw_stop
-"$SB" run --host 127.0.0.1 --port 0 --url "$FXURL" >"$OUT/gateway.out" 2>"$OUT/gateway.err" &
-GW_PID=$!
-URL=""
-for _ in $(seq 300); do
-  URL=$(sed -n 's/^switchboard: listening on //p' "$OUT/gateway.out")
-  [ -n "$URL" ] && break
-  sleep 0.1
-done
+gw_start --url "$FXURL"
 rl=$(list_ms "$URL" 300)
 gw_stop
 kill "$FX_PID" 2>/dev/null || true

@@ -65,7 +65,9 @@ impl Gateway {
         let mut table = HashMap::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let page = self.tools_page(backend, cursor.as_deref()).await?;
+            let page = self
+                .list_page(backend, "tools/list", cursor.as_deref())
+                .await?;
             for tool in page["tools"].as_array().into_iter().flatten() {
                 let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema"))
                 else {
@@ -84,7 +86,15 @@ impl Gateway {
         Err(format!("tools/list has more than {MAX_PAGES} pages"))
     }
 
-    async fn tools_page(&self, backend: &BackendId, cursor: Option<&str>) -> Result<Value, String> {
+    /// One page of `backend`'s list `method` (from `cursor`), through the gateway's own
+    /// route and in the backend's era; the backend's error text, bounded, is for the log.
+    /// Also what the aggregating gateway fetches its lists with (`vmcp`).
+    pub(crate) async fn list_page(
+        &self,
+        backend: &BackendId,
+        method: &str,
+        cursor: Option<&str>,
+    ) -> Result<Value, String> {
         let modern = self.backends.get(backend).is_some_and(|b| b.modern_now());
         let mut params = if modern {
             json!({ "_meta": crate::backend::gateway_envelope() })
@@ -95,15 +105,15 @@ impl Gateway {
             params["cursor"] = json!(c);
         }
         let answer = self
-            .internal_call(backend, "tools/list", params)
+            .internal_call(backend, method, params)
             .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
+            .map_err(|e| format!("{method} failed: {e}"))?;
         if answer.is_error() {
             // The backend's words, bounded: this goes to the log.
             let text: String = answer.payload().chars().take(200).collect();
-            return Err(format!("tools/list answered an error: {text}"));
+            return Err(format!("{method} answered an error: {text}"));
         }
         serde_json::from_str(answer.payload())
-            .map_err(|e| format!("tools/list answered unreadable JSON: {e}"))
+            .map_err(|e| format!("{method} answered unreadable JSON: {e}"))
     }
 }

@@ -382,29 +382,11 @@ impl Gateway {
         if !declared {
             return Ok(Vec::new());
         }
-        let modern = self.backends.get(backend).is_some_and(|b| b.modern_now());
+        let method = kind.list_method();
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let mut params = if modern {
-                json!({ "_meta": crate::backend::gateway_envelope() })
-            } else {
-                json!({})
-            };
-            if let Some(c) = cursor.take() {
-                params["cursor"] = json!(c);
-            }
-            let method = kind.list_method();
-            let answer = self
-                .internal_call(backend, method, params)
-                .await
-                .map_err(|e| format!("{method} failed: {e}"))?;
-            if answer.is_error() {
-                let text: String = answer.payload().chars().take(200).collect();
-                return Err(format!("{method} answered an error: {text}"));
-            }
-            let mut page: Value = serde_json::from_str(answer.payload())
-                .map_err(|e| format!("{method} answered unreadable JSON: {e}"))?;
+            let mut page = self.list_page(backend, method, cursor.as_deref()).await?;
             if let Some(Value::Array(list)) = page.get_mut(kind.result_key()).map(Value::take) {
                 items.extend(list);
             }
@@ -416,10 +398,7 @@ impl Gateway {
                 return Ok(items);
             }
         }
-        Err(format!(
-            "{} has more than {MAX_PAGES} pages",
-            kind.list_method()
-        ))
+        Err(format!("{method} has more than {MAX_PAGES} pages",))
     }
 
     /// A client's list request, answered from the merged list: one page from `cursor`
