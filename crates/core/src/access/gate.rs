@@ -104,12 +104,12 @@ pub(super) fn gate(msg: &Message<'_>) -> Gate {
                 _ => check("completion/complete", Target::Server),
             }
         }
-        "subscriptions/listen" => Gate::Listen(
-            msg.param("notifications")
-                .and_then(|n| object_member(n, "resourceSubscriptions"))
-                .and_then(|a| serde_json::from_str::<Vec<String>>(a.get()).ok())
-                .unwrap_or_default(),
-        ),
+        // The URIs the listen will subscribe to, read by the parser that subscribes them: a
+        // second, stricter parser here let `["forbidden", 1]` through unchecked (it failed
+        // on the number and judged nothing) while the subscription kept "forbidden".
+        "subscriptions/listen" => {
+            Gate::Listen(crate::modern_listen::Filter::parse(msg.params).uris)
+        }
         // Anything else is evaluated as an action named after the method on the server, so it
         // is denied unless the policy names it.
         other => Gate::Check(Cow::Owned(other.to_owned()), Target::Server),

@@ -35,6 +35,39 @@ fn lists_keep_only_permitted_items_verbatim() {
     );
 }
 
+#[derive(Debug)]
+struct NoSecretSubscriptions;
+
+impl Authorizer for NoSecretSubscriptions {
+    fn is_allowed(&self, _: &Principal, action: &str, target: &Target) -> bool {
+        !(action == "subscribe" && *target == Target::Resource("file:///secret".into()))
+    }
+}
+
+#[test]
+fn a_listen_is_judged_on_every_uri_it_subscribes() {
+    let access = Access {
+        authorizer: Some(Arc::new(NoSecretSubscriptions)),
+        ..Access::default()
+    };
+    let p = Principal::anonymous();
+    for subs in [
+        r#"["file:///secret"]"#,
+        r#"["file:///secret",0]"#,
+        r#"[0,"file:///secret"]"#,
+    ] {
+        let req = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{{"notifications":{{"resourceSubscriptions":{subs}}}}}}}"#
+        );
+        let msg = Message::parse(req.as_bytes()).unwrap();
+        // What the listen would subscribe, and what admission must therefore have judged.
+        let uris = crate::modern_listen::Filter::parse(msg.params).uris;
+        assert_eq!(uris, ["file:///secret"], "{subs}");
+        let admitted = access.admit(&p, None, &msg, None, Path::Modern);
+        assert!(matches!(admitted, Err(CoreError::Forbidden(_))), "{subs}");
+    }
+}
+
 #[test]
 fn calls_and_unknown_methods_are_checked() {
     let access = access();
