@@ -18,10 +18,14 @@
 #   2026-07-28-remote-legacy  the same against a Legacy-only remote fixture: Modern clients are
 #                      bridged onto upstream sessions partitioned by principal and capabilities
 #   2025-11-25-serve   --spec-version 2025-11-25 through `switchboard serve` (the virtual
-#                      server) with three shared-mode backends: the fixture (`fixture --era
-#                      dual`, first in priority), @modelcontextprotocol/server-everything
-#                      (npx), and a remote dual-era fixture (`fixture --http`)
+#                      server) with three backends: the fixture (`fixture --era dual`, first
+#                      in priority, `isolation: per-session`), @modelcontextprotocol/
+#                      server-everything (npx, per-session), and a remote dual-era fixture
+#                      (`fixture --http`, reached statelessly)
 #   2026-07-28-serve   --requirements 2026-07-28, the same three backends
+#   2026-07-28-serve-bridge  --requirements 2026-07-28 through `serve` with the fixture
+#                      Legacy-only, on stdio (per-session) and remote: Modern clients are
+#                      bridged onto partitions per (principal, backend), MRTR included
 #
 # Scenarios expected to fail are listed, each with the issue that removes it, in
 # conformance/expected-failures-<PROFILE>.yml; the suite fails on any unexpected failure *and*
@@ -44,6 +48,7 @@ case "$PROFILE" in
   2026-07-28-remote-legacy) SELECT=(--requirements 2026-07-28); ERA=legacy; REMOTE=yes ;;
   2025-11-25-serve) SELECT=(--spec-version 2025-11-25); ERA=dual; REMOTE=yes; SERVE=yes ;;
   2026-07-28-serve) SELECT=(--requirements 2026-07-28); ERA=dual; REMOTE=yes; SERVE=yes ;;
+  2026-07-28-serve-bridge) SELECT=(--requirements 2026-07-28); ERA=legacy; REMOTE=yes; SERVE=yes ;;
   *) echo "conformance: unknown profile $PROFILE" >&2; exit 2 ;;
 esac
 SUITE="@modelcontextprotocol/conformance@0.2.0-alpha.12"
@@ -114,9 +119,11 @@ backends:
   - name: fixture
     command: $(json "$BIN")
     args: [fixture, --era, $ERA]
+    isolation: per-session
   - name: everything
     command: npx
     args: [-y, $(json "$EVERYTHING")]
+    isolation: per-session
   - name: remote
     url: $(json "$FXURL")
 YAML

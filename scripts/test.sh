@@ -17,7 +17,7 @@ SWITCHBOARD_NPX_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
 PROFILES=0
 for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
   2026-07-28-bridge-per-session 2025-11-25-remote 2026-07-28-remote \
-  2026-07-28-remote-legacy 2025-11-25-serve 2026-07-28-serve; do
+  2026-07-28-remote-legacy 2025-11-25-serve 2026-07-28-serve 2026-07-28-serve-bridge; do
   echo "== conformance $profile (through the gateway, built-in fixture)"
   scripts/conformance.sh "$profile"
   PROFILES=$((PROFILES + 1))

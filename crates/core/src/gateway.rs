@@ -192,6 +192,7 @@ impl Gateway {
         match self.registry.sessions.create(negotiated, caller) {
             Ok(session) => {
                 debug!(?session, %negotiated, "session opened");
+                self.remember_client_init(&session, negotiated, params);
                 audit.finish_initialize(Ok((&session, negotiated, &response[..])));
                 Ok(Initialized { session, response })
             }
@@ -286,16 +287,7 @@ impl Gateway {
                 return answer;
             }
         }
-        // A session that ended between lookup and routing (DELETE, reaping) is not found:
-        // never fall through to the shared backend with a dead session's request.
-        let from = || From::Request(call.session);
-        let route = match self.resolve(from(), name, call.msg.params) {
-            Err(CoreError::UnknownName(..)) if self.refresh_names(name).await => {
-                self.resolve(from(), name, call.msg.params)
-            }
-            resolved => resolved,
-        };
-        let Some(route) = route? else {
+        let Some(route) = self.request_route(&call, name).await? else {
             return self.before_initialize(id, name);
         };
         admitted.confirm_route(&route.backend, &route.name)?;
@@ -519,8 +511,12 @@ impl Gateway {
             self.cancel(session, msg).await;
             return Ok(());
         }
+        // A set: the client's notifications (`roots/list_changed`) reach each backend of its
+        // own, which may have asked it something; shared backends as before.
+        let owns = self.notify_own_backends(session, name, msg.params).await;
         let route = self.resolve(From::Notification(session), name, msg.params)?;
         match route {
+            Some(route) if route.via == Via::Own && owns => Ok(()),
             // A per-session backend saw the client's own `initialize`: it gets the client's
             // `initialized` too. The shared backend was initialized once, by the gateway.
             Some(route) if name == method::INITIALIZED && route.via != Via::Own => Ok(()),

@@ -136,6 +136,9 @@ impl Gateway {
                 s.protocol_version = negotiated;
                 s.listen.push(response.clone());
             });
+        if queued.is_ok() {
+            self.remember_client_init(session, negotiated, params);
+        }
         match &queued {
             Ok(()) => audit.finish_initialize(Ok((session, negotiated, &response[..]))),
             Err(e) => audit.finish_initialize(Err(e)),
@@ -199,7 +202,7 @@ impl Gateway {
     ) -> Result<Vec<u8>, CoreError> {
         let spawner = self
             .per_session
-            .get()
+            .transparent()
             .ok_or_else(|| CoreError::Unsupported("per-session HTTP+SSE".into()))?;
         let (negotiated, _) = self.negotiate(caller, id, msg.params);
         let backend = self.own_backend_for(msg)?;

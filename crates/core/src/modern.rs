@@ -237,10 +237,13 @@ impl Gateway {
             }
             return Ok(answer);
         }
+        // Sessions get an upstream of their own on this backend: Modern callers one per
+        // principal (a partition), never the shared process.
+        let own_backends = self.per_session.for_backend(&route.backend).is_some();
         match name {
             method::DISCOVER => Ok(discover(id, entry.info())),
             // Per-session mode: the caller's partition is the process its calls change.
-            LISTEN if self.is_per_session() => match stream {
+            LISTEN if own_backends => match stream {
                 Some(stream) => {
                     self.partition_listen(caller, (id, msg), stream, route)
                         .await
@@ -251,28 +254,31 @@ impl Gateway {
             // Per-session mode: calls that may need client input go through the MRTR bridge
             // (`mrtr`); shared mode cannot attribute a backend's requests.
             // (A call asking for logs too: its log level is set on a process of its own.)
-            _ if self.mrtr_applies(name)
-                && (PartitionKey::of(caller, msg).input_capable()
+            _ if self.mrtr_applies(&route.backend, name)
+                && (PartitionKey::of(caller, msg, &route.backend).input_capable()
                     || msg.param("requestState").is_some()
                     || msg
                         .meta(switchboard_wire::classify::META_LOG_LEVEL)
                         .is_some()) =>
             {
-                self.mrtr(caller, id, name, msg, stream).await
+                self.mrtr((caller, route), id, name, msg, stream).await
             }
             // Per-session mode: everything else of this caller runs on its warm partition, so
             // the backend keeps its state between calls (tasks stay on the shared backend,
             // where the gateway tracks their owners).
-            _ if self.is_per_session()
+            _ if own_backends
                 && !asked_task
                 && !crate::tasks::BY_ID.contains(&name)
                 && name != crate::tasks::LIST =>
             {
-                let using = self.partition(&PartitionKey::of(caller, msg)).await?;
+                let key = PartitionKey::of(caller, msg, &route.backend);
+                let using = self.partition(&key).await?;
                 let started = From::Started(&route.backend, using.0.handle.clone());
-                let on_partition = self
+                let mut on_partition = self
                     .resolve(started, name, msg.params)?
                     .ok_or_else(|| CoreError::UnknownBackend(route.backend.clone()))?;
+                // The name at the backend is the one routing chose (an exposed name renamed).
+                on_partition.name = route.name.clone();
                 let on_partition = &on_partition;
                 if !crate::mrtr::METHODS.contains(&name) {
                     return self

@@ -197,6 +197,8 @@ impl Drop for Dedicated {
 /// The part of a request MRTR looks at.
 struct Incoming<'a> {
     caller: &'a Principal,
+    /// The backend the call goes to, and its name there.
+    route: &'a crate::resolve::Route,
     id: &'a RequestId,
     name: &'a str,
     msg: &'a Message<'a>,
@@ -222,14 +224,14 @@ fn refused(id: &RequestId, why: state::Refused) -> ModernAnswer {
 impl Gateway {
     /// Whether this Modern request goes through the MRTR bridge (the backend is Legacy-only,
     /// checked by the caller).
-    pub(crate) fn mrtr_applies(&self, name: &str) -> bool {
-        self.is_per_session() && METHODS.contains(&name)
+    pub(crate) fn mrtr_applies(&self, backend: &crate::BackendId, name: &str) -> bool {
+        self.per_session.for_backend(backend).is_some() && METHODS.contains(&name)
     }
 
     /// A bridged call that may need client input. See the module docs.
     pub(crate) async fn mrtr(
         &self,
-        caller: &Principal,
+        (caller, route): (&Principal, &crate::resolve::Route),
         id: &RequestId,
         name: &str,
         msg: &Message<'_>,
@@ -273,6 +275,7 @@ impl Gateway {
         };
         let incoming = Incoming {
             caller,
+            route,
             id,
             name,
             msg,
@@ -309,7 +312,7 @@ impl Gateway {
         if !self.mrtr.held.has_room() {
             return Err(CoreError::BridgeFull(MAX_HELD));
         }
-        let key = PartitionKey::of(req.caller, req.msg);
+        let key = PartitionKey::of(req.caller, req.msg, &req.route.backend);
         let wants_logs = req.params["_meta"].get(META_LOG_LEVEL).is_some();
         // A partition runs at the log level of no single request: such a call gets a process
         // handshaken (and set to its level) for it alone.
@@ -358,6 +361,8 @@ impl Gateway {
                 meta.retain(|k, _| !k.starts_with(switchboard_wire::classify::RESERVED_PREFIX));
             }
         }
+        // Aggregating: the backend's own name for the exposed one.
+        req.route.name.apply_to(&mut forwarded);
         let forwarded = RawValue::from_string(forwarded.to_string())
             .map_err(|_| CoreError::InvalidParams("params"))?;
         let mut params = forwarded;

@@ -26,6 +26,8 @@ use crate::route::random_hex;
 use crate::session::{EndReason, OwnBackend};
 use crate::CoreError;
 
+mod lazy;
+
 /// Starts one backend process for one session; implemented by the binary (it knows the
 /// command line).
 pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
@@ -34,20 +36,54 @@ pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
         -> Result<(Upstream, UpstreamOwner), UpstreamError>;
 }
 
-/// Per-session mode's one switch and how it starts a session's own backend (or upstream
-/// session): empty in shared mode, set once at startup (`Gateway::enable_per_session`).
+/// Which backends give sessions an upstream of their own, and how each starts one: empty in
+/// shared mode, set once at startup (`Gateway::enable_per_session` for `run`'s one backend,
+/// `Gateway::enable_per_session_backends` for a set).
 #[derive(Debug, Default)]
-pub(crate) struct Spawner(std::sync::OnceLock<Arc<dyn SpawnBackend>>);
+pub(crate) struct Spawner(std::sync::OnceLock<Spawners>);
+
+#[derive(Debug)]
+struct Spawners {
+    /// `run --isolation per-session`: the client's own `initialize` goes to the session's
+    /// process (the transparent proxy). In a set the gateway answers `initialize` and opens
+    /// each own upstream on first use (`lazy`).
+    transparent: bool,
+    by_backend: Vec<(BackendId, Arc<dyn SpawnBackend>)>,
+}
 
 impl Spawner {
     /// Turns per-session mode on; a second call changes nothing.
-    fn enable(&self, spawner: Arc<dyn SpawnBackend>) {
-        let _ = self.0.set(spawner);
+    fn enable(&self, transparent: bool, by_backend: Vec<(BackendId, Arc<dyn SpawnBackend>)>) {
+        let _ = self.0.set(Spawners {
+            transparent,
+            by_backend,
+        });
     }
 
-    /// The spawner, in per-session mode.
-    pub(crate) fn get(&self) -> Option<&Arc<dyn SpawnBackend>> {
-        self.0.get()
+    /// How `backend` starts a session's own upstream, when its sessions get one.
+    pub(crate) fn for_backend(&self, backend: &BackendId) -> Option<&Arc<dyn SpawnBackend>> {
+        let all = self.0.get()?;
+        all.by_backend
+            .iter()
+            .find_map(|(id, s)| (id == backend).then_some(s))
+    }
+
+    /// The one backend's spawner of `run --isolation per-session`.
+    pub(crate) fn transparent(&self) -> Option<&Arc<dyn SpawnBackend>> {
+        let all = self.0.get().filter(|a| a.transparent)?;
+        all.by_backend.first().map(|(_, s)| s)
+    }
+
+    /// Whether own upstreams are opened on first use (a set) rather than by `initialize`.
+    pub(crate) fn lazy(&self) -> bool {
+        self.0
+            .get()
+            .is_some_and(|a| !a.transparent && !a.by_backend.is_empty())
+    }
+
+    /// Whether any backend gives sessions their own upstream.
+    pub(crate) fn any(&self) -> bool {
+        self.0.get().is_some_and(|a| !a.by_backend.is_empty())
     }
 }
 
@@ -70,14 +106,27 @@ pub(crate) struct SessionSink {
     pub(crate) session: String,
     /// The backend whose process (or upstream session) this is, of the session's own ones.
     pub(crate) backend: BackendId,
-    /// To end the session when its process goes (see [`InboundSink::closed`]). Weak, like
-    /// `registry`: the process's reader owns this sink and runs until the session (held by
-    /// the gateway) stops the process, so a strong handle would keep both alive for ever.
-    pub(crate) gateway: Weak<crate::Gateway>,
-    /// Set once the client has its session (`initialize` answered). Until then a dying
-    /// process is `PendingInit`'s to clean up: the client never saw the session, and its
-    /// `initialize` must fail as a backend failure (502), not as an unknown session.
-    pub(crate) opened: Arc<std::sync::atomic::AtomicBool>,
+    /// What the process going away means for the session.
+    pub(crate) on_close: OnClose,
+}
+
+/// What a session's own process (or upstream session) going away means.
+#[derive(Debug)]
+pub(crate) enum OnClose {
+    /// `run --isolation per-session`: the session was that process's, so it ends too.
+    EndSession {
+        /// To end the session. Weak, like `registry`: the process's reader owns this sink
+        /// and runs until the session (held by the gateway) stops the process, so a strong
+        /// handle would keep both alive for ever.
+        gateway: Weak<crate::Gateway>,
+        /// Set once the client has its session (`initialize` answered). Until then a dying
+        /// process is `PendingInit`'s to clean up: the client never saw the session, and its
+        /// `initialize` must fail as a backend failure (502), not as an unknown session.
+        opened: Arc<std::sync::atomic::AtomicBool>,
+    },
+    /// A set: the gateway answered `initialize` and the session uses other backends too, so
+    /// only this own upstream goes (and the next request there opens a fresh one).
+    DropOwn,
 }
 
 /// How long a session's process may take to exit after its stdin closes before it is killed.
@@ -91,10 +140,14 @@ impl InboundSink for SessionSink {
     /// listen stream ends and the client learns at once (a session that ended first, e.g. by
     /// DELETE, is simply not found).
     fn closed(&self, reason: &str) {
-        if !self.opened.load(std::sync::atomic::Ordering::Acquire) {
+        let OnClose::EndSession { gateway, opened } = &self.on_close else {
+            self.drop_own(reason);
+            return;
+        };
+        if !opened.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
-        let Some(gateway) = self.gateway.upgrade() else {
+        let Some(gateway) = gateway.upgrade() else {
             return;
         };
         if let Ok(ended) = gateway.registry.sessions.remove_any(&self.session) {
@@ -136,6 +189,30 @@ impl InboundSink for SessionSink {
 }
 
 impl SessionSink {
+    /// Forgets the session's own upstream on this backend if it is the closed one (a fresh
+    /// one opened meanwhile stays). Dropping its owner kills a process that lingers.
+    fn drop_own(&self, reason: &str) {
+        let Some(registry) = self.registry.upgrade() else {
+            return;
+        };
+        let gone = registry
+            .sessions
+            .with(&self.session, |s| {
+                let closed = s
+                    .own
+                    .get(&self.backend)
+                    .is_some_and(|o| o.handle.is_closed());
+                closed.then(|| s.own.remove(&self.backend)).flatten()
+            })
+            .ok()
+            .flatten();
+        if gone.is_some() {
+            let session = crate::access::session_label(&self.session);
+            let backend = &self.backend;
+            tracing::warn!(%session, %backend, "session's own {reason}; reopened on next use");
+        }
+    }
+
     fn server_request(
         &self,
         registry: &Registry,
@@ -239,12 +316,27 @@ impl crate::Gateway {
     /// process from `spawner`. Sessionless requests keep using the shared backend; Modern ones
     /// on a Legacy-only backend run on their principal's partition (`mrtr::partition`).
     pub fn enable_per_session(&self, spawner: Arc<dyn SpawnBackend>) {
-        self.per_session.enable(spawner);
+        let primary = self.backends.primary().id.clone();
+        self.per_session.enable(true, vec![(primary, spawner)]);
     }
 
-    /// Whether sessions get their own backend.
+    /// Aggregating: sessions get their own upstream on each of `backends`, opened the first
+    /// time a request of the session goes there (the gateway answers `initialize` itself).
+    pub fn enable_per_session_backends(&self, backends: Vec<(BackendId, Arc<dyn SpawnBackend>)>) {
+        self.per_session.enable(false, backends);
+    }
+
+    /// Whether sessions may have backends of their own (some backend is per-session): their
+    /// requests are answered on a stream (the backend may ask the client something), and
+    /// their answers to such questions are accepted.
     pub fn is_per_session(&self) -> bool {
-        self.per_session.get().is_some()
+        self.per_session.any()
+    }
+
+    /// Whether the client's `initialize` opens the session's own process (`run
+    /// --isolation per-session`), rather than being answered by the gateway.
+    pub fn isolates_initialize(&self) -> bool {
+        self.per_session.transparent().is_some()
     }
 
     /// A Legacy `initialize` in per-session mode: a new process, handed the client's own
@@ -258,7 +350,7 @@ impl crate::Gateway {
         id: &RequestId,
         msg: &Message<'_>,
     ) -> Result<crate::Initialized, CoreError> {
-        let Some(spawner) = self.per_session.get() else {
+        let Some(spawner) = self.per_session.transparent() else {
             return self.initialize(caller, id, msg.params);
         };
         let audit = self.config.access.audit_only(caller, msg);
@@ -357,8 +449,10 @@ impl crate::Gateway {
             registry: Arc::downgrade(&self.registry),
             session: session.as_str().to_owned(),
             backend: backend.clone(),
-            gateway: Arc::downgrade(self),
-            opened,
+            on_close: OnClose::EndSession {
+                gateway: Arc::downgrade(self),
+                opened,
+            },
         });
         let (handle, process) = spawn_off_runtime(spawner, sink).await?;
         // Ended already (reaped): the process is dropped with the closure, and killed.
@@ -400,7 +494,7 @@ impl crate::Gateway {
         name: &str,
         route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
-        if route.upstream.is_closed() {
+        if route.upstream.is_closed() && !self.per_session.lazy() {
             // The session's process died: the session dies with it, and the client learns it
             // the standard way (404, then a fresh `initialize` gets a fresh process).
             if let Some(sid) = call.session {
@@ -415,12 +509,20 @@ impl crate::Gateway {
             id,
             name,
             params: call.msg.params,
-            stream: call.stream,
+            stream: call.stream.clone(),
             listen: None,
             route,
             credential: call.caller.credential.as_ref(),
         };
         let answer = match self.send(out).await {
+            // A set: the remote refused the request unseen (its upstream session expired), so
+            // it goes once more, on a fresh upstream session of this client session's.
+            Err(CoreError::OfBackend(backend, e)) if e.is_session_lost() => {
+                let Some(sid) = call.session else {
+                    return Err(CoreError::OfBackend(backend, e));
+                };
+                return self.own_request_again(call, sid, id, name, &backend).await;
+            }
             // The remote lost the upstream session: the client's session is over, and it
             // learns the standard way (404), so it re-initializes (on a fresh upstream session).
             Err(CoreError::Backend(e)) if e.is_session_lost() => {

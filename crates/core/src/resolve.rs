@@ -70,6 +70,25 @@ impl Name {
     }
 }
 
+impl Name {
+    /// The same as [`Name::apply`], on parsed params (the MRTR bridge edits a `Value`).
+    pub(crate) fn apply_to(&self, params: &mut serde_json::Value) {
+        match self {
+            Name::AsClient => {}
+            Name::Renamed(original) => {
+                if let Some(obj) = params.as_object_mut() {
+                    obj.insert("name".into(), original.as_ref().into());
+                }
+            }
+            Name::RenamedRef(original) => {
+                if let Some(r) = params.get_mut("ref").and_then(|r| r.as_object_mut()) {
+                    r.insert("name".into(), original.as_ref().into());
+                }
+            }
+        }
+    }
+}
+
 /// Who is asking, as far as routing cares.
 #[derive(Debug)]
 pub(crate) enum From<'a> {
@@ -117,14 +136,15 @@ impl Gateway {
             })
         };
         let shared = || entry.backend.handle.clone();
+        let per_session_backend = self.per_session.for_backend(&entry.id).is_some();
         Ok(match from {
             From::Request(Some(sid)) | From::Fanout(Some(sid), _) => {
-                let per_session = self.is_per_session();
+                let per_session = per_session_backend;
                 let own =
                     self.registry
                         .sessions
                         .with(sid.as_str(), |s| match s.own.get(&entry.id) {
-                            Some(own) if !s.initializing => Ok(own.handle.clone()),
+                            Some(own) if !s.initializing && own.ready => Ok(own.handle.clone()),
                             _ => Err(per_session),
                         })?;
                 match own {
@@ -136,14 +156,14 @@ impl Gateway {
             From::Notification(Some(sid)) => match self.own_upstream(sid, &entry.id) {
                 Some(own) => route(Via::Own, own),
                 // Per-session mode: a session's traffic never reaches a process others use.
-                None if self.is_per_session() => None,
+                None if per_session_backend => None,
                 None => route(Via::Shared, shared()),
             },
             From::Cancel(sid, _) => match self.own_upstream(sid, &entry.id) {
                 Some(own) => route(Via::Own, own),
                 // Per-session mode: none of the session's requests went to the shared process,
                 // so neither does a cancellation (not even a gateway-minted key of it).
-                None if self.is_per_session() => None,
+                None if per_session_backend => None,
                 None => route(Via::Shared, shared()),
             },
             From::Request(None)
@@ -163,7 +183,7 @@ impl Gateway {
     /// Which backend: the one a follow-up names (it was routed before), else the set's
     /// primary, the only one there is. `method` and `params` are where an exposed name or
     /// URI will pick among many.
-    fn choose_backend(
+    pub(crate) fn choose_backend(
         &self,
         from: &From<'_>,
         method: &str,
@@ -202,13 +222,17 @@ impl Gateway {
         Ok((entry, name))
     }
 
-    /// The session's own upstream on `backend`, ready or still handshaking (a session that
-    /// has ended has none).
+    /// The session's own upstream on `backend`: `run`'s while its session handshakes too
+    /// (the client's own notifications go to it), one opened on first use once handshaken (a
+    /// session that has ended has none).
     fn own_upstream(&self, session: &SessionId, backend: &BackendId) -> Option<Upstream> {
         self.registry
             .sessions
             .with(session.as_str(), |s| {
-                s.own.get(backend).map(|o| o.handle.clone())
+                s.own
+                    .get(backend)
+                    .filter(|o| o.ready)
+                    .map(|o| o.handle.clone())
             })
             .ok()
             .flatten()

@@ -98,6 +98,12 @@ pub(crate) struct Session {
     /// Per-session mode: this session's own backend process (or upstream session), per
     /// backend.
     pub(crate) own: HashMap<BackendId, OwnBackend>,
+    /// A set with per-session backends: one gate per backend whose own upstream the session
+    /// is opening (`per_session::lazy`), so concurrent first requests open one.
+    pub(crate) opening: HashMap<BackendId, Arc<tokio::sync::Mutex<()>>>,
+    /// A set with per-session backends: the client's `initialize`, for the own upstreams
+    /// opened later.
+    pub(crate) client_init: Option<Box<serde_json::value::RawValue>>,
     /// Per-session mode, HTTP+SSE: the session's `initialize` is under way (its process
     /// starting or handshaking), so it may neither start another nor be used yet.
     pub(crate) initializing: bool,
@@ -243,6 +249,8 @@ impl SessionStore {
             tasks,
             own: HashMap::new(),
             initializing: false,
+            opening: HashMap::new(),
+            client_init: None,
             _counted: counted,
         };
         sessions.insert(id.0.clone(), session);

@@ -206,7 +206,7 @@ async fn handle_post(
             .notify(caller, Some(&session), &msg)
             .await
             .map_err(|e| HttpError::Core(None, e)),
-        (Some(method::INITIALIZE), Some(id)) if gateway.is_per_session() => {
+        (Some(method::INITIALIZE), Some(id)) if gateway.isolates_initialize() => {
             let claim = gateway
                 .claim_sse_initialize(&session)
                 .map_err(|e| HttpError::Core(Some(id.clone()), e))?;

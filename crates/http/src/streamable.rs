@@ -152,7 +152,7 @@ async fn handle_post(
             Ok(StatusCode::ACCEPTED.into_response())
         }
         (MessageKind::Request, Some(method::INITIALIZE), Some(id)) => {
-            let init = if gateway.is_per_session() {
+            let init = if gateway.isolates_initialize() {
                 gateway.initialize_isolated(caller, &id, &msg).await
             } else {
                 gateway.initialize(caller, &id, msg.params)

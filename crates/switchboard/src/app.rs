@@ -75,7 +75,18 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
     let fds_per_session = set.fds_per_session;
     let gateway = Gateway::new(set.backends, registry, config);
-    if let Some(spawner) = set.per_session {
+    if aggregate && !set.per_session.is_empty() {
+        let names: Vec<String> = set
+            .per_session
+            .iter()
+            .map(|(id, _)| id.to_string())
+            .collect();
+        gateway.enable_per_session_backends(set.per_session);
+        println!(
+            "switchboard: sessions get their own upstream on: {} (opened on first use)",
+            names.join(", ")
+        );
+    } else if let Some((_, spawner)) = set.per_session.into_iter().next() {
         gateway.enable_per_session(spawner);
         println!(
             "switchboard: isolation per-session (one upstream session or process per session)"

@@ -25,8 +25,10 @@ pub(crate) struct StartedSet {
     pub(crate) processes: Vec<(BackendId, Supervised)>,
     /// The gateway's own upstream sessions, ended on shutdown.
     pub(crate) internals: Vec<switchboard_upstream::UpstreamOwner>,
-    /// One transparent backend whose sessions get their own upstream.
-    pub(crate) per_session: Option<Arc<dyn SpawnBackend>>,
+    /// The backends whose sessions get their own upstream, and how each starts one (`run`:
+    /// at most the one transparent backend).
+    pub(crate) per_session: Vec<(BackendId, Arc<dyn SpawnBackend>)>,
+    /// File descriptors one session may hold in backends of its own (all of them opened).
     pub(crate) fds_per_session: u64,
 }
 
@@ -59,8 +61,8 @@ pub(crate) async fn start_all(
     let all = futures::future::join_all(starts).await;
     let mut processes = Vec::new();
     let mut internals = Vec::new();
-    let mut per_session = None;
-    let mut fds_per_session = FDS_PER_BACKEND;
+    let mut per_session = Vec::new();
+    let mut fds_per_session = 0;
     let mut list = Vec::new();
     let mut first_error = None;
     for one in all {
@@ -79,11 +81,13 @@ pub(crate) async fn start_all(
             started.backend.info.protocol_version,
             started.backend.info.era
         );
-        if aggregate && started.per_session.is_some() {
-            shared_in_a_set(&id, &mut started)?;
+        if aggregate {
+            in_a_set(&mut started);
         }
-        fds_per_session = fds_per_session.max(started.fds_per_session);
-        per_session = started.per_session.take();
+        if let Some(spawner) = started.per_session.take() {
+            fds_per_session += started.fds_per_session;
+            per_session.push((id.clone(), spawner));
+        }
         internals.extend(started.internal.take());
         if let Some(p) = started.process.take() {
             processes.push((id.clone(), p));
@@ -99,28 +103,20 @@ pub(crate) async fn start_all(
         processes,
         internals,
         per_session,
-        fds_per_session,
+        fds_per_session: fds_per_session.max(FDS_PER_BACKEND),
     })
 }
 
-/// In a set, every backend is reached through one shared handle for now: a remote that
-/// answers Modern requests is one (statelessly, Legacy clients through the gateway's
-/// envelope); per-session processes and Legacy-only remotes, which need an upstream session
-/// per client session, are not served in a set yet.
-fn shared_in_a_set(id: &BackendId, started: &mut Started) -> anyhow::Result<()> {
+/// In a set, a remote that answers Modern requests is reached statelessly through one shared
+/// handle (Legacy clients through the gateway's envelope); a Legacy-only remote and an
+/// `isolation: per-session` process give each Legacy session its own upstream, opened on
+/// first use, and each Modern caller a partition of its own.
+fn in_a_set(started: &mut Started) {
     let remote = started.process.is_none();
-    anyhow::ensure!(
-        remote && started.backend.info.era.modern,
-        "backend {id}: {} in a multi-backend config is not supported yet",
-        if remote {
-            "a remote that does not answer Modern (2026-07-28) requests"
-        } else {
-            "isolation: per-session"
-        }
-    );
-    started.per_session = None;
-    started.backend.info.era.legacy = false;
-    Ok(())
+    if remote && started.backend.info.era.modern {
+        started.per_session = None;
+        started.backend.info.era.legacy = false;
+    }
 }
 
 /// The aggregating core's settings from the file's.
@@ -202,13 +198,22 @@ impl Shape {
         }
     }
 
-    /// The shape of a spec's backends: one transparent backend's own; a set's is shared
-    /// (every backend is reached through one handle, see `shared_in_a_set`).
+    /// The shape of a spec's backends: one transparent backend's own; a set's is per-session
+    /// when a process of its own is started per session somewhere (the session bound then
+    /// counts processes), else shared (remotes' upstream sessions cost the remote).
     pub(crate) fn of_all(backends: &[BackendSpec], aggregate: bool) -> Shape {
         match backends {
             [one] if !aggregate => Shape::of(one),
-            _ => Shape {
-                isolation: Isolation::Shared,
+            all => Shape {
+                isolation: if all
+                    .iter()
+                    .map(Shape::of)
+                    .any(|s| !s.remote && s.isolation == Isolation::PerSession)
+                {
+                    Isolation::PerSession
+                } else {
+                    Isolation::Shared
+                },
                 remote: false,
             },
         }

@@ -23,7 +23,7 @@ impl Gateway {
     ) -> Result<Dedicated, CoreError> {
         let spawner = self
             .per_session
-            .get()
+            .for_backend(&req.route.backend)
             .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
         let slot = self
             .mrtr

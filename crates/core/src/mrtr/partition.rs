@@ -45,15 +45,16 @@ use crate::{CoreError, Gateway, Principal};
 /// The input capabilities a Modern request can declare, as bits of a [`Key`].
 const CAPABILITIES: [&str; 3] = ["sampling", "elicitation", "roots"];
 
-/// Which partition a request belongs to.
+/// Which partition a request belongs to: whose, of which backend, declaring what.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     principal: String,
+    backend: crate::BackendId,
     caps: u8,
 }
 
 impl Key {
-    pub(crate) fn of(caller: &Principal, msg: &Message<'_>) -> Key {
+    pub(crate) fn of(caller: &Principal, msg: &Message<'_>, backend: &crate::BackendId) -> Key {
         let declared: Value = msg
             .meta(META_CLIENT_CAPABILITIES)
             .and_then(|c| serde_json::from_str(c.get()).ok())
@@ -66,6 +67,7 @@ impl Key {
         }
         Key {
             principal: caller.key(),
+            backend: backend.clone(),
             caps,
         }
     }
@@ -381,7 +383,7 @@ impl Gateway {
     async fn start_partition(&self, key: &Key) -> Result<Arc<Partition>, CoreError> {
         let spawner = self
             .per_session
-            .get()
+            .for_backend(&key.backend)
             .ok_or_else(|| CoreError::Unsupported(method::INITIALIZE.to_owned()))?;
         let asked: AskedSlot = Arc::default();
         let listeners = Arc::new(ModernListeners::default());
@@ -451,7 +453,9 @@ impl Gateway {
     ) -> Result<ModernAnswer, CoreError> {
         // The partition is a process of the route's backend: that backend says what it feeds.
         let info = self.backend_of(route)?.info();
-        let using = self.partition(&Key::of(caller, msg)).await?;
+        let using = self
+            .partition(&Key::of(caller, msg, &route.backend))
+            .await?;
         let part = using.0.clone();
         let honoured = crate::modern::honoured(info, Filter::parse(msg.params));
         let _guard = part.listeners.register(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use switchboard_wire::{encode_result, method, Message, RequestId};
 
 use super::route::{kinds_for, list_kind, ready, routable};
-use crate::resolve::From;
+use crate::resolve::{From, Via};
 use crate::{Call, CoreError, Gateway};
 
 impl Gateway {
@@ -72,17 +72,42 @@ impl Gateway {
         let Some(sid) = call.session else {
             return Err(CoreError::SessionRequired(method::SET_LEVEL));
         };
+        let level = call
+            .msg
+            .param("level")
+            .and_then(|l| serde_json::from_str::<String>(l.get()).ok())
+            .and_then(|l| crate::logging::rank(&l))
+            .ok_or(CoreError::InvalidParams("level must be a logging level"))?;
+        // Kept first: a session's own upstream opened later starts at this level.
+        self.registry
+            .sessions
+            .with(sid.as_str(), |s| s.log_level = Some(level))?;
         let mut answer = None;
         // A Modern-only backend has no log level to set (the gateway answers it for them).
         for entry in self.backends.iter().filter(|e| e.info().era.legacy) {
             let from = From::Fanout(Some(sid), &entry.id);
+            // `None`: the session has not opened its own upstream there yet.
             let Some(route) = self.resolve(from, method::SET_LEVEL, call.msg.params)? else {
                 continue;
             };
-            let one = self.set_level(sid, id, call.msg, &route).await?;
+            let one = if route.via == Via::Own {
+                let answer = self
+                    .call_backend(
+                        Some(sid),
+                        id,
+                        method::SET_LEVEL,
+                        call.msg,
+                        (None, None),
+                        &route,
+                    )
+                    .await?;
+                crate::gateway::restore(id, &answer)
+            } else {
+                self.set_level(sid, id, call.msg, &route).await?
+            };
             answer.get_or_insert(one);
         }
-        answer.ok_or(CoreError::SessionNotFound)
+        Ok(answer.unwrap_or_else(|| encode_result(id, "{}")))
     }
 
     /// A Modern request the aggregating gateway answers itself.

@@ -337,34 +337,6 @@ async fn serve_mcp_json_fronts_its_server() {
     );
 }
 
-/// A set is served by the aggregating core, but not yet with a per-session backend in it:
-/// refused at startup with a message naming that backend, before anything listens.
-#[tokio::test]
-async fn serve_refuses_a_per_session_backend_in_a_set() {
-    let dir = Dir::new("serve-two");
-    let config = dir.write(
-        "sb.yaml",
-        &format!(
-            "listen: {{port: 0}}\nbackends:\n  - {{name: a, command: {SWITCHBOARD}, args: [fixture]}}\n  - {{name: b, command: {SWITCHBOARD}, args: [fixture], isolation: per-session}}\n"
-        ),
-    );
-    let out = switchboard(
-        &["serve", "--config", config.to_str().unwrap()],
-        &[],
-        &dir.0,
-    )
-    .await;
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert!(
-        stderr.contains(
-            "backend b: isolation: per-session in a multi-backend config is not supported yet"
-        ),
-        "{stderr}"
-    );
-    assert!(!stdout.contains("listening on"), "{stdout}");
-}
-
 /// A remote's URL may carry a `${VAR}`: what `serve` prints (and the error when the remote
 /// is not there) shows the reference, never the value.
 #[tokio::test]

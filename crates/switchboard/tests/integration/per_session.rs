@@ -10,10 +10,11 @@ use serde_json::{json, Value};
 
 use crate::common::{stats, tool_text, Listener, TestGateway, BOTH};
 
-type Events = Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>>;
+pub(crate) type Events =
+    Pin<Box<dyn Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>>;
 
 /// POSTs a request and returns its open SSE response stream.
-async fn open_call(gw: &TestGateway, sid: &str, body: Value) -> Events {
+pub(crate) async fn open_call(gw: &TestGateway, sid: &str, body: Value) -> Events {
     let resp = gw
         .http
         .post(&gw.url)
@@ -34,7 +35,7 @@ async fn open_call(gw: &TestGateway, sid: &str, body: Value) -> Events {
     ))
 }
 
-async fn next(events: &mut Events) -> Value {
+pub(crate) async fn next(events: &mut Events) -> Value {
     loop {
         let e = tokio::time::timeout(Duration::from_secs(10), events.next())
             .await

@@ -15,6 +15,7 @@ mod failure;
 mod forward;
 mod identity;
 mod merged;
+mod own;
 mod pages;
 mod push;
 

@@ -1,0 +1,332 @@
+//! A session's own upstreams in a set, opened on first use.
+//!
+//! Aggregating, the gateway answers a Legacy client's `initialize` itself (the merged view),
+//! so no backend sees it then. The first request of the session that routes to a per-session
+//! backend (an `isolation: per-session` process, a Legacy-only remote) opens the session's own
+//! upstream there: started off the runtime, handed the client's `initialize` (its protocol
+//! version as negotiated, its capabilities and clientInfo, so the backend knows what it may
+//! ask), `initialized`, and the session's log level. Until that handshake is done the
+//! upstream is in the session (its end stops it; what it asks the client meanwhile is the
+//! session's) but no request is routed to it. One opening per (session, backend) at a time:
+//! concurrent first requests wait for the same one. Its death drops only it (`OnClose::DropOwn`).
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use switchboard_upstream::Credential;
+use switchboard_wire::{encode_notification, method, RequestId};
+
+use super::{spawn_off_runtime, OnClose, SessionSink};
+use crate::backends::BackendId;
+use crate::resolve::{From, Route, Via};
+use crate::session::{OwnBackend, SessionId};
+use crate::{CoreError, Gateway};
+
+/// The members of a client's `initialize` a session's own upstreams are handed later, with
+/// the version the gateway negotiated: what the client declared, nothing it did not.
+pub(crate) fn client_init(negotiated: &str, params: Option<&RawValue>) -> Option<Box<RawValue>> {
+    let params: Value = params
+        .and_then(|p| serde_json::from_str(p.get()).ok())
+        .unwrap_or(Value::Null);
+    let mut init = json!({
+        "protocolVersion": negotiated,
+        "capabilities": {},
+        "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+    });
+    for member in ["capabilities", "clientInfo"] {
+        if let Some(v) = params.get(member).filter(|v| v.is_object()) {
+            init[member] = v.clone();
+        }
+    }
+    RawValue::from_string(init.to_string()).ok()
+}
+
+impl Gateway {
+    /// Keeps the client's `initialize` on its new session, when some backend of the set opens
+    /// a session's own upstream later.
+    pub(crate) fn remember_client_init(
+        &self,
+        session: &SessionId,
+        negotiated: &str,
+        params: Option<&RawValue>,
+    ) {
+        if !self.per_session.lazy() {
+            return;
+        }
+        let init = client_init(negotiated, params);
+        let _ = self
+            .registry
+            .sessions
+            .with(session.as_str(), |s| s.client_init = init);
+    }
+
+    /// Where a Legacy client request goes (`None`: nowhere yet, see `resolve`). A session
+    /// that ended between lookup and routing (DELETE, reaping) is not found: never fall
+    /// through to the shared backend with a dead session's request. In a set, the session's
+    /// own upstream on a per-session backend is opened first when it has none (or a dead one).
+    pub(crate) async fn request_route(
+        &self,
+        call: &crate::Call<'_>,
+        name: &str,
+    ) -> Result<Option<Route>, CoreError> {
+        let from = || From::Request(call.session);
+        let params = call.msg.params;
+        let route = match self.resolve(from(), name, params) {
+            Err(CoreError::UnknownName(..)) if self.refresh_names(name).await => {
+                self.resolve(from(), name, params)
+            }
+            resolved => resolved,
+        }?;
+        let dead = route
+            .as_ref()
+            .is_some_and(|r| r.via == Via::Own && r.upstream.is_closed());
+        if route.is_some() && !dead {
+            return Ok(route);
+        }
+        let (Some(session), Some(backend)) =
+            (call.session, self.own_to_open(call.session, name, params))
+        else {
+            return Ok(route);
+        };
+        self.open_own(session, &backend, call.caller.credential.as_ref())
+            .await?;
+        self.resolve(from(), name, params)
+    }
+
+    /// The backend a session request is waiting for: routed to a per-session backend whose
+    /// own upstream the session has not opened (or lost). `None` when nothing is to open.
+    pub(crate) fn own_to_open(
+        &self,
+        session: Option<&SessionId>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Option<BackendId> {
+        let session = session?;
+        if !self.per_session.lazy() {
+            return None;
+        }
+        let (entry, _) = self
+            .choose_backend(&From::Request(Some(session)), method, params)
+            .ok()?;
+        self.per_session.for_backend(&entry.id)?;
+        Some(entry.id.clone())
+    }
+
+    /// Opens `session`'s own upstream on `backend` unless it has a live one (see the module
+    /// docs). `credential`: the caller's, for a remote that forwards it.
+    pub(crate) async fn open_own(
+        &self,
+        session: &SessionId,
+        backend: &BackendId,
+        credential: Option<&Credential>,
+    ) -> Result<(), CoreError> {
+        let spawner = self
+            .per_session
+            .for_backend(backend)
+            .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?
+            .clone();
+        let sessions = &self.registry.sessions;
+        let gate = sessions.with(session.as_str(), |s| {
+            s.opening.entry(backend.clone()).or_default().clone()
+        })?;
+        let _opening = gate.lock().await;
+        let (live, init, level) = sessions.with(session.as_str(), |s| {
+            let live = s
+                .own
+                .get(backend)
+                .is_some_and(|o| o.ready && !o.handle.is_closed());
+            (live, s.client_init.clone(), s.log_level)
+        })?;
+        if live {
+            return Ok(());
+        }
+        let sink = Arc::new(SessionSink {
+            registry: Arc::downgrade(&self.registry),
+            session: session.as_str().to_owned(),
+            backend: backend.clone(),
+            on_close: OnClose::DropOwn,
+        });
+        let (handle, process) = spawn_off_runtime(&spawner, sink).await?;
+        // A dead one is replaced (dropped after the lock: its process is killed). Ended
+        // meanwhile: the new one is dropped with the closure, and killed.
+        let replaced = sessions.with(session.as_str(), |s| {
+            s.own.insert(
+                backend.clone(),
+                OwnBackend::opening(handle.clone(), process),
+            )
+        })?;
+        drop(replaced);
+        let opened = self
+            .handshake_own(backend, handle, (init.as_deref(), level), credential)
+            .await;
+        sessions.with(session.as_str(), |s| {
+            match (&opened, s.own.get_mut(backend)) {
+                (Ok(()), Some(own)) => own.ready = true,
+                // Failed: the half-open upstream leaves (and is stopped as it drops).
+                (Err(_), _) => drop(s.own.remove(backend)),
+                (Ok(()), None) => {}
+            }
+        })?;
+        opened
+    }
+
+    /// A set: a client notification to every ready own upstream of its session (not
+    /// `initialized`: each had its own at opening). True when they were sent.
+    pub(crate) async fn notify_own_backends(
+        &self,
+        session: Option<&SessionId>,
+        name: &str,
+        params: Option<&RawValue>,
+    ) -> bool {
+        let Some(session) = session.filter(|_| self.per_session.lazy()) else {
+            return false;
+        };
+        if name == method::INITIALIZED {
+            return true;
+        }
+        let owns: Vec<_> = self
+            .registry
+            .sessions
+            .with(session.as_str(), |s| {
+                s.own
+                    .values()
+                    .filter(|o| o.ready)
+                    .map(|o| o.handle.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let line = encode_notification(name, params);
+        for own in owns {
+            let _ = own.send_line(line.clone()).await;
+        }
+        true
+    }
+
+    /// A request whose remote upstream session expired, once more on a fresh one (never a
+    /// third time: a remote that loses every session is failing, and says so).
+    pub(crate) async fn own_request_again(
+        &self,
+        call: crate::Call<'_>,
+        session: &SessionId,
+        id: &RequestId,
+        name: &str,
+        backend: &BackendId,
+    ) -> Result<Vec<u8>, CoreError> {
+        let credential = call.caller.credential.as_ref();
+        self.open_own(session, backend, credential).await?;
+        let route = self
+            .resolve(From::Request(Some(session)), name, call.msg.params)?
+            .filter(|r| r.via == Via::Own && &r.backend == backend)
+            .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
+        let out = crate::gateway::Outgoing {
+            session: Some(session),
+            id,
+            name,
+            params: call.msg.params,
+            stream: call.stream,
+            listen: None,
+            route: &route,
+            credential,
+        };
+        let answer = self.send(out).await?;
+        Ok(switchboard_wire::restore_response(
+            id,
+            answer.member(),
+            answer.payload(),
+        ))
+    }
+
+    /// The client's `initialize` and `initialized` on a session's new own upstream, then the
+    /// session's log level.
+    async fn handshake_own(
+        &self,
+        backend: &BackendId,
+        handle: switchboard_upstream::Upstream,
+        (init, level): (Option<&RawValue>, Option<u8>),
+        credential: Option<&Credential>,
+    ) -> Result<(), CoreError> {
+        let fallback = client_init(switchboard_wire::version::LATEST_LEGACY, None);
+        let params = init.or(fallback.as_deref());
+        let route = self
+            .resolve(
+                From::Started(backend, handle.clone()),
+                method::INITIALIZE,
+                params,
+            )?
+            .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
+        let out = crate::gateway::Outgoing {
+            session: None,
+            id: &RequestId::from_string("switchboard-open"),
+            name: method::INITIALIZE,
+            params,
+            stream: None,
+            listen: None,
+            route: &route,
+            credential,
+        };
+        let limit = self.config.handshake_timeout;
+        let answer = tokio::time::timeout(limit, self.send(out))
+            .await
+            .map_err(|_| crate::backend::no_answer(method::INITIALIZE, limit))??;
+        if answer.is_error() {
+            return Err(CoreError::BackendInit(format!(
+                "backend {backend} refused initialize"
+            )));
+        }
+        handle
+            .send_line(encode_notification(method::INITIALIZED, None))
+            .await?;
+        let logs = self
+            .backends
+            .get(backend)
+            .is_some_and(|e| e.info().capabilities.get("logging").is_some());
+        if let (Some(level), true) = (level, logs) {
+            // The level the session already asked every backend for; a refusal is the
+            // backend's business (the client was answered then).
+            let params = json!({ "level": crate::logging::name(level) }).to_string();
+            let params = RawValue::from_string(params).ok();
+            let out = crate::gateway::Outgoing {
+                session: None,
+                id: &RequestId::from_string("switchboard-open"),
+                name: method::SET_LEVEL,
+                params: params.as_deref(),
+                stream: None,
+                listen: None,
+                route: &route,
+                credential,
+            };
+            let _ = tokio::time::timeout(limit, self.send(out)).await;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn init_of(params: &str) -> Value {
+        let raw = RawValue::from_string(params.to_owned()).unwrap();
+        let init = client_init("2025-06-18", Some(&raw)).unwrap();
+        serde_json::from_str(init.get()).unwrap()
+    }
+
+    #[test]
+    fn the_backend_gets_the_negotiated_version_and_what_the_client_declared() {
+        let init = init_of(
+            r#"{"protocolVersion":"2099-01-01","capabilities":{"sampling":{}},
+                "clientInfo":{"name":"c","version":"1"},"extra":1}"#,
+        );
+        assert_eq!(
+            init,
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}},
+                   "clientInfo": {"name": "c", "version": "1"}})
+        );
+        // Members of the wrong type are not passed on.
+        let init = init_of(r#"{"capabilities":[1],"clientInfo":"x"}"#);
+        assert_eq!(init["capabilities"], json!({}));
+        assert_eq!(init["clientInfo"]["name"], "switchboard");
+    }
+}
