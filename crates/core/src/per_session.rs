@@ -8,25 +8,23 @@
 //! request of the session is in flight on a stream goes on that request's stream (it is
 //! almost certainly related); otherwise on the session's listen stream.
 
-use std::sync::{Arc, Weak};
-
-use bytes::Bytes;
-use serde_json::value::RawValue;
+use std::sync::Arc;
 
 use switchboard_upstream::{InboundSink, Upstream, UpstreamError, UpstreamOwner};
-use switchboard_wire::{
-    codes, encode_error, encode_notification, encode_request, method, restore_response,
-    ErrorObject, Message, MessageKind, RequestId,
-};
+use switchboard_wire::{method, restore_response, Message, RequestId};
 
 use crate::backends::BackendId;
-use crate::registry::Registry;
 use crate::resolve::{From, Route};
-use crate::route::random_hex;
 use crate::session::{EndReason, OwnBackend};
 use crate::CoreError;
 
 mod lazy;
+mod sink;
+
+pub(crate) use sink::{client_response, OnClose, SessionSink};
+
+/// How long a session's process may take to exit after its stdin closes before it is killed.
+pub(crate) const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Starts one backend process for one session; implemented by the binary (it knows the
 /// command line).
@@ -97,218 +95,6 @@ pub(crate) async fn spawn_off_runtime(
 ) -> Result<(Upstream, UpstreamOwner), CoreError> {
     let spawner = spawner.clone();
     Ok(switchboard_upstream::on_forker(move || spawner.spawn(sink)).await??)
-}
-
-/// Routes one session backend's unsolicited messages to that session only.
-#[derive(Debug)]
-pub(crate) struct SessionSink {
-    pub(crate) registry: Weak<Registry>,
-    pub(crate) session: String,
-    /// The backend whose process (or upstream session) this is, of the session's own ones.
-    pub(crate) backend: BackendId,
-    /// What the process going away means for the session.
-    pub(crate) on_close: OnClose,
-}
-
-/// What a session's own process (or upstream session) going away means.
-#[derive(Debug)]
-pub(crate) enum OnClose {
-    /// `run --isolation per-session`: the session was that process's, so it ends too.
-    EndSession {
-        /// To end the session. Weak, like `registry`: the process's reader owns this sink
-        /// and runs until the session (held by the gateway) stops the process, so a strong
-        /// handle would keep both alive for ever.
-        gateway: Weak<crate::Gateway>,
-        /// Set once the client has its session (`initialize` answered). Until then a dying
-        /// process is `PendingInit`'s to clean up: the client never saw the session, and its
-        /// `initialize` must fail as a backend failure (502), not as an unknown session.
-        opened: Arc<std::sync::atomic::AtomicBool>,
-    },
-    /// A set: the gateway answered `initialize` and the session uses other backends too, so
-    /// only this own upstream goes (and the next request there opens a fresh one).
-    DropOwn,
-}
-
-/// How long a session's process may take to exit after its stdin closes before it is killed.
-pub(crate) const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Most outstanding server→client requests per session; more are refused to the backend.
-const MAX_SERVER_REQUESTS: usize = 256;
-
-impl InboundSink for SessionSink {
-    /// The session's process is gone, so is the session: now, not at its next request, so its
-    /// listen stream ends and the client learns at once (a session that ended first, e.g. by
-    /// DELETE, is simply not found).
-    fn closed(&self, reason: &str) {
-        let OnClose::EndSession { gateway, opened } = &self.on_close else {
-            self.drop_own(reason);
-            return;
-        };
-        if !opened.load(std::sync::atomic::Ordering::Acquire) {
-            return;
-        }
-        let Some(gateway) = gateway.upgrade() else {
-            return;
-        };
-        if let Ok(ended) = gateway.registry.sessions.remove_any(&self.session) {
-            let session = crate::access::session_label(&self.session);
-            tracing::warn!(%session, "session's {reason}; session ended");
-            gateway.spawn_cleanup(ended, EndReason::BackendExited);
-        }
-    }
-
-    fn deliver(&self, _line: &Bytes, msg: &Message<'_>, backend: &Upstream) {
-        let Some(registry) = self.registry.upgrade() else {
-            return;
-        };
-        let name = msg.method.unwrap_or_default();
-        match (msg.kind, msg.id.as_ref()) {
-            (MessageKind::Request, Some(id)) => {
-                self.server_request(&registry, id, name, msg.params, backend)
-            }
-            _ if name == method::PROGRESS => {
-                if !registry.progress.route(msg.params) {
-                    registry
-                        .drops
-                        .record("progress for no live request stream", name);
-                }
-            }
-            _ => {
-                // Rebuilt list changes stay payload-free, as in shared mode; everything else is
-                // this session's own and travels as the backend wrote it.
-                let params = if name.ends_with("/list_changed") {
-                    None
-                } else {
-                    msg.params
-                };
-                let data = Bytes::from(encode_notification(name, params));
-                let _ = registry.sessions.with(&self.session, |s| deliver(s, data));
-            }
-        }
-    }
-}
-
-impl SessionSink {
-    /// Forgets the session's own upstream on this backend if it is the closed one (a fresh
-    /// one opened meanwhile stays). Dropping its owner kills a process that lingers.
-    fn drop_own(&self, reason: &str) {
-        let Some(registry) = self.registry.upgrade() else {
-            return;
-        };
-        let gone = registry
-            .sessions
-            .with(&self.session, |s| {
-                let closed = s
-                    .own
-                    .get(&self.backend)
-                    .is_some_and(|o| o.handle.is_closed());
-                closed.then(|| s.own.remove(&self.backend)).flatten()
-            })
-            .ok()
-            .flatten();
-        if gone.is_some() {
-            let session = crate::access::session_label(&self.session);
-            let backend = &self.backend;
-            tracing::warn!(%session, %backend, "session's own {reason}; reopened on next use");
-        }
-    }
-
-    fn server_request(
-        &self,
-        registry: &Registry,
-        id: &RequestId,
-        name: &str,
-        params: Option<&RawValue>,
-        backend: &Upstream,
-    ) {
-        let key = format!("sbs-{}", random_hex());
-        let line = Bytes::from(encode_request(&RequestId::from_string(&key), name, params));
-        let delivered = registry
-            .sessions
-            .with(&self.session, |s| {
-                let Some(own) = s.own.get_mut(&self.backend) else {
-                    return false;
-                };
-                if own.server_requests.len() >= MAX_SERVER_REQUESTS {
-                    return false;
-                }
-                own.server_requests.insert(key.clone(), id.clone());
-                if deliver(s, line) {
-                    return true;
-                }
-                if let Some(own) = s.own.get_mut(&self.backend) {
-                    own.server_requests.remove(&key);
-                }
-                false
-            })
-            .unwrap_or(false);
-        if !delivered {
-            registry
-                .drops
-                .record("server request with no client stream to carry it", name);
-            let err = ErrorObject::new(
-                codes::INTERNAL_ERROR,
-                "the client has no open stream to receive this request",
-            );
-            let _ = backend.try_send_line(encode_error(Some(id), &err));
-        }
-    }
-}
-
-/// Puts one message on the session's best stream: the single in-flight request's stream if
-/// there is exactly one, else the listen stream. Returns whether a stream took it.
-///
-/// An HTTP+SSE session has one stream for everything: the message goes there, and, like
-/// progress, only while it leaves the room kept for answers (so a backend that asks or logs
-/// a lot can neither crowd out the answers nor get a reading client evicted). A request
-/// refused that way is failed back to the backend by the caller.
-fn deliver(s: &mut crate::session::Session, data: Bytes) -> bool {
-    if s.transport == crate::session::Transport::Sse {
-        use crate::legacy_sse::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
-        return s
-            .listen
-            .push_reserving(data, SSE_MAX_REQUESTS, SSE_ANSWER_BYTES);
-    }
-    let mut streams = s.in_flight.values().filter_map(|f| f.stream.as_ref());
-    if let (Some(only), None) = (streams.next(), streams.next()) {
-        if only.try_send(data.clone()).is_ok() {
-            return true;
-        }
-    }
-    s.listen.is_attached() && s.listen.push(data)
-}
-
-/// A client's answer to a server request: routed back to the backend that asked, with that
-/// backend's own id restored. Answers for ids this session's backend never sent are refused.
-pub(crate) async fn client_response(
-    registry: &Registry,
-    session: &str,
-    msg: &Message<'_>,
-) -> Result<(), CoreError> {
-    let key = msg
-        .id
-        .as_ref()
-        .and_then(RequestId::as_str)
-        .ok_or(CoreError::UnexpectedResponse)?;
-    let (handle, backend_id) = registry
-        .sessions
-        .with(session, |s| {
-            // Only the process that asked knows the key (keys are minted per request).
-            s.own.values_mut().find_map(|own| {
-                let id = own.server_requests.remove(&key)?;
-                Some((own.handle.clone(), id))
-            })
-        })?
-        .ok_or(CoreError::UnexpectedResponse)?;
-    let (member, payload) = match (msg.result, msg.error) {
-        (Some(r), _) => ("result", r.get()),
-        (None, Some(e)) => ("error", e.get()),
-        (None, None) => return Err(CoreError::UnexpectedResponse),
-    };
-    handle
-        .send_line(restore_response(&backend_id, member, payload))
-        .await?;
-    Ok(())
 }
 
 impl crate::Gateway {
@@ -659,7 +445,7 @@ mod tests {
         let (tx, rx) = std_mpsc::channel();
         let spawner: Arc<dyn SpawnBackend> = Arc::new(WaitsForRuntime(parking_lot::Mutex::new(rx)));
         let signal = tokio::spawn(async move { tx.send(()) });
-        let registry = Registry::new(&crate::GatewayConfig::default());
+        let registry = crate::registry::Registry::new(&crate::GatewayConfig::default());
         let (handle, process) = spawn_off_runtime(&spawner, registry.sink())
             .await
             .expect("spawned once the runtime signalled");
