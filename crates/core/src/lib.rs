@@ -56,4 +56,4 @@ pub use session::{SessionId, Transport};
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;
 pub use switchboard_upstream::UpstreamError;
-pub use vmcp::{FailureMode, VmcpConfig};
+pub use vmcp::{FailureMode, RenamedName, VmcpConfig};

@@ -120,6 +120,18 @@ struct Cached {
 /// One backend's last known list of a kind, its rules, and why its last fetch failed.
 type Known<'a> = (BackendId, &'a BackendRules, Arc<[Value]>, Option<String>);
 
+/// A tool or prompt the virtual server exposes under a name of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenamedName {
+    /// `tool` or `prompt`.
+    pub kind: &'static str,
+    /// The name clients see.
+    pub exposed: String,
+    pub backend: BackendId,
+    /// The backend's own name.
+    pub original: String,
+}
+
 /// One kind's merged list.
 #[derive(Debug)]
 pub(crate) struct View {
@@ -364,6 +376,28 @@ impl Gateway {
                 );
             }
         }
+    }
+
+    /// Every tool and prompt exposed under a name other than its backend's own (prefixed,
+    /// shortened to the 64-character rule, overridden), from the lists as last built: the
+    /// mapping an operator needs to read logs and policies. Empty when not aggregating.
+    pub async fn renamed_names(&self) -> Vec<RenamedName> {
+        let mut out = Vec::new();
+        if self.vmcp().is_none() {
+            return out;
+        }
+        for (kind, label) in [(Kind::Tools, "tool"), (Kind::Prompts, "prompt")] {
+            let Ok(view) = self.view(kind).await else {
+                continue;
+            };
+            out.extend(view.all.renamed().map(|e| RenamedName {
+                kind: label,
+                exposed: e.exposed.to_string(),
+                backend: e.backend.clone(),
+                original: e.original.to_string(),
+            }));
+        }
+        out
     }
 
     /// Every page of `backend`'s list of `kind`, through the gateway's own route; nothing

@@ -118,6 +118,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         .collect();
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));
     gateway.warm_catalog().await;
+    show_renamed(&gateway).await;
 
     let addr = listener.local_addr()?;
     let authenticator = std::sync::Arc::new(args.auth.authenticator(&auth, addr)?);
@@ -214,6 +215,27 @@ fn origin_policy(args: &GatewayArgs, loopback: bool) -> OriginPolicy {
     OriginPolicy {
         hosts: list(&args.allowed_hosts, default.hosts),
         origins: list(&args.allowed_origins, default.origins),
+    }
+}
+
+/// Most renamed names printed at startup (the rest are counted).
+const SHOWN_RENAMES: usize = 100;
+
+/// The virtual server's names that differ from their backends' own, printed once at startup
+/// (`exposed = backend/original`), so logs, policies and clients can be read against them.
+async fn show_renamed(gateway: &Gateway) {
+    let renamed = gateway.renamed_names().await;
+    for r in renamed.iter().take(SHOWN_RENAMES) {
+        println!(
+            "switchboard: {} {} = {}/{}",
+            r.kind, r.exposed, r.backend, r.original
+        );
+    }
+    if renamed.len() > SHOWN_RENAMES {
+        println!(
+            "switchboard: and {} more renamed names",
+            renamed.len() - SHOWN_RENAMES
+        );
     }
 }
 

@@ -23,6 +23,8 @@ pub struct TestGateway {
     pub http: reqwest::Client,
     /// Everything the gateway wrote to stderr so far (its logs).
     pub stderr: std::sync::Arc<parking_lot::Mutex<String>>,
+    /// What it printed on stdout before its listening line.
+    pub startup: Vec<String>,
 }
 
 impl TestGateway {
@@ -98,11 +100,13 @@ impl TestGateway {
             }
         });
         let mut lines = BufReader::new(stdout).lines();
+        let mut startup = Vec::new();
         let url = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await.unwrap() {
                 if let Some(url) = line.strip_prefix("switchboard: listening on ") {
                     return url.trim().to_owned();
                 }
+                startup.push(line);
             }
             panic!("switchboard exited before listening");
         })
@@ -113,6 +117,7 @@ impl TestGateway {
         TestGateway {
             _child: child,
             stderr,
+            startup,
             url,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)

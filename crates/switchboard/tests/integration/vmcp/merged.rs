@@ -216,3 +216,32 @@ async fn a_filtered_tool_is_refused_like_an_unknown_one_in_both_eras() {
     let after = call_text(gw, Era::Legacy, Some(&sid), "beta_pid", json!({})).await;
     assert_eq!(after, beta_pid);
 }
+
+/// A name past the 64-character rule is shortened, and `serve` prints the mapping at startup
+/// (`tool EXPOSED = BACKEND/ORIGINAL`); the printed name is the one that is listed and that
+/// reaches the backend under its own name.
+#[tokio::test]
+async fn shortened_names_are_printed_at_startup_and_route_to_their_original() {
+    let top = "aggregation: {conflictResolution: prefix, prefixFormat: \"{backend}_with_a_prefix_long_enough_to_shorten_\"}\n";
+    let served = trio("shortened", top).await;
+    let gw = &served.gw;
+    let original = "test_input_required_result_multiple_inputs";
+    let line = gw
+        .startup
+        .iter()
+        .find(|l| l.starts_with("switchboard: tool ") && l.ends_with(&format!(" = alpha/{original}")))
+        .unwrap_or_else(|| panic!("no mapping printed: {:#?}", gw.startup));
+    let exposed = line
+        .strip_prefix("switchboard: tool ")
+        .and_then(|r| r.split(' ').next())
+        .unwrap();
+    assert!(exposed.len() <= 64 && exposed.len() > 50, "{exposed}");
+    assert!(exposed.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
+    let sid = gw.session().await;
+    let listed = tool_names(gw, Era::Legacy, Some(&sid)).await;
+    assert!(listed.iter().any(|n| n == exposed), "{listed:?}");
+    // `echo` is short enough to keep its prefixed name; it reaches alpha as `echo`.
+    let echo = "alpha_with_a_prefix_long_enough_to_shorten_echo";
+    let text = call_text(gw, Era::Legacy, Some(&sid), echo, json!({"text": "hi"})).await;
+    assert_eq!(text, "hi");
+}
