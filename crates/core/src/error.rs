@@ -88,6 +88,10 @@ pub enum CoreError {
     #[error("backend {0}: {1}")]
     OfBackend(crate::BackendId, UpstreamError),
 
+    /// Aggregating: a backend did not answer within the request deadline.
+    #[error("backend {0}: request timed out after {1:?}")]
+    TimeoutOf(crate::BackendId, std::time::Duration),
+
     /// Aggregating: a merged list could not be built.
     #[error("{0}")]
     Aggregation(String),

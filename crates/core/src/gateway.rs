@@ -443,7 +443,7 @@ impl Gateway {
             }
             Err(expired) => {
                 upstream_cancel.reason = "request timed out at the gateway";
-                Err(CoreError::Timeout(expired.limit()))
+                Err(self.attributed(&route.backend, CoreError::Timeout(expired.limit())))
             }
         }
     }
@@ -454,6 +454,9 @@ impl Gateway {
         match e {
             CoreError::Backend(e) if self.vmcp.is_some() => {
                 CoreError::OfBackend(backend.clone(), e)
+            }
+            CoreError::Timeout(limit) if self.vmcp.is_some() => {
+                CoreError::TimeoutOf(backend.clone(), limit)
             }
             e => e,
         }

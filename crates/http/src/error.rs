@@ -301,12 +301,19 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::OK,
             ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")),
         ),
-        // The same status and words as one backend's failure (never the backend's own text),
-        // naming which backend of the set it was.
+        // The same words as one backend's failure (never the backend's own text), naming
+        // which backend of the set it was, and HTTP 200: the endpoint is fine, one of its
+        // servers is not, and clients treat a 5xx as their transport failing (the Python
+        // SDK 1.x ends its session on one, losing every other backend with it).
         CoreError::OfBackend(id, u) => {
-            let (status, mut err) = core_parts(&CoreError::Backend(u.clone()));
+            let (_, mut err) = core_parts(&CoreError::Backend(u.clone()));
             err.message = format!("{} (backend {id})", err.message).into();
-            (status, err)
+            (StatusCode::OK, err)
+        }
+        CoreError::TimeoutOf(id, limit) => {
+            let (_, mut err) = core_parts(&CoreError::Timeout(*limit));
+            err.message = format!("{} (backend {id})", err.message).into();
+            (StatusCode::OK, err)
         }
         // Details (names a backend listed) go to the log, not to every client.
         CoreError::Aggregation(_) => (

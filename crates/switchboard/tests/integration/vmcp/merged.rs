@@ -229,14 +229,18 @@ async fn shortened_names_are_printed_at_startup_and_route_to_their_original() {
     let line = gw
         .startup
         .iter()
-        .find(|l| l.starts_with("switchboard: tool ") && l.ends_with(&format!(" = alpha/{original}")))
+        .find(|l| {
+            l.starts_with("switchboard: tool ") && l.ends_with(&format!(" = alpha/{original}"))
+        })
         .unwrap_or_else(|| panic!("no mapping printed: {:#?}", gw.startup));
     let exposed = line
         .strip_prefix("switchboard: tool ")
         .and_then(|r| r.split(' ').next())
         .unwrap();
     assert!(exposed.len() <= 64 && exposed.len() > 50, "{exposed}");
-    assert!(exposed.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
+    assert!(exposed
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
     let sid = gw.session().await;
     let listed = tool_names(gw, Era::Legacy, Some(&sid)).await;
     assert!(listed.iter().any(|n| n == exposed), "{listed:?}");
