@@ -1,17 +1,51 @@
 #!/usr/bin/env bash
 # Installs the real third-party MCP clients the integration tests drive, into cached,
-# gitignored virtualenvs under .tools/. With no argument (or `sse`): the Python SDK 1.x
+# gitignored directories under .tools/. With no argument (or `sse`): the Python SDK 1.x
 # (`mcp` 1.x, whose `sse_client` speaks the 2024-11-05 HTTP+SSE transport) at .tools/pysdk.
 # With `modern`: the Python SDK 2.3.0 (whose client speaks 2026-07-28) at .tools/pysdk2.
-# Idempotent and quiet: a second run costs one `import`. Prints the venv's python on success.
+# With `ts`: the TypeScript SDK (`@modelcontextprotocol/sdk`, pinned, with its
+# StreamableHTTPClientTransport) at .tools/tssdk; prints its node_modules directory.
+# Idempotent and quiet: a second run costs one probe. Prints the venv's python on success.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The TypeScript SDK 1.x release the tests are written against (exact: a new release must be
+# a deliberate change, not something a test run picks up).
+TS_SDK_VERSION=1.32.2
+
+install_ts() {
+    local dir=.tools/tssdk
+    local pkg="$dir/node_modules/@modelcontextprotocol/sdk/package.json"
+    local probe="$dir/node_modules/@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js"
+    ts_ready() {
+        [ -f "$probe" ] && grep -q "\"version\": \"$TS_SDK_VERSION\"" "$pkg" 2>/dev/null
+    }
+    if ts_ready; then
+        echo "$PWD/$dir/node_modules"
+        return
+    fi
+    mkdir -p .tools
+    # A lock so concurrent test processes do not install into the same directory at once.
+    exec 9>"$dir.lock"
+    flock 9
+    if ! ts_ready; then
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        printf '{"name":"switchboard-test-clients","private":true,"type":"module",%s}\n' \
+            "\"dependencies\":{\"@modelcontextprotocol/sdk\":\"$TS_SDK_VERSION\"}" >"$dir/package.json"
+        timeout 300 npm install --prefix "$dir" --silent --no-audit --no-fund \
+            --no-update-notifier >&2
+        ts_ready || { echo "the TypeScript SDK $TS_SDK_VERSION did not install" >&2; exit 1; }
+    fi
+    echo "$PWD/$dir/node_modules"
+}
 
 case "${1:-sse}" in
     sse) VENV=.tools/pysdk SPEC='mcp>=1.9,<2' PROBE='import mcp.client.sse' ;;
     modern) VENV=.tools/pysdk2 SPEC='mcp==2.3.0' \
         PROBE='import importlib.metadata as m, mcp.client; assert m.version("mcp") == "2.3.0"' ;;
-    *) echo "usage: $0 [sse|modern]" >&2; exit 2 ;;
+    ts) install_ts; exit 0 ;;
+    *) echo "usage: $0 [sse|modern|ts]" >&2; exit 2 ;;
 esac
 PY="$VENV/bin/python"
 

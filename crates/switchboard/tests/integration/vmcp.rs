@@ -1,6 +1,7 @@
 //! The virtual server through the real binary: `switchboard serve --config F.yaml` with
 //! several backends (shared stdio fixtures, a remote `fixture --http`, a scripted growing
-//! one) merged into one MCP server. Raw HTTP in both eras, and rmcp.
+//! one) merged into one MCP server. Raw HTTP in both eras, and real clients (rmcp, the
+//! Python SDKs, the TypeScript SDK).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -11,6 +12,8 @@ use serde_json::{json, Value};
 use crate::common::{tool_text, Reply, TestGateway};
 use crate::fixture_http::FixtureHttp;
 
+mod clients;
+mod driver;
 mod failure;
 mod forward;
 mod identity;
