@@ -406,3 +406,34 @@ async fn a_level_set_while_an_own_upstream_opens_reaches_it() {
         "the own upstream runs at a level the session no longer has: {seen}"
     );
 }
+
+/// An `isolation: per-session` backend that answers only Modern requests has no Legacy
+/// upstream to open per session (it refuses `initialize`): a Legacy session reaches it
+/// through the era bridge, as it would a shared one, and Modern callers are unaffected.
+/// Fails while the set opens an own upstream for it (every Legacy call is refused).
+#[tokio::test]
+async fn a_modern_only_per_session_backend_still_serves_legacy_sessions() {
+    let mo = format!(
+        "  - name: mo\n    command: {}\n    args: [fixture, --era, modern]\n    isolation: per-session\n",
+        super::SB
+    );
+    let yaml = format!("backends:\n{}{mo}", stdio("alpha", ""));
+    let served = serve("own-modern-only", &yaml, None).await;
+    let gw = &served.gw;
+    let modern = call_text(gw, Era::Modern, None, "mo_pid", json!({})).await;
+    assert!(modern.parse::<u32>().is_ok(), "{modern}");
+    let sid = session(gw).await;
+    let params = json!({"name": "mo_pid", "arguments": {}});
+    let r = gw
+        .post(
+            Some(&sid),
+            &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":params}),
+        )
+        .await;
+    let body = r.json();
+    assert!(
+        body["result"].is_object(),
+        "a Legacy session cannot use a Modern-only per-session backend: {body}"
+    );
+    assert!(tool_text(&body).parse::<u32>().is_ok(), "{body}");
+}
