@@ -227,3 +227,213 @@ async fn modern_calls_run_on_a_partition_of_the_backend_they_name() {
         assert_eq!(answer, who);
     }
 }
+
+/// A Legacy stdio backend that records what reaches it (for the attacker review of issue 14):
+/// `tools/list` is one tool, `stats`, answering what it saw (subscribe/unsubscribe per URI,
+/// setLevel calls); `resources/list` lists `file:///w` and `file:///c`. With a directory
+/// argument, an `initialize` from a client that calls itself `gated` first creates
+/// `DIR/got-init`, then is answered only once `DIR/go` exists (bounded: 20 s), so a test can
+/// act while a session's own upstream is handshaking, and know that it is.
+const RECORDER: &str = r#"
+import json, os, sys, time
+DIR = sys.argv[1] if len(sys.argv) > 1 else None
+state = {"subscribe": [], "unsubscribe": [], "setLevel": []}
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+def ok(rid, res):
+    send({"jsonrpc": "2.0", "id": rid, "result": res})
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg or "method" not in msg:
+        continue
+    m, rid, p = msg["method"], msg["id"], msg.get("params") or {}
+    if m == "initialize":
+        if DIR and (p.get("clientInfo") or {}).get("name") == "gated":
+            open(os.path.join(DIR, "got-init"), "w").close()
+            deadline = time.time() + 20
+            while not os.path.exists(os.path.join(DIR, "go")) and time.time() < deadline:
+                time.sleep(0.01)
+        ok(rid, {"protocolVersion": "2025-11-25", "serverInfo": {"name": "rec", "version": "1"},
+                 "capabilities": {"tools": {}, "logging": {}, "resources": {"subscribe": True}}})
+    elif m == "tools/list":
+        ok(rid, {"tools": [{"name": "stats", "inputSchema": {"type": "object"}}]})
+    elif m == "resources/list":
+        ok(rid, {"resources": [{"uri": "file:///w", "name": "w"}, {"uri": "file:///c", "name": "c"}]})
+    elif m == "resources/templates/list":
+        ok(rid, {"resourceTemplates": []})
+    elif m in ("resources/subscribe", "resources/unsubscribe"):
+        state[m.split("/")[1]].append(p.get("uri")); ok(rid, {})
+    elif m == "logging/setLevel":
+        state["setLevel"].append(p.get("level")); ok(rid, {})
+    elif m == "tools/call" and p.get("name") == "stats":
+        ok(rid, {"content": [{"type": "text", "text": json.dumps(state)}]})
+    elif m == "ping":
+        ok(rid, {})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "nope"}})
+"#;
+
+/// A `backends:` entry running [`RECORDER`] (written into `dir`), with extra settings lines.
+fn recorder(dir: &super::Dir, name: &str, settings: &str) -> String {
+    let script = dir.write("recorder.py", RECORDER);
+    let gate = dir.0.display();
+    format!(
+        "  - name: {name}\n    command: python3\n    args: [{}, {gate}]\n{settings}",
+        script.display()
+    )
+}
+
+async fn stats(gw: &TestGateway, sid: &str) -> Value {
+    serde_json::from_str(&text(gw, sid, "stats").await).unwrap()
+}
+
+async fn delete(gw: &TestGateway, sid: &str) {
+    let r = gw
+        .http
+        .delete(&gw.url)
+        .header("mcp-session-id", sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+}
+
+/// A session that used a per-session backend still used the shared ones: when it ends, its
+/// subscriptions and log level there are released as any other session's (DELETE answers
+/// after the release, so the recorder has seen it by the next call). Fails while
+/// `release` returns early for any session with a process of its own.
+#[tokio::test]
+async fn a_session_with_an_own_upstream_releases_its_shared_backends_state_when_it_ends() {
+    let dir = super::Dir::new("own-release-script");
+    let yaml = format!(
+        "backends:\n{}{}",
+        recorder(&dir, "rec", ""),
+        stdio("beta", "    isolation: per-session\n")
+    );
+    let served = serve("own-release", &yaml, None).await;
+    let gw = &served.gw;
+    let sub = |uri: &str| json!({"jsonrpc":"2.0","id":"s","method":"resources/subscribe","params":{"uri":uri}});
+    let level = |l: &str| json!({"jsonrpc":"2.0","id":"l","method":"logging/setLevel","params":{"level":l}});
+    let watcher = session(gw).await;
+    // Control: a session with no own upstream is released (subscription and level).
+    let c = session(gw).await;
+    for body in [sub("file:///c"), level("debug")] {
+        let r = gw.post(Some(&c), &body).await;
+        assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    }
+    delete(gw, &c).await;
+    let after_control = stats(gw, &watcher).await;
+    assert_eq!(
+        after_control["unsubscribe"],
+        json!(["file:///c"]),
+        "{after_control}"
+    );
+    let levels = after_control["setLevel"].as_array().unwrap().len();
+    assert_eq!(
+        levels, 2,
+        "set, then reconciled on the end: {after_control}"
+    );
+
+    // The same, by a session that also opened its own process on `beta`.
+    let a = session(gw).await;
+    assert!(text(gw, &a, "pid").await.parse::<u32>().is_ok());
+    for body in [sub("file:///w"), level("info")] {
+        let r = gw.post(Some(&a), &body).await;
+        assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    }
+    delete(gw, &a).await;
+    let after = stats(gw, &watcher).await;
+    assert_eq!(
+        after["unsubscribe"],
+        json!(["file:///c", "file:///w"]),
+        "the ended session is still the shared backend's subscriber: {after}"
+    );
+    assert_eq!(
+        after["setLevel"].as_array().unwrap().len(),
+        levels + 2,
+        "the ended session's level still rules the shared backend: {after}"
+    );
+}
+
+/// `logging/setLevel` answered while the session's own upstream is handshaking: the level is
+/// stored, the fan-out skips the not-ready upstream, and the handshake must then apply it.
+/// Fails while `open_own` reads the level before spawning (the stale one is applied).
+#[tokio::test]
+async fn a_level_set_while_an_own_upstream_opens_reaches_it() {
+    let dir = super::Dir::new("own-level-script");
+    let yaml = format!(
+        "backends:\n{}{}",
+        stdio("alpha", ""),
+        recorder(&dir, "rec", "    isolation: per-session\n")
+    );
+    let served = serve("own-level", &yaml, None).await;
+    let gw = &served.gw;
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"gated","version":"0"}}});
+    let r = gw.post(None, &init).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let note = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    assert_eq!(
+        gw.post(Some(&sid), &note).await.status,
+        StatusCode::ACCEPTED
+    );
+    // The first use opens the session's own `rec`; its `initialize` waits for `go`, and
+    // meanwhile the session asks for `debug`.
+    let meanwhile = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !dir.0.join("got-init").exists() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no own upstream opened"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let level = json!({"jsonrpc":"2.0","id":"l","method":"logging/setLevel","params":{"level":"debug"}});
+        let r = gw.post(Some(&sid), &level).await;
+        assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+        std::fs::write(dir.0.join("go"), "").unwrap();
+    };
+    let (seen, ()) = tokio::time::timeout(
+        Duration::from_secs(30),
+        futures::future::join(stats(gw, &sid), meanwhile),
+    )
+    .await
+    .expect("the first call was answered");
+    assert_eq!(
+        seen["setLevel"],
+        json!(["debug"]),
+        "the own upstream runs at a level the session no longer has: {seen}"
+    );
+}
+
+/// An `isolation: per-session` backend that answers only Modern requests has no Legacy
+/// upstream to open per session (it refuses `initialize`): a Legacy session reaches it
+/// through the era bridge, as it would a shared one, and Modern callers are unaffected.
+/// Fails while the set opens an own upstream for it (every Legacy call is refused).
+#[tokio::test]
+async fn a_modern_only_per_session_backend_still_serves_legacy_sessions() {
+    let mo = format!(
+        "  - name: mo\n    command: {}\n    args: [fixture, --era, modern]\n    isolation: per-session\n",
+        super::SB
+    );
+    let yaml = format!("backends:\n{}{mo}", stdio("alpha", ""));
+    let served = serve("own-modern-only", &yaml, None).await;
+    let gw = &served.gw;
+    let modern = call_text(gw, Era::Modern, None, "mo_pid", json!({})).await;
+    assert!(modern.parse::<u32>().is_ok(), "{modern}");
+    let sid = session(gw).await;
+    let params = json!({"name": "mo_pid", "arguments": {}});
+    let r = gw
+        .post(
+            Some(&sid),
+            &json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":params}),
+        )
+        .await;
+    let body = r.json();
+    assert!(
+        body["result"].is_object(),
+        "a Legacy session cannot use a Modern-only per-session backend: {body}"
+    );
+    assert!(tool_text(&body).parse::<u32>().is_ok(), "{body}");
+}
