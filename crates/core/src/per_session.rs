@@ -303,7 +303,7 @@ impl crate::Gateway {
         let answer = match self.send(out).await {
             // A set: the remote refused the request unseen (its upstream session expired), so
             // it goes once more, on a fresh upstream session of this client session's.
-            Err(CoreError::OfBackend(backend, e)) if e.is_session_lost() => {
+            Err(CoreError::OfBackend(backend, e)) if e.refused_unseen() => {
                 let Some(sid) = call.session else {
                     return Err(CoreError::OfBackend(backend, e));
                 };

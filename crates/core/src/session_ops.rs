@@ -261,9 +261,18 @@ impl Gateway {
             }
             // Each stop is bounded by its grace (then a kill), so this ends.
             while stops.join_next().await.is_some() {}
-            return;
+            // `run --isolation per-session`: the session used nothing else. In a set it also
+            // used shared backends, whose state it held is released below.
+            if !self.per_session.lazy() {
+                return;
+            }
         }
         for (backend, key) in &ended.in_flight {
+            // A per-session backend's requests went to the session's own upstream, stopped
+            // above; the shared handle never saw them.
+            if self.per_session.for_backend(backend).is_some() {
+                continue;
+            }
             let route = self.resolve(From::Teardown(backend), method::CANCELLED, None);
             if let Ok(Some(route)) = route {
                 send_cancel(&route.upstream, key, "session ended");

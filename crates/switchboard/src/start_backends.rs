@@ -113,9 +113,15 @@ pub(crate) async fn start_all(
 /// first use, and each Modern caller a partition of its own.
 fn in_a_set(started: &mut Started) {
     let remote = started.process.is_none();
-    if remote && started.backend.info.era.modern {
+    let era = started.backend.info.era;
+    if remote && era.modern {
         started.per_session = None;
         started.backend.info.era.legacy = false;
+    }
+    // A Modern-only process answers no `initialize`: sessions cannot open one of their own,
+    // and Legacy clients reach it through the gateway's envelope, statelessly.
+    if !remote && !era.legacy {
+        started.per_session = None;
     }
 }
 
@@ -199,21 +205,29 @@ impl Shape {
     }
 
     /// The shape of a spec's backends: one transparent backend's own; a set's is per-session
-    /// when a process of its own is started per session somewhere (the session bound then
-    /// counts processes), else shared (remotes' upstream sessions cost the remote).
+    /// when a process is started per session somewhere (the session bound then counts
+    /// processes); else a remote's when it has one (a Legacy-only remote holds an upstream
+    /// session per client session: its connections count, as in `run --url`); else shared.
     pub(crate) fn of_all(backends: &[BackendSpec], aggregate: bool) -> Shape {
-        match backends {
-            [one] if !aggregate => Shape::of(one),
-            all => Shape {
-                isolation: if all
-                    .iter()
-                    .map(Shape::of)
-                    .any(|s| !s.remote && s.isolation == Isolation::PerSession)
-                {
-                    Isolation::PerSession
-                } else {
-                    Isolation::Shared
-                },
+        let shapes: Vec<Shape> = backends.iter().map(Shape::of).collect();
+        let per_session = Shape {
+            isolation: Isolation::PerSession,
+            remote: false,
+        };
+        match shapes[..] {
+            [one] if !aggregate => one,
+            _ if shapes
+                .iter()
+                .any(|s| !s.remote && s.isolation == Isolation::PerSession) =>
+            {
+                per_session
+            }
+            _ if shapes.iter().any(|s| s.remote) => Shape {
+                remote: true,
+                ..per_session
+            },
+            _ => Shape {
+                isolation: Isolation::Shared,
                 remote: false,
             },
         }

@@ -36,6 +36,16 @@ impl UpstreamError {
     /// A remote ended or lost the upstream session (it restarted, or expired it): the client
     /// session that depended on it is over too.
     pub fn is_session_lost(&self) -> bool {
+        use crate::remote::RemoteError as R;
+        matches!(
+            self,
+            UpstreamError::Remote(R::SessionLost | R::SessionEndedInFlight)
+        )
+    }
+
+    /// The remote refused the call for its session (404) without running it: sending it
+    /// again on a fresh session cannot run it twice.
+    pub fn refused_unseen(&self) -> bool {
         matches!(
             self,
             UpstreamError::Remote(crate::remote::RemoteError::SessionLost)

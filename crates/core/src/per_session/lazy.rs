@@ -132,12 +132,12 @@ impl Gateway {
             s.opening.entry(backend.clone()).or_default().clone()
         })?;
         let _opening = gate.lock().await;
-        let (live, init, level) = sessions.with(session.as_str(), |s| {
+        let (live, init) = sessions.with(session.as_str(), |s| {
             let live = s
                 .own
                 .get(backend)
                 .is_some_and(|o| o.ready && !o.handle.is_closed());
-            (live, s.client_init.clone(), s.log_level)
+            (live, s.client_init.clone())
         })?;
         if live {
             return Ok(());
@@ -158,18 +158,27 @@ impl Gateway {
             )
         })?;
         drop(replaced);
-        let opened = self
-            .handshake_own(backend, handle, (init.as_deref(), level), credential)
-            .await;
-        sessions.with(session.as_str(), |s| {
-            match (&opened, s.own.get_mut(backend)) {
-                (Ok(()), Some(own)) => own.ready = true,
-                // Failed: the half-open upstream leaves (and is stopped as it drops).
-                (Err(_), _) => drop(s.own.remove(backend)),
-                (Ok(()), None) => {}
+        // Until it is ready, failing or being dropped (the client left) takes it out again.
+        let mut half_open = HalfOpen {
+            gateway: self,
+            session,
+            backend,
+            armed: true,
+        };
+        let route = self
+            .handshake_own(backend, handle, init.as_deref(), credential)
+            .await?;
+        // Ready first, then the level: a `logging/setLevel` from now on reaches it through
+        // the fan-out, and one that came while it handshook is read here.
+        let level = sessions.with(session.as_str(), |s| {
+            if let Some(own) = s.own.get_mut(backend) {
+                own.ready = true;
             }
+            s.log_level
         })?;
-        opened
+        half_open.armed = false;
+        self.apply_level(&route, level, credential).await;
+        Ok(())
     }
 
     /// A set: a client notification to every ready own upstream of its session (not
@@ -238,15 +247,15 @@ impl Gateway {
         ))
     }
 
-    /// The client's `initialize` and `initialized` on a session's new own upstream, then the
-    /// session's log level.
+    /// The client's `initialize` and `initialized` on a session's new own upstream; the
+    /// route to it.
     async fn handshake_own(
         &self,
         backend: &BackendId,
         handle: switchboard_upstream::Upstream,
-        (init, level): (Option<&RawValue>, Option<u8>),
+        init: Option<&RawValue>,
         credential: Option<&Credential>,
-    ) -> Result<(), CoreError> {
+    ) -> Result<Route, CoreError> {
         let fallback = client_init(switchboard_wire::version::LATEST_LEGACY, None);
         let params = init.or(fallback.as_deref());
         let route = self
@@ -256,20 +265,9 @@ impl Gateway {
                 params,
             )?
             .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
-        let out = crate::gateway::Outgoing {
-            session: None,
-            id: &RequestId::from_string("switchboard-open"),
-            name: method::INITIALIZE,
-            params,
-            stream: None,
-            listen: None,
-            route: &route,
-            credential,
-        };
-        let limit = self.config.handshake_timeout;
-        let answer = tokio::time::timeout(limit, self.send(out))
-            .await
-            .map_err(|_| crate::backend::no_answer(method::INITIALIZE, limit))??;
+        let answer = self
+            .own_call(&route, method::INITIALIZE, params, credential)
+            .await?;
         if answer.is_error() {
             return Err(CoreError::BackendInit(format!(
                 "backend {backend} refused initialize"
@@ -278,28 +276,77 @@ impl Gateway {
         handle
             .send_line(encode_notification(method::INITIALIZED, None))
             .await?;
+        Ok(route)
+    }
+
+    /// The level the session asked every backend for, on its new own upstream (a backend
+    /// that does logging); a refusal is the backend's business (the client was answered).
+    async fn apply_level(&self, route: &Route, level: Option<u8>, credential: Option<&Credential>) {
         let logs = self
             .backends
-            .get(backend)
+            .get(&route.backend)
             .is_some_and(|e| e.info().capabilities.get("logging").is_some());
-        if let (Some(level), true) = (level, logs) {
-            // The level the session already asked every backend for; a refusal is the
-            // backend's business (the client was answered then).
-            let params = json!({ "level": crate::logging::name(level) }).to_string();
-            let params = RawValue::from_string(params).ok();
-            let out = crate::gateway::Outgoing {
-                session: None,
-                id: &RequestId::from_string("switchboard-open"),
-                name: method::SET_LEVEL,
-                params: params.as_deref(),
-                stream: None,
-                listen: None,
-                route: &route,
-                credential,
-            };
-            let _ = tokio::time::timeout(limit, self.send(out)).await;
+        let Some(level) = level.filter(|_| logs) else {
+            return;
+        };
+        let params = json!({ "level": crate::logging::name(level) }).to_string();
+        let params = RawValue::from_string(params).ok();
+        let _ = self
+            .own_call(route, method::SET_LEVEL, params.as_deref(), credential)
+            .await;
+    }
+
+    /// One request of the gateway's on a session's own upstream, within the handshake
+    /// deadline: a process that never answers is a broken backend, and says so.
+    async fn own_call(
+        &self,
+        route: &Route,
+        name: &str,
+        params: Option<&RawValue>,
+        credential: Option<&Credential>,
+    ) -> Result<switchboard_upstream::BackendResponse, CoreError> {
+        let out = crate::gateway::Outgoing {
+            session: None,
+            id: &RequestId::from_string("switchboard-open"),
+            name,
+            params,
+            stream: None,
+            listen: None,
+            route,
+            credential,
+        };
+        let limit = self.config.handshake_timeout;
+        tokio::time::timeout(limit, self.send(out))
+            .await
+            .map_err(|_| crate::backend::no_answer(name, limit))?
+    }
+}
+
+/// A session's own upstream that is not handshaken: taken out of the session (and stopped as
+/// it drops) unless it becomes ready (then disarmed).
+struct HalfOpen<'a> {
+    gateway: &'a Gateway,
+    session: &'a SessionId,
+    backend: &'a BackendId,
+    armed: bool,
+}
+
+impl Drop for HalfOpen<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
         }
-        Ok(())
+        // Only this opening (it holds the session's gate for the backend) puts a not-ready
+        // one there. Dropped outside the table lock.
+        let gone = self
+            .gateway
+            .registry
+            .sessions
+            .with(self.session.as_str(), |s| {
+                let half = s.own.get(self.backend).is_some_and(|o| !o.ready);
+                half.then(|| s.own.remove(self.backend)).flatten()
+            });
+        drop(gone);
     }
 }
 

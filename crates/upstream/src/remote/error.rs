@@ -18,6 +18,10 @@ pub enum RemoteError {
     /// session is forgotten; the caller must initialize a new one.
     #[error("remote lost the session")]
     SessionLost,
+    /// The upstream session ended (an HTTP+SSE stream closed) while the call was in flight:
+    /// unlike [`RemoteError::SessionLost`], the remote may have run it.
+    #[error("remote session ended with the call in flight")]
+    SessionEndedInFlight,
     /// An HTTP error status without a JSON-RPC answer in the body.
     #[error("remote answered HTTP {status}: {excerpt}")]
     Status {

@@ -144,7 +144,7 @@ impl Session {
         };
         debug!(reason = %why, pending = calls.len(), "HTTP+SSE session ended");
         for (_, (_, tx)) in calls {
-            let _ = tx.send(Err(RemoteError::SessionLost));
+            let _ = tx.send(Err(RemoteError::SessionEndedInFlight));
         }
         self.sink.listen_closed(&RemoteError::SessionLost);
     }

@@ -4,6 +4,7 @@
 use std::sync::atomic::AtomicUsize;
 
 use super::*;
+use crate::UpstreamError;
 
 #[derive(Debug, Default)]
 struct Counting {
@@ -56,10 +57,16 @@ async fn the_end_fails_every_call_and_is_reported_once() {
     let (_, b) = s.register("\"two\"").unwrap();
     s.end(&"test");
     s.end(&"again");
-    assert!(matches!(a.await.unwrap(), Err(RemoteError::SessionLost)));
-    assert!(matches!(b.await.unwrap(), Err(RemoteError::SessionLost)));
+    // In flight when the stream ended: the remote may have run them (never retried as
+    // unseen), while a call after the end was never sent.
+    for call in [a, b] {
+        let err = call.await.unwrap().unwrap_err();
+        assert!(matches!(err, RemoteError::SessionEndedInFlight));
+        assert!(UpstreamError::Remote(err).is_session_lost());
+    }
     assert_eq!(sink.closed.load(Ordering::SeqCst), 1);
-    assert!(matches!(s.register("3"), Err(RemoteError::SessionLost)));
+    let unsent = s.register("3").unwrap_err();
+    assert!(UpstreamError::Remote(unsent).refused_unseen());
 }
 
 #[tokio::test]
