@@ -167,7 +167,11 @@ impl Dispatcher {
             );
             return;
         };
-        r.listeners.resource_updated(&uri);
+        // Modern listens subscribed at this backend only (a listen's URIs are subscribed where
+        // they are served): another backend of a set cannot announce this URI to them.
+        if self.tables.subs.has_subscribers(&uri) {
+            r.listeners.resource_updated(&uri);
+        }
         let subscribers = self.tables.subs.subscribers(&uri);
         if subscribers.is_empty() {
             r.drops.record_for(

@@ -40,17 +40,63 @@ impl Gateway {
                 .register(&key, id, honoured.clone(), stream.clone(), false);
         let mut subs = ListenSubscriptions {
             gateway: self,
-            backend: route.backend.clone(),
             owner: pseudo_session.clone(),
             uris: Vec::new(),
         };
         for uri in &honoured.uris {
             self.subscribe_for(&route.backend, &pseudo_session, uri)
                 .await;
-            subs.uris.push(uri.clone());
+            subs.uris.push((route.backend.clone(), uri.clone()));
         }
         crate::mrtr::acknowledge(&stream, id, &honoured).await;
         // Served until the client closes the stream, which drops this future and the guards.
+        stream.closed().await;
+        Err(CoreError::Cancelled)
+    }
+
+    /// `subscriptions/listen` on the virtual server: acknowledged with what the merged
+    /// capabilities can feed, each URI subscribed at the backend that serves it (where
+    /// `resources/read` goes, and what admission judged), a URI no backend serves left out
+    /// of the acknowledgement; list changes come from every backend's sink.
+    pub(crate) async fn aggregated_listen(
+        self: &Arc<Self>,
+        id: &RequestId,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let Some(stream) = stream else {
+            return Ok(listen_needs_stream(id));
+        };
+        self.prepare(msg).await?;
+        let mut honoured = honoured(self.presented(), Filter::parse(msg.params));
+        let placed: Vec<(BackendId, String)> = std::mem::take(&mut honoured.uris)
+            .into_iter()
+            .filter_map(|uri| {
+                let backend = self.vmcp()?.serving(&uri)?;
+                let entry = self.backends.get(&backend)?;
+                let subscribes = entry.info().capabilities["resources"]["subscribe"]
+                    .as_bool()
+                    .unwrap_or(false);
+                subscribes.then_some((backend, uri))
+            })
+            .collect();
+        honoured.uris = placed.iter().map(|(_, uri)| uri.clone()).collect();
+        let key = RouteKey::mint();
+        let pseudo_session = format!("listen:{}", key.as_str());
+        let _guard =
+            self.registry
+                .listeners
+                .register(&key, id, honoured.clone(), stream.clone(), false);
+        let mut subs = ListenSubscriptions {
+            gateway: self,
+            owner: pseudo_session.clone(),
+            uris: Vec::new(),
+        };
+        for (backend, uri) in placed {
+            self.subscribe_for(&backend, &pseudo_session, &uri).await;
+            subs.uris.push((backend, uri));
+        }
+        crate::mrtr::acknowledge(&stream, id, &honoured).await;
         stream.closed().await;
         Err(CoreError::Cancelled)
     }
@@ -93,9 +139,9 @@ pub(crate) fn honoured(backend: &crate::BackendInfo, asked: Filter) -> Filter {
 /// need `.await`, so they run in a task of their own, bounded by the request deadline.
 struct ListenSubscriptions<'a> {
     gateway: &'a Arc<Gateway>,
-    backend: BackendId,
     owner: String,
-    uris: Vec<String>,
+    /// Each URI with the backend it is subscribed at.
+    uris: Vec<(BackendId, String)>,
 }
 
 impl Drop for ListenSubscriptions<'_> {
@@ -112,11 +158,10 @@ impl Drop for ListenSubscriptions<'_> {
             std::mem::take(&mut self.owner),
             std::mem::take(&mut self.uris),
         );
-        let backend = self.backend.clone();
         let cleanup_owner = gateway.clone();
         cleanup_owner.background.lock().spawn(async move {
-            let tables = gateway.registry.tables(&backend);
-            for uri in uris {
+            for (backend, uri) in uris {
+                let tables = gateway.registry.tables(&backend);
                 let lock = tables.subs.lock(&uri).await;
                 if tables.subs.remove(&lock, &owner) {
                     let _ = gateway

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use switchboard_wire::{encode_result, method, Message, RequestId};
 
-use super::route::{kinds_for, list_kind, ready, routable};
+use super::route::{kinds_for, list_kind, routable};
 use crate::resolve::{From, Via};
 use crate::{Call, CoreError, Gateway};
 
@@ -53,10 +53,11 @@ impl Gateway {
         let (Some(vmcp), Some(name)) = (self.vmcp(), msg.method) else {
             return Ok(());
         };
-        if kinds_for(name).is_empty() || ready(vmcp, name) {
+        let kinds = lists_read_by(name);
+        if kinds.is_empty() || kinds.iter().all(|k| vmcp.current(*k).is_some()) {
             return Ok(());
         }
-        for kind in kinds_for(name) {
+        for kind in kinds {
             self.view(*kind).await?;
         }
         Ok(())
@@ -114,12 +115,16 @@ impl Gateway {
     pub(crate) async fn aggregated_modern(
         self: &Arc<Self>,
         msg: &Message<'_>,
+        stream: Option<&tokio::sync::mpsc::Sender<bytes::Bytes>>,
     ) -> Option<Result<crate::ModernAnswer, CoreError>> {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return None;
         };
         if name == method::DISCOVER {
             return Some(Ok(crate::modern::discover(id, self.presented())));
+        }
+        if name == crate::modern::LISTEN {
+            return Some(self.aggregated_listen(id, msg, stream.cloned()).await);
         }
         if let Some(kind) = list_kind(name) {
             let answer = match cursor_of(msg) {
@@ -136,6 +141,16 @@ impl Gateway {
         }
         self.prepare(msg).await.err().map(Err)
     }
+}
+
+/// The merged lists `method`'s routing or admission reads: a listen's URIs are judged and
+/// subscribed where `resources/read` would route them.
+fn lists_read_by(method: &str) -> &'static [crate::catalog::Kind] {
+    use crate::catalog::Kind;
+    if method == crate::modern::LISTEN {
+        return &[Kind::Resources, Kind::ResourceTemplates];
+    }
+    kinds_for(method)
 }
 
 /// A list request's `cursor`: absent, or a string (anything else is `-32602`).

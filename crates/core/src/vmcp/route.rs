@@ -83,6 +83,15 @@ impl Vmcp {
         }
     }
 
+    /// The backend that serves `uri` (as `resources/read` routes it), from the current lists.
+    pub(crate) fn serving(&self, uri: &str) -> Option<BackendId> {
+        let (resources, templates) = (
+            self.current(Kind::Resources)?,
+            self.current(Kind::ResourceTemplates)?,
+        );
+        catalog::route_uri(&resources.all, &templates.all, uri).cloned()
+    }
+
     fn pick_completion(&self, params: Option<&RawValue>) -> Result<Pick, CoreError> {
         let reference = params.and_then(|p| object_member(p, "ref"));
         let kind_of = reference.and_then(|r| str_member(r, "type"));
@@ -128,12 +137,6 @@ impl Vmcp {
             _ => Err(CoreError::InvalidParams("ref")),
         }
     }
-}
-
-/// Whether every list `method` routes by is built (a name they do not hold is looked up
-/// again after a refresh: `Gateway::refresh_names`).
-pub(crate) fn ready(vmcp: &Vmcp, method: &str) -> bool {
-    kinds_for(method).iter().all(|k| vmcp.current(*k).is_some())
 }
 
 fn by_name(view: &View, name: String, what: &'static str) -> Result<Pick, CoreError> {

@@ -17,6 +17,7 @@ mod driver;
 mod failure;
 mod forward;
 mod identity;
+mod listen;
 mod merged;
 mod own;
 mod pages;
