@@ -437,3 +437,48 @@ async fn a_modern_only_per_session_backend_still_serves_legacy_sessions() {
     );
     assert!(tool_text(&body).parse::<u32>().is_ok(), "{body}");
 }
+
+/// A list change from a session's own process reaches that session once (on the stream of
+/// the request it came during), and no other session: each listen stream's next event is a
+/// shared backend's sentinel change, which every session hears.
+#[tokio::test]
+async fn a_list_change_of_a_sessions_own_process_reaches_only_that_session_once() {
+    let served = mixed("own-list-changed").await;
+    let gw = &served.gw;
+    let (a, b) = (session(gw).await, session(gw).await);
+    let mut streams = Vec::new();
+    for sid in [&a, &b] {
+        text(gw, sid, "beta_pid").await;
+        streams.push(crate::common::Listener::open(gw, sid, None).await);
+    }
+    let trigger = |tool: &str, kind: &str| {
+        let params = json!({"name": tool, "arguments": {"kind": kind}});
+        json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":params})
+    };
+    let reply = gw
+        .post(Some(&a), &trigger("beta_trigger", "tools_list_changed"))
+        .await;
+    let methods: Vec<Value> = reply
+        .messages()
+        .iter()
+        .map(|m| m["method"].clone())
+        .collect();
+    let heard = methods
+        .iter()
+        .filter(|m| *m == "notifications/tools/list_changed")
+        .count();
+    assert_eq!(heard, 1, "{}", reply.text);
+    // The sentinel: the shared backend's change, on every session's listen stream.
+    let sentinel = gw
+        .post(Some(&a), &trigger("alpha_trigger", "prompts_list_changed"))
+        .await;
+    assert_eq!(sentinel.status, StatusCode::OK, "{}", sentinel.text);
+    for (n, stream) in streams.iter_mut().enumerate() {
+        let event = stream.next().await;
+        assert_eq!(
+            event.data["method"], "notifications/prompts/list_changed",
+            "session {n} heard {}",
+            event.data
+        );
+    }
+}
