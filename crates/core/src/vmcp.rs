@@ -466,8 +466,12 @@ impl Gateway {
         }
         if modern {
             let info = json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
+            // The caller may keep the list as long as the gateway keeps its backends' lists
+            // (a `list_changed` on its listen stream says when to drop it sooner); private:
+            // the list was filtered for this caller.
+            let ttl = u64::try_from(vmcp.config.list_ttl.as_millis()).unwrap_or(u64::MAX);
             result.push_str(&format!(
-                r#","resultType":"complete","ttlMs":0,"cacheScope":"private","_meta":{info}"#
+                r#","resultType":"complete","ttlMs":{ttl},"cacheScope":"private","_meta":{info}"#
             ));
         }
         result.push('}');

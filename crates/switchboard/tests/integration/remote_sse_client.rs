@@ -252,7 +252,7 @@ async fn close_fails_pending_calls_and_ends_the_session_once() {
         c.close();
         let result = tokio::time::timeout(WAIT, slow).await.unwrap();
         assert!(
-            matches!(result, Err(RemoteError::SessionLost)),
+            matches!(result, Err(RemoteError::SessionEndedInFlight)),
             "{result:?}"
         );
     }
@@ -461,7 +461,7 @@ async fn a_closed_stream_fails_the_pending_call_at_once() {
         .await
         .expect("the call hung after the stream closed");
     assert!(
-        matches!(result, Err(RemoteError::SessionLost)),
+        matches!(result, Err(RemoteError::SessionEndedInFlight)),
         "{result:?}"
     );
     assert!(c.is_closed());
@@ -500,7 +500,7 @@ async fn an_endless_event_ends_the_session_instead_of_hanging() {
         .await
         .expect("the call hung on an endless event");
     assert!(
-        matches!(result, Err(RemoteError::SessionLost)),
+        matches!(result, Err(RemoteError::SessionEndedInFlight)),
         "{result:?}"
     );
     assert!(c.is_closed());

@@ -50,6 +50,11 @@ async fn three_backends_merge_their_lists_and_route_calls_under_original_names()
     assert_eq!(again, legacy);
     let stateless = tool_names(gw, Era::Modern, None).await;
     assert_eq!(stateless, legacy);
+    // A Modern caller may cache the list for the gateway's list TTL (5 s by default); it was
+    // filtered for this caller: private.
+    let listed = ask(gw, Era::Modern, None, json!("l"), "tools/list", json!({})).await;
+    assert_eq!(listed["result"]["ttlMs"], 5000, "{listed}");
+    assert_eq!(listed["result"]["cacheScope"], "private");
 
     for era in [Era::Legacy, Era::Modern] {
         routes_calls(gw, era, &sid).await;
