@@ -12,7 +12,7 @@ use crate::common::{tool_text, Reply, TestGateway};
 use crate::fixture_http::FixtureHttp;
 
 mod failure;
-mod forward;
+pub(crate) mod forward;
 mod identity;
 mod merged;
 mod pages;
