@@ -208,8 +208,8 @@ impl Health {
     pub(crate) fn flight(&self, route: &Route, method: &str) -> Result<Flight<'_>, CoreError> {
         let method = Method::of(method);
         let started = Instant::now();
-        let counted = !matches!(route.via, Via::Own | Via::Started)
-            || route.upstream.as_stdio().is_none();
+        let counted =
+            !matches!(route.via, Via::Own | Via::Started) || route.upstream.as_stdio().is_none();
         let entry = self.backends.get(&route.backend).filter(|_| counted);
         let mut trial = false;
         if let Some(b) = entry {
@@ -281,7 +281,8 @@ impl Health {
         facts.probe = Some((success, now));
         let changed = facts.breaker.probe(success, now, &self.config.breaker);
         let state = facts.breaker.state(now, &self.config.breaker);
-        b.open.store(state != BreakerState::Closed, Ordering::Release);
+        b.open
+            .store(state != BreakerState::Closed, Ordering::Release);
         if changed {
             breaker_changed(id, state, "probe");
         }
@@ -418,8 +419,13 @@ impl Flight<'_> {
         let changed = facts.breaker.record(success, self.trial, now, config);
         if changed {
             let state = facts.breaker.state(now, config);
-            b.open.store(state != BreakerState::Closed, Ordering::Release);
-            breaker_changed(&self.backend, state, if self.trial { "trial" } else { "call" });
+            b.open
+                .store(state != BreakerState::Closed, Ordering::Release);
+            breaker_changed(
+                &self.backend,
+                state,
+                if self.trial { "trial" } else { "call" },
+            );
         }
     }
 }

@@ -63,7 +63,13 @@ pub(crate) struct Method(&'static str);
 
 impl Method {
     pub(crate) fn of(name: &str) -> Method {
-        Method(METHODS.iter().find(|m| **m == name).copied().unwrap_or("other"))
+        Method(
+            METHODS
+                .iter()
+                .find(|m| **m == name)
+                .copied()
+                .unwrap_or("other"),
+        )
     }
 }
 
@@ -258,9 +264,7 @@ pub(crate) fn request(method: &str, modern: bool, outcome: &'static str, took: D
 }
 
 fn reason(word: &'static str) -> ReasonLabels {
-    ReasonLabels {
-        reason: Word(word),
-    }
+    ReasonLabels { reason: Word(word) }
 }
 
 /// A call to a backend's end.
@@ -308,14 +312,18 @@ pub(crate) fn set_backend(
             backend: backend.clone(),
             state: Word(word),
         };
-        m.health.get_or_create(&labels).set(i64::from(word == state));
+        m.health
+            .get_or_create(&labels)
+            .set(i64::from(word == state));
     }
     for word in ["closed", "open", "half_open"] {
         let labels = StateLabels {
             backend: backend.clone(),
             state: Word(word),
         };
-        m.breaker.get_or_create(&labels).set(i64::from(word == breaker));
+        m.breaker
+            .get_or_create(&labels)
+            .set(i64::from(word == breaker));
     }
     m.in_flight
         .get_or_create(&BackendLabels {

@@ -77,9 +77,13 @@ pub(crate) enum Admission {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     Closed,
-    Open { since: Instant },
+    Open {
+        since: Instant,
+    },
     /// `trial`: the trial is out (every other call is refused until it reports).
-    HalfOpen { trial: bool },
+    HalfOpen {
+        trial: bool,
+    },
 }
 
 /// The state machine. See the module documentation.
@@ -296,7 +300,10 @@ mod tests {
         assert_eq!(b.state(later, &c), BreakerState::HalfOpen);
         // The trial fails: open again, for a whole new cool-down.
         assert!(b.record(false, true, later, &c));
-        assert_eq!(b.admit(later + Duration::from_secs(9), &c), Admission::Refuse);
+        assert_eq!(
+            b.admit(later + Duration::from_secs(9), &c),
+            Admission::Refuse
+        );
         let again = later + c.cool_down;
         assert_eq!(b.admit(again, &c), Admission::Trial);
         assert!(b.record(true, true, again, &c));

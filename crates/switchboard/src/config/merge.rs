@@ -90,8 +90,16 @@ pub(crate) fn serve_spec(
 fn ops(o: &Over<'_>, file: &ConfigFile, args: &mut crate::ops_args::OpsArgs) {
     use crate::ops_args::ReadyArg;
     if let Some(h) = &file.health {
-        o.set("probe_interval", &mut args.probe_interval, secs(h.probe_interval));
-        o.set("probe_timeout", &mut args.probe_timeout, secs(h.probe_timeout));
+        o.set(
+            "probe_interval",
+            &mut args.probe_interval,
+            secs(h.probe_interval),
+        );
+        o.set(
+            "probe_timeout",
+            &mut args.probe_timeout,
+            secs(h.probe_timeout),
+        );
         let ready = h.ready_when.map(|r| match r {
             super::model::ReadyWhen::Any => ReadyArg::Any,
             super::model::ReadyWhen::All => ReadyArg::All,

@@ -119,8 +119,14 @@ async fn a_killed_backend_goes_unhealthy_fails_fast_and_recovers_through_half_op
     let entry = backend(&s, "gamma");
     assert_eq!(entry["lastProbe"]["ok"], false, "{s}");
     assert_eq!(entry["lastError"]["message"], "remote unreachable", "{s}");
-    assert!(!s.to_string().contains("127.0.0.1"), "no URL in /status: {s}");
-    assert_eq!(get(gw, "/readyz", None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        !s.to_string().contains("127.0.0.1"),
+        "no URL in /status: {s}"
+    );
+    assert_eq!(
+        get(gw, "/readyz", None).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
 
     for era in [Era::Legacy, Era::Modern] {
         let (answer, took) = timed_call(gw, era, &sid, "gamma_echo").await;
@@ -178,7 +184,10 @@ async fn a_post_only_remote_stays_healthy() {
     assert_eq!(entry["state"], "healthy", "{s}");
     assert_eq!(entry["breaker"]["consecutiveFailures"], 0, "{s}");
     assert!(entry["lastError"].is_null(), "{s}");
-    assert!(entry["lastProbe"]["secondsAgo"].as_f64().unwrap() < 0.4, "{s}");
+    assert!(
+        entry["lastProbe"]["secondsAgo"].as_f64().unwrap() < 0.4,
+        "{s}"
+    );
 }
 
 /// One scrape, parsed by a Prometheus text-format parser.
@@ -218,13 +227,25 @@ async fn metrics_move_as_requests_flow() {
             .await;
         assert_eq!(tool_text(&r.json()), "m");
     }
-    let r = modern(&gw, json!(9), "tools/call", json!({"name": "echo", "arguments": {"text": "m"}}), &[]).await;
+    let r = modern(
+        &gw,
+        json!(9),
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "m"}}),
+        &[],
+    )
+    .await;
     assert_eq!(tool_text(&r.json()), "m", "{}", r.text);
     // The fifth call of this hour is over the caller's limit.
     let limited = gw
         .call_tool(Some(&sid), json!(5), "echo", json!({"text": "m"}))
         .await;
-    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS, "{}", limited.text);
+    assert_eq!(
+        limited.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        limited.text
+    );
 
     let after = scrape(&gw).await;
     let moved = |metric: &str, labels: &[(&str, &str)]| {
@@ -232,13 +253,19 @@ async fn metrics_move_as_requests_flow() {
     };
     assert_eq!(moved("switchboard_requests_total", &legacy_ok), 3.0);
     assert_eq!(moved("switchboard_requests_total", &modern_ok), 1.0);
-    let limited = [("mcp_method_name", "tools/call"), ("outcome", "rate_limited")];
+    let limited = [
+        ("mcp_method_name", "tools/call"),
+        ("outcome", "rate_limited"),
+    ];
     assert_eq!(moved("switchboard_requests_total", &limited), 1.0);
     assert_eq!(
         moved("switchboard_denials_total", &[("reason", "rate_limit")]),
         1.0
     );
-    assert_eq!(moved("switchboard_backend_requests_total", &backend_ok), 4.0);
+    assert_eq!(
+        moved("switchboard_backend_requests_total", &backend_ok),
+        4.0
+    );
     let hist = "mcp_client_operation_duration_seconds_count";
     assert_eq!(moved(hist, &backend_ok), 4.0);
     let hist = "mcp_server_operation_duration_seconds_count";
@@ -249,7 +276,10 @@ async fn metrics_move_as_requests_flow() {
     let sessions = [("network_transport", "streamable_http")];
     assert_eq!(value(&after, "switchboard_sessions", &sessions), 1.0);
     let closed = [("backend", "default"), ("state", "closed")];
-    assert_eq!(value(&after, "switchboard_backend_breaker_state", &closed), 1.0);
+    assert_eq!(
+        value(&after, "switchboard_backend_breaker_state", &closed),
+        1.0
+    );
     let healthy = [("backend", "default"), ("state", "healthy")];
     assert_eq!(value(&after, "switchboard_backend_health", &healthy), 1.0);
     // No session id anywhere in the exposition.
@@ -274,7 +304,11 @@ async fn status_needs_the_mcp_credential_unless_opened() {
     assert_eq!(code, StatusCode::OK, "{body}");
     assert!(!body.contains("ops-key"), "{body}");
     for open in ["/readyz", "/healthz", "/metrics"] {
-        assert_ne!(get(&gw, open, None).await.0, StatusCode::UNAUTHORIZED, "{open}");
+        assert_ne!(
+            get(&gw, open, None).await.0,
+            StatusCode::UNAUTHORIZED,
+            "{open}"
+        );
     }
     let gw = TestGateway::start(&["--api-keys-file", &keys, "--status-open"]).await;
     let (code, body) = get(&gw, "/status", None).await;
@@ -300,5 +334,8 @@ async fn metrics_on_their_own_listener() {
     let body = r.text().await.unwrap();
     assert!(body.contains("switchboard_backend_health"), "{body}");
     let lines = body.lines().map(|l| Ok(l.to_owned()));
-    assert!(!prometheus_parse::Scrape::parse(lines).unwrap().samples.is_empty());
+    assert!(!prometheus_parse::Scrape::parse(lines)
+        .unwrap()
+        .samples
+        .is_empty());
 }
