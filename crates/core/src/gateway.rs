@@ -171,7 +171,7 @@ impl Gateway {
             crate::vmcp::Vmcp::new(v, &infos)
         });
         let ids = backends.iter().map(|b| b.id.clone());
-        let health = crate::health::Health::new(config.health.clone(), ids);
+        let health = crate::health::Health::new(config.health.clone(), ids, true);
         Arc::new(Gateway {
             health,
             backends,

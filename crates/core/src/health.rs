@@ -4,9 +4,9 @@
 //! - real traffic: every request the gateway sends (`Gateway::send`) takes a [`Flight`]
 //!   first — refused at once, naming the backend, while the breaker is open — and reports its
 //!   outcome through it (an answer of any kind, a backend failure, a timeout);
-//! - an active probe per backend (`probe`) that speaks MCP on the gateway's own route: Legacy
-//!   `ping`, or Modern `server/discover` for a backend that speaks only Modern. Never an
-//!   HTTP GET: POST-only servers refuse one and are still healthy.
+//! - an active probe per backend (`probe`) that speaks MCP on the gateway's own route: Modern
+//!   `server/discover` for a backend that answers Modern requests, else Legacy `ping`. Never
+//!   an HTTP GET: POST-only servers refuse one and are still healthy.
 //!
 //! What counts as a failure: the backend closed or exited, a remote unreachable or answering
 //! 5xx or garbage, no answer within the deadline. What does not: any JSON-RPC answer (an error
@@ -47,7 +47,7 @@ pub use breaker::{BreakerConfig, BreakerState};
 pub struct HealthConfig {
     /// Time between two probes of a backend.
     pub probe_interval: Duration,
-    /// How long a probe may wait for its answer (at most the interval).
+    /// How long a probe may wait for its answer (the next starts an interval after it ends).
     pub probe_timeout: Duration,
     /// When the gateway is ready (`/readyz`).
     pub ready_when: ReadyWhen,
@@ -196,10 +196,22 @@ pub(crate) struct Health {
 }
 
 impl Health {
-    pub(crate) fn new(config: HealthConfig, ids: impl Iterator<Item = BackendId>) -> Self {
+    /// The table for `ids`, each backend `connected` (it has just answered its handshake:
+    /// healthy until traffic or a probe says otherwise) or not (`starting` until then: a
+    /// backend added at run time, for hot reload).
+    pub(crate) fn new(
+        config: HealthConfig,
+        ids: impl Iterator<Item = BackendId>,
+        connected: bool,
+    ) -> Self {
+        let entry = || {
+            let b = BackendHealth::default();
+            b.inner.lock().seen = connected;
+            b
+        };
         Health {
             config,
-            backends: ids.map(|id| (id, BackendHealth::default())).collect(),
+            backends: ids.map(|id| (id, entry())).collect(),
         }
     }
 

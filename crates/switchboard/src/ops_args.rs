@@ -16,7 +16,7 @@ pub(crate) struct OpsArgs {
     /// for a Modern-only backend).
     #[arg(long, default_value_t = 10.0)]
     pub(crate) probe_interval: f64,
-    /// Seconds a probe may wait for its answer (at most --probe-interval).
+    /// Seconds a probe may wait for its answer (the next one starts an interval after it).
     #[arg(long, default_value_t = 5.0)]
     pub(crate) probe_timeout: f64,
     /// When GET /readyz answers 200: at least one backend healthy (`any`), or every one.
@@ -51,7 +51,7 @@ impl OpsArgs {
         let interval = GatewayArgs::secs(self.probe_interval);
         HealthConfig {
             probe_interval: interval,
-            probe_timeout: GatewayArgs::secs(self.probe_timeout).min(interval),
+            probe_timeout: GatewayArgs::secs(self.probe_timeout),
             ready_when: match self.ready_when {
                 ReadyArg::Any => ReadyWhen::Any,
                 ReadyArg::All => ReadyWhen::All,

@@ -1,7 +1,7 @@
 //! The active probe: per backend, every `probe_interval`, one MCP request on the gateway's own
 //! route (`resolve::From::Gateway`: the shared process, or the upstream session the gateway
-//! keeps for itself) — Legacy `ping`, or Modern `server/discover` for a backend that speaks
-//! only Modern. Its outcome goes to [`super::Health::probed`]. Any answer, an error included,
+//! keeps for itself) — Modern `server/discover` for a backend that answers Modern requests,
+//! else Legacy `ping`. Its outcome goes to [`super::Health::probed`]. Any answer, an error included,
 //! is a backend that works; the probe never sends an HTTP GET.
 //!
 //! The probes are one future ([`Gateway::run_probes`]) that the binary spawns and awaits on
@@ -26,7 +26,9 @@ use crate::Gateway;
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
 impl Gateway {
-    /// Probes every backend (at once, then every `probe_interval`) until `stop` fires.
+    /// Probes every backend every `probe_interval` until `stop` fires. The first probe
+    /// waits one interval: every backend has just answered its handshake (the set is built
+    /// from connected backends), which is what a probe would learn.
     pub async fn run_probes(self: Arc<Self>, stop: CancellationToken) {
         let loops = self.backends.iter().map(|b| {
             let (gateway, stop, id) = (self.clone(), stop.clone(), b.id.clone());
@@ -38,6 +40,10 @@ impl Gateway {
     async fn probe_loop(&self, id: &BackendId, stop: &CancellationToken) {
         let interval = self.health.config.probe_interval.max(MIN_INTERVAL);
         loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(interval) => {}
+            }
             let outcome = tokio::select! {
                 () = stop.cancelled() => return,
                 outcome = self.probe(id) => outcome,
@@ -46,10 +52,6 @@ impl Gateway {
                 tracing::debug!(backend = %id, "probe failed: {why}");
             }
             self.health.probed(id, &outcome);
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(interval) => {}
-            }
         }
     }
 
@@ -58,13 +60,16 @@ impl Gateway {
         let Some(entry) = self.backends.get(id) else {
             return Outcome::Neutral;
         };
-        let (name, params) = if entry.info().era.legacy {
-            (method::PING, json!({}))
-        } else {
+        // A backend that answers Modern requests is asked statelessly (a remote's shared
+        // handle has no session to carry a Legacy `ping`); a Legacy-only one gets `ping` on
+        // the gateway's own upstream (its shared process, or its own upstream session).
+        let (name, params) = if entry.modern_now() {
             (
                 method::DISCOVER,
                 json!({ "_meta": crate::backend::gateway_envelope() }),
             )
+        } else {
+            (method::PING, json!({}))
         };
         let Ok(params) = RawValue::from_string(params.to_string()) else {
             return Outcome::Neutral;
