@@ -246,8 +246,8 @@ pub enum Unauthenticated {
     Invalid(&'static str),
 }
 
-/// Which era path an operation came in on (audit only).
-#[derive(Debug, Clone, Copy)]
+/// Which era path an operation came in on (audit and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Path {
     Legacy,
     Modern,
@@ -296,6 +296,7 @@ impl Access {
             origins,
             origin: None,
             started: Instant::now(),
+            measured: false,
             done: !self.active(),
         };
         if admitted.done {
@@ -323,6 +324,7 @@ impl Access {
                     CoreError::RateLimited(_) => "rate_limited",
                     _ => "policy",
                 };
+                admitted.measure(if reason == "policy" { "denied" } else { reason });
                 admitted.record("denied", Some(json!(reason)), None);
                 Err(e)
             }
@@ -387,6 +389,7 @@ impl Access {
             origins: None,
             origin: None,
             started: Instant::now(),
+            measured: false,
             done: self.audit.is_none(),
         }
     }

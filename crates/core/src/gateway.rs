@@ -67,6 +67,8 @@ pub struct GatewayConfig {
     /// `Some`: the backends are aggregated into one virtual server (`switchboard serve`);
     /// `None`: the one backend is proxied transparently (`run`).
     pub vmcp: Option<crate::vmcp::VmcpConfig>,
+    /// Probes, breakers and readiness (`health`).
+    pub health: crate::health::HealthConfig,
 }
 
 impl Default for GatewayConfig {
@@ -83,6 +85,7 @@ impl Default for GatewayConfig {
             mrtr_per_principal: None,
             vmcp: None,
             partition_idle: Duration::from_secs(60),
+            health: crate::health::HealthConfig::default(),
         }
     }
 }
@@ -151,6 +154,8 @@ pub struct Gateway {
     pub(crate) mrtr: crate::mrtr::Bridge,
     /// Aggregating (`GatewayConfig::vmcp`): the merged lists and what names route by.
     pub(crate) vmcp: Option<crate::vmcp::Vmcp>,
+    /// Each backend's health and breaker (`health`).
+    pub(crate) health: crate::health::Health,
 }
 
 impl Gateway {
@@ -165,7 +170,10 @@ impl Gateway {
             let infos: Vec<_> = backends.iter().map(|b| (b.id.clone(), b.info())).collect();
             crate::vmcp::Vmcp::new(v, &infos)
         });
+        let ids = backends.iter().map(|b| b.id.clone());
+        let health = crate::health::Health::new(config.health.clone(), ids, true);
         Arc::new(Gateway {
+            health,
             backends,
             registry,
             config,
@@ -357,8 +365,15 @@ impl Gateway {
         .await
     }
 
-    /// Sends one request and waits for its answer. See [`Outgoing`].
+    /// Sends one request and waits for its answer. See [`Outgoing`]. Fails fast while the
+    /// backend's breaker is open; the outcome feeds its health (`health::Flight`).
     pub(crate) async fn send(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
+        let flight = (self.health.flight(out.route, out.name))
+            .map_err(|e| self.attributed(&out.route.backend, e))?;
+        flight.finish(self.send_unguarded(out).await)
+    }
+
+    async fn send_unguarded(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
         let route = out.route;
         let backend = &route.upstream;
         let name = out.name;

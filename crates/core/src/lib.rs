@@ -17,10 +17,12 @@ mod dispatch;
 mod drop_log;
 mod error;
 mod gateway;
+pub mod health;
 mod in_flight;
 mod legacy_sse;
 mod listen_stream;
 mod logging;
+mod metrics;
 mod modern;
 mod modern_listen;
 mod mrtr;
@@ -44,6 +46,7 @@ pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use backends::{BackendId, BackendIdError, Backends, MAX_BACKEND_ID};
 pub use error::CoreError;
 pub use gateway::{Call, Gateway, GatewayConfig, Initialized};
+pub use health::{BreakerConfig, HealthConfig, HealthState, ReadyWhen};
 pub use legacy_sse::{
     SseInitClaim, SseSession, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE, SSE_QUEUE_BYTES,
 };

@@ -177,13 +177,17 @@ impl Gateway {
         id: &crate::BackendId,
         standby: switchboard_upstream::StdioHandle,
     ) -> bool {
-        match self.backends.get(id) {
+        let revived = match self.backends.get(id) {
             Some(entry) => {
                 self.revive_backend(entry, switchboard_upstream::Upstream::Stdio(standby))
                     .await
             }
             None => false,
+        };
+        if revived {
+            self.health.restarted(id);
         }
+        revived
     }
 
     /// Readies a restarted process of `backend` before it is installed: handshake, then

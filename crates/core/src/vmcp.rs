@@ -141,6 +141,9 @@ pub(crate) struct View {
     pub(crate) visible: Merged,
     /// The backends left out, and why.
     pub(crate) down: Vec<(BackendId, String)>,
+    /// The backends whose breaker was open when this was built (`health`): left out too, so
+    /// the view is built again when that set changes.
+    pub(crate) breakers_open: Vec<BackendId>,
 }
 
 impl Vmcp {
@@ -179,12 +182,19 @@ impl Vmcp {
 
     /// Whether `kind` must be fetched again from some backend (never fetched, TTL passed, or
     /// the backend said it changed).
-    fn stale(&self, kind: Kind, changed: &dyn Fn(&BackendId, Kind) -> bool) -> Vec<BackendId> {
+    /// A backend whose breaker is open (`open`) is not asked: it is left out (see `rebuild`).
+    fn stale(
+        &self,
+        kind: Kind,
+        changed: &dyn Fn(&BackendId, Kind) -> bool,
+        open: &[BackendId],
+    ) -> Vec<BackendId> {
         let state = self.state.lock();
         let ttl = self.config.list_ttl;
         self.order
             .iter()
             .map(|(id, _)| id)
+            .filter(|id| !open.contains(id))
             .filter(|id| {
                 changed(id, kind)
                     || state.lists.get(&((*id).clone(), kind)).is_none_or(|c| {
@@ -240,7 +250,7 @@ impl Vmcp {
     ///
     /// The merge runs without the lock (it may take a while on a long list; every routed call
     /// reads the views); one refresh per kind at a time installs, so they cannot race.
-    fn rebuild(&self, kind: Kind) -> Result<Arc<View>, CoreError> {
+    fn rebuild(&self, kind: Kind, open: &[BackendId]) -> Result<Arc<View>, CoreError> {
         let state = self.state.lock();
         let lists: Vec<Known<'_>> = self
             .order
@@ -261,14 +271,27 @@ impl Vmcp {
             .collect();
         let down: Vec<(BackendId, String)> = lists
             .iter()
-            .filter_map(|(id, _, _, failed)| Some((id.clone(), failed.clone()?)))
+            .filter_map(|(id, _, _, failed)| {
+                let why = if open.contains(id) {
+                    Some("circuit breaker open".to_owned())
+                } else {
+                    failed.clone()
+                };
+                Some((id.clone(), why?))
+            })
             .collect();
         let merged = catalog::merge(kind, &self.config.strategy, &input);
         match merged {
             Ok(all) => {
                 let out: Vec<BackendId> = down.iter().map(|(id, _)| id.clone()).collect();
                 let visible = all.filtered(|e| !out.contains(&e.backend));
-                let view = Arc::new(View { all, visible, down });
+                let breakers_open = open.to_vec();
+                let view = Arc::new(View {
+                    all,
+                    visible,
+                    down,
+                    breakers_open,
+                });
                 self.state.lock().views.insert(kind, view.clone());
                 Ok(view)
             }
@@ -331,15 +354,18 @@ impl Gateway {
                 .lists_changed
                 .is_set(kind_index(kind))
         };
-        if vmcp.stale(kind, &changed).is_empty() {
-            if let Some(view) = vmcp.current(kind) {
+        // A breaker that opened or closed changes who is listed, without a fetch.
+        let open = self.health.not_closed();
+        let current = || vmcp.current(kind).filter(|v| v.breakers_open == open);
+        if vmcp.stale(kind, &changed, &open).is_empty() {
+            if let Some(view) = current() {
                 return Ok(view);
             }
         }
         let _one = vmcp.refreshing[kind_index(kind)].lock().await;
-        let stale = vmcp.stale(kind, &changed);
+        let stale = vmcp.stale(kind, &changed, &open);
         if stale.is_empty() {
-            if let Some(view) = vmcp.current(kind) {
+            if let Some(view) = current() {
                 return Ok(view);
             }
         }
@@ -358,7 +384,7 @@ impl Gateway {
         for (id, fetched) in futures::future::join_all(fetches).await {
             vmcp.record(id, kind, fetched);
         }
-        vmcp.rebuild(kind)
+        vmcp.rebuild(kind, &open)
     }
 
     /// Builds every merged list once (at startup, before clients come: so the first lists

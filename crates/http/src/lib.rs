@@ -1,5 +1,7 @@
 //! Switchboard's HTTP face: Streamable HTTP at `/mcp`, the HTTP+SSE transport at `/sse` +
-//! `/messages`, and `/healthz`.
+//! `/messages`, and the operator endpoints: `/healthz` (liveness), `/readyz` (readiness),
+//! `/status` (per-backend health, behind the same admission as `/mcp` unless opened) and
+//! `/metrics` (Prometheus text, here or on its own listener: [`metrics_router`]).
 //!
 //! Architecture invariant: this is the only crate that knows the HTTP server. It validates
 //! headers and bodies, parses the envelope once, hands it to `core`, and turns every outcome
@@ -55,6 +57,11 @@ pub struct HttpConfig {
     pub auth: Arc<Authenticator>,
     /// Most POSTs handled or streaming their answer at once; more get 503.
     pub max_in_flight: usize,
+    /// Serve `/status` without authentication (it shows no secrets, but names backends and
+    /// their failures, which an operator may not want to show to everyone).
+    pub status_open: bool,
+    /// Serve `/metrics` on this listener (else it has its own, see [`metrics_router`]).
+    pub metrics_here: bool,
 }
 
 impl Default for HttpConfig {
@@ -67,6 +74,8 @@ impl Default for HttpConfig {
             trust_forwarded_prefix: false,
             auth: Arc::new(Authenticator::anonymous()),
             max_in_flight: 10_000,
+            status_open: false,
+            metrics_here: true,
         }
     }
 }
@@ -111,7 +120,7 @@ impl AppState {
 
 /// The gateway's routes.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let mut admitted = Router::new()
         .route(
             "/mcp",
             post(streamable::post)
@@ -119,9 +128,20 @@ pub fn router(state: AppState) -> Router {
                 .delete(streamable::delete),
         )
         .route("/sse", get(legacy_sse::open))
-        .route("/messages", post(legacy_sse::post))
+        .route("/messages", post(legacy_sse::post));
+    if !state.config.status_open {
+        admitted = admitted.route("/status", get(status));
+    }
+    let mut open = admitted
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), admit))
-        .route("/.well-known/oauth-protected-resource", get(auth::metadata))
+        .route("/readyz", get(ready));
+    if state.config.status_open {
+        open = open.route("/status", get(status));
+    }
+    if state.config.metrics_here {
+        open = open.route("/metrics", get(metrics));
+    }
+    open.route("/.well-known/oauth-protected-resource", get(auth::metadata))
         .route(
             "/.well-known/oauth-protected-resource/mcp",
             get(auth::metadata),
@@ -154,6 +174,9 @@ Switchboard MCP gateway
   POST/GET/DELETE /mcp   MCP Streamable HTTP (2025-11-25 sessions, 2026-07-28 stateless)
   GET /sse               MCP HTTP+SSE (2024-11-05); then POST /messages?session_id=...
   GET /healthz           liveness: 200 while the backend runs
+  GET /readyz            readiness: 200 when enough backends are healthy, else 503
+  GET /status            each backend's health, era, transport and breaker (JSON)
+  GET /metrics           Prometheus metrics (unless on --metrics-listen)
   GET /stats             table sizes (JSON)
   GET /.well-known/oauth-protected-resource   OAuth protected resource metadata
 ";
@@ -192,6 +215,65 @@ async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "backend unavailable\n")
     }
+}
+
+/// 200 when the gateway is ready to serve (`--ready-when`), else 503.
+async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    if state.gateway.ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn status(State(state): State<AppState>) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        state.gateway.status().to_string(),
+    )
+        .into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    render_metrics(&state.gateway)
+}
+
+fn render_metrics(gateway: &Gateway) -> Response {
+    (
+        // The OpenMetrics text format (what `prometheus-client` writes), which Prometheus
+        // scrapes natively.
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        gateway.render_metrics(),
+    )
+        .into_response()
+}
+
+/// `/metrics` alone, for its own listener (`--metrics-listen`): nothing else is reachable
+/// there, so it can be exposed to a scraper's network without the MCP endpoint.
+pub fn metrics_router(gateway: Arc<Gateway>) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let gateway = gateway.clone();
+            async move { render_metrics(&gateway) }
+        }),
+    )
+}
+
+/// Serves [`metrics_router`] on its own listener until `shutdown`. A scraper's endpoint, so
+/// axum's plain server: it has none of the main loop's connection bounds (`conn`), which is
+/// why it is meant for an address only the scraper reaches.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, metrics_router(gateway))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// Table sizes, for operators and leak tests. Counts only: no ids, nothing a caller could use.

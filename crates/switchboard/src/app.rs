@@ -65,7 +65,16 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let listener = bind(&args.host, args.port)
         .await
         .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+    let metrics_listener = match &args.ops.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr.as_str())
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--metrics-listen)"))?,
+        ),
+        None => None,
+    };
     let mut config = gateway_config(&args, shape);
+    config.health = args.ops.health();
     let max_sessions = config.max_sessions;
     config.access = access;
     if aggregate {
@@ -117,8 +126,22 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         })
         .collect();
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));
+    // The health probes: stopped (and awaited) before the backends are.
+    let probe_stop = CancellationToken::new();
+    let probes = tokio::spawn(gateway.clone().run_probes(probe_stop.clone()));
     gateway.warm_catalog().await;
     show_renamed(&gateway).await;
+    let metrics_server = metrics_listener.map(|l| {
+        if let Ok(addr) = l.local_addr() {
+            println!("switchboard: metrics on http://{addr}/metrics");
+        }
+        let stop = stop.clone();
+        tokio::spawn(switchboard_http::serve_metrics(
+            l,
+            gateway.clone(),
+            async move { stop.cancelled().await },
+        ))
+    });
 
     let addr = listener.local_addr()?;
     let authenticator = std::sync::Arc::new(args.auth.authenticator(&auth, addr)?);
@@ -132,6 +155,8 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         trust_forwarded_prefix: args.trust_forwarded_prefix,
         auth: authenticator,
         max_in_flight: args.max_in_flight,
+        status_open: args.ops.status_open,
+        metrics_here: args.ops.metrics_listen.is_none(),
     };
     let limits = ConnLimits {
         send_timeout: GatewayArgs::secs(args.send_timeout),
@@ -158,6 +183,8 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
             }
         }
     }
+    probe_stop.cancel();
+    let _ = probes.await;
     // Closing the backends fails whatever is still pending, so every request gets an answer.
     shutdown_gateway.end_all_sessions().await;
     for internal in set.internals {
@@ -176,6 +203,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     }
     stop.cancel();
     let _ = reaper.await;
+    if let Some(metrics) = metrics_server {
+        let _ = metrics.await;
+    }
     info!("stopped");
     Ok(())
 }

@@ -217,6 +217,8 @@ pub(crate) struct GatewayArgs {
     pub(crate) trust_forwarded_prefix: bool,
     #[command(flatten)]
     pub(crate) auth: Box<crate::auth_config::AuthArgs>,
+    #[command(flatten)]
+    pub(crate) ops: crate::ops_args::OpsArgs,
     /// Async worker threads (default: one per CPU core). On a small machine the gateway shares
     /// with its backends, fewer threads cost less CPU per request (fewer cross-thread
     /// wake-ups); BENCHMARKS.md has the numbers.

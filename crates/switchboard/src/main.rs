@@ -6,6 +6,7 @@ mod auth_config;
 mod bench;
 mod cli;
 mod config;
+mod ops_args;
 mod remote;
 mod start_backends;
 

@@ -102,6 +102,17 @@ impl Upstream {
         }
     }
 
+    /// The transport, as `/status` names it: `stdio`, `streamable-http` or `sse`.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            Upstream::Stdio(_) => "stdio",
+            Upstream::Remote(r) => match r.transport() {
+                crate::remote::RemoteTransport::Streamable => "streamable-http",
+                crate::remote::RemoteTransport::Sse => "sse",
+            },
+        }
+    }
+
     /// The process id, for a local process.
     pub fn pid(&self) -> Option<u32> {
         match self {

@@ -31,6 +31,8 @@ pub(crate) struct Admitted<'a> {
     /// Where the request's target was served when it was admitted.
     pub(super) origin: Option<Origin>,
     pub(super) started: Instant,
+    /// Counted in the request metrics (once, whatever the audit does).
+    pub(super) measured: bool,
     pub(super) done: bool,
 }
 
@@ -40,6 +42,12 @@ impl Admitted<'_> {
         mut self,
         result: Result<Vec<u8>, CoreError>,
     ) -> Result<Vec<u8>, CoreError> {
+        let id = self.msg.id.as_ref().map(RequestId::as_json);
+        self.measure(match &result {
+            Ok(body) if crate::metrics::is_error_answer(body, id) => "error",
+            Ok(_) => "ok",
+            Err(e) => failure_word(e),
+        });
         if self.done {
             return result;
         }
@@ -53,6 +61,7 @@ impl Admitted<'_> {
         mut self,
         result: Result<(), CoreError>,
     ) -> Result<(), CoreError> {
+        self.measure(result.as_ref().err().map_or("ok", failure_word));
         if !self.done {
             let reason = result.as_ref().err().map(|e| json!(e.to_string()));
             let outcome = if reason.is_some() { "error" } else { "allowed" };
@@ -66,6 +75,11 @@ impl Admitted<'_> {
         mut self,
         result: Result<crate::ModernAnswer, CoreError>,
     ) -> Result<crate::ModernAnswer, CoreError> {
+        self.measure(match &result {
+            Ok(answer) if answer.error_code.is_some() => "error",
+            Ok(_) => "ok",
+            Err(e) => failure_word(e),
+        });
         if self.done {
             return result;
         }
@@ -89,6 +103,7 @@ impl Admitted<'_> {
         mut self,
         opened: Result<(&SessionId, &str, &[u8]), &CoreError>,
     ) {
+        self.measure(opened.as_ref().err().map_or("ok", |e| failure_word(e)));
         if self.done {
             return;
         }
@@ -213,6 +228,16 @@ impl Admitted<'_> {
         }
     }
 
+    /// Counts the operation in the request metrics, once.
+    pub(super) fn measure(&mut self, outcome: &'static str) {
+        if !self.measured {
+            self.measured = true;
+            let method = self.msg.method.unwrap_or_default();
+            let modern = self.path == Path::Modern;
+            crate::metrics::request(method, modern, outcome, self.started.elapsed());
+        }
+    }
+
     pub(super) fn record(&mut self, outcome: &str, reason: Option<Value>, response: Option<&[u8]>) {
         self.record_with(outcome, reason, response, |_| {});
     }
@@ -281,9 +306,20 @@ impl Admitted<'_> {
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
+        self.measure("cancelled");
         if !self.done {
             self.record("error", Some(json!("cancelled")), None);
         }
+    }
+}
+
+/// A failed operation's outcome word in the request metrics.
+fn failure_word(e: &CoreError) -> &'static str {
+    match e {
+        CoreError::Cancelled => "cancelled",
+        CoreError::Forbidden(_) => "denied",
+        CoreError::RateLimited(_) => "rate_limited",
+        _ => "failed",
     }
 }
 

@@ -54,6 +54,7 @@ pub(crate) fn serve_spec(
         file.worker_threads.map(Some),
     );
     timeouts(&o, &file, &mut args);
+    ops(&o, &file, &mut args.ops);
     limits(&o, &file, &mut args);
     let errors = http(&o, &file, &mut args);
     auth(&o, &file, &resolved, &mut args);
@@ -83,6 +84,41 @@ pub(crate) fn serve_spec(
         backends,
         aggregation,
     })
+}
+
+/// `health:` and `metrics:`.
+fn ops(o: &Over<'_>, file: &ConfigFile, args: &mut crate::ops_args::OpsArgs) {
+    use crate::ops_args::ReadyArg;
+    if let Some(h) = &file.health {
+        o.set(
+            "probe_interval",
+            &mut args.probe_interval,
+            secs(h.probe_interval),
+        );
+        o.set(
+            "probe_timeout",
+            &mut args.probe_timeout,
+            secs(h.probe_timeout),
+        );
+        let ready = h.ready_when.map(|r| match r {
+            super::model::ReadyWhen::Any => ReadyArg::Any,
+            super::model::ReadyWhen::All => ReadyArg::All,
+        });
+        o.set("ready_when", &mut args.ready_when, ready);
+        o.set("status_open", &mut args.status_open, h.status_open);
+        if let Some(b) = &h.breaker {
+            let failures = b.consecutive_failures;
+            o.set("breaker_failures", &mut args.breaker_failures, failures);
+            let rate = b.failure_rate;
+            o.set("breaker_failure_rate", &mut args.breaker_failure_rate, rate);
+            let cool = secs(b.cool_down);
+            o.set("breaker_cool_down", &mut args.breaker_cool_down, cool);
+        }
+    }
+    if let Some(m) = &file.metrics {
+        let listen = m.listen.clone().map(Some);
+        o.set("metrics_listen", &mut args.metrics_listen, listen);
+    }
 }
 
 fn timeouts(o: &Over<'_>, file: &ConfigFile, args: &mut GatewayArgs) {

@@ -28,6 +28,8 @@ pub(crate) struct ConfigFile {
     pub(crate) limits: Option<Limits>,
     pub(crate) timeouts: Option<Timeouts>,
     pub(crate) http: Option<Http>,
+    pub(crate) health: Option<Health>,
+    pub(crate) metrics: Option<Metrics>,
     pub(crate) aggregation: Option<Aggregation>,
     pub(crate) backends: Vec<BackendEntry>,
 }
@@ -136,6 +138,37 @@ pub(crate) struct Http {
     pub(crate) allowed_origins: Option<Vec<String>>,
     pub(crate) endpoint_prefix: Option<String>,
     pub(crate) trust_forwarded_prefix: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Health {
+    pub(crate) probe_interval: Option<Dur>,
+    pub(crate) probe_timeout: Option<Dur>,
+    pub(crate) ready_when: Option<ReadyWhen>,
+    pub(crate) status_open: Option<bool>,
+    pub(crate) breaker: Option<Breaker>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum ReadyWhen {
+    Any,
+    All,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Breaker {
+    pub(crate) consecutive_failures: Option<u32>,
+    pub(crate) failure_rate: Option<f64>,
+    pub(crate) cool_down: Option<Dur>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Metrics {
+    pub(crate) listen: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -17,6 +17,7 @@ mod connections;
 mod everything;
 mod fixture_http;
 mod handshake;
+mod health;
 mod isolation;
 mod legacy_sse;
 mod lifecycle;

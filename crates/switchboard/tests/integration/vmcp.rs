@@ -15,7 +15,7 @@ use crate::fixture_http::FixtureHttp;
 mod clients;
 mod driver;
 mod failure;
-mod forward;
+pub(crate) mod forward;
 mod identity;
 mod listen;
 mod merged;

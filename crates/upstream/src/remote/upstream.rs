@@ -390,6 +390,14 @@ impl RemoteUpstream {
         self.shared.reachable.load(Ordering::Relaxed) && !self.is_closed()
     }
 
+    /// The transport it speaks (a stateless handle on an HTTP+SSE remote has none but that).
+    pub(crate) fn transport(&self) -> RemoteTransport {
+        match self.shared.link {
+            Link::Streamable(_) => RemoteTransport::Streamable,
+            Link::Sse { .. } | Link::NoSession => RemoteTransport::Sse,
+        }
+    }
+
     fn closed_error(&self) -> Option<UpstreamError> {
         self.shared.lost.lock().clone()
     }

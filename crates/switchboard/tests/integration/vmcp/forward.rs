@@ -9,7 +9,7 @@ use crate::auth::{claims, sign, Jwks, AUDIENCE, ISSUER};
 use crate::common::{tool_text, TestGateway};
 
 /// The Modern remote that answers `whoami` with the `Authorization` it received.
-async fn whoami() -> (tokio::process::Child, String) {
+pub(crate) async fn whoami() -> (tokio::process::Child, String) {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/integration/backends/whoami_http.py"

@@ -1,0 +1,466 @@
+//! Backend health: per backend a state (`starting`, `healthy`, `degraded`, `unhealthy`,
+//! `unauthenticated`) and a circuit breaker ([`breaker`]), fed by two sources:
+//!
+//! - real traffic: every request the gateway sends (`Gateway::send`) takes a [`Flight`]
+//!   first — refused at once, naming the backend, while the breaker is open — and reports its
+//!   outcome through it (an answer of any kind, a backend failure, a timeout);
+//! - an active probe per backend (`probe`) that speaks MCP on the gateway's own route: Modern
+//!   `server/discover` for a backend that answers Modern requests, else Legacy `ping`. Never
+//!   an HTTP GET: POST-only servers refuse one and are still healthy.
+//!
+//! What counts as a failure: the backend closed or exited, a remote unreachable or answering
+//! 5xx or garbage, no answer within the deadline. What does not: any JSON-RPC answer (an error
+//! is the backend working), a caller cancelling, the gateway's own bounds (a full queue, too
+//! many calls on one upstream session), and 401/403 on a caller's request — with a forwarded
+//! caller token one caller's bad token must not open the breaker for everyone; the probe,
+//! which carries the gateway's own credential, is what makes a backend `unauthenticated`.
+//!
+//! A session's own stdio process (per-session mode) is not the backend's health: one session's
+//! process ending says nothing about the others', so those routes are neither gated nor
+//! counted. A remote reached through a session's own upstream session is the same server for
+//! everyone, so those are.
+//!
+//! The state is its own table (`Gateway::health`), keyed by backend, so later features (the
+//! status page, hot reload adding and removing backends) read and extend it here.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchboard_upstream::{BackendResponse, UpstreamError};
+
+use crate::backends::BackendId;
+use crate::metrics::{self, Method};
+use crate::resolve::{Route, Via};
+use crate::CoreError;
+
+pub(crate) mod breaker;
+mod probe;
+mod status;
+
+use breaker::{Admission, Breaker};
+pub use breaker::{BreakerConfig, BreakerState};
+
+/// How backends are watched.
+#[derive(Debug, Clone)]
+pub struct HealthConfig {
+    /// Time between two probes of a backend.
+    pub probe_interval: Duration,
+    /// How long a probe may wait for its answer (the next starts an interval after it ends).
+    pub probe_timeout: Duration,
+    /// When the gateway is ready (`/readyz`).
+    pub ready_when: ReadyWhen,
+    /// When breakers open and how long they stay open.
+    pub breaker: BreakerConfig,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            probe_interval: Duration::from_secs(10),
+            probe_timeout: Duration::from_secs(5),
+            ready_when: ReadyWhen::Any,
+            breaker: BreakerConfig::default(),
+        }
+    }
+}
+
+/// When `/readyz` says ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadyWhen {
+    /// At least one backend serves (healthy or degraded).
+    #[default]
+    Any,
+    /// Every backend serves.
+    All,
+}
+
+/// A backend's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthState {
+    /// Nothing learned yet (no probe answered, no call made).
+    Starting,
+    /// Answering.
+    Healthy,
+    /// Answering, but its last call failed, or its breaker is trying it again.
+    Degraded,
+    /// Its breaker is open, or its last probe failed.
+    Unhealthy,
+    /// A remote refusing the gateway's credential (HTTP 401/403 to the probe).
+    Unauthenticated,
+}
+
+impl HealthState {
+    /// Every state's word, in order.
+    pub(crate) const WORDS: [&'static str; 5] = [
+        "starting",
+        "healthy",
+        "degraded",
+        "unhealthy",
+        "unauthenticated",
+    ];
+
+    /// As `/status` and `/metrics` spell it.
+    pub fn as_str(self) -> &'static str {
+        Self::WORDS[self as usize]
+    }
+
+    /// Whether the backend serves requests in this state.
+    pub fn serves(self) -> bool {
+        matches!(self, HealthState::Healthy | HealthState::Degraded)
+    }
+}
+
+/// How one call or probe ended, for health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The backend answered (a result or a JSON-RPC error).
+    Answered,
+    /// The backend failed; fixed words for `/status` (no remote's text, no URL).
+    Failed(&'static str, String),
+    /// The remote refused the credential (401/403).
+    Unauthenticated(u16),
+    /// Says nothing about the backend (cancelled, the gateway's own bound).
+    Neutral,
+}
+
+impl Outcome {
+    /// What a call's result says about its backend.
+    pub(crate) fn of(result: &Result<BackendResponse, CoreError>) -> Outcome {
+        match result {
+            Ok(_) => Outcome::Answered,
+            Err(CoreError::Timeout(limit)) => Outcome::Failed(
+                "timeout",
+                format!("no answer within {} s", limit.as_secs_f64()),
+            ),
+            Err(CoreError::Backend(e) | CoreError::OfBackend(_, e)) => Outcome::of_upstream(e),
+            Err(_) => Outcome::Neutral,
+        }
+    }
+
+    pub(crate) fn of_upstream(e: &UpstreamError) -> Outcome {
+        use switchboard_upstream::remote::RemoteError as R;
+        match e {
+            UpstreamError::Remote(R::Status { status, .. }) if matches!(status, 401 | 403) => {
+                Outcome::Unauthenticated(*status)
+            }
+            UpstreamError::Remote(R::Status { status, .. }) if *status < 500 => Outcome::Neutral,
+            UpstreamError::Remote(R::Timeout) => Outcome::Failed("timeout", e.client_text()),
+            UpstreamError::Remote(R::SessionLost | R::Refused(_) | R::TooLarge { .. })
+            | UpstreamError::Overloaded
+            | UpstreamError::DuplicateKey => Outcome::Neutral,
+            _ => Outcome::Failed("failed", e.client_text()),
+        }
+    }
+
+    /// The metric outcome word.
+    fn word(&self) -> &'static str {
+        match self {
+            Outcome::Answered => "ok",
+            Outcome::Failed(word, _) => word,
+            Outcome::Unauthenticated(_) => "unauthenticated",
+            Outcome::Neutral => "other",
+        }
+    }
+}
+
+/// What is kept about one backend. The breaker and the facts share one mutex, held only to
+/// read or update them; `open` mirrors "the breaker is not closed" so the common case (closed)
+/// admits a call without taking it.
+#[derive(Debug, Default)]
+pub(crate) struct BackendHealth {
+    open: AtomicBool,
+    in_flight: AtomicUsize,
+    inner: parking_lot::Mutex<Facts>,
+}
+
+#[derive(Debug, Default)]
+struct Facts {
+    breaker: Breaker,
+    /// The last failure, in fixed words, and when.
+    last_error: Option<(String, Instant)>,
+    /// The last probe's outcome and when.
+    probe: Option<(bool, Instant)>,
+    /// The probe was refused the gateway's credential (cleared by any answer).
+    unauthenticated: bool,
+    /// Something was learned (a probe, a call).
+    seen: bool,
+}
+
+/// Every backend's health (`Gateway::health`).
+#[derive(Debug)]
+pub(crate) struct Health {
+    pub(crate) config: HealthConfig,
+    backends: HashMap<BackendId, BackendHealth>,
+}
+
+impl Health {
+    /// The table for `ids`, each backend `connected` (it has just answered its handshake:
+    /// healthy until traffic or a probe says otherwise) or not (`starting` until then: a
+    /// backend added at run time, for hot reload).
+    pub(crate) fn new(
+        config: HealthConfig,
+        ids: impl Iterator<Item = BackendId>,
+        connected: bool,
+    ) -> Self {
+        let entry = || {
+            let b = BackendHealth::default();
+            b.inner.lock().seen = connected;
+            b
+        };
+        Health {
+            config,
+            backends: ids.map(|id| (id, entry())).collect(),
+        }
+    }
+
+    /// Admits one request on `route` (see [`Flight`]): refused, as the backend being down,
+    /// while its breaker is open.
+    pub(crate) fn flight(&self, route: &Route, method: &str) -> Result<Flight<'_>, CoreError> {
+        let method = Method::of(method);
+        let started = Instant::now();
+        let counted =
+            !matches!(route.via, Via::Own | Via::Started) || route.upstream.as_stdio().is_none();
+        let entry = self.backends.get(&route.backend).filter(|_| counted);
+        let mut trial = false;
+        if let Some(b) = entry {
+            if b.open.load(Ordering::Acquire) {
+                let admission = b.inner.lock().breaker.admit(started, &self.config.breaker);
+                match admission {
+                    Admission::Refuse => {
+                        metrics::backend_call(&route.backend, method, "refused", Duration::ZERO);
+                        return Err(CoreError::Backend(UpstreamError::Closed(
+                            "circuit breaker open".into(),
+                        )));
+                    }
+                    Admission::Trial => trial = true,
+                    Admission::Pass => {}
+                }
+            }
+            b.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Flight {
+            health: self,
+            entry,
+            backend: route.backend.clone(),
+            method,
+            trial,
+            started,
+            reported: false,
+        })
+    }
+
+    /// The backends whose breaker is not closed (their items leave merged lists), sorted.
+    /// Usually empty, which costs no allocation.
+    pub(crate) fn not_closed(&self) -> Vec<BackendId> {
+        let mut open: Vec<BackendId> = self
+            .backends
+            .iter()
+            .filter(|(_, b)| b.open.load(Ordering::Acquire))
+            .map(|(id, _)| id.clone())
+            .collect();
+        open.sort();
+        open
+    }
+
+    /// Records a probe's outcome.
+    pub(crate) fn probed(&self, id: &BackendId, outcome: &Outcome) {
+        let Some(b) = self.backends.get(id) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut facts = b.inner.lock();
+        facts.seen = true;
+        let success = match outcome {
+            Outcome::Answered => true,
+            Outcome::Failed(_, why) => {
+                facts.last_error = Some((why.clone(), now));
+                false
+            }
+            Outcome::Unauthenticated(status) => {
+                facts.last_error = Some((format!("remote answered HTTP {status}"), now));
+                facts.unauthenticated = true;
+                // Refusing the gateway is not being down: the breaker is for failures.
+                facts.probe = Some((true, now));
+                return;
+            }
+            Outcome::Neutral => return,
+        };
+        if success {
+            facts.unauthenticated = false;
+        }
+        facts.probe = Some((success, now));
+        let changed = facts.breaker.probe(success, now, &self.config.breaker);
+        let state = facts.breaker.state(now, &self.config.breaker);
+        b.open
+            .store(state != BreakerState::Closed, Ordering::Release);
+        if changed {
+            breaker_changed(id, state, "probe");
+        }
+    }
+
+    /// A backend process was restarted (and is ready).
+    pub(crate) fn restarted(&self, id: &BackendId) {
+        metrics::restarted(id);
+    }
+
+    /// One backend's state and breaker now.
+    pub(crate) fn state_of(&self, id: &BackendId) -> Option<(HealthState, BreakerState)> {
+        let b = self.backends.get(id)?;
+        let now = Instant::now();
+        let facts = b.inner.lock();
+        let breaker = facts.breaker.state(now, &self.config.breaker);
+        let state = if facts.unauthenticated {
+            HealthState::Unauthenticated
+        } else if breaker == BreakerState::Open || facts.probe.is_some_and(|(ok, _)| !ok) {
+            HealthState::Unhealthy
+        } else if !facts.seen {
+            HealthState::Starting
+        } else if breaker == BreakerState::HalfOpen || facts.breaker.consecutive_failures() > 0 {
+            HealthState::Degraded
+        } else {
+            HealthState::Healthy
+        };
+        Some((state, breaker))
+    }
+
+    /// `/status`'s view of one backend's health (no secrets: fixed words and counts).
+    pub(crate) fn status_of(&self, id: &BackendId) -> Value {
+        let Some(b) = self.backends.get(id) else {
+            return Value::Null;
+        };
+        let Some((state, breaker)) = self.state_of(id) else {
+            return Value::Null;
+        };
+        let facts = b.inner.lock();
+        let ago = |at: Instant| (at.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+        json!({
+            "state": state.as_str(),
+            "inFlight": b.in_flight.load(Ordering::Relaxed),
+            "breaker": {
+                "state": breaker.as_str(),
+                "consecutiveFailures": facts.breaker.consecutive_failures(),
+            },
+            "lastError": facts.last_error.as_ref().map(|(why, at)| json!({
+                "message": why,
+                "secondsAgo": ago(*at),
+            })),
+            "lastProbe": facts.probe.map(|(ok, at)| json!({"ok": ok, "secondsAgo": ago(at)})),
+        })
+    }
+
+    /// Whether the gateway is ready to serve (`/readyz`, per [`ReadyWhen`]).
+    pub(crate) fn ready(&self) -> bool {
+        let mut serving = self
+            .backends
+            .keys()
+            .map(|id| self.state_of(id).is_some_and(|(s, _)| s.serves()));
+        match self.config.ready_when {
+            ReadyWhen::Any => serving.any(|s| s),
+            ReadyWhen::All => serving.all(|s| s),
+        }
+    }
+
+    /// Sets the backend gauges for a scrape.
+    pub(crate) fn export(&self) {
+        for (id, b) in &self.backends {
+            if let Some((state, breaker)) = self.state_of(id) {
+                let in_flight = b.in_flight.load(Ordering::Relaxed);
+                metrics::set_backend(id, state.as_str(), breaker.as_str(), in_flight);
+            }
+        }
+    }
+}
+
+/// One request on its way to a backend: counted in flight, and its outcome reported to the
+/// breaker and the metrics exactly once ([`Flight::finish`]); dropped unreported (the caller
+/// went away) it gives back the trial, if it was the trial, and counts as cancelled.
+#[derive(Debug)]
+pub(crate) struct Flight<'a> {
+    health: &'a Health,
+    /// `None`: a route that health does not judge (a session's own process).
+    entry: Option<&'a BackendHealth>,
+    backend: BackendId,
+    method: Method,
+    trial: bool,
+    started: Instant,
+    reported: bool,
+}
+
+impl Flight<'_> {
+    /// Reports the call's result and hands it back.
+    pub(crate) fn finish(
+        mut self,
+        result: Result<BackendResponse, CoreError>,
+    ) -> Result<BackendResponse, CoreError> {
+        self.reported = true;
+        let outcome = Outcome::of(&result);
+        let word = match &result {
+            Err(CoreError::Cancelled) => "cancelled",
+            _ => outcome.word(),
+        };
+        metrics::backend_call(&self.backend, self.method, word, self.started.elapsed());
+        if let Some(b) = self.entry {
+            self.report(b, &outcome);
+        }
+        result
+    }
+
+    fn report(&self, b: &BackendHealth, outcome: &Outcome) {
+        let config = &self.health.config.breaker;
+        let now = Instant::now();
+        let mut facts = b.inner.lock();
+        let success = match outcome {
+            Outcome::Answered => true,
+            Outcome::Failed(_, why) => {
+                facts.last_error = Some((why.clone(), now));
+                false
+            }
+            Outcome::Unauthenticated(_) | Outcome::Neutral => {
+                if self.trial {
+                    facts.breaker.trial_abandoned();
+                }
+                return;
+            }
+        };
+        facts.seen = true;
+        if success {
+            facts.unauthenticated = false;
+        }
+        let changed = facts.breaker.record(success, self.trial, now, config);
+        if changed {
+            let state = facts.breaker.state(now, config);
+            b.open
+                .store(state != BreakerState::Closed, Ordering::Release);
+            breaker_changed(
+                &self.backend,
+                state,
+                if self.trial { "trial" } else { "call" },
+            );
+        }
+    }
+}
+
+/// Every breaker change is one warning: an operator learns of it without `/status`.
+fn breaker_changed(backend: &BackendId, state: BreakerState, by: &'static str) {
+    tracing::warn!(%backend, breaker = state.as_str(), by, "circuit breaker changed");
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let Some(b) = self.entry else {
+            if !self.reported {
+                metrics::backend_call(&self.backend, self.method, "cancelled", Duration::ZERO);
+            }
+            return;
+        };
+        b.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if !self.reported {
+            metrics::backend_call(&self.backend, self.method, "cancelled", Duration::ZERO);
+            if self.trial {
+                b.inner.lock().breaker.trial_abandoned();
+            }
+        }
+    }
+}

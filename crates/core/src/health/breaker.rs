@@ -1,0 +1,355 @@
+//! One backend's circuit breaker, as a pure state machine (time is passed in, nothing here
+//! sleeps or locks): `closed` lets calls through and counts their outcomes; `open` refuses
+//! them at once; after the cool-down the next call (or the probe) is the one *trial* of
+//! `half-open`, and its outcome closes the breaker or opens it again.
+//!
+//! It opens on `consecutive` failures in a row, or when at least `min_calls` of the last
+//! `window` outcomes are recorded and the failed share of them reaches `failure_rate`. A
+//! count-based window (the last N outcomes, a bit each) rather than a time-based one: it
+//! costs a shift and a popcount per call, and a backend that gets few calls is still judged
+//! on enough of them.
+
+use std::time::{Duration, Instant};
+
+/// Most outcomes the rate window can hold (one bit each in a `u64`).
+pub(crate) const MAX_WINDOW: u32 = 64;
+
+/// When a breaker opens and how long it stays open.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerConfig {
+    /// Failures in a row that open it.
+    pub consecutive_failures: u32,
+    /// Share of failed outcomes in the window (0..=1) that opens it.
+    pub failure_rate: f64,
+    /// Outcomes the rate is computed over (at most 64).
+    pub window: u32,
+    /// Outcomes the window must hold before the rate is judged.
+    pub min_calls: u32,
+    /// How long it stays open before a trial is let through.
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            consecutive_failures: 5,
+            failure_rate: 0.5,
+            window: 20,
+            min_calls: 10,
+            cool_down: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the breaker shows (for `/status` and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls pass.
+    Closed,
+    /// Calls are refused at once.
+    Open,
+    /// The cool-down has passed: the next call or probe is the trial.
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// As `/status` and `/metrics` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
+/// Whether a call may go to the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Closed: go, and report the outcome.
+    Pass,
+    /// Half-open: go as the one trial; its outcome decides.
+    Trial,
+    /// Open (or a trial is already out): fail fast.
+    Refuse,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    Closed,
+    Open {
+        since: Instant,
+    },
+    /// `trial`: the trial is out (every other call is refused until it reports).
+    HalfOpen {
+        trial: bool,
+    },
+}
+
+/// The state machine. See the module documentation.
+#[derive(Debug, Clone)]
+pub(crate) struct Breaker {
+    phase: Phase,
+    consecutive: u32,
+    /// The last `len` outcomes, newest in bit 0; a set bit is a failure.
+    window: u64,
+    len: u32,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Breaker {
+            phase: Phase::Closed,
+            consecutive: 0,
+            window: 0,
+            len: 0,
+        }
+    }
+}
+
+impl Breaker {
+    /// What it shows at `now`: an open breaker past its cool-down shows as half-open.
+    pub(crate) fn state(&self, now: Instant, config: &BreakerConfig) -> BreakerState {
+        match self.phase {
+            Phase::Closed => BreakerState::Closed,
+            Phase::Open { since } if now.duration_since(since) >= config.cool_down => {
+                BreakerState::HalfOpen
+            }
+            Phase::Open { .. } => BreakerState::Open,
+            Phase::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    /// Failures in a row so far.
+    pub(crate) fn consecutive_failures(&self) -> u32 {
+        self.consecutive
+    }
+
+    /// Whether a call may go now (taking the trial when it is the one).
+    pub(crate) fn admit(&mut self, now: Instant, config: &BreakerConfig) -> Admission {
+        match self.phase {
+            Phase::Closed => Admission::Pass,
+            Phase::Open { since } if now.duration_since(since) >= config.cool_down => {
+                self.phase = Phase::HalfOpen { trial: true };
+                Admission::Trial
+            }
+            Phase::HalfOpen { trial: false } => {
+                self.phase = Phase::HalfOpen { trial: true };
+                Admission::Trial
+            }
+            Phase::Open { .. } | Phase::HalfOpen { trial: true } => Admission::Refuse,
+        }
+    }
+
+    /// A call's outcome (`trial`: it was admitted as the trial). Returns whether the breaker
+    /// changed between open and closed.
+    pub(crate) fn record(
+        &mut self,
+        success: bool,
+        trial: bool,
+        now: Instant,
+        config: &BreakerConfig,
+    ) -> bool {
+        if trial {
+            return self.decide(success, now);
+        }
+        // A call admitted while closed that ends after the breaker opened says nothing new.
+        if self.phase != Phase::Closed {
+            return false;
+        }
+        self.push(success, config);
+        if self.should_open(config) {
+            self.phase = Phase::Open { since: now };
+            return true;
+        }
+        false
+    }
+
+    /// The trial went away without an outcome (its caller left): the next call is the trial.
+    pub(crate) fn trial_abandoned(&mut self) {
+        if self.phase == (Phase::HalfOpen { trial: true }) {
+            self.phase = Phase::HalfOpen { trial: false };
+        }
+    }
+
+    /// The active probe's outcome: counted like a call while closed; past the cool-down (and
+    /// with no call out as the trial) it *is* the trial. Returns whether the breaker changed.
+    pub(crate) fn probe(&mut self, success: bool, now: Instant, config: &BreakerConfig) -> bool {
+        match self.phase {
+            Phase::Closed => self.record(success, false, now, config),
+            Phase::Open { since } if now.duration_since(since) >= config.cool_down => {
+                self.decide(success, now)
+            }
+            Phase::HalfOpen { trial: false } => self.decide(success, now),
+            Phase::Open { .. } | Phase::HalfOpen { trial: true } => false,
+        }
+    }
+
+    fn decide(&mut self, success: bool, now: Instant) -> bool {
+        if success {
+            *self = Breaker::default();
+        } else {
+            self.consecutive = self.consecutive.saturating_add(1);
+            self.phase = Phase::Open { since: now };
+        }
+        true
+    }
+
+    fn push(&mut self, success: bool, config: &BreakerConfig) {
+        let size = config.window.clamp(1, MAX_WINDOW);
+        self.window = (self.window << 1) | u64::from(!success);
+        if size < MAX_WINDOW {
+            self.window &= (1u64 << size) - 1;
+        }
+        self.len = (self.len + 1).min(size);
+        self.consecutive = if success {
+            0
+        } else {
+            self.consecutive.saturating_add(1)
+        };
+    }
+
+    fn should_open(&self, config: &BreakerConfig) -> bool {
+        if self.consecutive >= config.consecutive_failures.max(1) {
+            return true;
+        }
+        if self.len < config.min_calls.max(1) {
+            return false;
+        }
+        let failed = f64::from(self.window.count_ones());
+        failed / f64::from(self.len) >= config.failure_rate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BreakerConfig {
+        BreakerConfig {
+            consecutive_failures: 3,
+            failure_rate: 0.5,
+            window: 8,
+            min_calls: 4,
+            cool_down: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn consecutive_failures_open_it_and_a_success_resets_the_count() {
+        // The rate rule out of the way: only the run of failures is judged.
+        let c = BreakerConfig {
+            min_calls: 64,
+            window: 64,
+            ..config()
+        };
+        let t = Instant::now();
+        let mut b = Breaker::default();
+        assert!(!b.record(false, false, t, &c));
+        assert!(!b.record(false, false, t, &c));
+        assert!(!b.record(true, false, t, &c), "a success breaks the run");
+        assert_eq!(b.consecutive_failures(), 0);
+        assert!(!b.record(false, false, t, &c));
+        assert!(!b.record(false, false, t, &c));
+        assert_eq!(b.state(t, &c), BreakerState::Closed);
+        assert!(b.record(false, false, t, &c), "the third in a row opens it");
+        assert_eq!(b.state(t, &c), BreakerState::Open);
+        assert_eq!(b.admit(t, &c), Admission::Refuse);
+    }
+
+    #[test]
+    fn a_failure_rate_over_the_window_opens_it() {
+        let (c, t) = (config(), Instant::now());
+        let mut b = Breaker::default();
+        // Alternating: never three in a row, but half of the window fails.
+        for (n, success) in [true, false, true].into_iter().enumerate() {
+            assert!(!b.record(success, false, t, &c), "{n}: below min_calls");
+        }
+        assert!(b.record(false, false, t, &c), "4 calls, 2 failed: 50%");
+        // Old outcomes leave the window: 8 successes then 3 failures in 8 is 37.5%.
+        let mut b = Breaker::default();
+        for _ in 0..8 {
+            b.record(true, false, t, &c);
+        }
+        b.record(false, false, t, &c);
+        b.record(true, false, t, &c);
+        b.record(false, false, t, &c);
+        b.record(true, false, t, &c);
+        assert_eq!(b.state(t, &c), BreakerState::Closed, "2 of 8 failed");
+        b.record(false, false, t, &c);
+        assert_eq!(b.state(t, &c), BreakerState::Closed, "3 of 8 failed");
+        b.record(false, false, t, &c);
+        assert_eq!(b.state(t, &c), BreakerState::Open, "4 of 8 failed");
+    }
+
+    #[test]
+    fn after_the_cool_down_one_trial_decides() {
+        let (c, t) = (config(), Instant::now());
+        let mut b = Breaker::default();
+        for _ in 0..3 {
+            b.record(false, false, t, &c);
+        }
+        let early = t + Duration::from_secs(9);
+        assert_eq!(b.admit(early, &c), Admission::Refuse, "still cooling down");
+        let later = t + c.cool_down;
+        assert_eq!(b.state(later, &c), BreakerState::HalfOpen);
+        assert_eq!(b.admit(later, &c), Admission::Trial);
+        assert_eq!(b.admit(later, &c), Admission::Refuse, "one trial at a time");
+        // A call admitted before the breaker opened reports late: ignored.
+        assert!(!b.record(true, false, later, &c));
+        assert_eq!(b.state(later, &c), BreakerState::HalfOpen);
+        // The trial fails: open again, for a whole new cool-down.
+        assert!(b.record(false, true, later, &c));
+        assert_eq!(
+            b.admit(later + Duration::from_secs(9), &c),
+            Admission::Refuse
+        );
+        let again = later + c.cool_down;
+        assert_eq!(b.admit(again, &c), Admission::Trial);
+        assert!(b.record(true, true, again, &c));
+        assert_eq!(b.state(again, &c), BreakerState::Closed);
+        assert_eq!(b.consecutive_failures(), 0);
+        assert_eq!(b.admit(again, &c), Admission::Pass);
+    }
+
+    #[test]
+    fn an_abandoned_trial_lets_the_next_call_try() {
+        let (c, t) = (config(), Instant::now());
+        let mut b = Breaker::default();
+        for _ in 0..3 {
+            b.record(false, false, t, &c);
+        }
+        let later = t + c.cool_down;
+        assert_eq!(b.admit(later, &c), Admission::Trial);
+        b.trial_abandoned();
+        assert_eq!(b.admit(later, &c), Admission::Trial);
+    }
+
+    #[test]
+    fn the_probe_counts_while_closed_and_is_the_trial_after_the_cool_down() {
+        let (c, t) = (config(), Instant::now());
+        let mut b = Breaker::default();
+        for _ in 0..3 {
+            b.probe(false, t, &c);
+        }
+        assert_eq!(b.state(t, &c), BreakerState::Open);
+        // Before the cool-down a good probe changes nothing.
+        assert!(!b.probe(true, t + Duration::from_secs(1), &c));
+        assert_eq!(b.state(t, &c), BreakerState::Open);
+        // After it, a failed probe opens it again; a good one closes it.
+        let later = t + c.cool_down;
+        assert!(b.probe(false, later, &c));
+        assert_eq!(b.state(later, &c), BreakerState::Open);
+        let again = later + c.cool_down;
+        assert!(b.probe(true, again, &c));
+        assert_eq!(b.state(again, &c), BreakerState::Closed);
+        // While a call is out as the trial, the probe leaves the decision to it.
+        for _ in 0..3 {
+            b.record(false, false, again, &c);
+        }
+        let third = again + c.cool_down;
+        assert_eq!(b.admit(third, &c), Admission::Trial);
+        assert!(!b.probe(true, third, &c));
+        assert_eq!(b.admit(third, &c), Admission::Refuse);
+    }
+}
