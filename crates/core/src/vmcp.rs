@@ -408,12 +408,23 @@ impl Gateway {
     /// shortened to the 64-character rule, overridden), from the lists as last built: the
     /// mapping an operator needs to read logs and policies. Empty when not aggregating.
     pub async fn renamed_names(&self) -> Vec<RenamedName> {
-        let mut out = Vec::new();
         if self.vmcp().is_none() {
-            return out;
+            return Vec::new();
         }
+        for kind in [Kind::Tools, Kind::Prompts] {
+            let _ = self.view(kind).await;
+        }
+        self.renamed_now()
+    }
+
+    /// The same from the lists as they are now (nothing fetched), for `/status`.
+    pub(crate) fn renamed_now(&self) -> Vec<RenamedName> {
+        let Some(vmcp) = self.vmcp() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
         for (kind, label) in [(Kind::Tools, "tool"), (Kind::Prompts, "prompt")] {
-            let Ok(view) = self.view(kind).await else {
+            let Some(view) = vmcp.current(kind) else {
                 continue;
             };
             out.extend(view.all.renamed().map(|e| RenamedName {
