@@ -368,8 +368,14 @@ impl Gateway {
     /// Sends one request and waits for its answer. See [`Outgoing`]. Fails fast while the
     /// backend's breaker is open; the outcome feeds its health (`health::Flight`).
     pub(crate) async fn send(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
-        let flight = (self.health.flight(out.route, out.name))
+        // A Modern listen lives as long as its client wants: it must never be the breaker's
+        // one half-open trial (everyone else would be refused meanwhile), nor counted.
+        if out.listen.is_some() {
+            return self.send_unguarded(out).await;
+        }
+        let mut flight = (self.health.flight(out.route, out.name))
             .map_err(|e| self.attributed(&out.route.backend, e))?;
+        flight.forwarded = out.credential.is_some();
         flight.finish(self.send_unguarded(out).await)
     }
 

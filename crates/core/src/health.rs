@@ -130,10 +130,10 @@ impl Outcome {
     pub(crate) fn of(result: &Result<BackendResponse, CoreError>) -> Outcome {
         match result {
             Ok(_) => Outcome::Answered,
-            Err(CoreError::Timeout(limit)) => Outcome::Failed(
-                "timeout",
-                format!("no answer within {} s", limit.as_secs_f64()),
-            ),
+            // A call timing out says as much about its caller (a slow tool, arguments that
+            // make it slow) as about the backend: one caller must not open the breaker for
+            // everyone. A backend that hangs fails its probe, which has its own deadline.
+            Err(CoreError::Timeout(_) | CoreError::TimeoutOf(..)) => Outcome::Neutral,
             Err(CoreError::Backend(e) | CoreError::OfBackend(_, e)) => Outcome::of_upstream(e),
             Err(_) => Outcome::Neutral,
         }
@@ -146,12 +146,25 @@ impl Outcome {
                 Outcome::Unauthenticated(*status)
             }
             UpstreamError::Remote(R::Status { status, .. }) if *status < 500 => Outcome::Neutral,
-            UpstreamError::Remote(R::Timeout) => Outcome::Failed("timeout", e.client_text()),
+            UpstreamError::Remote(R::Timeout) => Outcome::Neutral,
             UpstreamError::Remote(R::SessionLost | R::Refused(_) | R::TooLarge { .. })
             | UpstreamError::Overloaded
             | UpstreamError::DuplicateKey => Outcome::Neutral,
             _ => Outcome::Failed("failed", e.client_text()),
         }
+    }
+
+    /// Whether a failure is the remote or process being unreachable (closed, exited,
+    /// refused at the transport), whoever asked.
+    fn unreachable(&self, result: &Result<BackendResponse, CoreError>) -> bool {
+        use switchboard_upstream::remote::RemoteError as R;
+        matches!(self, Outcome::Failed(..))
+            && matches!(
+                result,
+                Err(CoreError::Backend(e) | CoreError::OfBackend(_, e))
+                    if matches!(e, UpstreamError::Remote(R::Transport(_)))
+                        || !matches!(e, UpstreamError::Remote(_))
+            )
     }
 
     /// The metric outcome word.
@@ -248,6 +261,7 @@ impl Health {
             trial,
             started,
             reported: false,
+            forwarded: false,
         })
     }
 
@@ -386,6 +400,8 @@ pub(crate) struct Flight<'a> {
     trial: bool,
     started: Instant,
     reported: bool,
+    /// The call carried the caller's own credential (`forwardCallerToken`).
+    pub(crate) forwarded: bool,
 }
 
 impl Flight<'_> {
@@ -395,7 +411,13 @@ impl Flight<'_> {
         result: Result<BackendResponse, CoreError>,
     ) -> Result<BackendResponse, CoreError> {
         self.reported = true;
-        let outcome = Outcome::of(&result);
+        let mut outcome = Outcome::of(&result);
+        if self.forwarded && !outcome.unreachable(&result) {
+            // The call carried the caller's own credential: what the remote (or a proxy in
+            // front of it) made of that token is the caller's business; only the remote being
+            // unreachable says something about it for everyone (the probe judges the rest).
+            outcome = Outcome::Neutral;
+        }
         let word = match &result {
             Err(CoreError::Cancelled) => "cancelled",
             _ => outcome.word(),

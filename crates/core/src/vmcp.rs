@@ -417,7 +417,7 @@ impl Gateway {
         self.renamed_now()
     }
 
-    /// The same from the lists as they are now (nothing fetched), for `/status`.
+    /// The same from the lists as they are now (nothing fetched).
     pub(crate) fn renamed_now(&self) -> Vec<RenamedName> {
         let Some(vmcp) = self.vmcp() else {
             return Vec::new();

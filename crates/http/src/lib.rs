@@ -132,14 +132,20 @@ pub fn router(state: AppState) -> Router {
     if !state.config.status_open {
         admitted = admitted.route("/status", get(status));
     }
+    // On the main listener, behind the same admission as `/mcp` (Origin/Host, auth) unless
+    // the operator opened `/status`: it tells backends' health and traffic.
+    // `--metrics-listen` serves it open, on a listener of its own.
+    if state.config.metrics_here && !state.config.status_open {
+        admitted = admitted.route("/metrics", get(metrics));
+    }
     let mut open = admitted
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .route("/readyz", get(ready));
     if state.config.status_open {
         open = open.route("/status", get(status));
-    }
-    if state.config.metrics_here {
-        open = open.route("/metrics", get(metrics));
+        if state.config.metrics_here {
+            open = open.route("/metrics", get(metrics));
+        }
     }
     open.route("/.well-known/oauth-protected-resource", get(auth::metadata))
         .route(

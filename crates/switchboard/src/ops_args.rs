@@ -51,14 +51,20 @@ impl OpsArgs {
         let interval = GatewayArgs::secs(self.probe_interval);
         HealthConfig {
             probe_interval: interval,
-            probe_timeout: GatewayArgs::secs(self.probe_timeout),
+            // A zero deadline would fail every probe.
+            probe_timeout: GatewayArgs::secs(self.probe_timeout).max(Duration::from_millis(10)),
             ready_when: match self.ready_when {
                 ReadyArg::Any => ReadyWhen::Any,
                 ReadyArg::All => ReadyWhen::All,
             },
             breaker: BreakerConfig {
                 consecutive_failures: self.breaker_failures,
-                failure_rate: self.breaker_failure_rate.clamp(0.01, 1.0),
+                // NaN would switch the rate rule off silently (every comparison false).
+                failure_rate: if self.breaker_failure_rate.is_nan() {
+                    1.0
+                } else {
+                    self.breaker_failure_rate.clamp(0.01, 1.0)
+                },
                 cool_down: GatewayArgs::secs(self.breaker_cool_down).max(Duration::from_millis(10)),
                 ..BreakerConfig::default()
             },

@@ -39,21 +39,10 @@ impl Gateway {
             })
             .collect();
         let (streamable, sse) = self.sessions_by_transport();
-        // The virtual server's names that are not their backend's own (prefixed, shortened,
-        // overridden), so policies and logs can be read against them.
-        let renamed: Vec<Value> = self
-            .renamed_now()
-            .into_iter()
-            .map(|r| {
-                json!({"kind": r.kind, "exposed": r.exposed, "backend": r.backend.as_str(),
-                       "original": r.original})
-            })
-            .collect();
         json!({
             "ready": self.ready(),
             "backends": backends,
             "sessions": {"streamableHttp": streamable, "sse": sse},
-            "renamed": renamed,
         })
     }
 

@@ -292,18 +292,24 @@ fn keys_file(dir: &vmcp::Dir) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// `/status` is behind `/mcp`'s authentication unless opened; `/readyz`, `/healthz` and
-/// `/metrics` are not.
+/// `/status` and `/metrics` (on the main listener) are behind `/mcp`'s authentication unless
+/// opened; `/readyz` and `/healthz` are not.
 #[tokio::test]
 async fn status_needs_the_mcp_credential_unless_opened() {
     let dir = vmcp::Dir::new("health-auth");
     let keys = keys_file(&dir);
     let gw = TestGateway::start(&["--api-keys-file", &keys]).await;
-    assert_eq!(get(&gw, "/status", None).await.0, StatusCode::UNAUTHORIZED);
-    let (code, body) = get(&gw, "/status", Some("ops-key-0123456789abcdef")).await;
-    assert_eq!(code, StatusCode::OK, "{body}");
-    assert!(!body.contains("ops-key"), "{body}");
-    for open in ["/readyz", "/healthz", "/metrics"] {
+    for guarded in ["/status", "/metrics"] {
+        assert_eq!(
+            get(&gw, guarded, None).await.0,
+            StatusCode::UNAUTHORIZED,
+            "{guarded}"
+        );
+        let (code, body) = get(&gw, guarded, Some("ops-key-0123456789abcdef")).await;
+        assert_eq!(code, StatusCode::OK, "{guarded}: {body}");
+        assert!(!body.contains("ops-key"), "{body}");
+    }
+    for open in ["/readyz", "/healthz"] {
         assert_ne!(
             get(&gw, open, None).await.0,
             StatusCode::UNAUTHORIZED,

@@ -246,22 +246,7 @@ async fn shortened_names_are_printed_at_startup_and_route_to_their_original() {
     assert!(exposed
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
-    // `/status` shows the same mapping.
-    let status: serde_json::Value = gw
-        .http
-        .get(format!("{}/status", gw.base()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let entry =
-        json!({"kind": "tool", "exposed": exposed, "backend": "alpha", "original": original});
-    assert!(
-        status["renamed"].as_array().unwrap().contains(&entry),
-        "{status}"
-    );
+    // Not in `/status`: the full mapping names tools a caller's policy may hide from it.
     let sid = gw.session().await;
     let listed = tool_names(gw, Era::Legacy, Some(&sid)).await;
     assert!(listed.iter().any(|n| n == exposed), "{listed:?}");
