@@ -87,14 +87,14 @@ SB_RATE=""
 # row NAME LABEL REPORT [NOTE]: one table line.
 row() {
   local name=$1 label=$2 report=$3 note=${4:-}
-  ROWS+=$(jq -rn --argjson r "$report" --arg label "$label" --arg note "$note" --arg sb "${SB_RATE:-0}" '
+  ROWS+=$(jq -rn --argjson r "$report" --arg lab "$label" --arg note "$note" --arg sb "${SB_RATE:-0}" '
     def r1: . * 10 | round / 10;
     def vs: if ($sb|tonumber) > 0 and $r.requests_per_sec > 0
       then "\(($sb|tonumber) / $r.requests_per_sec | . * 10 | round / 10)×" else "–" end;
-    if $r.failed then "| \($label) | – | – | – | – | – | – | – | – | – | **could not be driven**: \($r.failed | gsub("\\|"; "/")) \($note) |"
+    if $r.failed then "| \($lab) | – | – | – | – | – | – | – | – | – | **could not be driven**: \($r.failed | gsub("\\|"; "/")) \($note) |"
     else
       ($r.target_tree_cpu_us_per_req // $r.server_cpu_us_per_req) as $tree |
-      "| \($label) | \($r.requests_per_sec) | \(vs) | \($r.p50_us) | \($r.p99_us) | \($tree // "–")\(if $r.target_tree_processes then " (\($r.target_tree_processes) proc.)" else "" end) | \($r.client_cpu_us_per_req // "–") | \(if $tree and $r.client_cpu_us_per_req then "\($tree / $r.client_cpu_us_per_req | . * 100 | round / 100)×" else "–" end) | \($r.errors) | \($r.wrong_answers) | \($note) |"
+      "| \($lab) | \($r.requests_per_sec) | \(vs) | \($r.p50_us) | \($r.p99_us) | \($tree // "–")\(if $r.target_tree_processes then " (\($r.target_tree_processes) proc.)" else "" end) | \($r.client_cpu_us_per_req // "–") | \(if $tree and $r.client_cpu_us_per_req then "\($tree / $r.client_cpu_us_per_req | . * 100 | round / 100)×" else "–" end) | \($r.errors) | \($r.wrong_answers) | \($note) |"
     end')$'\n'
 }
 
@@ -104,7 +104,7 @@ skip() { ROWS+="| $2 | – | – | – | – | – | – | – | – | – | **n
 # installed NAME LABEL: true if the peer installed; otherwise adds a row saying why not.
 installed() {
   [ -e "$PEERS/$1.ok" ] && return 0
-  skip "$1" "$2" "install failed: $(head -c 300 "$PEERS/$1.failed" 2>/dev/null | tr '|\n' '/ ')"
+  skip "$1" "$2" "not installed: $(head -c 300 "$PEERS/$1.failed" 2>/dev/null | tr '|\n' '/ ')"
   return 1
 }
 

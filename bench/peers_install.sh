@@ -16,12 +16,18 @@ install_peers() {
   py_peer py-mcp-proxy 'mcp-proxy==0.13.0'
   py_peer fastmcp fastmcp
   py_peer contextforge mcp-contextforge-gateway
-  if [ ! -e "$PEERS/rust-mcp-proxy.ok" ]; then
+  # PEERS_NO_CARGO=1 skips this compile (its row then says so); the lock keeps two runs from
+  # compiling into the same root at once.
+  if [ ! -e "$PEERS/rust-mcp-proxy.ok" ] && [ -z "${PEERS_NO_CARGO:-}" ]; then
     log="$PEERS/rust-mcp-proxy.log"
     echo "compiling mcp-proxy@0.6.0 from crates.io (once, several minutes)…" >&2
-    if cargo install --locked --quiet --root "$PEERS/cargo" mcp-proxy@0.6.0 >"$log" 2>&1; then
+    if flock "$PEERS/rust-mcp-proxy.lock" sh -c '[ -e "$1/rust-mcp-proxy.ok" ] ||
+        cargo install --locked --quiet --root "$1/cargo" mcp-proxy@0.6.0' _ "$PEERS" >"$log" 2>&1; then
       touch "$PEERS/rust-mcp-proxy.ok"
+      rm -f "$PEERS/rust-mcp-proxy.failed"
     else grep -m1 -E '^error' "$log" >"$PEERS/rust-mcp-proxy.failed" || tail -1 "$log" >"$PEERS/rust-mcp-proxy.failed"; fi
+  elif [ ! -e "$PEERS/rust-mcp-proxy.ok" ]; then
+    echo "not compiled in this run (PEERS_NO_CARGO set)" >"$PEERS/rust-mcp-proxy.failed"
   fi
 }
 
