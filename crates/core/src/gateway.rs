@@ -629,6 +629,7 @@ pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue
         id: Some(id.clone()),
         method: Some(method::INITIALIZE),
         params,
+        meta: params.and_then(|p| switchboard_wire::object_member(p, "_meta")),
         result: None,
         error: None,
     }

@@ -17,6 +17,9 @@ pub(crate) const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 /// front of it, or whatever reads the request next, may act on the other. Checked before
 /// anything else reads them; `Authorization` has its own rule in `auth`.
 pub(crate) fn refuse_duplicates(headers: &HeaderMap) -> Result<(), HttpError> {
+    if !any_repeated(headers) {
+        return Ok(());
+    }
     for name in headers.keys() {
         let read = name == header::CONTENT_TYPE
             || name.as_str().starts_with("mcp-")
@@ -26,6 +29,13 @@ pub(crate) fn refuse_duplicates(headers: &HeaderMap) -> Result<(), HttpError> {
         }
     }
     Ok(())
+}
+
+/// Whether any header name occurs more than once: `len` counts values, `keys_len` names, so
+/// this is O(1) and lets the common request (no header repeated) skip a hash lookup per
+/// header that the duplicate checks would otherwise make.
+pub(crate) fn any_repeated(headers: &HeaderMap) -> bool {
+    headers.len() != headers.keys_len()
 }
 
 /// How the client wants a request's answer delivered.

@@ -45,8 +45,9 @@ impl OriginPolicy {
         // One value each, or the check could approve one value while a proxy or the backend
         // acts on another (RFC 9112 §3.2 makes a repeated Host a 400 anyway). Authorization
         // too: which credential the caller meant must not depend on who reads first.
+        let repeated = crate::headers::any_repeated(headers);
         for name in [header::HOST, header::ORIGIN, header::AUTHORIZATION] {
-            if headers.get_all(&name).iter().nth(1).is_some() {
+            if repeated && headers.get_all(&name).iter().nth(1).is_some() {
                 return Err(HttpError::DuplicateHeader(name.as_str().to_owned()));
             }
         }

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use serde::de::{MapAccess, Visitor};
+use serde::de::Visitor;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
@@ -32,6 +32,10 @@ pub struct Message<'a> {
     pub method: Option<&'a str>,
     /// `params`, raw. Absent when the member was absent or `null`.
     pub params: Option<&'a RawValue>,
+    /// `params._meta`, raw, when `params` is an object that has it. Looked up once when the
+    /// message is parsed: the era, the progress token and the Modern envelope are all read
+    /// from it, up to a dozen lookups per request that each walked all of `params`.
+    pub meta: Option<&'a RawValue>,
     /// `result`, raw (responses only).
     pub result: Option<&'a RawValue>,
     /// `error`, raw (responses only).
@@ -197,6 +201,7 @@ impl<'a> Message<'a> {
             id,
             method,
             params,
+            meta: params.and_then(|p| object_member(p, "_meta")),
             result: raw.result,
             error: raw.error,
         })
@@ -205,9 +210,7 @@ impl<'a> Message<'a> {
     /// Looks up `params._meta[key]` without decoding anything else. `None` when params, `_meta`
     /// or the key is absent, or when either container is not an object.
     pub fn meta(&self, key: &str) -> Option<&'a RawValue> {
-        let params = self.params?;
-        let meta = object_member(params, "_meta")?;
-        object_member(meta, key)
+        object_member(self.meta?, key)
     }
 
     /// Looks up a top-level member of `params`.
@@ -231,31 +234,9 @@ pub fn null_id_error(input: &[u8]) -> Option<&RawValue> {
 
 /// The value of `key` in a raw JSON object, raw. Walks only the top level of `obj` and
 /// allocates nothing unless a key is escaped. With duplicate keys the last one wins, as in most
-/// JSON parsers a backend would use.
+/// JSON parsers a backend would use. See [`crate::find`] for how.
 pub fn object_member<'a>(obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
-    let mut de = serde_json::Deserializer::from_str(obj.get());
-    de.deserialize_map(FindMember(key)).ok().flatten()
-}
-
-struct FindMember<'k>(&'k str);
-
-impl<'de> Visitor<'de> for FindMember<'_> {
-    type Value = Option<&'de RawValue>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
-        while let Some(k) = map.next_key::<Key<'de>>()? {
-            let v: &'de RawValue = map.next_value()?;
-            if k.0 == self.0 {
-                found = Some(v);
-            }
-        }
-        Ok(found)
-    }
+    crate::find::member(obj, key)
 }
 
 /// An object key, borrowed when the JSON spelled it without escapes.

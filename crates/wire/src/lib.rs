@@ -13,6 +13,7 @@ pub mod classify;
 mod encode;
 mod envelope;
 mod error;
+mod find;
 pub mod headers;
 mod id;
 mod members;

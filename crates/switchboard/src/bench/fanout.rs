@@ -58,6 +58,7 @@ pub(crate) async fn run(target: Arc<HttpTarget>, timeout: Duration) -> anyhow::R
         Era::Legacy,
         "trigger",
         Some(r#"{"kind":"tools_list_changed"}"#),
+        false,
     )?;
     let sent = Instant::now();
     let answer = target.call(0, 0, trigger.body(1)).await;

@@ -17,6 +17,7 @@ mod fanout;
 mod hist;
 mod http;
 mod payload;
+mod procs;
 mod report;
 mod stdio;
 
@@ -64,6 +65,14 @@ pub(crate) struct BenchArgs {
     /// every request and checked in its answer.
     #[arg(long)]
     pub(crate) args: Option<String>,
+    /// Check answers as the fixture's `echo` whatever `--tool` is called: for a gateway that
+    /// renames tools (a `fixture_echo` prefix), so its answers are still verified per request.
+    #[arg(long)]
+    pub(crate) echo: bool,
+    /// Charge the target for the CPU of this process and all its descendants (a gateway and
+    /// the backends it spawned) during the measured phase, read from /proc.
+    #[arg(long, conflicts_with = "stdio")]
+    pub(crate) target_pid: Option<u32>,
     /// Seconds one request may take before it counts as a `timeout` error.
     #[arg(long, default_value_t = 30.0)]
     pub(crate) timeout: f64,
@@ -100,7 +109,12 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         (None, None) => Stop::After(Duration::from_secs(10)),
     };
     let concurrency = usize::try_from(args.concurrency)?;
-    let template = Arc::new(Template::new(args.era, &args.tool, args.args.as_deref())?);
+    let template = Arc::new(Template::new(
+        args.era,
+        &args.tool,
+        args.args.as_deref(),
+        args.echo,
+    )?);
 
     if let (Some(n), Some(url)) = (args.fanout, &args.url) {
         let n = usize::try_from(n)?;
@@ -168,8 +182,9 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Target::Stdio(t) => t.pid(),
         Target::Http(_) => None,
     };
-    let cpu = report::process_cpu;
-    let before = (cpu(None), server_pid.and_then(|p| cpu(Some(p))));
+    let cpu = procs::process_cpu;
+    let tree = || args.target_pid.and_then(procs::tree_cpu);
+    let before = (cpu(None), server_pid.and_then(|p| cpu(Some(p))), tree());
     let outcome =
         driver::run_phase(&target, &template, &ids, concurrency, stop, timeout, "run").await;
     let spent = |after: Option<Duration>, before: Option<Duration>| {
@@ -177,6 +192,9 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     let client_cpu = spent(cpu(None), before.0);
     let server_cpu = spent(server_pid.and_then(|p| cpu(Some(p))), before.1);
+    let target_tree = tree()
+        .zip(before.2)
+        .map(|((a, n), (b, _))| (a.saturating_sub(b), n));
 
     let sessions = match &*target {
         Target::Http(t) => t.session_count(),
@@ -196,6 +214,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         stray,
         client_cpu,
         server_cpu,
+        target_tree,
         outcome,
     };
     if args.json {

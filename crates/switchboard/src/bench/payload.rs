@@ -78,8 +78,14 @@ pub(crate) enum Verdict {
 }
 
 impl Template {
-    /// `args`: the `--args` JSON object, if any.
-    pub(crate) fn new(era: Era, tool: &str, args: Option<&str>) -> anyhow::Result<Self> {
+    /// `args`: the `--args` JSON object, if any. `echo`: check answers as `echo`'s even when
+    /// the tool has another name (a gateway that prefixes tool names).
+    pub(crate) fn new(
+        era: Era,
+        tool: &str,
+        args: Option<&str>,
+        echo: bool,
+    ) -> anyhow::Result<Self> {
         let args: Map<String, Value> = match args {
             None => Map::new(),
             Some(text) => match serde_json::from_str::<Value>(text).context("--args")? {
@@ -98,7 +104,7 @@ impl Template {
             r#","method":"tools/call","params":{{{meta}"name":{},"arguments":"#,
             serde_json::to_string(tool)?
         );
-        let (check, args) = if tool != "echo" {
+        let (check, args) = if tool != "echo" && !echo {
             (Check::AnyResult, Value::Object(args).to_string())
         } else if let Some(text) = args.get("text") {
             let text = text
@@ -242,7 +248,7 @@ mod tests {
 
     #[test]
     fn legacy_echo_body() {
-        let t = Template::new(Era::Legacy, "echo", None).unwrap();
+        let t = Template::new(Era::Legacy, "echo", None, false).unwrap();
         let body: Value = serde_json::from_slice(&t.body(42)).unwrap();
         assert_eq!(
             body,
@@ -253,7 +259,7 @@ mod tests {
 
     #[test]
     fn modern_body_carries_envelope_and_extra_args() {
-        let t = Template::new(Era::Modern, "echo", Some(r#"{"delayMs":0}"#)).unwrap();
+        let t = Template::new(Era::Modern, "echo", Some(r#"{"delayMs":0}"#), false).unwrap();
         let body: Value = serde_json::from_slice(&t.body(7)).unwrap();
         let meta = &body["params"]["_meta"];
         assert_eq!(
@@ -272,7 +278,7 @@ mod tests {
 
     #[test]
     fn other_tools_and_fixed_text() {
-        let t = Template::new(Era::Legacy, "pid", Some("{}")).unwrap();
+        let t = Template::new(Era::Legacy, "pid", Some("{}"), false).unwrap();
         let body: Value = serde_json::from_slice(&t.body(1)).unwrap();
         assert_eq!(
             body["params"],
@@ -281,21 +287,21 @@ mod tests {
         let ok = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"9"}]}}"#;
         assert_eq!(t.verify(1, ok), Verdict::Ok);
 
-        let t = Template::new(Era::Legacy, "echo", Some(r#"{"text":"same"}"#)).unwrap();
+        let t = Template::new(Era::Legacy, "echo", Some(r#"{"text":"same"}"#), false).unwrap();
         assert_eq!(t.verify(3, &echo_answer("3", "same")), Verdict::Ok);
         assert!(matches!(
             t.verify(3, &echo_answer("3", "other")),
             Verdict::Wrong(_)
         ));
 
-        assert!(Template::new(Era::Legacy, "echo", Some("[1]")).is_err());
-        assert!(Template::new(Era::Legacy, "echo", Some(r#"{"text":5}"#)).is_err());
-        assert!(Template::new(Era::Legacy, "echo", Some("{")).is_err());
+        assert!(Template::new(Era::Legacy, "echo", Some("[1]"), false).is_err());
+        assert!(Template::new(Era::Legacy, "echo", Some(r#"{"text":5}"#), false).is_err());
+        assert!(Template::new(Era::Legacy, "echo", Some("{"), false).is_err());
     }
 
     #[test]
     fn verification() {
-        let t = Template::new(Era::Legacy, "echo", None).unwrap();
+        let t = Template::new(Era::Legacy, "echo", None, false).unwrap();
         assert_eq!(t.verify(5, &echo_answer("5", "sb-bench-5")), Verdict::Ok);
         // Right id, someone else's payload: the cross-delivery the check exists for.
         assert!(matches!(

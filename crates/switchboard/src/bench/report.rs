@@ -23,23 +23,10 @@ pub(crate) struct Report {
     pub(crate) client_cpu: Option<Duration>,
     /// The same for the stdio server the driver spawned (direct runs only).
     pub(crate) server_cpu: Option<Duration>,
+    /// `--target-pid`: CPU of that process and all its descendants during the measured phase,
+    /// and how many processes the tree had at the end.
+    pub(crate) target_tree: Option<(Duration, usize)>,
     pub(crate) outcome: Outcome,
-}
-
-/// User + system CPU time so far of process `pid`, or of this process for `None` (Linux
-/// `/proc/<pid>/stat`; `None` elsewhere or once the process is gone).
-pub(crate) fn process_cpu(pid: Option<u32>) -> Option<Duration> {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/stat"),
-        None => "/proc/self/stat".to_owned(),
-    };
-    let stat = std::fs::read_to_string(path).ok()?;
-    // Fields after the parenthesised command name (which may itself contain spaces): state is
-    // field 3, utime 14 and stime 15, in USER_HZ ticks, which Linux fixes at 100 per second.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
 }
 
 /// Nanoseconds to microseconds, to 0.1 µs (the histogram's resolution is finer than that).
@@ -95,6 +82,8 @@ impl Report {
             "mean_us": us(h.mean().round() as u64),
             "client_cpu_us_per_req": self.per_request(self.client_cpu),
             "server_cpu_us_per_req": self.per_request(self.server_cpu),
+            "target_tree_cpu_us_per_req": self.per_request(self.target_tree.map(|t| t.0)),
+            "target_tree_processes": self.target_tree.map(|t| t.1),
         })
     }
 
@@ -134,6 +123,12 @@ impl Report {
         if let Some(cpu) = self.per_request(self.server_cpu) {
             let _ = writeln!(s, "server cpu   {cpu} µs per request");
         }
+        if let (Some(cpu), Some((_, n))) = (
+            self.per_request(self.target_tree.map(|t| t.0)),
+            self.target_tree,
+        ) {
+            let _ = writeln!(s, "target tree  {cpu} µs per request ({n} processes)");
+        }
         let _ = writeln!(s, "errors       {}", self.outcome.error_count());
         for (kind, n) in &self.outcome.errors {
             let _ = writeln!(s, "  {kind}: {n}");
@@ -170,6 +165,7 @@ mod tests {
             stray: 1,
             client_cpu: Some(Duration::from_millis(7)),
             server_cpu: None,
+            target_tree: Some((Duration::from_millis(70), 2)),
             outcome,
         };
         let j = r.json();
@@ -194,7 +190,10 @@ mod tests {
         assert_eq!(j["client_cpu_us_per_req"], 1000.0);
         assert!(r.human().contains("http_503: 2"));
         assert!(j["server_cpu_us_per_req"].is_null());
-        assert!(process_cpu(None).is_some() || !cfg!(target_os = "linux"));
-        assert!(process_cpu(Some(std::process::id())).is_some() || !cfg!(target_os = "linux"));
+        assert_eq!(j["target_tree_cpu_us_per_req"], 10000.0);
+        assert_eq!(j["target_tree_processes"], 2);
+        assert!(r
+            .human()
+            .contains("target tree  10000 µs per request (2 processes)"));
     }
 }
