@@ -123,7 +123,7 @@ impl Gateway {
         .flatten();
         let method = msg.method.unwrap_or_default();
         if self.vmcp().is_some() {
-            if let Some(answer) = self.aggregated_modern(msg, stream.as_ref()).await {
+            if let Some(answer) = self.aggregated_modern(caller, msg, stream.as_ref()).await {
                 return admitted.finish_modern(answer);
             }
         }

@@ -60,8 +60,8 @@ impl Gateway {
     /// of the acknowledgement; list changes come from every backend's sink.
     pub(crate) async fn aggregated_listen(
         self: &Arc<Self>,
-        id: &RequestId,
-        msg: &Message<'_>,
+        caller: &crate::Principal,
+        (id, msg): (&RequestId, &Message<'_>),
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<ModernAnswer, CoreError> {
         let Some(stream) = stream else {
@@ -97,6 +97,34 @@ impl Gateway {
             subs.uris.push((backend, uri));
         }
         crate::mrtr::acknowledge(&stream, id, &honoured).await;
+        // A Legacy-only per-session backend runs this caller's Modern calls on its partition:
+        // what those calls change, that process announces, to its own listeners. After the
+        // acknowledgement (starting one may take seconds: an `npx` server), all at once.
+        let keys: Vec<_> = self
+            .backends
+            .iter()
+            .filter(|e| self.per_session.for_backend(&e.id).is_some() && !e.modern_now())
+            .map(|e| crate::mrtr::PartitionKey::of(caller, msg, &e.id))
+            .collect();
+        let started = futures::future::join_all(keys.iter().map(|k| self.partition(k))).await;
+        let partitions: Vec<_> = started.into_iter().filter_map(Result::ok).collect();
+        let heard: Vec<_> = partitions.iter().map(|u| u.0.listeners.clone()).collect();
+        let changes = Filter {
+            uris: Vec::new(),
+            ..honoured.clone()
+        };
+        let _on_partitions: Vec<_> = heard
+            .iter()
+            .map(|l| {
+                l.register(
+                    &RouteKey::mint(),
+                    id,
+                    changes.clone(),
+                    stream.clone(),
+                    false,
+                )
+            })
+            .collect();
         stream.closed().await;
         Err(CoreError::Cancelled)
     }

@@ -114,6 +114,7 @@ impl Gateway {
     /// A Modern request the aggregating gateway answers itself.
     pub(crate) async fn aggregated_modern(
         self: &Arc<Self>,
+        caller: &crate::Principal,
         msg: &Message<'_>,
         stream: Option<&tokio::sync::mpsc::Sender<bytes::Bytes>>,
     ) -> Option<Result<crate::ModernAnswer, CoreError>> {
@@ -124,7 +125,10 @@ impl Gateway {
             return Some(Ok(crate::modern::discover(id, self.presented())));
         }
         if name == crate::modern::LISTEN {
-            return Some(self.aggregated_listen(id, msg, stream.cloned()).await);
+            return Some(
+                self.aggregated_listen(caller, (id, msg), stream.cloned())
+                    .await,
+            );
         }
         if let Some(kind) = list_kind(name) {
             let answer = match cursor_of(msg) {
