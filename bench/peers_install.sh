@@ -54,6 +54,8 @@ contextforge_why() {
 }
 
 # The Rust mcp-proxy reads a TOML config; tools come back as `<backend><separator><tool>`.
+# URL_TEMPLATE is set for this one call only (bash scopes a prefix assignment to a function
+# call for its duration).
 rust_mcp_proxy_run() {
   local cfg="$OUT/rust-mcp-proxy.toml"
   cat >"$cfg" <<TOML
@@ -73,7 +75,8 @@ args = ["fixture"]
 TOML
   local port; port=$(free_port)
   sed -i "s/@PORT@/$port/" "$cfg"
-  FIXED_PORT=$port run_target rust-mcp-proxy "mcp-proxy 0.6.0 (Rust)" \
+  # It serves MCP at the root path, not /mcp.
+  URL_TEMPLATE="http://127.0.0.1:@PORT@/" FIXED_PORT=$port run_target rust-mcp-proxy "mcp-proxy 0.6.0 (Rust)" \
     "one shared fixture; tool \`fixture_echo\`" --tool fixture_echo --echo -- \
     "$PEERS/cargo/bin/mcp-proxy" --config "$cfg"
 }

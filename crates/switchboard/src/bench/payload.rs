@@ -300,6 +300,21 @@ mod tests {
     }
 
     #[test]
+    fn a_renamed_echo_is_still_checked_as_echo() {
+        let t = Template::new(Era::Legacy, "fixture_echo", None, true).unwrap();
+        let body: Value = serde_json::from_slice(&t.body(9)).unwrap();
+        assert_eq!(
+            body["params"],
+            serde_json::json!({"name":"fixture_echo","arguments":{"text":"sb-bench-9"}})
+        );
+        assert_eq!(t.verify(9, &echo_answer("9", "sb-bench-9")), Verdict::Ok);
+        assert!(matches!(
+            t.verify(9, &echo_answer("9", "sb-bench-8")),
+            Verdict::Wrong(_)
+        ));
+    }
+
+    #[test]
     fn verification() {
         let t = Template::new(Era::Legacy, "echo", None, false).unwrap();
         assert_eq!(t.verify(5, &echo_answer("5", "sb-bench-5")), Verdict::Ok);

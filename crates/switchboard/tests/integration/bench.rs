@@ -96,6 +96,37 @@ async fn bench_drives_the_gateway_over_legacy_sessions() {
     assert_eq!(report["sessions"], 8);
 }
 
+/// `--target-pid` charges the gateway for its whole tree: the gateway and the stdio fixture it
+/// spawned are both counted (at least two processes), and 2000 requests cost some CPU.
+#[tokio::test]
+async fn bench_charges_the_target_process_tree() {
+    let gw = TestGateway::start(&[]).await;
+    let pid = gw.pid().to_string();
+    let report = bench(&[
+        "--url",
+        &gw.url,
+        "--requests",
+        "2000",
+        "--concurrency",
+        "8",
+        "--warmup",
+        "0",
+        "--target-pid",
+        &pid,
+        "--json",
+    ])
+    .await;
+    assert_clean(&report, 2000);
+    assert!(
+        report["target_tree_processes"].as_u64().unwrap() >= 2,
+        "{report}"
+    );
+    assert!(
+        report["target_tree_cpu_us_per_req"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+}
+
 #[tokio::test]
 async fn bench_drives_the_gateway_with_modern_stateless_requests() {
     let gw = TestGateway::start(&[]).await;
