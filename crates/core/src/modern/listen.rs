@@ -32,22 +32,12 @@ impl Gateway {
             return Ok(listen_needs_stream(id));
         };
         let honoured = honoured(self.backend_of(route)?.info(), Filter::parse(msg.params));
-        let key = RouteKey::mint();
-        let pseudo_session = format!("listen:{}", key.as_str());
-        let _guard =
-            self.registry
-                .listeners
-                .register(&key, id, honoured.clone(), stream.clone(), false);
-        let mut subs = ListenSubscriptions {
-            gateway: self,
-            owner: pseudo_session.clone(),
-            uris: Vec::new(),
-        };
-        for uri in &honoured.uris {
-            self.subscribe_for(&route.backend, &pseudo_session, uri)
-                .await;
-            subs.uris.push((route.backend.clone(), uri.clone()));
-        }
+        let placed = honoured
+            .uris
+            .iter()
+            .map(|uri| (route.backend.clone(), uri.clone()))
+            .collect();
+        let _listening = self.listen_here(id, &stream, &honoured, placed).await;
         crate::mrtr::acknowledge(&stream, id, &honoured).await;
         // Served until the client closes the stream, which drops this future and the guards.
         stream.closed().await;
@@ -81,21 +71,7 @@ impl Gateway {
             })
             .collect();
         honoured.uris = placed.iter().map(|(_, uri)| uri.clone()).collect();
-        let key = RouteKey::mint();
-        let pseudo_session = format!("listen:{}", key.as_str());
-        let _guard =
-            self.registry
-                .listeners
-                .register(&key, id, honoured.clone(), stream.clone(), false);
-        let mut subs = ListenSubscriptions {
-            gateway: self,
-            owner: pseudo_session.clone(),
-            uris: Vec::new(),
-        };
-        for (backend, uri) in placed {
-            self.subscribe_for(&backend, &pseudo_session, &uri).await;
-            subs.uris.push((backend, uri));
-        }
+        let _listening = self.listen_here(id, &stream, &honoured, placed).await;
         crate::mrtr::acknowledge(&stream, id, &honoured).await;
         // A Legacy-only per-session backend runs this caller's Modern calls on its partition:
         // what those calls change, that process announces, to its own listeners. After the
@@ -127,6 +103,34 @@ impl Gateway {
             .collect();
         stream.closed().await;
         Err(CoreError::Cancelled)
+    }
+
+    /// A listen served from the gateway's registries: registered for `honoured`, each URI
+    /// subscribed at its backend (`placed`); both undone when the returned pair drops.
+    async fn listen_here<'a>(
+        self: &'a Arc<Self>,
+        id: &RequestId,
+        stream: &mpsc::Sender<Bytes>,
+        honoured: &Filter,
+        placed: Vec<(BackendId, String)>,
+    ) -> (
+        crate::modern_listen::ListenerGuard<'a>,
+        ListenSubscriptions<'a>,
+    ) {
+        let key = RouteKey::mint();
+        let owner = format!("listen:{}", key.as_str());
+        let guard =
+            (self.registry.listeners).register(&key, id, honoured.clone(), stream.clone(), false);
+        let mut subs = ListenSubscriptions {
+            gateway: self,
+            owner: owner.clone(),
+            uris: Vec::new(),
+        };
+        for (backend, uri) in placed {
+            self.subscribe_for(&backend, &owner, &uri).await;
+            subs.uris.push((backend, uri));
+        }
+        (guard, subs)
     }
 
     /// Adds a gateway-owned subscriber of `uri` at `backend`, subscribing upstream if it is
