@@ -182,6 +182,10 @@ pub(crate) trait Origins: Send + Sync + fmt::Debug {
     fn of_request(&self, msg: &Message<'_>, target: &Target) -> Option<Origin>;
     /// The backend and original name behind a listed item, if the merged lists hold it.
     fn of_item(&self, target: &Target) -> Option<Origin>;
+    /// Whether `tool` is the gateway's own (tool search), served by no backend.
+    fn own_tool(&self, _tool: &str) -> bool {
+        false
+    }
 }
 
 /// Authorization, rate limits and audit, all optional. The default admits everything and
@@ -271,6 +275,20 @@ impl Access {
             .is_none_or(|a| a.is_allowed_at(principal, action, target, origin))
     }
 
+    /// Whether a list would show `target` to `principal`, with `origin` from the merged
+    /// lists (aggregating, an item without one is hidden, as list filtering hides it).
+    pub(crate) fn allows_listed(
+        &self,
+        principal: &Principal,
+        target: &Target,
+        origin: Option<&Origin>,
+    ) -> bool {
+        self.authorizer.as_ref().is_none_or(|a| {
+            origin.is_some()
+                && a.is_allowed_at(principal, gate::item_action(target), target, origin)
+        })
+    }
+
     /// Decides whether the operation may proceed. A refusal is audited here; an admission
     /// returns the handle that filters and audits the outcome. `origins`: where targets are
     /// served, when the gateway aggregates (the policy and the audit line see the request's
@@ -343,6 +361,19 @@ impl Access {
         match gate(msg) {
             Gate::Open => (Target::Server, None, Ok(())),
             Gate::Check(action, target) => {
+                if let (Some(o), Target::Tool(name)) = (origins, &target) {
+                    if o.own_tool(name) {
+                        // The gateway's own tool shows only what the caller may call: using
+                        // it needs no more than listing tools.
+                        let verdict = if self.allows(principal, "list_tools", &Target::Server, None)
+                        {
+                            Ok(())
+                        } else {
+                            Err(CoreError::Forbidden(denial("list_tools")))
+                        };
+                        return (target, None, verdict);
+                    }
+                }
                 let origin = origins.and_then(|o| o.of_request(msg, &target));
                 let verdict = if self.allows(principal, &action, &target, origin.as_ref()) {
                     Ok(())

@@ -273,6 +273,16 @@ impl Gateway {
     /// backend nor any routing table; list results are filtered for the caller; every request
     /// is audited (see `access`).
     pub async fn request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+        if let Some(inner) = self.unwrap_call_tool(call.msg) {
+            let msg =
+                Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
+            let answer = self.admitted_request(Call { msg: &msg, ..call }).await;
+            return inner.answer(answer);
+        }
+        self.admitted_request(call).await
+    }
+
+    async fn admitted_request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
         let origins = self.origins_for(call.msg).await;
         let admitted =
             self.config

@@ -110,6 +110,20 @@ impl Gateway {
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<ModernAnswer, CoreError> {
+        if let Some(inner) = self.unwrap_call_tool(msg) {
+            let msg =
+                Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
+            return inner.answer(self.admitted_modern(caller, &msg, stream).await);
+        }
+        self.admitted_modern(caller, msg, stream).await
+    }
+
+    async fn admitted_modern(
+        self: &Arc<Self>,
+        caller: &crate::Principal,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<ModernAnswer, CoreError> {
         let origins = self.origins_for(msg).await;
         let admitted =
             self.config

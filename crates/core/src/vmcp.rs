@@ -30,6 +30,8 @@ mod origins;
 mod requests;
 mod route;
 
+pub(crate) use route::clip;
+
 /// Every list kind, in the order the gateway keeps them.
 pub(crate) const KINDS: [Kind; 4] = [
     Kind::Tools,
@@ -75,6 +77,9 @@ pub struct VmcpConfig {
     pub page_size: usize,
     /// Deadline of fetching one backend's list (all its pages).
     pub fetch_timeout: Duration,
+    /// `tools/list` shows `find_tools` and `call_tool` instead of the catalog
+    /// (`tool_search`).
+    pub tool_search: bool,
 }
 
 impl Default for VmcpConfig {
@@ -86,6 +91,7 @@ impl Default for VmcpConfig {
             list_ttl: Duration::from_secs(5),
             page_size: 500,
             fetch_timeout: Duration::from_secs(10),
+            tool_search: false,
         }
     }
 }
@@ -101,6 +107,8 @@ pub(crate) struct Vmcp {
     state: parking_lot::Mutex<State>,
     /// One refresh per kind at a time; others wait for it and use its result.
     refreshing: [tokio::sync::Mutex<()>; 4],
+    /// `Some` when tool search is on.
+    tool_search: Option<crate::tool_search::ToolSearch>,
 }
 
 #[derive(Debug, Default)]
@@ -164,10 +172,23 @@ impl Vmcp {
         Vmcp {
             presented: presented(backends),
             order,
-            config,
             state: parking_lot::Mutex::new(State::default()),
             refreshing: Default::default(),
+            tool_search: config
+                .tool_search
+                .then(crate::tool_search::ToolSearch::default),
+            config,
         }
+    }
+
+    /// Tool search, when on.
+    pub(crate) fn tool_search(&self) -> Option<&crate::tool_search::ToolSearch> {
+        self.tool_search.as_ref()
+    }
+
+    /// How long a backend's list is reused.
+    pub(crate) fn list_ttl(&self) -> Duration {
+        self.config.list_ttl
     }
 
     /// What the gateway presents as its server.

@@ -154,6 +154,7 @@ pub(crate) fn vmcp_config(aggregation: &AggregationSpec, backends: &[BackendSpec
             crate::config::model::FailureMode::Fail => FailureMode::Fail,
         },
         list_ttl: aggregation.list_cache_ttl,
+        tool_search: aggregation.tool_search,
         ..VmcpConfig::default()
     }
 }

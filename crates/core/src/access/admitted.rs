@@ -178,6 +178,11 @@ impl Admitted<'_> {
         let filtered = match list {
             Some(&(_, _, member, key, wrap)) => filter_list(result, member, |item| {
                 let target = wrap(str_member(Some(item), key));
+                if let (Some(origins), Target::Tool(name)) = (self.origins, &target) {
+                    if origins.own_tool(name) {
+                        return true;
+                    }
+                }
                 // Aggregating, each item's origin comes from the current merged lists (what a
                 // call of it would route by now); an item they no longer hold cannot be used,
                 // so it is not shown (fail closed: no origin means no backend for a policy).

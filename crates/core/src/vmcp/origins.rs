@@ -55,6 +55,10 @@ impl Origins for Vmcp {
             original: original.to_owned(),
         })
     }
+
+    fn own_tool(&self, tool: &str) -> bool {
+        self.tool_search().is_some() && crate::tool_search::is_own_tool(tool)
+    }
 }
 
 impl Gateway {

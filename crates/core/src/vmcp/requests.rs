@@ -22,15 +22,32 @@ impl Gateway {
         if let Some(kind) = list_kind(name) {
             let cursor = cursor_of(call.msg);
             return Some(match cursor {
-                Ok(cursor) => self.merged_list(id, kind, cursor.as_deref(), false).await,
+                Ok(cursor) => self.list(id, kind, cursor.as_deref(), false).await,
                 Err(e) => Err(e),
             });
+        }
+        if let Some(answer) = self.own_tool_call(call.caller, call.msg, false).await {
+            return Some(answer);
         }
         match name {
             method::PING => Some(Ok(encode_result(id, "{}"))),
             method::SET_LEVEL => Some(self.set_level_everywhere(call, id).await),
             _ => self.prepare(call.msg).await.err().map(Err),
         }
+    }
+
+    /// A list request: the merged list, or with tool search on, the gateway's own tools.
+    async fn list(
+        &self,
+        id: &RequestId,
+        kind: crate::catalog::Kind,
+        cursor: Option<&str>,
+        modern: bool,
+    ) -> Result<Vec<u8>, CoreError> {
+        if kind == crate::catalog::Kind::Tools && self.tool_search().is_some() {
+            return self.own_tool_list(id, cursor, modern);
+        }
+        self.merged_list(id, kind, cursor, modern).await
     }
 
     /// After a name `method` routes by was not found: the lists it reads, fetched again where
@@ -132,9 +149,12 @@ impl Gateway {
         }
         if let Some(kind) = list_kind(name) {
             let answer = match cursor_of(msg) {
-                Ok(cursor) => self.merged_list(id, kind, cursor.as_deref(), true).await,
+                Ok(cursor) => self.list(id, kind, cursor.as_deref(), true).await,
                 Err(e) => Err(e),
             };
+            return Some(answer.map(crate::ModernAnswer::ok));
+        }
+        if let Some(answer) = self.own_tool_call(caller, msg, true).await {
             return Some(answer.map(crate::ModernAnswer::ok));
         }
         // Before `prepare`: a removed method (`resources/subscribe` too, which routes by URI

@@ -162,7 +162,7 @@ fn str_member(raw: &RawValue, key: &str) -> Option<String> {
 }
 
 /// A client's name as quoted back in an error: bounded.
-fn clip(name: &str) -> String {
+pub(crate) fn clip(name: &str) -> String {
     name.chars().take(128).collect()
 }
 

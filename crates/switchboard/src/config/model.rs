@@ -179,6 +179,31 @@ pub(crate) struct Aggregation {
     pub(crate) priority: Option<Vec<String>>,
     pub(crate) failure_mode: Option<FailureMode>,
     pub(crate) list_cache_ttl: Option<Dur>,
+    /// `on`: `tools/list` shows `find_tools` and `call_tool` instead of the catalog.
+    pub(crate) tool_search: Option<Switch>,
+}
+
+/// `on`/`off` (or `true`/`false`: YAML 1.1 readers turn a bare `on` into a boolean).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Switch(pub(crate) bool);
+
+impl<'de> Deserialize<'de> for Switch {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Word(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(b) => Ok(Switch(b)),
+            Raw::Word(w) if w == "on" => Ok(Switch(true)),
+            Raw::Word(w) if w == "off" => Ok(Switch(false)),
+            Raw::Word(w) => Err(serde::de::Error::custom(format!(
+                "expected on or off, found {w:?}"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

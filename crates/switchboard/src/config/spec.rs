@@ -80,6 +80,7 @@ pub(crate) struct AggregationSpec {
     pub(crate) priority: Vec<BackendId>,
     pub(crate) failure_mode: FailureMode,
     pub(crate) list_cache_ttl: Duration,
+    pub(crate) tool_search: bool,
 }
 
 impl AggregationSpec {
@@ -91,6 +92,7 @@ impl AggregationSpec {
             priority: backends.iter().map(|b| b.name.clone()).collect(),
             failure_mode: FailureMode::BestEffort,
             list_cache_ttl: Duration::from_secs(5),
+            tool_search: false,
         }
     }
 
@@ -119,6 +121,7 @@ impl AggregationSpec {
         if let Some(t) = a.list_cache_ttl {
             spec.list_cache_ttl = t.0;
         }
+        spec.tool_search = a.tool_search.is_some_and(|s| s.0);
         spec
     }
 }

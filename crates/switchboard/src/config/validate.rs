@@ -30,6 +30,9 @@ pub(crate) fn summary(loaded: &super::Loaded) -> String {
         agg.failure_mode.as_str(),
         priority.join(" > ")
     );
+    if agg.tool_search {
+        out += "tool search on: tools/list shows find_tools and call_tool\n";
+    }
     let width = f.backends.iter().map(|b| b.name.len()).max().unwrap_or(0);
     for b in &f.backends {
         out += &format!("  {:width$}  {}\n", b.name, describe(b, f.isolation));

@@ -22,6 +22,7 @@ mod merged;
 mod own;
 mod pages;
 mod push;
+mod search;
 
 pub(crate) const SB: &str = env!("CARGO_BIN_EXE_switchboard");
 pub(crate) const V: &str = "2026-07-28";
