@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use opentelemetry::trace::FutureExt as _;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -69,6 +70,9 @@ pub struct GatewayConfig {
     pub vmcp: Option<crate::vmcp::VmcpConfig>,
     /// Probes, breakers and readiness (`health`).
     pub health: crate::health::HealthConfig,
+    /// Spans per request and backend call (`trace`), exported through the globally
+    /// installed tracer provider. Off by default.
+    pub traces: bool,
 }
 
 impl Default for GatewayConfig {
@@ -86,6 +90,7 @@ impl Default for GatewayConfig {
             vmcp: None,
             partition_idle: Duration::from_secs(60),
             health: crate::health::HealthConfig::default(),
+            traces: false,
         }
     }
 }
@@ -156,6 +161,8 @@ pub struct Gateway {
     pub(crate) vmcp: Option<crate::vmcp::Vmcp>,
     /// Each backend's health and breaker (`health`).
     pub(crate) health: crate::health::Health,
+    /// `Some` when traces are on (`trace`).
+    pub(crate) traces: Option<crate::trace::Traces>,
 }
 
 impl Gateway {
@@ -172,6 +179,7 @@ impl Gateway {
         });
         let ids = backends.iter().map(|b| b.id.clone());
         let health = crate::health::Health::new(config.health.clone(), ids, true);
+        let config_traces = config.traces;
         Arc::new(Gateway {
             health,
             backends,
@@ -182,6 +190,7 @@ impl Gateway {
             per_session: crate::per_session::Spawner::default(),
             mrtr,
             vmcp,
+            traces: config_traces.then(crate::trace::Traces::new),
         })
     }
 
@@ -273,6 +282,16 @@ impl Gateway {
     /// backend nor any routing table; list results are filtered for the caller; every request
     /// is audited (see `access`).
     pub async fn request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+        let Some(traces) = &self.traces else {
+            return self.unwrapped_request(call).await;
+        };
+        let cx = traces.request(call.msg, "legacy");
+        let answer = self.unwrapped_request(call).with_context(cx.clone()).await;
+        crate::trace::finish(&cx, &answer);
+        answer
+    }
+
+    async fn unwrapped_request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
         if let Some(inner) = self.unwrap_call_tool(call.msg) {
             let msg =
                 Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
@@ -386,7 +405,13 @@ impl Gateway {
         let mut flight = (self.health.flight(out.route, out.name))
             .map_err(|e| self.attributed(&out.route.backend, e))?;
         flight.forwarded = out.credential.is_some();
-        flight.finish(self.send_unguarded(out).await)
+        let Some(traces) = &self.traces else {
+            return flight.finish(self.send_unguarded(out).await);
+        };
+        let cx = traces.backend_call(out.name, &out.route.backend);
+        let answer = self.send_unguarded(out).with_context(cx.clone()).await;
+        crate::trace::finish(&cx, &answer);
+        flight.finish(answer)
     }
 
     async fn send_unguarded(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
@@ -436,6 +461,9 @@ impl Gateway {
             _ => None,
         };
         let params = rewritten.as_deref().or(out_params);
+        // Traced: the backend continues this call's span, not the client's.
+        let traced = self.traces.as_ref().and_then(|t| t.inject(params));
+        let params = traced.as_deref().or(params);
         let line = encode_request(&key.to_request_id(), name, params);
         let cancel = CancellationToken::new();
         let _in_flight = out.session.map(|s| {

@@ -40,6 +40,7 @@ mod subscription;
 mod tasks;
 mod tool_headers;
 mod tool_search;
+mod trace;
 mod vmcp;
 
 pub use access::{Access, Authorizer, Origin, Principal, Target, Unauthenticated};

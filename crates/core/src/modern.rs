@@ -16,6 +16,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use opentelemetry::trace::FutureExt as _;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -105,6 +106,24 @@ impl Gateway {
     /// request or a forbidden `subscriptions/listen` URI never reaches the backend or the
     /// listener registry.
     pub async fn modern(
+        self: &Arc<Self>,
+        caller: &crate::Principal,
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Result<ModernAnswer, CoreError> {
+        let Some(traces) = &self.traces else {
+            return self.unwrapped_modern(caller, msg, stream).await;
+        };
+        let cx = traces.request(msg, "modern");
+        let answer = self
+            .unwrapped_modern(caller, msg, stream)
+            .with_context(cx.clone())
+            .await;
+        crate::trace::finish(&cx, &answer);
+        answer
+    }
+
+    async fn unwrapped_modern(
         self: &Arc<Self>,
         caller: &crate::Principal,
         msg: &Message<'_>,

@@ -75,6 +75,8 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     };
     let mut config = gateway_config(&args, shape);
     config.health = args.ops.health();
+    let traces = crate::traces::install(&args.ops)?;
+    config.traces = traces.is_some();
     let max_sessions = config.max_sessions;
     config.access = access;
     if aggregate {
@@ -205,6 +207,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let _ = reaper.await;
     if let Some(metrics) = metrics_server {
         let _ = metrics.await;
+    }
+    if let Some(traces) = traces {
+        traces.shutdown();
     }
     info!("stopped");
     Ok(())

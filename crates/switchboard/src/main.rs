@@ -9,6 +9,7 @@ mod config;
 mod ops_args;
 mod remote;
 mod start_backends;
+mod traces;
 
 use std::future::Future;
 

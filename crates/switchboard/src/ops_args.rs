@@ -1,6 +1,6 @@
-//! The operator flags: backend probes, circuit breakers, readiness, `/status` access and
-//! where `/metrics` is served. Their config-file keys are `health:` and `metrics:`
-//! (`config::merge`); the flag wins.
+//! The operator flags: backend probes, circuit breakers, readiness, `/status` access, where
+//! `/metrics` is served and where traces go. Their config-file keys are `health:`,
+//! `metrics:` and `traces:` (`config::merge`); the flag wins.
 
 use std::time::Duration;
 
@@ -37,6 +37,13 @@ pub(crate) struct OpsArgs {
     /// Serve GET /metrics on this address (HOST:PORT) instead of the main listener.
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_listen: Option<String>,
+    /// Export traces (OTLP/HTTP, JSON) to this collector, e.g. http://127.0.0.1:4318 (spans
+    /// go to its /v1/traces). Off when absent.
+    #[arg(long, value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
+    /// The `service.name` of exported spans.
+    #[arg(long, value_name = "NAME", default_value = "switchboard")]
+    pub(crate) otlp_service_name: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

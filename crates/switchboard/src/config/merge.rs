@@ -86,7 +86,7 @@ pub(crate) fn serve_spec(
     })
 }
 
-/// `health:` and `metrics:`.
+/// `health:`, `metrics:` and `traces:`.
 fn ops(o: &Over<'_>, file: &ConfigFile, args: &mut crate::ops_args::OpsArgs) {
     use crate::ops_args::ReadyArg;
     if let Some(h) = &file.health {
@@ -118,6 +118,12 @@ fn ops(o: &Over<'_>, file: &ConfigFile, args: &mut crate::ops_args::OpsArgs) {
     if let Some(m) = &file.metrics {
         let listen = m.listen.clone().map(Some);
         o.set("metrics_listen", &mut args.metrics_listen, listen);
+    }
+    if let Some(t) = &file.traces {
+        let endpoint = t.endpoint.clone().map(Some);
+        o.set("otlp_endpoint", &mut args.otlp_endpoint, endpoint);
+        let name = t.service_name.clone();
+        o.set("otlp_service_name", &mut args.otlp_service_name, name);
     }
 }
 

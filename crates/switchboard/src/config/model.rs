@@ -30,6 +30,7 @@ pub(crate) struct ConfigFile {
     pub(crate) http: Option<Http>,
     pub(crate) health: Option<Health>,
     pub(crate) metrics: Option<Metrics>,
+    pub(crate) traces: Option<Traces>,
     pub(crate) aggregation: Option<Aggregation>,
     pub(crate) backends: Vec<BackendEntry>,
 }
@@ -169,6 +170,13 @@ pub(crate) struct Breaker {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct Metrics {
     pub(crate) listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Traces {
+    pub(crate) endpoint: Option<String>,
+    pub(crate) service_name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

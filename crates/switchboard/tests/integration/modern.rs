@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 
 use crate::common::{stats, tool_text, Reply, TestGateway};
 
-const V: &str = "2026-07-28";
+pub(crate) const V: &str = "2026-07-28";
 
-fn envelope() -> Value {
+pub(crate) fn envelope() -> Value {
     json!({"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {}})
 }
 
