@@ -186,6 +186,11 @@ pub(crate) trait Origins: Send + Sync + fmt::Debug {
     fn own_tool(&self, _tool: &str) -> bool {
         false
     }
+    /// Whether a forbidden tool must look like a missing one (tool search): its call then
+    /// counts against the rate limits as an unknown name's does.
+    fn masks_denials(&self) -> bool {
+        false
+    }
 }
 
 /// Authorization, rate limits and audit, all optional. The default admits everything and
@@ -218,6 +223,11 @@ impl crate::Gateway {
     ) -> Result<(), CoreError> {
         let access = &self.config.access;
         if access.authorizer.is_none() {
+            return Ok(());
+        }
+        // With tool search a forbidden tool is answered as an unknown one, on the request
+        // path: no early 403 may tell them apart.
+        if msg.method == Some("tools/call") && self.tool_search().is_some() {
             return Ok(());
         }
         let origins = self.origins_for(msg).await;
@@ -323,7 +333,8 @@ impl Access {
         let (target, origin, verdict) = self.decide(principal, msg, origins);
         admitted.target = target;
         admitted.origin = origin;
-        let verdict = verdict.and_then(|()| match (&self.limits, msg.kind) {
+        let counts = verdict.is_ok() || origins.is_some_and(|o| o.masks_denials());
+        let limited = counts.then(|| match (&self.limits, msg.kind) {
             (Some(limits), MessageKind::Request) => {
                 let tool = match &admitted.target {
                     Target::Tool(t) if msg.method == Some("tools/call") => Some(t.as_str()),
@@ -335,6 +346,12 @@ impl Access {
             }
             _ => Ok(()),
         });
+        // A refusal by the rate limits is reported as such even for a forbidden target when
+        // denials are masked: an unknown name would have been limited too.
+        let verdict = match (verdict, limited) {
+            (_, Some(Err(limited))) => Err(limited),
+            (verdict, _) => verdict,
+        };
         match verdict {
             Ok(()) => Ok(admitted),
             Err(e) => {

@@ -292,13 +292,16 @@ impl Gateway {
     }
 
     async fn unwrapped_request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
-        if let Some(inner) = self.unwrap_call_tool(call.msg) {
-            let msg =
-                Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
-            let answer = self.admitted_request(Call { msg: &msg, ..call }).await;
-            return inner.answer(answer);
+        if self.tool_search().is_none() {
+            return self.admitted_request(call).await;
         }
-        self.admitted_request(call).await
+        let Some(inner) = self.unwrap_call_tool(call.msg) else {
+            let msg = call.msg;
+            return crate::tool_search::masked(msg, self.admitted_request(call).await);
+        };
+        let msg = Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
+        let answer = self.admitted_request(Call { msg: &msg, ..call }).await;
+        crate::tool_search::masked(&msg, answer)
     }
 
     async fn admitted_request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {

@@ -129,12 +129,16 @@ impl Gateway {
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Result<ModernAnswer, CoreError> {
-        if let Some(inner) = self.unwrap_call_tool(msg) {
-            let msg =
-                Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
-            return inner.answer(self.admitted_modern(caller, &msg, stream).await);
+        if self.tool_search().is_none() {
+            return self.admitted_modern(caller, msg, stream).await;
         }
-        self.admitted_modern(caller, msg, stream).await
+        let Some(inner) = self.unwrap_call_tool(msg) else {
+            let answer = self.admitted_modern(caller, msg, stream).await;
+            return crate::tool_search::masked(msg, answer);
+        };
+        let msg = Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
+        let answer = self.admitted_modern(caller, &msg, stream).await;
+        crate::tool_search::masked(&msg, answer)
     }
 
     async fn admitted_modern(

@@ -10,8 +10,10 @@
 //! tell a hidden tool from a missing one. `find_tools` is the gateway's, not a backend's: it
 //! needs the permission to list tools, and shows only what the caller may call.
 //!
-//! While tool search is on, the two names shadow any backend tool of the same name (which
-//! `call_tool` still reaches by its exposed name).
+//! While tool search is on, the two names shadow any backend tool of the same name (it cannot
+//! be called), and a direct `tools/call` of a forbidden tool gets the unknown-tool answer too
+//! (else `call_tool`'s masking would protect nothing); a denied call then also counts against
+//! the caller's rate limits, as an unknown one does (`access`).
 //!
 //! [`Gateway::request`]: crate::Gateway::request
 //! [`Gateway::modern`]: crate::Gateway::modern
@@ -22,7 +24,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use switchboard_wire::{encode_result, object_member, Message, RequestId};
+use switchboard_wire::{encode_result, object_member, with_members, Message, RequestId};
 
 use crate::access::{Origins, Principal, Target};
 use crate::vmcp::View;
@@ -82,20 +84,21 @@ pub(crate) fn is_own_tool(name: &str) -> bool {
 pub(crate) struct Unwrapped {
     /// The inner request, a whole JSON-RPC message with the outer id and `_meta`.
     pub(crate) body: Vec<u8>,
-    /// The inner tool name (quoted back, bounded, when the call is refused).
-    name: String,
 }
 
-impl Unwrapped {
-    /// The inner call's answer, with a policy refusal turned into the unknown-tool answer.
-    pub(crate) fn answer<T>(&self, answer: Result<T, CoreError>) -> Result<T, CoreError> {
-        match answer {
-            Err(CoreError::Forbidden(_)) => Err(CoreError::UnknownName(
+/// A `tools/call` answer while tool search is on, with a policy refusal turned into the
+/// unknown-tool answer: neither `call_tool` nor a direct call tells a forbidden tool from a
+/// missing one.
+pub(crate) fn masked<T>(msg: &Message<'_>, answer: Result<T, CoreError>) -> Result<T, CoreError> {
+    match answer {
+        Err(CoreError::Forbidden(_)) if msg.method == Some(TOOLS_CALL) => {
+            let name = msg.params.and_then(|p| string_member(p, "name"));
+            Err(CoreError::UnknownName(
                 "tool",
-                crate::vmcp::clip(&self.name),
-            )),
-            other => other,
+                crate::vmcp::clip(name.as_deref().unwrap_or_default()),
+            ))
         }
+        other => other,
     }
 }
 
@@ -104,16 +107,7 @@ struct Inner<'a> {
     jsonrpc: &'static str,
     id: &'a RawValue,
     method: &'static str,
-    params: InnerParams<'a>,
-}
-
-#[derive(Serialize)]
-struct InnerParams<'a> {
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    arguments: Option<&'a RawValue>,
-    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    meta: Option<&'a RawValue>,
+    params: &'a RawValue,
 }
 
 impl Gateway {
@@ -136,18 +130,23 @@ impl Gateway {
         let args = object_member(params, "arguments")?;
         let name = string_member(args, "name").filter(|n| n != CALL_TOOL)?;
         let id = RawValue::from_string(id.as_json().to_string()).ok()?;
+        // Every other member of the outer params (`_meta`, `task`, an MRTR retry's
+        // `inputResponses` and `requestState`) belongs to the inner call as it is.
+        let name_json = serde_json::to_string(&name).ok()?;
+        let mut set = vec![("name", name_json.as_str())];
+        let inner_args = object_member(args, "arguments");
+        if let Some(a) = inner_args {
+            set.push(("arguments", a.get()));
+        }
+        let params = with_members(params, &set, |k| k != "arguments")?;
         let inner = Inner {
             jsonrpc: "2.0",
             id: &id,
             method: TOOLS_CALL,
-            params: InnerParams {
-                name: &name,
-                arguments: object_member(args, "arguments"),
-                meta: msg.meta,
-            },
+            params: &params,
         };
         let body = serde_json::to_vec(&inner).ok()?;
-        Some(Unwrapped { body, name })
+        Some(Unwrapped { body })
     }
 
     /// `tools/list` while tool search is on: the two tools, one page.

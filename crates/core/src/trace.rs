@@ -22,7 +22,7 @@ use opentelemetry::{global, Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use serde_json::value::RawValue;
 
-use switchboard_wire::{object_member, with_meta_member, Message};
+use switchboard_wire::{object_member, with_member, with_members, Message};
 
 use crate::backends::BackendId;
 use crate::CoreError;
@@ -32,6 +32,9 @@ const TRACEPARENT: &str = "traceparent";
 const TRACESTATE: &str = "tracestate";
 /// A `_meta` trace header longer than this is ignored (W3C bounds `tracestate` at 512).
 const MAX_HEADER: usize = 1024;
+/// Client-chosen text (ids, method names, error text) is clipped to this in spans: the SDK
+/// bounds attribute counts, not lengths, and spans wait in the export queue.
+const MAX_TEXT: usize = 256;
 
 /// The gateway's tracer, when traces are on.
 pub(crate) struct Traces {
@@ -58,19 +61,19 @@ impl Traces {
     /// `_meta` has a valid one, else a new trace.
     pub(crate) fn request(&self, msg: &Message<'_>, era: &'static str) -> Context {
         let parent = self.propagator.extract(&MetaHeaders::read(msg.meta));
-        let method = msg.method.unwrap_or_default();
+        let method = clip(msg.method.unwrap_or_default());
         let target = target_of(msg);
         let mut attributes = vec![
-            KeyValue::new("mcp.method.name", method.to_owned()),
+            KeyValue::new("mcp.method.name", method.clone()),
             KeyValue::new("switchboard.era", era),
         ];
         if let Some(id) = &msg.id {
-            attributes.push(KeyValue::new("jsonrpc.request.id", id.as_json().to_owned()));
+            attributes.push(KeyValue::new("jsonrpc.request.id", clip(id.as_json())));
         }
-        attributes.extend(target_attributes(method, target.as_deref()));
+        attributes.extend(target_attributes(&method, target.as_deref()));
         let span = self
             .tracer
-            .span_builder(span_name(method, target.as_deref()))
+            .span_builder(span_name(&method, target.as_deref()))
             .with_kind(SpanKind::Server)
             .with_attributes(attributes)
             .start_with_context(&self.tracer, &parent);
@@ -82,10 +85,10 @@ impl Traces {
         let parent = Context::current();
         let span = self
             .tracer
-            .span_builder(Cow::Owned(method.to_owned()))
+            .span_builder(Cow::Owned(clip(method)))
             .with_kind(SpanKind::Client)
             .with_attributes([
-                KeyValue::new("mcp.method.name", method.to_owned()),
+                KeyValue::new("mcp.method.name", clip(method)),
                 KeyValue::new("switchboard.backend", backend.as_str().to_owned()),
             ])
             .start_with_context(&self.tracer, &parent);
@@ -104,12 +107,23 @@ impl Traces {
             .inject_context(&cx, &mut MetaInjector(&mut headers));
         let traceparent = headers.remove(TRACEPARENT)?;
         // A request without params keeps none: not every server takes `_meta` on `ping`.
-        let json = |s: &str| serde_json::to_string(s).unwrap_or_default();
-        let mut with = with_meta_member(params?, TRACEPARENT, &json(&traceparent))?;
-        if let Some(state) = headers.remove(TRACESTATE).filter(|s| !s.is_empty()) {
-            with = with_meta_member(&with, TRACESTATE, &json(&state))?;
+        let params = params?;
+        let traceparent = json_string(&traceparent);
+        // The client's own `tracestate` never passes: only the propagated one, and only when
+        // it is printable ASCII (the SDK lets control characters through).
+        let state = headers
+            .remove(TRACESTATE)
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| (0x20..0x7f).contains(&b)))
+            .map(|s| json_string(&s));
+        let mut set = vec![(TRACEPARENT, traceparent.as_str())];
+        if let Some(state) = &state {
+            set.push((TRACESTATE, state.as_str()));
         }
-        Some(with)
+        let meta = match object_member(params, "_meta") {
+            Some(meta) => with_members(meta, &set, |k| k != TRACESTATE)?,
+            None => with_members(&empty_object()?, &set, |_| true)?,
+        };
+        with_member(params, "_meta", meta.get())
     }
 }
 
@@ -118,7 +132,7 @@ pub(crate) fn finish<T>(cx: &Context, outcome: &Result<T, CoreError>) {
     let span = cx.span();
     if let Err(e) = outcome {
         span.set_attribute(KeyValue::new("error.type", error_type(e)));
-        span.set_status(Status::error(e.to_string()));
+        span.set_status(Status::error(clip(&e.to_string())));
     }
     span.end();
 }
@@ -141,7 +155,19 @@ fn target_of(msg: &Message<'_>) -> Option<String> {
     let params = msg.params?;
     let raw = object_member(params, "name").or_else(|| object_member(params, "uri"))?;
     let text: String = serde_json::from_str(raw.get()).ok()?;
-    Some(text.chars().take(256).collect())
+    Some(clip(&text))
+}
+
+fn clip(text: &str) -> String {
+    text.chars().take(MAX_TEXT).collect()
+}
+
+fn json_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+fn empty_object() -> Option<Box<RawValue>> {
+    RawValue::from_string("{}".to_owned()).ok()
 }
 
 fn span_name(method: &str, target: Option<&str>) -> Cow<'static, str> {

@@ -59,6 +59,10 @@ impl Origins for Vmcp {
     fn own_tool(&self, tool: &str) -> bool {
         self.tool_search().is_some() && crate::tool_search::is_own_tool(tool)
     }
+
+    fn masks_denials(&self) -> bool {
+        self.tool_search().is_some()
+    }
 }
 
 impl Gateway {

@@ -247,3 +247,37 @@ async fn a_modern_request_is_traced_the_same_way() {
         .await;
     assert_eq!(str_of(&client, "parentSpanId"), server_id, "{client:#}");
 }
+
+#[tokio::test]
+async fn only_a_propagated_printable_tracestate_reaches_the_backend_and_client_text_is_clipped() {
+    let mut receiver = Receiver::start().await;
+    let gw = traced_gateway(&receiver).await;
+    let sid = gw.session().await;
+    let traceparent = format!("00-{TRACE}-{CLIENT_SPAN}-01");
+    // A valid tracestate continues; one with control characters, or not a string, does not.
+    let cases = [
+        (json!("vendor=abc"), Some("vendor=abc")),
+        (json!("a=x\r\ny"), None),
+        (json!({"o": 1}), None),
+    ];
+    for (i, (state, expected)) in cases.into_iter().enumerate() {
+        let meta = json!({"traceparent": traceparent, "tracestate": state});
+        let got = call_meta(&gw, &sid, i as u64 + 1, meta).await;
+        assert_eq!(got["tracestate"].as_str(), expected, "{state}: {got}");
+        assert!(got["traceparent"].as_str().is_some(), "{got}");
+    }
+    // A huge request id is exported clipped.
+    let id = "i".repeat(100_000);
+    let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+        "params":{"name":"meta","arguments":{},"_meta":{"traceparent": traceparent}}});
+    let reply = gw.post(Some(&sid), &body).await;
+    assert_eq!(reply.json()["id"], json!(id));
+    let server = receiver
+        .span("long-id server", |s| {
+            str_of(s, "traceId") == TRACE
+                && attribute(s, "jsonrpc.request.id").is_some_and(|v| v.starts_with("\"iii"))
+        })
+        .await;
+    let exported = attribute(&server, "jsonrpc.request.id").unwrap();
+    assert!(exported.len() <= 256, "{} bytes", exported.len());
+}

@@ -273,3 +273,48 @@ async fn find_tools_hides_and_call_tool_refuses_what_policy_forbids() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_forbidden_tool_looks_missing_to_direct_calls_and_rate_limits_too() {
+    let top = format!(
+        "auth:\n  apiKeys:\n    - {{name: alice, key: {ALICE}}}\n    - {{name: admin, key: {ADMIN}}}\npolicy: {{file: POLICY}}\nlimits: {{rateLimit: 3/m}}\n"
+    );
+    let served = searchable("search-masked", &top).await;
+    let gw = &served.gw;
+    let alice = format!("Bearer {ALICE}");
+    let as_alice = [("authorization", alice.as_str())];
+    let sid = session(gw, &as_alice).await;
+    // A direct call of a forbidden tool: the unknown-tool answer, not a 403.
+    let direct = |tool: &'static str| {
+        let params = json!({"name": tool, "arguments": {}});
+        post(
+            gw,
+            Era::Legacy,
+            Some(&sid),
+            ("tools/call", params),
+            &as_alice,
+        )
+    };
+    let forbidden = direct("send_email").await;
+    assert_eq!(forbidden.status, StatusCode::OK, "{}", forbidden.text);
+    let masked = forbidden.text.replace("send_email", "NAME");
+    let unknown = direct("send_telegram").await;
+    assert_eq!(masked, unknown.text.replace("send_telegram", "NAME"));
+    // Two of three calls spent (one forbidden, one unknown): the forbidden one counted as
+    // an unknown one does, so after one more the budget is gone for both.
+    let _ = direct("send_email").await;
+    let limited = direct("send_telegram").await;
+    assert_eq!(
+        limited.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        limited.text
+    );
+    let limited = direct("send_email").await;
+    assert_eq!(
+        limited.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        limited.text
+    );
+}
