@@ -69,6 +69,8 @@ pub struct GatewayConfig {
     pub vmcp: Option<crate::vmcp::VmcpConfig>,
     /// Probes, breakers and readiness (`health`).
     pub health: crate::health::HealthConfig,
+    /// Composite tools (`serve` only) and the bounds of their handles.
+    pub workflows: crate::workflow::WorkflowConfig,
 }
 
 impl Default for GatewayConfig {
@@ -86,6 +88,7 @@ impl Default for GatewayConfig {
             vmcp: None,
             partition_idle: Duration::from_secs(60),
             health: crate::health::HealthConfig::default(),
+            workflows: crate::workflow::WorkflowConfig::default(),
         }
     }
 }
@@ -156,6 +159,8 @@ pub struct Gateway {
     pub(crate) vmcp: Option<crate::vmcp::Vmcp>,
     /// Each backend's health and breaker (`health`).
     pub(crate) health: crate::health::Health,
+    /// Composite tools and their parked runs (`workflow`).
+    pub(crate) workflows: crate::workflow::Workflows,
 }
 
 impl Gateway {
@@ -172,6 +177,7 @@ impl Gateway {
         });
         let ids = backends.iter().map(|b| b.id.clone());
         let health = crate::health::Health::new(config.health.clone(), ids, true);
+        let workflows = crate::workflow::Workflows::new(&config.workflows);
         Arc::new(Gateway {
             health,
             backends,
@@ -182,6 +188,7 @@ impl Gateway {
             per_session: crate::per_session::Spawner::default(),
             mrtr,
             vmcp,
+            workflows,
         })
     }
 

@@ -40,6 +40,7 @@ mod subscription;
 mod tasks;
 mod tool_headers;
 mod vmcp;
+pub mod workflow;
 
 pub use access::{Access, Authorizer, Origin, Principal, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
