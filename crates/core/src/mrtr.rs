@@ -51,7 +51,8 @@ use switchboard_wire::{
 use crate::modern::ModernAnswer;
 use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
-use sink::{capability_of, Asked};
+pub(crate) use sink::capability_of;
+use sink::Asked;
 
 pub(crate) use bridge::Bridge;
 pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
