@@ -182,6 +182,21 @@ impl Gateway {
         }
     }
 
+    /// Whether handling `msg` may make the gateway ask the session's client something (so
+    /// its answer should be a stream the question can travel on first): a call that may
+    /// answer `input_required`, from a client that declared something it can be asked, with a
+    /// Modern-only backend in the set (whose `input_required` the gateway relays).
+    pub fn may_ask_client(&self, session: Option<&SessionId>, msg: &Message<'_>) -> bool {
+        let (Some(session), Some(name)) = (session, msg.method) else {
+            return false;
+        };
+        crate::mrtr::METHODS.contains(&name)
+            && self.backends.iter().any(|e| !e.info().era.legacy)
+            && self
+                .client_caps(session)
+                .is_ok_and(|c| c.elicitation || c.sampling || c.roots)
+    }
+
     /// The input capabilities the client of `session` declared.
     pub fn client_caps(&self, session: &SessionId) -> Result<ClientCaps, CoreError> {
         self.registry

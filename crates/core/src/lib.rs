@@ -32,6 +32,7 @@ mod progress;
 pub mod ratelimit;
 mod reaper;
 mod registry;
+mod relay;
 mod resolve;
 pub mod route;
 pub mod session;

@@ -1,0 +1,1 @@
+//! Real SDK clients through the relay (filled in below).
