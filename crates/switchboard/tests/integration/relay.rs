@@ -158,27 +158,42 @@ async fn modern_call(gw: &TestGateway, key: Option<&str>, extra: Value) -> Reply
     call(gw, key, ELICIT, json!({}), elicitation(), extra).await
 }
 
+async fn modern_call_to(gw: &TestGateway, tool: &str, extra: Value) -> Reply {
+    call(gw, None, tool, json!({}), elicitation(), extra).await
+}
+
 fn refused(r: &Reply, reason: &str) {
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
     assert_eq!(r.error_code(), -32602, "{}", r.text);
     assert_eq!(r.json()["error"]["data"]["reason"], reason, "{}", r.text);
 }
 
-/// Modern client, Modern backend, over `gw`: sealed, then single use.
-pub(crate) async fn modern_sealed_round_trip(gw: &TestGateway) {
-    let first = input_required(&modern_call(gw, None, json!({})).await);
+/// Modern client, Modern backend, over `gw` (`tool` the fixture's elicitation tool as
+/// exposed there): sealed, then single use.
+pub(crate) async fn modern_sealed_round_trip(gw: &TestGateway, tool: &str) {
+    let first = input_required(&modern_call_to(gw, tool, json!({})).await);
     let retry = retry_of(&first, "Bob");
-    let r = modern_call(gw, None, retry.clone()).await;
+    let r = modern_call_to(gw, tool, retry.clone()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(tool_text(&r.json()), "Hello, Bob!");
     // The same token again: replayed.
-    refused(&modern_call(gw, None, retry).await, "unknown_request_state");
+    refused(
+        &modern_call_to(gw, tool, retry).await,
+        "unknown_request_state",
+    );
+}
+
+#[tokio::test]
+async fn serve_modern_state_is_sealed_and_single_use_and_legacy_clients_are_asked() {
+    let served = sdk::every_era("relay-raw").await;
+    modern_sealed_round_trip(&served.gw, &format!("mod_{ELICIT}")).await;
+    legacy_elicitation_round_trip(&served.gw, &format!("mod_{ELICIT}")).await;
 }
 
 #[tokio::test]
 async fn run_modern_state_is_sealed_unwrapped_and_single_use() {
     let gw = modern_backend(&[]).await;
-    modern_sealed_round_trip(&gw).await;
+    modern_sealed_round_trip(&gw, ELICIT).await;
     // The backend's own sealed state reaches it intact inside the gateway's token.
     let tool = "test_input_required_result_request_state";
     let r = call(&gw, None, tool, json!({}), elicitation(), json!({})).await;
