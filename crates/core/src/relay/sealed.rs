@@ -224,3 +224,124 @@ fn full(id: &RequestId) -> ModernAnswer {
     );
     ModernAnswer::error(id, &err)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(sub: &str) -> Principal {
+        Principal {
+            issuer: "api-key".into(),
+            subject: sub.into(),
+            claims: serde_json::Map::new(),
+            credential: None,
+        }
+    }
+
+    fn raw(v: Value) -> Box<RawValue> {
+        RawValue::from_string(v.to_string()).unwrap()
+    }
+
+    fn pending(state: &str) -> ModernAnswer {
+        let result =
+            json!({"resultType": "input_required", "inputRequests": {}, "requestState": state});
+        ModernAnswer::ok(switchboard_wire::encode_result(
+            &RequestId::from_string("x"),
+            &result.to_string(),
+        ))
+    }
+
+    fn token_of(answer: &ModernAnswer) -> String {
+        let v: Value = serde_json::from_slice(&answer.body).unwrap();
+        v["result"]["requestState"].as_str().unwrap().to_owned()
+    }
+
+    use serde_json::json;
+
+    #[test]
+    fn a_token_unwraps_once_for_its_caller_backend_and_call() {
+        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+        let (alice, bob) = (principal("alice"), principal("bob"));
+        let (a, b) = (
+            "a".parse::<BackendId>().unwrap(),
+            "b".parse::<BackendId>().unwrap(),
+        );
+        let id = RequestId::from_string("x");
+        let first = raw(json!({"name": "t", "arguments": {"k": 1}}));
+        let bound = Bound {
+            caller: &alice,
+            method: "tools/call",
+            backend: &a,
+            params: Some(&first),
+        };
+        let token = token_of(&relay.seal(&sealer, &bound, &id, pending("inner-1")));
+        let retry = raw(
+            json!({"name": "t", "arguments": {"k": 1}, "requestState": token,
+            "inputResponses": {}}),
+        );
+        let on = |caller, backend, params| Bound {
+            caller,
+            method: "tools/call",
+            backend,
+            params,
+        };
+        let reason = |r: Result<Option<Box<RawValue>>, ModernAnswer>| {
+            let v: Value = serde_json::from_slice(&r.err().unwrap().body).unwrap();
+            v["error"]["data"]["reason"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(
+            reason(relay.open(&sealer, &on(&bob, &a, Some(&retry)), &id)),
+            "invalid_request_state"
+        );
+        assert_eq!(
+            reason(relay.open(&sealer, &on(&alice, &b, Some(&retry)), &id)),
+            "invalid_request_state"
+        );
+        let other = raw(json!({"name": "t", "arguments": {"k": 2}, "requestState": token}));
+        assert_eq!(
+            reason(relay.open(&sealer, &on(&alice, &a, Some(&other)), &id)),
+            "invalid_request_state"
+        );
+        let opened = relay
+            .open(&sealer, &on(&alice, &a, Some(&retry)), &id)
+            .ok()
+            .unwrap()
+            .unwrap();
+        let opened: Value = serde_json::from_str(opened.get()).unwrap();
+        assert_eq!(opened["requestState"], "inner-1");
+        assert_eq!(opened["inputResponses"], json!({}));
+        assert_eq!(
+            reason(relay.open(&sealer, &on(&alice, &a, Some(&retry)), &id)),
+            "unknown_request_state"
+        );
+        // No requestState: a first round, untouched.
+        assert!(relay
+            .open(&sealer, &on(&alice, &a, Some(&first)), &id)
+            .ok()
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn an_oversized_backend_state_is_refused() {
+        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+        let alice = principal("alice");
+        let a = "a".parse::<BackendId>().unwrap();
+        let id = RequestId::from_string("x");
+        let bound = Bound {
+            caller: &alice,
+            method: "tools/call",
+            backend: &a,
+            params: None,
+        };
+        let answer = relay.seal(&sealer, &bound, &id, pending(&"s".repeat(STATE_MAX_BYTES)));
+        assert!(answer.error_code.is_some());
+        let answer = relay.seal(
+            &sealer,
+            &bound,
+            &id,
+            pending(&"s".repeat(STATE_MAX_BYTES - 100)),
+        );
+        assert!(answer.error_code.is_none() && token_of(&answer).starts_with(PREFIX));
+    }
+}

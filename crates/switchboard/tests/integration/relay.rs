@@ -144,6 +144,48 @@ async fn a_legacy_client_without_elicitation_gets_32021_promptly() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+#[tokio::test]
+async fn an_unanswered_question_times_out_and_a_session_end_ends_the_wait() {
+    let gw = modern_backend(&["--request-timeout", "1"]).await;
+    let sid = legacy_session(&gw, json!({"elicitation": {}})).await;
+    let mut stream = open_call(&gw, &sid, tool_call(8, ELICIT)).await;
+    assert_eq!(next(&mut stream).await["method"], "elicitation/create");
+    // Never answered: the call gets the deadline's error (next() is bounded by 10 s).
+    let done = next(&mut stream).await;
+    assert_eq!(done["id"], 8, "{done}");
+    assert_eq!(done["error"]["code"], -32000, "{done}");
+    // A late answer names a waiter that is gone.
+    let gw2 = modern_backend(&[]).await;
+    let sid = legacy_session(&gw2, json!({"elicitation": {}})).await;
+    let mut stream = open_call(&gw2, &sid, tool_call(9, ELICIT)).await;
+    let q = next(&mut stream).await;
+    let r = gw2
+        .http
+        .delete(&gw2.url)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    // The call ends (an error or the stream closing), never waits on.
+    let ended = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::StreamExt::next(&mut stream),
+    )
+    .await
+    .expect("the call still waits after its session ended");
+    if let Some(Ok(event)) = ended {
+        let data: Value = serde_json::from_str(event.data.as_deref().unwrap_or("{}")).unwrap();
+        assert!(data.get("result").is_none(), "{data}");
+    }
+    let body =
+        json!({"jsonrpc":"2.0","id":q["id"],"result":{"action":"accept","content":{"name":"x"}}});
+    assert_eq!(
+        gw2.post(Some(&sid), &body).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
 /// The token of a relayed `input_required` and the retry that answers it.
 fn retry_of(first: &Value, name: &str) -> Value {
     let token = first["requestState"].as_str().unwrap();

@@ -205,3 +205,26 @@ async fn serve_every_cell_asks_the_right_client() {
     let report = python(url, "legacy", &tools[..1]).await;
     assert_eq!(text_of(&report, tools[0]), "Hello, Py!", "{report}");
 }
+
+/// HTTP+SSE (2024-11-05) sessions are asked too: the Python SDK 1.x `sse_client`, two
+/// sessions side by side, against a Modern-only backend; each is asked its own questions.
+#[tokio::test]
+async fn sse_sdk_clients_answer_a_modern_backends_input() {
+    let gw = modern_backend(&[]).await;
+    let v = crate::legacy_sse::python_sse_client(&gw, "py_sse_isolated.py").await;
+    for name in ["a", "b"] {
+        let (c, seen) = (&v[name], &v[name]["seen"]);
+        assert_eq!(seen["sampling"], json!([format!("{name}-prompt")]), "{v}");
+        assert_eq!(c["sampled"], format!("LLM response: {name}-sampled"), "{v}");
+        assert_eq!(
+            seen["elicitation"],
+            json!([format!("{name}-question")]),
+            "{v}"
+        );
+        assert!(
+            c["elicited"].as_str().unwrap().contains("action=accept"),
+            "{v}"
+        );
+        assert_eq!(c["roots"], format!("Client roots: file:///{name}"), "{v}");
+    }
+}
