@@ -64,6 +64,8 @@ pub struct GatewayConfig {
     pub mrtr_per_principal: Option<usize>,
     /// Per-session mode: a warm Modern partition unused this long is stopped.
     pub partition_idle: Duration,
+    /// How long a sealed `requestState` relayed from a Modern backend stays valid.
+    pub relay_state_ttl: Duration,
     /// `Some`: the backends are aggregated into one virtual server (`switchboard serve`);
     /// `None`: the one backend is proxied transparently (`run`).
     pub vmcp: Option<crate::vmcp::VmcpConfig>,
@@ -87,6 +89,7 @@ impl Default for GatewayConfig {
             mrtr_per_principal: None,
             vmcp: None,
             partition_idle: Duration::from_secs(60),
+            relay_state_ttl: Duration::from_secs(300),
             health: crate::health::HealthConfig::default(),
             workflows: crate::workflow::WorkflowConfig::default(),
         }

@@ -292,6 +292,7 @@ fn gateway_config(args: &GatewayArgs, shape: Shape) -> GatewayConfig {
             }),
         listen_grace: GatewayArgs::secs(args.listen_grace),
         partition_idle: GatewayArgs::secs(args.partition_idle),
+        relay_state_ttl: std::time::Duration::from_secs(args.relay_state_ttl),
         max_sessions_per_principal: args
             .max_sessions_per_principal
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
