@@ -9,7 +9,8 @@
 //!   caller's own request path.
 //! - `handles`: a Modern caller's run waiting for input, parked under an owner-bound,
 //!   single-use handle that goes out as the `requestState` of an `input_required` result.
-//! - `ask`: how a Legacy caller is asked (`elicitation/create` on its session).
+//! - `ask`: how a Legacy caller is asked (`elicitation/create` on its session, through
+//!   `Gateway::ask_client`).
 //!
 //! Only the aggregating gateway (`serve`) lists and runs composites.
 
@@ -168,6 +169,11 @@ impl Gateway {
         id: &'f RequestId,
     ) -> Option<BoxFuture<'f, Result<Vec<u8>, CoreError>>> {
         let plan = self.composite_of(call.msg)?.clone();
+        if plan.asks() {
+            if let Err(e) = self.can_ask(call.session) {
+                return Some(Box::pin(std::future::ready(Err(e))));
+            }
+        }
         Some(Box::pin(self.run_legacy(call, id, plan)))
     }
 

@@ -443,7 +443,7 @@ impl Runner<'_> {
             "started",
             &step_fields(&step.id, 1, None),
         );
-        let params = json!({ "message": message, "requestedSchema": schema });
+        let params = json!({ "mode": "form", "message": message, "requestedSchema": schema });
         let answer = self
             .gateway
             .ask_legacy_client(self.session, self.stream, "elicitation/create", params)

@@ -122,6 +122,13 @@ impl Plan {
         tool
     }
 
+    /// Whether a step asks the client for input.
+    pub(crate) fn asks(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s.body, Body::Elicitation { .. }))
+    }
+
     /// Every `tool` a step (or `forEach` body) calls, with the step's config path.
     pub(crate) fn tools(&self) -> Vec<(&str, &str)> {
         let mut out = Vec::new();

@@ -2,7 +2,8 @@
 //! DAG — two parallel steps on two fixture backends, an elicitation, a retried flaky step whose
 //! arguments read an earlier step's structuredContent — run by a Modern client (this test's
 //! own HTTP client speaking 2026-07-28: `input_required`, then the retry with
-//! `inputResponses` and the gateway's handle as `requestState`); the audit log shows every
+//! `inputResponses` and the gateway's handle as `requestState`) and by a Legacy client (rmcp,
+//! with an elicitation handler: the gateway asks it on its session); the audit log shows every
 //! step; another principal's resume gets exactly the unknown-handle answer. And a composite
 //! claiming `readOnlyHint` over a step that is not read-only keeps `serve` from starting.
 
@@ -110,6 +111,76 @@ fn events<'a>(lines: &'a [Value], event: &str) -> Vec<&'a Value> {
     lines.iter().filter(|l| l["event"] == event).collect()
 }
 
+/// The audit log shows the run of `plan_trip` step by step (the elicitation step's start
+/// outcome is `asked`: `input_required` for Modern, `started` for Legacy), its two first steps
+/// in parallel, every line the caller's, and each inner call's own `tools/call` line.
+async fn every_step_audited(audit: &std::path::Path, asked: &str) {
+    let lines = audit_lines(audit, |l| !events(l, "workflow_finished").is_empty()).await;
+    let wf: Vec<&Value> = lines
+        .iter()
+        .filter(|l| {
+            l["event"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("workflow"))
+        })
+        .collect();
+    let summary: Vec<String> = wf
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {} {} {}",
+                l["event"].as_str().unwrap(),
+                l["step"].as_str().unwrap_or("-"),
+                l["outcome"].as_str().unwrap(),
+                l["attempt"]
+            )
+        })
+        .collect();
+    let has = |s: &str| summary.iter().any(|l| l == s);
+    let confirm = format!("workflow_step_started confirm {asked} 1");
+    for want in [
+        "workflow_started - started null",
+        "workflow_step_started left started 1",
+        "workflow_step_started right started 1",
+        "workflow_step_finished left completed 1",
+        "workflow_step_finished right completed 1",
+        "workflow_step_finished who completed 1",
+        confirm.as_str(),
+        "workflow_step_finished confirm completed 1",
+        "workflow_step_finished flaky failed 1",
+        "workflow_step_finished flaky failed 2",
+        "workflow_step_finished flaky completed 3",
+        "workflow_finished - completed null",
+    ] {
+        assert!(has(want), "missing `{want}` in {summary:#?}");
+    }
+    // Parallel: both first steps started before either finished.
+    let pos = |s: &str| summary.iter().position(|l| l == s).unwrap();
+    let first_finish = pos("workflow_step_finished left completed 1")
+        .min(pos("workflow_step_finished right completed 1"));
+    assert!(
+        pos("workflow_step_started right started 1") < first_finish,
+        "{summary:#?}"
+    );
+    assert!(
+        pos("workflow_step_started left started 1") < first_finish,
+        "{summary:#?}"
+    );
+    // Every line is Alice's, and each inner call has its own tools/call line.
+    assert!(
+        wf.iter().all(|l| l["principal"]["sub"] == "alice"),
+        "{wf:#?}"
+    );
+    let inner = lines
+        .iter()
+        .filter(|l| l["method"] == "tools/call" && l["tool"] != "plan_trip")
+        .count();
+    assert!(
+        inner >= 6,
+        "left, right, who and three flaky attempts: {lines:#?}"
+    );
+}
+
 #[tokio::test]
 async fn a_modern_client_runs_the_dag_and_only_its_owner_resumes_it() {
     let dir = Dir::new("composite-modern");
@@ -193,69 +264,7 @@ async fn a_modern_client_runs_the_dag_and_only_its_owner_resumes_it() {
     let again = call_as(&gw, ALICE, 2, "plan_trip", resume).await;
     assert_eq!(again.text, unknown.text);
 
-    let lines = audit_lines(&audit, |l| !events(l, "workflow_finished").is_empty()).await;
-    let wf: Vec<&Value> = lines
-        .iter()
-        .filter(|l| {
-            l["event"]
-                .as_str()
-                .is_some_and(|e| e.starts_with("workflow"))
-        })
-        .collect();
-    let summary: Vec<String> = wf
-        .iter()
-        .map(|l| {
-            format!(
-                "{} {} {} {}",
-                l["event"].as_str().unwrap(),
-                l["step"].as_str().unwrap_or("-"),
-                l["outcome"].as_str().unwrap(),
-                l["attempt"]
-            )
-        })
-        .collect();
-    let has = |s: &str| summary.iter().any(|l| l == s);
-    for want in [
-        "workflow_started - started null",
-        "workflow_step_started left started 1",
-        "workflow_step_started right started 1",
-        "workflow_step_finished left completed 1",
-        "workflow_step_finished right completed 1",
-        "workflow_step_finished who completed 1",
-        "workflow_step_started confirm input_required 1",
-        "workflow_step_finished confirm completed 1",
-        "workflow_step_finished flaky failed 1",
-        "workflow_step_finished flaky failed 2",
-        "workflow_step_finished flaky completed 3",
-        "workflow_finished - completed null",
-    ] {
-        assert!(has(want), "missing `{want}` in {summary:#?}");
-    }
-    // Parallel: both first steps started before either finished.
-    let pos = |s: &str| summary.iter().position(|l| l == s).unwrap();
-    let first_finish = pos("workflow_step_finished left completed 1")
-        .min(pos("workflow_step_finished right completed 1"));
-    assert!(
-        pos("workflow_step_started right started 1") < first_finish,
-        "{summary:#?}"
-    );
-    assert!(
-        pos("workflow_step_started left started 1") < first_finish,
-        "{summary:#?}"
-    );
-    // Every line is Alice's, and each inner call has its own tools/call line.
-    assert!(
-        wf.iter().all(|l| l["principal"]["sub"] == "alice"),
-        "{wf:#?}"
-    );
-    let inner = lines
-        .iter()
-        .filter(|l| l["method"] == "tools/call" && l["tool"] != "plan_trip")
-        .count();
-    assert!(
-        inner >= 6,
-        "left, right, who and three flaky attempts: {lines:#?}"
-    );
+    every_step_audited(&audit, "input_required").await;
 }
 
 #[tokio::test]
@@ -289,4 +298,77 @@ async fn a_composite_safer_than_its_steps_keeps_serve_from_starting() {
         "stderr: {stderr}\nstdout: {stdout}"
     );
     assert!(!stdout.contains("listening on"), "{stdout}");
+}
+
+/// rmcp's client as `key`'s holder, declaring elicitation and answering with a name.
+#[derive(Clone)]
+struct Answers;
+
+impl rmcp::ClientHandler for Answers {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut caps = rmcp::model::ClientCapabilities::default();
+        caps.elicitation = Some(rmcp::model::ElicitationCapability::default());
+        let mut info = rmcp::model::ClientConfig::default();
+        info.capabilities = caps;
+        info
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = &request
+        else {
+            return Err(rmcp::ErrorData::invalid_params("expected a form", None));
+        };
+        // The message is the step's template over an earlier step's output.
+        let name = if message == "Go to Paris?" {
+            "Ada"
+        } else {
+            "wrong message"
+        };
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({ "name": name })),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_legacy_client_runs_the_dag_and_is_asked_on_its_session() {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ServiceExt;
+
+    let dir = Dir::new("composite-legacy");
+    let (yaml, audit) = config(&dir, TRIP);
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url.clone()).auth_header(ALICE),
+    );
+    let service = tokio::time::timeout(Duration::from_secs(60), Answers.serve(transport))
+        .await
+        .expect("rmcp connects in time")
+        .expect("rmcp connects");
+    let args = json!({"city": "Paris", "key": "legacy"});
+    let params = rmcp::model::CallToolRequestParams::new("plan_trip")
+        .with_arguments(args.as_object().cloned().unwrap());
+    let result = tokio::time::timeout(Duration::from_secs(30), service.call_tool(params))
+        .await
+        .expect("plan_trip answered within 30 s")
+        .expect("plan_trip succeeds");
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    let out = result
+        .structured_content
+        .clone()
+        .expect("structuredContent");
+    assert_eq!(out["greeting"], "Hello Ada in Paris", "{out}");
+    assert_eq!(out["attempt"], 3, "{out}");
+    every_step_audited(&audit, "started").await;
+    let _ = service.cancel().await;
 }
