@@ -42,9 +42,19 @@ const TRIP: &str = r#"
         type: tool
         tool: beta.instance
         dependsOn: [right]
+      - id: each
+        type: forEach
+        dependsOn: [left]
+        items: "{{ [steps.left.output.text, 'Lyon'] }}"
+        maxParallel: 2
+        step:
+          id: one
+          type: tool
+          tool: alpha.echo
+          arguments: {text: "{{ item }}-{{ index }}"}
       - id: confirm
         type: elicitation
-        dependsOn: [left, who]
+        dependsOn: [left, who, each]
         message: "Go to {{ steps.left.output.text }}?"
         requestedSchema: {type: object, properties: {name: {type: string}}, required: [name]}
       - id: flaky
@@ -57,6 +67,7 @@ const TRIP: &str = r#"
       greeting: "Hello {{ steps.confirm.output.name }} in {{ steps.left.output.text }}"
       instance: "{{ steps.who.output.instance }}"
       attempt: "{{ steps.flaky.output.attempt }}"
+      stops: "{{ steps.each.output }}"
 "#;
 
 fn config(dir: &Dir, composites: &str) -> (String, std::path::PathBuf) {
@@ -145,6 +156,8 @@ async fn every_step_audited(audit: &std::path::Path, asked: &str) {
         "workflow_step_finished left completed 1",
         "workflow_step_finished right completed 1",
         "workflow_step_finished who completed 1",
+        "workflow_step_finished each[0] completed 1",
+        "workflow_step_finished each[1] completed 1",
         confirm.as_str(),
         "workflow_step_finished confirm completed 1",
         "workflow_step_finished flaky failed 1",
@@ -371,4 +384,56 @@ async fn a_legacy_client_runs_the_dag_and_is_asked_on_its_session() {
     assert_eq!(out["attempt"], 3, "{out}");
     every_step_audited(&audit, "started").await;
     let _ = service.cancel().await;
+}
+
+/// Bob may call the composite but not the tool its step calls: the step is refused as his own
+/// call would be, so the run fails naming the step; Alice (allowed both) gets the result.
+#[tokio::test]
+async fn each_step_is_authorized_as_the_caller() {
+    let dir = Dir::new("composite-policy");
+    let policy = dir.write(
+        "policy.cedar",
+        r#"
+permit(principal == ApiKey::"alice", action, resource);
+permit(principal == ApiKey::"bob", action == Action::"list_tools", resource);
+permit(principal == ApiKey::"bob", action == Action::"call_tool", resource == Tool::"greet");
+"#,
+    );
+    let composite = r#"
+  - name: greet
+    steps:
+      - id: first
+        type: tool
+        tool: alpha.echo
+        arguments: {text: hi}
+"#;
+    let (yaml, audit) = config(&dir, composite);
+    let yaml = format!("policy: {{file: {}}}\n{yaml}", policy.display());
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+    let bob = call_as(&gw, BOB, 1, "greet", json!({})).await;
+    assert_eq!(bob.status, StatusCode::OK, "{}", bob.text);
+    let result = bob.json()["result"].clone();
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("workflow `greet` failed: step `first` failed:"),
+        "{text}"
+    );
+    let alice = call_as(&gw, ALICE, 2, "greet", json!({})).await;
+    let result = alice.json()["result"].clone();
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(
+        result["structuredContent"]["first"]["text"], "hi",
+        "{result}"
+    );
+    // Bob's inner call was refused on the ordinary path, and audited as his denial.
+    let lines = audit_lines(&audit, |l| events(l, "workflow_finished").len() >= 2).await;
+    let denied = lines.iter().any(|l| {
+        l["method"] == "tools/call" && l["outcome"] == "denied" && l["principal"]["sub"] == "bob"
+    });
+    assert!(denied, "{lines:#?}");
 }
