@@ -144,8 +144,8 @@ impl Runner<'_> {
     ) -> Outcome {
         let mut started: Vec<bool> = results.iter().map(Option::is_some).collect();
         let mut running = FuturesUnordered::new();
-        let mut waiting = Vec::new();
-        let mut requests = Map::new();
+        // Modern elicitation steps that are ready, with their `inputRequests` entries.
+        let mut waiting: Vec<(usize, Value)> = Vec::new();
         loop {
             let mut again = true;
             while again {
@@ -164,10 +164,7 @@ impl Runner<'_> {
                         continue;
                     }
                     match self.input_request(plan, step, &ctx) {
-                        Ok(Some(request)) => {
-                            requests.insert(step.id.clone(), request);
-                            waiting.push(i);
-                        }
+                        Ok(Some(request)) => waiting.push((i, request)),
                         Ok(None) => {
                             results[i] = Some(StepResult::skipped());
                             again = true;
@@ -188,16 +185,10 @@ impl Runner<'_> {
             }
             results[i] = Some(result);
         }
-        if !waiting.is_empty() {
-            let suspended = Suspended {
-                plan: plan.clone(),
-                params,
-                results,
-                waiting,
-            };
-            return Outcome::NeedsInput(suspended, requests);
+        if waiting.is_empty() {
+            return finish(plan, &params, &results);
         }
-        finish(plan, &params, &results)
+        suspend(plan, params, results, waiting)
     }
 
     /// One step, whatever its kind (a Modern caller's elicitation never comes here).
@@ -487,6 +478,28 @@ fn step_fields(step: &str, attempt: u32, error: Option<&str>) -> Vec<(&'static s
         fields.push(("reason", json!(e)));
     }
     fields
+}
+
+/// A run parked until its client answers the `waiting` elicitation steps.
+fn suspend(
+    plan: &Arc<Plan>,
+    params: Value,
+    results: Vec<Option<StepResult>>,
+    waiting: Vec<(usize, Value)>,
+) -> Outcome {
+    let mut requests = Map::new();
+    let mut steps = Vec::with_capacity(waiting.len());
+    for (i, request) in waiting {
+        requests.insert(plan.steps[i].id.clone(), request);
+        steps.push(i);
+    }
+    let suspended = Suspended {
+        plan: plan.clone(),
+        params,
+        results,
+        waiting: steps,
+    };
+    Outcome::NeedsInput(suspended, requests)
 }
 
 /// What templates see: `params` and every finished step.

@@ -187,6 +187,11 @@ fn the_floor_is_read_only_only_if_every_step_is() {
             open_world: true
         }
     );
+}
+
+#[test]
+fn a_non_destructive_closed_world_writer_keeps_the_floor_safe() {
+    let ro = hints(Some(true), None, Some(false));
     let safe_write = hints(Some(false), Some(false), Some(false));
     let steps = [
         StepTool {
