@@ -50,6 +50,10 @@ pub struct WorkflowConfig {
     pub handles: HandleLimits,
 }
 
+/// Most bytes of step outputs one parked run may hold: the table keeps up to 1024 runs, so a
+/// run that read a 16 MiB answer must not be kept waiting for a client.
+const MAX_PARKED_BYTES: usize = 1024 * 1024;
+
 /// The composites' state, owned by the gateway.
 #[derive(Debug)]
 pub(crate) struct Workflows {
@@ -278,6 +282,10 @@ impl Gateway {
         let info =
             json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
         let mut result = match outcome {
+            Outcome::NeedsInput(suspended, _) if suspended.weight() > MAX_PARKED_BYTES => {
+                let why = format!("its finished steps' outputs exceed {MAX_PARKED_BYTES} bytes, too much to keep while it waits for input");
+                result_of(runner, plan, Outcome::Failed(why))
+            }
             Outcome::NeedsInput(suspended, requests) => {
                 match self
                     .workflows

@@ -87,6 +87,19 @@ pub(crate) struct Suspended {
     pub(crate) waiting: Vec<usize>,
 }
 
+impl Suspended {
+    /// The serialized size of what it keeps (its steps' outputs and its arguments).
+    pub(crate) fn weight(&self) -> usize {
+        let outputs: usize = self
+            .results
+            .iter()
+            .flatten()
+            .map(|r| r.output.to_string().len())
+            .sum();
+        outputs + self.params.to_string().len()
+    }
+}
+
 /// How a run (or one segment of it, up to the next input) ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
