@@ -44,11 +44,13 @@ use crate::CoreError;
 mod admitted;
 mod gate;
 mod lines;
+mod workflow;
 
 pub(crate) use admitted::Admitted;
 use gate::{denial, gate, Gate};
 pub(crate) use lines::session_label;
 use lines::{line, truncate};
+pub(crate) use workflow::RunScope;
 
 /// An authenticated caller: who issued its credential, and whom it names. Two principals are
 /// the same owner exactly when both are equal (the credential itself takes no part: a caller

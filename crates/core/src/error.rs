@@ -95,6 +95,16 @@ pub enum CoreError {
     /// Aggregating: a merged list could not be built.
     #[error("{0}")]
     Aggregation(String),
+    /// The gateway needs to ask the client for input the client did not declare in its
+    /// `initialize` (`elicitation`, `sampling`, `roots`): -32021 with `requiredCapabilities`.
+    #[error("Client does not support the {0} capability required for this request")]
+    MissingClientCapability(&'static str),
+    /// The session already has as many gateway requests to its client outstanding as it may.
+    #[error("too many requests to the client outstanding on this session (limit {0})")]
+    TooManyClientAsks(usize),
+    /// The gateway had to ask the client, but no stream of its session could carry it.
+    #[error("the client has no open stream to receive a request for input")]
+    NoClientStream,
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),

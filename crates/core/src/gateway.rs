@@ -65,6 +65,8 @@ pub struct GatewayConfig {
     pub mrtr_per_principal: Option<usize>,
     /// Per-session mode: a warm Modern partition unused this long is stopped.
     pub partition_idle: Duration,
+    /// How long a sealed `requestState` relayed from a Modern backend stays valid.
+    pub relay_state_ttl: Duration,
     /// `Some`: the backends are aggregated into one virtual server (`switchboard serve`);
     /// `None`: the one backend is proxied transparently (`run`).
     pub vmcp: Option<crate::vmcp::VmcpConfig>,
@@ -73,6 +75,8 @@ pub struct GatewayConfig {
     /// Spans per request and backend call (`trace`), exported through the globally
     /// installed tracer provider. Off by default.
     pub traces: bool,
+    /// Composite tools (`serve` only) and the bounds of their handles.
+    pub workflows: crate::workflow::WorkflowConfig,
 }
 
 impl Default for GatewayConfig {
@@ -89,8 +93,10 @@ impl Default for GatewayConfig {
             mrtr_per_principal: None,
             vmcp: None,
             partition_idle: Duration::from_secs(60),
+            relay_state_ttl: Duration::from_secs(300),
             health: crate::health::HealthConfig::default(),
             traces: false,
+            workflows: crate::workflow::WorkflowConfig::default(),
         }
     }
 }
@@ -163,6 +169,8 @@ pub struct Gateway {
     pub(crate) health: crate::health::Health,
     /// `Some` when traces are on (`trace`).
     pub(crate) traces: Option<crate::trace::Traces>,
+    /// Composite tools and their parked runs (`workflow`).
+    pub(crate) workflows: crate::workflow::Workflows,
 }
 
 impl Gateway {
@@ -180,6 +188,7 @@ impl Gateway {
         let ids = backends.iter().map(|b| b.id.clone());
         let health = crate::health::Health::new(config.health.clone(), ids, true);
         let config_traces = config.traces;
+        let workflows = crate::workflow::Workflows::new(&config.workflows);
         Arc::new(Gateway {
             health,
             backends,
@@ -191,6 +200,7 @@ impl Gateway {
             mrtr,
             vmcp,
             traces: config_traces.then(crate::trace::Traces::new),
+            workflows,
         })
     }
 

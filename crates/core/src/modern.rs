@@ -247,12 +247,27 @@ impl Gateway {
         let entry = self.backend_of(route)?;
         if entry.modern_now() || !entry.info().era.legacy {
             let listen = (name == LISTEN).then(|| Filter::parse(msg.params));
+            // MRTR: the backend's own requestState only from a verified gateway token.
+            let bound = crate::relay::Bound {
+                caller,
+                method: name,
+                backend: &route.backend,
+                params: msg.params,
+            };
+            let relayed = crate::mrtr::METHODS.contains(&name);
+            let unsealed = match relayed {
+                true => match self.mrtr.relay.open(&self.mrtr.sealer, &bound, id) {
+                    Ok(params) => params,
+                    Err(refusal) => return Ok(refusal),
+                },
+                false => None,
+            };
             let answer = self
                 .send(Outgoing {
                     session: None,
                     id,
                     name,
-                    params: msg.params,
+                    params: unsealed.as_deref().or(msg.params),
                     stream,
                     listen,
                     route,
@@ -267,6 +282,10 @@ impl Gateway {
                 // Aggregating: the result speaks for the virtual server, not one backend.
                 Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
                 _ => passthrough(id, &answer),
+            };
+            let answer = match relayed {
+                true => (self.mrtr.relay).seal(&self.mrtr.sealer, &bound, id, answer),
+                false => answer,
             };
             if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
                 // Refused on era grounds: the backend may have changed (restart, upgrade).
@@ -376,6 +395,17 @@ impl Gateway {
         let params = with_members(meta, &set, |_| true)
             .and_then(|m| with_member(params, "_meta", m.get()))
             .ok_or(CoreError::InvalidParams("params must be an object"))?;
+        if crate::mrtr::METHODS.contains(&name) {
+            // Input the backend needs is asked of the client (`relay::legacy_client`).
+            let params = self.with_client_caps(&call, params)?;
+            return match self
+                .relay_to_legacy(&call, (id, name), route, params)
+                .await?
+            {
+                Ok(answer) => Ok(legacy_answer(id, &answer)),
+                Err(instead) => Ok(instead),
+            };
+        }
         let answer = self
             .send(Outgoing {
                 session: call.session,
@@ -388,12 +418,7 @@ impl Gateway {
                 credential: call.caller.credential.as_ref(),
             })
             .await?;
-        if !answer.is_error() {
-            if let Some(result) = legacy_result(answer.payload()) {
-                return Ok(encode_result(id, result.get()));
-            }
-        }
-        Ok(restore_response(id, answer.member(), answer.payload()))
+        Ok(legacy_answer(id, &answer))
     }
 
     /// A Modern backend's result with the gateway's `serverInfo` in place of the backend's.
@@ -568,6 +593,16 @@ fn strip_reserved(
     let meta = object_member(params, "_meta")?;
     let kept = retain_members(meta, |k| !k.starts_with(RESERVED_PREFIX))?;
     with_member(params, "_meta", kept.get())
+}
+
+/// A Modern backend's answer as a Legacy client gets it (see [`legacy_result`]).
+fn legacy_answer(id: &RequestId, answer: &BackendResponse) -> Vec<u8> {
+    if !answer.is_error() {
+        if let Some(result) = legacy_result(answer.payload()) {
+            return encode_result(id, result.get());
+        }
+    }
+    restore_response(id, answer.member(), answer.payload())
 }
 
 /// A Modern backend's result as a Legacy client gets it: the reserved `_meta` keys stripped

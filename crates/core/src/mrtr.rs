@@ -51,7 +51,8 @@ use switchboard_wire::{
 use crate::modern::ModernAnswer;
 use crate::route::RouteKey;
 use crate::{CoreError, Gateway, Principal};
-use sink::{capability_of, Asked};
+pub(crate) use sink::capability_of;
+use sink::Asked;
 
 pub(crate) use bridge::Bridge;
 pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
@@ -59,7 +60,7 @@ pub(crate) use share::{default_share, SharePermit, Shares};
 
 /// Where a call's backend process puts its requests for input (see `sink::CallSink`).
 pub(crate) type AskedSlot = Arc<parking_lot::Mutex<Option<mpsc::Sender<Asked>>>>;
-pub(crate) use state::{HeldTable, Sealer, MAX_HELD};
+pub(crate) use state::{params_digest, unix_now, HeldTable, Refused, Sealer, MAX_HELD};
 
 /// The methods on which a server may answer `input_required`.
 pub(crate) const METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
@@ -213,7 +214,7 @@ fn invalid_params(id: &RequestId, message: &str, data: Value) -> ModernAnswer {
     )
 }
 
-fn refused(id: &RequestId, why: state::Refused) -> ModernAnswer {
+pub(crate) fn refused(id: &RequestId, why: state::Refused) -> ModernAnswer {
     invalid_params(
         id,
         "Invalid or expired requestState",

@@ -21,7 +21,7 @@ use crate::CoreError;
 mod lazy;
 mod sink;
 
-pub(crate) use sink::{client_response, OnClose, SessionSink};
+pub(crate) use sink::{client_response, deliver, OnClose, SessionSink};
 
 /// How long a session's process may take to exit after its stdin closes before it is killed.
 pub(crate) const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);

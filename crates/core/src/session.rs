@@ -107,6 +107,9 @@ pub(crate) struct Session {
     /// Per-session mode, HTTP+SSE: the session's `initialize` is under way (its process
     /// starting or handshaking), so it may neither start another nor be used yet.
     pub(crate) initializing: bool,
+    /// The gateway's own requests to this session's client and what it may be asked
+    /// (`client_ask`). Dropped with the session, which wakes every waiter.
+    pub(crate) asks: crate::client_ask::Asks,
     /// Counts this session against its principal's limit while it exists (any way it ends,
     /// dropping the session gives the place back). `None` when there is no such limit.
     _counted: Option<OwnerSlot>,
@@ -251,6 +254,7 @@ impl SessionStore {
             initializing: false,
             opening: HashMap::new(),
             client_init: None,
+            asks: Default::default(),
             _counted: counted,
         };
         sessions.insert(id.0.clone(), session);

@@ -518,7 +518,12 @@ impl Gateway {
         }
         let page = catalog::page(&view.visible, cursor, vmcp.config.page_size)
             .map_err(|_| CoreError::InvalidParams("cursor"))?;
-        let mut result = format!(r#"{{"{}":{}"#, kind.result_key(), page.items_json().get());
+        let mut items = page.items_json().get().to_owned();
+        if kind == Kind::Tools && page.next.is_none() {
+            // Composite tools come after the backends' tools, on the last page.
+            items = self.with_composites(&items);
+        }
+        let mut result = format!(r#"{{"{}":{}"#, kind.result_key(), items);
         if let Some(next) = &page.next {
             result.push_str(&format!(r#","nextCursor":{}"#, json!(next)));
         }

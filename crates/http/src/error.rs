@@ -339,6 +339,18 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::OK,
             ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")),
         ),
+        // The spec's error for input the client never declared it can give; HTTP 200 (a
+        // Legacy client reads a JSON-RPC error in the body, not a failing transport).
+        CoreError::MissingClientCapability(cap) => (
+            StatusCode::OK,
+            ErrorObject::new(codes::MISSING_CLIENT_CAPABILITY, e.to_string())
+                .with_data(json!({ "requiredCapabilities": { *cap: {} } })),
+        ),
+        CoreError::TooManyClientAsks(_) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorObject::new(RATE_LIMITED, e.to_string()),
+        ),
+        CoreError::NoClientStream => (StatusCode::OK, internal(e.to_string())),
         CoreError::UnexpectedResponse => (
             StatusCode::BAD_REQUEST,
             ErrorObject::new(

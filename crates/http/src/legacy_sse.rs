@@ -186,16 +186,17 @@ async fn handle_post(
     let msg = Message::parse_client(&bytes).map_err(HttpError::Parse)?;
     headers::check_protocol_version(headers)?;
     let gateway = &state.gateway;
-    // Only a per-session backend ever sends this client a request (shared mode answers them
-    // itself), so only then can a response be an answer.
-    if msg.kind == MessageKind::Response && !gateway.is_per_session() {
-        return Err(HttpError::ClientResponse);
-    }
-    let session = gateway
-        .sse_session(raw_session, caller)
-        .map_err(|e| HttpError::Core(msg.id.clone(), e))?;
+    // A response answers a request of this session's own backend (per-session mode) or of
+    // the gateway itself (`ask_client`, any mode); in shared mode an unknown session is just
+    // another unexpected response.
+    let session = gateway.sse_session(raw_session, caller).map_err(|e| {
+        match msg.kind == MessageKind::Response && !gateway.is_per_session() {
+            true => HttpError::ClientResponse,
+            false => HttpError::Core(msg.id.clone(), e),
+        }
+    })?;
     if msg.kind == MessageKind::Response {
-        // Accepted only for a request this session's own backend actually sent.
+        // Accepted only for a request this session's backend or the gateway actually sent.
         return gateway
             .client_response(&session, &msg)
             .await

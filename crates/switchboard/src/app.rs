@@ -24,7 +24,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// aggregating core (as does one whose lists are filtered or renamed).
 pub(crate) async fn serve(spec: ServeSpec) -> anyhow::Result<()> {
     match spec.backends.as_slice() {
-        [one] if !one.needs_catalog() => start(spec).await,
+        [one] if !one.needs_catalog() && spec.composites.is_empty() => start(spec).await,
         _ => start_many(spec).await,
     }
 }
@@ -50,6 +50,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         options: args,
         backends,
         aggregation,
+        composites,
     } = spec;
     let shape = Shape::of_all(&backends, aggregate);
     // Identity, policy and audit settings are checked before anything starts.
@@ -81,6 +82,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     config.access = access;
     if aggregate {
         config.vmcp = Some(crate::start_backends::vmcp_config(&aggregation, &backends));
+        config.workflows.plans = composites;
     }
     let registry = Registry::new(&config);
     let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
@@ -132,6 +134,11 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let probe_stop = CancellationToken::new();
     let probes = tokio::spawn(gateway.clone().run_probes(probe_stop.clone()));
     gateway.warm_catalog().await;
+    // A composite claiming more safety than its steps allows is refused here, once the
+    // steps' tools (and their annotations) are known.
+    if let Err(why) = gateway.check_composites().await {
+        anyhow::bail!("{why}");
+    }
     show_renamed(&gateway).await;
     let metrics_server = metrics_listener.map(|l| {
         if let Ok(addr) = l.local_addr() {
@@ -290,6 +297,7 @@ fn gateway_config(args: &GatewayArgs, shape: Shape) -> GatewayConfig {
             }),
         listen_grace: GatewayArgs::secs(args.listen_grace),
         partition_idle: GatewayArgs::secs(args.partition_idle),
+        relay_state_ttl: std::time::Duration::from_secs(args.relay_state_ttl),
         max_sessions_per_principal: args
             .max_sessions_per_principal
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),

@@ -158,6 +158,10 @@ pub(crate) struct GatewayArgs {
     /// stay unused before it is stopped.
     #[arg(long, default_value_t = 60.0)]
     pub(crate) partition_idle: f64,
+    /// Seconds a sealed `requestState` the gateway relays from a Modern backend to a Modern
+    /// client stays valid (whole seconds, at least 1).
+    #[arg(long, default_value_t = 300)]
+    pub(crate) relay_state_ttl: u64,
     /// Seconds a write to a client may make no progress before the connection is closed: a
     /// client that keeps a stream open but reads nothing would otherwise pin what is queued
     /// for it (and an HTTP+SSE session) for as long as it stays connected.

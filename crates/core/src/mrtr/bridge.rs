@@ -31,6 +31,9 @@ pub(crate) struct Bridge {
     /// Per-session mode: warm backend processes for Modern requests, by (principal,
     /// declared capabilities).
     pub(crate) partitions: Partitions,
+    /// Modern backends' `requestState`s sealed for their callers (`relay::sealed`), with the
+    /// same key as the bridge's own tokens.
+    pub(crate) relay: crate::relay::SealedRelay,
 }
 
 impl Bridge {
@@ -48,6 +51,7 @@ impl Bridge {
             pool,
             shares: Shares::new(share),
             partitions: Partitions::new(pool, config.partition_idle),
+            relay: crate::relay::SealedRelay::new(config.relay_state_ttl),
         }
     }
 

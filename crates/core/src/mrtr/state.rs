@@ -149,6 +149,28 @@ impl Sealer {
         mac
     }
 
+    /// A MAC over length-prefixed `fields` with this gateway's key, for the relay's tokens
+    /// (`relay::sealed`). `domain` is the first field, so no relay token can pass for a
+    /// held call's token or the other way round (those start with `switchboard-mrtr-v1`).
+    fn keyed_fields(&self, domain: &str, fields: &[&[u8]]) -> HmacSha256 {
+        let mut mac = self.keyed.clone();
+        for field in std::iter::once(domain.as_bytes()).chain(fields.iter().copied()) {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field);
+        }
+        mac
+    }
+
+    /// The hex tag of [`Self::keyed_fields`].
+    pub(crate) fn tag(&self, domain: &str, fields: &[&[u8]]) -> String {
+        hex(&self.keyed_fields(domain, fields).finalize().into_bytes())
+    }
+
+    /// Whether `tag` (hex) is the tag of these fields; constant-time.
+    pub(crate) fn verify(&self, domain: &str, fields: &[&[u8]], tag: &str) -> bool {
+        unhex(tag).is_some_and(|t| self.keyed_fields(domain, fields).verify_slice(&t).is_ok())
+    }
+
     /// A fresh held id and its token, valid for `ttl`.
     pub(crate) fn seal(&self, b: &Binding<'_>, ttl: Duration) -> (String, String) {
         let id = random_hex();
@@ -181,7 +203,7 @@ impl Sealer {
     }
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -52,6 +52,7 @@ impl Gateway {
         negotiated: &str,
         params: Option<&RawValue>,
     ) {
+        crate::client_ask::remember(&self.registry, session, params);
         if !self.per_session.lazy() {
             return;
         }

@@ -178,7 +178,7 @@ impl SessionSink {
 /// progress, only while it leaves the room kept for answers (so a backend that asks or logs
 /// a lot can neither crowd out the answers nor get a reading client evicted). A request
 /// refused that way is failed back to the backend by the caller.
-fn deliver(s: &mut crate::session::Session, data: Bytes) -> bool {
+pub(crate) fn deliver(s: &mut crate::session::Session, data: Bytes) -> bool {
     if s.transport == crate::session::Transport::Sse {
         use crate::legacy_sse::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
         return s
@@ -206,6 +206,10 @@ pub(crate) async fn client_response(
         .as_ref()
         .and_then(RequestId::as_str)
         .ok_or(CoreError::UnexpectedResponse)?;
+    // The gateway's own requests first, in this session only (`client_ask`).
+    if crate::client_ask::client_response(registry, session, &key, msg)? {
+        return Ok(());
+    }
     let (handle, backend_id) = registry
         .sessions
         .with(session, |s| {

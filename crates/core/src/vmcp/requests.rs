@@ -29,6 +29,9 @@ impl Gateway {
         if let Some(answer) = self.own_tool_call(call.caller, call.msg, false).await {
             return Some(answer);
         }
+        if let Some(run) = self.composite_legacy(call, id) {
+            return Some(run.await);
+        }
         match name {
             method::PING => Some(Ok(encode_result(id, "{}"))),
             method::SET_LEVEL => Some(self.set_level_everywhere(call, id).await),
@@ -162,6 +165,9 @@ impl Gateway {
         // backend answers it through the one-backend proxy, not an unknown-name -32602.
         if crate::modern::removed(name) || !routable(name) {
             return Some(Ok(crate::modern::method_not_found(id, name)));
+        }
+        if let Some(run) = self.composite_modern(caller, msg, id) {
+            return Some(Ok(run.await));
         }
         self.prepare(msg).await.err().map(Err)
     }

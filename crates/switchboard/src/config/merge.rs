@@ -79,10 +79,15 @@ pub(crate) fn serve_spec(
         o.set("request_timeout", &mut args.request_timeout, own);
     }
     let aggregation = AggregationSpec::from_file(file.aggregation.as_ref(), &backends);
+    let composites = super::composite::plans(&file).map_err(|errors| ConfigErrors {
+        source_name: source_name.clone(),
+        errors,
+    })?;
     Ok(ServeSpec {
         options: args,
         backends,
         aggregation,
+        composites,
     })
 }
 

@@ -7,6 +7,7 @@
 //! error it finds; the next stage runs only on a file the previous one accepted.
 
 mod check;
+pub(crate) mod composite;
 mod init;
 mod mcp_json;
 pub(crate) mod merge;
@@ -148,11 +149,13 @@ fn checked(doc: &serde_json::Value) -> Result<model::ConfigFile, Vec<ConfigError
     if !found.is_empty() {
         return Err(found);
     }
-    serde_json::from_value(doc.clone()).map_err(|e| {
+    let file: model::ConfigFile = serde_json::from_value(doc.clone()).map_err(|e| {
         // The schema accepted what the model refuses: a disagreement the unit tests are
         // meant to catch; still reported rather than ignored.
         vec![ConfigError::new("", e.to_string())]
-    })
+    })?;
+    composite::plans(&file)?;
+    Ok(file)
 }
 
 fn base_dir(path: &Path) -> PathBuf {

@@ -33,6 +33,9 @@ pub(crate) struct ConfigFile {
     pub(crate) traces: Option<Traces>,
     pub(crate) aggregation: Option<Aggregation>,
     pub(crate) backends: Vec<BackendEntry>,
+    /// Tools the gateway runs itself (`core::workflow`, checked by `config::composite`).
+    #[serde(default)]
+    pub(crate) composite_tools: Vec<switchboard_core::workflow::CompositeSpec>,
 }
 
 #[derive(Debug, Deserialize)]

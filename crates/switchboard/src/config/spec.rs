@@ -19,6 +19,8 @@ pub(crate) struct ServeSpec {
     /// In configured order (never empty).
     pub(crate) backends: Vec<BackendSpec>,
     pub(crate) aggregation: AggregationSpec,
+    /// `compositeTools`, compiled (they need the aggregating core).
+    pub(crate) composites: Vec<std::sync::Arc<switchboard_core::workflow::Plan>>,
 }
 
 /// One backend. Holds expanded secrets (env values, headers, URL): never print it whole.
@@ -169,6 +171,7 @@ impl crate::cli::RunArgs {
             options: self.gateway,
             backends,
             aggregation,
+            composites: Vec::new(),
         })
     }
 }

@@ -27,6 +27,7 @@ mod mrtr;
 mod per_session;
 mod per_session_sse;
 mod real_remotes;
+mod relay;
 mod remote_client;
 mod remote_resume;
 mod remote_sse_client;

@@ -13,6 +13,7 @@ use crate::common::{tool_text, Reply, TestGateway};
 use crate::fixture_http::FixtureHttp;
 
 mod clients;
+mod composite;
 mod driver;
 mod failure;
 pub(crate) mod forward;

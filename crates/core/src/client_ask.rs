@@ -1,0 +1,271 @@
+//! Gateway-originated requests to a Legacy client: `elicitation/create`,
+//! `sampling/createMessage` and `roots/list` that the gateway itself needs answered in the
+//! middle of a call (a Modern backend's `input_required` relayed to a Legacy client, a
+//! composite tool's elicitation step).
+//!
+//! The request goes to the session that owns the call, under a gateway-minted key
+//! (`sbg-<128-bit hex>`), on the calling request's own stream when it has one, else on the
+//! session's best stream (the rule `per_session::sink` uses for a backend's own requests).
+//! The client's answer comes back through `client_response`, which looks the key up in *that*
+//! session only: a key is never a routing decision across sessions. Each session keeps a
+//! bounded table of waiters; every way out of [`Gateway::ask_client`] (answer, deadline,
+//! caller dropped) removes its waiter, and a session that ends drops its table, so a waiting
+//! caller gets a clean error instead of hanging.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use switchboard_wire::{encode_request, Message, RequestId};
+
+use crate::registry::Registry;
+use crate::route::random_hex;
+use crate::session::SessionId;
+use crate::{CoreError, Gateway};
+
+/// Most gateway requests one session may have outstanding at once; more are refused (429).
+pub const MAX_ASKS: usize = 16;
+
+/// Prefix of the keys the gateway's own requests go out under (a backend's are `sbs-`).
+const KEY_PREFIX: &str = "sbg-";
+
+/// The input capabilities a Legacy client declared in its `initialize`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClientCaps {
+    /// `capabilities.elicitation` present.
+    pub elicitation: bool,
+    /// `capabilities.sampling` present.
+    pub sampling: bool,
+    /// `capabilities.roots` present.
+    pub roots: bool,
+}
+
+impl ClientCaps {
+    /// The capabilities an `initialize`'s params declare (absent or `null` members: not).
+    pub(crate) fn of_initialize(params: Option<&RawValue>) -> Self {
+        let params: Value = params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or(Value::Null);
+        let caps = &params["capabilities"];
+        let has = |name: &str| caps.get(name).is_some_and(|v| !v.is_null());
+        ClientCaps {
+            elicitation: has("elicitation"),
+            sampling: has("sampling"),
+            roots: has("roots"),
+        }
+    }
+
+    /// Whether this client declared the capability `name` needs (`Err`: the one missing).
+    fn allows(self, name: &str) -> Result<(), &'static str> {
+        let declared = match crate::mrtr::capability_of(name) {
+            Some("elicitation") => self.elicitation,
+            Some("sampling") => self.sampling,
+            Some("roots") => self.roots,
+            _ => return Ok(()),
+        };
+        match crate::mrtr::capability_of(name) {
+            Some(cap) if !declared => Err(cap),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What the client answered: its `result`, or its `error` object (both as sent).
+pub type ClientReply = Result<Box<RawValue>, Box<RawValue>>;
+
+/// One session's outstanding gateway requests and what its client may be asked.
+#[derive(Debug, Default)]
+pub(crate) struct Asks {
+    pub(crate) caps: ClientCaps,
+    waiters: HashMap<String, oneshot::Sender<ClientReply>>,
+}
+
+impl Asks {
+    /// Hands the client's answer to the waiter for `key`; false if none (not ours).
+    pub(crate) fn answer(&mut self, key: &str, reply: ClientReply) -> bool {
+        match self.waiters.remove(key) {
+            Some(waiter) => {
+                // The caller may have just given up: its guard removes nothing then.
+                let _ = waiter.send(reply);
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.waiters.len()
+    }
+}
+
+/// Removes the waiter on every exit path of `ask_client` (answered, timed out, dropped).
+struct Waiter<'a> {
+    registry: &'a Registry,
+    session: &'a str,
+    key: String,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        let _ = self.registry.sessions.with(self.session, |s| {
+            s.asks.waiters.remove(&self.key);
+        });
+    }
+}
+
+impl Gateway {
+    /// Asks the Legacy client of `session` `method` (`elicitation/create`,
+    /// `sampling/createMessage`, `roots/list`, or any other client method) with `params`, and
+    /// waits for its answer within the request deadline.
+    ///
+    /// `stream` is the calling request's own stream (`Call::stream`), preferred when present;
+    /// otherwise the session's best stream carries the request. Errors:
+    /// [`CoreError::MissingClientCapability`] (the client did not declare what `method`
+    /// needs; nothing is sent), [`CoreError::TooManyClientAsks`] (the session has
+    /// [`MAX_ASKS`] outstanding), [`CoreError::NoClientStream`] (no stream could take it),
+    /// [`CoreError::Timeout`], [`CoreError::Cancelled`] (the session ended meanwhile),
+    /// [`CoreError::SessionNotFound`]. The client's JSON-RPC error comes back as
+    /// `Ok(Err(error object))`.
+    pub async fn ask_client(
+        &self,
+        session: &SessionId,
+        stream: Option<&mpsc::Sender<Bytes>>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<ClientReply, CoreError> {
+        let key = format!("{KEY_PREFIX}{}", random_hex());
+        let line = Bytes::from(encode_request(
+            &RequestId::from_string(&key),
+            method,
+            params,
+        ));
+        let (tx, rx) = oneshot::channel();
+        let sid = session.as_str();
+        self.registry.sessions.with(sid, |s| {
+            s.asks
+                .caps
+                .allows(method)
+                .map_err(CoreError::MissingClientCapability)?;
+            if s.asks.waiters.len() >= MAX_ASKS {
+                return Err(CoreError::TooManyClientAsks(MAX_ASKS));
+            }
+            s.asks.waiters.insert(key.clone(), tx);
+            Ok(())
+        })??;
+        let _waiter = Waiter {
+            registry: &self.registry,
+            session: sid,
+            key,
+        };
+        let delivered = self
+            .registry
+            .sessions
+            .with(sid, |s| {
+                let own = s.transport != crate::session::Transport::Sse
+                    && stream.is_some_and(|st| st.try_send(line.clone()).is_ok());
+                own || crate::per_session::deliver(s, line)
+            })
+            .unwrap_or(false);
+        if !delivered {
+            return Err(CoreError::NoClientStream);
+        }
+        let deadline = self.config.request_timeout;
+        match tokio::time::timeout(deadline, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            // The session ended: its table (and our sender) went with it.
+            Ok(Err(_)) => Err(CoreError::Cancelled),
+            Err(_) => Err(CoreError::Timeout(deadline)),
+        }
+    }
+
+    /// Whether handling `msg` may make the gateway ask the session's client something (so
+    /// its answer should be a stream the question can travel on first): a call that may
+    /// answer `input_required`, from a client that declared something it can be asked, with a
+    /// Modern-only backend in the set (whose `input_required` the gateway relays).
+    pub fn may_ask_client(&self, session: Option<&SessionId>, msg: &Message<'_>) -> bool {
+        let (Some(session), Some(name)) = (session, msg.method) else {
+            return false;
+        };
+        crate::mrtr::METHODS.contains(&name)
+            && self.backends.iter().any(|e| !e.info().era.legacy)
+            && self
+                .client_caps(session)
+                .is_ok_and(|c| c.elicitation || c.sampling || c.roots)
+    }
+
+    /// The input capabilities the client of `session` declared.
+    pub fn client_caps(&self, session: &SessionId) -> Result<ClientCaps, CoreError> {
+        self.registry
+            .sessions
+            .with(session.as_str(), |s| s.asks.caps)
+    }
+}
+
+/// Keeps the capabilities of a client's `initialize` on its session.
+pub(crate) fn remember(registry: &Registry, session: &SessionId, params: Option<&RawValue>) {
+    let caps = ClientCaps::of_initialize(params);
+    let _ = registry
+        .sessions
+        .with(session.as_str(), |s| s.asks.caps = caps);
+}
+
+/// A client's response, if it answers one of the gateway's own requests of this session.
+/// `Ok(true)`: delivered to its waiter; `Ok(false)`: not a gateway key (the caller tries the
+/// session's backends next).
+pub(crate) fn client_response(
+    registry: &Registry,
+    session: &str,
+    key: &str,
+    msg: &Message<'_>,
+) -> Result<bool, CoreError> {
+    if !key.starts_with(KEY_PREFIX) {
+        return Ok(false);
+    }
+    let reply = match (msg.result, msg.error) {
+        (Some(r), _) => Ok(r.to_owned()),
+        (None, Some(e)) => Err(e.to_owned()),
+        (None, None) => return Err(CoreError::UnexpectedResponse),
+    };
+    registry
+        .sessions
+        .with(session, |s| s.asks.answer(key, reply))?
+        .then_some(true)
+        .ok_or(CoreError::UnexpectedResponse)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn capabilities_are_read_from_initialize() {
+        let p = raw(r#"{"capabilities":{"elicitation":{},"roots":null}}"#);
+        let caps = ClientCaps::of_initialize(Some(&p));
+        assert!(caps.elicitation && !caps.roots && !caps.sampling);
+        assert_eq!(caps.allows("elicitation/create"), Ok(()));
+        assert_eq!(caps.allows("roots/list"), Err("roots"));
+        assert_eq!(caps.allows("sampling/createMessage"), Err("sampling"));
+        assert_eq!(caps.allows("ping"), Ok(()));
+        assert_eq!(ClientCaps::of_initialize(None), ClientCaps::default());
+    }
+
+    #[test]
+    fn an_answer_reaches_only_its_waiter_once() {
+        let mut asks = Asks::default();
+        let (tx, mut rx) = oneshot::channel();
+        asks.waiters.insert("sbg-a".into(), tx);
+        assert!(!asks.answer("sbg-b", Ok(raw("{}"))));
+        assert!(asks.answer("sbg-a", Ok(raw(r#"{"x":1}"#))));
+        assert!(!asks.answer("sbg-a", Ok(raw("{}"))));
+        assert_eq!(rx.try_recv().unwrap().unwrap().get(), r#"{"x":1}"#);
+        assert_eq!(asks.len(), 0);
+    }
+}

@@ -1,0 +1,167 @@
+//! A Legacy client's `tools/call`, `prompts/get` or `resources/read` on a Modern backend that
+//! answers `input_required`: each input request goes to the client as a real request on its
+//! session, and the backend is retried with the answers (see the parent module).
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use switchboard_wire::classify::META_CLIENT_CAPABILITIES;
+use switchboard_wire::{codes, ErrorObject, RequestId};
+use switchboard_wire::{encode_error, restore_response, with_members, with_meta_member};
+
+use super::{is_input_required, MAX_ROUNDS};
+use crate::gateway::Outgoing;
+use crate::resolve::Route;
+use crate::{Call, CoreError, Gateway, MAX_ASKS};
+
+/// What the backend asked for in one round.
+struct Round {
+    requests: Vec<(String, String, Option<Box<RawValue>>)>,
+    state: Option<Box<RawValue>>,
+}
+
+impl Round {
+    /// The `inputRequests` and `requestState` of an `input_required` result.
+    fn of(result: &RawValue) -> Result<Round, &'static str> {
+        let state = switchboard_wire::object_member(result, "requestState").map(|s| s.to_owned());
+        let requests = match switchboard_wire::object_member(result, "inputRequests") {
+            None => Map::new(),
+            Some(r) => serde_json::from_str::<Map<String, Value>>(r.get())
+                .map_err(|_| "inputRequests is not an object")?,
+        };
+        if requests.len() > MAX_ASKS {
+            return Err("too many inputRequests in one round");
+        }
+        let mut out = Vec::with_capacity(requests.len());
+        for (key, request) in requests {
+            let method = request["method"]
+                .as_str()
+                .ok_or("an inputRequest has no method")?
+                .to_owned();
+            let params = match request.get("params") {
+                None | Some(Value::Null) => None,
+                Some(p) => RawValue::from_string(p.to_string()).ok(),
+            };
+            out.push((key, method, params));
+        }
+        Ok(Round {
+            requests: out,
+            state,
+        })
+    }
+}
+
+/// The backend broke the MRTR rules: the client gets a plain internal error, once.
+fn backend_fault(id: &RequestId, what: &str) -> Vec<u8> {
+    let err = ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        format!("the backend's request for input could not be relayed: {what}"),
+    );
+    encode_error(Some(id), &err)
+}
+
+impl Gateway {
+    /// `params` (in the gateway's Modern envelope) declaring, as `clientCapabilities`, the
+    /// input capabilities the Legacy client declared in its `initialize`: the backend asks
+    /// only for what the client can give, and answers -32021 for what it cannot.
+    pub(crate) fn with_client_caps(
+        &self,
+        call: &Call<'_>,
+        params: Box<RawValue>,
+    ) -> Result<Box<RawValue>, CoreError> {
+        let Some(sid) = call.session else {
+            return Ok(params);
+        };
+        let caps = self.client_caps(sid)?;
+        let mut declared = Map::new();
+        for (name, has) in [
+            ("elicitation", caps.elicitation),
+            ("sampling", caps.sampling),
+            ("roots", caps.roots),
+        ] {
+            if has {
+                declared.insert(name.to_owned(), Value::Object(Map::new()));
+            }
+        }
+        let declared = Value::Object(declared).to_string();
+        with_meta_member(&params, META_CLIENT_CAPABILITIES, &declared)
+            .ok_or(CoreError::InvalidParams("params._meta must be an object"))
+    }
+
+    /// Sends `params` (already in the gateway's Modern envelope) and answers every
+    /// `input_required` round by asking the client, at most [`MAX_ROUNDS`] times. Returns
+    /// the backend's final answer, or the answer the client gets instead.
+    pub(crate) async fn relay_to_legacy(
+        &self,
+        call: &Call<'_>,
+        (id, name): (&RequestId, &str),
+        route: &Route,
+        params: Box<RawValue>,
+    ) -> Result<Result<switchboard_upstream::BackendResponse, Vec<u8>>, CoreError> {
+        let mut retry = params.clone();
+        for _ in 0..=MAX_ROUNDS {
+            let answer = self
+                .send(Outgoing {
+                    session: call.session,
+                    id,
+                    name,
+                    params: Some(&retry),
+                    stream: call.stream.clone(),
+                    listen: None,
+                    route,
+                    credential: call.caller.credential.as_ref(),
+                })
+                .await?;
+            let result = RawValue::from_string(answer.payload().to_owned()).ok();
+            let Some(result) = result.filter(|r| !answer.is_error() && is_input_required(r)) else {
+                return Ok(Ok(answer));
+            };
+            let round = match Round::of(&result) {
+                Ok(round) => round,
+                Err(what) => return Ok(Err(backend_fault(id, what))),
+            };
+            let Some(sid) = call.session else {
+                // No session, no client to ask: a Legacy client cannot read the result.
+                return Err(CoreError::NoClientStream);
+            };
+            let mut responses = Vec::with_capacity(round.requests.len());
+            for (key, method, input) in &round.requests {
+                match self
+                    .ask_client(sid, call.stream.as_ref(), method, input.as_deref())
+                    .await?
+                {
+                    Ok(answer) => responses.push((key.clone(), answer)),
+                    // The client refused to answer: that is the call's answer.
+                    Err(error) => return Ok(Err(restore_response(id, "error", error.get()))),
+                }
+            }
+            retry = next_params(&params, &responses, round.state.as_deref())
+                .ok_or(CoreError::InvalidParams("params must be an object"))?;
+        }
+        Ok(Err(backend_fault(id, "too many rounds")))
+    }
+}
+
+/// The original params with this round's `inputResponses` (replacing the last round's) and
+/// the backend's `requestState` echoed byte for byte (omitted when it gave none).
+fn next_params(
+    original: &RawValue,
+    responses: &[(String, Box<RawValue>)],
+    state: Option<&RawValue>,
+) -> Option<Box<RawValue>> {
+    let mut text = String::from("{");
+    for (i, (key, answer)) in responses.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&Value::String(key.clone()).to_string());
+        text.push(':');
+        text.push_str(answer.get());
+    }
+    text.push('}');
+    let mut set = vec![("inputResponses", text.as_str())];
+    if let Some(state) = state {
+        set.push(("requestState", state.get()));
+    }
+    with_members(original, &set, |k| k != "requestState")
+}

@@ -1,0 +1,347 @@
+//! Modern client, Modern backend: the backend's `requestState` reaches the client only inside
+//! a gateway token, and comes back to the backend only from a verified, unused one.
+//!
+//! Token: `r1.<base64url(payload)>.<HMAC-SHA256 hex>`. The payload (JSON) names the backend,
+//! carries the backend's own state (raw JSON, `null` when it gave none), the expiry (unix
+//! seconds) and a 128-bit nonce; the MAC (the MRTR bridge's per-gateway key, `mrtr::Sealer`,
+//! under its own domain) covers the payload and, unreadable from the token, the caller's
+//! issuer and subject, the method and a digest of the params without `_meta`,
+//! `inputResponses` and `requestState`. So a token opens only for the same principal retrying
+//! the same call on the same backend before it expires; its nonce is then remembered until
+//! that expiry (bounded), so it opens once. Refusals use the bridge's answer (-32602,
+//! `data.reason`), whatever the cause: a token, a foreign one and a reused one look alike
+//! apart from that reason.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use switchboard_wire::{codes, object_member, with_member, ErrorObject, RequestId};
+
+use super::is_input_required;
+use crate::backends::BackendId;
+use crate::mrtr::{params_digest, refused, unix_now, Refused, Sealer};
+use crate::{ModernAnswer, Principal};
+
+/// Largest backend `requestState` the gateway carries (JSON text bytes).
+pub(crate) const STATE_MAX_BYTES: usize = 64 * 1024;
+/// Most used nonces remembered at once (until their tokens expire); when full, retries are
+/// refused as overload rather than forgetting one (which would allow a replay).
+const MAX_USED: usize = 16 * 1024;
+/// Domain of the relay's MACs (the bridge's held-call tokens use another).
+const DOMAIN: &str = "switchboard-relay-v1";
+const PREFIX: &str = "r1.";
+
+/// The readable part of a token.
+#[derive(Serialize, Deserialize)]
+struct Payload {
+    /// The backend whose state this is.
+    b: String,
+    /// Expiry, unix seconds.
+    e: u64,
+    /// Nonce (hex).
+    n: String,
+    /// The backend's own `requestState`, as it sent it (`None`: it sent none).
+    s: Option<Box<RawValue>>,
+}
+
+/// The relay's memory: the used nonces and the token lifetime.
+#[derive(Debug)]
+pub(crate) struct SealedRelay {
+    used: parking_lot::Mutex<HashMap<String, u64>>,
+    ttl: Duration,
+}
+
+/// What a call's tokens are bound to besides their payload.
+pub(crate) struct Bound<'a> {
+    pub(crate) caller: &'a Principal,
+    pub(crate) method: &'a str,
+    pub(crate) backend: &'a BackendId,
+    /// The call's params (the client's, as received).
+    pub(crate) params: Option<&'a RawValue>,
+}
+
+impl Bound<'_> {
+    fn tag_fields<'b>(&'b self, payload: &'b [u8], digest: &'b [u8; 32]) -> [&'b [u8]; 5] {
+        [
+            payload,
+            self.caller.issuer.as_bytes(),
+            self.caller.subject.as_bytes(),
+            self.method.as_bytes(),
+            digest,
+        ]
+    }
+
+    fn digest(&self) -> [u8; 32] {
+        let params: Value = self
+            .params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or(Value::Null);
+        params_digest(&params)
+    }
+}
+
+impl SealedRelay {
+    /// An empty relay whose tokens live `ttl` (at least a second: expiry is in seconds).
+    pub(crate) fn new(ttl: Duration) -> Self {
+        SealedRelay {
+            used: parking_lot::Mutex::new(HashMap::new()),
+            ttl: ttl.max(Duration::from_secs(1)),
+        }
+    }
+
+    /// The client's params with the backend's own state in place of the gateway token, or
+    /// `None` when the call carries no `requestState` (a first round). `Err`: the answer.
+    pub(crate) fn open(
+        &self,
+        sealer: &Sealer,
+        b: &Bound<'_>,
+        id: &RequestId,
+    ) -> Result<Option<Box<RawValue>>, ModernAnswer> {
+        let Some(token) = b.params.and_then(|p| object_member(p, "requestState")) else {
+            return Ok(None);
+        };
+        let payload = self.verify(sealer, b, token).map_err(|why| match why {
+            Verdict::Refused(why) => refused(id, why),
+            Verdict::Full => full(id),
+        })?;
+        let params = b.params.ok_or_else(|| refused(id, Refused::Malformed))?;
+        let unwrapped = match &payload.s {
+            Some(state) => with_member(params, "requestState", state.get()),
+            None => switchboard_wire::retain_members(params, |k| k != "requestState"),
+        };
+        unwrapped
+            .map(Some)
+            .ok_or_else(|| refused(id, Refused::Malformed))
+    }
+
+    fn verify(&self, sealer: &Sealer, b: &Bound<'_>, token: &RawValue) -> Result<Payload, Verdict> {
+        let malformed = Verdict::Refused(Refused::Malformed);
+        let token: String = serde_json::from_str(token.get()).map_err(|_| malformed)?;
+        let rest = token.strip_prefix(PREFIX).ok_or(malformed)?;
+        let (encoded, tag) = rest.split_once('.').ok_or(malformed)?;
+        let bytes = URL_SAFE_NO_PAD.decode(encoded).map_err(|_| malformed)?;
+        let digest = b.digest();
+        if !sealer.verify(DOMAIN, &b.tag_fields(&bytes, &digest), tag) {
+            return Err(Verdict::Refused(Refused::Invalid));
+        }
+        let payload: Payload = serde_json::from_slice(&bytes).map_err(|_| malformed)?;
+        if payload.b != b.backend.as_str() {
+            return Err(Verdict::Refused(Refused::Invalid));
+        }
+        let now = unix_now();
+        if now >= payload.e {
+            return Err(Verdict::Refused(Refused::Expired));
+        }
+        let mut used = self.used.lock();
+        if used.contains_key(&payload.n) {
+            return Err(Verdict::Refused(Refused::Unknown));
+        }
+        if used.len() >= MAX_USED {
+            used.retain(|_, expires| *expires > now);
+            if used.len() >= MAX_USED {
+                return Err(Verdict::Full);
+            }
+        }
+        used.insert(payload.n.clone(), payload.e);
+        Ok(payload)
+    }
+
+    /// A Modern backend's answer as the client gets it: an `input_required` result's
+    /// `requestState` replaced by a fresh token sealing it (minted even when the backend gave
+    /// none, so every retry of a relayed round is bound to its caller). Anything else is
+    /// returned untouched.
+    pub(crate) fn seal(
+        &self,
+        sealer: &Sealer,
+        b: &Bound<'_>,
+        id: &RequestId,
+        answer: ModernAnswer,
+    ) -> ModernAnswer {
+        if answer.error_code.is_some() {
+            return answer;
+        }
+        let Some(result) = result_of(&answer.body) else {
+            return answer;
+        };
+        if !is_input_required(&result) {
+            return answer;
+        }
+        let state = object_member(&result, "requestState");
+        if state.is_some_and(|s| s.get().len() > STATE_MAX_BYTES) {
+            return too_large(id);
+        }
+        let payload = Payload {
+            b: b.backend.as_str().to_owned(),
+            e: unix_now() + self.ttl.as_secs(),
+            n: crate::route::random_hex(),
+            s: state.map(|s| s.to_owned()),
+        };
+        let Ok(bytes) = serde_json::to_vec(&payload) else {
+            return too_large(id);
+        };
+        let digest = b.digest();
+        let tag = sealer.tag(DOMAIN, &b.tag_fields(&bytes, &digest));
+        let token = format!("{PREFIX}{}.{tag}", URL_SAFE_NO_PAD.encode(&bytes));
+        let token = Value::String(token).to_string();
+        match with_member(&result, "requestState", &token) {
+            Some(sealed) => ModernAnswer::ok(switchboard_wire::encode_result(id, sealed.get())),
+            None => answer,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Verdict {
+    Refused(Refused),
+    Full,
+}
+
+/// The `result` member of an encoded response.
+fn result_of(body: &[u8]) -> Option<Box<RawValue>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let raw = RawValue::from_string(text.to_owned()).ok()?;
+    object_member(&raw, "result").map(|r| r.to_owned())
+}
+
+fn too_large(id: &RequestId) -> ModernAnswer {
+    let err = ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        format!("the backend's requestState is larger than the gateway carries ({STATE_MAX_BYTES} bytes)"),
+    );
+    ModernAnswer::error(id, &err)
+}
+
+fn full(id: &RequestId) -> ModernAnswer {
+    let err = ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        "too many requestStates in use; retry the call later",
+    );
+    ModernAnswer::error(id, &err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(sub: &str) -> Principal {
+        Principal {
+            issuer: "api-key".into(),
+            subject: sub.into(),
+            claims: serde_json::Map::new(),
+            credential: None,
+        }
+    }
+
+    fn raw(v: Value) -> Box<RawValue> {
+        RawValue::from_string(v.to_string()).unwrap()
+    }
+
+    fn pending(state: &str) -> ModernAnswer {
+        let result =
+            json!({"resultType": "input_required", "inputRequests": {}, "requestState": state});
+        ModernAnswer::ok(switchboard_wire::encode_result(
+            &RequestId::from_string("x"),
+            &result.to_string(),
+        ))
+    }
+
+    fn token_of(answer: &ModernAnswer) -> String {
+        let v: Value = serde_json::from_slice(&answer.body).unwrap();
+        v["result"]["requestState"].as_str().unwrap().to_owned()
+    }
+
+    use serde_json::json;
+
+    #[test]
+    fn a_token_unwraps_once_for_its_caller_backend_and_call() {
+        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+        let (alice, bob) = (principal("alice"), principal("bob"));
+        let (a, b) = (
+            "a".parse::<BackendId>().unwrap(),
+            "b".parse::<BackendId>().unwrap(),
+        );
+        let id = RequestId::from_string("x");
+        let first = raw(json!({"name": "t", "arguments": {"k": 1}}));
+        let bound = Bound {
+            caller: &alice,
+            method: "tools/call",
+            backend: &a,
+            params: Some(&first),
+        };
+        let token = token_of(&relay.seal(&sealer, &bound, &id, pending("inner-1")));
+        let retry = raw(
+            json!({"name": "t", "arguments": {"k": 1}, "requestState": token,
+            "inputResponses": {}}),
+        );
+        let on = |caller, backend, params| Bound {
+            caller,
+            method: "tools/call",
+            backend,
+            params,
+        };
+        let reason = |r: Result<Option<Box<RawValue>>, ModernAnswer>| {
+            let v: Value = serde_json::from_slice(&r.err().unwrap().body).unwrap();
+            v["error"]["data"]["reason"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(
+            reason(relay.open(&sealer, &on(&bob, &a, Some(&retry)), &id)),
+            "invalid_request_state"
+        );
+        assert_eq!(
+            reason(relay.open(&sealer, &on(&alice, &b, Some(&retry)), &id)),
+            "invalid_request_state"
+        );
+        let other = raw(json!({"name": "t", "arguments": {"k": 2}, "requestState": token}));
+        assert_eq!(
+            reason(relay.open(&sealer, &on(&alice, &a, Some(&other)), &id)),
+            "invalid_request_state"
+        );
+        let opened = relay
+            .open(&sealer, &on(&alice, &a, Some(&retry)), &id)
+            .ok()
+            .unwrap()
+            .unwrap();
+        let opened: Value = serde_json::from_str(opened.get()).unwrap();
+        assert_eq!(opened["requestState"], "inner-1");
+        assert_eq!(opened["inputResponses"], json!({}));
+        assert_eq!(
+            reason(relay.open(&sealer, &on(&alice, &a, Some(&retry)), &id)),
+            "unknown_request_state"
+        );
+        // No requestState: a first round, untouched.
+        assert!(relay
+            .open(&sealer, &on(&alice, &a, Some(&first)), &id)
+            .ok()
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn an_oversized_backend_state_is_refused() {
+        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+        let alice = principal("alice");
+        let a = "a".parse::<BackendId>().unwrap();
+        let id = RequestId::from_string("x");
+        let bound = Bound {
+            caller: &alice,
+            method: "tools/call",
+            backend: &a,
+            params: None,
+        };
+        let answer = relay.seal(&sealer, &bound, &id, pending(&"s".repeat(STATE_MAX_BYTES)));
+        assert!(answer.error_code.is_some());
+        let answer = relay.seal(
+            &sealer,
+            &bound,
+            &id,
+            pending(&"s".repeat(STATE_MAX_BYTES - 100)),
+        );
+        assert!(answer.error_code.is_none() && token_of(&answer).starts_with(PREFIX));
+    }
+}

@@ -1,0 +1,419 @@
+//! Composite tools (`compositeTools` in the config): tools of the virtual server that the
+//! gateway runs itself, as a DAG of steps over the backends' tools, asking the client for
+//! input where a step says so.
+//!
+//! - `model`: the config shape; `plan`: validation and compilation at load (`compile_all`);
+//!   `template`: the sandboxed `minijinja` templates; `annotations`: the floor the steps give
+//!   and the refusal of a safer claim (checked once the catalog is warm, `check_composites`).
+//! - `engine`: one run (parallel steps, retries, timeouts, audit), every inner call on the
+//!   caller's own request path.
+//! - `handles`: a Modern caller's run waiting for input, parked under an owner-bound,
+//!   single-use handle that goes out as the `requestState` of an `input_required` result.
+//! - `ask`: how a Legacy caller is asked (`elicitation/create` on its session, through
+//!   `Gateway::ask_client`).
+//!
+//! Only the aggregating gateway (`serve`) lists and runs composites.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use serde_json::{json, Map, Value};
+use tracing::warn;
+
+use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
+use switchboard_wire::{codes, encode_result, ErrorObject, Message, RequestId};
+
+use crate::catalog::{Entry, Kind, Merged};
+use crate::{Call, CoreError, Gateway, ModernAnswer, Principal};
+
+pub mod annotations;
+mod ask;
+mod engine;
+mod handles;
+pub mod model;
+pub mod plan;
+mod template;
+#[cfg(test)]
+mod tests;
+
+use engine::{Outcome, Runner, StepResult, Suspended};
+pub use handles::{HandleLimits, ParkError};
+pub use model::CompositeSpec;
+pub use plan::{compile_all, Plan, PlanError};
+
+/// The composite tools and the bounds of their handles (`GatewayConfig::workflows`).
+#[derive(Debug, Clone, Default)]
+pub struct WorkflowConfig {
+    pub plans: Vec<Arc<Plan>>,
+    pub handles: HandleLimits,
+}
+
+/// Most bytes of step outputs one parked run may hold: the table keeps up to 1024 runs, so a
+/// run that read a 16 MiB answer must not be kept waiting for a client.
+const MAX_PARKED_BYTES: usize = 1024 * 1024;
+
+/// The composites' state, owned by the gateway.
+#[derive(Debug)]
+pub(crate) struct Workflows {
+    plans: Vec<Arc<Plan>>,
+    /// Each composite's listed annotations, derived when the catalog is warm.
+    annotations: parking_lot::RwLock<HashMap<String, Map<String, Value>>>,
+    parked: handles::Handles<Suspended>,
+}
+
+impl Workflows {
+    pub(crate) fn new(config: &WorkflowConfig) -> Self {
+        Workflows {
+            plans: config.plans.clone(),
+            annotations: parking_lot::RwLock::new(HashMap::new()),
+            parked: handles::Handles::new(config.handles),
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&Arc<Plan>> {
+        self.plans.iter().find(|p| p.name == name)
+    }
+}
+
+/// The catalog entry a step's `tool` names: an exposed name, else `backend.tool` (the
+/// backend's own name).
+fn entry_for<'m>(tools: &'m Merged, tool: &str) -> Option<&'m Entry> {
+    let entries = tools.entries();
+    entries.iter().find(|e| &*e.exposed == tool).or_else(|| {
+        let (backend, original) = tool.split_once('.')?;
+        entries
+            .iter()
+            .find(|e| e.backend.as_str() == backend && &*e.original == original)
+    })
+}
+
+impl Gateway {
+    /// The exposed name a step's `tool` is called by now (names can shift at run time); as
+    /// written when the catalog does not hold it (the call then fails as an unknown tool).
+    pub(crate) fn composite_step_name(&self, tool: &str) -> String {
+        let view = self.vmcp().and_then(|v| v.current(Kind::Tools));
+        view.and_then(|v| entry_for(&v.all, tool).map(|e| e.exposed.to_string()))
+            .unwrap_or_else(|| tool.to_owned())
+    }
+
+    /// Once the catalog is warm: each composite's annotations derived from its steps' tools,
+    /// or why `serve` must not start (a claim safer than a step, a name a backend uses).
+    pub async fn check_composites(&self) -> Result<(), String> {
+        let plans = &self.workflows.plans;
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let view = self
+            .view(Kind::Tools)
+            .await
+            .map_err(|e| format!("composite tools need the tools list: {e}"))?;
+        for plan in plans {
+            if view.all.lookup(&plan.name).is_some() {
+                return Err(format!(
+                    "composite tool `{}` has the name of a backend's tool",
+                    plan.name
+                ));
+            }
+            let tools = plan.tools();
+            let mut steps = Vec::with_capacity(tools.len());
+            for (step, tool) in tools {
+                let listed = entry_for(&view.all, tool).and_then(|e| {
+                    let item: Value = serde_json::from_str(e.item.get()).ok()?;
+                    Some(item.get("annotations").and_then(Value::as_object).cloned())
+                });
+                if listed.is_none() {
+                    warn!(composite = %plan.name, step, tool, "step tool not in the catalog; assumed unsafe");
+                }
+                let hints = annotations::Hints::of(listed.flatten().as_ref());
+                steps.push(annotations::StepTool { step, tool, hints });
+            }
+            let derived = annotations::derive(&plan.name, plan.annotations.as_ref(), &steps)
+                .map_err(|e| e.to_string())?;
+            self.workflows
+                .annotations
+                .write()
+                .insert(plan.name.clone(), derived);
+        }
+        Ok(())
+    }
+
+    /// `items` (a merged tools page, a JSON array) with the composite tools after them.
+    pub(crate) fn with_composites(&self, items: &str) -> String {
+        let plans = &self.workflows.plans;
+        if plans.is_empty() {
+            return items.to_owned();
+        }
+        let annotations = self.workflows.annotations.read();
+        let listed: Vec<String> = plans
+            .iter()
+            .map(|p| {
+                let own = p.annotations.clone().unwrap_or_default();
+                p.listed(annotations.get(&p.name).unwrap_or(&own))
+                    .to_string()
+            })
+            .collect();
+        let inner = items
+            .trim()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .trim();
+        let sep = if inner.is_empty() { "" } else { "," };
+        format!("[{inner}{sep}{}]", listed.join(","))
+    }
+
+    /// A Legacy `tools/call` of a composite, run here (`None`: not a composite).
+    ///
+    /// Boxed (here and for Modern): a run's steps re-enter the request path that runs it, so
+    /// its future would otherwise contain itself.
+    pub(crate) fn composite_legacy<'f>(
+        &'f self,
+        call: &'f Call<'_>,
+        id: &'f RequestId,
+    ) -> Option<BoxFuture<'f, Result<Vec<u8>, CoreError>>> {
+        let plan = self.composite_of(call.msg)?.clone();
+        if plan.asks() {
+            if let Err(e) = self.can_ask(call.session) {
+                return Some(Box::pin(std::future::ready(Err(e))));
+            }
+        }
+        Some(Box::pin(self.run_legacy(call, id, plan)))
+    }
+
+    async fn run_legacy(
+        &self,
+        call: &Call<'_>,
+        id: &RequestId,
+        plan: Arc<Plan>,
+    ) -> Result<Vec<u8>, CoreError> {
+        let runner = Runner {
+            gateway: self,
+            principal: call.caller,
+            session: call.session,
+            stream: call.stream.as_ref(),
+            modern: None,
+        };
+        let params = arguments_of(call.msg);
+        let outcome = start(&runner, &plan, params).await;
+        Ok(encode_result(
+            id,
+            &result_of(&runner, &plan, outcome).to_string(),
+        ))
+    }
+
+    /// A Modern `tools/call` of a composite: a new run, or the resume of a parked one
+    /// (`requestState` + `inputResponses`). `None`: not a composite.
+    pub(crate) fn composite_modern<'f>(
+        self: &'f Arc<Self>,
+        caller: &'f Principal,
+        msg: &'f Message<'_>,
+        id: &'f RequestId,
+    ) -> Option<BoxFuture<'f, ModernAnswer>> {
+        let plan = self.composite_of(msg)?.clone();
+        Some(Box::pin(self.run_modern(caller, msg, id, plan)))
+    }
+
+    async fn run_modern(
+        self: &Arc<Self>,
+        caller: &Principal,
+        msg: &Message<'_>,
+        id: &RequestId,
+        plan: Arc<Plan>,
+    ) -> ModernAnswer {
+        let version = msg
+            .meta(META_PROTOCOL_VERSION)
+            .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+            .unwrap_or_default();
+        let runner = Runner {
+            gateway: self,
+            principal: caller,
+            session: None,
+            stream: None,
+            modern: Some(engine::Modern {
+                gateway: self,
+                version: &version,
+            }),
+        };
+        let params: Value = msg
+            .params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or_else(|| json!({}));
+        let outcome = match params.get("requestState") {
+            None | Some(Value::Null) => {
+                let asks = plan
+                    .steps
+                    .iter()
+                    .any(|s| matches!(s.body, plan::Body::Elicitation { .. }));
+                if asks && !declares(&params, "elicitation") {
+                    return crate::mrtr::missing_capability(id, "elicitation");
+                }
+                start(&runner, &plan, arguments_of(msg)).await
+            }
+            Some(state) => {
+                let parked = state
+                    .as_str()
+                    .and_then(|h| self.workflows.parked.take(caller, h));
+                let Some(suspended) = parked.filter(|s| Arc::ptr_eq(&s.plan, &plan)) else {
+                    return unknown_handle(id);
+                };
+                resume(&runner, suspended, params.get("inputResponses")).await
+            }
+        };
+        self.modern_answer(&runner, &plan, id, outcome)
+    }
+
+    fn composite_of(&self, msg: &Message<'_>) -> Option<&Arc<Plan>> {
+        if msg.method != Some("tools/call") || self.workflows.plans.is_empty() {
+            return None;
+        }
+        let name: String = serde_json::from_str(msg.param("name")?.get()).ok()?;
+        self.workflows.get(&name)
+    }
+
+    /// A Modern run's answer: its result, or `input_required` under a fresh handle.
+    fn modern_answer(
+        &self,
+        runner: &Runner<'_>,
+        plan: &Arc<Plan>,
+        id: &RequestId,
+        outcome: Outcome,
+    ) -> ModernAnswer {
+        let info =
+            json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
+        let mut result = match outcome {
+            Outcome::NeedsInput(suspended, _) if suspended.weight() > MAX_PARKED_BYTES => {
+                let why = format!("its finished steps' outputs exceed {MAX_PARKED_BYTES} bytes, too much to keep while it waits for input");
+                result_of(runner, plan, Outcome::Failed(why))
+            }
+            Outcome::NeedsInput(suspended, requests) => {
+                match self
+                    .workflows
+                    .parked
+                    .park(runner.principal, plan.input_timeout, suspended)
+                {
+                    Ok(handle) => json!({
+                        "resultType": "input_required",
+                        "inputRequests": requests,
+                        "requestState": handle,
+                    }),
+                    Err(e) => result_of(runner, plan, Outcome::Failed(e.to_string())),
+                }
+            }
+            done => result_of(runner, plan, done),
+        };
+        if result.get("resultType").is_none() {
+            result["resultType"] = json!("complete");
+        }
+        result["_meta"] = info;
+        ModernAnswer::ok(encode_result(id, &result.to_string()))
+    }
+}
+
+/// A new run: audited from its start, bounded by the composite's deadline.
+async fn start(runner: &Runner<'_>, plan: &Arc<Plan>, params: Value) -> Outcome {
+    runner.audit(plan, "workflow_started", "started", &[]);
+    if let Some(validator) = &plan.input_validator {
+        if let Err(e) = validator.validate(&params) {
+            return Outcome::Failed(format!("invalid arguments: {e}"));
+        }
+    }
+    let results = vec![None; plan.steps.len()];
+    within_deadline(runner, plan, params, results).await
+}
+
+/// A parked run given its answers, then run on.
+async fn resume(runner: &Runner<'_>, s: Suspended, responses: Option<&Value>) -> Outcome {
+    let Suspended {
+        plan,
+        params,
+        mut results,
+        waiting,
+    } = s;
+    for i in waiting {
+        let step = &plan.steps[i];
+        let result = match responses.and_then(|r| r.get(&step.id)) {
+            Some(answer) => engine::elicitation_result(answer),
+            None => StepResult::failed("no answer in inputResponses"),
+        };
+        runner.record_elicitation(&plan, step, &result);
+        let continues = step.on_error.action == model::ErrorAction::Continue;
+        if result.status == engine::Status::Failed && !continues {
+            let why = result.error.unwrap_or_default();
+            return Outcome::Failed(format!("step `{}` failed: {why}", step.id));
+        }
+        results[i] = Some(result);
+    }
+    within_deadline(runner, &plan, params, results).await
+}
+
+/// One segment of a run (to its end or its next input), within the whole-run deadline
+/// (the time a parked run waits for its client does not count).
+async fn within_deadline(
+    runner: &Runner<'_>,
+    plan: &Arc<Plan>,
+    params: Value,
+    results: Vec<Option<StepResult>>,
+) -> Outcome {
+    match tokio::time::timeout(plan.timeout, runner.run(plan, params, results)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::Failed(format!("not finished within {:?}", plan.timeout)),
+    }
+}
+
+/// The `tools/call` result of a finished run (audited as `workflow_finished`).
+fn result_of(runner: &Runner<'_>, plan: &Plan, outcome: Outcome) -> Value {
+    match outcome {
+        Outcome::Done(output) => {
+            runner.audit(plan, "workflow_finished", "completed", &[]);
+            let mut result = json!({
+                "content": [{ "type": "text", "text": output.to_string() }],
+                "isError": false,
+            });
+            if output.is_object() {
+                result["structuredContent"] = output;
+            }
+            result
+        }
+        Outcome::Failed(why) => {
+            runner.audit(
+                plan,
+                "workflow_finished",
+                "failed",
+                &[("reason", json!(why))],
+            );
+            json!({
+                "content": [{ "type": "text", "text": format!("workflow `{}` failed: {why}", plan.name) }],
+                "isError": true,
+            })
+        }
+        Outcome::NeedsInput(..) => {
+            runner.audit(plan, "workflow_finished", "failed", &[]);
+            json!({
+                "content": [{ "type": "text", "text": "this workflow needs input the client cannot give" }],
+                "isError": true,
+            })
+        }
+    }
+}
+
+/// The composite's arguments (an object; `{}` when absent).
+fn arguments_of(msg: &Message<'_>) -> Value {
+    msg.param("arguments")
+        .and_then(|a| serde_json::from_str::<Value>(a.get()).ok())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}))
+}
+
+fn declares(params: &Value, capability: &str) -> bool {
+    params["_meta"][META_CLIENT_CAPABILITIES]
+        .get(capability)
+        .is_some_and(|v| !v.is_null())
+}
+
+/// The one answer for a handle that is unknown, expired, used, or another principal's.
+fn unknown_handle(id: &RequestId) -> ModernAnswer {
+    let err = ErrorObject::new(codes::INVALID_PARAMS, "Invalid or expired requestState")
+        .with_data(json!({ "reason": "unknown" }));
+    ModernAnswer::error(id, &err)
+}

@@ -1,0 +1,191 @@
+//! Owner-bound workflow handles: a composite run waiting for a Modern client's input is
+//! parked here, named by a gateway-minted handle that goes out as the `requestState`.
+//!
+//! A handle is 256 bits from the CSPRNG (`route::random_hex`, twice), opaque, and bound to
+//! the principal (issuer and subject) that started the run. Taking it checks the owner;
+//! another principal, an expired handle and an unknown one all get `None` — the caller
+//! answers them identically — and a foreign attempt leaves the owner's handle in place (it
+//! cannot be used to cancel someone's run). A handle is single use: a resume removes it, and
+//! a run that needs input again gets a fresh one. The table is bounded per principal and in
+//! total; expired entries are reaped whenever the table is written (no timer task: a parked
+//! run holds no process, socket or task, only the outputs of its finished steps).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::access::Principal;
+
+/// Why a run could not be parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParkError {
+    #[error("this caller already has {0} workflows waiting for input")]
+    PerPrincipal(usize),
+    #[error("{0} workflows are already waiting for input")]
+    Full(usize),
+}
+
+/// Bounds of parked runs (each one's lifetime is its composite's `inputTimeout`).
+#[derive(Debug, Clone, Copy)]
+pub struct HandleLimits {
+    pub per_principal: usize,
+    pub total: usize,
+}
+
+impl Default for HandleLimits {
+    fn default() -> Self {
+        HandleLimits {
+            per_principal: 16,
+            total: 1024,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    owner: (String, String),
+    expires: Instant,
+    value: T,
+}
+
+/// The table of parked runs (`T`: what a resume needs).
+#[derive(Debug)]
+pub(crate) struct Handles<T> {
+    limits: HandleLimits,
+    entries: parking_lot::Mutex<HashMap<String, Entry<T>>>,
+}
+
+impl<T> Handles<T> {
+    pub(crate) fn new(limits: HandleLimits) -> Self {
+        Handles {
+            limits,
+            entries: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Parks `value` for `owner` and returns its handle.
+    pub(crate) fn park(
+        &self,
+        owner: &Principal,
+        ttl: Duration,
+        value: T,
+    ) -> Result<String, ParkError> {
+        let now = Instant::now();
+        let key = (owner.issuer.clone(), owner.subject.clone());
+        // Expired values are dropped outside the lock.
+        let expired: Vec<Entry<T>>;
+        let mut entries = self.entries.lock();
+        {
+            let gone: Vec<String> = entries
+                .iter()
+                .filter(|(_, e)| e.expires <= now)
+                .map(|(h, _)| h.clone())
+                .collect();
+            expired = gone.iter().filter_map(|h| entries.remove(h)).collect();
+        }
+        if entries.len() >= self.limits.total {
+            return Err(ParkError::Full(self.limits.total));
+        }
+        let mine = entries.values().filter(|e| e.owner == key).count();
+        if mine >= self.limits.per_principal {
+            return Err(ParkError::PerPrincipal(self.limits.per_principal));
+        }
+        let handle = format!(
+            "wf_{}{}",
+            crate::route::random_hex(),
+            crate::route::random_hex()
+        );
+        entries.insert(
+            handle.clone(),
+            Entry {
+                owner: key,
+                expires: now + ttl,
+                value,
+            },
+        );
+        drop(entries);
+        drop(expired);
+        Ok(handle)
+    }
+
+    /// The parked value, removed, when `handle` names a live run of `caller`'s; `None` for an
+    /// unknown, expired or foreign handle (the foreign one stays for its owner).
+    pub(crate) fn take(&self, caller: &Principal, handle: &str) -> Option<T> {
+        let mut entries = self.entries.lock();
+        let entry = entries.get(handle)?;
+        if entry.owner.0 != caller.issuer || entry.owner.1 != caller.subject {
+            return None;
+        }
+        let entry = entries.remove(handle)?;
+        drop(entries);
+        (entry.expires > Instant::now()).then_some(entry.value)
+    }
+
+    /// Runs parked now (expired ones included until the next write).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who(sub: &str) -> Principal {
+        Principal {
+            issuer: "api-key".into(),
+            subject: sub.into(),
+            claims: serde_json::Map::new(),
+            credential: None,
+        }
+    }
+
+    fn limits(per: usize, total: usize) -> HandleLimits {
+        HandleLimits {
+            per_principal: per,
+            total,
+        }
+    }
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_handle_is_single_use_and_owned() {
+        let table = Handles::new(limits(4, 8));
+        let h = table.park(&who("alice"), MIN, 7).unwrap();
+        assert!(h.len() >= 3 + 64, "256 bits of hex: {h}");
+        assert_eq!(table.take(&who("bob"), &h), None, "foreign");
+        assert_eq!(table.take(&who("alice"), "wf_nope"), None, "unknown");
+        assert_eq!(
+            table.take(&who("alice"), &h),
+            Some(7),
+            "the owner, after bob tried"
+        );
+        assert_eq!(table.take(&who("alice"), &h), None, "single use");
+    }
+
+    #[test]
+    fn bounded_per_principal_and_in_total() {
+        let table = Handles::new(limits(2, 3));
+        table.park(&who("a"), MIN, 1).unwrap();
+        table.park(&who("a"), MIN, 2).unwrap();
+        assert_eq!(
+            table.park(&who("a"), MIN, 3),
+            Err(ParkError::PerPrincipal(2))
+        );
+        table.park(&who("b"), MIN, 4).unwrap();
+        assert_eq!(table.park(&who("c"), MIN, 5), Err(ParkError::Full(3)));
+    }
+
+    #[test]
+    fn expired_handles_answer_like_unknown_and_are_reaped() {
+        let table = Handles::new(limits(1, 1));
+        let h = table.park(&who("a"), Duration::ZERO, 1).unwrap();
+        assert_eq!(table.take(&who("a"), &h), None);
+        let table = Handles::new(limits(1, 1));
+        table.park(&who("a"), Duration::ZERO, 1).unwrap();
+        // The expired entry is reaped on the next write, so the bound is free again.
+        table.park(&who("a"), MIN, 2).unwrap();
+        assert_eq!(table.len(), 1);
+    }
+}
