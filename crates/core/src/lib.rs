@@ -39,6 +39,7 @@ pub mod stream_queue;
 mod subscription;
 mod tasks;
 mod tool_headers;
+pub mod trust;
 mod vmcp;
 
 pub use access::{Access, Authorizer, Origin, Principal, Target, Unauthenticated};

@@ -23,8 +23,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// `switchboard serve`: one backend is served exactly as `run` serves it; more need the
 /// aggregating core (as does one whose lists are filtered or renamed).
 pub(crate) async fn serve(spec: ServeSpec) -> anyhow::Result<()> {
+    // Pins live in the catalog: asking for trust puts even one backend through it.
+    let trusted =
+        spec.trust.explicit && spec.trust.config.mode != switchboard_core::trust::TrustMode::Off;
     match spec.backends.as_slice() {
-        [one] if !one.needs_catalog() => start(spec).await,
+        [one] if !one.needs_catalog() && !trusted => start(spec).await,
         _ => start_many(spec).await,
     }
 }
@@ -50,6 +53,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         options: args,
         backends,
         aggregation,
+        trust,
     } = spec;
     let shape = Shape::of_all(&backends, aggregate);
     // Identity, policy and audit settings are checked before anything starts.
@@ -78,7 +82,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let max_sessions = config.max_sessions;
     config.access = access;
     if aggregate {
-        config.vmcp = Some(crate::start_backends::vmcp_config(&aggregation, &backends));
+        let mut vmcp = crate::start_backends::vmcp_config(&aggregation, &backends);
+        vmcp.trust = Some(trust.config.clone());
+        config.vmcp = Some(vmcp);
     }
     let registry = Registry::new(&config);
     let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
@@ -130,6 +136,15 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let probe_stop = CancellationToken::new();
     let probes = tokio::spawn(gateway.clone().run_probes(probe_stop.clone()));
     gateway.warm_catalog().await;
+    // Picks up `switchboard trust approve` while serving; stopped with the probes.
+    let trust_watch = tokio::spawn(gateway.clone().run_trust_watch(probe_stop.clone()));
+    if let Some(path) = trust.config.state_file.as_ref().filter(|_| aggregate) {
+        println!(
+            "switchboard: tool trust {:?}, pins in {}",
+            trust.config.mode,
+            path.display()
+        );
+    }
     show_renamed(&gateway).await;
     let metrics_server = metrics_listener.map(|l| {
         if let Ok(addr) = l.local_addr() {
@@ -185,6 +200,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     }
     probe_stop.cancel();
     let _ = probes.await;
+    let _ = trust_watch.await;
     // Closing the backends fails whatever is still pending, so every request gets an answer.
     shutdown_gateway.end_all_sessions().await;
     for internal in set.internals {

@@ -83,6 +83,7 @@ pub(crate) fn serve_spec(
         options: args,
         backends,
         aggregation,
+        trust: Default::default(),
     })
 }
 

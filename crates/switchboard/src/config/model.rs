@@ -32,6 +32,8 @@ pub(crate) struct ConfigFile {
     pub(crate) metrics: Option<Metrics>,
     pub(crate) aggregation: Option<Aggregation>,
     pub(crate) backends: Vec<BackendEntry>,
+    /// Tool pins (`trust.rs`).
+    pub(crate) trust: Option<super::trust::TrustSection>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -19,6 +19,8 @@ pub(crate) struct ServeSpec {
     /// In configured order (never empty).
     pub(crate) backends: Vec<BackendSpec>,
     pub(crate) aggregation: AggregationSpec,
+    /// Tool pins (`serve` only; `run` passes lists through).
+    pub(crate) trust: super::trust::TrustSpec,
 }
 
 /// One backend. Holds expanded secrets (env values, headers, URL): never print it whole.
@@ -162,10 +164,15 @@ impl crate::cli::RunArgs {
             prompts: ListSettings::default(),
         }];
         let aggregation = AggregationSpec::defaults(&backends);
+        if self.gateway.trust.given() {
+            // A transparent proxy passes lists through raw: there is no catalog to pin in.
+            tracing::warn!("--trust/--trust-state apply to `serve` only; `run` does not pin tools");
+        }
         Ok(ServeSpec {
             options: self.gateway,
             backends,
             aggregation,
+            trust: Default::default(),
         })
     }
 }

@@ -38,6 +38,7 @@ mod server_push;
 mod strict;
 mod tasks;
 mod tool_headers;
+mod trust;
 mod ux;
 mod vmcp;
 mod vmcp_answers;
