@@ -53,8 +53,10 @@ pub(crate) fn classify(
     {
         return (false, None);
     }
-    if !file.pending.contains_key(&key) && file.pending.len() >= MAX_PINS {
-        // Not recorded (no room to approve it from), but still held: see `blocked`.
+    if pin.is_none() && !file.pending.contains_key(&key) && file.pending.len() >= MAX_PINS {
+        // A new tool under `newTools: quarantine`, not recorded (no room to approve it
+        // from) but still held: see `blocked`. A changed pinned tool is always recorded (at
+        // most one per pin), since only its pending entry holds it.
         *full = true;
         return (false, None);
     }

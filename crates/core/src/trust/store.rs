@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Pins (and pending definitions) kept at most; beyond it a new tool is not pinned (see
-/// `Trust::screen`).
-pub const MAX_PINS: usize = 100_000;
+/// Pins kept at most (and as many pending definitions); beyond it a new tool is served
+/// unpinned, with a warning (`state::classify`). With [`MAX_DEFINITION_BYTES`] this bounds the
+/// file near 1 GiB in the worst case.
+pub const MAX_PINS: usize = 8192;
 
 /// Largest definition kept beside its digest, in bytes of canonical JSON: larger ones keep
 /// the digest only (a change is still caught; its diff then names every field).
@@ -22,7 +23,7 @@ pub const MAX_DEFINITION_BYTES: usize = 64 * 1024;
 
 /// Largest state file read, in bytes (a file that grew past every bound is refused, not
 /// read into memory).
-pub const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
+pub const MAX_FILE_BYTES: u64 = 1536 * 1024 * 1024;
 
 /// Why a trust state file could not be used.
 #[derive(Debug, thiserror::Error)]

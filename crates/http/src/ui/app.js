@@ -7,7 +7,8 @@
 const POLL_MS = 1000;
 const MAX_ERRORS = 20;
 let token = sessionStorage.getItem("switchboard-token") || "";
-const seenErrors = new Set();
+// Backend name → the last error shown for it (bounded by the number of backends).
+const lastErrors = new Map();
 
 function fromFragment() {
   const m = /(?:^|[#&])token=([^&]*)/.exec(location.hash);
@@ -67,16 +68,14 @@ function renderStatus(s) {
 }
 
 function noteError(backend, e) {
-  // One entry per distinct error (the status repeats the last one with a growing age).
-  const at = Math.round(Date.now() / 1000 - e.secondsAgo);
-  const key = backend + "\u0000" + e.message + "\u0000" + Math.round(at / 5);
-  if (seenErrors.has(key)) return;
-  seenErrors.add(key);
+  // One entry each time a backend's last error changes (the status repeats the last one,
+  // with a growing age, on every poll).
+  if (lastErrors.get(backend) === e.message) return;
+  lastErrors.set(backend, e.message);
   const list = document.getElementById("errors");
-  const when = new Date(at * 1000).toLocaleTimeString();
+  const when = new Date(Date.now() - e.secondsAgo * 1000).toLocaleTimeString();
   list.insertBefore(el("li", when + " " + backend + ": " + e.message), list.firstChild);
   while (list.children.length > MAX_ERRORS) list.removeChild(list.lastChild);
-  if (seenErrors.size > 10 * MAX_ERRORS) seenErrors.clear();
 }
 
 function renderTrust(t) {
@@ -112,6 +111,7 @@ async function approve(backend, tool, button) {
     if (!r.ok) throw new Error("approve " + backend + "/" + tool + ": HTTP " + r.status);
     await poll();
   } catch (e) {
+    lastErrors.delete("ui");
     noteError("ui", { message: e.message, secondsAgo: 0 });
     button.disabled = false;
   }

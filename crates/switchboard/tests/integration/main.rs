@@ -39,6 +39,7 @@ mod strict;
 mod tasks;
 mod tool_headers;
 mod trust;
+mod ui;
 mod ux;
 mod vmcp;
 mod vmcp_answers;

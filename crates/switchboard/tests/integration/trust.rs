@@ -30,14 +30,14 @@ fn config(dir: &Dir, top: &str) -> PathBuf {
     dir.write("sb.yaml", &yaml)
 }
 
-async fn serve(config: &Path) -> TestGateway {
+pub(crate) async fn serve(config: &Path) -> TestGateway {
     let mut cmd = tokio::process::Command::new(SB);
     cmd.args(["serve", "--config", config.to_str().unwrap()])
         .args(["--host", "127.0.0.1", "--port", "0"]);
     TestGateway::start_command(cmd).await
 }
 
-async fn tool_names(gw: &TestGateway, era: Era, sid: Option<&str>) -> Vec<String> {
+pub(crate) async fn tool_names(gw: &TestGateway, era: Era, sid: Option<&str>) -> Vec<String> {
     let (tools, _) = list_all(gw, era, sid, "tools/list", "tools").await;
     tools
         .iter()
@@ -46,7 +46,7 @@ async fn tool_names(gw: &TestGateway, era: Era, sid: Option<&str>) -> Vec<String
 }
 
 /// A `tools/call` in `era`, its JSON answer (HTTP 200 asserted).
-async fn call(gw: &TestGateway, era: Era, sid: &str, name: &str) -> Value {
+pub(crate) async fn call(gw: &TestGateway, era: Era, sid: &str, name: &str) -> Value {
     let params = json!({"name": name, "arguments": {"text": "hi"}});
     let r = match era {
         Era::Legacy => {
