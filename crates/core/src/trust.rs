@@ -117,6 +117,8 @@ struct Known {
     mtime: Option<store::Stamp>,
     /// Whether "the pin table is full" was said already.
     told_full: bool,
+    /// Whether the state file's last change failed (and was said).
+    told_io: bool,
 }
 
 impl Trust {
@@ -202,11 +204,17 @@ impl Trust {
             match store::update(path, &mut change) {
                 Ok((answer, file, stamp)) => {
                     let mut known = self.known.lock();
+                    known.told_io = false;
                     known.file = file;
                     known.mtime = stamp;
                     return answer;
                 }
-                Err(e) => warn!("{e}; trust decisions are kept in memory only"),
+                Err(e) => {
+                    // Said once per run of failures (every list fetch would repeat it).
+                    if !std::mem::replace(&mut self.known.lock().told_io, true) {
+                        warn!("{e}; trust decisions are kept in memory only");
+                    }
+                }
             }
         }
         // Pure CPU under the lock: concurrent changes cannot lose each other.

@@ -22,7 +22,6 @@ pub(crate) fn classify(
     full: &mut bool,
 ) -> (bool, Option<Finding>) {
     let key = store::key(backend, &seen.name);
-    let kept = || kept_definition(&seen.pinned);
     let pin = file.pins.get(&key);
     if pin.is_some_and(|p| p.digest == seen.digest) {
         // Back to what was approved (a pending change was reverted): nothing is held.
@@ -38,7 +37,7 @@ pub(crate) fn classify(
             file.pending.remove(&key);
             let pin = Pin {
                 digest: seen.digest.clone(),
-                definition: kept(),
+                definition: kept_definition(&seen.pinned),
                 pinned_at: now.to_owned(),
             };
             file.pins.insert(key, pin);
@@ -61,28 +60,44 @@ pub(crate) fn classify(
         return (false, None);
     }
     let old = pin.and_then(|p| p.definition.clone());
-    let (reason, fields) = match pin {
-        Some(_) => ("changed", changed_fields(old.as_ref(), &seen.pinned)),
-        None => ("new", Vec::new()),
-    };
-    let finding = Finding {
-        backend: backend.to_owned(),
-        tool: seen.name.clone(),
-        reason,
-        quarantined,
-        diff: diff(old.as_ref(), &seen.pinned, &fields),
-        changed: fields.clone(),
+    let finding = hold(file, key, backend, seen, old, quarantined, now);
+    (true, Some(finding))
+}
+
+/// Records `seen` as pending for `key` (`old`: the pinned definition, when there is a pin)
+/// and returns the finding to report.
+fn hold(
+    file: &mut TrustFile,
+    key: String,
+    backend: &str,
+    seen: &Seen,
+    old: Option<Value>,
+    quarantined: bool,
+    now: &str,
+) -> Finding {
+    let had_pin = file.pins.contains_key(&key);
+    let (reason, fields) = if had_pin {
+        ("changed", changed_fields(old.as_ref(), &seen.pinned))
+    } else {
+        ("new", Vec::new())
     };
     let pending = Pending {
         digest: seen.digest.clone(),
-        definition: kept(),
+        definition: kept_definition(&seen.pinned),
         seen_at: now.to_owned(),
         reason: reason.to_owned(),
         changed: fields.iter().map(|f| (*f).to_owned()).collect(),
         quarantined,
     };
     file.pending.insert(key, pending);
-    (true, Some(finding))
+    Finding {
+        backend: backend.to_owned(),
+        tool: seen.name.clone(),
+        reason,
+        quarantined,
+        diff: diff(old.as_ref(), &seen.pinned, &fields),
+        changed: fields,
+    }
 }
 
 /// The pinned fields, when small enough to keep.
