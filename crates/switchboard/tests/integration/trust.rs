@@ -238,6 +238,20 @@ async fn new_tools_can_wait_for_approval_over_http_and_warn_mode_serves() {
     let sid = gw.session().await;
     let names = tool_names(&gw, Era::Modern, None).await;
     assert!(names.is_empty(), "nothing approved yet: {names:?}");
+    // The status page: served from the binary, its own script and style only.
+    let page = gw
+        .http
+        .get(format!("{}/ui", gw.base()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.starts_with("default-src 'self'"), "{csp}");
+    assert!(page.text().await.unwrap().contains("/ui/app.js"));
     assert_quarantined(
         &call(&gw, Era::Modern, &sid, "alpha_echo").await,
         Era::Modern,
@@ -265,6 +279,16 @@ async fn new_tools_can_wait_for_approval_over_http_and_warn_mode_serves() {
             .json(&body);
         async move { req.send().await.unwrap().status() }
     };
+    // A page on another origin cannot approve (the same Origin check as `/mcp`).
+    let forged = gw
+        .http
+        .post(format!("{}/trust/approve", gw.base()))
+        .header("origin", "http://evil.example")
+        .json(&json!({"backend": "alpha", "tool": "echo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert_eq!(
         approve(json!({"backend": "alpha", "tool": "echo"})).await,
         StatusCode::OK
