@@ -12,8 +12,12 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
+# The status-page test needs Chromium and playwright-core: installed here (apt, npm), and
+# SWITCHBOARD_UI_TESTS makes the test fail rather than skip when they are missing.
+echo "== install chromium + playwright-core (status page test)"
+scripts/install-chromium.sh >/dev/null
 # Opt in to the test against the real @modelcontextprotocol/server-everything (npm).
-SWITCHBOARD_NPX_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
+SWITCHBOARD_NPX_TESTS=1 SWITCHBOARD_UI_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
 PROFILES=0
 for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
   2026-07-28-bridge-per-session 2025-11-25-remote 2026-07-28-remote \

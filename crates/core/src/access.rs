@@ -515,3 +515,9 @@ impl Access {
 
 #[cfg(test)]
 mod tests;
+
+/// The head of a tool trust audit line (`tool_quarantined`, `tool_changed`,
+/// `tool_approved`): a gateway event, no principal or session (a backend's list caused it).
+pub(crate) fn trust_line(event: &str, outcome: &str) -> Value {
+    line(None, None, ("event", event), outcome)
+}

@@ -84,6 +84,14 @@ pub enum CoreError {
     #[error("unknown {0}: {1}")]
     UnknownName(&'static str, String),
 
+    /// Aggregating: the tool's definition is not approved (`trust`); the call never reaches
+    /// its backend.
+    #[error("tool {backend}/{tool} is quarantined: its definition changed since it was pinned, or it is new and not yet approved; review it, then run `switchboard trust approve {backend}/{tool}` (or POST /trust/approve)")]
+    Quarantined {
+        backend: crate::BackendId,
+        tool: String,
+    },
+
     /// Aggregating: a backend failed the request; the message names it.
     #[error("backend {0}: {1}")]
     OfBackend(crate::BackendId, UpstreamError),

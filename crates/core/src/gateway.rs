@@ -183,7 +183,7 @@ impl Gateway {
         let mrtr = crate::mrtr::Bridge::new(&config);
         let vmcp = config.vmcp.clone().map(|v| {
             let infos: Vec<_> = backends.iter().map(|b| (b.id.clone(), b.info())).collect();
-            crate::vmcp::Vmcp::new(v, &infos)
+            crate::vmcp::Vmcp::new(v, &infos, config.access.audit.clone())
         });
         let ids = backends.iter().map(|b| b.id.clone());
         let health = crate::health::Health::new(config.health.clone(), ids, true);

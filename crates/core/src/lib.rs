@@ -43,6 +43,7 @@ mod tasks;
 mod tool_headers;
 mod tool_search;
 mod trace;
+pub mod trust;
 mod vmcp;
 pub mod workflow;
 

@@ -80,6 +80,8 @@ pub struct VmcpConfig {
     /// `tools/list` shows `find_tools` and `call_tool` instead of the catalog
     /// (`tool_search`).
     pub tool_search: bool,
+    /// Tool pins (`trust`); `None`: off.
+    pub trust: Option<crate::trust::TrustConfig>,
 }
 
 impl Default for VmcpConfig {
@@ -92,6 +94,7 @@ impl Default for VmcpConfig {
             page_size: 500,
             fetch_timeout: Duration::from_secs(10),
             tool_search: false,
+            trust: None,
         }
     }
 }
@@ -109,6 +112,8 @@ pub(crate) struct Vmcp {
     refreshing: [tokio::sync::Mutex<()>; 4],
     /// `Some` when tool search is on.
     tool_search: Option<crate::tool_search::ToolSearch>,
+    /// Tool pins and quarantine (`trust`).
+    pub(crate) trust: Option<Arc<crate::trust::Trust>>,
 }
 
 #[derive(Debug, Default)]
@@ -156,7 +161,12 @@ pub(crate) struct View {
 
 impl Vmcp {
     /// The state for `backends` (in configured order, with each one's declared info).
-    pub(crate) fn new(config: VmcpConfig, backends: &[(BackendId, &BackendInfo)]) -> Self {
+    /// `audit` receives the trust events.
+    pub(crate) fn new(
+        config: VmcpConfig,
+        backends: &[(BackendId, &BackendInfo)],
+        audit: Option<Arc<crate::audit::AuditLog>>,
+    ) -> Self {
         let order = backends
             .iter()
             .map(|(id, _)| {
@@ -169,7 +179,12 @@ impl Vmcp {
                 (id.clone(), rules)
             })
             .collect();
+        let trust = config
+            .trust
+            .clone()
+            .map(|t| Arc::new(crate::trust::Trust::new(t, audit)));
         Vmcp {
+            trust,
             presented: presented(backends),
             order,
             state: parking_lot::Mutex::new(State::default()),
@@ -305,7 +320,16 @@ impl Vmcp {
         match merged {
             Ok(all) => {
                 let out: Vec<BackendId> = down.iter().map(|(id, _)| id.clone()).collect();
-                let visible = all.filtered(|e| !out.contains(&e.backend));
+                // Quarantined tools stay in `all` (names are computed as if they were there,
+                // and a call is refused naming them) but are not listed.
+                let held = |e: &catalog::Entry| {
+                    kind == Kind::Tools
+                        && self
+                            .trust
+                            .as_ref()
+                            .is_some_and(|t| t.blocks(e.backend.as_str(), &e.original))
+                };
+                let visible = all.filtered(|e| !out.contains(&e.backend) && !held(e));
                 let breakers_open = open.to_vec();
                 let view = Arc::new(View {
                     all,
@@ -403,6 +427,9 @@ impl Gateway {
             (id, fetched)
         });
         for (id, fetched) in futures::future::join_all(fetches).await {
+            if let (Kind::Tools, Ok(items)) = (kind, &fetched) {
+                self.screen_tools(id, items).await;
+            }
             vmcp.record(id, kind, fetched);
         }
         vmcp.rebuild(kind, &open)

@@ -39,6 +39,7 @@
 //! | gateway-validated bad params (log level)  | 200  | -32602                      |
 //! | aggregating: unknown or filtered name/URI | 200  | -32602 (URI in `data.uri`)  |
 //! | aggregating: one backend failed           | as that failure | its code, "(backend X)" |
+//! | aggregating: quarantined tool (`trust`)   | 200  | -32602, `data.backend`/`tool`/`approve` |
 //! | `/messages` without `session_id`          | 400  | -32600                      |
 //! | HTTP+SSE session at its in-flight limit   | 503  | -32603, id echoed           |
 //! | every connection busy (`--max-connections`) | 503 | -32603, no id (connection closed) |
@@ -300,6 +301,15 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         CoreError::UnknownName(..) => (
             StatusCode::OK,
             ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")),
+        ),
+        // Said plainly (unlike a filtered name): the operator's own gate, and the caller (or
+        // its operator) must learn what to approve.
+        CoreError::Quarantined { backend, tool } => (
+            StatusCode::OK,
+            ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")).with_data(
+                json!({ "backend": backend.as_str(), "tool": tool, "quarantined": true,
+                    "approve": format!("switchboard trust approve {backend}/{tool}") }),
+            ),
         ),
         // The same words as one backend's failure (never the backend's own text), naming
         // which backend of the set it was, and HTTP 200: the endpoint is fine, one of its

@@ -14,6 +14,7 @@ mod headers;
 mod in_flight;
 mod legacy_sse;
 mod modern;
+mod ops_ui;
 mod origin;
 mod sse;
 mod stall;
@@ -128,9 +129,13 @@ pub fn router(state: AppState) -> Router {
                 .delete(streamable::delete),
         )
         .route("/sse", get(legacy_sse::open))
-        .route("/messages", post(legacy_sse::post));
+        .route("/messages", post(legacy_sse::post))
+        // Changes what every client may call: always behind `/mcp`'s admission.
+        .route("/trust/approve", post(ops_ui::approve));
     if !state.config.status_open {
-        admitted = admitted.route("/status", get(status));
+        admitted = admitted
+            .route("/status", get(status))
+            .route("/trust", get(ops_ui::trust));
     }
     // On the main listener, behind the same admission as `/mcp` (Origin/Host, auth) unless
     // the operator opened `/status`: it tells backends' health and traffic.
@@ -142,7 +147,9 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .route("/readyz", get(ready));
     if state.config.status_open {
-        open = open.route("/status", get(status));
+        open = open
+            .route("/status", get(status))
+            .route("/trust", get(ops_ui::trust));
         if state.config.metrics_here {
             open = open.route("/metrics", get(metrics));
         }
@@ -153,6 +160,10 @@ pub fn router(state: AppState) -> Router {
             get(auth::metadata),
         )
         .route("/", get(index))
+        // Static, no data (see `ops_ui`): the data it shows comes from `/status` and `/trust`.
+        .route("/ui", get(ops_ui::page))
+        .route("/ui/app.js", get(ops_ui::script))
+        .route("/ui/app.css", get(ops_ui::style))
         .route("/healthz", get(health))
         .route("/stats", get(stats))
         .with_state(state)
@@ -182,6 +193,8 @@ Switchboard MCP gateway
   GET /healthz           liveness: 200 while the backend runs
   GET /readyz            readiness: 200 when enough backends are healthy, else 503
   GET /status            each backend's health, era, transport and breaker (JSON)
+  GET /ui                the status page (backends, traffic, quarantined tools)
+  GET /trust             tool pins waiting for approval (JSON); POST /trust/approve
   GET /metrics           Prometheus metrics (unless on --metrics-listen)
   GET /stats             table sizes (JSON)
   GET /.well-known/oauth-protected-resource   OAuth protected resource metadata

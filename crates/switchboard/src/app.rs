@@ -23,8 +23,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// `switchboard serve`: one backend is served exactly as `run` serves it; more need the
 /// aggregating core (as does one whose lists are filtered or renamed).
 pub(crate) async fn serve(spec: ServeSpec) -> anyhow::Result<()> {
+    // Pins live in the catalog: asking for trust puts even one backend through it.
+    let trusted =
+        spec.trust.explicit && spec.trust.config.mode != switchboard_core::trust::TrustMode::Off;
     match spec.backends.as_slice() {
-        [one] if !one.needs_catalog() && spec.composites.is_empty() => start(spec).await,
+        [one] if !one.needs_catalog() && spec.composites.is_empty() && !trusted => {
+            start(spec).await
+        }
         _ => start_many(spec).await,
     }
 }
@@ -51,6 +56,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         backends,
         aggregation,
         composites,
+        trust,
     } = spec;
     let shape = Shape::of_all(&backends, aggregate);
     // Identity, policy and audit settings are checked before anything starts.
@@ -81,8 +87,10 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let max_sessions = config.max_sessions;
     config.access = access;
     if aggregate {
-        config.vmcp = Some(crate::start_backends::vmcp_config(&aggregation, &backends));
         config.workflows.plans = composites;
+        let mut vmcp = crate::start_backends::vmcp_config(&aggregation, &backends);
+        vmcp.trust = Some(trust.config.clone());
+        config.vmcp = Some(vmcp);
     }
     let registry = Registry::new(&config);
     let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
@@ -139,6 +147,15 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     if let Err(why) = gateway.check_composites().await {
         anyhow::bail!("{why}");
     }
+    // Picks up `switchboard trust approve` while serving; stopped with the probes.
+    let trust_watch = tokio::spawn(gateway.clone().run_trust_watch(probe_stop.clone()));
+    if let Some(path) = trust.config.state_file.as_ref().filter(|_| aggregate) {
+        println!(
+            "switchboard: tool trust {:?}, pins in {}",
+            trust.config.mode,
+            path.display()
+        );
+    }
     show_renamed(&gateway).await;
     let metrics_server = metrics_listener.map(|l| {
         if let Ok(addr) = l.local_addr() {
@@ -194,6 +211,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     }
     probe_stop.cancel();
     let _ = probes.await;
+    let _ = trust_watch.await;
     // Closing the backends fails whatever is still pending, so every request gets an answer.
     shutdown_gateway.end_all_sessions().await;
     for internal in set.internals {

@@ -33,6 +33,9 @@ pub(crate) enum Command {
     /// Drive an MCP endpoint (or a stdio server directly) with load and report throughput and
     /// latency.
     Bench(crate::bench::BenchArgs),
+    /// List, approve or revoke tool pins in a trust state file (a running `serve` picks the
+    /// change up within a second).
+    Trust(crate::trust_cli::TrustCmdArgs),
 }
 
 const RUN_EXAMPLES: &str = "\
@@ -223,6 +226,8 @@ pub(crate) struct GatewayArgs {
     pub(crate) auth: Box<crate::auth_config::AuthArgs>,
     #[command(flatten)]
     pub(crate) ops: crate::ops_args::OpsArgs,
+    #[command(flatten)]
+    pub(crate) trust: crate::trust_cli::TrustArgs,
     /// Async worker threads (default: one per CPU core). On a small machine the gateway shares
     /// with its backends, fewer threads cost less CPU per request (fewer cross-thread
     /// wake-ups); BENCHMARKS.md has the numbers.

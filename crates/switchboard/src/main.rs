@@ -10,6 +10,7 @@ mod ops_args;
 mod remote;
 mod start_backends;
 mod traces;
+mod trust_cli;
 
 use std::future::Future;
 
@@ -38,6 +39,7 @@ fn main() -> std::process::ExitCode {
         // These never serve, so they need no async runtime.
         Command::Validate(args) => exit(config::validate(&args)),
         Command::Init(args) => exit(config::init(&args)),
+        Command::Trust(args) => exit(trust_cli::run(&args)),
         Command::Serve(args) => {
             let sub = matches.subcommand_matches("serve");
             let given =
@@ -123,7 +125,7 @@ fn init_tracing(cli: &Cli) {
     // human-readable progress lines for `run`.
     let default = match &cli.command {
         Command::Fixture(_) => "warn",
-        Command::Validate(_) | Command::Init(_) => "warn",
+        Command::Validate(_) | Command::Init(_) | Command::Trust(_) => "warn",
         Command::Run(_) | Command::Serve(_) | Command::Bench(_) => "info",
     };
     let filter =

@@ -56,7 +56,16 @@ impl Vmcp {
             ))
         };
         match method {
-            "tools/call" => by_name(&*view(Kind::Tools)?, str_param(params, "name"), "tool"),
+            "tools/call" => {
+                let name = str_param(params, "name");
+                let pick = by_name(&*view(Kind::Tools)?, name.clone(), "tool")?;
+                let original = match &pick.name {
+                    Name::Renamed(original) => original.as_ref(),
+                    _ => name.as_str(),
+                };
+                self.refuse_quarantined(&pick.backend, original)?;
+                Ok(pick)
+            }
             "prompts/get" => by_name(&*view(Kind::Prompts)?, str_param(params, "name"), "prompt"),
             "resources/read" | method::SUBSCRIBE | method::UNSUBSCRIBE => {
                 let uri = str_param(params, "uri");

@@ -88,6 +88,7 @@ pub(crate) fn serve_spec(
         backends,
         aggregation,
         composites,
+        trust: Default::default(),
     })
 }
 

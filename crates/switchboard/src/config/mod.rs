@@ -18,6 +18,7 @@ pub(crate) mod secrets;
 pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
+pub(crate) mod trust;
 mod validate;
 
 use std::collections::HashMap;
@@ -197,5 +198,10 @@ pub(crate) fn serve_spec(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    Ok(merge::serve_spec(loaded, args.gateway, given)?)
+    let source = args.config.as_ref().or(args.mcp_json.as_ref());
+    let trust =
+        source.map(|path| trust::resolve(loaded.file.trust.as_ref(), &args.gateway.trust, path));
+    let mut spec = merge::serve_spec(loaded, args.gateway, given)?;
+    spec.trust = trust.unwrap_or_default();
+    Ok(spec)
 }

@@ -36,6 +36,8 @@ pub(crate) struct ConfigFile {
     /// Tools the gateway runs itself (`core::workflow`, checked by `config::composite`).
     #[serde(default)]
     pub(crate) composite_tools: Vec<switchboard_core::workflow::CompositeSpec>,
+    /// Tool pins (`trust.rs`).
+    pub(crate) trust: Option<super::trust::TrustSection>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -21,6 +21,8 @@ pub(crate) struct ServeSpec {
     pub(crate) aggregation: AggregationSpec,
     /// `compositeTools`, compiled (they need the aggregating core).
     pub(crate) composites: Vec<std::sync::Arc<switchboard_core::workflow::Plan>>,
+    /// Tool pins (`serve` only; `run` passes lists through).
+    pub(crate) trust: super::trust::TrustSpec,
 }
 
 /// One backend. Holds expanded secrets (env values, headers, URL): never print it whole.
@@ -167,11 +169,16 @@ impl crate::cli::RunArgs {
             prompts: ListSettings::default(),
         }];
         let aggregation = AggregationSpec::defaults(&backends);
+        if self.gateway.trust.given() {
+            // A transparent proxy passes lists through raw: there is no catalog to pin in.
+            tracing::warn!("--trust/--trust-state apply to `serve` only; `run` does not pin tools");
+        }
         Ok(ServeSpec {
             options: self.gateway,
             backends,
             aggregation,
             composites: Vec::new(),
+            trust: Default::default(),
         })
     }
 }

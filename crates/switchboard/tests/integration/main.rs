@@ -40,6 +40,8 @@ mod strict;
 mod tasks;
 mod tool_headers;
 mod traces;
+mod trust;
+mod ui;
 mod ux;
 mod vmcp;
 mod vmcp_answers;

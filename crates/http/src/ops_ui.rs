@@ -1,0 +1,100 @@
+//! The operator's page (`GET /ui`: static HTML, CSS and script compiled into the binary) and
+//! the trust endpoints it uses: `GET /trust` (pins and what waits for approval; admitted like
+//! `/status`) and `POST /trust/approve` (`{"backend": B, "tool": T}`; always admitted like
+//! `/mcp`, since it changes what every client may call).
+//!
+//! The page holds no data: it reads `/status` and `/trust` with the bearer token it was
+//! given (the URL fragment `#token=…`, never sent to a server, or a field), so serving it
+//! needs no credential. Every string from a backend is put in the page as text, never as
+//! markup, and the Content-Security-Policy allows only the page's own script and style.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderName, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::AppState;
+
+const PAGE: &str = include_str!("ui/index.html");
+const SCRIPT: &str = include_str!("ui/app.js");
+const STYLE: &str = include_str!("ui/app.css");
+
+/// Largest approval body read.
+const APPROVE_BODY_LIMIT: usize = 4096;
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
+    connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let headers: [(HeaderName, &'static str); 4] = [
+        (header::CONTENT_TYPE, content_type),
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::CACHE_CONTROL, "no-store"),
+    ];
+    (headers, body).into_response()
+}
+
+pub(crate) async fn page() -> Response {
+    asset("text/html; charset=utf-8", PAGE)
+}
+
+pub(crate) async fn script() -> Response {
+    asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+pub(crate) async fn style() -> Response {
+    asset("text/css; charset=utf-8", STYLE)
+}
+
+fn json_answer(status: StatusCode, body: serde_json::Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// `GET /trust`.
+pub(crate) async fn trust(State(state): State<AppState>) -> Response {
+    match state.gateway.trust_status() {
+        Some(status) => json_answer(StatusCode::OK, status),
+        None => json_answer(StatusCode::OK, json!({"mode": "off", "pending": []})),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Approve {
+    backend: String,
+    tool: String,
+}
+
+/// `POST /trust/approve`.
+pub(crate) async fn approve(State(state): State<AppState>, body: Bytes) -> Response {
+    if body.len() > APPROVE_BODY_LIMIT {
+        return json_answer(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"error": "body too large"}),
+        );
+    }
+    let Ok(ask) = serde_json::from_slice::<Approve>(&body) else {
+        return json_answer(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "expected {\"backend\": NAME, \"tool\": NAME}"}),
+        );
+    };
+    match state.gateway.approve_tool(&ask.backend, &ask.tool).await {
+        Ok(true) => json_answer(
+            StatusCode::OK,
+            json!({"approved": format!("{}/{}", ask.backend, ask.tool)}),
+        ),
+        Ok(false) => json_answer(
+            StatusCode::NOT_FOUND,
+            json!({"error": "nothing is pending for that tool"}),
+        ),
+        Err(e) => json_answer(StatusCode::NOT_FOUND, json!({"error": e.to_string()})),
+    }
+}

@@ -1,0 +1,146 @@
+// Switchboard status page: polls /status and /trust every second and renders them. Every
+// value from the gateway (backend names, tool names, error messages) is set as text, never
+// as markup. A bearer token, when the gateway needs one, comes from the URL fragment
+// (#token=...: fragments are never sent to a server) or the field, and stays in this tab.
+"use strict";
+
+const POLL_MS = 1000;
+const MAX_ERRORS = 20;
+let token = sessionStorage.getItem("switchboard-token") || "";
+// Backend name → the last error shown for it (bounded by the number of backends).
+const lastErrors = new Map();
+
+function fromFragment() {
+  const m = /(?:^|[#&])token=([^&]*)/.exec(location.hash);
+  if (m) {
+    token = decodeURIComponent(m[1]);
+    sessionStorage.setItem("switchboard-token", token);
+    history.replaceState(null, "", location.pathname);
+  }
+}
+
+function headers(extra) {
+  const h = Object.assign({ Accept: "application/json" }, extra || {});
+  if (token) h.Authorization = "Bearer " + token;
+  return h;
+}
+
+async function getJson(path) {
+  const r = await fetch(path, { headers: headers(), cache: "no-store" });
+  if (r.status === 401) throw Object.assign(new Error("unauthorized"), { auth: true });
+  if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+  return r.json();
+}
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) tr.appendChild(c instanceof Node ? c : el("td", c));
+  return tr;
+}
+
+function renderStatus(s) {
+  const ready = document.getElementById("ready");
+  ready.textContent = s.ready ? "ready" : "not ready";
+  ready.className = "pill " + (s.ready ? "ready" : "not-ready");
+  document.getElementById("sessions-streamable").textContent = s.sessions.streamableHttp;
+  document.getElementById("sessions-sse").textContent = s.sessions.sse;
+  let inFlight = 0;
+  const body = document.querySelector("#backends tbody");
+  body.replaceChildren();
+  for (const b of s.backends) {
+    inFlight += b.inFlight || 0;
+    const state = el("td", b.state, "state " + b.state);
+    state.dataset.backend = b.name;
+    const err = b.lastError ? b.lastError.message : "";
+    const tr = row([b.name, state, b.era, b.transport, b.breaker ? b.breaker.state : "", b.inFlight, err]);
+    tr.dataset.backend = b.name;
+    body.appendChild(tr);
+    if (b.lastError) noteError(b.name, b.lastError);
+  }
+  document.getElementById("in-flight").textContent = inFlight;
+}
+
+function noteError(backend, e) {
+  // One entry each time a backend's last error changes (the status repeats the last one,
+  // with a growing age, on every poll).
+  if (lastErrors.get(backend) === e.message) return;
+  lastErrors.set(backend, e.message);
+  const list = document.getElementById("errors");
+  const when = new Date(Date.now() - e.secondsAgo * 1000).toLocaleTimeString();
+  list.insertBefore(el("li", when + " " + backend + ": " + e.message), list.firstChild);
+  while (list.children.length > MAX_ERRORS) list.removeChild(list.lastChild);
+}
+
+function renderTrust(t) {
+  document.getElementById("trust-mode").textContent =
+    "Trust mode: " + t.mode + (t.newTools ? ", new tools: " + t.newTools : "") +
+    (t.pins !== undefined ? ", " + t.pins + " pinned" : "");
+  const body = document.querySelector("#quarantined tbody");
+  body.replaceChildren();
+  const held = (t.pending || []).filter((p) => p.quarantined);
+  for (const p of held) {
+    const button = el("button", "Approve");
+    button.type = "button";
+    button.dataset.key = p.backend + "/" + p.tool;
+    button.addEventListener("click", () => approve(p.backend, p.tool, button));
+    const action = el("td");
+    action.appendChild(button);
+    const tr = row([p.backend, p.tool, p.reason, (p.changed || []).join(", "), p.seenAt, action]);
+    tr.className = "quarantined";
+    tr.dataset.key = p.backend + "/" + p.tool;
+    body.appendChild(tr);
+  }
+  document.getElementById("none-quarantined").hidden = held.length > 0;
+}
+
+async function approve(backend, tool, button) {
+  button.disabled = true;
+  try {
+    const r = await fetch("/trust/approve", {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: JSON.stringify({ backend, tool }),
+    });
+    if (!r.ok) throw new Error("approve " + backend + "/" + tool + ": HTTP " + r.status);
+    await poll();
+  } catch (e) {
+    lastErrors.delete("ui");
+    noteError("ui", { message: e.message, secondsAgo: 0 });
+    button.disabled = false;
+  }
+}
+
+async function poll() {
+  try {
+    const [status, trust] = await Promise.all([getJson("/status"), getJson("/trust")]);
+    document.getElementById("auth").hidden = true;
+    renderStatus(status);
+    renderTrust(trust);
+    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  } catch (e) {
+    if (e.auth) {
+      document.getElementById("auth").hidden = false;
+      document.getElementById("auth-error").textContent = token ? "token refused" : "";
+    } else {
+      document.getElementById("updated").textContent = "unreachable: " + e.message;
+    }
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  fromFragment();
+  document.getElementById("use-token").addEventListener("click", () => {
+    token = document.getElementById("token").value;
+    sessionStorage.setItem("switchboard-token", token);
+    poll();
+  });
+  poll();
+  setInterval(poll, POLL_MS);
+});
