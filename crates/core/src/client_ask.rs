@@ -96,6 +96,24 @@ impl Asks {
         }
     }
 
+    /// Registers the waiter for `key`, if the client may be asked `method` and the session
+    /// has room.
+    fn register(
+        &mut self,
+        key: &str,
+        method: &str,
+        tx: oneshot::Sender<ClientReply>,
+    ) -> Result<(), CoreError> {
+        self.caps
+            .allows(method)
+            .map_err(CoreError::MissingClientCapability)?;
+        if self.waiters.len() >= MAX_ASKS {
+            return Err(CoreError::TooManyClientAsks(MAX_ASKS));
+        }
+        self.waiters.insert(key.to_owned(), tx);
+        Ok(())
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.waiters.len()
@@ -145,17 +163,9 @@ impl Gateway {
         ));
         let (tx, rx) = oneshot::channel();
         let sid = session.as_str();
-        self.registry.sessions.with(sid, |s| {
-            s.asks
-                .caps
-                .allows(method)
-                .map_err(CoreError::MissingClientCapability)?;
-            if s.asks.waiters.len() >= MAX_ASKS {
-                return Err(CoreError::TooManyClientAsks(MAX_ASKS));
-            }
-            s.asks.waiters.insert(key.clone(), tx);
-            Ok(())
-        })??;
+        self.registry
+            .sessions
+            .with(sid, |s| s.asks.register(&key, method, tx))??;
         let _waiter = Waiter {
             registry: &self.registry,
             session: sid,
@@ -255,6 +265,37 @@ mod tests {
         assert_eq!(caps.allows("sampling/createMessage"), Err("sampling"));
         assert_eq!(caps.allows("ping"), Ok(()));
         assert_eq!(ClientCaps::of_initialize(None), ClientCaps::default());
+    }
+
+    #[test]
+    fn waiters_are_bounded_checked_and_woken_when_the_session_ends() {
+        let mut asks = Asks::default();
+        let (tx, _rx) = oneshot::channel();
+        assert!(matches!(
+            asks.register("sbg-0", "elicitation/create", tx),
+            Err(CoreError::MissingClientCapability("elicitation"))
+        ));
+        asks.caps.elicitation = true;
+        let mut receivers = Vec::new();
+        for i in 0..MAX_ASKS {
+            let (tx, rx) = oneshot::channel();
+            asks.register(&format!("sbg-{i}"), "elicitation/create", tx)
+                .unwrap();
+            receivers.push(rx);
+        }
+        let (tx, _rx) = oneshot::channel();
+        assert!(matches!(
+            asks.register("sbg-x", "elicitation/create", tx),
+            Err(CoreError::TooManyClientAsks(MAX_ASKS))
+        ));
+        // Dropping the table (the session ending) wakes every waiter with an error.
+        drop(asks);
+        for mut rx in receivers {
+            assert!(matches!(
+                rx.try_recv(),
+                Err(oneshot::error::TryRecvError::Closed)
+            ));
+        }
     }
 
     #[test]

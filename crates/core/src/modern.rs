@@ -28,12 +28,12 @@ use switchboard_wire::{
 };
 
 use crate::gateway::Outgoing;
-use crate::modern_listen::Filter;
 use crate::mrtr::PartitionKey;
 use crate::resolve::{From, Route};
 use crate::{CoreError, Gateway};
 
 mod listen;
+mod pass;
 
 pub(crate) use listen::honoured;
 use listen::listen_needs_stream;
@@ -246,52 +246,9 @@ impl Gateway {
         // answering Modern requests (then it is bridged like a Legacy one).
         let entry = self.backend_of(route)?;
         if entry.modern_now() || !entry.info().era.legacy {
-            let listen = (name == LISTEN).then(|| Filter::parse(msg.params));
-            // MRTR: the backend's own requestState only from a verified gateway token.
-            let bound = crate::relay::Bound {
-                caller,
-                method: name,
-                backend: &route.backend,
-                params: msg.params,
-            };
-            let relayed = crate::mrtr::METHODS.contains(&name);
-            let unsealed = match relayed {
-                true => match self.mrtr.relay.open(&self.mrtr.sealer, &bound, id) {
-                    Ok(params) => params,
-                    Err(refusal) => return Ok(refusal),
-                },
-                false => None,
-            };
-            let answer = self
-                .send(Outgoing {
-                    session: None,
-                    id,
-                    name,
-                    params: unsealed.as_deref().or(msg.params),
-                    stream,
-                    listen,
-                    route,
-                    credential: caller.credential.as_ref(),
-                })
-                .await?;
-            self.record_modern_task(caller, owner, asked_task, (name, route), &answer);
-            if name == method::DISCOVER && !answer.is_error() {
-                return Ok(discover_passthrough(id, &answer));
-            }
-            let answer = match self.vmcp() {
-                // Aggregating: the result speaks for the virtual server, not one backend.
-                Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
-                _ => passthrough(id, &answer),
-            };
-            let answer = match relayed {
-                true => (self.mrtr.relay).seal(&self.mrtr.sealer, &bound, id, answer),
-                false => answer,
-            };
-            if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
-                // Refused on era grounds: the backend may have changed (restart, upgrade).
-                self.reprobe(&route.backend);
-            }
-            return Ok(answer);
+            return self
+                .pass_through((caller, owner, asked_task), msg, stream, route)
+                .await;
         }
         // Sessions get an upstream of their own on this backend: Modern callers one per
         // principal (a partition), never the shared process.

@@ -1,0 +1,77 @@
+//! A Modern request passed through to a Modern backend (route key, progress token and listen
+//! tag rewritten), with MRTR's `requestState` sealed for its caller (`relay::sealed`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use switchboard_wire::{codes, method, Message};
+
+use super::{discover_passthrough, passthrough, ModernAnswer, LISTEN};
+use crate::gateway::Outgoing;
+use crate::modern_listen::Filter;
+use crate::resolve::Route;
+use crate::{CoreError, Gateway};
+
+impl Gateway {
+    /// Sends `msg` as it is to the route's Modern backend and answers with its result (for
+    /// the virtual server when aggregating).
+    pub(super) async fn pass_through(
+        self: &Arc<Self>,
+        (caller, owner, asked_task): (&crate::Principal, Option<&crate::tasks::Owner>, bool),
+        msg: &Message<'_>,
+        stream: Option<mpsc::Sender<Bytes>>,
+        route: &Route,
+    ) -> Result<ModernAnswer, CoreError> {
+        let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
+            return Err(CoreError::UnexpectedResponse);
+        };
+        let listen = (name == LISTEN).then(|| Filter::parse(msg.params));
+        // MRTR: the backend's own requestState only from a verified gateway token.
+        let bound = crate::relay::Bound {
+            caller,
+            method: name,
+            backend: &route.backend,
+            params: msg.params,
+        };
+        let relayed = crate::mrtr::METHODS.contains(&name);
+        let unsealed = match relayed {
+            true => match self.mrtr.relay.open(&self.mrtr.sealer, &bound, id) {
+                Ok(params) => params,
+                Err(refusal) => return Ok(refusal),
+            },
+            false => None,
+        };
+        let answer = self
+            .send(Outgoing {
+                session: None,
+                id,
+                name,
+                params: unsealed.as_deref().or(msg.params),
+                stream,
+                listen,
+                route,
+                credential: caller.credential.as_ref(),
+            })
+            .await?;
+        self.record_modern_task(caller, owner, asked_task, (name, route), &answer);
+        if name == method::DISCOVER && !answer.is_error() {
+            return Ok(discover_passthrough(id, &answer));
+        }
+        let answer = match self.vmcp() {
+            // Aggregating: the result speaks for the virtual server, not one backend.
+            Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
+            _ => passthrough(id, &answer),
+        };
+        let answer = match relayed {
+            true => (self.mrtr.relay).seal(&self.mrtr.sealer, &bound, id, answer),
+            false => answer,
+        };
+        if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
+            // Refused on era grounds: the backend may have changed (restart, upgrade).
+            self.reprobe(&route.backend);
+        }
+        Ok(answer)
+    }
+}
