@@ -7,7 +7,9 @@ use serde_json::{Map, Value};
 
 use switchboard_wire::classify::META_CLIENT_CAPABILITIES;
 use switchboard_wire::{codes, ErrorObject, RequestId};
-use switchboard_wire::{encode_error, restore_response, with_members, with_meta_member};
+use switchboard_wire::{
+    encode_error, restore_response, retain_members, with_members, with_meta_member,
+};
 
 use super::{is_input_required, MAX_ROUNDS};
 use crate::gateway::Outgoing;
@@ -98,8 +100,12 @@ impl Gateway {
         route: &Route,
         params: Box<RawValue>,
     ) -> Result<Result<switchboard_upstream::BackendResponse, Vec<u8>>, CoreError> {
+        // The backend's state comes only from its own answer, never from the client: a Legacy
+        // client has no state to resume, and one it sends (e.g. read out of a Modern token)
+        // would skip the single use, expiry and caller binding the relay enforces.
+        let params = first_round(&params).ok_or(CoreError::InvalidParams("params"))?;
         let mut retry = params.clone();
-        for _ in 0..=MAX_ROUNDS {
+        for sent in 0..=MAX_ROUNDS {
             let answer = self
                 .send(Outgoing {
                     session: call.session,
@@ -124,6 +130,15 @@ impl Gateway {
                 // No session, no client to ask: a Legacy client cannot read the result.
                 return Err(CoreError::NoClientStream);
             };
+            // Checked before the client is asked anything: no question whose answer would be
+            // thrown away (one round too many, or a method the gateway will not relay).
+            if sent == MAX_ROUNDS {
+                break;
+            }
+            if let Some((_, method, _)) = round.requests.iter().find(|(_, m, _)| !relayable(m)) {
+                tracing::warn!(method = %crate::vmcp::clip(method), "backend asked for input by a method that is not relayed");
+                return Ok(Err(backend_fault(id, "input request of an unknown method")));
+            }
             let mut responses = Vec::with_capacity(round.requests.len());
             for (key, method, input) in &round.requests {
                 match self
@@ -140,6 +155,20 @@ impl Gateway {
         }
         Ok(Err(backend_fault(id, "too many rounds")))
     }
+}
+
+/// The methods a backend may ask a client through the relay.
+fn relayable(method: &str) -> bool {
+    matches!(
+        method,
+        "elicitation/create" | "sampling/createMessage" | "roots/list"
+    )
+}
+
+/// The client's params as the first round sends them: without `requestState` and
+/// `inputResponses`.
+fn first_round(params: &RawValue) -> Option<Box<RawValue>> {
+    retain_members(params, |k| k != "requestState" && k != "inputResponses")
 }
 
 /// The original params with this round's `inputResponses` (replacing the last round's) and
@@ -164,4 +193,32 @@ fn next_params(
         set.push(("requestState", state.get()));
     }
     with_members(original, &set, |k| k != "requestState")
+}
+
+#[cfg(test)]
+mod first_round_tests {
+    use super::*;
+
+    #[test]
+    fn a_clients_own_request_state_and_responses_never_reach_the_backend() {
+        let p = RawValue::from_string(
+            r#"{"name":"t","requestState":"raw-backend-state","inputResponses":{"a":{}},"arguments":{"n":1}}"#
+                .to_owned(),
+        )
+        .unwrap();
+        let sent = first_round(&p).unwrap();
+        assert!(!sent.get().contains("requestState"), "{}", sent.get());
+        assert!(!sent.get().contains("inputResponses"), "{}", sent.get());
+        assert!(
+            sent.get().contains(r#""arguments":{"n":1}"#),
+            "{}",
+            sent.get()
+        );
+    }
+
+    #[test]
+    fn only_input_methods_are_relayed() {
+        assert!(relayable("elicitation/create") && relayable("roots/list"));
+        assert!(!relayable("tools/call") && !relayable("sampling/other"));
+    }
 }
