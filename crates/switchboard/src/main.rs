@@ -130,10 +130,16 @@ fn init_tracing(cli: &Cli) {
     };
     let filter =
         EnvFilter::try_from_env("SWITCHBOARD_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_target(false);
+    match cli.log_format {
+        cli::LogFormat::Text => fmt
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // Fields flattened to the top level, so `session` (always a label, never the id),
+        // `backend` and `error` are plain keys a pipeline can index.
+        cli::LogFormat::Json => fmt.json().flatten_event(true).with_ansi(false).init(),
+    }
 }

@@ -21,6 +21,7 @@ mod health;
 mod isolation;
 mod legacy_sse;
 mod lifecycle;
+mod log_format;
 mod malformed;
 mod modern;
 mod mrtr;
