@@ -50,16 +50,21 @@ pub(crate) struct ToolSearch {
 }
 
 impl ToolSearch {
-    /// The index of `view` (built once per merged list; the lock is never held across an
-    /// await, and building a few thousand tools' index takes a few milliseconds).
-    fn index_of(&self, view: &Arc<View>) -> Arc<bm25::Index> {
+    /// The index of `view` plus `extra` (the composites; asked for only when the index is
+    /// built). Built once per merged list; the lock is never held across an await, and
+    /// building a few thousand tools' index takes a few milliseconds.
+    fn index_of(
+        &self,
+        view: &Arc<View>,
+        extra: impl FnOnce() -> Vec<(Arc<str>, Value)>,
+    ) -> Arc<bm25::Index> {
         let mut cached = self.index.lock();
         if let Some((built_for, index)) = cached.as_ref() {
             if Arc::ptr_eq(built_for, view) {
                 return index.clone();
             }
         }
-        let parsed: Vec<(Arc<str>, Value)> = view
+        let mut parsed: Vec<(Arc<str>, Value)> = view
             .visible
             .entries()
             .iter()
@@ -68,6 +73,7 @@ impl ToolSearch {
                 (e.exposed.clone(), item)
             })
             .collect();
+        parsed.extend(extra());
         let index = Arc::new(bm25::Index::build(parsed.iter().map(|(n, v)| (n, v))));
         *cached = Some((view.clone(), index.clone()));
         index
@@ -222,17 +228,16 @@ impl Gateway {
             .and_then(|l| serde_json::from_str::<u64>(l.get()).ok())
             .map_or(DEFAULT_LIMIT, |l| (l as usize).clamp(1, MAX_LIMIT));
         let view = self.view(crate::catalog::Kind::Tools).await?;
-        let index = search.index_of(&view);
+        let index = search.index_of(&view, || self.composite_tools());
         let origins = self.origins();
-        let found: Vec<&RawValue> = index
+        let found: Vec<String> = index
             .search(&query)
             .into_iter()
             .filter(|(name, _)| self.may_call(caller, name, origins))
-            .filter_map(|(name, _)| view.visible.entries().iter().find(|e| e.exposed == name))
-            .map(|e| &*e.item)
+            .filter_map(|(name, _)| self.definition(&view, &name))
             .take(limit)
             .collect();
-        let tools = serde_json::to_string(&found).unwrap_or_else(|_| "[]".into());
+        let tools = format!("[{}]", found.join(","));
         let result = format!(
             r#"{{"content":[{{"type":"text","text":{}}}],"structuredContent":{{"tools":{tools}}}{}}}"#,
             json!(tools),
@@ -243,6 +248,22 @@ impl Gateway {
             }
         );
         Ok(encode_result(id, &result))
+    }
+
+    /// The listed definition of the tool `exposed` (a backend's, or a composite), as JSON.
+    fn definition(&self, view: &View, exposed: &str) -> Option<String> {
+        if let Some(e) = view
+            .visible
+            .entries()
+            .iter()
+            .find(|e| &*e.exposed == exposed)
+        {
+            return Some(e.item.get().to_owned());
+        }
+        self.composite_tools()
+            .into_iter()
+            .find(|(name, _)| &**name == exposed)
+            .map(|(_, listed)| listed.to_string())
     }
 
     /// Whether `caller` may call the listed tool `exposed` (as list filtering decides it).

@@ -163,6 +163,21 @@ impl Gateway {
         format!("[{inner}{sep}{}]", listed.join(","))
     }
 
+    /// Each composite's name and tool definition as `tools/list` shows it (for the tool-search
+    /// index: composites are found like the catalog's tools).
+    pub(crate) fn composite_tools(&self) -> Vec<(Arc<str>, Value)> {
+        let annotations = self.workflows.annotations.read();
+        self.workflows
+            .plans
+            .iter()
+            .map(|p| {
+                let own = p.annotations.clone().unwrap_or_default();
+                let listed = p.listed(annotations.get(&p.name).unwrap_or(&own));
+                (Arc::from(p.name.as_str()), listed)
+            })
+            .collect()
+    }
+
     /// A Legacy `tools/call` of a composite, run here (`None`: not a composite).
     ///
     /// Boxed (here and for Modern): a run's steps re-enter the request path that runs it, so

@@ -318,3 +318,41 @@ async fn a_forbidden_tool_looks_missing_to_direct_calls_and_rate_limits_too() {
         limited.text
     );
 }
+
+/// Composites sit in the catalog like any tool: `find_tools` finds them by their description,
+/// and `call_tool` runs them (each step as the caller).
+#[tokio::test]
+async fn find_tools_finds_composites_and_call_tool_runs_them() {
+    let top = r#"compositeTools:
+  - name: onboard_engineer
+    description: Onboards a newly hired engineer by sending a welcome email (composite)
+    inputSchema: {type: object, properties: {}}
+    steps:
+      - id: mail
+        type: tool
+        tool: comms.send_email
+        arguments: {}
+"#;
+    let served = searchable("search-composite", top).await;
+    let gw = &served.gw;
+    let sid = session(gw, &[]).await;
+    for (era, session) in [(Era::Legacy, Some(sid.as_str())), (Era::Modern, None)] {
+        let hits = found(gw, era, session, "onboard a newly hired engineer", 3, &[]).await;
+        assert_eq!(
+            hits.first().map(String::as_str),
+            Some("onboard_engineer"),
+            "{era:?}: {hits:?}"
+        );
+        let args = json!({"name": "call_tool",
+            "arguments": {"name": "onboard_engineer", "arguments": {}}});
+        let r = post(gw, era, session, ("tools/call", args), &[]).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        let v = r.json();
+        assert!(v["result"].is_object(), "{era:?}: {v}");
+        assert_ne!(v["result"]["isError"], json!(true), "{era:?}: {v}");
+        assert!(
+            v["result"].to_string().contains("send_email from comms"),
+            "{v}"
+        );
+    }
+}
