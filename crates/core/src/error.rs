@@ -86,7 +86,7 @@ pub enum CoreError {
 
     /// Aggregating: the tool's definition is not approved (`trust`); the call never reaches
     /// its backend.
-    #[error("tool {backend}/{tool} is quarantined: its definition changed since it was pinned, or it is new and not yet approved; review it, then run `switchboard trust approve {backend}/{tool}` (or POST /trust/approve)")]
+    #[error("tool {backend}/{tool} is quarantined: its definition changed since it was pinned, or it is new and not yet approved; an operator must review and approve it")]
     Quarantined {
         backend: crate::BackendId,
         tool: String,

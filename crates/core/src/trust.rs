@@ -68,6 +68,22 @@ pub struct TrustConfig {
     pub new_tools: NewTools,
     /// `None`: pins live in memory only (tests; a gateway without a writable place).
     pub state_file: Option<PathBuf>,
+    /// Who may approve over HTTP (`POST /trust/approve`): an API key's name, `ISSUER SUBJECT`
+    /// of a token, or `anonymous` (auth off). Empty: nobody (only `switchboard trust approve`,
+    /// which needs the state file, can). An ordinary caller must not be able to approve the
+    /// tool that was quarantined in front of it.
+    pub approvers: Vec<String>,
+}
+
+impl TrustConfig {
+    /// Whether `who` may approve over HTTP.
+    pub fn may_approve(&self, who: &crate::Principal) -> bool {
+        self.approvers.iter().any(|a| match a.split_once(' ') {
+            Some((issuer, subject)) => who.issuer == issuer && who.subject == subject,
+            None if a == "anonymous" => who.issuer == "anonymous",
+            None => who.issuer == "api-key" && who.subject == *a,
+        })
+    }
 }
 
 /// A tool's definition as screened: its name, digest and pinned fields.
@@ -222,8 +238,9 @@ impl Trust {
         change(&mut known.file).1
     }
 
-    /// Approves `backend`'s pending `tool` (blocking). False when nothing is pending for it.
-    pub(crate) fn approve(&self, backend: &str, tool: &str) -> bool {
+    /// Approves `backend`'s pending `tool` (blocking) on behalf of `by` (its audit line
+    /// names them). False when nothing is pending for it.
+    pub(crate) fn approve(&self, backend: &str, tool: &str, by: &crate::Principal) -> bool {
         let key = store::key(backend, tool);
         let now = crate::audit::now_rfc3339();
         let approved = self.change(|file| {
@@ -232,7 +249,13 @@ impl Trust {
         });
         if approved {
             info!(%backend, %tool, "trust: tool approved");
-            self.audit_line("tool_approved", "approved", backend, tool, Map::new());
+            let mut details = Map::new();
+            details.insert(
+                "approvedBy".into(),
+                json!({"issuer": by.issuer, "subject": by.subject}),
+            );
+            details.insert("via".into(), json!("http"));
+            self.audit_line("tool_approved", "approved", backend, tool, details);
         }
         approved
     }

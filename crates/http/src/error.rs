@@ -307,8 +307,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         CoreError::Quarantined { backend, tool } => (
             StatusCode::OK,
             ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")).with_data(
-                json!({ "backend": backend.as_str(), "tool": tool, "quarantined": true,
-                    "approve": format!("switchboard trust approve {backend}/{tool}") }),
+                json!({ "backend": backend.as_str(), "tool": tool, "quarantined": true }),
             ),
         ),
         // The same words as one backend's failure (never the backend's own text), naming

@@ -8,12 +8,17 @@
 //! needs no credential. Every string from a backend is put in the page as text, never as
 //! markup, and the Content-Security-Policy allows only the page's own script and style.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderName, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use serde::Deserialize;
 use serde_json::json;
+
+use switchboard_core::{CoreError, Principal};
 
 use crate::AppState;
 
@@ -72,8 +77,26 @@ struct Approve {
     tool: String,
 }
 
-/// `POST /trust/approve`.
-pub(crate) async fn approve(State(state): State<AppState>, body: Bytes) -> Response {
+/// `POST /trust/approve`, by a principal listed in `trust.approvers` only.
+pub(crate) async fn approve(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Principal>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    // JSON only: a cross-site form or `no-cors` fetch can send `text/plain` without a
+    // preflight, and must not be read as an approval.
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return json_answer(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            json!({"error": "Content-Type must be application/json"}),
+        );
+    }
     if body.len() > APPROVE_BODY_LIMIT {
         return json_answer(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -86,7 +109,11 @@ pub(crate) async fn approve(State(state): State<AppState>, body: Bytes) -> Respo
             json!({"error": "expected {\"backend\": NAME, \"tool\": NAME}"}),
         );
     };
-    match state.gateway.approve_tool(&ask.backend, &ask.tool).await {
+    match state
+        .gateway
+        .approve_tool(&ask.backend, &ask.tool, &caller)
+        .await
+    {
         Ok(true) => json_answer(
             StatusCode::OK,
             json!({"approved": format!("{}/{}", ask.backend, ask.tool)}),
@@ -95,6 +122,9 @@ pub(crate) async fn approve(State(state): State<AppState>, body: Bytes) -> Respo
             StatusCode::NOT_FOUND,
             json!({"error": "nothing is pending for that tool"}),
         ),
+        Err(e @ CoreError::Forbidden(_)) => {
+            json_answer(StatusCode::FORBIDDEN, json!({"error": e.to_string()}))
+        }
         Err(e) => json_answer(StatusCode::NOT_FOUND, json!({"error": e.to_string()})),
     }
 }

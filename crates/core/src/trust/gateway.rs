@@ -47,14 +47,24 @@ impl Gateway {
 
     /// `POST /trust/approve`: pins `backend`'s pending definition of `tool`. False when none
     /// is pending.
-    pub async fn approve_tool(&self, backend: &str, tool: &str) -> Result<bool, CoreError> {
+    pub async fn approve_tool(
+        &self,
+        backend: &str,
+        tool: &str,
+        by: &crate::Principal,
+    ) -> Result<bool, CoreError> {
         let Some(trust) = self.trust().cloned() else {
             return Err(CoreError::Unsupported(
                 "tool trust (not aggregating)".into(),
             ));
         };
-        let (b, t) = (backend.to_owned(), tool.to_owned());
-        let approved = tokio::task::spawn_blocking(move || trust.approve(&b, &t))
+        if !trust.config().may_approve(by) {
+            return Err(CoreError::Forbidden(
+                "not an approver: approving over HTTP needs a principal listed in trust.approvers (or run `switchboard trust approve` where the state file is)",
+            ));
+        }
+        let (b, t, by) = (backend.to_owned(), tool.to_owned(), by.clone());
+        let approved = tokio::task::spawn_blocking(move || trust.approve(&b, &t, &by))
             .await
             .unwrap_or(false);
         if approved {

@@ -16,6 +16,9 @@ pub(crate) struct TrustSection {
     pub(crate) new_tools: Option<NewToolsKey>,
     /// Relative to the config file's directory.
     pub(crate) state_file: Option<PathBuf>,
+    /// Who may approve over HTTP (`TrustConfig::approvers`).
+    #[serde(default)]
+    pub(crate) approvers: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -85,6 +88,7 @@ pub(crate) fn resolve(
             mode,
             new_tools,
             state_file: Some(state_file),
+            approvers: section.map(|s| s.approvers.clone()).unwrap_or_default(),
         },
         explicit: section.is_some() || flags.trust.is_some() || flags.trust_state.is_some(),
     }

@@ -99,10 +99,10 @@ fn assert_quarantined(answer: &Value, era: Era) {
         message.contains("alpha/echo") && message.contains("quarantined"),
         "{message}"
     );
-    assert!(
-        message.contains("switchboard trust approve alpha/echo"),
-        "{message}"
-    );
+    // It tells the caller what happened, not how to approve it: an agent with an HTTP tool
+    // must not be shown the way to lift its own quarantine.
+    assert!(!message.contains("/trust/approve"), "{message}");
+    assert!(err["data"].get("approve").is_none(), "{err}");
     assert_eq!(err["data"]["backend"], "alpha");
     assert_eq!(err["data"]["tool"], "echo");
 }
@@ -233,7 +233,10 @@ async fn changed_tool_is_quarantined_survives_restart_and_cli_approval_restores_
 async fn new_tools_can_wait_for_approval_over_http_and_warn_mode_serves() {
     let dir = Dir::new("trust-new");
     dir.write("desc.txt", "Echo");
-    let config = config(&dir, "trust: {newTools: quarantine}\n");
+    let config = config(
+        &dir,
+        "trust: {newTools: quarantine, approvers: [anonymous]}\n",
+    );
     let gw = serve(&config).await;
     let sid = gw.session().await;
     let names = tool_names(&gw, Era::Modern, None).await;
@@ -335,4 +338,73 @@ fn config_with(dir: &Dir, top: &str) -> PathBuf {
     let renamed = dir.0.join("warn.yaml");
     std::fs::rename(&path, &renamed).unwrap();
     renamed
+}
+
+/// Approving over HTTP is an operator's act: a caller whose key is not in `trust.approvers`
+/// gets 403 and the tool stays quarantined; a `text/plain` body (what a cross-site form or a
+/// `no-cors` fetch can send without a preflight) is refused; the approver's approval is
+/// audited with who approved.
+#[tokio::test]
+async fn only_an_approver_may_approve_over_http() {
+    const AGENT: &str = "agent-trust-key-0123456789abcd";
+    const OPS: &str = "ops-trust-key-0123456789abcdef";
+    let dir = Dir::new("trust-approvers");
+    dir.write("desc.txt", "Echo");
+    let top = format!(
+        "auth:\n  apiKeys:\n    - {{name: agent, key: {AGENT}}}\n    - {{name: ops, key: {OPS}}}\n\
+         trust: {{newTools: quarantine, approvers: [ops]}}\n"
+    );
+    let config = config(&dir, &top);
+    let gw = serve(&config).await;
+    let approve = |key: &'static str, content_type: &'static str| {
+        let req = gw
+            .http
+            .post(format!("{}/trust/approve", gw.base()))
+            .bearer_auth(key)
+            .header("content-type", content_type)
+            .body(json!({"backend": "alpha", "tool": "echo"}).to_string());
+        async move { req.send().await.unwrap().status() }
+    };
+    let listed = |key: &'static str| {
+        let req = gw.http.get(format!("{}/trust", gw.base())).bearer_auth(key);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let pending = |v: &Value| {
+        v["pending"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["backend"] == "alpha" && p["tool"] == "echo")
+    };
+    // Something must be pending first: the first list pins (and holds) every tool.
+    let r = modern(
+        &gw,
+        json!(1),
+        "tools/list",
+        json!({}),
+        &[("authorization", &format!("Bearer {AGENT}"))],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(pending(&listed(OPS).await));
+    assert_eq!(
+        approve(AGENT, "application/json").await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        approve(OPS, "text/plain").await,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    assert!(pending(&listed(OPS).await), "still waiting");
+    assert_eq!(
+        approve(OPS, "application/json; charset=utf-8").await,
+        StatusCode::OK
+    );
+    assert!(!pending(&listed(OPS).await));
+    until(Duration::from_secs(10), "audited", || async {
+        audit_events(&dir, "tool_approved")
+            .iter()
+            .any(|l| l["approvedBy"]["subject"] == "ops" && l["via"] == "http")
+    })
+    .await;
 }

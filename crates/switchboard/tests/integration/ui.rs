@@ -79,6 +79,7 @@ async fn status_page_shows_health_and_approves_a_quarantined_tool() {
     let d = dir.0.display();
     let yaml = format!(
         "health: {{probeInterval: 100ms, breaker: {{consecutiveFailures: 2, coolDown: 30s}}}}\n\
+         trust: {{approvers: [anonymous]}}\n\
          backends:\n{}{}",
         vmcp::stdio(
             "alpha",
