@@ -61,6 +61,16 @@ pub enum NewTools {
     Quarantine,
 }
 
+/// What an approval over HTTP did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approval {
+    Approved,
+    /// Nothing waits for that tool.
+    NothingPending,
+    /// What waits is no longer the definition with the given digest.
+    Changed,
+}
+
 /// The trust settings (`trust:` in the config file, `--trust`, `--trust-state`).
 #[derive(Debug, Clone, Default)]
 pub struct TrustConfig {
@@ -239,15 +249,26 @@ impl Trust {
     }
 
     /// Approves `backend`'s pending `tool` (blocking) on behalf of `by` (its audit line
-    /// names them). False when nothing is pending for it.
-    pub(crate) fn approve(&self, backend: &str, tool: &str, by: &crate::Principal) -> bool {
+    /// names them), only while the pending definition is still the one with `digest` (the
+    /// one the operator reviewed: the backend may have changed it again since).
+    pub(crate) fn approve(
+        &self,
+        backend: &str,
+        tool: &str,
+        digest: &str,
+        by: &crate::Principal,
+    ) -> Approval {
         let key = store::key(backend, tool);
         let now = crate::audit::now_rfc3339();
-        let approved = self.change(|file| {
-            let ok = file.approve(&key, &now);
-            (ok, ok)
+        let outcome = self.change(|file| match file.pending.get(&key) {
+            None => (false, Approval::NothingPending),
+            Some(p) if p.digest != digest => (false, Approval::Changed),
+            Some(_) => {
+                let ok = file.approve(&key, &now);
+                (ok, Approval::Approved)
+            }
         });
-        if approved {
+        if outcome == Approval::Approved {
             info!(%backend, %tool, "trust: tool approved");
             let mut details = Map::new();
             details.insert(
@@ -257,7 +278,7 @@ impl Trust {
             details.insert("via".into(), json!("http"));
             self.audit_line("tool_approved", "approved", backend, tool, details);
         }
-        approved
+        outcome
     }
 
     /// Re-reads the file when it changed since it was last read or written here (blocking).
@@ -306,6 +327,7 @@ impl Trust {
                 let (backend, tool) = key.split_once('/').unwrap_or((key, ""));
                 json!({"backend": backend, "tool": tool, "reason": p.reason,
                     "changed": p.changed, "quarantined": blocked(&known.file, &self.config, key),
+                    "digest": p.digest,
                     "seenAt": p.seen_at})
             })
             .collect();

@@ -18,6 +18,7 @@ use axum::Extension;
 use serde::Deserialize;
 use serde_json::json;
 
+use switchboard_core::trust::Approval;
 use switchboard_core::{CoreError, Principal};
 
 use crate::AppState;
@@ -75,6 +76,8 @@ pub(crate) async fn trust(State(state): State<AppState>) -> Response {
 struct Approve {
     backend: String,
     tool: String,
+    /// The pending definition's digest as `GET /trust` showed it: what was reviewed.
+    digest: String,
 }
 
 /// `POST /trust/approve`, by a principal listed in `trust.approvers` only.
@@ -106,21 +109,25 @@ pub(crate) async fn approve(
     let Ok(ask) = serde_json::from_slice::<Approve>(&body) else {
         return json_answer(
             StatusCode::BAD_REQUEST,
-            json!({"error": "expected {\"backend\": NAME, \"tool\": NAME}"}),
+            json!({"error": "expected {\"backend\": NAME, \"tool\": NAME, \"digest\": DIGEST}"}),
         );
     };
     match state
         .gateway
-        .approve_tool(&ask.backend, &ask.tool, &caller)
+        .approve_tool(&ask.backend, &ask.tool, &ask.digest, &caller)
         .await
     {
-        Ok(true) => json_answer(
+        Ok(Approval::Approved) => json_answer(
             StatusCode::OK,
             json!({"approved": format!("{}/{}", ask.backend, ask.tool)}),
         ),
-        Ok(false) => json_answer(
+        Ok(Approval::NothingPending) => json_answer(
             StatusCode::NOT_FOUND,
             json!({"error": "nothing is pending for that tool"}),
+        ),
+        Ok(Approval::Changed) => json_answer(
+            StatusCode::CONFLICT,
+            json!({"error": "the tool's definition changed again since that digest; review it anew"}),
         ),
         Err(e @ CoreError::Forbidden(_)) => {
             json_answer(StatusCode::FORBIDDEN, json!({"error": e.to_string()}))

@@ -51,8 +51,9 @@ impl Gateway {
         &self,
         backend: &str,
         tool: &str,
+        digest: &str,
         by: &crate::Principal,
-    ) -> Result<bool, CoreError> {
+    ) -> Result<super::Approval, CoreError> {
         let Some(trust) = self.trust().cloned() else {
             return Err(CoreError::Unsupported(
                 "tool trust (not aggregating)".into(),
@@ -63,14 +64,20 @@ impl Gateway {
                 "not an approver: approving over HTTP needs a principal listed in trust.approvers (or run `switchboard trust approve` where the state file is)",
             ));
         }
-        let (b, t, by) = (backend.to_owned(), tool.to_owned(), by.clone());
-        let approved = tokio::task::spawn_blocking(move || trust.approve(&b, &t, &by))
+        let (b, t, d, by) = (
+            backend.to_owned(),
+            tool.to_owned(),
+            digest.to_owned(),
+            by.clone(),
+        );
+        let outcome = tokio::task::spawn_blocking(move || trust.approve(&b, &t, &d, &by))
             .await
-            .unwrap_or(false);
+            .unwrap_or(super::Approval::NothingPending);
+        let approved = outcome == super::Approval::Approved;
         if approved {
             self.trust_changed(true);
         }
-        Ok(approved)
+        Ok(outcome)
     }
 
     /// What `GET /trust` shows (`None`: trust is not on here).

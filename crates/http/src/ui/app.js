@@ -13,8 +13,12 @@ const lastErrors = new Map();
 function fromFragment() {
   const m = /(?:^|[#&])token=([^&]*)/.exec(location.hash);
   if (m) {
-    token = decodeURIComponent(m[1]);
-    sessionStorage.setItem("switchboard-token", token);
+    try {
+      token = decodeURIComponent(m[1]);
+      sessionStorage.setItem("switchboard-token", token);
+    } catch (e) {
+      // A malformed fragment must not stop the page: it is ignored.
+    }
     history.replaceState(null, "", location.pathname);
   }
 }
@@ -89,7 +93,7 @@ function renderTrust(t) {
     const button = el("button", "Approve");
     button.type = "button";
     button.dataset.key = p.backend + "/" + p.tool;
-    button.addEventListener("click", () => approve(p.backend, p.tool, button));
+    button.addEventListener("click", () => approve(p.backend, p.tool, p.digest, button));
     const action = el("td");
     action.appendChild(button);
     const tr = row([p.backend, p.tool, p.reason, (p.changed || []).join(", "), p.seenAt, action]);
@@ -100,13 +104,13 @@ function renderTrust(t) {
   document.getElementById("none-quarantined").hidden = held.length > 0;
 }
 
-async function approve(backend, tool, button) {
+async function approve(backend, tool, digest, button) {
   button.disabled = true;
   try {
     const r = await fetch("/trust/approve", {
       method: "POST",
       headers: headers({ "Content-Type": "application/json" }),
-      body: JSON.stringify({ backend, tool }),
+      body: JSON.stringify({ backend, tool, digest }),
     });
     if (!r.ok) throw new Error("approve " + backend + "/" + tool + ": HTTP " + r.status);
     await poll();

@@ -269,12 +269,12 @@ async fn new_tools_can_wait_for_approval_over_http_and_warn_mode_serves() {
         .await
         .unwrap();
     let pending = trust["pending"].as_array().unwrap();
-    assert!(
-        pending
-            .iter()
-            .any(|p| p["backend"] == "alpha" && p["tool"] == "echo" && p["quarantined"] == true),
-        "{trust}"
-    );
+    let held = pending
+        .iter()
+        .find(|p| p["backend"] == "alpha" && p["tool"] == "echo" && p["quarantined"] == true)
+        .unwrap_or_else(|| panic!("{trust}"));
+    let digest = held["digest"].as_str().unwrap().to_owned();
+    assert_eq!(digest.len(), 64, "a SHA-256 in hex: {held}");
     let approve = |body: Value| {
         let req = gw
             .http
@@ -292,12 +292,22 @@ async fn new_tools_can_wait_for_approval_over_http_and_warn_mode_serves() {
         .await
         .unwrap();
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    // Without the reviewed definition's digest, or with another one, nothing is approved.
     assert_eq!(
         approve(json!({"backend": "alpha", "tool": "echo"})).await,
+        StatusCode::BAD_REQUEST
+    );
+    let stale = "0".repeat(64);
+    assert_eq!(
+        approve(json!({"backend": "alpha", "tool": "echo", "digest": stale})).await,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        approve(json!({"backend": "alpha", "tool": "echo", "digest": digest})).await,
         StatusCode::OK
     );
     assert_eq!(
-        approve(json!({"backend": "alpha", "tool": "echo"})).await,
+        approve(json!({"backend": "alpha", "tool": "echo", "digest": digest})).await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(
@@ -356,13 +366,13 @@ async fn only_an_approver_may_approve_over_http() {
     );
     let config = config(&dir, &top);
     let gw = serve(&config).await;
-    let approve = |key: &'static str, content_type: &'static str| {
+    let approve = |key: &'static str, content_type: &'static str, digest: String| {
         let req = gw
             .http
             .post(format!("{}/trust/approve", gw.base()))
             .bearer_auth(key)
             .header("content-type", content_type)
-            .body(json!({"backend": "alpha", "tool": "echo"}).to_string());
+            .body(json!({"backend": "alpha", "tool": "echo", "digest": digest}).to_string());
         async move { req.send().await.unwrap().status() }
     };
     let listed = |key: &'static str| {
@@ -386,18 +396,27 @@ async fn only_an_approver_may_approve_over_http() {
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert!(pending(&listed(OPS).await));
+    let waiting = listed(OPS).await;
+    assert!(pending(&waiting));
+    let digest = waiting["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["backend"] == "alpha" && p["tool"] == "echo")
+        .map(|p| p["digest"].as_str().unwrap().to_owned())
+        .unwrap();
+    let d = || digest.clone();
     assert_eq!(
-        approve(AGENT, "application/json").await,
+        approve(AGENT, "application/json", d()).await,
         StatusCode::FORBIDDEN
     );
     assert_eq!(
-        approve(OPS, "text/plain").await,
+        approve(OPS, "text/plain", d()).await,
         StatusCode::UNSUPPORTED_MEDIA_TYPE
     );
     assert!(pending(&listed(OPS).await), "still waiting");
     assert_eq!(
-        approve(OPS, "application/json; charset=utf-8").await,
+        approve(OPS, "application/json; charset=utf-8", d()).await,
         StatusCode::OK
     );
     assert!(!pending(&listed(OPS).await));
