@@ -200,6 +200,13 @@ fn write_atomic(path: &Path, state: &TrustFile) -> std::io::Result<()> {
     let tmp = sibling(path, "tmp");
     let mut text = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
     text.push(b'\n');
+    // A fresh file, never an existing one: `create_new` (O_EXCL) refuses a symlink planted at
+    // the temporary name, which truncating would follow. Writers hold the lock, so a
+    // leftover can only be a crashed writer's (or a planted link): removed first.
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut file = open_private(&tmp)?;
     file.write_all(&text)?;
     file.sync_all()?;
@@ -211,20 +218,15 @@ fn write_atomic(path: &Path, state: &TrustFile) -> std::io::Result<()> {
 fn open_private(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     OpenOptions::new()
-        .create(true)
+        .create_new(true)
         .write(true)
-        .truncate(true)
         .mode(0o600)
         .open(path)
 }
 
 #[cfg(not(unix))]
 fn open_private(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(path)
+    OpenOptions::new().create_new(true).write(true).open(path)
 }
 
 /// `path` with `.EXT` appended to its file name.
@@ -289,6 +291,33 @@ mod tests {
         .unwrap();
         assert!(revoked && state.pins.is_empty());
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// A symlink planted at the temporary name is replaced, never written through.
+    #[cfg(unix)]
+    #[test]
+    fn a_planted_symlink_at_the_temporary_name_is_not_followed() {
+        let path = temp("symlink");
+        let dir = path.parent().unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        let victim = dir.join("victim.txt");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, sibling(&path, "tmp")).unwrap();
+        update(&path, |s| {
+            s.pins.insert(
+                key("a", "echo"),
+                Pin {
+                    digest: "d".into(),
+                    definition: None,
+                    pinned_at: "t".into(),
+                },
+            );
+            (true, ())
+        })
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(load(&path).unwrap().pins["a/echo"].digest, "d");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
