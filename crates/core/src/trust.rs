@@ -15,7 +15,6 @@
 //! without a restart. The in-memory copy is behind a short lock never held across an await;
 //! file I/O runs on the blocking pool.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -182,12 +181,6 @@ impl Trust {
         blocked(&known.file, &self.config, &key)
     }
 
-    /// The keys quarantined now, of every backend.
-    pub(crate) fn blocked_keys(&self) -> HashSet<String> {
-        let known = self.known.lock();
-        blocked_keys(&known.file, &self.config)
-    }
-
     /// Screens one fetch of `backend`'s tools (blocking: file I/O). Returns what the operator
     /// must hear about, already logged and audited.
     pub(crate) fn screen(&self, backend: &str, seen: &[Seen]) -> Vec<Finding> {
@@ -287,7 +280,8 @@ impl Trust {
     pub(crate) fn reload_if_changed(&self) -> Option<Vec<String>> {
         let path = self.config.state_file.as_ref()?;
         let mtime = store::stamp(path);
-        if mtime == self.known.lock().mtime {
+        let seen = self.known.lock().mtime;
+        if mtime == seen {
             return None;
         }
         let file = match store::load(path) {
@@ -298,18 +292,26 @@ impl Trust {
                 return None;
             }
         };
-        let before = self.blocked_keys();
         let after = blocked_keys(&file, &self.config);
-        {
+        let before = {
             let mut known = self.known.lock();
+            // A change made here while the file was read (a fresh quarantine) wrote a newer
+            // file and stamp: installing the older read would undo it until the next tick.
+            if known.mtime != seen {
+                return None;
+            }
+            let before = blocked_keys(&known.file, &self.config);
             known.file = file;
             known.mtime = mtime;
-        }
+            before
+        };
         let released: Vec<String> = before.difference(&after).cloned().collect();
         for key in &released {
             if let Some((backend, tool)) = key.split_once('/') {
                 info!(%backend, %tool, "trust: tool approved (state file)");
-                self.audit_line("tool_approved", "approved", backend, tool, Map::new());
+                let mut details = Map::new();
+                details.insert("via".into(), json!("file"));
+                self.audit_line("tool_approved", "approved", backend, tool, details);
             }
         }
         Some(released)
