@@ -130,12 +130,12 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sse", get(legacy_sse::open))
         .route("/messages", post(legacy_sse::post))
-        // Changes what every client may call: always behind `/mcp`'s admission.
-        .route("/trust/approve", post(ops_ui::approve));
+        // Changes what every client may call, or shows what waits for approval (tool names
+        // the policy may hide from a caller): always behind `/mcp`'s admission, for approvers.
+        .route("/trust/approve", post(ops_ui::approve))
+        .route("/trust", get(ops_ui::trust));
     if !state.config.status_open {
-        admitted = admitted
-            .route("/status", get(status))
-            .route("/trust", get(ops_ui::trust));
+        admitted = admitted.route("/status", get(status));
     }
     // On the main listener, behind the same admission as `/mcp` (Origin/Host, auth) unless
     // the operator opened `/status`: it tells backends' health and traffic.
@@ -147,9 +147,7 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .route("/readyz", get(ready));
     if state.config.status_open {
-        open = open
-            .route("/status", get(status))
-            .route("/trust", get(ops_ui::trust));
+        open = open.route("/status", get(status));
         if state.config.metrics_here {
             open = open.route("/metrics", get(metrics));
         }

@@ -64,11 +64,18 @@ fn json_answer(status: StatusCode, body: serde_json::Value) -> Response {
         .into_response()
 }
 
-/// `GET /trust`.
-pub(crate) async fn trust(State(state): State<AppState>) -> Response {
+/// `GET /trust`, for approvers only (it names every backend's pending tools).
+pub(crate) async fn trust(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Arc<Principal>>,
+) -> Response {
     match state.gateway.trust_status() {
-        Some(status) => json_answer(StatusCode::OK, status),
         None => json_answer(StatusCode::OK, json!({"mode": "off", "pending": []})),
+        Some(_) if !state.gateway.trust_approver(&caller) => json_answer(
+            StatusCode::FORBIDDEN,
+            json!({"error": "not an approver (trust.approvers)"}),
+        ),
+        Some(status) => json_answer(StatusCode::OK, status),
     }
 }
 

@@ -80,6 +80,12 @@ impl Gateway {
         Ok(outcome)
     }
 
+    /// Whether `who` may see and approve what waits (`trust.approvers`); false when trust is
+    /// not on here.
+    pub fn trust_approver(&self, who: &crate::Principal) -> bool {
+        self.trust().is_some_and(|t| t.config().may_approve(who))
+    }
+
     /// What `GET /trust` shows (`None`: trust is not on here).
     pub fn trust_status(&self) -> Option<Value> {
         Some(self.trust()?.status(STATUS_LIMIT))

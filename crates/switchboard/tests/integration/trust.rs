@@ -398,6 +398,15 @@ async fn only_an_approver_may_approve_over_http() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let waiting = listed(OPS).await;
     assert!(pending(&waiting));
+    // What waits names tools the policy may hide from a caller: approvers only.
+    let peek = gw
+        .http
+        .get(format!("{}/trust", gw.base()))
+        .bearer_auth(AGENT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(peek.status(), StatusCode::FORBIDDEN);
     let digest = waiting["pending"]
         .as_array()
         .unwrap()
