@@ -193,6 +193,11 @@ pub(crate) trait Origins: Send + Sync + fmt::Debug {
     fn masks_denials(&self) -> bool {
         false
     }
+    /// Whether `tool` is a composite (`workflow`): listed, served by no backend, so the
+    /// policy judges it without an origin, as its call is judged.
+    fn composite(&self, _tool: &str) -> bool {
+        false
+    }
 }
 
 /// Authorization, rate limits and audit, all optional. The default admits everything and

@@ -183,7 +183,14 @@ impl Gateway {
         let mrtr = crate::mrtr::Bridge::new(&config);
         let vmcp = config.vmcp.clone().map(|v| {
             let infos: Vec<_> = backends.iter().map(|b| (b.id.clone(), b.info())).collect();
-            crate::vmcp::Vmcp::new(v, &infos, config.access.audit.clone())
+            let mut vmcp = crate::vmcp::Vmcp::new(v, &infos, config.access.audit.clone());
+            vmcp.composites = config
+                .workflows
+                .plans
+                .iter()
+                .map(|p| p.name.clone())
+                .collect();
+            vmcp
         });
         let ids = backends.iter().map(|b| b.id.clone());
         let health = crate::health::Health::new(config.health.clone(), ids, true);

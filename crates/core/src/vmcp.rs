@@ -114,6 +114,9 @@ pub(crate) struct Vmcp {
     tool_search: Option<crate::tool_search::ToolSearch>,
     /// Tool pins and quarantine (`trust`).
     pub(crate) trust: Option<Arc<crate::trust::Trust>>,
+    /// The composite tools' names (`workflow`): listed tools no backend serves, judged by
+    /// the policy without an origin.
+    pub(crate) composites: std::collections::HashSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -184,6 +187,7 @@ impl Vmcp {
             .clone()
             .map(|t| Arc::new(crate::trust::Trust::new(t, audit)));
         Vmcp {
+            composites: Default::default(),
             trust,
             presented: presented(backends),
             order,

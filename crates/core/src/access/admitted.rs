@@ -189,6 +189,7 @@ impl Admitted<'_> {
                 let origin = match self.origins {
                     Some(origins) => match origins.of_item(&target) {
                         Some(origin) => Some(origin),
+                        None if matches!(&target, Target::Tool(n) if origins.composite(n)) => None,
                         None => return false,
                     },
                     None => None,

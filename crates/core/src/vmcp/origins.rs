@@ -63,6 +63,10 @@ impl Origins for Vmcp {
     fn masks_denials(&self) -> bool {
         self.tool_search().is_some()
     }
+
+    fn composite(&self, tool: &str) -> bool {
+        self.composites.contains(tool)
+    }
 }
 
 impl Gateway {

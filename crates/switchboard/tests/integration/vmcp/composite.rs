@@ -414,6 +414,24 @@ permit(principal == ApiKey::"bob", action == Action::"call_tool", resource == To
     cmd.args(["serve", "--config", config.to_str().unwrap()])
         .args(["--host", "127.0.0.1", "--port", "0"]);
     let gw = TestGateway::start_command(cmd).await;
+    // Listed to Bob as the policy judges its call (a composite has no backend origin).
+    let auth = format!("Bearer {BOB}");
+    let list = super::modern(
+        &gw,
+        json!(9),
+        "tools/list",
+        json!({}),
+        &[("authorization", &auth)],
+    )
+    .await;
+    let tools = list.json()["result"]["tools"].clone();
+    let names: Vec<&str> = tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["greet"], "{}", list.text);
     let bob = call_as(&gw, BOB, 1, "greet", json!({})).await;
     assert_eq!(bob.status, StatusCode::OK, "{}", bob.text);
     let result = bob.json()["result"].clone();
