@@ -69,6 +69,15 @@ pub enum CoreError {
         /// When the caller's earliest such call will have ended at the latest.
         retry_after: u64,
     },
+    /// The caller holds its whole share of the sealed relay's used-`requestState` table
+    /// (tokens it has redeemed that have not expired yet); retry after this many seconds.
+    #[error("too many relayed requestStates of this caller are still remembered (limit {limit}); retry later")]
+    RelayShareExhausted {
+        /// The per-principal share of the table.
+        limit: usize,
+        /// When the caller's earliest remembered token expires.
+        retry_after: u64,
+    },
     /// Every dedicated MRTR process (or parking place) is in use, across all callers.
     #[error("every dedicated backend process for Modern calls that may need client input is in use (limit {0}); retry later")]
     BridgeFull(usize),

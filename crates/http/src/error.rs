@@ -245,7 +245,8 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
                 .with_data(json!({ "retryAfterSeconds": secs })),
         ),
         // The caller's own share of the MRTR bridge, not the gateway's capacity.
-        CoreError::BridgeShareExhausted { retry_after, .. } => (
+        CoreError::BridgeShareExhausted { retry_after, .. }
+        | CoreError::RelayShareExhausted { retry_after, .. } => (
             StatusCode::TOO_MANY_REQUESTS,
             ErrorObject::new(RATE_LIMITED, e.to_string())
                 .with_data(json!({ "retryAfterSeconds": retry_after })),
@@ -399,6 +400,9 @@ impl IntoResponse for HttpError {
             | HttpError::Core(
                 _,
                 CoreError::BridgeShareExhausted {
+                    retry_after: secs, ..
+                }
+                | CoreError::RelayShareExhausted {
                     retry_after: secs, ..
                 },
             ) => {

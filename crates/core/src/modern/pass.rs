@@ -39,7 +39,8 @@ impl Gateway {
         let unsealed = match relayed {
             true => match self.mrtr.relay.open(&self.mrtr.sealer, &bound, id) {
                 Ok(params) => params,
-                Err(refusal) => return Ok(refusal),
+                Err(Ok(refusal)) => return Ok(refusal),
+                Err(Err(over_share)) => return Err(over_share),
             },
             false => None,
         };

@@ -26,13 +26,17 @@ use switchboard_wire::{codes, object_member, with_member, ErrorObject, RequestId
 use super::is_input_required;
 use crate::backends::BackendId;
 use crate::mrtr::{params_digest, refused, unix_now, Refused, Sealer};
-use crate::{ModernAnswer, Principal};
+use crate::{CoreError, ModernAnswer, Principal};
 
 /// Largest backend `requestState` the gateway carries (JSON text bytes).
 pub(crate) const STATE_MAX_BYTES: usize = 64 * 1024;
 /// Most used nonces remembered at once (until their tokens expire); when full, retries are
 /// refused as overload rather than forgetting one (which would allow a replay).
 const MAX_USED: usize = 16 * 1024;
+/// Most used nonces one principal may hold (a sixteenth of the table), so one caller
+/// retrying in bulk is refused alone instead of filling the table for everyone. Per
+/// principal is sound: a token opens only for the principal it was sealed for.
+const PER_PRINCIPAL: usize = MAX_USED / 16;
 /// Domain of the relay's MACs (the bridge's held-call tokens use another).
 const DOMAIN: &str = "switchboard-relay-v1";
 const PREFIX: &str = "r1.";
@@ -53,8 +57,51 @@ struct Payload {
 /// The relay's memory: the used nonces and the token lifetime.
 #[derive(Debug)]
 pub(crate) struct SealedRelay {
-    used: parking_lot::Mutex<HashMap<String, u64>>,
+    used: parking_lot::Mutex<Used>,
     ttl: Duration,
+}
+
+/// Used nonces (each with its token's expiry), per principal (`Principal::key`).
+#[derive(Debug, Default)]
+struct Used {
+    by_principal: HashMap<String, HashMap<String, u64>>,
+    total: usize,
+}
+
+impl Used {
+    /// Forgets every nonce whose token has expired.
+    fn prune(&mut self, now: u64) {
+        self.by_principal.retain(|_, nonces| {
+            nonces.retain(|_, expires| *expires > now);
+            !nonces.is_empty()
+        });
+        self.total = self.by_principal.values().map(HashMap::len).sum();
+    }
+
+    /// Remembers `nonce` for `principal` until `expires`, or says why not.
+    fn remember(&mut self, principal: String, nonce: &str, expires: u64) -> Result<(), Verdict> {
+        let now = unix_now();
+        let held = self.by_principal.get(&principal);
+        if held.is_some_and(|n| n.contains_key(nonce)) {
+            return Err(Verdict::Refused(Refused::Unknown));
+        }
+        if held.map_or(0, HashMap::len) >= PER_PRINCIPAL || self.total >= MAX_USED {
+            self.prune(now);
+        }
+        if let Some(held) = self.by_principal.get(&principal) {
+            if held.len() >= PER_PRINCIPAL {
+                let soonest = held.values().min().copied().unwrap_or(now);
+                return Err(Verdict::Share(soonest.saturating_sub(now).max(1)));
+            }
+        }
+        if self.total >= MAX_USED {
+            return Err(Verdict::Full);
+        }
+        let held = self.by_principal.entry(principal).or_default();
+        held.insert(nonce.to_owned(), expires);
+        self.total += 1;
+        Ok(())
+    }
 }
 
 /// What a call's tokens are bound to besides their payload.
@@ -90,34 +137,42 @@ impl SealedRelay {
     /// An empty relay whose tokens live `ttl` (at least a second: expiry is in seconds).
     pub(crate) fn new(ttl: Duration) -> Self {
         SealedRelay {
-            used: parking_lot::Mutex::new(HashMap::new()),
+            used: parking_lot::Mutex::new(Used::default()),
             ttl: ttl.max(Duration::from_secs(1)),
         }
     }
 
     /// The client's params with the backend's own state in place of the gateway token, or
-    /// `None` when the call carries no `requestState` (a first round). `Err`: the answer.
+    /// `None` when the call carries no `requestState` (a first round). `Err(Ok)`: the answer;
+    /// `Err(Err)`: the caller is over its share of the used-nonce table (answered as the
+    /// bridge's own per-principal share is, 429 with a retry time).
     pub(crate) fn open(
         &self,
         sealer: &Sealer,
         b: &Bound<'_>,
         id: &RequestId,
-    ) -> Result<Option<Box<RawValue>>, ModernAnswer> {
+    ) -> Result<Option<Box<RawValue>>, Result<ModernAnswer, CoreError>> {
         let Some(token) = b.params.and_then(|p| object_member(p, "requestState")) else {
             return Ok(None);
         };
         let payload = self.verify(sealer, b, token).map_err(|why| match why {
-            Verdict::Refused(why) => refused(id, why),
-            Verdict::Full => full(id),
+            Verdict::Refused(why) => Ok(refused(id, why)),
+            Verdict::Full => Ok(full(id)),
+            Verdict::Share(retry_after) => Err(CoreError::RelayShareExhausted {
+                limit: PER_PRINCIPAL,
+                retry_after,
+            }),
         })?;
-        let params = b.params.ok_or_else(|| refused(id, Refused::Malformed))?;
+        let params = b
+            .params
+            .ok_or_else(|| Ok(refused(id, Refused::Malformed)))?;
         let unwrapped = match &payload.s {
             Some(state) => with_member(params, "requestState", state.get()),
             None => switchboard_wire::retain_members(params, |k| k != "requestState"),
         };
         unwrapped
             .map(Some)
-            .ok_or_else(|| refused(id, Refused::Malformed))
+            .ok_or_else(|| Ok(refused(id, Refused::Malformed)))
     }
 
     fn verify(&self, sealer: &Sealer, b: &Bound<'_>, token: &RawValue) -> Result<Payload, Verdict> {
@@ -134,21 +189,10 @@ impl SealedRelay {
         if payload.b != b.backend.as_str() {
             return Err(Verdict::Refused(Refused::Invalid));
         }
-        let now = unix_now();
-        if now >= payload.e {
+        if unix_now() >= payload.e {
             return Err(Verdict::Refused(Refused::Expired));
         }
-        let mut used = self.used.lock();
-        if used.contains_key(&payload.n) {
-            return Err(Verdict::Refused(Refused::Unknown));
-        }
-        if used.len() >= MAX_USED {
-            used.retain(|_, expires| *expires > now);
-            if used.len() >= MAX_USED {
-                return Err(Verdict::Full);
-            }
-        }
-        used.insert(payload.n.clone(), payload.e);
+        (self.used.lock()).remember(b.caller.key(), &payload.n, payload.e)?;
         Ok(payload)
     }
 
@@ -199,7 +243,10 @@ impl SealedRelay {
 #[derive(Clone, Copy)]
 enum Verdict {
     Refused(Refused),
+    /// The whole table is in use.
     Full,
+    /// The caller holds its whole share of the table; retry in this many seconds.
+    Share(u64),
 }
 
 /// The `result` member of an encoded response.
@@ -285,8 +332,8 @@ mod tests {
             backend,
             params,
         };
-        let reason = |r: Result<Option<Box<RawValue>>, ModernAnswer>| {
-            let v: Value = serde_json::from_slice(&r.err().unwrap().body).unwrap();
+        let reason = |r: Result<Option<Box<RawValue>>, Result<ModernAnswer, CoreError>>| {
+            let v: Value = serde_json::from_slice(&r.err().unwrap().ok().unwrap().body).unwrap();
             v["error"]["data"]["reason"].as_str().unwrap().to_owned()
         };
         assert_eq!(
@@ -320,6 +367,43 @@ mod tests {
             .ok()
             .unwrap()
             .is_none());
+    }
+
+    #[test]
+    fn a_principal_over_its_share_of_used_nonces_does_not_stop_another() {
+        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+        let (alice, bob) = (principal("alice"), principal("bob"));
+        let a = "a".parse::<BackendId>().unwrap();
+        let id = RequestId::from_string("x");
+        let first = raw(json!({"name": "t"}));
+        let redeem = |caller: &Principal| {
+            let bound = Bound {
+                caller,
+                method: "tools/call",
+                backend: &a,
+                params: Some(&first),
+            };
+            let token = token_of(&relay.seal(&sealer, &bound, &id, pending("s")));
+            let retry = raw(json!({"name": "t", "requestState": token}));
+            let bound = Bound {
+                params: Some(&retry),
+                ..bound
+            };
+            relay.open(&sealer, &bound, &id).map(|_| ())
+        };
+        for _ in 0..PER_PRINCIPAL {
+            assert!(redeem(&alice).is_ok());
+        }
+        match redeem(&alice) {
+            Err(Err(CoreError::RelayShareExhausted { limit, retry_after })) => {
+                assert_eq!(limit, PER_PRINCIPAL);
+                assert!((1..=60).contains(&retry_after), "{retry_after}");
+            }
+            other => panic!("alice over her share: {:?}", other.map_err(|e| e.err())),
+        }
+        // Bob's share is untouched by alice's.
+        assert!(redeem(&bob).is_ok());
+        assert_eq!(relay.used.lock().total, PER_PRINCIPAL + 1);
     }
 
     #[test]
