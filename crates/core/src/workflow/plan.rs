@@ -167,7 +167,44 @@ pub fn compile_all(specs: &[CompositeSpec]) -> Result<Vec<Plan>, PlanError> {
         }
         plans.push(compile(&at, spec)?);
     }
+    for (i, spec) in specs.iter().enumerate() {
+        no_recursion(&format!("compositeTools[{i}]"), spec, &names)?;
+    }
     Ok(plans)
+}
+
+/// Refuses a step whose tool is a composite (itself included) or one of the gateway's own
+/// tools: its run would start another run, unbounded (a forEach multiplies it each level).
+fn no_recursion(
+    at: &str,
+    spec: &CompositeSpec,
+    composites: &HashMap<&str, usize>,
+) -> Result<(), PlanError> {
+    for (i, step) in spec.steps.iter().enumerate() {
+        let inner = step
+            .step
+            .as_deref()
+            .map(|s| (format!("{at}.steps[{i}].step.tool"), s));
+        let own = Some((format!("{at}.steps[{i}].tool"), step));
+        for (here, s) in own.into_iter().chain(inner) {
+            let Some(tool) = s.tool.as_deref() else {
+                continue;
+            };
+            if composites.contains_key(tool) {
+                return Err(fail(
+                    here,
+                    format!("`{tool}` is a composite tool; a composite cannot call one"),
+                ));
+            }
+            if crate::tool_search::is_own_tool(tool) {
+                return Err(fail(
+                    here,
+                    format!("`{tool}` is the gateway's own tool; a composite cannot call it"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Validates one composite at config path `at`.

@@ -82,6 +82,34 @@ fn duplicate_ids_bad_templates_and_bounds_are_refused() {
 }
 
 #[test]
+fn a_step_calling_a_composite_or_an_own_tool_is_refused_with_its_path() {
+    let e = error_of(json!([{"id": "a", "type": "tool", "tool": "wf"}]));
+    assert!(
+        e.starts_with("compositeTools[0].steps[0].tool: `wf` is a composite"),
+        "{e}"
+    );
+    let two = [
+        spec(json!([{"id": "a", "type": "tool", "tool": "x"}])),
+        serde_json::from_value(json!({ "name": "other", "steps": [
+            {"id": "a", "type": "tool", "tool": "x"},
+            {"id": "b", "type": "forEach", "items": "{{ [1] }}",
+             "step": {"id": "in", "type": "tool", "tool": "wf"}},
+        ]}))
+        .unwrap(),
+    ];
+    let e = compile_all(&two).unwrap_err().to_string();
+    assert!(
+        e.starts_with("compositeTools[1].steps[1].step.tool: `wf` is a composite"),
+        "{e}"
+    );
+    for own in ["call_tool", "find_tools"] {
+        let e = error_of(json!([{"id": "a", "type": "tool", "tool": own}]));
+        assert!(e.starts_with("compositeTools[0].steps[0].tool"), "{e}");
+        assert!(e.contains("the gateway's own tool"), "{e}");
+    }
+}
+
+#[test]
 fn a_valid_plan_keeps_its_dependencies_as_indices() {
     let plans = compile_all(&[spec(json!([
         {"id": "a", "type": "tool", "tool": "echo"},
