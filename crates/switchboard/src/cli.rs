@@ -173,8 +173,8 @@ pub(crate) struct GatewayArgs {
     #[arg(long, default_value_t = 60.0)]
     pub(crate) partition_idle: f64,
     /// Seconds a sealed `requestState` the gateway relays from a Modern backend to a Modern
-    /// client stays valid (whole seconds, at least 1).
-    #[arg(long, default_value_t = 300)]
+    /// client stays valid (whole seconds, 1 to 86400: its nonce is remembered that long).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub(crate) relay_state_ttl: u64,
     /// Seconds a write to a client may make no progress before the connection is closed: a
     /// client that keeps a stream open but reads nothing would otherwise pin what is queued

@@ -313,3 +313,27 @@ async fn an_expired_relayed_state_is_refused() {
         "expired_request_state",
     );
 }
+
+/// `--relay-state-ttl` outside 1..=86400 seconds is refused before anything starts (a zero
+/// TTL would make every token expired at birth; a huge one pins nonces without end).
+#[tokio::test]
+async fn a_relay_state_ttl_out_of_range_is_refused_at_the_command_line() {
+    for ttl in ["0", "86401"] {
+        let out = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+                .args(["run", "--port", "0", "--relay-state-ttl", ttl])
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("exits at once")
+        .unwrap();
+        assert!(!out.status.success(), "{ttl}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--relay-state-ttl") && err.contains("86400"),
+            "{ttl}: {err}"
+        );
+    }
+}
