@@ -228,13 +228,15 @@ impl Gateway {
             .and_then(|l| serde_json::from_str::<u64>(l.get()).ok())
             .map_or(DEFAULT_LIMIT, |l| (l as usize).clamp(1, MAX_LIMIT));
         let view = self.view(crate::catalog::Kind::Tools).await?;
-        let index = search.index_of(&view, || self.composite_tools());
+        // Listed once per search (not per hit): the index and the answer read the same.
+        let composites = self.composite_tools();
+        let index = search.index_of(&view, || composites.clone());
         let origins = self.origins();
         let found: Vec<String> = index
             .search(&query)
             .into_iter()
             .filter(|(name, _)| self.may_call(caller, name, origins))
-            .filter_map(|(name, _)| self.definition(&view, &name))
+            .filter_map(|(name, _)| definition(&view, &composites, &name))
             .take(limit)
             .collect();
         let tools = format!("[{}]", found.join(","));
@@ -250,22 +252,6 @@ impl Gateway {
         Ok(encode_result(id, &result))
     }
 
-    /// The listed definition of the tool `exposed` (a backend's, or a composite), as JSON.
-    fn definition(&self, view: &View, exposed: &str) -> Option<String> {
-        if let Some(e) = view
-            .visible
-            .entries()
-            .iter()
-            .find(|e| &*e.exposed == exposed)
-        {
-            return Some(e.item.get().to_owned());
-        }
-        self.composite_tools()
-            .into_iter()
-            .find(|(name, _)| &**name == exposed)
-            .map(|(_, listed)| listed.to_string())
-    }
-
     /// Whether `caller` may call the listed tool `exposed` (as list filtering decides it).
     fn may_call(&self, caller: &Principal, exposed: &str, origins: Option<&dyn Origins>) -> bool {
         let target = Target::Tool(exposed.to_owned());
@@ -274,6 +260,22 @@ impl Gateway {
             .access
             .allows_listed(caller, &target, origin.as_ref())
     }
+}
+
+/// The listed definition of the tool `exposed` (a backend's, or a composite), as JSON.
+fn definition(view: &View, composites: &[(Arc<str>, Value)], exposed: &str) -> Option<String> {
+    if let Some(e) = view
+        .visible
+        .entries()
+        .iter()
+        .find(|e| &*e.exposed == exposed)
+    {
+        return Some(e.item.get().to_owned());
+    }
+    composites
+        .iter()
+        .find(|(name, _)| &**name == exposed)
+        .map(|(_, listed)| listed.to_string())
 }
 
 fn tool_result(id: &RequestId, result: &Value, modern: bool) -> Vec<u8> {
