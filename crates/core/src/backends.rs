@@ -107,7 +107,7 @@ pub(crate) struct BackendEntry {
 }
 
 impl BackendEntry {
-    fn new(id: BackendId, backend: Backend) -> Self {
+    pub(crate) fn new(id: BackendId, backend: Backend) -> Self {
         let modern = backend.info.era.modern;
         BackendEntry {
             id,
@@ -133,63 +133,115 @@ impl BackendEntry {
     }
 }
 
-/// The set of backends a gateway fronts (never empty).
+/// The set of backends a gateway fronts (never empty). Replaced whole on a hot reload
+/// ([`Backends::replace`]): a reader takes the set (or one entry) as it is at that moment, so
+/// work that started keeps the entry it routed to, and an entry that stays in the set across
+/// a reload is the same `Arc` (its era, log level and handle carry over).
 #[derive(Debug)]
 pub struct Backends {
     /// In configuration order; the first is the primary (see [`Backends::primary`]).
-    entries: Vec<BackendEntry>,
+    entries: crate::snapshot::Snapshot<Vec<Arc<BackendEntry>>>,
+    /// Fired after every [`Backends::replace`] (the probes follow the set).
+    pub(crate) changed: tokio::sync::Notify,
 }
 
 impl Backends {
+    fn of(entries: Vec<Arc<BackendEntry>>) -> Self {
+        Backends {
+            entries: crate::snapshot::Snapshot::new(Arc::new(entries)),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
     /// A set of one backend, named `default` (what `switchboard run` fronts).
     pub fn single(backend: Backend) -> Self {
-        Backends {
-            entries: vec![BackendEntry::new(BackendId::default_id(), backend)],
-        }
+        Self::of(vec![Arc::new(BackendEntry::new(
+            BackendId::default_id(),
+            backend,
+        ))])
     }
 
     /// A set of `backends`, in configured order (the first is the primary). Names must be
     /// distinct; `None` for an empty list or a repeated name.
     pub fn new(backends: Vec<(BackendId, Backend)>) -> Option<Self> {
-        let mut seen = std::collections::HashSet::new();
-        if backends.is_empty() || !backends.iter().all(|(id, _)| seen.insert(id.clone())) {
+        if !distinct(backends.iter().map(|(id, _)| id)) {
             return None;
         }
-        Some(Backends {
-            entries: backends
+        Some(Self::of(
+            backends
                 .into_iter()
-                .map(|(id, b)| BackendEntry::new(id, b))
+                .map(|(id, b)| Arc::new(BackendEntry::new(id, b)))
                 .collect(),
-        })
+        ))
+    }
+
+    /// Puts `entries` in place of the set (hot reload); `false` (nothing changed) for an
+    /// empty list or a repeated name.
+    pub(crate) fn replace(&self, entries: Vec<Arc<BackendEntry>>) -> bool {
+        if !distinct(entries.iter().map(|e| &e.id)) {
+            return false;
+        }
+        self.entries.store(Arc::new(entries));
+        self.changed.notify_waiters();
+        true
     }
 
     /// The backend the gateway presents as itself (its `initialize` answer, `server/discover`,
     /// `serverInfo`) and the one the public one-backend accessors report. With one backend,
     /// that one; aggregation will replace what it presents with a merged view.
-    pub(crate) fn primary(&self) -> &BackendEntry {
-        // Never empty: every constructor puts at least one entry in.
-        &self.entries[0]
+    pub(crate) fn primary(&self) -> Arc<BackendEntry> {
+        // Never empty: every constructor and `replace` keep at least one entry.
+        self.entries.load()[0].clone()
     }
 
     /// The backend named `id`, if the set has it.
-    pub(crate) fn get(&self, id: &BackendId) -> Option<&BackendEntry> {
-        self.entries.iter().find(|e| &e.id == id)
+    pub(crate) fn get(&self, id: &BackendId) -> Option<Arc<BackendEntry>> {
+        self.entries.load().iter().find(|e| &e.id == id).cloned()
     }
 
-    /// Every backend, in configuration order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &BackendEntry> {
-        self.entries.iter()
+    /// Every backend, in configuration order (the set as it is now).
+    pub(crate) fn iter(&self) -> std::vec::IntoIter<Arc<BackendEntry>> {
+        self.entries.load().as_ref().clone().into_iter()
     }
 
     /// How many backends the set holds.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.load().len()
     }
 
     /// Always false (a set is never empty); for clippy's `len_without_is_empty`.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.load().is_empty()
     }
+}
+
+/// What the gateway presents as its server, as it is now: the one backend's own
+/// declaration, or the virtual server's merged one.
+#[derive(Debug)]
+pub(crate) enum Presented {
+    Backend(Arc<BackendEntry>),
+    Merged(Arc<crate::BackendInfo>),
+}
+
+impl std::ops::Deref for Presented {
+    type Target = crate::BackendInfo;
+
+    fn deref(&self) -> &crate::BackendInfo {
+        match self {
+            Presented::Backend(entry) => entry.info(),
+            Presented::Merged(info) => info,
+        }
+    }
+}
+
+/// Non-empty, and no name twice.
+fn distinct<'a>(mut ids: impl Iterator<Item = &'a BackendId>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut any = false;
+    ids.all(|id| {
+        any = true;
+        seen.insert(id.clone())
+    }) && any
 }
 
 /// The gateway's view of its backends: what it presents, and the one-backend accessors the
@@ -206,10 +258,10 @@ impl crate::Gateway {
 
     /// What the gateway presents as its server (`initialize`, `server/discover`,
     /// `serverInfo`): the primary backend's declaration (see `Backends::primary`).
-    pub(crate) fn presented(&self) -> &crate::BackendInfo {
+    pub(crate) fn presented(&self) -> Presented {
         match self.vmcp() {
-            Some(vmcp) => vmcp.presented(),
-            None => self.backends.primary().info(),
+            Some(vmcp) => Presented::Merged(vmcp.presented()),
+            None => Presented::Backend(self.backends.primary()),
         }
     }
 

@@ -182,7 +182,8 @@ impl Gateway {
     ) -> Arc<Self> {
         let mrtr = crate::mrtr::Bridge::new(&config);
         let vmcp = config.vmcp.clone().map(|v| {
-            let infos: Vec<_> = backends.iter().map(|b| (b.id.clone(), b.info())).collect();
+            let entries: Vec<_> = backends.iter().collect();
+            let infos: Vec<_> = entries.iter().map(|b| (b.id.clone(), b.info())).collect();
             let mut vmcp = crate::vmcp::Vmcp::new(v, &infos, config.access.audit.clone());
             vmcp.composites = config
                 .workflows

@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -205,8 +206,12 @@ struct Facts {
 #[derive(Debug)]
 pub(crate) struct Health {
     pub(crate) config: HealthConfig,
-    backends: HashMap<BackendId, BackendHealth>,
+    /// Replaced whole when a reload adds or removes backends ([`Health::reshape`]); a
+    /// backend kept across it keeps its entry (breaker and facts).
+    backends: crate::snapshot::Snapshot<Table>,
 }
+
+type Table = HashMap<BackendId, Arc<BackendHealth>>;
 
 impl Health {
     /// The table for `ids`, each backend `connected` (it has just answered its handshake:
@@ -217,15 +222,26 @@ impl Health {
         ids: impl Iterator<Item = BackendId>,
         connected: bool,
     ) -> Self {
-        let entry = || {
-            let b = BackendHealth::default();
-            b.inner.lock().seen = connected;
-            b
-        };
+        let table = ids.map(|id| (id, entry(connected))).collect();
         Health {
             config,
-            backends: ids.map(|id| (id, entry())).collect(),
+            backends: crate::snapshot::Snapshot::new(Arc::new(table)),
         }
+    }
+
+    /// Follows a reload: `ids` is the new set; a backend already known keeps its entry, a
+    /// new one starts `connected` (it has just answered its handshake), a removed one's
+    /// entry goes (a call still in flight there keeps its own reference).
+    pub(crate) fn reshape(&self, ids: &[BackendId], connected: bool) {
+        let old = self.backends.load();
+        let table: Table = ids
+            .iter()
+            .map(|id| {
+                let b = old.get(id).cloned().unwrap_or_else(|| entry(connected));
+                (id.clone(), b)
+            })
+            .collect();
+        self.backends.store(Arc::new(table));
     }
 
     /// Admits one request on `route` (see [`Flight`]): refused, as the backend being down,
@@ -235,9 +251,11 @@ impl Health {
         let started = Instant::now();
         let counted =
             !matches!(route.via, Via::Own | Via::Started) || route.upstream.as_stdio().is_none();
-        let entry = self.backends.get(&route.backend).filter(|_| counted);
+        let entry = counted
+            .then(|| self.backends.load().get(&route.backend).cloned())
+            .flatten();
         let mut trial = false;
-        if let Some(b) = entry {
+        if let Some(b) = &entry {
             if b.open.load(Ordering::Acquire) {
                 let admission = b.inner.lock().breaker.admit(started, &self.config.breaker);
                 match admission {
@@ -270,6 +288,7 @@ impl Health {
     pub(crate) fn not_closed(&self) -> Vec<BackendId> {
         let mut open: Vec<BackendId> = self
             .backends
+            .load()
             .iter()
             .filter(|(_, b)| b.open.load(Ordering::Acquire))
             .map(|(id, _)| id.clone())
@@ -280,7 +299,7 @@ impl Health {
 
     /// Records a probe's outcome.
     pub(crate) fn probed(&self, id: &BackendId, outcome: &Outcome) {
-        let Some(b) = self.backends.get(id) else {
+        let Some(b) = self.backends.load().get(id).cloned() else {
             return;
         };
         let now = Instant::now();
@@ -321,7 +340,7 @@ impl Health {
 
     /// One backend's state and breaker now.
     pub(crate) fn state_of(&self, id: &BackendId) -> Option<(HealthState, BreakerState)> {
-        let b = self.backends.get(id)?;
+        let b = self.backends.load().get(id).cloned()?;
         let now = Instant::now();
         let facts = b.inner.lock();
         let breaker = facts.breaker.state(now, &self.config.breaker);
@@ -341,7 +360,7 @@ impl Health {
 
     /// `/status`'s view of one backend's health (no secrets: fixed words and counts).
     pub(crate) fn status_of(&self, id: &BackendId) -> Value {
-        let Some(b) = self.backends.get(id) else {
+        let Some(b) = self.backends.load().get(id).cloned() else {
             return Value::Null;
         };
         let Some((state, breaker)) = self.state_of(id) else {
@@ -366,8 +385,8 @@ impl Health {
 
     /// Whether the gateway is ready to serve (`/readyz`, per [`ReadyWhen`]).
     pub(crate) fn ready(&self) -> bool {
-        let mut serving = self
-            .backends
+        let table = self.backends.load();
+        let mut serving = table
             .keys()
             .map(|id| self.state_of(id).is_some_and(|(s, _)| s.serves()));
         match self.config.ready_when {
@@ -378,7 +397,7 @@ impl Health {
 
     /// Sets the backend gauges for a scrape.
     pub(crate) fn export(&self) {
-        for (id, b) in &self.backends {
+        for (id, b) in self.backends.load().iter() {
             if let Some((state, breaker)) = self.state_of(id) {
                 let in_flight = b.in_flight.load(Ordering::Relaxed);
                 metrics::set_backend(id, state.as_str(), breaker.as_str(), in_flight);
@@ -394,7 +413,7 @@ impl Health {
 pub(crate) struct Flight<'a> {
     health: &'a Health,
     /// `None`: a route that health does not judge (a session's own process).
-    entry: Option<&'a BackendHealth>,
+    entry: Option<Arc<BackendHealth>>,
     backend: BackendId,
     method: Method,
     trial: bool,
@@ -423,7 +442,7 @@ impl Flight<'_> {
             _ => outcome.word(),
         };
         metrics::backend_call(&self.backend, self.method, word, self.started.elapsed());
-        if let Some(b) = self.entry {
+        if let Some(b) = &self.entry {
             self.report(b, &outcome);
         }
         result
@@ -464,6 +483,12 @@ impl Flight<'_> {
     }
 }
 
+fn entry(connected: bool) -> Arc<BackendHealth> {
+    let b = BackendHealth::default();
+    b.inner.lock().seen = connected;
+    Arc::new(b)
+}
+
 /// Every breaker change is one warning: an operator learns of it without `/status`.
 fn breaker_changed(backend: &BackendId, state: BreakerState, by: &'static str) {
     tracing::warn!(%backend, breaker = state.as_str(), by, "circuit breaker changed");
@@ -471,7 +496,7 @@ fn breaker_changed(backend: &BackendId, state: BreakerState, by: &'static str) {
 
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
-        let Some(b) = self.entry else {
+        let Some(b) = &self.entry else {
             if !self.reported {
                 metrics::backend_call(&self.backend, self.method, "cancelled", Duration::ZERO);
             }

@@ -9,6 +9,8 @@
 //! holds one backend, so the choice of backend is always the primary one and the name is always
 //! the client's; the choice of upstream handle is what differs (shared vs per-session).
 
+use std::sync::Arc;
+
 use serde_json::value::RawValue;
 use switchboard_upstream::Upstream;
 
@@ -188,7 +190,7 @@ impl Gateway {
         from: &From<'_>,
         method: &str,
         params: Option<&RawValue>,
-    ) -> Result<(&BackendEntry, Name), CoreError> {
+    ) -> Result<(Arc<BackendEntry>, Name), CoreError> {
         let named = match from {
             From::Cancel(_, b)
             | From::Gateway(b)
@@ -239,7 +241,7 @@ impl Gateway {
     }
 
     /// The entry of a route's backend (routes name only backends of the set).
-    pub(crate) fn backend_of(&self, route: &Route) -> Result<&BackendEntry, CoreError> {
+    pub(crate) fn backend_of(&self, route: &Route) -> Result<Arc<BackendEntry>, CoreError> {
         self.backends
             .get(&route.backend)
             .ok_or_else(|| CoreError::UnknownBackend(route.backend.clone()))

@@ -133,7 +133,7 @@ impl Gateway {
         self.registry
             .sessions
             .with(sid.as_str(), |s| s.log_level = Some(level))?;
-        match self.reconcile_log_level(entry).await {
+        match self.reconcile_log_level(&entry).await {
             Some(refused) if refused.is_error() => Ok(restore(id, &refused)),
             _ => Ok(encode_result(id, "{}")),
         }
@@ -166,7 +166,7 @@ impl Gateway {
     /// it is installed (see [`Self::revive_backend`]).
     pub async fn revive(&self, standby: switchboard_upstream::StdioHandle) -> bool {
         let primary = self.backends.primary();
-        self.revive_backend(primary, switchboard_upstream::Upstream::Stdio(standby))
+        self.revive_backend(&primary, switchboard_upstream::Upstream::Stdio(standby))
             .await
     }
 
@@ -179,7 +179,7 @@ impl Gateway {
     ) -> bool {
         let revived = match self.backends.get(id) {
             Some(entry) => {
-                self.revive_backend(entry, switchboard_upstream::Upstream::Stdio(standby))
+                self.revive_backend(&entry, switchboard_upstream::Upstream::Stdio(standby))
                     .await
             }
             None => false,
@@ -299,7 +299,7 @@ impl Gateway {
         }
         if ended.had_log_level {
             for backend in self.backends.iter() {
-                self.reconcile_log_level(backend).await;
+                self.reconcile_log_level(&backend).await;
             }
         }
     }

@@ -102,11 +102,9 @@ impl Default for VmcpConfig {
 /// The aggregating state, owned by the gateway (`Gateway::vmcp`).
 #[derive(Debug)]
 pub(crate) struct Vmcp {
-    config: VmcpConfig,
-    /// Backends in configured order with their rules.
-    order: Vec<(BackendId, BackendRules)>,
-    /// What the gateway presents as itself: merged capabilities, its own `serverInfo`.
-    presented: BackendInfo,
+    /// What a reload replaces ([`Vmcp::reshape`]): read once per use, so one list or one
+    /// routing decision sees one shape.
+    shape: crate::snapshot::Snapshot<Shape>,
     state: parking_lot::Mutex<State>,
     /// One refresh per kind at a time; others wait for it and use its result.
     refreshing: [tokio::sync::Mutex<()>; 4],
@@ -117,6 +115,40 @@ pub(crate) struct Vmcp {
     /// The composite tools' names (`workflow`): listed tools no backend serves, judged by
     /// the policy without an origin.
     pub(crate) composites: std::collections::HashSet<String>,
+}
+
+/// The virtual server's make-up: the backends and their rules, how names are merged.
+#[derive(Debug)]
+pub(crate) struct Shape {
+    /// Strategy, failure mode and list settings (`tool_search` and `trust` are fixed at
+    /// start: their state lives beside the shape).
+    pub(crate) config: VmcpConfig,
+    /// Backends in configured order with their rules.
+    pub(crate) order: Vec<(BackendId, BackendRules)>,
+    /// What the gateway presents as itself: merged capabilities, its own `serverInfo`.
+    pub(crate) presented: Arc<BackendInfo>,
+}
+
+impl Shape {
+    fn new(config: VmcpConfig, backends: &[(BackendId, &BackendInfo)]) -> Self {
+        let order = backends
+            .iter()
+            .map(|(id, _)| {
+                let rules = config
+                    .rules
+                    .iter()
+                    .find(|(r, _)| r == id)
+                    .map(|(_, rules)| rules.clone())
+                    .unwrap_or_default();
+                (id.clone(), rules)
+            })
+            .collect();
+        Shape {
+            config,
+            order,
+            presented: Arc::new(presented(backends)),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -170,18 +202,6 @@ impl Vmcp {
         backends: &[(BackendId, &BackendInfo)],
         audit: Option<Arc<crate::audit::AuditLog>>,
     ) -> Self {
-        let order = backends
-            .iter()
-            .map(|(id, _)| {
-                let rules = config
-                    .rules
-                    .iter()
-                    .find(|(r, _)| r == id)
-                    .map(|(_, rules)| rules.clone())
-                    .unwrap_or_default();
-                (id.clone(), rules)
-            })
-            .collect();
         let trust = config
             .trust
             .clone()
@@ -189,14 +209,12 @@ impl Vmcp {
         Vmcp {
             composites: Default::default(),
             trust,
-            presented: presented(backends),
-            order,
             state: parking_lot::Mutex::new(State::default()),
             refreshing: Default::default(),
             tool_search: config
                 .tool_search
                 .then(crate::tool_search::ToolSearch::default),
-            config,
+            shape: crate::snapshot::Snapshot::new(Arc::new(Shape::new(config, backends))),
         }
     }
 
@@ -207,12 +225,42 @@ impl Vmcp {
 
     /// How long a backend's list is reused.
     pub(crate) fn list_ttl(&self) -> Duration {
-        self.config.list_ttl
+        self.shape().config.list_ttl
     }
 
     /// What the gateway presents as its server.
-    pub(crate) fn presented(&self) -> &BackendInfo {
-        &self.presented
+    pub(crate) fn presented(&self) -> Arc<BackendInfo> {
+        self.shape().presented.clone()
+    }
+
+    /// The shape now.
+    pub(crate) fn shape(&self) -> Arc<Shape> {
+        self.shape.load()
+    }
+
+    /// Puts a reloaded shape in place: `backends` is the new set in order, `dropped` the
+    /// backends whose cached lists go (removed, or replaced by a new process). Every merged
+    /// view is built again at its next use. Holds every kind's refresh lock, so no refresh
+    /// that read the old shape installs its view after this.
+    pub(crate) async fn reshape(
+        &self,
+        mut config: VmcpConfig,
+        backends: &[(BackendId, &BackendInfo)],
+        dropped: &[BackendId],
+    ) {
+        let mut held = Vec::with_capacity(self.refreshing.len());
+        for lock in &self.refreshing {
+            held.push(lock.lock().await);
+        }
+        let old = self.shape();
+        config.tool_search = old.config.tool_search;
+        config.trust.clone_from(&old.config.trust);
+        self.shape.store(Arc::new(Shape::new(config, backends)));
+        let mut state = self.state.lock();
+        state.views.clear();
+        state
+            .lists
+            .retain(|(id, _), _| !dropped.contains(id) && backends.iter().any(|(b, _)| b == id));
     }
 
     /// The current merged list of `kind`, if one was built.
@@ -229,9 +277,11 @@ impl Vmcp {
         changed: &dyn Fn(&BackendId, Kind) -> bool,
         open: &[BackendId],
     ) -> Vec<BackendId> {
+        let shape = self.shape();
         let state = self.state.lock();
-        let ttl = self.config.list_ttl;
-        self.order
+        let ttl = shape.config.list_ttl;
+        shape
+            .order
             .iter()
             .map(|(id, _)| id)
             .filter(|id| !open.contains(id))
@@ -291,8 +341,9 @@ impl Vmcp {
     /// The merge runs without the lock (it may take a while on a long list; every routed call
     /// reads the views); one refresh per kind at a time installs, so they cannot race.
     fn rebuild(&self, kind: Kind, open: &[BackendId]) -> Result<Arc<View>, CoreError> {
+        let shape = self.shape();
         let state = self.state.lock();
-        let lists: Vec<Known<'_>> = self
+        let lists: Vec<Known<'_>> = shape
             .order
             .iter()
             .map(|(id, rules)| {
@@ -320,7 +371,7 @@ impl Vmcp {
                 Some((id.clone(), why?))
             })
             .collect();
-        let merged = catalog::merge(kind, &self.config.strategy, &input);
+        let merged = catalog::merge(kind, &shape.config.strategy, &input);
         match merged {
             Ok(all) => {
                 let out: Vec<BackendId> = down.iter().map(|(id, _)| id.clone()).collect();
@@ -424,7 +475,7 @@ impl Gateway {
                 .tables(id)
                 .lists_changed
                 .take(kind_index(kind));
-            let deadline = vmcp.config.fetch_timeout;
+            let deadline = vmcp.shape().config.fetch_timeout;
             let fetched = tokio::time::timeout(deadline, self.fetch_list(id, kind))
                 .await
                 .unwrap_or_else(|_| Err(format!("no complete list within {deadline:?}")));
@@ -538,7 +589,7 @@ impl Gateway {
         let Some(vmcp) = self.vmcp() else {
             return Err(CoreError::Aggregation("not aggregating".into()));
         };
-        if vmcp.config.failure_mode == FailureMode::Fail {
+        if vmcp.shape().config.failure_mode == FailureMode::Fail {
             if let Some((backend, why)) = view.down.first() {
                 warn!(%backend, "list failed (failureMode: fail): {why}");
                 return Err(CoreError::OfBackend(
@@ -547,7 +598,7 @@ impl Gateway {
                 ));
             }
         }
-        let page = catalog::page(&view.visible, cursor, vmcp.config.page_size)
+        let page = catalog::page(&view.visible, cursor, vmcp.shape().config.page_size)
             .map_err(|_| CoreError::InvalidParams("cursor"))?;
         let mut items = page.items_json().get().to_owned();
         if kind == Kind::Tools && page.next.is_none() {
@@ -563,7 +614,7 @@ impl Gateway {
             // The caller may keep the list as long as the gateway keeps its backends' lists
             // (a `list_changed` on its listen stream says when to drop it sooner); private:
             // the list was filtered for this caller.
-            let ttl = u64::try_from(vmcp.config.list_ttl.as_millis()).unwrap_or(u64::MAX);
+            let ttl = u64::try_from(vmcp.shape().config.list_ttl.as_millis()).unwrap_or(u64::MAX);
             result.push_str(&format!(
                 r#","resultType":"complete","ttlMs":{ttl},"cacheScope":"private","_meta":{info}"#
             ));

@@ -13,6 +13,8 @@ use switchboard_http::{AppState, ConnLimits, HttpConfig, OriginPolicy};
 
 use crate::cli::{GatewayArgs, Isolation, RunArgs};
 use crate::config::ServeSpec;
+use crate::reload::{Reloader, Served};
+use crate::running::RunningSet;
 use crate::start_backends::{Origin, Shape};
 
 /// `switchboard run`: one backend from the command line.
@@ -50,19 +52,28 @@ async fn start(spec: ServeSpec) -> anyhow::Result<()> {
     start_with(spec, false).await
 }
 
+/// Who keeps the backends running while serving: the reload worker (a config file is
+/// watched) or `serve` itself.
+enum Keepers {
+    Reloading(tokio::task::JoinHandle<RunningSet>),
+    Fixed(RunningSet),
+}
+
 async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
+    let served = Served::of(&spec);
     let ServeSpec {
         options: args,
         backends,
         aggregation,
         composites,
         trust,
+        watched,
     } = spec;
     let shape = Shape::of_all(&backends, aggregate);
     // Identity, policy and audit settings are checked before anything starts.
     let auth = args.auth.resolve()?;
     args.auth.check_anonymous(&auth, &args.host)?;
-    let access = args.auth.access(&auth)?;
+    let (access, policy) = args.auth.access(&auth)?;
     let origins = backends
         .iter()
         .map(|b| Ok((b.name.clone(), Origin::of(&args, b)?)))
@@ -95,7 +106,10 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let registry = Registry::new(&config);
     let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
     let fds_per_session = set.fds_per_session;
-    let gateway = Gateway::new(set.backends, registry, config);
+    let backends =
+        switchboard_core::Backends::new(set.backends).context("backend names must be distinct")?;
+    let drain_limit = config.max_request_time;
+    let gateway = Gateway::new(backends, registry.clone(), config);
     if aggregate && !set.per_session.is_empty() {
         let names: Vec<String> = set
             .per_session
@@ -114,29 +128,10 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         );
     }
     let stop = CancellationToken::new();
-    // Restarts a shared backend process after a crash; owns the process and its shutdown.
-    let supervisor_stop = CancellationToken::new();
+    // Restarts shared backend processes after a crash; owns them and their shutdown.
+    let mut running = RunningSet::new(gateway.clone());
+    running.adopt(set.processes, set.internals);
     let shutdown_gateway = gateway.clone();
-    let supervisors: Vec<_> = set
-        .processes
-        .into_iter()
-        .map(|(id, p)| {
-            let revive = gateway.clone();
-            tokio::spawn(switchboard_upstream::supervise(
-                p.handle,
-                p.config,
-                p.sink,
-                p.process,
-                supervisor_stop.clone(),
-                Duration::from_secs(5),
-                move |standby| {
-                    let gateway = revive.clone();
-                    let id = id.clone();
-                    async move { gateway.revive_backend_named(&id, standby).await }
-                },
-            ))
-        })
-        .collect();
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));
     // The health probes: stopped (and awaited) before the backends are.
     let probe_stop = CancellationToken::new();
@@ -157,6 +152,24 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         );
     }
     show_renamed(&gateway).await;
+    // Applies config changes while serving; owns the running set until shutdown.
+    let reload_stop = CancellationToken::new();
+    let keepers = match watched {
+        Some(path) => Keepers::Reloading(tokio::spawn(
+            Reloader {
+                path,
+                gateway: gateway.clone(),
+                registry,
+                running,
+                policy,
+                aggregate,
+                drain_limit,
+                served,
+            }
+            .run(reload_stop.clone()),
+        )),
+        None => Keepers::Fixed(running),
+    };
     let metrics_server = metrics_listener.map(|l| {
         if let Ok(addr) = l.local_addr() {
             println!("switchboard: metrics on http://{addr}/metrics");
@@ -212,14 +225,15 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     probe_stop.cancel();
     let _ = probes.await;
     let _ = trust_watch.await;
+    reload_stop.cancel();
+    let running = match keepers {
+        Keepers::Reloading(worker) => worker.await.ok(),
+        Keepers::Fixed(running) => Some(running),
+    };
     // Closing the backends fails whatever is still pending, so every request gets an answer.
     shutdown_gateway.end_all_sessions().await;
-    for internal in set.internals {
-        internal.shutdown(Duration::from_secs(2)).await;
-    }
-    supervisor_stop.cancel();
-    for supervisor in supervisors {
-        let _ = supervisor.await;
+    if let Some(running) = running {
+        running.shutdown().await;
     }
     if !server.is_finished()
         && tokio::time::timeout(Duration::from_secs(1), &mut server)

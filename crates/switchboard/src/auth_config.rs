@@ -17,6 +17,8 @@ use switchboard_core::ratelimit::{Rate, RateLimiter};
 use switchboard_core::Access;
 use switchboard_http::{parse_algorithm, Authenticator, JwtConfig};
 
+use crate::reload::policy::ReloadablePolicy;
+
 #[derive(Debug, Args, Default)]
 pub(crate) struct AuthArgs {
     /// JSON file with any of the settings below (`apiKeys`, `jwt`, `publicUrl`, `policy`,
@@ -178,20 +180,23 @@ impl AuthArgs {
         Ok(())
     }
 
-    /// Authorization, rate limits and audit for the core.
-    pub(crate) fn access(&self, r: &Resolved) -> anyhow::Result<Access> {
+    /// The Cedar policy file, from the command line or the auth config.
+    pub(crate) fn policy_path<'a>(&'a self, r: &'a Resolved) -> Option<&'a std::path::Path> {
+        self.policy.as_deref().or(r.file.policy.as_deref())
+    }
+
+    /// Authorization, rate limits and audit for the core, and the policy a reload may
+    /// replace.
+    pub(crate) fn access(
+        &self,
+        r: &Resolved,
+    ) -> anyhow::Result<(Access, Option<Arc<ReloadablePolicy>>)> {
         let mut access = Access::default();
-        if let Some(path) = self.policy.as_ref().or(r.file.policy.as_ref()) {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            let policy = switchboard_policy::CedarAuthorizer::from_text(&text)
-                .with_context(|| format!("in {}", path.display()))?;
-            println!(
-                "switchboard: authorization: {} Cedar policies from {}",
-                policy.len(),
-                path.display()
-            );
-            access.authorizer = Some(Arc::new(policy));
+        let mut reloadable = None;
+        if let Some(path) = self.policy_path(r) {
+            let policy = Arc::new(ReloadablePolicy::load(path)?);
+            access.authorizer = Some(policy.clone());
+            reloadable = Some(policy);
         }
         if let Some(path) = self.audit_log.as_ref().or(r.file.audit_log.as_ref()) {
             let bodies = self.audit_bodies.or(r.file.audit_bodies);
@@ -221,7 +226,7 @@ impl AuthArgs {
         if per_principal.is_some() || !per_tool.is_empty() {
             access.limits = Some(Arc::new(RateLimiter::new(per_principal, per_tool)));
         }
-        Ok(access)
+        Ok((access, reloadable))
     }
 
     /// The authenticator, once the listen address (hence the default public URL) is known.

@@ -9,7 +9,7 @@ use anyhow::Context;
 
 use switchboard_core::catalog::{self, BackendRules, Conflict, Strategy};
 use switchboard_core::{
-    Backend, BackendId, Backends, EraPolicy, FailureMode, Registry, SpawnBackend, VmcpConfig,
+    Backend, BackendId, EraPolicy, FailureMode, Registry, SpawnBackend, VmcpConfig,
 };
 use switchboard_upstream::StdioConfig;
 
@@ -20,11 +20,12 @@ use crate::config::spec::{AggregationSpec, BackendKind, BackendSpec, StdioSpec};
 
 /// Every backend started, and what the app keeps to run and stop them.
 pub(crate) struct StartedSet {
-    pub(crate) backends: Backends,
+    /// In the order asked for (names distinct).
+    pub(crate) backends: Vec<(BackendId, Backend)>,
     /// Shared processes by backend, for their supervisors.
     pub(crate) processes: Vec<(BackendId, Supervised)>,
     /// The gateway's own upstream sessions, ended on shutdown.
-    pub(crate) internals: Vec<switchboard_upstream::UpstreamOwner>,
+    pub(crate) internals: Vec<(BackendId, switchboard_upstream::UpstreamOwner)>,
     /// The backends whose sessions get their own upstream, and how each starts one (`run`:
     /// at most the one transparent backend).
     pub(crate) per_session: Vec<(BackendId, Arc<dyn SpawnBackend>)>,
@@ -88,7 +89,7 @@ pub(crate) async fn start_all(
             fds_per_session += started.fds_per_session;
             per_session.push((id.clone(), spawner));
         }
-        internals.extend(started.internal.take());
+        internals.extend(started.internal.take().map(|i| (id.clone(), i)));
         if let Some(p) = started.process.take() {
             processes.push((id.clone(), p));
         }
@@ -99,7 +100,7 @@ pub(crate) async fn start_all(
         return Err(e);
     }
     Ok(StartedSet {
-        backends: Backends::new(backends).context("backend names must be distinct")?,
+        backends,
         processes,
         internals,
         per_session,

@@ -7,6 +7,7 @@
 //! The probes are one future ([`Gateway::run_probes`]) that the binary spawns and awaits on
 //! shutdown after cancelling its token: it owns every backend's loop, so nothing outlives it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,13 +29,38 @@ const MIN_INTERVAL: Duration = Duration::from_millis(10);
 impl Gateway {
     /// Probes every backend every `probe_interval` until `stop` fires. The first probe
     /// waits one interval: every backend has just answered its handshake (the set is built
-    /// from connected backends), which is what a probe would learn.
+    /// from connected backends, and a reload adds only connected ones), which is what a probe
+    /// would learn. Follows the set: a backend a reload adds gets a loop, a removed one's
+    /// loop ends; every loop is owned here, so nothing outlives `stop`.
     pub async fn run_probes(self: Arc<Self>, stop: CancellationToken) {
-        let loops = self.backends.iter().map(|b| {
-            let (gateway, stop, id) = (self.clone(), stop.clone(), b.id.clone());
-            async move { gateway.probe_loop(&id, &stop).await }
-        });
-        futures::future::join_all(loops).await;
+        let mut loops: HashMap<BackendId, CancellationToken> = HashMap::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            // Registered before the set is read: a replace in between still wakes us.
+            let changed = self.backends.changed.notified();
+            let now: Vec<BackendId> = self.backends.iter().map(|b| b.id.clone()).collect();
+            loops.retain(|id, token| {
+                let keep = now.contains(id);
+                if !keep {
+                    token.cancel();
+                }
+                keep
+            });
+            for id in now {
+                if loops.contains_key(&id) {
+                    continue;
+                }
+                let token = stop.child_token();
+                loops.insert(id.clone(), token.clone());
+                let gateway = self.clone();
+                tasks.spawn(async move { gateway.probe_loop(&id, &token).await });
+            }
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = changed => {}
+            }
+        }
+        while tasks.join_next().await.is_some() {}
     }
 
     async fn probe_loop(&self, id: &BackendId, stop: &CancellationToken) {

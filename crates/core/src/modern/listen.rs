@@ -58,7 +58,7 @@ impl Gateway {
             return Ok(listen_needs_stream(id));
         };
         self.prepare(msg).await?;
-        let mut honoured = honoured(self.presented(), Filter::parse(msg.params));
+        let mut honoured = honoured(&self.presented(), Filter::parse(msg.params));
         let placed: Vec<(BackendId, String)> = std::mem::take(&mut honoured.uris)
             .into_iter()
             .filter_map(|uri| {

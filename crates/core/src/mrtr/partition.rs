@@ -452,7 +452,8 @@ impl Gateway {
         route: &crate::resolve::Route,
     ) -> Result<ModernAnswer, CoreError> {
         // The partition is a process of the route's backend: that backend says what it feeds.
-        let info = self.backend_of(route)?.info();
+        let entry = self.backend_of(route)?;
+        let info = entry.info();
         let using = self
             .partition(&Key::of(caller, msg, &route.backend))
             .await?;

@@ -142,7 +142,7 @@ impl Gateway {
             return None;
         };
         if name == method::DISCOVER {
-            return Some(Ok(crate::modern::discover(id, self.presented())));
+            return Some(Ok(crate::modern::discover(id, &self.presented())));
         }
         if name == crate::modern::LISTEN {
             return Some(

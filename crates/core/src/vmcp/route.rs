@@ -83,7 +83,7 @@ impl Vmcp {
             // Not yet routed across backends: a Modern listen and tasks stay with the primary
             // (whose registries serve them), as with one backend.
             m if m == crate::modern::LISTEN || crate::tasks::concerns_tasks(m) => Ok(Pick {
-                backend: self.order[0].0.clone(),
+                backend: self.shape().order[0].0.clone(),
                 name: Name::AsClient,
             }),
             other => Err(CoreError::Unsupported(format!(

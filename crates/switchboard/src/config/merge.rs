@@ -89,6 +89,7 @@ pub(crate) fn serve_spec(
         aggregation,
         composites,
         trust: Default::default(),
+        watched: None,
     })
 }
 

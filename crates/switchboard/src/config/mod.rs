@@ -201,7 +201,9 @@ pub(crate) fn serve_spec(
     let source = args.config.as_ref().or(args.mcp_json.as_ref());
     let trust =
         source.map(|path| trust::resolve(loaded.file.trust.as_ref(), &args.gateway.trust, path));
+    let watched = args.config.clone().or_else(|| args.mcp_json.clone());
     let mut spec = merge::serve_spec(loaded, args.gateway, given)?;
     spec.trust = trust.unwrap_or_default();
+    spec.watched = watched;
     Ok(spec)
 }

@@ -23,6 +23,8 @@ pub(crate) struct ServeSpec {
     pub(crate) composites: Vec<std::sync::Arc<switchboard_core::workflow::Plan>>,
     /// Tool pins (`serve` only; `run` passes lists through).
     pub(crate) trust: super::trust::TrustSpec,
+    /// The file this came from, watched for hot reload (`serve` only).
+    pub(crate) watched: Option<std::path::PathBuf>,
 }
 
 /// One backend. Holds expanded secrets (env values, headers, URL): never print it whole.
@@ -179,6 +181,7 @@ impl crate::cli::RunArgs {
             aggregation,
             composites: Vec::new(),
             trust: Default::default(),
+            watched: None,
         })
     }
 }

@@ -1,0 +1,175 @@
+//! Hot reload, the core's half: a new backend set and virtual-server shape put in place while
+//! sessions keep running. The binary (`switchboard::reload`) reads and checks the file, starts
+//! what is new and drains what left; this module swaps the snapshots (`backends`, `health`,
+//! `vmcp`'s shape) and tells each session what changed for it.
+//!
+//! Order matters for isolation and for "nothing is lost": the new backends are connected
+//! *before* the swap (a reload that cannot start one changes nothing), the swap happens in one
+//! step per snapshot, and a request that had already routed keeps the entry it holds, so its
+//! answer still arrives; a backend that left is stopped only after it drains (the binary).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use switchboard_wire::{encode_notification, method};
+
+use crate::backends::{BackendEntry, BackendId};
+use crate::catalog::Kind;
+use crate::vmcp::{VmcpConfig, KINDS};
+use crate::{Backend, CoreError, Gateway};
+
+/// What a reload asks of the core.
+#[derive(Debug)]
+pub struct Reshape {
+    /// The new set, in configured order (never empty).
+    pub order: Vec<BackendId>,
+    /// The backends of `order` that are new or were replaced, connected and handshaken.
+    pub started: Vec<(BackendId, Backend)>,
+    /// The new aggregation settings and per-backend rules.
+    pub vmcp: VmcpConfig,
+    /// The policy was replaced: any session's lists may look different now.
+    pub policy_changed: bool,
+}
+
+/// What a reload did.
+#[derive(Debug, Default)]
+pub struct Reshaped {
+    /// Backends that left the set (removed, or replaced by a new process under their name):
+    /// the binary drains and stops them.
+    pub retired: Vec<Retiring>,
+    /// The `list_changed` notifications every live session was sent, one each.
+    pub announced: Vec<&'static str>,
+}
+
+/// A backend that left the set, still answering what was sent to it before.
+#[derive(Debug)]
+pub struct Retiring(Arc<BackendEntry>);
+
+impl Retiring {
+    /// Its name.
+    pub fn id(&self) -> &BackendId {
+        &self.0.id
+    }
+
+    /// Calls sent to it still awaiting their answer.
+    pub fn pending(&self) -> usize {
+        self.0.backend.handle.pending_len()
+    }
+}
+
+impl Gateway {
+    /// Puts a reloaded backend set and shape in place (see the module docs). Refused, with
+    /// nothing changed, when the gateway does not aggregate or `order` names a backend that is
+    /// neither running nor started.
+    pub async fn reshape(&self, plan: Reshape) -> Result<Reshaped, CoreError> {
+        let Some(vmcp) = self.vmcp() else {
+            return Err(CoreError::Aggregation(
+                "a transparent proxy cannot change its backends".into(),
+            ));
+        };
+        let entries = self.entries_for(&plan)?;
+        let before: Vec<Option<Digest>> = KINDS.iter().map(|k| digest_of(vmcp, *k)).collect();
+        let fresh: Vec<BackendId> = plan.started.iter().map(|(id, _)| id.clone()).collect();
+        let retired: Vec<Arc<BackendEntry>> = self
+            .backends
+            .iter()
+            .filter(|e| !plan.order.contains(&e.id) || fresh.contains(&e.id))
+            .collect();
+        let dropped: Vec<BackendId> = retired.iter().map(|e| e.id.clone()).collect();
+        let infos: Vec<(BackendId, &crate::BackendInfo)> =
+            entries.iter().map(|e| (e.id.clone(), e.info())).collect();
+        // Health first: a request routed to a new backend finds its entry.
+        self.health.reshape(&plan.order, true);
+        vmcp.reshape(plan.vmcp, &infos, &dropped).await;
+        drop(infos);
+        if !self.backends.replace(entries) {
+            return Err(CoreError::Aggregation(
+                "a backend set must not be empty".into(),
+            ));
+        }
+        let mut announced = Vec::new();
+        for (i, kind) in KINDS.iter().enumerate() {
+            let after = match self.view(*kind).await {
+                Ok(_) => digest_of(vmcp, *kind),
+                Err(_) => None,
+            };
+            let name = list_changed(*kind);
+            if (plan.policy_changed || after != before[i]) && !announced.contains(&name) {
+                announced.push(name);
+            }
+        }
+        for name in &announced {
+            self.announce(name);
+        }
+        Ok(Reshaped {
+            retired: retired.into_iter().map(Retiring).collect(),
+            announced,
+        })
+    }
+
+    /// The new set's entries: a kept backend's own (its era, log level and handle carry
+    /// over), a started one's new.
+    fn entries_for(&self, plan: &Reshape) -> Result<Vec<Arc<BackendEntry>>, CoreError> {
+        plan.order
+            .iter()
+            .map(|id| {
+                if let Some((_, backend)) = plan.started.iter().find(|(s, _)| s == id) {
+                    return Ok(Arc::new(BackendEntry::new(id.clone(), backend.clone())));
+                }
+                self.backends
+                    .get(id)
+                    .ok_or_else(|| CoreError::UnknownBackend(id.clone()))
+            })
+            .collect()
+    }
+
+    /// One payload-free `name` to every live session and Modern listener that asked for
+    /// list changes (as a backend's own are rebuilt, `dispatch`).
+    fn announce(&self, name: &'static str) {
+        let data = Bytes::from(encode_notification(name, None));
+        self.registry.sessions.for_each(|_, s| {
+            s.listen.push(data.clone());
+        });
+        self.registry.listeners.list_changed(name);
+    }
+
+    /// Whether sessions get upstreams of their own on `id` (per-session process or a
+    /// Legacy-only remote): those live in sessions, and a reload does not move them.
+    pub fn has_own_upstreams(&self, id: &BackendId) -> bool {
+        self.per_session.for_backend(id).is_some()
+    }
+
+    /// The names of the backends served now, in order.
+    pub fn backend_names(&self) -> Vec<BackendId> {
+        self.backends.iter().map(|e| e.id.clone()).collect()
+    }
+}
+
+/// What a client would see of one list: each visible item, as listed.
+type Digest = Vec<(Arc<str>, BackendId, String)>;
+
+fn digest_of(vmcp: &crate::vmcp::Vmcp, kind: Kind) -> Option<Digest> {
+    let view = vmcp.current(kind)?;
+    Some(
+        view.visible
+            .entries()
+            .iter()
+            .map(|e| {
+                (
+                    e.exposed.clone(),
+                    e.backend.clone(),
+                    e.item.get().to_owned(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The notification that says `kind` changed (templates are resources).
+fn list_changed(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Tools => method::TOOLS_LIST_CHANGED,
+        Kind::Prompts => method::PROMPTS_LIST_CHANGED,
+        Kind::Resources | Kind::ResourceTemplates => method::RESOURCES_LIST_CHANGED,
+    }
+}

@@ -1,0 +1,354 @@
+//! Hot reload (`serve`): one worker watches the config file (polled, by modification time,
+//! length and inode) and `SIGHUP`, reads the file through the same checks `validate` runs,
+//! and applies what may change while serving — backends added, removed or changed, their
+//! filters and overrides, the aggregation settings, the Cedar policy — or refuses the file
+//! whole and keeps the running configuration. The core swaps the snapshots (`Gateway::reshape`);
+//! this worker starts what is new first and drains what left afterwards.
+//!
+//! Not reloaded (logged when they change; a restart applies them): listen address, identity,
+//! limits, timeouts, isolation defaults, worker threads, composite tools, trust settings.
+//! Backends whose sessions hold upstreams of their own (a per-session process, a Legacy-only
+//! remote) cannot be added, removed or changed: those upstreams live in the sessions.
+
+pub(crate) mod policy;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use switchboard_core::{BackendId, Gateway, Registry, Reshape};
+
+use crate::config::spec::BackendSpec;
+use crate::config::ServeSpec;
+use crate::running::RunningSet;
+use crate::start_backends::Origin;
+use policy::ReloadablePolicy;
+
+/// How often the file is looked at. A change is applied once two looks agree, so an editor
+/// that writes in several steps is read once, whole.
+const POLL: Duration = Duration::from_millis(500);
+/// How often a retired backend is checked for calls still in flight.
+const DRAIN_POLL: Duration = Duration::from_millis(50);
+
+/// What the worker needs, handed over by `serve` once the gateway is up.
+pub(crate) struct Reloader {
+    pub(crate) path: PathBuf,
+    pub(crate) gateway: Arc<Gateway>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) running: RunningSet,
+    pub(crate) policy: Option<Arc<ReloadablePolicy>>,
+    /// Whether the gateway aggregates (a transparent proxy reloads its policy only).
+    pub(crate) aggregate: bool,
+    /// A call to a retired backend gets this long to finish.
+    pub(crate) drain_limit: Duration,
+    pub(crate) served: Served,
+}
+
+/// What is served now, as far as a reload compares it.
+pub(crate) struct Served {
+    backends: Vec<(BackendId, String)>,
+    rules: String,
+    fixed: String,
+}
+
+impl Served {
+    pub(crate) fn of(spec: &ServeSpec) -> Self {
+        Served {
+            backends: spec
+                .backends
+                .iter()
+                .map(|b| (b.name.clone(), fingerprint(b)))
+                .collect(),
+            rules: rules_key(spec),
+            fixed: fixed_key(spec),
+        }
+    }
+}
+
+/// A backend's identity for the diff: what it is and how it is reached (secrets included,
+/// compared in memory only, never shown). Filters are not part of it: they change lists,
+/// not the process.
+fn fingerprint(b: &BackendSpec) -> String {
+    format!("{:?}|{:?}", b.kind, b.timeout)
+}
+
+fn rules_key(spec: &ServeSpec) -> String {
+    let lists: Vec<_> = spec
+        .backends
+        .iter()
+        .map(|b| (&b.name, &b.tools, &b.prompts))
+        .collect();
+    format!("{:?}|{lists:?}", spec.aggregation)
+}
+
+fn fixed_key(spec: &ServeSpec) -> String {
+    format!(
+        "{:?}|{:?}|{:?}",
+        spec.options, spec.composites, spec.trust.config
+    )
+}
+
+/// The file's identity now; `None` while it cannot be read.
+fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len(), meta.ino()))
+}
+
+impl Reloader {
+    /// Serves reloads until `stop`; hands back what keeps the backends running (for the
+    /// orderly shutdown), after every drain has ended.
+    pub(crate) async fn run(mut self, stop: CancellationToken) -> RunningSet {
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let mut drains = JoinSet::new();
+        let mut seen = stamp(&self.path);
+        let mut pending = None;
+        let mut tick = tokio::time::interval(POLL);
+        loop {
+            let hup = async {
+                match hangup.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => break,
+                Some(()) = hup => {
+                    seen = stamp(&self.path);
+                    pending = None;
+                    self.apply("SIGHUP", &mut drains, &stop).await;
+                }
+                _ = tick.tick() => {
+                    let now = stamp(&self.path);
+                    if now == seen {
+                        pending = None;
+                    } else if pending.is_some() && pending == now {
+                        seen = now;
+                        pending = None;
+                        self.apply("file changed", &mut drains, &stop).await;
+                    } else {
+                        pending = now.or(pending);
+                    }
+                }
+                Some(_) = drains.join_next(), if !drains.is_empty() => {}
+            }
+        }
+        while drains.join_next().await.is_some() {}
+        self.running
+    }
+
+    async fn apply(&mut self, why: &str, drains: &mut JoinSet<()>, stop: &CancellationToken) {
+        match self.try_apply(drains, stop).await {
+            Ok(Some(summary)) => {
+                info!(reason = why, "{summary}");
+                println!("switchboard: config reloaded ({why}): {summary}");
+            }
+            Ok(None) => println!("switchboard: config unchanged ({why})"),
+            Err(e) => {
+                report_refusal(&e);
+                println!("switchboard: config reload refused ({why}): {e:#}");
+            }
+        }
+    }
+
+    async fn try_apply(
+        &mut self,
+        drains: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<Option<String>> {
+        let spec = load_spec()?;
+        let new_policy = self.check_policy(&spec)?;
+        let plan = Plan::of(&self.served, &spec);
+        let fixed_changed = fixed_key(&spec) != self.served.fixed;
+        if plan.is_empty() && new_policy.is_none() {
+            if fixed_changed {
+                warn_fixed();
+            }
+            return Ok(None);
+        }
+        if !plan.is_empty() && !self.aggregate {
+            bail!("this gateway serves one backend as a transparent proxy: changing its backends or their lists needs a restart");
+        }
+        for id in plan.removed.iter().chain(&plan.changed) {
+            if self.gateway.has_own_upstreams(id) {
+                bail!("backend {id} gives each session an upstream of its own: removing or changing it needs a restart");
+            }
+        }
+        let started = self.start(&spec, &plan).await?;
+        let policy_changed = new_policy.is_some();
+        if let (Some(policy), Some((path, checked))) = (&self.policy, new_policy) {
+            policy.install(&path, checked);
+        }
+        let mut vmcp = crate::start_backends::vmcp_config(&spec.aggregation, &spec.backends);
+        vmcp.trust = None;
+        let reshape = Reshape {
+            order: spec.backends.iter().map(|b| b.name.clone()).collect(),
+            started: started.backends,
+            vmcp,
+            policy_changed,
+        };
+        let reshaped = self.gateway.reshape(reshape).await?;
+        for retiring in reshaped.retired {
+            let keepers = self.running.retire(retiring.id());
+            let (limit, stop) = (self.drain_limit, stop.clone());
+            drains.spawn(async move {
+                let deadline = Instant::now() + limit;
+                while retiring.pending() > 0 && Instant::now() < deadline {
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(DRAIN_POLL) => {}
+                    }
+                }
+                keepers.stop().await;
+                info!(backend = %retiring.id(), "retired backend stopped");
+            });
+        }
+        self.running.adopt(started.processes, started.internals);
+        self.served = Served {
+            fixed: self.served.fixed.clone(),
+            ..Served::of(&spec)
+        };
+        if fixed_changed {
+            warn_fixed();
+        }
+        Ok(Some(plan.summary(policy_changed, &reshaped.announced)))
+    }
+
+    /// The policy file's new text compiled, when it changed; refused when the file asks to
+    /// turn the policy on or off (a restart does that).
+    fn check_policy(
+        &self,
+        spec: &ServeSpec,
+    ) -> anyhow::Result<Option<(PathBuf, (String, switchboard_policy::CedarAuthorizer))>> {
+        let auth = spec.options.auth.resolve()?;
+        let path = spec.options.auth.policy_path(&auth).map(Path::to_owned);
+        match (&self.policy, path) {
+            (None, None) => Ok(None),
+            (Some(policy), Some(path)) => Ok(policy.check(&path)?.map(|p| (path, p))),
+            (None, Some(_)) => bail!("turning a Cedar policy on needs a restart"),
+            (Some(_), None) => bail!("turning the Cedar policy off needs a restart"),
+        }
+    }
+
+    /// Starts the added and changed backends (all or none: a failure stops the others).
+    async fn start(
+        &self,
+        spec: &ServeSpec,
+        plan: &Plan,
+    ) -> anyhow::Result<crate::start_backends::StartedSet> {
+        let origins = spec
+            .backends
+            .iter()
+            .filter(|b| plan.added.contains(&b.name) || plan.changed.contains(&b.name))
+            .map(|b| Ok((b.name.clone(), Origin::of(&spec.options, b)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let started =
+            crate::start_backends::start_all(&spec.options, origins, true, &self.registry).await?;
+        if let Some((id, _)) = started.per_session.first() {
+            bail!("backend {id} would give each session an upstream of its own (isolation per-session, or a Legacy-only remote): adding it needs a restart");
+        }
+        Ok(started)
+    }
+}
+
+/// Backends by what a reload does to them.
+struct Plan {
+    added: Vec<BackendId>,
+    removed: Vec<BackendId>,
+    changed: Vec<BackendId>,
+    rules_changed: bool,
+}
+
+impl Plan {
+    fn of(served: &Served, spec: &ServeSpec) -> Self {
+        let now = Served::of(spec);
+        let old = |id: &BackendId| served.backends.iter().find(|(b, _)| b == id);
+        let mut plan = Plan {
+            added: Vec::new(),
+            removed: Vec::new(),
+            changed: Vec::new(),
+            rules_changed: now.rules != served.rules,
+        };
+        for (id, print) in &now.backends {
+            match old(id) {
+                None => plan.added.push(id.clone()),
+                Some((_, was)) if was != print => plan.changed.push(id.clone()),
+                Some(_) => {}
+            }
+        }
+        for (id, _) in &served.backends {
+            if !now.backends.iter().any(|(b, _)| b == id) {
+                plan.removed.push(id.clone());
+            }
+        }
+        plan
+    }
+
+    fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.changed.is_empty()
+            && !self.rules_changed
+    }
+
+    fn summary(&self, policy: bool, announced: &[&str]) -> String {
+        let names = |ids: &[BackendId]| {
+            let v: Vec<&str> = ids.iter().map(BackendId::as_str).collect();
+            format!("[{}]", v.join(", "))
+        };
+        format!(
+            "added {}, removed {}, restarted {}, lists {}, policy {}, announced [{}]",
+            names(&self.added),
+            names(&self.removed),
+            names(&self.changed),
+            if self.rules_changed {
+                "changed"
+            } else {
+                "same"
+            },
+            if policy { "changed" } else { "same" },
+            announced.join(", ")
+        )
+    }
+}
+
+/// Reads the config again exactly as `serve` did at start: the process's own command line
+/// (flags still override the file), through the checks `validate` runs.
+fn load_spec() -> anyhow::Result<ServeSpec> {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let matches = crate::cli::Cli::command()
+        .try_get_matches_from(argv)
+        .context("the command line")?;
+    let cli = crate::cli::Cli::from_arg_matches(&matches).context("the command line")?;
+    let crate::cli::Command::Serve(args) = cli.command else {
+        bail!("only `serve` reloads its configuration");
+    };
+    let sub = matches.subcommand_matches("serve");
+    let given = |id: &str| sub.and_then(|m| m.value_source(id)) == Some(ValueSource::CommandLine);
+    crate::config::serve_spec(args, &given)
+}
+
+/// Every error of a refused file on its own log line, with its path.
+fn report_refusal(e: &anyhow::Error) {
+    if let Some(errors) = e.downcast_ref::<crate::config::ConfigErrors>() {
+        for one in &errors.errors {
+            error!(file = %errors.source_name, "config reload refused: {one}");
+        }
+    } else {
+        error!("config reload refused: {e:#}");
+    }
+    warn!("the running configuration keeps serving");
+}
+
+fn warn_fixed() {
+    warn!("settings outside backends, their lists, aggregation and the policy changed: they take effect at the next restart");
+}
