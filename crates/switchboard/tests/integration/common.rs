@@ -9,6 +9,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+pub use crate::stdout_log::StdoutLog;
+
 /// The third-party server the real-server tests run, pinned (a new release may change what
 /// its lists hold); `scripts/conformance.sh` pins the same version.
 pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
@@ -25,6 +27,8 @@ pub struct TestGateway {
     pub stderr: std::sync::Arc<parking_lot::Mutex<String>>,
     /// What it printed on stdout before its listening line.
     pub startup: Vec<String>,
+    /// What it printed on stdout after its listening line (see [`TestGateway::wait_stdout`]).
+    pub stdout: std::sync::Arc<StdoutLog>,
 }
 
 impl TestGateway {
@@ -112,17 +116,38 @@ impl TestGateway {
         })
         .await
         .expect("switchboard did not start within 60s");
-        // Keep draining stdout so the gateway never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // Keep draining stdout so the gateway never blocks on a full pipe; kept for waiters.
+        let stdout = std::sync::Arc::new(StdoutLog::default());
+        let log = stdout.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                log.push(line);
+            }
+            log.close();
+        });
         TestGateway {
             _child: child,
             stderr,
             startup,
+            stdout,
             url,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
                 .build()
                 .unwrap(),
+        }
+    }
+
+    /// Waits (at most `bound`) for the next stdout line starting with `prefix` that no
+    /// earlier call took, and takes it. Panics (with what it printed) if none comes.
+    pub async fn wait_stdout(&self, prefix: &str, bound: Duration) -> String {
+        match self.stdout.wait(prefix, bound).await {
+            Some(line) => line,
+            None => panic!(
+                "no stdout line starting with {prefix:?} within {bound:?}\nstdout: {:#?}\nstderr:\n{}",
+                self.stdout.lines(),
+                self.stderr.lock()
+            ),
         }
     }
 

@@ -8,6 +8,7 @@
 )]
 
 mod common;
+mod stdout_log;
 
 mod auth;
 mod backend_failure;
@@ -29,6 +30,7 @@ mod per_session;
 mod per_session_sse;
 mod real_remotes;
 mod relay;
+mod reload;
 mod remote_client;
 mod remote_resume;
 mod remote_sse_client;

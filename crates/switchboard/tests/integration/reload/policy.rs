@@ -1,0 +1,67 @@
+//! The Cedar policy reloads: by a config rewrite naming another policy file, and by SIGHUP
+//! after the policy file itself changed (the watcher watches only the config file).
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use super::{config_of, hangup, rewrite, BOUND, RELOADED};
+use crate::common::TestGateway;
+use crate::vmcp::{call_text, request, serve, stdio, tool_names, Dir, Era};
+
+/// Everything, except calling `pid`.
+const FORBID_PID: &str = "permit(principal, action, resource);\n\
+forbid(principal, action == Action::\"call_tool\", resource == Tool::\"pid\");\n";
+const PERMIT_ALL: &str = "permit(principal, action, resource);\n";
+
+/// One fixture (`keep`, names bare) under the policy at `policy`.
+fn config(policy: &std::path::Path) -> String {
+    format!(
+        "policy: {{file: {}}}\nbackends:\n{}",
+        policy.display(),
+        stdio("keep", "")
+    )
+}
+
+/// `pid` is refused (403, like any forbidden call) and not listed.
+async fn pid_forbidden(gw: &TestGateway, sid: &str, what: &str) {
+    let body = request(
+        json!(1),
+        "tools/call",
+        json!({"name": "pid", "arguments": {}}),
+    );
+    let r = gw.post(Some(sid), &body).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{what}: {}", r.text);
+    let names = tool_names(gw, Era::Legacy, Some(sid)).await;
+    assert!(!names.iter().any(|n| n == "pid"), "{what}: {names:?}");
+    assert!(names.iter().any(|n| n == "echo"), "{what}: {names:?}");
+}
+
+/// `pid` is listed and answers.
+async fn pid_permitted(gw: &TestGateway, sid: &str, what: &str) {
+    let names = tool_names(gw, Era::Legacy, Some(sid)).await;
+    assert!(names.iter().any(|n| n == "pid"), "{what}: {names:?}");
+    let pid = call_text(gw, Era::Legacy, Some(sid), "pid", json!({})).await;
+    assert!(pid.parse::<u32>().is_ok(), "{what}: {pid}");
+}
+
+#[tokio::test]
+async fn a_reloaded_policy_permits_and_forbids_again() {
+    let policies = Dir::new("reload-policy");
+    let strict = policies.write("strict.cedar", FORBID_PID);
+    let open = policies.write("open.cedar", PERMIT_ALL);
+    let served = serve("reload-policy", &config(&strict), None).await;
+    let gw = &served.gw;
+    let sid = gw.session().await;
+    pid_forbidden(gw, &sid, "at start").await;
+
+    // The config now names the permissive file: the poll reloads it.
+    rewrite(&config_of(&served._dir), &config(&open));
+    gw.wait_stdout(RELOADED, BOUND).await;
+    pid_permitted(gw, &sid, "after the config named the open policy").await;
+
+    // The policy file itself changes (the config does not): SIGHUP reloads it.
+    policies.write("open.cedar", FORBID_PID);
+    hangup(gw);
+    gw.wait_stdout(RELOADED, BOUND).await;
+    pid_forbidden(gw, &sid, "after SIGHUP with the policy file changed").await;
+}
