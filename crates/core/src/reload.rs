@@ -123,6 +123,20 @@ impl Gateway {
             .collect()
     }
 
+    /// The policy alone was replaced (a transparent proxy has no shape to reload): every
+    /// session's lists may look different, so each hears every `list_changed` once.
+    pub fn policy_replaced(&self) -> Vec<&'static str> {
+        let all = [
+            method::TOOLS_LIST_CHANGED,
+            method::PROMPTS_LIST_CHANGED,
+            method::RESOURCES_LIST_CHANGED,
+        ];
+        for name in all {
+            self.announce(name);
+        }
+        all.to_vec()
+    }
+
     /// One payload-free `name` to every live session and Modern listener that asked for
     /// list changes (as a backend's own are rebuilt, `dispatch`).
     fn announce(&self, name: &'static str) {

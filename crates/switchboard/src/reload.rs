@@ -188,6 +188,11 @@ impl Reloader {
         if let (Some(policy), Some((path, checked))) = (&self.policy, new_policy) {
             policy.install(&path, checked);
         }
+        if plan.is_empty() {
+            // The policy alone: nothing to reshape (and a transparent proxy has no shape).
+            let announced = self.gateway.policy_replaced();
+            return Ok(Some(plan.summary(true, &announced)));
+        }
         let mut vmcp = crate::start_backends::vmcp_config(&spec.aggregation, &spec.backends);
         vmcp.trust = None;
         let reshape = Reshape {
