@@ -64,7 +64,7 @@ pub use modern::ModernAnswer;
 pub use per_session::SpawnBackend;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use registry::Registry;
-pub use reload::{Reshape, Reshaped, Retiring};
+pub use reload::{ReloadOutcome, Reshape, Reshaped, Retiring};
 pub use session::{SessionId, Transport};
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;

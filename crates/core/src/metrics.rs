@@ -130,6 +130,11 @@ struct TransportLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: Word,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ReasonLabels {
     reason: Word,
 }
@@ -145,6 +150,7 @@ pub(crate) struct Metrics {
     client_duration: Latency<ClientLabels>,
     denials: Family<ReasonLabels, Counter>,
     restarts: Family<BackendLabels, Counter>,
+    reloads: Family<OutcomeLabels, Counter>,
     sessions: Family<TransportLabels, Gauge>,
     breaker: Family<StateLabels, Gauge>,
     health: Family<StateLabels, Gauge>,
@@ -177,6 +183,7 @@ impl Metrics {
             client_duration: Family::new_with_constructor(latency),
             denials: Family::default(),
             restarts: Family::default(),
+            reloads: Family::default(),
             sessions: Family::default(),
             breaker: Family::default(),
             health: Family::default(),
@@ -214,6 +221,11 @@ impl Metrics {
             "switchboard_backend_restarts",
             "Backend processes restarted after they ended",
             m.restarts.clone(),
+        );
+        registry.register(
+            "switchboard_config_reloads",
+            "Config reloads by outcome: applied, refused, unchanged",
+            m.reloads.clone(),
         );
         registry.register(
             "switchboard_sessions",
@@ -289,6 +301,15 @@ pub(crate) fn backend_call(
 }
 
 /// A backend process was restarted.
+pub(crate) fn reloaded(outcome: &'static str) {
+    get()
+        .reloads
+        .get_or_create(&OutcomeLabels {
+            outcome: Word(outcome),
+        })
+        .inc();
+}
+
 pub(crate) fn restarted(backend: &BackendId) {
     get()
         .restarts

@@ -57,7 +57,24 @@ impl Retiring {
     }
 }
 
+/// How a reload attempt ended (the `switchboard_config_reloads` metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    Applied,
+    Refused,
+    Unchanged,
+}
+
 impl Gateway {
+    /// Counts one reload attempt.
+    pub fn count_reload(&self, outcome: ReloadOutcome) {
+        crate::metrics::reloaded(match outcome {
+            ReloadOutcome::Applied => "applied",
+            ReloadOutcome::Refused => "refused",
+            ReloadOutcome::Unchanged => "unchanged",
+        });
+    }
+
     /// Puts a reloaded backend set and shape in place (see the module docs). Refused, with
     /// nothing changed, when the gateway does not aggregate or `order` names a backend that is
     /// neither running nor started.
@@ -87,6 +104,11 @@ impl Gateway {
                 "a backend set must not be empty".into(),
             ));
         }
+        for id in &fresh {
+            if let Some(entry) = self.backends.get(id) {
+                self.carry_over(&entry).await;
+            }
+        }
         let mut announced = Vec::new();
         for (i, kind) in KINDS.iter().enumerate() {
             let after = match self.view(*kind).await {
@@ -105,6 +127,25 @@ impl Gateway {
             retired: retired.into_iter().map(Retiring).collect(),
             announced,
         })
+    }
+
+    /// What sessions hold at a backend that a reload started (new, or a new process under an
+    /// old name): its subscriptions are made again on the new process, its `Mcp-Param-*`
+    /// designations re-learned, and the most verbose level sessions asked for applied (as
+    /// after a crash restart, `session_ops`).
+    async fn carry_over(&self, entry: &BackendEntry) {
+        let tables = self.registry.tables(&entry.id);
+        tables.tool_headers.invalidate();
+        let deadline = self.config.handshake_timeout;
+        for uri in tables.subs.uris() {
+            let params = serde_json::json!({ "uri": uri });
+            let handle = &entry.backend.handle;
+            if let Err(e) = crate::backend::call(handle, method::SUBSCRIBE, params, deadline).await
+            {
+                tracing::debug!(error = %e, backend = %entry.id, "re-subscribe after reload failed");
+            }
+        }
+        let _ = self.reconcile_log_level(entry).await;
     }
 
     /// The new set's entries: a kept backend's own (its era, log level and handle carry

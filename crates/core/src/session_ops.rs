@@ -141,7 +141,10 @@ impl Gateway {
 
     /// Sets `backend` to the most verbose level any session wants, if that changed. Returns
     /// the backend's answer when it was asked.
-    async fn reconcile_log_level(&self, backend: &BackendEntry) -> Option<BackendResponse> {
+    pub(crate) async fn reconcile_log_level(
+        &self,
+        backend: &BackendEntry,
+    ) -> Option<BackendResponse> {
         let mut current = backend.log_level.lock().await;
         let mut levels = Vec::new();
         self.registry

@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use switchboard_core::{BackendId, Gateway, Registry, Reshape};
+use switchboard_core::{BackendId, Gateway, Registry, ReloadOutcome, Reshape};
 
 use crate::config::spec::BackendSpec;
 use crate::config::ServeSpec;
@@ -147,17 +147,23 @@ impl Reloader {
     }
 
     async fn apply(&mut self, why: &str, drains: &mut JoinSet<()>, stop: &CancellationToken) {
-        match self.try_apply(drains, stop).await {
+        let outcome = match self.try_apply(drains, stop).await {
             Ok(Some(summary)) => {
-                info!(reason = why, "{summary}");
+                info!(reason = why, "config reloaded: {summary}");
                 println!("switchboard: config reloaded ({why}): {summary}");
+                ReloadOutcome::Applied
             }
-            Ok(None) => println!("switchboard: config unchanged ({why})"),
+            Ok(None) => {
+                println!("switchboard: config unchanged ({why})");
+                ReloadOutcome::Unchanged
+            }
             Err(e) => {
                 report_refusal(&e);
                 println!("switchboard: config reload refused ({why}): {e:#}");
+                ReloadOutcome::Refused
             }
-        }
+        };
+        self.gateway.count_reload(outcome);
     }
 
     async fn try_apply(

@@ -299,6 +299,20 @@ async fn an_invalid_config_is_refused_whole_and_the_old_one_keeps_serving() {
     assert!(!now.iter().any(|n| n == "a_slow"), "{now:?}");
     let answer = call_text(gw, Era::Legacy, Some(&sid), "c_echo", json!({"text": "c"})).await;
     assert_eq!(answer, "c");
+    // Both refusals and the one reload are counted.
+    let metrics = gw
+        .http
+        .get(format!("{}/metrics", gw.base()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (outcome, n) in [("refused", 2), ("applied", 1)] {
+        let line = format!("switchboard_config_reloads_total{{outcome=\"{outcome}\"}} {n}");
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
 }
 
 #[tokio::test]
@@ -330,4 +344,57 @@ async fn sighup_reloads() {
     assert!(!now.iter().any(|n| n == "a_slow"), "{now:?}");
     let answer = call_text(gw, Era::Legacy, Some(&sid), "a_echo", json!({"text": "a"})).await;
     assert_eq!(answer, "a");
+}
+
+/// Calls in flight to backend `name`, from `/status`.
+async fn in_flight(gw: &TestGateway, name: &str) -> u64 {
+    let status: Value = gw
+        .http
+        .get(format!("{}/status", gw.base()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    status["backends"]
+        .as_array()
+        .and_then(|all| all.iter().find(|b| b["name"] == name))
+        .map_or(0, |b| b["inFlight"].as_u64().unwrap_or(0))
+}
+
+#[tokio::test]
+async fn a_call_in_flight_to_a_removed_backend_still_gets_its_answer() {
+    let served = serve("reload-drain", &three(&stdio("a", ""), "b"), None).await;
+    let gw = &served.gw;
+    let sid = gw.session().await;
+    let body = request(
+        json!(7),
+        "tools/call",
+        json!({"name": "b_slow", "arguments": {"ms": 1500}}),
+    );
+    let reload = async {
+        // The call has reached `b` before the file changes (state, not time).
+        let deadline = tokio::time::Instant::now() + BOUND;
+        while in_flight(gw, "b").await == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the call never reached b"
+            );
+            tokio::task::yield_now().await;
+        }
+        rewrite(&config_of(&served._dir), &three(&stdio("a", ""), "c"));
+        gw.wait_stdout(RELOADED, BOUND).await
+    };
+    let (reply, line) = tokio::join!(gw.post(Some(&sid), &body), reload);
+    assert!(line.contains("removed [b]"), "{line}");
+    let names = tool_names(gw, Era::Legacy, Some(&sid)).await;
+    assert!(!names.iter().any(|n| n.starts_with("b_")), "{names:?}");
+    let answer = reply.json();
+    assert_eq!(answer["id"], json!(7), "{answer}");
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        json!("slept 1500"),
+        "the drained backend answered its call: {answer}"
+    );
 }
