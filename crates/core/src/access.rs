@@ -174,6 +174,13 @@ pub trait Authorizer: Send + Sync + fmt::Debug {
         let _ = origin;
         self.is_allowed(principal, action, target)
     }
+
+    /// The policy in force now, when this one can be replaced while serving (hot reload):
+    /// one request is judged by one policy from admission to its list filtering. `None`
+    /// (the default): this one never changes.
+    fn current(&self) -> Option<Arc<dyn Authorizer>> {
+        None
+    }
 }
 
 /// Where targets are served right now: the aggregating gateway's merged lists
@@ -238,7 +245,10 @@ impl crate::Gateway {
             return Ok(());
         }
         let origins = self.origins_for(msg).await;
-        if access.decide(caller, msg, origins).2.is_ok() {
+        if decide(access.policy_now().as_deref(), caller, msg, origins)
+            .2
+            .is_ok()
+        {
             return Ok(());
         }
         // Denied: go through the admission point so the denial is audited exactly as it would
@@ -280,16 +290,12 @@ impl Access {
         self.authorizer.is_some() || self.limits.is_some() || self.audit.is_some()
     }
 
-    fn allows(
-        &self,
-        principal: &Principal,
-        action: &str,
-        target: &Target,
-        origin: Option<&Origin>,
-    ) -> bool {
+    /// The policy a request is judged by, from admission to the end (see
+    /// [`Authorizer::current`]).
+    pub(crate) fn policy_now(&self) -> Option<Arc<dyn Authorizer>> {
         self.authorizer
             .as_ref()
-            .is_none_or(|a| a.is_allowed_at(principal, action, target, origin))
+            .map(|a| a.current().unwrap_or_else(|| a.clone()))
     }
 
     /// Whether a list would show `target` to `principal`, with `origin` from the merged
@@ -300,7 +306,7 @@ impl Access {
         target: &Target,
         origin: Option<&Origin>,
     ) -> bool {
-        self.authorizer.as_ref().is_none_or(|a| {
+        self.policy_now().is_none_or(|a| {
             origin.is_some()
                 && a.is_allowed_at(principal, gate::item_action(target), target, origin)
         })
@@ -320,6 +326,7 @@ impl Access {
     ) -> Result<Admitted<'a>, CoreError> {
         let mut admitted = Admitted {
             access: self,
+            policy: self.policy_now(),
             principal,
             msg,
             path,
@@ -337,7 +344,7 @@ impl Access {
         if admitted.done {
             return Ok(admitted);
         }
-        let (target, origin, verdict) = self.decide(principal, msg, origins);
+        let (target, origin, verdict) = decide(admitted.policy.as_deref(), principal, msg, origins);
         admitted.target = target;
         admitted.origin = origin;
         let counts = verdict.is_ok() || origins.is_some_and(|o| o.masks_denials());
@@ -373,58 +380,6 @@ impl Access {
         }
     }
 
-    /// The policy's decision for `msg` (no rate limit, no audit), the operation's target, and
-    /// where it is served (when aggregating and known).
-    fn decide(
-        &self,
-        principal: &Principal,
-        msg: &Message<'_>,
-        origins: Option<&dyn Origins>,
-    ) -> (Target, Option<Origin>, Result<(), CoreError>) {
-        // Without a policy the target is still needed (rate limits, audit).
-        match gate(msg) {
-            Gate::Open => (Target::Server, None, Ok(())),
-            Gate::Check(action, target) => {
-                if let (Some(o), Target::Tool(name)) = (origins, &target) {
-                    if o.own_tool(name) {
-                        // The gateway's own tool shows only what the caller may call: using
-                        // it needs no more than listing tools.
-                        let verdict = if self.allows(principal, "list_tools", &Target::Server, None)
-                        {
-                            Ok(())
-                        } else {
-                            Err(CoreError::Forbidden(denial("list_tools")))
-                        };
-                        return (target, None, verdict);
-                    }
-                }
-                let origin = origins.and_then(|o| o.of_request(msg, &target));
-                let verdict = if self.allows(principal, &action, &target, origin.as_ref()) {
-                    Ok(())
-                } else {
-                    Err(CoreError::Forbidden(denial(&action)))
-                };
-                (target, origin, verdict)
-            }
-            Gate::Listen(uris) => {
-                let denied = uris.into_iter().find_map(|u| {
-                    let target = Target::Resource(u);
-                    let origin = origins.and_then(|o| o.of_item(&target));
-                    let allowed = self.allows(principal, "subscribe", &target, origin.as_ref());
-                    (!allowed).then_some((target, origin))
-                });
-                match denied {
-                    None => (Target::Server, None, Ok(())),
-                    Some((target, origin)) => (
-                        target,
-                        origin,
-                        Err(CoreError::Forbidden(denial("subscribe"))),
-                    ),
-                }
-            }
-        }
-    }
-
     /// An operation that is audited but neither gated by the policy nor counted by the rate
     /// limits: `initialize` (open to every caller, it only creates the caller's own session;
     /// it never went through [`Self::admit`]). Complete it with
@@ -436,6 +391,7 @@ impl Access {
     ) -> Admitted<'a> {
         Admitted {
             access: self,
+            policy: None,
             principal,
             msg,
             path: Path::Legacy,
@@ -497,25 +453,34 @@ impl Access {
     /// Capabilities without the families the caller may not list (`tools` without
     /// `list_tools`, …), for `initialize` and `server/discover`.
     pub(crate) fn visible_capabilities(&self, principal: &Principal, caps: &Value) -> Value {
-        let Some(authorizer) = &self.authorizer else {
-            return caps.clone();
-        };
-        let mut caps = caps.clone();
-        if let Some(map) = caps.as_object_mut() {
-            for (family, action) in [
-                ("tools", "list_tools"),
-                ("prompts", "list_prompts"),
-                ("resources", "list_resources"),
-            ] {
-                if map.contains_key(family)
-                    && !authorizer.is_allowed_at(principal, action, &Target::Server, None)
-                {
-                    map.remove(family);
-                }
+        visible_capabilities(self.policy_now().as_deref(), principal, caps)
+    }
+}
+
+/// [`Access::visible_capabilities`] under `policy`.
+pub(crate) fn visible_capabilities(
+    policy: Option<&dyn Authorizer>,
+    principal: &Principal,
+    caps: &Value,
+) -> Value {
+    let Some(authorizer) = policy else {
+        return caps.clone();
+    };
+    let mut caps = caps.clone();
+    if let Some(map) = caps.as_object_mut() {
+        for (family, action) in [
+            ("tools", "list_tools"),
+            ("prompts", "list_prompts"),
+            ("resources", "list_resources"),
+        ] {
+            if map.contains_key(family)
+                && !authorizer.is_allowed_at(principal, action, &Target::Server, None)
+            {
+                map.remove(family);
             }
         }
-        caps
     }
+    caps
 }
 
 #[cfg(test)]
@@ -525,4 +490,66 @@ mod tests;
 /// `tool_approved`): a gateway event, no principal or session (a backend's list caused it).
 pub(crate) fn trust_line(event: &str, outcome: &str) -> Value {
     line(None, None, ("event", event), outcome)
+}
+
+/// The policy's decision for `msg` (no rate limit, no audit), the operation's target, and
+/// where it is served (when aggregating and known).
+fn decide(
+    policy: Option<&dyn Authorizer>,
+    principal: &Principal,
+    msg: &Message<'_>,
+    origins: Option<&dyn Origins>,
+) -> (Target, Option<Origin>, Result<(), CoreError>) {
+    // Without a policy the target is still needed (rate limits, audit).
+    match gate(msg) {
+        Gate::Open => (Target::Server, None, Ok(())),
+        Gate::Check(action, target) => {
+            if let (Some(o), Target::Tool(name)) = (origins, &target) {
+                if o.own_tool(name) {
+                    // The gateway's own tool shows only what the caller may call: using
+                    // it needs no more than listing tools.
+                    let verdict = if allowed(policy, principal, "list_tools", &Target::Server, None)
+                    {
+                        Ok(())
+                    } else {
+                        Err(CoreError::Forbidden(denial("list_tools")))
+                    };
+                    return (target, None, verdict);
+                }
+            }
+            let origin = origins.and_then(|o| o.of_request(msg, &target));
+            let verdict = if allowed(policy, principal, &action, &target, origin.as_ref()) {
+                Ok(())
+            } else {
+                Err(CoreError::Forbidden(denial(&action)))
+            };
+            (target, origin, verdict)
+        }
+        Gate::Listen(uris) => {
+            let denied = uris.into_iter().find_map(|u| {
+                let target = Target::Resource(u);
+                let origin = origins.and_then(|o| o.of_item(&target));
+                let allowed = allowed(policy, principal, "subscribe", &target, origin.as_ref());
+                (!allowed).then_some((target, origin))
+            });
+            match denied {
+                None => (Target::Server, None, Ok(())),
+                Some((target, origin)) => (
+                    target,
+                    origin,
+                    Err(CoreError::Forbidden(denial("subscribe"))),
+                ),
+            }
+        }
+    }
+}
+
+fn allowed(
+    policy: Option<&dyn Authorizer>,
+    principal: &Principal,
+    action: &str,
+    target: &Target,
+    origin: Option<&Origin>,
+) -> bool {
+    policy.is_none_or(|a| a.is_allowed_at(principal, action, target, origin))
 }

@@ -235,7 +235,7 @@ impl std::ops::Deref for Presented {
 }
 
 /// Non-empty, and no name twice.
-fn distinct<'a>(mut ids: impl Iterator<Item = &'a BackendId>) -> bool {
+pub(crate) fn distinct<'a>(mut ids: impl Iterator<Item = &'a BackendId>) -> bool {
     let mut seen = std::collections::HashSet::new();
     let mut any = false;
     ids.all(|id| {

@@ -230,15 +230,16 @@ impl Health {
     }
 
     /// Follows a reload: `ids` is the new set; a backend already known keeps its entry, a
-    /// new one starts `connected` (it has just answered its handshake), a removed one's
-    /// entry goes (a call still in flight there keeps its own reference).
-    pub(crate) fn reshape(&self, ids: &[BackendId], connected: bool) {
+    /// new one (or a new process under a known name, `fresh`) starts healthy (it has just
+    /// answered its handshake), a removed one's entry goes (a call still in flight there
+    /// keeps its own reference).
+    pub(crate) fn reshape(&self, ids: &[BackendId], fresh: &[BackendId]) {
         let old = self.backends.load();
         let table: Table = ids
             .iter()
             .map(|id| {
-                let b = old.get(id).cloned().unwrap_or_else(|| entry(connected));
-                (id.clone(), b)
+                let kept = old.get(id).filter(|_| !fresh.contains(id));
+                (id.clone(), kept.cloned().unwrap_or_else(|| entry(true)))
             })
             .collect();
         self.backends.store(Arc::new(table));

@@ -76,8 +76,10 @@ impl Gateway {
     }
 
     /// Puts a reloaded backend set and shape in place (see the module docs). Refused, with
-    /// nothing changed, when the gateway does not aggregate or `order` names a backend that is
-    /// neither running nor started.
+    /// nothing changed, when the gateway does not aggregate, `order` is empty, repeats a name
+    /// or names a backend that is neither running nor started, or when a list that merged
+    /// before no longer merges with the new shape (a `manual` collision the new backends
+    /// bring): the old set and shape are put back and keep serving.
     pub async fn reshape(&self, plan: Reshape) -> Result<Reshaped, CoreError> {
         let Some(vmcp) = self.vmcp() else {
             return Err(CoreError::Aggregation(
@@ -85,41 +87,50 @@ impl Gateway {
             ));
         };
         let entries = self.entries_for(&plan)?;
-        let before: Vec<Option<Digest>> = KINDS.iter().map(|k| digest_of(vmcp, *k)).collect();
-        let fresh: Vec<BackendId> = plan.started.iter().map(|(id, _)| id.clone()).collect();
-        let retired: Vec<Arc<BackendEntry>> = self
-            .backends
-            .iter()
-            .filter(|e| !plan.order.contains(&e.id) || fresh.contains(&e.id))
-            .collect();
-        let dropped: Vec<BackendId> = retired.iter().map(|e| e.id.clone()).collect();
-        let infos: Vec<(BackendId, &crate::BackendInfo)> =
-            entries.iter().map(|e| (e.id.clone(), e.info())).collect();
-        // Health first: a request routed to a new backend finds its entry.
-        self.health.reshape(&plan.order, true);
-        vmcp.reshape(plan.vmcp, &infos, &dropped).await;
-        drop(infos);
-        if !self.backends.replace(entries) {
+        if !crate::backends::distinct(entries.iter().map(|e| &e.id)) {
             return Err(CoreError::Aggregation(
-                "a backend set must not be empty".into(),
+                "a backend set must be non-empty, each name once".into(),
             ));
         }
-        for id in &fresh {
-            if let Some(entry) = self.backends.get(id) {
-                self.carry_over(&entry).await;
-            }
+        let before: Vec<Option<Digest>> = KINDS.iter().map(|k| digest_of(vmcp, *k)).collect();
+        let old: Vec<Arc<BackendEntry>> = self.backends.iter().collect();
+        let fresh: Vec<BackendId> = plan.started.iter().map(|(id, _)| id.clone()).collect();
+        let retired: Vec<Arc<BackendEntry>> = old
+            .iter()
+            .filter(|e| !plan.order.contains(&e.id) || fresh.contains(&e.id))
+            .cloned()
+            .collect();
+        let dropped: Vec<BackendId> = retired.iter().map(|e| e.id.clone()).collect();
+        let old_shape = vmcp.shape();
+        {
+            let infos: Vec<(BackendId, &crate::BackendInfo)> =
+                entries.iter().map(|e| (e.id.clone(), e.info())).collect();
+            vmcp.reshape(plan.vmcp, &infos, &dropped, || {
+                // A new process starts with a health entry of its own (its predecessor's
+                // breaker is not its history).
+                self.health.reshape(&plan.order, &fresh);
+                self.backends.replace(entries.clone());
+            })
+            .await;
         }
-        let mut announced = Vec::new();
+        let mut after = Vec::with_capacity(KINDS.len());
         for (i, kind) in KINDS.iter().enumerate() {
-            let after = match self.view(*kind).await {
-                Ok(_) => digest_of(vmcp, *kind),
-                Err(_) => None,
-            };
-            let name = list_changed(*kind);
-            if (plan.policy_changed || after != before[i]) && !announced.contains(&name) {
-                announced.push(name);
+            match self.view(*kind).await {
+                Ok(_) => after.push(digest_of(vmcp, *kind)),
+                Err(e) if before[i].is_some() => {
+                    self.roll_back(old_shape, old).await;
+                    return Err(e);
+                }
+                Err(_) => after.push(None),
             }
         }
+        for id in &dropped {
+            self.forget(id);
+        }
+        for entry in entries.iter().filter(|e| fresh.contains(&e.id)) {
+            self.carry_over(entry).await;
+        }
+        let announced = announcements(&before, &after, plan.policy_changed);
         for name in &announced {
             self.announce(name);
         }
@@ -129,13 +140,34 @@ impl Gateway {
         })
     }
 
+    /// Puts the set and shape from before a reshape back.
+    async fn roll_back(&self, shape: Arc<crate::vmcp::Shape>, old: Vec<Arc<BackendEntry>>) {
+        let Some(vmcp) = self.vmcp() else {
+            return;
+        };
+        let order: Vec<BackendId> = old.iter().map(|e| e.id.clone()).collect();
+        vmcp.restore(shape, || {
+            self.health.reshape(&order, &[]);
+            self.backends.replace(old);
+        })
+        .await;
+    }
+
+    /// What the gateway kept about a backend process that left: the task ids it handed out
+    /// (a new process under the name may hand the same ids to someone else) and its tools'
+    /// `Mcp-Param-*` designations.
+    fn forget(&self, id: &BackendId) {
+        let tables = self.registry.tables(id);
+        tables.tasks.clear();
+        tables.tool_headers.invalidate();
+    }
+
     /// What sessions hold at a backend that a reload started (new, or a new process under an
     /// old name): its subscriptions are made again on the new process, its `Mcp-Param-*`
     /// designations re-learned, and the most verbose level sessions asked for applied (as
     /// after a crash restart, `session_ops`).
     async fn carry_over(&self, entry: &BackendEntry) {
         let tables = self.registry.tables(&entry.id);
-        tables.tool_headers.invalidate();
         let deadline = self.config.handshake_timeout;
         for uri in tables.subs.uris() {
             let params = serde_json::json!({ "uri": uri });
@@ -198,6 +230,24 @@ impl Gateway {
     pub fn backend_names(&self) -> Vec<BackendId> {
         self.backends.iter().map(|e| e.id.clone()).collect()
     }
+}
+
+/// One `list_changed` per list family whose items changed (every family after a policy
+/// change).
+fn announcements(
+    before: &[Option<Digest>],
+    after: &[Option<Digest>],
+    policy_changed: bool,
+) -> Vec<&'static str> {
+    let mut announced = Vec::new();
+    for (i, kind) in KINDS.iter().enumerate() {
+        let name = list_changed(*kind);
+        let changed = policy_changed || before.get(i) != after.get(i);
+        if changed && !announced.contains(&name) {
+            announced.push(name);
+        }
+    }
+    announced
 }
 
 /// What a client would see of one list: each visible item, as listed.

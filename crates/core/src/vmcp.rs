@@ -239,22 +239,22 @@ impl Vmcp {
     }
 
     /// Puts a reloaded shape in place: `backends` is the new set in order, `dropped` the
-    /// backends whose cached lists go (removed, or replaced by a new process). Every merged
-    /// view is built again at its next use. Holds every kind's refresh lock, so no refresh
-    /// that read the old shape installs its view after this.
+    /// backends whose cached lists go (removed, or replaced by a new process). `install`
+    /// swaps the backend set itself. Every kind's refresh lock is held throughout, so no
+    /// refresh reads one of shape and set without the other, and none that read the old ones
+    /// installs its view after this. Every merged view is built again at its next use.
     pub(crate) async fn reshape(
         &self,
         mut config: VmcpConfig,
         backends: &[(BackendId, &BackendInfo)],
         dropped: &[BackendId],
+        install: impl FnOnce(),
     ) {
-        let mut held = Vec::with_capacity(self.refreshing.len());
-        for lock in &self.refreshing {
-            held.push(lock.lock().await);
-        }
+        let _held = self.lock_refreshes().await;
         let old = self.shape();
         config.tool_search = old.config.tool_search;
         config.trust.clone_from(&old.config.trust);
+        install();
         self.shape.store(Arc::new(Shape::new(config, backends)));
         let mut state = self.state.lock();
         state.views.clear();
@@ -263,9 +263,32 @@ impl Vmcp {
             .retain(|(id, _), _| !dropped.contains(id) && backends.iter().any(|(b, _)| b == id));
     }
 
+    /// Puts a shape taken before a reshape back (the reload was rolled back); `install`
+    /// puts the backend set back.
+    pub(crate) async fn restore(&self, shape: Arc<Shape>, install: impl FnOnce()) {
+        let _held = self.lock_refreshes().await;
+        install();
+        let mut state = self.state.lock();
+        state.views.clear();
+        state
+            .lists
+            .retain(|(id, _), _| shape.order.iter().any(|(b, _)| b == id));
+        drop(state);
+        self.shape.store(shape);
+    }
+
     /// The current merged list of `kind`, if one was built.
     pub(crate) fn current(&self, kind: Kind) -> Option<Arc<View>> {
         self.state.lock().views.get(&kind).cloned()
+    }
+
+    /// Every kind's refresh lock, always taken in the same order.
+    async fn lock_refreshes(&self) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut held = Vec::with_capacity(self.refreshing.len());
+        for lock in &self.refreshing {
+            held.push(lock.lock().await);
+        }
+        held
     }
 
     /// Whether `kind` must be fetched again from some backend (never fetched, TTL passed, or

@@ -56,7 +56,7 @@ async fn start(spec: ServeSpec) -> anyhow::Result<()> {
 /// watched) or `serve` itself.
 enum Keepers {
     Reloading(tokio::task::JoinHandle<RunningSet>),
-    Fixed(RunningSet),
+    Fixed(RunningSet, Option<tokio::task::JoinHandle<()>>),
 }
 
 async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
@@ -78,6 +78,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         .iter()
         .map(|b| Ok((b.name.clone(), Origin::of(&args, b)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Installed before anything listens: from here a SIGHUP reloads (or is ignored), never
+    // ends the process.
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     // The address is claimed before any backend starts: a busy port is reported at once, and
     // leaves no backend process behind.
     let listener = bind(&args.host, args.port)
@@ -165,10 +168,14 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
                 aggregate,
                 drain_limit,
                 served,
+                hangup,
             }
             .run(reload_stop.clone()),
         )),
-        None => Keepers::Fixed(running),
+        None => {
+            let ignoring = hangup.map(|h| tokio::spawn(ignore_hangups(h, reload_stop.clone())));
+            Keepers::Fixed(running, ignoring)
+        }
     };
     let metrics_server = metrics_listener.map(|l| {
         if let Ok(addr) = l.local_addr() {
@@ -228,7 +235,12 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     reload_stop.cancel();
     let running = match keepers {
         Keepers::Reloading(worker) => worker.await.ok(),
-        Keepers::Fixed(running) => Some(running),
+        Keepers::Fixed(running, ignoring) => {
+            if let Some(task) = ignoring {
+                let _ = task.await;
+            }
+            Some(running)
+        }
     };
     // Closing the backends fails whatever is still pending, so every request gets an answer.
     shutdown_gateway.end_all_sessions().await;
@@ -252,6 +264,20 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// Without a config file to reload, `SIGHUP` is logged and otherwise ignored (its default
+/// would end the process).
+async fn ignore_hangups(mut hangup: tokio::signal::unix::Signal, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            got = hangup.recv() => match got {
+                Some(()) => info!("SIGHUP ignored: no config file to reload (run, or serve without --config)"),
+                None => return,
+            },
+        }
+    }
 }
 
 /// Binds with a deep accept backlog: the default (128) overflows when many clients connect

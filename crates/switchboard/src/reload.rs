@@ -29,7 +29,7 @@ use switchboard_core::{BackendId, Gateway, Registry, ReloadOutcome, Reshape};
 use crate::config::spec::BackendSpec;
 use crate::config::ServeSpec;
 use crate::running::RunningSet;
-use crate::start_backends::Origin;
+use crate::start_backends::{Origin, StartedSet};
 use policy::ReloadablePolicy;
 
 /// How often the file is looked at. A change is applied once two looks agree, so an editor
@@ -50,6 +50,8 @@ pub(crate) struct Reloader {
     /// A call to a retired backend gets this long to finish.
     pub(crate) drain_limit: Duration,
     pub(crate) served: Served,
+    /// `SIGHUP`, installed before the gateway listened (so an early one cannot end it).
+    pub(crate) hangup: Option<tokio::signal::unix::Signal>,
 }
 
 /// What is served now, as far as a reload compares it.
@@ -107,8 +109,7 @@ impl Reloader {
     /// Serves reloads until `stop`; hands back what keeps the backends running (for the
     /// orderly shutdown), after every drain has ended.
     pub(crate) async fn run(mut self, stop: CancellationToken) -> RunningSet {
-        let mut hangup =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let mut hangup = self.hangup.take();
         let mut drains = JoinSet::new();
         let mut seen = stamp(&self.path);
         let mut pending = None;
@@ -125,7 +126,9 @@ impl Reloader {
                 Some(()) = hup => {
                     seen = stamp(&self.path);
                     pending = None;
-                    self.apply("SIGHUP", &mut drains, &stop).await;
+                    if self.apply_or_stop("SIGHUP", &mut drains, &stop).await {
+                        break;
+                    }
                 }
                 _ = tick.tick() => {
                     let now = stamp(&self.path);
@@ -134,7 +137,9 @@ impl Reloader {
                     } else if pending.is_some() && pending == now {
                         seen = now;
                         pending = None;
-                        self.apply("file changed", &mut drains, &stop).await;
+                        if self.apply_or_stop("file changed", &mut drains, &stop).await {
+                            break;
+                        }
                     } else {
                         pending = now.or(pending);
                     }
@@ -144,6 +149,21 @@ impl Reloader {
         }
         while drains.join_next().await.is_some() {}
         self.running
+    }
+
+    /// Applies a reload unless `stop` fires first (a reload may wait out backend startups
+    /// and list fetches; shutdown does not wait for it: what it started dies with it).
+    /// True when stopped.
+    async fn apply_or_stop(
+        &mut self,
+        why: &str,
+        drains: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) -> bool {
+        tokio::select! {
+            () = stop.cancelled() => true,
+            () = self.apply(why, drains, stop) => false,
+        }
     }
 
     async fn apply(&mut self, why: &str, drains: &mut JoinSet<()>, stop: &CancellationToken) {
@@ -189,25 +209,44 @@ impl Reloader {
                 bail!("backend {id} gives each session an upstream of its own: removing or changing it needs a restart");
             }
         }
-        let started = self.start(&spec, &plan).await?;
         let policy_changed = new_policy.is_some();
-        if let (Some(policy), Some((path, checked))) = (&self.policy, new_policy) {
-            policy.install(&path, checked);
-        }
         if plan.is_empty() {
             // The policy alone: nothing to reshape (and a transparent proxy has no shape).
+            if let (Some(policy), Some((path, checked))) = (&self.policy, new_policy) {
+                policy.install(&path, checked);
+            }
             let announced = self.gateway.policy_replaced();
             return Ok(Some(plan.summary(true, &announced)));
         }
+        let StartedSet {
+            backends,
+            processes,
+            internals,
+            ..
+        } = self.start(&spec, &plan).await?;
+        // In force before the reshape, which announces the lists it changed.
+        let replaced = match (&self.policy, new_policy) {
+            (Some(policy), Some((path, checked))) => Some(policy.install(&path, checked)),
+            _ => None,
+        };
         let mut vmcp = crate::start_backends::vmcp_config(&spec.aggregation, &spec.backends);
         vmcp.trust = None;
         let reshape = Reshape {
             order: spec.backends.iter().map(|b| b.name.clone()).collect(),
-            started: started.backends,
+            started: backends,
             vmcp,
             policy_changed,
         };
-        let reshaped = self.gateway.reshape(reshape).await?;
+        let reshaped = match self.gateway.reshape(reshape).await {
+            Ok(reshaped) => reshaped,
+            Err(e) => {
+                if let (Some(policy), Some(old)) = (&self.policy, replaced) {
+                    policy.restore(old);
+                }
+                StartedSet::shutdown(processes, internals).await;
+                return Err(e.into());
+            }
+        };
         for retiring in reshaped.retired {
             let keepers = self.running.retire(retiring.id());
             let (limit, stop) = (self.drain_limit, stop.clone());
@@ -223,7 +262,7 @@ impl Reloader {
                 info!(backend = %retiring.id(), "retired backend stopped");
             });
         }
-        self.running.adopt(started.processes, started.internals);
+        self.running.adopt(processes, internals);
         self.served = Served {
             fixed: self.served.fixed.clone(),
             ..Served::of(&spec)
@@ -251,11 +290,7 @@ impl Reloader {
     }
 
     /// Starts the added and changed backends (all or none: a failure stops the others).
-    async fn start(
-        &self,
-        spec: &ServeSpec,
-        plan: &Plan,
-    ) -> anyhow::Result<crate::start_backends::StartedSet> {
+    async fn start(&self, spec: &ServeSpec, plan: &Plan) -> anyhow::Result<StartedSet> {
         let origins = spec
             .backends
             .iter()
@@ -265,6 +300,8 @@ impl Reloader {
         let started =
             crate::start_backends::start_all(&spec.options, origins, true, &self.registry).await?;
         if let Some((id, _)) = started.per_session.first() {
+            let id = id.clone();
+            StartedSet::shutdown(started.processes, started.internals).await;
             bail!("backend {id} would give each session an upstream of its own (isolation per-session, or a Legacy-only remote): adding it needs a restart");
         }
         Ok(started)

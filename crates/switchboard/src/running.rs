@@ -4,6 +4,7 @@
 //! entries); everything in it is stopped, in order, on shutdown.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,13 +22,22 @@ const RESTART_WAIT: Duration = Duration::from_secs(5);
 /// See the module docs.
 pub(crate) struct RunningSet {
     gateway: Arc<Gateway>,
-    supervisors: HashMap<BackendId, (CancellationToken, JoinHandle<()>)>,
+    supervisors: HashMap<BackendId, Keeper>,
     internals: HashMap<BackendId, UpstreamOwner>,
+}
+
+/// A process's supervisor: how to stop it, its task, and whether its backend left the set
+/// (a retired process that crashes while draining is not revived into the set's entry of
+/// the same name, which may be its successor).
+struct Keeper {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+    retired: Arc<AtomicBool>,
 }
 
 /// One backend's keepers, taken out of the set (it left it): stopped once drained.
 pub(crate) struct Retired {
-    supervisor: Option<(CancellationToken, JoinHandle<()>)>,
+    supervisor: Option<Keeper>,
     internal: Option<UpstreamOwner>,
 }
 
@@ -51,6 +61,8 @@ impl RunningSet {
             let stop = CancellationToken::new();
             let revive = self.gateway.clone();
             let named = id.clone();
+            let retired = Arc::new(AtomicBool::new(false));
+            let gone = retired.clone();
             let task = tokio::spawn(switchboard_upstream::supervise(
                 p.handle,
                 p.config,
@@ -61,13 +73,24 @@ impl RunningSet {
                 move |standby| {
                     let gateway = revive.clone();
                     let id = named.clone();
-                    async move { gateway.revive_backend_named(&id, standby).await }
+                    let gone = gone.clone();
+                    async move {
+                        // Retired: it only drains; its stop is on the way.
+                        !gone.load(Ordering::Acquire)
+                            && gateway.revive_backend_named(&id, standby).await
+                    }
                 },
             ));
-            if let Some(old) = self.supervisors.insert(id, (stop, task)) {
+            let keeper = Keeper {
+                stop,
+                task,
+                retired,
+            };
+            if let Some(old) = self.supervisors.insert(id, keeper) {
                 // A name adopted twice without a retire in between: never leave a keeper
                 // without an owner.
-                old.0.cancel();
+                old.retired.store(true, Ordering::Release);
+                old.stop.cancel();
             }
         }
         self.internals.extend(internals);
@@ -75,8 +98,12 @@ impl RunningSet {
 
     /// Takes `id`'s keepers out of the set.
     pub(crate) fn retire(&mut self, id: &BackendId) -> Retired {
+        let supervisor = self.supervisors.remove(id);
+        if let Some(k) = &supervisor {
+            k.retired.store(true, Ordering::Release);
+        }
         Retired {
-            supervisor: self.supervisors.remove(id),
+            supervisor,
             internal: self.internals.remove(id),
         }
     }
@@ -87,11 +114,11 @@ impl RunningSet {
         for (_, internal) in self.internals {
             internal.shutdown(Duration::from_secs(2)).await;
         }
-        for (stop, _) in self.supervisors.values() {
-            stop.cancel();
+        for k in self.supervisors.values() {
+            k.stop.cancel();
         }
-        for (_, (_, task)) in self.supervisors {
-            let _ = task.await;
+        for (_, k) in self.supervisors {
+            let _ = k.task.await;
         }
     }
 }
@@ -102,9 +129,9 @@ impl Retired {
         if let Some(internal) = self.internal {
             internal.shutdown(Duration::from_secs(2)).await;
         }
-        if let Some((stop, task)) = self.supervisor {
-            stop.cancel();
-            let _ = task.await;
+        if let Some(k) = self.supervisor {
+            k.stop.cancel();
+            let _ = k.task.await;
         }
     }
 }

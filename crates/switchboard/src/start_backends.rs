@@ -33,6 +33,22 @@ pub(crate) struct StartedSet {
     pub(crate) fds_per_session: u64,
 }
 
+impl StartedSet {
+    /// Stops what was started and will not be served (a refused reload): processes get
+    /// their grace, the gateway's own upstream sessions are ended.
+    pub(crate) async fn shutdown(
+        processes: Vec<(BackendId, Supervised)>,
+        internals: Vec<(BackendId, switchboard_upstream::UpstreamOwner)>,
+    ) {
+        for (_, internal) in internals {
+            internal.shutdown(Duration::from_secs(2)).await;
+        }
+        for (_, p) in processes {
+            p.process.shutdown(Duration::from_secs(2)).await;
+        }
+    }
+}
+
 /// Starts every backend, in parallel. `aggregate`: named by their configured names (else the
 /// one backend is `default`), and refused where the aggregating core cannot serve them yet.
 pub(crate) async fn start_all(

@@ -1,6 +1,7 @@
 //! An admitted operation: filters its result for the caller (lists, discovery flags) and
 //! writes its audit line exactly once.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::value::RawValue;
@@ -20,6 +21,9 @@ use crate::CoreError;
 #[derive(Debug)]
 pub(crate) struct Admitted<'a> {
     pub(super) access: &'a Access,
+    /// The policy this request is judged by throughout (a reload may install another
+    /// meanwhile: this request does not see it).
+    pub(super) policy: Option<Arc<dyn crate::Authorizer>>,
     pub(super) principal: &'a Principal,
     pub(super) msg: &'a Message<'a>,
     pub(super) path: Path,
@@ -135,7 +139,7 @@ impl Admitted<'_> {
     /// retries; the new lists are then the ones both steps read. Not aggregating, or without
     /// a policy, there is nothing to confirm.
     pub(crate) fn confirm_route(&self, backend: &BackendId, name: &Name) -> Result<(), CoreError> {
-        if self.origins.is_none() || self.access.authorizer.is_none() {
+        if self.origins.is_none() || self.policy.is_none() {
             return Ok(());
         }
         let Some(exposed) = self.target.name() else {
@@ -161,7 +165,7 @@ impl Admitted<'_> {
     /// A response body with its `result` filtered for the caller (lists, discovery). Bodies
     /// that are errors, or that do not parse, pass unchanged.
     fn filter_body(&self, body: Vec<u8>) -> Vec<u8> {
-        let Some(authorizer) = &self.access.authorizer else {
+        let Some(authorizer) = &self.policy else {
             return body;
         };
         let name = self.msg.method.unwrap_or_default();
@@ -203,7 +207,9 @@ impl Admitted<'_> {
             }),
             None => object_member(result, "capabilities")
                 .and_then(|c| serde_json::from_str::<Value>(c.get()).ok())
-                .map(|caps| self.access.visible_capabilities(self.principal, &caps))
+                .map(|caps| {
+                    super::visible_capabilities(self.policy.as_deref(), self.principal, &caps)
+                })
                 .and_then(|caps| with_member(result, "capabilities", &caps.to_string())),
         };
         match filtered {

@@ -42,15 +42,32 @@ impl ReloadablePolicy {
         Ok((source.0 != path || source.1 != text).then_some((text, policy)))
     }
 
-    /// Puts a checked policy in force.
-    pub(crate) fn install(&self, path: &Path, (text, policy): (String, CedarAuthorizer)) {
-        *self.current.write() = Arc::new(policy);
-        *self.source.lock() = (path.to_owned(), text);
+    /// Puts a checked policy in force; returns the one it replaces (for a rollback).
+    pub(crate) fn install(
+        &self,
+        path: &Path,
+        (text, policy): (String, CedarAuthorizer),
+    ) -> Installed {
+        let policy = std::mem::replace(&mut *self.current.write(), Arc::new(policy));
+        let source = std::mem::replace(&mut *self.source.lock(), (path.to_owned(), text));
+        Installed { policy, source }
+    }
+
+    /// Puts back the policy an [`Self::install`] replaced.
+    pub(crate) fn restore(&self, old: Installed) {
+        *self.current.write() = old.policy;
+        *self.source.lock() = old.source;
     }
 
     fn now(&self) -> Arc<CedarAuthorizer> {
         self.current.read().clone()
     }
+}
+
+/// A policy that was in force, kept while a reload may still be rolled back.
+pub(crate) struct Installed {
+    policy: Arc<CedarAuthorizer>,
+    source: (PathBuf, String),
 }
 
 fn read(path: &Path) -> anyhow::Result<(String, CedarAuthorizer)> {
@@ -74,5 +91,50 @@ impl Authorizer for ReloadablePolicy {
         origin: Option<&Origin>,
     ) -> bool {
         self.now().is_allowed_at(principal, action, target, origin)
+    }
+
+    fn current(&self) -> Option<Arc<dyn Authorizer>> {
+        Some(self.now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// A request holds the policy it was admitted under: a reload does not change what
+    /// that request's later checks (list filtering) decide.
+    #[test]
+    fn a_request_keeps_the_policy_it_started_with() {
+        let dir = std::env::temp_dir().join(format!("sb-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let open = write(&dir, "open.cedar", "permit(principal, action, resource);\n");
+        let shut = write(&dir, "shut.cedar", "forbid(principal, action, resource);\n");
+        let policy = ReloadablePolicy::load(&open).unwrap();
+        let who = Principal::anonymous();
+        let target = Target::Tool("echo".into());
+        let held = policy.current().unwrap();
+        assert!(
+            policy.check(&open).unwrap().is_none(),
+            "same text: no change"
+        );
+        let old = policy.install(&shut, policy.check(&shut).unwrap().unwrap());
+        assert!(
+            !policy.is_allowed(&who, "call_tool", &target),
+            "new requests: the new policy"
+        );
+        assert!(
+            held.is_allowed(&who, "call_tool", &target),
+            "the held one is unchanged"
+        );
+        policy.restore(old);
+        assert!(policy.is_allowed(&who, "call_tool", &target), "rolled back");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

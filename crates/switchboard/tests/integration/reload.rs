@@ -398,3 +398,34 @@ async fn a_call_in_flight_to_a_removed_backend_still_gets_its_answer() {
         "the drained backend answered its call: {answer}"
     );
 }
+
+/// Under `conflictResolution: manual`, `keep` shows only `echo` and `a` only `slow`.
+fn manual(extra: &str) -> String {
+    let only = |tool: &str| {
+        format!("    tools:\n      allow: [{tool}]\n    prompts:\n      defaultVisibility: deny\n")
+    };
+    format!(
+        "aggregation:\n  conflictResolution: manual\nbackends:\n{}{}{extra}",
+        stdio("keep", &only("echo")),
+        stdio("a", &only("slow"))
+    )
+}
+
+#[tokio::test]
+async fn a_reload_whose_lists_no_longer_merge_is_rolled_back() {
+    let served = serve("reload-manual", &manual(""), None).await;
+    let gw = &served.gw;
+    let sid = gw.session().await;
+    let before = tool_names(gw, Era::Legacy, Some(&sid)).await;
+    assert_eq!(before, ["echo", "slow"], "{before:?}");
+    // `c` lists `echo` too: under `manual` the tools list no longer merges. No config check
+    // can see that before `c` runs; the reload is refused and the old set is put back.
+    rewrite(&config_of(&served._dir), &manual(&stdio("c", "")));
+    let line = gw.wait_stdout(REFUSED, BOUND).await;
+    assert!(line.contains("collision"), "{line}");
+    let now = tool_names(gw, Era::Legacy, Some(&sid)).await;
+    assert_eq!(now, before, "the old lists still serve");
+    let answer = call_text(gw, Era::Legacy, Some(&sid), "echo", json!({"text": "k"})).await;
+    assert_eq!(answer, "k");
+    assert!(!printed_reloaded(gw), "{:?}", gw.stdout.lines());
+}

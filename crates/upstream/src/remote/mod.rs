@@ -167,15 +167,19 @@ struct Endpoint {
     send_timeout: Duration,
 }
 
+/// Why a URL is refused. Never the URL itself: it is the expanded one, which may carry a
+/// secret (`${TOKEN}` in a query); the caller names the URL as configured.
+pub(crate) const NOT_HTTP: &str = "not an absolute http(s) URL with a host";
+
 impl RemoteEndpoint {
     /// Checks `config.url` and builds the connection pool. Connects lazily.
     pub fn new(config: RemoteConfig) -> Result<Self, RemoteError> {
         let uri: Uri = config
             .url
             .parse()
-            .map_err(|_| RemoteError::InvalidUrl(config.url.clone()))?;
+            .map_err(|_| RemoteError::InvalidUrl(NOT_HTTP.into()))?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-            return Err(RemoteError::InvalidUrl(config.url));
+            return Err(RemoteError::InvalidUrl(NOT_HTTP.into()));
         }
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())

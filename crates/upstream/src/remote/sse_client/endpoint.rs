@@ -12,9 +12,9 @@ use super::RemoteError;
 pub(super) fn parse_base(url: &str) -> Result<Uri, RemoteError> {
     let uri: Uri = url
         .parse()
-        .map_err(|_| RemoteError::InvalidUrl(url.to_owned()))?;
+        .map_err(|_| RemoteError::InvalidUrl(crate::remote::NOT_HTTP.into()))?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-        return Err(RemoteError::InvalidUrl(url.to_owned()));
+        return Err(RemoteError::InvalidUrl(crate::remote::NOT_HTTP.into()));
     }
     Ok(uri)
 }
