@@ -45,6 +45,10 @@ pub enum CoreError {
     /// The method cannot be served for this backend through the gateway.
     #[error("method not available through the gateway for this backend: {0}")]
     Unsupported(String),
+    /// The session store (`--session-store`) did not answer: the session cannot be opened,
+    /// or found, here now; the client retries.
+    #[error("{0}")]
+    Store(String),
     /// The authorization policy does not allow this operation (kind-only message: the same
     /// for a forbidden target and a missing one).
     #[error("{0}")]

@@ -77,6 +77,9 @@ pub struct GatewayConfig {
     pub traces: bool,
     /// Composite tools (`serve` only) and the bounds of their handles.
     pub workflows: crate::workflow::WorkflowConfig,
+    /// Where Streamable HTTP sessions are kept beyond this process (`session_store`);
+    /// `None`: in memory only.
+    pub session_store: Option<Arc<dyn crate::SessionRecords>>,
 }
 
 impl Default for GatewayConfig {
@@ -97,6 +100,7 @@ impl Default for GatewayConfig {
             health: crate::health::HealthConfig::default(),
             traces: false,
             workflows: crate::workflow::WorkflowConfig::default(),
+            session_store: None,
         }
     }
 }
@@ -215,7 +219,10 @@ impl Gateway {
     /// Answers a client's `initialize` from the backend's own handshake, with the version
     /// negotiated for *this* client, and opens its session. Audited, opened or refused (see
     /// `access`).
-    pub fn initialize(
+    ///
+    /// With a session store the session is written there before it is answered (any replica
+    /// may get its next request); a store that cannot take it refuses the session.
+    pub async fn initialize(
         &self,
         caller: &Principal,
         id: &RequestId,
@@ -224,10 +231,9 @@ impl Gateway {
         let msg = initialize_message(id, params);
         let audit = self.config.access.audit_only(caller, &msg);
         let (negotiated, response) = self.negotiate(caller, id, params);
-        match self.registry.sessions.create(negotiated, caller) {
+        let opened = self.open_session(caller, negotiated, params).await;
+        match opened {
             Ok(session) => {
-                debug!(?session, %negotiated, "session opened");
-                self.remember_client_init(&session, negotiated, params);
                 audit.finish_initialize(Ok((&session, negotiated, &response[..])));
                 Ok(Initialized { session, response })
             }
@@ -236,6 +242,33 @@ impl Gateway {
                 Err(e)
             }
         }
+    }
+
+    async fn open_session(
+        &self,
+        caller: &Principal,
+        negotiated: &'static str,
+        params: Option<&RawValue>,
+    ) -> Result<SessionId, CoreError> {
+        let session = self.registry.sessions.create(negotiated, caller)?;
+        debug!(?session, %negotiated, "session opened");
+        self.remember_client_init(&session, negotiated, params);
+        if self.store().is_none() {
+            return Ok(session);
+        }
+        let _ = self.registry.sessions.with(session.as_str(), |s| {
+            s.init_params = params.map(ToOwned::to_owned);
+        });
+        if let Err(e) = self.store_session(&session).await {
+            tracing::warn!(error = %e, "session refused: the session store did not take it");
+            let _ = self.registry.sessions.remove(
+                session.as_str(),
+                Transport::Streamable,
+                Some(caller),
+            );
+            return Err(e);
+        }
+        Ok(session)
     }
 
     /// The gateway's answer to a client's `initialize`: the backend's own handshake, with the
@@ -268,21 +301,36 @@ impl Gateway {
 
     /// Resolves a client-supplied session id, refreshing its TTL. Another principal's session
     /// is not found, exactly like an unknown one.
-    pub fn session(&self, raw: &str, caller: &Principal) -> Result<SessionId, CoreError> {
-        self.registry
+    ///
+    /// With a session store, a session this process does not hold is looked up there (and
+    /// made live here), and one it holds is confirmed there (ended elsewhere: not found here
+    /// either); a store that does not answer leaves held sessions working.
+    pub async fn session(&self, raw: &str, caller: &Principal) -> Result<SessionId, CoreError> {
+        let held = self
+            .registry
             .sessions
             .touch(raw, Transport::Streamable, caller)
-            .map(|(id, _)| id)
+            .map(|(id, _)| id);
+        match held {
+            Ok(id) => self.confirm_stored(id, caller).await,
+            Err(CoreError::SessionNotFound) if self.adopt_session(raw, caller).await? => self
+                .registry
+                .sessions
+                .touch(raw, Transport::Streamable, caller)
+                .map(|(id, _)| id),
+            Err(e) => Err(e),
+        }
     }
 
     /// Opens (or replaces) a session's listen stream, replaying missed events after
     /// `last_event_id` when it names one of this session's buffered events.
-    pub fn open_listen(
+    pub async fn open_listen(
         &self,
         raw: &str,
         caller: &Principal,
         last_event_id: Option<&str>,
     ) -> Result<ListenStream, CoreError> {
+        self.session(raw, caller).await?;
         self.registry
             .sessions
             .attach_listener(raw, caller, last_event_id)
@@ -328,7 +376,18 @@ impl Gateway {
             self.config
                 .access
                 .admit(call.caller, call.session, call.msg, origins, Path::Legacy)?;
+        // What a session keeps beyond this process changes: written before it is answered.
+        let keeps = matches!(
+            call.msg.method,
+            Some(method::SUBSCRIBE | method::UNSUBSCRIBE | method::SET_LEVEL)
+        );
+        let session = call.session.filter(|_| keeps && self.store().is_some());
         let answer = self.route_request(call, &admitted).await;
+        if let (Some(session), Ok(_)) = (session, &answer) {
+            if let Err(e) = self.store_session(session).await {
+                tracing::warn!(error = %e, "session change not written to the store");
+            }
+        }
         admitted.finish_legacy(answer)
     }
 

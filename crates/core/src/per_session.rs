@@ -137,7 +137,7 @@ impl crate::Gateway {
         msg: &Message<'_>,
     ) -> Result<crate::Initialized, CoreError> {
         let Some(spawner) = self.per_session.transparent() else {
-            return self.initialize(caller, id, msg.params);
+            return self.initialize(caller, id, msg.params).await;
         };
         let audit = self.config.access.audit_only(caller, msg);
         let result = self.open_isolated(caller, id, msg, spawner).await;

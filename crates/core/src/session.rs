@@ -110,6 +110,9 @@ pub(crate) struct Session {
     /// The gateway's own requests to this session's client and what it may be asked
     /// (`client_ask`). Dropped with the session, which wakes every waiter.
     pub(crate) asks: crate::client_ask::Asks,
+    /// The client's `initialize` params, kept only with a session store (its record
+    /// carries them to another replica).
+    pub(crate) init_params: Option<Box<serde_json::value::RawValue>>,
     /// Counts this session against its principal's limit while it exists (any way it ends,
     /// dropping the session gives the place back). `None` when there is no such limit.
     _counted: Option<OwnerSlot>,
@@ -240,7 +243,51 @@ impl SessionStore {
                 break id;
             }
         };
-        let session = Session {
+        let session = Session::new(transport, protocol_version, listen, tasks, owner, counted);
+        sessions.insert(id.0.clone(), session);
+        Ok(id)
+    }
+
+    /// Makes a Streamable HTTP session held in the session store live here, under its own
+    /// id and owner (`session_store`, which checked the owner). Already live (a concurrent
+    /// request adopted it first): nothing changes.
+    pub(crate) fn adopt(
+        &self,
+        raw: &str,
+        protocol_version: &'static str,
+        owner: &Principal,
+    ) -> Result<SessionId, CoreError> {
+        let mut sessions = self.sessions.lock();
+        if sessions.contains_key(raw) {
+            return Ok(SessionId(raw.to_owned()));
+        }
+        if sessions.len() >= self.max {
+            return Err(CoreError::TooManySessions(self.max));
+        }
+        let counted = self.count_against_owner(owner)?;
+        let session = Session::new(
+            Transport::Streamable,
+            protocol_version,
+            ListenState::default(),
+            None,
+            owner,
+            counted,
+        );
+        sessions.insert(raw.to_owned(), session);
+        Ok(SessionId(raw.to_owned()))
+    }
+}
+
+impl Session {
+    fn new(
+        transport: Transport,
+        protocol_version: &'static str,
+        listen: ListenState,
+        tasks: Option<JoinSet<()>>,
+        owner: &Principal,
+        counted: Option<OwnerSlot>,
+    ) -> Self {
+        Session {
             transport,
             owner: (owner.issuer.clone(), owner.subject.clone()),
             protocol_version,
@@ -255,12 +302,18 @@ impl SessionStore {
             opening: HashMap::new(),
             client_init: None,
             asks: Default::default(),
+            init_params: None,
             _counted: counted,
-        };
-        sessions.insert(id.0.clone(), session);
-        Ok(id)
+        }
     }
 
+    /// The principal that opened it (issuer, subject).
+    pub(crate) fn owner(&self) -> &(String, String) {
+        &self.owner
+    }
+}
+
+impl SessionStore {
     /// Looks a session of `transport` owned by `caller` up by the client-supplied value and
     /// refreshes its TTL. Returns the canonical id and the session's negotiated version. A
     /// session of another principal is not found, exactly like an unknown id (no oracle).

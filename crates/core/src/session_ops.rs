@@ -230,6 +230,10 @@ impl Gateway {
     /// Ends a Streamable HTTP session (DELETE) and releases everything it held.
     /// Another principal's session is not found, exactly like an unknown one.
     pub async fn end_session(&self, raw: &str, caller: &crate::Principal) -> Result<(), CoreError> {
+        // Held elsewhere only: made live here first, so the owner is checked and it ends
+        // everywhere.
+        self.session(raw, caller).await?;
+        self.unstore_session(raw).await;
         let ended = self
             .registry
             .sessions

@@ -256,6 +256,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             ErrorObject::new(codes::SESSION_NOT_FOUND, "Session not found"),
         ),
         CoreError::TooManySessions(_)
+        | CoreError::Store(_)
         | CoreError::SessionBusy(_)
         | CoreError::BridgeFull(_)
         | CoreError::TooManyPartitions(_) => {

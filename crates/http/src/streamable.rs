@@ -36,10 +36,12 @@ pub(crate) async fn get(
     Extension(caller): Extension<Arc<Principal>>,
     headers: HeaderMap,
 ) -> Response {
-    open_listen(&state, &caller, &headers).unwrap_or_else(IntoResponse::into_response)
+    open_listen(&state, &caller, &headers)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
-fn open_listen(
+async fn open_listen(
     state: &AppState,
     caller: &Principal,
     headers: &HeaderMap,
@@ -54,6 +56,7 @@ fn open_listen(
     let stream = state
         .gateway
         .open_listen(sid, caller, last)
+        .await
         .map_err(|e| HttpError::Core(None, e))?;
     let (gateway, sid, generation) = (state.gateway.clone(), sid.to_owned(), stream.generation);
     let detach = sse::OnDrop::new(move || gateway.close_listen(&sid, generation));
@@ -136,7 +139,9 @@ async fn handle_post(
         (MessageKind::Response, ..) => {
             // Only a per-session backend ever sends this client a request; an answer is
             // accepted only for a request that session's own backend actually sent.
-            let sid = resolve(state, caller, session, None)?.ok_or(HttpError::ClientResponse)?;
+            let sid = resolve(state, caller, session, None)
+                .await?
+                .ok_or(HttpError::ClientResponse)?;
             gateway
                 .client_response(&sid, &msg)
                 .await
@@ -144,7 +149,7 @@ async fn handle_post(
             Ok(StatusCode::ACCEPTED.into_response())
         }
         (MessageKind::Notification, ..) => {
-            let sid = resolve(state, caller, session, None)?;
+            let sid = resolve(state, caller, session, None).await?;
             gateway
                 .notify(caller, sid.as_ref(), &msg)
                 .await
@@ -155,7 +160,7 @@ async fn handle_post(
             let init = if gateway.isolates_initialize() {
                 gateway.initialize_isolated(caller, &id, &msg).await
             } else {
-                gateway.initialize(caller, &id, msg.params)
+                gateway.initialize(caller, &id, msg.params).await
             };
             let init = init.map_err(|e| HttpError::Core(Some(id), e))?;
             let mut response = answer(delivery, init.response);
@@ -165,7 +170,7 @@ async fn handle_post(
             Ok(response)
         }
         (MessageKind::Request, _, id) => {
-            let sid = resolve(state, caller, session, id.as_ref())?;
+            let sid = resolve(state, caller, session, id.as_ref()).await?;
             // A denial is a plain 403 even when the answer would have been a stream.
             gateway
                 .authorize(caller, sid.as_ref(), &msg, false)
@@ -190,15 +195,19 @@ async fn handle_post(
 
 /// The caller's session, if it named one: unknown ids, and other principals' sessions, are
 /// 404 (echoing `id` when given).
-fn resolve(
+async fn resolve(
     state: &AppState,
     caller: &Principal,
     raw: Option<&str>,
     id: Option<&RequestId>,
 ) -> Result<Option<SessionId>, HttpError> {
-    raw.map(|sid| state.gateway.session(sid, caller))
-        .transpose()
-        .map_err(|e| HttpError::Core(id.cloned(), e))
+    let Some(sid) = raw else {
+        return Ok(None);
+    };
+    match state.gateway.session(sid, caller).await {
+        Ok(session) => Ok(Some(session)),
+        Err(e) => Err(HttpError::Core(id.cloned(), e)),
+    }
 }
 
 /// Sends a request to the backend. On SSE the body stream owns the call (see

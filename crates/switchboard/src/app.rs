@@ -95,6 +95,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         None => None,
     };
     let mut config = gateway_config(&args, shape);
+    let transparent_per_session = !aggregate && shape.isolation == Isolation::PerSession;
+    config.session_store =
+        crate::session_store::open(&args, transparent_per_session, config.session_ttl).await?;
     config.health = args.ops.health();
     let traces = crate::traces::install(&args.ops)?;
     config.traces = traces.is_some();

@@ -176,6 +176,19 @@ pub(crate) struct GatewayArgs {
     /// client stays valid (whole seconds, 1 to 86400: its nonce is remembered that long).
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub(crate) relay_state_ttl: u64,
+    /// Keep Streamable HTTP sessions in Redis, `redis://[:PASSWORD@]HOST:PORT[/DB]`, so any
+    /// replica on the same Redis serves any session and a restart loses none (default: in
+    /// memory, this process only). The password may instead come from
+    /// `SWITCHBOARD_SESSION_STORE_PASSWORD` or `--session-store-password-file`.
+    #[arg(long, value_name = "URL")]
+    pub(crate) session_store: Option<String>,
+    /// A file whose first line is the session store's password (mode 0600 or stricter).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) session_store_password_file: Option<std::path::PathBuf>,
+    /// Prefix of the session store's keys (replicas of one deployment share it; another
+    /// deployment on the same Redis uses its own).
+    #[arg(long, value_name = "PREFIX", default_value = "switchboard")]
+    pub(crate) session_store_prefix: String,
     /// Seconds a write to a client may make no progress before the connection is closed: a
     /// client that keeps a stream open but reads nothing would otherwise pin what is queued
     /// for it (and an HTTP+SSE session) for as long as it stays connected.

@@ -10,6 +10,7 @@ mod ops_args;
 mod reload;
 mod remote;
 mod running;
+mod session_store;
 mod start_backends;
 mod traces;
 mod trust_cli;

@@ -1,0 +1,207 @@
+//! Legacy sessions kept in Redis (`--session-store redis://…`): the core's
+//! [`SessionRecords`] over one multiplexed connection that reconnects with backoff
+//! (`redis::aio::ConnectionManager`). Each session is one string key, `PREFIX:s:ID`, holding
+//! the core's JSON record with the session TTL as its expiry; a read slides the expiry in the
+//! same round-trip (a pipeline). An ended session leaves `PREFIX:ended:ID` for a TTL, so a
+//! replica still holding it ends it too rather than writing it again. Every call is bounded ([`switchboard_core::STORE_TIMEOUT`]):
+//! with Redis down a request gets an error at once, never a hang.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use switchboard_core::{Presence, SessionRecords, StoreError, STORE_TIMEOUT};
+
+/// Sessions in Redis.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: ConnectionManager,
+    prefix: String,
+    ttl_ms: u64,
+    /// The URL without its password, for logs.
+    shown: String,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RedisStore({})", self.shown)
+    }
+}
+
+impl RedisStore {
+    /// A store at `url` (`redis://[:PASSWORD@]HOST:PORT[/DB]`, or `rediss://` with TLS
+    /// where the client supports it), keys under `prefix`, records expiring `ttl` after
+    /// their last use. Connects lazily; [`Self::ping`] tells whether Redis answers now.
+    pub fn new(
+        url: &str,
+        password: Option<String>,
+        prefix: &str,
+        ttl: Duration,
+    ) -> Result<Self, StoreError> {
+        let mut info: redis::ConnectionInfo = url
+            .parse()
+            .map_err(|_| StoreError::Unavailable("not a redis:// URL".into()))?;
+        if let Some(password) = password {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        let shown = shown(url);
+        let client = redis::Client::open(info)
+            .map_err(|e| StoreError::Unavailable(format!("{shown}: {}", e.category())))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(STORE_TIMEOUT))
+            .set_response_timeout(Some(STORE_TIMEOUT))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let connection = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| StoreError::Unavailable(format!("{shown}: {}", e.category())))?;
+        Ok(RedisStore {
+            connection,
+            prefix: prefix.to_owned(),
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),
+            shown,
+        })
+    }
+
+    /// Whether Redis answers `PING` now.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut c = self.connection.clone();
+        bounded(async move { redis::cmd("PING").query_async::<String>(&mut c).await }).await?;
+        Ok(())
+    }
+
+    /// The URL as logs show it (no password).
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    fn key(&self, id: &str) -> String {
+        format!("{}:s:{id}", self.prefix)
+    }
+
+    /// Marks a session ended (DELETE) for as long as a replica could still hold it: a
+    /// replica that finds the record missing writes it again unless this is set.
+    fn gone(&self, id: &str) -> String {
+        format!("{}:ended:{id}", self.prefix)
+    }
+}
+
+/// `url` without user info (a password must never reach a log).
+fn shown(url: &str) -> String {
+    match (url.split_once("://"), url.rsplit_once('@')) {
+        (Some((scheme, _)), Some((_, host))) => format!("{scheme}://{host}"),
+        _ => url.to_owned(),
+    }
+}
+
+/// One Redis call within [`STORE_TIMEOUT`], its error in fixed words.
+async fn bounded<T>(
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(STORE_TIMEOUT, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(StoreError::Unavailable(e.category().to_owned())),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "no answer within {STORE_TIMEOUT:?}"
+        ))),
+    }
+}
+
+impl SessionRecords for RedisStore {
+    fn put<'a>(&'a self, id: &'a str, record: Vec<u8>) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut c = self.connection.clone();
+        let key = self.key(id);
+        let ttl = self.ttl_ms;
+        async move {
+            bounded(async move {
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(record)
+                    .arg("PX")
+                    .arg(ttl)
+                    .query_async::<()>(&mut c)
+                    .await
+            })
+            .await
+        }
+        .boxed()
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        let mut c = self.connection.clone();
+        let key = self.key(id);
+        let ttl = self.ttl_ms;
+        async move {
+            let (value, _): (Option<Vec<u8>>, i64) = bounded(async move {
+                redis::pipe()
+                    .get(&key)
+                    .pexpire(&key, i64::try_from(ttl).unwrap_or(i64::MAX))
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+            Ok(value)
+        }
+        .boxed()
+    }
+
+    fn touch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Presence, StoreError>> {
+        let mut c = self.connection.clone();
+        let (key, gone) = (self.key(id), self.gone(id));
+        let ttl = i64::try_from(self.ttl_ms).unwrap_or(i64::MAX);
+        async move {
+            let (live, ended): (i64, i64) = bounded(async move {
+                redis::pipe()
+                    .pexpire(&key, ttl)
+                    .exists(&gone)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+            Ok(match (live, ended) {
+                (1, _) => Presence::Live,
+                (_, 1) => Presence::Ended,
+                _ => Presence::Lost,
+            })
+        }
+        .boxed()
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut c = self.connection.clone();
+        let (key, gone) = (self.key(id), self.gone(id));
+        let ttl = self.ttl_ms;
+        async move {
+            bounded(async move {
+                redis::pipe()
+                    .del(&key)
+                    .cmd("SET")
+                    .arg(&gone)
+                    .arg(1)
+                    .arg("PX")
+                    .arg(ttl)
+                    .query_async::<()>(&mut c)
+                    .await
+            })
+            .await
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn a_password_never_reaches_the_shown_url() {
+        assert_eq!(
+            shown("redis://:hunter2@10.0.0.1:6379/0"),
+            "redis://10.0.0.1:6379/0"
+        );
+        assert_eq!(shown("redis://user:pw@h:1"), "redis://h:1");
+        assert_eq!(shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

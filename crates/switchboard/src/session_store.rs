@@ -1,0 +1,65 @@
+//! `--session-store`: where Streamable HTTP sessions are kept beyond this process (Redis),
+//! opened before anything listens. Redis not answering at start is a warning, not a refusal:
+//! sessions this replica opens are refused until it answers (the store reconnects with
+//! backoff), so a replica started before its Redis recovers by itself.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tracing::warn;
+
+use switchboard_core::SessionRecords;
+use switchboard_store::RedisStore;
+
+use crate::cli::GatewayArgs;
+
+/// The password's environment variable (instead of the URL or a file).
+const PASSWORD_ENV: &str = "SWITCHBOARD_SESSION_STORE_PASSWORD";
+
+/// The store `args` asks for; `None`: sessions stay in memory. `transparent_per_session`:
+/// every session is its own backend process here (`--isolation per-session`), which no
+/// other replica could serve.
+pub(crate) async fn open(
+    args: &GatewayArgs,
+    transparent_per_session: bool,
+    ttl: Duration,
+) -> anyhow::Result<Option<Arc<dyn SessionRecords>>> {
+    let Some(url) = &args.session_store else {
+        return Ok(None);
+    };
+    if transparent_per_session {
+        bail!("--session-store: with --isolation per-session each session is a process of this replica, which no other replica can serve; use shared isolation (or a balancer with session affinity and no store)");
+    }
+    let password = password(args)?;
+    let store = RedisStore::new(url, password, &args.session_store_prefix, ttl)
+        .map_err(|e| anyhow::anyhow!("--session-store: {e}"))?;
+    match store.ping().await {
+        Ok(()) => println!("switchboard: sessions in {}", store.shown()),
+        Err(e) => warn!(
+            store = store.shown(),
+            "session store not answering ({e}): new sessions are refused until it does"
+        ),
+    }
+    Ok(Some(Arc::new(store)))
+}
+
+fn password(args: &GatewayArgs) -> anyhow::Result<Option<String>> {
+    if let Some(path) = &args.session_store_password_file {
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            bail!(
+                "{} is readable or writable by group or others (mode {mode:o}); run `chmod 600 {}`",
+                path.display(),
+                path.display()
+            );
+        }
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        return Ok(text.lines().next().map(|l| l.trim().to_owned()));
+    }
+    Ok(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
+}
