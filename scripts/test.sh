@@ -16,8 +16,12 @@ trap 'rm -f "$LOG"' EXIT
 # SWITCHBOARD_UI_TESTS makes the test fail rather than skip when they are missing.
 echo "== install chromium + playwright-core (status page test)"
 scripts/install-chromium.sh >/dev/null
+# The replica tests need a real redis-server (each test starts its own on a free port), and
+# SWITCHBOARD_REDIS_TESTS makes them fail rather than skip when it is missing.
+echo "== install redis-server (replica tests)"
+scripts/install-redis.sh >/dev/null
 # Opt in to the test against the real @modelcontextprotocol/server-everything (npm).
-SWITCHBOARD_NPX_TESTS=1 SWITCHBOARD_UI_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
+SWITCHBOARD_NPX_TESTS=1 SWITCHBOARD_UI_TESTS=1 SWITCHBOARD_REDIS_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
 PROFILES=0
 for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
   2026-07-28-bridge-per-session 2025-11-25-remote 2026-07-28-remote \

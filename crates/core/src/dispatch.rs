@@ -138,9 +138,9 @@ impl Dispatcher {
         let r = &self.registry;
         let owner = crate::tasks::task_of(params).and_then(|t| self.tables.tasks.owner(&t));
         match owner {
-            Some(crate::tasks::Owner::Session(session)) => r
-                .sessions
-                .push_listen(&session, Bytes::from(encode_notification(name, params))),
+            Some(crate::tasks::Owner::Session(session)) => {
+                self.to_session(&session, Bytes::from(encode_notification(name, params)));
+            }
             // A stateless owner has no stream the gateway could prove is its own (a Modern
             // listen stream carries only what it asked for, and asked nothing of tasks).
             Some(crate::tasks::Owner::Principal { .. }) => r.drops.record_for(
@@ -187,7 +187,19 @@ impl Dispatcher {
         };
         let data = Bytes::from(encode_notification(method::RESOURCE_UPDATED, Some(&params)));
         for session in subscribers {
-            r.sessions.push_listen(&session, data.clone());
+            self.to_session(&session, data.clone());
+        }
+    }
+
+    /// A message attributed to `session`, onto its listen stream here; when none is attached
+    /// here it may be held by another replica on the same session store: the message goes
+    /// there, for this session only.
+    fn to_session(&self, session: &str, data: Bytes) {
+        let r = &self.registry;
+        if !r.sessions.push_listen(session, data.clone()) {
+            if let Some(peers) = r.peers.get() {
+                peers.forward(session, data);
+            }
         }
     }
 }

@@ -67,7 +67,7 @@ pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use registry::Registry;
 pub use reload::{ReloadOutcome, Reshape, Reshaped, Retiring};
 pub use session::{SessionId, Transport};
-pub use session_store::{Presence, SessionRecords, StoreError, STORE_TIMEOUT};
+pub use session_store::{PeerDelivery, Presence, SessionRecords, StoreError, STORE_TIMEOUT};
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;
 pub use switchboard_upstream::UpstreamError;

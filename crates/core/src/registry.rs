@@ -26,6 +26,9 @@ pub struct Registry {
     pub(crate) drops: DropLog,
     /// Per backend: what its inbound path routes by or invalidates (see [`BackendTables`]).
     per_backend: Mutex<HashMap<BackendId, Arc<BackendTables>>>,
+    /// Replicas on one session store: where a message for a session whose listen stream is
+    /// held by another replica goes (`session_store::PeerDelivery`). Set once, after start.
+    pub(crate) peers: std::sync::OnceLock<Arc<dyn crate::PeerDelivery>>,
 }
 
 /// The tables of one backend that both its sink and the request path use: resource
@@ -91,6 +94,7 @@ impl Registry {
             listeners: ModernListeners::default(),
             drops: DropLog::default(),
             per_backend: Mutex::new(HashMap::new()),
+            peers: std::sync::OnceLock::new(),
         })
     }
 

@@ -412,8 +412,22 @@ impl SessionStore {
     }
 
     /// Queues a message on one session's listen stream.
-    pub(crate) fn push_listen(&self, raw: &str, data: Bytes) {
-        let _ = self.with(raw, |s| s.listen.push(data));
+    /// Queues `data` on the session's listen stream; false when no stream of it is attached
+    /// here (it is kept for a resume here either way).
+    pub(crate) fn push_listen(&self, raw: &str, data: Bytes) -> bool {
+        self.with(raw, |s| {
+            let attached = s.listen.is_attached();
+            s.listen.push(data);
+            attached
+        })
+        .unwrap_or(false)
+    }
+
+    /// Queues `data` on the session's listen stream only if one is attached here (a message a
+    /// peer replica forwarded: kept nowhere else).
+    pub(crate) fn push_if_attached(&self, raw: &str, data: Bytes) -> bool {
+        self.with(raw, |s| s.listen.is_attached() && s.listen.push(data))
+            .unwrap_or(false)
     }
 
     /// Ends a session of `transport` (and, when `caller` is given, owned by it). Errors if it

@@ -38,6 +38,16 @@ pub trait SessionRecords: Send + Sync + fmt::Debug {
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
+/// Replicas on one session store: the way to the replica holding a session's listen stream.
+/// Only messages already attributed to one session are forwarded, with that session's id;
+/// the receiving replica delivers them to that session's attached stream or nowhere
+/// ([`Gateway::deliver_from_peer`]), and never forwards them again.
+pub trait PeerDelivery: Send + Sync + fmt::Debug {
+    /// Hands `data` for `session`'s listen stream on (never blocks; bounded, best effort
+    /// like every server-to-client notification).
+    fn forward(&self, session: &str, data: bytes::Bytes);
+}
+
 /// What the store knows of a session this process holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Presence {
@@ -82,6 +92,17 @@ fn plausible(raw: &str) -> bool {
 }
 
 impl Gateway {
+    /// Turns on delivery across replicas (once; later calls change nothing).
+    pub fn enable_peer_delivery(&self, peers: std::sync::Arc<dyn PeerDelivery>) {
+        let _ = self.registry.peers.set(peers);
+    }
+
+    /// A message another replica forwarded for `session`: onto its listen stream if one is
+    /// attached here, else dropped (some replica holds it; this one does not).
+    pub fn deliver_from_peer(&self, session: &str, data: bytes::Bytes) -> bool {
+        self.registry.sessions.push_if_attached(session, data)
+    }
+
     /// The store, when sessions are kept beyond this process.
     pub(crate) fn store(&self) -> Option<&dyn SessionRecords> {
         self.config.session_store.as_deref()

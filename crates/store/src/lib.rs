@@ -8,6 +8,9 @@
 
 use std::time::Duration;
 
+mod peers;
+pub use peers::RedisPeers;
+
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -17,6 +20,7 @@ use switchboard_core::{Presence, SessionRecords, StoreError, STORE_TIMEOUT};
 /// Sessions in Redis.
 #[derive(Clone)]
 pub struct RedisStore {
+    client: redis::Client,
     connection: ConnectionManager,
     prefix: String,
     ttl_ms: u64,
@@ -55,9 +59,10 @@ impl RedisStore {
             .set_response_timeout(Some(STORE_TIMEOUT))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(2));
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
+        let connection = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| StoreError::Unavailable(format!("{shown}: {}", e.category())))?;
         Ok(RedisStore {
+            client,
             connection,
             prefix: prefix.to_owned(),
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),

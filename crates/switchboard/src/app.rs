@@ -96,8 +96,11 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     };
     let mut config = gateway_config(&args, shape);
     let transparent_per_session = !aggregate && shape.isolation == Isolation::PerSession;
-    config.session_store =
+    let redis =
         crate::session_store::open(&args, transparent_per_session, config.session_ttl).await?;
+    config.session_store = redis
+        .clone()
+        .map(|s| std::sync::Arc::new(s) as std::sync::Arc<dyn switchboard_core::SessionRecords>);
     config.health = args.ops.health();
     let traces = crate::traces::install(&args.ops)?;
     config.traces = traces.is_some();
@@ -134,6 +137,11 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         );
     }
     let stop = CancellationToken::new();
+    // Replicas on one Redis: messages for sessions whose stream another replica holds.
+    let peers_stop = CancellationToken::new();
+    let peers = redis
+        .as_ref()
+        .map(|store| crate::session_store::peers(store, &gateway, peers_stop.clone()));
     // Restarts shared backend processes after a crash; owns them and their shutdown.
     let mut running = RunningSet::new(gateway.clone());
     running.adopt(set.processes, set.internals);
@@ -259,6 +267,10 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     }
     stop.cancel();
     let _ = reaper.await;
+    peers_stop.cancel();
+    if let Some(peers) = peers {
+        let _ = peers.await;
+    }
     if let Some(metrics) = metrics_server {
         let _ = metrics.await;
     }

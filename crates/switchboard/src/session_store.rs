@@ -10,7 +10,6 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tracing::warn;
 
-use switchboard_core::SessionRecords;
 use switchboard_store::RedisStore;
 
 use crate::cli::GatewayArgs;
@@ -25,7 +24,7 @@ pub(crate) async fn open(
     args: &GatewayArgs,
     transparent_per_session: bool,
     ttl: Duration,
-) -> anyhow::Result<Option<Arc<dyn SessionRecords>>> {
+) -> anyhow::Result<Option<RedisStore>> {
     let Some(url) = &args.session_store else {
         return Ok(None);
     };
@@ -42,7 +41,24 @@ pub(crate) async fn open(
             "session store not answering ({e}): new sessions are refused until it does"
         ),
     }
-    Ok(Some(Arc::new(store)))
+    Ok(Some(store))
+}
+
+/// Delivery across replicas on `store`, for `gateway`: the task that runs it (until `stop`).
+pub(crate) fn peers(
+    store: &RedisStore,
+    gateway: &Arc<switchboard_core::Gateway>,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let receiver = gateway.clone();
+    let (peers, task) = store.peers(
+        move |session, data| {
+            receiver.deliver_from_peer(session, data);
+        },
+        async move { stop.cancelled().await },
+    );
+    gateway.enable_peer_delivery(Arc::new(peers));
+    tokio::spawn(task)
 }
 
 fn password(args: &GatewayArgs) -> anyhow::Result<Option<String>> {

@@ -1,0 +1,115 @@
+//! Delivery across replicas on one Redis: a message the core attributed to a session whose
+//! listen stream this replica does not hold is published on `PREFIX:deliver` as
+//! `SESSION_ID \n BYTES`; every replica subscribes and hands what it receives to its core,
+//! which puts it on that session's stream if the stream is attached there, else drops it.
+//! Publishing is queued (bounded) to one task; a full queue drops, like any
+//! server-to-client notification the client is not reading fast enough for.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use switchboard_core::PeerDelivery;
+
+use crate::RedisStore;
+
+/// Messages waiting to be published, at most.
+const QUEUE: usize = 4096;
+/// How long the subscriber waits before subscribing again after Redis went away.
+const RESUBSCRIBE: Duration = Duration::from_millis(500);
+
+/// The core's side: queues messages for the publisher.
+#[derive(Debug)]
+pub struct RedisPeers {
+    tx: mpsc::Sender<(String, Bytes)>,
+}
+
+impl PeerDelivery for RedisPeers {
+    fn forward(&self, session: &str, data: Bytes) {
+        if self.tx.try_send((session.to_owned(), data)).is_err() {
+            tracing::debug!("cross-replica delivery queue full: message dropped");
+        }
+    }
+}
+
+impl RedisStore {
+    fn channel(&self) -> String {
+        format!("{}:deliver", self.prefix)
+    }
+
+    /// Delivery across replicas: the core's [`PeerDelivery`], and the task that publishes
+    /// what it queues and hands what other replicas publish to `deliver` (session id,
+    /// message), until `stop` resolves.
+    pub fn peers<D, S>(&self, deliver: D, stop: S) -> (RedisPeers, impl Future<Output = ()> + Send)
+    where
+        D: Fn(&str, Bytes) + Send + Sync + 'static,
+        S: Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let store = self.clone();
+        let task = async move {
+            tokio::select! {
+                () = stop => {}
+                () = store.publish_all(rx) => {}
+                () = store.subscribe_forever(deliver) => {}
+            }
+        };
+        (RedisPeers { tx }, task)
+    }
+
+    async fn publish_all(&self, mut rx: mpsc::Receiver<(String, Bytes)>) {
+        let channel = self.channel();
+        while let Some((session, data)) = rx.recv().await {
+            let mut payload = Vec::with_capacity(session.len() + 1 + data.len());
+            payload.extend_from_slice(session.as_bytes());
+            payload.push(b'\n');
+            payload.extend_from_slice(&data);
+            let mut c = self.connection.clone();
+            let channel = channel.clone();
+            let sent = crate::bounded(async move {
+                redis::cmd("PUBLISH")
+                    .arg(&channel)
+                    .arg(payload)
+                    .query_async::<i64>(&mut c)
+                    .await
+            });
+            if let Err(e) = sent.await {
+                tracing::debug!(error = %e, "cross-replica message not published");
+            }
+        }
+    }
+
+    async fn subscribe_forever<D: Fn(&str, Bytes)>(&self, deliver: D) {
+        loop {
+            match self.client.get_async_pubsub().await {
+                Ok(mut pubsub) => {
+                    if pubsub.subscribe(self.channel()).await.is_ok() {
+                        let mut messages = pubsub.on_message();
+                        while let Some(msg) = messages.next().await {
+                            hand_over(msg.get_payload_bytes(), &deliver);
+                        }
+                    }
+                    tracing::warn!(store = %self.shown, "cross-replica subscription lost; subscribing again");
+                }
+                Err(e) => {
+                    tracing::debug!(error = e.category(), "cross-replica subscription failed")
+                }
+            }
+            tokio::time::sleep(RESUBSCRIBE).await;
+        }
+    }
+}
+
+/// `SESSION_ID \n BYTES` to `deliver`; anything else is ignored.
+fn hand_over(payload: &[u8], deliver: &impl Fn(&str, Bytes)) {
+    let Some(split) = payload.iter().position(|b| *b == b'\n') else {
+        return;
+    };
+    let Ok(session) = std::str::from_utf8(&payload[..split]) else {
+        return;
+    };
+    deliver(session, Bytes::copy_from_slice(&payload[split + 1..]));
+}
