@@ -80,6 +80,9 @@ pub struct GatewayConfig {
     /// Where Streamable HTTP sessions are kept beyond this process (`session_store`);
     /// `None`: in memory only.
     pub session_store: Option<Arc<dyn crate::SessionRecords>>,
+    /// With a session store that cannot take a new session: refuse it (false, the default)
+    /// or serve it from this process only (true).
+    pub store_fallback_memory: bool,
 }
 
 impl Default for GatewayConfig {
@@ -101,6 +104,7 @@ impl Default for GatewayConfig {
             traces: false,
             workflows: crate::workflow::WorkflowConfig::default(),
             session_store: None,
+            store_fallback_memory: false,
         }
     }
 }
@@ -260,6 +264,10 @@ impl Gateway {
             s.init_params = params.map(ToOwned::to_owned);
         });
         if let Err(e) = self.store_session(&session).await {
+            if self.config.store_fallback_memory {
+                tracing::warn!(error = %e, "session served by this process only: the session store did not take it");
+                return Ok(session);
+            }
             tracing::warn!(error = %e, "session refused: the session store did not take it");
             let _ = self.registry.sessions.remove(
                 session.as_str(),

@@ -61,6 +61,7 @@ pub use legacy_sse::{
     SseInitClaim, SseSession, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE, SSE_QUEUE_BYTES,
 };
 pub use listen_stream::{ListenEvent, ListenStream, LISTEN_QUEUE_BYTES, REPLAY_BYTES};
+pub use metrics::store_call as record_store_call;
 pub use modern::ModernAnswer;
 pub use per_session::SpawnBackend;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};

@@ -130,6 +130,14 @@ struct TransportLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StoreLabels {
+    /// `put`, `get`, `touch`, `delete`, `publish`.
+    op: Word,
+    /// `ok` or `error`.
+    outcome: Word,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: Word,
 }
@@ -151,6 +159,7 @@ pub(crate) struct Metrics {
     denials: Family<ReasonLabels, Counter>,
     restarts: Family<BackendLabels, Counter>,
     reloads: Family<OutcomeLabels, Counter>,
+    store_duration: Latency<StoreLabels>,
     sessions: Family<TransportLabels, Gauge>,
     breaker: Family<StateLabels, Gauge>,
     health: Family<StateLabels, Gauge>,
@@ -184,6 +193,7 @@ impl Metrics {
             denials: Family::default(),
             restarts: Family::default(),
             reloads: Family::default(),
+            store_duration: Family::new_with_constructor(latency),
             sessions: Family::default(),
             breaker: Family::default(),
             health: Family::default(),
@@ -226,6 +236,12 @@ impl Metrics {
             "switchboard_config_reloads",
             "Config reloads by outcome: applied, refused, unchanged",
             m.reloads.clone(),
+        );
+        registry.register_with_unit(
+            "switchboard_session_store_duration",
+            "Round-trips to the session store (Redis) by operation and outcome",
+            Unit::Seconds,
+            m.store_duration.clone(),
         );
         registry.register(
             "switchboard_sessions",
@@ -301,6 +317,17 @@ pub(crate) fn backend_call(
 }
 
 /// A backend process was restarted.
+/// One session-store round-trip (`session_store`; the store crate reports through it).
+pub fn store_call(op: &'static str, ok: bool, elapsed: Duration) {
+    get()
+        .store_duration
+        .get_or_create(&StoreLabels {
+            op: Word(op),
+            outcome: Word(if ok { "ok" } else { "error" }),
+        })
+        .observe(elapsed.as_secs_f64());
+}
+
 pub(crate) fn reloaded(outcome: &'static str) {
     get()
         .reloads

@@ -73,7 +73,10 @@ impl RedisStore {
     /// Whether Redis answers `PING` now.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut c = self.connection.clone();
-        bounded(async move { redis::cmd("PING").query_async::<String>(&mut c).await }).await?;
+        bounded("ping", async move {
+            redis::cmd("PING").query_async::<String>(&mut c).await
+        })
+        .await?;
         Ok(())
     }
 
@@ -101,17 +104,22 @@ fn shown(url: &str) -> String {
     }
 }
 
-/// One Redis call within [`STORE_TIMEOUT`], its error in fixed words.
+/// One Redis call within [`STORE_TIMEOUT`], its error in fixed words; timed into the
+/// `switchboard_session_store_duration_seconds{op,outcome}` histogram.
 async fn bounded<T>(
+    op: &'static str,
     call: impl std::future::Future<Output = redis::RedisResult<T>>,
 ) -> Result<T, StoreError> {
-    match tokio::time::timeout(STORE_TIMEOUT, call).await {
+    let started = std::time::Instant::now();
+    let result = match tokio::time::timeout(STORE_TIMEOUT, call).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(StoreError::Unavailable(e.category().to_owned())),
         Err(_) => Err(StoreError::Unavailable(format!(
             "no answer within {STORE_TIMEOUT:?}"
         ))),
-    }
+    };
+    switchboard_core::record_store_call(op, result.is_ok(), started.elapsed());
+    result
 }
 
 impl SessionRecords for RedisStore {
@@ -120,7 +128,7 @@ impl SessionRecords for RedisStore {
         let key = self.key(id);
         let ttl = self.ttl_ms;
         async move {
-            bounded(async move {
+            bounded("put", async move {
                 redis::cmd("SET")
                     .arg(&key)
                     .arg(record)
@@ -139,7 +147,7 @@ impl SessionRecords for RedisStore {
         let key = self.key(id);
         let ttl = self.ttl_ms;
         async move {
-            let (value, _): (Option<Vec<u8>>, i64) = bounded(async move {
+            let (value, _): (Option<Vec<u8>>, i64) = bounded("get", async move {
                 redis::pipe()
                     .get(&key)
                     .pexpire(&key, i64::try_from(ttl).unwrap_or(i64::MAX))
@@ -157,7 +165,7 @@ impl SessionRecords for RedisStore {
         let (key, gone) = (self.key(id), self.gone(id));
         let ttl = i64::try_from(self.ttl_ms).unwrap_or(i64::MAX);
         async move {
-            let (live, ended): (i64, i64) = bounded(async move {
+            let (live, ended): (i64, i64) = bounded("touch", async move {
                 redis::pipe()
                     .pexpire(&key, ttl)
                     .exists(&gone)
@@ -179,7 +187,7 @@ impl SessionRecords for RedisStore {
         let (key, gone) = (self.key(id), self.gone(id));
         let ttl = self.ttl_ms;
         async move {
-            bounded(async move {
+            bounded("delete", async move {
                 redis::pipe()
                     .del(&key)
                     .cmd("SET")

@@ -69,7 +69,7 @@ impl RedisStore {
             payload.extend_from_slice(&data);
             let mut c = self.connection.clone();
             let channel = channel.clone();
-            let sent = crate::bounded(async move {
+            let sent = crate::bounded("publish", async move {
                 redis::cmd("PUBLISH")
                     .arg(&channel)
                     .arg(payload)

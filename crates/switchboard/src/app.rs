@@ -98,6 +98,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let transparent_per_session = !aggregate && shape.isolation == Isolation::PerSession;
     let redis =
         crate::session_store::open(&args, transparent_per_session, config.session_ttl).await?;
+    config.store_fallback_memory = args.session_store_fallback == crate::cli::StoreFallback::Memory;
     config.session_store = redis
         .clone()
         .map(|s| std::sync::Arc::new(s) as std::sync::Arc<dyn switchboard_core::SessionRecords>);

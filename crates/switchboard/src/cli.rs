@@ -17,6 +17,13 @@ pub(crate) struct Cli {
     pub(crate) log_format: LogFormat,
 }
 
+/// The `--session-store-fallback` choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StoreFallback {
+    Refuse,
+    Memory,
+}
+
 /// The `--log-format` choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LogFormat {
@@ -189,6 +196,10 @@ pub(crate) struct GatewayArgs {
     /// deployment on the same Redis uses its own).
     #[arg(long, value_name = "PREFIX", default_value = "switchboard")]
     pub(crate) session_store_prefix: String,
+    /// When the session store cannot take a new session (Redis down): `refuse` it (503, the
+    /// client retries) or serve it from `memory`, this process only (lost if it restarts).
+    #[arg(long, value_enum, default_value_t = StoreFallback::Refuse)]
+    pub(crate) session_store_fallback: StoreFallback,
     /// Seconds a write to a client may make no progress before the connection is closed: a
     /// client that keeps a stream open but reads nothing would otherwise pin what is queued
     /// for it (and an HTTP+SSE session) for as long as it stays connected.

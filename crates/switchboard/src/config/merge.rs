@@ -54,6 +54,7 @@ pub(crate) fn serve_spec(
         file.worker_threads.map(Some),
     );
     timeouts(&o, &file, &mut args);
+    session_store(&o, &file, &mut args);
     ops(&o, &file, &mut args.ops);
     limits(&o, &file, &mut args);
     let errors = http(&o, &file, &mut args);
@@ -91,6 +92,37 @@ pub(crate) fn serve_spec(
         trust: Default::default(),
         watched: None,
     })
+}
+
+/// `sessionStore:`.
+fn session_store(o: &Over<'_>, file: &ConfigFile, args: &mut GatewayArgs) {
+    use crate::cli::StoreFallback;
+    let Some(s) = &file.session_store else { return };
+    o.set(
+        "session_store",
+        &mut args.session_store,
+        Some(Some(s.url.clone())),
+    );
+    let password = s.password_file.clone().map(Some);
+    o.set(
+        "session_store_password_file",
+        &mut args.session_store_password_file,
+        password,
+    );
+    o.set(
+        "session_store_prefix",
+        &mut args.session_store_prefix,
+        s.key_prefix.clone(),
+    );
+    let fallback = s.fallback.map(|f| match f {
+        super::model::StoreFallbackKey::Refuse => StoreFallback::Refuse,
+        super::model::StoreFallbackKey::Memory => StoreFallback::Memory,
+    });
+    o.set(
+        "session_store_fallback",
+        &mut args.session_store_fallback,
+        fallback,
+    );
 }
 
 /// `health:`, `metrics:` and `traces:`.

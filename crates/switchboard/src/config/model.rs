@@ -30,6 +30,7 @@ pub(crate) struct ConfigFile {
     pub(crate) http: Option<Http>,
     pub(crate) health: Option<Health>,
     pub(crate) metrics: Option<Metrics>,
+    pub(crate) session_store: Option<SessionStoreSection>,
     pub(crate) traces: Option<Traces>,
     pub(crate) aggregation: Option<Aggregation>,
     pub(crate) backends: Vec<BackendEntry>,
@@ -175,6 +176,22 @@ pub(crate) struct Breaker {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct Metrics {
     pub(crate) listen: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct SessionStoreSection {
+    pub(crate) url: String,
+    pub(crate) password_file: Option<PathBuf>,
+    pub(crate) key_prefix: Option<String>,
+    pub(crate) fallback: Option<StoreFallbackKey>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum StoreFallbackKey {
+    Refuse,
+    Memory,
 }
 
 #[derive(Debug, Default, Deserialize)]
