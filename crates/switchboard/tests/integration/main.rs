@@ -35,6 +35,7 @@ mod remote_client;
 mod remote_resume;
 mod remote_sse_client;
 mod remote_upstream;
+mod replicas;
 mod resilience;
 mod resume;
 mod rmcp_client;

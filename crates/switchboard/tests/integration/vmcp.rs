@@ -14,7 +14,7 @@ use crate::fixture_http::FixtureHttp;
 
 mod clients;
 mod composite;
-mod driver;
+pub(crate) mod driver;
 mod failure;
 pub(crate) mod forward;
 mod identity;

@@ -1,0 +1,168 @@
+//! Two gateway processes on one real Redis (issue 16): any replica serves any Legacy session,
+//! with the same owner check, and neither a killed replica nor a Redis outage loses a session
+//! or hangs a client. Each replica fronts its own shared stdio fixture; the balancer is the
+//! test's round-robin TCP proxy (`proxy.rs`); Redis is one this test started (`redis.rs`).
+
+mod client;
+mod failover;
+mod proxy;
+mod redis;
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::common::tool_text;
+use client::{replica, tool_calls, without_id, Endpoint};
+use proxy::{addr_of, Proxy};
+use redis::Redis;
+
+const SESSIONS: usize = 16;
+const ROUNDS: usize = 4;
+/// Every call uses this JSON-RPC id: ids collide across sessions on purpose.
+const ID: i64 = 7;
+
+/// What went wrong with one answer, if anything (None: its own text and id came back).
+fn misdelivery(answer: &crate::common::Reply, want: &str) -> Option<String> {
+    if answer.status != StatusCode::OK {
+        return Some(format!("{want}: HTTP {} {}", answer.status, answer.text));
+    }
+    let msgs = answer.messages();
+    let [msg] = msgs.as_slice() else {
+        return Some(format!(
+            "{want}: {} messages in {}",
+            msgs.len(),
+            answer.text
+        ));
+    };
+    let text = msg["result"]["content"][0]["text"].as_str();
+    (text != Some(want) || msg["id"] != json!(ID)).then(|| format!("{want}: got {msg}"))
+}
+
+#[tokio::test]
+async fn sixteen_sessions_across_two_replicas_never_cross() {
+    let Some(redis) = Redis::start_or_skip("sixteen_sessions").await else {
+        return;
+    };
+    let (a, b) = tokio::join!(replica(&redis, &[]), replica(&redis, &[]));
+    let proxy = Proxy::start(vec![addr_of(&a.url), addr_of(&b.url)]).await;
+    let lb = Endpoint::new(&proxy.url());
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        sessions.push(lb.session().await);
+    }
+    let before = (tool_calls(&a).await, tool_calls(&b).await);
+
+    let mut wrong = Vec::new();
+    for round in 0..ROUNDS {
+        let calls = sessions.iter().enumerate().map(|(n, sid)| {
+            let lb = &lb;
+            async move {
+                let want = format!("session {n} round {round} of {sid}");
+                let answer = lb.echo(sid, json!(ID), &want).await;
+                misdelivery(&answer, &want)
+            }
+        });
+        wrong.extend(join_all(calls).await.into_iter().flatten());
+    }
+    assert!(wrong.is_empty(), "cross-deliveries or failures: {wrong:#?}");
+
+    let after = (tool_calls(&a).await, tool_calls(&b).await);
+    let served = (after.0 - before.0, after.1 - before.1);
+    assert!(
+        served.0 > 0.0 && served.1 > 0.0,
+        "both replicas served calls: {served:?}"
+    );
+    assert_eq!(
+        served.0 + served.1,
+        (SESSIONS * ROUNDS) as f64,
+        "every call counted exactly once, on one replica: {served:?}"
+    );
+    assert!(proxy.served(addr_of(&a.url)) > 0 && proxy.served(addr_of(&b.url)) > 0);
+}
+
+const ALICE: &str = "alice-key-replicas-0123456789";
+const BOB: &str = "bob-key-replicas-0123456789ab";
+
+/// An API-keys file naming alice and bob, in a fresh temporary directory.
+fn keys_file() -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "switchboard-replicas-{}-{:x}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("keys");
+    std::fs::write(&path, format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// Unique enough for a per-test directory and an unknown session id.
+fn rand_suffix() -> u128 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    t.as_nanos() ^ (u128::from(n) << 100)
+}
+
+#[tokio::test]
+async fn another_principal_on_the_other_replica_gets_404_like_an_unknown_id() {
+    let Some(redis) = Redis::start_or_skip("another_principal").await else {
+        return;
+    };
+    let keys = keys_file();
+    let auth = ["--api-keys-file", keys.as_str()];
+    let (one, two) = tokio::join!(replica(&redis, &auth), replica(&redis, &auth));
+    let alice_one = Endpoint::of(&one).with_key(ALICE);
+    let alice_two = Endpoint::of(&two).with_key(ALICE);
+    let bob_two = Endpoint::of(&two).with_key(BOB);
+    let sid = alice_one.session().await;
+
+    let stolen = bob_two.echo(&sid, json!(1), "bob's").await;
+    let unknown_id = format!("{:032x}", rand_suffix());
+    let unknown = bob_two.echo(&unknown_id, json!(1), "bob's").await;
+    assert_eq!(stolen.status, StatusCode::NOT_FOUND, "{}", stolen.text);
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{}", unknown.text);
+    assert_eq!(stolen.error_code(), -32001);
+    assert_eq!(without_id(&stolen), without_id(&unknown), "no oracle");
+    assert_eq!(stolen.content_type(), unknown.content_type());
+    // Nor can bob end it from there.
+    assert_eq!(bob_two.delete(&sid).await, StatusCode::NOT_FOUND);
+
+    let mine = alice_two.echo(&sid, json!(2), "alice on two").await;
+    assert_eq!(mine.status, StatusCode::OK, "{}", mine.text);
+    assert_eq!(tool_text(&mine.json()), "alice on two");
+    let back = alice_one.echo(&sid, json!(3), "alice on one").await;
+    assert_eq!(tool_text(&back.json()), "alice on one");
+}
+
+#[tokio::test]
+async fn delete_on_one_replica_ends_the_session_on_the_other() {
+    let Some(redis) = Redis::start_or_skip("delete_on_one_replica").await else {
+        return;
+    };
+    let (a, b) = tokio::join!(replica(&redis, &[]), replica(&redis, &[]));
+    let (on_a, on_b) = (Endpoint::of(&a), Endpoint::of(&b));
+    let sid = on_a.session().await;
+    let other = on_a.session().await;
+    // B serves it first, so whatever B keeps in memory for it is warm when A deletes it.
+    let r = on_b.echo(&sid, json!(1), "before").await;
+    assert_eq!(tool_text(&r.json()), "before");
+
+    assert_eq!(on_a.delete(&sid).await, StatusCode::NO_CONTENT);
+    let after = on_b.echo(&sid, json!(2), "after").await;
+    assert_eq!(after.status, StatusCode::NOT_FOUND, "{}", after.text);
+    assert_eq!(
+        on_a.echo(&sid, json!(3), "x").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(on_b.delete(&sid).await, StatusCode::NOT_FOUND);
+    // It ended alone: a session beside it lives on, on both.
+    for (ep, text) in [(&on_a, "other on a"), (&on_b, "other on b")] {
+        assert_eq!(
+            tool_text(&ep.echo(&other, json!(4), text).await.json()),
+            text
+        );
+    }
+}
