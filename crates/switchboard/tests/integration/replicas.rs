@@ -166,3 +166,96 @@ async fn delete_on_one_replica_ends_the_session_on_the_other() {
         );
     }
 }
+
+/// `resources/updated` for `uri`, as the backend behind `via` emits it (fixture `trigger`).
+async fn updated_by(via: &Endpoint, sid: &str, uri: &str) {
+    let args = json!({"kind": "resource_updated", "uri": uri});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "trigger", "arguments": args}});
+    let r = via.post(Some(sid), &body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+/// The URIs of the `resources/updated` events on `stream` up to (and including) the one for
+/// `last`.
+async fn updates_until(stream: &mut crate::common::Listener, last: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let event = stream.next().await.data;
+        if event["method"] == "notifications/resources/updated" {
+            let uri = event["params"]["uri"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            seen.push(uri.clone());
+            if uri == last {
+                return seen;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stream_on_one_replica_hears_a_subscription_made_through_the_other() {
+    let Some(redis) = Redis::start_or_skip("stream_across_replicas").await else {
+        return;
+    };
+    let (a, b) = tokio::join!(replica(&redis, &[]), replica(&redis, &[]));
+    let (on_a, on_b) = (Endpoint::of(&a), Endpoint::of(&b));
+    // Two sessions opened on A, both listening on A; each subscribes to its own URI through B.
+    let (one, two) = (on_a.session().await, on_a.session().await);
+    let mut streams = Vec::new();
+    for (sid, uri) in [
+        (&one, "test://watched-resource"),
+        (&two, "test://static-text"),
+    ] {
+        streams.push(crate::common::Listener::open(&a, sid, None).await);
+        let sub = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                         "params": {"uri": uri}});
+        let r = on_b.post(Some(sid), &sub).await;
+        assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    }
+    // B's backend announces one's URI, then two's: both reach A only through Redis.
+    updated_by(&on_b, &one, "test://watched-resource").await;
+    updated_by(&on_b, &two, "test://static-text").await;
+    let heard_one = updates_until(&mut streams[0], "test://watched-resource").await;
+    assert_eq!(heard_one, ["test://watched-resource"]);
+    // Two's own update is its sentinel: one's, published before it, never reached two.
+    let heard_two = updates_until(&mut streams[1], "test://static-text").await;
+    assert_eq!(
+        heard_two,
+        ["test://static-text"],
+        "only its own subscription"
+    );
+}
+
+#[tokio::test]
+async fn progress_of_a_request_reaches_its_own_stream_on_the_replica_running_it() {
+    let Some(redis) = Redis::start_or_skip("progress_across_replicas").await else {
+        return;
+    };
+    let (a, b) = tokio::join!(replica(&redis, &[]), replica(&redis, &[]));
+    let sid = Endpoint::of(&a).session().await;
+    let args = json!({"steps": 3, "intervalMs": 1});
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                      "params": {"name": "progress", "arguments": args,
+                                 "_meta": {"progressToken": "mine"}}});
+    // Opened on A, the call runs on B: its progress comes back on its own response stream.
+    let r = Endpoint::of(&b).post(Some(&sid), &body).await;
+    let msgs = r.messages();
+    let progress: Vec<_> = msgs
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 3, "{}", r.text);
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "mine"),
+        "{}",
+        r.text
+    );
+    let last = msgs.last().unwrap();
+    assert_eq!(last["id"], json!(5), "{}", r.text);
+    assert_eq!(tool_text(last), "done", "{}", r.text);
+}
