@@ -143,19 +143,32 @@ pub async fn tool_calls(gw: &TestGateway) -> f64 {
         .sum()
 }
 
-/// `kill -KILL` the gateway (no shutdown path runs) and wait until it is gone.
+/// `kill -KILL` the gateway (no shutdown path runs) and wait until it is gone: its process a
+/// zombie or reaped, and its port refusing connections. The port is the one that matters: a
+/// killed multithreaded process shows its main thread as a zombie while other threads are
+/// still exiting, and until the last one has, its listening socket still completes handshakes
+/// (then resets them), so a balancer would not yet see it dead.
 pub async fn kill_9(gw: &TestGateway) {
+    use std::time::Duration;
     let pid = gw.pid().to_string();
     let status = std::process::Command::new("kill")
         .args(["-KILL", &pid])
         .status()
         .expect("kill");
     assert!(status.success());
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    // A killed child stays a zombie until reaped; `process_running` counts that as gone.
-    while crate::common::process_running(&pid) {
+    let addr = super::proxy::addr_of(&gw.url);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let refused = matches!(
+            tokio::net::TcpStream::connect(addr).await,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        );
+        if refused && !crate::common::process_running(&pid) {
+            return;
+        }
         assert!(tokio::time::Instant::now() < deadline, "pid {pid} survived");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        // Nothing to wait on but the kernel tearing the process down.
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
