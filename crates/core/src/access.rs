@@ -299,15 +299,17 @@ impl Access {
     }
 
     /// Whether a list would show `target` to `principal`, with `origin` from the merged
-    /// lists (aggregating, an item without one is hidden, as list filtering hides it).
+    /// lists (aggregating, an item without one is hidden, as list filtering hides it, unless
+    /// it is a composite tool: the gateway's own, judged without a backend as its call is).
     pub(crate) fn allows_listed(
         &self,
         principal: &Principal,
         target: &Target,
         origin: Option<&Origin>,
+        composite: bool,
     ) -> bool {
         self.policy_now().is_none_or(|a| {
-            origin.is_some()
+            (origin.is_some() || composite)
                 && a.is_allowed_at(principal, gate::item_action(target), target, origin)
         })
     }

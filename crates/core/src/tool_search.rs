@@ -255,10 +255,15 @@ impl Gateway {
     /// Whether `caller` may call the listed tool `exposed` (as list filtering decides it).
     fn may_call(&self, caller: &Principal, exposed: &str, origins: Option<&dyn Origins>) -> bool {
         let target = Target::Tool(exposed.to_owned());
-        let origin = origins.and_then(|o| o.of_item(&target));
+        // A composite is the gateway's own, whatever a backend lists under its name (its
+        // call runs the composite): judged first, without an origin, as list filtering does.
+        let composite = origins.is_some_and(|o| o.composite(exposed));
+        let origin = origins
+            .filter(|_| !composite)
+            .and_then(|o| o.of_item(&target));
         self.config
             .access
-            .allows_listed(caller, &target, origin.as_ref())
+            .allows_listed(caller, &target, origin.as_ref(), composite)
     }
 }
 

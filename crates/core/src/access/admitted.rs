@@ -190,10 +190,14 @@ impl Admitted<'_> {
                 // Aggregating, each item's origin comes from the current merged lists (what a
                 // call of it would route by now); an item they no longer hold cannot be used,
                 // so it is not shown (fail closed: no origin means no backend for a policy).
+                // A composite is the gateway's own even when a backend lists a tool of the
+                // same name (its call runs the composite): judged first, without an origin.
                 let origin = match self.origins {
+                    Some(origins) if matches!(&target, Target::Tool(n) if origins.composite(n)) => {
+                        None
+                    }
                     Some(origins) => match origins.of_item(&target) {
                         Some(origin) => Some(origin),
-                        None if matches!(&target, Target::Tool(n) if origins.composite(n)) => None,
                         None => return false,
                     },
                     None => None,

@@ -356,3 +356,50 @@ async fn find_tools_finds_composites_and_call_tool_runs_them() {
         );
     }
 }
+
+/// Under a policy, `find_tools` shows a composite exactly as `tools/list` would: to whom the
+/// policy lets call it (judged without a backend, as its call is), and to nobody else.
+#[tokio::test]
+async fn find_tools_shows_a_composite_to_whom_the_policy_lets_call_it() {
+    let top = format!(
+        "auth:\n  apiKeys:\n    - {{name: alice, key: {ALICE}}}\n    - {{name: admin, key: {ADMIN}}}\npolicy: {{file: POLICY}}\ncompositeTools:
+  - name: onboard_engineer
+    description: Onboards a newly hired engineer by sending a welcome email (composite)
+    inputSchema: {{type: object, properties: {{}}}}
+    steps:
+      - id: mail
+        type: tool
+        tool: data.get_row
+        arguments: {{}}
+"
+    );
+    let served = searchable("search-composite-policy", &top).await;
+    let gw = &served.gw;
+    let (alice, admin) = (format!("Bearer {ALICE}"), format!("Bearer {ADMIN}"));
+    let as_alice = [("authorization", alice.as_str())];
+    let as_admin = [("authorization", admin.as_str())];
+    let query = "onboard a newly hired engineer";
+    let admin_sid = session(gw, &as_admin).await;
+    let alice_sid = session(gw, &as_alice).await;
+    for (era, admin_s, alice_s) in [
+        (
+            Era::Legacy,
+            Some(admin_sid.as_str()),
+            Some(alice_sid.as_str()),
+        ),
+        (Era::Modern, None, None),
+    ] {
+        let hits = found(gw, era, admin_s, query, 3, &as_admin).await;
+        assert_eq!(
+            hits.first().map(String::as_str),
+            Some("onboard_engineer"),
+            "{era:?}: {hits:?}"
+        );
+        // Alice may call only tools served by a backend other than comms: not a composite.
+        let hits = found(gw, era, alice_s, query, 10, &as_alice).await;
+        assert!(
+            !hits.iter().any(|h| h == "onboard_engineer"),
+            "{era:?}: {hits:?}"
+        );
+    }
+}
