@@ -179,6 +179,8 @@ pub struct Gateway {
     pub(crate) traces: Option<crate::trace::Traces>,
     /// Composite tools and their parked runs (`workflow`).
     pub(crate) workflows: crate::workflow::Workflows,
+    /// Whether the session store failed just now (`session_store`).
+    pub(crate) store_outage: crate::session_store::Outage,
 }
 
 impl Gateway {
@@ -217,6 +219,7 @@ impl Gateway {
             vmcp,
             traces: config_traces.then(crate::trace::Traces::new),
             workflows,
+            store_outage: Default::default(),
         })
     }
 

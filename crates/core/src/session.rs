@@ -113,6 +113,8 @@ pub(crate) struct Session {
     /// The client's `initialize` params, kept only with a session store (its record
     /// carries them to another replica).
     pub(crate) init_params: Option<Box<serde_json::value::RawValue>>,
+    /// With a session store: the revision of its record this process last wrote or read.
+    pub(crate) stored_rev: Option<u64>,
     /// Counts this session against its principal's limit while it exists (any way it ends,
     /// dropping the session gives the place back). `None` when there is no such limit.
     _counted: Option<OwnerSlot>,
@@ -303,6 +305,7 @@ impl Session {
             client_init: None,
             asks: Default::default(),
             init_params: None,
+            stored_rev: None,
             _counted: counted,
         }
     }

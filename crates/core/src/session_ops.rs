@@ -233,7 +233,7 @@ impl Gateway {
         // Held elsewhere only: made live here first, so the owner is checked and it ends
         // everywhere.
         self.session(raw, caller).await?;
-        self.unstore_session(raw).await;
+        self.unstore_session(raw).await?;
         let ended = self
             .registry
             .sessions

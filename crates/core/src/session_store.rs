@@ -1,10 +1,10 @@
 //! Legacy sessions that outlive this process (`--session-store redis://…`): what a Streamable
 //! HTTP session needs to be served by any replica, or by this one after a restart, kept in a
 //! [`SessionRecords`] (the binary's `switchboard-store`; this module does no I/O). The session
-//! table stays the cache every request reads; the store is asked only when a client names a
-//! session this process does not hold, written when a session starts, changes what it keeps
-//! (subscriptions, log level) or ends, and its expiry is slid along at most a few times per
-//! TTL.
+//! table stays the cache every request reads; the store is read when a client names a
+//! session this process does not hold, confirmed (and its expiry slid) in one round-trip by
+//! every request on a held one, and written when a session starts, changes what it keeps
+//! (subscriptions, log level) or ends.
 //!
 //! What the record holds is the session's *durable* state: owner, negotiated version, the
 //! client's `initialize` (its capabilities), log level and subscriptions. What lives only in
@@ -25,13 +25,23 @@ use crate::backends::BackendId;
 use crate::session::{SessionId, SubKey};
 use crate::{CoreError, Gateway};
 
+mod sync;
+
 /// Where session records live. Every call is bounded by the implementation (a store that
 /// does not answer is an error, never a hang).
 pub trait SessionRecords: Send + Sync + fmt::Debug {
-    /// Writes `id`'s record, with the store's TTL.
-    fn put<'a>(&'a self, id: &'a str, record: Vec<u8>) -> BoxFuture<'a, Result<(), StoreError>>;
-    /// Reads `id`'s record (and slides its TTL), `None` when there is none.
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
+    /// Writes `id`'s record at revision `rev`, with the store's TTL; `false` (nothing
+    /// written) when the session was ended meanwhile.
+    fn put<'a>(
+        &'a self,
+        id: &'a str,
+        record: Vec<u8>,
+        rev: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// Reads `id`'s record and its revision, `None` when there is none (changes nothing: the
+    /// caller may not be its owner).
+    #[allow(clippy::type_complexity)]
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<(Vec<u8>, u64)>, StoreError>>;
     /// Slides `id`'s TTL, and tells whether its record is there.
     fn touch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Presence, StoreError>>;
     /// Ends `id` everywhere (and remembers, for a TTL, that it was ended).
@@ -51,8 +61,8 @@ pub trait PeerDelivery: Send + Sync + fmt::Debug {
 /// What the store knows of a session this process holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Presence {
-    /// Its record is there.
-    Live,
+    /// Its record is there, at this revision (every write makes a new one).
+    Live(u64),
     /// It was ended (DELETE on some replica).
     Ended,
     /// Neither: the store lost it (restarted empty, evicted) or it expired there while this
@@ -74,18 +84,29 @@ pub enum StoreError {
 pub(crate) struct Record {
     /// (issuer, subject) of the principal that opened it.
     owner: (String, String),
-    protocol_version: String,
+    pub(super) protocol_version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     client_init: Option<Box<RawValue>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    log_level: Option<u8>,
+    pub(super) log_level: Option<u8>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    subscriptions: Vec<(String, String)>,
+    pub(super) subscriptions: Vec<(String, String)>,
+}
+
+/// A new revision for a record about to be written (random: two replicas writing at once
+/// never produce the same one).
+fn new_rev() -> u64 {
+    let hex = crate::route::random_hex();
+    u64::from_str_radix(&hex[..16], 16).unwrap_or_default()
 }
 
 /// The longest client-supplied session id looked up in the store (ours are 32 hex digits):
 /// anything else is unknown without a round-trip.
 const ID_LEN: usize = 32;
+
+fn parse(bytes: &[u8]) -> Option<Record> {
+    serde_json::from_slice(bytes).ok()
+}
 
 fn plausible(raw: &str) -> bool {
     raw.len() == ID_LEN && raw.bytes().all(|b| b.is_ascii_hexdigit())
@@ -125,10 +146,37 @@ impl Gateway {
                 .collect(),
         })?;
         let bytes = serde_json::to_vec(&record).map_err(|e| CoreError::Store(e.to_string()))?;
-        store
-            .put(session.as_str(), bytes)
-            .await
-            .map_err(|e| CoreError::Store(e.to_string()))
+        if bytes.len() > MAX_RECORD {
+            tracing::warn!(
+                bytes = bytes.len(),
+                "session record too large for the store: not written"
+            );
+            return Ok(());
+        }
+        let rev = new_rev();
+        let written = store.put(session.as_str(), bytes, rev).await;
+        match written.map_err(|e| CoreError::Store(e.to_string()))? {
+            true => {
+                let _ = self
+                    .registry
+                    .sessions
+                    .with(session.as_str(), |s| s.stored_rev = Some(rev));
+                Ok(())
+            }
+            // Ended on another replica meanwhile: ended here too.
+            false => {
+                self.end_here(session.as_str()).await;
+                Err(CoreError::SessionNotFound)
+            }
+        }
+    }
+
+    /// Ends a session this process holds because the store says it was ended elsewhere.
+    async fn end_here(&self, raw: &str) {
+        if let Ok(ended) = self.registry.sessions.remove_any(raw) {
+            self.cleanup(ended, crate::session::EndReason::Deleted)
+                .await;
+        }
     }
 
     /// A session this process does not hold, from the store: made live here (owner checked
@@ -142,21 +190,32 @@ impl Gateway {
         let Some(store) = self.store().filter(|_| plausible(raw)) else {
             return Ok(false);
         };
-        let bytes = store
+        let got = store
             .get(raw)
             .await
             .map_err(|e| CoreError::Store(e.to_string()))?;
-        let Some(record) = bytes.and_then(|b| serde_json::from_slice::<Record>(&b).ok()) else {
+        let Some((record, rev)) = got.and_then(|(b, rev)| Some((parse(&b)?, rev))) else {
             return Ok(false);
         };
         if record.owner != (caller.issuer.clone(), caller.subject.clone()) {
             return Ok(false);
+        }
+        // Its owner's use: now its expiry slides (a foreign lookup changed nothing).
+        match store
+            .touch(raw)
+            .await
+            .map_err(|e| CoreError::Store(e.to_string()))?
+        {
+            Presence::Ended => return Ok(false),
+            Presence::Live(_) | Presence::Lost => {}
         }
         let version = switchboard_wire::version::negotiate_legacy(Some(&record.protocol_version));
         let id = self.registry.sessions.adopt(raw, version, caller)?;
         self.remember_client_init(&id, version, record.client_init.as_deref());
         let _ = self.registry.sessions.with(raw, |s| {
             s.log_level = record.log_level;
+            s.init_params = record.client_init;
+            s.stored_rev = Some(rev);
         });
         for (backend, uri) in record.subscriptions {
             let Ok(backend) = backend.parse::<BackendId>() else {
@@ -172,7 +231,7 @@ impl Gateway {
     /// when it is the first subscriber here (a failure is logged: the client still holds
     /// its session; its updates from here are then missing, as after a failed re-subscribe
     /// on restart).
-    async fn resubscribe(&self, id: &SessionId, key: SubKey) {
+    pub(super) async fn resubscribe(&self, id: &SessionId, key: SubKey) {
         if self.backends.get(&key.0).is_none() {
             return;
         }
@@ -208,8 +267,22 @@ impl Gateway {
         let Some(store) = self.store() else {
             return Ok(id);
         };
-        match store.touch(id.as_str()).await {
-            Ok(Presence::Live) => Ok(id),
+        if self.store_outage.ongoing() {
+            // The store just failed: held sessions are served from memory without waiting
+            // for it at every request (it is tried again after a short pause).
+            return Ok(id);
+        }
+        let touched = store.touch(id.as_str()).await;
+        self.store_outage.record(touched.is_ok());
+        match touched {
+            Ok(Presence::Live(rev)) => {
+                let known = self.registry.sessions.with(id.as_str(), |s| s.stored_rev);
+                if known.ok().flatten() != Some(rev) {
+                    // Changed through another replica since this one last read or wrote it.
+                    self.reconcile(&id).await;
+                }
+                Ok(id)
+            }
             Ok(Presence::Lost) => {
                 // Written again from what this process holds: a store that restarted empty
                 // costs no session that a replica still serves.
@@ -219,15 +292,8 @@ impl Gateway {
                 Ok(id)
             }
             Ok(Presence::Ended) => {
-                let ended = self.registry.sessions.remove(
-                    id.as_str(),
-                    crate::Transport::Streamable,
-                    Some(caller),
-                );
-                if let Ok(ended) = ended {
-                    self.cleanup(ended, crate::session::EndReason::Deleted)
-                        .await;
-                }
+                let _ = caller;
+                self.end_here(id.as_str()).await;
                 Err(CoreError::SessionNotFound)
             }
             Err(e) => {
@@ -237,15 +303,42 @@ impl Gateway {
         }
     }
 
-    /// Ends the session in the store too (DELETE): no replica serves it afterwards.
-    pub(crate) async fn unstore_session(&self, raw: &str) {
-        if let Some(store) = self.store() {
-            if let Err(e) = store.delete(raw).await {
-                tracing::warn!(error = %e, "session not removed from the store; it expires with its TTL");
-            }
-        }
+    /// Ends the session in the store too (DELETE): no replica serves it afterwards. A store
+    /// that does not answer fails the DELETE (503: the client retries), since other replicas
+    /// would go on serving the session.
+    pub(crate) async fn unstore_session(&self, raw: &str) -> Result<(), CoreError> {
+        let Some(store) = self.store() else {
+            return Ok(());
+        };
+        store
+            .delete(raw)
+            .await
+            .map_err(|e| CoreError::Store(e.to_string()))
     }
 }
 
 /// How long a store round-trip may take before it is an error (the store's own bound).
 pub const STORE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The largest record written (the client's `initialize` may be large): a bigger one is not
+/// kept beyond this process.
+const MAX_RECORD: usize = 64 * 1024;
+
+/// How long held sessions skip the store after it failed.
+const OUTAGE_PAUSE: Duration = Duration::from_secs(2);
+
+/// Whether the store failed just now (a breaker for the confirmation of held sessions: with
+/// a store that does not answer, every request would otherwise wait out its bound).
+#[derive(Debug, Default)]
+pub(crate) struct Outage(parking_lot::Mutex<Option<std::time::Instant>>);
+
+impl Outage {
+    fn ongoing(&self) -> bool {
+        self.0.lock().is_some_and(|at| at.elapsed() < OUTAGE_PAUSE)
+    }
+
+    fn record(&self, ok: bool) {
+        let mut at = self.0.lock();
+        *at = (!ok).then(std::time::Instant::now);
+    }
+}

@@ -1,8 +1,8 @@
 //! Legacy sessions kept in Redis (`--session-store redis://…`): the core's
 //! [`SessionRecords`] over one multiplexed connection that reconnects with backoff
-//! (`redis::aio::ConnectionManager`). Each session is one string key, `PREFIX:s:ID`, holding
-//! the core's JSON record with the session TTL as its expiry; a read slides the expiry in the
-//! same round-trip (a pipeline). An ended session leaves `PREFIX:ended:ID` for a TTL, so a
+//! (`redis::aio::ConnectionManager`). Each session is one hash, `PREFIX:s:ID`, holding the
+//! core's JSON record (`rec`) and its revision (`rev`), with the session TTL as its expiry; a confirmation slides the expiry
+//! in the same round-trip (a pipeline). An ended session leaves `PREFIX:ended:ID` for a TTL, so a
 //! replica still holding it ends it too rather than writing it again. Every call is bounded ([`switchboard_core::STORE_TIMEOUT`]):
 //! with Redis down a request gets an error at once, never a hang.
 
@@ -96,8 +96,9 @@ impl RedisStore {
     }
 }
 
-/// `url` without user info (a password must never reach a log).
+/// `url` without user info or query (a password must never reach a log).
 fn shown(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
     match (url.split_once("://"), url.rsplit_once('@')) {
         (Some((scheme, _)), Some((_, host))) => format!("{scheme}://{host}"),
         _ => url.to_owned(),
@@ -122,40 +123,62 @@ async fn bounded<T>(
     result
 }
 
+/// Writes a record unless the session was ended (its marker is set): a write racing a
+/// DELETE on another replica must not bring the session back. 1: written, 0: ended.
+const PUT_UNLESS_ENDED: &str = r"
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'rev', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// A stored revision (0 for one that does not parse: it differs from any written one, so
+/// the record is read again).
+fn revision(rev: Option<&str>) -> u64 {
+    rev.and_then(|r| r.parse().ok()).unwrap_or(0)
+}
+
 impl SessionRecords for RedisStore {
-    fn put<'a>(&'a self, id: &'a str, record: Vec<u8>) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn put<'a>(
+        &'a self,
+        id: &'a str,
+        record: Vec<u8>,
+        rev: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let mut c = self.connection.clone();
-        let key = self.key(id);
+        let (key, gone) = (self.key(id), self.gone(id));
         let ttl = self.ttl_ms;
         async move {
-            bounded("put", async move {
-                redis::cmd("SET")
-                    .arg(&key)
+            let written: i64 = bounded("put", async move {
+                redis::Script::new(PUT_UNLESS_ENDED)
+                    .key(&key)
+                    .key(&gone)
                     .arg(record)
-                    .arg("PX")
                     .arg(ttl)
-                    .query_async::<()>(&mut c)
+                    .arg(rev.to_string())
+                    .invoke_async(&mut c)
                     .await
             })
-            .await
+            .await?;
+            Ok(written == 1)
         }
         .boxed()
     }
 
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<(Vec<u8>, u64)>, StoreError>> {
         let mut c = self.connection.clone();
         let key = self.key(id);
-        let ttl = self.ttl_ms;
         async move {
-            let (value, _): (Option<Vec<u8>>, i64) = bounded("get", async move {
-                redis::pipe()
-                    .get(&key)
-                    .pexpire(&key, i64::try_from(ttl).unwrap_or(i64::MAX))
+            let (rec, rev): (Option<Vec<u8>>, Option<String>) = bounded("get", async move {
+                redis::cmd("HMGET")
+                    .arg(&key)
+                    .arg("rec")
+                    .arg("rev")
                     .query_async(&mut c)
                     .await
             })
             .await?;
-            Ok(value)
+            Ok(rec.map(|r| (r, revision(rev.as_deref()))))
         }
         .boxed()
     }
@@ -165,17 +188,19 @@ impl SessionRecords for RedisStore {
         let (key, gone) = (self.key(id), self.gone(id));
         let ttl = i64::try_from(self.ttl_ms).unwrap_or(i64::MAX);
         async move {
-            let (live, ended): (i64, i64) = bounded("touch", async move {
+            let (ended, live, rev): (i64, i64, Option<String>) = bounded("touch", async move {
                 redis::pipe()
-                    .pexpire(&key, ttl)
                     .exists(&gone)
+                    .pexpire(&key, ttl)
+                    .hget(&key, "rev")
                     .query_async(&mut c)
                     .await
             })
             .await?;
-            Ok(match (live, ended) {
-                (1, _) => Presence::Live,
-                (_, 1) => Presence::Ended,
+            // Ended wins: a record rewritten after a DELETE is not a live session.
+            Ok(match (ended, live) {
+                (1, _) => Presence::Ended,
+                (_, 1) => Presence::Live(revision(rev.as_deref())),
                 _ => Presence::Lost,
             })
         }
@@ -188,7 +213,9 @@ impl SessionRecords for RedisStore {
         let ttl = self.ttl_ms;
         async move {
             bounded("delete", async move {
+                // One transaction: no replica sees the record gone without the marker.
                 redis::pipe()
+                    .atomic()
                     .del(&key)
                     .cmd("SET")
                     .arg(&gone)
@@ -216,5 +243,9 @@ mod tests {
         );
         assert_eq!(shown("redis://user:pw@h:1"), "redis://h:1");
         assert_eq!(shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            shown("redis+unix:///run/r.sock?pass=hunter2"),
+            "redis+unix:///run/r.sock"
+        );
     }
 }

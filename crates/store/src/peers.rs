@@ -6,6 +6,8 @@
 //! server-to-client notification the client is not reading fast enough for.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,20 +18,39 @@ use switchboard_core::PeerDelivery;
 
 use crate::RedisStore;
 
-/// Messages waiting to be published, at most.
+/// Messages waiting to be published, at most, and their bytes (a task message may be a
+/// whole backend line).
 const QUEUE: usize = 4096;
+const QUEUE_BYTES: usize = 32 * 1024 * 1024;
 /// How long the subscriber waits before subscribing again after Redis went away.
 const RESUBSCRIBE: Duration = Duration::from_millis(500);
+/// Connecting and subscribing, at most.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn timed_out() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no answer from Redis",
+    ))
+}
 
 /// The core's side: queues messages for the publisher.
 #[derive(Debug)]
 pub struct RedisPeers {
     tx: mpsc::Sender<(String, Bytes)>,
+    queued: Arc<AtomicUsize>,
 }
 
 impl PeerDelivery for RedisPeers {
     fn forward(&self, session: &str, data: Bytes) {
+        let len = data.len();
+        if self.queued.fetch_add(len, Ordering::AcqRel) + len > QUEUE_BYTES {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            tracing::debug!("cross-replica delivery queue full (bytes): message dropped");
+            return;
+        }
         if self.tx.try_send((session.to_owned(), data)).is_err() {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
             tracing::debug!("cross-replica delivery queue full: message dropped");
         }
     }
@@ -49,20 +70,23 @@ impl RedisStore {
         S: Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(QUEUE);
+        let queued = Arc::new(AtomicUsize::new(0));
         let store = self.clone();
+        let counted = queued.clone();
         let task = async move {
             tokio::select! {
                 () = stop => {}
-                () = store.publish_all(rx) => {}
+                () = store.publish_all(rx, counted) => {}
                 () = store.subscribe_forever(deliver) => {}
             }
         };
-        (RedisPeers { tx }, task)
+        (RedisPeers { tx, queued }, task)
     }
 
-    async fn publish_all(&self, mut rx: mpsc::Receiver<(String, Bytes)>) {
+    async fn publish_all(&self, mut rx: mpsc::Receiver<(String, Bytes)>, queued: Arc<AtomicUsize>) {
         let channel = self.channel();
         while let Some((session, data)) = rx.recv().await {
+            queued.fetch_sub(data.len(), Ordering::AcqRel);
             let mut payload = Vec::with_capacity(session.len() + 1 + data.len());
             payload.extend_from_slice(session.as_bytes());
             payload.push(b'\n');
@@ -84,9 +108,14 @@ impl RedisStore {
 
     async fn subscribe_forever<D: Fn(&str, Bytes)>(&self, deliver: D) {
         loop {
-            match self.client.get_async_pubsub().await {
+            // Bounded: a Redis that accepts but never answers must not leave delivery dead
+            // without a word.
+            let connect = tokio::time::timeout(SUBSCRIBE_TIMEOUT, self.client.get_async_pubsub());
+            match connect.await.unwrap_or_else(|_| Err(timed_out())) {
                 Ok(mut pubsub) => {
-                    if pubsub.subscribe(self.channel()).await.is_ok() {
+                    let subscribe =
+                        tokio::time::timeout(SUBSCRIBE_TIMEOUT, pubsub.subscribe(self.channel()));
+                    if matches!(subscribe.await, Ok(Ok(()))) {
                         let mut messages = pubsub.on_message();
                         while let Some(msg) = messages.next().await {
                             hand_over(msg.get_payload_bytes(), &deliver);

@@ -116,6 +116,10 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let registry = Registry::new(&config);
     let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
     let fds_per_session = set.fds_per_session;
+    if redis.is_some() && !set.per_session.is_empty() {
+        // Their processes (and what they ask the client) live in one replica.
+        anyhow::bail!("--session-store: backends that give each session an upstream of its own (isolation per-session, or a Legacy-only remote) keep it in one replica; serve them without a session store, behind a balancer with session affinity");
+    }
     let backends =
         switchboard_core::Backends::new(set.backends).context("backend names must be distinct")?;
     let drain_limit = config.max_request_time;

@@ -75,7 +75,11 @@ fn password(args: &GatewayArgs) -> anyhow::Result<Option<String>> {
         }
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        return Ok(text.lines().next().map(|l| l.trim().to_owned()));
+        return Ok(text
+            .lines()
+            .next()
+            .map(|l| l.trim().to_owned())
+            .filter(|p| !p.is_empty()));
     }
     Ok(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
 }

@@ -259,3 +259,47 @@ async fn progress_of_a_request_reaches_its_own_stream_on_the_replica_running_it(
     assert_eq!(last["id"], json!(5), "{}", r.text);
     assert_eq!(tool_text(last), "done", "{}", r.text);
 }
+
+#[tokio::test]
+async fn an_unsubscribe_through_one_replica_is_honoured_by_the_other() {
+    let Some(redis) = Redis::start_or_skip("unsubscribe_across_replicas").await else {
+        return;
+    };
+    let (a, b) = tokio::join!(replica(&redis, &[]), replica(&redis, &[]));
+    let (on_a, on_b) = (Endpoint::of(&a), Endpoint::of(&b));
+    let sid = on_a.session().await;
+    let mut stream = crate::common::Listener::open(&a, &sid, None).await;
+    let rpc = |method: &str, uri: &str| json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": {"uri": uri}});
+    // Subscribed through B, unsubscribed through A.
+    let r = on_b
+        .post(
+            Some(&sid),
+            &rpc("resources/subscribe", "test://watched-resource"),
+        )
+        .await;
+    assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    let r = on_a
+        .post(
+            Some(&sid),
+            &rpc("resources/unsubscribe", "test://watched-resource"),
+        )
+        .await;
+    assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    // B's backend announces the URI the session left: B must not deliver it any more.
+    updated_by(&on_b, &sid, "test://watched-resource").await;
+    // The sentinel: a URI it is still subscribed to, through B, announced by B.
+    let r = on_b
+        .post(
+            Some(&sid),
+            &rpc("resources/subscribe", "test://static-text"),
+        )
+        .await;
+    assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    updated_by(&on_b, &sid, "test://static-text").await;
+    let heard = updates_until(&mut stream, "test://static-text").await;
+    assert_eq!(
+        heard,
+        ["test://static-text"],
+        "the unsubscribed URI was not delivered"
+    );
+}
