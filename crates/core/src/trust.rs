@@ -205,7 +205,9 @@ impl Trust {
             if !std::mem::replace(&mut known.told_full, true) {
                 warn!(
                     max = store::MAX_PINS,
-                    "trust: pin table full; new tools are served unpinned"
+                    per_backend = store::MAX_PINS_PER_BACKEND,
+                    backend,
+                    "trust: pin table full for this backend; its new tools are held until pins are removed (switchboard trust)"
                 );
             }
         }

@@ -7,7 +7,9 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::digest::{canonical, changed_fields, diff};
-use super::store::{self, Pending, Pin, TrustFile, MAX_DEFINITION_BYTES, MAX_PINS};
+use super::store::{
+    self, Pending, Pin, TrustFile, MAX_DEFINITION_BYTES, MAX_PINS, MAX_PINS_PER_BACKEND,
+};
 use super::{Finding, NewTools, Seen, TrustConfig, TrustMode};
 
 /// Applies one sighting of `seen` at `backend` to `file`: whether the file changed, and
@@ -30,7 +32,9 @@ pub(crate) fn classify(
     let quarantined = match pin {
         Some(_) => config.mode == TrustMode::Pin,
         None if config.new_tools == NewTools::Allow => {
-            if file.pins.len() >= MAX_PINS {
+            if !room(&file.pins, backend) {
+                // Held, not served unpinned (see `blocked`): a tool without a pin could
+                // change what it does unnoticed.
                 *full = true;
                 return (false, None);
             }
@@ -52,7 +56,7 @@ pub(crate) fn classify(
     {
         return (false, None);
     }
-    if pin.is_none() && !file.pending.contains_key(&key) && file.pending.len() >= MAX_PINS {
+    if pin.is_none() && !file.pending.contains_key(&key) && !room(&file.pending, backend) {
         // A new tool under `newTools: quarantine`, not recorded (no room to approve it
         // from) but still held: see `blocked`. A changed pinned tool is always recorded (at
         // most one per pin), since only its pending entry holds it.
@@ -110,11 +114,28 @@ fn kept_definition(pinned: &Value) -> Option<Value> {
 pub(crate) fn blocked(file: &TrustFile, config: &TrustConfig, key: &str) -> bool {
     match config.mode {
         TrustMode::Off => false,
-        _ => {
-            file.pending.get(key).is_some_and(|p| p.quarantined)
-                || (config.new_tools == NewTools::Quarantine && !file.pins.contains_key(key))
-        }
+        _ if file.pending.get(key).is_some_and(|p| p.quarantined) => true,
+        _ if file.pins.contains_key(key) => false,
+        _ => match config.new_tools {
+            NewTools::Quarantine => true,
+            // Not pinned for want of room: held until there is room to pin it.
+            NewTools::Allow => {
+                let backend = key.split_once('/').map_or(key, |(b, _)| b);
+                !room(&file.pins, backend)
+            }
+        },
     }
+}
+
+/// Whether `table` has room for one more entry of `backend` (the whole table's bound, and
+/// the backend's share of it).
+fn room<V>(table: &std::collections::BTreeMap<String, V>, backend: &str) -> bool {
+    if table.len() >= MAX_PINS {
+        return false;
+    }
+    // Keys are `backend/tool`: the backend's entries are one range (`0` follows `/`).
+    let (from, to) = (format!("{backend}/"), format!("{backend}0"));
+    table.range(from..to).take(MAX_PINS_PER_BACKEND).count() < MAX_PINS_PER_BACKEND
 }
 
 /// Every recorded key [`blocked`] holds (an unrecorded new tool is not listed: there is no

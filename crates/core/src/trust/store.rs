@@ -16,6 +16,9 @@ use serde_json::Value;
 /// unpinned, with a warning (`state::classify`). With [`MAX_DEFINITION_BYTES`] this bounds the
 /// file near 1 GiB in the worst case.
 pub const MAX_PINS: usize = 8192;
+/// Pins (and, separately, pending definitions) one backend may hold: a backend listing
+/// thousands of tools must not take every other backend's room.
+pub const MAX_PINS_PER_BACKEND: usize = MAX_PINS / 4;
 
 /// Largest definition kept beside its digest, in bytes of canonical JSON: larger ones keep
 /// the digest only (a change is still caught; its diff then names every field).

@@ -171,3 +171,29 @@ fn approve(t: &Trust, backend: &str, tool: &str) -> Approval {
         .to_owned();
     t.approve(backend, tool, &digest, &crate::Principal::anonymous())
 }
+
+/// A backend that lists more tools than its share of the pin table cannot take the other
+/// backends' room, and its tools beyond the share are held, never served unpinned.
+#[test]
+fn a_backend_over_its_share_of_pins_is_held_and_others_keep_their_room() {
+    let t = trust(TrustMode::Pin, NewTools::Allow, None);
+    let many: Vec<Seen> = (0..store::MAX_PINS_PER_BACKEND + 5)
+        .map(|n| {
+            let def = json!({"name": format!("t{n:05}"), "inputSchema": {"type": "object"}});
+            Seen::of(&def).unwrap()
+        })
+        .collect();
+    assert!(t.screen("hog", &many).is_empty());
+    assert!(
+        !t.blocks("hog", "t00000"),
+        "within its share: pinned and served"
+    );
+    let last = format!("t{:05}", store::MAX_PINS_PER_BACKEND + 4);
+    assert!(
+        t.blocks("hog", &last),
+        "over its share: held, not served unpinned"
+    );
+    // Another backend still has its room.
+    assert!(t.screen("other", &seen("Echo")).is_empty());
+    assert!(!t.blocks("other", "echo"));
+}
