@@ -234,6 +234,10 @@ impl Gateway {
         // everywhere.
         self.session(raw, caller).await?;
         self.unstore_session(raw).await?;
+        // Replicas holding it (a listen stream there) end it now, not at their next request.
+        if let Some(peers) = self.registry.peers.get() {
+            peers.ended(raw);
+        }
         let ended = self
             .registry
             .sessions

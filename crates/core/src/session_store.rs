@@ -56,6 +56,9 @@ pub trait PeerDelivery: Send + Sync + fmt::Debug {
     /// Hands `data` for `session`'s listen stream on (never blocks; bounded, best effort
     /// like every server-to-client notification).
     fn forward(&self, session: &str, data: bytes::Bytes);
+    /// Tells every replica that `session` was ended (DELETE): one holding it ends it
+    /// ([`Gateway::end_from_peer`]).
+    fn ended(&self, session: &str);
 }
 
 /// What the store knows of a session this process holds.
@@ -122,6 +125,25 @@ impl Gateway {
     /// attached here, else dropped (some replica holds it; this one does not).
     pub fn deliver_from_peer(&self, session: &str, data: bytes::Bytes) -> bool {
         self.registry.sessions.push_if_attached(session, data)
+    }
+
+    /// Another replica ended `session` (DELETE): if this one holds it, it ends here too
+    /// (its listen stream closes) once the store confirms it ended — a message on the
+    /// channel alone never ends a session.
+    /// In the background (owned by the gateway's task set, bounded by the store's bound).
+    pub fn end_from_peer(self: &std::sync::Arc<Self>, session: &str) {
+        if self.store().is_none() || self.registry.sessions.with(session, |_| ()).is_err() {
+            return;
+        }
+        let (gateway, session) = (self.clone(), session.to_owned());
+        self.background.lock().spawn(async move {
+            let Some(store) = gateway.store() else {
+                return;
+            };
+            if matches!(store.touch(&session).await, Ok(Presence::Ended)) {
+                gateway.end_here(&session).await;
+            }
+        });
     }
 
     /// The store, when sessions are kept beyond this process.

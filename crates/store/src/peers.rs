@@ -1,6 +1,6 @@
 //! Delivery across replicas on one Redis: a message the core attributed to a session whose
 //! listen stream this replica does not hold is published on `PREFIX:deliver` as
-//! `SESSION_ID \n BYTES`; every replica subscribes and hands what it receives to its core,
+//! `SESSION_ID \n BYTES` (and a DELETE as `SESSION_ID` alone); every replica subscribes and hands what it receives to its core,
 //! which puts it on that session's stream if the stream is attached there, else drops it.
 //! Publishing is queued (bounded) to one task; a full queue drops, like any
 //! server-to-client notification the client is not reading fast enough for.
@@ -37,7 +37,7 @@ fn timed_out() -> redis::RedisError {
 /// The core's side: queues messages for the publisher.
 #[derive(Debug)]
 pub struct RedisPeers {
-    tx: mpsc::Sender<(String, Bytes)>,
+    tx: mpsc::Sender<(String, Option<Bytes>)>,
     queued: Arc<AtomicUsize>,
 }
 
@@ -49,9 +49,15 @@ impl PeerDelivery for RedisPeers {
             tracing::debug!("cross-replica delivery queue full (bytes): message dropped");
             return;
         }
-        if self.tx.try_send((session.to_owned(), data)).is_err() {
+        if self.tx.try_send((session.to_owned(), Some(data))).is_err() {
             self.queued.fetch_sub(len, Ordering::AcqRel);
             tracing::debug!("cross-replica delivery queue full: message dropped");
+        }
+    }
+
+    fn ended(&self, session: &str) {
+        if self.tx.try_send((session.to_owned(), None)).is_err() {
+            tracing::debug!("cross-replica delivery queue full: end not announced");
         }
     }
 }
@@ -66,7 +72,7 @@ impl RedisStore {
     /// message), until `stop` resolves.
     pub fn peers<D, S>(&self, deliver: D, stop: S) -> (RedisPeers, impl Future<Output = ()> + Send)
     where
-        D: Fn(&str, Bytes) + Send + Sync + 'static,
+        D: Fn(&str, Option<Bytes>) + Send + Sync + 'static,
         S: Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -83,14 +89,20 @@ impl RedisStore {
         (RedisPeers { tx, queued }, task)
     }
 
-    async fn publish_all(&self, mut rx: mpsc::Receiver<(String, Bytes)>, queued: Arc<AtomicUsize>) {
+    async fn publish_all(
+        &self,
+        mut rx: mpsc::Receiver<(String, Option<Bytes>)>,
+        queued: Arc<AtomicUsize>,
+    ) {
         let channel = self.channel();
         while let Some((session, data)) = rx.recv().await {
-            queued.fetch_sub(data.len(), Ordering::AcqRel);
-            let mut payload = Vec::with_capacity(session.len() + 1 + data.len());
+            let mut payload = Vec::with_capacity(session.len() + 1);
             payload.extend_from_slice(session.as_bytes());
-            payload.push(b'\n');
-            payload.extend_from_slice(&data);
+            if let Some(data) = data {
+                queued.fetch_sub(data.len(), Ordering::AcqRel);
+                payload.push(b'\n');
+                payload.extend_from_slice(&data);
+            }
             let mut c = self.connection.clone();
             let channel = channel.clone();
             let sent = crate::bounded("publish", async move {
@@ -106,7 +118,7 @@ impl RedisStore {
         }
     }
 
-    async fn subscribe_forever<D: Fn(&str, Bytes)>(&self, deliver: D) {
+    async fn subscribe_forever<D: Fn(&str, Option<Bytes>)>(&self, deliver: D) {
         loop {
             // Bounded: a Redis that accepts but never answers must not leave delivery dead
             // without a word.
@@ -132,13 +144,17 @@ impl RedisStore {
     }
 }
 
-/// `SESSION_ID \n BYTES` to `deliver`; anything else is ignored.
-fn hand_over(payload: &[u8], deliver: &impl Fn(&str, Bytes)) {
+/// `SESSION_ID \n BYTES` (a message) or `SESSION_ID` (ended) to `deliver`; anything else is
+/// ignored.
+fn hand_over(payload: &[u8], deliver: &impl Fn(&str, Option<Bytes>)) {
     let Some(split) = payload.iter().position(|b| *b == b'\n') else {
+        if let Ok(session) = std::str::from_utf8(payload) {
+            deliver(session, None);
+        }
         return;
     };
     let Ok(session) = std::str::from_utf8(&payload[..split]) else {
         return;
     };
-    deliver(session, Bytes::copy_from_slice(&payload[split + 1..]));
+    deliver(session, Some(Bytes::copy_from_slice(&payload[split + 1..])));
 }

@@ -52,8 +52,11 @@ pub(crate) fn peers(
 ) -> tokio::task::JoinHandle<()> {
     let receiver = gateway.clone();
     let (peers, task) = store.peers(
-        move |session, data| {
-            receiver.deliver_from_peer(session, data);
+        move |session, data| match data {
+            Some(data) => {
+                receiver.deliver_from_peer(session, data);
+            }
+            None => receiver.end_from_peer(session),
         },
         async move { stop.cancelled().await },
     );

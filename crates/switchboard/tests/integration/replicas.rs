@@ -303,3 +303,19 @@ async fn an_unsubscribe_through_one_replica_is_honoured_by_the_other() {
         "the unsubscribed URI was not delivered"
     );
 }
+
+#[tokio::test]
+async fn a_delete_through_one_replica_closes_the_stream_held_by_the_other() {
+    let Some(redis) = Redis::start_or_skip("delete_closes_streams").await else {
+        return;
+    };
+    let (a, b) = tokio::join!(replica(&redis, &[]), replica(&redis, &[]));
+    let sid = Endpoint::of(&a).session().await;
+    let mut stream = crate::common::Listener::open(&a, &sid, None).await;
+    assert_eq!(Endpoint::of(&b).delete(&sid).await, StatusCode::NO_CONTENT);
+    // A hears of it at once, not at its next request for the session: its stream ends.
+    assert!(
+        stream.ends().await,
+        "the stream on A outlived the DELETE through B"
+    );
+}
