@@ -113,6 +113,14 @@ impl Dispatcher {
                     s.listen.push(data.clone());
                 });
                 r.listeners.list_changed(name);
+                // Streams held by other replicas hear it too (each once: there).
+                if let Some(peers) = r.peers.get() {
+                    peers.list_changed(match name {
+                        method::TOOLS_LIST_CHANGED => method::TOOLS_LIST_CHANGED,
+                        method::PROMPTS_LIST_CHANGED => method::PROMPTS_LIST_CHANGED,
+                        _ => method::RESOURCES_LIST_CHANGED,
+                    });
+                }
             }
             method::PROGRESS => {
                 if !r.progress.route(params) {

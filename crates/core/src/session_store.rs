@@ -59,6 +59,9 @@ pub trait PeerDelivery: Send + Sync + fmt::Debug {
     /// Tells every replica that `session` was ended (DELETE): one holding it ends it
     /// ([`Gateway::end_from_peer`]).
     fn ended(&self, session: &str);
+    /// Tells the other replicas that a backend here changed list `name` (a `list_changed`
+    /// method): they pass it, payload-free, to the streams they hold.
+    fn list_changed(&self, name: &'static str);
 }
 
 /// What the store knows of a session this process holds.
@@ -144,6 +147,26 @@ impl Gateway {
                 gateway.end_here(&session).await;
             }
         });
+    }
+
+    /// Another replica's backend changed a list: every session stream attached here, and
+    /// every Modern listener that asked, hears `name` (one of the three `list_changed`
+    /// methods; anything else is ignored), rebuilt without a payload.
+    pub fn list_changed_from_peer(&self, name: &str) {
+        use switchboard_wire::method;
+        let name = match name {
+            method::TOOLS_LIST_CHANGED => method::TOOLS_LIST_CHANGED,
+            method::PROMPTS_LIST_CHANGED => method::PROMPTS_LIST_CHANGED,
+            method::RESOURCES_LIST_CHANGED => method::RESOURCES_LIST_CHANGED,
+            _ => return,
+        };
+        let data = bytes::Bytes::from(switchboard_wire::encode_notification(name, None));
+        self.registry.sessions.for_each(|_, s| {
+            if s.listen.is_attached() {
+                s.listen.push(data.clone());
+            }
+        });
+        self.registry.listeners.list_changed(name);
     }
 
     /// The store, when sessions are kept beyond this process.

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 mod peers;
-pub use peers::RedisPeers;
+pub use peers::{Inbound, RedisPeers};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;

@@ -39,12 +39,31 @@ fn timed_out() -> redis::RedisError {
 pub struct RedisPeers {
     tx: mpsc::Sender<(String, Option<Bytes>)>,
     queued: Arc<AtomicUsize>,
+    /// This replica's name on the channel (random): its own broadcasts come back to it and
+    /// are ignored.
+    origin: String,
+}
+
+/// What another replica published.
+#[derive(Debug)]
+pub enum Inbound<'a> {
+    /// A message for `session`'s stream.
+    Message(&'a str, Bytes),
+    /// `session` was ended (DELETE).
+    Ended(&'a str),
+    /// A backend there changed a list (the notification's method, unchecked).
+    ListChanged(&'a str),
 }
 
 impl PeerDelivery for RedisPeers {
     fn forward(&self, session: &str, data: Bytes) {
         let len = data.len();
-        if self.queued.fetch_add(len, Ordering::AcqRel) + len > QUEUE_BYTES {
+        if self
+            .queued
+            .fetch_add(len, Ordering::AcqRel)
+            .saturating_add(len)
+            > QUEUE_BYTES
+        {
             self.queued.fetch_sub(len, Ordering::AcqRel);
             tracing::debug!("cross-replica delivery queue full (bytes): message dropped");
             return;
@@ -60,6 +79,19 @@ impl PeerDelivery for RedisPeers {
             tracing::debug!("cross-replica delivery queue full: end not announced");
         }
     }
+
+    fn list_changed(&self, name: &'static str) {
+        let item = (
+            format!("*{}", self.origin),
+            Some(Bytes::from_static(name.as_bytes())),
+        );
+        // Counted like any queued body: the publisher gives back what it takes.
+        self.queued.fetch_add(name.len(), Ordering::AcqRel);
+        if self.tx.try_send(item).is_err() {
+            self.queued.fetch_sub(name.len(), Ordering::AcqRel);
+            tracing::debug!("cross-replica delivery queue full: list change not announced");
+        }
+    }
 }
 
 impl RedisStore {
@@ -72,21 +104,28 @@ impl RedisStore {
     /// message), until `stop` resolves.
     pub fn peers<D, S>(&self, deliver: D, stop: S) -> (RedisPeers, impl Future<Output = ()> + Send)
     where
-        D: Fn(&str, Option<Bytes>) + Send + Sync + 'static,
+        D: Fn(Inbound<'_>) + Send + Sync + 'static,
         S: Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(QUEUE);
         let queued = Arc::new(AtomicUsize::new(0));
         let store = self.clone();
         let counted = queued.clone();
+        let origin = {
+            // Unique per process: a replica must tell its own broadcasts from others'.
+            let mut raw = [0u8; 12];
+            let _ = getrandom::fill(&mut raw);
+            raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        };
+        let mine = origin.clone();
         let task = async move {
             tokio::select! {
                 () = stop => {}
                 () = store.publish_all(rx, counted) => {}
-                () = store.subscribe_forever(deliver) => {}
+                () = store.subscribe_forever(deliver, mine) => {}
             }
         };
-        (RedisPeers { tx, queued }, task)
+        (RedisPeers { tx, queued, origin }, task)
     }
 
     async fn publish_all(
@@ -118,7 +157,7 @@ impl RedisStore {
         }
     }
 
-    async fn subscribe_forever<D: Fn(&str, Option<Bytes>)>(&self, deliver: D) {
+    async fn subscribe_forever<D: Fn(Inbound<'_>)>(&self, deliver: D, mine: String) {
         loop {
             // Bounded: a Redis that accepts but never answers must not leave delivery dead
             // without a word.
@@ -130,7 +169,7 @@ impl RedisStore {
                     if matches!(subscribe.await, Ok(Ok(()))) {
                         let mut messages = pubsub.on_message();
                         while let Some(msg) = messages.next().await {
-                            hand_over(msg.get_payload_bytes(), &deliver);
+                            hand_over(msg.get_payload_bytes(), &mine, &deliver);
                         }
                     }
                     tracing::warn!(store = %self.shown, "cross-replica subscription lost; subscribing again");
@@ -144,17 +183,24 @@ impl RedisStore {
     }
 }
 
-/// `SESSION_ID \n BYTES` (a message) or `SESSION_ID` (ended) to `deliver`; anything else is
-/// ignored.
-fn hand_over(payload: &[u8], deliver: &impl Fn(&str, Option<Bytes>)) {
-    let Some(split) = payload.iter().position(|b| *b == b'\n') else {
-        if let Ok(session) = std::str::from_utf8(payload) {
-            deliver(session, None);
+/// `SESSION_ID \n BYTES` (a message), `SESSION_ID` (ended) or `*ORIGIN \n METHOD` (a list
+/// change, ignored when `ORIGIN` is this replica) to `deliver`; anything else is ignored.
+fn hand_over(payload: &[u8], mine: &str, deliver: &impl Fn(Inbound<'_>)) {
+    let (head, body) = match payload.iter().position(|b| *b == b'\n') {
+        Some(split) => (&payload[..split], Some(&payload[split + 1..])),
+        None => (payload, None),
+    };
+    let Ok(head) = std::str::from_utf8(head) else {
+        return;
+    };
+    match (head.strip_prefix('*'), body) {
+        (Some(origin), Some(name)) if origin != mine => {
+            if let Ok(name) = std::str::from_utf8(name) {
+                deliver(Inbound::ListChanged(name));
+            }
         }
-        return;
-    };
-    let Ok(session) = std::str::from_utf8(&payload[..split]) else {
-        return;
-    };
-    deliver(session, Some(Bytes::copy_from_slice(&payload[split + 1..])));
+        (Some(_), _) => {}
+        (None, Some(data)) => deliver(Inbound::Message(head, Bytes::copy_from_slice(data))),
+        (None, None) => deliver(Inbound::Ended(head)),
+    }
 }

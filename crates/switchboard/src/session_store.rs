@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tracing::warn;
 
-use switchboard_store::RedisStore;
+use switchboard_store::{Inbound, RedisStore};
 
 use crate::cli::GatewayArgs;
 
@@ -52,11 +52,12 @@ pub(crate) fn peers(
 ) -> tokio::task::JoinHandle<()> {
     let receiver = gateway.clone();
     let (peers, task) = store.peers(
-        move |session, data| match data {
-            Some(data) => {
+        move |inbound| match inbound {
+            Inbound::Message(session, data) => {
                 receiver.deliver_from_peer(session, data);
             }
-            None => receiver.end_from_peer(session),
+            Inbound::Ended(session) => receiver.end_from_peer(session),
+            Inbound::ListChanged(name) => receiver.list_changed_from_peer(name),
         },
         async move { stop.cancelled().await },
     );

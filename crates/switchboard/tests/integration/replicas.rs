@@ -319,3 +319,51 @@ async fn a_delete_through_one_replica_closes_the_stream_held_by_the_other() {
         "the stream on A outlived the DELETE through B"
     );
 }
+
+/// The `method`s of the events on `stream` up to (and including) the `resources/updated`
+/// for `last`.
+async fn methods_until(stream: &mut crate::common::Listener, last: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let event = stream.next().await.data;
+        let method = event["method"].as_str().unwrap_or_default().to_owned();
+        let done = method == "notifications/resources/updated" && event["params"]["uri"] == last;
+        seen.push(method);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_list_change_on_one_replica_reaches_every_stream_once() {
+    let Some(redis) = Redis::start_or_skip("list_changed_across_replicas").await else {
+        return;
+    };
+    let (a, b) = tokio::join!(replica(&redis, &[]), replica(&redis, &[]));
+    let (on_a, on_b) = (Endpoint::of(&a), Endpoint::of(&b));
+    // One session listening on A, one on B; each subscribed (through B) to a sentinel URI.
+    let (one, two) = (on_a.session().await, on_b.session().await);
+    let mut on_a_stream = crate::common::Listener::open(&a, &one, None).await;
+    let mut on_b_stream = crate::common::Listener::open(&b, &two, None).await;
+    for sid in [&one, &two] {
+        let sub = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                         "params": {"uri": "test://watched-resource"}});
+        let r = on_b.post(Some(sid), &sub).await;
+        assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    }
+    // B's backend changes its tools, then announces the sentinel URI.
+    let args = json!({"kind": "tools_list_changed"});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "trigger", "arguments": args}});
+    assert_eq!(on_b.post(Some(&two), &body).await.status, StatusCode::OK);
+    updated_by(&on_b, &two, "test://watched-resource").await;
+    for (name, stream) in [("A", &mut on_a_stream), ("B", &mut on_b_stream)] {
+        let seen = methods_until(stream, "test://watched-resource").await;
+        let changes = seen
+            .iter()
+            .filter(|m| *m == "notifications/tools/list_changed")
+            .count();
+        assert_eq!(changes, 1, "stream on {name}: {seen:?}");
+    }
+}
