@@ -28,6 +28,23 @@ pub trait InboundSink: Send + Sync + std::fmt::Debug + 'static {
     fn closed(&self, _reason: &str) {}
 }
 
+/// Hands one message to `sink`, containing a panic there: a bug in routing one message
+/// must not take the backend's reader, and with it every pending call, down. The message is
+/// dropped and the reader goes on.
+pub(crate) fn deliver_contained(
+    sink: &dyn InboundSink,
+    line: &Bytes,
+    msg: &Message<'_>,
+    backend: &Upstream,
+) {
+    let delivered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sink.deliver(line, msg, backend);
+    }));
+    if delivered.is_err() {
+        tracing::error!("routing a backend message panicked (a bug); the message was dropped");
+    }
+}
+
 /// A cloneable handle to one backend.
 #[derive(Debug, Clone)]
 pub enum Upstream {

@@ -442,7 +442,7 @@ fn route_line(handle: &Upstream, shared: &Shared, sink: &dyn InboundSink, line: 
         }
     };
     if msg.kind != MessageKind::Response {
-        sink.deliver(&line, &msg, handle);
+        crate::handle::deliver_contained(sink, &line, &msg, handle);
         return;
     }
     let Some(key) = msg.id.as_ref().and_then(|id| id.as_str()) else {

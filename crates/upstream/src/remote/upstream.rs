@@ -192,7 +192,7 @@ impl RemoteSink for Bridge {
             let handle = Upstream::Remote(RemoteUpstream {
                 shared: shared.clone(),
             });
-            shared.sink.deliver(line, msg, &handle);
+            crate::handle::deliver_contained(shared.sink.as_ref(), line, msg, &handle);
         }
     }
 

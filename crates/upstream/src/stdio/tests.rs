@@ -12,6 +12,34 @@ impl InboundSink for Collect {
     }
 }
 
+/// Panics on every message it is handed (a routing bug).
+#[derive(Debug, Default)]
+struct Panics;
+
+impl InboundSink for Panics {
+    fn deliver(&self, _line: &Bytes, _msg: &Message<'_>, _backend: &crate::Upstream) {
+        panic!("a routing bug");
+    }
+}
+
+/// A panic while routing one backend message drops that message only: the reader lives on
+/// and every call still gets its answer.
+#[tokio::test]
+async fn a_panicking_sink_loses_one_message_not_the_backend() {
+    let (handle, process) = spawn(&python(REVERSE_BACKEND, &["2"]), Arc::new(Panics)).unwrap();
+    let first = handle.call("k1", request("k1", "a")).await.unwrap();
+    let second = handle.call("k2", request("k2", "b")).await.unwrap();
+    // The notification (handed to the sink, which panics) comes before both answers.
+    for (call, method) in [(first, "a"), (second, "b")] {
+        let answer = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the answer arrived")
+            .unwrap();
+        assert_eq!(answer.payload(), format!(r#"{{"echo": "{method}"}}"#));
+    }
+    process.shutdown(Duration::from_secs(5)).await;
+}
+
 fn start(config: &StdioConfig) -> (StdioHandle, StdioProcess, Arc<Collect>) {
     let sink = Arc::new(Collect::default());
     let (h, p) = spawn(config, sink.clone()).unwrap();
