@@ -49,6 +49,16 @@ pub enum CoreError {
     /// or found, here now; the client retries.
     #[error("{0}")]
     Store(String),
+    /// The session, or the listen stream a `Last-Event-ID` resumes, lives in another
+    /// replica's process, reachable at this address: the HTTP layer forwards the request
+    /// there (`http::hop`). Never shown to a client: where no hop is possible it is a 404,
+    /// like a session no replica holds.
+    #[error("served by another replica")]
+    ServedElsewhere(String),
+    /// A listen stream's `Last-Event-ID` names events another replica numbered and keeps,
+    /// at this address: resumed there, or afresh here when it cannot be reached.
+    #[error("stream resumable at another replica")]
+    StreamElsewhere(String),
     /// The authorization policy does not allow this operation (kind-only message: the same
     /// for a forbidden target and a missing one).
     #[error("{0}")]

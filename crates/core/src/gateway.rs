@@ -83,6 +83,11 @@ pub struct GatewayConfig {
     /// With a session store that cannot take a new session: refuse it (false, the default)
     /// or serve it from this process only (true).
     pub store_fallback_memory: bool,
+    /// This replica's name among the replicas on the session store, when requests can be
+    /// forwarded between them (`http::hop`): sessions with state only this process holds
+    /// (their own upstreams) are recorded with it as their home, and served only there.
+    /// `None`: no forwarding; such sessions are not stored.
+    pub replica_id: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -105,6 +110,7 @@ impl Default for GatewayConfig {
             workflows: crate::workflow::WorkflowConfig::default(),
             session_store: None,
             store_fallback_memory: false,
+            replica_id: None,
         }
     }
 }
@@ -260,18 +266,7 @@ impl Gateway {
         let session = self.registry.sessions.create(negotiated, caller)?;
         debug!(?session, %negotiated, "session opened");
         self.remember_client_init(&session, negotiated, params);
-        if self.store().is_none() {
-            return Ok(session);
-        }
-        let _ = self.registry.sessions.with(session.as_str(), |s| {
-            s.init_params = params.map(ToOwned::to_owned);
-        });
-        if let Err(e) = self.store_session(&session).await {
-            if self.config.store_fallback_memory {
-                tracing::warn!(error = %e, "session served by this process only: the session store did not take it");
-                return Ok(session);
-            }
-            tracing::warn!(error = %e, "session refused: the session store did not take it");
+        if let Err(e) = self.keep_opened(&session, params).await {
             let _ = self.registry.sessions.remove(
                 session.as_str(),
                 Transport::Streamable,
@@ -280,6 +275,31 @@ impl Gateway {
             return Err(e);
         }
         Ok(session)
+    }
+
+    /// With a session store, writes a session just opened (with the client's `initialize`
+    /// params). `Err`: the store did not take it and the session must not be served (the
+    /// caller ends it); with `store_fallback_memory` it is served from this process only.
+    pub(crate) async fn keep_opened(
+        &self,
+        session: &SessionId,
+        params: Option<&RawValue>,
+    ) -> Result<(), CoreError> {
+        if self.store().is_none() {
+            return Ok(());
+        }
+        let _ = self.registry.sessions.with(session.as_str(), |s| {
+            s.init_params = params.map(ToOwned::to_owned);
+        });
+        let Err(e) = self.store_session(session).await else {
+            return Ok(());
+        };
+        if self.config.store_fallback_memory {
+            tracing::warn!(error = %e, "session served by this process only: the session store did not take it");
+            return Ok(());
+        }
+        tracing::warn!(error = %e, "session refused: the session store did not take it");
+        Err(e)
     }
 
     /// The gateway's answer to a client's `initialize`: the backend's own handshake, with the
@@ -342,6 +362,9 @@ impl Gateway {
         last_event_id: Option<&str>,
     ) -> Result<ListenStream, CoreError> {
         self.session(raw, caller).await?;
+        // Replicas: a stream numbered elsewhere resumes there (its events are in that
+        // replica's memory), or afresh here once that replica is gone.
+        let last_event_id = self.resume_at(last_event_id).await?;
         self.registry
             .sessions
             .attach_listener(raw, caller, last_event_id)

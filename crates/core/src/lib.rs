@@ -61,6 +61,7 @@ pub use legacy_sse::{
     SseInitClaim, SseSession, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE, SSE_QUEUE_BYTES,
 };
 pub use listen_stream::{ListenEvent, ListenStream, LISTEN_QUEUE_BYTES, REPLAY_BYTES};
+pub use metrics::hop as record_hop;
 pub use metrics::store_call as record_store_call;
 pub use modern::ModernAnswer;
 pub use per_session::SpawnBackend;
@@ -68,7 +69,9 @@ pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use registry::Registry;
 pub use reload::{ReloadOutcome, Reshape, Reshaped, Retiring};
 pub use session::{SessionId, Transport};
-pub use session_store::{PeerDelivery, Presence, SessionRecords, StoreError, STORE_TIMEOUT};
+pub use session_store::{
+    new_replica_id, PeerDelivery, Presence, SessionRecords, StoreError, STORE_TIMEOUT,
+};
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;
 pub use switchboard_upstream::UpstreamError;

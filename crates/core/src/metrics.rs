@@ -159,6 +159,7 @@ pub(crate) struct Metrics {
     denials: Family<ReasonLabels, Counter>,
     restarts: Family<BackendLabels, Counter>,
     reloads: Family<OutcomeLabels, Counter>,
+    hops: Family<OutcomeLabels, Counter>,
     store_duration: Latency<StoreLabels>,
     sessions: Family<TransportLabels, Gauge>,
     breaker: Family<StateLabels, Gauge>,
@@ -193,6 +194,7 @@ impl Metrics {
             denials: Family::default(),
             restarts: Family::default(),
             reloads: Family::default(),
+            hops: Family::default(),
             store_duration: Family::new_with_constructor(latency),
             sessions: Family::default(),
             breaker: Family::default(),
@@ -236,6 +238,11 @@ impl Metrics {
             "switchboard_config_reloads",
             "Config reloads by outcome: applied, refused, unchanged",
             m.reloads.clone(),
+        );
+        registry.register(
+            "switchboard_replica_hops",
+            "Requests forwarded to the replica serving their session, by outcome",
+            m.hops.clone(),
         );
         registry.register_with_unit(
             "switchboard_session_store_duration",
@@ -326,6 +333,17 @@ pub fn store_call(op: &'static str, ok: bool, elapsed: Duration) {
             outcome: Word(if ok { "ok" } else { "error" }),
         })
         .observe(elapsed.as_secs_f64());
+}
+
+/// One request forwarded to another replica (`http::hop`): `forwarded` (an answer came
+/// back), `unreachable`, `home_gone`.
+pub fn hop(outcome: &'static str) {
+    get()
+        .hops
+        .get_or_create(&OutcomeLabels {
+            outcome: Word(outcome),
+        })
+        .inc();
 }
 
 pub(crate) fn reloaded(outcome: &'static str) {

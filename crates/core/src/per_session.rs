@@ -200,6 +200,11 @@ impl crate::Gateway {
             .await
         {
             Ok(a) if !a.is_error() => {
+                // Recorded with this replica as its home: its process is here.
+                if let Err(e) = self.keep_opened(&session, msg.params).await {
+                    pending.fail().await;
+                    return Err(e);
+                }
                 pending.complete();
                 Ok(crate::Initialized {
                     session,

@@ -25,7 +25,10 @@ use crate::backends::BackendId;
 use crate::session::{SessionId, SubKey};
 use crate::{CoreError, Gateway};
 
+mod home;
 mod sync;
+
+pub use home::new_replica_id;
 
 /// Where session records live. Every call is bounded by the implementation (a store that
 /// does not answer is an error, never a hang).
@@ -46,6 +49,12 @@ pub trait SessionRecords: Send + Sync + fmt::Debug {
     fn touch<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Presence, StoreError>>;
     /// Ends `id` everywhere (and remembers, for a TTL, that it was ended).
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Where replica `replica` takes forwarded requests, while it is registered (alive);
+    /// `None` once it is gone.
+    fn replica_address<'a>(
+        &'a self,
+        replica: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>>;
 }
 
 /// Replicas on one session store: the way to the replica holding a session's listen stream.
@@ -97,6 +106,10 @@ pub(crate) struct Record {
     pub(super) log_level: Option<u8>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) subscriptions: Vec<(String, String)>,
+    /// The replica whose process holds what the session cannot leave (its own upstreams):
+    /// only it serves the session (see `home`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) home: Option<String>,
 }
 
 /// A new revision for a record about to be written (random: two replicas writing at once
@@ -189,6 +202,7 @@ impl Gateway {
                 .iter()
                 .map(|(b, u)| (b.to_string(), u.clone()))
                 .collect(),
+            home: self.home_of_new_sessions(),
         })?;
         let bytes = serde_json::to_vec(&record).map_err(|e| CoreError::Store(e.to_string()))?;
         if bytes.len() > MAX_RECORD {
@@ -253,6 +267,10 @@ impl Gateway {
         {
             Presence::Ended => return Ok(false),
             Presence::Live(_) | Presence::Lost => {}
+        }
+        if let Some(home) = &record.home {
+            // Served only where its own upstreams are: forwarded there, or gone with them.
+            return self.at_home(raw, home).await.map(|()| false);
         }
         let version = switchboard_wire::version::negotiate_legacy(Some(&record.protocol_version));
         let id = self.registry.sessions.adopt(raw, version, caller)?;

@@ -42,39 +42,10 @@ use crate::AppState;
 /// Deadline of one JWKS fetch.
 const JWKS_TIMEOUT: Duration = Duration::from_secs(10);
 
-type JwksClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    http_body_util::Empty<bytes::Bytes>,
->;
+type JwksClient = crate::outbound::Client<http_body_util::Empty<bytes::Bytes>>;
 
-/// An http/https client for the JWKS: rustls with the ring provider (passed explicitly, no
-/// process-wide default) and the system's root certificates.
 fn jwks_client() -> JwksClient {
-    let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder =
-        match builder.with_provider_and_native_roots(rustls::crypto::ring::default_provider()) {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(error = %e, "no system root certificates: https JWKS URLs will fail");
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
-                    rustls::ClientConfig::builder_with_provider(Arc::new(
-                        rustls::crypto::ring::default_provider(),
-                    ))
-                    .with_safe_default_protocol_versions()
-                    .unwrap_or_else(|_| unreachable_versions())
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth(),
-                )
-            }
-        };
-    let connector = builder.https_or_http().enable_http1().build();
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build(connector)
-}
-
-/// ring supports rustls' default protocol versions; this is never reached.
-fn unreachable_versions() -> rustls::ConfigBuilder<rustls::ClientConfig, rustls::WantsVerifier> {
-    rustls::ClientConfig::builder_with_protocol_versions(rustls::DEFAULT_VERSIONS)
+    crate::outbound::client(JWKS_TIMEOUT)
 }
 
 /// Largest JWKS document accepted.

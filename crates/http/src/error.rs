@@ -18,6 +18,8 @@
 //! | body over the limit                       | 413  | -32600                      |
 //! | GET/other method not offered              | 405  | -32600                      |
 //! | `Host`/`Origin` not allowed (rebinding)   | 403  | -32600, no id               |
+//! | replica hop header that does not verify   | 403  | -32600, no id               |
+//! | replica serving the session not answering | 503  | -32603 + `Retry-After`      |
 //! | no / invalid bearer credential            | 401  | -32600, no id + `WWW-Authenticate` |
 //! | denied by the authorization policy        | 403  | 403, id echoed (kind-only message) |
 //! | rate limit exhausted                      | 429  | 429 + `data.retryAfterSeconds`, `Retry-After` |
@@ -80,6 +82,8 @@ pub(crate) enum HttpError {
         invalid_token: bool,
     },
     Core(Option<RequestId>, CoreError),
+    /// The replica serving the request's session did not answer the hop (`hop`): retry.
+    ReplicaUnreachable(Option<RequestId>),
 }
 
 impl HttpError {
@@ -150,6 +154,14 @@ impl HttpError {
                 ),
             ),
             E::Forbidden(m) => (StatusCode::FORBIDDEN, None, invalid(m)),
+            E::ReplicaUnreachable(id) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                id.as_ref(),
+                ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    "Service unavailable: the replica serving this session did not answer; retry",
+                ),
+            ),
             E::Unauthorized { .. } => (
                 StatusCode::UNAUTHORIZED,
                 None,
@@ -251,7 +263,11 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             ErrorObject::new(RATE_LIMITED, e.to_string())
                 .with_data(json!({ "retryAfterSeconds": retry_after })),
         ),
-        CoreError::SessionNotFound => (
+        // Reached only where no hop was possible (a forwarded request is never forwarded
+        // again): for the client, no replica it can reach holds the session.
+        CoreError::SessionNotFound
+        | CoreError::ServedElsewhere(_)
+        | CoreError::StreamElsewhere(_) => (
             StatusCode::NOT_FOUND,
             ErrorObject::new(codes::SESSION_NOT_FOUND, "Session not found"),
         ),
@@ -410,6 +426,11 @@ impl IntoResponse for HttpError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            HttpError::ReplicaUnreachable(_) => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(1));
             }
             _ => {}
         }

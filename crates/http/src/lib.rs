@@ -11,11 +11,13 @@ mod auth;
 mod conn;
 mod error;
 mod headers;
+mod hop;
 mod in_flight;
 mod legacy_sse;
 mod modern;
 mod ops_ui;
 mod origin;
+mod outbound;
 mod sse;
 mod stall;
 mod streamable;
@@ -35,6 +37,7 @@ use switchboard_core::Gateway;
 
 pub use auth::{parse_algorithm, Authenticator, JwtConfig, API_KEY_ISSUER};
 pub use conn::{serve, ConnLimits, EVICTION_SLACK};
+pub use hop::{Hop, HopError, HOP_HEADER, MIN_SECRET_BYTES};
 pub use legacy_sse::clean_prefix;
 pub use origin::OriginPolicy;
 
@@ -63,6 +66,9 @@ pub struct HttpConfig {
     pub status_open: bool,
     /// Serve `/metrics` on this listener (else it has its own, see [`metrics_router`]).
     pub metrics_here: bool,
+    /// Replicas on one session store that forward to each other (`hop`); `None`: a request
+    /// carrying a hop header is refused.
+    pub hop: Option<Arc<Hop>>,
 }
 
 impl Default for HttpConfig {
@@ -77,6 +83,7 @@ impl Default for HttpConfig {
             max_in_flight: 10_000,
             status_open: false,
             metrics_here: true,
+            hop: None,
         }
     }
 }
@@ -171,6 +178,16 @@ pub fn router(state: AppState) -> Router {
 /// the in-flight bound (503). One layer rather than three: each layer costs a boxed future and
 /// a state clone per request.
 async fn admit(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    // A request claiming to come from another replica must prove it (`hop`).
+    if request.headers().contains_key(HOP_HEADER)
+        && !state
+            .config
+            .hop
+            .as_ref()
+            .is_some_and(|h| h.verify(&request))
+    {
+        return error::HttpError::Forbidden("Forbidden: replica hop not verified").into_response();
+    }
     let admitted = match origin::admit(&state, &request) {
         Ok(()) => auth::admit(&state, &mut request).await,
         Err(refused) => Err(refused),

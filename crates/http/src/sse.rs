@@ -172,6 +172,7 @@ struct ListenState<G> {
     ticker: Interval,
     drained: Drained,
     _detach: G,
+    suffix: Option<String>,
 }
 
 /// Resolves when the gateway starts shutting down. Made once per stream from a child token:
@@ -186,8 +187,10 @@ pub(crate) fn drained(draining: &CancellationToken) -> Drained {
 /// when the session's queue closes (stream replaced, consumer evicted, session ended) or when
 /// the gateway shuts down (a clean end the client reconnects after); `detach` runs when the
 /// client goes away.
+/// `suffix` goes after every event id: the replica that numbered it (`listen-7@REPLICA`).
 pub(crate) fn listen_stream<G: Send + 'static>(
     stream: ListenStream,
+    suffix: Option<String>,
     detach: G,
     keep_alive: Duration,
     draining: &CancellationToken,
@@ -198,23 +201,29 @@ pub(crate) fn listen_stream<G: Send + 'static>(
         ticker: interval_at(Instant::now() + keep_alive, keep_alive),
         drained: drained(draining),
         _detach: detach,
+        suffix,
     };
     let body = stream::unfold(state, |mut st| async move {
         if let Some(e) = st.replay.next() {
-            return Some((Ok::<_, Infallible>(event(&e)), st));
+            let frame = event(&e, st.suffix.as_deref());
+            return Some((Ok::<_, Infallible>(frame), st));
         }
         tokio::select! {
             biased;
             () = &mut st.drained => None,
-            e = st.events.recv() => e.map(|e| (Ok(event(&e)), st)),
+            e = st.events.recv() => e.map(|e| (Ok(event(&e, st.suffix.as_deref())), st)),
             _ = st.ticker.tick() => Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), st)),
         }
     });
     event_stream(Body::from_stream(body))
 }
 
-fn event(e: &ListenEvent) -> Bytes {
-    Bytes::from(sse::frame("message", Some(&e.id), &e.data))
+fn event(e: &ListenEvent, suffix: Option<&str>) -> Bytes {
+    let frame = match suffix {
+        None => sse::frame("message", Some(&e.id), &e.data),
+        Some(suffix) => sse::frame("message", Some(&format!("{}{suffix}", e.id)), &e.data),
+    };
+    Bytes::from(frame)
 }
 
 fn event_stream(body: Body) -> Response {

@@ -4,7 +4,7 @@ use axum::body::Body;
 use std::sync::Arc;
 
 use axum::extract::{Extension, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -15,18 +15,53 @@ use tokio::sync::mpsc;
 
 use crate::error::HttpError;
 use crate::headers::{self, Delivery};
+use crate::hop::{self, Forward};
 use crate::{sse, AppState};
 
-/// POST: one JSON-RPC message in, exactly one answer out.
+/// POST: one JSON-RPC message in, exactly one answer out (here, or from the replica that
+/// serves its session: `hop`).
 pub(crate) async fn post(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Principal>>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle_post(&state, &caller, &headers, body)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    let (delivery, bytes) = match read_post(&state, &headers, body).await {
+        Ok(read) => read,
+        Err(e) => return e.into_response(),
+    };
+    match handle_post(&state, &caller, &headers, delivery, &bytes).await {
+        Ok(answer) => answer,
+        Err(HttpError::Core(id, CoreError::ServedElsewhere(to))) => {
+            let forward = Forward {
+                method: Method::POST,
+                path: path_of(&uri),
+                headers: &headers,
+                body: bytes,
+            };
+            hop::serve_elsewhere(&state, &to, forward, id).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The request line's path and query, as forwarded.
+fn path_of(uri: &Uri) -> &str {
+    uri.path_and_query().map_or("/mcp", |p| p.as_str())
+}
+
+/// A POST's header checks and its body.
+async fn read_post(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Delivery, Bytes), HttpError> {
+    headers::refuse_duplicates(headers)?;
+    let delivery = headers::delivery(headers)?;
+    headers::require_json(headers)?;
+    let bytes = read_body(headers, body, state.config.max_body_bytes).await?;
+    Ok((delivery, bytes))
 }
 
 /// GET: the session's listen stream (server-initiated messages), resumable with
@@ -34,11 +69,22 @@ pub(crate) async fn post(
 pub(crate) async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Principal>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    open_listen(&state, &caller, &headers)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    match open_listen(&state, &caller, &headers).await {
+        Ok(stream) => stream,
+        Err(HttpError::Core(_, CoreError::ServedElsewhere(to))) => {
+            let forward = Forward {
+                method: Method::GET,
+                path: path_of(&uri),
+                headers: &headers,
+                body: Bytes::new(),
+            };
+            hop::serve_elsewhere(&state, &to, forward, None).await
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn open_listen(
@@ -53,15 +99,23 @@ async fn open_listen(
     }
     let sid = headers::session_id(headers).ok_or(HttpError::MissingSession)?;
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let stream = state
-        .gateway
-        .open_listen(sid, caller, last)
-        .await
-        .map_err(|e| HttpError::Core(None, e))?;
+    let stream = match state.gateway.open_listen(sid, caller, last).await {
+        // Its events are in another replica's memory: resumed there when it answers
+        // (`hop::resume_elsewhere`), else this stream starts afresh here.
+        Err(CoreError::StreamElsewhere(to)) => {
+            if let Some(resumed) = hop::resume_elsewhere(state, &to, headers).await {
+                return Ok(resumed);
+            }
+            state.gateway.open_listen(sid, caller, None).await
+        }
+        opened => opened,
+    }
+    .map_err(|e| HttpError::Core(None, e))?;
     let (gateway, sid, generation) = (state.gateway.clone(), sid.to_owned(), stream.generation);
     let detach = sse::OnDrop::new(move || gateway.close_listen(&sid, generation));
     Ok(sse::listen_stream(
         stream,
+        state.gateway.listen_id_suffix(),
         detach,
         state.config.keep_alive,
         &state.draining,
@@ -72,6 +126,7 @@ async fn open_listen(
 pub(crate) async fn delete(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Principal>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     if let Err(e) =
@@ -89,6 +144,15 @@ pub(crate) async fn delete(
     };
     match result {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(HttpError::Core(_, CoreError::ServedElsewhere(to))) => {
+            let forward = Forward {
+                method: Method::DELETE,
+                path: path_of(&uri),
+                headers: &headers,
+                body: Bytes::new(),
+            };
+            hop::serve_elsewhere(&state, &to, forward, None).await
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -114,13 +178,10 @@ async fn handle_post(
     state: &AppState,
     caller: &Arc<Principal>,
     headers: &HeaderMap,
-    body: Body,
+    delivery: Delivery,
+    bytes: &Bytes,
 ) -> Result<Response, HttpError> {
-    headers::refuse_duplicates(headers)?;
-    let delivery = headers::delivery(headers)?;
-    headers::require_json(headers)?;
-    let bytes = read_body(headers, body, state.config.max_body_bytes).await?;
-    let msg = Message::parse_client(&bytes).map_err(HttpError::Parse)?;
+    let msg = Message::parse_client(bytes).map_err(HttpError::Parse)?;
     // Decided per request, before anything reads a session id (invariant 4).
     let version_header = headers
         .get(headers::PROTOCOL_VERSION)
@@ -128,7 +189,7 @@ async fn handle_post(
     match classify(&msg, version_header) {
         Err(e) => return Err(HttpError::Rpc(msg.id.clone(), e)),
         Ok(Era::Modern(_)) => {
-            return crate::modern::handle(state, caller, headers, &msg, &bytes, delivery).await
+            return crate::modern::handle(state, caller, headers, &msg, bytes, delivery).await
         }
         Ok(Era::Legacy) => {}
     }
@@ -188,7 +249,7 @@ async fn handle_post(
             } else {
                 delivery
             };
-            Ok(forward(state, caller, delivery, &msg, &bytes, id, sid).await)
+            Ok(forward(state, caller, delivery, &msg, bytes, id, sid).await)
         }
     }
 }

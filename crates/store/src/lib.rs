@@ -9,7 +9,9 @@
 use std::time::Duration;
 
 mod peers;
+mod replicas;
 pub use peers::{Inbound, RedisPeers};
+pub use replicas::REGISTRATION_TTL;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -228,6 +230,13 @@ impl SessionRecords for RedisStore {
             .await
         }
         .boxed()
+    }
+
+    fn replica_address<'a>(
+        &'a self,
+        replica: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        self.lookup_replica(replica).boxed()
     }
 }
 

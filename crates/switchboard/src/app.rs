@@ -96,8 +96,22 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     };
     let mut config = gateway_config(&args, shape);
     let transparent_per_session = !aggregate && shape.isolation == Isolation::PerSession;
-    let redis =
-        crate::session_store::open(&args, transparent_per_session, config.session_ttl).await?;
+    let replica = crate::replica::Replica::of(&args)?;
+    let replica_address = match &replica {
+        Some(_) => Some(crate::replica::Replica::address(
+            &args,
+            listener.local_addr()?,
+        )?),
+        None => None,
+    };
+    let redis = crate::session_store::open(
+        &args,
+        transparent_per_session,
+        replica.is_some(),
+        config.session_ttl,
+    )
+    .await?;
+    config.replica_id = replica.as_ref().map(|r| r.id.clone());
     config.store_fallback_memory = args.session_store_fallback == crate::cli::StoreFallback::Memory;
     config.session_store = redis
         .clone()
@@ -116,9 +130,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let registry = Registry::new(&config);
     let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
     let fds_per_session = set.fds_per_session;
-    if redis.is_some() && !set.per_session.is_empty() {
+    if redis.is_some() && !set.per_session.is_empty() && replica.is_none() {
         // Their processes (and what they ask the client) live in one replica.
-        anyhow::bail!("--session-store: backends that give each session an upstream of its own (isolation per-session, or a Legacy-only remote) keep it in one replica; serve them without a session store, behind a balancer with session affinity");
+        anyhow::bail!("--session-store: backends that give each session an upstream of its own (isolation per-session, or a Legacy-only remote) keep it in one replica; give the replicas a shared secret (--replica-secret-file) so they forward its requests there");
     }
     let backends =
         switchboard_core::Backends::new(set.backends).context("backend names must be distinct")?;
@@ -147,6 +161,13 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let peers = redis
         .as_ref()
         .map(|store| crate::session_store::peers(store, &gateway, peers_stop.clone()));
+    // Registered for forwarded requests until shutdown begins (`stop`).
+    let registration = match (&replica, &redis, replica_address) {
+        (Some(replica), Some(store), Some(address)) => {
+            Some(replica.register(store, address, stop.clone()).await)
+        }
+        _ => None,
+    };
     // Restarts shared backend processes after a crash; owns them and their shutdown.
     let mut running = RunningSet::new(gateway.clone());
     running.adopt(set.processes, set.internals);
@@ -219,6 +240,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         max_in_flight: args.max_in_flight,
         status_open: args.ops.status_open,
         metrics_here: args.ops.metrics_listen.is_none(),
+        hop: replica.map(|r| r.hop),
     };
     let limits = ConnLimits {
         send_timeout: GatewayArgs::secs(args.send_timeout),
@@ -272,6 +294,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     }
     stop.cancel();
     let _ = reaper.await;
+    if let Some(registration) = registration {
+        let _ = registration.await;
+    }
     peers_stop.cancel();
     if let Some(peers) = peers {
         let _ = peers.await;

@@ -200,6 +200,17 @@ pub(crate) struct GatewayArgs {
     /// client retries) or serve it from `memory`, this process only (lost if it restarts).
     #[arg(long, value_enum, default_value_t = StoreFallback::Refuse)]
     pub(crate) session_store_fallback: StoreFallback,
+    /// With `--session-store`: a file whose first line is the secret every replica of the
+    /// deployment shares (at least 32 bytes, mode 0600), so replicas forward requests to the
+    /// one serving a session — needed for backends that give each session an upstream of its
+    /// own (`--isolation per-session`, Legacy-only remotes), and for resuming a listen
+    /// stream through another replica. Or `SWITCHBOARD_REPLICA_SECRET`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) replica_secret_file: Option<std::path::PathBuf>,
+    /// Where the other replicas reach this one for forwarded requests, `http://HOST:PORT`
+    /// (default: the address it listens on, when that is not a wildcard such as 0.0.0.0).
+    #[arg(long, value_name = "URL")]
+    pub(crate) replica_url: Option<String>,
     /// Seconds a write to a client may make no progress before the connection is closed: a
     /// client that keeps a stream open but reads nothing would otherwise pin what is queued
     /// for it (and an HTTP+SSE session) for as long as it stays connected.

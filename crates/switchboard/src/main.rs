@@ -9,6 +9,7 @@ mod config;
 mod ops_args;
 mod reload;
 mod remote;
+mod replica;
 mod running;
 mod session_store;
 mod start_backends;

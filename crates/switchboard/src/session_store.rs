@@ -19,17 +19,18 @@ const PASSWORD_ENV: &str = "SWITCHBOARD_SESSION_STORE_PASSWORD";
 
 /// The store `args` asks for; `None`: sessions stay in memory. `transparent_per_session`:
 /// every session is its own backend process here (`--isolation per-session`), which no
-/// other replica could serve.
+/// other replica could serve without a hop to this one (`forwarding`).
 pub(crate) async fn open(
     args: &GatewayArgs,
     transparent_per_session: bool,
+    forwarding: bool,
     ttl: Duration,
 ) -> anyhow::Result<Option<RedisStore>> {
     let Some(url) = &args.session_store else {
         return Ok(None);
     };
-    if transparent_per_session {
-        bail!("--session-store: with --isolation per-session each session is a process of this replica, which no other replica can serve; use shared isolation (or a balancer with session affinity and no store)");
+    if transparent_per_session && !forwarding {
+        bail!("--session-store: with --isolation per-session each session is a process of one replica; give the replicas a shared secret (--replica-secret-file) so they forward its requests there");
     }
     let password = password(args)?;
     let store = RedisStore::new(url, password, &args.session_store_prefix, ttl)
@@ -67,6 +68,15 @@ pub(crate) fn peers(
 
 fn password(args: &GatewayArgs) -> anyhow::Result<Option<String>> {
     if let Some(path) = &args.session_store_password_file {
+        return private_first_line(path);
+    }
+    Ok(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
+}
+
+/// The first line of a secret's file (trimmed; `None` when empty), refused unless only
+/// its owner may read or write it.
+pub(crate) fn private_first_line(path: &std::path::Path) -> anyhow::Result<Option<String>> {
+    {
         let meta =
             std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
         let mode = meta.permissions().mode() & 0o777;
@@ -79,11 +89,10 @@ fn password(args: &GatewayArgs) -> anyhow::Result<Option<String>> {
         }
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        return Ok(text
+        Ok(text
             .lines()
             .next()
             .map(|l| l.trim().to_owned())
-            .filter(|p| !p.is_empty()));
+            .filter(|p| !p.is_empty()))
     }
-    Ok(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
 }

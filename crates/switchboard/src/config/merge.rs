@@ -123,6 +123,16 @@ fn session_store(o: &Over<'_>, file: &ConfigFile, args: &mut GatewayArgs) {
         &mut args.session_store_fallback,
         fallback,
     );
+    o.set(
+        "replica_secret_file",
+        &mut args.replica_secret_file,
+        s.replica_secret_file.clone().map(Some),
+    );
+    o.set(
+        "replica_url",
+        &mut args.replica_url,
+        s.replica_url.clone().map(Some),
+    );
 }
 
 /// `health:`, `metrics:` and `traces:`.

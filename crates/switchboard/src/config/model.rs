@@ -185,6 +185,8 @@ pub(crate) struct SessionStoreSection {
     pub(crate) password_file: Option<PathBuf>,
     pub(crate) key_prefix: Option<String>,
     pub(crate) fallback: Option<StoreFallbackKey>,
+    pub(crate) replica_secret_file: Option<PathBuf>,
+    pub(crate) replica_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

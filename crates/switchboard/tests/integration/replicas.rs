@@ -5,6 +5,7 @@
 
 mod client;
 mod failover;
+mod home;
 mod proxy;
 mod redis;
 

@@ -118,6 +118,16 @@ pub async fn replica(redis: &Redis, extra: &[&str]) -> TestGateway {
 /// Tool calls this replica counted (`switchboard_requests_total{mcp_method_name="tools/call"}`
 /// summed over every other label).
 pub async fn tool_calls(gw: &TestGateway) -> f64 {
+    counter(
+        gw,
+        "switchboard_requests_total",
+        ("mcp_method_name", "tools/call"),
+    )
+    .await
+}
+
+/// The sum of `metric`'s samples whose label `label.0` is `label.1`, over every other label.
+pub async fn counter(gw: &TestGateway, metric: &str, label: (&str, &str)) -> f64 {
     use prometheus_parse::Value as V;
     let r = gw
         .http
@@ -132,13 +142,10 @@ pub async fn tool_calls(gw: &TestGateway) -> f64 {
         .samples;
     samples
         .iter()
-        .filter(|s| {
-            s.metric == "switchboard_requests_total"
-                && s.labels.get("mcp_method_name") == Some("tools/call")
-        })
+        .filter(|s| s.metric == metric && s.labels.get(label.0) == Some(label.1))
         .map(|s| match &s.value {
             V::Counter(v) | V::Gauge(v) | V::Untyped(v) => *v,
-            V::Histogram(_) | V::Summary(_) => panic!("switchboard_requests_total is a number"),
+            V::Histogram(_) | V::Summary(_) => panic!("{metric} is a number"),
         })
         .sum()
 }

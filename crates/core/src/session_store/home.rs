@@ -1,0 +1,120 @@
+//! Sessions with a home: a session whose own upstreams (`--isolation per-session`, a
+//! Legacy-only remote's per-session upstream session) live in one replica's process can be
+//! served only by that replica. Its record names that replica; any other replica that gets
+//! one of its requests hands it over (the HTTP layer's hop to the address the home
+//! registered), and once the home is gone — unregistered, or the session ended there — so
+//! is the session: its record is ended, and the client's next request is a clean 404 (the
+//! SDKs then open a new session).
+//!
+//! The same holds for a listen stream resumed elsewhere: its replay buffer is in the
+//! memory of the replica that held it, named in the stream's event ids
+//! ([`Gateway::resume_at`]).
+
+use super::StoreError;
+use crate::{CoreError, Gateway};
+
+/// What separates a listen event's own id from the replica that numbered it.
+const REPLICA_MARK: char = '@';
+
+impl Gateway {
+    /// The home written into new sessions' records: this replica when sessions here have
+    /// upstreams of their own and requests can be forwarded here.
+    pub(super) fn home_of_new_sessions(&self) -> Option<String> {
+        self.config
+            .replica_id
+            .clone()
+            .filter(|_| self.is_per_session())
+    }
+
+    /// A session this replica does not hold whose record names `home`: served there
+    /// (`ServedElsewhere`) while that replica is registered; otherwise ended in the store
+    /// (not found). Its home being this replica means it ended here (ids are never reused
+    /// by a restarted process): its upstreams are gone, so the session is too.
+    pub(super) async fn at_home(&self, raw: &str, home: &str) -> Result<(), CoreError> {
+        let Some(store) = self.store() else {
+            return Err(CoreError::SessionNotFound);
+        };
+        if self.config.replica_id.as_deref() != Some(home) {
+            let address = store.replica_address(home).await.map_err(unavailable)?;
+            if let Some(address) = address {
+                return Err(CoreError::ServedElsewhere(address));
+            }
+        }
+        tracing::info!(
+            home,
+            "session ended: the replica holding its own upstreams is gone"
+        );
+        store.delete(raw).await.map_err(unavailable)?;
+        Err(CoreError::SessionNotFound)
+    }
+
+    /// The home that [`ServedElsewhere`](CoreError::ServedElsewhere) named for `raw` refuses
+    /// connections: nothing listens at its address any more (it died and its registration
+    /// has not expired yet), and its upstreams went with it, so the session ends everywhere.
+    /// Only called for the request that was just told so, i.e. after its owner check.
+    pub async fn end_unreachable_home(&self, raw: &str) {
+        let Some(store) = self.store() else {
+            return;
+        };
+        tracing::info!("session ended: the replica holding its own upstreams refuses connections");
+        if let Err(e) = store.delete(raw).await {
+            tracing::warn!(error = %e, "session of an unreachable replica not ended in the store");
+        }
+    }
+
+    /// The suffix this replica puts on its listen events' ids (`listen-7@REPLICA`), so a
+    /// client resuming through another replica is sent back to the one holding its replay
+    /// buffer. `None` without replicas.
+    pub fn listen_id_suffix(&self) -> Option<String> {
+        let replica = self.config.replica_id.as_deref()?;
+        Some(format!("{REPLICA_MARK}{replica}"))
+    }
+
+    /// Where a `Last-Event-ID` can be resumed: here (`Ok` with the id as this replica
+    /// numbered it, or `None` when it names nothing this replica can replay), or at the
+    /// replica that numbered it (`StreamElsewhere`) while it is registered. A replica that
+    /// is gone took the events with it: the stream starts afresh here.
+    pub(crate) async fn resume_at<'a>(
+        &self,
+        last_event_id: Option<&'a str>,
+    ) -> Result<Option<&'a str>, CoreError> {
+        let Some(own) = self.config.replica_id.as_deref() else {
+            return Ok(last_event_id);
+        };
+        let Some((event, replica)) = last_event_id.and_then(|id| id.split_once(REPLICA_MARK))
+        else {
+            return Ok(None);
+        };
+        if replica == own {
+            return Ok(Some(event));
+        }
+        if !plausible_replica(replica) {
+            return Ok(None);
+        }
+        let Some(store) = self.store() else {
+            return Ok(None);
+        };
+        match store.replica_address(replica).await.map_err(unavailable)? {
+            Some(address) => Err(CoreError::StreamElsewhere(address)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Hex digits in a replica's name.
+const REPLICA_ID_LEN: usize = 16;
+
+/// A fresh name for this replica (random: a restarted process is a new replica, whose
+/// predecessor's sessions with a home ended with it).
+pub fn new_replica_id() -> String {
+    crate::route::random_hex()[..REPLICA_ID_LEN].to_owned()
+}
+
+/// Whether a client-supplied replica name could be one (else no lookup is made).
+fn plausible_replica(name: &str) -> bool {
+    name.len() == REPLICA_ID_LEN && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn unavailable(e: StoreError) -> CoreError {
+    CoreError::Store(e.to_string())
+}

@@ -1,0 +1,90 @@
+//! Replicas that forward to each other (`--replica-secret-file`, with `--session-store`):
+//! this replica's name, its side of the hop (`switchboard_http::Hop`), the address it
+//! registers in the store, and the task that keeps it registered while it serves.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::bail;
+use switchboard_http::{Hop, MIN_SECRET_BYTES};
+use switchboard_store::RedisStore;
+
+use crate::cli::GatewayArgs;
+
+/// The secret's environment variable (instead of a file).
+const SECRET_ENV: &str = "SWITCHBOARD_REPLICA_SECRET";
+
+/// This replica, when it forwards to (and takes forwarded requests from) the others.
+#[derive(Debug, Clone)]
+pub(crate) struct Replica {
+    pub(crate) id: String,
+    pub(crate) hop: Arc<Hop>,
+}
+
+impl Replica {
+    /// The replica `args` asks for; `None` without a shared secret. A secret without a
+    /// session store is refused: there is nowhere to find the other replicas.
+    pub(crate) fn of(args: &GatewayArgs) -> anyhow::Result<Option<Replica>> {
+        let Some(secret) = secret(args)? else {
+            if args.replica_url.is_some() {
+                bail!("--replica-url needs --replica-secret-file (or {SECRET_ENV})");
+            }
+            return Ok(None);
+        };
+        if args.session_store.is_none() {
+            bail!(
+                "--replica-secret-file: replicas find each other through --session-store; give one"
+            );
+        }
+        if secret.len() < MIN_SECRET_BYTES {
+            bail!("the replica secret must be at least {MIN_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)");
+        }
+        let id = switchboard_core::new_replica_id();
+        let hop = Hop::new(id.clone(), secret.as_bytes()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Some(Replica {
+            id,
+            hop: Arc::new(hop),
+        }))
+    }
+
+    /// Where the other replicas reach this one: `--replica-url`, else the address it listens
+    /// on when that names one host.
+    pub(crate) fn address(args: &GatewayArgs, bound: SocketAddr) -> anyhow::Result<String> {
+        if let Some(url) = &args.replica_url {
+            let url = url.trim_end_matches('/');
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("--replica-url must be an http:// or https:// URL");
+            }
+            return Ok(url.to_owned());
+        }
+        if bound.ip().is_unspecified() {
+            bail!("--replica-url is needed when listening on {bound}: the other replicas need an address that reaches this one (e.g. http://$POD_IP:{})", bound.port());
+        }
+        Ok(format!("http://{bound}"))
+    }
+
+    /// Registers this replica at `address` now, then keeps it registered until `stop`
+    /// (when it is removed, so the others stop forwarding here at once).
+    pub(crate) async fn register(
+        &self,
+        store: &RedisStore,
+        address: String,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        match store.register_replica(&self.id, &address).await {
+            Ok(()) => println!("switchboard: replica {} at {address}", self.id),
+            Err(e) => tracing::warn!(error = %e, "replica not registered yet (retried)"),
+        }
+        let task = store.keep_registered(self.id.clone(), address, async move {
+            stop.cancelled().await;
+        });
+        tokio::spawn(task)
+    }
+}
+
+fn secret(args: &GatewayArgs) -> anyhow::Result<Option<String>> {
+    if let Some(path) = &args.replica_secret_file {
+        return crate::session_store::private_first_line(path);
+    }
+    Ok(std::env::var(SECRET_ENV).ok().filter(|p| !p.is_empty()))
+}
