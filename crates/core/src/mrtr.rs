@@ -57,6 +57,7 @@ use sink::Asked;
 pub(crate) use bridge::Bridge;
 pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
 pub(crate) use share::{default_share, SharePermit, Shares};
+pub(crate) use state::replica_of_token;
 
 /// Where a call's backend process puts its requests for input (see `sink::CallSink`).
 pub(crate) type AskedSlot = Arc<parking_lot::Mutex<Option<mpsc::Sender<Asked>>>>;

@@ -13,7 +13,7 @@
 mod legacy_client;
 mod sealed;
 
-pub(crate) use sealed::{Bound, SealedRelay};
+pub(crate) use sealed::{replica_of_token, Bound, SealedRelay};
 
 /// Most rounds of `input_required` one Legacy client's call may go through.
 pub(crate) const MAX_ROUNDS: usize = 8;

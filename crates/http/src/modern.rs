@@ -70,6 +70,12 @@ pub(crate) async fn handle(
         .authorize(caller, None, msg, true)
         .await
         .map_err(|e| HttpError::Core(id.clone(), e))?;
+    // A retry whose `requestState` another replica issued is answered there (`hop`).
+    state
+        .gateway
+        .modern_home(msg)
+        .await
+        .map_err(|e| HttpError::Core(id.clone(), e))?;
     let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
     let delivery = if streaming { Delivery::Sse } else { delivery };
     match delivery {

@@ -45,7 +45,7 @@ impl Bridge {
             .mrtr_per_principal
             .unwrap_or_else(|| default_share(pool));
         Bridge {
-            sealer: Sealer::new(),
+            sealer: Sealer::new().at_replica(config.replica_id.clone()),
             held: HeldTable::new(MAX_HELD),
             slots: Arc::new(Semaphore::new(pool)),
             pool,

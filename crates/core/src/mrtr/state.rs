@@ -107,6 +107,11 @@ fn canonical(v: &Value, out: &mut String) {
 pub(crate) struct Sealer {
     /// Keyed once; cloned for every token.
     keyed: HmacSha256,
+    /// Replicas: this replica's name, readable in every token it seals (the first half of a
+    /// held call's id, a relay payload's `h`), so another replica that gets the retry hands
+    /// it here (`session_store::home`). It is not a credential: the token still opens only
+    /// here, under this process's key.
+    pub(crate) replica: Option<String>,
 }
 
 impl std::fmt::Debug for Sealer {
@@ -124,10 +129,18 @@ impl Sealer {
             panic!("OS random number generator unavailable: {e}");
         }
         match HmacSha256::new_from_slice(&key) {
-            Ok(keyed) => Sealer { keyed },
+            Ok(keyed) => Sealer {
+                keyed,
+                replica: None,
+            },
             // HMAC takes keys of any length; this arm cannot run.
             Err(e) => panic!("HMAC refused a 32-byte key: {e}"),
         }
+    }
+
+    /// The same sealer, naming `replica` in its tokens.
+    pub(crate) fn at_replica(self, replica: Option<String>) -> Self {
+        Sealer { replica, ..self }
     }
 
     fn mac(&self, id: &str, expires: u64, b: &Binding<'_>) -> HmacSha256 {
@@ -173,7 +186,12 @@ impl Sealer {
 
     /// A fresh held id and its token, valid for `ttl`.
     pub(crate) fn seal(&self, b: &Binding<'_>, ttl: Duration) -> (String, String) {
-        let id = random_hex();
+        let id = match &self.replica {
+            // Half the id names the replica; the other half, the MAC and single use keep it
+            // unguessable.
+            Some(replica) if replica.len() == 16 => format!("{replica}{}", &random_hex()[16..]),
+            _ => random_hex(),
+        };
         let expires = unix_now() + ttl.as_secs().max(1);
         let tag = hex(&self.mac(&id, expires, b).finalize().into_bytes());
         let token = format!("{id}.{expires}.{tag}");
@@ -201,6 +219,12 @@ impl Sealer {
         }
         Ok(id.to_owned())
     }
+}
+
+/// The replica a held call's token names (the first half of its id), unverified.
+pub(crate) fn replica_of_token(token: &str) -> Option<&str> {
+    let id = token.split('.').next()?;
+    (id.len() == 32).then(|| id.get(..16)).flatten()
 }
 
 pub(crate) fn unix_now() -> u64 {

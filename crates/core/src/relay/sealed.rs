@@ -52,6 +52,16 @@ struct Payload {
     n: String,
     /// The backend's own `requestState`, as it sent it (`None`: it sent none).
     s: Option<Box<RawValue>>,
+    /// The replica that sealed it (replicas only): its nonce is remembered there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    h: Option<String>,
+}
+
+/// The replica a relay token names (its readable payload's `h`), unverified.
+pub(crate) fn replica_of_token(token: &str) -> Option<String> {
+    let encoded = token.strip_prefix(PREFIX)?.split('.').next()?;
+    let bytes = URL_SAFE_NO_PAD.decode(encoded).ok()?;
+    serde_json::from_slice::<Payload>(&bytes).ok()?.h
 }
 
 /// The relay's memory: the used nonces and the token lifetime.
@@ -225,6 +235,7 @@ impl SealedRelay {
             e: unix_now() + self.ttl.as_secs(),
             n: crate::route::random_hex(),
             s: state.map(|s| s.to_owned()),
+            h: sealer.replica.clone(),
         };
         let Ok(bytes) = serde_json::to_vec(&payload) else {
             return too_large(id);

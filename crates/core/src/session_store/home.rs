@@ -62,6 +62,32 @@ impl Gateway {
         }
     }
 
+    /// Where a Modern retry is served: at the replica whose token its `requestState` is
+    /// (a call parked there, or a relayed state whose single use is remembered there),
+    /// `ServedElsewhere` while that replica is registered. Anything else — no token, one of
+    /// this replica's, a gone replica's — is served here (and a foreign token refused as
+    /// it always is).
+    pub async fn modern_home(&self, msg: &switchboard_wire::Message<'_>) -> Result<(), CoreError> {
+        let (Some(own), Some(store)) = (self.config.replica_id.as_deref(), self.store()) else {
+            return Ok(());
+        };
+        let Some(token) = msg
+            .param("requestState")
+            .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+        else {
+            return Ok(());
+        };
+        let replica = crate::relay::replica_of_token(&token)
+            .or_else(|| crate::mrtr::replica_of_token(&token).map(str::to_owned));
+        let Some(replica) = replica.filter(|r| r != own && plausible_replica(r)) else {
+            return Ok(());
+        };
+        match store.replica_address(&replica).await.map_err(unavailable)? {
+            Some(address) => Err(CoreError::ServedElsewhere(address)),
+            None => Ok(()),
+        }
+    }
+
     /// The suffix this replica puts on its listen events' ids (`listen-7@REPLICA`), so a
     /// client resuming through another replica is sent back to the one holding its replay
     /// buffer. `None` without replicas.

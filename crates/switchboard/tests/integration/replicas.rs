@@ -6,6 +6,7 @@
 mod client;
 mod failover;
 mod home;
+mod modern;
 mod proxy;
 mod redis;
 

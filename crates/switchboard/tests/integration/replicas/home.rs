@@ -32,10 +32,28 @@ fn secret_file() -> String {
 
 /// Two replicas on `redis` forwarding to each other with one secret, plus `extra`.
 async fn forwarding_pair(redis: &Redis, extra: &[&str]) -> (TestGateway, TestGateway) {
+    forwarding_pair_with(redis, extra, &[]).await
+}
+
+/// The same, each fronting `backend` (empty: the built-in fixture).
+pub(super) async fn forwarding_pair_with(
+    redis: &Redis,
+    extra: &[&str],
+    backend: &[&str],
+) -> (TestGateway, TestGateway) {
     let secret = secret_file();
-    let mut args = vec!["--replica-secret-file", secret.as_str()];
+    let url = redis.url();
+    let mut args = vec![
+        "--session-store",
+        url.as_str(),
+        "--replica-secret-file",
+        secret.as_str(),
+    ];
     args.extend_from_slice(extra);
-    tokio::join!(replica(redis, &args), replica(redis, &args))
+    tokio::join!(
+        TestGateway::start_with(&args, backend),
+        TestGateway::start_with(&args, backend)
+    )
 }
 
 const PER_SESSION: [&str; 2] = ["--isolation", "per-session"];
