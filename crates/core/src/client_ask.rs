@@ -4,7 +4,8 @@
 //! composite tool's elicitation step).
 //!
 //! The request goes to the session that owns the call, under a gateway-minted key
-//! (`sbg-<128-bit hex>`), on the calling request's own stream when it has one, else on the
+//! (`sbg-<128-bit hex>`, or `sbg-REPLICA-<128-bit hex>` with replicas, so an answer reaching
+//! another replica is handed to the one waiting for it: `session_store::home`), on the calling request's own stream when it has one, else on the
 //! session's best stream (the rule `per_session::sink` uses for a backend's own requests).
 //! The client's answer comes back through `client_response`, which looks the key up in *that*
 //! session only: a key is never a routing decision across sessions. Each session keeps a
@@ -31,6 +32,12 @@ pub const MAX_ASKS: usize = 16;
 
 /// Prefix of the keys the gateway's own requests go out under (a backend's are `sbs-`).
 const KEY_PREFIX: &str = "sbg-";
+
+/// The replica a gateway key names (`sbg-REPLICA-…`), unverified.
+pub(crate) fn replica_of_key(key: &str) -> Option<&str> {
+    let (replica, _) = key.strip_prefix(KEY_PREFIX)?.split_once('-')?;
+    Some(replica)
+}
 
 /// The input capabilities a Legacy client declared in its `initialize`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +162,10 @@ impl Gateway {
         method: &str,
         params: Option<&RawValue>,
     ) -> Result<ClientReply, CoreError> {
-        let key = format!("{KEY_PREFIX}{}", random_hex());
+        let key = match &self.config.replica_id {
+            Some(replica) => format!("{KEY_PREFIX}{replica}-{}", random_hex()),
+            None => format!("{KEY_PREFIX}{}", random_hex()),
+        };
         let line = Bytes::from(encode_request(
             &RequestId::from_string(&key),
             method,

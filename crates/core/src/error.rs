@@ -54,7 +54,15 @@ pub enum CoreError {
     /// there (`http::hop`). Never shown to a client: where no hop is possible it is a 404,
     /// like a session no replica holds.
     #[error("served by another replica")]
-    ServedElsewhere(String),
+    ServedElsewhere {
+        /// Where the replica serving it listens.
+        address: String,
+        /// The session whose home that replica is, when it is the session that lives there
+        /// (ended if the address refuses connections: its process is gone). `None` when
+        /// only this request's state lives there (a Modern retry, a client's answer): the
+        /// session itself, if any, is not the other replica's to lose.
+        homed: Option<String>,
+    },
     /// A listen stream's `Last-Event-ID` names events another replica numbered and keeps,
     /// at this address: resumed there, or afresh here when it cannot be reached.
     #[error("stream resumable at another replica")]

@@ -329,13 +329,21 @@ impl crate::Gateway {
         Ok(restore_response(id, answer.member(), answer.payload()))
     }
 
-    /// A client's JSON-RPC response (answer to a server request) in per-session mode.
+    /// A client's JSON-RPC response (answer to a server request): to the gateway's own
+    /// question, or to the session's own backend. `ServedElsewhere` when the gateway question
+    /// it answers was asked by another replica.
     pub async fn client_response(
         &self,
         session: &crate::SessionId,
         msg: &Message<'_>,
     ) -> Result<(), CoreError> {
-        client_response(&self.registry, session.as_str(), msg).await
+        match client_response(&self.registry, session.as_str(), msg).await {
+            Err(CoreError::UnexpectedResponse) => {
+                self.answer_home(msg).await?;
+                Err(CoreError::UnexpectedResponse)
+            }
+            done => done,
+        }
     }
 
     /// Ends every session and every parked MRTR call (gateway shutdown), stopping their

@@ -20,6 +20,7 @@
 //! | `Host`/`Origin` not allowed (rebinding)   | 403  | -32600, no id               |
 //! | replica hop header that does not verify   | 403  | -32600, no id               |
 //! | replica serving the session not answering | 503  | -32603 + `Retry-After`      |
+//! | replica that issued a request's state gone | 400 | -32602, `unknown_request_state` |
 //! | no / invalid bearer credential            | 401  | -32600, no id + `WWW-Authenticate` |
 //! | denied by the authorization policy        | 403  | 403, id echoed (kind-only message) |
 //! | rate limit exhausted                      | 429  | 429 + `data.retryAfterSeconds`, `Retry-After` |
@@ -84,6 +85,9 @@ pub(crate) enum HttpError {
     Core(Option<RequestId>, CoreError),
     /// The replica serving the request's session did not answer the hop (`hop`): retry.
     ReplicaUnreachable(Option<RequestId>),
+    /// The replica that issued this request's state (a `requestState`, a question the client
+    /// answers) is gone, and the state with it: the client starts the call again.
+    ReplicaGone(Option<RequestId>),
 }
 
 impl HttpError {
@@ -161,6 +165,15 @@ impl HttpError {
                     codes::INTERNAL_ERROR,
                     "Service unavailable: the replica serving this session did not answer; retry",
                 ),
+            ),
+            E::ReplicaGone(id) => (
+                StatusCode::BAD_REQUEST,
+                id.as_ref(),
+                ErrorObject::new(
+                    codes::INVALID_PARAMS,
+                    "Invalid or expired requestState: the replica that issued it is gone",
+                )
+                .with_data(json!({ "reason": "unknown_request_state" })),
             ),
             E::Unauthorized { .. } => (
                 StatusCode::UNAUTHORIZED,
@@ -266,7 +279,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         // Reached only where no hop was possible (a forwarded request is never forwarded
         // again): for the client, no replica it can reach holds the session.
         CoreError::SessionNotFound
-        | CoreError::ServedElsewhere(_)
+        | CoreError::ServedElsewhere { .. }
         | CoreError::StreamElsewhere(_) => (
             StatusCode::NOT_FOUND,
             ErrorObject::new(codes::SESSION_NOT_FOUND, "Session not found"),

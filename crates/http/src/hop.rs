@@ -189,23 +189,25 @@ impl Hop {
     }
 }
 
-/// The answer to a request whose session another replica serves (at `to`): that replica's
-/// own answer, forwarded — unless this request was itself forwarded here (never forwarded
-/// twice) or no hop is configured, when for this client no replica holds the session (404).
-/// A home that refuses the connection is gone, and its session with it: ended here (404,
-/// and the client opens a new one). One that does not answer is a retryable 503.
+/// The answer to a request another replica serves (at `to.0`): that replica's own answer,
+/// forwarded — unless this request was itself forwarded here (never forwarded twice) or no
+/// hop is configured, when for this client no replica holds what it names (404). A home
+/// that refuses the connection is gone, and the session it was home to (`to.1`) with it:
+/// ended here (404, and the client opens a new one); with no session homed there, only the
+/// request's state went with it (400, the call starts again). One that does not answer is a
+/// retryable 503.
 pub(crate) async fn serve_elsewhere(
     state: &AppState,
-    to: &str,
+    to: (&str, Option<String>),
     req: Forward<'_>,
     id: Option<RequestId>,
 ) -> Response {
+    let (to, homed) = to;
     let not_found = |id| HttpError::Core(id, CoreError::SessionNotFound).into_response();
     let hopped = req.headers.contains_key(HOP_HEADER);
     let Some(hop) = state.config.hop.as_ref().filter(|_| !hopped) else {
         return not_found(id);
     };
-    let session = headers::session_id(req.headers).map(str::to_owned);
     match hop.forward(to, req).await {
         Ok(answer) => {
             switchboard_core::record_hop("forwarded");
@@ -213,10 +215,13 @@ pub(crate) async fn serve_elsewhere(
         }
         Err(HopFailure::Refused) => {
             switchboard_core::record_hop("home_gone");
-            if let Some(session) = session {
-                state.gateway.end_unreachable_home(&session).await;
+            match homed {
+                Some(session) => {
+                    state.gateway.end_unreachable_home(&session).await;
+                    not_found(id)
+                }
+                None => HttpError::ReplicaGone(id).into_response(),
             }
-            not_found(id)
         }
         Err(HopFailure::Unreachable) => {
             switchboard_core::record_hop("unreachable");

@@ -33,14 +33,14 @@ pub(crate) async fn post(
     };
     match handle_post(&state, &caller, &headers, delivery, &bytes).await {
         Ok(answer) => answer,
-        Err(HttpError::Core(id, CoreError::ServedElsewhere(to))) => {
+        Err(HttpError::Core(id, CoreError::ServedElsewhere { address, homed })) => {
             let forward = Forward {
                 method: Method::POST,
                 path: path_of(&uri),
                 headers: &headers,
                 body: bytes,
             };
-            hop::serve_elsewhere(&state, &to, forward, id).await
+            hop::serve_elsewhere(&state, (&address, homed), forward, id).await
         }
         Err(e) => e.into_response(),
     }
@@ -74,14 +74,14 @@ pub(crate) async fn get(
 ) -> Response {
     match open_listen(&state, &caller, &headers).await {
         Ok(stream) => stream,
-        Err(HttpError::Core(_, CoreError::ServedElsewhere(to))) => {
+        Err(HttpError::Core(_, CoreError::ServedElsewhere { address, homed })) => {
             let forward = Forward {
                 method: Method::GET,
                 path: path_of(&uri),
                 headers: &headers,
                 body: Bytes::new(),
             };
-            hop::serve_elsewhere(&state, &to, forward, None).await
+            hop::serve_elsewhere(&state, (&address, homed), forward, None).await
         }
         Err(e) => e.into_response(),
     }
@@ -144,14 +144,14 @@ pub(crate) async fn delete(
     };
     match result {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(HttpError::Core(_, CoreError::ServedElsewhere(to))) => {
+        Err(HttpError::Core(_, CoreError::ServedElsewhere { address, homed })) => {
             let forward = Forward {
                 method: Method::DELETE,
                 path: path_of(&uri),
                 headers: &headers,
                 body: Bytes::new(),
             };
-            hop::serve_elsewhere(&state, &to, forward, None).await
+            hop::serve_elsewhere(&state, (&address, homed), forward, None).await
         }
         Err(e) => e.into_response(),
     }
@@ -206,7 +206,11 @@ async fn handle_post(
             gateway
                 .client_response(&sid, &msg)
                 .await
-                .map_err(|_| HttpError::ClientResponse)?;
+                .map_err(|e| match e {
+                    // Asked by another replica: answered there (`hop`).
+                    e @ CoreError::ServedElsewhere { .. } => HttpError::Core(None, e),
+                    _ => HttpError::ClientResponse,
+                })?;
             Ok(StatusCode::ACCEPTED.into_response())
         }
         (MessageKind::Notification, ..) => {

@@ -37,7 +37,10 @@ impl Gateway {
         if self.config.replica_id.as_deref() != Some(home) {
             let address = store.replica_address(home).await.map_err(unavailable)?;
             if let Some(address) = address {
-                return Err(CoreError::ServedElsewhere(address));
+                return Err(CoreError::ServedElsewhere {
+                    address,
+                    homed: Some(raw.to_owned()),
+                });
             }
         }
         tracing::info!(
@@ -48,10 +51,11 @@ impl Gateway {
         Err(CoreError::SessionNotFound)
     }
 
-    /// The home that [`ServedElsewhere`](CoreError::ServedElsewhere) named for `raw` refuses
-    /// connections: nothing listens at its address any more (it died and its registration
-    /// has not expired yet), and its upstreams went with it, so the session ends everywhere.
-    /// Only called for the request that was just told so, i.e. after its owner check.
+    /// The home that [`ServedElsewhere`](CoreError::ServedElsewhere) named for `raw` (its
+    /// `homed`) refuses connections: nothing listens at its address any more (it died and
+    /// its registration has not expired yet), and its upstreams went with it, so the session
+    /// ends everywhere. Only for the session `at_home` named, i.e. after its owner check —
+    /// never for a session id a request merely carries.
     pub async fn end_unreachable_home(&self, raw: &str) {
         let Some(store) = self.store() else {
             return;
@@ -68,9 +72,9 @@ impl Gateway {
     /// this replica's, a gone replica's — is served here (and a foreign token refused as
     /// it always is).
     pub async fn modern_home(&self, msg: &switchboard_wire::Message<'_>) -> Result<(), CoreError> {
-        let (Some(own), Some(store)) = (self.config.replica_id.as_deref(), self.store()) else {
+        if self.config.replica_id.is_none() {
             return Ok(());
-        };
+        }
         let Some(token) = msg
             .param("requestState")
             .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
@@ -79,11 +83,43 @@ impl Gateway {
         };
         let replica = crate::relay::replica_of_token(&token)
             .or_else(|| crate::mrtr::replica_of_token(&token).map(str::to_owned));
-        let Some(replica) = replica.filter(|r| r != own && plausible_replica(r)) else {
+        match replica {
+            Some(replica) => self.elsewhere(&replica).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Where a client's answer to a gateway question is taken: the replica that asked it,
+    /// named in its key (`client_ask`), while that replica is registered. `Ok` when the key
+    /// names none, this one, or one that is gone (the caller then refuses the answer).
+    pub(crate) async fn answer_home(
+        &self,
+        msg: &switchboard_wire::Message<'_>,
+    ) -> Result<(), CoreError> {
+        let key = msg
+            .id
+            .as_ref()
+            .and_then(switchboard_wire::RequestId::as_str);
+        let replica = key.as_deref().and_then(crate::client_ask::replica_of_key);
+        match replica {
+            Some(replica) => self.elsewhere(replica).await,
+            None => Ok(()),
+        }
+    }
+
+    /// `ServedElsewhere` (nothing homed) when `replica` is another registered replica.
+    async fn elsewhere(&self, replica: &str) -> Result<(), CoreError> {
+        let (Some(own), Some(store)) = (self.config.replica_id.as_deref(), self.store()) else {
             return Ok(());
         };
-        match store.replica_address(&replica).await.map_err(unavailable)? {
-            Some(address) => Err(CoreError::ServedElsewhere(address)),
+        if replica == own || !plausible_replica(replica) {
+            return Ok(());
+        }
+        match store.replica_address(replica).await.map_err(unavailable)? {
+            Some(address) => Err(CoreError::ServedElsewhere {
+                address,
+                homed: None,
+            }),
             None => Ok(()),
         }
     }

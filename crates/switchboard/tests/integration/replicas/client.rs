@@ -128,13 +128,22 @@ pub async fn tool_calls(gw: &TestGateway) -> f64 {
 
 /// The sum of `metric`'s samples whose label `label.0` is `label.1`, over every other label.
 pub async fn counter(gw: &TestGateway, metric: &str, label: (&str, &str)) -> f64 {
+    counter_as(gw, None, metric, label).await
+}
+
+/// The same, read as the holder of `key` (a gateway with authentication).
+pub async fn counter_as(
+    gw: &TestGateway,
+    key: Option<&str>,
+    metric: &str,
+    label: (&str, &str),
+) -> f64 {
     use prometheus_parse::Value as V;
-    let r = gw
-        .http
-        .get(format!("{}/metrics", gw.base()))
-        .send()
-        .await
-        .unwrap();
+    let mut req = gw.http.get(format!("{}/metrics", gw.base()));
+    if let Some(k) = key {
+        req = req.header("authorization", format!("Bearer {k}"));
+    }
+    let r = req.send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let body = r.text().await.unwrap();
     let samples = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned())))
