@@ -57,11 +57,8 @@ pub enum CoreError {
     ServedElsewhere {
         /// Where the replica serving it listens.
         address: String,
-        /// The session whose home that replica is, when it is the session that lives there
-        /// (ended if the address refuses connections: its process is gone). `None` when
-        /// only this request's state lives there (a Modern retry, a client's answer): the
-        /// session itself, if any, is not the other replica's to lose.
-        homed: Option<String>,
+        /// What was lost if that address refuses connections (its process is gone).
+        gone: Gone,
     },
     /// A listen stream's `Last-Event-ID` names events another replica numbered and keeps,
     /// at this address: resumed there, or afresh here when it cannot be reached.
@@ -147,4 +144,21 @@ pub enum CoreError {
     /// The backend's answer to the gateway's own `initialize` was unusable.
     #[error("backend initialize failed: {0}")]
     BackendInit(String),
+}
+
+/// What lived in a replica that turns out to be gone (its address refuses connections): what
+/// the request that was to be served there is answered instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gone {
+    /// The session's own upstreams (its home, `session_store::home`): the session ends
+    /// everywhere, and the request is a 404. Named only after the session's owner check.
+    Session(String),
+    /// A Modern retry's `requestState` (a parked call, a relayed token's single use): the
+    /// call starts again. Nothing else ends: whatever session the request names is not the
+    /// other replica's to lose.
+    RequestState,
+    /// The gateway question a client's response answers: refused like any unexpected one.
+    Question,
+    /// The HTTP+SSE stream that is the session: a 404, as for an unknown session.
+    Stream,
 }

@@ -22,7 +22,7 @@ use hmac::{Hmac, Mac};
 use http_body_util::Full;
 use sha2::Sha256;
 
-use switchboard_core::CoreError;
+use switchboard_core::{CoreError, Gone};
 use switchboard_wire::RequestId;
 
 use crate::error::HttpError;
@@ -192,17 +192,16 @@ impl Hop {
 /// The answer to a request another replica serves (at `to.0`): that replica's own answer,
 /// forwarded — unless this request was itself forwarded here (never forwarded twice) or no
 /// hop is configured, when for this client no replica holds what it names (404). A home
-/// that refuses the connection is gone, and the session it was home to (`to.1`) with it:
-/// ended here (404, and the client opens a new one); with no session homed there, only the
-/// request's state went with it (400, the call starts again). One that does not answer is a
-/// retryable 503.
+/// that refuses the connection is gone, and what lived there (`to.1`) with it: a session
+/// homed there ends here too (404, and the client opens a new one); a request's state means
+/// the call starts again (400). One that does not answer is a retryable 503.
 pub(crate) async fn serve_elsewhere(
     state: &AppState,
-    to: (&str, Option<String>),
+    to: (&str, Gone),
     req: Forward<'_>,
     id: Option<RequestId>,
 ) -> Response {
-    let (to, homed) = to;
+    let (to, gone) = to;
     let not_found = |id| HttpError::Core(id, CoreError::SessionNotFound).into_response();
     let hopped = req.headers.contains_key(HOP_HEADER);
     let Some(hop) = state.config.hop.as_ref().filter(|_| !hopped) else {
@@ -215,12 +214,14 @@ pub(crate) async fn serve_elsewhere(
         }
         Err(HopFailure::Refused) => {
             switchboard_core::record_hop("home_gone");
-            match homed {
-                Some(session) => {
+            match gone {
+                Gone::Session(session) => {
                     state.gateway.end_unreachable_home(&session).await;
                     not_found(id)
                 }
-                None => HttpError::ReplicaGone(id).into_response(),
+                Gone::RequestState => HttpError::ReplicaGone(id).into_response(),
+                Gone::Question => HttpError::ClientResponse.into_response(),
+                Gone::Stream => not_found(id),
             }
         }
         Err(HopFailure::Unreachable) => {

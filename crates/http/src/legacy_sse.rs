@@ -69,7 +69,12 @@ fn open_stream(
         .open_sse(caller)
         .map_err(|e| HttpError::Core(None, e))?;
     let prefix = endpoint_prefix(&state.config, headers);
-    let endpoint = format!("{prefix}{MESSAGES_PATH}?session_id={}", session.id.as_str());
+    let mut endpoint = format!("{prefix}{MESSAGES_PATH}?session_id={}", session.id.as_str());
+    // With replicas the stream is this one's: a POST reaching another is forwarded here.
+    if let Some(replica) = state.gateway.replica_id() {
+        endpoint.push_str("&replica=");
+        endpoint.push_str(replica);
+    }
     let keep_alive = state.config.keep_alive;
     let (gateway, id) = (state.gateway.clone(), session.id.clone());
     // The stream is the session: when the client goes away, the session ends with it.
@@ -161,15 +166,41 @@ pub(crate) async fn post(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match handle_post(&state, &caller, &uri, &headers, body).await {
+    let bytes = match read_post(&state, &uri, &headers, body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return e.into_response(),
+    };
+    match handle_post(&state, &caller, &uri, &headers, &bytes).await {
         Ok(()) => (
             StatusCode::ACCEPTED,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             "Accepted",
         )
             .into_response(),
+        Err(HttpError::Core(id, CoreError::ServedElsewhere { address, gone })) => {
+            let forward = crate::hop::Forward {
+                method: axum::http::Method::POST,
+                path: uri.path_and_query().map_or(MESSAGES_PATH, |p| p.as_str()),
+                headers: &headers,
+                body: bytes,
+            };
+            crate::hop::serve_elsewhere(&state, (&address, gone), forward, id).await
+        }
         Err(e) => e.into_response(),
     }
+}
+
+/// A POST's header checks and its body.
+async fn read_post(
+    state: &AppState,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, HttpError> {
+    headers::refuse_duplicates(headers)?;
+    session_param(uri.query()).ok_or(HttpError::MissingSessionParam)?;
+    headers::require_json(headers)?;
+    read_body(headers, body, state.config.max_body_bytes).await
 }
 
 async fn handle_post(
@@ -177,24 +208,16 @@ async fn handle_post(
     caller: &Arc<Principal>,
     uri: &Uri,
     headers: &HeaderMap,
-    body: Body,
+    bytes: &Bytes,
 ) -> Result<(), HttpError> {
-    headers::refuse_duplicates(headers)?;
     let raw_session = session_param(uri.query()).ok_or(HttpError::MissingSessionParam)?;
-    headers::require_json(headers)?;
-    let bytes = read_body(headers, body, state.config.max_body_bytes).await?;
-    let msg = Message::parse_client(&bytes).map_err(HttpError::Parse)?;
+    let msg = Message::parse_client(bytes).map_err(HttpError::Parse)?;
     headers::check_protocol_version(headers)?;
     let gateway = &state.gateway;
-    // A response answers a request of this session's own backend (per-session mode) or of
-    // the gateway itself (`ask_client`, any mode); in shared mode an unknown session is just
-    // another unexpected response.
-    let session = gateway.sse_session(raw_session, caller).map_err(|e| {
-        match msg.kind == MessageKind::Response && !gateway.is_per_session() {
-            true => HttpError::ClientResponse,
-            false => HttpError::Core(msg.id.clone(), e),
-        }
-    })?;
+    let session = match gateway.sse_session(raw_session, caller) {
+        Ok(session) => session,
+        Err(e) => return Err(not_held(state, uri, &msg, e).await),
+    };
     if msg.kind == MessageKind::Response {
         // Accepted only for a request this session's backend or the gateway actually sent.
         return gateway
@@ -327,6 +350,32 @@ async fn run_initialize(
             "initialize answer for an ended HTTP+SSE session dropped"
         );
     }
+}
+
+/// A POST for a session this replica does not hold: forwarded to the replica whose stream
+/// it is (`ServedElsewhere`, when the endpoint URL names another registered one). Else a
+/// response answers a request of this session's own backend (per-session mode) or of the
+/// gateway itself (`ask_client`, any mode): in shared mode an unknown session is just another
+/// unexpected response; anything else is the 404.
+async fn not_held(state: &AppState, uri: &Uri, msg: &Message<'_>, e: CoreError) -> HttpError {
+    let gateway = &state.gateway;
+    if let Err(elsewhere) = gateway.sse_home(replica_param(uri.query())).await {
+        return HttpError::Core(msg.id.clone(), elsewhere);
+    }
+    match msg.kind == MessageKind::Response && !gateway.is_per_session() {
+        true => HttpError::ClientResponse,
+        false => HttpError::Core(msg.id.clone(), e),
+    }
+}
+
+/// The `replica` query parameter an endpoint URL carries with replicas.
+fn replica_param(query: Option<&str>) -> Option<&str> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| *k == "replica")
+        .map(|(_, v)| v)
 }
 
 /// The `session_id` (or `sessionId`) query parameter. Ids are hex, so no percent-decoding is

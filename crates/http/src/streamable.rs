@@ -33,14 +33,14 @@ pub(crate) async fn post(
     };
     match handle_post(&state, &caller, &headers, delivery, &bytes).await {
         Ok(answer) => answer,
-        Err(HttpError::Core(id, CoreError::ServedElsewhere { address, homed })) => {
+        Err(HttpError::Core(id, CoreError::ServedElsewhere { address, gone })) => {
             let forward = Forward {
                 method: Method::POST,
                 path: path_of(&uri),
                 headers: &headers,
                 body: bytes,
             };
-            hop::serve_elsewhere(&state, (&address, homed), forward, id).await
+            hop::serve_elsewhere(&state, (&address, gone), forward, id).await
         }
         Err(e) => e.into_response(),
     }
@@ -74,14 +74,14 @@ pub(crate) async fn get(
 ) -> Response {
     match open_listen(&state, &caller, &headers).await {
         Ok(stream) => stream,
-        Err(HttpError::Core(_, CoreError::ServedElsewhere { address, homed })) => {
+        Err(HttpError::Core(_, CoreError::ServedElsewhere { address, gone })) => {
             let forward = Forward {
                 method: Method::GET,
                 path: path_of(&uri),
                 headers: &headers,
                 body: Bytes::new(),
             };
-            hop::serve_elsewhere(&state, (&address, homed), forward, None).await
+            hop::serve_elsewhere(&state, (&address, gone), forward, None).await
         }
         Err(e) => e.into_response(),
     }
@@ -144,14 +144,14 @@ pub(crate) async fn delete(
     };
     match result {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(HttpError::Core(_, CoreError::ServedElsewhere { address, homed })) => {
+        Err(HttpError::Core(_, CoreError::ServedElsewhere { address, gone })) => {
             let forward = Forward {
                 method: Method::DELETE,
                 path: path_of(&uri),
                 headers: &headers,
                 body: Bytes::new(),
             };
-            hop::serve_elsewhere(&state, (&address, homed), forward, None).await
+            hop::serve_elsewhere(&state, (&address, gone), forward, None).await
         }
         Err(e) => e.into_response(),
     }

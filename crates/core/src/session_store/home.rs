@@ -11,7 +11,7 @@
 //! ([`Gateway::resume_at`]).
 
 use super::StoreError;
-use crate::{CoreError, Gateway};
+use crate::{CoreError, Gateway, Gone};
 
 /// What separates a listen event's own id from the replica that numbered it.
 const REPLICA_MARK: char = '@';
@@ -39,7 +39,7 @@ impl Gateway {
             if let Some(address) = address {
                 return Err(CoreError::ServedElsewhere {
                     address,
-                    homed: Some(raw.to_owned()),
+                    gone: Gone::Session(raw.to_owned()),
                 });
             }
         }
@@ -52,7 +52,7 @@ impl Gateway {
     }
 
     /// The home that [`ServedElsewhere`](CoreError::ServedElsewhere) named for `raw` (its
-    /// `homed`) refuses connections: nothing listens at its address any more (it died and
+    /// `Gone::Session`) refuses connections: nothing listens at its address any more (it died and
     /// its registration has not expired yet), and its upstreams went with it, so the session
     /// ends everywhere. Only for the session `at_home` named, i.e. after its owner check —
     /// never for a session id a request merely carries.
@@ -84,7 +84,7 @@ impl Gateway {
         let replica = crate::relay::replica_of_token(&token)
             .or_else(|| crate::mrtr::replica_of_token(&token).map(str::to_owned));
         match replica {
-            Some(replica) => self.elsewhere(&replica).await,
+            Some(replica) => self.elsewhere(&replica, Gone::RequestState).await,
             None => Ok(()),
         }
     }
@@ -102,13 +102,23 @@ impl Gateway {
             .and_then(switchboard_wire::RequestId::as_str);
         let replica = key.as_deref().and_then(crate::client_ask::replica_of_key);
         match replica {
-            Some(replica) => self.elsewhere(replica).await,
+            Some(replica) => self.elsewhere(replica, Gone::Question).await,
             None => Ok(()),
         }
     }
 
-    /// `ServedElsewhere` (nothing homed) when `replica` is another registered replica.
-    async fn elsewhere(&self, replica: &str) -> Result<(), CoreError> {
+    /// Where a POST for an HTTP+SSE session this replica does not hold is taken: the replica
+    /// its endpoint URL names (`replica=`), whose stream is the session, while registered.
+    /// `Ok` when that is none, this one, or one that is gone (the caller answers 404).
+    pub async fn sse_home(&self, replica: Option<&str>) -> Result<(), CoreError> {
+        match replica {
+            Some(replica) => self.elsewhere(replica, Gone::Stream).await,
+            None => Ok(()),
+        }
+    }
+
+    /// `ServedElsewhere` when `replica` is another registered replica.
+    async fn elsewhere(&self, replica: &str, gone: Gone) -> Result<(), CoreError> {
         let (Some(own), Some(store)) = (self.config.replica_id.as_deref(), self.store()) else {
             return Ok(());
         };
@@ -116,12 +126,15 @@ impl Gateway {
             return Ok(());
         }
         match store.replica_address(replica).await.map_err(unavailable)? {
-            Some(address) => Err(CoreError::ServedElsewhere {
-                address,
-                homed: None,
-            }),
+            Some(address) => Err(CoreError::ServedElsewhere { address, gone }),
             None => Ok(()),
         }
+    }
+
+    /// This replica's name, with replicas: an HTTP+SSE endpoint URL carries it (`replica=`),
+    /// so a POST reaching another replica is taken to the one whose stream is the session.
+    pub fn replica_id(&self) -> Option<&str> {
+        self.config.replica_id.as_deref()
     }
 
     /// The suffix this replica puts on its listen events' ids (`listen-7@REPLICA`), so a

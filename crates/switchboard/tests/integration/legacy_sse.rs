@@ -61,15 +61,17 @@ impl SseClient {
         .expect("no endpoint event");
         assert_eq!(first.event.as_deref(), Some("endpoint"), "{first:?}");
         let endpoint = first.data.unwrap();
-        let session = endpoint
-            .split_once("session_id=")
-            .map(|(_, s)| s.to_owned())
+        let (_, query) = endpoint.split_once('?').expect("a query in endpoint");
+        let session = query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("session_id="))
+            .map(str::to_owned)
             .expect("session_id in endpoint");
         assert_eq!(session.len(), 32, "a 128-bit hex id: {endpoint}");
         SseClient {
+            post_url: format!("{}/messages?{query}", gw.base()),
             events,
             endpoint,
-            post_url: format!("{}/messages?session_id={session}", gw.base()),
             session,
             http: gw.http.clone(),
             sentinels: 0,
@@ -109,6 +111,17 @@ impl SseClient {
 
     pub(crate) async fn post_raw(&self, body: impl Into<reqwest::Body>) -> (StatusCode, String) {
         self.post_to(&self.post_url, body).await
+    }
+
+    /// The URL its endpoint event announced, on another gateway (`base`: scheme and host).
+    pub(crate) fn post_url_at(&self, base: &str) -> String {
+        let query = self.post_url.split_once('?').map_or("", |(_, q)| q);
+        format!("{base}/messages?{query}")
+    }
+
+    /// POSTs `body` to `url`: its status and body.
+    pub(crate) async fn post_at(&self, url: &str, body: &Value) -> (StatusCode, String) {
+        self.post_to(url, body.to_string()).await
     }
 
     /// POSTs a message that must be accepted.

@@ -312,3 +312,45 @@ async fn a_listen_stream_resumes_through_another_replica_from_its_last_event_id(
     assert_eq!(event.data["params"]["uri"], "test://watched-resource");
     assert_ne!(suffix(&event.id), suffix(&Some(seen)), "numbered by B");
 }
+
+#[tokio::test]
+async fn an_http_sse_sessions_posts_through_the_other_replica_reach_its_stream() {
+    let Some(redis) = Redis::start_or_skip("sse_hop").await else {
+        return;
+    };
+    let (a, b) = forwarding_pair(&redis, &[]).await;
+    let mut client = crate::legacy_sse::SseClient::open(&a).await;
+    assert!(
+        client.post_url_at("").contains("&replica="),
+        "the endpoint names the replica holding the stream"
+    );
+    let via_b = client.post_url_at(&b.base());
+    for n in 0..3 {
+        let call = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                          "params": {"name": "echo", "arguments": {"text": format!("via b {n}")}}});
+        let (status, text) = client.post_at(&via_b, &call).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+        let answer = client.next().await;
+        assert_eq!(answer["id"], n, "{answer}");
+        assert_eq!(tool_text(&answer), format!("via b {n}"));
+    }
+    // Nothing else arrived: the next message is the sentinel's answer.
+    client.sentinel().await;
+    assert!(
+        counter(
+            &b,
+            "switchboard_replica_hops_total",
+            ("outcome", "forwarded")
+        )
+        .await
+            >= 3.0
+    );
+
+    // A gone, its stream (the session) went with it: a clean 404 through B.
+    kill_9(&a).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    let (status, text) = client.post_at(&via_b, &ping).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["error"]["code"], -32001, "{body}");
+}
