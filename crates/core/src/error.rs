@@ -49,21 +49,20 @@ pub enum CoreError {
     /// or found, here now; the client retries.
     #[error("{0}")]
     Store(String),
-    /// The session, or the listen stream a `Last-Event-ID` resumes, lives in another
-    /// replica's process, reachable at this address: the HTTP layer forwards the request
-    /// there (`http::hop`). Never shown to a client: where no hop is possible it is a 404,
-    /// like a session no replica holds.
+    /// The session, or what a request continues, lives in another replica's process: the
+    /// HTTP layer forwards the request there (`http::hop`). Never shown to a client: where
+    /// no hop is possible it is answered as [`Gone`] says.
     #[error("served by another replica")]
     ServedElsewhere {
-        /// Where the replica serving it listens.
-        address: String,
+        /// The replica serving it, as registered.
+        at: ReplicaAt,
         /// What was lost if that address refuses connections (its process is gone).
         gone: Gone,
     },
-    /// A listen stream's `Last-Event-ID` names events another replica numbered and keeps,
-    /// at this address: resumed there, or afresh here when it cannot be reached.
+    /// A listen stream's `Last-Event-ID` names events another replica numbered and keeps:
+    /// resumed there, or afresh here when it cannot be reached.
     #[error("stream resumable at another replica")]
-    StreamElsewhere(String),
+    StreamElsewhere(ReplicaAt),
     /// The authorization policy does not allow this operation (kind-only message: the same
     /// for a forbidden target and a missing one).
     #[error("{0}")]
@@ -161,4 +160,15 @@ pub enum Gone {
     Question,
     /// The HTTP+SSE stream that is the session: a 404, as for an unknown session.
     Stream,
+}
+
+/// Another replica, as the store holds its registration: its name and the registration's
+/// value (its address, signed under the replicas' shared secret). Opening it is the hop's
+/// business (`http::hop`): core never trusts the address itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaAt {
+    /// The replica's name (16 hex digits).
+    pub replica: String,
+    /// What it registered.
+    pub registration: String,
 }

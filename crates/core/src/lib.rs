@@ -54,7 +54,7 @@ pub use access::{Access, Authorizer, Origin, Principal, Target, Unauthenticated}
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use backends::{BackendId, BackendIdError, Backends, MAX_BACKEND_ID};
 pub use client_ask::{ClientCaps, ClientReply, MAX_ASKS};
-pub use error::{CoreError, Gone};
+pub use error::{CoreError, Gone, ReplicaAt};
 pub use gateway::{Call, Gateway, GatewayConfig, Initialized};
 pub use health::{BreakerConfig, HealthConfig, HealthState, ReadyWhen};
 pub use legacy_sse::{

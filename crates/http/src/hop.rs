@@ -11,6 +11,11 @@
 //! is only that a replica sent it: a request carrying it is served where it lands and never
 //! forwarded again (no loops), and one whose header does not verify is refused, so a client
 //! cannot pose as a replica.
+//!
+//! A replica's registration in the store (its address) is signed under the same secret and
+//! carries its expiry ([`Hop::registration`]): one written by anything else — whoever can
+//! write to Redis but lacks the secret — is not a replica, and nothing is ever sent to it
+//! (the clients' credentials travel with a forwarded request).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,7 +27,7 @@ use hmac::{Hmac, Mac};
 use http_body_util::Full;
 use sha2::Sha256;
 
-use switchboard_core::{CoreError, Gone};
+use switchboard_core::{CoreError, Gone, ReplicaAt};
 use switchboard_wire::RequestId;
 
 use crate::error::HttpError;
@@ -34,6 +39,9 @@ pub const HOP_HEADER: &str = "switchboard-hop";
 const MAX_SKEW_MS: u64 = 60_000;
 /// Connecting to a replica, at most (an answer itself may take as long as the request).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Beyond the request deadline, how long the serving replica may take to start its answer
+/// (its own deadline answers first; this bounds one that is frozen or unreachable).
+const ANSWER_SLACK: Duration = Duration::from_secs(5);
 /// The shortest shared secret accepted.
 pub const MIN_SECRET_BYTES: usize = 32;
 
@@ -58,6 +66,8 @@ pub struct Hop {
     replica: String,
     keyed: HmacSha256,
     client: crate::outbound::Client<Full<Bytes>>,
+    /// How long a forwarded request may wait for its answer to start.
+    answer_within: Duration,
 }
 
 impl std::fmt::Debug for Hop {
@@ -93,7 +103,7 @@ pub(crate) struct Forward<'a> {
 
 impl Hop {
     /// The hop of replica `replica`, keyed with the secret every replica shares.
-    pub fn new(replica: String, secret: &[u8]) -> Result<Hop, HopError> {
+    pub fn new(replica: String, secret: &[u8], request_timeout: Duration) -> Result<Hop, HopError> {
         if secret.len() < MIN_SECRET_BYTES {
             return Err(HopError::SecretTooShort);
         }
@@ -102,7 +112,44 @@ impl Hop {
             replica,
             keyed,
             client: crate::outbound::client(CONNECT_TIMEOUT),
+            answer_within: request_timeout + ANSWER_SLACK,
         })
+    }
+
+    /// This replica's registration at `address`, valid for `ttl`: the value stored for it
+    /// (`v1.UNTIL_MS.HEX_TAG.ADDRESS`), signed over its name, expiry and address.
+    pub fn registration(&self, address: &str, ttl: Duration) -> String {
+        let ttl = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let until = unix_ms().saturating_add(ttl).to_string();
+        let tag = self.registration_mac(&self.replica, &until, address);
+        format!("v1.{until}.{}.{address}", hex(&tag.finalize().into_bytes()))
+    }
+
+    /// The address in replica `replica`'s stored registration, if a replica holding the
+    /// secret signed it for that name and it has not expired.
+    pub(crate) fn registered_address<'a>(&self, replica: &str, value: &'a str) -> Option<&'a str> {
+        let mut parts = value.splitn(4, '.');
+        let (Some("v1"), Some(until), Some(tag), Some(address)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let live = until.parse::<u64>().is_ok_and(|u| u >= unix_ms());
+        let signed = unhex(tag).is_some_and(|tag| {
+            self.registration_mac(replica, until, address)
+                .verify_slice(&tag)
+                .is_ok()
+        });
+        (live && signed).then_some(address)
+    }
+
+    fn registration_mac(&self, replica: &str, until: &str, address: &str) -> HmacSha256 {
+        let mut mac = self.keyed.clone();
+        for field in ["switchboard-registration-v1", replica, until, address] {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field.as_bytes());
+        }
+        mac
     }
 
     fn mac(&self, sender: &str, at: &str, method: &str, path: &str, session: &str) -> HmacSha256 {
@@ -174,7 +221,12 @@ impl Hop {
         let out = out
             .body(Full::new(req.body))
             .map_err(|_| HopFailure::Unreachable)?;
-        match self.client.request(out).await {
+        let answer = tokio::time::timeout(self.answer_within, self.client.request(out)).await;
+        let Ok(answer) = answer else {
+            tracing::warn!(to, "hop to the serving replica: no answer in time");
+            return Err(HopFailure::Unreachable);
+        };
+        match answer {
             Ok(answer) => {
                 let (mut parts, body) = answer.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
@@ -197,32 +249,36 @@ impl Hop {
 /// the call starts again (400). One that does not answer is a retryable 503.
 pub(crate) async fn serve_elsewhere(
     state: &AppState,
-    to: (&str, Gone),
+    to: (&ReplicaAt, Gone),
     req: Forward<'_>,
     id: Option<RequestId>,
 ) -> Response {
-    let (to, gone) = to;
-    let not_found = |id| HttpError::Core(id, CoreError::SessionNotFound).into_response();
+    let (at, gone) = to;
     let hopped = req.headers.contains_key(HOP_HEADER);
     let Some(hop) = state.config.hop.as_ref().filter(|_| !hopped) else {
-        return not_found(id);
+        // Forwarded here already, or no hop: for this client, nothing holds it.
+        return unavailable(gone, id);
     };
-    match hop.forward(to, req).await {
+    let forwarded = match hop.registered_address(&at.replica, &at.registration) {
+        Some(address) => hop.forward(address, req).await,
+        None => {
+            // Not a replica holding the secret: nothing is ever sent there. What it claims
+            // to serve is treated as served by no one.
+            tracing::warn!(replica = %at.replica, "a replica registration that does not verify");
+            Err(HopFailure::Refused)
+        }
+    };
+    match forwarded {
         Ok(answer) => {
             switchboard_core::record_hop("forwarded");
             answer
         }
         Err(HopFailure::Refused) => {
             switchboard_core::record_hop("home_gone");
-            match gone {
-                Gone::Session(session) => {
-                    state.gateway.end_unreachable_home(&session).await;
-                    not_found(id)
-                }
-                Gone::RequestState => HttpError::ReplicaGone(id).into_response(),
-                Gone::Question => HttpError::ClientResponse.into_response(),
-                Gone::Stream => not_found(id),
+            if let Gone::Session(session) = &gone {
+                state.gateway.end_unreachable_home(session).await;
             }
+            unavailable(gone, id)
         }
         Err(HopFailure::Unreachable) => {
             switchboard_core::record_hop("unreachable");
@@ -231,12 +287,24 @@ pub(crate) async fn serve_elsewhere(
     }
 }
 
+/// The answer to a request whose state no reachable replica holds, by what that state was.
+fn unavailable(gone: Gone, id: Option<RequestId>) -> Response {
+    match gone {
+        Gone::Session(_) | Gone::Stream => {
+            HttpError::Core(id, CoreError::SessionNotFound).into_response()
+        }
+        Gone::RequestState => HttpError::ReplicaGone(id).into_response(),
+        Gone::Question => HttpError::ClientResponse.into_response(),
+    }
+}
+
 /// A listen stream resumed at the replica that holds its events (at `to`), when this
 /// request was not itself forwarded and that replica answers with a stream; `None`: start
 /// it afresh here.
 pub(crate) async fn resume_elsewhere(
     state: &AppState,
-    to: &str,
+    at: &ReplicaAt,
+    path: &str,
     headers: &HeaderMap,
 ) -> Option<Response> {
     let hop = state
@@ -244,9 +312,10 @@ pub(crate) async fn resume_elsewhere(
         .hop
         .as_ref()
         .filter(|_| !headers.contains_key(HOP_HEADER))?;
+    let to = hop.registered_address(&at.replica, &at.registration)?;
     let req = Forward {
         method: Method::GET,
-        path: "/mcp",
+        path,
         headers,
         body: Bytes::new(),
     };
@@ -263,19 +332,36 @@ pub(crate) async fn resume_elsewhere(
 }
 
 fn copy_end_to_end(from: &HeaderMap, to: &mut HeaderMap) {
+    let named = connection_named(from);
     for (name, value) in from {
-        if !HOP_BY_HOP.contains(&name.as_str()) {
+        if !HOP_BY_HOP.contains(&name.as_str()) && !named.contains(&name.as_str()) {
             to.append(name.clone(), value.clone());
         }
     }
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    for name in HOP_BY_HOP {
+    let named: Vec<String> = connection_named(headers)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    for name in named.iter().map(String::as_str).chain(HOP_BY_HOP) {
         if name != header::CONTENT_LENGTH.as_str() {
             headers.remove(name);
         }
     }
+}
+
+/// The headers a `Connection` header names: about this connection only (RFC 9110 §7.6.1).
+fn connection_named(headers: &HeaderMap) -> Vec<&str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect()
 }
 
 /// Whether the connection itself was refused (nothing listens there).
@@ -315,7 +401,7 @@ mod tests {
     use super::*;
 
     fn hop(name: &str, secret: &[u8]) -> Hop {
-        Hop::new(name.to_owned(), secret).unwrap()
+        Hop::new(name.to_owned(), secret, Duration::from_secs(1)).unwrap()
     }
 
     fn request(method: &str, path: &str, session: &str, value: Option<HeaderValue>) -> Request<()> {
@@ -364,6 +450,44 @@ mod tests {
 
     #[test]
     fn a_short_secret_is_refused() {
-        assert!(Hop::new("a".into(), b"short").is_err());
+        assert!(Hop::new("a".into(), b"short", Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn a_registration_opens_only_for_its_replica_under_the_secret_while_live() {
+        let (a, b) = (hop("aaaa", SECRET), hop("bbbb", SECRET));
+        let value = a.registration("http://10.0.0.1:8080", Duration::from_secs(15));
+        assert_eq!(
+            b.registered_address("aaaa", &value),
+            Some("http://10.0.0.1:8080")
+        );
+        // Filed under another replica's name, or signed with another secret: not a replica.
+        assert_eq!(b.registered_address("cccc", &value), None);
+        let other = hop("aaaa", b"another secret of thirty-two bytes!!");
+        let forged = other.registration("http://attacker:80", Duration::from_secs(15));
+        assert_eq!(b.registered_address("aaaa", &forged), None);
+        // The address swapped in a signed value, a bare address, an expired registration.
+        let swapped = value.replace("10.0.0.1", "10.6.6.6");
+        assert_eq!(b.registered_address("aaaa", &swapped), None);
+        assert_eq!(b.registered_address("aaaa", "http://10.0.0.1:8080"), None);
+        let expired = a.registration("http://10.0.0.1:8080", Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(b.registered_address("aaaa", &expired), None);
+    }
+
+    #[test]
+    fn headers_a_connection_header_names_are_not_forwarded() {
+        let mut from = HeaderMap::new();
+        from.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, x-private"),
+        );
+        from.insert("x-private", HeaderValue::from_static("1"));
+        from.insert("x-public", HeaderValue::from_static("2"));
+        from.insert(HOP_HEADER, HeaderValue::from_static("v1"));
+        let mut to = HeaderMap::new();
+        copy_end_to_end(&from, &mut to);
+        assert_eq!(to.len(), 1, "{to:?}");
+        assert_eq!(to["x-public"], "2");
     }
 }

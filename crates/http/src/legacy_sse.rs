@@ -177,14 +177,14 @@ pub(crate) async fn post(
             "Accepted",
         )
             .into_response(),
-        Err(HttpError::Core(id, CoreError::ServedElsewhere { address, gone })) => {
+        Err(HttpError::Core(id, CoreError::ServedElsewhere { at, gone })) => {
             let forward = crate::hop::Forward {
                 method: axum::http::Method::POST,
                 path: uri.path_and_query().map_or(MESSAGES_PATH, |p| p.as_str()),
                 headers: &headers,
                 body: bytes,
             };
-            crate::hop::serve_elsewhere(&state, (&address, gone), forward, id).await
+            crate::hop::serve_elsewhere(&state, (&at, gone), forward, id).await
         }
         Err(e) => e.into_response(),
     }

@@ -33,14 +33,14 @@ pub(crate) async fn post(
     };
     match handle_post(&state, &caller, &headers, delivery, &bytes).await {
         Ok(answer) => answer,
-        Err(HttpError::Core(id, CoreError::ServedElsewhere { address, gone })) => {
+        Err(HttpError::Core(id, CoreError::ServedElsewhere { at, gone })) => {
             let forward = Forward {
                 method: Method::POST,
                 path: path_of(&uri),
                 headers: &headers,
                 body: bytes,
             };
-            hop::serve_elsewhere(&state, (&address, gone), forward, id).await
+            hop::serve_elsewhere(&state, (&at, gone), forward, id).await
         }
         Err(e) => e.into_response(),
     }
@@ -72,16 +72,16 @@ pub(crate) async fn get(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    match open_listen(&state, &caller, &headers).await {
+    match open_listen(&state, &caller, path_of(&uri), &headers).await {
         Ok(stream) => stream,
-        Err(HttpError::Core(_, CoreError::ServedElsewhere { address, gone })) => {
+        Err(HttpError::Core(_, CoreError::ServedElsewhere { at, gone })) => {
             let forward = Forward {
                 method: Method::GET,
                 path: path_of(&uri),
                 headers: &headers,
                 body: Bytes::new(),
             };
-            hop::serve_elsewhere(&state, (&address, gone), forward, None).await
+            hop::serve_elsewhere(&state, (&at, gone), forward, None).await
         }
         Err(e) => e.into_response(),
     }
@@ -90,6 +90,7 @@ pub(crate) async fn get(
 async fn open_listen(
     state: &AppState,
     caller: &Principal,
+    path: &str,
     headers: &HeaderMap,
 ) -> Result<Response, HttpError> {
     headers::refuse_duplicates(headers)?;
@@ -102,8 +103,8 @@ async fn open_listen(
     let stream = match state.gateway.open_listen(sid, caller, last).await {
         // Its events are in another replica's memory: resumed there when it answers
         // (`hop::resume_elsewhere`), else this stream starts afresh here.
-        Err(CoreError::StreamElsewhere(to)) => {
-            if let Some(resumed) = hop::resume_elsewhere(state, &to, headers).await {
+        Err(CoreError::StreamElsewhere(at)) => {
+            if let Some(resumed) = hop::resume_elsewhere(state, &at, path, headers).await {
                 return Ok(resumed);
             }
             state.gateway.open_listen(sid, caller, None).await
@@ -144,14 +145,14 @@ pub(crate) async fn delete(
     };
     match result {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(HttpError::Core(_, CoreError::ServedElsewhere { address, gone })) => {
+        Err(HttpError::Core(_, CoreError::ServedElsewhere { at, gone })) => {
             let forward = Forward {
                 method: Method::DELETE,
                 path: path_of(&uri),
                 headers: &headers,
                 body: Bytes::new(),
             };
-            hop::serve_elsewhere(&state, (&address, gone), forward, None).await
+            hop::serve_elsewhere(&state, (&at, gone), forward, None).await
         }
         Err(e) => e.into_response(),
     }

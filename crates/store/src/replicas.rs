@@ -1,5 +1,5 @@
-//! Replicas that take forwarded requests: each registers its address as
-//! `PREFIX:replica:ID` with a short expiry and renews it while it runs, so a replica that
+//! Replicas that take forwarded requests: each registers its address (signed by the hop,
+//! opaque here) as `PREFIX:replica:ID` with a short expiry and renews it while it runs, so a replica that
 //! died (`kill -9`) is gone within [`REGISTRATION_TTL`], and one that stops removes itself at
 //! once. A session whose home is gone is ended by the replica that finds it so.
 
@@ -19,15 +19,15 @@ impl RedisStore {
         format!("{}:replica:{id}", self.prefix)
     }
 
-    /// Registers (or renews) replica `id` at `address`.
-    pub async fn register_replica(&self, id: &str, address: &str) -> Result<(), StoreError> {
+    /// Registers (or renews) replica `id` with `registration` (its signed address).
+    pub async fn register_replica(&self, id: &str, registration: &str) -> Result<(), StoreError> {
         let mut c = self.connection.clone();
         let key = self.replica_key(id);
         let ttl = u64::try_from(REGISTRATION_TTL.as_millis()).unwrap_or(u64::MAX);
         bounded("register", async move {
             redis::cmd("SET")
                 .arg(&key)
-                .arg(address)
+                .arg(registration)
                 .arg("PX")
                 .arg(ttl)
                 .query_async::<()>(&mut c)
@@ -46,7 +46,7 @@ impl RedisStore {
         .await
     }
 
-    /// Where replica `id` takes forwarded requests, if it is registered.
+    /// Replica `id`'s registration, if it is registered.
     pub(crate) async fn lookup_replica(&self, id: &str) -> Result<Option<String>, StoreError> {
         let mut c = self.connection.clone();
         let key = self.replica_key(id);
@@ -56,12 +56,13 @@ impl RedisStore {
         .await
     }
 
-    /// Keeps replica `id` registered at `address` until `stop` completes, then removes it.
-    /// A failed renewal is logged and retried at the next tick (Redis reconnects by itself).
+    /// Keeps replica `id` registered (each renewal's value from `registration`) until `stop`
+    /// completes, then removes it. A failed renewal is logged and retried at the next tick
+    /// (Redis reconnects by itself).
     pub fn keep_registered(
         &self,
         id: String,
-        address: String,
+        registration: impl Fn() -> String + Send + Sync + 'static,
         stop: impl Future<Output = ()> + Send + 'static,
     ) -> impl Future<Output = ()> + Send + 'static {
         let store = self.clone();
@@ -70,7 +71,7 @@ impl RedisStore {
                 let mut tick = tokio::time::interval(RENEW_EVERY);
                 loop {
                     tick.tick().await;
-                    if let Err(e) = store.register_replica(&id, &address).await {
+                    if let Err(e) = store.register_replica(&id, &registration()).await {
                         tracing::warn!(error = %e, "replica registration not renewed");
                     }
                 }

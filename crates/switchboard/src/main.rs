@@ -24,6 +24,11 @@ use tracing_subscriber::EnvFilter;
 
 use cli::{Cli, Command};
 
+/// The gateway's own secrets it may be given in its environment: never inherited by a stdio
+/// backend (`StdioConfig::withheld`).
+pub(crate) const GATEWAY_SECRET_VARIABLES: [&str; 2] =
+    [session_store::PASSWORD_ENV, replica::SECRET_ENV];
+
 /// mimalloc instead of glibc malloc: the request path allocates on one tokio worker and frees
 /// on another, which glibc's arenas handle poorly (measured in BENCHMARKS.md). One binary
 /// serves as gateway, fixture and load driver, so all three get it.

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use switchboard_http::{Hop, MIN_SECRET_BYTES};
-use switchboard_store::RedisStore;
+use switchboard_store::{RedisStore, REGISTRATION_TTL};
 
 use crate::cli::GatewayArgs;
 
 /// The secret's environment variable (instead of a file).
-const SECRET_ENV: &str = "SWITCHBOARD_REPLICA_SECRET";
+pub(crate) const SECRET_ENV: &str = "SWITCHBOARD_REPLICA_SECRET";
 
 /// This replica, when it forwards to (and takes forwarded requests from) the others.
 #[derive(Debug, Clone)]
@@ -40,7 +40,10 @@ impl Replica {
             bail!("the replica secret must be at least {MIN_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)");
         }
         let id = switchboard_core::new_replica_id();
-        let hop = Hop::new(id.clone(), secret.as_bytes()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let timeout = std::time::Duration::try_from_secs_f64(args.request_timeout)
+            .unwrap_or(std::time::Duration::from_secs(60));
+        let hop =
+            Hop::new(id.clone(), secret.as_bytes(), timeout).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Some(Replica {
             id,
             hop: Arc::new(hop),
@@ -71,11 +74,14 @@ impl Replica {
         address: String,
         stop: tokio_util::sync::CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
-        match store.register_replica(&self.id, &address).await {
-            Ok(()) => println!("switchboard: replica {} at {address}", self.id),
+        // Signed afresh at every renewal: the others believe only what the secret signed.
+        let hop = self.hop.clone();
+        let registration = move || hop.registration(&address, REGISTRATION_TTL);
+        match store.register_replica(&self.id, &registration()).await {
+            Ok(()) => println!("switchboard: replica {} registered", self.id),
             Err(e) => tracing::warn!(error = %e, "replica not registered yet (retried)"),
         }
-        let task = store.keep_registered(self.id.clone(), address, async move {
+        let task = store.keep_registered(self.id.clone(), registration, async move {
             stop.cancelled().await;
         });
         tokio::spawn(task)

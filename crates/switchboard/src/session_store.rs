@@ -15,7 +15,7 @@ use switchboard_store::{Inbound, RedisStore};
 use crate::cli::GatewayArgs;
 
 /// The password's environment variable (instead of the URL or a file).
-const PASSWORD_ENV: &str = "SWITCHBOARD_SESSION_STORE_PASSWORD";
+pub(crate) const PASSWORD_ENV: &str = "SWITCHBOARD_SESSION_STORE_PASSWORD";
 
 /// The store `args` asks for; `None`: sessions stay in memory. `transparent_per_session`:
 /// every session is its own backend process here (`--isolation per-session`), which no

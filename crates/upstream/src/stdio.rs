@@ -47,6 +47,10 @@ pub struct StdioConfig {
     pub args: Vec<String>,
     /// Variables added to (or replacing in) the environment it inherits.
     pub env: Vec<(String, String)>,
+    /// The gateway's own secrets among what it would inherit (the store password, the
+    /// replicas' secret): removed, so no backend — a third-party server — ever sees them.
+    /// One its `env` sets explicitly is the operator's choice and is passed.
+    pub withheld: Vec<String>,
     /// Its working directory; `None`: the gateway's.
     pub cwd: Option<std::path::PathBuf>,
     /// Longest stdout line accepted; longer lines are logged and skipped, so a runaway backend
@@ -66,6 +70,7 @@ impl StdioConfig {
             program: program.into(),
             args,
             env: Vec::new(),
+            withheld: Vec::new(),
             cwd: None,
             max_line_bytes: Self::DEFAULT_MAX_LINE_BYTES,
             write_queue: 1024,
@@ -134,6 +139,11 @@ pub fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    for name in &config.withheld {
+        if !config.env.iter().any(|(k, _)| k == name) {
+            command.env_remove(name);
+        }
+    }
     if let Some(dir) = &config.cwd {
         command.current_dir(dir);
     }

@@ -11,7 +11,7 @@
 //! ([`Gateway::resume_at`]).
 
 use super::StoreError;
-use crate::{CoreError, Gateway, Gone};
+use crate::{CoreError, Gateway, Gone, ReplicaAt};
 
 /// What separates a listen event's own id from the replica that numbered it.
 const REPLICA_MARK: char = '@';
@@ -36,9 +36,12 @@ impl Gateway {
         };
         if self.config.replica_id.as_deref() != Some(home) {
             let address = store.replica_address(home).await.map_err(unavailable)?;
-            if let Some(address) = address {
+            if let Some(registration) = address {
                 return Err(CoreError::ServedElsewhere {
-                    address,
+                    at: ReplicaAt {
+                        replica: home.to_owned(),
+                        registration,
+                    },
                     gone: Gone::Session(raw.to_owned()),
                 });
             }
@@ -126,7 +129,13 @@ impl Gateway {
             return Ok(());
         }
         match store.replica_address(replica).await.map_err(unavailable)? {
-            Some(address) => Err(CoreError::ServedElsewhere { address, gone }),
+            Some(registration) => Err(CoreError::ServedElsewhere {
+                at: ReplicaAt {
+                    replica: replica.to_owned(),
+                    registration,
+                },
+                gone,
+            }),
             None => Ok(()),
         }
     }
@@ -170,7 +179,10 @@ impl Gateway {
             return Ok(None);
         };
         match store.replica_address(replica).await.map_err(unavailable)? {
-            Some(address) => Err(CoreError::StreamElsewhere(address)),
+            Some(registration) => Err(CoreError::StreamElsewhere(ReplicaAt {
+                replica: replica.to_owned(),
+                registration,
+            })),
             None => Ok(None),
         }
     }

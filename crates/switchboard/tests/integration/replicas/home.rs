@@ -354,3 +354,58 @@ async fn an_http_sse_sessions_posts_through_the_other_replica_reach_its_stream()
     let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["error"]["code"], -32001, "{body}");
 }
+
+#[tokio::test]
+async fn another_principal_naming_a_homed_session_anywhere_gets_the_unknown_ids_404() {
+    let Some(redis) = Redis::start_or_skip("homed_owner").await else {
+        return;
+    };
+    let keys = super::keys_file();
+    let mut extra = vec!["--api-keys-file", keys.as_str()];
+    extra.extend_from_slice(&PER_SESSION);
+    let (a, b) = forwarding_pair(&redis, &extra).await;
+    let sid = Endpoint::of(&a).with_key(super::ALICE).session().await;
+    let unknown = format!("{:032x}", rand_suffix());
+    for gw in [&b, &a] {
+        let bob = Endpoint::of(gw).with_key(super::BOB);
+        let stolen = bob.echo(&sid, json!(1), "bob's").await;
+        let none = bob.echo(&unknown, json!(1), "bob's").await;
+        assert_eq!(stolen.status, StatusCode::NOT_FOUND, "{}", stolen.text);
+        assert_eq!(without_id(&stolen), without_id(&none), "no oracle");
+        assert_eq!(bob.delete(&sid).await, StatusCode::NOT_FOUND);
+    }
+    // Alice's session lives on, through the replica that is not its home too.
+    for gw in [&b, &a] {
+        let r = Endpoint::of(gw)
+            .with_key(super::ALICE)
+            .echo(&sid, json!(2), "alice")
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert_eq!(tool_text(&r.json()), "alice");
+    }
+}
+
+#[tokio::test]
+async fn the_replica_secret_in_the_environment_never_reaches_a_backend() {
+    let Some(redis) = Redis::start_or_skip("secret_env").await else {
+        return;
+    };
+    let secret = format!("{:064x}", rand_suffix());
+    let url = redis.url();
+    let env = [("SWITCHBOARD_REPLICA_SECRET", secret.as_str())];
+    let gw = TestGateway::start_env(&["--session-store", url.as_str()], &[], &env).await;
+    let ep = Endpoint::of(&gw);
+    let sid = ep.session().await;
+    let seen = |name: &str| {
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+               "params": {"name": "env", "arguments": {"name": name}}})
+    };
+    let r = ep
+        .post(Some(&sid), &seen("SWITCHBOARD_REPLICA_SECRET"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(tool_text(&r.json()), "", "the backend saw the secret");
+    // The rest of the environment is inherited as before.
+    let r = ep.post(Some(&sid), &seen("PATH")).await;
+    assert!(!tool_text(&r.json()).is_empty(), "{}", r.text);
+}
