@@ -21,8 +21,8 @@ use tracing::debug;
 use switchboard_upstream::BackendResponse;
 use switchboard_upstream::Credential;
 use switchboard_wire::{
-    encode_notification, encode_request, encode_result, method, object_member, restore_response,
-    version, with_member, with_meta_member, Message, RequestId,
+    encode_notification, encode_request, encode_result, has_member, method, object_member,
+    restore_response, version, with_member, with_meta_member, Message, RequestId,
 };
 
 use crate::access::{Admitted, Path, Principal};
@@ -543,7 +543,9 @@ impl Gateway {
         let key = RouteKey::mint();
         // The client's progress token is always replaced: the backend must never see a value
         // the client chose, or a client could name another request's token.
+        // Most requests carry no token: a walk that validates nothing says so first.
         let original = out_params
+            .filter(|p| has_member(p.get(), &["_meta", "progressToken"]))
             .and_then(|p| object_member(p, "_meta"))
             .and_then(|m| object_member(m, "progressToken"));
         let mut rewritten = None;

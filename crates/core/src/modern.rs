@@ -154,10 +154,10 @@ impl Gateway {
                 .admit(caller, None, msg, origins, crate::access::Path::Modern)?;
         // Only task methods and task-augmented requests need the owner up front (no copy of
         // the principal on the common path).
-        let owner = (msg.method.is_some_and(crate::tasks::concerns_tasks)
-            || crate::tasks::is_task_request(msg.params))
-        .then(|| crate::tasks::Owner::of(caller, None))
-        .flatten();
+        let asked_task = crate::tasks::is_task_request(msg.params);
+        let owner = (msg.method.is_some_and(crate::tasks::concerns_tasks) || asked_task)
+            .then(|| crate::tasks::Owner::of(caller, None))
+            .flatten();
         let method = msg.method.unwrap_or_default();
         if self.vmcp().is_some() {
             if let Some(answer) = self.aggregated_modern(caller, msg, stream.as_ref()).await {
@@ -173,7 +173,7 @@ impl Gateway {
         let answer = match resolved {
             Ok(Some(route)) => match admitted.confirm_route(&route.backend, &route.name) {
                 Ok(()) => self
-                    .route_modern(caller, owner.as_ref(), msg, stream, &route)
+                    .route_modern(caller, (owner.as_ref(), asked_task), msg, stream, &route)
                     .await
                     .map(|a| self.own_tasks_only(owner.as_ref(), msg, a, &route)),
                 Err(e) => Err(e),
@@ -218,7 +218,7 @@ impl Gateway {
     async fn route_modern(
         self: &Arc<Self>,
         caller: &crate::Principal,
-        owner: Option<&crate::tasks::Owner>,
+        (owner, asked_task): (Option<&crate::tasks::Owner>, bool),
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
         route: &Route,
@@ -235,7 +235,6 @@ impl Gateway {
                 return Ok(ModernAnswer::error(id, &crate::tasks::unknown_task()));
             }
         }
-        let asked_task = crate::tasks::is_task_request(msg.params);
         if asked_task && owner.is_none() {
             return Err(CoreError::TaskOwnerRequired);
         }

@@ -18,8 +18,8 @@ pub(crate) use sealed::{replica_of_token, Bound, SealedRelay};
 /// Most rounds of `input_required` one Legacy client's call may go through.
 pub(crate) const MAX_ROUNDS: usize = 8;
 
-/// Whether a Modern result asks for input.
-pub(crate) fn is_input_required(result: &serde_json::value::RawValue) -> bool {
-    switchboard_wire::object_member(result, "resultType")
-        .is_some_and(|t| t.get() == "\"input_required\"")
+/// Whether a Modern result (JSON the gateway already parsed) asks for input. Asked of every
+/// Modern answer to an MRTR method, so it walks the text rather than re-validating it.
+pub(crate) fn is_input_required(result: &str) -> bool {
+    switchboard_wire::ResultMarks::of(result).input_required()
 }

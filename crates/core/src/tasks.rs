@@ -24,7 +24,9 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use switchboard_upstream::BackendResponse;
-use switchboard_wire::{codes, encode_error, encode_result, object_member, ErrorObject, RequestId};
+use switchboard_wire::{
+    codes, encode_error, encode_result, object_member, ErrorObject, RequestId, ResultMarks,
+};
 
 use crate::access::Principal;
 use crate::backends::BackendId;
@@ -189,16 +191,7 @@ impl TaskOwners {
 
 /// The task id a `CreateTaskResult` names, in either era's shape.
 fn created_task(result: &str) -> Option<String> {
-    let result: &RawValue = serde_json::from_str(result).ok()?;
-    let legacy = object_member(result, "task").and_then(|t| object_member(t, "taskId"));
-    let modern = || {
-        object_member(result, "resultType")
-            .filter(|t| t.get() == r#""task""#)
-            .and_then(|_| object_member(result, "taskId"))
-    };
-    legacy
-        .or_else(modern)
-        .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+    ResultMarks::of(result).created_task.map(|t| t.into_owned())
 }
 
 /// The task flow of a request: ownership checks before the backend, recording and list
@@ -231,6 +224,7 @@ impl Gateway {
         asked: bool,
         (name, route): (&str, &Route),
         answer: &BackendResponse,
+        marks: &ResultMarks<'_>,
     ) {
         if answer.is_error() {
             return;
@@ -239,7 +233,7 @@ impl Gateway {
             if let Some(owner) = owner {
                 self.record_task(&route.backend, owner, answer);
             }
-        } else if name == MAY_CREATE && created_task(answer.payload()).is_some() {
+        } else if name == MAY_CREATE && marks.created_task.is_some() {
             if let Some(owner) = Owner::of(caller, None) {
                 self.record_task(&route.backend, &owner, answer);
             }
@@ -337,7 +331,7 @@ pub(crate) fn concerns_tasks(method: &str) -> bool {
 
 /// Whether a task-augmented request asked for a task (`params.task`).
 pub(crate) fn is_task_request(params: Option<&RawValue>) -> bool {
-    params.and_then(|p| object_member(p, "task")).is_some()
+    params.is_some_and(|p| switchboard_wire::has_member(p.get(), &["task"]))
 }
 
 #[cfg(test)]

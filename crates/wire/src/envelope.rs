@@ -239,6 +239,14 @@ pub fn object_member<'a>(obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
     crate::find::member(obj, key)
 }
 
+/// Whether the JSON object `json` has a member at `path` (names, outermost first), e.g.
+/// `["_meta", "progressToken"]`. For JSON the gateway has already parsed, held as text (a
+/// backend's `result`): it walks only what the path passes through and validates nothing
+/// again. See [`crate::find`].
+pub fn has_member(json: &str, path: &[&str]) -> bool {
+    crate::find::has_path(json, path)
+}
+
 /// An object key, borrowed when the JSON spelled it without escapes.
 pub(crate) struct Key<'de>(pub(crate) Cow<'de, str>);
 

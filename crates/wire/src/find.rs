@@ -8,6 +8,8 @@
 //! quotes and escapes, containers by their brackets, and validates (through serde) only the one
 //! value it returns.
 
+use std::borrow::Cow;
+
 use serde_json::value::RawValue;
 
 /// The value of `key` in the JSON object `obj`, raw; `None` when `obj` is not an object or has
@@ -21,35 +23,89 @@ pub(crate) fn member<'a>(obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
     serde_json::from_str(text.get(start..end)?).ok()
 }
 
+/// Whether the member at `path` (names, outermost first) exists in the object `text`.
+///
+/// Takes text, not a [`RawValue`]: its callers hold JSON this gateway already parsed (a
+/// backend's `result`, a request's `params`) as a `&str`, and building a `RawValue` again would
+/// re-validate all of it, which cost more than the lookup itself (BENCHMARKS.md, "Instructions
+/// per forwarded request"). Nothing JSON is handed out, only a yes or no, so a walk over text
+/// that was never validated can be wrong but cannot smuggle anything.
+pub(crate) fn has_path(text: &str, path: &[&str]) -> bool {
+    span_at(text, path).is_some()
+}
+
+/// The string at `path` in the object `text`, decoded; `None` when absent or not a string.
+/// The same contract as [`has_path`]: `text` is JSON the gateway already parsed.
+pub(crate) fn string_at<'a>(text: &'a str, path: &[&str]) -> Option<Cow<'a, str>> {
+    let lit = span_at(text, path)?;
+    let inner = lit.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(lit).ok().map(Cow::Owned)
+}
+
+/// The text of the value at `path`, or `None` when any step is missing or not an object.
+fn span_at<'a>(text: &'a str, path: &[&str]) -> Option<&'a str> {
+    let mut value = text;
+    for key in path {
+        let (start, end) = member_span(value, key)?;
+        value = value.get(start..end)?;
+    }
+    Some(value)
+}
+
 /// Byte range of the last `key` member's value in the object `text`.
 fn member_span(text: &str, key: &str) -> Option<(usize, usize)> {
+    let [span] = member_spans(text, [key])?;
+    span
+}
+
+/// The text of each `keys[i]` member's value in the object `text` (the last duplicate wins),
+/// found in one walk; `None` when `text` is not an object. Same contract as [`has_path`].
+pub(crate) fn members_text<'a, const N: usize>(
+    text: &'a str,
+    keys: [&str; N],
+) -> [Option<&'a str>; N] {
+    member_spans(text, keys)
+        .map(|spans| spans.map(|s| s.and_then(|(start, end)| text.get(start..end))))
+        .unwrap_or([None; N])
+}
+
+/// Byte ranges of the values of `keys` in the object `text`, in one walk over its members.
+fn member_spans<const N: usize>(
+    text: &str,
+    keys: [&str; N],
+) -> Option<[Option<(usize, usize)>; N]> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
         return None;
     }
-    let mut found = None;
+    let mut found = [None; N];
     i += 1;
     loop {
         i = skip_ws(b, i);
         if b.get(i) != Some(&b'"') {
-            return found; // `}`: the end of the object.
+            return Some(found); // `}`: the end of the object.
         }
         let key_end = string_end(b, i)?;
-        let wanted = key_matches(text.get(i..key_end)?, key);
+        let lit = text.get(i..key_end)?;
         i = skip_ws(b, key_end);
         if b.get(i) != Some(&b':') {
             return None;
         }
         let value = skip_ws(b, i + 1);
         let value_end = value_end(b, value)?;
-        if wanted {
-            found = Some((value, value_end));
+        for (slot, key) in found.iter_mut().zip(keys) {
+            if key_matches(lit, key) {
+                *slot = Some((value, value_end));
+            }
         }
         i = skip_ws(b, value_end);
         match b.get(i) {
             Some(b',') => i += 1,
-            _ => return found,
+            _ => return Some(found),
         }
     }
 }
@@ -74,8 +130,8 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 fn string_end(b: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
     loop {
-        // Multi-byte UTF-8 never contains these two bytes, so a byte walk is exact.
-        i += b.get(i..)?.iter().position(|&c| c == b'"' || c == b'\\')?;
+        // Multi-byte UTF-8 never contains these two bytes, so a byte search is exact.
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
         if b[i] == b'"' {
             return Some(i + 1);
         }
@@ -83,31 +139,22 @@ fn string_end(b: &[u8], start: usize) -> Option<usize> {
     }
 }
 
+/// The bytes a container walk must stop at: a string's opening quote and the brackets.
+static STRUCTURAL: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'"' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b'[' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b']' as usize] = true;
+    t
+};
+
 /// Index just past the JSON value starting at `start`.
 fn value_end(b: &[u8], start: usize) -> Option<usize> {
     match *b.get(start)? {
         b'"' => string_end(b, start),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut i = start;
-            loop {
-                match *b.get(i)? {
-                    b'"' => {
-                        i = string_end(b, i)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth = depth.checked_sub(1)?;
-                        if depth == 0 {
-                            return Some(i + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
-        }
+        b'{' | b'[' => container_end(b, start),
         // A number, `true`, `false` or `null`: up to the next delimiter.
         _ => Some(
             start
@@ -116,6 +163,33 @@ fn value_end(b: &[u8], start: usize) -> Option<usize> {
                     .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
                     .unwrap_or(b.len() - start),
         ),
+    }
+}
+
+/// Index just past the object or array opening at `start`: strings skipped whole (their
+/// brackets do not count), everything else only looked at where it is structural.
+fn container_end(b: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = start;
+    loop {
+        i += b
+            .get(i..)?
+            .iter()
+            .position(|&c| STRUCTURAL[usize::from(c)])?;
+        match b[i] {
+            b'"' => {
+                i = string_end(b, i)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            _ => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+        }
+        i += 1;
     }
 }
 
@@ -171,6 +245,85 @@ mod tests {
                 let got =
                     member(&raw(obj), key).map(|v| serde_json::from_str::<Value>(v.get()).unwrap());
                 assert_eq!(got, reference(obj, key), "{obj} [{key}]");
+            }
+        }
+    }
+
+    #[test]
+    fn paths_and_strings_agree_with_serde() {
+        let objects = [
+            r#"{"resultType":"input_required","requestState":"s"}"#,
+            r#"{ "resultType" : "input_\u0072equired" }"#,
+            r#"{"task":{"taskId":"t-1","status":"working"}}"#,
+            r#"{"task":{"taskId":7}}"#,
+            r#"{"task":"x","_meta":{"progressToken":null}}"#,
+            r#"{"a":{"b":{"c":"\"deep\""}}}"#,
+            r#"[{"task":1}]"#,
+            r#""task""#,
+        ];
+        let paths: [&[&str]; 7] = [
+            &["resultType"],
+            &["task"],
+            &["task", "taskId"],
+            &["_meta", "progressToken"],
+            &["a", "b", "c"],
+            &["a", "b"],
+            &["zz"],
+        ];
+        for obj in objects {
+            let value: Value = serde_json::from_str(obj).unwrap();
+            for path in paths {
+                let want = path.iter().try_fold(&value, |v, k| v.as_object()?.get(*k));
+                assert_eq!(has_path(obj, path), want.is_some(), "{obj} {path:?}");
+                let got = string_at(obj, path).map(Cow::into_owned);
+                let want = want.and_then(Value::as_str).map(str::to_owned);
+                assert_eq!(got, want, "{obj} {path:?}");
+            }
+        }
+    }
+
+    /// JSON values whose strings are full of what a walk must not be fooled by.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[\\[\\]{}\"\\\\a,:é]{0,6}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 24, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map("[ab\"]{0,2}", inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Every lookup agrees with serde's own decoding, on compact and pretty text.
+        #[test]
+        fn lookups_agree_with_serde(value in json_value(), pretty in proptest::bool::ANY) {
+            let text = match pretty {
+                true => serde_json::to_string_pretty(&value).unwrap(),
+                false => value.to_string(),
+            };
+            let keys = ["a", "b", "ab", "\"", ""];
+            let all = members_text(&text, keys);
+            for (key, found) in keys.iter().zip(all) {
+                let want = value.as_object().and_then(|o| o.get(*key));
+                let got = found.map(|t| serde_json::from_str::<Value>(t).unwrap());
+                proptest::prop_assert_eq!(got.as_ref(), want, "{} [{}]", text, key);
+                proptest::prop_assert_eq!(has_path(&text, &[key]), want.is_some());
+                let via_member = member(&raw(&text), key).map(|v| serde_json::from_str::<Value>(v.get()).unwrap());
+                proptest::prop_assert_eq!(via_member.as_ref(), want);
+                for inner in ["a", "b"] {
+                    let nested = want.and_then(|w| w.as_object()).and_then(|o| o.get(inner));
+                    let got = string_at(&text, &[key, inner]).map(Cow::into_owned);
+                    proptest::prop_assert_eq!(got, nested.and_then(Value::as_str).map(str::to_owned));
+                }
             }
         }
     }

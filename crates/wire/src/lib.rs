@@ -16,6 +16,7 @@ mod error;
 mod find;
 pub mod headers;
 mod id;
+mod marks;
 mod members;
 pub mod method;
 pub mod sse;
@@ -26,7 +27,10 @@ pub mod version;
 pub use encode::{
     encode_error, encode_notification, encode_request, encode_result, restore_response,
 };
-pub use envelope::{null_id_error, object_member, Message, MessageKind, MAX_CLIENT_DEPTH};
+pub use envelope::{
+    has_member, null_id_error, object_member, Message, MessageKind, MAX_CLIENT_DEPTH,
+};
 pub use error::{codes, ErrorObject, ParseError};
 pub use id::RequestId;
+pub use marks::ResultMarks;
 pub use members::{retain_members, with_member, with_members, with_meta_member};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use switchboard_wire::{codes, method, Message};
+use switchboard_wire::{codes, method, Message, ResultMarks};
 
 use super::{discover_passthrough, passthrough, ModernAnswer, LISTEN};
 use crate::gateway::Outgoing;
@@ -56,7 +56,14 @@ impl Gateway {
                 credential: caller.credential.as_ref(),
             })
             .await?;
-        self.record_modern_task(caller, owner, asked_task, (name, route), &answer);
+        // One walk of the backend's result answers both questions asked of it: a task it
+        // created, and whether it carries a requestState to seal (only `input_required` does).
+        let marks = match answer.is_error() {
+            true => ResultMarks::default(),
+            false => ResultMarks::of(answer.payload()),
+        };
+        self.record_modern_task(caller, owner, asked_task, (name, route), &answer, &marks);
+        let sealing = relayed && marks.input_required();
         if name == method::DISCOVER && !answer.is_error() {
             return Ok(discover_passthrough(id, &answer));
         }
@@ -65,7 +72,7 @@ impl Gateway {
             Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
             _ => passthrough(id, &answer),
         };
-        let answer = match relayed {
+        let answer = match sealing {
             true => (self.mrtr.relay).seal(&self.mrtr.sealer, &bound, id, answer),
             false => answer,
         };

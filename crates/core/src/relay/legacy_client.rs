@@ -119,7 +119,8 @@ impl Gateway {
                 })
                 .await?;
             let result = RawValue::from_string(answer.payload().to_owned()).ok();
-            let Some(result) = result.filter(|r| !answer.is_error() && is_input_required(r)) else {
+            let Some(result) = result.filter(|r| !answer.is_error() && is_input_required(r.get()))
+            else {
                 return Ok(Ok(answer));
             };
             let round = match Round::of(&result) {

@@ -223,7 +223,7 @@ impl SealedRelay {
         let Some(result) = result_of(&answer.body) else {
             return answer;
         };
-        if !is_input_required(&result) {
+        if !is_input_required(result.get()) {
             return answer;
         }
         let state = object_member(&result, "requestState");

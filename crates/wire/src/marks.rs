@@ -1,0 +1,99 @@
+//! What the gateway asks of a backend's `result` before passing it on: whether it asks for
+//! input (MRTR) and which task it created, read in one walk of its top level.
+//!
+//! Every Modern answer to `tools/call` is asked both; three separate lookups walked the whole
+//! result three times, about 8 % of a Modern request's instructions (BENCHMARKS.md).
+
+use std::borrow::Cow;
+
+use crate::find::{members_text, string_at};
+
+/// The marks of one result: its `resultType` and the id of a task it created.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ResultMarks<'a> {
+    /// `resultType`, decoded, when it is a string (`complete`, `input_required`, `task`).
+    pub result_type: Option<Cow<'a, str>>,
+    /// The task a `CreateTaskResult` names: `task.taskId` (2025-11-25) or, beside
+    /// `resultType: "task"`, `taskId` (the Modern Tasks extension).
+    pub created_task: Option<Cow<'a, str>>,
+}
+
+impl<'a> ResultMarks<'a> {
+    /// Reads the marks of `result`, JSON the gateway has already parsed (a backend's answer
+    /// payload): nothing is validated again, and nothing but decoded strings comes out.
+    pub fn of(result: &'a str) -> Self {
+        let [result_type, task, task_id] = members_text(result, ["resultType", "task", "taskId"]);
+        let result_type = result_type.and_then(decode);
+        let legacy = task.and_then(|t| string_at(t, &["taskId"]));
+        let modern = || match result_type.as_deref() {
+            Some("task") => task_id.and_then(decode),
+            _ => None,
+        };
+        let created_task = legacy.or_else(modern);
+        ResultMarks {
+            result_type,
+            created_task,
+        }
+    }
+
+    /// Whether the result asks for input (`resultType: "input_required"`).
+    pub fn input_required(&self) -> bool {
+        self.result_type.as_deref() == Some("input_required")
+    }
+}
+
+/// A JSON string literal's text, decoded; `None` for any other value.
+fn decode(lit: &str) -> Option<Cow<'_, str>> {
+    let inner = lit.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(lit).ok().map(Cow::Owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marks(json: &str) -> (Option<String>, Option<String>) {
+        let m = ResultMarks::of(json);
+        (
+            m.result_type.map(Cow::into_owned),
+            m.created_task.map(Cow::into_owned),
+        )
+    }
+
+    fn some(s: &str) -> Option<String> {
+        Some(s.to_owned())
+    }
+
+    #[test]
+    fn reads_both_eras_task_shapes_and_the_result_type() {
+        let legacy = r#"{"task":{"taskId":"t-1","status":"working"}}"#;
+        assert_eq!(marks(legacy), (None, some("t-1")));
+        let modern = r#"{"resultType":"task","taskId":"t-2","status":"working"}"#;
+        assert_eq!(marks(modern), (some("task"), some("t-2")));
+        let asks = r#"{"resultType":"input_required","inputRequests":{},"requestState":"s"}"#;
+        assert!(ResultMarks::of(asks).input_required());
+        let done = r#"{"content":[{"type":"text","text":"\"task\": {\"taskId\":\"x\"}"}]}"#;
+        assert_eq!(marks(done), (None, None));
+        assert!(!ResultMarks::of(done).input_required());
+    }
+
+    #[test]
+    fn a_task_id_without_the_task_result_type_creates_nothing() {
+        let stray = r#"{"resultType":"complete","taskId":"t-3"}"#;
+        assert_eq!(marks(stray), (some("complete"), None));
+        assert_eq!(marks(r#"{"taskId":"t-4"}"#), (None, None));
+    }
+
+    #[test]
+    fn escapes_are_decoded_and_non_strings_ignored() {
+        let escaped = r#"{"result\u0054ype":"input_\u0072equired"}"#;
+        assert!(ResultMarks::of(escaped).input_required());
+        assert_eq!(marks(r#"{"task":{"taskId":7}}"#), (None, None));
+        assert_eq!(marks(r#"{"resultType":1,"taskId":"t"}"#), (None, None));
+        assert_eq!(marks("[1]"), (None, None));
+        assert_eq!(marks("null"), (None, None));
+    }
+}
