@@ -124,6 +124,9 @@ pub struct Authenticator {
     metadata_url: String,
     /// This gateway's public base URL (`scheme://host[:port][/prefix]`).
     public_url: String,
+    /// The one principal of every unauthenticated caller, shared rather than built per
+    /// request (nothing tells anonymous callers apart, so nothing is lost).
+    anonymous: Arc<Principal>,
 }
 
 impl Authenticator {
@@ -134,6 +137,7 @@ impl Authenticator {
             jwt: None,
             metadata_url: String::new(),
             public_url: String::new(),
+            anonymous: Arc::new(Principal::anonymous()),
         }
     }
 
@@ -167,6 +171,7 @@ impl Authenticator {
             jwt: jwt.map(JwtValidator::new),
             metadata_url: format!("{public_url}/.well-known/oauth-protected-resource"),
             public_url,
+            anonymous: Arc::new(Principal::anonymous()),
         })
     }
 
@@ -176,9 +181,9 @@ impl Authenticator {
     }
 
     /// The caller's principal, or why not.
-    async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthFailure> {
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthFailure> {
         if !self.required() {
-            return Ok(Principal::anonymous());
+            return Ok(self.anonymous.clone());
         }
         let mut values = headers.get_all(header::AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
@@ -194,15 +199,15 @@ impl Authenticator {
             .filter(|t| !t.is_empty())
             .ok_or(AuthFailure::Invalid("not a bearer credential"))?;
         if let Some(name) = self.api_key(token) {
-            return Ok(Principal {
+            return Ok(Arc::new(Principal {
                 issuer: API_KEY_ISSUER.to_owned(),
                 subject: name.to_owned(),
                 claims: Map::new(),
                 credential: None,
-            });
+            }));
         }
         match &self.jwt {
-            Some(jwt) => jwt.validate(token).await,
+            Some(jwt) => jwt.validate(token).await.map(Arc::new),
             None => Err(AuthFailure::Invalid("unknown API key")),
         }
     }
@@ -251,15 +256,16 @@ pub(crate) enum AuthFailure {
     Invalid(&'static str),
 }
 
-/// The admission step authenticating every request to an MCP route: stores the
-/// [`Principal`] as a request extension (`Arc<Principal>`), or answers 401.
-pub(crate) async fn admit(state: &AppState, request: &mut Request) -> Result<(), HttpError> {
+/// The admission step authenticating every request to an MCP route: the caller's
+/// [`Principal`], or 401.
+// `&mut`: a shared borrow of a request (its body is not `Sync`) would make the future `!Send`.
+pub(crate) async fn admit(
+    state: &AppState,
+    request: &mut Request,
+) -> Result<Arc<Principal>, HttpError> {
     let auth = &state.config.auth;
     match auth.authenticate(request.headers()).await {
-        Ok(principal) => {
-            request.extensions_mut().insert(Arc::new(principal));
-            Ok(())
-        }
+        Ok(principal) => Ok(principal),
         Err(failure) => {
             let audited = match failure {
                 AuthFailure::Missing => Unauthenticated::Missing,

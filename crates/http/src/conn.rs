@@ -94,7 +94,7 @@ pub async fn serve(
                         if evicted {
                             at_bound.warn(limits.max_connections, "the oldest idle connection was closed to make room");
                         }
-                        tasks.spawn(connection(tcp, slot, router.clone(), limits, state.draining.clone()));
+                        tasks.spawn(connection(tcp, slot, (router.clone(), state.clone()), limits));
                     }
                     Admission::Refused => {
                         at_bound.warn(limits.max_connections, "every connection is busy; refused with 503");
@@ -126,10 +126,10 @@ pub async fn serve(
 async fn connection(
     tcp: TcpStream,
     slot: Slot,
-    router: axum::Router,
+    (router, state): (axum::Router, AppState),
     limits: ConnLimits,
-    draining: CancellationToken,
 ) {
+    let draining = state.draining.clone();
     // SSE streams write one small event at a time; with Nagle's algorithm an event written
     // while the previous one is unacknowledged waits for that ACK.
     if let Err(e) = tcp.set_nodelay(true) {
@@ -138,6 +138,7 @@ async fn connection(
     let activity = slot.activity().clone();
     let service = ConnService {
         router,
+        direct: Some(state),
         activity: activity.clone(),
     };
     let io = ReadGuard::new(
@@ -183,6 +184,7 @@ async fn overflow_connection(
 ) {
     let service = ConnService {
         router,
+        direct: None,
         activity: std::sync::Arc::default(),
     };
     let io = TokioIo::new(StallGuard::new(tcp, limits.send_timeout));

@@ -9,6 +9,7 @@
 
 mod auth;
 mod conn;
+mod direct;
 mod error;
 mod headers;
 mod hop;
@@ -33,7 +34,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use switchboard_core::Gateway;
+use switchboard_core::{Gateway, Principal};
 
 pub use auth::{parse_algorithm, Authenticator, JwtConfig, API_KEY_ISSUER};
 pub use conn::{serve, ConnLimits, EVICTION_SLACK};
@@ -126,7 +127,9 @@ impl AppState {
     }
 }
 
-/// The gateway's routes.
+/// The gateway's routes. On the main listener `POST /mcp` never reaches this router: `direct`
+/// answers it with the same [`admission`] and handler. The route stays so the table is
+/// complete (and answers `POST /mcp` wherever the router is served by itself).
 pub fn router(state: AppState) -> Router {
     let mut admitted = Router::new()
         .route(
@@ -174,28 +177,45 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Admission for the MCP routes, in order: Origin/Host (403), then authentication (401), then
-/// the in-flight bound (503). One layer rather than three: each layer costs a boxed future and
-/// a state clone per request.
+/// Admission for the MCP routes (the router's layer; `direct` calls [`admission`] itself).
+/// The caller's principal travels as a request extension to the handlers.
 async fn admit(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    // A request claiming to come from another replica must prove it (`hop`).
-    if request.headers().contains_key(HOP_HEADER)
-        && !state
-            .config
-            .hop
-            .as_ref()
-            .is_some_and(|h| h.verify(&request))
-    {
-        return error::HttpError::Forbidden("Forbidden: replica hop not verified").into_response();
-    }
-    let admitted = match origin::admit(&state, &request) {
-        Ok(()) => auth::admit(&state, &mut request).await,
-        Err(refused) => Err(refused),
-    };
-    match admitted.and_then(|()| in_flight::admit(&state, &request)) {
-        Ok(permit) => in_flight::hold(next.run(request).await, permit),
+    match admission(&state, &mut request).await {
+        Ok(Admitted { caller, permit }) => {
+            request.extensions_mut().insert(caller);
+            in_flight::hold(next.run(request).await, permit)
+        }
         Err(refused) => refused.into_response(),
     }
+}
+
+/// What admission hands an MCP route.
+pub(crate) struct Admitted {
+    pub(crate) caller: Arc<Principal>,
+    /// Held until the response body ends (`in_flight::hold`); POST only.
+    pub(crate) permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// The checks in front of every MCP route, in order: a replica hop's proof (403), Origin/Host
+/// (403), authentication (401), the in-flight bound (503). One function for the router's layer
+/// and the direct `POST /mcp`, so the two cannot drift apart.
+pub(crate) async fn admission(
+    state: &AppState,
+    request: &mut Request,
+) -> Result<Admitted, error::HttpError> {
+    // A request claiming to come from another replica must prove it (`hop`).
+    if request.headers().contains_key(HOP_HEADER)
+        && !state.config.hop.as_ref().is_some_and(|h| h.verify(request))
+    {
+        return Err(error::HttpError::Forbidden(
+            "Forbidden: replica hop not verified",
+        ));
+    }
+    origin::admit(state, request)?;
+    let caller = auth::admit(state, request).await?;
+    let request = &*request;
+    let permit = in_flight::admit(state, request)?;
+    Ok(Admitted { caller, permit })
 }
 
 /// What a person who opens the gateway in a browser (or curls it) learns: where the endpoints

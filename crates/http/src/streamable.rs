@@ -27,20 +27,31 @@ pub(crate) async fn post(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (delivery, bytes) = match read_post(&state, &headers, body).await {
+    serve_post(&state, &caller, &uri, &headers, body).await
+}
+
+/// The POST itself, for the router's handler above and for `direct` (which skips the router).
+pub(crate) async fn serve_post(
+    state: &AppState,
+    caller: &Arc<Principal>,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let (delivery, bytes) = match read_post(state, headers, body).await {
         Ok(read) => read,
         Err(e) => return e.into_response(),
     };
-    match handle_post(&state, &caller, &headers, delivery, &bytes).await {
+    match handle_post(state, caller, headers, delivery, &bytes).await {
         Ok(answer) => answer,
         Err(HttpError::Core(id, CoreError::ServedElsewhere { at, gone })) => {
             let forward = Forward {
                 method: Method::POST,
-                path: path_of(&uri),
-                headers: &headers,
+                path: path_of(uri),
+                headers,
                 body: bytes,
             };
-            hop::serve_elsewhere(&state, (&at, gone), forward, id).await
+            hop::serve_elsewhere(state, (&at, gone), forward, id).await
         }
         Err(e) => e.into_response(),
     }

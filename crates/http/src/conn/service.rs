@@ -19,11 +19,16 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 
 use super::table::{Activity, Busy};
+use crate::direct::{self, DirectFuture};
+use crate::AppState;
 
 /// One connection's service.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct ConnService {
     pub(crate) router: Router,
+    /// On the main listener: `POST /mcp` is answered without the router (`direct`). `None`
+    /// for the health-only connections over the bound, whose router answers everything.
+    pub(crate) direct: Option<AppState>,
     pub(crate) activity: Arc<Activity>,
 }
 
@@ -34,21 +39,37 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 
     fn call(&self, request: Request<Incoming>) -> Dispatch {
         let busy = self.activity.begin();
-        // `Router::call` needs `&mut`; a clone is one reference count, as axum's own server
-        // pays per request.
-        let future = tower_service::Service::call(&mut self.router.clone(), request);
+        let route = match &self.direct {
+            Some(state) if direct::serves(&request) => Route::Direct {
+                future: direct::post(state.clone(), request),
+            },
+            // `Router::call` needs `&mut`; a clone is one reference count, as axum's own
+            // server pays per request.
+            _ => Route::Router {
+                future: tower_service::Service::call(&mut self.router.clone(), request),
+            },
+        };
         Dispatch {
-            future,
+            route,
             busy: Some(busy),
         }
     }
 }
 
 pin_project! {
-    /// The router's future; its response carries the request's busy mark.
+    /// Whichever of the two answers the request.
+    #[project = RouteProj]
+    enum Route {
+        Router { #[pin] future: RouteFuture<Infallible> },
+        Direct { future: DirectFuture },
+    }
+}
+
+pin_project! {
+    /// The request's future; its response carries the request's busy mark.
     pub(crate) struct Dispatch {
         #[pin]
-        future: RouteFuture<Infallible>,
+        route: Route,
         busy: Option<Busy>,
     }
 }
@@ -58,7 +79,10 @@ impl Future for Dispatch {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let response = ready!(this.future.poll(cx))?;
+        let response = match this.route.project() {
+            RouteProj::Router { future } => ready!(future.poll(cx))?,
+            RouteProj::Direct { future } => ready!(future.as_mut().poll(cx)),
+        };
         let busy = this.busy.take();
         Poll::Ready(Ok(response.map(|body| Tracked { body, _busy: busy })))
     }

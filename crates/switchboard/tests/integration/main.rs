@@ -15,6 +15,7 @@ mod backend_failure;
 mod bench;
 mod config_file;
 mod connections;
+mod direct_post;
 mod everything;
 mod fixture_http;
 mod handshake;
