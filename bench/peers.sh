@@ -23,7 +23,7 @@ SECS=${BENCH_SECS:-5}
 WARMUP=${BENCH_WARMUP:-1}
 CONC=${BENCH_CONC:-64}
 OUT=${BENCH_OUT:-$ROOT/target/bench/peers}
-TARGETS="direct switchboard switchboard-1w switchboard-modern supergateway py-mcp-proxy fastmcp contextforge rust-mcp-proxy"
+TARGETS="direct http-floor switchboard switchboard-1w switchboard-modern supergateway py-mcp-proxy fastmcp contextforge rust-mcp-proxy"
 ONLY=${PEERS_ONLY:-$TARGETS}
 mkdir -p "$OUT" "$PEERS"
 for tool in jq curl node npm python3 cargo; do
@@ -145,6 +145,11 @@ if wanted direct; then
 fi
 
 URL_TEMPLATE="http://127.0.0.1:@PORT@/mcp"
+# The same fixture answering over HTTP itself (its own axum server, no backend hop): what one
+# loopback HTTP exchange costs with nothing behind it, the floor for any HTTP gateway.
+wanted http-floor && run_target http-floor "fixture over HTTP, no gateway (the HTTP floor)" \
+  "the fixture's own axum server answers; no backend hop" -- \
+  "$SB" fixture --http --host 127.0.0.1 --port @PORT@
 if wanted switchboard; then
   run_target switchboard "**Switchboard** \`run\`" "default worker threads" -- \
     "$SB" run --host 127.0.0.1 --port @PORT@
@@ -183,6 +188,27 @@ if wanted rust-mcp-proxy && installed rust-mcp-proxy "mcp-proxy 0.6.0 (Rust)"; t
   rust_mcp_proxy_run
 fi
 
+# At concurrency 1 the latency added per request shows, not queueing: the stdio floor, the
+# HTTP floor and Switchboard once more, one request in flight.
+ROWS_MAIN=$ROWS
+ROWS=""
+if [ -z "${PEERS_NO_C1:-}" ]; then
+  CONC_MAIN=$CONC
+  CONC=1
+  SB_RATE=""
+  if wanted direct; then
+    d=$("$SB" bench --json --stdio --concurrency 1 --warmup "$WARMUP" --duration "$SECS" \
+        -- "${FIXTURE[@]}" 2>"$OUT/direct-c1.err" || jq -cn '{failed: "direct run failed"}')
+    row direct-c1 "fixture over stdio, no gateway" "$d"
+  fi
+  wanted http-floor && run_target http-floor-c1 "fixture over HTTP, no gateway" "" -- \
+    "$SB" fixture --http --host 127.0.0.1 --port @PORT@
+  wanted switchboard && run_target switchboard-c1 "**Switchboard** \`run\`" "" -- \
+    "$SB" run --host 127.0.0.1 --port @PORT@
+  CONC=$CONC_MAIN
+fi
+ROWS_C1=$ROWS
+
 cat <<EOF | tee "$OUT/results.md"
 ## Peers — $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (+ uncommitted changes)'), $(nproc) cores
 
@@ -190,5 +216,12 @@ $CONC concurrent Legacy sessions (one request in flight each), tools/call echo, 
 
 | target | req/s | Switchboard ÷ target | p50 µs | p99 µs | target tree CPU µs / req | driver CPU µs / req | tree ÷ driver | errors | wrong | notes |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
-$ROWS
+$ROWS_MAIN
+$(if [ -n "$ROWS_C1" ]; then
+  echo "Concurrency 1 (one session, one request in flight: the latency each hop adds):"
+  echo
+  echo "| target | req/s | Switchboard ÷ target | p50 µs | p99 µs | target tree CPU µs / req | driver CPU µs / req | tree ÷ driver | errors | wrong | notes |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+  printf '%s' "$ROWS_C1"
+fi)
 EOF

@@ -23,7 +23,6 @@
 //! The state is its own table (`Gateway::health`), keyed by backend, so later features (the
 //! status page, hot reload adding and removing backends) read and extend it here.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -211,7 +210,8 @@ pub(crate) struct Health {
     backends: crate::snapshot::Snapshot<Table>,
 }
 
-type Table = HashMap<BackendId, Arc<BackendHealth>>;
+/// Keyed by the operator's backend names: a fast hasher is safe here.
+type Table = foldhash::HashMap<BackendId, Arc<BackendHealth>>;
 
 impl Health {
     /// The table for `ids`, each backend `connected` (it has just answered its handshake:

@@ -11,7 +11,6 @@
 //! Only the minted token's own request is told, and it is told whether or not it has a
 //! stream to carry the note (a request answered as plain JSON keeps its deadline alive too).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +52,8 @@ struct Route {
 /// Minted progress token → the request stream it belongs to.
 #[derive(Debug, Default)]
 pub(crate) struct ProgressRoutes {
-    routes: Mutex<HashMap<String, Route>>,
+    /// Keyed by tokens the gateway minted (random): a fast hasher is safe here.
+    routes: Mutex<foldhash::HashMap<String, Route>>,
 }
 
 /// Removes a route when its request ends, whichever way it ends.

@@ -162,7 +162,9 @@ pub(crate) struct Ended {
 /// All live sessions.
 #[derive(Debug)]
 pub struct SessionStore {
-    sessions: Mutex<HashMap<String, Session>>,
+    /// Keyed by ids this gateway minted (random), so a fast hasher is safe: no client chooses
+    /// what is inserted, and a lookup of a crafted id probes one bucket.
+    sessions: Mutex<foldhash::HashMap<String, Session>>,
     max: usize,
     /// Most live sessions one principal may hold (`usize::MAX`: no limit).
     max_per_principal: usize,
@@ -175,7 +177,7 @@ impl SessionStore {
     /// A store holding at most `max` sessions, each expiring after `ttl` without use.
     pub fn new(max: usize, ttl: Duration) -> Self {
         SessionStore {
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(foldhash::HashMap::default()),
             max,
             max_per_principal: usize::MAX,
             per_principal: OwnerCounts::default(),

@@ -2,8 +2,6 @@
 //! the backend's stdin, which is what attributes a backend's `"id": null` error (see
 //! [`PendingTable::sole_candidate`]).
 
-use std::collections::HashMap;
-
 use super::Reply;
 
 #[derive(Debug)]
@@ -17,7 +15,8 @@ pub(super) struct Pending {
 pub(super) struct PendingTable {
     /// Set once stdout ends: the error every later call fails with.
     pub(super) closed: Option<crate::UpstreamError>,
-    pub(super) calls: HashMap<Box<str>, Pending>,
+    /// Keyed by route keys the gateway minted (random): a fast hasher is safe here.
+    pub(super) calls: foldhash::HashMap<Box<str>, Pending>,
     /// Lines queued for stdin so far (requests, notifications, answers). Numbered under this
     /// lock as they enter the FIFO queue, so the numbers are the order the backend reads them.
     written: u64,
