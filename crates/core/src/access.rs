@@ -228,6 +228,9 @@ impl crate::Gateway {
     ///
     /// Aggregating, it first builds the merged lists the request routes by (as the request
     /// itself would), so this gate sees the same backend and original name as the real one.
+    ///
+    /// Only where the request path's own decision would come too late: see
+    /// [`Self::decides_early`]. Elsewhere that one decision is the only one.
     pub async fn authorize(
         &self,
         caller: &Principal,
@@ -255,6 +258,15 @@ impl crate::Gateway {
         // have been on the request path (a denial consumes no rate-limit tokens).
         let path = if modern { Path::Modern } else { Path::Legacy };
         access.admit(caller, session, msg, origins, path).map(drop)
+    }
+
+    /// Whether a request must be authorized before it is handled ([`Self::authorize`]) rather
+    /// than only by the request path's admission: when its answer is a stream (a denial must
+    /// be a plain 403, not an event on a 200 stream), or when it may be forwarded to another
+    /// replica (denied here, not there). Otherwise deciding early would evaluate the policy
+    /// twice for the same answer.
+    pub fn decides_early(&self, streamed: bool) -> bool {
+        streamed || self.config.replica_id.is_some()
     }
 
     /// Audits a request refused for want of a valid credential (HTTP 401): the failure's
@@ -553,5 +565,9 @@ fn allowed(
     target: &Target,
     origin: Option<&Origin>,
 ) -> bool {
-    policy.is_none_or(|a| a.is_allowed_at(principal, action, target, origin))
+    policy.is_none_or(|a| {
+        let allowed = a.is_allowed_at(principal, action, target, origin);
+        crate::metrics::policy_evaluated(allowed);
+        allowed
+    })
 }

@@ -160,6 +160,7 @@ pub(crate) struct Metrics {
     restarts: Family<BackendLabels, Counter>,
     reloads: Family<OutcomeLabels, Counter>,
     hops: Family<OutcomeLabels, Counter>,
+    policy_evaluations: Family<OutcomeLabels, Counter>,
     store_duration: Latency<StoreLabels>,
     sessions: Family<TransportLabels, Gauge>,
     breaker: Family<StateLabels, Gauge>,
@@ -195,6 +196,7 @@ impl Metrics {
             restarts: Family::default(),
             reloads: Family::default(),
             hops: Family::default(),
+            policy_evaluations: Family::default(),
             store_duration: Family::new_with_constructor(latency),
             sessions: Family::default(),
             breaker: Family::default(),
@@ -243,6 +245,11 @@ impl Metrics {
             "switchboard_replica_hops",
             "Requests forwarded to the replica serving their session, by outcome",
             m.hops.clone(),
+        );
+        registry.register(
+            "switchboard_policy_evaluations",
+            "Authorization policy evaluations by outcome: allow, deny",
+            m.policy_evaluations.clone(),
         );
         registry.register_with_unit(
             "switchboard_session_store_duration",
@@ -342,6 +349,17 @@ pub fn hop(outcome: &'static str) {
         .hops
         .get_or_create(&OutcomeLabels {
             outcome: Word(outcome),
+        })
+        .inc();
+}
+
+/// One evaluation of the authorization policy (`allow` or `deny`): what a request costs in
+/// policy work, and what proves it is decided once.
+pub(crate) fn policy_evaluated(allowed: bool) {
+    get()
+        .policy_evaluations
+        .get_or_create(&OutcomeLabels {
+            outcome: Word(if allowed { "allow" } else { "deny" }),
         })
         .inc();
 }

@@ -64,19 +64,22 @@ pub(crate) async fn handle(
         }
     }
 
-    // A denial is a plain 403 even when the answer would have been a stream.
-    state
-        .gateway
-        .authorize(caller, None, msg, true)
-        .await
-        .map_err(|e| HttpError::Core(id.clone(), e))?;
+    let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
+    // A denial is a plain 403 even when the answer would have been a stream (or comes from
+    // another replica); a JSON answer is decided once, on the request path, with the same 403.
+    if state.gateway.decides_early(streaming) {
+        state
+            .gateway
+            .authorize(caller, None, msg, true)
+            .await
+            .map_err(|e| HttpError::Core(id.clone(), e))?;
+    }
     // A retry whose `requestState` another replica issued is answered there (`hop`).
     state
         .gateway
         .modern_home(msg)
         .await
         .map_err(|e| HttpError::Core(id.clone(), e))?;
-    let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
     let delivery = if streaming { Delivery::Sse } else { delivery };
     match delivery {
         Delivery::Json => {

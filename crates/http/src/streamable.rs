@@ -248,11 +248,6 @@ async fn handle_post(
         }
         (MessageKind::Request, _, id) => {
             let sid = resolve(state, caller, session, id.as_ref()).await?;
-            // A denial is a plain 403 even when the answer would have been a stream.
-            gateway
-                .authorize(caller, sid.as_ref(), &msg, false)
-                .await
-                .map_err(|e| HttpError::Core(id.clone(), e))?;
             // Progress can only reach a client on a stream: a request carrying a progress
             // token is answered as SSE (the client declared that it accepts both).
             // A per-session backend may ask the client something while answering: that needs
@@ -265,6 +260,14 @@ async fn handle_post(
             } else {
                 delivery
             };
+            // A denial is a plain 403 even when the answer would have been a stream; a JSON
+            // answer is decided once, on the request path, with the same 403.
+            if gateway.decides_early(matches!(delivery, Delivery::Sse)) {
+                gateway
+                    .authorize(caller, sid.as_ref(), &msg, false)
+                    .await
+                    .map_err(|e| HttpError::Core(id.clone(), e))?;
+            }
             Ok(forward(state, caller, delivery, &msg, bytes, id, sid).await)
         }
     }

@@ -1217,3 +1217,63 @@ async fn one_principal_cannot_take_every_session() {
     assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
     let _again = session_as(&gw, ALICE).await;
 }
+
+/// `switchboard_policy_evaluations_total{outcome}` as alice reads it.
+async fn evaluations(gw: &TestGateway, outcome: &str) -> f64 {
+    let metric = "switchboard_policy_evaluations_total";
+    crate::replicas::client::counter_as(gw, Some(ALICE), metric, ("outcome", outcome)).await
+}
+
+/// A request answered as JSON is decided once, on the request path (its denial the same 403
+/// the early gate gave); only a streamed answer is decided early too.
+#[tokio::test]
+async fn the_policy_is_evaluated_once_per_json_request_on_both_eras() {
+    let keys = keys_file();
+    let policy = temp_file("policy.cedar", POLICY);
+    let gw = TestGateway::start(&[
+        "--api-keys-file",
+        &keys,
+        "--policy",
+        policy.to_str().unwrap(),
+    ])
+    .await;
+    let (alice, _) = session_as(&gw, ALICE).await;
+    let (allow0, deny0) = (
+        evaluations(&gw, "allow").await,
+        evaluations(&gw, "deny").await,
+    );
+    for i in 0..5 {
+        let echo = call(json!(i), "echo", json!({"text": format!("l{i}")}));
+        let ok = post_as(&gw, Some(ALICE), Some(&alice), &echo).await;
+        assert_eq!(tool_text(&ok.json()), format!("l{i}"));
+        let params = json!({"name": "echo", "arguments": {"text": format!("m{i}")}});
+        let ok = modern_as(&gw, ALICE, json!(i), "tools/call", params).await;
+        assert_eq!(tool_text(&ok.json()), format!("m{i}"));
+    }
+    assert_eq!(
+        evaluations(&gw, "allow").await - allow0,
+        10.0,
+        "one per request"
+    );
+    let add = call(json!("x"), "add", json!({"a": 1, "b": 2}));
+    let denied = post_as(&gw, Some(ALICE), Some(&alice), &add).await;
+    assert_eq!(
+        (denied.status, denied.json()["error"]["code"].clone()),
+        (StatusCode::FORBIDDEN, json!(403))
+    );
+    let params = json!({"name": "add", "arguments": {"a": 1, "b": 2}});
+    let denied = modern_as(&gw, ALICE, json!("y"), "tools/call", params).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        evaluations(&gw, "deny").await - deny0,
+        2.0,
+        "one per denied request"
+    );
+    // Streamed (a progress token): decided before the stream opens, and on the request path.
+    let allow1 = evaluations(&gw, "allow").await;
+    let mut streamed = call(json!(9), "echo", json!({"text": "s"}));
+    streamed["params"]["_meta"] = json!({"progressToken": "p"});
+    let ok = post_as(&gw, Some(ALICE), Some(&alice), &streamed).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert_eq!(evaluations(&gw, "allow").await - allow1, 2.0);
+}

@@ -3,7 +3,7 @@
 //! or hangs a client. Each replica fronts its own shared stdio fixture; the balancer is the
 //! test's round-robin TCP proxy (`proxy.rs`); Redis is one this test started (`redis.rs`).
 
-mod client;
+pub(crate) mod client;
 mod failover;
 mod home;
 mod modern;
