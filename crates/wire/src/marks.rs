@@ -14,7 +14,9 @@ pub struct ResultMarks<'a> {
     /// `resultType`, decoded, when it is a string (`complete`, `input_required`, `task`).
     pub result_type: Option<Cow<'a, str>>,
     /// The task a `CreateTaskResult` names: `task.taskId` (2025-11-25) or, beside
-    /// `resultType: "task"`, `taskId` (the Modern Tasks extension).
+    /// `resultType: "task"`, `taskId` (the Modern Tasks extension). A `task.taskId` that is
+    /// not a string falls through to the Modern shape; either way the task is recorded as the
+    /// requesting caller's, so reading more shapes can only record more, never misassign.
     pub created_task: Option<Cow<'a, str>>,
 }
 
