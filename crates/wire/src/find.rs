@@ -77,17 +77,43 @@ fn member_spans<const N: usize>(
     text: &str,
     keys: [&str; N],
 ) -> Option<[Option<(usize, usize)>; N]> {
+    let mut found = [None; N];
+    walk(text, |lit, span| {
+        for (slot, key) in found.iter_mut().zip(keys) {
+            if key_matches(lit, key) {
+                *slot = Some(span);
+            }
+        }
+    })?;
+    Some(found)
+}
+
+/// The byte range of `key`'s value in the object `text` when `key` occurs exactly once
+/// (`None`: absent, repeated, or `text` not an object). For splicing a new value in place.
+pub(crate) fn sole_member_span(text: &str, key: &str) -> Option<(usize, usize)> {
+    let (mut count, mut found) = (0, None);
+    walk(text, |lit, span| {
+        if key_matches(lit, key) {
+            count += 1;
+            found = Some(span);
+        }
+    })?;
+    found.filter(|_| count == 1)
+}
+
+/// Calls `f` with each top-level member's key literal and value range, in order; `None` when
+/// `text` is not an object.
+fn walk(text: &str, mut f: impl FnMut(&str, (usize, usize))) -> Option<()> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
         return None;
     }
-    let mut found = [None; N];
     i += 1;
     loop {
         i = skip_ws(b, i);
         if b.get(i) != Some(&b'"') {
-            return Some(found); // `}`: the end of the object.
+            return Some(()); // `}`: the end of the object.
         }
         let key_end = string_end(b, i)?;
         let lit = text.get(i..key_end)?;
@@ -97,15 +123,11 @@ fn member_spans<const N: usize>(
         }
         let value = skip_ws(b, i + 1);
         let value_end = value_end(b, value)?;
-        for (slot, key) in found.iter_mut().zip(keys) {
-            if key_matches(lit, key) {
-                *slot = Some((value, value_end));
-            }
-        }
+        f(lit, (value, value_end));
         i = skip_ws(b, value_end);
         match b.get(i) {
             Some(b',') => i += 1,
-            _ => return Some(found),
+            _ => return Some(()),
         }
     }
 }
@@ -317,6 +339,9 @@ mod tests {
                 let got = found.map(|t| serde_json::from_str::<Value>(t).unwrap());
                 proptest::prop_assert_eq!(got.as_ref(), want, "{} [{}]", text, key);
                 proptest::prop_assert_eq!(has_path(&text, &[key]), want.is_some());
+                // Generated objects never repeat a key: the sole span is the span.
+                let sole = sole_member_span(&text, key).map(|(s, e)| &text[s..e]);
+                proptest::prop_assert_eq!(sole, found);
                 let via_member = member(&raw(&text), key).map(|v| serde_json::from_str::<Value>(v.get()).unwrap());
                 proptest::prop_assert_eq!(via_member.as_ref(), want);
                 for inner in ["a", "b"] {

@@ -36,7 +36,24 @@ fn members(obj: &RawValue) -> Option<Vec<(String, &RawValue)>> {
 /// `obj` with member `key` set to the raw JSON `value` (replacing every duplicate of it).
 /// `None` if `obj` is not an object or `value` is not valid JSON.
 pub fn with_member(obj: &RawValue, key: &str, value: &str) -> Option<Box<RawValue>> {
-    with_members(obj, &[(key, value)], |_| true)
+    spliced(obj, key, value).or_else(|| with_members(obj, &[(key, value)], |_| true))
+}
+
+/// [`with_member`] when `key` occurs exactly once: the new value spliced over the old one,
+/// every other byte kept. The common case (a tool's name renamed, a progress token or a
+/// requestState replaced) then costs one walk and one validation of the result instead of
+/// decoding every member and writing the object again.
+fn spliced(obj: &RawValue, key: &str, value: &str) -> Option<Box<RawValue>> {
+    let text = obj.get();
+    let (start, end) = crate::find::sole_member_span(text, key)?;
+    serde_json::from_str::<&RawValue>(value).ok()?;
+    let mut out = String::with_capacity(text.len() - (end - start) + value.len());
+    out.push_str(text.get(..start)?);
+    out.push_str(value);
+    out.push_str(text.get(end..)?);
+    // Valid JSON spliced into a value position of valid JSON is valid; serde re-checks it,
+    // as the only way to hand out a `RawValue`.
+    RawValue::from_string(out).ok()
 }
 
 /// `obj` without the members `keep` refuses (e.g. reserved `_meta` keys).
@@ -136,6 +153,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out.get(), r#"{"a":0,"b":3,"c":4}"#);
+    }
+
+    /// The splice and the full rewrite give the same object (as JSON values) for every
+    /// spelling: whitespace, escaped keys, nested values, a key that is a substring of another.
+    #[test]
+    fn splicing_agrees_with_rewriting() {
+        let objects = [
+            r#"{"name":"a_echo","arguments":{"name":"inner","text":"{\"name\":1}"}}"#,
+            r#" { "n\u0061me" : "x" , "names" : [1, {"name": 2}] } "#,
+            r#"{"arguments":{},"name":"last"}"#,
+            r#"{"name":{"deep":[["]"]]}}"#,
+        ];
+        for obj in objects {
+            let obj = raw(obj);
+            let fast = with_member(&obj, "name", r#""echo""#).unwrap();
+            let full = with_members(&obj, &[("name", r#""echo""#)], |_| true).unwrap();
+            let fast: serde_json::Value = serde_json::from_str(fast.get()).unwrap();
+            let full: serde_json::Value = serde_json::from_str(full.get()).unwrap();
+            assert_eq!(fast, full, "{}", obj.get());
+            assert_eq!(fast["name"], "echo");
+        }
+        // A repeated key is collapsed by the rewrite, not spliced.
+        let out = with_member(&raw(r#"{"k":1,"z":2,"k":3}"#), "k", "9").unwrap();
+        assert_eq!(out.get(), r#"{"k":9,"z":2}"#);
     }
 
     #[test]
