@@ -181,7 +181,7 @@ if wanted fastmcp && installed fastmcp "FastMCP proxy"; then
 fi
 
 if wanted contextforge && installed contextforge "ContextForge gateway"; then
-  skip contextforge "ContextForge gateway" "$(contextforge_why)"
+  contextforge_run
 fi
 
 if wanted rust-mcp-proxy && installed rust-mcp-proxy "mcp-proxy 0.6.0 (Rust)"; then

@@ -45,12 +45,56 @@ py_peer() {
   fi
 }
 
-# ContextForge installs (its Requires-Python is ">=3.11,<3.14"), but it cannot front a stdio
-# server by itself: that takes a separate `mcpgateway.translate` bridge process, the gateway
-# with a database, a JWT minted for its admin API, the bridge registered as a gateway, and a
-# virtual server created over the discovered tools. Not automated yet.
-contextforge_why() {
-  echo "installed ($("$PEERS/contextforge/bin/pip" show mcp-contextforge-gateway 2>/dev/null | awk '/^Version:/ {print $2}'), Python $(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') is within its >=3.11,<3.14), not driven: a stdio server needs its separate translate bridge, a database, a JWT for the admin API, a registered gateway and a virtual server; that setup is not automated here yet"
+# ContextForge cannot front a stdio server by itself: its `mcpgateway.translate` bridge exposes
+# the fixture over Streamable HTTP, the gateway (SQLite, stateful sessions, no auth for the MCP
+# path, loopback targets allowed, its default 100 requests a minute rate limit off) registers the bridge as a gateway, and a virtual server
+# exposes its `fixture-echo`. Both processes run under one shell, so the CPU column covers the
+# bridge and its fixture too. Secrets are fresh random values for this throwaway instance.
+contextforge_run() {
+  local dir="$OUT/contextforge" py="$PEERS/contextforge/bin/python"
+  rm -rf "$dir" && mkdir -p "$dir"
+  local version; version=$("$PEERS/contextforge/bin/pip" show mcp-contextforge-gateway 2>/dev/null | awk '/^Version:/ {print $2}')
+  local label="ContextForge gateway $version"
+  local gw bridge secret
+  gw=$(free_port); bridge=$(free_port)
+  secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+  local env=(JWT_SECRET_KEY="$secret"
+    AUTH_ENCRYPTION_SECRET="$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
+    PLATFORM_ADMIN_PASSWORD="$(python3 -c 'import secrets; print("Aa1!" + secrets.token_urlsafe(16))')"
+    BASIC_AUTH_PASSWORD="$(python3 -c 'import secrets; print("Aa1!" + secrets.token_urlsafe(16))')"
+    AUTH_REQUIRED=false MCPGATEWAY_UI_ENABLED=false MCPGATEWAY_ADMIN_API_ENABLED=true
+    DATABASE_URL="sqlite:///$dir/mcp.db" SSRF_ALLOW_LOCALHOST=true USE_STATEFUL_SESSIONS=true
+    RATE_LIMITING_ENABLED=false TOOL_RATE_LIMIT=100000000 LOG_LEVEL=ERROR)
+  URL="http://127.0.0.1:$gw/health"
+  echo "driving $label…" >&2
+  # shellcheck disable=SC2016
+  if ! start_peer contextforge env "${env[@]}" sh -c \
+      '"$1" -m mcpgateway.translate --stdio "$2" --expose-streamable-http --host 127.0.0.1 --port "$3" --logLevel error & exec "$4" --host 127.0.0.1 --port "$5"' \
+      _ "$py" "${FIXTURE[*]}" "$bridge" "$PEERS/contextforge/bin/mcpgateway" "$gw"; then
+    skip contextforge "$label" "did not start: $(tail -1 "$OUT/contextforge.log" | tr '|' '/')"
+    stop_peer; return 0
+  fi
+  local token api="http://127.0.0.1:$gw" registered="" tool="" server=""
+  token=$(env "${env[@]}" "$py" -m mcpgateway.utils.create_jwt_token --username admin@example.com \
+    --exp 60 --secret "$secret" 2>/dev/null | tail -1)
+  local auth=(-H "authorization: Bearer $token" -H 'content-type: application/json')
+  for _ in $(seq 40); do
+    registered=$(curl -s -m 10 -X POST "$api/gateways" "${auth[@]}" \
+      -d "{\"name\":\"fixture\",\"url\":\"http://127.0.0.1:$bridge/mcp\",\"transport\":\"STREAMABLEHTTP\"}" | jq -r '.id // empty')
+    [ -n "$registered" ] && break
+    sleep 0.5
+  done
+  [ -n "$registered" ] && tool=$(curl -s -m 10 "$api/tools" "${auth[@]}" | jq -r '.[] | select(.name == "fixture-echo") | .id')
+  [ -n "$tool" ] && server=$(curl -s -m 10 -X POST "$api/servers" "${auth[@]}" \
+    -d "{\"server\":{\"name\":\"bench\",\"associated_tools\":[\"$tool\"]}}" | jq -r '.id // empty')
+  if [ -z "$server" ]; then
+    skip contextforge "$label" "set up but not drivable: gateway ${registered:-not registered}, tool ${tool:-not found}, server not created"
+    stop_peer; return 0
+  fi
+  URL="$api/servers/$server/mcp"
+  local r; r=$(drive contextforge --tool fixture-echo --echo)
+  stop_peer
+  row contextforge "$label" "$r" "one shared fixture behind its \`mcpgateway.translate\` bridge; a virtual server; SQLite; rate limit off; tool \`fixture-echo\`"
 }
 
 # The Rust mcp-proxy reads a TOML config; tools come back as `<backend><separator><tool>`.
