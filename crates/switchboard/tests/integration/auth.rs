@@ -23,7 +23,7 @@ const ADMIN: &str = "admin-key-0123456789abcdef";
 const V: &str = "2026-07-28";
 
 /// A fresh file with `contents` in a per-test temporary directory.
-fn temp_file(name: &str, contents: &str) -> PathBuf {
+pub(crate) fn temp_file(name: &str, contents: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "switchboard-auth-{}-{}",

@@ -3,8 +3,6 @@
 //! (an admitted route still behind the router's admission layer), and the two answers must
 //! agree in status, `WWW-Authenticate` and body before the route's own handling begins.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -13,15 +11,7 @@ use crate::common::TestGateway;
 const KEY: &str = "direct-key-0123456789abcdef";
 
 fn keys_file() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "switchboard-direct-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("keys");
-    std::fs::write(&path, format!("direct:{KEY}\n")).unwrap();
+    let path = crate::auth::temp_file("keys", &format!("direct:{KEY}\n"));
     path.to_string_lossy().into_owned()
 }
 
