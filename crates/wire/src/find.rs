@@ -61,17 +61,6 @@ fn member_span(text: &str, key: &str) -> Option<(usize, usize)> {
     span
 }
 
-/// The text of each `keys[i]` member's value in the object `text` (the last duplicate wins),
-/// found in one walk; `None` when `text` is not an object. Same contract as [`has_path`].
-pub(crate) fn members_text<'a, const N: usize>(
-    text: &'a str,
-    keys: [&str; N],
-) -> [Option<&'a str>; N] {
-    member_spans(text, keys)
-        .map(|spans| spans.map(|s| s.and_then(|(start, end)| text.get(start..end))))
-        .unwrap_or([None; N])
-}
-
 /// Byte ranges of the values of `keys` in the object `text`, in one walk over its members.
 fn member_spans<const N: usize>(
     text: &str,
@@ -103,7 +92,7 @@ pub(crate) fn sole_member_span(text: &str, key: &str) -> Option<(usize, usize)> 
 
 /// Calls `f` with each top-level member's key literal and value range, in order; `None` when
 /// `text` is not an object.
-fn walk(text: &str, mut f: impl FnMut(&str, (usize, usize))) -> Option<()> {
+pub(crate) fn walk(text: &str, mut f: impl FnMut(&str, (usize, usize))) -> Option<()> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -132,8 +121,17 @@ fn walk(text: &str, mut f: impl FnMut(&str, (usize, usize))) -> Option<()> {
     }
 }
 
+/// Whether the JSON string literal `lit` (quotes included) spells `key` in any ASCII case.
+pub(crate) fn key_matches_ignoring_case(lit: &str, key: &str) -> bool {
+    let inner = &lit[1..lit.len() - 1];
+    if !inner.contains('\\') {
+        return inner.eq_ignore_ascii_case(key);
+    }
+    serde_json::from_str::<String>(lit).is_ok_and(|k| k.eq_ignore_ascii_case(key))
+}
+
 /// Whether the JSON string literal `lit` (quotes included) spells `key`.
-fn key_matches(lit: &str, key: &str) -> bool {
+pub(crate) fn key_matches(lit: &str, key: &str) -> bool {
     let inner = &lit[1..lit.len() - 1];
     if !inner.contains('\\') {
         return inner == key;
@@ -333,8 +331,8 @@ mod tests {
                 false => value.to_string(),
             };
             let keys = ["a", "b", "ab", "\"", ""];
-            let all = members_text(&text, keys);
-            for (key, found) in keys.iter().zip(all) {
+            for key in &keys {
+                let found = member_span(&text, key).map(|(s, e)| &text[s..e]);
                 let want = value.as_object().and_then(|o| o.get(*key));
                 let got = found.map(|t| serde_json::from_str::<Value>(t).unwrap());
                 proptest::prop_assert_eq!(got.as_ref(), want, "{} [{}]", text, key);

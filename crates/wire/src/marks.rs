@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use crate::find::{members_text, string_at};
+use crate::find::{key_matches, key_matches_ignoring_case, string_at, walk};
 
 /// The marks of one result: its `resultType` and the id of a task it created.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -18,13 +18,27 @@ pub struct ResultMarks<'a> {
     /// not a string falls through to the Modern shape; either way the task is recorded as the
     /// requesting caller's, so reading more shapes can only record more, never misassign.
     pub created_task: Option<Cow<'a, str>>,
+    /// Whether a top-level member is named `requestState` in any ASCII case (escapes
+    /// decoded): what a client whose parser matches keys loosely (Go's `encoding/json`) would
+    /// read as the backend's state, so the relay must never pass one on bare.
+    pub request_state: bool,
 }
 
 impl<'a> ResultMarks<'a> {
     /// Reads the marks of `result`, JSON the gateway has already parsed (a backend's answer
     /// payload): nothing is validated again, and nothing but decoded strings comes out.
     pub fn of(result: &'a str) -> Self {
-        let [result_type, task, task_id] = members_text(result, ["resultType", "task", "taskId"]);
+        let (mut result_type, mut task, mut task_id, mut request_state) = (None, None, None, false);
+        let _ = walk(result, |lit, (start, end)| {
+            let value = result.get(start..end);
+            match () {
+                () if key_matches(lit, "resultType") => result_type = value,
+                () if key_matches(lit, "task") => task = value,
+                () if key_matches(lit, "taskId") => task_id = value,
+                () if key_matches_ignoring_case(lit, "requestState") => request_state = true,
+                () => {}
+            }
+        });
         let result_type = result_type.and_then(decode);
         let legacy = task.and_then(|t| string_at(t, &["taskId"]));
         let modern = || match result_type.as_deref() {
@@ -35,6 +49,7 @@ impl<'a> ResultMarks<'a> {
         ResultMarks {
             result_type,
             created_task,
+            request_state,
         }
     }
 
@@ -80,6 +95,25 @@ mod tests {
         let done = r#"{"content":[{"type":"text","text":"\"task\": {\"taskId\":\"x\"}"}]}"#;
         assert_eq!(marks(done), (None, None));
         assert!(!ResultMarks::of(done).input_required());
+    }
+
+    #[test]
+    fn a_request_state_is_seen_in_any_case_and_spelling() {
+        for json in [
+            r#"{"resultType":"complete","requestState":"s"}"#,
+            r#"{"REQUESTSTATE":"s"}"#,
+            r#"{"\u0072equestState":"s","x":1}"#,
+            r#"{"requeststate":{"nested":true}}"#,
+        ] {
+            assert!(ResultMarks::of(json).request_state, "{json}");
+        }
+        for json in [
+            r#"{"requestStates":1}"#,
+            r#"{"a":{"requestState":1}}"#,
+            "[1]",
+        ] {
+            assert!(!ResultMarks::of(json).request_state, "{json}");
+        }
     }
 
     #[test]

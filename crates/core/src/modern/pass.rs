@@ -72,9 +72,10 @@ impl Gateway {
             Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
             _ => passthrough(id, &answer),
         };
-        let answer = match sealing {
-            true => (self.mrtr.relay).seal(&self.mrtr.sealer, &bound, id, answer),
-            false => answer,
+        let answer = match (sealing, relayed && marks.request_state) {
+            (true, _) => (self.mrtr.relay).seal(&self.mrtr.sealer, &bound, id, answer),
+            (false, true) => crate::relay::SealedRelay::strip(id, answer),
+            (false, false) => answer,
         };
         if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
             // Refused on era grounds: the backend may have changed (restart, upgrade).

@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use switchboard_wire::{codes, object_member, with_member, ErrorObject, RequestId};
+use switchboard_wire::{
+    codes, object_member, retain_members, with_member, with_members, ErrorObject, RequestId,
+};
 
 use super::is_input_required;
 use crate::backends::BackendId;
@@ -244,11 +246,34 @@ impl SealedRelay {
         let tag = sealer.tag(DOMAIN, &b.tag_fields(&bytes, &digest));
         let token = format!("{PREFIX}{}.{tag}", URL_SAFE_NO_PAD.encode(&bytes));
         let token = Value::String(token).to_string();
-        match with_member(&result, "requestState", &token) {
+        // Every other spelling of the key goes: a loose client parser would read it as state.
+        let set = [("requestState", token.as_str())];
+        match with_members(&result, &set, |k| !is_state_key(k)) {
             Some(sealed) => ModernAnswer::ok(switchboard_wire::encode_result(id, sealed.get())),
             None => answer,
         }
     }
+
+    /// A relayed result that does not ask for input but carries a `requestState` (in some
+    /// spelling): the member is dropped, so the backend's state never reaches the client bare
+    /// whatever the client's parser makes of the rest (`ResultMarks::request_state`).
+    pub(crate) fn strip(id: &RequestId, answer: ModernAnswer) -> ModernAnswer {
+        if answer.error_code.is_some() {
+            return answer;
+        }
+        let stripped = result_of(&answer.body)
+            .and_then(|result| retain_members(&result, |k| !is_state_key(k)));
+        match stripped {
+            Some(result) => ModernAnswer::ok(switchboard_wire::encode_result(id, result.get())),
+            // Not an object: nothing there to strip.
+            None => answer,
+        }
+    }
+}
+
+/// `requestState` in any ASCII case (keys arrive decoded).
+fn is_state_key(key: &str) -> bool {
+    key.eq_ignore_ascii_case("requestState")
 }
 
 #[derive(Clone, Copy)]
@@ -315,6 +340,51 @@ mod tests {
     }
 
     use serde_json::json;
+
+    fn result_of_answer(answer: &ModernAnswer) -> Value {
+        let v: Value = serde_json::from_slice(&answer.body).unwrap();
+        v["result"].clone()
+    }
+
+    /// Whatever a loose client parser reads as the state, it is never the backend's own:
+    /// sealing replaces every spelling, and a result that asks for nothing loses them all.
+    #[test]
+    fn no_spelling_of_request_state_leaves_bare() {
+        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+        let (alice, a) = (principal("alice"), "a".parse::<BackendId>().unwrap());
+        let id = RequestId::from_string("x");
+        let params = raw(json!({"name": "t"}));
+        let bound = Bound {
+            caller: &alice,
+            method: "tools/call",
+            backend: &a,
+            params: Some(&params),
+        };
+        let asks = json!({"resultType": "input_required", "inputRequests": {},
+            "requestState": "inner", "REQUESTSTATE": "bare", "RequestState": "bare"});
+        let answer = ModernAnswer::ok(switchboard_wire::encode_result(&id, &asks.to_string()));
+        let sealed = result_of_answer(&relay.seal(&sealer, &bound, &id, answer));
+        let keys: Vec<&String> = sealed.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["inputRequests", "requestState", "resultType"],
+            "{sealed}"
+        );
+        assert!(sealed["requestState"].as_str().unwrap().starts_with(PREFIX));
+
+        let done =
+            r#"{"resultType":"complete","content":[],"\u0072equestState":"bare","REQUESTSTATE":1}"#;
+        let answer = ModernAnswer::ok(switchboard_wire::encode_result(&id, done));
+        let stripped = result_of_answer(&SealedRelay::strip(&id, answer));
+        assert_eq!(stripped, json!({"resultType": "complete", "content": []}));
+        let error = ModernAnswer::error(&id, &ErrorObject::new(codes::INTERNAL_ERROR, "x"));
+        let body = error.body.clone();
+        assert_eq!(
+            SealedRelay::strip(&id, error).body,
+            body,
+            "errors pass as they are"
+        );
+    }
 
     #[test]
     fn a_token_unwraps_once_for_its_caller_backend_and_call() {
