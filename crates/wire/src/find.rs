@@ -37,7 +37,12 @@ pub(crate) fn has_path(text: &str, path: &[&str]) -> bool {
 /// The string at `path` in the object `text`, decoded; `None` when absent or not a string.
 /// The same contract as [`has_path`]: `text` is JSON the gateway already parsed.
 pub(crate) fn string_at<'a>(text: &'a str, path: &[&str]) -> Option<Cow<'a, str>> {
-    let lit = span_at(text, path)?;
+    decode_string(span_at(text, path)?)
+}
+
+/// A JSON string literal's text (quotes included), decoded; `None` for any other value.
+/// Borrowed when it has no escapes.
+pub(crate) fn decode_string(lit: &str) -> Option<Cow<'_, str>> {
     let inner = lit.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {
         return Some(Cow::Borrowed(inner));
@@ -57,24 +62,13 @@ fn span_at<'a>(text: &'a str, path: &[&str]) -> Option<&'a str> {
 
 /// Byte range of the last `key` member's value in the object `text`.
 fn member_span(text: &str, key: &str) -> Option<(usize, usize)> {
-    let [span] = member_spans(text, [key])?;
-    span
-}
-
-/// Byte ranges of the values of `keys` in the object `text`, in one walk over its members.
-fn member_spans<const N: usize>(
-    text: &str,
-    keys: [&str; N],
-) -> Option<[Option<(usize, usize)>; N]> {
-    let mut found = [None; N];
+    let mut found = None;
     walk(text, |lit, span| {
-        for (slot, key) in found.iter_mut().zip(keys) {
-            if key_matches(lit, key) {
-                *slot = Some(span);
-            }
+        if key_matches(lit, key) {
+            found = Some(span);
         }
     })?;
-    Some(found)
+    found
 }
 
 /// The byte range of `key`'s value in the object `text` when `key` occurs exactly once
@@ -123,20 +117,12 @@ pub(crate) fn walk(text: &str, mut f: impl FnMut(&str, (usize, usize))) -> Optio
 
 /// Whether the JSON string literal `lit` (quotes included) spells `key` in any ASCII case.
 pub(crate) fn key_matches_ignoring_case(lit: &str, key: &str) -> bool {
-    let inner = &lit[1..lit.len() - 1];
-    if !inner.contains('\\') {
-        return inner.eq_ignore_ascii_case(key);
-    }
-    serde_json::from_str::<String>(lit).is_ok_and(|k| k.eq_ignore_ascii_case(key))
+    decode_string(lit).is_some_and(|k| k.eq_ignore_ascii_case(key))
 }
 
 /// Whether the JSON string literal `lit` (quotes included) spells `key`.
 pub(crate) fn key_matches(lit: &str, key: &str) -> bool {
-    let inner = &lit[1..lit.len() - 1];
-    if !inner.contains('\\') {
-        return inner == key;
-    }
-    serde_json::from_str::<String>(lit).is_ok_and(|k| k == key)
+    decode_string(lit).is_some_and(|k| k == key)
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {

@@ -6,7 +6,9 @@
 
 use std::borrow::Cow;
 
-use crate::find::{key_matches, key_matches_ignoring_case, string_at, walk};
+use crate::find::{
+    decode_string as decode, key_matches, key_matches_ignoring_case, string_at, walk,
+};
 
 /// The marks of one result: its `resultType` and the id of a task it created.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -57,15 +59,6 @@ impl<'a> ResultMarks<'a> {
     pub fn input_required(&self) -> bool {
         self.result_type.as_deref() == Some("input_required")
     }
-}
-
-/// A JSON string literal's text, decoded; `None` for any other value.
-fn decode(lit: &str) -> Option<Cow<'_, str>> {
-    let inner = lit.strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.contains('\\') {
-        return Some(Cow::Borrowed(inner));
-    }
-    serde_json::from_str::<String>(lit).ok().map(Cow::Owned)
 }
 
 #[cfg(test)]
