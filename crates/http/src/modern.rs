@@ -65,9 +65,14 @@ pub(crate) async fn handle(
     }
 
     let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
-    // A denial is a plain 403 even when the answer would have been a stream (or comes from
-    // another replica); a JSON answer is decided once, on the request path, with the same 403.
-    if state.gateway.decides_early(streaming) {
+    let delivery = if streaming { Delivery::Sse } else { delivery };
+    // A denial is a plain 403 even when the answer would have been a stream (the client's
+    // Accept may prefer one, too) or comes from another replica; a JSON answer is decided
+    // once, on the request path, with the same 403.
+    if state
+        .gateway
+        .decides_early(matches!(delivery, Delivery::Sse))
+    {
         state
             .gateway
             .authorize(caller, None, msg, true)
@@ -80,7 +85,6 @@ pub(crate) async fn handle(
         .modern_home(msg)
         .await
         .map_err(|e| HttpError::Core(id.clone(), e))?;
-    let delivery = if streaming { Delivery::Sse } else { delivery };
     match delivery {
         Delivery::Json => {
             let answer = state

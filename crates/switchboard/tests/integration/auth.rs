@@ -1269,6 +1269,23 @@ async fn the_policy_is_evaluated_once_per_json_request_on_both_eras() {
         2.0,
         "one per denied request"
     );
+    // A client whose Accept prefers a stream is still denied with a plain 403, not an error
+    // event on a 200 stream.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": "z", "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": 1, "b": 2}, "_meta": meta}});
+    let auth = bearer(ALICE);
+    let headers = [
+        ("accept", "application/json;q=0.1, text/event-stream"),
+        ("mcp-protocol-version", V),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "add"),
+        ("authorization", auth.as_str()),
+    ];
+    let denied = gw.post_raw(None, body.to_string(), &headers).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.text);
+    assert_eq!(denied.json()["error"]["code"], 403);
     // Streamed (a progress token): decided before the stream opens, and on the request path.
     let allow1 = evaluations(&gw, "allow").await;
     let mut streamed = call(json!(9), "echo", json!({"text": "s"}));
