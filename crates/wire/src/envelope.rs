@@ -247,6 +247,18 @@ pub fn has_member(json: &str, path: &[&str]) -> bool {
     crate::find::has_path(json, path)
 }
 
+/// Whether the JSON object `json` has a top-level key that spells `key` in another ASCII case
+/// (escapes decoded): what a parser matching keys loosely (Go's `encoding/json`) would take
+/// for `key`. The same contract as [`has_member`].
+pub fn has_key_variant(json: &str, key: &str) -> bool {
+    let mut found = false;
+    let _ = crate::find::walk(json, |lit, _| {
+        found |=
+            crate::find::key_matches_ignoring_case(lit, key) && !crate::find::key_matches(lit, key);
+    });
+    found
+}
+
 /// An object key, borrowed when the JSON spelled it without escapes.
 pub(crate) struct Key<'de>(pub(crate) Cow<'de, str>);
 

@@ -28,7 +28,8 @@ pub use encode::{
     encode_error, encode_notification, encode_request, encode_result, restore_response,
 };
 pub use envelope::{
-    has_member, null_id_error, object_member, Message, MessageKind, MAX_CLIENT_DEPTH,
+    has_key_variant, has_member, null_id_error, object_member, Message, MessageKind,
+    MAX_CLIENT_DEPTH,
 };
 pub use error::{codes, ErrorObject, ParseError};
 pub use id::RequestId;

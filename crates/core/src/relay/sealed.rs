@@ -164,6 +164,13 @@ impl SealedRelay {
         b: &Bound<'_>,
         id: &RequestId,
     ) -> Result<Option<Box<RawValue>>, Result<ModernAnswer, CoreError>> {
+        // Another spelling would pass this check unopened and reach a backend whose parser
+        // matches keys loosely as its own state: refused like a malformed token.
+        if b.params
+            .is_some_and(|p| switchboard_wire::has_key_variant(p.get(), "requestState"))
+        {
+            return Err(Ok(refused(id, Refused::Malformed)));
+        }
         let Some(token) = b.params.and_then(|p| object_member(p, "requestState")) else {
             return Ok(None);
         };
@@ -385,6 +392,44 @@ mod tests {
             SealedRelay::strip(&id, error).body,
             body,
             "errors pass as they are"
+        );
+    }
+
+    /// A retry spelling the key otherwise cannot smuggle state past `open`.
+    #[test]
+    fn another_spelling_of_request_state_is_refused() {
+        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+        let (alice, a) = (principal("alice"), "a".parse::<BackendId>().unwrap());
+        let id = RequestId::from_string("x");
+        for params in [
+            json!({"name": "t", "REQUESTSTATE": "forged"}),
+            json!({"name": "t", "requestState": "sbr1.x", "RequestState": "forged"}),
+        ] {
+            let params = raw(params);
+            let bound = Bound {
+                caller: &alice,
+                method: "tools/call",
+                backend: &a,
+                params: Some(&params),
+            };
+            let refusal = relay.open(&sealer, &bound, &id).unwrap_err().unwrap();
+            assert_eq!(
+                refusal.error_code,
+                Some(i64::from(codes::INVALID_PARAMS)),
+                "{}",
+                params.get()
+            );
+        }
+        let plain = raw(json!({"name": "t", "arguments": {"REQUESTSTATE": "its own"}}));
+        let bound = Bound {
+            caller: &alice,
+            method: "tools/call",
+            backend: &a,
+            params: Some(&plain),
+        };
+        assert!(
+            matches!(relay.open(&sealer, &bound, &id), Ok(None)),
+            "nested keys are the tool's"
         );
     }
 
