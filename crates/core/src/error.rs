@@ -123,6 +123,18 @@ pub enum CoreError {
     #[error("backend {0}: {1}")]
     OfBackend(crate::BackendId, UpstreamError),
 
+    /// The backend's circuit breaker is open: refused at once, without reaching it.
+    #[error("backend \"{backend}\" is unavailable (circuit open after {failures} failures; retrying in {retry_in}s)")]
+    Unavailable {
+        backend: crate::BackendId,
+        /// The failures that opened the breaker.
+        failures: u32,
+        /// Seconds until a call may try the backend again (at least 1).
+        retry_in: u64,
+        /// Refused inside the aggregating gateway (one backend of several: HTTP 200).
+        aggregated: bool,
+    },
+
     /// Aggregating: a backend did not answer within the request deadline.
     #[error("backend {0}: request timed out after {1:?}")]
     TimeoutOf(crate::BackendId, std::time::Duration),

@@ -633,6 +633,17 @@ impl Gateway {
             CoreError::Timeout(limit) if self.vmcp.is_some() => {
                 CoreError::TimeoutOf(backend.clone(), limit)
             }
+            CoreError::Unavailable {
+                backend,
+                failures,
+                retry_in,
+                ..
+            } => CoreError::Unavailable {
+                backend,
+                failures,
+                retry_in,
+                aggregated: self.vmcp.is_some(),
+            },
             e => e,
         }
     }

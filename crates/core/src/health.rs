@@ -15,6 +15,11 @@
 //! caller token one caller's bad token must not open the breaker for everyone; the probe,
 //! which carries the gateway's own credential, is what makes a backend `unauthenticated`.
 //!
+//! A process that dies is one event, however many calls it takes with it: only the first
+//! failure reported for that process id counts, and the calls still arriving for it do not.
+//! Its replacement answering the handshake ([`Health::restarted`]) is proof of health: the
+//! breaker closes, so the calls after a restart reach the new process at once.
+//!
 //! A session's own stdio process (per-session mode) is not the backend's health: one session's
 //! process ending says nothing about the others', so those routes are neither gated nor
 //! counted. A remote reached through a session's own upstream session is the same server for
@@ -130,10 +135,12 @@ impl Outcome {
     pub(crate) fn of(result: &Result<BackendResponse, CoreError>) -> Outcome {
         match result {
             Ok(_) => Outcome::Answered,
-            // A call timing out says as much about its caller (a slow tool, arguments that
-            // make it slow) as about the backend: one caller must not open the breaker for
-            // everyone. A backend that hangs fails its probe, which has its own deadline.
-            Err(CoreError::Timeout(_) | CoreError::TimeoutOf(..)) => Outcome::Neutral,
+            // A backend that does not answer within the deadline is failing its callers,
+            // whatever the reason: it counts, as the README documents.
+            Err(CoreError::Timeout(limit) | CoreError::TimeoutOf(_, limit)) => Outcome::Failed(
+                "timeout",
+                format!("no answer within {}s", limit.as_secs_f64()),
+            ),
             Err(CoreError::Backend(e) | CoreError::OfBackend(_, e)) => Outcome::of_upstream(e),
             Err(_) => Outcome::Neutral,
         }
@@ -167,6 +174,16 @@ impl Outcome {
             )
     }
 
+    /// Whether the call failed because its backend process ended (or its pipes closed): one
+    /// crash fails every call in flight at once, and counts once.
+    fn process_gone(result: &Result<BackendResponse, CoreError>) -> bool {
+        matches!(
+            result,
+            Err(CoreError::Backend(e) | CoreError::OfBackend(_, e))
+                if matches!(e, UpstreamError::Exited(_) | UpstreamError::Closed(_))
+        )
+    }
+
     /// The metric outcome word.
     fn word(&self) -> &'static str {
         match self {
@@ -197,6 +214,8 @@ struct Facts {
     probe: Option<(bool, Instant)>,
     /// The probe was refused the gateway's credential (cleared by any answer).
     unauthenticated: bool,
+    /// The process whose death was already counted (its other calls' failures are not).
+    crashed: Option<u32>,
     /// Something was learned (a probe, a call).
     seen: bool,
 }
@@ -262,9 +281,7 @@ impl Health {
                 match admission {
                     Admission::Refuse => {
                         metrics::backend_call(&route.backend, method, "refused", Duration::ZERO);
-                        return Err(CoreError::Backend(UpstreamError::Closed(
-                            "circuit breaker open".into(),
-                        )));
+                        return Err(b.refusal(&route.backend, started, &self.config.breaker));
                     }
                     Admission::Trial => trial = true,
                     Admission::Pass => {}
@@ -275,6 +292,7 @@ impl Health {
         Ok(Flight {
             health: self,
             entry,
+            pid: route.upstream.pid(),
             backend: route.backend.clone(),
             method,
             trial,
@@ -334,9 +352,23 @@ impl Health {
         }
     }
 
-    /// A backend process was restarted (and is ready).
+    /// A backend process was restarted and its replacement answered the handshake: that is
+    /// the evidence a trial would give, so the breaker closes (the crash that opened it, if it
+    /// did, belonged to the old process). Late failures of the old process stay ignored.
     pub(crate) fn restarted(&self, id: &BackendId) {
         metrics::restarted(id);
+        let Some(b) = self.backends.load().get(id).cloned() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut facts = b.inner.lock();
+        facts.seen = true;
+        facts.probe = Some((true, now));
+        let changed = facts.breaker.reset();
+        b.open.store(false, Ordering::Release);
+        if changed {
+            breaker_changed(id, BreakerState::Closed, "restart");
+        }
     }
 
     /// One backend's state and breaker now.
@@ -415,6 +447,8 @@ pub(crate) struct Flight<'a> {
     health: &'a Health,
     /// `None`: a route that health does not judge (a session's own process).
     entry: Option<Arc<BackendHealth>>,
+    /// The process the call went to, if a process: its death counts once.
+    pid: Option<u32>,
     backend: BackendId,
     method: Method,
     trial: bool,
@@ -444,18 +478,30 @@ impl Flight<'_> {
         };
         metrics::backend_call(&self.backend, self.method, word, self.started.elapsed());
         if let Some(b) = &self.entry {
-            self.report(b, &outcome);
+            let crashed = self.pid.filter(|_| Outcome::process_gone(&result));
+            self.report(b, &outcome, crashed);
         }
         result
     }
 
-    fn report(&self, b: &BackendHealth, outcome: &Outcome) {
+    /// `crashed`: the call failed because process `pid` ended.
+    fn report(&self, b: &BackendHealth, outcome: &Outcome, crashed: Option<u32>) {
         let config = &self.health.config.breaker;
         let now = Instant::now();
         let mut facts = b.inner.lock();
         let success = match outcome {
             Outcome::Answered => true,
+            Outcome::Failed(..) if crashed.is_some() && facts.crashed == crashed => {
+                // The same crash, reported by another of its calls: already counted.
+                if self.trial {
+                    facts.breaker.trial_abandoned();
+                }
+                return;
+            }
             Outcome::Failed(_, why) => {
+                if crashed.is_some() {
+                    facts.crashed = crashed;
+                }
                 facts.last_error = Some((why.clone(), now));
                 false
             }
@@ -480,6 +526,24 @@ impl Flight<'_> {
                 state,
                 if self.trial { "trial" } else { "call" },
             );
+        }
+    }
+}
+
+impl BackendHealth {
+    /// The answer to a call the open breaker refuses: names the backend, how many failures
+    /// opened it and when it tries again.
+    fn refusal(&self, backend: &BackendId, now: Instant, config: &BreakerConfig) -> CoreError {
+        let facts = self.inner.lock();
+        let retry_in = facts.breaker.retry_in(now, config).unwrap_or_default();
+        CoreError::Unavailable {
+            backend: backend.clone(),
+            failures: facts.breaker.failures(),
+            // Whole seconds, rounded up: "retrying in 0s" would invite a retry that fails.
+            retry_in: u64::try_from(retry_in.as_millis().div_ceil(1000))
+                .unwrap_or(u64::MAX)
+                .max(1),
+            aggregated: false,
         }
     }
 }

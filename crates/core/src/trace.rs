@@ -144,7 +144,9 @@ fn error_type(e: &CoreError) -> &'static str {
         CoreError::Forbidden(_) => "forbidden",
         CoreError::RateLimited(_) => "rate_limited",
         CoreError::UnknownName(..) | CoreError::InvalidParams(_) => "invalid_params",
-        CoreError::Backend(_) | CoreError::OfBackend(..) => "backend",
+        CoreError::Backend(_) | CoreError::OfBackend(..) | CoreError::Unavailable { .. } => {
+            "backend"
+        }
         CoreError::Cancelled => "cancelled",
         _ => "other",
     }

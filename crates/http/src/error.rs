@@ -30,6 +30,7 @@
 //! | every warm Modern partition in use        | 503  | -32603                      |
 //! | too many POSTs in flight                  | 503  | -32603, no id               |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
+//! | backend's circuit breaker open            | 503 (aggregating: 200) | -32603 + `data.retryAfterSeconds`, `Retry-After` |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
 //! | cancelled by the client / session ended   | 200  | -32800                      |
 //! | Modern: header/envelope/version errors    | 400  | -32020/-32021/-32022/-32602 |
@@ -323,6 +324,19 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::BAD_GATEWAY,
             internal(format!("Backend unavailable: {e}")),
         ),
+        // One backend of several: HTTP 200, as for its other failures (see `OfBackend`).
+        CoreError::Unavailable {
+            retry_in,
+            aggregated,
+            ..
+        } => (
+            if *aggregated {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            },
+            internal(e.to_string()).with_data(json!({ "retryAfterSeconds": retry_in })),
+        ),
         // A missing resource names its URI in `data` (SEP-2164), as a backend answers it.
         CoreError::UnknownName(what, uri) if what.starts_with("resource") => (
             StatusCode::OK,
@@ -439,6 +453,18 @@ impl IntoResponse for HttpError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            HttpError::Core(
+                _,
+                CoreError::Unavailable {
+                    retry_in,
+                    aggregated: false,
+                    ..
+                },
+            ) => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_in));
             }
             HttpError::ReplicaUnreachable(_) => {
                 response

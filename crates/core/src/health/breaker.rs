@@ -125,6 +125,29 @@ impl Breaker {
         self.consecutive
     }
 
+    /// The failures that opened it (in a row, or in the window, whichever is more).
+    pub(crate) fn failures(&self) -> u32 {
+        self.consecutive.max(self.window.count_ones())
+    }
+
+    /// How long until a refused call may be the trial: the rest of the cool-down, or (a
+    /// trial is out) nothing known. `None` while it admits calls.
+    pub(crate) fn retry_in(&self, now: Instant, config: &BreakerConfig) -> Option<Duration> {
+        match self.phase {
+            Phase::Closed | Phase::HalfOpen { trial: false } => None,
+            Phase::Open { since } => Some(config.cool_down.saturating_sub(now - since)),
+            Phase::HalfOpen { trial: true } => Some(Duration::ZERO),
+        }
+    }
+
+    /// The backend has just proven itself healthy by other means (a restarted process
+    /// answered its handshake): closed, with nothing held against it.
+    pub(crate) fn reset(&mut self) -> bool {
+        let was_closed = self.phase == Phase::Closed;
+        *self = Breaker::default();
+        !was_closed
+    }
+
     /// Whether a call may go now (taking the trial when it is the one).
     pub(crate) fn admit(&mut self, now: Instant, config: &BreakerConfig) -> Admission {
         match self.phase {
@@ -310,6 +333,23 @@ mod tests {
         assert_eq!(b.state(again, &c), BreakerState::Closed);
         assert_eq!(b.consecutive_failures(), 0);
         assert_eq!(b.admit(again, &c), Admission::Pass);
+    }
+
+    #[test]
+    fn a_reset_closes_it_and_forgets_the_failures() {
+        let (c, t) = (config(), Instant::now());
+        let mut b = Breaker::default();
+        for _ in 0..3 {
+            b.record(false, false, t, &c);
+        }
+        assert_eq!(b.failures(), 3);
+        let soon = t + Duration::from_secs(4);
+        assert_eq!(b.retry_in(soon, &c), Some(Duration::from_secs(6)));
+        assert!(b.reset(), "open to closed is a change");
+        assert_eq!(b.state(soon, &c), BreakerState::Closed);
+        assert_eq!(b.admit(soon, &c), Admission::Pass);
+        assert_eq!((b.failures(), b.retry_in(soon, &c)), (0, None));
+        assert!(!b.reset(), "closed stays closed");
     }
 
     #[test]

@@ -133,7 +133,7 @@ async fn a_killed_backend_goes_unhealthy_fails_fast_and_recovers_through_half_op
         assert!(took < Duration::from_secs(1), "{era:?}: slow: {answer}");
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(
-            message.contains("circuit breaker open") && message.contains("(backend gamma)"),
+            message.contains("backend \"gamma\" is unavailable (circuit open after"),
             "{era:?}: {answer}"
         );
         let after = vmcp::tool_names(gw, era, Some(&sid)).await;
@@ -147,7 +147,10 @@ async fn a_killed_backend_goes_unhealthy_fails_fast_and_recovers_through_half_op
     let _gamma = FixtureHttp::start_at(port, &[]).await;
     let (answer, _) = timed_call(gw, Era::Legacy, &sid, "gamma_echo").await;
     let message = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("circuit breaker open"), "{answer}");
+    assert!(
+        message.contains("is unavailable (circuit open after"),
+        "{answer}"
+    );
     let s = until_backend(gw, "gamma", healthy, "recovered", is("healthy", "closed")).await;
     assert_eq!(backend(&s, "gamma")["breaker"]["consecutiveFailures"], 0);
     assert_eq!(get(gw, "/readyz", None).await.0, StatusCode::OK);

@@ -13,6 +13,7 @@ mod stdout_log;
 mod auth;
 mod backend_failure;
 mod bench;
+mod breaker;
 mod config_file;
 mod connections;
 mod direct_post;
