@@ -248,11 +248,12 @@ impl crate::Gateway {
             return Ok(());
         }
         let origins = self.origins_for(msg).await;
-        if decide(access.policy_now().as_deref(), caller, msg, origins)
-            .2
-            .is_ok()
-        {
-            return Ok(());
+        match decide(access.policy_now().as_deref(), caller, msg, origins).2 {
+            // A hidden item is refused on the request path, in the answer's own delivery,
+            // exactly as a missing one is: refusing it here would differ (a JSON error where
+            // the missing one gets an event on a stream).
+            Ok(()) | Err(CoreError::UnknownName(..)) => return Ok(()),
+            Err(_) => {}
         }
         // Denied: go through the admission point so the denial is audited exactly as it would
         // have been on the request path (a denial consumes no rate-limit tokens).
@@ -535,7 +536,16 @@ fn decide(
             let verdict = if allowed(policy, principal, &action, &target, origin.as_ref()) {
                 Ok(())
             } else {
-                Err(CoreError::Forbidden(denial(&action)))
+                let seen = origins.is_none() || origin.is_some();
+                Err(refusal(
+                    policy,
+                    principal,
+                    msg,
+                    &action,
+                    &target,
+                    seen,
+                    origin.as_ref(),
+                ))
             };
             (target, origin, verdict)
         }
@@ -555,6 +565,46 @@ fn decide(
                 ),
             }
         }
+    }
+}
+
+/// Why a denied operation on `target` is refused. An item the caller's lists do not show
+/// (for a tool, prompt or resource: the caller may not call, get or read it; aggregating,
+/// also one no backend serves) is answered exactly as a missing one: the same `unknown …`
+/// error. A 403 is kept for what the caller can see but not do (subscribing to a resource it
+/// may read, a list or server method it may not use), where it reveals nothing.
+fn refusal(
+    policy: Option<&dyn Authorizer>,
+    principal: &Principal,
+    msg: &Message<'_>,
+    action: &str,
+    target: &Target,
+    listed: bool,
+    origin: Option<&Origin>,
+) -> CoreError {
+    let visible = match target {
+        Target::Server => return CoreError::Forbidden(denial(action)),
+        // The action that makes it visible was the one denied: no second evaluation.
+        t if gate::item_action(t) == action => false,
+        t => listed && allowed(policy, principal, gate::item_action(t), t, origin),
+    };
+    if visible {
+        return CoreError::Forbidden(denial(action));
+    }
+    use crate::vmcp::{clip, clip_uri};
+    match target {
+        Target::Tool(name) => CoreError::UnknownName("tool", clip(name)),
+        Target::Prompt(name) => CoreError::UnknownName("prompt", clip(name)),
+        // As routing names a missing one: a completion's reference is a template.
+        Target::Resource(uri) | Target::ResourceTemplate(uri)
+            if msg.method == Some("completion/complete") =>
+        {
+            CoreError::UnknownName("resource template", clip_uri(uri))
+        }
+        Target::Resource(uri) | Target::ResourceTemplate(uri) => {
+            CoreError::UnknownName("resource", clip_uri(uri))
+        }
+        Target::Server => CoreError::Forbidden(denial(action)),
     }
 }
 

@@ -30,7 +30,7 @@ mod origins;
 mod requests;
 mod route;
 
-pub(crate) use route::clip;
+pub(crate) use route::{clip, clip_uri};
 
 /// Every list kind, in the order the gateway keeps them.
 pub(crate) const KINDS: [Kind; 4] = [

@@ -178,6 +178,6 @@ pub(crate) fn clip(name: &str) -> String {
 /// A client's URI as quoted back in an error, also as its `data.uri` (SEP-2164), which a
 /// client may compare with what it asked for: bounded more loosely than a name, so that any
 /// URI a client would really use comes back whole.
-fn clip_uri(uri: &str) -> String {
+pub(crate) fn clip_uri(uri: &str) -> String {
     uri.chars().take(2048).collect()
 }

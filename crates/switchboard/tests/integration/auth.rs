@@ -187,6 +187,13 @@ async fn open_sse(
     (sid, events)
 }
 
+/// A reply with `name` blanked out (status, content type, body): a hidden item's answer
+/// compared with a missing one's.
+fn blanked(r: &crate::common::Reply, name: &str) -> (StatusCode, String, String) {
+    let content_type = r.headers["content-type"].to_str().unwrap().to_owned();
+    (r.status, content_type, r.text.replace(name, "NAME"))
+}
+
 async fn post_messages(
     gw: &TestGateway,
     token: &str,
@@ -718,10 +725,11 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
         &call(json!("x"), "add", json!({"a":1,"b":2})),
     )
     .await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // A tool she may not see is answered as a missing one (HTTP 200, -32602), not 403.
+    assert_eq!(r.status, StatusCode::OK);
     let err = r.json();
     assert_eq!(err["id"], "x");
-    assert_eq!(err["error"]["code"], 403);
+    assert_eq!(err["error"]["code"], -32602);
     // A tool that does not exist looks exactly the same.
     let missing = post_as(
         &gw,
@@ -730,10 +738,7 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
         &call(json!("x"), "no_such_tool", json!({})),
     )
     .await;
-    assert_eq!(
-        (missing.status, missing.text.clone()),
-        (r.status, r.text.clone())
-    );
+    assert_eq!(blanked(&missing, "no_such_tool"), blanked(&r, "add"));
     let ok = post_as(
         &gw,
         Some(ALICE),
@@ -742,15 +747,16 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
     )
     .await;
     assert_eq!(tool_text(&ok.json()), "hi");
-    // Even as a stream (progress token), a denial is a plain 403.
-    let mut streamed = call(json!(3), "add", json!({"a":1,"b":2}));
-    streamed["params"]["_meta"] = json!({"progressToken": "p"});
-    assert_eq!(
-        post_as(&gw, Some(ALICE), Some(&alice), &streamed)
-            .await
-            .status,
-        StatusCode::FORBIDDEN
-    );
+    // As a stream (progress token), the same: answered as a missing tool is, on the stream.
+    let streamed = |name: &str| {
+        let mut c = call(json!(3), name, json!({"a":1,"b":2}));
+        c["params"]["_meta"] = json!({"progressToken": "p"});
+        c
+    };
+    let hidden = post_as(&gw, Some(ALICE), Some(&alice), &streamed("add")).await;
+    let missing = post_as(&gw, Some(ALICE), Some(&alice), &streamed("no_such_tool")).await;
+    assert_eq!(hidden.error_code(), -32602, "{}", hidden.text);
+    assert_eq!(blanked(&missing, "no_such_tool"), blanked(&hidden, "add"));
     // Prompts she may list but not get: an empty list. Resources: not even listable.
     let prompts = post_as(
         &gw,
@@ -768,16 +774,16 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
     )
     .await;
     assert_eq!(resources.status, StatusCode::FORBIDDEN);
-    // A denied subscription never enters the routing table; unknown methods are denied.
+    // A denied subscription never enters the routing table (to a resource she may not read:
+    // answered as a missing resource); unknown methods are denied.
     let before = stats(&gw).await["tableEntries"].clone();
-    let sub = request(
-        json!(6),
-        "resources/subscribe",
-        json!({"uri":"test://watched"}),
-    );
+    let sub = |uri: &str| request(json!(6), "resources/subscribe", json!({ "uri": uri }));
+    let hidden = post_as(&gw, Some(ALICE), Some(&alice), &sub("test://watched")).await;
+    let missing = post_as(&gw, Some(ALICE), Some(&alice), &sub("test://nothing")).await;
+    assert_eq!(hidden.error_code(), -32602, "{}", hidden.text);
     assert_eq!(
-        post_as(&gw, Some(ALICE), Some(&alice), &sub).await.status,
-        StatusCode::FORBIDDEN
+        blanked(&hidden, "test://watched"),
+        blanked(&missing, "test://nothing")
     );
     assert_eq!(stats(&gw).await["tableEntries"], before);
     let odd = request(json!(7), "made/up", json!({}));
@@ -798,8 +804,8 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
         json!({"name":"add","arguments":{"a":1,"b":2}}),
     )
     .await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN);
-    assert_eq!(r.error_code(), 403);
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.error_code(), -32602);
     let r = modern_as(
         &gw,
         ALICE,
@@ -820,20 +826,32 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
         .get("resources")
         .is_some());
 
-    // HTTP+SSE: the denial is a plain 403 on the POST, like on /mcp; nothing is queued.
-    let (sse, _events) = open_sse(&gw, ALICE).await;
-    let (status, body) = post_messages(
-        &gw,
-        ALICE,
-        &sse,
-        &call(json!(20), "add", json!({"a":1,"b":2})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
-    let denied: Value = serde_json::from_str(&body).unwrap();
+    // HTTP+SSE: accepted, and answered on the stream as a missing tool is.
+    let (sse, mut events) = open_sse(&gw, ALICE).await;
+    for (id, name) in [(20, "add"), (21, "no_such_tool")] {
+        let body = call(json!(id), name, json!({"a":1,"b":2}));
+        let (status, _) = post_messages(&gw, ALICE, &sse, &body).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+    }
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 2 {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an answer on the stream")
+            .unwrap()
+            .unwrap();
+        let Some(data) = e.data else { continue };
+        let v: Value = serde_json::from_str(&data).unwrap();
+        if let Some(id) = v["id"].as_i64() {
+            answers.insert(id, v);
+        }
+    }
+    assert_eq!(answers[&20]["error"]["code"], -32602, "{answers:?}");
     assert_eq!(
-        (denied["id"].clone(), denied["error"]["code"].clone()),
-        (json!(20), json!(403))
+        answers[&20]["error"].to_string().replace("add", "NAME"),
+        answers[&21]["error"]
+            .to_string()
+            .replace("no_such_tool", "NAME")
     );
 
     // list_changed reaches Alice; her re-list stays filtered.
@@ -1259,10 +1277,10 @@ async fn the_policy_is_evaluated_once_per_json_request_on_both_eras() {
     let denied = post_as(&gw, Some(ALICE), Some(&alice), &add).await;
     assert_eq!(
         (denied.status, denied.json()["error"]["code"].clone()),
-        (StatusCode::FORBIDDEN, json!(403))
+        (StatusCode::OK, json!(-32602)),
+        "a hidden tool is a missing one"
     );
-    let params = json!({"name": "add", "arguments": {"a": 1, "b": 2}});
-    let denied = modern_as(&gw, ALICE, json!("y"), "tools/call", params).await;
+    let denied = modern_as(&gw, ALICE, json!("y"), "resources/list", json!({})).await;
     assert_eq!(denied.status, StatusCode::FORBIDDEN);
     assert_eq!(
         evaluations(&gw, "deny").await - deny0,
@@ -1270,17 +1288,16 @@ async fn the_policy_is_evaluated_once_per_json_request_on_both_eras() {
         "one per denied request"
     );
     // A client whose Accept prefers a stream is still denied with a plain 403, not an error
-    // event on a 200 stream.
+    // event on a 200 stream (a method she may not use: 403 is kept for those).
     let meta = json!({"io.modelcontextprotocol/protocolVersion": V,
         "io.modelcontextprotocol/clientCapabilities": {}});
-    let body = json!({"jsonrpc": "2.0", "id": "z", "method": "tools/call",
-        "params": {"name": "add", "arguments": {"a": 1, "b": 2}, "_meta": meta}});
+    let body = json!({"jsonrpc": "2.0", "id": "z", "method": "resources/list",
+        "params": {"_meta": meta}});
     let auth = bearer(ALICE);
     let headers = [
         ("accept", "application/json;q=0.1, text/event-stream"),
         ("mcp-protocol-version", V),
-        ("mcp-method", "tools/call"),
-        ("mcp-name", "add"),
+        ("mcp-method", "resources/list"),
         ("authorization", auth.as_str()),
     ];
     let denied = gw.post_raw(None, body.to_string(), &headers).await;

@@ -22,15 +22,23 @@ fn config(policy: &std::path::Path) -> String {
     )
 }
 
-/// `pid` is refused (403, like any forbidden call) and not listed.
+/// `pid` is refused exactly as a missing tool is, and not listed.
 async fn pid_forbidden(gw: &TestGateway, sid: &str, what: &str) {
-    let body = request(
-        json!(1),
-        "tools/call",
-        json!({"name": "pid", "arguments": {}}),
+    let call = |name: &str| {
+        request(
+            json!(1),
+            "tools/call",
+            json!({"name": name, "arguments": {}}),
+        )
+    };
+    let r = gw.post(Some(sid), &call("pid")).await;
+    let missing = gw.post(Some(sid), &call("nosuch")).await;
+    assert_eq!(r.status, StatusCode::OK, "{what}: {}", r.text);
+    assert_eq!(r.error_code(), -32602, "{what}: {}", r.text);
+    assert_eq!(
+        r.text.replace("pid", "NAME"),
+        missing.text.replace("nosuch", "NAME")
     );
-    let r = gw.post(Some(sid), &body).await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{what}: {}", r.text);
     let names = tool_names(gw, Era::Legacy, Some(sid)).await;
     assert!(!names.iter().any(|n| n == "pid"), "{what}: {names:?}");
     assert!(names.iter().any(|n| n == "echo"), "{what}: {names:?}");

@@ -24,10 +24,25 @@ async fn as_key(
     key: &str,
     era: Era,
     session: Option<&str>,
+    call: (&str, Value),
+) -> Reply {
+    as_key_accepting(gw, key, era, session, call, None).await
+}
+
+/// [`as_key`] with an `Accept` header of its own (one preferring a stream: the early gate).
+async fn as_key_accepting(
+    gw: &TestGateway,
+    key: &str,
+    era: Era,
+    session: Option<&str>,
     (method, params): (&str, Value),
+    accept: Option<&str>,
 ) -> Reply {
     let auth = format!("Bearer {key}");
-    let extra = [("authorization", auth.as_str())];
+    let mut extra = vec![("authorization", auth.as_str())];
+    if let Some(accept) = accept {
+        extra.push(("accept", accept));
+    }
     match era {
         Era::Legacy => {
             let body = request(json!(1), method, params);
@@ -35,6 +50,13 @@ async fn as_key(
         }
         Era::Modern => modern(gw, json!(1), method, params, &extra).await,
     }
+}
+
+/// A reply with `name` blanked out: status, content type and body, to compare a hidden
+/// item's answer with a missing one's.
+fn blanked(r: &Reply, name: &str) -> (StatusCode, String, String) {
+    let content_type = r.headers["content-type"].to_str().unwrap().to_owned();
+    (r.status, content_type, r.text.replace(name, "NAME"))
 }
 
 /// Opens a Legacy session as `key`'s holder; returns it and the initialize result.
@@ -123,20 +145,24 @@ async fn each_sees_its_own_tools(gw: &TestGateway, era: Era, a: Option<&str>, b:
     };
     let ok = as_key(gw, ALICE, era, a, call("alpha_echo")).await;
     assert_eq!(ok.json()["result"]["content"][0]["text"], "hi", "{era:?}");
-    let denied = as_key(gw, ALICE, era, a, call("beta_echo")).await;
-    let missing = as_key(gw, ALICE, era, a, call("nosuch")).await;
-    assert_eq!(
-        denied.status,
-        StatusCode::FORBIDDEN,
-        "{era:?}: {}",
-        denied.text
-    );
-    let blank = |r: &Reply, n: &str| (r.status, r.text.replace(n, "NAME"));
-    assert_eq!(
-        blank(&denied, "beta_echo"),
-        blank(&missing, "nosuch"),
-        "{era:?}"
-    );
+    // A tool she may not see is answered exactly as one that does not exist: status, content
+    // type and body, as JSON and when a stream is preferred (the early gate).
+    for accept in [None, Some("text/event-stream, application/json;q=0.1")] {
+        let denied = as_key_accepting(gw, ALICE, era, a, call("beta_echo"), accept).await;
+        let missing = as_key_accepting(gw, ALICE, era, a, call("nosuch"), accept).await;
+        assert_eq!(denied.status, StatusCode::OK, "{era:?}: {}", denied.text);
+        assert_eq!(denied.error_code(), -32602, "{era:?}: {}", denied.text);
+        assert!(
+            denied.text.contains("unknown tool: beta_echo"),
+            "{}",
+            denied.text
+        );
+        assert_eq!(
+            blanked(&denied, "beta_echo"),
+            blanked(&missing, "nosuch"),
+            "{era:?} {accept:?}"
+        );
+    }
     let admin_call = as_key(gw, ADMIN, era, b, call("beta_echo")).await;
     assert_eq!(
         admin_call.json()["result"]["content"][0]["text"],
@@ -210,13 +236,20 @@ async fn listed(gw: &TestGateway, era: Era, session: Option<&str>) -> Vec<String
     panic!("tools/list did not end within 20 pages");
 }
 
-/// `name` is refused by the policy (403, as any forbidden call; a deny-list policy lets a
-/// missing name through to the unknown-name answer, so the two differ here) and not listed.
+/// `name` is refused by the policy exactly as a missing tool is (a deny-list policy lets a
+/// missing name through to the unknown-name answer: the hidden one must get the same, or a
+/// caller could map which tools exist that it may not see) and not listed.
 async fn forbidden_and_unlisted(gw: &TestGateway, era: Era, s: Option<&str>, name: &str) {
-    let call = ("tools/call", json!({"name": name, "arguments": {}}));
-    let denied = as_key(gw, ADMIN, era, s, call).await;
-    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{era:?} {name}");
-    assert_eq!(denied.json()["error"]["code"], 403, "{era:?} {name}");
+    let call = |name: &str| ("tools/call", json!({"name": name, "arguments": {}}));
+    let denied = as_key(gw, ADMIN, era, s, call(name)).await;
+    let missing = as_key(gw, ADMIN, era, s, call("no_such_tool")).await;
+    assert_eq!(denied.status, StatusCode::OK, "{era:?} {name}");
+    assert_eq!(denied.json()["error"]["code"], -32602, "{era:?} {name}");
+    assert_eq!(
+        blanked(&denied, name),
+        blanked(&missing, "no_such_tool"),
+        "{era:?}"
+    );
     let now = listed(gw, era, s).await;
     assert!(!now.iter().any(|n| n == name), "{era:?}: {name} listed");
 }

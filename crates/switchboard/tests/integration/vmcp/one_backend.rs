@@ -1,0 +1,74 @@
+//! `serve` of one plain backend honours every setting it is given: a policy naming a tool's
+//! `backend` or `original` name, and tool search, put it through the aggregating core instead
+//! of being silently dropped by the transparent proxy.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use super::{request, serve, stdio, tool_names, Dir, Era};
+
+/// Everything, except the fixture's own `pid`, judged by the catalog's attributes.
+const BY_ORIGIN: &str = r#"
+permit(principal, action, resource);
+forbid(principal, action == Action::"call_tool", resource)
+  when { resource has original && resource.original == "pid" && resource.backend == "solo" };
+"#;
+
+#[tokio::test]
+async fn a_policy_on_the_origin_of_one_plain_backend_is_enforced() {
+    let dir = Dir::new("one-backend-origin");
+    let policy = dir.write("policy.cedar", BY_ORIGIN);
+    let yaml = format!(
+        "policy: {{file: {}}}\nbackends:\n{}",
+        policy.display(),
+        stdio("solo", "")
+    );
+    let served = serve("one-backend-origin", &yaml, None).await;
+    let gw = &served.gw;
+    let sid = gw.session().await;
+    let names = tool_names(gw, Era::Legacy, Some(&sid)).await;
+    assert!(names.iter().any(|n| n == "echo"), "bare names: {names:?}");
+    assert!(!names.iter().any(|n| n == "pid"), "{names:?}");
+    let call = |name: &str| {
+        request(
+            json!(1),
+            "tools/call",
+            json!({"name": name, "arguments": {}}),
+        )
+    };
+    let hidden = gw.post(Some(&sid), &call("pid")).await;
+    let missing = gw.post(Some(&sid), &call("nosuch")).await;
+    assert_eq!(hidden.status, StatusCode::OK, "{}", hidden.text);
+    assert_eq!(hidden.error_code(), -32602, "never run: {}", hidden.text);
+    assert_eq!(
+        hidden.text.replace("pid", "NAME"),
+        missing.text.replace("nosuch", "NAME")
+    );
+    let echo = request(
+        json!(2),
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}}),
+    );
+    assert_eq!(
+        crate::common::tool_text(&gw.post(Some(&sid), &echo).await.json()),
+        "hi"
+    );
+}
+
+#[tokio::test]
+async fn tool_search_on_one_plain_backend_is_honoured() {
+    let yaml = format!(
+        "aggregation: {{toolSearch: on}}\nbackends:\n{}",
+        stdio("solo", "")
+    );
+    let served = serve("one-backend-search", &yaml, None).await;
+    let gw = &served.gw;
+    for era in [Era::Legacy, Era::Modern] {
+        let sid = match era {
+            Era::Legacy => Some(gw.session().await),
+            Era::Modern => None,
+        };
+        let names = tool_names(gw, era, sid.as_deref()).await;
+        assert_eq!(names, ["find_tools", "call_tool"], "{era:?}");
+    }
+}
