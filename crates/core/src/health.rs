@@ -227,6 +227,20 @@ pub(crate) struct Health {
     /// Replaced whole when a reload adds or removes backends ([`Health::reshape`]); a
     /// backend kept across it keeps its entry (breaker and facts).
     backends: crate::snapshot::Snapshot<Table>,
+    /// Configured backends that could not be started (yet): shown by `/status`, counted by
+    /// `/readyz`, retried by their owner until they join the set.
+    absent: parking_lot::Mutex<Vec<Absent>>,
+}
+
+/// A configured backend that is not in the set: it failed to start.
+#[derive(Debug, Clone)]
+struct Absent {
+    id: BackendId,
+    /// The remote refused the gateway's credential (HTTP 401/403).
+    unauthenticated: bool,
+    /// Fixed words (no remote's text, no URL).
+    why: String,
+    since: Instant,
 }
 
 /// Keyed by the operator's backend names: a fast hasher is safe here.
@@ -245,7 +259,45 @@ impl Health {
         Health {
             config,
             backends: crate::snapshot::Snapshot::new(Arc::new(table)),
+            absent: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Backend `id` is configured but could not be started (`why`, fixed words); replaces
+    /// what was known of its earlier attempt.
+    pub(crate) fn not_started(&self, id: &BackendId, unauthenticated: bool, why: String) {
+        let mut absent = self.absent.lock();
+        absent.retain(|a| &a.id != id);
+        absent.push(Absent {
+            id: id.clone(),
+            unauthenticated,
+            why,
+            since: Instant::now(),
+        });
+        absent.sort_by(|a, b| a.id.cmp(&b.id));
+    }
+
+    /// `/status`'s entries for the backends that are configured but not started.
+    pub(crate) fn absent_status(&self) -> Vec<Value> {
+        let ago = |at: Instant| (at.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+        self.absent
+            .lock()
+            .iter()
+            .map(|a| {
+                let state = if a.unauthenticated {
+                    HealthState::Unauthenticated
+                } else {
+                    HealthState::Unhealthy
+                };
+                json!({
+                    "name": a.id.as_str(),
+                    "state": state.as_str(),
+                    "started": false,
+                    "inFlight": 0,
+                    "lastError": {"message": a.why, "secondsAgo": ago(a.since)},
+                })
+            })
+            .collect()
     }
 
     /// Follows a reload: `ids` is the new set; a backend already known keeps its entry, a
@@ -262,6 +314,8 @@ impl Health {
             })
             .collect();
         self.backends.store(Arc::new(table));
+        // Those that joined are absent no more.
+        self.absent.lock().retain(|a| !ids.contains(&a.id));
     }
 
     /// Admits one request on `route` (see [`Flight`]): refused, as the backend being down,
@@ -424,7 +478,7 @@ impl Health {
             .map(|id| self.state_of(id).is_some_and(|(s, _)| s.serves()));
         match self.config.ready_when {
             ReadyWhen::Any => serving.any(|s| s),
-            ReadyWhen::All => serving.all(|s| s),
+            ReadyWhen::All => serving.all(|s| s) && self.absent.lock().is_empty(),
         }
     }
 

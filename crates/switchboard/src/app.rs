@@ -25,15 +25,26 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// `switchboard serve`: one backend is served exactly as `run` serves it; more need the
 /// aggregating core (as does one whose lists are filtered or renamed).
 pub(crate) async fn serve(spec: ServeSpec) -> anyhow::Result<()> {
-    // Pins live in the catalog: asking for trust puts even one backend through it.
-    let trusted =
-        spec.trust.explicit && spec.trust.config.mode != switchboard_core::trust::TrustMode::Off;
     match spec.backends.as_slice() {
-        [one] if !one.needs_catalog() && spec.composites.is_empty() && !trusted => {
-            start(spec).await
-        }
+        [one] if !one.needs_catalog() && !needs_catalog(&spec) => start(spec).await,
         _ => start_many(spec).await,
     }
+}
+
+/// Whether a setting of the whole spec needs the aggregating core even for one backend: a
+/// transparent proxy cannot honour it, and a setting must never be silently ignored.
+/// - trust: pins live in the catalog;
+/// - composite tools and tool search: the gateway's own tools;
+/// - a policy: it may name a tool's `backend` and `original` name, which only the catalog
+///   knows, and a tool it hides must be answered exactly as a missing one, which only a
+///   gateway that knows what exists can do.
+fn needs_catalog(spec: &ServeSpec) -> bool {
+    let trusted =
+        spec.trust.explicit && spec.trust.config.mode != switchboard_core::trust::TrustMode::Off;
+    trusted
+        || !spec.composites.is_empty()
+        || spec.aggregation.tool_search
+        || spec.options.auth.policy.is_some()
 }
 
 /// Many backends behind one endpoint (or one whose lists are filtered or renamed): the
@@ -128,7 +139,16 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         config.vmcp = Some(vmcp);
     }
     let registry = Registry::new(&config);
-    let set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
+    let mut set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
+    // One backend that does not start stops only itself: the set serves without it and the
+    // reload worker retries it. With nothing else to serve (or one transparent backend),
+    // startup fails as before; what did start is stopped as the set is dropped.
+    let failed = std::mem::take(&mut set.failed);
+    if !failed.is_empty() && (!aggregate || set.backends.is_empty() || watched.is_none()) {
+        let first = failed.into_iter().next().map(|(_, e)| e);
+        return Err(first.unwrap_or_else(|| anyhow::anyhow!("a backend did not start")));
+    }
+    let served = served.without(failed.iter().map(|(id, _)| id));
     let fds_per_session = set.fds_per_session;
     if redis.is_some() && !set.per_session.is_empty() && replica.is_none() {
         // Their processes (and what they ask the client) live in one replica.
@@ -138,6 +158,12 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         switchboard_core::Backends::new(set.backends).context("backend names must be distinct")?;
     let drain_limit = config.max_request_time;
     let gateway = Gateway::new(backends, registry.clone(), config);
+    for (id, e) in &failed {
+        let (unauthenticated, words) = crate::start_backends::failure_words(e);
+        warn!(backend = %id, "{words}; serving without it, retrying in the background");
+        println!("switchboard: backend {id} did not start ({words}); serving the others, retrying it in the background");
+        gateway.backend_not_started(id, unauthenticated, words);
+    }
     if aggregate && !set.per_session.is_empty() {
         let names: Vec<String> = set
             .per_session
@@ -206,6 +232,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
                 drain_limit,
                 served,
                 hangup,
+                missing: failed.into_iter().map(|(id, _)| id).collect(),
             }
             .run(reload_stop.clone()),
         )),

@@ -52,6 +52,30 @@ pub(crate) struct Reloader {
     pub(crate) served: Served,
     /// `SIGHUP`, installed before the gateway listened (so an early one cannot end it).
     pub(crate) hangup: Option<tokio::signal::unix::Signal>,
+    /// Configured backends that did not start (at startup or when a reload added them):
+    /// retried with backoff by applying the file again, until each joins.
+    pub(crate) missing: Vec<BackendId>,
+}
+
+/// First and longest wait between two tries of the backends that did not start.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Why a reload is applied: an operator's change is reported whatever it did; a retry of the
+/// missing backends only when it changed something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    Operator(&'static str),
+    Retry,
+}
+
+impl Trigger {
+    fn why(self) -> &'static str {
+        match self {
+            Trigger::Operator(why) => why,
+            Trigger::Retry => "retrying backends that did not start",
+        }
+    }
 }
 
 /// What is served now, as far as a reload compares it.
@@ -62,6 +86,13 @@ pub(crate) struct Served {
 }
 
 impl Served {
+    /// What is served when `absent` did not start: a later reload sees them as added.
+    pub(crate) fn without<'a>(mut self, absent: impl Iterator<Item = &'a BackendId>) -> Self {
+        let absent: Vec<&BackendId> = absent.collect();
+        self.backends.retain(|(id, _)| !absent.contains(&id));
+        self
+    }
+
     pub(crate) fn of(spec: &ServeSpec) -> Self {
         Served {
             backends: spec
@@ -114,6 +145,9 @@ impl Reloader {
         let mut seen = stamp(&self.path);
         let mut pending = None;
         let mut tick = tokio::time::interval(POLL);
+        let mut backoff = RETRY_FIRST;
+        let retry = tokio::time::sleep(backoff);
+        tokio::pin!(retry);
         loop {
             let hup = async {
                 match hangup.as_mut() {
@@ -126,9 +160,16 @@ impl Reloader {
                 Some(()) = hup => {
                     seen = stamp(&self.path);
                     pending = None;
-                    if self.apply_or_stop("SIGHUP", &mut drains, &stop).await {
+                    if self.apply_or_stop(Trigger::Operator("SIGHUP"), &mut drains, &stop).await {
                         break;
                     }
+                }
+                () = &mut retry, if !self.missing.is_empty() => {
+                    if self.apply_or_stop(Trigger::Retry, &mut drains, &stop).await {
+                        break;
+                    }
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    retry.as_mut().reset(tokio::time::Instant::now() + backoff);
                 }
                 _ = tick.tick() => {
                     let now = stamp(&self.path);
@@ -137,7 +178,10 @@ impl Reloader {
                     } else if pending.is_some() && pending == now {
                         seen = now;
                         pending = None;
-                        if self.apply_or_stop("file changed", &mut drains, &stop).await {
+                        if self
+                            .apply_or_stop(Trigger::Operator("file changed"), &mut drains, &stop)
+                            .await
+                        {
                             break;
                         }
                     } else {
@@ -156,28 +200,35 @@ impl Reloader {
     /// True when stopped.
     async fn apply_or_stop(
         &mut self,
-        why: &str,
+        trigger: Trigger,
         drains: &mut JoinSet<()>,
         stop: &CancellationToken,
     ) -> bool {
         tokio::select! {
             () = stop.cancelled() => true,
-            () = self.apply(why, drains, stop) => false,
+            () = self.apply(trigger, drains, stop) => false,
         }
     }
 
-    async fn apply(&mut self, why: &str, drains: &mut JoinSet<()>, stop: &CancellationToken) {
-        let outcome = match self.try_apply(drains, stop).await {
-            Ok(Some(summary)) => {
+    async fn apply(
+        &mut self,
+        trigger: Trigger,
+        drains: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) {
+        let why = trigger.why();
+        let outcome = match (self.try_apply(drains, stop).await, trigger) {
+            (Ok(Some(summary)), _) => {
                 info!(reason = why, "config reloaded: {summary}");
                 println!("switchboard: config reloaded ({why}): {summary}");
                 ReloadOutcome::Applied
             }
-            Ok(None) => {
+            (Ok(None) | Err(_), Trigger::Retry) => return,
+            (Ok(None), Trigger::Operator(_)) => {
                 println!("switchboard: config unchanged ({why})");
                 ReloadOutcome::Unchanged
             }
-            Err(e) => {
+            (Err(e), Trigger::Operator(_)) => {
                 report_refusal(&e);
                 println!("switchboard: config reload refused ({why}): {e:#}");
                 ReloadOutcome::Refused
@@ -191,9 +242,9 @@ impl Reloader {
         drains: &mut JoinSet<()>,
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<String>> {
-        let spec = load_spec()?;
+        let mut spec = load_spec()?;
         let new_policy = self.check_policy(&spec)?;
-        let plan = Plan::of(&self.served, &spec);
+        let mut plan = Plan::of(&self.served, &spec);
         let fixed_changed = fixed_key(&spec) != self.served.fixed;
         if plan.is_empty() && new_policy.is_none() {
             if fixed_changed {
@@ -222,8 +273,30 @@ impl Reloader {
             backends,
             processes,
             internals,
+            failed,
             ..
         } = self.start(&spec, &plan).await?;
+        // An added backend that does not start is served without, and retried; a changed one
+        // keeps its running predecessor (the reload is refused whole).
+        if let Some((id, e)) = failed.iter().find(|(id, _)| plan.changed.contains(id)) {
+            let e = anyhow::anyhow!("{e:#}").context(format!("backend {id}"));
+            StartedSet::shutdown(processes, internals).await;
+            return Err(e);
+        }
+        self.missing = failed.iter().map(|(id, _)| id.clone()).collect();
+        for (id, e) in &failed {
+            let (unauthenticated, words) = crate::start_backends::failure_words(e);
+            warn!(backend = %id, "{words}; serving without it, retrying in the background");
+            self.gateway.backend_not_started(id, unauthenticated, words);
+        }
+        if !failed.is_empty() {
+            spec.backends.retain(|b| !self.missing.contains(&b.name));
+            plan = Plan::of(&self.served, &spec);
+            if plan.is_empty() && new_policy.is_none() {
+                StartedSet::shutdown(processes, internals).await;
+                return Ok(None);
+            }
+        }
         // In force before the reshape, which announces the lists it changed.
         let replaced = match (&self.policy, new_policy) {
             (Some(policy), Some((path, checked))) => Some(policy.install(&path, checked)),
@@ -289,7 +362,7 @@ impl Reloader {
         }
     }
 
-    /// Starts the added and changed backends (all or none: a failure stops the others).
+    /// Starts the added and changed backends; those that fail are in the set's `failed`.
     async fn start(&self, spec: &ServeSpec, plan: &Plan) -> anyhow::Result<StartedSet> {
         let origins = spec
             .backends

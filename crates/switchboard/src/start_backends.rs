@@ -31,6 +31,36 @@ pub(crate) struct StartedSet {
     pub(crate) per_session: Vec<(BackendId, Arc<dyn SpawnBackend>)>,
     /// File descriptors one session may hold in backends of its own (all of them opened).
     pub(crate) fds_per_session: u64,
+    /// The backends that did not start, with why, in the order asked for: the caller decides
+    /// whether the set serves without them.
+    pub(crate) failed: Vec<(BackendId, anyhow::Error)>,
+}
+
+/// Why a backend did not start, for `/status`: whether the remote refused the gateway's
+/// credential, and fixed words (never a remote's text or a URL).
+pub(crate) fn failure_words(e: &anyhow::Error) -> (bool, String) {
+    use switchboard_core::CoreError;
+    use switchboard_upstream::{remote::RemoteError, UpstreamError};
+    for cause in e.chain() {
+        let upstream = match cause.downcast_ref::<CoreError>() {
+            Some(CoreError::Backend(u) | CoreError::OfBackend(_, u)) => Some(u),
+            _ => cause.downcast_ref::<UpstreamError>(),
+        };
+        match upstream {
+            Some(UpstreamError::Remote(RemoteError::Status { status, .. }))
+                if matches!(status, 401 | 403) =>
+            {
+                return (
+                    true,
+                    format!("failed to start: remote answered HTTP {status}"),
+                );
+            }
+            Some(u @ UpstreamError::Spawn { .. }) => return (false, u.to_string()),
+            Some(u) => return (false, format!("failed to start: {}", u.client_text())),
+            None => {}
+        }
+    }
+    (false, "failed to start: it did not become ready".to_owned())
 }
 
 impl StartedSet {
@@ -57,6 +87,16 @@ pub(crate) async fn start_all(
     aggregate: bool,
     registry: &Arc<Registry>,
 ) -> anyhow::Result<StartedSet> {
+    let ids: Vec<BackendId> = origins
+        .iter()
+        .map(|(name, _)| {
+            if aggregate {
+                name.clone()
+            } else {
+                BackendId::default_id()
+            }
+        })
+        .collect();
     let starts = origins.into_iter().map(|(name, origin)| async move {
         let id = if aggregate {
             name
@@ -81,13 +121,11 @@ pub(crate) async fn start_all(
     let mut per_session = Vec::new();
     let mut fds_per_session = 0;
     let mut list = Vec::new();
-    let mut first_error = None;
-    for one in all {
+    let mut failed = Vec::new();
+    for (one, id) in all.into_iter().zip(ids) {
         match one {
             Ok((id, started)) => list.push((id, started)),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
+            Err(e) => failed.push((id, e)),
         }
     }
     let mut backends = Vec::new();
@@ -111,16 +149,13 @@ pub(crate) async fn start_all(
         }
         backends.push((id, started.backend));
     }
-    if let Some(e) = first_error {
-        // What did start is stopped as the set is dropped (processes are killed with it).
-        return Err(e);
-    }
     Ok(StartedSet {
         backends,
         processes,
         internals,
         per_session,
         fds_per_session: fds_per_session.max(FDS_PER_BACKEND),
+        failed,
     })
 }
 

@@ -38,12 +38,21 @@ impl Gateway {
                 entry
             })
             .collect();
+        let mut backends = backends;
+        backends.extend(self.health.absent_status());
         let (streamable, sse) = self.sessions_by_transport();
         json!({
             "ready": self.ready(),
             "backends": backends,
             "sessions": {"streamableHttp": streamable, "sse": sse},
         })
+    }
+
+    /// Backend `id` is configured but failed to start (`why`: fixed words, no remote's text;
+    /// `unauthenticated`: the remote refused the gateway's credential). `/status` shows it
+    /// until a reshape adds it to the set.
+    pub fn backend_not_started(&self, id: &crate::BackendId, unauthenticated: bool, why: String) {
+        self.health.not_started(id, unauthenticated, why);
     }
 
     /// The text exposition of every metric, with the gauges set from the gateway now.

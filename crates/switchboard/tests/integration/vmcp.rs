@@ -20,10 +20,12 @@ pub(crate) mod forward;
 mod identity;
 mod listen;
 mod merged;
+mod one_backend;
 mod own;
 mod pages;
 mod push;
 mod search;
+mod startup;
 
 pub(crate) const SB: &str = env!("CARGO_BIN_EXE_switchboard");
 pub(crate) const V: &str = "2026-07-28";
