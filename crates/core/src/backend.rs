@@ -98,11 +98,23 @@ impl Backend {
         deadline: Duration,
         policy: EraPolicy,
     ) -> Result<Backend, CoreError> {
+        let started = std::time::Instant::now();
         let discovered = match policy {
             EraPolicy::Auto => probe_modern(&handle, deadline.min(PROBE_TIMEOUT)).await,
             EraPolicy::LegacyOnly => None,
         };
-        let legacy = legacy_handshake(&handle, deadline).await;
+        let legacy = initialize(&handle, deadline).await;
+        // A backend already committed to Modern that was slow to start missed the first
+        // probe and refuses `initialize` naming its version: Modern, not failed. It is
+        // asked again, within what is left of the startup deadline.
+        let discovered = match (&legacy, discovered) {
+            (Ok(Err(refusal)), None) if policy == EraPolicy::Auto && names_modern(refusal) => {
+                let left = deadline.saturating_sub(started.elapsed());
+                probe_modern(&handle, left.max(PROBE_TIMEOUT)).await
+            }
+            (_, discovered) => discovered,
+        };
+        let legacy = legacy.and_then(|answer| answer.map_err(refused));
         let info = match (legacy, discovered) {
             (Ok(mut info), discovered) => {
                 info.era.modern = discovered.is_some();
@@ -186,6 +198,29 @@ async fn probe_modern(handle: &Upstream, timeout: Duration) -> Option<Value> {
 }
 
 async fn legacy_handshake(handle: &Upstream, deadline: Duration) -> Result<BackendInfo, CoreError> {
+    initialize(handle, deadline).await?.map_err(refused)
+}
+
+fn refused(error: String) -> CoreError {
+    CoreError::BackendInit(format!("backend refused initialize: {error}"))
+}
+
+/// Whether a refused `initialize` says the backend speaks a Modern version instead
+/// (`-32022`, or its error naming one).
+fn names_modern(error: &str) -> bool {
+    let code = serde_json::from_str::<Value>(error)
+        .ok()
+        .and_then(|e| e["code"].as_i64());
+    code == Some(i64::from(
+        switchboard_wire::codes::UNSUPPORTED_PROTOCOL_VERSION,
+    )) || version::MODERN.iter().any(|v| error.contains(v))
+}
+
+/// The Legacy handshake: the backend's info, or its refusal (the JSON-RPC error's text).
+async fn initialize(
+    handle: &Upstream,
+    deadline: Duration,
+) -> Result<Result<BackendInfo, String>, CoreError> {
     let params = json!({
         "protocolVersion": version::LATEST_LEGACY,
         // Shared mode cannot attribute sampling, elicitation or roots to a client, so the
@@ -195,16 +230,13 @@ async fn legacy_handshake(handle: &Upstream, deadline: Duration) -> Result<Backe
     });
     let answer = call(handle, method::INITIALIZE, params, deadline).await?;
     if answer.is_error() {
-        return Err(CoreError::BackendInit(format!(
-            "backend refused initialize: {}",
-            answer.payload()
-        )));
+        return Ok(Err(answer.payload().to_owned()));
     }
     let info = parse_info(answer.payload())?;
     handle
         .send_line(encode_notification(method::INITIALIZED, None))
         .await?;
-    Ok(info)
+    Ok(Ok(info))
 }
 
 fn from_discover(mut d: Value) -> BackendInfo {
