@@ -37,3 +37,30 @@ pub(crate) fn die_with_parent(command: &mut Command) {
 /// Elsewhere only the orderly paths (stdin close, `kill_on_drop`) apply.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn die_with_parent(_command: &mut Command) {}
+
+/// Puts the child in a process group of its own, led by it: whatever it starts (`npx`'s
+/// `npm exec`, its `sh`, the `node` server) stays in that group, so all of it can be
+/// stopped together ([`kill_group`]).
+pub(crate) fn own_group(command: &mut Command) {
+    command.process_group(0);
+}
+
+/// Kills what is left of the process group `leader` led, once the leader has ended (or is
+/// being killed): descendants that outlived it would keep running under PID 1 and keep the
+/// backend's pipes open in the gateway. While any member lives, the kernel does not hand
+/// the group's id to a new process, so the signal reaches only that group; with none left
+/// it reaches nothing.
+#[allow(unsafe_code)]
+pub(crate) fn kill_group(leader: u32) {
+    let Ok(group) = i32::try_from(leader) else {
+        return;
+    };
+    if group <= 1 {
+        return;
+    }
+    // SAFETY: `kill` is a plain system call; a negative pid names a process group. It
+    // touches no memory of ours.
+    unsafe {
+        libc::kill(-group, libc::SIGKILL);
+    }
+}

@@ -148,6 +148,7 @@ pub fn spawn(
         command.current_dir(dir);
     }
     crate::orphan::die_with_parent(&mut command);
+    crate::orphan::own_group(&mut command);
     let mut child = command.spawn().map_err(spawn_err)?;
     let pid = child.id();
     let missing = || spawn_err(std::io::Error::other("stdio pipe missing"));
@@ -349,6 +350,7 @@ impl StdioProcess {
 /// Reaps the child (and kills it first when told to), then publishes how it ended. Dropped
 /// with the runtime, the `Child` is killed (`kill_on_drop`).
 async fn wait_loop(mut child: Child, kill: CancellationToken, exit: watch::Sender<Option<Exit>>) {
+    let leader = child.id();
     let status = tokio::select! {
         status = child.wait() => status,
         () = kill.cancelled() => match child.kill().await {
@@ -356,6 +358,10 @@ async fn wait_loop(mut child: Child, kill: CancellationToken, exit: watch::Sende
             Err(e) => Err(e),
         },
     };
+    // The whole backend goes with its process: what it started would otherwise outlive it.
+    if let Some(leader) = leader {
+        crate::orphan::kill_group(leader);
+    }
     match status {
         Ok(status) => {
             exit.send_replace(Some(Exit(status)));

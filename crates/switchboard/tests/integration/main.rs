@@ -8,6 +8,7 @@
 )]
 
 mod common;
+mod startup;
 mod stdout_log;
 
 mod auth;
