@@ -266,10 +266,12 @@ impl Gateway {
                 start(&runner, &plan, arguments_of(msg)).await
             }
             Some(state) => {
+                // A handle resumed through another composite's name is refused and kept.
+                let fits = |s: &Suspended| Arc::ptr_eq(&s.plan, &plan);
                 let parked = state
                     .as_str()
-                    .and_then(|h| self.workflows.parked.take(caller, h));
-                let Some(suspended) = parked.filter(|s| Arc::ptr_eq(&s.plan, &plan)) else {
+                    .and_then(|h| self.workflows.parked.take(caller, h, fits));
+                let Some(suspended) = parked else {
                     return unknown_handle(id);
                 };
                 resume(&runner, suspended, params.get("inputResponses")).await

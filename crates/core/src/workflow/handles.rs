@@ -5,7 +5,8 @@
 //! the principal (issuer and subject) that started the run. Taking it checks the owner;
 //! another principal, an expired handle and an unknown one all get `None` — the caller
 //! answers them identically — and a foreign attempt leaves the owner's handle in place (it
-//! cannot be used to cancel someone's run). A handle is single use: a resume removes it, and
+//! cannot be used to cancel someone's run), as does the owner's resume through another
+//! composite's name. A handle is single use: a resume removes it, and
 //! a run that needs input again gets a fresh one. The table is bounded per principal and in
 //! total; expired entries are reaped whenever the table is written (no timer task: a parked
 //! run holds no process, socket or task, only the outputs of its finished steps).
@@ -107,12 +108,22 @@ impl<T> Handles<T> {
         Ok(handle)
     }
 
-    /// The parked value, removed, when `handle` names a live run of `caller`'s; `None` for an
-    /// unknown, expired or foreign handle (the foreign one stays for its owner).
-    pub(crate) fn take(&self, caller: &Principal, handle: &str) -> Option<T> {
+    /// The parked value, removed, when `handle` names a live run of `caller`'s that `fits`
+    /// (the resume names the run's own composite); `None` for an unknown, expired or foreign
+    /// handle, or one that does not fit — the last two stay in place, for the owner's own
+    /// resume.
+    pub(crate) fn take(
+        &self,
+        caller: &Principal,
+        handle: &str,
+        fits: impl FnOnce(&T) -> bool,
+    ) -> Option<T> {
         let mut entries = self.entries.lock();
         let entry = entries.get(handle)?;
         if entry.owner.0 != caller.issuer || entry.owner.1 != caller.subject {
+            return None;
+        }
+        if !fits(&entry.value) {
             return None;
         }
         let entry = entries.remove(handle)?;
@@ -154,14 +165,20 @@ mod tests {
         let table = Handles::new(limits(4, 8));
         let h = table.park(&who("alice"), MIN, 7).unwrap();
         assert!(h.len() >= 3 + 64, "256 bits of hex: {h}");
-        assert_eq!(table.take(&who("bob"), &h), None, "foreign");
-        assert_eq!(table.take(&who("alice"), "wf_nope"), None, "unknown");
+        let any = |_: &i32| true;
+        assert_eq!(table.take(&who("bob"), &h, any), None, "foreign");
+        assert_eq!(table.take(&who("alice"), "wf_nope", any), None, "unknown");
         assert_eq!(
-            table.take(&who("alice"), &h),
-            Some(7),
-            "the owner, after bob tried"
+            table.take(&who("alice"), &h, |v| *v == 8),
+            None,
+            "the owner, for another run"
         );
-        assert_eq!(table.take(&who("alice"), &h), None, "single use");
+        assert_eq!(
+            table.take(&who("alice"), &h, |v| *v == 7),
+            Some(7),
+            "the owner, after bob and a misfit tried"
+        );
+        assert_eq!(table.take(&who("alice"), &h, any), None, "single use");
     }
 
     #[test]
@@ -181,7 +198,7 @@ mod tests {
     fn expired_handles_answer_like_unknown_and_are_reaped() {
         let table = Handles::new(limits(1, 1));
         let h = table.park(&who("a"), Duration::ZERO, 1).unwrap();
-        assert_eq!(table.take(&who("a"), &h), None);
+        assert_eq!(table.take(&who("a"), &h, |_| true), None);
         let table = Handles::new(limits(1, 1));
         table.park(&who("a"), Duration::ZERO, 1).unwrap();
         // The expired entry is reaped on the next write, so the bound is free again.

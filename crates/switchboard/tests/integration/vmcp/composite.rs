@@ -280,6 +280,65 @@ async fn a_modern_client_runs_the_dag_and_only_its_owner_resumes_it() {
     every_step_audited(&audit, "input_required").await;
 }
 
+/// Two composites that each ask once, then greet with the answer.
+const ASK_TWICE: &str = r#"
+  - name: ask_one
+    inputTimeout: 30s
+    steps:
+      - id: confirm
+        type: elicitation
+        message: "Who?"
+        requestedSchema: {type: object, properties: {name: {type: string}}, required: [name]}
+    output:
+      greeting: "Hello {{ steps.confirm.output.name }}"
+  - name: ask_two
+    inputTimeout: 30s
+    steps:
+      - id: confirm
+        type: elicitation
+        message: "Who else?"
+        requestedSchema: {type: object, properties: {name: {type: string}}, required: [name]}
+    output:
+      greeting: "Bye {{ steps.confirm.output.name }}"
+"#;
+
+#[tokio::test]
+async fn a_resume_through_another_composite_leaves_the_handle_to_its_own() {
+    let dir = Dir::new("composite-wrong-name");
+    let (yaml, _) = config(&dir, ASK_TWICE);
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+
+    let first = call_as(&gw, ALICE, 1, "ask_one", json!({"arguments": {}})).await;
+    let result = first.json()["result"].clone();
+    assert_eq!(result["resultType"], "input_required", "{}", first.text);
+    let handle = result["requestState"].as_str().unwrap().to_owned();
+    let resume = json!({
+        "arguments": {},
+        "inputResponses": {"confirm": {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": handle,
+    });
+    // The owner's own handle through the other composite's name: refused like an unknown one.
+    let wrong = call_as(&gw, ALICE, 2, "ask_two", resume.clone()).await;
+    let mut unknown_params = resume.clone();
+    unknown_params["requestState"] = json!(format!("wf_{}", "0".repeat(64)));
+    let unknown = call_as(&gw, ALICE, 2, "ask_two", unknown_params).await;
+    assert_eq!(wrong.status, unknown.status);
+    assert_eq!(wrong.text, unknown.text, "wrong name differs from unknown");
+
+    // The refusal did not spend the handle: the right composite resumes and finishes.
+    let done = call_as(&gw, ALICE, 3, "ask_one", resume).await;
+    let result = done.json()["result"].clone();
+    assert_eq!(result["resultType"], "complete", "{}", done.text);
+    assert_eq!(
+        result["structuredContent"]["greeting"], "Hello Ada",
+        "{result}"
+    );
+}
+
 #[tokio::test]
 async fn a_composite_safer_than_its_steps_keeps_serve_from_starting() {
     let dir = Dir::new("composite-unsafe");
