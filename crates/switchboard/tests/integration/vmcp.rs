@@ -23,6 +23,7 @@ mod merged;
 mod own;
 mod pages;
 mod push;
+mod schemes;
 mod search;
 
 pub(crate) const SB: &str = env!("CARGO_BIN_EXE_switchboard");
