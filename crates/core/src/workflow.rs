@@ -119,14 +119,7 @@ impl Gateway {
             let tools = plan.tools();
             let mut steps = Vec::with_capacity(tools.len());
             for (step, tool) in tools {
-                let listed = entry_for(&view.all, tool).and_then(|e| {
-                    let item: Value = serde_json::from_str(e.item.get()).ok()?;
-                    Some(item.get("annotations").and_then(Value::as_object).cloned())
-                });
-                if listed.is_none() {
-                    warn!(composite = %plan.name, step, tool, "step tool not in the catalog; assumed unsafe");
-                }
-                let hints = annotations::Hints::of(listed.flatten().as_ref());
+                let hints = self.step_hints(&view.all, &plan.name, step, tool);
                 steps.push(annotations::StepTool { step, tool, hints });
             }
             let derived = annotations::derive(&plan.name, plan.annotations.as_ref(), &steps)
@@ -137,6 +130,39 @@ impl Gateway {
                 .insert(plan.name.clone(), derived);
         }
         Ok(())
+    }
+
+    /// The hints of a step's tool as its backend lists it; a tool missing from the catalog,
+    /// or quarantined (its listed definition is not the approved one: what it claims is not
+    /// to be believed), is assumed unsafe.
+    fn step_hints(
+        &self,
+        tools: &Merged,
+        composite: &str,
+        step: &str,
+        tool: &str,
+    ) -> annotations::Hints {
+        let entry = entry_for(tools, tool);
+        let held = entry.is_some_and(|e| {
+            self.vmcp()
+                .is_some_and(|v| v.refuse_quarantined(&e.backend, &e.original).is_err())
+        });
+        let listed = entry.filter(|_| !held).and_then(|e| {
+            let item: Value = serde_json::from_str(e.item.get()).ok()?;
+            Some(item.get("annotations").and_then(Value::as_object).cloned())
+        });
+        if held {
+            warn!(
+                composite,
+                step, tool, "step tool quarantined; assumed unsafe"
+            );
+        } else if listed.is_none() {
+            warn!(
+                composite,
+                step, tool, "step tool not in the catalog; assumed unsafe"
+            );
+        }
+        annotations::Hints::of(listed.flatten().as_ref())
     }
 
     /// `items` (a merged tools page, a JSON array) with the composite tools after them.
