@@ -325,22 +325,22 @@ impl Gateway {
         let info =
             json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
         let mut result = match outcome {
-            Outcome::NeedsInput(suspended, _) if suspended.weight() > MAX_PARKED_BYTES => {
-                let why = format!("its finished steps' outputs exceed {MAX_PARKED_BYTES} bytes, too much to keep while it waits for input");
-                result_of(runner, plan, Outcome::Failed(why))
-            }
             Outcome::NeedsInput(suspended, requests) => {
-                match self
-                    .workflows
-                    .parked
-                    .park(runner.principal, plan.input_timeout, suspended)
-                {
+                let weight = suspended.weight();
+                let parked = if weight > MAX_PARKED_BYTES {
+                    Err(format!("its finished steps' outputs exceed {MAX_PARKED_BYTES} bytes, too much to keep while it waits for input"))
+                } else {
+                    let (who, ttl) = (runner.principal, plan.input_timeout);
+                    let parked = self.workflows.parked.park(who, ttl, suspended, weight);
+                    parked.map_err(|e| e.to_string())
+                };
+                match parked {
                     Ok(handle) => json!({
                         "resultType": "input_required",
                         "inputRequests": requests,
                         "requestState": handle,
                     }),
-                    Err(e) => result_of(runner, plan, Outcome::Failed(e.to_string())),
+                    Err(why) => result_of(runner, plan, Outcome::Failed(why)),
                 }
             }
             done => result_of(runner, plan, done),
