@@ -118,6 +118,15 @@ pub enum Target {
 }
 
 impl Target {
+    /// A resource by URI, its scheme lower-cased (`catalog::canonical_scheme`): a scheme is
+    /// case-insensitive, so every case of it names one resource, for routing and policy alike.
+    pub(crate) fn resource(uri: String) -> Target {
+        match crate::catalog::canonical_scheme(&uri) {
+            std::borrow::Cow::Owned(canonical) => Target::Resource(canonical),
+            std::borrow::Cow::Borrowed(_) => Target::Resource(uri),
+        }
+    }
+
     /// The name or URI the client used, if the target has one.
     pub(crate) fn name(&self) -> Option<&str> {
         match self {
@@ -551,7 +560,7 @@ fn decide(
         }
         Gate::Listen(uris) => {
             let denied = uris.into_iter().find_map(|u| {
-                let target = Target::Resource(u);
+                let target = Target::resource(u);
                 let origin = origins.and_then(|o| o.of_item(&target));
                 let allowed = allowed(policy, principal, "subscribe", &target, origin.as_ref());
                 (!allowed).then_some((target, origin))

@@ -119,14 +119,7 @@ impl Gateway {
             let tools = plan.tools();
             let mut steps = Vec::with_capacity(tools.len());
             for (step, tool) in tools {
-                let listed = entry_for(&view.all, tool).and_then(|e| {
-                    let item: Value = serde_json::from_str(e.item.get()).ok()?;
-                    Some(item.get("annotations").and_then(Value::as_object).cloned())
-                });
-                if listed.is_none() {
-                    warn!(composite = %plan.name, step, tool, "step tool not in the catalog; assumed unsafe");
-                }
-                let hints = annotations::Hints::of(listed.flatten().as_ref());
+                let hints = self.step_hints(&view.all, &plan.name, step, tool);
                 steps.push(annotations::StepTool { step, tool, hints });
             }
             let derived = annotations::derive(&plan.name, plan.annotations.as_ref(), &steps)
@@ -137,6 +130,39 @@ impl Gateway {
                 .insert(plan.name.clone(), derived);
         }
         Ok(())
+    }
+
+    /// The hints of a step's tool as its backend lists it; a tool missing from the catalog,
+    /// or quarantined (its listed definition is not the approved one: what it claims is not
+    /// to be believed), is assumed unsafe.
+    fn step_hints(
+        &self,
+        tools: &Merged,
+        composite: &str,
+        step: &str,
+        tool: &str,
+    ) -> annotations::Hints {
+        let entry = entry_for(tools, tool);
+        let held = entry.is_some_and(|e| {
+            self.vmcp()
+                .is_some_and(|v| v.refuse_quarantined(&e.backend, &e.original).is_err())
+        });
+        let listed = entry.filter(|_| !held).and_then(|e| {
+            let item: Value = serde_json::from_str(e.item.get()).ok()?;
+            Some(item.get("annotations").and_then(Value::as_object).cloned())
+        });
+        if held {
+            warn!(
+                composite,
+                step, tool, "step tool quarantined; assumed unsafe"
+            );
+        } else if listed.is_none() {
+            warn!(
+                composite,
+                step, tool, "step tool not in the catalog; assumed unsafe"
+            );
+        }
+        annotations::Hints::of(listed.flatten().as_ref())
     }
 
     /// `items` (a merged tools page, a JSON array) with the composite tools after them.
@@ -266,10 +292,12 @@ impl Gateway {
                 start(&runner, &plan, arguments_of(msg)).await
             }
             Some(state) => {
+                // A handle resumed through another composite's name is refused and kept.
+                let fits = |s: &Suspended| Arc::ptr_eq(&s.plan, &plan);
                 let parked = state
                     .as_str()
-                    .and_then(|h| self.workflows.parked.take(caller, h));
-                let Some(suspended) = parked.filter(|s| Arc::ptr_eq(&s.plan, &plan)) else {
+                    .and_then(|h| self.workflows.parked.take(caller, h, fits));
+                let Some(suspended) = parked else {
                     return unknown_handle(id);
                 };
                 resume(&runner, suspended, params.get("inputResponses")).await
@@ -297,22 +325,22 @@ impl Gateway {
         let info =
             json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
         let mut result = match outcome {
-            Outcome::NeedsInput(suspended, _) if suspended.weight() > MAX_PARKED_BYTES => {
-                let why = format!("its finished steps' outputs exceed {MAX_PARKED_BYTES} bytes, too much to keep while it waits for input");
-                result_of(runner, plan, Outcome::Failed(why))
-            }
             Outcome::NeedsInput(suspended, requests) => {
-                match self
-                    .workflows
-                    .parked
-                    .park(runner.principal, plan.input_timeout, suspended)
-                {
+                let weight = suspended.weight();
+                let parked = if weight > MAX_PARKED_BYTES {
+                    Err(format!("its finished steps' outputs exceed {MAX_PARKED_BYTES} bytes, too much to keep while it waits for input"))
+                } else {
+                    let (who, ttl) = (runner.principal, plan.input_timeout);
+                    let parked = self.workflows.parked.park(who, ttl, suspended, weight);
+                    parked.map_err(|e| e.to_string())
+                };
+                match parked {
                     Ok(handle) => json!({
                         "resultType": "input_required",
                         "inputRequests": requests,
                         "requestState": handle,
                     }),
-                    Err(e) => result_of(runner, plan, Outcome::Failed(e.to_string())),
+                    Err(why) => result_of(runner, plan, Outcome::Failed(why)),
                 }
             }
             done => result_of(runner, plan, done),

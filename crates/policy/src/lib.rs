@@ -10,7 +10,7 @@
 //! | API key        | `ApiKey::"<name>"` (attributes `iss` = `"api-key"`, `sub`)             |
 //! | no credential  | `Anonymous::"anonymous"`                                              |
 //! | actions        | `Action::"call_tool"`, `"read_resource"`, `"get_prompt"`, `"subscribe"`, `"list_tools"`, `"list_prompts"`, `"list_resources"`, or the MCP method name for anything else (`Action::"tasks/get"`) |
-//! | resources      | `Tool::"<name>"`, `Resource::"<uri>"`, `ResourceTemplate::"<uriTemplate>"`, `Prompt::"<name>"`, `Server::"default"` — by the name the client used (the exposed name) |
+//! | resources      | `Tool::"<name>"`, `Resource::"<uri>"`, `ResourceTemplate::"<uriTemplate>"`, `Prompt::"<name>"`, `Server::"default"` — by the name the client used (the exposed name); a resource's URI with its scheme lower-cased (`Resource::"rema://info"` also for `REMA://info`: schemes are case-insensitive) |
 //! | resource attributes | aggregating (`serve`) only: `backend` (the backend serving it) and `original` (that backend's own name or URI), which never change when exposed names do; absent with `run` and on `Server` |
 //! | context        | `context.claims`: the JWT's claims (strings, booleans, integers, arrays, objects; other values dropped) |
 //!

@@ -26,7 +26,7 @@ use tracing::{error, info, warn};
 
 use switchboard_core::{BackendId, Gateway, Registry, ReloadOutcome, Reshape};
 
-use crate::config::spec::BackendSpec;
+use crate::config::spec::{BackendKind, BackendSpec, RemoteSpec};
 use crate::config::ServeSpec;
 use crate::running::RunningSet;
 use crate::start_backends::{Origin, StartedSet};
@@ -108,9 +108,21 @@ impl Served {
 
 /// A backend's identity for the diff: what it is and how it is reached (secrets included,
 /// compared in memory only, never shown). Filters are not part of it: they change lists,
-/// not the process.
+/// not the process; nor is its place in the file (a remote's `label`, `backends[2].url`,
+/// which moves when an earlier entry is removed).
 fn fingerprint(b: &BackendSpec) -> String {
-    format!("{:?}|{:?}", b.kind, b.timeout)
+    let kind = match &b.kind {
+        BackendKind::Stdio(stdio) => format!("{stdio:?}"),
+        BackendKind::Remote(RemoteSpec {
+            url,
+            shown_url,
+            label: _,
+            transport,
+            headers,
+            forward_caller_token,
+        }) => format!("{url:?}|{shown_url:?}|{transport:?}|{headers:?}|{forward_caller_token}"),
+    };
+    format!("{kind}|{:?}", b.timeout)
 }
 
 fn rules_key(spec: &ServeSpec) -> String {

@@ -48,7 +48,7 @@ pub(super) const LISTS: &[(&str, &str, &str, &str, Wrap)] = &[
         "list_resources",
         "resources",
         "uri",
-        Target::Resource,
+        Target::resource,
     ),
     (
         "resources/templates/list",
@@ -90,16 +90,16 @@ pub(super) fn gate(msg: &Message<'_>) -> Gate {
     let param = |k: &str| str_member(msg.params, k);
     match name {
         "tools/call" => check("call_tool", Target::Tool(param("name"))),
-        "resources/read" => check("read_resource", Target::Resource(param("uri"))),
+        "resources/read" => check("read_resource", Target::resource(param("uri"))),
         "prompts/get" => check("get_prompt", Target::Prompt(param("name"))),
-        method::SUBSCRIBE => check("subscribe", Target::Resource(param("uri"))),
+        method::SUBSCRIBE => check("subscribe", Target::resource(param("uri"))),
         "completion/complete" => {
             let reference = msg.param("ref");
             match str_member(reference, "type").as_str() {
                 "ref/prompt" => check("get_prompt", Target::Prompt(str_member(reference, "name"))),
                 "ref/resource" => check(
                     "read_resource",
-                    Target::Resource(str_member(reference, "uri")),
+                    Target::resource(str_member(reference, "uri")),
                 ),
                 _ => check("completion/complete", Target::Server),
             }

@@ -41,6 +41,7 @@ mod tests_more;
 #[cfg(test)]
 mod tests_rules;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -54,6 +55,7 @@ pub use cursor::{page, BadCursor, Page, MAX_CURSOR};
 pub use merge::merge;
 pub use names::{valid_tool_name, MAX_TOOL_NAME};
 pub use rules::{BackendRules, Filter, Override, Visibility};
+pub(crate) use uri::canonical_scheme;
 
 /// One of the four merged lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,6 +79,11 @@ impl Kind {
             Kind::Resources => "resources/list",
             Kind::ResourceTemplates => "resources/templates/list",
         }
+    }
+
+    /// Whether its items are named by URI (a scheme in any case names the same item).
+    pub(crate) fn has_uris(self) -> bool {
+        matches!(self, Kind::Resources | Kind::ResourceTemplates)
     }
 
     /// The member of the list result holding the items.
@@ -230,7 +237,8 @@ fn list(collisions: &[Collision]) -> String {
 pub struct Merged {
     kind: Kind,
     entries: Vec<Entry>,
-    /// Exposed name → index into `entries`.
+    /// Exposed name → index into `entries`; for resources and templates also the name with
+    /// its scheme lower-cased (the first entry of that form, when it differs).
     index: HashMap<Arc<str>, usize>,
     warnings: Vec<String>,
     /// For templates: each entry's compiled template, in entry order.
@@ -250,10 +258,16 @@ impl Merged {
         &self.entries
     }
 
-    /// The backend and original name behind an exposed name (or URI, or template). A
-    /// filtered or dropped item is absent: refuse it exactly like an unknown one.
+    /// The backend and original name behind an exposed name (or URI, or template: exactly,
+    /// else with its scheme in any case). A filtered or dropped item is absent: refuse it
+    /// exactly like an unknown one.
     pub fn lookup(&self, exposed: &str) -> Option<(&BackendId, &str)> {
-        let entry = &self.entries[*self.index.get(exposed)?];
+        let i = match self.index.get(exposed) {
+            Some(i) => *i,
+            None if self.kind.has_uris() => *self.index.get(&*canonical_scheme(exposed))?,
+            None => return None,
+        };
+        let entry = &self.entries[i];
         Some((&entry.backend, &entry.original))
     }
 
@@ -273,15 +287,22 @@ impl Merged {
 
     /// Builds the routing table, templates and fingerprint over `entries` (unique names).
     pub(crate) fn from_entries(kind: Kind, entries: Vec<Entry>, warnings: Vec<String>) -> Self {
-        let index = entries
+        let mut index: HashMap<Arc<str>, usize> = entries
             .iter()
             .enumerate()
             .map(|(i, e)| (e.exposed.clone(), i))
             .collect();
+        if kind.has_uris() {
+            for (i, e) in entries.iter().enumerate() {
+                if let Cow::Owned(canonical) = canonical_scheme(&e.exposed) {
+                    index.entry(canonical.into()).or_insert(i);
+                }
+            }
+        }
         let templates = match kind {
             Kind::ResourceTemplates => entries
                 .iter()
-                .map(|e| uri::Template::parse(&e.exposed))
+                .map(|e| uri::Template::parse(&canonical_scheme(&e.exposed)))
                 .collect(),
             _ => Vec::new(),
         };
@@ -308,7 +329,8 @@ impl Merged {
         match self.kind {
             Kind::Resources => self.lookup(uri).map(|(backend, _)| backend),
             Kind::ResourceTemplates => {
-                let i = self.templates.iter().position(|t| t.matches(uri))?;
+                let uri = canonical_scheme(uri);
+                let i = self.templates.iter().position(|t| t.matches(&uri))?;
                 Some(&self.entries[i].backend)
             }
             Kind::Tools | Kind::Prompts => None,

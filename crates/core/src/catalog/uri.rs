@@ -20,6 +20,33 @@
 //! template we cannot read would be a guess. Matching is a set-of-states simulation, linear in
 //! the URI's length times the template's (no backtracking, so no input blows it up).
 
+use std::borrow::Cow;
+
+/// `uri` with its scheme lower-cased, the rest kept byte for byte: RFC 3986 (3.1) makes the
+/// scheme case-insensitive, and lower case its canonical form. Resources are routed and judged
+/// by the policy in this form, so `REMA://x` is `rema://x` everywhere. A URI without a valid
+/// scheme (`ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )` then `:`) is returned as it is.
+pub(crate) fn canonical_scheme(uri: &str) -> Cow<'_, str> {
+    let Some((scheme, _)) = uri.split_once(':') else {
+        return Cow::Borrowed(uri);
+    };
+    let valid = scheme
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic())
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    if !valid || !scheme.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Cow::Borrowed(uri);
+    }
+    Cow::Owned(format!(
+        "{}{}",
+        scheme.to_ascii_lowercase(),
+        &uri[scheme.len()..]
+    ))
+}
+
 /// Which characters a run may consume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
@@ -195,6 +222,26 @@ mod tests {
         }
         assert!(m("plain://exact", "plain://exact"));
         assert!(!m("plain://exact", "plain://exactly"));
+    }
+
+    #[test]
+    fn only_a_valid_scheme_is_lower_cased() {
+        let c = |u: &str| canonical_scheme(u).into_owned();
+        assert_eq!(c("remA://Info/X"), "rema://Info/X");
+        assert_eq!(c("HTTP+Unix://H/P?Q#F"), "http+unix://H/P?Q#F");
+        assert_eq!(c("rema://INFO"), "rema://INFO");
+        assert!(matches!(canonical_scheme("rema://x"), Cow::Borrowed(_)));
+        for unchanged in [
+            "NoScheme",
+            "/A:b",
+            "1AB://x",
+            "{S}://x",
+            "",
+            ":x",
+            "\u{c9}A://x",
+        ] {
+            assert_eq!(c(unchanged), unchanged);
+        }
     }
 
     proptest! {

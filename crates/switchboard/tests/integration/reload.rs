@@ -9,7 +9,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::common::{process_running, Listener, Reply, TestGateway};
-use crate::vmcp::{call_text, list_all, modern, request, serve, stdio, tool_names, Dir, Era};
+use crate::fixture_http::FixtureHttp;
+use crate::vmcp::{
+    call_text, list_all, modern, remote, request, serve, stdio, tool_names, Dir, Era,
+};
 
 mod load;
 mod policy;
@@ -313,6 +316,37 @@ async fn an_invalid_config_is_refused_whole_and_the_old_one_keeps_serving() {
         let line = format!("switchboard_config_reloads_total{{outcome=\"{outcome}\"}} {n}");
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
+}
+
+/// Removing the first backend moves the others up the file; a backend that did not change is
+/// not changed by its new place. (A Legacy-only remote gives each session an upstream of its
+/// own, so "changed" would refuse the whole reload.)
+#[tokio::test]
+async fn removing_the_first_backend_leaves_the_moved_ones_unchanged() {
+    let rem = FixtureHttp::start(&["--era", "legacy"]).await;
+    let (b, r) = (stdio("b", ""), remote("rem", &rem.url));
+    let served = serve(
+        "reload-first",
+        &format!("backends:\n{}{b}{r}", stdio("a", "")),
+        Some(rem),
+    )
+    .await;
+    let gw = &served.gw;
+    let sid = gw.session().await;
+    let before = call_text(gw, Era::Legacy, Some(&sid), "rem_instance", json!({})).await;
+
+    rewrite(&config_of(&served._dir), &format!("backends:\n{b}{r}"));
+    let line = gw.wait_stdout("switchboard: config reload", BOUND).await;
+    assert!(line.starts_with(RELOADED), "{line}");
+    assert!(
+        line.contains("added [], removed [a], restarted []"),
+        "{line}"
+    );
+    // The session keeps its own upstream on `rem`, and `a` is gone.
+    let after = call_text(gw, Era::Legacy, Some(&sid), "rem_instance", json!({})).await;
+    assert_eq!(after, before);
+    let now = tool_names(gw, Era::Legacy, Some(&sid)).await;
+    assert!(!now.iter().any(|n| n.starts_with("a_")), "{now:?}");
 }
 
 #[tokio::test]

@@ -436,3 +436,37 @@ async fn only_an_approver_may_approve_over_http() {
     })
     .await;
 }
+
+/// A composite's listed annotations are a floor over its steps' tools; a quarantined tool's
+/// definition is not approved, so what it claims (read-only here) counts for nothing: the
+/// step is assumed unsafe, as one whose tool is missing is.
+#[tokio::test]
+async fn a_composite_does_not_take_a_quarantined_tools_annotations() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/annotated.py"
+    );
+    let composite = "compositeTools:\n  - name: look\n    steps:\n      - {id: peek, type: tool, tool: ann.peek}\n";
+    let listed = |top: &'static str| async move {
+        let dir = Dir::new("trust-composite");
+        let yaml = format!(
+            "{top}{composite}backends:\n  - name: ann\n    command: python3\n    args: [{script}]\n"
+        );
+        let gw = serve(&dir.write("sb.yaml", &yaml)).await;
+        let (tools, _) = list_all(&gw, Era::Modern, None, "tools/list", "tools").await;
+        let look = tools.iter().find(|t| t["name"] == "look").cloned();
+        look.unwrap_or_else(|| panic!("{tools:?}"))["annotations"].clone()
+    };
+    // Pinned as first seen: its claim is the step's.
+    let trusted = listed("").await;
+    assert_eq!(
+        trusted,
+        json!({"readOnlyHint": true, "destructiveHint": false, "openWorldHint": false})
+    );
+    // Held for approval: the step is assumed unsafe.
+    let held = listed("trust: {newTools: quarantine}\n").await;
+    assert_eq!(
+        held,
+        json!({"readOnlyHint": false, "destructiveHint": true, "openWorldHint": true})
+    );
+}

@@ -24,6 +24,7 @@ mod one_backend;
 mod own;
 mod pages;
 mod push;
+mod schemes;
 mod search;
 mod startup;
 

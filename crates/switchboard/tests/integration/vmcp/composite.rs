@@ -280,6 +280,65 @@ async fn a_modern_client_runs_the_dag_and_only_its_owner_resumes_it() {
     every_step_audited(&audit, "input_required").await;
 }
 
+/// Two composites that each ask once, then greet with the answer.
+const ASK_TWICE: &str = r#"
+  - name: ask_one
+    inputTimeout: 30s
+    steps:
+      - id: confirm
+        type: elicitation
+        message: "Who?"
+        requestedSchema: {type: object, properties: {name: {type: string}}, required: [name]}
+    output:
+      greeting: "Hello {{ steps.confirm.output.name }}"
+  - name: ask_two
+    inputTimeout: 30s
+    steps:
+      - id: confirm
+        type: elicitation
+        message: "Who else?"
+        requestedSchema: {type: object, properties: {name: {type: string}}, required: [name]}
+    output:
+      greeting: "Bye {{ steps.confirm.output.name }}"
+"#;
+
+#[tokio::test]
+async fn a_resume_through_another_composite_leaves_the_handle_to_its_own() {
+    let dir = Dir::new("composite-wrong-name");
+    let (yaml, _) = config(&dir, ASK_TWICE);
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+
+    let first = call_as(&gw, ALICE, 1, "ask_one", json!({"arguments": {}})).await;
+    let result = first.json()["result"].clone();
+    assert_eq!(result["resultType"], "input_required", "{}", first.text);
+    let handle = result["requestState"].as_str().unwrap().to_owned();
+    let resume = json!({
+        "arguments": {},
+        "inputResponses": {"confirm": {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": handle,
+    });
+    // The owner's own handle through the other composite's name: refused like an unknown one.
+    let wrong = call_as(&gw, ALICE, 2, "ask_two", resume.clone()).await;
+    let mut unknown_params = resume.clone();
+    unknown_params["requestState"] = json!(format!("wf_{}", "0".repeat(64)));
+    let unknown = call_as(&gw, ALICE, 2, "ask_two", unknown_params).await;
+    assert_eq!(wrong.status, unknown.status);
+    assert_eq!(wrong.text, unknown.text, "wrong name differs from unknown");
+
+    // The refusal did not spend the handle: the right composite resumes and finishes.
+    let done = call_as(&gw, ALICE, 3, "ask_one", resume).await;
+    let result = done.json()["result"].clone();
+    assert_eq!(result["resultType"], "complete", "{}", done.text);
+    assert_eq!(
+        result["structuredContent"]["greeting"], "Hello Ada",
+        "{result}"
+    );
+}
+
 #[tokio::test]
 async fn a_composite_safer_than_its_steps_keeps_serve_from_starting() {
     let dir = Dir::new("composite-unsafe");
@@ -294,23 +353,69 @@ async fn a_composite_safer_than_its_steps_keeps_serve_from_starting() {
 "#;
     let (yaml, _) = config(&dir, composite);
     let config = dir.write("sb.yaml", &yaml);
-    let out = tokio::process::Command::new(SB)
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .args(["--host", "127.0.0.1", "--port", "0"])
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), out)
-        .await
-        .expect("serve did not exit")
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (stdout, stderr) = refused(&["serve", "--host", "127.0.0.1", "--port", "0"], &config).await;
     assert!(
         stderr.contains("composite tool `looks_safe` claims readOnlyHint: true but its step `write` calls `alpha.echo`, which is not"),
         "stderr: {stderr}\nstdout: {stdout}"
     );
     assert!(!stdout.contains("listening on"), "{stdout}");
+}
+
+/// Runs `switchboard ARGS --config CONFIG`, which must exit non-zero: its stdout and stderr.
+async fn refused(args: &[&str], config: &std::path::Path) -> (String, String) {
+    let out = tokio::process::Command::new(SB)
+        .args(args)
+        .args(["--config", config.to_str().unwrap()])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("switchboard did not exit")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} succeeded: {stdout}");
+    (stdout, stderr)
+}
+
+#[tokio::test]
+async fn a_step_naming_no_backend_is_refused_by_validate_and_serve() {
+    let dir = Dir::new("composite-no-backend");
+    let composite = r#"
+  - name: lost
+    steps:
+      - id: fine
+        type: tool
+        tool: alpha.echo
+        arguments: {text: x}
+      - id: astray
+        type: tool
+        tool: nosuchbackend.echo
+        arguments: {text: y}
+  - name: lost_in_loop
+    steps:
+      - id: each
+        type: forEach
+        items: "{{ [1, 2] }}"
+        step:
+          id: one
+          type: tool
+          tool: nosuchbackend.echo
+"#;
+    let (yaml, _) = config(&dir, composite);
+    let config = dir.write("sb.yaml", &yaml);
+    let why = "names no backend: `nosuchbackend` is not in backends (alpha, beta)";
+    for args in [&["validate"][..], &["serve", "--port", "0"]] {
+        let (stdout, stderr) = refused(args, &config).await;
+        for path in [
+            "compositeTools[0].steps[1].tool",
+            "compositeTools[1].steps[0].step.tool",
+        ] {
+            let line = format!("{path}: `nosuchbackend.echo` {why}");
+            assert!(stderr.contains(&line), "{args:?}: {line}\nstderr: {stderr}");
+        }
+        assert!(!stdout.contains("listening on"), "{stdout}");
+    }
 }
 
 /// rmcp's client as `key`'s holder, declaring elicitation and answering with a name.
