@@ -601,17 +601,22 @@ fn refusal(
         return CoreError::Forbidden(denial(action));
     }
     use crate::vmcp::{clip, clip_uri};
+    let completion = msg.method == Some("completion/complete");
+    // The URI as the client sent it (the target's scheme is folded), as routing quotes it.
+    let sent = |uri: &str| {
+        let holder = if completion { msg.param("ref") } else { msg.params };
+        let sent = gate::str_member(holder, "uri");
+        clip_uri(if sent.is_empty() { uri } else { &sent })
+    };
     match target {
         Target::Tool(name) => CoreError::UnknownName("tool", clip(name)),
         Target::Prompt(name) => CoreError::UnknownName("prompt", clip(name)),
         // As routing names a missing one: a completion's reference is a template.
-        Target::Resource(uri) | Target::ResourceTemplate(uri)
-            if msg.method == Some("completion/complete") =>
-        {
-            CoreError::UnknownName("resource template", clip_uri(uri))
+        Target::Resource(uri) | Target::ResourceTemplate(uri) if completion => {
+            CoreError::UnknownName("resource template", sent(uri))
         }
         Target::Resource(uri) | Target::ResourceTemplate(uri) => {
-            CoreError::UnknownName("resource", clip_uri(uri))
+            CoreError::UnknownName("resource", sent(uri))
         }
         Target::Server => CoreError::Forbidden(denial(action)),
     }
