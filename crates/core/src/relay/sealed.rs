@@ -497,6 +497,35 @@ mod tests {
             .is_none());
     }
 
+    /// The MAC is compared in its exact encoding: the same bytes in upper-case hex are not
+    /// the token that was issued.
+    #[test]
+    fn a_token_with_its_mac_in_another_case_is_refused() {
+        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+        let alice = principal("alice");
+        let a = "a".parse::<BackendId>().unwrap();
+        let id = RequestId::from_string("x");
+        let first = raw(json!({"name": "t"}));
+        let bound = |params| Bound {
+            caller: &alice,
+            method: "tools/call",
+            backend: &a,
+            params,
+        };
+        let token = token_of(&relay.seal(&sealer, &bound(Some(&first)), &id, pending("s")));
+        let (body, mac) = token.rsplit_once('.').unwrap();
+        assert!(mac.bytes().any(|c| c.is_ascii_lowercase()), "{mac}");
+        let shouted = format!("{body}.{}", mac.to_ascii_uppercase());
+        let retry = raw(json!({"name": "t", "requestState": shouted}));
+        let refused = relay.open(&sealer, &bound(Some(&retry)), &id);
+        let answer = refused.expect_err("an upper-cased MAC was accepted");
+        let v: Value = serde_json::from_slice(&answer.ok().unwrap().body).unwrap();
+        assert_eq!(v["error"]["data"]["reason"], "invalid_request_state", "{v}");
+        // The token as issued still opens (the refusal used no nonce).
+        let retry = raw(json!({"name": "t", "requestState": token}));
+        assert!(relay.open(&sealer, &bound(Some(&retry)), &id).is_ok());
+    }
+
     #[test]
     fn a_principal_over_its_share_of_used_nonces_does_not_stop_another() {
         let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
