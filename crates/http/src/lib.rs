@@ -36,7 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 use switchboard_core::{Gateway, Principal};
 
-pub use auth::{parse_algorithm, Authenticator, JwtConfig, API_KEY_ISSUER};
+pub use auth::{
+    parse_algorithm, reserved_issuer, Authenticator, JwtConfig, ANONYMOUS_ISSUER, API_KEY_ISSUER,
+};
 pub use conn::{serve, ConnLimits, EVICTION_SLACK};
 pub use hop::{Hop, HopError, HOP_HEADER, MIN_SECRET_BYTES};
 pub use legacy_sse::clean_prefix;

@@ -99,6 +99,36 @@ async fn validate_prints_a_summary_and_never_a_secret() {
     assert!(!stdout.contains("it-secret-value") && !stderr.contains("it-secret-value"));
 }
 
+/// A JWT issuer spelled like the gateway's own principal issuers (`api-key` for API keys,
+/// `anonymous` for callers without a credential) would make a token's subject the same
+/// principal as a key's name: refused by `validate` and at startup, naming the field.
+#[tokio::test]
+async fn a_jwt_issuer_named_like_a_gateway_issuer_is_refused() {
+    let dir = Dir::new("reserved-issuer");
+    for issuer in ["api-key", "anonymous"] {
+        let config = dir.write(
+            "sb.yaml",
+            &format!(
+                "auth:\n  jwt: {{issuer: {issuer}, jwksUrl: \"http://127.0.0.1:9/jwks\"}}\nbackends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n"
+            ),
+        );
+        let path = config.to_str().unwrap();
+        for args in [
+            &["validate", "--config", path][..],
+            &["serve", "--config", path, "--port", "0"][..],
+        ] {
+            // Bounded: a `serve` that starts anyway fails the test after 30 s.
+            let out = switchboard(args, &[], &dir.0).await;
+            let (stdout, stderr) = text(&out);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout}{stderr}");
+            assert!(
+                stderr.contains("auth.jwt.issuer") && stderr.contains(issuer),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn validate_reports_every_error_with_its_path_and_exits_1() {
     let dir = Dir::new("validate-bad");
