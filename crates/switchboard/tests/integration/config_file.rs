@@ -321,6 +321,61 @@ async fn serve_config_fronts_one_backend_and_flags_override_the_file() {
     drop(busy);
 }
 
+/// Every variable the configuration reads is the gateway's, not a stdio backend's: an API key
+/// named by `keyEnv` (in the auth-config file) or by a `${VAR}` reference (in `auth.apiKeys`,
+/// a backend's `env`) is not inherited; what a backend's `env` gives it, it gets, and a
+/// variable the configuration never names is inherited as before.
+#[tokio::test]
+async fn variables_the_config_reads_are_not_inherited_by_stdio_backends() {
+    const ALICE: &str = "it-alice-key-0123456789";
+    let dir = Dir::new("withheld-env");
+    dir.write(
+        "auth.json",
+        r#"{"apiKeys": [{"name": "alice", "keyEnv": "IT_ALICE_KEY"}]}"#,
+    );
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "auth:\n  configFile: auth.json\n  apiKeys: [{{name: bob, key: \"${{IT_BOB_KEY}}\"}}]\nbackends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n    env: {{GIVEN: \"${{IT_GIVEN}}\"}}\n"
+        ),
+    );
+    let env = [
+        ("IT_ALICE_KEY", ALICE),
+        ("IT_BOB_KEY", "it-bob-key-0123456789ab"),
+        ("IT_GIVEN", "it-given-value"),
+        ("IT_UNNAMED", "it-unnamed-value"),
+    ];
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"])
+        .envs(env)
+        .current_dir(&dir.0);
+    let gw = TestGateway::start_command(cmd).await;
+    let backend_env = |name: &'static str| {
+        let gw = &gw;
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "env", "arguments": {"name": name}, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {}}}});
+            let auth = format!("Bearer {ALICE}");
+            let headers = [
+                ("authorization", auth.as_str()),
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "env"),
+            ];
+            let r = gw.post_raw(None, body.to_string(), &headers).await;
+            assert_eq!(r.status, StatusCode::OK, "{name}: {}", r.text);
+            crate::common::tool_text(&r.json()).to_owned()
+        }
+    };
+    assert_eq!(backend_env("GIVEN").await, "it-given-value");
+    assert_eq!(backend_env("IT_UNNAMED").await, "it-unnamed-value");
+    for withheld in ["IT_ALICE_KEY", "IT_BOB_KEY", "IT_GIVEN"] {
+        assert_eq!(backend_env(withheld).await, "", "{withheld} was inherited");
+    }
+}
+
 async fn assert_tools_list(gw: &TestGateway) {
     let sid = gw.session().await;
     let r = gw
