@@ -162,9 +162,18 @@ impl Sealer {
         mac
     }
 
-    /// A MAC over length-prefixed `fields` with this gateway's key, for the relay's tokens
-    /// (`relay::sealed`). `domain` is the first field, so no relay token can pass for a
-    /// held call's token or the other way round (those start with `switchboard-mrtr-v1`).
+    /// A key for `domain` alone, derived from this gateway's key (HMAC of the domain): the
+    /// relay's AEAD key (`relay::envelope`), never usable as the MAC key or the other way round.
+    pub(crate) fn derive_key(&self, domain: &str) -> [u8; 32] {
+        self.keyed_fields(domain, &[])
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    /// A MAC over length-prefixed `fields` with this gateway's key (for [`Self::derive_key`]).
+    /// `domain` is the first field, so no derived key is a held call's MAC of anything (those
+    /// start with `switchboard-mrtr-v1`).
     fn keyed_fields(&self, domain: &str, fields: &[&[u8]]) -> HmacSha256 {
         let mut mac = self.keyed.clone();
         for field in std::iter::once(domain.as_bytes()).chain(fields.iter().copied()) {
@@ -172,17 +181,6 @@ impl Sealer {
             mac.update(field);
         }
         mac
-    }
-
-    /// The hex tag of [`Self::keyed_fields`].
-    pub(crate) fn tag(&self, domain: &str, fields: &[&[u8]]) -> String {
-        hex(&self.keyed_fields(domain, fields).finalize().into_bytes())
-    }
-
-    /// Whether `tag` (lower-case hex, exactly as [`Self::tag`] writes it) is the tag of these
-    /// fields; constant-time.
-    pub(crate) fn verify(&self, domain: &str, fields: &[&[u8]], tag: &str) -> bool {
-        unhex(tag).is_some_and(|t| self.keyed_fields(domain, fields).verify_slice(&t).is_ok())
     }
 
     /// A fresh held id and its token, valid for `ttl`.
