@@ -604,7 +604,11 @@ fn refusal(
     let completion = msg.method == Some("completion/complete");
     // The URI as the client sent it (the target's scheme is folded), as routing quotes it.
     let sent = |uri: &str| {
-        let holder = if completion { msg.param("ref") } else { msg.params };
+        let holder = if completion {
+            msg.param("ref")
+        } else {
+            msg.params
+        };
         let sent = gate::str_member(holder, "uri");
         clip_uri(if sent.is_empty() { uri } else { &sent })
     };

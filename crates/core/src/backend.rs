@@ -114,7 +114,7 @@ impl Backend {
             }
             (_, discovered) => discovered,
         };
-        let legacy = legacy.and_then(|answer| answer.map_err(refused));
+        let legacy = legacy.and_then(|answer| answer.map_err(refused_initialize));
         let info = match (legacy, discovered) {
             (Ok(mut info), discovered) => {
                 info.era.modern = discovered.is_some();
@@ -164,6 +164,20 @@ pub(crate) async fn call(
         .map_err(CoreError::from)
 }
 
+/// A backend's JSON-RPC error answer to the gateway's own `method`, as logs, the audit log and
+/// startup errors tell it: the error code, never the message or data (a remote may quote the
+/// credential it was sent: `denied auth=<the header>`).
+pub(crate) fn refused(method: &str, error: &str) -> String {
+    let code = RawValue::from_string(error.to_owned())
+        .ok()
+        .and_then(|raw| switchboard_wire::object_member(&raw, "code").map(|c| c.get().to_owned()))
+        .filter(|c| c.parse::<i64>().is_ok());
+    match code {
+        Some(code) => format!("backend refused {method} (JSON-RPC error {code})"),
+        None => format!("backend refused {method}"),
+    }
+}
+
 /// A backend that let a handshake step pass unanswered.
 pub(crate) fn no_answer(name: &str, limit: Duration) -> CoreError {
     CoreError::BackendInit(format!(
@@ -198,11 +212,14 @@ async fn probe_modern(handle: &Upstream, timeout: Duration) -> Option<Value> {
 }
 
 async fn legacy_handshake(handle: &Upstream, deadline: Duration) -> Result<BackendInfo, CoreError> {
-    initialize(handle, deadline).await?.map_err(refused)
+    initialize(handle, deadline)
+        .await?
+        .map_err(refused_initialize)
 }
 
-fn refused(error: String) -> CoreError {
-    CoreError::BackendInit(format!("backend refused initialize: {error}"))
+/// A refused `initialize`, in the gateway's words (its code, never the backend's text).
+fn refused_initialize(error: String) -> CoreError {
+    CoreError::BackendInit(refused(method::INITIALIZE, &error))
 }
 
 /// Whether a refused `initialize` says the backend speaks a Modern version instead
@@ -311,5 +328,18 @@ mod tests {
         let info = from_discover(d);
         assert_eq!(info.server_info["name"], "m");
         assert_eq!(info.era.to_string(), "modern");
+    }
+
+    #[test]
+    fn a_refusal_names_the_code_never_the_backends_words() {
+        let error = r#"{"code":-32001,"message":"denied auth=Bearer s3cret","data":"s3cret"}"#;
+        let text = refused("initialize", error);
+        assert_eq!(text, "backend refused initialize (JSON-RPC error -32001)");
+        assert_eq!(
+            refused("tools/list", "\"s3cret\""),
+            "backend refused tools/list"
+        );
+        let odd = r#"{"code":"s3cret"}"#;
+        assert_eq!(refused("initialize", odd), "backend refused initialize");
     }
 }

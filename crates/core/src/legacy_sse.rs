@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use switchboard_wire::RequestId;
+use switchboard_wire::{method, RequestId};
 
 use crate::listen_stream::{ListenEvent, ListenState};
 use crate::session::{SessionId, Transport};
@@ -236,9 +236,9 @@ impl Gateway {
                     .sessions
                     .with(session.as_str(), |s| s.own.remove(&backend));
                 match failed {
-                    Ok(answer) => Err(CoreError::BackendInit(format!(
-                        "backend refused initialize: {}",
-                        answer.payload()
+                    Ok(answer) => Err(CoreError::BackendInit(crate::backend::refused(
+                        method::INITIALIZE,
+                        answer.payload(),
                     ))),
                     Err(e) => Err(e),
                 }

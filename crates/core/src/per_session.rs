@@ -215,9 +215,9 @@ impl crate::Gateway {
                 // No usable backend: the session never existed for the client.
                 pending.fail().await;
                 match failed {
-                    Ok(a) => Err(CoreError::BackendInit(format!(
-                        "backend refused initialize: {}",
-                        a.payload()
+                    Ok(a) => Err(CoreError::BackendInit(crate::backend::refused(
+                        method::INITIALIZE,
+                        a.payload(),
                     ))),
                     Err(e) => Err(e),
                 }

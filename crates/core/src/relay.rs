@@ -10,6 +10,7 @@
 //!   the caller, the method, the call's params, an expiry and a nonce; the retry is verified,
 //!   used once, and unwrapped before the backend sees it.
 
+mod envelope;
 mod legacy_client;
 mod sealed;
 

@@ -109,9 +109,8 @@ impl Gateway {
             .await
             .map_err(|e| format!("{method} failed: {e}"))?;
         if answer.is_error() {
-            // The backend's words, bounded: this goes to the log.
-            let text: String = answer.payload().chars().take(200).collect();
-            return Err(format!("{method} answered an error: {text}"));
+            // Never the backend's words: this goes to the log, and they may quote a secret.
+            return Err(crate::backend::refused(method, answer.payload()));
         }
         serde_json::from_str(answer.payload())
             .map_err(|e| format!("{method} answered unreadable JSON: {e}"))

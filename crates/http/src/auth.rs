@@ -54,6 +54,23 @@ const MAX_JWKS_BYTES: usize = 1024 * 1024;
 /// Issuer of principals authenticated by a static API key.
 pub const API_KEY_ISSUER: &str = "api-key";
 
+/// Issuer of the principal of callers without a credential (`Principal::anonymous`).
+pub const ANONYMOUS_ISSUER: &str = "anonymous";
+
+/// Why a JWT issuer may not be `issuer`: the gateway names its own principals with it, so a
+/// token's `sub` would be the same principal as an API key's name (or the anonymous caller),
+/// owning its sessions and matching its policies. `None` when it may.
+pub fn reserved_issuer(issuer: &str) -> Option<String> {
+    let whose = match issuer {
+        API_KEY_ISSUER => "API-key principals",
+        ANONYMOUS_ISSUER => "callers without a credential",
+        _ => return None,
+    };
+    Some(format!(
+        "\"{issuer}\" is reserved: it is the issuer of {whose}; give the token issuer's own `iss`"
+    ))
+}
+
 /// OAuth JWT validation settings.
 #[derive(Debug, Clone)]
 pub struct JwtConfig {
@@ -152,6 +169,9 @@ impl Authenticator {
             return Err("API keys must be at least 16 characters".into());
         }
         if let Some(j) = &jwt {
+            if let Some(why) = reserved_issuer(&j.issuer) {
+                return Err(format!("JWT issuer (--jwt-issuer, auth.jwt.issuer): {why}"));
+            }
             if j.audiences.is_empty() {
                 return Err("a JWT issuer needs at least one audience".into());
             }

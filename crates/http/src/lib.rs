@@ -36,7 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 use switchboard_core::{Gateway, Principal};
 
-pub use auth::{parse_algorithm, Authenticator, JwtConfig, API_KEY_ISSUER};
+pub use auth::{
+    parse_algorithm, reserved_issuer, Authenticator, JwtConfig, ANONYMOUS_ISSUER, API_KEY_ISSUER,
+};
 pub use conn::{serve, ConnLimits, EVICTION_SLACK};
 pub use hop::{Hop, HopError, HOP_HEADER, MIN_SECRET_BYTES};
 pub use legacy_sse::clean_prefix;
@@ -144,11 +146,14 @@ pub fn router(state: AppState) -> Router {
         // the policy may hide from a caller): always behind `/mcp`'s admission, for approvers.
         .route("/trust/approve", post(ops_ui::approve))
         .route("/trust", get(ops_ui::trust));
+    // `/status` and `/stats` tell backends' health, traffic and table sizes: behind the same
+    // admission as `/mcp` (Origin/Host, auth) unless the operator opened `/status`.
     if !state.config.status_open {
-        admitted = admitted.route("/status", get(status));
+        admitted = admitted
+            .route("/status", get(status))
+            .route("/stats", get(stats));
     }
-    // On the main listener, behind the same admission as `/mcp` (Origin/Host, auth) unless
-    // the operator opened `/status`: it tells backends' health and traffic.
+    // `/metrics` on the main listener follows `/status`'s rule.
     // `--metrics-listen` serves it open, on a listener of its own.
     if state.config.metrics_here && !state.config.status_open {
         admitted = admitted.route("/metrics", get(metrics));
@@ -157,7 +162,9 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .route("/readyz", get(ready));
     if state.config.status_open {
-        open = open.route("/status", get(status));
+        open = open
+            .route("/status", get(status))
+            .route("/stats", get(stats));
         if state.config.metrics_here {
             open = open.route("/metrics", get(metrics));
         }
@@ -173,7 +180,6 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/app.js", get(ops_ui::script))
         .route("/ui/app.css", get(ops_ui::style))
         .route("/healthz", get(health))
-        .route("/stats", get(stats))
         .with_state(state)
 }
 

@@ -121,6 +121,7 @@ struct FileJwt {
 /// Everything the options resolve to.
 pub(crate) struct Resolved {
     file: FileConfig,
+    /// Every API key (inline, `--api-keys-file`, the auth-config file's), expanded.
     args_keys: Vec<(String, String)>,
 }
 
@@ -155,6 +156,17 @@ impl AuthArgs {
                 };
                 args_keys.push((name.trim().to_owned(), key.trim().to_owned()));
             }
+        }
+        // Read here, before any backend starts: a variable read is withheld from the stdio
+        // backends started after (`config_vars`).
+        for k in &file.api_keys {
+            let key = match (&k.key, &k.key_env) {
+                (Some(key), None) => key.clone(),
+                (None, Some(var)) => crate::config_vars::var(var)
+                    .with_context(|| format!("API key {:?}: ${var} is not set", k.name))?,
+                _ => bail!("API key {:?}: give exactly one of key, keyEnv", k.name),
+            };
+            args_keys.push((k.name.clone(), key));
         }
         Ok(Resolved { file, args_keys })
     }
@@ -241,16 +253,7 @@ impl AuthArgs {
             .or_else(|| r.file.public_url.clone())
             .unwrap_or_else(|| format!("http://{addr}"));
         let public_url = public_url.trim_end_matches('/').to_owned();
-        let mut keys = r.args_keys.clone();
-        for k in &r.file.api_keys {
-            let key = match (&k.key, &k.key_env) {
-                (Some(key), None) => key.clone(),
-                (None, Some(var)) => std::env::var(var)
-                    .with_context(|| format!("API key {:?}: ${var} is not set", k.name))?,
-                _ => bail!("API key {:?}: give exactly one of key, keyEnv", k.name),
-            };
-            keys.push((k.name.clone(), key));
-        }
+        let keys = r.args_keys.clone();
         let jwt = match (&self.jwt_issuer, &r.file.jwt) {
             (None, None) => None,
             (issuer, file) => {

@@ -6,6 +6,7 @@ mod auth_config;
 mod bench;
 mod cli;
 mod config;
+mod config_vars;
 mod ops_args;
 mod reload;
 mod remote;
@@ -23,11 +24,6 @@ use clap::{CommandFactory, FromArgMatches};
 use tracing_subscriber::EnvFilter;
 
 use cli::{Cli, Command};
-
-/// The gateway's own secrets it may be given in its environment: never inherited by a stdio
-/// backend (`StdioConfig::withheld`).
-pub(crate) const GATEWAY_SECRET_VARIABLES: [&str; 2] =
-    [session_store::PASSWORD_ENV, replica::SECRET_ENV];
 
 /// mimalloc instead of glibc malloc: the request path allocates on one tokio worker and frees
 /// on another, which glibc's arenas handle poorly (measured in BENCHMARKS.md). One binary

@@ -31,7 +31,8 @@ pub(crate) struct OpsArgs {
     /// Seconds an open breaker refuses calls before one trial call (or probe) decides.
     #[arg(long, default_value_t = 10.0)]
     pub(crate) breaker_cool_down: f64,
-    /// Serve GET /status without authentication (by default it is behind /mcp's).
+    /// Serve GET /status and GET /stats without authentication (by default they are behind
+    /// /mcp's).
     #[arg(long)]
     pub(crate) status_open: bool,
     /// Serve GET /metrics on this address (HOST:PORT) instead of the main listener.

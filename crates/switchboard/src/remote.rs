@@ -67,7 +67,7 @@ impl RemoteArgs {
         }
         lines
             .iter()
-            .map(|line| parse_header(line, |v| std::env::var(v).ok()))
+            .map(|line| parse_header(line, crate::config_vars::var))
             .collect()
     }
 }

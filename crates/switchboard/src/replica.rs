@@ -92,5 +92,5 @@ fn secret(args: &GatewayArgs) -> anyhow::Result<Option<String>> {
     if let Some(path) = &args.replica_secret_file {
         return crate::session_store::private_first_line(path);
     }
-    Ok(std::env::var(SECRET_ENV).ok().filter(|p| !p.is_empty()))
+    Ok(crate::config_vars::var(SECRET_ENV).filter(|p| !p.is_empty()))
 }

@@ -70,7 +70,7 @@ fn password(args: &GatewayArgs) -> anyhow::Result<Option<String>> {
     if let Some(path) = &args.session_store_password_file {
         return private_first_line(path);
     }
-    Ok(std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()))
+    Ok(crate::config_vars::var(PASSWORD_ENV).filter(|p| !p.is_empty()))
 }
 
 /// The first line of a secret's file (trimmed; `None` when empty), refused unless only

@@ -436,9 +436,6 @@ fn stdio_config(args: &GatewayArgs, stdio: &StdioSpec) -> StdioConfig {
     config.max_line_bytes = args.max_line_bytes;
     config.env.clone_from(&stdio.env);
     config.cwd.clone_from(&stdio.cwd);
-    config.withheld = crate::GATEWAY_SECRET_VARIABLES
-        .iter()
-        .map(|v| (*v).to_owned())
-        .collect();
+    config.withheld = crate::config_vars::withheld();
     config
 }

@@ -83,9 +83,9 @@ impl Gateway {
         });
         let answer = crate::backend::call(handle, method::INITIALIZE, init, deadline).await?;
         if answer.is_error() {
-            return Err(CoreError::BackendInit(format!(
-                "backend refused initialize: {}",
-                answer.payload()
+            return Err(CoreError::BackendInit(crate::backend::refused(
+                method::INITIALIZE,
+                answer.payload(),
             )));
         }
         handle

@@ -162,9 +162,18 @@ impl Sealer {
         mac
     }
 
-    /// A MAC over length-prefixed `fields` with this gateway's key, for the relay's tokens
-    /// (`relay::sealed`). `domain` is the first field, so no relay token can pass for a
-    /// held call's token or the other way round (those start with `switchboard-mrtr-v1`).
+    /// A key for `domain` alone, derived from this gateway's key (HMAC of the domain): the
+    /// relay's AEAD key (`relay::envelope`), never usable as the MAC key or the other way round.
+    pub(crate) fn derive_key(&self, domain: &str) -> [u8; 32] {
+        self.keyed_fields(domain, &[])
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    /// A MAC over length-prefixed `fields` with this gateway's key (for [`Self::derive_key`]).
+    /// `domain` is the first field, so no derived key is a held call's MAC of anything (those
+    /// start with `switchboard-mrtr-v1`).
     fn keyed_fields(&self, domain: &str, fields: &[&[u8]]) -> HmacSha256 {
         let mut mac = self.keyed.clone();
         for field in std::iter::once(domain.as_bytes()).chain(fields.iter().copied()) {
@@ -172,16 +181,6 @@ impl Sealer {
             mac.update(field);
         }
         mac
-    }
-
-    /// The hex tag of [`Self::keyed_fields`].
-    pub(crate) fn tag(&self, domain: &str, fields: &[&[u8]]) -> String {
-        hex(&self.keyed_fields(domain, fields).finalize().into_bytes())
-    }
-
-    /// Whether `tag` (hex) is the tag of these fields; constant-time.
-    pub(crate) fn verify(&self, domain: &str, fields: &[&[u8]], tag: &str) -> bool {
-        unhex(tag).is_some_and(|t| self.keyed_fields(domain, fields).verify_slice(&t).is_ok())
     }
 
     /// A fresh held id and its token, valid for `ttl`.
@@ -237,8 +236,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The bytes of `text`, which must be exactly what [`hex`] writes: lower-case digits only. An
+/// upper-cased MAC names the same bytes but is not the token that was issued, so it is refused
+/// (the MAC itself is then compared in constant time by `verify_slice`).
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+    let canonical = text.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    if !text.len().is_multiple_of(2) || !canonical {
         return None;
     }
     (0..text.len())
@@ -373,6 +376,15 @@ mod tests {
         let parts: Vec<&str> = token.split('.').collect();
         let later = format!("{}.{}.{}", parts[0], u64::MAX, parts[2]);
         assert_eq!(sealer.open(&later, &bind), Err(Refused::Invalid));
+        // The MAC in upper case names the same bytes, but is not the token issued.
+        let shouted = format!(
+            "{}.{}.{}",
+            parts[0],
+            parts[1],
+            parts[2].to_ascii_uppercase()
+        );
+        assert_ne!(shouted, token);
+        assert_eq!(sealer.open(&shouted, &bind), Err(Refused::Malformed));
         // Another gateway's key.
         assert_eq!(Sealer::new().open(&token, &bind), Err(Refused::Invalid));
     }

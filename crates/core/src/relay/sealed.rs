@@ -1,12 +1,14 @@
 //! Modern client, Modern backend: the backend's `requestState` reaches the client only inside
 //! a gateway token, and comes back to the backend only from a verified, unused one.
 //!
-//! Token: `r1.<base64url(payload)>.<HMAC-SHA256 hex>`. The payload (JSON) names the backend,
-//! carries the backend's own state (raw JSON, `null` when it gave none), the expiry (unix
-//! seconds) and a 128-bit nonce; the MAC (the MRTR bridge's per-gateway key, `mrtr::Sealer`,
-//! under its own domain) covers the payload and, unreadable from the token, the caller's
-//! issuer and subject, the method and a digest of the params without `_meta`,
-//! `inputResponses` and `requestState`. So a token opens only for the same principal retrying
+//! Token: `r2.<base64url(replica)>.<base64url(sealed payload)>`. The payload (JSON) names the
+//! backend, carries the backend's own state (raw JSON, `null` when it gave none), the expiry
+//! (unix seconds) and a 128-bit nonce; it is sealed with an AEAD (`envelope`: ChaCha20-Poly1305
+//! under a key derived from the MRTR bridge's per-gateway key, `mrtr::Sealer`, for this domain
+//! only), so a client can neither read nor alter it. The associated data binds it to the
+//! replica named in the clear (empty outside replicas; it routes the retry home) and, not in the
+//! token at all, the caller's issuer and subject, the method and a digest of the params
+//! without `_meta`, `inputResponses` and `requestState`. So a token opens only for the same principal retrying
 //! the same call on the same backend before it expires; its nonce is then remembered until
 //! that expiry (bounded), so it opens once. Refusals use the bridge's answer (-32602,
 //! `data.reason`), whatever the cause: a token, a foreign one and a reused one look alike
@@ -25,6 +27,7 @@ use switchboard_wire::{
     codes, object_member, retain_members, with_member, with_members, ErrorObject, RequestId,
 };
 
+use super::envelope::{associated, Envelope};
 use super::is_input_required;
 use crate::backends::BackendId;
 use crate::mrtr::{params_digest, refused, unix_now, Refused, Sealer};
@@ -39,11 +42,11 @@ const MAX_USED: usize = 16 * 1024;
 /// retrying in bulk is refused alone instead of filling the table for everyone. Per
 /// principal is sound: a token opens only for the principal it was sealed for.
 const PER_PRINCIPAL: usize = MAX_USED / 16;
-/// Domain of the relay's MACs (the bridge's held-call tokens use another).
-const DOMAIN: &str = "switchboard-relay-v1";
-const PREFIX: &str = "r1.";
+/// Domain of the relay's AEAD key (the bridge's held-call tokens MAC under another).
+const DOMAIN: &str = "switchboard-relay-v2";
+const PREFIX: &str = "r2.";
 
-/// The readable part of a token.
+/// The sealed part of a token.
 #[derive(Serialize, Deserialize)]
 struct Payload {
     /// The backend whose state this is.
@@ -54,16 +57,14 @@ struct Payload {
     n: String,
     /// The backend's own `requestState`, as it sent it (`None`: it sent none).
     s: Option<Box<RawValue>>,
-    /// The replica that sealed it (replicas only): its nonce is remembered there.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    h: Option<String>,
 }
 
-/// The replica a relay token names (its readable payload's `h`), unverified.
+/// The replica a relay token names in the clear (replicas only: its nonce is remembered
+/// there), unverified.
 pub(crate) fn replica_of_token(token: &str) -> Option<String> {
     let encoded = token.strip_prefix(PREFIX)?.split('.').next()?;
     let bytes = URL_SAFE_NO_PAD.decode(encoded).ok()?;
-    serde_json::from_slice::<Payload>(&bytes).ok()?.h
+    String::from_utf8(bytes).ok().filter(|h| !h.is_empty())
 }
 
 /// The relay's memory: the used nonces and the token lifetime.
@@ -126,14 +127,15 @@ pub(crate) struct Bound<'a> {
 }
 
 impl Bound<'_> {
-    fn tag_fields<'b>(&'b self, payload: &'b [u8], digest: &'b [u8; 32]) -> [&'b [u8]; 5] {
-        [
-            payload,
+    /// The associated data of a token sealed at `replica` (empty: none) for this binding.
+    fn associated(&self, replica: &str) -> Vec<u8> {
+        associated(&[
+            replica.as_bytes(),
             self.caller.issuer.as_bytes(),
             self.caller.subject.as_bytes(),
             self.method.as_bytes(),
-            digest,
-        ]
+            &self.digest(),
+        ])
     }
 
     fn digest(&self) -> [u8; 32] {
@@ -198,12 +200,14 @@ impl SealedRelay {
         let malformed = Verdict::Refused(Refused::Malformed);
         let token: String = serde_json::from_str(token.get()).map_err(|_| malformed)?;
         let rest = token.strip_prefix(PREFIX).ok_or(malformed)?;
-        let (encoded, tag) = rest.split_once('.').ok_or(malformed)?;
-        let bytes = URL_SAFE_NO_PAD.decode(encoded).map_err(|_| malformed)?;
-        let digest = b.digest();
-        if !sealer.verify(DOMAIN, &b.tag_fields(&bytes, &digest), tag) {
-            return Err(Verdict::Refused(Refused::Invalid));
-        }
+        let (replica, sealed) = rest.split_once('.').ok_or(malformed)?;
+        let replica = URL_SAFE_NO_PAD.decode(replica).map_err(|_| malformed)?;
+        let replica = String::from_utf8(replica).map_err(|_| malformed)?;
+        let sealed = URL_SAFE_NO_PAD.decode(sealed).map_err(|_| malformed)?;
+        let envelope = Envelope::new(&sealer.derive_key(DOMAIN)).ok_or(malformed)?;
+        let bytes = envelope
+            .open(&b.associated(&replica), &sealed)
+            .ok_or(Verdict::Refused(Refused::Invalid))?;
         let payload: Payload = serde_json::from_slice(&bytes).map_err(|_| malformed)?;
         if payload.b != b.backend.as_str() {
             return Err(Verdict::Refused(Refused::Invalid));
@@ -244,14 +248,20 @@ impl SealedRelay {
             e: unix_now() + self.ttl.as_secs(),
             n: crate::route::random_hex(),
             s: state.map(|s| s.to_owned()),
-            h: sealer.replica.clone(),
         };
-        let Ok(bytes) = serde_json::to_vec(&payload) else {
+        let replica = sealer.replica.clone().unwrap_or_default();
+        let sealed = serde_json::to_vec(&payload).ok().and_then(|bytes| {
+            let envelope = Envelope::new(&sealer.derive_key(DOMAIN))?;
+            envelope.seal(&b.associated(&replica), bytes)
+        });
+        let Some(sealed) = sealed else {
             return too_large(id);
         };
-        let digest = b.digest();
-        let tag = sealer.tag(DOMAIN, &b.tag_fields(&bytes, &digest));
-        let token = format!("{PREFIX}{}.{tag}", URL_SAFE_NO_PAD.encode(&bytes));
+        let token = format!(
+            "{PREFIX}{}.{}",
+            URL_SAFE_NO_PAD.encode(replica.as_bytes()),
+            URL_SAFE_NO_PAD.encode(&sealed)
+        );
         let token = Value::String(token).to_string();
         // Every other spelling of the key goes: a loose client parser would read it as state.
         let set = [("requestState", token.as_str())];
@@ -316,244 +326,4 @@ fn full(id: &RequestId) -> ModernAnswer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn principal(sub: &str) -> Principal {
-        Principal {
-            issuer: "api-key".into(),
-            subject: sub.into(),
-            claims: serde_json::Map::new(),
-            credential: None,
-        }
-    }
-
-    fn raw(v: Value) -> Box<RawValue> {
-        RawValue::from_string(v.to_string()).unwrap()
-    }
-
-    fn pending(state: &str) -> ModernAnswer {
-        let result =
-            json!({"resultType": "input_required", "inputRequests": {}, "requestState": state});
-        ModernAnswer::ok(switchboard_wire::encode_result(
-            &RequestId::from_string("x"),
-            &result.to_string(),
-        ))
-    }
-
-    fn token_of(answer: &ModernAnswer) -> String {
-        let v: Value = serde_json::from_slice(&answer.body).unwrap();
-        v["result"]["requestState"].as_str().unwrap().to_owned()
-    }
-
-    use serde_json::json;
-
-    fn result_of_answer(answer: &ModernAnswer) -> Value {
-        let v: Value = serde_json::from_slice(&answer.body).unwrap();
-        v["result"].clone()
-    }
-
-    /// Whatever a loose client parser reads as the state, it is never the backend's own:
-    /// sealing replaces every spelling, and a result that asks for nothing loses them all.
-    #[test]
-    fn no_spelling_of_request_state_leaves_bare() {
-        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
-        let (alice, a) = (principal("alice"), "a".parse::<BackendId>().unwrap());
-        let id = RequestId::from_string("x");
-        let params = raw(json!({"name": "t"}));
-        let bound = Bound {
-            caller: &alice,
-            method: "tools/call",
-            backend: &a,
-            params: Some(&params),
-        };
-        let asks = json!({"resultType": "input_required", "inputRequests": {},
-            "requestState": "inner", "REQUESTSTATE": "bare", "RequestState": "bare"});
-        let answer = ModernAnswer::ok(switchboard_wire::encode_result(&id, &asks.to_string()));
-        let sealed = result_of_answer(&relay.seal(&sealer, &bound, &id, answer));
-        // Sorted: whether `Value` keeps insertion order depends on serde_json's features.
-        let mut keys: Vec<&String> = sealed.as_object().unwrap().keys().collect();
-        keys.sort();
-        assert_eq!(
-            keys,
-            ["inputRequests", "requestState", "resultType"],
-            "{sealed}"
-        );
-        assert!(sealed["requestState"].as_str().unwrap().starts_with(PREFIX));
-
-        let done =
-            r#"{"resultType":"complete","content":[],"\u0072equestState":"bare","REQUESTSTATE":1}"#;
-        let answer = ModernAnswer::ok(switchboard_wire::encode_result(&id, done));
-        let stripped = result_of_answer(&SealedRelay::strip(&id, answer));
-        assert_eq!(stripped, json!({"resultType": "complete", "content": []}));
-        let error = ModernAnswer::error(&id, &ErrorObject::new(codes::INTERNAL_ERROR, "x"));
-        let body = error.body.clone();
-        assert_eq!(
-            SealedRelay::strip(&id, error).body,
-            body,
-            "errors pass as they are"
-        );
-    }
-
-    /// A retry spelling the key otherwise cannot smuggle state past `open`.
-    #[test]
-    fn another_spelling_of_request_state_is_refused() {
-        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
-        let (alice, a) = (principal("alice"), "a".parse::<BackendId>().unwrap());
-        let id = RequestId::from_string("x");
-        for params in [
-            json!({"name": "t", "REQUESTSTATE": "forged"}),
-            json!({"name": "t", "requestState": "sbr1.x", "RequestState": "forged"}),
-        ] {
-            let params = raw(params);
-            let bound = Bound {
-                caller: &alice,
-                method: "tools/call",
-                backend: &a,
-                params: Some(&params),
-            };
-            let refusal = relay.open(&sealer, &bound, &id).unwrap_err().unwrap();
-            assert_eq!(
-                refusal.error_code,
-                Some(i64::from(codes::INVALID_PARAMS)),
-                "{}",
-                params.get()
-            );
-        }
-        let plain = raw(json!({"name": "t", "arguments": {"REQUESTSTATE": "its own"}}));
-        let bound = Bound {
-            caller: &alice,
-            method: "tools/call",
-            backend: &a,
-            params: Some(&plain),
-        };
-        assert!(
-            matches!(relay.open(&sealer, &bound, &id), Ok(None)),
-            "nested keys are the tool's"
-        );
-    }
-
-    #[test]
-    fn a_token_unwraps_once_for_its_caller_backend_and_call() {
-        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
-        let (alice, bob) = (principal("alice"), principal("bob"));
-        let (a, b) = (
-            "a".parse::<BackendId>().unwrap(),
-            "b".parse::<BackendId>().unwrap(),
-        );
-        let id = RequestId::from_string("x");
-        let first = raw(json!({"name": "t", "arguments": {"k": 1}}));
-        let bound = Bound {
-            caller: &alice,
-            method: "tools/call",
-            backend: &a,
-            params: Some(&first),
-        };
-        let token = token_of(&relay.seal(&sealer, &bound, &id, pending("inner-1")));
-        let retry = raw(
-            json!({"name": "t", "arguments": {"k": 1}, "requestState": token,
-            "inputResponses": {}}),
-        );
-        let on = |caller, backend, params| Bound {
-            caller,
-            method: "tools/call",
-            backend,
-            params,
-        };
-        let reason = |r: Result<Option<Box<RawValue>>, Result<ModernAnswer, CoreError>>| {
-            let v: Value = serde_json::from_slice(&r.err().unwrap().ok().unwrap().body).unwrap();
-            v["error"]["data"]["reason"].as_str().unwrap().to_owned()
-        };
-        assert_eq!(
-            reason(relay.open(&sealer, &on(&bob, &a, Some(&retry)), &id)),
-            "invalid_request_state"
-        );
-        assert_eq!(
-            reason(relay.open(&sealer, &on(&alice, &b, Some(&retry)), &id)),
-            "invalid_request_state"
-        );
-        let other = raw(json!({"name": "t", "arguments": {"k": 2}, "requestState": token}));
-        assert_eq!(
-            reason(relay.open(&sealer, &on(&alice, &a, Some(&other)), &id)),
-            "invalid_request_state"
-        );
-        let opened = relay
-            .open(&sealer, &on(&alice, &a, Some(&retry)), &id)
-            .ok()
-            .unwrap()
-            .unwrap();
-        let opened: Value = serde_json::from_str(opened.get()).unwrap();
-        assert_eq!(opened["requestState"], "inner-1");
-        assert_eq!(opened["inputResponses"], json!({}));
-        assert_eq!(
-            reason(relay.open(&sealer, &on(&alice, &a, Some(&retry)), &id)),
-            "unknown_request_state"
-        );
-        // No requestState: a first round, untouched.
-        assert!(relay
-            .open(&sealer, &on(&alice, &a, Some(&first)), &id)
-            .ok()
-            .unwrap()
-            .is_none());
-    }
-
-    #[test]
-    fn a_principal_over_its_share_of_used_nonces_does_not_stop_another() {
-        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
-        let (alice, bob) = (principal("alice"), principal("bob"));
-        let a = "a".parse::<BackendId>().unwrap();
-        let id = RequestId::from_string("x");
-        let first = raw(json!({"name": "t"}));
-        let redeem = |caller: &Principal| {
-            let bound = Bound {
-                caller,
-                method: "tools/call",
-                backend: &a,
-                params: Some(&first),
-            };
-            let token = token_of(&relay.seal(&sealer, &bound, &id, pending("s")));
-            let retry = raw(json!({"name": "t", "requestState": token}));
-            let bound = Bound {
-                params: Some(&retry),
-                ..bound
-            };
-            relay.open(&sealer, &bound, &id).map(|_| ())
-        };
-        for _ in 0..PER_PRINCIPAL {
-            assert!(redeem(&alice).is_ok());
-        }
-        match redeem(&alice) {
-            Err(Err(CoreError::RelayShareExhausted { limit, retry_after })) => {
-                assert_eq!(limit, PER_PRINCIPAL);
-                assert!((1..=60).contains(&retry_after), "{retry_after}");
-            }
-            other => panic!("alice over her share: {:?}", other.map_err(|e| e.err())),
-        }
-        // Bob's share is untouched by alice's.
-        assert!(redeem(&bob).is_ok());
-        assert_eq!(relay.used.lock().total, PER_PRINCIPAL + 1);
-    }
-
-    #[test]
-    fn an_oversized_backend_state_is_refused() {
-        let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
-        let alice = principal("alice");
-        let a = "a".parse::<BackendId>().unwrap();
-        let id = RequestId::from_string("x");
-        let bound = Bound {
-            caller: &alice,
-            method: "tools/call",
-            backend: &a,
-            params: None,
-        };
-        let answer = relay.seal(&sealer, &bound, &id, pending(&"s".repeat(STATE_MAX_BYTES)));
-        assert!(answer.error_code.is_some());
-        let answer = relay.seal(
-            &sealer,
-            &bound,
-            &id,
-            pending(&"s".repeat(STATE_MAX_BYTES - 100)),
-        );
-        assert!(answer.error_code.is_none() && token_of(&answer).starts_with(PREFIX));
-    }
-}
+mod tests;

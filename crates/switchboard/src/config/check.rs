@@ -38,6 +38,11 @@ pub(crate) fn across(doc: &Value) -> Vec<ConfigError> {
         }
         out.extend(kind(b, &at));
     }
+    if let Some(issuer) = doc.pointer("/auth/jwt/issuer").and_then(Value::as_str) {
+        if let Some(why) = switchboard_http::reserved_issuer(issuer) {
+            out.push(ConfigError::new("auth.jwt.issuer", why));
+        }
+    }
     if let Some(priority) = doc
         .pointer("/aggregation/priority")
         .and_then(Value::as_array)

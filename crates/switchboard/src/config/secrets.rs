@@ -129,7 +129,7 @@ impl Secrets {
 
     pub(crate) fn get(&self, var: &str) -> Option<String> {
         if !self.no_env {
-            if let Ok(v) = std::env::var(var) {
+            if let Some(v) = crate::config_vars::var(var) {
                 return Some(v);
             }
         }

@@ -15,7 +15,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::{stats, tool_text, Listener, Reply, TestGateway};
+use crate::common::{stats_as, tool_text, Listener, Reply, TestGateway};
 
 const ALICE: &str = "alice-key-0123456789abcdef";
 const BOB: &str = "bob-key-0123456789abcdef01";
@@ -776,7 +776,7 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
     assert_eq!(resources.status, StatusCode::FORBIDDEN);
     // A denied subscription never enters the routing table (to a resource she may not read:
     // answered as a missing resource); unknown methods are denied.
-    let before = stats(&gw).await["tableEntries"].clone();
+    let before = stats_as(&gw, Some(ADMIN)).await["tableEntries"].clone();
     let sub = |uri: &str| request(json!(6), "resources/subscribe", json!({ "uri": uri }));
     let hidden = post_as(&gw, Some(ALICE), Some(&alice), &sub("test://watched")).await;
     let missing = post_as(&gw, Some(ALICE), Some(&alice), &sub("test://nothing")).await;
@@ -785,7 +785,7 @@ async fn a_cedar_policy_filters_lists_and_denies_calls_on_both_eras() {
         blanked(&hidden, "test://watched"),
         blanked(&missing, "test://nothing")
     );
-    assert_eq!(stats(&gw).await["tableEntries"], before);
+    assert_eq!(stats_as(&gw, Some(ADMIN)).await["tableEntries"], before);
     let odd = request(json!(7), "made/up", json!({}));
     assert_eq!(
         post_as(&gw, Some(ALICE), Some(&alice), &odd).await.status,

@@ -423,15 +423,22 @@ impl Listener {
     }
 }
 
-/// The gateway's table sizes (`GET /stats`).
+/// The gateway's table sizes (`GET /stats`), on a gateway without authentication.
 pub async fn stats(gw: &TestGateway) -> Value {
-    let r = gw
-        .http
-        .get(format!("{}/stats", gw.base()))
-        .send()
-        .await
-        .unwrap();
-    serde_json::from_str(&r.text().await.unwrap()).unwrap()
+    stats_as(gw, None).await
+}
+
+/// The same as the holder of `key` (`/stats` is behind `/mcp`'s authentication).
+pub async fn stats_as(gw: &TestGateway, key: Option<&str>) -> Value {
+    let mut get = gw.http.get(format!("{}/stats", gw.base()));
+    if let Some(key) = key {
+        get = get.bearer_auth(key);
+    }
+    let r = get.send().await.unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "GET /stats: {text}");
+    serde_json::from_str(&text).unwrap()
 }
 
 /// What the pushy backend saw.

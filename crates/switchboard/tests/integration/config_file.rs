@@ -99,6 +99,36 @@ async fn validate_prints_a_summary_and_never_a_secret() {
     assert!(!stdout.contains("it-secret-value") && !stderr.contains("it-secret-value"));
 }
 
+/// A JWT issuer spelled like the gateway's own principal issuers (`api-key` for API keys,
+/// `anonymous` for callers without a credential) would make a token's subject the same
+/// principal as a key's name: refused by `validate` and at startup, naming the field.
+#[tokio::test]
+async fn a_jwt_issuer_named_like_a_gateway_issuer_is_refused() {
+    let dir = Dir::new("reserved-issuer");
+    for issuer in ["api-key", "anonymous"] {
+        let config = dir.write(
+            "sb.yaml",
+            &format!(
+                "auth:\n  jwt: {{issuer: {issuer}, jwksUrl: \"http://127.0.0.1:9/jwks\"}}\nbackends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n"
+            ),
+        );
+        let path = config.to_str().unwrap();
+        for args in [
+            &["validate", "--config", path][..],
+            &["serve", "--config", path, "--port", "0"][..],
+        ] {
+            // Bounded: a `serve` that starts anyway fails the test after 30 s.
+            let out = switchboard(args, &[], &dir.0).await;
+            let (stdout, stderr) = text(&out);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stdout}{stderr}");
+            assert!(
+                stderr.contains("auth.jwt.issuer") && stderr.contains(issuer),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn validate_reports_every_error_with_its_path_and_exits_1() {
     let dir = Dir::new("validate-bad");
@@ -289,6 +319,61 @@ async fn serve_config_fronts_one_backend_and_flags_override_the_file() {
     let gw = TestGateway::start_command(cmd).await;
     assert_tools_list(&gw).await;
     drop(busy);
+}
+
+/// Every variable the configuration reads is the gateway's, not a stdio backend's: an API key
+/// named by `keyEnv` (in the auth-config file) or by a `${VAR}` reference (in `auth.apiKeys`,
+/// a backend's `env`) is not inherited; what a backend's `env` gives it, it gets, and a
+/// variable the configuration never names is inherited as before.
+#[tokio::test]
+async fn variables_the_config_reads_are_not_inherited_by_stdio_backends() {
+    const ALICE: &str = "it-alice-key-0123456789";
+    let dir = Dir::new("withheld-env");
+    dir.write(
+        "auth.json",
+        r#"{"apiKeys": [{"name": "alice", "keyEnv": "IT_ALICE_KEY"}]}"#,
+    );
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "auth:\n  configFile: auth.json\n  apiKeys: [{{name: bob, key: \"${{IT_BOB_KEY}}\"}}]\nbackends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n    env: {{GIVEN: \"${{IT_GIVEN}}\"}}\n"
+        ),
+    );
+    let env = [
+        ("IT_ALICE_KEY", ALICE),
+        ("IT_BOB_KEY", "it-bob-key-0123456789ab"),
+        ("IT_GIVEN", "it-given-value"),
+        ("IT_UNNAMED", "it-unnamed-value"),
+    ];
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"])
+        .envs(env)
+        .current_dir(&dir.0);
+    let gw = TestGateway::start_command(cmd).await;
+    let backend_env = |name: &'static str| {
+        let gw = &gw;
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "env", "arguments": {"name": name}, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {}}}});
+            let auth = format!("Bearer {ALICE}");
+            let headers = [
+                ("authorization", auth.as_str()),
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "env"),
+            ];
+            let r = gw.post_raw(None, body.to_string(), &headers).await;
+            assert_eq!(r.status, StatusCode::OK, "{name}: {}", r.text);
+            crate::common::tool_text(&r.json()).to_owned()
+        }
+    };
+    assert_eq!(backend_env("GIVEN").await, "it-given-value");
+    assert_eq!(backend_env("IT_UNNAMED").await, "it-unnamed-value");
+    for withheld in ["IT_ALICE_KEY", "IT_BOB_KEY", "IT_GIVEN"] {
+        assert_eq!(backend_env(withheld).await, "", "{withheld} was inherited");
+    }
 }
 
 async fn assert_tools_list(gw: &TestGateway) {

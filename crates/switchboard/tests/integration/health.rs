@@ -295,14 +295,14 @@ fn keys_file(dir: &vmcp::Dir) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// `/status` and `/metrics` (on the main listener) are behind `/mcp`'s authentication unless
-/// opened; `/readyz` and `/healthz` are not.
+/// `/status`, `/stats` and `/metrics` (on the main listener) are behind `/mcp`'s
+/// authentication unless opened; `/readyz` and `/healthz` are not.
 #[tokio::test]
 async fn status_needs_the_mcp_credential_unless_opened() {
     let dir = vmcp::Dir::new("health-auth");
     let keys = keys_file(&dir);
     let gw = TestGateway::start(&["--api-keys-file", &keys]).await;
-    for guarded in ["/status", "/metrics"] {
+    for guarded in ["/status", "/stats", "/metrics"] {
         assert_eq!(
             get(&gw, guarded, None).await.0,
             StatusCode::UNAUTHORIZED,
@@ -324,6 +324,8 @@ async fn status_needs_the_mcp_credential_unless_opened() {
     assert_eq!(code, StatusCode::OK, "{body}");
     let s: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(backend(&s, "default")["era"], "dual", "{s}");
+    let (code, body) = get(&gw, "/stats", None).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
 }
 
 /// `--metrics-listen`: `/metrics` is served there, and only there.

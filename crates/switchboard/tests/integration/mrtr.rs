@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{stats, tool_text, Reply, TestGateway};
+use crate::common::{stats, stats_as, tool_text, Reply, TestGateway};
 
 const V: &str = "2026-07-28";
 pub(crate) const ALICE: &str = "alice-key-mrtr-0123456789ab";
@@ -531,7 +531,7 @@ async fn one_principal_cannot_park_the_whole_bridge() {
     assert!((1..=300).contains(&retry), "{body}");
     assert_eq!(refused.headers["retry-after"], retry.to_string().as_str());
     // Nothing of alice's was touched by the refusal, and bob still gets his call.
-    assert_eq!(stats(&gw).await["tableEntries"], 2);
+    assert_eq!(stats_as(&gw, Some(ALICE)).await["tableEntries"], 2);
     let bob = input_required(&park(BOB).await);
     // Alice finishes one call: its unit of her share is back.
     let answer = json!({"user_name": {"action": "accept", "content": {"name": "A"}}});

@@ -189,7 +189,7 @@ async fn an_unanswered_question_times_out_and_a_session_end_ends_the_wait() {
 /// The token of a relayed `input_required` and the retry that answers it.
 fn retry_of(first: &Value, name: &str) -> Value {
     let token = first["requestState"].as_str().unwrap();
-    assert!(token.starts_with("r1."), "not the gateway's token: {token}");
+    assert!(token.starts_with("r2."), "not the gateway's token: {token}");
     json!({"inputResponses": {"user_name": {"action": "accept", "content": {"name": name}}},
         "requestState": token})
 }

@@ -5,7 +5,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{stats, tool_text};
+use crate::common::{stats, stats_as, tool_text};
 use crate::mrtr::{
     bridge, call, children, elicitation, input_required, settles, two_keys, ALICE, BOB,
 };
@@ -33,7 +33,7 @@ async fn calls_of_one_principal_reuse_its_process_and_principals_never_share() {
     assert_ne!(eliciting, first);
     assert_eq!(pid_of(&gw, Some(ALICE), elicitation()).await, eliciting);
     assert_eq!(pid_of(&gw, Some(ALICE), json!({})).await, first);
-    let s = stats(&gw).await;
+    let s = stats_as(&gw, Some(ALICE)).await;
     assert_eq!(s["partitions"], 3, "{s}");
     assert_eq!(s["tableEntries"], 0, "{s}");
     assert_eq!(children(&gw), baseline + 3);
@@ -186,7 +186,7 @@ async fn a_listen_hears_its_partitions_updates_only() {
         n["params"]["uri"], sentinel,
         "alice's update reached bob: {n}"
     );
-    assert_eq!(stats(&gw).await["partitions"], 2);
+    assert_eq!(stats_as(&gw, Some(ALICE)).await["partitions"], 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

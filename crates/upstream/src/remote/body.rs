@@ -37,22 +37,6 @@ pub(super) async fn read_bounded(body: &mut Incoming, limit: usize) -> Result<By
     Ok(buf.freeze())
 }
 
-/// Up to 256 bytes of an error body, for the log (never the whole thing).
-pub(super) async fn excerpt(body: &mut Incoming) -> String {
-    let mut buf = Vec::new();
-    while buf.len() < 256 {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    buf.extend_from_slice(&data[..data.len().min(256 - buf.len())]);
-                }
-            }
-            _ => break,
-        }
-    }
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
 /// An SSE response being read event by event.
 pub(super) struct EventStream {
     body: Incoming,

@@ -22,13 +22,13 @@ pub enum RemoteError {
     /// unlike [`RemoteError::SessionLost`], the remote may have run it.
     #[error("remote session ended with the call in flight")]
     SessionEndedInFlight,
-    /// An HTTP error status without a JSON-RPC answer in the body.
-    #[error("remote answered HTTP {status}: {excerpt}")]
+    /// An HTTP error status without a JSON-RPC answer in the body. The body itself is never
+    /// kept: a remote may quote what it was sent (`401 denied auth=<the header>`), and this
+    /// error's text reaches logs, the audit log and startup errors.
+    #[error("remote answered HTTP {status}")]
     Status {
         /// The HTTP status code.
         status: u16,
-        /// The start of the body (at most 256 bytes, lossy UTF-8), for the log.
-        excerpt: String,
     },
     /// A success status whose body is neither JSON nor an event stream (an HTML login page, a
     /// proxy's error page).

@@ -6,7 +6,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, StatusCode};
 use tracing::debug;
 
-use super::body::{self, EventStream};
+use super::body::EventStream;
 use super::{content_type, RemoteClient, RemoteError, LISTEN_MAX_BACKOFF, LISTEN_MIN_BACKOFF};
 
 /// Owns the listen stream's task; dropping it closes the stream.
@@ -99,12 +99,9 @@ impl RemoteClient {
         }
         let content_type = content_type(response.headers());
         if !status.is_success() {
-            let mut body = response.into_body();
-            let excerpt = body::excerpt(&mut body).await;
             return (
                 RemoteError::Status {
                     status: status.as_u16(),
-                    excerpt,
                 },
                 false,
             );

@@ -17,6 +17,7 @@ mod error;
 mod listen;
 mod sse_client;
 mod upstream;
+mod url;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -167,19 +168,12 @@ struct Endpoint {
     send_timeout: Duration,
 }
 
-/// Why a URL is refused. Never the URL itself: it is the expanded one, which may carry a
-/// secret (`${TOKEN}` in a query); the caller names the URL as configured.
-pub(crate) const NOT_HTTP: &str = "not an absolute http(s) URL with a host";
-
 impl RemoteEndpoint {
     /// Checks `config.url` and builds the connection pool. Connects lazily.
     pub fn new(config: RemoteConfig) -> Result<Self, RemoteError> {
-        let uri: Uri = config
-            .url
-            .parse()
-            .map_err(|_| RemoteError::InvalidUrl(NOT_HTTP.into()))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-            return Err(RemoteError::InvalidUrl(NOT_HTTP.into()));
+        let (uri, had_user_info) = url::parse_noting(&config.url)?;
+        if had_user_info {
+            url::warn_user_info_ignored();
         }
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
@@ -385,7 +379,6 @@ impl RemoteClient {
             }
             _ if !status.is_success() => Err(RemoteError::Status {
                 status: status.as_u16(),
-                excerpt: body::excerpt(&mut body).await,
             }),
             _ => Err(RemoteError::NotJson {
                 status: status.as_u16(),
@@ -464,7 +457,6 @@ impl RemoteClient {
         if !status.is_success() || content_type(response.headers()) != "text/event-stream" {
             return Err(RemoteError::Status {
                 status: status.as_u16(),
-                excerpt: String::new(),
             });
         }
         Ok(EventStream::new(response.into_body(), self.inner.limits))
@@ -504,10 +496,8 @@ impl RemoteClient {
             if status.is_success() {
                 return Ok(());
             }
-            let mut body = response.into_body();
             Err(RemoteError::Status {
                 status: status.as_u16(),
-                excerpt: body::excerpt(&mut body).await,
             })
         })
         .await
@@ -637,7 +627,6 @@ fn answer_from(bytes: Bytes, id: &str, status: StatusCode) -> Result<RemoteRespo
         } else {
             RemoteError::Status {
                 status: status.as_u16(),
-                excerpt: String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned(),
             }
         }
     })?;

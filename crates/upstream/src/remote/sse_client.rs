@@ -336,12 +336,8 @@ impl SseClient {
         if in_body.is_some() || status.is_success() {
             return Ok(in_body);
         }
-        let excerpt = bytes
-            .map(|b| String::from_utf8_lossy(&b[..b.len().min(256)]).into_owned())
-            .unwrap_or_default();
         Err(RemoteError::Status {
             status: status.as_u16(),
-            excerpt,
         })
     }
 }
@@ -378,10 +374,8 @@ async fn open(
     let status = response.status();
     let media = content_type(response.headers());
     if !status.is_success() {
-        let mut body = response.into_body();
         return Err(RemoteError::Status {
             status: status.as_u16(),
-            excerpt: body::excerpt(&mut body).await,
         });
     }
     if media != "text/event-stream" {

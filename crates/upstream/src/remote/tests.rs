@@ -24,9 +24,11 @@ fn an_error_status_with_a_json_rpc_body_is_still_an_answer() {
     assert_eq!(answer.status(), 404);
     let html = Bytes::from_static(b"<html>bad gateway</html>");
     match answer_from(html, "3", StatusCode::BAD_GATEWAY) {
-        Err(RemoteError::Status { status, excerpt }) => {
-            assert_eq!(status, 502);
-            assert!(excerpt.contains("bad gateway"));
+        Err(e @ RemoteError::Status { status: 502 }) => {
+            assert!(
+                !e.to_string().contains("bad gateway"),
+                "the body is never kept"
+            );
         }
         other => panic!("{other:?}"),
     }

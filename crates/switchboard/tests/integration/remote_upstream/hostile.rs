@@ -172,3 +172,166 @@ async fn configured_headers_reach_the_remote_and_client_credentials_do_not() {
         "the outgoing credential was logged"
     );
 }
+
+const SECRET: &str = "s3cret-static-upstream-credential";
+
+/// `run --url` for `remote` with a static `Authorization: Bearer SECRET` (from the
+/// environment), logging at debug.
+fn secret_args(remote: &RawRemote) -> Vec<String> {
+    let args = [
+        "--url",
+        &remote.url,
+        "--transport",
+        "streamable",
+        "--header",
+        "Authorization: Bearer ${UPSTREAM_TOKEN}",
+    ];
+    args.iter().map(|a| a.to_string()).collect()
+}
+
+/// Whether the remote received the configured credential (the premise of the leak tests).
+fn remote_got_secret(remote: &RawRemote) -> bool {
+    let expected = format!("Bearer {SECRET}");
+    let seen = remote.seen.lock();
+    seen.iter()
+        .any(|s| s.header("authorization").as_deref() == Some(expected.as_str()))
+}
+
+/// A remote that quotes the credential it was sent in a 401's body: the gateway tells the
+/// client, the audit log and its own logs (at debug too) the status, never the body, so the
+/// configured secret appears in none of them.
+#[tokio::test]
+async fn a_remote_quoting_its_credential_in_an_error_body_leaks_it_nowhere() {
+    let remote = RawRemote::start(Fault::EchoAuthIn401ToCalls).await;
+    let audit = crate::auth::temp_file("audit.log", "");
+    let mut args = secret_args(&remote);
+    args.extend([
+        "--audit-log".to_owned(),
+        audit.to_string_lossy().into_owned(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = [("UPSTREAM_TOKEN", SECRET), ("SWITCHBOARD_LOG", "debug")];
+    let gw = TestGateway::start_env(&args, &[], &env).await;
+    let sid = open_session(&gw, None, json!({})).await;
+    let legacy = tokio::time::timeout(
+        AT_MOST,
+        gw.post(Some(&sid), &call(json!(1), "work", json!({}))),
+    )
+    .await
+    .expect("a Legacy call was never answered");
+    let modern = tokio::time::timeout(
+        AT_MOST,
+        super::modern_call(&gw, None, "work", json!({}), json!({})),
+    )
+    .await
+    .expect("a Modern call was never answered");
+    assert!(
+        remote_got_secret(&remote),
+        "the remote never got the credential"
+    );
+    for (era, r) in [("Legacy", &legacy), ("Modern", &modern)] {
+        assert!(
+            r.text.contains("\"error\""),
+            "{era}: not an error: {}",
+            r.text
+        );
+        assert!(
+            !r.text.contains(SECRET),
+            "{era}: the client got the secret: {}",
+            r.text
+        );
+    }
+    // Both calls are audited (as errors) before the test looks for the secret there.
+    let lines = tokio::time::timeout(AT_MOST, async {
+        loop {
+            let text = std::fs::read_to_string(&audit).unwrap_or_default();
+            let errors = text.lines().filter(|l| l.contains("\"outcome\":\"error\""));
+            if errors.count() >= 2 {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the failed calls were never audited");
+    assert!(
+        lines.contains("401"),
+        "the audit line names the status: {lines}"
+    );
+    assert!(
+        !lines.contains(SECRET),
+        "the audit log has the secret: {lines}"
+    );
+    let logs = gw.stderr.lock().clone();
+    assert!(!logs.contains(SECRET), "the logs have the secret:\n{logs}");
+}
+
+/// The same remote refusing the gateway's own startup traffic, in plain text or as a
+/// JSON-RPC error: `run` fails to start naming the status or the error code, not the body.
+#[tokio::test]
+async fn a_startup_refusal_quoting_the_credential_does_not_print_it() {
+    for (fault, named) in [
+        (Fault::EchoAuthIn401, "401"),
+        (Fault::EchoAuthInJsonRpcError, "-32001"),
+    ] {
+        startup_refusal(fault, named).await;
+    }
+}
+
+async fn startup_refusal(fault: Fault, named: &str) {
+    let remote = RawRemote::start(fault).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["run", "--host", "127.0.0.1", "--port", "0"])
+        .args(secret_args(&remote))
+        .envs([("UPSTREAM_TOKEN", SECRET), ("SWITCHBOARD_LOG", "debug")])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(AT_MOST, out)
+        .await
+        .expect("run kept going with a remote that refuses everything")
+        .unwrap();
+    assert!(
+        remote_got_secret(&remote),
+        "the remote never got the credential"
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{fault:?}: {text}");
+    assert!(
+        text.contains(named),
+        "{fault:?}: the error names {named}: {text}"
+    );
+    assert!(
+        !text.contains(SECRET),
+        "{fault:?}: the secret was printed:\n{text}"
+    );
+}
+
+/// A remote URL with user-info (`user:password@host`), logging at debug: the password is in
+/// no log line (the HTTP client's connection pool names the hosts it pools at debug; the
+/// fixture keeps connections alive, so they are pooled).
+#[tokio::test]
+async fn a_url_password_is_never_logged_at_debug() {
+    const PASSWORD: &str = "pa55word-in-the-url";
+    let fx = crate::fixture_http::FixtureHttp::start(&[]).await;
+    let url = fx
+        .url
+        .replacen("http://", &format!("http://someone:{PASSWORD}@"), 1);
+    let args = ["--url", url.as_str()];
+    let gw = TestGateway::start_env(&args, &[], &[("SWITCHBOARD_LOG", "debug")]).await;
+    let sid = open_session(&gw, None, json!({})).await;
+    let r = gw
+        .post(Some(&sid), &call(json!(1), "instance", json!({})))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let logs = gw.stderr.lock().clone();
+    assert!(logs.contains("DEBUG"), "not logging at debug:\n{logs}");
+    assert!(
+        !logs.contains(PASSWORD),
+        "the URL's password was logged:\n{logs}"
+    );
+}

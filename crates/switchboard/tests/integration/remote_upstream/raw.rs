@@ -29,6 +29,12 @@ pub(crate) enum Fault {
     EndlessStreamForCalls,
     /// Every `tools/call`: a JSON answer of [`HUGE`] bytes.
     HugeAnswerToCalls,
+    /// Every request: `401` with a plain-text body quoting the `Authorization` it got.
+    EchoAuthIn401,
+    /// Every `tools/call`: the same `401` (the gateway's own traffic is answered).
+    EchoAuthIn401ToCalls,
+    /// Every request: `401` with a JSON-RPC error whose message quotes the `Authorization`.
+    EchoAuthInJsonRpcError,
 }
 
 /// One request as received.
@@ -38,6 +44,14 @@ pub(crate) struct Seen {
     /// Header names lowercased.
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Value,
+}
+
+impl Seen {
+    /// The value of the header `name` (lowercase), if it came.
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
+        let found = self.headers.iter().find(|(k, _)| k == name);
+        found.map(|(_, v)| v.clone())
+    }
 }
 
 #[derive(Debug)]
@@ -160,12 +174,25 @@ async fn connection(mut sock: TcpStream, shared: Shared) {
         return;
     };
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let has_session = headers.iter().any(|(k, _)| k == "mcp-session-id");
-    shared.seen.lock().push(Seen {
+    let seen = Seen {
         method: method.clone(),
         headers,
         body: body.clone(),
-    });
+    };
+    let has_session = seen.header("mcp-session-id").is_some();
+    let auth = seen.header("authorization").unwrap_or_default();
+    shared.seen.lock().push(seen);
+    let call = body["method"] == "tools/call";
+    match shared.fault {
+        Fault::EchoAuthIn401 => return echo_auth(&mut sock, &auth).await,
+        Fault::EchoAuthIn401ToCalls if call => return echo_auth(&mut sock, &auth).await,
+        Fault::EchoAuthInJsonRpcError => {
+            let err = json!({"jsonrpc": "2.0", "id": body.get("id"), "error": {"code": -32001,
+                "message": format!("denied auth={auth}")}});
+            return write_json(&mut sock, "401 Unauthorized", "", &err).await;
+        }
+        _ => {}
+    }
     match method.as_str() {
         // No listen stream on this server.
         "GET" => return write_empty(&mut sock, "405 Method Not Allowed").await,
@@ -225,6 +252,17 @@ async fn initialize(sock: &mut TcpStream, shared: &Shared, id: &Value, body: &Va
         "serverInfo": {"name": "raw-remote", "version": "0"}}});
     let session = format!("mcp-session-id: raw-{}\r\n", std::process::id());
     write_json(sock, "200 OK", &session, &answer).await;
+}
+
+/// `401` quoting `auth` (the `Authorization` header received) in a plain-text body.
+async fn echo_auth(sock: &mut TcpStream, auth: &str) {
+    let page = format!("denied auth={auth}");
+    let head = format!(
+        "HTTP/1.1 401 Unauthorized\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        page.len()
+    );
+    let _ = sock.write_all(head.as_bytes()).await;
+    let _ = sock.write_all(page.as_bytes()).await;
 }
 
 /// Keep-alive comments every 100 ms until the peer goes away (then the close is counted).

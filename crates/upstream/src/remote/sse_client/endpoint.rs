@@ -8,15 +8,9 @@ use hyper::Uri;
 
 use super::RemoteError;
 
-/// The configured SSE URL: absolute `http(s)` with a host.
+/// The configured SSE URL: absolute `http(s)` with a host, user-info removed.
 pub(super) fn parse_base(url: &str) -> Result<Uri, RemoteError> {
-    let uri: Uri = url
-        .parse()
-        .map_err(|_| RemoteError::InvalidUrl(crate::remote::NOT_HTTP.into()))?;
-    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-        return Err(RemoteError::InvalidUrl(crate::remote::NOT_HTTP.into()));
-    }
-    Ok(uri)
+    crate::remote::url::parse(url)
 }
 
 fn refused(why: &str) -> RemoteError {
