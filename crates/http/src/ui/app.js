@@ -1,4 +1,5 @@
-// Switchboard status page: polls /status and /trust every second and renders them. Every
+// Switchboard status page: polls /status and /trust every second and renders them (the trust
+// panel says so when the caller may not see it). Every
 // value from the gateway (backend names, tool names, error messages) is set as text, never
 // as markup. A bearer token, when the gateway needs one, comes from the URL fragment
 // (#token=...: fragments are never sent to a server) or the field, and stays in this tab.
@@ -82,14 +83,34 @@ function noteError(backend, e) {
   while (list.children.length > MAX_ERRORS) list.removeChild(list.lastChild);
 }
 
+// /trust is for trust approvers only (403 otherwise) and for aggregating gateways: its refusal
+// must not hide the status, which every caller who may read /status sees.
+async function getTrust() {
+  const r = await fetch("/trust", { headers: headers(), cache: "no-store" });
+  if (r.status === 401) throw Object.assign(new Error("unauthorized"), { auth: true });
+  if (r.status === 403) {
+    return { note: "The trust panel needs an approver: this caller is not listed in trust.approvers." };
+  }
+  if (!r.ok) return { note: "Tool trust is not available here (HTTP " + r.status + ")." };
+  return r.json();
+}
+
 function renderTrust(t) {
+  const held = document.getElementById("quarantined");
+  if (t.note) {
+    document.getElementById("trust-mode").textContent = t.note;
+    held.hidden = true;
+    document.getElementById("none-quarantined").hidden = true;
+    return;
+  }
+  held.hidden = false;
   document.getElementById("trust-mode").textContent =
     "Trust mode: " + t.mode + (t.newTools ? ", new tools: " + t.newTools : "") +
     (t.pins !== undefined ? ", " + t.pins + " pinned" : "");
   const body = document.querySelector("#quarantined tbody");
   body.replaceChildren();
-  const held = (t.pending || []).filter((p) => p.quarantined);
-  for (const p of held) {
+  const pending = (t.pending || []).filter((p) => p.quarantined);
+  for (const p of pending) {
     const button = el("button", "Approve");
     button.type = "button";
     button.dataset.key = p.backend + "/" + p.tool;
@@ -101,7 +122,7 @@ function renderTrust(t) {
     tr.dataset.key = p.backend + "/" + p.tool;
     body.appendChild(tr);
   }
-  document.getElementById("none-quarantined").hidden = held.length > 0;
+  document.getElementById("none-quarantined").hidden = pending.length > 0;
 }
 
 async function approve(backend, tool, digest, button) {
@@ -123,7 +144,7 @@ async function approve(backend, tool, digest, button) {
 
 async function poll() {
   try {
-    const [status, trust] = await Promise.all([getJson("/status"), getJson("/trust")]);
+    const [status, trust] = await Promise.all([getJson("/status"), getTrust()]);
     document.getElementById("auth").hidden = true;
     renderStatus(status);
     renderTrust(trust);

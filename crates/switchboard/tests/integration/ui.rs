@@ -1,6 +1,7 @@
 //! The status page (`/ui`) in headless Chromium (playwright-core, `scripts/install-chromium.sh`):
 //! it shows a backend healthy, then unhealthy once killed, lists a quarantined tool, and its
-//! Approve button brings the tool back to `tools/list`. Skipped, loudly, only when chromium is
+//! Approve button brings the tool back to `tools/list`; for a caller who is not a trust approver
+//! it still shows the status, and says the trust panel needs one. Skipped, loudly, only when chromium is
 //! absent and `SWITCHBOARD_UI_TESTS` is unset (`scripts/test.sh` sets it, so CI cannot skip).
 
 use std::process::Stdio;
@@ -131,4 +132,45 @@ async fn status_page_shows_health_and_approves_a_quarantined_tool() {
         .unwrap();
     assert!(status.success());
     assert!(std::path::Path::new(&screenshot).exists());
+}
+
+/// A default `serve` (no approvers): `/trust` is 403 for the caller, and the page still shows
+/// every backend's state, saying the trust panel needs an approver (it was blank: both
+/// answers were dropped on the 403).
+#[tokio::test]
+async fn status_page_shows_the_status_to_a_caller_who_is_not_an_approver() {
+    if !chromium_present() && std::env::var_os("SWITCHBOARD_UI_TESTS").is_none() {
+        eprintln!("*** UI TEST SKIPPED: chromium is not installed ***");
+        return;
+    }
+    let (chromium, modules) = install().await;
+    let dir = Dir::new("ui-viewer");
+    let yaml = format!(
+        "backends:\n{}{}",
+        vmcp::stdio("alpha", ""),
+        vmcp::stdio("beta", "")
+    );
+    let config = dir.write("sb.yaml", &yaml);
+    let gw = serve(&config).await;
+    let screenshot = format!("{ROOT}/target/ui-viewer.png");
+    let driver = Command::new("node")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/integration/clients/ui_status.mjs"
+        ))
+        .args([&gw.base(), &chromium, &modules, &screenshot, "viewer"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node");
+    let mut driver = driver;
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    let line = expect_line(&mut lines, "VIEWER", Duration::from_secs(60)).await;
+    assert!(line.contains("trust.approvers"), "{line}");
+    let status = tokio::time::timeout(Duration::from_secs(30), driver.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
 }

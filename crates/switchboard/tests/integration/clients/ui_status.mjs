@@ -5,7 +5,9 @@
 import { createRequire } from "node:module";
 import { createInterface } from "node:readline";
 
-const [base, executablePath, modules, screenshot] = process.argv.slice(2);
+const [base, executablePath, modules, screenshot, mode] = process.argv.slice(2);
+// "viewer": a caller who is not a trust approver (its /trust is a 403, which is expected).
+const viewer = mode === "viewer";
 const require = createRequire(modules + "/");
 const { chromium } = require("playwright-core");
 const T = 20000;
@@ -30,13 +32,23 @@ try {
     }
   });
   page.on("response", (r) => {
-    if (r.status() >= 400 && !r.url().endsWith("/favicon.ico")) {
+    const refusedTrust = viewer && r.status() === 403 && r.url().endsWith("/trust");
+    if (r.status() >= 400 && !r.url().endsWith("/favicon.ico") && !refusedTrust) {
       console.log("PAGE-ERROR HTTP " + r.status() + " " + r.url());
     }
   });
   page.on("pageerror", (e) => console.log("PAGE-ERROR " + e.message));
   await page.goto(base + "/ui");
   const state = (name) => page.locator(`#backends tr[data-backend="${name}"] td.state`);
+  if (viewer) {
+    await state("alpha").filter({ hasText: /^healthy$/ }).waitFor({ timeout: T });
+    await state("beta").filter({ hasText: /^healthy$/ }).waitFor({ timeout: T });
+    const note = page.locator("#trust-mode").filter({ hasText: "needs an approver" });
+    await note.waitFor({ timeout: T });
+    await page.screenshot({ path: screenshot, fullPage: true });
+    console.log("VIEWER " + (await note.innerText()));
+    process.exit(0);
+  }
   await state("beta").filter({ hasText: /^healthy$/ }).waitFor({ timeout: T });
   await page.locator("#sessions-streamable").filter({ hasText: /^[1-9]/ }).waitFor({ timeout: T });
   console.log("HEALTHY");
