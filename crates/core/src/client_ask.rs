@@ -203,18 +203,24 @@ impl Gateway {
     }
 
     /// Whether handling `msg` may make the gateway ask the session's client something (so
-    /// its answer should be a stream the question can travel on first): a call that may
-    /// answer `input_required`, from a client that declared something it can be asked, with a
-    /// Modern-only backend in the set (whose `input_required` the gateway relays).
+    /// its answer should be a stream the question can travel on first, whether or not the
+    /// client holds a listen stream): a call that may answer `input_required`, from a client
+    /// that declared something it can be asked, with a Modern-only backend in the set (whose
+    /// `input_required` the gateway relays); or a composite tool with an elicitation step,
+    /// from a client that declared `elicitation`.
     pub fn may_ask_client(&self, session: Option<&SessionId>, msg: &Message<'_>) -> bool {
         let (Some(session), Some(name)) = (session, msg.method) else {
             return false;
         };
+        let Ok(caps) = self.client_caps(session) else {
+            return false;
+        };
+        if self.composite_asks(msg) {
+            return caps.elicitation;
+        }
         crate::mrtr::METHODS.contains(&name)
             && self.backends.iter().any(|e| !e.info().era.legacy)
-            && self
-                .client_caps(session)
-                .is_ok_and(|c| c.elicitation || c.sampling || c.roots)
+            && (caps.elicitation || caps.sampling || caps.roots)
     }
 
     /// The input capabilities the client of `session` declared.

@@ -306,6 +306,11 @@ impl Gateway {
         self.modern_answer(&runner, &plan, id, outcome)
     }
 
+    /// Whether `msg` calls a composite tool that asks its client for input.
+    pub(crate) fn composite_asks(&self, msg: &Message<'_>) -> bool {
+        self.composite_of(msg).is_some_and(|plan| plan.asks())
+    }
+
     fn composite_of(&self, msg: &Message<'_>) -> Option<&Arc<Plan>> {
         if msg.method != Some("tools/call") || self.workflows.plans.is_empty() {
             return None;

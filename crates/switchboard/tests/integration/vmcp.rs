@@ -14,6 +14,7 @@ use crate::fixture_http::FixtureHttp;
 
 mod clients;
 mod composite;
+mod composite_ask;
 pub(crate) mod driver;
 mod failure;
 pub(crate) mod forward;

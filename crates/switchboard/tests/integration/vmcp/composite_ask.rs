@@ -1,0 +1,107 @@
+//! A Legacy caller with no open GET listen stream is asked a composite's elicitation step on
+//! the call's own response stream (answered as SSE), as the Legacy-client relay asks.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::{request, stdio, Dir, SB};
+use crate::common::{TestGateway, BOTH};
+
+const ASK_NAME: &str = r#"
+  - name: ask_name
+    description: Asks for a name (composite)
+    inputSchema: {type: object}
+    steps:
+      - id: confirm
+        type: elicitation
+        message: "Your name?"
+        requestedSchema: {type: object, properties: {name: {type: string}}, required: [name]}
+    output:
+      greeting: "Hello {{ steps.confirm.output.name }}"
+"#;
+
+/// The next JSON message on an SSE body (bounded).
+async fn next_message(
+    events: &mut (impl futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Unpin),
+) -> Value {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let e = events.next().await.expect("stream ended").expect("sse");
+            if let Some(data) = e.data.filter(|d| !d.is_empty()) {
+                return serde_json::from_str(&data).unwrap();
+            }
+        }
+    })
+    .await
+    .expect("a message within 20 s")
+}
+
+#[tokio::test]
+async fn a_legacy_caller_without_a_listen_stream_is_asked_on_the_calls_stream() {
+    let dir = Dir::new("composite-ask-stream");
+    let yaml = format!("backends:\n{}compositeTools:{ASK_NAME}", stdio("alpha", ""));
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+    let init = request(
+        json!(0),
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+               "clientInfo": {"name": "no-listen", "version": "0"}}),
+    );
+    let r = gw.post(None, &init).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(
+        gw.post(Some(&sid), &done).await.status,
+        StatusCode::ACCEPTED
+    );
+
+    // No GET stream is ever opened. The call is answered as a stream carrying the question.
+    let call = request(
+        json!(7),
+        "tools/call",
+        json!({"name": "ask_name", "arguments": {}}),
+    );
+    let resp = gw
+        .http
+        .post(&gw.url)
+        .header("accept", BOTH)
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(call.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resp.bytes_stream(),
+    ));
+    let ask = next_message(&mut events).await;
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    assert_eq!(ask["params"]["message"], "Your name?", "{ask}");
+    let answer = json!({"jsonrpc": "2.0", "id": ask["id"],
+        "result": {"action": "accept", "content": {"name": "Ada"}}});
+    assert_eq!(
+        gw.post(Some(&sid), &answer).await.status,
+        StatusCode::ACCEPTED
+    );
+    let result = next_message(&mut events).await;
+    assert_eq!(result["id"], 7, "{result}");
+    assert_eq!(
+        result["result"]["structuredContent"]["greeting"], "Hello Ada",
+        "{result}"
+    );
+}
