@@ -416,6 +416,48 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
     }
 }
 
+/// Why an operator endpoint of the status page (`GET /trust`, `POST /trust/approve`) refused:
+/// not JSON-RPC, so a `{"error": TEXT}` body, with the status mapped here like every other
+/// failure (415, 413, 400, 403, 404 nothing pending or not aggregating, 409 changed since
+/// reviewed; any other core failure as `/mcp` would answer it).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpsError {
+    #[error("Content-Type must be application/json")]
+    NotJson,
+    #[error("body too large")]
+    TooLarge,
+    #[error("expected {{\"backend\": NAME, \"tool\": NAME, \"digest\": DIGEST}}")]
+    BadBody,
+    #[error("not an approver (trust.approvers)")]
+    NotApprover,
+    #[error("nothing is pending for that tool")]
+    NothingPending,
+    #[error("the tool's definition changed again since that digest; review it anew")]
+    Changed,
+    #[error("{0}")]
+    Core(CoreError),
+}
+
+impl IntoResponse for OpsError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            OpsError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            OpsError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            OpsError::BadBody => StatusCode::BAD_REQUEST,
+            OpsError::NotApprover | OpsError::Core(CoreError::Forbidden(_)) => {
+                StatusCode::FORBIDDEN
+            }
+            OpsError::NothingPending | OpsError::Core(CoreError::Unsupported(_)) => {
+                StatusCode::NOT_FOUND
+            }
+            OpsError::Changed => StatusCode::CONFLICT,
+            OpsError::Core(e) => core_parts(e).0,
+        };
+        let body = json!({ "error": self.to_string() }).to_string();
+        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let (status, id, err) = self.parts();
@@ -474,5 +516,38 @@ impl IntoResponse for HttpError {
             _ => {}
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_operator_endpoint_refusal_is_mapped_here_with_an_error_body() {
+        let cases = [
+            (OpsError::NotApprover, StatusCode::FORBIDDEN),
+            (OpsError::NothingPending, StatusCode::NOT_FOUND),
+            (OpsError::Changed, StatusCode::CONFLICT),
+            (
+                OpsError::Core(CoreError::Forbidden("no")),
+                StatusCode::FORBIDDEN,
+            ),
+            // A core failure is answered as `/mcp` answers it (it was a 404 whatever it was).
+            (
+                OpsError::Core(CoreError::Store("store down".into())),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+        ];
+        for (error, status) in cases {
+            let text = error.to_string();
+            let response = error.into_response();
+            assert_eq!(response.status(), status, "{text}");
+            let body = axum::body::to_bytes(response.into_body(), 4096)
+                .await
+                .unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body, json!({ "error": text }));
+        }
     }
 }

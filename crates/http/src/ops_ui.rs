@@ -19,7 +19,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use switchboard_core::trust::Approval;
-use switchboard_core::{CoreError, Principal};
+use switchboard_core::Principal;
+
+use crate::error::OpsError;
 
 use crate::AppState;
 
@@ -55,9 +57,9 @@ pub(crate) async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
 }
 
-fn json_answer(status: StatusCode, body: serde_json::Value) -> Response {
+fn json_answer(body: serde_json::Value) -> Response {
     (
-        status,
+        StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
@@ -70,12 +72,9 @@ pub(crate) async fn trust(
     Extension(caller): Extension<Arc<Principal>>,
 ) -> Response {
     match state.gateway.trust_status() {
-        None => json_answer(StatusCode::OK, json!({"mode": "off", "pending": []})),
-        Some(_) if !state.gateway.trust_approver(&caller) => json_answer(
-            StatusCode::FORBIDDEN,
-            json!({"error": "not an approver (trust.approvers)"}),
-        ),
-        Some(status) => json_answer(StatusCode::OK, status),
+        None => json_answer(json!({"mode": "off", "pending": []})),
+        Some(_) if !state.gateway.trust_approver(&caller) => OpsError::NotApprover.into_response(),
+        Some(status) => json_answer(status),
     }
 }
 
@@ -102,43 +101,24 @@ pub(crate) async fn approve(
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
     if !json {
-        return json_answer(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            json!({"error": "Content-Type must be application/json"}),
-        );
+        return OpsError::NotJson.into_response();
     }
     if body.len() > APPROVE_BODY_LIMIT {
-        return json_answer(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            json!({"error": "body too large"}),
-        );
+        return OpsError::TooLarge.into_response();
     }
     let Ok(ask) = serde_json::from_slice::<Approve>(&body) else {
-        return json_answer(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "expected {\"backend\": NAME, \"tool\": NAME, \"digest\": DIGEST}"}),
-        );
+        return OpsError::BadBody.into_response();
     };
     match state
         .gateway
         .approve_tool(&ask.backend, &ask.tool, &ask.digest, &caller)
         .await
     {
-        Ok(Approval::Approved) => json_answer(
-            StatusCode::OK,
-            json!({"approved": format!("{}/{}", ask.backend, ask.tool)}),
-        ),
-        Ok(Approval::NothingPending) => json_answer(
-            StatusCode::NOT_FOUND,
-            json!({"error": "nothing is pending for that tool"}),
-        ),
-        Ok(Approval::Changed) => json_answer(
-            StatusCode::CONFLICT,
-            json!({"error": "the tool's definition changed again since that digest; review it anew"}),
-        ),
-        Err(e @ CoreError::Forbidden(_)) => {
-            json_answer(StatusCode::FORBIDDEN, json!({"error": e.to_string()}))
+        Ok(Approval::Approved) => {
+            json_answer(json!({"approved": format!("{}/{}", ask.backend, ask.tool)}))
         }
-        Err(e) => json_answer(StatusCode::NOT_FOUND, json!({"error": e.to_string()})),
+        Ok(Approval::NothingPending) => OpsError::NothingPending.into_response(),
+        Ok(Approval::Changed) => OpsError::Changed.into_response(),
+        Err(e) => OpsError::Core(e).into_response(),
     }
 }
