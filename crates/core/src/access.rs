@@ -320,6 +320,25 @@ impl Access {
             .map(|a| a.current().unwrap_or_else(|| a.clone()))
     }
 
+    /// Whether an authorization policy is configured.
+    pub(crate) fn has_policy(&self) -> bool {
+        self.authorizer.is_some()
+    }
+
+    /// Whether `principal` may do `action` on `target` (served at `origin`) under the
+    /// current policy; true without one. For re-judging what was admitted under an older
+    /// policy (subscriptions): no audit line, no rate limit.
+    pub(crate) fn allows(
+        &self,
+        principal: &Principal,
+        action: &str,
+        target: &Target,
+        origin: Option<&Origin>,
+    ) -> bool {
+        self.policy_now()
+            .is_none_or(|a| a.is_allowed_at(principal, action, target, origin))
+    }
+
     /// Whether a list would show `target` to `principal`, with `origin` from the merged
     /// lists (aggregating, an item without one is hidden, as list filtering hides it, unless
     /// it is a composite tool: the gateway's own, judged without a backend as its call is).

@@ -450,7 +450,9 @@ impl Gateway {
         }
         let route = &route;
         match (name, call.session) {
-            (method::SUBSCRIBE, Some(sid)) => self.subscribe(sid, id, call.msg, route).await,
+            (method::SUBSCRIBE, Some(sid)) => {
+                self.subscribe(sid, call.caller, id, call.msg, route).await
+            }
             (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg, route).await,
             (method::SET_LEVEL, Some(sid)) => self.set_level(sid, id, call.msg, route).await,
             (method::SUBSCRIBE, None) => Err(CoreError::SessionRequired(method::SUBSCRIBE)),

@@ -130,6 +130,9 @@ impl Gateway {
         for entry in entries.iter().filter(|e| fresh.contains(&e.id)) {
             self.carry_over(entry).await;
         }
+        if plan.policy_changed {
+            self.rejudge_subscriptions().await;
+        }
         let announced = announcements(&before, &after, plan.policy_changed);
         for name in &announced {
             self.announce(name);
@@ -198,7 +201,8 @@ impl Gateway {
 
     /// The policy alone was replaced (a transparent proxy has no shape to reload): every
     /// session's lists may look different, so each hears every `list_changed` once.
-    pub fn policy_replaced(&self) -> Vec<&'static str> {
+    pub async fn policy_replaced(&self) -> Vec<&'static str> {
+        self.rejudge_subscriptions().await;
         let all = [
             method::TOOLS_LIST_CHANGED,
             method::PROMPTS_LIST_CHANGED,

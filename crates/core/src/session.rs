@@ -90,6 +90,9 @@ pub(crate) struct Session {
     /// (backend, URI) pairs this session subscribed to (mirror of the backends' subscription
     /// tables, for cleanup).
     pub(crate) subscriptions: HashSet<SubKey>,
+    /// Who subscribed (the latest subscribe's caller, its credential dropped): a changed
+    /// policy judges the subscriptions again as this principal.
+    pub(crate) subscriber: Option<std::sync::Arc<Principal>>,
     /// In-flight requests by the client's raw id text.
     pub(crate) in_flight: HashMap<Box<str>, InFlight>,
     /// HTTP+SSE only: the tasks running this session's requests. Owned by the session, so
@@ -299,6 +302,7 @@ impl Session {
             listen,
             log_level: None,
             subscriptions: HashSet::new(),
+            subscriber: None,
             in_flight: HashMap::new(),
             tasks,
             own: HashMap::new(),

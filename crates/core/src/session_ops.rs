@@ -38,10 +38,18 @@ impl Gateway {
     pub(crate) async fn subscribe(
         &self,
         sid: &SessionId,
+        caller: &crate::Principal,
         id: &RequestId,
         msg: &Message<'_>,
         route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
+        if self.config.access.has_policy() {
+            let subscriber = std::sync::Arc::new(crate::Principal {
+                credential: None,
+                ..caller.clone()
+            });
+            sessions_note(&self.registry, sid, subscriber);
+        }
         let Some(uri) = uri_param(msg) else {
             return self
                 .untracked(sid, (id, method::SUBSCRIBE), msg, route)
@@ -76,6 +84,58 @@ impl Gateway {
             }
         }
         Ok(restore(id, &answer))
+    }
+
+    /// A changed policy judges every session's subscriptions again, as the principal that
+    /// made them: one the new policy denies is dropped as an unsubscribe would drop it (the
+    /// backend is told when its last subscriber leaves), so no `resources/updated` reaches a
+    /// caller no longer allowed to watch that resource.
+    pub(crate) async fn rejudge_subscriptions(&self) {
+        let mut held = Vec::new();
+        self.registry.sessions.for_each(|sid, s| {
+            if let Some(who) = &s.subscriber {
+                held.extend(
+                    s.subscriptions
+                        .iter()
+                        .map(|k| (sid.to_owned(), who.clone(), k.clone())),
+                );
+            }
+        });
+        let origins = self.origins();
+        for (sid, who, (backend, uri)) in held {
+            let target = crate::access::Target::resource(uri.clone());
+            let origin = origins.and_then(|o| o.of_item(&target));
+            if self
+                .config
+                .access
+                .allows(&who, "subscribe", &target, origin.as_ref())
+            {
+                continue;
+            }
+            let tables = self.registry.tables(&backend);
+            let lock = tables.subs.lock(&uri).await;
+            let key: SubKey = (backend.clone(), uri.clone());
+            let removed = self
+                .registry
+                .sessions
+                .with(&sid, |s| s.subscriptions.remove(&key))
+                .unwrap_or(false);
+            if removed && tables.subs.remove(&lock, &sid) {
+                let params = json!({ "uri": uri });
+                if let Err(e) = self
+                    .internal_call(&backend, method::UNSUBSCRIBE, params)
+                    .await
+                {
+                    debug!(error = %e, "unsubscribe after a policy change failed");
+                }
+            }
+            if removed {
+                tracing::info!(
+                    session = %crate::access::session_label(&sid),
+                    "a subscription the new policy denies was dropped"
+                );
+            }
+        }
     }
 
     /// `resources/unsubscribe`: the backend sees it only when the last subscriber leaves. The
@@ -323,4 +383,15 @@ fn uri_param(msg: &Message<'_>) -> Option<String> {
 
 fn restore(id: &RequestId, answer: &BackendResponse) -> Vec<u8> {
     restore_response(id, answer.member(), answer.payload())
+}
+
+/// Remembers who subscribed on `sid` (a session that ended meanwhile needs nothing).
+fn sessions_note(
+    registry: &crate::Registry,
+    sid: &SessionId,
+    who: std::sync::Arc<crate::Principal>,
+) {
+    let _ = registry
+        .sessions
+        .with(sid.as_str(), |s| s.subscriber = Some(who));
 }

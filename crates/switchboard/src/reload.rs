@@ -278,7 +278,7 @@ impl Reloader {
             if let (Some(policy), Some((path, checked))) = (&self.policy, new_policy) {
                 policy.install(&path, checked);
             }
-            let announced = self.gateway.policy_replaced();
+            let announced = self.gateway.policy_replaced().await;
             return Ok(Some(plan.summary(true, &announced)));
         }
         let StartedSet {

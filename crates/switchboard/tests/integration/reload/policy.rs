@@ -5,7 +5,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use super::{config_of, hangup, rewrite, BOUND, RELOADED};
-use crate::common::TestGateway;
+use crate::common::{Listener, TestGateway};
 use crate::vmcp::{call_text, request, serve, stdio, tool_names, Dir, Era};
 
 /// Everything, except calling `pid`.
@@ -72,4 +72,69 @@ async fn a_reloaded_policy_permits_and_forbids_again() {
     hangup(gw);
     gw.wait_stdout(RELOADED, BOUND).await;
     pid_forbidden(gw, &sid, "after SIGHUP with the policy file changed").await;
+}
+
+/// Everything; subscribing to the watched resource too, or not.
+fn subscribe_policy(watched_allowed: bool) -> String {
+    let mut p = PERMIT_ALL.to_owned();
+    if !watched_allowed {
+        p.push_str(
+            "forbid(principal, action == Action::\"subscribe\", resource == Resource::\"test://watched-resource\");\n",
+        );
+    }
+    p
+}
+
+/// A subscription admitted under the old policy is judged again when the policy changes: one
+/// the new policy denies is dropped, so its updates stop; another one keeps its updates (the
+/// sentinel that proves, by order, that the dropped one's update was not delivered).
+#[tokio::test]
+async fn a_reloaded_policy_drops_the_subscriptions_it_denies() {
+    let policies = Dir::new("reload-policy-subs");
+    let file = policies.write("p.cedar", &subscribe_policy(true));
+    let served = serve("reload-policy-subs", &config(&file), None).await;
+    let gw = &served.gw;
+    let sid = gw.session().await;
+    for uri in ["test://watched-resource", "test://static-text"] {
+        let sub = request(json!(uri), "resources/subscribe", json!({ "uri": uri }));
+        let r = gw.post(Some(&sid), &sub).await;
+        assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    }
+    let mut listener = Listener::open(gw, &sid, None).await;
+    let trigger = |uri: &str| {
+        request(
+            json!(uri),
+            "tools/call",
+            json!({"name": "trigger", "arguments": {"kind": "resource_updated", "uri": uri}}),
+        )
+    };
+    let updated = |e: &crate::common::Event| {
+        (e.data["method"] == "notifications/resources/updated").then(|| {
+            e.data["params"]["uri"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+    };
+    gw.post(Some(&sid), &trigger("test://watched-resource"))
+        .await;
+    loop {
+        if updated(&listener.next().await).as_deref() == Some("test://watched-resource") {
+            break;
+        }
+    }
+
+    policies.write("p.cedar", &subscribe_policy(false));
+    hangup(gw);
+    gw.wait_stdout(RELOADED, BOUND).await;
+    gw.post(Some(&sid), &trigger("test://watched-resource"))
+        .await;
+    gw.post(Some(&sid), &trigger("test://static-text")).await;
+    loop {
+        match updated(&listener.next().await).as_deref() {
+            Some("test://static-text") => break,
+            Some(other) => panic!("an update for {other} after its subscription was denied"),
+            None => {}
+        }
+    }
 }
