@@ -291,6 +291,7 @@ impl Gateway {
         let _ = self.registry.sessions.with(session.as_str(), |s| {
             s.init_params = params.map(ToOwned::to_owned);
         });
+        self.claim_owner_place(session).await?;
         let Err(e) = self.store_session(session).await else {
             return Ok(());
         };
@@ -299,6 +300,13 @@ impl Gateway {
             return Ok(());
         }
         tracing::warn!(error = %e, "session refused: the session store did not take it");
+        let owner = self
+            .registry
+            .sessions
+            .with(session.as_str(), |s| s.owner().clone());
+        if let Ok(owner) = owner {
+            self.release_owner_place(&owner, session.as_str()).await;
+        }
         Err(e)
     }
 

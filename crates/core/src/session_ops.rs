@@ -309,6 +309,7 @@ impl Gateway {
     /// Audits a session's end (see [`EndReason`]) and releases its state.
     pub(crate) async fn cleanup(&self, ended: Ended, reason: EndReason) {
         self.audit_end(&ended, reason);
+        self.release_owner_place(&ended.owner, &ended.id).await;
         self.release(ended).await;
     }
 

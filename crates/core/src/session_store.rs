@@ -55,6 +55,37 @@ pub trait SessionRecords: Send + Sync + fmt::Debug {
         &'a self,
         replica: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>>;
+    /// Takes one of `owner`'s places for session `id`, counted across every replica on the
+    /// store (`--max-sessions-per-principal`): `Ok(false)` when it holds `max` live sessions
+    /// already. A place lapses with the session TTL unless taken again; `owner` is an opaque
+    /// digest ([`owner_key`]). A store without the count takes every session.
+    fn claim_owner<'a>(
+        &'a self,
+        _owner: &'a str,
+        _id: &'a str,
+        _max: usize,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
+    /// Gives back the place session `id` took ([`Self::claim_owner`]).
+    fn release_owner<'a>(
+        &'a self,
+        _owner: &'a str,
+        _id: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// The store's name for a principal's places: a digest of (issuer, subject), so no subject
+/// text is written into the store's key space.
+pub(crate) fn owner_key(owner: &(String, String)) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(owner.0.as_bytes());
+    h.update([0]);
+    h.update(owner.1.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Replicas on one session store: the way to the replica holding a session's listen stream.
@@ -363,6 +394,42 @@ impl Gateway {
                 tracing::debug!(error = %e, "session served from this process: the store did not answer");
                 Ok(id)
             }
+        }
+    }
+
+    /// Counts a session just opened against its principal's limit across replicas (the
+    /// table's own count is this replica's only). `Err`: over the limit (the caller ends it),
+    /// or the store did not answer (served here only with `store_fallback_memory`).
+    pub(crate) async fn claim_owner_place(&self, session: &SessionId) -> Result<(), CoreError> {
+        let (Some(store), Some(max)) = (self.store(), self.config.max_sessions_per_principal)
+        else {
+            return Ok(());
+        };
+        let owner = self
+            .registry
+            .sessions
+            .with(session.as_str(), |s| s.owner().clone())?;
+        match store
+            .claim_owner(&owner_key(&owner), session.as_str(), max)
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(CoreError::TooManyPrincipalSessions(max)),
+            Err(e) if self.config.store_fallback_memory => {
+                tracing::warn!(error = %e, "the session store did not count this session: counted by this replica only");
+                Ok(())
+            }
+            Err(e) => Err(CoreError::Store(e.to_string())),
+        }
+    }
+
+    /// Gives back an ended session's place in its principal's count across replicas.
+    pub(crate) async fn release_owner_place(&self, owner: &(String, String), id: &str) {
+        let (Some(store), Some(_)) = (self.store(), self.config.max_sessions_per_principal) else {
+            return;
+        };
+        if let Err(e) = store.release_owner(&owner_key(owner), id).await {
+            tracing::debug!(error = %e, "releasing a session's place in the store failed (it lapses with the TTL)");
         }
     }
 

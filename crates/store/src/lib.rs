@@ -134,6 +134,35 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ";
 
+/// Takes a place in a principal's count of live sessions across replicas (a sorted set of
+/// session ids per principal, `PREFIX:o:DIGEST`). A member counts while its session's record
+/// exists (its expiry slides with use) or within a grace after its claim (the record is
+/// written right after); others are dropped as they are met. 1: taken (or already held),
+/// 0: the principal holds `max` already. Bounded by the principal's own members.
+const CLAIM_OWNER: &str = r"
+local now = tonumber(ARGV[1])
+local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local live = 0
+for i = 1, #members, 2 do
+  local m = members[i]
+  if m == ARGV[4] then return 1 end
+  if tonumber(members[i + 1]) > now or redis.call('EXISTS', ARGV[5] .. m) == 1 then
+    live = live + 1
+  else
+    redis.call('ZREM', KEYS[1], m)
+  end
+end
+if live >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+return 1
+";
+
+/// How long a claimed place counts before its session's record must exist.
+const CLAIM_GRACE_MS: u64 = 10_000;
+/// How long a principal's set outlives its last claim or release.
+const OWNER_SET_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
 /// A stored revision (0 for one that does not parse: it differs from any written one, so
 /// the record is read again).
 fn revision(rev: Option<&str>) -> u64 {
@@ -237,6 +266,57 @@ impl SessionRecords for RedisStore {
         replica: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         self.lookup_replica(replica).boxed()
+    }
+
+    fn claim_owner<'a>(
+        &'a self,
+        owner: &'a str,
+        id: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let mut c = self.connection.clone();
+        let set = format!("{}:o:{owner}", self.prefix);
+        let records = format!("{}:s:", self.prefix);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        async move {
+            let taken: i64 = bounded("claim_owner", async move {
+                redis::Script::new(CLAIM_OWNER)
+                    .key(&set)
+                    .arg(now)
+                    .arg(now.saturating_add(CLAIM_GRACE_MS))
+                    .arg(max)
+                    .arg(id)
+                    .arg(records)
+                    .arg(OWNER_SET_TTL_MS)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+            Ok(taken == 1)
+        }
+        .boxed()
+    }
+
+    fn release_owner<'a>(
+        &'a self,
+        owner: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut c = self.connection.clone();
+        let set = format!("{}:o:{owner}", self.prefix);
+        async move {
+            bounded("release_owner", async move {
+                redis::cmd("ZREM")
+                    .arg(&set)
+                    .arg(id)
+                    .query_async::<()>(&mut c)
+                    .await
+            })
+            .await
+        }
+        .boxed()
     }
 }
 

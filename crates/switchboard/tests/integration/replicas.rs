@@ -369,3 +369,39 @@ async fn a_list_change_on_one_replica_reaches_every_stream_once() {
         assert_eq!(changes, 1, "stream on {name}: {seen:?}");
     }
 }
+
+/// `--max-sessions-per-principal` holds across replicas: with a limit of 2, alice's two
+/// sessions on replica one leave her none on replica two (429, her own quota); ending one
+/// frees a place anywhere; bob is counted apart.
+#[tokio::test]
+async fn the_per_principal_session_limit_counts_every_replica() {
+    let Some(redis) = Redis::start_or_skip("per_principal_limit").await else {
+        return;
+    };
+    let keys = keys_file();
+    let args = [
+        "--api-keys-file",
+        keys.as_str(),
+        "--max-sessions-per-principal",
+        "2",
+    ];
+    let (one, two) = tokio::join!(replica(&redis, &args), replica(&redis, &args));
+    let alice_one = Endpoint::of(&one).with_key(ALICE);
+    let alice_two = Endpoint::of(&two).with_key(ALICE);
+    let first = alice_one.session().await;
+    let _second = alice_one.session().await;
+    let refused = alice_two.initialize().await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        refused.text
+    );
+    assert!(refused.headers.get("mcp-session-id").is_none());
+    let bob = Endpoint::of(&two).with_key(BOB).initialize().await;
+    assert_eq!(bob.status, StatusCode::OK, "{}", bob.text);
+
+    assert_eq!(alice_one.delete(&first).await, StatusCode::NO_CONTENT);
+    let again = alice_two.initialize().await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.text);
+}
