@@ -335,8 +335,7 @@ impl Access {
         target: &Target,
         origin: Option<&Origin>,
     ) -> bool {
-        self.policy_now()
-            .is_none_or(|a| a.is_allowed_at(principal, action, target, origin))
+        allowed(self.policy_now().as_deref(), principal, action, target, origin)
     }
 
     /// Whether a list would show `target` to `principal`, with `origin` from the merged
