@@ -314,6 +314,45 @@ async fn an_expired_relayed_state_is_refused() {
     );
 }
 
+/// A caller over its share of the relay's used-token table (1,024 redeemed tokens that have
+/// not expired) gets the documented overload answer through the binary: HTTP 429, `Retry-After`
+/// and `data.retryAfterSeconds`, never a 200.
+#[tokio::test]
+async fn a_caller_over_its_relay_share_is_answered_429_with_a_retry_time() {
+    use futures::StreamExt;
+    const SHARE: usize = 1024;
+    let gw = modern_backend(&[]).await;
+    let gw = &gw;
+    let tokens: Vec<Value> = futures::stream::iter(0..=SHARE)
+        .map(|_| async move { input_required(&modern_call(gw, None, json!({})).await) })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let replies: Vec<Reply> = futures::stream::iter(tokens.iter())
+        .map(|first| modern_call(gw, None, retry_of(first, "Many")))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let ok = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::OK)
+        .count();
+    assert_eq!(ok, SHARE);
+    let over: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.status != StatusCode::OK)
+        .collect();
+    let [over] = over.as_slice() else {
+        panic!("{} refusals", over.len())
+    };
+    assert_eq!(over.status, StatusCode::TOO_MANY_REQUESTS, "{}", over.text);
+    assert_eq!(over.error_code(), 429, "{}", over.text);
+    let retry = over.json()["error"]["data"]["retryAfterSeconds"].as_u64();
+    let retry = retry.unwrap_or_else(|| panic!("{}", over.text));
+    assert!((1..=300).contains(&retry), "{retry}");
+    assert_eq!(over.headers["retry-after"], retry.to_string().as_str());
+}
+
 /// `--relay-state-ttl` outside 1..=86400 seconds is refused before anything starts (a zero
 /// TTL would make every token expired at birth; a huge one pins nonces without end).
 #[tokio::test]

@@ -283,19 +283,19 @@ fn a_principal_over_its_share_of_used_nonces_does_not_stop_another() {
         };
         relay.open(&sealer, &bound, &id).map(|_| ())
     };
-    for _ in 0..PER_PRINCIPAL {
+    for _ in 0..used::PER_PRINCIPAL {
         assert!(redeem(&alice).is_ok());
     }
     match redeem(&alice) {
         Err(Err(CoreError::RelayShareExhausted { limit, retry_after })) => {
-            assert_eq!(limit, PER_PRINCIPAL);
+            assert_eq!(limit, used::PER_PRINCIPAL);
             assert!((1..=60).contains(&retry_after), "{retry_after}");
         }
         other => panic!("alice over her share: {:?}", other.map_err(|e| e.err())),
     }
     // Bob's share is untouched by alice's.
     assert!(redeem(&bob).is_ok());
-    assert_eq!(relay.used.lock().total, PER_PRINCIPAL + 1);
+    assert_eq!(relay.used.lock().total(), used::PER_PRINCIPAL + 1);
 }
 
 #[test]
@@ -319,4 +319,47 @@ fn an_oversized_backend_state_is_refused() {
         pending(&"s".repeat(STATE_MAX_BYTES - 100)),
     );
     assert!(answer.error_code.is_none() && token_of(&answer).starts_with(PREFIX));
+}
+
+/// A full table answers a caller among its largest holders with the share's 429 variant
+/// (never the 200 `-32603` of old), and still serves a newcomer.
+#[test]
+fn a_full_table_answers_overload_as_429_and_serves_a_newcomer() {
+    let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+    *relay.used.lock() = used::Used::new(2, 2);
+    let a = "a".parse::<BackendId>().unwrap();
+    let id = RequestId::from_string("x");
+    let first = raw(json!({"name": "t"}));
+    let redeem = |caller: &Principal| {
+        let bound = Bound {
+            caller,
+            method: "tools/call",
+            backend: &a,
+            params: Some(&first),
+        };
+        let token = token_of(&relay.seal(&sealer, &bound, &id, pending("s")));
+        let retry = raw(json!({"name": "t", "requestState": token}));
+        let bound = Bound {
+            params: Some(&retry),
+            ..bound
+        };
+        relay.open(&sealer, &bound, &id).map(|_| ())
+    };
+    let (alice, bob, carol) = (principal("alice"), principal("bob"), principal("carol"));
+    assert!(redeem(&alice).is_ok());
+    assert!(redeem(&bob).is_ok());
+    match redeem(&alice) {
+        Err(Err(CoreError::RelayShareExhausted { limit, retry_after })) => {
+            assert_eq!(limit, 1);
+            assert!((1..=60).contains(&retry_after), "{retry_after}");
+        }
+        other => panic!("a full table: {:?}", other.map_err(|e| e.err())),
+    }
+    assert!(
+        redeem(&carol).is_err(),
+        "alice and bob hold one each: nobody is larger"
+    );
+    *relay.used.lock() = used::Used::new(3, 2);
+    assert!(redeem(&alice).is_ok() && redeem(&alice).is_ok() && redeem(&bob).is_ok());
+    assert!(redeem(&carol).is_ok(), "alice holds more than carol would");
 }
