@@ -168,8 +168,9 @@ impl SealedRelay {
 
     /// A Modern backend's answer as the client gets it: an `input_required` result's
     /// `requestState` replaced by a fresh token sealing it (minted even when the backend gave
-    /// none, so every retry of a relayed round is bound to its caller). Anything else is
-    /// returned untouched.
+    /// none, so every retry of a relayed round is bound to its caller). An error passes
+    /// untouched, another result is `strip`ped, and one that cannot be rewritten becomes an
+    /// internal error (fails closed).
     pub(crate) fn seal(
         &self,
         sealer: &Sealer,
@@ -181,10 +182,10 @@ impl SealedRelay {
             return answer;
         }
         let Some(result) = result_of(&answer.body) else {
-            return answer;
+            return unrelayable(id);
         };
         if !is_input_required(result.get()) {
-            return answer;
+            return Self::strip(id, answer);
         }
         let state = object_member(&result, "requestState");
         if state.is_some_and(|s| s.get().len() > STATE_MAX_BYTES) {
@@ -214,13 +215,14 @@ impl SealedRelay {
         let set = [("requestState", token.as_str())];
         match with_members(&result, &set, |k| !is_state_key(k)) {
             Some(sealed) => ModernAnswer::ok(switchboard_wire::encode_result(id, sealed.get())),
-            None => answer,
+            None => unrelayable(id),
         }
     }
 
     /// A relayed result that does not ask for input but carries a `requestState` (in some
     /// spelling): the member is dropped, so the backend's state never reaches the client bare
-    /// whatever the client's parser makes of the rest (`ResultMarks::request_state`).
+    /// whatever the client's parser makes of the rest (`ResultMarks::request_state`). An
+    /// answer that cannot be rewritten (not a result object) fails closed: an internal error.
     pub(crate) fn strip(id: &RequestId, answer: ModernAnswer) -> ModernAnswer {
         if answer.error_code.is_some() {
             return answer;
@@ -229,15 +231,15 @@ impl SealedRelay {
             .and_then(|result| retain_members(&result, |k| !is_state_key(k)));
         match stripped {
             Some(result) => ModernAnswer::ok(switchboard_wire::encode_result(id, result.get())),
-            // Not an object: nothing there to strip.
-            None => answer,
+            None => unrelayable(id),
         }
     }
 }
 
-/// `requestState` in any ASCII case (keys arrive decoded).
+/// `requestState` in any case, folded as strict JSON folds duplicate keys (keys arrive
+/// decoded): what a loose parser reads as the state.
 fn is_state_key(key: &str) -> bool {
-    key.eq_ignore_ascii_case("requestState")
+    switchboard_wire::keys_fold_equal(key, "requestState")
 }
 
 /// The `result` member of an encoded response.
@@ -245,6 +247,16 @@ fn result_of(body: &[u8]) -> Option<Box<RawValue>> {
     let text = std::str::from_utf8(body).ok()?;
     let raw = RawValue::from_string(text.to_owned()).ok()?;
     object_member(&raw, "result").map(|r| r.to_owned())
+}
+
+/// A relayed answer the gateway cannot rewrite: never passed on as it came, since it might
+/// carry the backend's state bare.
+fn unrelayable(id: &RequestId) -> ModernAnswer {
+    let err = ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        "the backend's answer could not be relayed: its result is not an object the gateway can rewrite",
+    );
+    ModernAnswer::error(id, &err)
 }
 
 fn too_large(id: &RequestId) -> ModernAnswer {
