@@ -89,11 +89,7 @@ impl Bound<'_> {
     }
 
     fn digest(&self) -> [u8; 32] {
-        let params: Value = self
-            .params
-            .and_then(|p| serde_json::from_str(p.get()).ok())
-            .unwrap_or(Value::Null);
-        params_digest(&params)
+        params_digest(self.params.map_or("null", |p| p.get()))
     }
 }
 
