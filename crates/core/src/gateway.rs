@@ -635,7 +635,7 @@ impl Gateway {
 
     /// Aggregating, a backend's failure names the backend (one of several is down; the
     /// client must know which).
-    fn attributed(&self, backend: &BackendId, e: CoreError) -> CoreError {
+    pub(crate) fn attributed(&self, backend: &BackendId, e: CoreError) -> CoreError {
         match e {
             CoreError::Backend(e) if self.vmcp.is_some() => {
                 CoreError::OfBackend(backend.clone(), e)
@@ -750,7 +750,9 @@ impl Gateway {
             return;
         };
         let key = in_flight.key.to_request_id();
-        if let Some(params) = with_member(params, "requestId", key.as_json()) {
+        let params = with_member(params, "requestId", key.as_json());
+        // Waiting on the client (a relayed question): the backend holds nothing to cancel.
+        if let Some(params) = params.filter(|_| in_flight.at_backend) {
             let from = From::Cancel(sid, &in_flight.backend);
             if let Ok(Some(route)) = self.resolve(from, method::CANCELLED, Some(&params)) {
                 let _ = route

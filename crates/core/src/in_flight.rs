@@ -35,13 +35,44 @@ impl<'a> InFlightGuard<'a> {
         cancel: &CancellationToken,
         stream: Option<mpsc::Sender<Bytes>>,
     ) -> Self {
-        let client_id: Box<str> = id.as_json().into();
         let entry = InFlight {
             key: key.clone(),
             backend: backend.clone(),
             cancel: cancel.clone(),
             stream,
+            at_backend: true,
         };
+        Self::insert(gateway, session, id, entry)
+    }
+
+    /// A request of the client's that waits on the client itself (a question relayed to it
+    /// between MRTR rounds, the backend holding nothing): its cancellation fires `cancel`
+    /// and reaches no backend.
+    pub(crate) fn waiting_on_client(
+        gateway: &'a Gateway,
+        session: &'a SessionId,
+        (id, backend): (&RequestId, &BackendId),
+        cancel: &CancellationToken,
+        stream: Option<mpsc::Sender<Bytes>>,
+    ) -> Self {
+        let entry = InFlight {
+            key: RouteKey::mint(),
+            backend: backend.clone(),
+            cancel: cancel.clone(),
+            stream,
+            at_backend: false,
+        };
+        Self::insert(gateway, session, id, entry)
+    }
+
+    fn insert(
+        gateway: &'a Gateway,
+        session: &'a SessionId,
+        id: &RequestId,
+        entry: InFlight,
+    ) -> Self {
+        let client_id: Box<str> = id.as_json().into();
+        let key = entry.key.clone();
         let _ = gateway.registry.sessions.with(session.as_str(), |s| {
             s.in_flight.insert(client_id.clone(), entry)
         });
@@ -49,7 +80,7 @@ impl<'a> InFlightGuard<'a> {
             gateway,
             session,
             client_id,
-            key: key.clone(),
+            key,
         }
     }
 }

@@ -28,6 +28,7 @@
 
 mod bridge;
 mod dedicated;
+mod digest;
 mod partition;
 mod share;
 mod sink;
@@ -61,7 +62,8 @@ pub(crate) use state::replica_of_token;
 
 /// Where a call's backend process puts its requests for input (see `sink::CallSink`).
 pub(crate) type AskedSlot = Arc<parking_lot::Mutex<Option<mpsc::Sender<Asked>>>>;
-pub(crate) use state::{params_digest, unix_now, HeldTable, Refused, Sealer, MAX_HELD};
+pub(crate) use digest::params_digest;
+pub(crate) use state::{unix_now, HeldTable, Refused, Sealer, MAX_HELD};
 
 /// The methods on which a server may answer `input_required`.
 pub(crate) const METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
@@ -254,7 +256,7 @@ impl Gateway {
                 ))
             }
         };
-        let digest = state::params_digest(&params);
+        let digest = params_digest(msg.params.map_or("{}", |p| p.get()));
         let binding = state::Binding {
             caller,
             method: name,

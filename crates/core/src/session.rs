@@ -71,6 +71,10 @@ pub(crate) struct InFlight {
     pub(crate) cancel: CancellationToken,
     /// The request's own stream, where a per-session backend's related messages go.
     pub(crate) stream: Option<tokio::sync::mpsc::Sender<Bytes>>,
+    /// Whether the backend holds the request under `key`. `false`: the gateway is waiting on
+    /// the client (a relayed question between MRTR rounds), so a cancellation stops the wait
+    /// and tells the backend nothing.
+    pub(crate) at_backend: bool,
 }
 
 /// A subscription: the URI, at the backend that serves it.
@@ -558,9 +562,9 @@ fn ended(id: String, session: Session) -> Ended {
         None => session
             .in_flight
             .into_values()
-            .map(|f| {
+            .filter_map(|f| {
                 f.cancel.cancel();
-                (f.backend, f.key)
+                f.at_backend.then_some((f.backend, f.key))
             })
             .collect(),
     };

@@ -247,8 +247,8 @@ pub fn has_member(json: &str, path: &[&str]) -> bool {
     crate::find::has_path(json, path)
 }
 
-/// Whether the JSON object `json` has a top-level key that spells `key` in another ASCII case
-/// (escapes decoded): what a parser matching keys loosely (Go's `encoding/json`) would take
+/// Whether the JSON object `json` has a top-level key that spells `key` in another case
+/// (escapes decoded, simple case folding as [`crate::keys_fold_equal`]): what a parser matching keys loosely (Go's `encoding/json`) would take
 /// for `key`. The same contract as [`has_member`].
 pub fn has_key_variant(json: &str, key: &str) -> bool {
     let mut found = false;

@@ -115,9 +115,10 @@ pub(crate) fn walk(text: &str, mut f: impl FnMut(&str, (usize, usize))) -> Optio
     }
 }
 
-/// Whether the JSON string literal `lit` (quotes included) spells `key` in any ASCII case.
+/// Whether the JSON string literal `lit` (quotes included) spells `key` in any case, under
+/// the simple folding strict JSON uses for duplicate keys (`strict::keys_fold_equal`).
 pub(crate) fn key_matches_ignoring_case(lit: &str, key: &str) -> bool {
-    decode_string(lit).is_some_and(|k| k.eq_ignore_ascii_case(key))
+    decode_string(lit).is_some_and(|k| crate::strict::keys_fold_equal(&k, key))
 }
 
 /// Whether the JSON string literal `lit` (quotes included) spells `key`.

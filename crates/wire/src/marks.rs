@@ -20,8 +20,8 @@ pub struct ResultMarks<'a> {
     /// not a string falls through to the Modern shape; either way the task is recorded as the
     /// requesting caller's, so reading more shapes can only record more, never misassign.
     pub created_task: Option<Cow<'a, str>>,
-    /// Whether a top-level member is named `requestState` in any ASCII case (escapes
-    /// decoded): what a client whose parser matches keys loosely (Go's `encoding/json`) would
+    /// Whether a top-level member is named `requestState` in any case (escapes decoded,
+    /// simple case folding: `reque\u{17f}tState` too): what a client whose parser matches keys loosely (Go's `encoding/json`) would
     /// read as the backend's state, so the relay must never pass one on bare.
     pub request_state: bool,
 }
@@ -97,6 +97,10 @@ mod tests {
             r#"{"REQUESTSTATE":"s"}"#,
             r#"{"\u0072equestState":"s","x":1}"#,
             r#"{"requeststate":{"nested":true}}"#,
+            // U+017F (long s) folds to `s` in Go's `encoding/json`, raw or escaped.
+            "{\"reque\u{17f}tState\":\"s\"}",
+            r#"{"reque\u017ftState":"s"}"#,
+            "{\"REQUE\u{17f}TSTATE\":\"s\"}",
         ] {
             assert!(ResultMarks::of(json).request_state, "{json}");
         }

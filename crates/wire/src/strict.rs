@@ -254,13 +254,9 @@ impl Scanner<'_> {
     /// as `b` there.
     fn same(&self, a: &KeySpan, b: &KeySpan) -> bool {
         if !a.escaped && !b.escaped {
-            let (a, b) = (&self.text[a.start..a.end], &self.text[b.start..b.end]);
-            if a.is_ascii() && b.is_ascii() {
-                return a.eq_ignore_ascii_case(b);
-            }
-            return folded(a).eq(folded(b));
+            return keys_fold_equal(&self.text[a.start..a.end], &self.text[b.start..b.end]);
         }
-        folded(&self.decoded(a)).eq(folded(&self.decoded(b)))
+        keys_fold_equal(&self.decoded(a), &self.decoded(b))
     }
 
     /// A key's text after unescaping (borrowed when it has no escapes).
@@ -275,6 +271,16 @@ impl Scanner<'_> {
         let quoted = &self.text[k.start - 1..=k.end];
         serde_json::from_str::<String>(quoted).map_or(Cow::Borrowed(raw), Cow::Owned)
     }
+}
+
+/// Whether two (decoded) object keys name the same member for a parser that matches keys
+/// case-insensitively, under the simple case folding strict JSON uses for duplicate keys:
+/// `reque\u{17f}tState` is `requestState` for Go's `encoding/json`.
+pub fn keys_fold_equal(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        return a.eq_ignore_ascii_case(b);
+    }
+    folded(a).eq(folded(b))
 }
 
 /// A key's characters under simple case folding (lowercase, and the two non-ASCII letters Go

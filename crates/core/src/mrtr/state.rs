@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
-use serde_json::Value;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::route::random_hex;
 use crate::Principal;
@@ -56,51 +55,6 @@ pub(crate) struct Binding<'a> {
     pub(crate) caller: &'a Principal,
     pub(crate) method: &'a str,
     pub(crate) digest: &'a [u8; 32],
-}
-
-/// SHA-256 of the call's identity: its params without `_meta`, `inputResponses` and
-/// `requestState`, in a canonical form (object keys sorted), so a retry must repeat the
-/// original call (tool name and arguments, prompt, or URI) exactly.
-pub(crate) fn params_digest(params: &Value) -> [u8; 32] {
-    let mut identity = params.clone();
-    if let Some(obj) = identity.as_object_mut() {
-        for key in ["_meta", "inputResponses", "requestState"] {
-            obj.remove(key);
-        }
-    }
-    let mut text = String::new();
-    canonical(&identity, &mut text);
-    Sha256::digest(text.as_bytes()).into()
-}
-
-fn canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical(&map[k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
 }
 
 /// Seals and opens `requestState` tokens with this gateway's key.
@@ -318,7 +272,11 @@ fn sweep<T>(entries: &mut HashMap<String, (Instant, T)>, now: Instant) -> Vec<T>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn params_digest(v: &Value) -> [u8; 32] {
+        crate::mrtr::params_digest(&v.to_string())
+    }
 
     fn principal(sub: &str) -> Principal {
         Principal {
@@ -405,21 +363,6 @@ mod tests {
         assert_eq!(
             sealer.open(&format!("{id}.{past}.{tag}"), &bind),
             Err(Refused::Expired)
-        );
-    }
-
-    #[test]
-    fn digest_ignores_key_order_and_mrtr_members() {
-        let a =
-            params_digest(&json!({"name": "t", "arguments": {"x": 1, "y": [1, {"b": 2, "a": 1}]}}));
-        let b = params_digest(
-            &json!({"arguments": {"y": [1, {"a": 1, "b": 2}], "x": 1}, "name": "t",
-            "inputResponses": {"k": {}}, "requestState": "s", "_meta": {"progressToken": 1}}),
-        );
-        assert_eq!(a, b);
-        assert_ne!(
-            a,
-            params_digest(&json!({"name": "t", "arguments": {"x": 2}}))
         );
     }
 

@@ -11,9 +11,13 @@ use switchboard_wire::{
     encode_error, restore_response, retain_members, with_members, with_meta_member,
 };
 
+use tokio_util::sync::CancellationToken;
+
 use super::{is_input_required, MAX_ROUNDS};
 use crate::gateway::Outgoing;
+use crate::in_flight::InFlightGuard;
 use crate::resolve::Route;
+use crate::session::SessionId;
 use crate::{Call, CoreError, Gateway, MAX_ASKS};
 
 /// What the backend asked for in one round.
@@ -92,8 +96,24 @@ impl Gateway {
 
     /// Sends `params` (already in the gateway's Modern envelope) and answers every
     /// `input_required` round by asking the client, at most [`MAX_ROUNDS`] times. Returns
-    /// the backend's final answer, or the answer the client gets instead.
+    /// the backend's final answer, or the answer the client gets instead. The whole call,
+    /// every round and question included, has one deadline: `max_request_time` from here.
     pub(crate) async fn relay_to_legacy(
+        &self,
+        call: &Call<'_>,
+        (id, name): (&RequestId, &str),
+        route: &Route,
+        params: Box<RawValue>,
+    ) -> Result<Result<switchboard_upstream::BackendResponse, Vec<u8>>, CoreError> {
+        let limit = self.config.max_request_time;
+        let rounds = self.relay_rounds(call, (id, name), route, params);
+        match tokio::time::timeout(limit, rounds).await {
+            Ok(answer) => answer,
+            Err(_) => Err(self.attributed(&route.backend, CoreError::Timeout(limit))),
+        }
+    }
+
+    async fn relay_rounds(
         &self,
         call: &Call<'_>,
         (id, name): (&RequestId, &str),
@@ -140,21 +160,43 @@ impl Gateway {
                 tracing::warn!(method = %crate::vmcp::clip(method), "backend asked for input by a method that is not relayed");
                 return Ok(Err(backend_fault(id, "input request of an unknown method")));
             }
-            let mut responses = Vec::with_capacity(round.requests.len());
-            for (key, method, input) in &round.requests {
-                match self
-                    .ask_client(sid, call.stream.as_ref(), method, input.as_deref())
-                    .await?
-                {
-                    Ok(answer) => responses.push((key.clone(), answer)),
-                    // The client refused to answer: that is the call's answer.
-                    Err(error) => return Ok(Err(restore_response(id, "error", error.get()))),
-                }
-            }
+            let responses = match self.ask_round(call, (sid, id), route, &round).await? {
+                Ok(responses) => responses,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
             retry = next_params(&params, &responses, round.state.as_deref())
                 .ok_or(CoreError::InvalidParams("params must be an object"))?;
         }
         Ok(Err(backend_fault(id, "too many rounds")))
+    }
+
+    /// Asks the client every question of `round`, in turn; `Ok(Err)`: the client refused
+    /// one, and that is the call's answer. Meanwhile the call is the client's to cancel by
+    /// its own id (`notifications/cancelled`): the wait ends with the cancelled answer.
+    async fn ask_round(
+        &self,
+        call: &Call<'_>,
+        (sid, id): (&SessionId, &RequestId),
+        route: &Route,
+        round: &Round,
+    ) -> Result<Result<Vec<(String, Box<RawValue>)>, Vec<u8>>, CoreError> {
+        let cancel = CancellationToken::new();
+        let stream = call.stream.clone();
+        let _waiting =
+            InFlightGuard::waiting_on_client(self, sid, (id, &route.backend), &cancel, stream);
+        let mut responses = Vec::with_capacity(round.requests.len());
+        for (key, method, input) in &round.requests {
+            let asked = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(CoreError::Cancelled),
+                asked = self.ask_client(sid, call.stream.as_ref(), method, input.as_deref()) => asked?,
+            };
+            match asked {
+                Ok(answer) => responses.push((key.clone(), answer)),
+                Err(error) => return Ok(Err(restore_response(id, "error", error.get()))),
+            }
+        }
+        Ok(Ok(responses))
     }
 }
 

@@ -14,7 +14,6 @@
 //! `data.reason`), whatever the cause: a token, a foreign one and a reused one look alike
 //! apart from that reason.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -32,16 +31,10 @@ use super::is_input_required;
 use crate::backends::BackendId;
 use crate::mrtr::{params_digest, refused, unix_now, Refused, Sealer};
 use crate::{CoreError, ModernAnswer, Principal};
+use used::{Refusal, Used};
 
 /// Largest backend `requestState` the gateway carries (JSON text bytes).
 pub(crate) const STATE_MAX_BYTES: usize = 64 * 1024;
-/// Most used nonces remembered at once (until their tokens expire); when full, retries are
-/// refused as overload rather than forgetting one (which would allow a replay).
-const MAX_USED: usize = 16 * 1024;
-/// Most used nonces one principal may hold (a sixteenth of the table), so one caller
-/// retrying in bulk is refused alone instead of filling the table for everyone. Per
-/// principal is sound: a token opens only for the principal it was sealed for.
-const PER_PRINCIPAL: usize = MAX_USED / 16;
 /// Domain of the relay's AEAD key (the bridge's held-call tokens MAC under another).
 const DOMAIN: &str = "switchboard-relay-v2";
 const PREFIX: &str = "r2.";
@@ -74,49 +67,6 @@ pub(crate) struct SealedRelay {
     ttl: Duration,
 }
 
-/// Used nonces (each with its token's expiry), per principal (`Principal::key`).
-#[derive(Debug, Default)]
-struct Used {
-    by_principal: HashMap<String, HashMap<String, u64>>,
-    total: usize,
-}
-
-impl Used {
-    /// Forgets every nonce whose token has expired.
-    fn prune(&mut self, now: u64) {
-        self.by_principal.retain(|_, nonces| {
-            nonces.retain(|_, expires| *expires > now);
-            !nonces.is_empty()
-        });
-        self.total = self.by_principal.values().map(HashMap::len).sum();
-    }
-
-    /// Remembers `nonce` for `principal` until `expires`, or says why not.
-    fn remember(&mut self, principal: String, nonce: &str, expires: u64) -> Result<(), Verdict> {
-        let now = unix_now();
-        let held = self.by_principal.get(&principal);
-        if held.is_some_and(|n| n.contains_key(nonce)) {
-            return Err(Verdict::Refused(Refused::Unknown));
-        }
-        if held.map_or(0, HashMap::len) >= PER_PRINCIPAL || self.total >= MAX_USED {
-            self.prune(now);
-        }
-        if let Some(held) = self.by_principal.get(&principal) {
-            if held.len() >= PER_PRINCIPAL {
-                let soonest = held.values().min().copied().unwrap_or(now);
-                return Err(Verdict::Share(soonest.saturating_sub(now).max(1)));
-            }
-        }
-        if self.total >= MAX_USED {
-            return Err(Verdict::Full);
-        }
-        let held = self.by_principal.entry(principal).or_default();
-        held.insert(nonce.to_owned(), expires);
-        self.total += 1;
-        Ok(())
-    }
-}
-
 /// What a call's tokens are bound to besides their payload.
 pub(crate) struct Bound<'a> {
     pub(crate) caller: &'a Principal,
@@ -139,11 +89,7 @@ impl Bound<'_> {
     }
 
     fn digest(&self) -> [u8; 32] {
-        let params: Value = self
-            .params
-            .and_then(|p| serde_json::from_str(p.get()).ok())
-            .unwrap_or(Value::Null);
-        params_digest(&params)
+        params_digest(self.params.map_or("null", |p| p.get()))
     }
 }
 
@@ -158,8 +104,9 @@ impl SealedRelay {
 
     /// The client's params with the backend's own state in place of the gateway token, or
     /// `None` when the call carries no `requestState` (a first round). `Err(Ok)`: the answer;
-    /// `Err(Err)`: the caller is over its share of the used-nonce table (answered as the
-    /// bridge's own per-principal share is, 429 with a retry time).
+    /// `Err(Err)`: the caller is over its share of the used-nonce table, or among its largest
+    /// holders when it is full (answered as the bridge's own per-principal share is, 429
+    /// with a retry time; `used`).
     pub(crate) fn open(
         &self,
         sealer: &Sealer,
@@ -177,12 +124,10 @@ impl SealedRelay {
             return Ok(None);
         };
         let payload = self.verify(sealer, b, token).map_err(|why| match why {
-            Verdict::Refused(why) => Ok(refused(id, why)),
-            Verdict::Full => Ok(full(id)),
-            Verdict::Share(retry_after) => Err(CoreError::RelayShareExhausted {
-                limit: PER_PRINCIPAL,
-                retry_after,
-            }),
+            Refusal::Refused(why) => Ok(refused(id, why)),
+            Refusal::Over { limit, retry_after } => {
+                Err(CoreError::RelayShareExhausted { limit, retry_after })
+            }
         })?;
         let params = b
             .params
@@ -196,8 +141,8 @@ impl SealedRelay {
             .ok_or_else(|| Ok(refused(id, Refused::Malformed)))
     }
 
-    fn verify(&self, sealer: &Sealer, b: &Bound<'_>, token: &RawValue) -> Result<Payload, Verdict> {
-        let malformed = Verdict::Refused(Refused::Malformed);
+    fn verify(&self, sealer: &Sealer, b: &Bound<'_>, token: &RawValue) -> Result<Payload, Refusal> {
+        let malformed = Refusal::Refused(Refused::Malformed);
         let token: String = serde_json::from_str(token.get()).map_err(|_| malformed)?;
         let rest = token.strip_prefix(PREFIX).ok_or(malformed)?;
         let (replica, sealed) = rest.split_once('.').ok_or(malformed)?;
@@ -207,22 +152,21 @@ impl SealedRelay {
         let envelope = Envelope::new(&sealer.derive_key(DOMAIN)).ok_or(malformed)?;
         let bytes = envelope
             .open(&b.associated(&replica), &sealed)
-            .ok_or(Verdict::Refused(Refused::Invalid))?;
+            .ok_or(Refusal::Refused(Refused::Invalid))?;
         let payload: Payload = serde_json::from_slice(&bytes).map_err(|_| malformed)?;
         if payload.b != b.backend.as_str() {
-            return Err(Verdict::Refused(Refused::Invalid));
+            return Err(Refusal::Refused(Refused::Invalid));
         }
-        if unix_now() >= payload.e {
-            return Err(Verdict::Refused(Refused::Expired));
-        }
-        (self.used.lock()).remember(b.caller.key(), &payload.n, payload.e)?;
+        // Expired (refused as such) or not, checked against the same clock as the table.
+        (self.used.lock()).remember(&b.caller.key(), &payload.n, payload.e, unix_now())?;
         Ok(payload)
     }
 
     /// A Modern backend's answer as the client gets it: an `input_required` result's
     /// `requestState` replaced by a fresh token sealing it (minted even when the backend gave
-    /// none, so every retry of a relayed round is bound to its caller). Anything else is
-    /// returned untouched.
+    /// none, so every retry of a relayed round is bound to its caller). An error passes
+    /// untouched, another result is `strip`ped, and one that cannot be rewritten becomes an
+    /// internal error (fails closed).
     pub(crate) fn seal(
         &self,
         sealer: &Sealer,
@@ -234,10 +178,10 @@ impl SealedRelay {
             return answer;
         }
         let Some(result) = result_of(&answer.body) else {
-            return answer;
+            return unrelayable(id);
         };
         if !is_input_required(result.get()) {
-            return answer;
+            return Self::strip(id, answer);
         }
         let state = object_member(&result, "requestState");
         if state.is_some_and(|s| s.get().len() > STATE_MAX_BYTES) {
@@ -267,13 +211,14 @@ impl SealedRelay {
         let set = [("requestState", token.as_str())];
         match with_members(&result, &set, |k| !is_state_key(k)) {
             Some(sealed) => ModernAnswer::ok(switchboard_wire::encode_result(id, sealed.get())),
-            None => answer,
+            None => unrelayable(id),
         }
     }
 
     /// A relayed result that does not ask for input but carries a `requestState` (in some
     /// spelling): the member is dropped, so the backend's state never reaches the client bare
-    /// whatever the client's parser makes of the rest (`ResultMarks::request_state`).
+    /// whatever the client's parser makes of the rest (`ResultMarks::request_state`). An
+    /// answer that cannot be rewritten (not a result object) fails closed: an internal error.
     pub(crate) fn strip(id: &RequestId, answer: ModernAnswer) -> ModernAnswer {
         if answer.error_code.is_some() {
             return answer;
@@ -282,24 +227,15 @@ impl SealedRelay {
             .and_then(|result| retain_members(&result, |k| !is_state_key(k)));
         match stripped {
             Some(result) => ModernAnswer::ok(switchboard_wire::encode_result(id, result.get())),
-            // Not an object: nothing there to strip.
-            None => answer,
+            None => unrelayable(id),
         }
     }
 }
 
-/// `requestState` in any ASCII case (keys arrive decoded).
+/// `requestState` in any case, folded as strict JSON folds duplicate keys (keys arrive
+/// decoded): what a loose parser reads as the state.
 fn is_state_key(key: &str) -> bool {
-    key.eq_ignore_ascii_case("requestState")
-}
-
-#[derive(Clone, Copy)]
-enum Verdict {
-    Refused(Refused),
-    /// The whole table is in use.
-    Full,
-    /// The caller holds its whole share of the table; retry in this many seconds.
-    Share(u64),
+    switchboard_wire::keys_fold_equal(key, "requestState")
 }
 
 /// The `result` member of an encoded response.
@@ -307,6 +243,16 @@ fn result_of(body: &[u8]) -> Option<Box<RawValue>> {
     let text = std::str::from_utf8(body).ok()?;
     let raw = RawValue::from_string(text.to_owned()).ok()?;
     object_member(&raw, "result").map(|r| r.to_owned())
+}
+
+/// A relayed answer the gateway cannot rewrite: never passed on as it came, since it might
+/// carry the backend's state bare.
+fn unrelayable(id: &RequestId) -> ModernAnswer {
+    let err = ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        "the backend's answer could not be relayed: its result is not an object the gateway can rewrite",
+    );
+    ModernAnswer::error(id, &err)
 }
 
 fn too_large(id: &RequestId) -> ModernAnswer {
@@ -317,13 +263,7 @@ fn too_large(id: &RequestId) -> ModernAnswer {
     ModernAnswer::error(id, &err)
 }
 
-fn full(id: &RequestId) -> ModernAnswer {
-    let err = ErrorObject::new(
-        codes::INTERNAL_ERROR,
-        "too many requestStates in use; retry the call later",
-    );
-    ModernAnswer::error(id, &err)
-}
+mod used;
 
 #[cfg(test)]
 mod tests;

@@ -114,6 +114,7 @@ fn ending_a_session_closes_its_stream_and_cancels_its_work() {
                     backend: BackendId::default_id(),
                     cancel: cancel.clone(),
                     stream: None,
+                    at_backend: true,
                 },
             );
         })

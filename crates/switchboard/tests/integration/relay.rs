@@ -186,6 +186,52 @@ async fn an_unanswered_question_times_out_and_a_session_end_ends_the_wait() {
     );
 }
 
+/// The Legacy relay's rounds share one deadline (`--max-request-time`): a second round's
+/// question left unanswered ends the call when the whole call's time is up, not a fresh
+/// `--request-timeout` (60 s here) after the question.
+#[tokio::test]
+async fn a_legacy_relay_has_one_deadline_across_rounds() {
+    let gw = modern_backend(&["--max-request-time", "2"]).await;
+    let sid = legacy_session(&gw, json!({"elicitation": {}})).await;
+    let tool = "test_input_required_result_multi_round";
+    let mut stream = open_call(&gw, &sid, tool_call(6, tool)).await;
+    let q = next(&mut stream).await;
+    assert_eq!(q["method"], "elicitation/create", "{q}");
+    let content = json!({"action":"accept","content":{"name":"Ada","color":"blue"}});
+    answer(&gw, &sid, &q, content).await;
+    let q = next(&mut stream).await;
+    assert_eq!(q["method"], "elicitation/create", "second round: {q}");
+    // Unanswered: the call's deadline ends it (next() waits at most 10 s).
+    let done = next(&mut stream).await;
+    assert_eq!(done["id"], 6, "{done}");
+    assert_eq!(done["error"]["code"], -32000, "{done}");
+}
+
+/// A Legacy client's `notifications/cancelled` for its call while the relay waits on its
+/// answer ends the call with the cancelled answer; the question is then gone.
+#[tokio::test]
+async fn a_legacy_clients_cancel_while_a_question_is_pending_ends_the_call() {
+    let gw = modern_backend(&[]).await;
+    let sid = legacy_session(&gw, json!({"elicitation": {}})).await;
+    let mut stream = open_call(&gw, &sid, tool_call(9, ELICIT)).await;
+    let q = next(&mut stream).await;
+    assert_eq!(q["method"], "elicitation/create", "{q}");
+    let cancel = json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+        "params":{"requestId":9,"reason":"changed my mind"}});
+    assert_eq!(
+        gw.post(Some(&sid), &cancel).await.status,
+        StatusCode::ACCEPTED
+    );
+    let done = next(&mut stream).await;
+    assert_eq!(done["id"], 9, "{done}");
+    assert_eq!(done["error"]["code"], -32800, "{done}");
+    // The wait was withdrawn before the answer was written: a late reply names nothing.
+    let late =
+        json!({"jsonrpc":"2.0","id":q["id"],"result":{"action":"accept","content":{"name":"x"}}});
+    let r = gw.post(Some(&sid), &late).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+}
+
 /// The token of a relayed `input_required` and the retry that answers it.
 fn retry_of(first: &Value, name: &str) -> Value {
     let token = first["requestState"].as_str().unwrap();
@@ -312,6 +358,45 @@ async fn an_expired_relayed_state_is_refused() {
         &modern_call(&gw, None, retry).await,
         "expired_request_state",
     );
+}
+
+/// A caller over its share of the relay's used-token table (1,024 redeemed tokens that have
+/// not expired) gets the documented overload answer through the binary: HTTP 429, `Retry-After`
+/// and `data.retryAfterSeconds`, never a 200.
+#[tokio::test]
+async fn a_caller_over_its_relay_share_is_answered_429_with_a_retry_time() {
+    use futures::StreamExt;
+    const SHARE: usize = 1024;
+    let gw = modern_backend(&[]).await;
+    let gw = &gw;
+    let tokens: Vec<Value> = futures::stream::iter(0..=SHARE)
+        .map(|_| async move { input_required(&modern_call(gw, None, json!({})).await) })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let replies: Vec<Reply> = futures::stream::iter(tokens.iter())
+        .map(|first| modern_call(gw, None, retry_of(first, "Many")))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let ok = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::OK)
+        .count();
+    assert_eq!(ok, SHARE);
+    let over: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.status != StatusCode::OK)
+        .collect();
+    let [over] = over.as_slice() else {
+        panic!("{} refusals", over.len())
+    };
+    assert_eq!(over.status, StatusCode::TOO_MANY_REQUESTS, "{}", over.text);
+    assert_eq!(over.error_code(), 429, "{}", over.text);
+    let retry = over.json()["error"]["data"]["retryAfterSeconds"].as_u64();
+    let retry = retry.unwrap_or_else(|| panic!("{}", over.text));
+    assert!((1..=300).contains(&retry), "{retry}");
+    assert_eq!(over.headers["retry-after"], retry.to_string().as_str());
 }
 
 /// `--relay-state-ttl` outside 1..=86400 seconds is refused before anything starts (a zero

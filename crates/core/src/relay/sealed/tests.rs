@@ -51,7 +51,8 @@ fn no_spelling_of_request_state_leaves_bare() {
         params: Some(&params),
     };
     let asks = json!({"resultType": "input_required", "inputRequests": {},
-        "requestState": "inner", "REQUESTSTATE": "bare", "RequestState": "bare"});
+        "requestState": "inner", "REQUESTSTATE": "bare", "RequestState": "bare",
+        "reque\u{17f}tState": "bare"});
     let answer = ModernAnswer::ok(switchboard_wire::encode_result(&id, &asks.to_string()));
     let sealed = result_of_answer(&relay.seal(&sealer, &bound, &id, answer));
     // Sorted: whether `Value` keeps insertion order depends on serde_json's features.
@@ -64,8 +65,7 @@ fn no_spelling_of_request_state_leaves_bare() {
     );
     assert!(sealed["requestState"].as_str().unwrap().starts_with(PREFIX));
 
-    let done =
-        r#"{"resultType":"complete","content":[],"\u0072equestState":"bare","REQUESTSTATE":1}"#;
+    let done = r#"{"resultType":"complete","content":[],"\u0072equestState":"bare","REQUESTSTATE":1,"reque\u017ftState":2}"#;
     let answer = ModernAnswer::ok(switchboard_wire::encode_result(&id, done));
     let stripped = result_of_answer(&SealedRelay::strip(&id, answer));
     assert_eq!(stripped, json!({"resultType": "complete", "content": []}));
@@ -86,6 +86,8 @@ fn another_spelling_of_request_state_is_refused() {
     let id = RequestId::from_string("x");
     for params in [
         json!({"name": "t", "REQUESTSTATE": "forged"}),
+        // U+017F folds to `s` in Go's `encoding/json`.
+        json!({"name": "t", "reque\u{17f}tState": "forged"}),
         json!({"name": "t", "requestState": "sbr1.x", "RequestState": "forged"}),
     ] {
         let params = raw(params);
@@ -283,19 +285,19 @@ fn a_principal_over_its_share_of_used_nonces_does_not_stop_another() {
         };
         relay.open(&sealer, &bound, &id).map(|_| ())
     };
-    for _ in 0..PER_PRINCIPAL {
+    for _ in 0..used::PER_PRINCIPAL {
         assert!(redeem(&alice).is_ok());
     }
     match redeem(&alice) {
         Err(Err(CoreError::RelayShareExhausted { limit, retry_after })) => {
-            assert_eq!(limit, PER_PRINCIPAL);
+            assert_eq!(limit, used::PER_PRINCIPAL);
             assert!((1..=60).contains(&retry_after), "{retry_after}");
         }
         other => panic!("alice over her share: {:?}", other.map_err(|e| e.err())),
     }
     // Bob's share is untouched by alice's.
     assert!(redeem(&bob).is_ok());
-    assert_eq!(relay.used.lock().total, PER_PRINCIPAL + 1);
+    assert_eq!(relay.used.lock().total(), used::PER_PRINCIPAL + 1);
 }
 
 #[test]
@@ -319,4 +321,77 @@ fn an_oversized_backend_state_is_refused() {
         pending(&"s".repeat(STATE_MAX_BYTES - 100)),
     );
     assert!(answer.error_code.is_none() && token_of(&answer).starts_with(PREFIX));
+}
+
+/// A full table answers a caller among its largest holders with the share's 429 variant
+/// (never the 200 `-32603` of old), and still serves a newcomer.
+#[test]
+fn a_full_table_answers_overload_as_429_and_serves_a_newcomer() {
+    let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+    *relay.used.lock() = used::Used::new(2, 2);
+    let a = "a".parse::<BackendId>().unwrap();
+    let id = RequestId::from_string("x");
+    let first = raw(json!({"name": "t"}));
+    let redeem = |caller: &Principal| {
+        let bound = Bound {
+            caller,
+            method: "tools/call",
+            backend: &a,
+            params: Some(&first),
+        };
+        let token = token_of(&relay.seal(&sealer, &bound, &id, pending("s")));
+        let retry = raw(json!({"name": "t", "requestState": token}));
+        let bound = Bound {
+            params: Some(&retry),
+            ..bound
+        };
+        relay.open(&sealer, &bound, &id).map(|_| ())
+    };
+    let (alice, bob, carol) = (principal("alice"), principal("bob"), principal("carol"));
+    assert!(redeem(&alice).is_ok());
+    assert!(redeem(&bob).is_ok());
+    match redeem(&alice) {
+        Err(Err(CoreError::RelayShareExhausted { limit, retry_after })) => {
+            assert_eq!(limit, 1);
+            assert!((1..=60).contains(&retry_after), "{retry_after}");
+        }
+        other => panic!("a full table: {:?}", other.map_err(|e| e.err())),
+    }
+    assert!(
+        redeem(&carol).is_err(),
+        "alice and bob hold one each: nobody is larger"
+    );
+    *relay.used.lock() = used::Used::new(3, 2);
+    assert!(redeem(&alice).is_ok() && redeem(&alice).is_ok() && redeem(&bob).is_ok());
+    assert!(redeem(&carol).is_ok(), "alice holds more than carol would");
+}
+
+/// An answer the relay cannot rewrite is never passed on as it came (it might carry the
+/// backend's state bare): an internal error instead.
+#[test]
+fn an_answer_that_cannot_be_rewritten_fails_closed() {
+    let (sealer, relay) = (Sealer::new(), SealedRelay::new(Duration::from_secs(60)));
+    let (alice, a) = (principal("alice"), "a".parse::<BackendId>().unwrap());
+    let id = RequestId::from_string("x");
+    let bound = Bound {
+        caller: &alice,
+        method: "tools/call",
+        backend: &a,
+        params: None,
+    };
+    // Not an object: nothing can be stripped or sealed in it.
+    let odd = || {
+        ModernAnswer::ok(br#"{"jsonrpc":"2.0","id":"x","result":["requestState","bare"]}"#.to_vec())
+    };
+    let stripped = SealedRelay::strip(&id, odd());
+    assert_eq!(
+        stripped.error_code,
+        Some(i64::from(codes::INTERNAL_ERROR)),
+        "{}",
+        String::from_utf8_lossy(&stripped.body)
+    );
+    // Not JSON the relay can read at all.
+    let garbled = ModernAnswer::ok(b"{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":".to_vec());
+    let sealed = relay.seal(&sealer, &bound, &id, garbled);
+    assert_eq!(sealed.error_code, Some(i64::from(codes::INTERNAL_ERROR)));
 }
