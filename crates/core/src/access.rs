@@ -335,7 +335,13 @@ impl Access {
         target: &Target,
         origin: Option<&Origin>,
     ) -> bool {
-        allowed(self.policy_now().as_deref(), principal, action, target, origin)
+        allowed(
+            self.policy_now().as_deref(),
+            principal,
+            action,
+            target,
+            origin,
+        )
     }
 
     /// Whether a list would show `target` to `principal`, with `origin` from the merged

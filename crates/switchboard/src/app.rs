@@ -19,14 +19,19 @@ use crate::start_backends::{Origin, Shape};
 
 /// `switchboard run`: one backend from the command line.
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
-    start(args.into_spec()?).await
+    let spec = args.into_spec()?;
+    if needs_catalog(&spec)? {
+        start_many(spec).await
+    } else {
+        start(spec).await
+    }
 }
 
 /// `switchboard serve`: one backend is served exactly as `run` serves it; more need the
 /// aggregating core (as does one whose lists are filtered or renamed).
 pub(crate) async fn serve(spec: ServeSpec) -> anyhow::Result<()> {
     match spec.backends.as_slice() {
-        [one] if !one.needs_catalog() && !needs_catalog(&spec) => start(spec).await,
+        [one] if !one.needs_catalog() && !needs_catalog(&spec)? => start(spec).await,
         _ => start_many(spec).await,
     }
 }
@@ -37,14 +42,15 @@ pub(crate) async fn serve(spec: ServeSpec) -> anyhow::Result<()> {
 /// - composite tools and tool search: the gateway's own tools;
 /// - a policy: it may name a tool's `backend` and `original` name, which only the catalog
 ///   knows, and a tool it hides must be answered exactly as a missing one, which only a
-///   gateway that knows what exists can do.
-fn needs_catalog(spec: &ServeSpec) -> bool {
+///   gateway that knows what exists can do (so `run --policy` aggregates its one backend too:
+///   a missing name the policy permits would otherwise get the backend's own words).
+fn needs_catalog(spec: &ServeSpec) -> anyhow::Result<bool> {
     let trusted =
         spec.trust.explicit && spec.trust.config.mode != switchboard_core::trust::TrustMode::Off;
-    trusted
-        || !spec.composites.is_empty()
-        || spec.aggregation.tool_search
-        || spec.options.auth.policy.is_some()
+    // The policy may come from the flag or from `--auth-config`'s file.
+    let auth = spec.options.auth.resolve()?;
+    let policy = spec.options.auth.policy_path(&auth).is_some();
+    Ok(trusted || !spec.composites.is_empty() || spec.aggregation.tool_search || policy)
 }
 
 /// Many backends behind one endpoint (or one whose lists are filtered or renamed): the

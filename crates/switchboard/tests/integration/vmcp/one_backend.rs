@@ -72,3 +72,50 @@ async fn tool_search_on_one_plain_backend_is_honoured() {
         assert_eq!(names, ["find_tools", "call_tool"], "{era:?}");
     }
 }
+
+/// Everything except one tool, one prompt and one resource: a deny-list, so a missing name is
+/// *permitted* and reaches whatever answers missing names.
+const DENY_LIST: &str = r#"
+permit(principal, action, resource);
+forbid(principal, action == Action::"call_tool", resource == Tool::"add");
+forbid(principal, action == Action::"get_prompt", resource == Prompt::"PROMPT");
+forbid(principal, action == Action::"read_resource", resource == Resource::"test://static-text");
+"#;
+
+/// `run --policy` with a deny-list: a hidden tool, prompt or resource is answered exactly as a
+/// missing one, although the missing one is permitted (the transparent proxy let the backend
+/// answer it in its own words, so the two differed).
+#[tokio::test]
+async fn run_with_a_deny_list_answers_hidden_items_as_missing_ones() {
+    let dir = Dir::new("run-deny-list");
+    let prompt = "test_simple_prompt";
+    let policy = dir.write("policy.cedar", &DENY_LIST.replace("PROMPT", prompt));
+    let gw = crate::common::TestGateway::start(&["--policy", policy.to_str().unwrap()]).await;
+    let sid = gw.session().await;
+    let pairs = [
+        ("tools/call", "name", "add", "no_such_tool"),
+        ("prompts/get", "name", prompt, "no_such_prompt"),
+        (
+            "resources/read",
+            "uri",
+            "test://static-text",
+            "test://no-such-thing",
+        ),
+    ];
+    for (method, key, hidden, missing) in pairs {
+        let ask = |name: &str| request(json!(1), method, json!({ key: name, "arguments": {} }));
+        let h = gw.post(Some(&sid), &ask(hidden)).await;
+        let m = gw.post(Some(&sid), &ask(missing)).await;
+        assert_eq!(h.status, StatusCode::OK, "{method}: {}", h.text);
+        assert!(
+            h.json().get("error").is_some(),
+            "{method}: never served: {}",
+            h.text
+        );
+        assert_eq!(
+            h.text.replace(hidden, "NAME"),
+            m.text.replace(missing, "NAME"),
+            "{method}"
+        );
+    }
+}
