@@ -83,8 +83,10 @@ impl Gateway {
         Ok(())
     }
 
-    /// `logging/setLevel`: every backend the session uses runs at the level it asks for (each
-    /// reconciled as in the one-backend case). The first failure is the answer.
+    /// `logging/setLevel`: every backend the session uses that does logging runs at the level
+    /// it asks for (each reconciled as in the one-backend case); the others never see it. The
+    /// first backend's answer is the answer; with no backend that logs, `-32601` (the virtual
+    /// server then declares no logging either).
     async fn set_level_everywhere(
         &self,
         call: &Call<'_>,
@@ -103,9 +105,16 @@ impl Gateway {
         self.registry
             .sessions
             .with(sid.as_str(), |s| s.log_level = Some(level))?;
+        let logs = |e: &crate::backends::BackendEntry| {
+            e.info().capabilities.get("logging").is_some()
+        };
+        let backends: Vec<_> = self.backends.iter().collect();
+        if !backends.iter().any(|e| logs(e)) {
+            return Err(CoreError::Unsupported(method::SET_LEVEL.to_owned()));
+        }
         let mut answer = None;
         // A Modern-only backend has no log level to set (the gateway answers it for them).
-        for entry in self.backends.iter().filter(|e| e.info().era.legacy) {
+        for entry in backends.iter().filter(|e| e.info().era.legacy && logs(e)) {
             let from = From::Fanout(Some(sid), &entry.id);
             // `None`: the session has not opened its own upstream there yet.
             let Some(route) = self.resolve(from, method::SET_LEVEL, call.msg.params)? else {
