@@ -105,9 +105,8 @@ impl Gateway {
         self.registry
             .sessions
             .with(sid.as_str(), |s| s.log_level = Some(level))?;
-        let logs = |e: &crate::backends::BackendEntry| {
-            e.info().capabilities.get("logging").is_some()
-        };
+        let logs =
+            |e: &crate::backends::BackendEntry| e.info().capabilities.get("logging").is_some();
         let backends: Vec<_> = self.backends.iter().collect();
         if !backends.iter().any(|e| logs(e)) {
             return Err(CoreError::Unsupported(method::SET_LEVEL.to_owned()));

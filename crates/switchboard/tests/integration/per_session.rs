@@ -393,9 +393,7 @@ async fn a_modern_call_asking_for_logs_hears_them_on_its_stream() {
         ("mcp-method", "tools/call"),
         ("mcp-name", tool),
     ];
-    let r = gw
-        .post_raw(None, body("info").to_string(), &headers)
-        .await;
+    let r = gw.post_raw(None, body("info").to_string(), &headers).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let messages = r.messages();
     let logs: Vec<&Value> = messages
@@ -403,17 +401,21 @@ async fn a_modern_call_asking_for_logs_hears_them_on_its_stream() {
         .filter(|m| m["method"] == "notifications/message")
         .collect();
     assert_eq!(logs.len(), 3, "{}", r.text);
-    assert_eq!(logs[0]["params"]["data"], "Tool execution started", "{}", r.text);
+    assert_eq!(
+        logs[0]["params"]["data"], "Tool execution started",
+        "{}",
+        r.text
+    );
     assert_eq!(messages.last().unwrap()["id"], 3, "{}", r.text);
     assert!(messages.last().unwrap()["result"].is_object(), "{}", r.text);
     // Above the messages' level: none (the result follows them on the stream).
-    let r = gw
-        .post_raw(None, body("error").to_string(), &headers)
-        .await;
+    let r = gw.post_raw(None, body("error").to_string(), &headers).await;
     let messages = r.messages();
     assert!(messages.last().unwrap()["result"].is_object(), "{}", r.text);
     assert!(
-        messages.iter().all(|m| m["method"] != "notifications/message"),
+        messages
+            .iter()
+            .all(|m| m["method"] != "notifications/message"),
         "{}",
         r.text
     );

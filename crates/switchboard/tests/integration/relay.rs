@@ -346,9 +346,7 @@ async fn a_relay_state_ttl_out_of_range_is_refused_at_the_command_line() {
 async fn run_per_session_serves_legacy_clients_of_a_modern_only_backend() {
     let gw = modern_backend(&["--isolation", "per-session"]).await;
     let sid = legacy_session(&gw, json!({"sampling": {}})).await;
-    let r = gw
-        .post(Some(&sid), &tool_call(3, "test_simple_text"))
-        .await;
+    let r = gw.post(Some(&sid), &tool_call(3, "test_simple_text")).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let done = r.messages().pop().unwrap();
     assert_eq!(done["id"], 3, "{done}");

@@ -536,13 +536,18 @@ async fn set_level_reaches_only_backends_that_log_and_succeeds() {
     // Opens the session's own `alpha`, which logs at every level until told otherwise.
     let r = gw.post(Some(&sid), &logging).await;
     assert_eq!(logs(&r), 3, "{}", r.text);
-    let level = json!({"jsonrpc":"2.0","id":"l","method":"logging/setLevel","params":{"level":"error"}});
+    let level =
+        json!({"jsonrpc":"2.0","id":"l","method":"logging/setLevel","params":{"level":"error"}});
     let r = gw.post(Some(&sid), &level).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json()["result"], json!({}), "{}", r.text);
     // The result follows the messages on the call's stream: none came before it.
     let r = gw.post(Some(&sid), &logging).await;
-    assert!(r.messages().last().unwrap()["result"].is_object(), "{}", r.text);
+    assert!(
+        r.messages().last().unwrap()["result"].is_object(),
+        "{}",
+        r.text
+    );
     assert_eq!(logs(&r), 0, "{}", r.text);
     let seen = text(gw, &sid, "nolog_seen").await;
     assert!(!seen.contains("logging/setLevel"), "{seen}");
