@@ -7,6 +7,7 @@ use std::sync::Arc;
 use switchboard_wire::{encode_result, method, Message, RequestId};
 
 use super::route::{kinds_for, list_kind, routable};
+use super::CapSet;
 use crate::resolve::{From, Via};
 use crate::{Call, CoreError, Gateway};
 
@@ -22,7 +23,10 @@ impl Gateway {
         if let Some(kind) = list_kind(name) {
             let cursor = cursor_of(call.msg);
             return Some(match cursor {
-                Ok(cursor) => self.list(id, kind, cursor.as_deref(), false).await,
+                Ok(cursor) => {
+                    let set = self.caps_of(call);
+                    self.list(id, kind, cursor.as_deref(), (false, set)).await
+                }
                 Err(e) => Err(e),
             });
         }
@@ -45,22 +49,26 @@ impl Gateway {
         id: &RequestId,
         kind: crate::catalog::Kind,
         cursor: Option<&str>,
-        modern: bool,
+        (modern, set): (bool, CapSet),
     ) -> Result<Vec<u8>, CoreError> {
         if kind == crate::catalog::Kind::Tools && self.tool_search().is_some() {
             return self.own_tool_list(id, cursor, modern);
         }
-        self.merged_list(id, kind, cursor, modern).await
+        self.merged_list(id, kind, cursor, (modern, set)).await
     }
 
     /// After a name `method` routes by was not found: the lists it reads, fetched again where
-    /// stale (a tool added since the last fetch), so the caller resolves once more. At most one
-    /// fetch per TTL however many unknown names arrive. False when not aggregating.
-    pub(crate) async fn refresh_names(&self, method: &str) -> bool {
-        if self.vmcp().is_none() {
+    /// stale (a tool added since the last fetch, or one offered only to callers declaring
+    /// `set`), so the caller resolves once more. At most one fetch per TTL however many
+    /// unknown names arrive. False when not aggregating.
+    pub(crate) async fn refresh_names(&self, method: &str, set: CapSet) -> bool {
+        let Some(vmcp) = self.vmcp() else {
             return false;
-        }
+        };
         for kind in kinds_for(method) {
+            if self.refresh_set(*kind, set).await {
+                vmcp.forget_view(*kind);
+            }
             if self.view(*kind).await.is_err() {
                 return false;
             }
@@ -160,7 +168,10 @@ impl Gateway {
         }
         if let Some(kind) = list_kind(name) {
             let answer = match cursor_of(msg) {
-                Ok(cursor) => self.list(id, kind, cursor.as_deref(), true).await,
+                Ok(cursor) => {
+                    let set = CapSet::of_modern(msg);
+                    self.list(id, kind, cursor.as_deref(), (true, set)).await
+                }
                 Err(e) => Err(e),
             };
             return Some(answer.map(crate::ModernAnswer::ok));
