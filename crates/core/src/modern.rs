@@ -165,7 +165,11 @@ impl Gateway {
             }
         }
         let resolved = match self.resolve(From::Modern, method, msg.params) {
-            Err(CoreError::UnknownName(..)) if self.refresh_names(method).await => {
+            Err(CoreError::UnknownName(..))
+                if self
+                    .refresh_names(method, crate::vmcp::CapSet::of_modern(msg))
+                    .await =>
+            {
                 self.resolve(From::Modern, method, msg.params)
             }
             resolved => resolved,

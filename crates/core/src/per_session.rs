@@ -356,6 +356,9 @@ impl crate::Gateway {
         }
         self.mrtr.end_held_calls().await;
         self.end_partitions();
+        if let Some(vmcp) = self.vmcp() {
+            vmcp.by_caps.end();
+        }
         // Every teardown, these and those started earlier (reaper, closed streams), gets its
         // process grace; what is still running after it is aborted and its process killed.
         self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))

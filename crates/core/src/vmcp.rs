@@ -26,9 +26,12 @@ use crate::backends::BackendId;
 use crate::catalog::{self, BackendRules, Kind, Merged, Strategy};
 use crate::{BackendInfo, CoreError, Gateway};
 
+mod by_caps;
 mod origins;
 mod requests;
 mod route;
+
+pub(crate) use by_caps::CapSet;
 
 pub(crate) use route::{clip, clip_uri};
 
@@ -115,6 +118,8 @@ pub(crate) struct Vmcp {
     /// The composite tools' names (`workflow`): listed tools no backend serves, judged by
     /// the policy without an origin.
     pub(crate) composites: std::collections::HashSet<String>,
+    /// Lists of backends that tailor them to the caller's capabilities (`by_caps`).
+    pub(crate) by_caps: by_caps::ByCaps,
 }
 
 /// The virtual server's make-up: the backends and their rules, how names are merged.
@@ -208,6 +213,7 @@ impl Vmcp {
             .map(|t| Arc::new(crate::trust::Trust::new(t, audit)));
         Vmcp {
             composites: Default::default(),
+            by_caps: Default::default(),
             trust,
             state: parking_lot::Mutex::new(State::default()),
             refreshing: Default::default(),
@@ -256,11 +262,11 @@ impl Vmcp {
         config.trust.clone_from(&old.config.trust);
         install();
         self.shape.store(Arc::new(Shape::new(config, backends)));
+        let kept = |id: &BackendId| !dropped.contains(id) && backends.iter().any(|(b, _)| b == id);
+        self.by_caps.retain(kept);
         let mut state = self.state.lock();
         state.views.clear();
-        state
-            .lists
-            .retain(|(id, _), _| !dropped.contains(id) && backends.iter().any(|(b, _)| b == id));
+        state.lists.retain(|(id, _), _| kept(id));
     }
 
     /// Puts a shape taken before a reshape back (the reload was rolled back); `install`
@@ -268,6 +274,8 @@ impl Vmcp {
     pub(crate) async fn restore(&self, shape: Arc<Shape>, install: impl FnOnce()) {
         let _held = self.lock_refreshes().await;
         install();
+        self.by_caps
+            .retain(|id| shape.order.iter().any(|(b, _)| b == id));
         let mut state = self.state.lock();
         state.views.clear();
         state
@@ -275,6 +283,11 @@ impl Vmcp {
             .retain(|(id, _), _| shape.order.iter().any(|(b, _)| b == id));
         drop(state);
         self.shape.store(shape);
+    }
+
+    /// Drops the merged list of `kind` (new names): the next use builds it again.
+    pub(crate) fn forget_view(&self, kind: Kind) {
+        self.state.lock().views.remove(&kind);
     }
 
     /// The current merged list of `kind`, if one was built.
@@ -374,6 +387,7 @@ impl Vmcp {
                 let items = cached
                     .map(|c| c.items.clone())
                     .unwrap_or_else(|| Arc::from(Vec::new()));
+                let items = by_caps::with_every_set(kind, items, self.by_caps.every_set(id, kind));
                 let failed = cached.and_then(|c| c.failed.clone());
                 (id.clone(), rules, items, failed)
             })
@@ -606,12 +620,15 @@ impl Gateway {
         id: &RequestId,
         kind: Kind,
         cursor: Option<&str>,
-        modern: bool,
+        (modern, set): (bool, CapSet),
     ) -> Result<Vec<u8>, CoreError> {
-        let view = self.view(kind).await?;
         let Some(vmcp) = self.vmcp() else {
             return Err(CoreError::Aggregation("not aggregating".into()));
         };
+        if self.refresh_set(kind, set).await {
+            vmcp.forget_view(kind);
+        }
+        let view = self.view(kind).await?;
         if vmcp.shape().config.failure_mode == FailureMode::Fail {
             if let Some((backend, why)) = view.down.first() {
                 warn!(%backend, "list failed (failureMode: fail): {why}");
@@ -621,7 +638,8 @@ impl Gateway {
                 ));
             }
         }
-        let page = catalog::page(&view.visible, cursor, vmcp.shape().config.page_size)
+        let visible = self.visible_to(&view.visible, kind, set);
+        let page = catalog::page(&visible, cursor, vmcp.shape().config.page_size)
             .map_err(|_| CoreError::InvalidParams("cursor"))?;
         let mut items = page.items_json().get().to_owned();
         if kind == Kind::Tools && page.next.is_none() {

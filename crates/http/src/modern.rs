@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use switchboard_core::{CoreError, REQUEST_STREAM_QUEUE};
-use switchboard_wire::classify::{mismatch, META_SUBSCRIPTION_ID};
+use switchboard_wire::classify::{mismatch, META_LOG_LEVEL, META_SUBSCRIPTION_ID};
 use switchboard_wire::{
     encode_error, encode_result, headers as mcp_headers, Message, MessageKind, RequestId,
 };
@@ -64,7 +64,11 @@ pub(crate) async fn handle(
         }
     }
 
-    let streaming = msg.method == Some(LISTEN) || msg.meta("progressToken").is_some();
+    // A stream where something may travel before the answer: a listen's events, progress,
+    // and the log messages a request asked for with `_meta` logLevel (its own, on its stream).
+    let streaming = msg.method == Some(LISTEN)
+        || msg.meta("progressToken").is_some()
+        || msg.meta(META_LOG_LEVEL).is_some();
     let delivery = if streaming { Delivery::Sse } else { delivery };
     // A denial is a plain 403 even when the answer would have been a stream (the client's
     // Accept may prefer one, too) or comes from another replica; a JSON answer is decided

@@ -139,6 +139,12 @@ pub(crate) async fn start_all(
         if aggregate {
             in_a_set(&mut started);
         }
+        // A Modern-only backend answers no `initialize`: a session cannot open one of its
+        // own, and a process per Legacy client would gain nothing. Legacy clients reach it as
+        // in shared mode, through the gateway's envelope (and its input relay), statelessly.
+        if !started.backend.info.era.legacy && started.per_session.take().is_some() {
+            println!("switchboard: backend {id} speaks only 2026-07-28: Legacy sessions share it through the gateway's relay, not a process or upstream session each");
+        }
         if let Some(spawner) = started.per_session.take() {
             fds_per_session += started.fds_per_session;
             per_session.push((id.clone(), spawner));
@@ -169,11 +175,6 @@ fn in_a_set(started: &mut Started) {
     if remote && era.modern {
         started.per_session = None;
         started.backend.info.era.legacy = false;
-    }
-    // A Modern-only process answers no `initialize`: sessions cannot open one of their own,
-    // and Legacy clients reach it through the gateway's envelope, statelessly.
-    if !remote && !era.legacy {
-        started.per_session = None;
     }
 }
 

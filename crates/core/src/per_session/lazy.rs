@@ -75,7 +75,9 @@ impl Gateway {
         let from = || From::Request(call.session);
         let params = call.msg.params;
         let route = match self.resolve(from(), name, params) {
-            Err(CoreError::UnknownName(..)) if self.refresh_names(name).await => {
+            Err(CoreError::UnknownName(..))
+                if self.refresh_names(name, self.caps_of(call)).await =>
+            {
                 self.resolve(from(), name, params)
             }
             resolved => resolved,

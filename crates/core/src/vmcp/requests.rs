@@ -7,6 +7,7 @@ use std::sync::Arc;
 use switchboard_wire::{encode_result, method, Message, RequestId};
 
 use super::route::{kinds_for, list_kind, routable};
+use super::CapSet;
 use crate::resolve::{From, Via};
 use crate::{Call, CoreError, Gateway};
 
@@ -22,7 +23,10 @@ impl Gateway {
         if let Some(kind) = list_kind(name) {
             let cursor = cursor_of(call.msg);
             return Some(match cursor {
-                Ok(cursor) => self.list(id, kind, cursor.as_deref(), false).await,
+                Ok(cursor) => {
+                    let set = self.caps_of(call);
+                    self.list(id, kind, cursor.as_deref(), (false, set)).await
+                }
                 Err(e) => Err(e),
             });
         }
@@ -45,22 +49,26 @@ impl Gateway {
         id: &RequestId,
         kind: crate::catalog::Kind,
         cursor: Option<&str>,
-        modern: bool,
+        (modern, set): (bool, CapSet),
     ) -> Result<Vec<u8>, CoreError> {
         if kind == crate::catalog::Kind::Tools && self.tool_search().is_some() {
             return self.own_tool_list(id, cursor, modern);
         }
-        self.merged_list(id, kind, cursor, modern).await
+        self.merged_list(id, kind, cursor, (modern, set)).await
     }
 
     /// After a name `method` routes by was not found: the lists it reads, fetched again where
-    /// stale (a tool added since the last fetch), so the caller resolves once more. At most one
-    /// fetch per TTL however many unknown names arrive. False when not aggregating.
-    pub(crate) async fn refresh_names(&self, method: &str) -> bool {
-        if self.vmcp().is_none() {
+    /// stale (a tool added since the last fetch, or one offered only to callers declaring
+    /// `set`), so the caller resolves once more. At most one fetch per TTL however many
+    /// unknown names arrive. False when not aggregating.
+    pub(crate) async fn refresh_names(&self, method: &str, set: CapSet) -> bool {
+        let Some(vmcp) = self.vmcp() else {
             return false;
-        }
+        };
         for kind in kinds_for(method) {
+            if self.refresh_set(*kind, set).await {
+                vmcp.forget_view(*kind);
+            }
             if self.view(*kind).await.is_err() {
                 return false;
             }
@@ -83,8 +91,10 @@ impl Gateway {
         Ok(())
     }
 
-    /// `logging/setLevel`: every backend the session uses runs at the level it asks for (each
-    /// reconciled as in the one-backend case). The first failure is the answer.
+    /// `logging/setLevel`: every backend the session uses that does logging runs at the level
+    /// it asks for (each reconciled as in the one-backend case); the others never see it. The
+    /// first backend's answer is the answer; with no backend that logs, `-32601` (the virtual
+    /// server then declares no logging either).
     async fn set_level_everywhere(
         &self,
         call: &Call<'_>,
@@ -103,9 +113,15 @@ impl Gateway {
         self.registry
             .sessions
             .with(sid.as_str(), |s| s.log_level = Some(level))?;
+        let logs =
+            |e: &crate::backends::BackendEntry| e.info().capabilities.get("logging").is_some();
+        let backends: Vec<_> = self.backends.iter().collect();
+        if !backends.iter().any(|e| logs(e)) {
+            return Err(CoreError::Unsupported(method::SET_LEVEL.to_owned()));
+        }
         let mut answer = None;
         // A Modern-only backend has no log level to set (the gateway answers it for them).
-        for entry in self.backends.iter().filter(|e| e.info().era.legacy) {
+        for entry in backends.iter().filter(|e| e.info().era.legacy && logs(e)) {
             let from = From::Fanout(Some(sid), &entry.id);
             // `None`: the session has not opened its own upstream there yet.
             let Some(route) = self.resolve(from, method::SET_LEVEL, call.msg.params)? else {
@@ -152,7 +168,10 @@ impl Gateway {
         }
         if let Some(kind) = list_kind(name) {
             let answer = match cursor_of(msg) {
-                Ok(cursor) => self.list(id, kind, cursor.as_deref(), true).await,
+                Ok(cursor) => {
+                    let set = CapSet::of_modern(msg);
+                    self.list(id, kind, cursor.as_deref(), (true, set)).await
+                }
                 Err(e) => Err(e),
             };
             return Some(answer.map(crate::ModernAnswer::ok));

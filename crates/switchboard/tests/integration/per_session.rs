@@ -373,3 +373,50 @@ async fn a_client_leaving_mid_initialize_leaves_no_session_and_no_process() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 30: a 2026-07-28 client that asks for logs (`_meta` logLevel) gets those of its own
+/// call on that request's stream, from a Legacy-only backend in per-session mode (where the
+/// call runs on a process of its own), at the level it asked for and above: the fixture's
+/// three `info` messages, in order, before the result.
+#[tokio::test]
+async fn a_modern_call_asking_for_logs_hears_them_on_its_stream() {
+    let gw = crate::mrtr::bridge(&[]).await;
+    let tool = "test_tool_with_logging";
+    let body = |level: &str| {
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":tool,"arguments":{},
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":{},
+                "io.modelcontextprotocol/logLevel":level}}})
+    };
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", tool),
+    ];
+    let r = gw.post_raw(None, body("info").to_string(), &headers).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let messages = r.messages();
+    let logs: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .collect();
+    assert_eq!(logs.len(), 3, "{}", r.text);
+    assert_eq!(
+        logs[0]["params"]["data"], "Tool execution started",
+        "{}",
+        r.text
+    );
+    assert_eq!(messages.last().unwrap()["id"], 3, "{}", r.text);
+    assert!(messages.last().unwrap()["result"].is_object(), "{}", r.text);
+    // Above the messages' level: none (the result follows them on the stream).
+    let r = gw.post_raw(None, body("error").to_string(), &headers).await;
+    let messages = r.messages();
+    assert!(messages.last().unwrap()["result"].is_object(), "{}", r.text);
+    assert!(
+        messages
+            .iter()
+            .all(|m| m["method"] != "notifications/message"),
+        "{}",
+        r.text
+    );
+}

@@ -422,3 +422,29 @@ async fn a_relay_state_ttl_out_of_range_is_refused_at_the_command_line() {
         );
     }
 }
+
+/// Issue 30: `run --isolation per-session` of a Modern-only backend. Its processes answer no
+/// `initialize`, so Legacy clients are served as in shared mode, through the Legacy-client
+/// relay: they initialize, call tools, and are asked (on the call's own stream) for what the
+/// backend's `input_required` needs, elicitation and sampling alike.
+#[tokio::test]
+async fn run_per_session_serves_legacy_clients_of_a_modern_only_backend() {
+    let gw = modern_backend(&["--isolation", "per-session"]).await;
+    let sid = legacy_session(&gw, json!({"sampling": {}})).await;
+    let r = gw.post(Some(&sid), &tool_call(3, "test_simple_text")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let done = r.messages().pop().unwrap();
+    assert_eq!(done["id"], 3, "{done}");
+    assert!(done["result"]["content"].is_array(), "{done}");
+    legacy_elicitation_round_trip(&gw, ELICIT).await;
+    let ask = json!({"jsonrpc":"2.0","id":4,"method":"tools/call",
+        "params":{"name":"test_sampling","arguments":{"prompt":"Capital?"}}});
+    let mut stream = open_call(&gw, &sid, ask).await;
+    let q = next(&mut stream).await;
+    assert_eq!(q["method"], "sampling/createMessage", "{q}");
+    let sample = json!({"role":"assistant","model":"m","content":{"type":"text","text":"Paris"}});
+    answer(&gw, &sid, &q, sample).await;
+    let done = next(&mut stream).await;
+    assert_eq!(done["id"], 4, "{done}");
+    assert_eq!(tool_text(&done), "LLM response: Paris", "{done}");
+}

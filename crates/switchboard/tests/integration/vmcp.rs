@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::common::{tool_text, Reply, TestGateway};
 use crate::fixture_http::FixtureHttp;
 
+mod by_caps;
 mod clients;
 mod composite;
 mod composite_ask;

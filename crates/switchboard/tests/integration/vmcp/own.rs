@@ -482,3 +482,73 @@ async fn a_list_change_of_a_sessions_own_process_reaches_only_that_session_once(
         );
     }
 }
+
+/// A Legacy stdio backend without the logging capability: one tool, `nolog_seen`, answering
+/// the methods that reached it, in order.
+const NOLOG: &str = r#"
+import json, sys
+seen = []
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg or "method" not in msg:
+        continue
+    m, rid, p = msg["method"], msg["id"], msg.get("params") or {}
+    seen.append(m)
+    if m == "initialize":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": "2025-11-25",
+              "serverInfo": {"name": "nolog", "version": "1"}, "capabilities": {"tools": {}}}})
+    elif m == "tools/list":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [
+            {"name": "nolog_seen", "inputSchema": {"type": "object"}}]}})
+    elif m == "tools/call":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"content": [
+            {"type": "text", "text": json.dumps(seen)}]}})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
+"#;
+
+/// Issue 30: `logging/setLevel` with a per-session backend that logs and a shared one that
+/// does not: the level goes to the one that logs (the session's own fixture, which then
+/// stops sending `info`), never to the other, and the client is answered `{}`. Fails while
+/// the fan-out asks every Legacy backend (the shared one's `-32601` is the answer).
+#[tokio::test]
+async fn set_level_reaches_only_backends_that_log_and_succeeds() {
+    let dir = super::Dir::new("own-nolog-script");
+    let script = dir.write("nolog.py", NOLOG);
+    let yaml = format!(
+        "backends:\n  - name: quiet\n    command: python3\n    args: [{}]\n{}",
+        script.display(),
+        stdio("alpha", "    isolation: per-session\n")
+    );
+    let served = serve("own-nolog", &yaml, None).await;
+    let gw = &served.gw;
+    let sid = session(gw).await;
+    let logging = json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"test_tool_with_logging","arguments":{}}});
+    let logs = |r: &crate::common::Reply| {
+        r.messages()
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .count()
+    };
+    // Opens the session's own `alpha`, which logs at every level until told otherwise.
+    let r = gw.post(Some(&sid), &logging).await;
+    assert_eq!(logs(&r), 3, "{}", r.text);
+    let level =
+        json!({"jsonrpc":"2.0","id":"l","method":"logging/setLevel","params":{"level":"error"}});
+    let r = gw.post(Some(&sid), &level).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    // The result follows the messages on the call's stream: none came before it.
+    let r = gw.post(Some(&sid), &logging).await;
+    assert!(
+        r.messages().last().unwrap()["result"].is_object(),
+        "{}",
+        r.text
+    );
+    assert_eq!(logs(&r), 0, "{}", r.text);
+    let seen = text(gw, &sid, "nolog_seen").await;
+    assert!(!seen.contains("logging/setLevel"), "{seen}");
+}
