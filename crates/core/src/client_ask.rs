@@ -208,14 +208,21 @@ impl Gateway {
     /// that declared something it can be asked, with a Modern-only backend in the set (whose
     /// `input_required` the gateway relays); or a composite tool with an elicitation step,
     /// from a client that declared `elicitation`.
-    pub fn may_ask_client(&self, session: Option<&SessionId>, msg: &Message<'_>) -> bool {
+    /// A composite the caller may not call is not looked at: its answer must be a missing
+    /// tool's, in the same delivery.
+    pub fn may_ask_client(
+        &self,
+        caller: &crate::Principal,
+        session: Option<&SessionId>,
+        msg: &Message<'_>,
+    ) -> bool {
         let (Some(session), Some(name)) = (session, msg.method) else {
             return false;
         };
         let Ok(caps) = self.client_caps(session) else {
             return false;
         };
-        if self.composite_asks(msg) {
+        if self.composite_asks(caller, msg) {
             return caps.elicitation;
         }
         crate::mrtr::METHODS.contains(&name)

@@ -34,9 +34,15 @@ pub(crate) type ToolHeaders = flight::SingleFlight<Table>;
 const MAX_PAGES: usize = 50;
 
 impl Gateway {
-    /// The `Mcp-Param-*` designations of `tool`; `None` when it has none, is unknown, or the
-    /// backend's tools cannot be learned right now.
-    pub async fn param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
+    /// The `Mcp-Param-*` designations of `tool` for `caller`; `None` when it has none, is
+    /// unknown, hidden from the caller (a hidden tool must answer as a missing one, which has
+    /// no designations to check: admission refuses it next), or the backend's tools cannot be
+    /// learned right now.
+    pub async fn param_headers(
+        &self,
+        caller: &crate::Principal,
+        tool: &str,
+    ) -> Option<Arc<[ParamHeader]>> {
         // The backend the Modern `tools/call` of `tool` would go to, and its name there
         // (aggregating: the merged list's; `None`, unchecked, before it is built — it is
         // built at startup).
@@ -56,7 +62,26 @@ impl Gateway {
             .tool_headers
             .get(self.learn_tool_headers(&backend))
             .await?;
-        table.get(&name).cloned()
+        let spec = table.get(&name).cloned()?;
+        // Judged only for the few tools that designate headers: the common call is judged
+        // once, by admission.
+        self.visible_tool(caller, tool).then_some(spec)
+    }
+
+    /// Whether `caller`'s lists show `tool` (always, without a policy).
+    fn visible_tool(&self, caller: &crate::Principal, tool: &str) -> bool {
+        if !self.config.access.has_policy() {
+            return true;
+        }
+        let target = crate::access::Target::Tool(tool.to_owned());
+        let origins = self.origins();
+        let origin = origins.and_then(|o| o.of_item(&target));
+        let composite = origins.is_some_and(|o| o.composite(tool));
+        (origins.is_none() || origin.is_some() || composite)
+            && self
+                .config
+                .access
+                .allows(caller, "call_tool", &target, origin.as_ref())
     }
 
     /// Walks every page of `backend`'s `tools/list`. Any failure fails the whole walk: a

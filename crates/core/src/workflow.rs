@@ -307,8 +307,13 @@ impl Gateway {
     }
 
     /// Whether `msg` calls a composite tool that asks its client for input.
-    pub(crate) fn composite_asks(&self, msg: &Message<'_>) -> bool {
-        self.composite_of(msg).is_some_and(|plan| plan.asks())
+    /// Whether `msg` calls a composite tool that asks its client for input and that
+    /// `caller` may call (a composite is judged without a backend, as its call is).
+    pub(crate) fn composite_asks(&self, caller: &Principal, msg: &Message<'_>) -> bool {
+        self.composite_of(msg).is_some_and(|plan| {
+            let target = crate::access::Target::Tool(plan.name.clone());
+            plan.asks() && self.config.access.allows(caller, "call_tool", &target, None)
+        })
     }
 
     fn composite_of(&self, msg: &Message<'_>) -> Option<&Arc<Plan>> {

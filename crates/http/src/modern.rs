@@ -52,7 +52,7 @@ pub(crate) async fn handle(
             .param("name")
             .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
         if let Some(tool) = tool {
-            if let Some(spec) = state.gateway.param_headers(&tool).await {
+            if let Some(spec) = state.gateway.param_headers(caller, &tool).await {
                 let args: Option<serde_json::Value> = msg
                     .param("arguments")
                     .and_then(|a| serde_json::from_str(a.get()).ok());

@@ -254,7 +254,7 @@ async fn handle_post(
             // a stream to travel on.
             let delivery = if msg.meta("progressToken").is_some()
                 || (gateway.is_per_session() && sid.is_some())
-                || gateway.may_ask_client(sid.as_ref(), &msg)
+                || gateway.may_ask_client(caller, sid.as_ref(), &msg)
             {
                 Delivery::Sse
             } else {

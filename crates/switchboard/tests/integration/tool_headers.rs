@@ -89,3 +89,38 @@ async fn concurrent_cold_callers_cause_one_walk() {
     let session = gw.session().await;
     assert_eq!(walks(&gw, &session).await, 1);
 }
+
+/// A tool the policy hides is answered as a missing one even when its `Mcp-Param-*` headers
+/// do not match its arguments: checking them first answered 400 `-32020`, which told the
+/// caller the tool exists and which of its arguments are mirrored (found by review).
+#[tokio::test]
+async fn a_hidden_tools_param_headers_are_not_checked_before_it_is_refused() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/toolsy.py"
+    );
+    let dir = crate::vmcp::Dir::new("hidden-param-headers");
+    let policy = dir.write(
+        "policy.cedar",
+        "permit(principal, action, resource);\n\
+         forbid(principal, action == Action::\"call_tool\", resource == Tool::\"regional\");\n",
+    );
+    let policy = policy.to_str().unwrap();
+    let gw = TestGateway::start_with(&["--policy", policy], &["python3", script, "0", "0"]).await;
+    let hidden = regional(&gw, 1, "eu-north1").await;
+    let call = json!({"name":"no_such_tool","arguments":{"region":"us-west1"}});
+    let missing = modern(
+        &gw,
+        json!(1),
+        "tools/call",
+        call,
+        &[("mcp-param-region", "eu-north1")],
+    )
+    .await;
+    assert_eq!(hidden.status, StatusCode::OK, "{}", hidden.text);
+    assert_eq!(hidden.error_code(), -32602, "{}", hidden.text);
+    assert_eq!(
+        hidden.text.replace("regional", "NAME"),
+        missing.text.replace("no_such_tool", "NAME")
+    );
+}

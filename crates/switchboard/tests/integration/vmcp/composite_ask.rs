@@ -105,3 +105,49 @@ async fn a_legacy_caller_without_a_listen_stream_is_asked_on_the_calls_stream() 
         "{result}"
     );
 }
+
+/// A composite that asks for input, hidden from the caller by the policy, is answered as a
+/// missing tool, in the same delivery (it was answered as a stream, by name alone, and a
+/// missing tool as JSON: found by review).
+#[tokio::test]
+async fn a_hidden_asking_composite_is_answered_as_a_missing_tool() {
+    let dir = Dir::new("composite-ask-hidden");
+    let policy = dir.write(
+        "policy.cedar",
+        "permit(principal, action, resource);\n\
+         forbid(principal, action == Action::\"call_tool\", resource == Tool::\"ask_name\");\n",
+    );
+    let yaml = format!(
+        "policy: {{file: {}}}\nbackends:\n{}compositeTools:{ASK_NAME}",
+        policy.display(),
+        stdio("alpha", "")
+    );
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+    let init = request(
+        json!(0),
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+               "clientInfo": {"name": "hidden", "version": "0"}}),
+    );
+    let r = gw.post(None, &init).await;
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let call = |name: &str| {
+        request(
+            json!(7),
+            "tools/call",
+            json!({"name": name, "arguments": {}}),
+        )
+    };
+    let hidden = gw.post(Some(&sid), &call("ask_name")).await;
+    let missing = gw.post(Some(&sid), &call("no_such_tool")).await;
+    assert_eq!(hidden.error_code(), -32602, "{}", hidden.text);
+    assert_eq!(hidden.content_type(), missing.content_type());
+    assert_eq!(
+        (hidden.status, hidden.text.replace("ask_name", "NAME")),
+        (missing.status, missing.text.replace("no_such_tool", "NAME"))
+    );
+}
