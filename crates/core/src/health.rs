@@ -15,6 +15,10 @@
 //! caller token one caller's bad token must not open the breaker for everyone; the probe,
 //! which carries the gateway's own credential, is what makes a backend `unauthenticated`.
 //!
+//! A timeout counts only when no other call was answered while it waited: a backend that
+//! answers others is not down, and one caller's slow calls must not open the breaker for
+//! everyone.
+//!
 //! A process that dies is one event, however many calls it takes with it: only the first
 //! failure reported for that process id counts, and the calls still arriving for it do not.
 //! Its replacement answering the handshake ([`Health::restarted`]) is proof of health: the
@@ -216,6 +220,9 @@ struct Facts {
     unauthenticated: bool,
     /// The process whose death was already counted (its other calls' failures are not).
     crashed: Option<u32>,
+    /// When a call was last answered: a call that timed out while others were answered
+    /// says more about itself (its arguments, a slow tool) than about the backend.
+    answered: Option<Instant>,
     /// Something was learned (a probe, a call).
     seen: bool,
 }
@@ -544,7 +551,18 @@ impl Flight<'_> {
         let now = Instant::now();
         let mut facts = b.inner.lock();
         let success = match outcome {
-            Outcome::Answered => true,
+            Outcome::Answered => {
+                facts.answered = Some(now);
+                true
+            }
+            // Others were answered while it waited: one caller's slow call (or a caller
+            // making calls slow on purpose) must not open the breaker for everyone.
+            Outcome::Failed("timeout", _) if facts.answered.is_some_and(|at| at > self.started) => {
+                if self.trial {
+                    facts.breaker.trial_abandoned();
+                }
+                return;
+            }
             Outcome::Failed(..) if crashed.is_some() && facts.crashed == crashed => {
                 // The same crash, reported by another of its calls: already counted.
                 if self.trial {

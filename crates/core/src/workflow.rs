@@ -312,7 +312,11 @@ impl Gateway {
     pub(crate) fn composite_asks(&self, caller: &Principal, msg: &Message<'_>) -> bool {
         self.composite_of(msg).is_some_and(|plan| {
             let target = crate::access::Target::Tool(plan.name.clone());
-            plan.asks() && self.config.access.allows(caller, "call_tool", &target, None)
+            plan.asks()
+                && self
+                    .config
+                    .access
+                    .allows(caller, "call_tool", &target, None)
         })
     }
 

@@ -155,3 +155,51 @@ async fn timeouts_count_as_breaker_failures() {
         StatusCode::SERVICE_UNAVAILABLE
     );
 }
+
+/// One caller's slow calls do not open the breaker for everyone while the backend answers
+/// others: five calls that time out (with `--breaker-failures 3`) while another call is
+/// answered leave it closed, and the next call is served (found by review: counting every
+/// timeout let any caller take the backend away from everyone for a cool-down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_while_others_are_answered_leave_the_breaker_closed() {
+    let gw = TestGateway::start(&["--request-timeout", "1", "--breaker-failures", "3"]).await;
+    let sid = gw.session().await;
+    let slow: Vec<_> = (0..5)
+        .map(|i| gw.call_tool(Some(&sid), json!(i), "slow", json!({"ms": 5000})))
+        .collect();
+    let slow = futures::future::join_all(slow);
+    tokio::pin!(slow);
+    // Bounded: every slow call is out at the backend before another is answered.
+    let answered = async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while status(&gw).await["backends"][0]["inFlight"].as_u64() < Some(5) {
+            assert!(
+                Instant::now() < deadline,
+                "the slow calls never reached the backend"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        gw.call_tool(
+            Some(&sid),
+            json!("other"),
+            "echo",
+            json!({"text": "served"}),
+        )
+        .await
+    };
+    let other = tokio::select! {
+        other = answered => other,
+        _ = &mut slow => panic!("the slow calls ended first"),
+    };
+    assert_eq!(tool_text(&other.json()), "served");
+    let timed_out = slow.await;
+    assert!(timed_out
+        .iter()
+        .all(|r| r.status == StatusCode::GATEWAY_TIMEOUT));
+    let next = gw
+        .call_tool(Some(&sid), json!("next"), "echo", json!({"text": "still"}))
+        .await;
+    assert_eq!(next.status, StatusCode::OK, "{}", next.text);
+    let s = status(&gw).await;
+    assert_eq!(s["backends"][0]["breaker"]["state"], "closed", "{s}");
+}
