@@ -21,8 +21,8 @@
 //!
 //! A process that dies is one event, however many calls it takes with it: only the first
 //! failure reported for that process id counts, and the calls still arriving for it do not.
-//! Its replacement answering the handshake ([`Health::restarted`]) is proof of health: the
-//! breaker closes, so the calls after a restart reach the new process at once.
+//! Its replacement answering the handshake ([`Health::restarted`]) puts an open breaker to its
+//! trial at once: the next call reaches the new process, and its outcome decides.
 //!
 //! A session's own stdio process (per-session mode) is not the backend's health: one session's
 //! process ending says nothing about the others', so those routes are neither gated nor
@@ -413,9 +413,10 @@ impl Health {
         }
     }
 
-    /// A backend process was restarted and its replacement answered the handshake: that is
-    /// the evidence a trial would give, so the breaker closes (the crash that opened it, if it
-    /// did, belonged to the old process). Late failures of the old process stay ignored.
+    /// A backend process was restarted and its replacement answered the handshake: an open
+    /// breaker goes straight to half-open, so the next call tries the new process instead of
+    /// waiting out the cool-down the old one earned (a closed one stays closed). Late
+    /// failures of the old process stay ignored.
     pub(crate) fn restarted(&self, id: &BackendId) {
         metrics::restarted(id);
         let Some(b) = self.backends.load().get(id).cloned() else {
@@ -425,10 +426,8 @@ impl Health {
         let mut facts = b.inner.lock();
         facts.seen = true;
         facts.probe = Some((true, now));
-        let changed = facts.breaker.reset();
-        b.open.store(false, Ordering::Release);
-        if changed {
-            breaker_changed(id, BreakerState::Closed, "restart");
+        if facts.breaker.restarted() {
+            breaker_changed(id, BreakerState::HalfOpen, "restart");
         }
     }
 

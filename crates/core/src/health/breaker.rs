@@ -140,12 +140,18 @@ impl Breaker {
         }
     }
 
-    /// The backend has just proven itself healthy by other means (a restarted process
-    /// answered its handshake): closed, with nothing held against it.
-    pub(crate) fn reset(&mut self) -> bool {
-        let was_closed = self.phase == Phase::Closed;
-        *self = Breaker::default();
-        !was_closed
+    /// A restarted process answered its handshake: an open breaker lets the next call try
+    /// the new process at once (half-open, without waiting out the cool-down); its outcome
+    /// decides. A closed one keeps its counts, so a process that crashes on every call still
+    /// opens it, one crash at a time. Returns whether it changed.
+    pub(crate) fn restarted(&mut self) -> bool {
+        match self.phase {
+            Phase::Open { .. } => {
+                self.phase = Phase::HalfOpen { trial: false };
+                true
+            }
+            Phase::Closed | Phase::HalfOpen { .. } => false,
+        }
     }
 
     /// Whether a call may go now (taking the trial when it is the one).
@@ -336,7 +342,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reset_closes_it_and_forgets_the_failures() {
+    fn a_restart_lets_the_next_call_try_the_new_process() {
         let (c, t) = (config(), Instant::now());
         let mut b = Breaker::default();
         for _ in 0..3 {
@@ -345,11 +351,23 @@ mod tests {
         assert_eq!(b.failures(), 3);
         let soon = t + Duration::from_secs(4);
         assert_eq!(b.retry_in(soon, &c), Some(Duration::from_secs(6)));
-        assert!(b.reset(), "open to closed is a change");
+        assert!(b.restarted(), "open to half-open is a change");
+        assert_eq!(b.state(soon, &c), BreakerState::HalfOpen);
+        assert_eq!(
+            b.admit(soon, &c),
+            Admission::Trial,
+            "no cool-down to wait out"
+        );
+        assert!(b.record(true, true, soon, &c));
         assert_eq!(b.state(soon, &c), BreakerState::Closed);
-        assert_eq!(b.admit(soon, &c), Admission::Pass);
-        assert_eq!((b.failures(), b.retry_in(soon, &c)), (0, None));
-        assert!(!b.reset(), "closed stays closed");
+        // A closed breaker keeps its count across restarts: crash, restart, crash… opens it.
+        let mut b = Breaker::default();
+        b.record(false, false, t, &c);
+        assert!(!b.restarted());
+        assert_eq!(b.consecutive_failures(), 1);
+        b.record(false, false, t, &c);
+        assert!(!b.restarted());
+        assert!(b.record(false, false, t, &c), "the third crash opens it");
     }
 
     #[test]

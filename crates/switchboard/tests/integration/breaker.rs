@@ -203,3 +203,26 @@ async fn timeouts_while_others_are_answered_leave_the_breaker_closed() {
     let s = status(&gw).await;
     assert_eq!(s["backends"][0]["breaker"]["state"], "closed", "{s}");
 }
+
+/// A process that crashes on every call still opens the breaker, one crash at a time across
+/// restarts (`--breaker-failures 3`); a restart then puts it to its trial at once, and the
+/// next call, served by the new process, closes it.
+#[tokio::test]
+async fn crash_after_crash_opens_the_breaker_and_a_restart_tries_again() {
+    let gw = TestGateway::start(&["--breaker-failures", "3"]).await;
+    let sid = gw.session().await;
+    for i in 1..=3 {
+        let r = gw.call_tool(Some(&sid), json!(i), "exit", json!({})).await;
+        assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", r.text);
+        until_restarted(&gw, i).await;
+    }
+    let s = status(&gw).await;
+    assert_eq!(s["backends"][0]["breaker"]["state"], "half_open", "{s}");
+    assert_eq!(s["backends"][0]["breaker"]["consecutiveFailures"], 3, "{s}");
+    let r = gw
+        .call_tool(Some(&sid), json!("trial"), "echo", json!({"text": "new"}))
+        .await;
+    assert_eq!(tool_text(&r.json()), "new", "{}", r.text);
+    let s = status(&gw).await;
+    assert_eq!(s["backends"][0]["breaker"]["state"], "closed", "{s}");
+}
