@@ -284,6 +284,11 @@ impl Health {
         absent.sort_by(|a, b| a.id.cmp(&b.id));
     }
 
+    /// Forgets the absent backends that are no longer configured.
+    pub(crate) fn forget_absent_except(&self, configured: &[BackendId]) {
+        self.absent.lock().retain(|a| configured.contains(&a.id));
+    }
+
     /// `/status`'s entries for the backends that are configured but not started.
     pub(crate) fn absent_status(&self) -> Vec<Value> {
         let ago = |at: Instant| (at.elapsed().as_secs_f64() * 10.0).round() / 10.0;

@@ -176,7 +176,9 @@ impl Reloader {
                         break;
                     }
                 }
-                () = &mut retry, if !self.missing.is_empty() => {
+                // Not while a file change is settling: a retry applies the file too, and
+                // must not read it half-written.
+                () = &mut retry, if !self.missing.is_empty() && pending.is_none() => {
                     if self.apply_or_stop(Trigger::Retry, &mut drains, &stop).await {
                         break;
                     }
@@ -255,6 +257,11 @@ impl Reloader {
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<String>> {
         let mut spec = load_spec()?;
+        // A backend that never started and is no longer configured is forgotten: not
+        // retried, not shown, not waited for by `/readyz`.
+        let configured: Vec<BackendId> = spec.backends.iter().map(|b| b.name.clone()).collect();
+        self.missing.retain(|id| configured.contains(id));
+        self.gateway.forget_absent_except(&configured);
         let new_policy = self.check_policy(&spec)?;
         let mut plan = Plan::of(&self.served, &spec);
         let fixed_changed = fixed_key(&spec) != self.served.fixed;

@@ -55,6 +55,12 @@ impl Gateway {
         self.health.not_started(id, unauthenticated, why);
     }
 
+    /// Forgets the backends that did not start and are no longer configured (`configured`:
+    /// the names the configuration holds now).
+    pub fn forget_absent_except(&self, configured: &[crate::BackendId]) {
+        self.health.forget_absent_except(configured);
+    }
+
     /// The text exposition of every metric, with the gauges set from the gateway now.
     pub fn render_metrics(&self) -> String {
         let (streamable, sse) = self.sessions_by_transport();

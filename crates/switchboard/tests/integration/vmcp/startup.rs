@@ -150,3 +150,47 @@ async fn serve_starts_without_an_unreachable_and_a_refusing_remote_and_picks_bot
     assert!(!logs.contains(SECRET), "the secret reached the logs");
     assert!(!s.to_string().contains(SECRET));
 }
+
+/// A backend that never started and is then removed from the file is forgotten: `/status`
+/// no longer shows it and `/readyz` (ready when all serve) is ready again (found by review:
+/// it stayed missing, shown and retried forever).
+#[tokio::test]
+async fn a_missing_backend_removed_from_the_file_is_forgotten() {
+    let down_port = free_port();
+    let with = |down: bool| {
+        let mut yaml = format!(
+            "health: {{readyWhen: all}}\nbackends:\n{}",
+            stdio("local", "")
+        );
+        if down {
+            yaml.push_str(&remote(
+                "down",
+                &format!("http://127.0.0.1:{down_port}/mcp"),
+            ));
+        }
+        yaml
+    };
+    let served = serve("startup-forgotten", &with(true), None).await;
+    let gw = &served.gw;
+    let ready = |gw: &crate::common::TestGateway| {
+        let url = format!("{}/readyz", gw.base());
+        let http = gw.http.clone();
+        async move { http.get(url).send().await.unwrap().status() }
+    };
+    assert_eq!(ready(gw).await, reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(entry(&status(gw).await, "down")["state"], "unhealthy");
+
+    crate::reload::rewrite(&crate::reload::config_of(&served._dir), &with(false));
+    gw.wait_stdout("switchboard: config unchanged", crate::reload::BOUND)
+        .await;
+    let s = status(gw).await;
+    assert!(
+        !s["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["name"] == "down"),
+        "{s}"
+    );
+    assert_eq!(ready(gw).await, reqwest::StatusCode::OK);
+}
