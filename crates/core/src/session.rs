@@ -42,6 +42,12 @@ impl SessionId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The id of a session the table holds, by its text (for work the gateway does on its
+    /// own sessions, never from a client's header).
+    pub(crate) fn held(raw: &str) -> Self {
+        SessionId(raw.to_owned())
+    }
 }
 
 impl fmt::Debug for SessionId {

@@ -101,15 +101,9 @@ impl Gateway {
                 );
             }
         });
-        let origins = self.origins();
+        let mut changed = Vec::new();
         for (sid, who, (backend, uri)) in held {
-            let target = crate::access::Target::resource(uri.clone());
-            let origin = origins.and_then(|o| o.of_item(&target));
-            if self
-                .config
-                .access
-                .allows(&who, "subscribe", &target, origin.as_ref())
-            {
+            if self.may_subscribe(&who, &uri) {
                 continue;
             }
             let tables = self.registry.tables(&backend);
@@ -134,8 +128,26 @@ impl Gateway {
                     session = %crate::access::session_label(&sid),
                     "a subscription the new policy denies was dropped"
                 );
+                changed.push(sid);
             }
         }
+        // The store's record too, or another replica adopting the session would subscribe
+        // it again.
+        changed.dedup();
+        for sid in changed {
+            if let Err(e) = self.store_session(&SessionId::held(&sid)).await {
+                debug!(error = %e, "storing a session after a policy change failed");
+            }
+        }
+    }
+
+    /// Whether `who` may subscribe to `uri` under the current policy.
+    pub(crate) fn may_subscribe(&self, who: &crate::Principal, uri: &str) -> bool {
+        let target = crate::access::Target::resource(uri.to_owned());
+        let origin = self.origins().and_then(|o| o.of_item(&target));
+        self.config
+            .access
+            .allows(who, "subscribe", &target, origin.as_ref())
     }
 
     /// `resources/unsubscribe`: the backend sees it only when the last subscriber leaves. The

@@ -306,15 +306,27 @@ impl Gateway {
         let version = switchboard_wire::version::negotiate_legacy(Some(&record.protocol_version));
         let id = self.registry.sessions.adopt(raw, version, caller)?;
         self.remember_client_init(&id, version, record.client_init.as_deref());
+        let policy = self.config.access.has_policy();
         let _ = self.registry.sessions.with(raw, |s| {
             s.log_level = record.log_level;
             s.init_params = record.client_init;
             s.stored_rev = Some(rev);
+            if policy {
+                // A later policy change judges its subscriptions as this caller.
+                s.subscriber = Some(std::sync::Arc::new(Principal {
+                    credential: None,
+                    ..caller.clone()
+                }));
+            }
         });
         for (backend, uri) in record.subscriptions {
             let Ok(backend) = backend.parse::<BackendId>() else {
                 continue;
             };
+            // Made under a policy this replica may no longer hold: judged again here.
+            if policy && !self.may_subscribe(caller, &uri) {
+                continue;
+            }
             self.resubscribe(&id, (backend, uri)).await;
         }
         tracing::debug!(session = ?id, "session adopted from the store");
