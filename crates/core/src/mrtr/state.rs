@@ -159,9 +159,16 @@ impl Sealer {
         else {
             return Err(Refused::Malformed);
         };
+        // Exactly as issued: decimal digits without a sign or a leading zero, a lower-case
+        // hex id (one token has one spelling).
+        let canonical = expires.bytes().all(|c| c.is_ascii_digit())
+            && !(expires.len() > 1 && expires.starts_with('0'));
+        if !canonical {
+            return Err(Refused::Malformed);
+        }
         let expires: u64 = expires.parse().map_err(|_| Refused::Malformed)?;
         let tag = unhex(tag).ok_or(Refused::Malformed)?;
-        if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit()) {
+        if id.len() != 32 || !id.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
             return Err(Refused::Malformed);
         }
         self.mac(id, expires, b)
@@ -343,6 +350,19 @@ mod tests {
         );
         assert_ne!(shouted, token);
         assert_eq!(sealer.open(&shouted, &bind), Err(Refused::Malformed));
+        // Nor another spelling of the same expiry or id: one token, one spelling.
+        for (id, expires) in [
+            (parts[0].to_owned(), format!("+{}", parts[1])),
+            (parts[0].to_owned(), format!("0{}", parts[1])),
+            (parts[0].to_ascii_uppercase(), parts[1].to_owned()),
+        ] {
+            let respelled = format!("{id}.{expires}.{}", parts[2]);
+            assert_eq!(
+                sealer.open(&respelled, &bind),
+                Err(Refused::Malformed),
+                "{respelled}"
+            );
+        }
         // Another gateway's key.
         assert_eq!(Sealer::new().open(&token, &bind), Err(Refused::Invalid));
     }
