@@ -150,8 +150,9 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) params: Option<&'a RawValue>,
     /// The request's stream for related notifications.
     pub(crate) stream: Option<mpsc::Sender<Bytes>>,
-    /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend.
-    pub(crate) listen: Option<crate::modern_listen::Filter>,
+    /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend, with
+    /// who listens (judged again when the policy changes).
+    pub(crate) listen: Option<(crate::modern_listen::Filter, &'a crate::Principal)>,
     /// Where it goes (from `resolve`).
     pub(crate) route: &'a Route,
     /// The caller's own credential, for a remote that forwards it (`forward_caller_token`);
@@ -579,11 +580,13 @@ impl Gateway {
         // A Modern listen is addressed by its request id, i.e. by this key: register the route
         // before the backend can answer.
         let _listen = match (out.listen, out.stream.clone()) {
-            (Some(filter), Some(tx)) => Some(
-                self.registry
-                    .listeners
-                    .register(&key, out.id, filter, tx, true),
-            ),
+            (Some((filter, watcher)), Some(tx)) => {
+                let guard = (self.registry.listeners).register(&key, out.id, filter, tx, true);
+                if self.config.access.has_policy() {
+                    self.registry.listeners.watched_by(&guard, watcher);
+                }
+                Some(guard)
+            }
             _ => None,
         };
         let params = rewritten.as_deref().or(out_params);

@@ -266,7 +266,7 @@ impl Gateway {
                 }
                 None => Ok(listen_needs_stream(id)),
             },
-            LISTEN => self.bridged_listen(id, msg, stream, route).await,
+            LISTEN => self.bridged_listen(caller, id, msg, stream, route).await,
             // Per-session mode: calls that may need client input go through the MRTR bridge
             // (`mrtr`); shared mode cannot attribute a backend's requests.
             // (A call asking for logs too: its log level is set on a process of its own.)

@@ -10,6 +10,7 @@
 //!   to the matching listeners itself.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -90,6 +91,12 @@ struct Listener {
     filter: Filter,
     /// The backend serves this listen itself (Modern backend); the gateway only re-tags.
     passthrough: bool,
+    /// Who listens (credential dropped), for judging its resource subscriptions again when
+    /// the policy changes; `None`: nobody to judge (no policy, or no URIs).
+    watcher: Option<Arc<crate::Principal>>,
+    /// URIs a changed policy no longer lets it watch: their updates are dropped (a
+    /// passthrough listen's backend still sends them).
+    revoked: Vec<String>,
 }
 
 /// Live listen streams by key.
@@ -125,12 +132,42 @@ impl ModernListeners {
             sink,
             filter,
             passthrough,
+            watcher: None,
+            revoked: Vec::new(),
         };
         self.inner.lock().insert(key.as_str().to_owned(), listener);
         ListenerGuard {
             listeners: self,
             key: key.as_str().to_owned(),
         }
+    }
+
+    /// Remembers who listens on `guard`'s stream, so a changed policy can judge its resource
+    /// subscriptions again ([`Self::rejudge`]).
+    pub(crate) fn watched_by(&self, guard: &ListenerGuard<'_>, watcher: &crate::Principal) {
+        if let Some(l) = self.inner.lock().get_mut(&guard.key) {
+            l.watcher = Some(Arc::new(crate::Principal {
+                credential: None,
+                ..watcher.clone()
+            }));
+        }
+    }
+
+    /// Judges every watched URI again (`allowed(watcher, uri)`): one no longer allowed stops
+    /// receiving updates. Returns how many were revoked.
+    pub(crate) fn rejudge(&self, allowed: impl Fn(&crate::Principal, &str) -> bool) -> usize {
+        let mut revoked = 0;
+        for l in self.inner.lock().values_mut() {
+            let Some(watcher) = l.watcher.clone() else {
+                continue;
+            };
+            let (keep, lose): (Vec<String>, Vec<String>) =
+                l.filter.uris.drain(..).partition(|u| allowed(&watcher, u));
+            revoked += lose.len();
+            l.filter.uris = keep;
+            l.revoked.extend(lose);
+        }
+        revoked
     }
 
     /// A notification a Modern backend tagged with a subscription id: delivered, re-tagged
@@ -144,6 +181,14 @@ impl ModernListeners {
         let Some(l) = inner.get(&key).filter(|l| l.passthrough) else {
             return false;
         };
+        if name == method::RESOURCE_UPDATED && !l.revoked.is_empty() {
+            let uri = object_member(params, "uri")
+                .and_then(|u| serde_json::from_str::<String>(u.get()).ok());
+            if uri.is_none_or(|u| l.revoked.contains(&u)) {
+                // Attributed, and withheld: the caller may no longer watch it.
+                return true;
+            }
+        }
         let Some(params) = with_meta_member(params, META_SUBSCRIPTION_ID, l.client_id.as_json())
         else {
             return false;
@@ -246,6 +291,45 @@ mod tests {
         drop(guard);
         assert!(!ls.route_tagged(method::TOOLS_LIST_CHANGED, &params, &tag));
         assert_eq!(ls.len(), 0);
+    }
+
+    #[test]
+    fn a_revoked_uri_stops_reaching_a_listen_of_either_kind() {
+        let ls = ModernListeners::default();
+        let who = crate::Principal::anonymous();
+        let watch = Filter {
+            uris: vec!["a://x".into(), "b://y".into()],
+            ..Filter::default()
+        };
+        // Served by the gateway: the revoked URI leaves the filter.
+        let (tx, mut rx) = mpsc::channel(8);
+        let g1 = ls.register(
+            &RouteKey::mint(),
+            &RequestId::from_string("l"),
+            watch.clone(),
+            tx,
+            false,
+        );
+        ls.watched_by(&g1, &who);
+        // Passed through: the backend still sends it; it is withheld.
+        let (ptx, mut prx) = mpsc::channel(8);
+        let key = RouteKey::mint();
+        let g2 = ls.register(&key, &RequestId::from_string("p"), watch, ptx, true);
+        ls.watched_by(&g2, &who);
+        assert_eq!(ls.rejudge(|_, uri| uri != "a://x"), 2);
+        ls.resource_updated("a://x");
+        ls.resource_updated("b://y");
+        let got = String::from_utf8(rx.try_recv().unwrap().to_vec()).unwrap();
+        assert!(got.contains("b://y"), "{got}");
+        assert!(rx.try_recv().is_err(), "a://x was not delivered");
+        let tag = raw(&format!("\"{}\"", key.as_str()));
+        for uri in ["a://x", "b://y"] {
+            let params = raw(&format!(r#"{{"uri":"{uri}"}}"#));
+            assert!(ls.route_tagged(method::RESOURCE_UPDATED, &params, &tag));
+        }
+        let got = String::from_utf8(prx.try_recv().unwrap().to_vec()).unwrap();
+        assert!(got.contains("b://y"), "{got}");
+        assert!(prx.try_recv().is_err(), "a://x was withheld");
     }
 
     #[test]

@@ -131,6 +131,19 @@ impl Gateway {
                 changed.push(sid);
             }
         }
+        // Modern listen streams, on the gateway's registries and on partitions: a URI the
+        // caller may no longer watch stops reaching it.
+        let allowed = |who: &crate::Principal, uri: &str| self.may_subscribe(who, uri);
+        let mut revoked = self.registry.listeners.rejudge(allowed);
+        for listeners in self.mrtr.partitions.listeners() {
+            revoked += listeners.rejudge(allowed);
+        }
+        if revoked > 0 {
+            tracing::info!(
+                revoked,
+                "listen subscriptions the new policy denies were revoked"
+            );
+        }
         // The store's record too, or another replica adopting the session would subscribe
         // it again.
         changed.dedup();

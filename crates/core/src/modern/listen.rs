@@ -23,6 +23,7 @@ impl Gateway {
     /// stream. Resource subscriptions are reference-counted upstream like Legacy sessions'.
     pub(super) async fn bridged_listen(
         self: &Arc<Self>,
+        caller: &crate::Principal,
         id: &RequestId,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
@@ -37,7 +38,9 @@ impl Gateway {
             .iter()
             .map(|uri| (route.backend.clone(), uri.clone()))
             .collect();
-        let _listening = self.listen_here(id, &stream, &honoured, placed).await;
+        let _listening = self
+            .listen_here(caller, id, &stream, &honoured, placed)
+            .await;
         crate::mrtr::acknowledge(&stream, id, &honoured).await;
         // Served until the client closes the stream, which drops this future and the guards.
         stream.closed().await;
@@ -71,7 +74,9 @@ impl Gateway {
             })
             .collect();
         honoured.uris = placed.iter().map(|(_, uri)| uri.clone()).collect();
-        let _listening = self.listen_here(id, &stream, &honoured, placed).await;
+        let _listening = self
+            .listen_here(caller, id, &stream, &honoured, placed)
+            .await;
         crate::mrtr::acknowledge(&stream, id, &honoured).await;
         // A Legacy-only per-session backend runs this caller's Modern calls on its partition:
         // what those calls change, that process announces, to its own listeners. After the
@@ -109,6 +114,7 @@ impl Gateway {
     /// subscribed at its backend (`placed`); both undone when the returned pair drops.
     async fn listen_here<'a>(
         self: &'a Arc<Self>,
+        caller: &crate::Principal,
         id: &RequestId,
         stream: &mpsc::Sender<Bytes>,
         honoured: &Filter,
@@ -121,6 +127,9 @@ impl Gateway {
         let owner = format!("listen:{}", key.as_str());
         let guard =
             (self.registry.listeners).register(&key, id, honoured.clone(), stream.clone(), false);
+        if self.config.access.has_policy() {
+            self.registry.listeners.watched_by(&guard, caller);
+        }
         let mut subs = ListenSubscriptions {
             gateway: self,
             owner: owner.clone(),

@@ -27,7 +27,7 @@ impl Gateway {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        let listen = (name == LISTEN).then(|| Filter::parse(msg.params));
+        let listen = (name == LISTEN).then(|| (Filter::parse(msg.params), caller));
         // MRTR: the backend's own requestState only from a verified gateway token.
         let bound = crate::relay::Bound {
             caller,

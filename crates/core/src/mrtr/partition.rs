@@ -251,6 +251,15 @@ impl Partitions {
         self.cells.lock().len()
     }
 
+    /// Every started partition's listen registry (a policy change judges them again).
+    pub(crate) fn listeners(&self) -> Vec<Arc<ModernListeners>> {
+        self.cells
+            .lock()
+            .values()
+            .filter_map(|cell| cell.get().map(|p| p.listeners.clone()))
+            .collect()
+    }
+
     /// The cell for `key`, made room for by reaping idle partitions when the table is full.
     fn cell(&self, key: &Key) -> Result<(Cell, Vec<UpstreamOwner>), CoreError> {
         let mut cells = self.cells.lock();
@@ -466,6 +475,9 @@ impl Gateway {
             stream.clone(),
             false,
         );
+        if self.config.access.has_policy() {
+            part.listeners.watched_by(&_guard, caller);
+        }
         let mut subs = PartitionSubscriptions {
             gateway: self,
             part: part.clone(),
