@@ -624,7 +624,7 @@ fn refusal(
     if visible {
         return CoreError::Forbidden(denial(action));
     }
-    use crate::vmcp::{clip, clip_uri};
+    use crate::error::{clip, clip_uri};
     let completion = msg.method == Some("completion/complete");
     // The URI as the client sent it (the target's scheme is folded), as routing quotes it.
     let sent = |uri: &str| {

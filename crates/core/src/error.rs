@@ -184,3 +184,15 @@ pub struct ReplicaAt {
     /// What it registered.
     pub registration: String,
 }
+
+/// A client's name as quoted back in an error: bounded.
+pub(crate) fn clip(name: &str) -> String {
+    name.chars().take(128).collect()
+}
+
+/// A client's URI as quoted back in an error, also as its `data.uri` (SEP-2164), which a
+/// client may compare with what it asked for: bounded more loosely than a name, so that any
+/// URI a client would really use comes back whole.
+pub(crate) fn clip_uri(uri: &str) -> String {
+    uri.chars().take(2048).collect()
+}

@@ -101,7 +101,7 @@ pub(crate) fn masked<T>(msg: &Message<'_>, answer: Result<T, CoreError>) -> Resu
             let name = msg.params.and_then(|p| string_member(p, "name"));
             Err(CoreError::UnknownName(
                 "tool",
-                crate::vmcp::clip(name.as_deref().unwrap_or_default()),
+                crate::error::clip(name.as_deref().unwrap_or_default()),
             ))
         }
         other => other,

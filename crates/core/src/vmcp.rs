@@ -33,8 +33,6 @@ mod route;
 
 pub(crate) use by_caps::CapSet;
 
-pub(crate) use route::{clip, clip_uri};
-
 /// Every list kind, in the order the gateway keeps them.
 pub(crate) const KINDS: [Kind; 4] = [
     Kind::Tools,

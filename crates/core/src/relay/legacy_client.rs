@@ -157,7 +157,7 @@ impl Gateway {
                 break;
             }
             if let Some((_, method, _)) = round.requests.iter().find(|(_, m, _)| !relayable(m)) {
-                tracing::warn!(method = %crate::vmcp::clip(method), "backend asked for input by a method that is not relayed");
+                tracing::warn!(method = %crate::error::clip(method), "backend asked for input by a method that is not relayed");
                 return Ok(Err(backend_fault(id, "input request of an unknown method")));
             }
             let responses = match self.ask_round(call, (sid, id), route, &round).await? {

@@ -4,6 +4,7 @@
 //! the merged list does not hold — unknown, filtered, or dropped by the strategy — is refused
 //! the same way in both eras, before any backend sees it.
 
+use crate::error::{clip, clip_uri};
 use serde_json::value::RawValue;
 use switchboard_wire::{method, object_member};
 
@@ -168,16 +169,4 @@ fn str_param(params: Option<&RawValue>, key: &str) -> String {
 
 fn str_member(raw: &RawValue, key: &str) -> Option<String> {
     object_member(raw, key).and_then(|v| serde_json::from_str::<String>(v.get()).ok())
-}
-
-/// A client's name as quoted back in an error: bounded.
-pub(crate) fn clip(name: &str) -> String {
-    name.chars().take(128).collect()
-}
-
-/// A client's URI as quoted back in an error, also as its `data.uri` (SEP-2164), which a
-/// client may compare with what it asked for: bounded more loosely than a name, so that any
-/// URI a client would really use comes back whole.
-pub(crate) fn clip_uri(uri: &str) -> String {
-    uri.chars().take(2048).collect()
 }
