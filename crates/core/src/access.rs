@@ -36,9 +36,9 @@ use serde_json::{json, Value};
 use switchboard_wire::{Message, MessageKind};
 
 use crate::audit::AuditLog;
-use crate::backends::BackendId;
 use crate::ratelimit::RateLimiter;
 use crate::session::SessionId;
+use crate::BackendId;
 use crate::CoreError;
 
 mod admitted;

@@ -34,8 +34,8 @@ use switchboard_wire::{
     Message, MessageKind,
 };
 
-use crate::backends::BackendId;
 use crate::registry::{BackendTables, Registry};
+use crate::BackendId;
 
 /// Implements the routing table above for one backend.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
-use crate::backends::BackendId;
+use crate::BackendId;
 
 /// Remembers which (reason, method) pairs were already warned about.
 #[derive(Debug, Default)]

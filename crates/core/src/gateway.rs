@@ -26,7 +26,6 @@ use switchboard_wire::{
 };
 
 use crate::access::{Admitted, Path, Principal};
-use crate::backends::BackendId;
 use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::listen_stream::ListenStream;
 use crate::progress;
@@ -34,6 +33,7 @@ use crate::registry::Registry;
 use crate::resolve::{From, Route, Via};
 use crate::route::RouteKey;
 use crate::session::{SessionId, Transport};
+use crate::BackendId;
 use crate::CoreError;
 
 /// Limits and deadlines.

@@ -39,9 +39,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use switchboard_upstream::{BackendResponse, UpstreamError};
 
-use crate::backends::BackendId;
 use crate::metrics::{self, Method};
 use crate::resolve::{Route, Via};
+use crate::BackendId;
 use crate::CoreError;
 
 pub(crate) mod breaker;

@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 use switchboard_upstream::Upstream;
 use switchboard_wire::{encode_notification, method, RequestId};
 
-use crate::backends::BackendId;
 use crate::route::RouteKey;
 use crate::session::{InFlight, SessionId};
+use crate::BackendId;
 use crate::Gateway;
 
 /// Makes a request cancellable by the client's own id while it is in flight.

@@ -11,6 +11,7 @@
 pub mod access;
 pub mod audit;
 mod backend;
+mod backend_id;
 mod backends;
 pub mod catalog;
 mod client_ask;
@@ -52,7 +53,8 @@ pub mod workflow;
 
 pub use access::{Access, Authorizer, Origin, Principal, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
-pub use backends::{BackendId, BackendIdError, Backends, MAX_BACKEND_ID};
+pub use backend_id::{BackendId, BackendIdError, MAX_BACKEND_ID};
+pub use backends::Backends;
 pub use client_ask::{ClientCaps, ClientReply, MAX_ASKS};
 pub use error::{CoreError, Gone, ReplicaAt};
 pub use gateway::{Call, Gateway, GatewayConfig, Initialized};

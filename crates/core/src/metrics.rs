@@ -28,7 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::backends::BackendId;
+use crate::BackendId;
 
 /// The methods a `mcp_method_name` label can name; anything else is `other`.
 const METHODS: &[&str] = &[

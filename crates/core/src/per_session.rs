@@ -13,9 +13,9 @@ use std::sync::Arc;
 use switchboard_upstream::{InboundSink, Upstream, UpstreamError, UpstreamOwner};
 use switchboard_wire::{method, restore_response, Message, RequestId};
 
-use crate::backends::BackendId;
 use crate::resolve::{From, Route};
 use crate::session::{EndReason, OwnBackend};
+use crate::BackendId;
 use crate::CoreError;
 
 mod lazy;

@@ -9,13 +9,13 @@ use parking_lot::Mutex;
 
 use switchboard_upstream::InboundSink;
 
-use crate::backends::BackendId;
 use crate::dispatch::Dispatcher;
 use crate::drop_log::DropLog;
 use crate::modern_listen::ModernListeners;
 use crate::progress::ProgressRoutes;
 use crate::session::SessionStore;
 use crate::subscription::Subscriptions;
+use crate::BackendId;
 
 /// The routing registries shared by the request path and the backends' inbound paths.
 #[derive(Debug)]

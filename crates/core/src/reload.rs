@@ -13,9 +13,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use switchboard_wire::{encode_notification, method};
 
-use crate::backends::{BackendEntry, BackendId};
+use crate::backends::BackendEntry;
 use crate::catalog::Kind;
 use crate::vmcp::{VmcpConfig, KINDS};
+use crate::BackendId;
 use crate::{Backend, CoreError, Gateway};
 
 /// What a reload asks of the core.

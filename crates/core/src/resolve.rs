@@ -14,8 +14,9 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use switchboard_upstream::Upstream;
 
-use crate::backends::{BackendEntry, BackendId};
+use crate::backends::BackendEntry;
 use crate::session::SessionId;
+use crate::BackendId;
 use crate::{CoreError, Gateway};
 
 /// Where one message goes.

@@ -18,9 +18,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::Principal;
-use crate::backends::BackendId;
 use crate::listen_stream::{ListenState, ListenStream};
 use crate::route::{random_hex, RouteKey};
+use crate::BackendId;
 use crate::CoreError;
 
 mod end;

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::access::Principal;
-use crate::backends::BackendId;
 use crate::session::{SessionId, SubKey};
+use crate::BackendId;
 use crate::{CoreError, Gateway};
 
 mod home;

@@ -29,10 +29,10 @@ use switchboard_wire::{
 };
 
 use crate::access::Principal;
-use crate::backends::BackendId;
 use crate::gateway::{restore, Call};
 use crate::resolve::Route;
 use crate::session::SessionId;
+use crate::BackendId;
 use crate::{CoreError, Gateway};
 
 /// `_meta` key tying a message to a task.

@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use switchboard_wire::headers::{param_headers, ParamHeader};
 
-use crate::backends::BackendId;
 use crate::resolve::From;
+use crate::BackendId;
 use crate::Gateway;
 
 /// The call whose arguments the designations are about.

@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 
 use switchboard_wire::{object_member, with_member, with_members, Message};
 
-use crate::backends::BackendId;
+use crate::BackendId;
 use crate::CoreError;
 
 /// The `_meta` keys of W3C trace context.

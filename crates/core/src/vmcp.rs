@@ -22,8 +22,8 @@ use tracing::warn;
 
 use switchboard_wire::{encode_result, RequestId};
 
-use crate::backends::BackendId;
 use crate::catalog::{self, BackendRules, Kind, Merged, Strategy};
+use crate::BackendId;
 use crate::{BackendInfo, CoreError, Gateway};
 
 mod by_caps;

@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 use switchboard_wire::{encode_request, method};
 
 use super::Outcome;
-use crate::backends::BackendId;
 use crate::resolve::From;
 use crate::route::RouteKey;
+use crate::BackendId;
 use crate::Gateway;
 
 /// The shortest interval honoured (a zero would spin).

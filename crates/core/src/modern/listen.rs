@@ -11,10 +11,10 @@ use tokio::sync::mpsc;
 use switchboard_wire::{codes, method, ErrorObject, Message, RequestId};
 
 use super::ModernAnswer;
-use crate::backends::BackendId;
 use crate::modern_listen::Filter;
 use crate::resolve::Route;
 use crate::route::RouteKey;
+use crate::BackendId;
 use crate::{CoreError, Gateway};
 
 impl Gateway {

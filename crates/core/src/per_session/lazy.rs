@@ -19,9 +19,9 @@ use switchboard_upstream::Credential;
 use switchboard_wire::{encode_notification, method, RequestId};
 
 use super::{spawn_off_runtime, OnClose, SessionSink};
-use crate::backends::BackendId;
 use crate::resolve::{From, Route, Via};
 use crate::session::{OwnBackend, SessionId};
+use crate::BackendId;
 use crate::{CoreError, Gateway};
 
 /// The members of a client's `initialize` a session's own upstreams are handed later, with

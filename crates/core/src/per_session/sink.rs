@@ -12,10 +12,10 @@ use switchboard_wire::{
     ErrorObject, Message, MessageKind, RequestId,
 };
 
-use crate::backends::BackendId;
 use crate::registry::Registry;
 use crate::route::random_hex;
 use crate::session::EndReason;
+use crate::BackendId;
 use crate::CoreError;
 
 /// Routes one session backend's unsolicited messages to that session only.

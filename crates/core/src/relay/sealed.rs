@@ -28,8 +28,8 @@ use switchboard_wire::{
 
 use super::envelope::{associated, Envelope};
 use super::is_input_required;
-use crate::backends::BackendId;
 use crate::mrtr::{params_digest, refused, unix_now, Refused, Sealer};
+use crate::BackendId;
 use crate::{CoreError, ModernAnswer, Principal};
 use used::{Refusal, Used};
 

@@ -6,8 +6,8 @@
 use switchboard_wire::method;
 
 use super::{parse, Record};
-use crate::backends::BackendId;
 use crate::session::{SessionId, SubKey};
+use crate::BackendId;
 use crate::Gateway;
 
 impl Gateway {

@@ -14,7 +14,7 @@ use tracing::warn;
 use switchboard_wire::{encode_notification, method};
 
 use super::{Seen, Trust, TrustMode};
-use crate::backends::BackendId;
+use crate::BackendId;
 use crate::{CoreError, Gateway};
 
 /// Pending definitions `/trust` lists at most.

@@ -28,9 +28,9 @@ use switchboard_wire::{
 };
 
 use super::{Cached, MAX_ITEMS, MAX_PAGES};
-use crate::backends::BackendId;
 use crate::catalog::{Entry, Kind, Merged};
 use crate::client_ask::ClientCaps;
+use crate::BackendId;
 use crate::Gateway;
 
 /// The client capabilities a backend may tailor its lists to, one bit each.

@@ -9,9 +9,9 @@ use serde_json::value::RawValue;
 use switchboard_wire::{method, object_member};
 
 use super::{View, Vmcp};
-use crate::backends::BackendId;
 use crate::catalog::{self, Kind};
 use crate::resolve::Name;
+use crate::BackendId;
 use crate::CoreError;
 
 /// Where an aggregated request goes.
