@@ -15,25 +15,18 @@ use opentelemetry::trace::FutureExt as _;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use switchboard_upstream::BackendResponse;
-use switchboard_upstream::Credential;
 use switchboard_wire::{
-    encode_notification, encode_request, encode_result, has_member, method, object_member,
-    restore_response, version, with_member, with_meta_member, Message, RequestId,
+    encode_notification, encode_result, method, version, with_member, Message, RequestId,
 };
 
 use crate::access::{Admitted, Path, Principal};
-use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::listen_stream::ListenStream;
-use crate::progress;
 use crate::registry::Registry;
-use crate::resolve::{From, Route, Via};
-use crate::route::RouteKey;
+use crate::resolve::{From, Via};
+use crate::send::restore;
 use crate::session::{SessionId, Transport};
-use crate::BackendId;
 use crate::CoreError;
 
 /// Limits and deadlines.
@@ -137,27 +130,6 @@ pub struct Call<'a> {
     /// The request's own stream for related notifications (progress), when the response is
     /// delivered as SSE.
     pub stream: Option<mpsc::Sender<Bytes>>,
-}
-
-/// One request on its way to the backend.
-#[derive(Debug)]
-pub(crate) struct Outgoing<'a> {
-    /// The caller's Legacy session, for cancellation by client id.
-    pub(crate) session: Option<&'a SessionId>,
-    /// The client's id (restored by the caller; used to name in-flight requests).
-    pub(crate) id: &'a RequestId,
-    pub(crate) name: &'a str,
-    pub(crate) params: Option<&'a RawValue>,
-    /// The request's stream for related notifications.
-    pub(crate) stream: Option<mpsc::Sender<Bytes>>,
-    /// `Some` for a Modern `subscriptions/listen` passed through to a Modern backend, with
-    /// who listens (judged again when the policy changes).
-    pub(crate) listen: Option<(crate::modern_listen::Filter, &'a crate::Principal)>,
-    /// Where it goes (from `resolve`).
-    pub(crate) route: &'a Route,
-    /// The caller's own credential, for a remote that forwards it (`forward_caller_token`);
-    /// `None` for the gateway's own requests.
-    pub(crate) credential: Option<&'a switchboard_upstream::Credential>,
 }
 
 /// The routing core for one shared backend.
@@ -495,195 +467,6 @@ impl Gateway {
         }
     }
 
-    /// Forwards one request under a fresh route key (and a fresh progress token) and waits for
-    /// its answer, the deadline, or cancellation.
-    pub(crate) async fn call_backend(
-        &self,
-        session: Option<&SessionId>,
-        id: &RequestId,
-        name: &str,
-        msg: &Message<'_>,
-        (stream, credential): (Option<mpsc::Sender<Bytes>>, Option<&Credential>),
-        route: &Route,
-    ) -> Result<BackendResponse, CoreError> {
-        self.send(Outgoing {
-            session,
-            id,
-            name,
-            params: msg.params,
-            stream,
-            listen: None,
-            route,
-            credential,
-        })
-        .await
-    }
-
-    /// Sends one request and waits for its answer. See [`Outgoing`]. Fails fast while the
-    /// backend's breaker is open; the outcome feeds its health (`health::Flight`).
-    pub(crate) async fn send(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
-        // A Modern listen lives as long as its client wants: it must never be the breaker's
-        // one half-open trial (everyone else would be refused meanwhile), nor counted.
-        if out.listen.is_some() {
-            return self.send_unguarded(out).await;
-        }
-        let mut flight = (self.health.flight(out.route, out.name))
-            .map_err(|e| self.attributed(&out.route.backend, e))?;
-        flight.forwarded = out.credential.is_some();
-        let Some(traces) = &self.traces else {
-            return flight.finish(self.send_unguarded(out).await);
-        };
-        let cx = traces.backend_call(out.name, &out.route.backend);
-        let answer = self.send_unguarded(out).with_context(cx.clone()).await;
-        crate::trace::finish(&cx, &answer);
-        flight.finish(answer)
-    }
-
-    async fn send_unguarded(&self, out: Outgoing<'_>) -> Result<BackendResponse, CoreError> {
-        let route = out.route;
-        let backend = &route.upstream;
-        let name = out.name;
-        // Aggregating: the backend's own name for an exposed one (`params.name`, or a
-        // completion's `ref.name`), every other byte of params kept.
-        let renamed = route.name.apply(out.params);
-        if renamed.is_none() && route.name != crate::resolve::Name::AsClient {
-            // Never the exposed name at the backend (routing proved params an object).
-            return Err(CoreError::InvalidParams("params must be an object"));
-        }
-        let out_params = renamed.as_deref().or(out.params);
-        let key = RouteKey::mint();
-        // The client's progress token is always replaced: the backend must never see a value
-        // the client chose, or a client could name another request's token.
-        // Most requests carry no token: a walk that validates nothing says so first.
-        let original = out_params
-            .filter(|p| has_member(p.get(), &["_meta", "progressToken"]))
-            .and_then(|p| object_member(p, "_meta"))
-            .and_then(|m| object_member(m, "progressToken"));
-        let mut rewritten = None;
-        let alive = progress::Liveness::default();
-        // Registered with or without a stream: progress keeps the request's deadline alive
-        // even when the answer goes back as plain JSON and the notes themselves go nowhere.
-        let _progress = match (original, out_params) {
-            (Some(original), Some(params)) => {
-                let token = progress::mint_token();
-                rewritten = with_meta_member(params, "progressToken", &token);
-                self.registry
-                    .progress
-                    .register(&token, original, out.stream.clone(), &alive)
-            }
-            _ => self.registry.progress.none(),
-        };
-        if original.is_some() && rewritten.is_none() {
-            // Never the client's own token at the backend.
-            return Err(CoreError::InvalidParams("params._meta must be an object"));
-        }
-        // A Modern listen is addressed by its request id, i.e. by this key: register the route
-        // before the backend can answer.
-        let _listen = match (out.listen, out.stream.clone()) {
-            (Some((filter, watcher)), Some(tx)) => {
-                let guard = (self.registry.listeners).register(&key, out.id, filter, tx, true);
-                if self.config.access.has_policy() {
-                    self.registry.listeners.watched_by(&guard, watcher);
-                }
-                Some(guard)
-            }
-            _ => None,
-        };
-        let params = rewritten.as_deref().or(out_params);
-        // Traced: the backend continues this call's span, not the client's.
-        let traced = self.traces.as_ref().and_then(|t| t.inject(params));
-        let params = traced.as_deref().or(params);
-        let line = encode_request(&key.to_request_id(), name, params);
-        let cancel = CancellationToken::new();
-        let _in_flight = out.session.map(|s| {
-            let stream = out.stream.clone();
-            InFlightGuard::register(self, s, (out.id, &route.backend), &key, &cancel, stream)
-        });
-        let mut upstream_cancel = CancelOnDrop {
-            backend,
-            key: &key,
-            reason: "client went away",
-            armed: true,
-        };
-        let exchange = async {
-            let call = backend.call_as(key.as_str(), line, out.credential).await?;
-            tokio::select! {
-                // An answer that is already there wins over a cancellation that raced it (a
-                // session ending because its backend died must not hide why the call failed).
-                biased;
-                answer = call => Ok(answer?),
-                () = cancel.cancelled() => Err(CoreError::Cancelled),
-            }
-        };
-        // A listen stream lives until the client closes it; everything else has a deadline.
-        let answer = if _listen.is_some() {
-            Ok(exchange.await)
-        } else {
-            let (idle, total) = (self.config.request_timeout, self.config.max_request_time);
-            progress::within(exchange, idle, total, &alive).await
-        };
-        match answer {
-            Ok(result) => {
-                // Answered, failed, or cancelled by the client (whose cancellation was already
-                // forwarded): nothing more to tell the backend.
-                upstream_cancel.armed = false;
-                result.map_err(|e| self.attributed(&route.backend, e))
-            }
-            Err(expired) => {
-                upstream_cancel.reason = "request timed out at the gateway";
-                Err(self.attributed(&route.backend, CoreError::Timeout(expired.limit())))
-            }
-        }
-    }
-
-    /// Aggregating, a backend's failure names the backend (one of several is down; the
-    /// client must know which).
-    pub(crate) fn attributed(&self, backend: &BackendId, e: CoreError) -> CoreError {
-        match e {
-            CoreError::Backend(e) if self.vmcp.is_some() => {
-                CoreError::OfBackend(backend.clone(), e)
-            }
-            CoreError::Timeout(limit) if self.vmcp.is_some() => {
-                CoreError::TimeoutOf(backend.clone(), limit)
-            }
-            CoreError::Unavailable {
-                backend,
-                failures,
-                retry_in,
-                ..
-            } => CoreError::Unavailable {
-                backend,
-                failures,
-                retry_in,
-                aggregated: self.vmcp.is_some(),
-            },
-            e => e,
-        }
-    }
-
-    /// A request of the gateway's own (no client) to `backend`, e.g. an unsubscribe on
-    /// session cleanup.
-    pub(crate) async fn internal_call(
-        &self,
-        backend: &BackendId,
-        name: &str,
-        params: Value,
-    ) -> Result<BackendResponse, CoreError> {
-        let params = RawValue::from_string(params.to_string())
-            .map_err(|_| CoreError::InvalidParams("params"))?;
-        let Some(route) = self.resolve(From::Gateway(backend), name, Some(&params))? else {
-            return Err(CoreError::UnknownBackend(backend.clone()));
-        };
-        let key = RouteKey::mint();
-        let line = encode_request(&key.to_request_id(), name, Some(&params));
-        let call = route.upstream.call(key.as_str(), line).await?;
-        let deadline = self.config.request_timeout;
-        tokio::time::timeout(deadline, call)
-            .await
-            .map_err(|_| CoreError::Timeout(deadline))?
-            .map_err(CoreError::from)
-    }
-
     /// Handles a client notification. `initialized` is the gateway's to consume (the backend
     /// was initialized once, by the gateway); `cancelled` is rewritten to the route key the
     /// backend saw, and only for the caller's own in-flight requests; anything else passes
@@ -813,8 +596,4 @@ pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue
         result: None,
         error: None,
     }
-}
-
-pub(crate) fn restore(id: &RequestId, answer: &BackendResponse) -> Vec<u8> {
-    restore_response(id, answer.member(), answer.payload())
 }

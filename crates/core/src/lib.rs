@@ -37,6 +37,7 @@ mod relay;
 mod reload;
 mod resolve;
 pub mod route;
+mod send;
 pub mod session;
 mod session_ops;
 mod session_store;

@@ -27,9 +27,9 @@ use switchboard_wire::{
     version, with_member, with_members, ErrorObject, Message, RequestId,
 };
 
-use crate::gateway::Outgoing;
 use crate::mrtr::PartitionKey;
 use crate::resolve::{From, Route};
+use crate::send::Outgoing;
 use crate::{CoreError, Gateway};
 
 mod listen;

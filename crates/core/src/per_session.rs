@@ -258,7 +258,7 @@ impl crate::Gateway {
                 msg.params,
             )?
             .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
-        let out = crate::gateway::Outgoing {
+        let out = crate::send::Outgoing {
             session: None,
             id,
             name: method::INITIALIZE,
@@ -295,7 +295,7 @@ impl crate::Gateway {
             }
             return Err(CoreError::SessionNotFound);
         }
-        let out = crate::gateway::Outgoing {
+        let out = crate::send::Outgoing {
             session: call.session,
             id,
             name,

@@ -29,8 +29,9 @@ use switchboard_wire::{
 };
 
 use crate::access::Principal;
-use crate::gateway::{restore, Call};
+use crate::gateway::Call;
 use crate::resolve::Route;
+use crate::send::restore;
 use crate::session::SessionId;
 use crate::BackendId;
 use crate::{CoreError, Gateway};

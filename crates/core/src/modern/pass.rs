@@ -9,9 +9,9 @@ use tokio::sync::mpsc;
 use switchboard_wire::{codes, method, Message, ResultMarks};
 
 use super::{discover_passthrough, passthrough, ModernAnswer, LISTEN};
-use crate::gateway::Outgoing;
 use crate::modern_listen::Filter;
 use crate::resolve::Route;
+use crate::send::Outgoing;
 use crate::{CoreError, Gateway};
 
 impl Gateway {

@@ -232,7 +232,7 @@ impl Gateway {
             .resolve(From::Request(Some(session)), name, call.msg.params)?
             .filter(|r| r.via == Via::Own && &r.backend == backend)
             .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
-        let out = crate::gateway::Outgoing {
+        let out = crate::send::Outgoing {
             session: Some(session),
             id,
             name,
@@ -308,7 +308,7 @@ impl Gateway {
         params: Option<&RawValue>,
         credential: Option<&Credential>,
     ) -> Result<switchboard_upstream::BackendResponse, CoreError> {
-        let out = crate::gateway::Outgoing {
+        let out = crate::send::Outgoing {
             session: None,
             id: &RequestId::from_string("switchboard-open"),
             name,

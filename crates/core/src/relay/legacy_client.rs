@@ -14,9 +14,9 @@ use switchboard_wire::{
 use tokio_util::sync::CancellationToken;
 
 use super::{is_input_required, MAX_ROUNDS};
-use crate::gateway::Outgoing;
 use crate::in_flight::InFlightGuard;
 use crate::resolve::Route;
+use crate::send::Outgoing;
 use crate::session::SessionId;
 use crate::{Call, CoreError, Gateway, MAX_ASKS};
 

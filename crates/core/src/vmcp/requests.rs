@@ -138,7 +138,7 @@ impl Gateway {
                         &route,
                     )
                     .await?;
-                crate::gateway::restore(id, &answer)
+                crate::send::restore(id, &answer)
             } else {
                 self.set_level(sid, id, call.msg, &route).await?
             };
