@@ -92,11 +92,9 @@ struct Listener {
     /// The backend serves this listen itself (Modern backend); the gateway only re-tags.
     passthrough: bool,
     /// Who listens (credential dropped), for judging its resource subscriptions again when
-    /// the policy changes; `None`: nobody to judge (no policy, or no URIs).
+    /// the policy changes; `None`: nobody to judge (no policy). While set, a passthrough
+    /// listen's backend gets `resources/updated` through only for a URI still in the filter.
     watcher: Option<Arc<crate::Principal>>,
-    /// URIs a changed policy no longer lets it watch: their updates are dropped (a
-    /// passthrough listen's backend still sends them).
-    revoked: Vec<String>,
 }
 
 /// Live listen streams by key.
@@ -133,7 +131,6 @@ impl ModernListeners {
             filter,
             passthrough,
             watcher: None,
-            revoked: Vec::new(),
         };
         self.inner.lock().insert(key.as_str().to_owned(), listener);
         ListenerGuard {
@@ -161,11 +158,9 @@ impl ModernListeners {
             let Some(watcher) = l.watcher.clone() else {
                 continue;
             };
-            let (keep, lose): (Vec<String>, Vec<String>) =
-                l.filter.uris.drain(..).partition(|u| allowed(&watcher, u));
-            revoked += lose.len();
-            l.filter.uris = keep;
-            l.revoked.extend(lose);
+            let before = l.filter.uris.len();
+            l.filter.uris.retain(|u| allowed(&watcher, u));
+            revoked += before - l.filter.uris.len();
         }
         revoked
     }
@@ -181,11 +176,19 @@ impl ModernListeners {
         let Some(l) = inner.get(&key).filter(|l| l.passthrough) else {
             return false;
         };
-        if name == method::RESOURCE_UPDATED && !l.revoked.is_empty() {
+        if name == method::RESOURCE_UPDATED && l.watcher.is_some() {
+            // Under a policy, only a URI the listen still watches (schemes folded, as the
+            // policy judges them): a revoked one, or one the backend adds, is withheld.
             let uri = object_member(params, "uri")
                 .and_then(|u| serde_json::from_str::<String>(u.get()).ok());
-            if uri.is_none_or(|u| l.revoked.contains(&u)) {
-                // Attributed, and withheld: the caller may no longer watch it.
+            let watched = uri.is_some_and(|u| {
+                let u = crate::catalog::canonical_scheme(&u);
+                l.filter
+                    .uris
+                    .iter()
+                    .any(|w| crate::catalog::canonical_scheme(w) == u)
+            });
+            if !watched {
                 return true;
             }
         }
@@ -323,7 +326,7 @@ mod tests {
         assert!(got.contains("b://y"), "{got}");
         assert!(rx.try_recv().is_err(), "a://x was not delivered");
         let tag = raw(&format!("\"{}\"", key.as_str()));
-        for uri in ["a://x", "b://y"] {
+        for uri in ["a://x", "A://x", "c://never-asked", "b://y"] {
             let params = raw(&format!(r#"{{"uri":"{uri}"}}"#));
             assert!(ls.route_tagged(method::RESOURCE_UPDATED, &params, &tag));
         }

@@ -326,7 +326,47 @@ impl crate::Gateway {
             }
             answer => answer?,
         };
+        if let (Some(sid), false) = (call.session, answer.is_error()) {
+            self.note_own_subscription(sid, call.caller, name, call.msg);
+        }
         Ok(restore_response(id, answer.member(), answer.payload()))
+    }
+
+    /// A session's own process took a subscribe (or an unsubscribe): remembered, with who
+    /// made it, so a changed policy can revoke it (`rejudge_subscriptions`).
+    fn note_own_subscription(
+        &self,
+        sid: &crate::SessionId,
+        caller: &crate::Principal,
+        name: &str,
+        msg: &Message<'_>,
+    ) {
+        if !self.config.access.has_policy()
+            || !matches!(name, method::SUBSCRIBE | method::UNSUBSCRIBE)
+        {
+            return;
+        }
+        let Some(uri) = msg
+            .param("uri")
+            .and_then(|u| serde_json::from_str::<String>(u.get()).ok())
+        else {
+            return;
+        };
+        let uri = crate::catalog::canonical_scheme(&uri).into_owned();
+        let who = std::sync::Arc::new(crate::Principal {
+            credential: None,
+            ..caller.clone()
+        });
+        let _ = self.registry.sessions.with(sid.as_str(), |s| {
+            if name == method::SUBSCRIBE {
+                // Admitted under the policy in force now: no longer revoked.
+                s.own_revoked.remove(&uri);
+                s.own_watched.insert(uri);
+                s.subscriber = Some(who);
+            } else {
+                s.own_watched.remove(&uri);
+            }
+        });
     }
 
     /// A client's JSON-RPC response (answer to a server request): to the gateway's own

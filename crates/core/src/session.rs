@@ -103,6 +103,10 @@ pub(crate) struct Session {
     /// Who subscribed (the latest subscribe's caller, its credential dropped): a changed
     /// policy judges the subscriptions again as this principal.
     pub(crate) subscriber: Option<std::sync::Arc<Principal>>,
+    /// URIs (scheme folded) subscribed at the session's own processes (per-session mode), and
+    /// those a changed policy revoked: their `resources/updated` no longer reach the client.
+    pub(crate) own_watched: HashSet<String>,
+    pub(crate) own_revoked: HashSet<String>,
     /// In-flight requests by the client's raw id text.
     pub(crate) in_flight: HashMap<Box<str>, InFlight>,
     /// HTTP+SSE only: the tasks running this session's requests. Owned by the session, so
@@ -313,6 +317,8 @@ impl Session {
             log_level: None,
             subscriptions: HashSet::new(),
             subscriber: None,
+            own_watched: HashSet::new(),
+            own_revoked: HashSet::new(),
             in_flight: HashMap::new(),
             tasks,
             own: HashMap::new(),

@@ -131,6 +131,26 @@ impl Gateway {
                 changed.push(sid);
             }
         }
+        // Subscriptions at sessions' own processes (per-session mode): a URI the caller may
+        // no longer watch is revoked there, and its updates are withheld.
+        let mut own = Vec::new();
+        self.registry.sessions.for_each(|sid, s| {
+            if let Some(who) = &s.subscriber {
+                own.extend(
+                    s.own_watched
+                        .iter()
+                        .map(|u| (sid.to_owned(), who.clone(), u.clone())),
+                );
+            }
+        });
+        for (sid, who, uri) in own {
+            if !self.may_subscribe(&who, &uri) {
+                let _ = self.registry.sessions.with(&sid, |s| {
+                    s.own_watched.remove(&uri);
+                    s.own_revoked.insert(uri);
+                });
+            }
+        }
         // Modern listen streams, on the gateway's registries and on partitions: a URI the
         // caller may no longer watch stops reaching it.
         let allowed = |who: &crate::Principal, uri: &str| self.may_subscribe(who, uri);

@@ -90,9 +90,18 @@ fn subscribe_policy(watched_allowed: bool) -> String {
 /// sentinel that proves, by order, that the dropped one's update was not delivered).
 #[tokio::test]
 async fn a_reloaded_policy_drops_the_subscriptions_it_denies() {
-    let policies = Dir::new("reload-policy-subs");
+    subscriptions_are_judged_again("reload-policy-subs", "").await;
+}
+
+async fn subscriptions_are_judged_again(name: &str, settings: &str) {
+    let policies = Dir::new(name);
     let file = policies.write("p.cedar", &subscribe_policy(true));
-    let served = serve("reload-policy-subs", &config(&file), None).await;
+    let yaml = format!(
+        "policy: {{file: {}}}\nbackends:\n{}",
+        file.display(),
+        stdio("keep", settings)
+    );
+    let served = serve(name, &yaml, None).await;
     let gw = &served.gw;
     let sid = gw.session().await;
     for uri in ["test://watched-resource", "test://static-text"] {
