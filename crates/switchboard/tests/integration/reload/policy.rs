@@ -224,3 +224,66 @@ async fn next_event(
         }
     }
 }
+
+/// A subscription held by a session's own process (per-session isolation) is judged again
+/// when the policy changes: the process still sends the update, on the triggering call's own
+/// stream, and the gateway withholds it, while another URI's update still arrives. The call's
+/// result, after its notifications on the same stream, proves by order that nothing was held
+/// back for later (found by review: these subscriptions were never judged again).
+#[tokio::test]
+async fn a_reloaded_policy_revokes_a_per_session_processs_subscriptions() {
+    let policies = Dir::new("reload-policy-own");
+    let file = policies.write("p.cedar", &subscribe_policy(true));
+    let yaml = format!(
+        "policy: {{file: {}}}\nbackends:\n{}",
+        file.display(),
+        stdio("keep", "    isolation: per-session\n")
+    );
+    let served = serve("reload-policy-own", &yaml, None).await;
+    let gw = &served.gw;
+    let sid = gw.session().await;
+    for uri in ["test://watched-resource", "test://static-text"] {
+        let sub = request(json!(uri), "resources/subscribe", json!({ "uri": uri }));
+        let r = gw.post(Some(&sid), &sub).await;
+        assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    }
+    // The updates a trigger call's own answer carries, before its result.
+    let updates_on_call = |uri: &'static str| {
+        let body = request(
+            json!(uri),
+            "tools/call",
+            json!({"name": "trigger", "arguments": {"kind": "resource_updated", "uri": uri}}),
+        );
+        let sid = sid.clone();
+        async move {
+            let r = gw.post(Some(&sid), &body).await;
+            let messages = r.messages();
+            assert!(
+                messages.last().is_some_and(|m| m.get("result").is_some()),
+                "the call's result closes its stream: {}",
+                r.text
+            );
+            messages
+                .iter()
+                .filter(|m| m["method"] == "notifications/resources/updated")
+                .map(|m| m["params"]["uri"].as_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        updates_on_call("test://watched-resource").await,
+        ["test://watched-resource"]
+    );
+    policies.write("p.cedar", &subscribe_policy(false));
+    hangup(gw);
+    gw.wait_stdout(RELOADED, BOUND).await;
+    assert_eq!(
+        updates_on_call("test://watched-resource").await,
+        Vec::<String>::new(),
+        "withheld after the policy revoked it"
+    );
+    assert_eq!(
+        updates_on_call("test://static-text").await,
+        ["test://static-text"]
+    );
+}
