@@ -64,6 +64,9 @@ impl Gateway {
         let mut honoured = honoured(&self.presented(), Filter::parse(msg.params));
         let placed: Vec<(BackendId, String)> = std::mem::take(&mut honoured.uris)
             .into_iter()
+            // Admission refused a visible URI it may not subscribe to; a hidden one is left
+            // out here, as one no backend serves.
+            .filter(|uri| self.may_subscribe(caller, uri))
             .filter_map(|uri| {
                 let backend = self.vmcp()?.serving(&uri)?;
                 let entry = self.backends.get(&backend)?;

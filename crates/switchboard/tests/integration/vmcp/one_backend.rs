@@ -119,3 +119,72 @@ async fn run_with_a_deny_list_answers_hidden_items_as_missing_ones() {
         );
     }
 }
+
+/// A Modern listen naming a resource the policy hides is acknowledged exactly as one naming a
+/// resource nobody serves: the URI left out, HTTP 200 (it was a 403, telling the caller the
+/// resource exists). A visible resource it may not subscribe to is still refused with 403.
+#[tokio::test]
+async fn a_listen_on_a_hidden_resource_is_acknowledged_as_on_a_missing_one() {
+    use futures::StreamExt;
+    let dir = Dir::new("listen-hidden");
+    let policy = dir.write(
+        "policy.cedar",
+        "permit(principal, action, resource);\n\
+         forbid(principal, action in [Action::\"read_resource\", Action::\"subscribe\"], resource == Resource::\"test://static-text\");\n\
+         forbid(principal, action == Action::\"subscribe\", resource == Resource::\"test://static-binary\");\n",
+    );
+    let yaml = format!(
+        "policy: {{file: {}}}\nbackends:\n{}",
+        policy.display(),
+        stdio("solo", "")
+    );
+    let served = serve("listen-hidden", &yaml, None).await;
+    let gw = &served.gw;
+    let v = "2026-07-28";
+    let listen = |extra: &'static str| {
+        let params = json!({
+            "_meta": {"io.modelcontextprotocol/protocolVersion": v,
+                "io.modelcontextprotocol/clientCapabilities": {}},
+            "notifications": {"resourceSubscriptions": ["test://watched-resource", extra]}});
+        let body =
+            json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
+        gw.http
+            .post(&gw.url)
+            .header("accept", crate::common::BOTH)
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", v)
+            .header("mcp-method", "subscriptions/listen")
+            .body(body.to_string())
+            .send()
+    };
+    let mut acks = Vec::new();
+    for extra in ["test://static-text", "test://no-such-thing"] {
+        let resp = listen(extra).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{extra}");
+        let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+            resp.bytes_stream(),
+        ));
+        let ack = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                let e = events.next().await.unwrap().unwrap();
+                if let Some(d) = e.data.filter(|d| !d.is_empty()) {
+                    return serde_json::from_str::<serde_json::Value>(&d).unwrap();
+                }
+            }
+        })
+        .await
+        .unwrap();
+        acks.push(ack);
+    }
+    assert_eq!(
+        acks[0], acks[1],
+        "hidden and missing are acknowledged alike"
+    );
+    assert_eq!(
+        acks[0]["params"]["notifications"]["resourceSubscriptions"],
+        json!(["test://watched-resource"])
+    );
+    // Visible (readable) but not subscribable: refused, as before.
+    let refused = listen("test://static-binary").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+}
