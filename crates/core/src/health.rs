@@ -45,8 +45,11 @@ use crate::BackendId;
 use crate::CoreError;
 
 pub(crate) mod breaker;
+mod flight;
 mod probe;
 mod status;
+
+pub(crate) use flight::Flight;
 
 use breaker::{Admission, Breaker};
 pub use breaker::{BreakerConfig, BreakerState};
@@ -504,108 +507,6 @@ impl Health {
     }
 }
 
-/// One request on its way to a backend: counted in flight, and its outcome reported to the
-/// breaker and the metrics exactly once ([`Flight::finish`]); dropped unreported (the caller
-/// went away) it gives back the trial, if it was the trial, and counts as cancelled.
-#[derive(Debug)]
-pub(crate) struct Flight<'a> {
-    health: &'a Health,
-    /// `None`: a route that health does not judge (a session's own process).
-    entry: Option<Arc<BackendHealth>>,
-    /// The process the call went to, if a process: its death counts once.
-    pid: Option<u32>,
-    backend: BackendId,
-    method: Method,
-    trial: bool,
-    started: Instant,
-    reported: bool,
-    /// The call carried the caller's own credential (`forwardCallerToken`).
-    pub(crate) forwarded: bool,
-}
-
-impl Flight<'_> {
-    /// Reports the call's result and hands it back.
-    pub(crate) fn finish(
-        mut self,
-        result: Result<BackendResponse, CoreError>,
-    ) -> Result<BackendResponse, CoreError> {
-        self.reported = true;
-        let mut outcome = Outcome::of(&result);
-        if self.forwarded && !outcome.unreachable(&result) {
-            // The call carried the caller's own credential: what the remote (or a proxy in
-            // front of it) made of that token is the caller's business; only the remote being
-            // unreachable says something about it for everyone (the probe judges the rest).
-            outcome = Outcome::Neutral;
-        }
-        let word = match &result {
-            Err(CoreError::Cancelled) => "cancelled",
-            _ => outcome.word(),
-        };
-        metrics::backend_call(&self.backend, self.method, word, self.started.elapsed());
-        if let Some(b) = &self.entry {
-            let crashed = self.pid.filter(|_| Outcome::process_gone(&result));
-            self.report(b, &outcome, crashed);
-        }
-        result
-    }
-
-    /// `crashed`: the call failed because process `pid` ended.
-    fn report(&self, b: &BackendHealth, outcome: &Outcome, crashed: Option<u32>) {
-        let config = &self.health.config.breaker;
-        let now = Instant::now();
-        let mut facts = b.inner.lock();
-        let success = match outcome {
-            Outcome::Answered => {
-                facts.answered = Some(now);
-                true
-            }
-            // Others were answered while it waited: one caller's slow call (or a caller
-            // making calls slow on purpose) must not open the breaker for everyone.
-            Outcome::Failed("timeout", _) if facts.answered.is_some_and(|at| at > self.started) => {
-                if self.trial {
-                    facts.breaker.trial_abandoned();
-                }
-                return;
-            }
-            Outcome::Failed(..) if crashed.is_some() && facts.crashed == crashed => {
-                // The same crash, reported by another of its calls: already counted.
-                if self.trial {
-                    facts.breaker.trial_abandoned();
-                }
-                return;
-            }
-            Outcome::Failed(_, why) => {
-                if crashed.is_some() {
-                    facts.crashed = crashed;
-                }
-                facts.last_error = Some((why.clone(), now));
-                false
-            }
-            Outcome::Unauthenticated(_) | Outcome::Neutral => {
-                if self.trial {
-                    facts.breaker.trial_abandoned();
-                }
-                return;
-            }
-        };
-        facts.seen = true;
-        if success {
-            facts.unauthenticated = false;
-        }
-        let changed = facts.breaker.record(success, self.trial, now, config);
-        if changed {
-            let state = facts.breaker.state(now, config);
-            b.open
-                .store(state != BreakerState::Closed, Ordering::Release);
-            breaker_changed(
-                &self.backend,
-                state,
-                if self.trial { "trial" } else { "call" },
-            );
-        }
-    }
-}
-
 impl BackendHealth {
     /// The answer to a call the open breaker refuses: names the backend, how many failures
     /// opened it and when it tries again.
@@ -633,22 +534,4 @@ fn entry(connected: bool) -> Arc<BackendHealth> {
 /// Every breaker change is one warning: an operator learns of it without `/status`.
 fn breaker_changed(backend: &BackendId, state: BreakerState, by: &'static str) {
     tracing::warn!(%backend, breaker = state.as_str(), by, "circuit breaker changed");
-}
-
-impl Drop for Flight<'_> {
-    fn drop(&mut self) {
-        let Some(b) = &self.entry else {
-            if !self.reported {
-                metrics::backend_call(&self.backend, self.method, "cancelled", Duration::ZERO);
-            }
-            return;
-        };
-        b.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if !self.reported {
-            metrics::backend_call(&self.backend, self.method, "cancelled", Duration::ZERO);
-            if self.trial {
-                b.inner.lock().breaker.trial_abandoned();
-            }
-        }
-    }
 }
