@@ -385,7 +385,14 @@ impl Vmcp {
                 let items = cached
                     .map(|c| c.items.clone())
                     .unwrap_or_else(|| Arc::from(Vec::new()));
-                let items = by_caps::with_every_set(kind, items, self.by_caps.every_set(id, kind));
+                let sets = self.by_caps.every_set(id, kind);
+                let items = match sets.is_empty() {
+                    true => items,
+                    false => {
+                        let taken = taken_by_others(&state, kind, id, &shape.order);
+                        by_caps::with_every_set(kind, items, sets, &taken)
+                    }
+                };
                 let failed = cached.and_then(|c| c.failed.clone());
                 (id.clone(), rules, items, failed)
             })
@@ -665,4 +672,22 @@ impl Gateway {
 
 fn kind_index(kind: Kind) -> usize {
     KINDS.iter().position(|k| *k == kind).unwrap_or(0)
+}
+
+/// The names of `kind` the other backends' shared lists hold (a set-only item must not take
+/// one, see `by_caps::with_every_set`).
+fn taken_by_others(
+    state: &State,
+    kind: Kind,
+    id: &BackendId,
+    order: &[(BackendId, BackendRules)],
+) -> std::collections::HashSet<String> {
+    let key = kind.item_key();
+    order
+        .iter()
+        .filter(|(other, _)| other != id)
+        .filter_map(|(other, _)| state.lists.get(&(other.clone(), kind)))
+        .flat_map(|c| c.items.iter())
+        .filter_map(|i| i.get(key)?.as_str().map(str::to_owned))
+        .collect()
 }

@@ -327,10 +327,15 @@ impl Gateway {
 
 /// A backend's shared list with what it listed for any capability set (`by_caps`) added,
 /// each item once (by the member that names it): names are merged from all of them.
+///
+/// A set-only name another backend's shared list holds is left out (`taken`): one caller's
+/// declared capabilities must not rename another backend's tool for everyone (a collision
+/// prefixes both under `conditional`, drops one under `priority`, fails `manual`).
 pub(super) fn with_every_set(
     kind: Kind,
     shared: Arc<[Value]>,
     sets: Vec<Arc<[Value]>>,
+    taken: &std::collections::HashSet<String>,
 ) -> Arc<[Value]> {
     if sets.is_empty() {
         return shared;
@@ -343,7 +348,7 @@ pub(super) fn with_every_set(
     let mut all = shared.to_vec();
     for item in sets.iter().flat_map(|s| s.iter()) {
         if let Some(name) = item.get(key).and_then(Value::as_str) {
-            if seen.insert(name.to_owned()) {
+            if !taken.contains(name) && seen.insert(name.to_owned()) {
                 all.push(item.clone());
             }
         }

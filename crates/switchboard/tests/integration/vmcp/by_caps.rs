@@ -122,3 +122,44 @@ async fn a_per_session_backends_lists_follow_the_callers_capabilities() {
     let tools = modern_tools(gw, json!({})).await;
     assert!(has(&tools, "plain") && !has(&tools, "asker"), "{tools:?}");
 }
+
+/// A set-only tool whose name another backend's shared list holds does not rename that
+/// backend's tool for everyone: a caller declaring sampling, whose set offers its own `echo`,
+/// leaves alpha's `echo` bare for a caller that declared nothing (found by review: the
+/// collision prefixed both, and the bare caller's `echo` became unknown).
+#[tokio::test]
+async fn a_callers_capabilities_never_rename_another_backends_tools() {
+    let dir = super::Dir::new("by-caps-collide");
+    let script = dir.write(
+        "capsy.py",
+        &CAPSY.replace(
+            "tools.append(tool(\"sampler\"))",
+            "tools.append(tool(\"sampler\")); tools.append(tool(\"echo\"))",
+        ),
+    );
+    let yaml = format!(
+        "backends:\n{}  - name: capsy\n    command: python3\n    args: [{}]\n    isolation: per-session\n",
+        stdio("alpha", ""),
+        script.display()
+    );
+    let served = serve("by-caps-collide", &yaml, None).await;
+    let gw = &served.gw;
+    let sampling = session(gw, json!({"sampling": {}})).await;
+    let tools = legacy_tools(gw, &sampling).await;
+    assert!(has(&tools, "sampler") && has(&tools, "echo"), "{tools:?}");
+    let bare = session(gw, json!({})).await;
+    let tools = legacy_tools(gw, &bare).await;
+    assert!(
+        has(&tools, "echo") && !has(&tools, "alpha_echo"),
+        "{tools:?}"
+    );
+    let text = call_text(
+        gw,
+        Era::Legacy,
+        Some(&bare),
+        "echo",
+        json!({"text": "alpha's"}),
+    )
+    .await;
+    assert_eq!(text, "alpha's");
+}
