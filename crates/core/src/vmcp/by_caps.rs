@@ -82,9 +82,13 @@ impl CapSet {
 #[derive(Debug, Default)]
 pub(crate) struct ByCaps {
     lists: parking_lot::Mutex<HashMap<(BackendId, Kind, CapSet), Cached>>,
-    /// One at a time: an upstream is started once per (backend, set).
-    listers: tokio::sync::Mutex<HashMap<(BackendId, CapSet), Lister>>,
+    /// Each (backend, set) its own slot, started once: one slow backend's start never holds
+    /// up another's. A slot taken out of the map (its backend left) stops its upstream when
+    /// the last user lets go of it, a start still in flight included.
+    listers: parking_lot::Mutex<HashMap<(BackendId, CapSet), ListerSlot>>,
 }
+
+type ListerSlot = Arc<tokio::sync::Mutex<Option<Lister>>>;
 
 #[derive(Debug)]
 struct Lister {
@@ -108,17 +112,13 @@ impl ByCaps {
     /// Forgets the lists and stops the upstreams of backends not in `keep`.
     pub(super) fn retain(&self, keep: impl Fn(&BackendId) -> bool) {
         self.lists.lock().retain(|(b, _, _), _| keep(b));
-        if let Ok(mut listers) = self.listers.try_lock() {
-            listers.retain(|(b, _), _| keep(b));
-        }
+        self.listers.lock().retain(|(b, _), _| keep(b));
     }
 
     /// Stops every upstream (gateway shutdown).
     pub(crate) fn end(&self) {
         self.lists.lock().clear();
-        if let Ok(mut listers) = self.listers.try_lock() {
-            listers.clear();
-        }
+        self.listers.lock().clear();
     }
 }
 
@@ -299,9 +299,12 @@ impl Gateway {
     /// again, when it died) on first use.
     async fn lister(&self, backend: &BackendId, set: CapSet) -> Result<Upstream, String> {
         let vmcp = self.vmcp().ok_or("not aggregating")?;
-        let mut listers = vmcp.by_caps.listers.lock().await;
-        let key = (backend.clone(), set);
-        if let Some(l) = listers.get(&key).filter(|l| !l.handle.is_closed()) {
+        let slot = (vmcp.by_caps.listers.lock())
+            .entry((backend.clone(), set))
+            .or_default()
+            .clone();
+        let mut lister = slot.lock().await;
+        if let Some(l) = lister.as_ref().filter(|l| !l.handle.is_closed()) {
             return Ok(l.handle.clone());
         }
         let spawner = self
@@ -314,13 +317,10 @@ impl Gateway {
         self.handshake(&handle, set.capabilities(), None)
             .await
             .map_err(|e| e.to_string())?;
-        listers.insert(
-            key,
-            Lister {
-                handle: handle.clone(),
-                _owner: owner,
-            },
-        );
+        *lister = Some(Lister {
+            handle: handle.clone(),
+            _owner: owner,
+        });
         Ok(handle)
     }
 }
