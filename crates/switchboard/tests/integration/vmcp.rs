@@ -151,6 +151,26 @@ pub(crate) async fn modern(
     gw.post_raw(None, body.to_string(), &headers).await
 }
 
+/// Opens a Modern `subscriptions/listen` asking for `notifications` (its id `"L"`); the answer
+/// is a stream (read it with `crate::modern::next_message`).
+pub(crate) async fn modern_listen(gw: &TestGateway, notifications: Value) -> reqwest::Response {
+    let params = json!({
+        "_meta": {"io.modelcontextprotocol/protocolVersion": V,
+            "io.modelcontextprotocol/clientCapabilities": {}},
+        "notifications": notifications});
+    let body = json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
+    gw.http
+        .post(&gw.url)
+        .header("accept", crate::common::BOTH)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Which era a helper speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Era {

@@ -157,27 +157,15 @@ async fn a_reloaded_policy_revokes_the_listen_subscriptions_it_denies() {
     let file = policies.write("p.cedar", &subscribe_policy(true));
     let served = serve("reload-policy-listen", &config(&file), None).await;
     let gw = &served.gw;
-    let v = "2026-07-28";
-    let params = json!({
-        "_meta": {"io.modelcontextprotocol/protocolVersion": v,
-            "io.modelcontextprotocol/clientCapabilities": {}},
-        "notifications": {"resourceSubscriptions": ["test://watched-resource", "test://static-text"]}});
-    let body = json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
-    let resp = gw
-        .http
-        .post(&gw.url)
-        .header("accept", crate::common::BOTH)
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", v)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let resp = crate::vmcp::modern_listen(
+        gw,
+        json!({"resourceSubscriptions": ["test://watched-resource", "test://static-text"]}),
+    )
+    .await;
     let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
         resp.bytes_stream(),
     ));
-    let ack = next_event(&mut events).await;
+    let ack = crate::modern::next_message(&mut events).await;
     assert_eq!(
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
@@ -197,30 +185,13 @@ async fn a_reloaded_policy_revokes_the_listen_subscriptions_it_denies() {
         .await;
     gw.post(Some(&sid), &trigger("test://static-text")).await;
     loop {
-        let e = next_event(&mut events).await;
+        let e = crate::modern::next_message(&mut events).await;
         if e["method"] != "notifications/resources/updated" {
             continue;
         }
         match e["params"]["uri"].as_str() {
             Some("test://static-text") => break,
             other => panic!("an update for {other:?} after the policy revoked it"),
-        }
-    }
-}
-
-/// The next JSON message on an SSE body (bounded).
-async fn next_event(
-    events: &mut (impl futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Unpin),
-) -> serde_json::Value {
-    use futures::StreamExt;
-    loop {
-        let e = tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
-            .await
-            .expect("an event within 10 s")
-            .expect("stream open")
-            .expect("sse");
-        if let Some(d) = e.data.filter(|d| !d.is_empty()) {
-            return serde_json::from_str(&d).unwrap();
         }
     }
 }

@@ -1,11 +1,8 @@
 //! A Legacy caller with no open GET listen stream is asked a composite's elicitation step on
 //! the call's own response stream (answered as SSE), as the Legacy-client relay asks.
 
-use std::time::Duration;
-
-use futures::StreamExt;
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{request, stdio, Dir, SB};
 use crate::common::{TestGateway, BOTH};
@@ -22,22 +19,6 @@ const ASK_NAME: &str = r#"
     output:
       greeting: "Hello {{ steps.confirm.output.name }}"
 "#;
-
-/// The next JSON message on an SSE body (bounded).
-async fn next_message(
-    events: &mut (impl futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Unpin),
-) -> Value {
-    tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let e = events.next().await.expect("stream ended").expect("sse");
-            if let Some(data) = e.data.filter(|d| !d.is_empty()) {
-                return serde_json::from_str(&data).unwrap();
-            }
-        }
-    })
-    .await
-    .expect("a message within 20 s")
-}
 
 #[tokio::test]
 async fn a_legacy_caller_without_a_listen_stream_is_asked_on_the_calls_stream() {
@@ -89,7 +70,7 @@ async fn a_legacy_caller_without_a_listen_stream_is_asked_on_the_calls_stream() 
     let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
         resp.bytes_stream(),
     ));
-    let ask = next_message(&mut events).await;
+    let ask = crate::modern::next_message(&mut events).await;
     assert_eq!(ask["method"], "elicitation/create", "{ask}");
     assert_eq!(ask["params"]["message"], "Your name?", "{ask}");
     let answer = json!({"jsonrpc": "2.0", "id": ask["id"],
@@ -98,7 +79,7 @@ async fn a_legacy_caller_without_a_listen_stream_is_asked_on_the_calls_stream() 
         gw.post(Some(&sid), &answer).await.status,
         StatusCode::ACCEPTED
     );
-    let result = next_message(&mut events).await;
+    let result = crate::modern::next_message(&mut events).await;
     assert_eq!(result["id"], 7, "{result}");
     assert_eq!(
         result["result"]["structuredContent"]["greeting"], "Hello Ada",

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{call_text, serve, stdio, Era, V};
+use super::{call_text, serve, stdio, Era};
 use crate::modern::next_message;
 
 const WATCHED: &str = "test://watched-resource";
@@ -15,22 +15,11 @@ async fn a_modern_listen_hears_every_backend_but_each_uri_only_from_its_server()
     let yaml = format!("backends:\n{}{}", stdio("alpha", ""), stdio("beta", ""));
     let served = serve("listen", &yaml, None).await;
     let gw = &served.gw;
-    let params = json!({
-        "_meta": {"io.modelcontextprotocol/protocolVersion": V,
-            "io.modelcontextprotocol/clientCapabilities": {}},
-        "notifications": {"toolsListChanged": true, "resourceSubscriptions": [WATCHED, "test://nowhere"]}});
-    let body = json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
-    let resp = gw
-        .http
-        .post(&gw.url)
-        .header("accept", crate::common::BOTH)
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let resp = super::modern_listen(
+        gw,
+        json!({"toolsListChanged": true, "resourceSubscriptions": [WATCHED, "test://nowhere"]}),
+    )
+    .await;
     let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
         resp.bytes_stream(),
     ));

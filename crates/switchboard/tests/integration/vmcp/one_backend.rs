@@ -125,7 +125,6 @@ async fn run_with_a_deny_list_answers_hidden_items_as_missing_ones() {
 /// resource exists). A visible resource it may not subscribe to is still refused with 403.
 #[tokio::test]
 async fn a_listen_on_a_hidden_resource_is_acknowledged_as_on_a_missing_one() {
-    use futures::StreamExt;
     let dir = Dir::new("listen-hidden");
     let policy = dir.write(
         "policy.cedar",
@@ -140,40 +139,20 @@ async fn a_listen_on_a_hidden_resource_is_acknowledged_as_on_a_missing_one() {
     );
     let served = serve("listen-hidden", &yaml, None).await;
     let gw = &served.gw;
-    let v = "2026-07-28";
     let listen = |extra: &'static str| {
-        let params = json!({
-            "_meta": {"io.modelcontextprotocol/protocolVersion": v,
-                "io.modelcontextprotocol/clientCapabilities": {}},
-            "notifications": {"resourceSubscriptions": ["test://watched-resource", extra]}});
-        let body =
-            json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
-        gw.http
-            .post(&gw.url)
-            .header("accept", crate::common::BOTH)
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", v)
-            .header("mcp-method", "subscriptions/listen")
-            .body(body.to_string())
-            .send()
+        super::modern_listen(
+            gw,
+            json!({"resourceSubscriptions": ["test://watched-resource", extra]}),
+        )
     };
     let mut acks = Vec::new();
     for extra in ["test://static-text", "test://no-such-thing"] {
-        let resp = listen(extra).await.unwrap();
+        let resp = listen(extra).await;
         assert_eq!(resp.status(), StatusCode::OK, "{extra}");
         let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
             resp.bytes_stream(),
         ));
-        let ack = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            loop {
-                let e = events.next().await.unwrap().unwrap();
-                if let Some(d) = e.data.filter(|d| !d.is_empty()) {
-                    return serde_json::from_str::<serde_json::Value>(&d).unwrap();
-                }
-            }
-        })
-        .await
-        .unwrap();
+        let ack = crate::modern::next_message(&mut events).await;
         acks.push(ack);
     }
     assert_eq!(
@@ -185,6 +164,6 @@ async fn a_listen_on_a_hidden_resource_is_acknowledged_as_on_a_missing_one() {
         json!(["test://watched-resource"])
     );
     // Visible (readable) but not subscribable: refused, as before.
-    let refused = listen("test://static-binary").await.unwrap();
+    let refused = listen("test://static-binary").await;
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
 }
