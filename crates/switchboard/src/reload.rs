@@ -80,9 +80,9 @@ impl Trigger {
 
 /// What is served now, as far as a reload compares it.
 pub(crate) struct Served {
-    backends: Vec<(BackendId, String)>,
-    rules: String,
-    fixed: String,
+    backends: Vec<(BackendId, Digest)>,
+    rules: Digest,
+    fixed: Digest,
 }
 
 impl Served {
@@ -110,7 +110,7 @@ impl Served {
 /// compared in memory only, never shown). Filters are not part of it: they change lists,
 /// not the process; nor is its place in the file (a remote's `label`, `backends[2].url`,
 /// which moves when an earlier entry is removed).
-fn fingerprint(b: &BackendSpec) -> String {
+fn fingerprint(b: &BackendSpec) -> Digest {
     let kind = match &b.kind {
         BackendKind::Stdio(stdio) => format!("{stdio:?}"),
         BackendKind::Remote(RemoteSpec {
@@ -122,23 +122,33 @@ fn fingerprint(b: &BackendSpec) -> String {
             forward_caller_token,
         }) => format!("{url:?}|{shown_url:?}|{transport:?}|{headers:?}|{forward_caller_token}"),
     };
-    format!("{kind}|{:?}", b.timeout)
+    digest(&format!("{kind}|{:?}", b.timeout))
 }
 
-fn rules_key(spec: &ServeSpec) -> String {
+/// What the diff keeps of a backend, its lists and the fixed settings: a SHA-256 of their
+/// text, so the expanded secrets in it (header values, URLs, environment) are compared
+/// without being held in a string for the life of the process.
+type Digest = [u8; 32];
+
+fn digest(text: &str) -> Digest {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(text.as_bytes()).into()
+}
+
+fn rules_key(spec: &ServeSpec) -> Digest {
     let lists: Vec<_> = spec
         .backends
         .iter()
         .map(|b| (&b.name, &b.tools, &b.prompts))
         .collect();
-    format!("{:?}|{lists:?}", spec.aggregation)
+    digest(&format!("{:?}|{lists:?}", spec.aggregation))
 }
 
-fn fixed_key(spec: &ServeSpec) -> String {
-    format!(
+fn fixed_key(spec: &ServeSpec) -> Digest {
+    digest(&format!(
         "{:?}|{:?}|{:?}",
         spec.options, spec.composites, spec.trust.config
-    )
+    ))
 }
 
 /// The file's identity now; `None` while it cannot be read.
@@ -356,7 +366,7 @@ impl Reloader {
         }
         self.running.adopt(processes, internals);
         self.served = Served {
-            fixed: self.served.fixed.clone(),
+            fixed: self.served.fixed,
             ..Served::of(&spec)
         };
         if fixed_changed {
