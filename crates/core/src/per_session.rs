@@ -23,6 +23,9 @@ mod sink;
 
 pub(crate) use sink::{client_response, deliver, OnClose, SessionSink};
 
+/// Most URIs one session watches at its own processes under a policy (more are withheld).
+const MAX_OWN_WATCHED: usize = 1024;
+
 /// How long a session's process may take to exit after its stdin closes before it is killed.
 pub(crate) const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -295,6 +298,9 @@ impl crate::Gateway {
             }
             return Err(CoreError::SessionNotFound);
         }
+        if let Some(sid) = call.session {
+            self.note_own_subscription(sid, call.caller, (name, call.msg), false);
+        }
         let out = crate::send::Outgoing {
             session: call.session,
             id,
@@ -327,19 +333,21 @@ impl crate::Gateway {
             answer => answer?,
         };
         if let (Some(sid), false) = (call.session, answer.is_error()) {
-            self.note_own_subscription(sid, call.caller, name, call.msg);
+            self.note_own_subscription(sid, call.caller, (name, call.msg), true);
         }
         Ok(restore_response(id, answer.member(), answer.payload()))
     }
 
-    /// A session's own process took a subscribe (or an unsubscribe): remembered, with who
-    /// made it, so a changed policy can revoke it (`rejudge_subscriptions`).
-    fn note_own_subscription(
+    /// A subscribe (or unsubscribe) at a session's own process, under a policy: before it is
+    /// sent, the session is marked as judged (from then on only watched URIs' updates reach
+    /// it, so a subscribe whose answer is lost delivers nothing); once answered (`answered`),
+    /// the URI is watched if the policy in force still allows it.
+    pub(crate) fn note_own_subscription(
         &self,
         sid: &crate::SessionId,
         caller: &crate::Principal,
-        name: &str,
-        msg: &Message<'_>,
+        (name, msg): (&str, &Message<'_>),
+        answered: bool,
     ) {
         if !self.config.access.has_policy()
             || !matches!(name, method::SUBSCRIBE | method::UNSUBSCRIBE)
@@ -357,14 +365,15 @@ impl crate::Gateway {
             credential: None,
             ..caller.clone()
         });
+        // Judged again here: a policy change between admission and this answer must not let
+        // a subscribe it would refuse slip back in.
+        let allowed = answered && name == method::SUBSCRIBE && self.may_subscribe(caller, &uri);
         let _ = self.registry.sessions.with(sid.as_str(), |s| {
-            if name == method::SUBSCRIBE {
-                // Admitted under the policy in force now: no longer revoked.
-                s.own_revoked.remove(&uri);
-                s.own_watched.insert(uri);
-                s.subscriber = Some(who);
-            } else {
+            s.subscriber = Some(who);
+            if name == method::UNSUBSCRIBE {
                 s.own_watched.remove(&uri);
+            } else if allowed && s.own_watched.len() < MAX_OWN_WATCHED {
+                s.own_watched.insert(uri);
             }
         });
     }

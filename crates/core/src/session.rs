@@ -103,10 +103,10 @@ pub(crate) struct Session {
     /// Who subscribed (the latest subscribe's caller, its credential dropped): a changed
     /// policy judges the subscriptions again as this principal.
     pub(crate) subscriber: Option<std::sync::Arc<Principal>>,
-    /// URIs (scheme folded) subscribed at the session's own processes (per-session mode), and
-    /// those a changed policy revoked: their `resources/updated` no longer reach the client.
+    /// Under a policy, the URIs (scheme folded) this session watches at its own processes
+    /// (per-session mode), as the policy in force allows: once it subscribed there, only
+    /// their `resources/updated` reach the client (a revoked or never-recorded one does not).
     pub(crate) own_watched: HashSet<String>,
-    pub(crate) own_revoked: HashSet<String>,
     /// In-flight requests by the client's raw id text.
     pub(crate) in_flight: HashMap<Box<str>, InFlight>,
     /// HTTP+SSE only: the tasks running this session's requests. Owned by the session, so
@@ -318,7 +318,6 @@ impl Session {
             subscriptions: HashSet::new(),
             subscriber: None,
             own_watched: HashSet::new(),
-            own_revoked: HashSet::new(),
             in_flight: HashMap::new(),
             tasks,
             own: HashMap::new(),

@@ -145,10 +145,10 @@ impl Gateway {
         });
         for (sid, who, uri) in own {
             if !self.may_subscribe(&who, &uri) {
-                let _ = self.registry.sessions.with(&sid, |s| {
-                    s.own_watched.remove(&uri);
-                    s.own_revoked.insert(uri);
-                });
+                let _ = self
+                    .registry
+                    .sessions
+                    .with(&sid, |s| s.own_watched.remove(&uri));
             }
         }
         // Modern listen streams, on the gateway's registries and on partitions: a URI the

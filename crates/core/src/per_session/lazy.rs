@@ -243,6 +243,9 @@ impl Gateway {
             credential,
         };
         let answer = self.send(out).await?;
+        if !answer.is_error() {
+            self.note_own_subscription(session, call.caller, (name, call.msg), true);
+        }
         Ok(switchboard_wire::restore_response(
             id,
             answer.member(),

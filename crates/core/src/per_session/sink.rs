@@ -97,22 +97,23 @@ impl InboundSink for SessionSink {
                 } else {
                     msg.params
                 };
-                let revoked_uri = (name == method::RESOURCE_UPDATED)
-                    .then(|| {
-                        params
-                            .and_then(|p| switchboard_wire::object_member(p, "uri"))
-                            .and_then(|u| serde_json::from_str::<String>(u.get()).ok())
-                            .map(|u| crate::catalog::canonical_scheme(&u).into_owned())
-                    })
-                    .flatten();
+                let updated_uri = (name == method::RESOURCE_UPDATED).then(|| {
+                    params
+                        .and_then(|p| switchboard_wire::object_member(p, "uri"))
+                        .and_then(|u| serde_json::from_str::<String>(u.get()).ok())
+                        .map(|u| crate::catalog::canonical_scheme(&u).into_owned())
+                        .unwrap_or_default()
+                });
                 let data = Bytes::from(encode_notification(name, params));
                 let _ = registry.sessions.with(&self.session, |s| {
-                    // A URI a changed policy revoked: withheld (the client may no longer
-                    // watch it; its own process still sends it).
-                    if revoked_uri
-                        .as_ref()
-                        .is_some_and(|u| s.own_revoked.contains(u))
-                    {
+                    // Under a policy (the session subscribed here as a judged principal), only
+                    // a URI it still watches: a revoked one, another spelling, or one never
+                    // subscribed is withheld.
+                    let withheld = s.subscriber.is_some()
+                        && updated_uri
+                            .as_ref()
+                            .is_some_and(|u| !s.own_watched.contains(u));
+                    if withheld {
                         return false;
                     }
                     deliver(s, data)
