@@ -174,13 +174,14 @@ impl Gateway {
         }
     }
 
-    /// Whether `who` may subscribe to `uri` under the current policy.
+    /// Whether `who` may watch `uri` under the current policy: subscribe to it, and see it (a
+    /// resource it may not read is hidden, whatever `subscribe` says).
     pub(crate) fn may_subscribe(&self, who: &crate::Principal, uri: &str) -> bool {
         let target = crate::access::Target::resource(uri.to_owned());
         let origin = self.origins().and_then(|o| o.of_item(&target));
-        self.config
-            .access
-            .allows(who, "subscribe", &target, origin.as_ref())
+        let access = &self.config.access;
+        access.allows(who, "subscribe", &target, origin.as_ref())
+            && access.allows(who, "read_resource", &target, origin.as_ref())
     }
 
     /// `resources/unsubscribe`: the backend sees it only when the last subscriber leaves. The
