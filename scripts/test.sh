@@ -4,6 +4,9 @@
 # Node/npm (the script installs Node 22 for the conformance suite itself).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# A clean checkout gains nothing from incremental caches, and they are a large part of a debug
+# target folder; disk is what a CI machine runs short of first.
+export CARGO_INCREMENTAL=0
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -22,6 +25,9 @@ echo "== install redis-server (replica tests)"
 scripts/install-redis.sh >/dev/null
 # Opt in to the test against the real @modelcontextprotocol/server-everything (npm).
 SWITCHBOARD_NPX_TESTS=1 SWITCHBOARD_UI_TESTS=1 SWITCHBOARD_REDIS_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
+# The conformance runs use the gateway binary this `cargo test` built.
+export SWITCHBOARD_BIN="$PWD/target/debug/switchboard"
+echo "== disk: target folder $(du -sh target 2>/dev/null | cut -f1), $(df -h . | awk 'NR==2 {print $4}') free"
 PROFILES=0
 for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
   2026-07-28-bridge-per-session 2025-11-25-remote 2026-07-28-remote \
