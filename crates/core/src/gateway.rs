@@ -21,13 +21,14 @@ use switchboard_wire::{
     encode_notification, encode_result, method, version, with_member, Message, RequestId,
 };
 
-use crate::access::{Admitted, Path, Principal};
+use crate::access::{Admitted, Path};
 use crate::listen_stream::ListenStream;
 use crate::registry::Registry;
 use crate::resolve::{From, Via};
 use crate::send::restore;
 use crate::session::{SessionId, Transport};
 use crate::CoreError;
+use crate::Principal;
 
 /// Limits and deadlines.
 #[derive(Debug, Clone)]

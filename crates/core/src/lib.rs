@@ -29,6 +29,7 @@ mod modern;
 mod modern_listen;
 mod mrtr;
 mod per_session;
+mod principal;
 mod progress;
 pub mod ratelimit;
 mod reaper;

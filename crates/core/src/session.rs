@@ -17,11 +17,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::access::Principal;
 use crate::listen_stream::{ListenState, ListenStream};
 use crate::route::{random_hex, RouteKey};
 use crate::BackendId;
 use crate::CoreError;
+use crate::Principal;
 
 mod end;
 mod own;

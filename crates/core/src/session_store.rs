@@ -20,9 +20,9 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::access::Principal;
 use crate::session::{SessionId, SubKey};
 use crate::BackendId;
+use crate::Principal;
 use crate::{CoreError, Gateway};
 
 mod home;

@@ -28,12 +28,12 @@ use switchboard_wire::{
     codes, encode_error, encode_result, object_member, ErrorObject, RequestId, ResultMarks,
 };
 
-use crate::access::Principal;
 use crate::gateway::Call;
 use crate::resolve::Route;
 use crate::send::restore;
 use crate::session::SessionId;
 use crate::BackendId;
+use crate::Principal;
 use crate::{CoreError, Gateway};
 
 /// `_meta` key tying a message to a task.

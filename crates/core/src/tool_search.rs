@@ -26,8 +26,9 @@ use serde_json::{json, Value};
 
 use switchboard_wire::{encode_result, object_member, with_members, Message, RequestId};
 
-use crate::access::{Origins, Principal, Target};
+use crate::access::{Origins, Target};
 use crate::vmcp::View;
+use crate::Principal;
 use crate::{CoreError, Gateway};
 
 mod bm25;

@@ -29,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "progress",
             "subscription",
             "ratelimit",
+            "principal",
         ],
     ),
     (

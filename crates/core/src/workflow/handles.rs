@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::access::Principal;
+use crate::Principal;
 
 /// Why a run could not be parked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

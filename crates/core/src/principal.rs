@@ -1,0 +1,55 @@
+//! Who is calling: the authenticated [`Principal`] every request carries, and what makes two
+//! callers the same owner. `http` authenticates; everything in core that keeps or checks an
+//! owner compares principals through this type.
+
+use serde_json::Value;
+
+/// An authenticated caller: who issued its credential, and whom it names. Two principals are
+/// the same owner exactly when both are equal (the credential itself takes no part: a caller
+/// that refreshed its token is the same caller).
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// Token issuer (`iss`), `api-key` for static keys, `anonymous` without authentication.
+    pub issuer: String,
+    /// Subject (`sub`), the key's name, or `anonymous`.
+    pub subject: String,
+    /// Verified JWT claims, for policies (`context.claims`). Empty for other credentials.
+    pub claims: serde_json::Map<String, Value>,
+    /// The verified JWT as presented, for a remote backend configured to receive its callers'
+    /// tokens; `None` for API keys (a gateway secret, never a remote's) and anonymous callers.
+    pub credential: Option<switchboard_upstream::Credential>,
+}
+
+impl PartialEq for Principal {
+    fn eq(&self, other: &Self) -> bool {
+        self.issuer == other.issuer && self.subject == other.subject && self.claims == other.claims
+    }
+}
+
+impl Eq for Principal {}
+
+impl Principal {
+    /// The principal of every unauthenticated caller.
+    pub fn anonymous() -> Self {
+        Principal {
+            issuer: "anonymous".to_owned(),
+            subject: "anonymous".to_owned(),
+            claims: serde_json::Map::new(),
+            credential: None,
+        }
+    }
+
+    /// Whether this is the principal of unauthenticated callers, whom nothing tells apart.
+    pub fn is_anonymous(&self) -> bool {
+        self.issuer == "anonymous" && self.subject == "anonymous"
+    }
+
+    /// Whether `self` and `other` are the same owner (issuer and subject).
+    pub fn same_owner(&self, other: &Principal) -> bool {
+        self.issuer == other.issuer && self.subject == other.subject
+    }
+
+    pub(crate) fn key(&self) -> String {
+        format!("{}\u{0}{}", self.issuer, self.subject)
+    }
+}
