@@ -10,11 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use opentelemetry::trace::FutureExt as _;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tracing::debug;
 
 use switchboard_wire::{
@@ -27,8 +25,8 @@ use crate::registry::Registry;
 use crate::resolve::{From, Via};
 use crate::send::restore;
 use crate::session::{SessionId, Transport};
-use crate::CoreError;
 use crate::Principal;
+use crate::{CoreError, Exchange};
 
 /// Limits and deadlines.
 #[derive(Debug, Clone)]
@@ -116,21 +114,6 @@ pub struct Initialized {
     pub session: SessionId,
     /// The JSON-RPC response carrying the client's own id and negotiated version.
     pub response: Vec<u8>,
-}
-
-/// One client request as the core sees it.
-#[derive(Debug)]
-pub struct Call<'a> {
-    /// Who is calling (authenticated by `http`).
-    pub caller: &'a Principal,
-    /// The caller's session, already resolved (and owned by `caller`); `None` for sessionless
-    /// requests.
-    pub session: Option<&'a SessionId>,
-    /// The parsed request.
-    pub msg: &'a Message<'a>,
-    /// The request's own stream for related notifications (progress), when the response is
-    /// delivered as SSE.
-    pub stream: Option<mpsc::Sender<Bytes>>,
 }
 
 /// The routing core for one shared backend.
@@ -363,7 +346,7 @@ impl Gateway {
     /// Admission (policy, rate limits) comes first, so a refused request reaches neither the
     /// backend nor any routing table; list results are filtered for the caller; every request
     /// is audited (see `access`).
-    pub async fn request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+    pub async fn request(&self, call: Exchange<'_>) -> Result<Vec<u8>, CoreError> {
         let Some(traces) = &self.traces else {
             return self.unwrapped_request(call).await;
         };
@@ -373,7 +356,7 @@ impl Gateway {
         answer
     }
 
-    async fn unwrapped_request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+    async fn unwrapped_request(&self, call: Exchange<'_>) -> Result<Vec<u8>, CoreError> {
         if self.tool_search().is_none() {
             return self.admitted_request(call).await;
         }
@@ -382,22 +365,25 @@ impl Gateway {
             return crate::tool_search::masked(msg, self.admitted_request(call).await);
         };
         let msg = Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
-        let answer = self.admitted_request(Call { msg: &msg, ..call }).await;
+        let answer = self.admitted_request(Exchange { msg: &msg, ..call }).await;
         crate::tool_search::masked(&msg, answer)
     }
 
-    async fn admitted_request(&self, call: Call<'_>) -> Result<Vec<u8>, CoreError> {
+    async fn admitted_request(&self, call: Exchange<'_>) -> Result<Vec<u8>, CoreError> {
         let origins = self.origins_for(call.msg).await;
-        let admitted =
-            self.config
-                .access
-                .admit(call.caller, call.session, call.msg, origins, Path::Legacy)?;
+        let admitted = self.config.access.admit(
+            call.caller,
+            call.session(),
+            call.msg,
+            origins,
+            Path::Legacy,
+        )?;
         // What a session keeps beyond this process changes: written before it is answered.
         let keeps = matches!(
             call.msg.method,
             Some(method::SUBSCRIBE | method::UNSUBSCRIBE | method::SET_LEVEL)
         );
-        let session = call.session.filter(|_| keeps && self.store().is_some());
+        let session = call.session().filter(|_| keeps && self.store().is_some());
         let answer = self.route_request(call, &admitted).await;
         if let (Some(session), Ok(_)) = (session, &answer) {
             if let Err(e) = self.store_session(session).await {
@@ -409,7 +395,7 @@ impl Gateway {
 
     async fn route_request(
         &self,
-        call: Call<'_>,
+        call: Exchange<'_>,
         admitted: &Admitted<'_>,
     ) -> Result<Vec<u8>, CoreError> {
         let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
@@ -431,7 +417,7 @@ impl Gateway {
             return self.legacy_to_modern(call, id, name, &route).await;
         }
         let route = &route;
-        match (name, call.session) {
+        match (name, call.session()) {
             (method::SUBSCRIBE, Some(sid)) => {
                 self.subscribe(sid, call.caller, id, call.msg, route).await
             }
@@ -446,13 +432,13 @@ impl Gateway {
             _ => {
                 // Only a task-augmented request needs its owner (kept off the common path).
                 let owner = crate::tasks::is_task_request(call.msg.params)
-                    .then(|| crate::tasks::Owner::of(call.caller, call.session));
+                    .then(|| crate::tasks::Owner::of(call.caller, call.session()));
                 if owner == Some(None) {
                     return Err(CoreError::TaskOwnerRequired);
                 }
                 let answer = self
                     .call_backend(
-                        call.session,
+                        call.session(),
                         id,
                         name,
                         call.msg,

@@ -18,6 +18,7 @@ mod client_ask;
 mod dispatch;
 mod drop_log;
 mod error;
+mod exchange;
 mod gateway;
 pub mod health;
 mod in_flight;
@@ -53,13 +54,14 @@ pub mod trust;
 mod vmcp;
 pub mod workflow;
 
-pub use access::{Access, Authorizer, Origin, Principal, Target, Unauthenticated};
+pub use access::{Access, Authorizer, Origin, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use backend_id::{BackendId, BackendIdError, MAX_BACKEND_ID};
 pub use backends::Backends;
 pub use client_ask::{ClientCaps, ClientReply, MAX_ASKS};
 pub use error::{CoreError, Gone, ReplicaAt};
-pub use gateway::{Call, Gateway, GatewayConfig, Initialized};
+pub use exchange::{Answer, Era, Exchange};
+pub use gateway::{Gateway, GatewayConfig, Initialized};
 pub use health::{BreakerConfig, HealthConfig, HealthState, ReadyWhen};
 pub use legacy_sse::{
     SseInitClaim, SseSession, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE, SSE_QUEUE_BYTES,
@@ -67,8 +69,8 @@ pub use legacy_sse::{
 pub use listen_stream::{ListenEvent, ListenStream, LISTEN_QUEUE_BYTES, REPLAY_BYTES};
 pub use metrics::hop as record_hop;
 pub use metrics::store_call as record_store_call;
-pub use modern::ModernAnswer;
 pub use per_session::SpawnBackend;
+pub use principal::Principal;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use registry::Registry;
 pub use reload::{ReloadOutcome, Reshape, Reshaped, Retiring};

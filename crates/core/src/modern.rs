@@ -23,14 +23,14 @@ use tokio::sync::mpsc;
 use switchboard_upstream::BackendResponse;
 use switchboard_wire::classify::{META_SERVER_INFO, RESERVED_PREFIX};
 use switchboard_wire::{
-    codes, encode_error, encode_result, method, object_member, restore_response, retain_members,
-    version, with_member, with_members, ErrorObject, Message, RequestId,
+    codes, encode_result, method, object_member, restore_response, retain_members, version,
+    with_member, with_members, ErrorObject, Message, RequestId,
 };
 
 use crate::mrtr::PartitionKey;
 use crate::resolve::{From, Route};
 use crate::send::Outgoing;
-use crate::{CoreError, Gateway};
+use crate::{Answer, CoreError, Gateway};
 
 mod listen;
 mod pass;
@@ -57,10 +57,10 @@ pub(crate) fn removed(name: &str) -> bool {
 
 /// The Modern answer to a method the gateway does not serve: 404 with -32601 (the status the
 /// HTTP layer gives that code), the method as `data` (bounded: the client wrote it).
-pub(crate) fn method_not_found(id: &RequestId, name: &str) -> ModernAnswer {
+pub(crate) fn method_not_found(id: &RequestId, name: &str) -> Answer {
     let name: String = name.chars().take(128).collect();
     let err = ErrorObject::new(codes::METHOD_NOT_FOUND, "Method not found").with_data(json!(name));
-    ModernAnswer::error(id, &err)
+    Answer::error(id, &err)
 }
 
 /// Results that carry cache hints (SEP-2549).
@@ -71,32 +71,6 @@ const CACHEABLE: &[&str] = &[
     "resources/templates/list",
     "resources/read",
 ];
-
-/// A Modern answer and the JSON-RPC error code it carries, which decides the HTTP status.
-#[derive(Debug)]
-pub struct ModernAnswer {
-    /// The JSON-RPC response.
-    pub body: Vec<u8>,
-    /// `Some(code)` when the answer is an error.
-    pub error_code: Option<i64>,
-}
-
-impl ModernAnswer {
-    /// A successful answer.
-    pub(crate) fn ok(body: Vec<u8>) -> Self {
-        ModernAnswer {
-            body,
-            error_code: None,
-        }
-    }
-
-    pub(crate) fn error(id: &RequestId, err: &ErrorObject) -> Self {
-        ModernAnswer {
-            body: encode_error(Some(id), err),
-            error_code: Some(i64::from(err.code)),
-        }
-    }
-}
 
 impl Gateway {
     /// Handles one classified Modern request. `stream` carries related notifications (progress,
@@ -110,7 +84,7 @@ impl Gateway {
         caller: &crate::Principal,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let Some(traces) = &self.traces else {
             return self.unwrapped_modern(caller, msg, stream).await;
         };
@@ -128,7 +102,7 @@ impl Gateway {
         caller: &crate::Principal,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         if self.tool_search().is_none() {
             return self.admitted_modern(caller, msg, stream).await;
         }
@@ -146,7 +120,7 @@ impl Gateway {
         caller: &crate::Principal,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let origins = self.origins_for(msg).await;
         let admitted =
             self.config
@@ -195,13 +169,13 @@ impl Gateway {
         &self,
         owner: Option<&crate::tasks::Owner>,
         msg: &Message<'_>,
-        answer: ModernAnswer,
+        answer: Answer,
         route: &Route,
-    ) -> ModernAnswer {
+    ) -> Answer {
         let by_id = msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m));
         if let (true, Some(code), Some(id)) = (by_id, answer.error_code, msg.id.as_ref()) {
             if code == i64::from(codes::INVALID_PARAMS) {
-                return ModernAnswer::error(id, &crate::tasks::unknown_task());
+                return Answer::error(id, &crate::tasks::unknown_task());
             }
         }
         let (Some(crate::tasks::LIST), None, Some(id)) =
@@ -213,7 +187,7 @@ impl Gateway {
             .map(|v| v["result"].to_string())
             .unwrap_or_default();
         let tables = self.registry.tables(&route.backend);
-        ModernAnswer {
+        Answer {
             body: encode_result(id, &tables.tasks.filter_list(owner, &result)),
             error_code: None,
         }
@@ -226,7 +200,7 @@ impl Gateway {
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
         route: &Route,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
@@ -236,7 +210,7 @@ impl Gateway {
             let task = crate::tasks::requested_task(msg.params);
             let tables = self.registry.tables(&route.backend);
             if !task.is_some_and(|t| tables.tasks.owns(owner, &t)) {
-                return Ok(ModernAnswer::error(id, &crate::tasks::unknown_task()));
+                return Ok(Answer::error(id, &crate::tasks::unknown_task()));
             }
         }
         if asked_task && owner.is_none() {
@@ -322,7 +296,7 @@ impl Gateway {
     /// (subscriptions, which would need a gateway-held listen stream: not built yet).
     pub(crate) async fn legacy_to_modern(
         &self,
-        call: crate::Call<'_>,
+        call: crate::Exchange<'_>,
         id: &RequestId,
         name: &str,
         route: &Route,
@@ -368,7 +342,7 @@ impl Gateway {
         }
         let answer = self
             .send(Outgoing {
-                session: call.session,
+                session: call.session(),
                 id,
                 name,
                 params: Some(&params),
@@ -382,11 +356,11 @@ impl Gateway {
     }
 
     /// A Modern backend's result with the gateway's `serverInfo` in place of the backend's.
-    fn as_gateway(&self, id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
+    fn as_gateway(&self, id: &RequestId, answer: &BackendResponse) -> Answer {
         let server_info = json!({ META_SERVER_INFO: self.presented().server_info }).to_string();
         let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
         match result.as_deref().and_then(|r| merge_meta(r, &server_info)) {
-            Some(r) => ModernAnswer::ok(encode_result(id, r.get())),
+            Some(r) => Answer::ok(encode_result(id, r.get())),
             None => passthrough(id, answer),
         }
     }
@@ -399,7 +373,7 @@ impl Gateway {
         stream: Option<mpsc::Sender<Bytes>>,
         route: &Route,
         task_owner: Option<&crate::tasks::Owner>,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let stripped = msg.params.and_then(strip_reserved);
         let params = stripped.as_deref().or(msg.params);
         let answer = self
@@ -421,12 +395,7 @@ impl Gateway {
     }
     /// A Legacy backend's final answer in Modern terms: errors mapped, results stamped with
     /// `resultType`, cache hints where required, and `serverInfo`.
-    pub(crate) fn complete(
-        &self,
-        id: &RequestId,
-        name: &str,
-        answer: &BackendResponse,
-    ) -> ModernAnswer {
+    pub(crate) fn complete(&self, id: &RequestId, name: &str, answer: &BackendResponse) -> Answer {
         if answer.is_error() {
             return bridge_error(id, answer);
         }
@@ -444,7 +413,7 @@ impl Gateway {
             Some(r) => encode_result(id, r.get()),
             None => restore_response(id, answer.member(), answer.payload()),
         };
-        ModernAnswer {
+        Answer {
             body,
             error_code: None,
         }
@@ -452,7 +421,7 @@ impl Gateway {
 }
 
 /// `server/discover` for a Legacy backend, from its `initialize` result.
-pub(crate) fn discover(id: &RequestId, info: &crate::BackendInfo) -> ModernAnswer {
+pub(crate) fn discover(id: &RequestId, info: &crate::BackendInfo) -> Answer {
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": version::supported(),
@@ -464,7 +433,7 @@ pub(crate) fn discover(id: &RequestId, info: &crate::BackendInfo) -> ModernAnswe
     if let Some(instructions) = &info.instructions {
         result["instructions"] = instructions.clone();
     }
-    ModernAnswer {
+    Answer {
         body: encode_result(id, &result.to_string()),
         error_code: None,
     }
@@ -473,14 +442,14 @@ pub(crate) fn discover(id: &RequestId, info: &crate::BackendInfo) -> ModernAnswe
 /// The client talks to the gateway, which serves every version in `version::supported()`
 /// (Legacy ones through sessions): discovery says so, consistently with the gateway's own
 /// `-32022` answers. Everything else in the backend's result passes through.
-fn discover_passthrough(id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
+fn discover_passthrough(id: &RequestId, answer: &BackendResponse) -> Answer {
     let versions = json!(version::supported()).to_string();
     let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
     match result
         .as_deref()
         .and_then(|r| with_member(r, "supportedVersions", &versions))
     {
-        Some(r) => ModernAnswer {
+        Some(r) => Answer {
             body: encode_result(id, r.get()),
             error_code: None,
         },
@@ -488,19 +457,19 @@ fn discover_passthrough(id: &RequestId, answer: &BackendResponse) -> ModernAnswe
     }
 }
 
-fn passthrough(id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
+fn passthrough(id: &RequestId, answer: &BackendResponse) -> Answer {
     let error_code = answer
         .is_error()
         .then(|| error_code(answer.payload()))
         .flatten();
-    ModernAnswer {
+    Answer {
         body: restore_response(id, answer.member(), answer.payload()),
         error_code: error_code.or(answer.is_error().then_some(0)),
     }
 }
 
 /// Legacy errors in Modern terms: resource-not-found moved from -32002 to -32602 (SEP-2164).
-fn bridge_error(id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
+fn bridge_error(id: &RequestId, answer: &BackendResponse) -> Answer {
     let code = error_code(answer.payload());
     if code == Some(i64::from(codes::RESOURCE_NOT_FOUND_LEGACY)) {
         let v: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
@@ -514,9 +483,9 @@ fn bridge_error(id: &RequestId, answer: &BackendResponse) -> ModernAnswer {
         if let Some(data) = v.get("data") {
             err = err.with_data(data.clone());
         }
-        return ModernAnswer::error(id, &err);
+        return Answer::error(id, &err);
     }
-    ModernAnswer {
+    Answer {
         body: restore_response(id, answer.member(), answer.payload()),
         error_code: code.or(Some(0)),
     }

@@ -49,8 +49,8 @@ use switchboard_wire::{
     codes, encode_request, encode_result, with_meta_member, ErrorObject, Message, RequestId,
 };
 
-use crate::modern::ModernAnswer;
 use crate::route::RouteKey;
+use crate::Answer;
 use crate::{CoreError, Gateway, Principal};
 pub(crate) use sink::capability_of;
 use sink::Asked;
@@ -210,14 +210,14 @@ struct Incoming<'a> {
     stream: Option<mpsc::Sender<Bytes>>,
 }
 
-fn invalid_params(id: &RequestId, message: &str, data: Value) -> ModernAnswer {
-    ModernAnswer::error(
+fn invalid_params(id: &RequestId, message: &str, data: Value) -> Answer {
+    Answer::error(
         id,
         &ErrorObject::new(codes::INVALID_PARAMS, message.to_owned()).with_data(data),
     )
 }
 
-pub(crate) fn refused(id: &RequestId, why: state::Refused) -> ModernAnswer {
+pub(crate) fn refused(id: &RequestId, why: state::Refused) -> Answer {
     invalid_params(
         id,
         "Invalid or expired requestState",
@@ -240,7 +240,7 @@ impl Gateway {
         name: &str,
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let params: Value = msg
             .params
             .and_then(|p| serde_json::from_str(p.get()).ok())
@@ -391,7 +391,7 @@ impl Gateway {
         mut call: Dedicated,
         responses: &Map<String, Value>,
         binding: &state::Binding<'_>,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let id = req.id;
         // This round's stream carries the call's progress and (if asked for) its logs.
         let original = req.msg.meta("progressToken");
@@ -502,7 +502,7 @@ impl Gateway {
         id: &RequestId,
         call: Dedicated,
         binding: &state::Binding<'_>,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         *call.log.lock() = None;
         let requests: Map<String, Value> = call
             .outstanding
@@ -529,7 +529,7 @@ impl Gateway {
             "requestState": token,
             "_meta": { META_SERVER_INFO: self.presented().server_info },
         });
-        Ok(ModernAnswer {
+        Ok(Answer {
             body: encode_result(id, &result.to_string()),
             error_code: None,
         })
@@ -560,7 +560,7 @@ fn strip_hint(params: &mut Value) {
     }
 }
 
-pub(crate) fn missing_capability(id: &RequestId, cap: &str) -> ModernAnswer {
+pub(crate) fn missing_capability(id: &RequestId, cap: &str) -> Answer {
     let mut required = Map::new();
     required.insert(cap.to_owned(), json!({}));
     let err = ErrorObject::new(
@@ -568,10 +568,10 @@ pub(crate) fn missing_capability(id: &RequestId, cap: &str) -> ModernAnswer {
         format!("Server requires the {cap} capability for this request"),
     )
     .with_data(json!({ "requiredCapabilities": required }));
-    ModernAnswer::error(id, &err)
+    Answer::error(id, &err)
 }
 
-fn not_a_result(id: &RequestId, key: &str) -> ModernAnswer {
+fn not_a_result(id: &RequestId, key: &str) -> Answer {
     invalid_params(
         id,
         &format!("inputResponses.{key} must be a result object"),

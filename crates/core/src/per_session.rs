@@ -283,7 +283,7 @@ impl crate::Gateway {
     /// log level and tasks are the process's own business: nobody else shares it).
     pub(crate) async fn own_request(
         &self,
-        call: crate::Call<'_>,
+        call: crate::Exchange<'_>,
         id: &RequestId,
         name: &str,
         route: &Route,
@@ -291,18 +291,18 @@ impl crate::Gateway {
         if route.upstream.is_closed() && !self.per_session.lazy() {
             // The session's process died: the session dies with it, and the client learns it
             // the standard way (404, then a fresh `initialize` gets a fresh process).
-            if let Some(sid) = call.session {
+            if let Some(sid) = call.session() {
                 if let Ok(ended) = self.registry.sessions.remove_any(sid.as_str()) {
                     self.cleanup(ended, EndReason::BackendExited).await;
                 }
             }
             return Err(CoreError::SessionNotFound);
         }
-        if let Some(sid) = call.session {
+        if let Some(sid) = call.session() {
             self.note_own_subscription(sid, call.caller, (name, call.msg), false);
         }
         let out = crate::send::Outgoing {
-            session: call.session,
+            session: call.session(),
             id,
             name,
             params: call.msg.params,
@@ -315,7 +315,7 @@ impl crate::Gateway {
             // A set: the remote refused the request unseen (its upstream session expired), so
             // it goes once more, on a fresh upstream session of this client session's.
             Err(CoreError::OfBackend(backend, e)) if e.refused_unseen() => {
-                let Some(sid) = call.session else {
+                let Some(sid) = call.session() else {
                     return Err(CoreError::OfBackend(backend, e));
                 };
                 return self.own_request_again(call, sid, id, name, &backend).await;
@@ -323,7 +323,7 @@ impl crate::Gateway {
             // The remote lost the upstream session: the client's session is over, and it
             // learns the standard way (404), so it re-initializes (on a fresh upstream session).
             Err(CoreError::Backend(e)) if e.is_session_lost() => {
-                if let Some(sid) = call.session {
+                if let Some(sid) = call.session() {
                     if let Ok(ended) = self.registry.sessions.remove_any(sid.as_str()) {
                         self.cleanup(ended, EndReason::BackendExited).await;
                     }
@@ -332,7 +332,7 @@ impl crate::Gateway {
             }
             answer => answer?,
         };
-        if let (Some(sid), false) = (call.session, answer.is_error()) {
+        if let (Some(sid), false) = (call.session(), answer.is_error()) {
             self.note_own_subscription(sid, call.caller, (name, call.msg), true);
         }
         Ok(restore_response(id, answer.member(), answer.payload()))

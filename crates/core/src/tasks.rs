@@ -28,11 +28,11 @@ use switchboard_wire::{
     codes, encode_error, encode_result, object_member, ErrorObject, RequestId, ResultMarks,
 };
 
-use crate::gateway::Call;
 use crate::resolve::Route;
 use crate::send::restore;
 use crate::session::SessionId;
 use crate::BackendId;
+use crate::Exchange;
 use crate::Principal;
 use crate::{CoreError, Gateway};
 
@@ -244,12 +244,12 @@ impl Gateway {
     /// `tasks/get|result|cancel|list`: only the caller's own tasks exist for it.
     pub(crate) async fn task_request(
         &self,
-        call: Call<'_>,
+        call: Exchange<'_>,
         id: &RequestId,
         name: &str,
         route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
-        let owner = Owner::of(call.caller, call.session);
+        let owner = Owner::of(call.caller, call.session());
         let tables = self.registry.tables(&route.backend);
         if name != LIST {
             let task = requested_task(call.msg.params);
@@ -259,7 +259,7 @@ impl Gateway {
         }
         let answer = self
             .call_backend(
-                call.session,
+                call.session(),
                 id,
                 name,
                 call.msg,

@@ -26,7 +26,7 @@ use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
 use switchboard_wire::{codes, encode_result, ErrorObject, Message, RequestId};
 
 use crate::catalog::{Entry, Kind, Merged};
-use crate::{Call, CoreError, Gateway, ModernAnswer, Principal};
+use crate::{Answer, CoreError, Exchange, Gateway, Principal};
 
 pub mod annotations;
 mod ask;
@@ -210,12 +210,12 @@ impl Gateway {
     /// its future would otherwise contain itself.
     pub(crate) fn composite_legacy<'f>(
         &'f self,
-        call: &'f Call<'_>,
+        call: &'f Exchange<'_>,
         id: &'f RequestId,
     ) -> Option<BoxFuture<'f, Result<Vec<u8>, CoreError>>> {
         let plan = self.composite_of(call.msg)?.clone();
         if plan.asks() {
-            if let Err(e) = self.can_ask(call.session) {
+            if let Err(e) = self.can_ask(call.session()) {
                 return Some(Box::pin(std::future::ready(Err(e))));
             }
         }
@@ -224,14 +224,14 @@ impl Gateway {
 
     async fn run_legacy(
         &self,
-        call: &Call<'_>,
+        call: &Exchange<'_>,
         id: &RequestId,
         plan: Arc<Plan>,
     ) -> Result<Vec<u8>, CoreError> {
         let runner = Runner {
             gateway: self,
             principal: call.caller,
-            session: call.session,
+            session: call.session(),
             stream: call.stream.as_ref(),
             modern: None,
         };
@@ -250,7 +250,7 @@ impl Gateway {
         caller: &'f Principal,
         msg: &'f Message<'_>,
         id: &'f RequestId,
-    ) -> Option<BoxFuture<'f, ModernAnswer>> {
+    ) -> Option<BoxFuture<'f, Answer>> {
         let plan = self.composite_of(msg)?.clone();
         Some(Box::pin(self.run_modern(caller, msg, id, plan)))
     }
@@ -261,7 +261,7 @@ impl Gateway {
         msg: &Message<'_>,
         id: &RequestId,
         plan: Arc<Plan>,
-    ) -> ModernAnswer {
+    ) -> Answer {
         let version = msg
             .meta(META_PROTOCOL_VERSION)
             .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
@@ -335,7 +335,7 @@ impl Gateway {
         plan: &Arc<Plan>,
         id: &RequestId,
         outcome: Outcome,
-    ) -> ModernAnswer {
+    ) -> Answer {
         let info =
             json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
         let mut result = match outcome {
@@ -363,7 +363,7 @@ impl Gateway {
             result["resultType"] = json!("complete");
         }
         result["_meta"] = info;
-        ModernAnswer::ok(encode_result(id, &result.to_string()))
+        Answer::ok(encode_result(id, &result.to_string()))
     }
 }
 
@@ -469,8 +469,8 @@ fn declares(params: &Value, capability: &str) -> bool {
 }
 
 /// The one answer for a handle that is unknown, expired, used, or another principal's.
-fn unknown_handle(id: &RequestId) -> ModernAnswer {
+fn unknown_handle(id: &RequestId) -> Answer {
     let err = ErrorObject::new(codes::INVALID_PARAMS, "Invalid or expired requestState")
         .with_data(json!({ "reason": "unknown" }));
-    ModernAnswer::error(id, &err)
+    Answer::error(id, &err)
 }

@@ -43,6 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "modern_listen",
             "tasks",
             "in_flight",
+            "exchange",
         ],
     ),
     (
@@ -135,16 +136,47 @@ fn uses(text: &str, reexports: &BTreeMap<String, String>) -> BTreeSet<String> {
         if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
             continue; // `switchboard_core::…`, `$crate::…`
         }
-        let name: String = text[i + 7..]
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        match reexports.get(&name) {
-            Some(module) => out.insert(module.clone()),
-            None => out.insert(name),
+        let rest = &text[i + 7..];
+        let names = match rest.strip_prefix('{') {
+            Some(group) => group_heads(group),
+            None => vec![ident(rest)],
         };
+        for name in names {
+            match reexports.get(&name) {
+                Some(module) => out.insert(module.clone()),
+                None => out.insert(name),
+            };
+        }
     }
     out
+}
+
+fn ident(text: &str) -> String {
+    text.chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The first path segment of each item of a `use crate::{…}` group (nested groups count for
+/// their head only: `a::{B, C}` is `a`), up to the group's closing brace.
+fn group_heads(group: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let mut depth = 0usize;
+    let mut at_item = true;
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => at_item = true,
+            c if at_item && (c.is_alphanumeric() || c == '_') => {
+                heads.push(ident(&group[i..]));
+                at_item = false;
+            }
+            _ => {}
+        }
+    }
+    heads
 }
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -208,11 +240,11 @@ fn the_reader_sees_paths_and_reexports() {
         reexports.get("Gateway").map(String::as_str),
         Some("gateway")
     );
-    let text = "use crate::Gateway;\nuse switchboard_core::access;\n x = crate::health::Flight;";
+    let text = "use crate::Gateway;\nuse switchboard_core::access;\n x = crate::health::Flight;\nuse crate::{\n    trust::{A, B},\n    CoreError, vmcp::Vmcp,\n};";
     let got = uses(text, &reexports);
     assert_eq!(
         got,
-        ["gateway", "health"]
+        ["error", "gateway", "health", "trust", "vmcp"]
             .into_iter()
             .map(str::to_owned)
             .collect()

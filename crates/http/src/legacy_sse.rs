@@ -32,7 +32,8 @@ use tracing::debug;
 
 use switchboard_core::stream_queue::QueueRx;
 use switchboard_core::{
-    Call, CoreError, Gateway, ListenEvent, Principal, SessionId, SseInitClaim, REQUEST_STREAM_QUEUE,
+    CoreError, Exchange, Gateway, ListenEvent, Principal, SessionId, SseInitClaim,
+    REQUEST_STREAM_QUEUE,
 };
 use switchboard_wire::{encode_error, method, sse, Message, MessageKind, RequestId};
 
@@ -285,12 +286,7 @@ async fn run_request(
         return;
     };
     let (tx, mut notes) = mpsc::channel(REQUEST_STREAM_QUEUE);
-    let call = gateway.request(Call {
-        caller: &caller,
-        session: Some(&session),
-        msg: &msg,
-        stream: Some(tx),
-    });
+    let call = gateway.request(Exchange::legacy(&caller, Some(&session), &msg, Some(tx)));
     tokio::pin!(call);
     let result = loop {
         tokio::select! {

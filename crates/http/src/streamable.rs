@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use switchboard_core::{Call, CoreError, Principal, SessionId, REQUEST_STREAM_QUEUE};
+use switchboard_core::{CoreError, Exchange, Principal, SessionId, REQUEST_STREAM_QUEUE};
 use switchboard_wire::classify::{classify, Era};
 use switchboard_wire::{encode_error, method, Message, MessageKind, RequestId};
 use tokio::sync::mpsc;
@@ -304,12 +304,7 @@ async fn forward(
 ) -> Response {
     match delivery {
         Delivery::Json => {
-            let call = Call {
-                caller,
-                session: session.as_ref(),
-                msg,
-                stream: None,
-            };
+            let call = Exchange::legacy(caller, session.as_ref(), msg, None);
             match state.gateway.request(call).await {
                 Ok(body) => json_response(body),
                 Err(e) => HttpError::Core(id, e).into_response(),
@@ -326,12 +321,7 @@ async fn forward(
                 // copying the payload out of the body buffer.
                 let result = match Message::parse(&bytes) {
                     Ok(msg) => {
-                        let call = Call {
-                            caller: &caller,
-                            session: session.as_ref(),
-                            msg: &msg,
-                            stream: Some(tx),
-                        };
+                        let call = Exchange::legacy(&caller, session.as_ref(), &msg, Some(tx));
                         gateway.request(call).await
                     }
                     Err(_) => Err(CoreError::UnexpectedResponse),

@@ -77,8 +77,8 @@ impl Admitted<'_> {
     /// Completes a Modern request: filters list results and discovery flags, audits.
     pub(crate) fn finish_modern(
         mut self,
-        result: Result<crate::ModernAnswer, CoreError>,
-    ) -> Result<crate::ModernAnswer, CoreError> {
+        result: Result<crate::Answer, CoreError>,
+    ) -> Result<crate::Answer, CoreError> {
         self.measure(match &result {
             Ok(answer) if answer.error_code.is_some() => "error",
             Ok(_) => "ok",

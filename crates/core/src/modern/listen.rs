@@ -10,10 +10,10 @@ use tokio::sync::mpsc;
 
 use switchboard_wire::{codes, method, ErrorObject, Message, RequestId};
 
-use super::ModernAnswer;
 use crate::modern_listen::Filter;
 use crate::resolve::Route;
 use crate::route::RouteKey;
+use crate::Answer;
 use crate::BackendId;
 use crate::{CoreError, Gateway};
 
@@ -28,7 +28,7 @@ impl Gateway {
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
         route: &Route,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let Some(stream) = stream else {
             return Ok(listen_needs_stream(id));
         };
@@ -56,7 +56,7 @@ impl Gateway {
         caller: &crate::Principal,
         (id, msg): (&RequestId, &Message<'_>),
         stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let Some(stream) = stream else {
             return Ok(listen_needs_stream(id));
         };
@@ -217,8 +217,8 @@ impl Drop for ListenSubscriptions<'_> {
     }
 }
 
-pub(super) fn listen_needs_stream(id: &RequestId) -> ModernAnswer {
-    ModernAnswer::error(
+pub(super) fn listen_needs_stream(id: &RequestId) -> Answer {
+    Answer::error(
         id,
         &ErrorObject::new(
             codes::INVALID_REQUEST,

@@ -8,10 +8,11 @@ use tokio::sync::mpsc;
 
 use switchboard_wire::{codes, method, Message, ResultMarks};
 
-use super::{discover_passthrough, passthrough, ModernAnswer, LISTEN};
+use super::{discover_passthrough, passthrough, LISTEN};
 use crate::modern_listen::Filter;
 use crate::resolve::Route;
 use crate::send::Outgoing;
+use crate::Answer;
 use crate::{CoreError, Gateway};
 
 impl Gateway {
@@ -23,7 +24,7 @@ impl Gateway {
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
         route: &Route,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };

@@ -37,9 +37,9 @@ use switchboard_wire::{encode_notification, method, Message};
 
 use super::sink::{Asked, CallSink};
 use super::{AskedSlot, GRACE};
-use crate::modern::ModernAnswer;
 use crate::modern_listen::{Filter, ModernListeners};
 use crate::route::RouteKey;
+use crate::Answer;
 use crate::{CoreError, Gateway, Principal};
 
 /// The input capabilities a Modern request can declare, as bits of a [`Key`].
@@ -459,7 +459,7 @@ impl Gateway {
         (id, msg): (&switchboard_wire::RequestId, &Message<'_>),
         stream: mpsc::Sender<Bytes>,
         route: &crate::resolve::Route,
-    ) -> Result<ModernAnswer, CoreError> {
+    ) -> Result<Answer, CoreError> {
         // The partition is a process of the route's backend: that backend says what it feeds.
         let entry = self.backend_of(route)?;
         let info = entry.info();

@@ -69,10 +69,10 @@ impl Gateway {
     /// own upstream on a per-session backend is opened first when it has none (or a dead one).
     pub(crate) async fn request_route(
         &self,
-        call: &crate::Call<'_>,
+        call: &crate::Exchange<'_>,
         name: &str,
     ) -> Result<Option<Route>, CoreError> {
-        let from = || From::Request(call.session);
+        let from = || From::Request(call.session());
         let params = call.msg.params;
         let route = match self.resolve(from(), name, params) {
             Err(CoreError::UnknownName(..))
@@ -88,9 +88,10 @@ impl Gateway {
         if route.is_some() && !dead {
             return Ok(route);
         }
-        let (Some(session), Some(backend)) =
-            (call.session, self.own_to_open(call.session, name, params))
-        else {
+        let (Some(session), Some(backend)) = (
+            call.session(),
+            self.own_to_open(call.session(), name, params),
+        ) else {
             return Ok(route);
         };
         self.open_own(session, &backend, call.caller.credential.as_ref())
@@ -220,7 +221,7 @@ impl Gateway {
     /// third time: a remote that loses every session is failing, and says so).
     pub(crate) async fn own_request_again(
         &self,
-        call: crate::Call<'_>,
+        call: crate::Exchange<'_>,
         session: &SessionId,
         id: &RequestId,
         name: &str,

@@ -18,7 +18,7 @@ use crate::in_flight::InFlightGuard;
 use crate::resolve::Route;
 use crate::send::Outgoing;
 use crate::session::SessionId;
-use crate::{Call, CoreError, Gateway, MAX_ASKS};
+use crate::{CoreError, Exchange, Gateway, MAX_ASKS};
 
 /// What the backend asked for in one round.
 struct Round {
@@ -72,10 +72,10 @@ impl Gateway {
     /// only for what the client can give, and answers -32021 for what it cannot.
     pub(crate) fn with_client_caps(
         &self,
-        call: &Call<'_>,
+        call: &Exchange<'_>,
         params: Box<RawValue>,
     ) -> Result<Box<RawValue>, CoreError> {
-        let Some(sid) = call.session else {
+        let Some(sid) = call.session() else {
             return Ok(params);
         };
         let caps = self.client_caps(sid)?;
@@ -100,7 +100,7 @@ impl Gateway {
     /// every round and question included, has one deadline: `max_request_time` from here.
     pub(crate) async fn relay_to_legacy(
         &self,
-        call: &Call<'_>,
+        call: &Exchange<'_>,
         (id, name): (&RequestId, &str),
         route: &Route,
         params: Box<RawValue>,
@@ -115,7 +115,7 @@ impl Gateway {
 
     async fn relay_rounds(
         &self,
-        call: &Call<'_>,
+        call: &Exchange<'_>,
         (id, name): (&RequestId, &str),
         route: &Route,
         params: Box<RawValue>,
@@ -128,7 +128,7 @@ impl Gateway {
         for sent in 0..=MAX_ROUNDS {
             let answer = self
                 .send(Outgoing {
-                    session: call.session,
+                    session: call.session(),
                     id,
                     name,
                     params: Some(&retry),
@@ -147,7 +147,7 @@ impl Gateway {
                 Ok(round) => round,
                 Err(what) => return Ok(Err(backend_fault(id, what))),
             };
-            let Some(sid) = call.session else {
+            let Some(sid) = call.session() else {
                 // No session, no client to ask: a Legacy client cannot read the result.
                 return Err(CoreError::NoClientStream);
             };
@@ -175,7 +175,7 @@ impl Gateway {
     /// its own id (`notifications/cancelled`): the wait ends with the cancelled answer.
     async fn ask_round(
         &self,
-        call: &Call<'_>,
+        call: &Exchange<'_>,
         (sid, id): (&SessionId, &RequestId),
         route: &Route,
         round: &Round,

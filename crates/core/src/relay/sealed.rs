@@ -30,7 +30,7 @@ use super::envelope::{associated, Envelope};
 use super::is_input_required;
 use crate::mrtr::{params_digest, refused, unix_now, Refused, Sealer};
 use crate::BackendId;
-use crate::{CoreError, ModernAnswer, Principal};
+use crate::{Answer, CoreError, Principal};
 use used::{Refusal, Used};
 
 /// Largest backend `requestState` the gateway carries (JSON text bytes).
@@ -112,7 +112,7 @@ impl SealedRelay {
         sealer: &Sealer,
         b: &Bound<'_>,
         id: &RequestId,
-    ) -> Result<Option<Box<RawValue>>, Result<ModernAnswer, CoreError>> {
+    ) -> Result<Option<Box<RawValue>>, Result<Answer, CoreError>> {
         // Another spelling would pass this check unopened and reach a backend whose parser
         // matches keys loosely as its own state: refused like a malformed token.
         if b.params
@@ -172,8 +172,8 @@ impl SealedRelay {
         sealer: &Sealer,
         b: &Bound<'_>,
         id: &RequestId,
-        answer: ModernAnswer,
-    ) -> ModernAnswer {
+        answer: Answer,
+    ) -> Answer {
         if answer.error_code.is_some() {
             return answer;
         }
@@ -210,7 +210,7 @@ impl SealedRelay {
         // Every other spelling of the key goes: a loose client parser would read it as state.
         let set = [("requestState", token.as_str())];
         match with_members(&result, &set, |k| !is_state_key(k)) {
-            Some(sealed) => ModernAnswer::ok(switchboard_wire::encode_result(id, sealed.get())),
+            Some(sealed) => Answer::ok(switchboard_wire::encode_result(id, sealed.get())),
             None => unrelayable(id),
         }
     }
@@ -219,14 +219,14 @@ impl SealedRelay {
     /// spelling): the member is dropped, so the backend's state never reaches the client bare
     /// whatever the client's parser makes of the rest (`ResultMarks::request_state`). An
     /// answer that cannot be rewritten (not a result object) fails closed: an internal error.
-    pub(crate) fn strip(id: &RequestId, answer: ModernAnswer) -> ModernAnswer {
+    pub(crate) fn strip(id: &RequestId, answer: Answer) -> Answer {
         if answer.error_code.is_some() {
             return answer;
         }
         let stripped = result_of(&answer.body)
             .and_then(|result| retain_members(&result, |k| !is_state_key(k)));
         match stripped {
-            Some(result) => ModernAnswer::ok(switchboard_wire::encode_result(id, result.get())),
+            Some(result) => Answer::ok(switchboard_wire::encode_result(id, result.get())),
             None => unrelayable(id),
         }
     }
@@ -247,20 +247,20 @@ fn result_of(body: &[u8]) -> Option<Box<RawValue>> {
 
 /// A relayed answer the gateway cannot rewrite: never passed on as it came, since it might
 /// carry the backend's state bare.
-fn unrelayable(id: &RequestId) -> ModernAnswer {
+fn unrelayable(id: &RequestId) -> Answer {
     let err = ErrorObject::new(
         codes::INTERNAL_ERROR,
         "the backend's answer could not be relayed: its result is not an object the gateway can rewrite",
     );
-    ModernAnswer::error(id, &err)
+    Answer::error(id, &err)
 }
 
-fn too_large(id: &RequestId) -> ModernAnswer {
+fn too_large(id: &RequestId) -> Answer {
     let err = ErrorObject::new(
         codes::INTERNAL_ERROR,
         format!("the backend's requestState is larger than the gateway carries ({STATE_MAX_BYTES} bytes)"),
     );
-    ModernAnswer::error(id, &err)
+    Answer::error(id, &err)
 }
 
 mod used;

@@ -9,14 +9,14 @@ use switchboard_wire::{encode_result, method, Message, RequestId};
 use super::route::{kinds_for, list_kind, routable};
 use super::CapSet;
 use crate::resolve::{From, Via};
-use crate::{Call, CoreError, Gateway};
+use crate::{CoreError, Exchange, Gateway};
 
 impl Gateway {
     /// A Legacy request the aggregating gateway answers itself (`Some`), or `None` when it
     /// is routed to a backend (whose lists are then ready for `resolve`).
     pub(crate) async fn aggregated(
         &self,
-        call: &Call<'_>,
+        call: &Exchange<'_>,
         id: &RequestId,
         name: &str,
     ) -> Option<Result<Vec<u8>, CoreError>> {
@@ -97,10 +97,10 @@ impl Gateway {
     /// server then declares no logging either).
     async fn set_level_everywhere(
         &self,
-        call: &Call<'_>,
+        call: &Exchange<'_>,
         id: &RequestId,
     ) -> Result<Vec<u8>, CoreError> {
-        let Some(sid) = call.session else {
+        let Some(sid) = call.session() else {
             return Err(CoreError::SessionRequired(method::SET_LEVEL));
         };
         let level = call
@@ -153,7 +153,7 @@ impl Gateway {
         caller: &crate::Principal,
         msg: &Message<'_>,
         stream: Option<&tokio::sync::mpsc::Sender<bytes::Bytes>>,
-    ) -> Option<Result<crate::ModernAnswer, CoreError>> {
+    ) -> Option<Result<crate::Answer, CoreError>> {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return None;
         };
@@ -174,10 +174,10 @@ impl Gateway {
                 }
                 Err(e) => Err(e),
             };
-            return Some(answer.map(crate::ModernAnswer::ok));
+            return Some(answer.map(crate::Answer::ok));
         }
         if let Some(answer) = self.own_tool_call(caller, msg, true).await {
-            return Some(answer.map(crate::ModernAnswer::ok));
+            return Some(answer.map(crate::Answer::ok));
         }
         // Before `prepare`: a removed method (`resources/subscribe` too, which routes by URI
         // in the Legacy era) or one no backend is chosen for is 404/-32601, as a Modern

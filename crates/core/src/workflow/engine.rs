@@ -23,7 +23,7 @@ use super::plan::{Body, Plan, Step, MAX_BACKOFF};
 use super::template;
 use crate::access::RunScope;
 use crate::session::SessionId;
-use crate::{Call, Gateway, Principal};
+use crate::{Exchange, Gateway, Principal};
 
 /// How a step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,12 +373,7 @@ impl Runner<'_> {
                 .map(|a| a.body),
             None => {
                 self.gateway
-                    .request(Call {
-                        caller: self.principal,
-                        session: self.session,
-                        msg: &msg,
-                        stream: None,
-                    })
+                    .request(Exchange::legacy(self.principal, self.session, &msg, None))
                     .await
             }
         };

@@ -15,23 +15,23 @@ fn raw(v: Value) -> Box<RawValue> {
     RawValue::from_string(v.to_string()).unwrap()
 }
 
-fn pending(state: &str) -> ModernAnswer {
+fn pending(state: &str) -> Answer {
     let result =
         json!({"resultType": "input_required", "inputRequests": {}, "requestState": state});
-    ModernAnswer::ok(switchboard_wire::encode_result(
+    Answer::ok(switchboard_wire::encode_result(
         &RequestId::from_string("x"),
         &result.to_string(),
     ))
 }
 
-fn token_of(answer: &ModernAnswer) -> String {
+fn token_of(answer: &Answer) -> String {
     let v: Value = serde_json::from_slice(&answer.body).unwrap();
     v["result"]["requestState"].as_str().unwrap().to_owned()
 }
 
 use serde_json::json;
 
-fn result_of_answer(answer: &ModernAnswer) -> Value {
+fn result_of_answer(answer: &Answer) -> Value {
     let v: Value = serde_json::from_slice(&answer.body).unwrap();
     v["result"].clone()
 }
@@ -53,7 +53,7 @@ fn no_spelling_of_request_state_leaves_bare() {
     let asks = json!({"resultType": "input_required", "inputRequests": {},
         "requestState": "inner", "REQUESTSTATE": "bare", "RequestState": "bare",
         "reque\u{17f}tState": "bare"});
-    let answer = ModernAnswer::ok(switchboard_wire::encode_result(&id, &asks.to_string()));
+    let answer = Answer::ok(switchboard_wire::encode_result(&id, &asks.to_string()));
     let sealed = result_of_answer(&relay.seal(&sealer, &bound, &id, answer));
     // Sorted: whether `Value` keeps insertion order depends on serde_json's features.
     let mut keys: Vec<&String> = sealed.as_object().unwrap().keys().collect();
@@ -66,10 +66,10 @@ fn no_spelling_of_request_state_leaves_bare() {
     assert!(sealed["requestState"].as_str().unwrap().starts_with(PREFIX));
 
     let done = r#"{"resultType":"complete","content":[],"\u0072equestState":"bare","REQUESTSTATE":1,"reque\u017ftState":2}"#;
-    let answer = ModernAnswer::ok(switchboard_wire::encode_result(&id, done));
+    let answer = Answer::ok(switchboard_wire::encode_result(&id, done));
     let stripped = result_of_answer(&SealedRelay::strip(&id, answer));
     assert_eq!(stripped, json!({"resultType": "complete", "content": []}));
-    let error = ModernAnswer::error(&id, &ErrorObject::new(codes::INTERNAL_ERROR, "x"));
+    let error = Answer::error(&id, &ErrorObject::new(codes::INTERNAL_ERROR, "x"));
     let body = error.body.clone();
     assert_eq!(
         SealedRelay::strip(&id, error).body,
@@ -145,7 +145,7 @@ fn a_token_unwraps_once_for_its_caller_backend_and_call() {
         backend,
         params,
     };
-    let reason = |r: Result<Option<Box<RawValue>>, Result<ModernAnswer, CoreError>>| {
+    let reason = |r: Result<Option<Box<RawValue>>, Result<Answer, CoreError>>| {
         let v: Value = serde_json::from_slice(&r.err().unwrap().ok().unwrap().body).unwrap();
         v["error"]["data"]["reason"].as_str().unwrap().to_owned()
     };
@@ -380,9 +380,8 @@ fn an_answer_that_cannot_be_rewritten_fails_closed() {
         params: None,
     };
     // Not an object: nothing can be stripped or sealed in it.
-    let odd = || {
-        ModernAnswer::ok(br#"{"jsonrpc":"2.0","id":"x","result":["requestState","bare"]}"#.to_vec())
-    };
+    let odd =
+        || Answer::ok(br#"{"jsonrpc":"2.0","id":"x","result":["requestState","bare"]}"#.to_vec());
     let stripped = SealedRelay::strip(&id, odd());
     assert_eq!(
         stripped.error_code,
@@ -391,7 +390,7 @@ fn an_answer_that_cannot_be_rewritten_fails_closed() {
         String::from_utf8_lossy(&stripped.body)
     );
     // Not JSON the relay can read at all.
-    let garbled = ModernAnswer::ok(b"{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":".to_vec());
+    let garbled = Answer::ok(b"{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":".to_vec());
     let sealed = relay.seal(&sealer, &bound, &id, garbled);
     assert_eq!(sealed.error_code, Some(i64::from(codes::INTERNAL_ERROR)));
 }
