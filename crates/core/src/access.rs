@@ -2,10 +2,9 @@
 //! ([`Authorizer`], implemented with Cedar in `switchboard-policy`), per-principal and per-tool
 //! rate limits, and the audit record of every operation.
 //!
-//! One admission point for every path: Legacy requests ([`Gateway::request`], which the
-//! HTTP+SSE transport uses too), Modern requests ([`Gateway::modern`]) and client
-//! notifications all call [`Access::admit`] before anything reaches the backend or a routing
-//! table, and [`Admitted::finish_legacy`] / [`Admitted::finish_modern`] after, which filter list
+//! One admission point for every path: requests of both eras ([`Gateway::handle`], which the
+//! HTTP+SSE transport uses too) and client notifications all call [`Access::admit`] before
+//! anything reaches the backend or a routing table, and [`Admitted::finish`] after, which filter list
 //! results (and discovery capability flags) to what the caller may use and write the audit
 //! line. A forbidden tool is therefore indistinguishable from a missing one in every list, on
 //! both eras, including the re-lists a client does after `list_changed`.
@@ -23,8 +22,7 @@
 //! same head: `time`, `principal` (absent when nobody was authenticated), `session` and `era`
 //! (MCP lines), `method` (a client's JSON-RPC method) or `event` (a gateway event), `outcome`.
 //!
-//! [`Gateway::request`]: crate::Gateway::request
-//! [`Gateway::modern`]: crate::Gateway::modern
+//! [`Gateway::handle`]: crate::Gateway::handle
 //! [`Gateway::audit_unauthenticated`]: crate::Gateway::audit_unauthenticated
 
 use std::fmt;
@@ -184,8 +182,8 @@ pub struct Access {
 impl crate::Gateway {
     /// Whether the policy allows `msg` for `caller`, without consuming rate-limit tokens or
     /// writing an audit line: lets `http` answer a denial with a plain 403 before it commits to
-    /// an SSE response. [`Gateway::request`](crate::Gateway::request) and
-    /// [`Gateway::modern`](crate::Gateway::modern) decide again (and audit) either way.
+    /// an SSE response. [`Gateway::handle`](crate::Gateway::handle) decides again (and
+    /// audits) either way.
     ///
     /// Aggregating, it first builds the merged lists the request routes by (as the request
     /// itself would), so this gate sees the same backend and original name as the real one.

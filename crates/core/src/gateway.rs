@@ -1,6 +1,6 @@
 //! The gateway: one shared backend, many Legacy sessions, exact per-request routing.
 //!
-//! Request flow: `http` parses the envelope and calls [`Gateway::request`]; the gateway mints a
+//! Request flow: `http` parses the envelope and calls `Gateway::handle` (`pipeline`); the gateway mints a
 //! [`RouteKey`], re-encodes the request with that key as its id (and a minted progress token in
 //! place of the client's), and awaits the one answer the upstream pending table routes back by
 //! that key; it then splices the client's original id back in, byte for byte. Subscriptions
@@ -10,7 +10,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::trace::FutureExt as _;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tracing::debug;
@@ -19,14 +18,13 @@ use switchboard_wire::{
     encode_notification, encode_result, method, version, with_member, Message, RequestId,
 };
 
-use crate::access::{Admitted, Path};
+use crate::access::Path;
 use crate::listen_stream::ListenStream;
 use crate::registry::Registry;
 use crate::resolve::{From, Via};
-use crate::send::restore;
 use crate::session::{SessionId, Transport};
+use crate::CoreError;
 use crate::Principal;
-use crate::{CoreError, Exchange};
 
 /// Limits and deadlines.
 #[derive(Debug, Clone)]
@@ -338,120 +336,6 @@ impl Gateway {
     /// Detaches a listen stream when its connection ends.
     pub fn close_listen(&self, raw: &str, generation: u64) {
         self.registry.sessions.detach_listener(raw, generation);
-    }
-
-    /// Handles one request and returns the JSON-RPC answer with the client's id restored.
-    /// Dropping the future (client gone) withdraws the call and cancels it upstream.
-    ///
-    /// Admission (policy, rate limits) comes first, so a refused request reaches neither the
-    /// backend nor any routing table; list results are filtered for the caller; every request
-    /// is audited (see `access`).
-    pub async fn request(&self, call: Exchange<'_>) -> Result<Vec<u8>, CoreError> {
-        let Some(traces) = &self.traces else {
-            return self.unwrapped_request(call).await;
-        };
-        let cx = traces.request(call.msg, "legacy");
-        let answer = self.unwrapped_request(call).with_context(cx.clone()).await;
-        crate::trace::finish(&cx, &answer);
-        answer
-    }
-
-    async fn unwrapped_request(&self, call: Exchange<'_>) -> Result<Vec<u8>, CoreError> {
-        if self.tool_search().is_none() {
-            return self.admitted_request(call).await;
-        }
-        let Some(inner) = self.unwrap_call_tool(call.msg) else {
-            let msg = call.msg;
-            return crate::tool_search::masked(msg, self.admitted_request(call).await);
-        };
-        let msg = Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
-        let answer = self.admitted_request(Exchange { msg: &msg, ..call }).await;
-        crate::tool_search::masked(&msg, answer)
-    }
-
-    async fn admitted_request(&self, call: Exchange<'_>) -> Result<Vec<u8>, CoreError> {
-        let origins = self.origins_for(call.msg).await;
-        let admitted = self.config.access.admit(
-            call.caller,
-            call.session(),
-            call.msg,
-            origins,
-            Path::Legacy,
-        )?;
-        // What a session keeps beyond this process changes: written before it is answered.
-        let keeps = matches!(
-            call.msg.method,
-            Some(method::SUBSCRIBE | method::UNSUBSCRIBE | method::SET_LEVEL)
-        );
-        let session = call.session().filter(|_| keeps && self.store().is_some());
-        let answer = self.route_request(call, &admitted).await;
-        if let (Some(session), Ok(_)) = (session, &answer) {
-            if let Err(e) = self.store_session(session).await {
-                tracing::warn!(error = %e, "session change not written to the store");
-            }
-        }
-        admitted.finish_legacy(answer)
-    }
-
-    async fn route_request(
-        &self,
-        call: Exchange<'_>,
-        admitted: &Admitted<'_>,
-    ) -> Result<Vec<u8>, CoreError> {
-        let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
-            return Err(CoreError::UnexpectedResponse);
-        };
-        if self.vmcp().is_some() {
-            if let Some(answer) = self.aggregated(&call, id, name).await {
-                return answer;
-            }
-        }
-        let Some(route) = self.request_route(&call, name).await? else {
-            return self.before_initialize(id, name);
-        };
-        admitted.confirm_route(&route.backend, &route.name)?;
-        if route.via == Via::Own {
-            return self.own_request(call, id, name, &route).await;
-        }
-        if !self.backend_of(&route)?.info().era.legacy {
-            return self.legacy_to_modern(call, id, name, &route).await;
-        }
-        let route = &route;
-        match (name, call.session()) {
-            (method::SUBSCRIBE, Some(sid)) => {
-                self.subscribe(sid, call.caller, id, call.msg, route).await
-            }
-            (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg, route).await,
-            (method::SET_LEVEL, Some(sid)) => self.set_level(sid, id, call.msg, route).await,
-            (method::SUBSCRIBE, None) => Err(CoreError::SessionRequired(method::SUBSCRIBE)),
-            (method::UNSUBSCRIBE, None) => Err(CoreError::SessionRequired(method::UNSUBSCRIBE)),
-            (method::SET_LEVEL, None) => Err(CoreError::SessionRequired(method::SET_LEVEL)),
-            (n, _) if crate::tasks::BY_ID.contains(&n) || n == crate::tasks::LIST => {
-                self.task_request(call, id, name, route).await
-            }
-            _ => {
-                // Only a task-augmented request needs its owner (kept off the common path).
-                let owner = crate::tasks::is_task_request(call.msg.params)
-                    .then(|| crate::tasks::Owner::of(call.caller, call.session()));
-                if owner == Some(None) {
-                    return Err(CoreError::TaskOwnerRequired);
-                }
-                let answer = self
-                    .call_backend(
-                        call.session(),
-                        id,
-                        name,
-                        call.msg,
-                        (call.stream, call.caller.credential.as_ref()),
-                        route,
-                    )
-                    .await?;
-                if let (Some(Some(owner)), false) = (owner, answer.is_error()) {
-                    self.record_task(&route.backend, &owner, &answer);
-                }
-                Ok(restore(id, &answer))
-            }
-        }
     }
 
     /// Handles a client notification. `initialized` is the gateway's to consume (the backend

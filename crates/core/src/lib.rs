@@ -30,6 +30,7 @@ mod modern;
 mod modern_listen;
 mod mrtr;
 mod per_session;
+mod pipeline;
 mod principal;
 mod progress;
 pub mod ratelimit;

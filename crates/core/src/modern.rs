@@ -16,7 +16,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use opentelemetry::trace::FutureExt as _;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -73,99 +72,10 @@ const CACHEABLE: &[&str] = &[
 ];
 
 impl Gateway {
-    /// Handles one classified Modern request. `stream` carries related notifications (progress,
-    /// and for `subscriptions/listen` the whole stream).
-    ///
-    /// The same admission, filtering and audit as Legacy requests (see `access`): a refused
-    /// request or a forbidden `subscriptions/listen` URI never reaches the backend or the
-    /// listener registry.
-    pub async fn modern(
-        self: &Arc<Self>,
-        caller: &crate::Principal,
-        msg: &Message<'_>,
-        stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<Answer, CoreError> {
-        let Some(traces) = &self.traces else {
-            return self.unwrapped_modern(caller, msg, stream).await;
-        };
-        let cx = traces.request(msg, "modern");
-        let answer = self
-            .unwrapped_modern(caller, msg, stream)
-            .with_context(cx.clone())
-            .await;
-        crate::trace::finish(&cx, &answer);
-        answer
-    }
-
-    async fn unwrapped_modern(
-        self: &Arc<Self>,
-        caller: &crate::Principal,
-        msg: &Message<'_>,
-        stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<Answer, CoreError> {
-        if self.tool_search().is_none() {
-            return self.admitted_modern(caller, msg, stream).await;
-        }
-        let Some(inner) = self.unwrap_call_tool(msg) else {
-            let answer = self.admitted_modern(caller, msg, stream).await;
-            return crate::tool_search::masked(msg, answer);
-        };
-        let msg = Message::parse(&inner.body).map_err(|_| CoreError::InvalidParams("arguments"))?;
-        let answer = self.admitted_modern(caller, &msg, stream).await;
-        crate::tool_search::masked(&msg, answer)
-    }
-
-    async fn admitted_modern(
-        self: &Arc<Self>,
-        caller: &crate::Principal,
-        msg: &Message<'_>,
-        stream: Option<mpsc::Sender<Bytes>>,
-    ) -> Result<Answer, CoreError> {
-        let origins = self.origins_for(msg).await;
-        let admitted =
-            self.config
-                .access
-                .admit(caller, None, msg, origins, crate::access::Path::Modern)?;
-        // Only task methods and task-augmented requests need the owner up front (no copy of
-        // the principal on the common path).
-        let asked_task = crate::tasks::is_task_request(msg.params);
-        let owner = (msg.method.is_some_and(crate::tasks::concerns_tasks) || asked_task)
-            .then(|| crate::tasks::Owner::of(caller, None))
-            .flatten();
-        let method = msg.method.unwrap_or_default();
-        if self.vmcp().is_some() {
-            if let Some(answer) = self.aggregated_modern(caller, msg, stream.as_ref()).await {
-                return admitted.finish_modern(answer);
-            }
-        }
-        let resolved = match self.resolve(From::Modern, method, msg.params) {
-            Err(CoreError::UnknownName(..))
-                if self
-                    .refresh_names(method, crate::vmcp::CapSet::of_modern(msg))
-                    .await =>
-            {
-                self.resolve(From::Modern, method, msg.params)
-            }
-            resolved => resolved,
-        };
-        let answer = match resolved {
-            Ok(Some(route)) => match admitted.confirm_route(&route.backend, &route.name) {
-                Ok(()) => self
-                    .route_modern(caller, (owner.as_ref(), asked_task), msg, stream, &route)
-                    .await
-                    .map(|a| self.own_tasks_only(owner.as_ref(), msg, a, &route)),
-                Err(e) => Err(e),
-            },
-            Ok(None) => Err(CoreError::UnexpectedResponse),
-            Err(e) => Err(e),
-        };
-        admitted.finish_modern(answer)
-    }
-
     /// `tasks/list` for a stateless caller shows only its principal's stateless tasks, and a
     /// backend's "invalid task" answer is replaced by the gateway's own, so another owner's
     /// task and a task that does not exist look exactly alike.
-    fn own_tasks_only(
+    pub(crate) fn own_tasks_only(
         &self,
         owner: Option<&crate::tasks::Owner>,
         msg: &Message<'_>,
@@ -193,7 +103,7 @@ impl Gateway {
         }
     }
 
-    async fn route_modern(
+    pub(crate) async fn adapt_modern(
         self: &Arc<Self>,
         caller: &crate::Principal,
         (owner, asked_task): (Option<&crate::tasks::Owner>, bool),

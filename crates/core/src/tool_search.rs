@@ -3,7 +3,7 @@
 //! the tools the *caller* may call against a query (BM25, `bm25`); `call_tool` calls one of
 //! them by name.
 //!
-//! `call_tool` is unwrapped before admission ([`Gateway::request`], [`Gateway::modern`]): the
+//! `call_tool` is unwrapped before admission ([`Gateway::handle`]): the
 //! inner `tools/call` is what the policy judges, the rate limits count, the audit line records
 //! and routing resolves, exactly as if the client had sent it. Only the answer to a forbidden
 //! inner name differs from a direct call: it is the unknown-tool answer, so `call_tool` cannot
@@ -15,8 +15,7 @@
 //! (else `call_tool`'s masking would protect nothing); a denied call then also counts against
 //! the caller's rate limits, as an unknown one does (`access`).
 //!
-//! [`Gateway::request`]: crate::Gateway::request
-//! [`Gateway::modern`]: crate::Gateway::modern
+//! [`Gateway::handle`]: crate::Gateway::handle
 
 use std::sync::Arc;
 

@@ -209,7 +209,7 @@ impl Gateway {
     /// Boxed (here and for Modern): a run's steps re-enter the request path that runs it, so
     /// its future would otherwise contain itself.
     pub(crate) fn composite_legacy<'f>(
-        &'f self,
+        self: &'f Arc<Self>,
         call: &'f Exchange<'_>,
         id: &'f RequestId,
     ) -> Option<BoxFuture<'f, Result<Vec<u8>, CoreError>>> {
@@ -223,7 +223,7 @@ impl Gateway {
     }
 
     async fn run_legacy(
-        &self,
+        self: &Arc<Self>,
         call: &Exchange<'_>,
         id: &RequestId,
         plan: Arc<Plan>,
@@ -271,10 +271,7 @@ impl Gateway {
             principal: caller,
             session: None,
             stream: None,
-            modern: Some(engine::Modern {
-                gateway: self,
-                version: &version,
-            }),
+            modern: Some(engine::Modern { version: &version }),
         };
         let params: Value = msg
             .params

@@ -72,7 +72,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     // `send` came out of `gateway.rs` as it was (the pipeline's first step); it moves to a
     // pipeline layer between features and composition once features stop calling it.
-    ("composition", &["gateway", "send", "lib"]),
+    ("composition", &["gateway", "pipeline", "send", "lib"]),
 ];
 
 fn src() -> PathBuf {

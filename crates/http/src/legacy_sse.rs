@@ -3,7 +3,7 @@
 //! `202 Accepted` at once.
 //!
 //! Routing is the core's, exactly as on `/mcp`: every request goes through
-//! [`Gateway::request`] (a fresh route key, the client's id restored byte for byte), in a task
+//! `Gateway::handle` (a fresh route key, the client's id restored byte for byte), in a task
 //! the session owns ([`Gateway::spawn_sse`]), and its answer and progress are queued on that
 //! session's stream only ([`Gateway::deliver_sse_answer`]). Nothing here keeps a message for a client
 //! that is not connected: the session and its stream live and die together.
@@ -286,7 +286,7 @@ async fn run_request(
         return;
     };
     let (tx, mut notes) = mpsc::channel(REQUEST_STREAM_QUEUE);
-    let call = gateway.request(Exchange::legacy(&caller, Some(&session), &msg, Some(tx)));
+    let call = gateway.handle(Exchange::legacy(&caller, Some(&session), &msg, Some(tx)));
     tokio::pin!(call);
     let result = loop {
         tokio::select! {
@@ -302,7 +302,7 @@ async fn run_request(
         gateway.deliver_sse_progress(&session, note);
     }
     let answer = match result {
-        Ok(answer) => answer,
+        Ok(answer) => answer.body,
         // The client cancelled it: per the cancellation rules no response follows.
         Err(CoreError::Cancelled) => return,
         Err(e) => {

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use switchboard_core::{CoreError, REQUEST_STREAM_QUEUE};
+use switchboard_core::{CoreError, Exchange, REQUEST_STREAM_QUEUE};
 use switchboard_wire::classify::{mismatch, META_LOG_LEVEL, META_SUBSCRIPTION_ID};
 use switchboard_wire::{
     encode_error, encode_result, headers as mcp_headers, Message, MessageKind, RequestId,
@@ -93,7 +93,7 @@ pub(crate) async fn handle(
         Delivery::Json => {
             let answer = state
                 .gateway
-                .modern(caller, msg, None)
+                .handle(Exchange::modern(caller, msg, None))
                 .await
                 .map_err(|e| HttpError::Core(id, e))?;
             let status = answer
@@ -119,7 +119,7 @@ pub(crate) async fn handle(
             let call = async move {
                 let result = match Message::parse(&bytes) {
                     Ok(msg) => gateway
-                        .modern(&caller, &msg, Some(tx))
+                        .handle(Exchange::modern(&caller, &msg, Some(tx)))
                         .await
                         .map(|a| a.body),
                     Err(_) => Err(CoreError::UnexpectedResponse),

@@ -305,8 +305,8 @@ async fn forward(
     match delivery {
         Delivery::Json => {
             let call = Exchange::legacy(caller, session.as_ref(), msg, None);
-            match state.gateway.request(call).await {
-                Ok(body) => json_response(body),
+            match state.gateway.handle(call).await {
+                Ok(answer) => json_response(answer.body),
                 Err(e) => HttpError::Core(id, e).into_response(),
             }
         }
@@ -322,7 +322,7 @@ async fn forward(
                 let result = match Message::parse(&bytes) {
                     Ok(msg) => {
                         let call = Exchange::legacy(&caller, session.as_ref(), &msg, Some(tx));
-                        gateway.request(call).await
+                        gateway.handle(call).await.map(|a| a.body)
                     }
                     Err(_) => Err(CoreError::UnexpectedResponse),
                 };

@@ -41,22 +41,31 @@ pub(crate) struct Admitted<'a> {
 }
 
 impl Admitted<'_> {
-    /// Completes a Legacy request: filters list results, audits.
-    pub(crate) fn finish_legacy(
+    /// Completes a request of either era: filters list results (and Modern discovery flags),
+    /// counts it, audits it. A Legacy answer's error is read from its body (its status does
+    /// not depend on it); a Modern one's from its error code.
+    pub(crate) fn finish(
         mut self,
-        result: Result<Vec<u8>, CoreError>,
-    ) -> Result<Vec<u8>, CoreError> {
+        result: Result<crate::Answer, CoreError>,
+    ) -> Result<crate::Answer, CoreError> {
         let id = self.msg.id.as_ref().map(RequestId::as_json);
+        let legacy = self.path == Path::Legacy;
         self.measure(match &result {
-            Ok(body) if crate::metrics::is_error_answer(body, id) => "error",
+            Ok(answer) if answer.error_code.is_some() => "error",
+            Ok(answer) if legacy && crate::metrics::is_error_answer(&answer.body, id) => "error",
             Ok(_) => "ok",
             Err(e) => failure_word(e),
         });
         if self.done {
             return result;
         }
-        let result = result.map(|body| self.filter_body(body));
-        self.record_result(&result);
+        let result = result.map(|mut answer| {
+            if answer.error_code.is_none() {
+                answer.body = self.filter_body(std::mem::take(&mut answer.body));
+            }
+            answer
+        });
+        self.record_result(result.as_ref().map(|a| a.body.as_slice()));
         result
     }
 
@@ -71,31 +80,6 @@ impl Admitted<'_> {
             let outcome = if reason.is_some() { "error" } else { "allowed" };
             self.record(outcome, reason, None);
         }
-        result
-    }
-
-    /// Completes a Modern request: filters list results and discovery flags, audits.
-    pub(crate) fn finish_modern(
-        mut self,
-        result: Result<crate::Answer, CoreError>,
-    ) -> Result<crate::Answer, CoreError> {
-        self.measure(match &result {
-            Ok(answer) if answer.error_code.is_some() => "error",
-            Ok(_) => "ok",
-            Err(e) => failure_word(e),
-        });
-        if self.done {
-            return result;
-        }
-        let result = result.map(|mut answer| {
-            if answer.error_code.is_none() {
-                answer.body = self.filter_body(std::mem::take(&mut answer.body));
-            }
-            answer
-        });
-        let audited = result.as_ref().map(|a| a.body.clone());
-        let audited = audited.map_err(|e| CoreError::Unsupported(e.to_string()));
-        self.record_result(&audited);
         result
     }
 
@@ -222,7 +206,7 @@ impl Admitted<'_> {
         }
     }
 
-    fn record_result(&mut self, result: &Result<Vec<u8>, CoreError>) {
+    fn record_result(&mut self, result: Result<&[u8], &CoreError>) {
         match result {
             Ok(body) => {
                 let error = Message::parse(body).ok().and_then(|m| {

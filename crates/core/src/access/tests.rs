@@ -28,7 +28,10 @@ fn lists_keep_only_permitted_items_verbatim() {
     let msg = Message::parse(req).unwrap();
     let admitted = access.admit(&p, None, &msg, None, Path::Legacy).unwrap();
     let body = br#"{"jsonrpc":"2.0","id":12345678901234567890123,"result":{"tools":[{"name":"add","x":1.0},{"name":"echo","inputSchema":{"default":1e400}}],"nextCursor":"c"}}"#;
-    let out = admitted.finish_legacy(Ok(body.to_vec())).unwrap();
+    let out = admitted
+        .finish(Ok(crate::Answer::ok(body.to_vec())))
+        .map(|a| a.body)
+        .unwrap();
     assert_eq!(
         std::str::from_utf8(&out).unwrap(),
         r#"{"jsonrpc":"2.0","id":12345678901234567890123,"result":{"tools":[{"name":"echo","inputSchema":{"default":1e400}}],"nextCursor":"c"}}"#
@@ -93,7 +96,7 @@ fn calls_and_unknown_methods_are_checked() {
         let got = access.admit(&p, None, &msg, None, Path::Legacy);
         assert_eq!(got.is_ok(), ok, "{req}");
         if let Ok(a) = got {
-            let _ = a.finish_legacy(Ok(Vec::new()));
+            let _ = a.finish(Ok(crate::Answer::ok(Vec::new())));
         }
     }
 }
@@ -357,7 +360,11 @@ fn admission_lists_and_audit_see_the_backend_and_original_name() {
     assert!(admitted.confirm_route(&alpha, &Name::AsClient).is_err());
     let renamed = Name::Renamed("other".into());
     assert!(admitted.confirm_route(&beta, &renamed).is_err());
-    let _ = admitted.finish_legacy(Ok(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec()));
+    let _ = admitted
+        .finish(Ok(crate::Answer::ok(
+            br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec(),
+        )))
+        .map(|a| a.body);
     let (_, line) = next_line(&rx);
     assert_eq!(
         (&line["backend"], &line["outcome"]),
@@ -370,7 +377,10 @@ fn admission_lists_and_audit_see_the_backend_and_original_name() {
     let msg = Message::parse(req).unwrap();
     let admitted = access.admit(&p, None, &msg, origins, Path::Legacy).unwrap();
     let body = br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"a_exit"},{"name":"gone"},{"name":"echo"}]}}"#;
-    let out = admitted.finish_legacy(Ok(body.to_vec())).unwrap();
+    let out = admitted
+        .finish(Ok(crate::Answer::ok(body.to_vec())))
+        .map(|a| a.body)
+        .unwrap();
     assert_eq!(
         std::str::from_utf8(&out).unwrap(),
         r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"echo"}]}}"#

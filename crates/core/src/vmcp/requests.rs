@@ -15,7 +15,7 @@ impl Gateway {
     /// A Legacy request the aggregating gateway answers itself (`Some`), or `None` when it
     /// is routed to a backend (whose lists are then ready for `resolve`).
     pub(crate) async fn aggregated(
-        &self,
+        self: &Arc<Self>,
         call: &Exchange<'_>,
         id: &RequestId,
         name: &str,

@@ -7,8 +7,8 @@
 //! which withdraws its backend call and cancels it upstream like any dropped request. Nothing
 //! outlives the run but what the handle table keeps for a parked one.
 //!
-//! Each `tool` step is an ordinary `tools/call` through `Gateway::request` (Legacy caller, in
-//! its session) or `Gateway::modern` (Modern caller): admission (policy, rate limits) is
+//! Each `tool` step is an ordinary `tools/call` through `Gateway::handle` (a Legacy caller in
+//! its session, or a Modern caller): admission (policy, rate limits) is
 //! the caller's, routing is by exposed name, and the call has its own audit line.
 
 use std::sync::Arc;
@@ -110,17 +110,17 @@ pub(crate) enum Outcome {
     NeedsInput(Suspended, Map<String, Value>),
 }
 
-/// A Modern caller's inner calls go through `Gateway::modern`, under its protocol version.
+/// A Modern caller's inner calls go through `Gateway::handle` as Modern ones, under its
+/// protocol version.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Modern<'a> {
-    pub(crate) gateway: &'a Arc<Gateway>,
     pub(crate) version: &'a str,
 }
 
 /// Who runs a composite.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Runner<'a> {
-    pub(crate) gateway: &'a Gateway,
+    pub(crate) gateway: &'a Arc<Gateway>,
     pub(crate) principal: &'a Principal,
     pub(crate) session: Option<&'a SessionId>,
     /// The calling request's own stream (Legacy), which carries a request for input first.
@@ -365,18 +365,11 @@ impl Runner<'_> {
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
         let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
         let msg = Message::parse_client(&body).map_err(|e| format!("{e:?}"))?;
-        let answer = match self.modern {
-            Some(m) => m
-                .gateway
-                .modern(self.principal, &msg, None)
-                .await
-                .map(|a| a.body),
-            None => {
-                self.gateway
-                    .request(Exchange::legacy(self.principal, self.session, &msg, None))
-                    .await
-            }
+        let exchange = match self.modern {
+            Some(_) => Exchange::modern(self.principal, &msg, None),
+            None => Exchange::legacy(self.principal, self.session, &msg, None),
         };
+        let answer = self.gateway.handle(exchange).await.map(|a| a.body);
         match answer {
             Ok(bytes) => tool_outcome(&bytes),
             Err(e) => Err(e.to_string()),
