@@ -190,7 +190,7 @@ impl crate::Gateway {
     ///
     /// Only where the request path's own decision would come too late: see
     /// [`Self::decides_early`]. Elsewhere that one decision is the only one.
-    pub async fn authorize(
+    pub(crate) async fn authorize(
         &self,
         caller: &Principal,
         session: Option<&SessionId>,
@@ -225,7 +225,7 @@ impl crate::Gateway {
     /// be a plain 403, not an event on a 200 stream), or when it may be forwarded to another
     /// replica (denied here, not there). Otherwise deciding early would evaluate the policy
     /// twice for the same answer.
-    pub fn decides_early(&self, streamed: bool) -> bool {
+    pub(crate) fn decides_early(&self, streamed: bool) -> bool {
         streamed || self.config.replica_id.is_some()
     }
 

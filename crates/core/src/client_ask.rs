@@ -210,7 +210,7 @@ impl Gateway {
     /// from a client that declared `elicitation`.
     /// A composite the caller may not call is not looked at: its answer must be a missing
     /// tool's, in the same delivery.
-    pub fn may_ask_client(
+    pub(crate) fn may_ask_client(
         &self,
         caller: &crate::Principal,
         session: Option<&SessionId>,

@@ -39,6 +39,9 @@ pub enum CoreError {
     /// The gateway itself validated a parameter and refused it.
     #[error("invalid params: {0}")]
     InvalidParams(&'static str),
+    /// A Modern request's headers do not mirror its body (`Mcp-Param-*`): the error to answer.
+    #[error("{}", .0.message)]
+    HeaderMismatch(switchboard_wire::ErrorObject),
     /// An HTTP+SSE session already runs as many requests as it may.
     #[error("too many requests in flight on this session (limit {0})")]
     SessionBusy(usize),

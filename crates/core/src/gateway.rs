@@ -184,13 +184,28 @@ impl Gateway {
         })
     }
 
+    /// A client's `initialize` on `/mcp`: in per-session mode (`run --isolation per-session`)
+    /// the session's own process answers it (`per_session`); otherwise the gateway does, from
+    /// the backend's handshake. Either way the session is opened, and audited.
+    pub async fn initialize(
+        self: &Arc<Self>,
+        caller: &Principal,
+        id: &RequestId,
+        msg: &Message<'_>,
+    ) -> Result<Initialized, CoreError> {
+        match self.per_session.transparent() {
+            Some(spawner) => self.initialize_isolated(caller, id, msg, spawner).await,
+            None => self.initialize_shared(caller, id, msg.params).await,
+        }
+    }
+
     /// Answers a client's `initialize` from the backend's own handshake, with the version
     /// negotiated for *this* client, and opens its session. Audited, opened or refused (see
     /// `access`).
     ///
     /// With a session store the session is written there before it is answered (any replica
     /// may get its next request); a store that cannot take it refuses the session.
-    pub async fn initialize(
+    pub(crate) async fn initialize_shared(
         &self,
         caller: &Principal,
         id: &RequestId,

@@ -71,6 +71,7 @@ pub use listen_stream::{ListenEvent, ListenStream, LISTEN_QUEUE_BYTES, REPLAY_BY
 pub use metrics::hop as record_hop;
 pub use metrics::store_call as record_store_call;
 pub use per_session::SpawnBackend;
+pub use pipeline::Plan;
 pub use principal::Principal;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use registry::Registry;

@@ -133,15 +133,13 @@ impl crate::Gateway {
     /// elicitation or roots); the backend's answer goes back with the client's id. Audited
     /// like a shared-mode `initialize`: opened, refused, failed, or cancelled when the client
     /// leaves first.
-    pub async fn initialize_isolated(
+    pub(crate) async fn initialize_isolated(
         self: &Arc<Self>,
         caller: &crate::Principal,
         id: &RequestId,
         msg: &Message<'_>,
+        spawner: &Arc<dyn SpawnBackend>,
     ) -> Result<crate::Initialized, CoreError> {
-        let Some(spawner) = self.per_session.transparent() else {
-            return self.initialize(caller, id, msg.params).await;
-        };
         let audit = self.config.access.audit_only(caller, msg);
         let result = self.open_isolated(caller, id, msg, spawner).await;
         match &result {

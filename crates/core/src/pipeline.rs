@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use opentelemetry::trace::FutureExt as _;
 
+use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::{method, Message};
 
 use crate::access::{Admitted, Path};
@@ -29,7 +30,81 @@ use crate::resolve::{From, Via};
 use crate::send::restore;
 use crate::{Answer, CoreError, Era, Exchange, Gateway};
 
+/// How `http` delivers a request's answer, decided before the request runs
+/// ([`Gateway::plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// The answer travels on an SSE stream (something may go out before it), not as JSON.
+    pub stream: bool,
+}
+
 impl Gateway {
+    /// Stage 0, before the request runs: its delivery, for both eras (a stream wherever
+    /// something may travel before the answer: progress, a listen's events, a Modern request's
+    /// own log messages, a per-session process's or a composite's questions to a Legacy
+    /// client); a Modern `tools/call`'s `Mcp-Param-*` headers checked against the tool's schema
+    /// (`header` reads one: `None` absent, `Some(None)` not visible ASCII); a denial decided
+    /// now where the answer would be a stream or come from another replica (a plain 403, not
+    /// an error on a stream); and a Modern retry another replica issued sent there.
+    pub async fn plan<'h>(
+        &self,
+        ex: &Exchange<'_>,
+        prefers_stream: bool,
+        header: impl Fn(&str) -> Option<Option<&'h str>>,
+    ) -> Result<Plan, CoreError> {
+        let msg = ex.msg;
+        let stream = prefers_stream
+            || msg.meta("progressToken").is_some()
+            || match ex.era {
+                Era::Modern => {
+                    msg.method == Some(crate::modern::LISTEN) || msg.meta(META_LOG_LEVEL).is_some()
+                }
+                Era::Legacy { session } => {
+                    (self.is_per_session() && session.is_some())
+                        || self.may_ask_client(ex.caller, session, msg)
+                }
+            };
+        if ex.is_modern() {
+            self.check_param_headers(ex, header).await?;
+        }
+        if self.decides_early(stream) {
+            let modern = ex.is_modern();
+            self.authorize(ex.caller, ex.session(), msg, modern).await?;
+        }
+        if ex.is_modern() {
+            self.modern_home(msg).await?;
+        }
+        Ok(Plan { stream })
+    }
+
+    /// A Modern `tools/call`'s `Mcp-Param-*` headers mirror the arguments the tool's schema
+    /// designates (SEP-2243); a stdio backend never sees headers, so the gateway checks them.
+    async fn check_param_headers<'h>(
+        &self,
+        ex: &Exchange<'_>,
+        header: impl Fn(&str) -> Option<Option<&'h str>>,
+    ) -> Result<(), CoreError> {
+        if ex.msg.method != Some("tools/call") {
+            return Ok(());
+        }
+        let tool = ex
+            .msg
+            .param("name")
+            .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
+        let Some(tool) = tool else {
+            return Ok(());
+        };
+        let Some(spec) = self.param_headers(ex.caller, &tool).await else {
+            return Ok(());
+        };
+        let args: Option<serde_json::Value> = ex
+            .msg
+            .param("arguments")
+            .and_then(|a| serde_json::from_str(a.get()).ok());
+        switchboard_wire::headers::check_params(args.as_ref(), &spec, header)
+            .map_err(CoreError::HeaderMismatch)
+    }
+
     /// Handles one client request, either era, and returns its one answer with the client's
     /// id restored. Dropping the future (client gone) withdraws the call and cancels it
     /// upstream.

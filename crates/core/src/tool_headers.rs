@@ -38,7 +38,7 @@ impl Gateway {
     /// unknown, hidden from the caller (a hidden tool must answer as a missing one, which has
     /// no designations to check: admission refuses it next), or the backend's tools cannot be
     /// learned right now.
-    pub async fn param_headers(
+    pub(crate) async fn param_headers(
         &self,
         caller: &crate::Principal,
         tool: &str,

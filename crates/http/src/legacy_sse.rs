@@ -253,8 +253,9 @@ async fn handle_post(
         (_, Some(id)) => {
             // A denial is a plain 403 on the POST, as on /mcp, rather than an error that
             // arrives later on the stream.
+            let exchange = Exchange::legacy(caller, Some(&session), &msg, None);
             gateway
-                .authorize(caller, Some(&session), &msg, false)
+                .plan(&exchange, true, |_| None)
                 .await
                 .map_err(|e| HttpError::Core(Some(id.clone()), e))?;
             let task = run_request(

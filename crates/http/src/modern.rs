@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use switchboard_core::{CoreError, Exchange, REQUEST_STREAM_QUEUE};
-use switchboard_wire::classify::{mismatch, META_LOG_LEVEL, META_SUBSCRIPTION_ID};
+use switchboard_wire::classify::{mismatch, META_SUBSCRIPTION_ID};
 use switchboard_wire::{
     encode_error, encode_result, headers as mcp_headers, Message, MessageKind, RequestId,
 };
@@ -45,50 +45,18 @@ pub(crate) async fn handle(
     let text = |name: &str| headers.get(name).map(|v| v.to_str().ok());
     mcp_headers::check_modern(msg, text("mcp-method"), text("mcp-name"))
         .map_err(|e| HttpError::Rpc(id.clone(), e))?;
-    // `Mcp-Param-*` mirror the arguments the tool's schema designates (SEP-2243). A stdio
-    // backend never sees headers, so the gateway checks them.
-    if msg.method == Some("tools/call") {
-        let tool = msg
-            .param("name")
-            .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
-        if let Some(tool) = tool {
-            if let Some(spec) = state.gateway.param_headers(caller, &tool).await {
-                let args: Option<serde_json::Value> = msg
-                    .param("arguments")
-                    .and_then(|a| serde_json::from_str(a.get()).ok());
-                mcp_headers::check_params(args.as_ref(), &spec, |h| {
-                    headers.get(h).map(|v| v.to_str().ok())
-                })
-                .map_err(|e| HttpError::Rpc(id.clone(), e))?;
-            }
-        }
-    }
-
-    // A stream where something may travel before the answer: a listen's events, progress,
-    // and the log messages a request asked for with `_meta` logLevel (its own, on its stream).
-    let streaming = msg.method == Some(LISTEN)
-        || msg.meta("progressToken").is_some()
-        || msg.meta(META_LOG_LEVEL).is_some();
-    let delivery = if streaming { Delivery::Sse } else { delivery };
-    // A denial is a plain 403 even when the answer would have been a stream (the client's
-    // Accept may prefer one, too) or comes from another replica; a JSON answer is decided
-    // once, on the request path, with the same 403.
-    if state
-        .gateway
-        .decides_early(matches!(delivery, Delivery::Sse))
-    {
-        state
-            .gateway
-            .authorize(caller, None, msg, true)
-            .await
-            .map_err(|e| HttpError::Core(id.clone(), e))?;
-    }
-    // A retry whose `requestState` another replica issued is answered there (`hop`).
-    state
-        .gateway
-        .modern_home(msg)
+    // Delivery, `Mcp-Param-*`, an early denial and a retry's home replica: decided in core.
+    let prefers_stream = matches!(delivery, Delivery::Sse);
+    let header = |h: &str| headers.get(h).map(|v| v.to_str().ok());
+    let plan = (state.gateway)
+        .plan(&Exchange::modern(caller, msg, None), prefers_stream, header)
         .await
         .map_err(|e| HttpError::Core(id.clone(), e))?;
+    let delivery = if plan.stream {
+        Delivery::Sse
+    } else {
+        Delivery::Json
+    };
     match delivery {
         Delivery::Json => {
             let answer = state

@@ -234,11 +234,7 @@ async fn handle_post(
             Ok(StatusCode::ACCEPTED.into_response())
         }
         (MessageKind::Request, Some(method::INITIALIZE), Some(id)) => {
-            let init = if gateway.isolates_initialize() {
-                gateway.initialize_isolated(caller, &id, &msg).await
-            } else {
-                gateway.initialize(caller, &id, msg.params).await
-            };
+            let init = gateway.initialize(caller, &id, &msg).await;
             let init = init.map_err(|e| HttpError::Core(Some(id), e))?;
             let mut response = answer(delivery, init.response);
             if let Ok(v) = HeaderValue::from_str(init.session.as_str()) {
@@ -248,26 +244,18 @@ async fn handle_post(
         }
         (MessageKind::Request, _, id) => {
             let sid = resolve(state, caller, session, id.as_ref()).await?;
-            // Progress can only reach a client on a stream: a request carrying a progress
-            // token is answered as SSE (the client declared that it accepts both).
-            // A per-session backend may ask the client something while answering: that needs
-            // a stream to travel on.
-            let delivery = if msg.meta("progressToken").is_some()
-                || (gateway.is_per_session() && sid.is_some())
-                || gateway.may_ask_client(caller, sid.as_ref(), &msg)
-            {
+            // Delivery (a stream wherever something may travel before the answer; the client
+            // declared it accepts both) and an early denial: decided in core.
+            let exchange = Exchange::legacy(caller, sid.as_ref(), &msg, None);
+            let plan = gateway
+                .plan(&exchange, matches!(delivery, Delivery::Sse), |_| None)
+                .await
+                .map_err(|e| HttpError::Core(id.clone(), e))?;
+            let delivery = if plan.stream {
                 Delivery::Sse
             } else {
-                delivery
+                Delivery::Json
             };
-            // A denial is a plain 403 even when the answer would have been a stream; a JSON
-            // answer is decided once, on the request path, with the same 403.
-            if gateway.decides_early(matches!(delivery, Delivery::Sse)) {
-                gateway
-                    .authorize(caller, sid.as_ref(), &msg, false)
-                    .await
-                    .map_err(|e| HttpError::Core(id.clone(), e))?;
-            }
             Ok(forward(state, caller, delivery, &msg, bytes, id, sid).await)
         }
     }

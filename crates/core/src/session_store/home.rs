@@ -74,7 +74,10 @@ impl Gateway {
     /// `ServedElsewhere` while that replica is registered. Anything else — no token, one of
     /// this replica's, a gone replica's — is served here (and a foreign token refused as
     /// it always is).
-    pub async fn modern_home(&self, msg: &switchboard_wire::Message<'_>) -> Result<(), CoreError> {
+    pub(crate) async fn modern_home(
+        &self,
+        msg: &switchboard_wire::Message<'_>,
+    ) -> Result<(), CoreError> {
         if self.config.replica_id.is_none() {
             return Ok(());
         }
