@@ -103,7 +103,47 @@ impl Gateway {
         }
     }
 
-    pub(crate) async fn adapt_modern(
+    /// What the gateway answers a routed Modern request before any adapter: a task method
+    /// naming a task that is not the caller's principal's (a session's task, another
+    /// principal's and a missing one look alike), a task-augmented request from a caller who
+    /// could own no task, and a method 2026-07-28 removed. `None`: the request goes on.
+    pub(crate) fn modern_refusal(
+        &self,
+        task: &crate::tasks::TaskAsk,
+        msg: &Message<'_>,
+        route: &Route,
+    ) -> Result<Option<Answer>, CoreError> {
+        let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
+            return Err(CoreError::UnexpectedResponse);
+        };
+        if crate::tasks::BY_ID.contains(&name) {
+            let requested = crate::tasks::requested_task(msg.params);
+            let tables = self.registry.tables(&route.backend);
+            if !requested.is_some_and(|t| tables.tasks.owns(task.owner.as_ref(), &t)) {
+                return Ok(Some(Answer::error(id, &crate::tasks::unknown_task())));
+            }
+        }
+        if task.unownable() {
+            return Err(CoreError::TaskOwnerRequired);
+        }
+        if removed(name) {
+            return Ok(Some(method_not_found(id, name)));
+        }
+        Ok(None)
+    }
+
+    /// Whether a Modern request passes straight through to its backend: always to a
+    /// Modern-only one, to a dual one unless it stopped answering Modern requests (then it is
+    /// bridged like a Legacy one).
+    pub(crate) fn passes_modern(&self, route: &Route) -> Result<bool, CoreError> {
+        let entry = self.backend_of(route)?;
+        Ok(entry.modern_now() || !entry.info().era.legacy)
+    }
+
+    /// The bridge adapter: a Modern request onto a Legacy backend. The gateway answers
+    /// `server/discover` and serves `subscriptions/listen` itself; in per-session mode calls
+    /// run on the caller's partition, and calls that may need client input go through MRTR.
+    pub(crate) async fn bridge(
         self: &Arc<Self>,
         caller: &crate::Principal,
         (owner, asked_task): (Option<&crate::tasks::Owner>, bool),
@@ -114,29 +154,7 @@ impl Gateway {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        // Only the caller's principal's stateless tasks exist for it: a session's task,
-        // another principal's and a missing one get the same answer, before the backend.
-        if crate::tasks::BY_ID.contains(&name) {
-            let task = crate::tasks::requested_task(msg.params);
-            let tables = self.registry.tables(&route.backend);
-            if !task.is_some_and(|t| tables.tasks.owns(owner, &t)) {
-                return Ok(Answer::error(id, &crate::tasks::unknown_task()));
-            }
-        }
-        if asked_task && owner.is_none() {
-            return Err(CoreError::TaskOwnerRequired);
-        }
-        if removed(name) {
-            return Ok(method_not_found(id, name));
-        }
-        // A Modern-only backend is always passed through; a dual one unless it stopped
-        // answering Modern requests (then it is bridged like a Legacy one).
         let entry = self.backend_of(route)?;
-        if entry.modern_now() || !entry.info().era.legacy {
-            return self
-                .pass_through((caller, owner, asked_task), msg, stream, route)
-                .await;
-        }
         // Sessions get an upstream of their own on this backend: Modern callers one per
         // principal (a partition), never the shared process.
         let own_backends = self.per_session.for_backend(&route.backend).is_some();

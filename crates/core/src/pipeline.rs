@@ -26,8 +26,9 @@ use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::{method, Message};
 
 use crate::access::{Admitted, Path};
+use crate::resolve::Route;
 use crate::resolve::{From, Via};
-use crate::send::restore;
+use crate::tasks::TaskAsk;
 use crate::{Answer, CoreError, Era, Exchange, Gateway};
 
 /// How `http` delivers a request's answer, decided before the request runs
@@ -151,7 +152,7 @@ impl Gateway {
         );
         let stored = ex.session().filter(|_| keeps && self.store().is_some());
         let answer = match ex.era {
-            Era::Legacy { .. } => self.legacy_route(ex, &admitted).await.map(Answer::ok),
+            Era::Legacy { .. } => self.legacy_route(ex, &admitted).await,
             Era::Modern => self.modern_route(ex, &admitted).await,
         };
         if let (Some(session), Ok(_)) = (stored, &answer) {
@@ -162,88 +163,49 @@ impl Gateway {
         admitted.finish(answer)
     }
 
-    /// Legacy: answer locally (vMCP), resolve, confirm, then the adapter for the backend and
-    /// method: the session's own process, a Modern-only backend (relayed), the session
-    /// operations the gateway keeps, tasks, or a plain forward.
+    /// Legacy: answer locally (vMCP), resolve (a session's own process opened on first
+    /// use), confirm, then the adapter.
     async fn legacy_route(
         self: &Arc<Self>,
-        call: Exchange<'_>,
+        ex: Exchange<'_>,
         admitted: &Admitted<'_>,
-    ) -> Result<Vec<u8>, CoreError> {
-        let (Some(id), Some(name)) = (call.msg.id.as_ref(), call.msg.method) else {
+    ) -> Result<Answer, CoreError> {
+        let (Some(id), Some(name)) = (ex.msg.id.as_ref(), ex.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
         if self.vmcp().is_some() {
-            if let Some(answer) = self.aggregated(&call, id, name).await {
-                return answer;
+            if let Some(answer) = self.aggregated(&ex, id, name).await {
+                return answer.map(Answer::ok);
             }
         }
-        let Some(route) = self.request_route(&call, name).await? else {
-            return self.before_initialize(id, name);
+        let Some(route) = self.request_route(&ex, name).await? else {
+            return self.before_initialize(id, name).map(Answer::ok);
         };
         admitted.confirm_route(&route.backend, &route.name)?;
-        if route.via == Via::Own {
-            return self.own_request(call, id, name, &route).await;
-        }
-        if !self.backend_of(&route)?.info().era.legacy {
-            return self.legacy_to_modern(call, id, name, &route).await;
-        }
-        let route = &route;
-        match (name, call.session()) {
-            (method::SUBSCRIBE, Some(sid)) => {
-                self.subscribe(sid, call.caller, id, call.msg, route).await
-            }
-            (method::UNSUBSCRIBE, Some(sid)) => self.unsubscribe(sid, id, call.msg, route).await,
-            (method::SET_LEVEL, Some(sid)) => self.set_level(sid, id, call.msg, route).await,
-            (method::SUBSCRIBE, None) => Err(CoreError::SessionRequired(method::SUBSCRIBE)),
-            (method::UNSUBSCRIBE, None) => Err(CoreError::SessionRequired(method::UNSUBSCRIBE)),
-            (method::SET_LEVEL, None) => Err(CoreError::SessionRequired(method::SET_LEVEL)),
-            (n, _) if crate::tasks::BY_ID.contains(&n) || n == crate::tasks::LIST => {
-                self.task_request(call, id, name, route).await
-            }
-            _ => {
-                // Only a task-augmented request needs its owner (kept off the common path).
-                let owner = crate::tasks::is_task_request(call.msg.params)
-                    .then(|| crate::tasks::Owner::of(call.caller, call.session()));
-                if owner == Some(None) {
-                    return Err(CoreError::TaskOwnerRequired);
-                }
-                let answer = self
-                    .call_backend(
-                        call.session(),
-                        id,
-                        name,
-                        call.msg,
-                        (call.stream, call.caller.credential.as_ref()),
-                        route,
-                    )
-                    .await?;
-                if let (Some(Some(owner)), false) = (owner, answer.is_error()) {
-                    self.record_task(&route.backend, &owner, &answer);
-                }
-                Ok(restore(id, &answer))
-            }
-        }
+        let adapter = match name {
+            _ if route.via == Via::Own => Adapter::Own,
+            _ if !self.backend_of(&route)?.info().era.legacy => Adapter::LegacyToModern,
+            method::SUBSCRIBE | method::UNSUBSCRIBE | method::SET_LEVEL => Adapter::SessionOp,
+            n if crate::tasks::concerns_tasks(n) => Adapter::Task,
+            _ => Adapter::Pass,
+        };
+        let task = TaskAsk::of(&ex);
+        self.adapt(adapter, ex, &route, &task).await
     }
 
     /// Modern: answer locally (vMCP), resolve (the lists fetched again once for an unknown
-    /// name), confirm, then the adapter (`modern::adapt`); a caller's task answers are
-    /// narrowed to its own.
+    /// name), confirm, what the gateway refuses itself (`modern_refusal`), then the adapter;
+    /// a caller's task answers are narrowed to its own.
     async fn modern_route(
         self: &Arc<Self>,
         ex: Exchange<'_>,
         admitted: &Admitted<'_>,
     ) -> Result<Answer, CoreError> {
-        let (caller, msg, stream) = (ex.caller, ex.msg, ex.stream);
-        // Only task methods and task-augmented requests need the owner up front (no copy of
-        // the principal on the common path).
-        let asked_task = crate::tasks::is_task_request(msg.params);
-        let owner = (msg.method.is_some_and(crate::tasks::concerns_tasks) || asked_task)
-            .then(|| crate::tasks::Owner::of(caller, None))
-            .flatten();
+        let msg = ex.msg;
         let method = msg.method.unwrap_or_default();
         if self.vmcp().is_some() {
-            if let Some(answer) = self.aggregated_modern(caller, msg, stream.as_ref()).await {
+            if let Some(answer) = (self.aggregated_modern(ex.caller, msg, ex.stream.as_ref())).await
+            {
                 return answer;
             }
         }
@@ -259,9 +221,70 @@ impl Gateway {
         };
         let route = resolved?.ok_or(CoreError::UnexpectedResponse)?;
         admitted.confirm_route(&route.backend, &route.name)?;
-        let answer = self
-            .adapt_modern(caller, (owner.as_ref(), asked_task), msg, stream, &route)
-            .await?;
-        Ok(self.own_tasks_only(owner.as_ref(), msg, answer, &route))
+        let task = TaskAsk::of(&ex);
+        if let Some(refused) = self.modern_refusal(&task, msg, &route)? {
+            return Ok(refused);
+        }
+        let adapter = match self.passes_modern(&route)? {
+            true => Adapter::PassModern,
+            false => Adapter::Bridge,
+        };
+        let answer = self.adapt(adapter, ex, &route, &task).await?;
+        Ok(self.own_tasks_only(task.owner.as_ref(), msg, answer, &route))
     }
+
+    /// Stage 6: the request reaches its backend through its adapter.
+    async fn adapt(
+        self: &Arc<Self>,
+        adapter: Adapter,
+        ex: Exchange<'_>,
+        route: &Route,
+        task: &TaskAsk,
+    ) -> Result<Answer, CoreError> {
+        let (Some(id), Some(name)) = (ex.msg.id.as_ref(), ex.msg.method) else {
+            return Err(CoreError::UnexpectedResponse);
+        };
+        let owner = (task.owner.as_ref(), task.asked);
+        let legacy = match adapter {
+            Adapter::Pass => self.pass(ex, id, name, route, task).await,
+            Adapter::Own => self.own_request(ex, id, name, route).await,
+            Adapter::SessionOp => self.session_op(&ex, id, name, route).await,
+            Adapter::Task => self.task_request(ex, id, name, route).await,
+            Adapter::LegacyToModern => self.legacy_to_modern(ex, id, name, route).await,
+            Adapter::PassModern => {
+                let (caller, stream) = (ex.caller, ex.stream);
+                let who = (caller, owner.0, owner.1);
+                return self.pass_through(who, ex.msg, stream, route).await;
+            }
+            Adapter::Bridge => {
+                return self
+                    .bridge(ex.caller, owner, ex.msg, ex.stream, route)
+                    .await;
+            }
+        };
+        legacy.map(Answer::ok)
+    }
+}
+
+/// How a routed request reaches its backend: a closed set, chosen once per request from its
+/// era, the backend's era and the method (as `upstream::Upstream` is for transports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adapter {
+    /// Legacy: forwarded under a fresh route key, the client's id restored (`send`).
+    Pass,
+    /// Legacy: the session's own process (per-session mode, `per_session`).
+    Own,
+    /// Legacy: subscriptions and the log level, which the gateway keeps per session
+    /// (`session_ops`).
+    SessionOp,
+    /// Legacy: 2025-11-25 task methods, for the caller's own tasks only (`tasks`).
+    Task,
+    /// A Legacy client onto a Modern-only backend: the gateway speaks Modern for it, and asks
+    /// the client what the backend needs (`modern`, `relay`).
+    LegacyToModern,
+    /// Modern onto a backend answering Modern: passed through (`modern::pass`).
+    PassModern,
+    /// Modern onto a Legacy backend: bridged, on the caller's partition or through MRTR in
+    /// per-session mode (`modern`, `mrtr`).
+    Bridge,
 }

@@ -22,7 +22,8 @@ use crate::progress;
 use crate::resolve::{From, Route};
 use crate::route::RouteKey;
 use crate::session::SessionId;
-use crate::{BackendId, CoreError, Gateway};
+use crate::tasks::TaskAsk;
+use crate::{BackendId, CoreError, Exchange, Gateway};
 
 /// One request on its way to the backend.
 #[derive(Debug)]
@@ -46,6 +47,29 @@ pub(crate) struct Outgoing<'a> {
 }
 
 impl Gateway {
+    /// The plain adapter: a Legacy request forwarded under a fresh route key, the client's id
+    /// restored; a task it creates is recorded as its owner's.
+    pub(crate) async fn pass(
+        &self,
+        ex: Exchange<'_>,
+        id: &RequestId,
+        name: &str,
+        route: &Route,
+        task: &TaskAsk,
+    ) -> Result<Vec<u8>, CoreError> {
+        if task.unownable() {
+            return Err(CoreError::TaskOwnerRequired);
+        }
+        let credential = ex.caller.credential.as_ref();
+        let session = ex.session();
+        let answer =
+            (self.call_backend(session, id, name, ex.msg, (ex.stream, credential), route)).await?;
+        if let (Some(owner), true, false) = (&task.owner, task.asked, answer.is_error()) {
+            self.record_task(&route.backend, owner, &answer);
+        }
+        Ok(restore(id, &answer))
+    }
+
     /// Forwards one request under a fresh route key (and a fresh progress token) and waits for
     /// its answer, the deadline, or cancellation.
     pub(crate) async fn call_backend(

@@ -14,9 +14,32 @@ use crate::in_flight::send_cancel;
 use crate::logging;
 use crate::resolve::{From, Route};
 use crate::session::{EndReason, Ended, SessionId, SubKey, Transport};
-use crate::{CoreError, Gateway};
+use crate::{CoreError, Exchange, Gateway};
 
 impl Gateway {
+    /// The adapter for what the gateway keeps per Legacy session: `resources/subscribe`,
+    /// `resources/unsubscribe` and `logging/setLevel` (each needs a session).
+    pub(crate) async fn session_op(
+        &self,
+        ex: &Exchange<'_>,
+        id: &RequestId,
+        name: &str,
+        route: &Route,
+    ) -> Result<Vec<u8>, CoreError> {
+        let Some(sid) = ex.session() else {
+            return Err(match name {
+                method::SUBSCRIBE => CoreError::SessionRequired(method::SUBSCRIBE),
+                method::UNSUBSCRIBE => CoreError::SessionRequired(method::UNSUBSCRIBE),
+                _ => CoreError::SessionRequired(method::SET_LEVEL),
+            });
+        };
+        match name {
+            method::SUBSCRIBE => self.subscribe(sid, ex.caller, id, ex.msg, route).await,
+            method::UNSUBSCRIBE => self.unsubscribe(sid, id, ex.msg, route).await,
+            _ => self.set_level(sid, id, ex.msg, route).await,
+        }
+    }
+
     /// A subscription request without a usable `uri`: nothing to track, so the backend judges
     /// it as it is.
     async fn untracked(

@@ -330,6 +330,32 @@ pub(crate) fn concerns_tasks(method: &str) -> bool {
     method == LIST || BY_ID.contains(&method)
 }
 
+/// What a request asks of tasks, judged once per request: whether it is task-augmented
+/// (`params.task`), and its owner where one is needed (task-augmented requests, and a Modern
+/// request's task methods; `None` also for an anonymous caller without a session, who can
+/// own no task).
+#[derive(Debug)]
+pub(crate) struct TaskAsk {
+    pub(crate) asked: bool,
+    pub(crate) owner: Option<Owner>,
+}
+
+impl TaskAsk {
+    pub(crate) fn of(ex: &Exchange<'_>) -> Self {
+        let asked = is_task_request(ex.msg.params);
+        let task_method = ex.is_modern() && ex.msg.method.is_some_and(concerns_tasks);
+        let owner = (asked || task_method)
+            .then(|| Owner::of(ex.caller, ex.session()))
+            .flatten();
+        TaskAsk { asked, owner }
+    }
+
+    /// A task-augmented request from a caller who could own no task.
+    pub(crate) fn unownable(&self) -> bool {
+        self.asked && self.owner.is_none()
+    }
+}
+
 /// Whether a task-augmented request asked for a task (`params.task`).
 pub(crate) fn is_task_request(params: Option<&RawValue>) -> bool {
     params.is_some_and(|p| switchboard_wire::has_member(p.get(), &["task"]))

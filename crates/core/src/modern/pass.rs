@@ -18,7 +18,7 @@ use crate::{CoreError, Gateway};
 impl Gateway {
     /// Sends `msg` as it is to the route's Modern backend and answers with its result (for
     /// the virtual server when aggregating).
-    pub(super) async fn pass_through(
+    pub(crate) async fn pass_through(
         self: &Arc<Self>,
         (caller, owner, asked_task): (&crate::Principal, Option<&crate::tasks::Owner>, bool),
         msg: &Message<'_>,
