@@ -594,5 +594,4 @@ fn ended(id: String, session: Session) -> Ended {
 }
 
 #[cfg(test)]
-#[path = "session/tests.rs"]
 mod tests;

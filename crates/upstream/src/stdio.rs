@@ -78,7 +78,6 @@ impl StdioConfig {
     }
 }
 
-#[path = "stdio/pending.rs"]
 mod pending;
 use pending::{Pending, PendingTable};
 
@@ -550,5 +549,4 @@ async fn stderr_loop(stderr: ChildStderr, shared: Arc<Shared>) {
 }
 
 #[cfg(test)]
-#[path = "stdio/tests.rs"]
 mod tests;

@@ -113,5 +113,4 @@ fn json_string(raw: &RawValue) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "classify_tests.rs"]
 mod tests;

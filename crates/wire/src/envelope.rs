@@ -323,5 +323,4 @@ fn plain_json_str(raw: &RawValue) -> Option<&str> {
 }
 
 #[cfg(test)]
-#[path = "envelope_tests.rs"]
 mod tests;

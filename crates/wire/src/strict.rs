@@ -292,5 +292,4 @@ fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
 }
 
 #[cfg(test)]
-#[path = "strict_tests.rs"]
 mod tests;

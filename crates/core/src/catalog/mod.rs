@@ -35,11 +35,7 @@ mod rules;
 mod uri;
 
 #[cfg(test)]
-mod tests_merge;
-#[cfg(test)]
-mod tests_more;
-#[cfg(test)]
-mod tests_rules;
+mod tests;
 
 use std::borrow::Cow;
 use std::collections::HashMap;

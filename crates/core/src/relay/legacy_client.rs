@@ -239,7 +239,7 @@ fn next_params(
 }
 
 #[cfg(test)]
-mod first_round_tests {
+mod tests {
     use super::*;
 
     #[test]

@@ -656,6 +656,4 @@ fn response_of(line: &Bytes, msg: &Message<'_>, status: StatusCode) -> Option<Re
 }
 
 #[cfg(test)]
-mod credential_tests;
-#[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use super::{Mode, RemoteConfig, RemoteEndpoint, RemoteUpstream};
+use crate::remote::{Mode, RemoteConfig, RemoteEndpoint, RemoteUpstream};
 use crate::{Credential, InboundSink, Upstream};
 
 #[derive(Debug)]

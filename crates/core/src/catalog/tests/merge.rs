@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use proptest::prelude::{any, prop_assert, prop_assert_eq, prop_oneof, proptest, Just};
 use serde_json::{json, Value};
 
-use super::merge::merge_with;
-use super::*;
+use crate::catalog::merge::merge_with;
+use crate::catalog::*;
 
 pub(super) fn id(s: &str) -> BackendId {
     s.parse().unwrap()
@@ -395,10 +395,10 @@ fn a_real_8_hex_clash_is_resolved() {
     // agree on its first 8 hex digits (found once by a birthday search over the suffix).
     let head = "h".repeat(60);
     let (a, b) = (format!("{head}60187"), format!("{head}88989"));
-    let short = super::names::shortened(&a, 0, 8);
+    let short = crate::catalog::names::shortened(&a, 0, 8);
     assert_eq!(
         short,
-        super::names::shortened(&b, 0, 8),
+        crate::catalog::names::shortened(&b, 0, 8),
         "the pair must clash"
     );
     assert!(short.ends_with("_914ebd4b"), "{short}");

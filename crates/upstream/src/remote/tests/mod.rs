@@ -1,6 +1,8 @@
 //! Pure parts of the remote client; the wire behaviour is tested against `fixture --http` in
 //! the switchboard integration tests (`remote_client`).
 
+mod credential;
+
 use super::*;
 
 #[test]

@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::tests_merge::{id, run, strategy, t, tools, triples};
-use super::*;
+use super::merge::{id, run, strategy, t, tools, triples};
+use crate::catalog::*;
 
 fn rules(f: impl FnOnce(&mut Filter)) -> BackendRules {
     let mut r = BackendRules::default();

@@ -9,8 +9,8 @@ use proptest::prelude::{prop_assert, proptest};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::tests_merge::{id, run, tools, triples};
-use super::*;
+use super::merge::{id, run, tools, triples};
+use crate::catalog::*;
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i}")).collect()

@@ -1,0 +1,225 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard_upstream::{InboundSink, StdioConfig, UpstreamError, UpstreamOwner};
+
+use super::*;
+use crate::per_session::SpawnBackend;
+use crate::session::OwnBackend;
+use crate::{Backend, BackendEra, BackendInfo, Backends, GatewayConfig, Principal, Registry};
+
+/// `cat`: a process that is alive, reads and never answers; told apart by its pid.
+fn cat(sink: Arc<dyn InboundSink>) -> (Upstream, UpstreamOwner) {
+    switchboard_upstream::spawn_stdio(&StdioConfig::new("cat", vec![]), sink).expect("cat")
+}
+
+#[derive(Debug)]
+struct Cats;
+
+impl SpawnBackend for Cats {
+    fn spawn(
+        &self,
+        sink: Arc<dyn InboundSink>,
+    ) -> Result<(Upstream, UpstreamOwner), UpstreamError> {
+        Ok(cat(sink))
+    }
+}
+
+struct Fixture {
+    gateway: Arc<Gateway>,
+    registry: Arc<Registry>,
+    shared: u32,
+    internal: Option<u32>,
+    owners: Vec<UpstreamOwner>,
+}
+
+impl Fixture {
+    fn new(with_internal: bool) -> Fixture {
+        let config = GatewayConfig::default();
+        let registry = Registry::new(&config);
+        let (handle, shared) = cat(registry.sink());
+        let mut owners = vec![shared];
+        let internal = with_internal.then(|| {
+            let (internal, owner) = cat(registry.sink());
+            owners.push(owner);
+            internal
+        });
+        let backend = Backend {
+            info: BackendInfo {
+                protocol_version: "2025-11-25".into(),
+                capabilities: json!({}),
+                server_info: json!({"name": "cat"}),
+                instructions: None,
+                era: BackendEra {
+                    legacy: true,
+                    modern: false,
+                },
+            },
+            internal: internal.clone(),
+            handle: handle.clone(),
+        };
+        let gateway = Gateway::new(Backends::single(backend), registry.clone(), config);
+        Fixture {
+            gateway,
+            registry,
+            shared: handle.pid().expect("pid"),
+            internal: internal.and_then(|i| i.pid()),
+            owners,
+        }
+    }
+
+    fn session(&self) -> SessionId {
+        self.registry
+            .sessions
+            .create("2025-11-25", &Principal::anonymous())
+            .expect("session")
+    }
+
+    /// Gives `session` its own process; returns that process's pid.
+    fn own(&mut self, session: &SessionId, initializing: bool) -> u32 {
+        let (handle, owner) = cat(self.registry.sink());
+        let pid = handle.pid().expect("pid");
+        self.registry
+            .sessions
+            .with(session.as_str(), |s| {
+                s.own
+                    .insert(BackendId::default_id(), OwnBackend::new(handle, owner));
+                s.initializing = initializing;
+            })
+            .expect("live session");
+        pid
+    }
+
+    /// (via, pid) of where `from` goes; `None` for "nowhere yet".
+    fn route(&self, from: From<'_>) -> Option<(Via, u32)> {
+        let route = self
+            .gateway
+            .resolve(from, "tools/call", None)
+            .expect("routed")?;
+        assert_eq!(route.backend, BackendId::default_id());
+        assert_eq!(route.name, Name::AsClient);
+        Some((route.via, route.upstream.pid().expect("pid")))
+    }
+
+    async fn stop(self) {
+        for ended in self.registry.sessions.drain() {
+            self.gateway.release(ended).await;
+        }
+        for owner in self.owners {
+            owner.shutdown(Duration::from_secs(2)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn shared_mode_routes_every_client_to_the_shared_handle() {
+    let f = Fixture::new(false);
+    let sid = f.session();
+    let shared = Some((Via::Shared, f.shared));
+    assert_eq!(f.route(From::Request(None)), shared);
+    assert_eq!(f.route(From::Request(Some(&sid))), shared);
+    assert_eq!(f.route(From::Notification(Some(&sid))), shared);
+    assert_eq!(f.route(From::Modern), shared);
+    assert_eq!(f.route(From::Initialize), shared);
+    let id = BackendId::default_id();
+    assert_eq!(f.route(From::Cancel(&sid, &id)), shared);
+    assert_eq!(f.route(From::Teardown(&id)), shared);
+    // Without a handle of its own, the gateway's requests use the shared one.
+    assert_eq!(f.route(From::Gateway(&id)), Some((Via::Internal, f.shared)));
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn an_ended_session_is_not_found_and_never_falls_through() {
+    let f = Fixture::new(false);
+    let sid = f.session();
+    drop(
+        f.registry
+            .sessions
+            .remove_any(sid.as_str())
+            .expect("removed"),
+    );
+    let err = f
+        .gateway
+        .resolve(From::Request(Some(&sid)), "tools/call", None)
+        .expect_err("ended session");
+    assert!(matches!(err, CoreError::SessionNotFound), "{err}");
+    // A notification of an ended session is no request to refuse: shared mode sends it on.
+    let shared = Some((Via::Shared, f.shared));
+    assert_eq!(f.route(From::Notification(Some(&sid))), shared);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn per_session_mode_uses_the_sessions_own_process_or_nothing() {
+    let mut f = Fixture::new(false);
+    f.gateway.enable_per_session(Arc::new(Cats));
+    let sid = f.session();
+    // No process yet: nowhere (the shared process is other sessions').
+    assert_eq!(f.route(From::Request(Some(&sid))), None);
+    assert_eq!(f.route(From::Notification(Some(&sid))), None);
+    let default = BackendId::default_id();
+    assert_eq!(f.route(From::Cancel(&sid, &default)), None);
+    // Sessionless requests keep the shared handle.
+    assert_eq!(f.route(From::Request(None)), Some((Via::Shared, f.shared)));
+    // Handshaking: requests wait for it, notifications (the client's own) go to it.
+    let own = f.own(&sid, true);
+    assert_eq!(f.route(From::Request(Some(&sid))), None);
+    assert_eq!(
+        f.route(From::Notification(Some(&sid))),
+        Some((Via::Own, own))
+    );
+    f.registry
+        .sessions
+        .with(sid.as_str(), |s| s.initializing = false)
+        .expect("live");
+    assert_eq!(f.route(From::Request(Some(&sid))), Some((Via::Own, own)));
+    let id = BackendId::default_id();
+    assert_eq!(f.route(From::Cancel(&sid, &id)), Some((Via::Own, own)));
+    // Another session's process is never this one's.
+    let other = f.session();
+    let theirs = f.own(&other, false);
+    assert_ne!(theirs, own);
+    assert_eq!(
+        f.route(From::Request(Some(&other))),
+        Some((Via::Own, theirs))
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn gateway_requests_use_the_internal_handle_and_started_ones_their_own() {
+    let f = Fixture::new(true);
+    let id = BackendId::default_id();
+    let internal = f.internal.expect("internal pid");
+    assert_ne!(internal, f.shared);
+    assert_eq!(f.route(From::Gateway(&id)), Some((Via::Internal, internal)));
+    let (started, owner) = cat(f.registry.sink());
+    let pid = started.pid().expect("pid");
+    assert_eq!(
+        f.route(From::Started(&id, started)),
+        Some((Via::Started, pid))
+    );
+    owner.shutdown(Duration::from_secs(2)).await;
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_backend_outside_the_set_is_refused() {
+    let f = Fixture::new(false);
+    let sid = f.session();
+    let stranger: BackendId = "elsewhere".parse().expect("valid name");
+    for from in [
+        From::Gateway(&stranger),
+        From::Teardown(&stranger),
+        From::Cancel(&sid, &stranger),
+    ] {
+        let err = f
+            .gateway
+            .resolve(from, "tools/call", None)
+            .expect_err("unknown backend");
+        assert!(matches!(err, CoreError::UnknownBackend(ref b) if b == &stranger));
+    }
+    f.stop().await;
+}

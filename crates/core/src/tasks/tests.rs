@@ -1,0 +1,148 @@
+use super::*;
+use serde_json::json;
+
+fn session(id: &str) -> Owner {
+    Owner::session(id)
+}
+
+fn principal(subject: &str) -> Owner {
+    Owner::Principal {
+        issuer: "api-key".into(),
+        subject: subject.into(),
+    }
+}
+
+fn legacy_task(id: &str) -> String {
+    format!(r#"{{"task":{{"taskId":"{id}","status":"working"}}}}"#)
+}
+
+#[test]
+fn ownership_and_filtering() {
+    let t = TaskOwners::default();
+    let (a, b) = (session("a"), session("b"));
+    t.record(&a, &legacy_task("t1"));
+    t.record(&b, &legacy_task("t2"));
+    t.record(&b, r#"{"content":[]}"#);
+    assert!(t.owns(Some(&a), "t1") && !t.owns(Some(&b), "t1"));
+    assert!(!t.owns(Some(&a), "nope") && !t.owns(None, "t1"));
+    let list = json!({"tasks":[{"taskId":"t1"},{"taskId":"t2"},{"taskId":"t3"}],"nextCursor":"c"})
+        .to_string();
+    let mine: Value = serde_json::from_str(&t.filter_list(Some(&a), &list)).unwrap();
+    assert_eq!(mine, json!({"tasks":[{"taskId":"t1"}],"nextCursor":"c"}));
+    let nobody: Value = serde_json::from_str(&t.filter_list(None, &list)).unwrap();
+    assert_eq!(nobody, json!({"tasks":[],"nextCursor":"c"}));
+    let odd = t.filter_list(Some(&a), r#"{"tasks":{"taskId":"t1"}}"#);
+    assert_eq!(
+        odd, r#"{"tasks":[]}"#,
+        "what cannot be filtered is not passed"
+    );
+    t.purge("a");
+    assert_eq!(t.len(), 2, "b's task and b's index row");
+    t.purge("b");
+    assert_eq!(t.len(), 0);
+    let p = RawValue::from_string(
+        r#"{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}}}"#.into(),
+    )
+    .unwrap();
+    assert_eq!(task_of(Some(&p)).as_deref(), Some("t2"));
+}
+
+#[test]
+fn a_request_names_one_task() {
+    let named = |p: &str| requested_task(Some(&RawValue::from_string(p.into()).unwrap()));
+    assert_eq!(named(r#"{"taskId":"t"}"#).as_deref(), Some("t"));
+    assert_eq!(
+        named(r#"{"task\u0049d":"t","x":{"taskId":"u"}}"#).as_deref(),
+        Some("t")
+    );
+    assert_eq!(named(r#"{"taskId":"t","taskId":"u"}"#), None, "duplicates");
+    assert_eq!(
+        named(r#"{"taskId":"t","task\u0049d":"u"}"#),
+        None,
+        "escaped duplicate"
+    );
+    assert_eq!(named(r#"{"taskId":7}"#), None);
+    assert_eq!(named(r#"{}"#), None);
+    assert_eq!(named(r#"[1]"#), None);
+    assert_eq!(requested_task(None), None);
+}
+
+/// The owner of a sessionless call is its principal; an anonymous one has none. A
+/// principal's stateless tasks are not its sessions' and vice versa.
+#[test]
+fn owners_by_session_and_principal() {
+    let alice = Principal {
+        issuer: "api-key".into(),
+        subject: "alice".into(),
+        claims: serde_json::Map::new(),
+        credential: None,
+    };
+    let sid = SessionId::mint();
+    assert_eq!(Owner::of(&Principal::anonymous(), None), None);
+    assert_eq!(
+        Owner::of(&Principal::anonymous(), Some(&sid)),
+        Some(session(sid.as_str()))
+    );
+    assert_eq!(Owner::of(&alice, None), Some(principal("alice")));
+    assert_eq!(Owner::of(&alice, Some(&sid)), Some(session(sid.as_str())));
+
+    let t = TaskOwners::default();
+    t.record(&principal("alice"), &legacy_task("p1"));
+    t.record(
+        &principal("alice"),
+        r#"{"resultType":"task","taskId":"m1","status":"working"}"#,
+    );
+    t.record(
+        &principal("bob"),
+        r#"{"resultType":"complete","taskId":"x"}"#,
+    );
+    assert!(t.owns(Some(&principal("alice")), "p1"));
+    assert!(t.owns(Some(&principal("alice")), "m1"), "Modern task shape");
+    assert!(t.owner("x").is_none(), "a complete result creates no task");
+    assert!(!t.owns(Some(&principal("bob")), "p1"));
+    assert!(!t.owns(Some(&session(sid.as_str())), "p1"));
+    let other_issuer = Owner::Principal {
+        issuer: "https://idp".into(),
+        subject: "alice".into(),
+    };
+    assert!(!t.owns(Some(&other_issuer), "p1"), "issuer and subject");
+    t.purge(sid.as_str());
+    assert!(t.owns(Some(&principal("alice")), "p1"), "not a session's");
+}
+
+/// A task id handed to a second owner belongs to neither: reassigning it would give one
+/// owner the other's task.
+#[test]
+fn a_reused_task_id_belongs_to_nobody() {
+    let t = TaskOwners::default();
+    t.record(&principal("alice"), &legacy_task("dup"));
+    t.record(&principal("bob"), &legacy_task("dup"));
+    assert!(t.owner("dup").is_none());
+    assert!(!t.owns(Some(&principal("alice")), "dup"));
+    assert!(!t.owns(Some(&principal("bob")), "dup"));
+}
+
+/// An owner that creates tasks without end forgets its own oldest ones; another owner's
+/// tasks stay reachable.
+#[test]
+fn one_owner_cannot_crowd_out_anothers_tasks() {
+    let t = TaskOwners::default();
+    let (victim, greedy) = (session("victim"), principal("greedy"));
+    t.record(&victim, &legacy_task("v1"));
+    t.record(&victim, &legacy_task("v1"));
+    assert_eq!(t.len(), 2, "a task recorded twice is indexed once");
+    for i in 0..MAX_TASKS_PER_OWNER + 10 {
+        t.record(&greedy, &legacy_task(&format!("g{i}")));
+    }
+    assert!(t.owns(Some(&victim), "v1"));
+    assert!(
+        !t.owns(Some(&greedy), "g0"),
+        "the greedy owner's oldest is forgotten"
+    );
+    let newest = format!("g{}", MAX_TASKS_PER_OWNER + 9);
+    assert!(t.owns(Some(&greedy), &newest));
+    assert_eq!(t.len(), 1 + MAX_TASKS_PER_OWNER + 2);
+    t.purge("victim");
+    t.clear();
+    assert_eq!(t.len(), 0);
+}
