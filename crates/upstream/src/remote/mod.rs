@@ -14,6 +14,7 @@
 
 mod body;
 mod error;
+mod facts;
 mod listen;
 mod sse_client;
 mod upstream;
