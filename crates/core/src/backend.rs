@@ -153,11 +153,23 @@ pub(crate) async fn call(
     params: Value,
     deadline: Duration,
 ) -> Result<BackendResponse, CoreError> {
+    call_as(handle, name, params, deadline, None).await
+}
+
+/// [`call`] on behalf of the caller whose `credential` it is (`None`: the gateway's own), for
+/// a handle that caller alone uses (its partition, a process of its call's own).
+pub(crate) async fn call_as(
+    handle: &Upstream,
+    name: &str,
+    params: Value,
+    deadline: Duration,
+    credential: Option<&switchboard_upstream::Credential>,
+) -> Result<BackendResponse, CoreError> {
     let params = RawValue::from_string(params.to_string())
         .map_err(|e| CoreError::BackendInit(e.to_string()))?;
     let key = RouteKey::mint();
     let line = encode_request(&key.to_request_id(), name, Some(&params));
-    let pending = handle.call(key.as_str(), line).await?;
+    let pending = handle.call_as(key.as_str(), line, credential).await?;
     tokio::time::timeout(deadline, pending)
         .await
         .map_err(|_| no_answer(name, deadline))?

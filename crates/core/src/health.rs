@@ -162,6 +162,9 @@ impl Outcome {
             UpstreamError::Remote(R::Status { status, .. }) if *status < 500 => Outcome::Neutral,
             UpstreamError::Remote(R::Timeout) => Outcome::Neutral,
             UpstreamError::Remote(R::SessionLost | R::Refused(_) | R::TooLarge { .. })
+            // No credential to send (a caller without a token to exchange, the token service
+            // refusing one): the call never reached the remote, which says nothing about it.
+            | UpstreamError::Remote(R::OutgoingAuth(_))
             | UpstreamError::Overloaded
             | UpstreamError::DuplicateKey => Outcome::Neutral,
             _ => Outcome::Failed("failed", e.client_text()),

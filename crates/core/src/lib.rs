@@ -80,6 +80,7 @@ pub use session::{SessionId, Transport};
 pub use session_store::{
     new_replica_id, PeerDelivery, Presence, SessionRecords, StoreError, STORE_TIMEOUT,
 };
+pub use switchboard_upstream::outgoing_auth::OutgoingAuthError;
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;
 pub use switchboard_upstream::UpstreamError;

@@ -190,7 +190,9 @@ impl Gateway {
                 && name != crate::tasks::LIST =>
             {
                 let key = PartitionKey::of(caller, msg, &route.backend);
-                let using = self.partition(&key).await?;
+                // The caller's partition is its own: its requests go on the caller's behalf.
+                let credential = caller.credential.as_ref();
+                let using = self.partition(&key, credential).await?;
                 let started = From::Started(&route.backend, using.0.handle.clone());
                 let mut on_partition = self
                     .resolve(started, name, msg.params)?
@@ -200,20 +202,26 @@ impl Gateway {
                 let on_partition = &on_partition;
                 if !crate::mrtr::METHODS.contains(&name) {
                     return self
-                        .bridged(id, (name, msg), stream, on_partition, None)
+                        .bridged(id, (name, msg), stream, (on_partition, credential), None)
                         .await;
                 }
                 // A call that declared nothing the backend could ask for: refused with -32021
                 // when the backend asks anyway and the request is attributable to it.
                 let mut running = using.0.plain.start();
                 tokio::select! {
-                    answer = self.bridged(id, (name, msg), stream, on_partition, None) => answer,
+                    answer = self.bridged(
+                        id, (name, msg), stream, (on_partition, credential), None,
+                    ) => answer,
                     Ok(cap) = &mut running.blamed => Ok(crate::mrtr::missing_capability(id, cap)),
                 }
             }
             _ => {
                 let record = owner.filter(|_| asked_task);
-                self.bridged(id, (name, msg), stream, route, record).await
+                // The shared handle: a remote's is stateless, so the caller's credential goes
+                // with this one request only.
+                let credential = caller.credential.as_ref();
+                self.bridged(id, (name, msg), stream, (route, credential), record)
+                    .await
             }
         }
     }
@@ -293,13 +301,14 @@ impl Gateway {
         }
     }
 
-    /// A Modern request onto a Legacy backend; a task it creates is recorded as `task_owner`'s.
+    /// A Modern request onto a Legacy backend, on behalf of the caller whose `credential` it
+    /// is; a task it creates is recorded as `task_owner`'s.
     async fn bridged(
         &self,
         id: &RequestId,
         (name, msg): (&str, &Message<'_>),
         stream: Option<mpsc::Sender<Bytes>>,
-        route: &Route,
+        (route, credential): (&Route, Option<&switchboard_upstream::Credential>),
         task_owner: Option<&crate::tasks::Owner>,
     ) -> Result<Answer, CoreError> {
         let stripped = msg.params.and_then(strip_reserved);
@@ -313,7 +322,7 @@ impl Gateway {
                 stream,
                 listen: None,
                 route,
-                credential: None,
+                credential,
             })
             .await?;
         if let (Some(owner), false) = (task_owner, answer.is_error()) {

@@ -323,7 +323,7 @@ impl Gateway {
         let leased = if wants_logs || !key.input_capable() {
             None
         } else {
-            match self.partition(&key).await {
+            match self.partition(&key, req.caller.credential.as_ref()).await {
                 Ok(using) => self.lease(using),
                 // No room for another partition: the call still gets a process of its own.
                 Err(CoreError::TooManyPartitions(_)) => None,
@@ -379,7 +379,9 @@ impl Gateway {
         }
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), req.name, Some(&params));
-        call.pending = Some(call.handle.call(key.as_str(), line).await?);
+        // The call's own process, or its caller's partition: on the caller's behalf.
+        let credential = req.caller.credential.as_ref();
+        call.pending = Some(call.handle.call_as(key.as_str(), line, credential).await?);
         call.key = Some(key);
         Ok(())
     }

@@ -15,8 +15,10 @@ pub struct Principal {
     pub subject: String,
     /// Verified JWT claims, for policies (`context.claims`). Empty for other credentials.
     pub claims: serde_json::Map<String, Value>,
-    /// The verified JWT as presented, for a remote backend configured to receive its callers'
-    /// tokens; `None` for API keys (a gateway secret, never a remote's) and anonymous callers.
+    /// The caller's credential, for a remote backend that acts as the caller (passthrough,
+    /// token exchange): its verified JWT as presented, or, for an API key's holder (a gateway
+    /// secret, never a remote's) and anonymous callers, one without a token (such a backend
+    /// refuses to act for them). `None` only in the gateway's own bookkeeping copies.
     pub credential: Option<switchboard_upstream::Credential>,
 }
 
@@ -35,7 +37,10 @@ impl Principal {
             issuer: "anonymous".to_owned(),
             subject: "anonymous".to_owned(),
             claims: serde_json::Map::new(),
-            credential: None,
+            credential: Some(switchboard_upstream::Credential::without_token(
+                "anonymous",
+                "anonymous",
+            )),
         }
     }
 

@@ -104,7 +104,7 @@ impl Gateway {
         }
         let mut flight = (self.health.flight(out.route, out.name))
             .map_err(|e| self.attributed(&out.route.backend, e))?;
-        flight.forwarded = out.credential.is_some();
+        flight.forwarded = out.credential.is_some_and(Credential::has_token);
         let Some(traces) = &self.traces else {
             return flight.finish(self.send_unguarded(out).await);
         };

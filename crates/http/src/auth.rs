@@ -223,7 +223,11 @@ impl Authenticator {
                 issuer: API_KEY_ISSUER.to_owned(),
                 subject: name.to_owned(),
                 claims: Map::new(),
-                credential: None,
+                // A gateway secret, never a remote's: a backend acting as the caller refuses.
+                credential: Some(switchboard_core::Credential::without_token(
+                    API_KEY_ISSUER,
+                    name,
+                )),
             }));
         }
         match &self.jwt {
@@ -419,11 +423,18 @@ impl JwtValidator {
             .filter(|s| !s.is_empty())
             .ok_or(AuthFailure::Invalid("JWT sub is not a string"))?
             .to_owned();
+        let credential = switchboard_core::Credential::bearer(token, &self.config.issuer, &subject)
+            .or_else(|| {
+                Some(switchboard_core::Credential::without_token(
+                    &self.config.issuer,
+                    &subject,
+                ))
+            });
         Ok(Principal {
             issuer: self.config.issuer.clone(),
             subject,
             claims,
-            credential: switchboard_core::Credential::bearer(token),
+            credential,
         })
     }
 

@@ -53,8 +53,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use switchboard_core::CoreError;
-use switchboard_core::RemoteError;
 use switchboard_core::UpstreamError;
+use switchboard_core::{OutgoingAuthError, RemoteError};
 use switchboard_wire::{codes, encode_error, version, ErrorObject, ParseError, RequestId};
 
 /// A request that ends in an error answer.
@@ -312,6 +312,14 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         CoreError::Backend(UpstreamError::Remote(RemoteError::Refused(_))) => (
             StatusCode::SERVICE_UNAVAILABLE,
             internal(format!("Backend overloaded: {e}")),
+        ),
+        // A caller the backend cannot act for (no token to exchange), or a request for an
+        // upstream session of someone else's: refused, as a policy denial is.
+        CoreError::Backend(UpstreamError::Remote(RemoteError::OutgoingAuth(
+            OutgoingAuthError::NoSubjectToken | OutgoingAuthError::ForeignSession,
+        ))) => (
+            StatusCode::FORBIDDEN,
+            ErrorObject::new(FORBIDDEN, e.to_string()),
         ),
         CoreError::Backend(u @ UpstreamError::Remote(_)) => (
             StatusCode::BAD_GATEWAY,

@@ -119,8 +119,9 @@ fn fingerprint(b: &BackendSpec) -> Digest {
             label: _,
             transport,
             headers,
-            forward_caller_token,
-        }) => format!("{url:?}|{shown_url:?}|{transport:?}|{headers:?}|{forward_caller_token}"),
+            auth: _,
+            auth_fingerprint,
+        }) => format!("{url:?}|{shown_url:?}|{transport:?}|{headers:?}|{auth_fingerprint}"),
     };
     digest(&format!("{kind}|{:?}", b.timeout))
 }

@@ -39,6 +39,45 @@ pub(crate) struct RemoteArgs {
     /// Read more such headers from a file, one per line (`#` comments and blank lines skipped).
     #[arg(long, value_name = "FILE", requires = "url")]
     pub(crate) header_file: Option<std::path::PathBuf>,
+    /// How the gateway authenticates to the remote, per call: `passthrough` (the caller's own
+    /// verified JWT, unchanged; discouraged), `token-exchange` (RFC 8693: the caller's JWT
+    /// exchanged for a token meant for the remote; API-key and anonymous callers are refused),
+    /// `client-credentials` (the gateway's own token). Without it: the `--header`s only.
+    #[arg(long, value_enum, value_name = "TYPE", requires = "url")]
+    pub(crate) upstream_auth: Option<UpstreamAuthArg>,
+    /// The token service's token endpoint (token-exchange, client-credentials).
+    #[arg(long, value_name = "URL", requires = "upstream_auth")]
+    pub(crate) upstream_token_endpoint: Option<String>,
+    /// The audience requested in a token exchange.
+    #[arg(long, value_name = "AUDIENCE", requires = "upstream_auth")]
+    pub(crate) upstream_audience: Option<String>,
+    /// The resource (RFC 8707) requested in a token exchange.
+    #[arg(long, value_name = "URI", requires = "upstream_auth")]
+    pub(crate) upstream_resource: Option<String>,
+    /// A scope to request (repeatable).
+    #[arg(
+        long = "upstream-scope",
+        value_name = "SCOPE",
+        requires = "upstream_auth"
+    )]
+    pub(crate) upstream_scopes: Vec<String>,
+    /// The gateway's client id at the token service.
+    #[arg(long, value_name = "ID", requires = "upstream_auth")]
+    pub(crate) upstream_client_id: Option<String>,
+    /// A file (mode 0600) whose first line is the gateway's client secret there.
+    #[arg(long, value_name = "FILE", requires = "upstream_auth")]
+    pub(crate) upstream_client_secret_file: Option<std::path::PathBuf>,
+}
+
+/// `--upstream-auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum UpstreamAuthArg {
+    /// The caller's own verified JWT, unchanged.
+    Passthrough,
+    /// RFC 8693 token exchange of the caller's JWT.
+    TokenExchange,
+    /// The gateway's own token (client credentials grant).
+    ClientCredentials,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -52,6 +91,59 @@ pub(crate) enum TransportArg {
 }
 
 impl RemoteArgs {
+    /// `--upstream-auth` and its options, checked as the file's `auth` is (`headers`: the
+    /// `--header`s, which must not hold an `Authorization` beside it).
+    pub(crate) fn outgoing(
+        &self,
+        headers: &[(HeaderName, HeaderValue)],
+    ) -> anyhow::Result<crate::config::outgoing::Resolved> {
+        use crate::config::model::{AuthType, BackendAuth};
+        let Some(kind) = self.upstream_auth else {
+            return Ok(crate::config::outgoing::Resolved {
+                auth: Default::default(),
+                fingerprint: String::new(),
+            });
+        };
+        anyhow::ensure!(
+            !headers.iter().any(|(n, _)| *n == hyper::header::AUTHORIZATION),
+            "--upstream-auth cannot be combined with an Authorization --header: the gateway sets it"
+        );
+        let auth = BackendAuth {
+            kind: match kind {
+                UpstreamAuthArg::Passthrough => AuthType::Passthrough,
+                UpstreamAuthArg::TokenExchange => AuthType::TokenExchange,
+                UpstreamAuthArg::ClientCredentials => AuthType::ClientCredentials,
+            },
+            token_endpoint: self.upstream_token_endpoint.clone(),
+            client_id: self.upstream_client_id.clone(),
+            client_secret_file: self.upstream_client_secret_file.clone(),
+            audience: self.upstream_audience.clone(),
+            scopes: self.upstream_scopes.clone(),
+            resource: self.upstream_resource.clone(),
+        };
+        let flag = |key: &str| match key {
+            "type" => "--upstream-auth".to_owned(),
+            "tokenEndpoint" => "--upstream-token-endpoint".to_owned(),
+            "clientId" => "--upstream-client-id".to_owned(),
+            "clientSecretFile" => "--upstream-client-secret-file".to_owned(),
+            "audience" => "--upstream-audience".to_owned(),
+            "scopes" => "--upstream-scope".to_owned(),
+            "resource" => "--upstream-resource".to_owned(),
+            other => other.to_owned(),
+        };
+        crate::config::outgoing::resolve(&auth, "default", std::path::Path::new("."), &flag)
+            .map_err(|errors| {
+                anyhow::anyhow!(
+                    "{}",
+                    errors
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )
+            })
+    }
+
     /// `--header` and `--header-file` lines, each checked and expanded.
     pub(crate) fn headers(&self) -> anyhow::Result<Vec<(HeaderName, HeaderValue)>> {
         let mut lines: Vec<String> = self.headers.clone();
@@ -84,7 +176,7 @@ pub(crate) fn remote_config(
     config.call_timeout = call_timeout;
     config.send_timeout = send_timeout;
     config.headers.clone_from(&spec.headers);
-    config.forward_caller_token = spec.forward_caller_token;
+    config.auth = spec.auth.clone();
     config
 }
 

@@ -14,6 +14,7 @@ mod forker;
 mod framing;
 mod handle;
 mod orphan;
+pub mod outgoing_auth;
 pub mod remote;
 pub mod stdio;
 mod supervisor;

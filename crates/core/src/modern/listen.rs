@@ -90,7 +90,9 @@ impl Gateway {
             .filter(|e| self.per_session.for_backend(&e.id).is_some() && !e.modern_now())
             .map(|e| crate::mrtr::PartitionKey::of(caller, msg, &e.id))
             .collect();
-        let started = futures::future::join_all(keys.iter().map(|k| self.partition(k))).await;
+        let credential = caller.credential.as_ref();
+        let started =
+            futures::future::join_all(keys.iter().map(|k| self.partition(k, credential))).await;
         let partitions: Vec<_> = started.into_iter().filter_map(Result::ok).collect();
         let heard: Vec<_> = partitions.iter().map(|u| u.0.listeners.clone()).collect();
         let changes = Filter {

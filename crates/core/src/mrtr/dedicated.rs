@@ -63,17 +63,22 @@ impl Gateway {
             lease: None,
             key: None,
         };
-        self.handshake(&call.handle, Value::Object(caps), meta.get(META_LOG_LEVEL))
+        let level = meta.get(META_LOG_LEVEL);
+        let credential = req.caller.credential.as_ref();
+        self.handshake(&call.handle, Value::Object(caps), level, credential)
             .await?;
         Ok(call)
     }
 
-    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for.
+    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for;
+    /// on behalf of the caller whose `credential` it is when the process (or upstream
+    /// session) is that caller's alone (`None`: the gateway's own).
     pub(crate) async fn handshake(
         &self,
         handle: &Upstream,
         capabilities: Value,
         level: Option<&Value>,
+        credential: Option<&switchboard_upstream::Credential>,
     ) -> Result<(), CoreError> {
         let deadline = self.config.handshake_timeout;
         let init = json!({
@@ -81,7 +86,8 @@ impl Gateway {
             "capabilities": capabilities,
             "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
         });
-        let answer = crate::backend::call(handle, method::INITIALIZE, init, deadline).await?;
+        let answer =
+            crate::backend::call_as(handle, method::INITIALIZE, init, deadline, credential).await?;
         if answer.is_error() {
             return Err(CoreError::BackendInit(crate::backend::refused(
                 method::INITIALIZE,
@@ -95,7 +101,14 @@ impl Gateway {
             let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
             if logging["capabilities"].get("logging").is_some() {
                 let params = json!({ "level": level });
-                let _ = crate::backend::call(handle, method::SET_LEVEL, params, deadline).await;
+                let _ = crate::backend::call_as(
+                    handle,
+                    method::SET_LEVEL,
+                    params,
+                    deadline,
+                    credential,
+                )
+                .await;
             }
         }
         Ok(())

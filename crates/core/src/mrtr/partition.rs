@@ -336,13 +336,18 @@ fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<UpstreamOwner> {
 }
 
 impl Gateway {
-    /// The caller's partition for `key`, started (and handshaken) if needed.
-    pub(crate) async fn partition(&self, key: &Key) -> Result<Use, CoreError> {
+    /// The caller's partition for `key`, started (and handshaken, on behalf of the caller
+    /// whose `credential` it is: the partition is that principal's alone) if needed.
+    pub(crate) async fn partition(
+        &self,
+        key: &Key,
+        credential: Option<&switchboard_upstream::Credential>,
+    ) -> Result<Use, CoreError> {
         for _ in 0..2 {
             let (cell, reaped) = self.mrtr.partitions.cell(key)?;
             self.stop_in_background(reaped);
             let started = cell
-                .get_or_try_init(|| self.start_partition(key))
+                .get_or_try_init(|| self.start_partition(key, credential))
                 .await
                 .cloned();
             match started {
@@ -389,7 +394,11 @@ impl Gateway {
         ))
     }
 
-    async fn start_partition(&self, key: &Key) -> Result<Arc<Partition>, CoreError> {
+    async fn start_partition(
+        &self,
+        key: &Key,
+        credential: Option<&switchboard_upstream::Credential>,
+    ) -> Result<Arc<Partition>, CoreError> {
         let spawner = self
             .per_session
             .for_backend(&key.backend)
@@ -420,7 +429,7 @@ impl Gateway {
             subscribed: parking_lot::Mutex::new(HashMap::new()),
             plain,
         });
-        self.handshake(&part.handle, key.capabilities(), None)
+        self.handshake(&part.handle, key.capabilities(), None, credential)
             .await?;
         Ok(part)
     }
@@ -464,7 +473,10 @@ impl Gateway {
         let entry = self.backend_of(route)?;
         let info = entry.info();
         let using = self
-            .partition(&Key::of(caller, msg, &route.backend))
+            .partition(
+                &Key::of(caller, msg, &route.backend),
+                caller.credential.as_ref(),
+            )
             .await?;
         let part = using.0.clone();
         let honoured = crate::modern::honoured(info, Filter::parse(msg.params));

@@ -314,7 +314,8 @@ impl Gateway {
         let (handle, owner) = crate::per_session::spawn_off_runtime(spawner, Arc::new(ListerSink))
             .await
             .map_err(|e| e.to_string())?;
-        self.handshake(&handle, set.capabilities(), None)
+        // Acting as itself: a process (or upstream session) every caller's lists come from.
+        self.handshake(&handle, set.capabilities(), None, None)
             .await
             .map_err(|e| e.to_string())?;
         *lister = Some(Lister {

@@ -13,7 +13,13 @@ use serde_json::Value;
 
 use super::ConfigError;
 
-const URL_ONLY: [&str; 4] = ["transport", "headers", "headersFile", "forwardCallerToken"];
+const URL_ONLY: [&str; 5] = [
+    "transport",
+    "headers",
+    "headersFile",
+    "forwardCallerToken",
+    "auth",
+];
 const COMMAND_ONLY: [&str; 4] = ["args", "env", "cwd", "isolation"];
 
 pub(crate) fn across(doc: &Value) -> Vec<ConfigError> {
@@ -37,6 +43,12 @@ pub(crate) fn across(doc: &Value) -> Vec<ConfigError> {
             }
         }
         out.extend(kind(b, &at));
+        if b.get("auth").is_some() && b.get("forwardCallerToken").is_some() {
+            out.push(ConfigError::new(
+                &format!("{at}.forwardCallerToken"),
+                "give auth or forwardCallerToken (an alias of auth: {type: passthrough}), not both",
+            ));
+        }
     }
     if let Some(issuer) = doc.pointer("/auth/jwt/issuer").and_then(Value::as_str) {
         if let Some(why) = switchboard_http::reserved_issuer(issuer) {
@@ -81,8 +93,8 @@ fn kind(b: &Value, at: &str) -> Vec<ConfigError> {
                 "required (or url, for a remote server)",
             )]
         }
-        (true, false) => (&URL_ONLY, "url"),
-        (false, true) => (&COMMAND_ONLY, "command"),
+        (true, false) => (&URL_ONLY[..], "url"),
+        (false, true) => (&COMMAND_ONLY[..], "command"),
     };
     wrong
         .iter()

@@ -12,6 +12,7 @@ mod init;
 mod mcp_json;
 pub(crate) mod merge;
 pub(crate) mod model;
+pub(crate) mod outgoing;
 mod resolve;
 mod schema;
 pub(crate) mod secrets;

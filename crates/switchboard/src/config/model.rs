@@ -301,13 +301,45 @@ pub(crate) struct BackendEntry {
     #[serde(default)]
     pub(crate) headers: BTreeMap<String, String>,
     pub(crate) headers_file: Option<PathBuf>,
+    /// An alias of `auth: {type: passthrough}`.
     #[serde(default)]
     pub(crate) forward_caller_token: bool,
+    /// How the gateway authenticates to a remote (`outgoing`).
+    pub(crate) auth: Option<BackendAuth>,
     pub(crate) timeout: Option<Dur>,
     #[serde(default)]
     pub(crate) tools: ListSettings,
     #[serde(default)]
     pub(crate) prompts: ListSettings,
+}
+
+/// `backends[].auth`: one object whatever the type (which keys each type takes is checked
+/// after the schema, in `outgoing`, with messages naming the type).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct BackendAuth {
+    #[serde(rename = "type")]
+    pub(crate) kind: AuthType,
+    pub(crate) token_endpoint: Option<String>,
+    pub(crate) client_id: Option<String>,
+    pub(crate) client_secret_file: Option<PathBuf>,
+    pub(crate) audience: Option<String>,
+    #[serde(default)]
+    pub(crate) scopes: Vec<String>,
+    pub(crate) resource: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum AuthType {
+    /// The caller's own token, as presented (`forwardCallerToken`).
+    Passthrough,
+    /// RFC 8693: the caller's token exchanged for one meant for the backend.
+    TokenExchange,
+    /// The gateway's own token (RFC 6749 §4.4).
+    ClientCredentials,
+    /// Per-user OAuth: refused (not supported yet).
+    Oauth,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -226,18 +226,47 @@ impl Ctx<'_> {
                 Err(err) => errors.push(ConfigError::new(&path, err.to_string())),
             }
         }
-        // The caller's token replaces the gateway's: a static one beside it would be sent
-        // for every caller without a token of its own, acting as the gateway at the remote.
-        if e.forward_caller_token
+        let passthrough = super::model::BackendAuth {
+            kind: super::model::AuthType::Passthrough,
+            token_endpoint: None,
+            client_id: None,
+            client_secret_file: None,
+            audience: None,
+            scopes: Vec::new(),
+            resource: None,
+        };
+        let (auth, auth_at) = match (&e.auth, e.forward_caller_token) {
+            (Some(a), _) => (Some(a), format!("{at}.auth")),
+            (None, true) => (Some(&passthrough), format!("{at}.forwardCallerToken")),
+            (None, false) => (None, String::new()),
+        };
+        // The gateway sets Authorization itself: a static one beside it would be sent for
+        // every request the gateway makes without a caller's token (its own, or a path that
+        // cannot carry one), acting as the gateway where the caller was meant.
+        if auth.is_some()
             && headers
                 .iter()
                 .any(|(n, _)| *n == hyper::header::AUTHORIZATION)
         {
             errors.push(ConfigError::new(
-                &format!("{at}.forwardCallerToken"),
+                &auth_at,
                 "cannot be combined with a static Authorization header".to_owned(),
             ));
         }
+        let name = |key: &str| match e.auth {
+            Some(_) => format!("{auth_at}.{key}"),
+            None => auth_at.clone(),
+        };
+        let auth = match auth {
+            None => None,
+            Some(a) => match super::outgoing::resolve(a, &e.name, self.base, &name) {
+                Ok(r) => Some(r),
+                Err(mut e) => {
+                    errors.append(&mut e);
+                    None
+                }
+            },
+        };
         let expanded = match expanded {
             Ok(u) if errors.is_empty() => u,
             Ok(_) => return Err(errors),
@@ -257,7 +286,11 @@ impl Ctx<'_> {
                 Some(Transport::Sse) => TransportArg::Sse,
             },
             headers,
-            forward_caller_token: e.forward_caller_token,
+            auth_fingerprint: auth
+                .as_ref()
+                .map(|a| a.fingerprint.clone())
+                .unwrap_or_default(),
+            auth: auth.map(|a| a.auth).unwrap_or_default(),
         }))
     }
 }

@@ -45,7 +45,7 @@ impl BackendSpec {
     pub(crate) fn needs_catalog(&self) -> bool {
         !self.tools.is_empty()
             || !self.prompts.is_empty()
-            || matches!(&self.kind, BackendKind::Remote(r) if r.forward_caller_token)
+            || matches!(&self.kind, BackendKind::Remote(r) if r.auth.acts_as_caller())
     }
 }
 
@@ -74,7 +74,10 @@ pub(crate) struct RemoteSpec {
     pub(crate) label: String,
     pub(crate) transport: TransportArg,
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
-    pub(crate) forward_caller_token: bool,
+    /// What it sends as `Authorization` per call (`auth`, `--upstream-auth`).
+    pub(crate) auth: switchboard_upstream::outgoing_auth::OutgoingAuth,
+    /// `auth`'s settings as text, for the reload diff (a digest of the secret, never it).
+    pub(crate) auth_fingerprint: String,
 }
 
 /// How many backends' lists become one (the aggregating core's input).
@@ -137,14 +140,19 @@ impl crate::cli::RunArgs {
     /// `--url`, named `default`.
     pub(crate) fn into_spec(self) -> anyhow::Result<ServeSpec> {
         let kind = match &self.remote.url {
-            Some(url) => BackendKind::Remote(RemoteSpec {
-                url: url.clone(),
-                shown_url: shown(url),
-                label: format!("--url {}", shown(url)),
-                transport: self.remote.transport,
-                headers: self.remote.headers()?,
-                forward_caller_token: false,
-            }),
+            Some(url) => {
+                let headers = self.remote.headers()?;
+                let auth = self.remote.outgoing(&headers)?;
+                BackendKind::Remote(RemoteSpec {
+                    url: url.clone(),
+                    shown_url: shown(url),
+                    label: format!("--url {}", shown(url)),
+                    transport: self.remote.transport,
+                    headers,
+                    auth: auth.auth,
+                    auth_fingerprint: auth.fingerprint,
+                })
+            }
             None => {
                 let (program, args) = match self.command.split_first() {
                     Some((program, rest)) => (program.clone(), rest.to_vec()),

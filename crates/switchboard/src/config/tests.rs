@@ -62,7 +62,7 @@ fn the_full_example_covers_the_schema_and_the_model_reads_it() {
         "keys of the schema that full.yaml lacks: {missing:?}"
     );
     let file = checked(&doc).unwrap_or_else(|e| panic!("{:?}", lines(&e)));
-    assert_eq!(file.backends.len(), 2);
+    assert_eq!(file.backends.len(), 3);
     assert_eq!(file.timeouts.unwrap().request.unwrap().0.as_secs(), 60);
 }
 
@@ -213,6 +213,11 @@ fn the_merge_asks_only_about_real_flags() {
         .unwrap()
         .remove("headersFile");
     doc["auth"]["apiKeys"] = json!([]);
+    std::fs::create_dir_all(dir.join("keys")).unwrap();
+    let secret = dir.join("keys/sts.secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::write(&path, serde_yaml_ng::to_string(&doc).unwrap()).unwrap();
     let loaded = super::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let asked = std::cell::RefCell::new(Vec::new());

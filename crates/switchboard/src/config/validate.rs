@@ -66,8 +66,13 @@ fn describe(b: &BackendEntry, default: Option<super::model::IsolationKey>) -> St
         }
         (None, Some(url)) => {
             let transport = format!("{:?}", b.transport.unwrap_or(super::model::Transport::Auto));
+            let auth = match (&b.auth, b.forward_caller_token) {
+                (Some(a), _) => format!(", auth {}", super::outgoing::type_name(a.kind)),
+                (None, true) => ", auth passthrough".to_owned(),
+                (None, false) => String::new(),
+            };
             format!(
-                "url      {url}, transport {}, {} header(s)",
+                "url      {url}, transport {}, {} header(s){auth}",
                 transport.to_lowercase(),
                 b.headers.len()
             )

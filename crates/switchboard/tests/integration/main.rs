@@ -11,6 +11,7 @@ mod common;
 mod startup;
 mod stdout_log;
 
+mod acting;
 mod auth;
 mod backend_failure;
 mod bench;

@@ -55,4 +55,8 @@ pub enum RemoteError {
     /// one with the same id does (HTTP+SSE client).
     #[error("call refused before sending: {0}")]
     Refused(&'static str),
+    /// No credential to send could be had (the caller has no token to exchange, the token
+    /// service refused or failed): the call was not sent.
+    #[error(transparent)]
+    OutgoingAuth(#[from] crate::outgoing_auth::OutgoingAuthError),
 }

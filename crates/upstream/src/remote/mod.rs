@@ -14,10 +14,11 @@
 
 mod body;
 mod error;
+mod facts;
 mod listen;
 mod sse_client;
 mod upstream;
-mod url;
+pub(crate) mod url;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -75,10 +76,10 @@ pub struct RemoteConfig {
     pub send_timeout: Duration,
     /// Deadline of establishing a connection (TCP and TLS).
     pub connect_timeout: Duration,
-    /// Send the caller's own bearer token (a [`crate::Credential`] given with a call) in place
-    /// of a static `Authorization` header. Off unless configured: incoming credentials are
-    /// never forwarded otherwise.
-    pub forward_caller_token: bool,
+    /// What the remote gets as `Authorization`, per call (see [`crate::outgoing_auth`]): the
+    /// static headers alone unless configured; a caller's credential is never forwarded or
+    /// exchanged otherwise.
+    pub auth: crate::outgoing_auth::OutgoingAuth,
 }
 
 impl RemoteConfig {
@@ -92,7 +93,7 @@ impl RemoteConfig {
             call_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
-            forward_caller_token: false,
+            auth: crate::outgoing_auth::OutgoingAuth::Static,
         }
     }
 }
@@ -142,7 +143,7 @@ impl RemoteResponse {
     }
 }
 
-type Client =
+pub(crate) type Client =
     hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// One remote endpoint: its URL, outgoing headers, bounds and connection pool, shared by every
@@ -272,9 +273,10 @@ struct Inner {
     version: Mutex<Option<HeaderValue>>,
     /// The last event id seen on the listen stream, to resume it with `Last-Event-ID`.
     last_event: Mutex<Option<HeaderValue>>,
-    /// The session's caller's own `Authorization` (`forward_caller_token`), replacing the
-    /// static one on everything this session sends. Only ever set on a session's client: a
-    /// stateless client serves every principal, so its calls carry the credential per request.
+    /// The session's `Authorization` (its caller's, or one obtained for it or for the gateway:
+    /// `outgoing_auth`), replacing the static one on everything this session sends. Only ever
+    /// set on a session's client: a stateless client serves every principal, so its calls
+    /// carry the credential per request.
     caller_auth: Mutex<Option<HeaderValue>>,
     sink: Arc<dyn RemoteSink>,
 }
@@ -301,7 +303,7 @@ pub(crate) fn merge_headers<'a>(
         .chain(extra)
 }
 
-fn connector(connect_timeout: Duration) -> hyper_rustls::HttpsConnector<HttpConnector> {
+pub(crate) fn connector(connect_timeout: Duration) -> hyper_rustls::HttpsConnector<HttpConnector> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -485,9 +487,19 @@ impl RemoteClient {
 
     /// POST a notification, or an answer to the remote's own request (202 expected).
     pub async fn send(&self, line: Bytes) -> Result<(), RemoteError> {
+        self.send_with(line, &[]).await
+    }
+
+    /// [`send`](Self::send) with per-request headers (an `Authorization` replaces the static
+    /// one).
+    pub async fn send_with(
+        &self,
+        line: Bytes,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<(), RemoteError> {
         let deadline = self.inner.send_timeout;
         tokio::time::timeout(deadline, async {
-            let (request, with_session) = self.request(Method::POST, line, false, &[])?;
+            let (request, with_session) = self.request(Method::POST, line, false, extra)?;
             let response = self.send_request(request).await?;
             let status = response.status();
             if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {

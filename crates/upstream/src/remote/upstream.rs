@@ -22,14 +22,16 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use switchboard_wire::classify::META_PROTOCOL_VERSION;
 use switchboard_wire::headers::{param_headers, param_values, ParamHeader};
-use switchboard_wire::{method, object_member, Message};
+use switchboard_wire::Message;
 
+use super::facts::{negotiated_version, Facts};
 use super::{
     ListenHandle, Outgoing, RemoteClient, RemoteEndpoint, RemoteError, RemoteSink, SseClient,
 };
 use crate::answer::Withdraw;
+use crate::credential::Owner;
+use crate::outgoing_auth::{OutgoingAuth, OutgoingAuthError};
 use crate::{BackendResponse, Credential, InboundSink, PendingCall, Upstream, UpstreamError};
 
 /// Most exchanges (calls and sent lines) one upstream session carries at once; more are
@@ -64,8 +66,12 @@ pub struct RemoteUpstream {
 struct Shared {
     link: Link,
     mode: Mode,
-    /// Whether a caller's credential replaces the static `Authorization` (off by default).
-    forward_caller_token: bool,
+    /// What a call sends as `Authorization`, resolved per call from its caller's credential.
+    auth: OutgoingAuth,
+    /// A session acting as its caller: whose credential it carries (the first caller's). A
+    /// call with another principal's credential is refused, so an upstream session opened
+    /// with one caller's token never carries another's request.
+    owner: Mutex<Option<Owner>>,
     /// Exchanges under way (calls and lines being sent).
     live: AtomicUsize,
     /// Set once the upstream session is gone: every later call fails with it.
@@ -92,8 +98,8 @@ enum Link {
         config: Box<super::RemoteConfig>,
         sink: Arc<dyn RemoteSink>,
         conn: tokio::sync::OnceCell<SseClient>,
-        /// The caller's `Authorization` to connect with (`forward_caller_token`): the stream
-        /// is the session, so it is the one the session keeps.
+        /// The `Authorization` to connect with (the session's caller's, or one obtained for
+        /// it): the stream is the session, so it is the one the session keeps.
         auth: Mutex<Option<HeaderValue>>,
     },
     /// Stateless requests cannot reach an HTTP+SSE remote: every session is a stream.
@@ -109,9 +115,16 @@ impl Link {
         }
     }
 
-    async fn send(&self, line: Bytes) -> Result<(), RemoteError> {
+    /// `auth`: a per-request `Authorization` (a stateless handle's); a session sends its own.
+    async fn send(&self, line: Bytes, auth: Option<HeaderValue>) -> Result<(), RemoteError> {
         match self {
-            Link::Streamable(c) => c.send(line).await,
+            Link::Streamable(c) => {
+                let extra: Vec<_> = auth
+                    .into_iter()
+                    .map(|v| (hyper::header::AUTHORIZATION, v))
+                    .collect();
+                c.send_with(line, &extra).await
+            }
             Link::Sse { .. } => self.sse().await?.send(line).await,
             Link::NoSession => Err(NO_SESSION),
         }
@@ -140,7 +153,7 @@ impl Link {
         .await
     }
 
-    /// A session's caller credential, kept for everything the session sends.
+    /// A session's `Authorization`, kept for everything the session sends.
     fn set_caller_auth(&self, auth: &HeaderValue) {
         match self {
             Link::Streamable(c) => c.set_caller_auth(auth),
@@ -224,7 +237,8 @@ impl RemoteUpstream {
             Shared {
                 link,
                 mode,
-                forward_caller_token: endpoint.config().forward_caller_token,
+                auth: endpoint.config().auth.clone(),
+                owner: Mutex::new(None),
                 live: AtomicUsize::new(0),
                 lost: Mutex::new(None),
                 reachable: endpoint.reachability(),
@@ -250,29 +264,56 @@ impl RemoteUpstream {
         credential: Option<&Credential>,
     ) -> Result<PendingCall, UpstreamError> {
         let live = self.enter()?;
-        let caller = self.caller_header(credential);
+        self.claim(credential)?;
+        let caller = credential.cloned();
         let (tx, rx) = oneshot::channel();
         let me = self.clone();
         let id = format!("\"{key}\"");
         let task = tokio::spawn(async move {
             let _live = live;
-            let _ = tx.send(me.exchange(Bytes::from(line), &id, caller).await);
+            let _ = tx.send(me.exchange(Bytes::from(line), &id, caller.as_ref()).await);
         });
         Ok(PendingCall::new(rx, Withdraw::Task(task.abort_handle())))
     }
 
-    /// What a call on behalf of `credential` sends as `Authorization`, if anything: nothing
-    /// unless the endpoint forwards callers' tokens. A session keeps it (one principal owns
-    /// the session); a stateless handle, which every principal shares, sends it with this one
-    /// exchange only.
-    fn caller_header(&self, credential: Option<&Credential>) -> Option<HeaderValue> {
-        let credential = credential.filter(|_| self.shared.forward_caller_token)?;
-        match self.shared.mode {
-            Mode::Session => {
-                self.shared.link.set_caller_auth(credential.header());
-                None
+    /// A session that acts as its caller belongs to the first caller whose credential it
+    /// carries; another principal's call is refused (core never sends one: this is the
+    /// upstream's own guarantee of it).
+    fn claim(&self, credential: Option<&Credential>) -> Result<(), UpstreamError> {
+        let (Mode::Session, Some(c), true) = (
+            self.shared.mode,
+            credential,
+            self.shared.auth.acts_as_caller(),
+        ) else {
+            return Ok(());
+        };
+        let mut owner = self.shared.owner.lock();
+        match *owner.get_or_insert(*c.owner()) == *c.owner() {
+            true => Ok(()),
+            false => Err(auth_error(OutgoingAuthError::ForeignSession)),
+        }
+    }
+
+    /// What a call on behalf of `caller` (`None`: the gateway's own) sends as
+    /// `Authorization` with this one request: a session keeps it for everything it sends
+    /// (one principal owns the session), so it goes through the session instead; a stateless
+    /// handle, which every principal shares, sends it with this one exchange only.
+    async fn authorization(
+        &self,
+        caller: Option<&Credential>,
+    ) -> Result<(Option<HeaderValue>, Option<HeaderValue>), UpstreamError> {
+        let auth = self
+            .shared
+            .auth
+            .authorization(caller)
+            .await
+            .map_err(auth_error)?;
+        match (self.shared.mode, &auth) {
+            (Mode::Session, Some(h)) => {
+                self.shared.link.set_caller_auth(h);
+                Ok((auth, None))
             }
-            Mode::Stateless => Some(credential.header().clone()),
+            _ => Ok((auth.clone(), auth)),
         }
     }
 
@@ -280,21 +321,35 @@ impl RemoteUpstream {
         &self,
         line: Bytes,
         id: &str,
-        caller: Option<HeaderValue>,
+        caller: Option<&Credential>,
     ) -> Result<BackendResponse, UpstreamError> {
         let facts = Facts::of(&line);
-        let mut headers = facts.headers();
-        headers.extend(caller.map(|v| (hyper::header::AUTHORIZATION, v)));
-        if facts.modern && facts.arguments.is_some() {
-            headers.extend(self.param_headers(&facts));
-        }
-        let out = Outgoing {
-            id,
-            headers,
-            stateless: self.shared.mode == Mode::Stateless || facts.modern,
-            line,
+        let mut retried = false;
+        let answer = loop {
+            let (sent, per_request) = self.authorization(caller).await?;
+            let mut headers = facts.headers();
+            headers.extend(per_request.map(|v| (hyper::header::AUTHORIZATION, v)));
+            if facts.modern && facts.arguments.is_some() {
+                headers.extend(self.param_headers(&facts));
+            }
+            let out = Outgoing {
+                id,
+                headers,
+                stateless: self.shared.mode == Mode::Stateless || facts.modern,
+                line: line.clone(),
+            };
+            let answer = self.shared.link.call(out).await;
+            // A token obtained for this call that the remote refused (401): forgotten, and
+            // one more try with a fresh one (the remote did not run a request it refused).
+            if let (false, true, Some(sent)) = (retried, unauthorized(&answer), &sent) {
+                if self.shared.auth.refused(caller, sent).await {
+                    retried = true;
+                    debug!("remote refused the token obtained for it (401); fetching another");
+                    continue;
+                }
+            }
+            break answer;
         };
-        let answer = self.shared.link.call(out).await;
         let answer = self.note(answer)?;
         if facts.modern && facts.method.as_deref() == Some("tools/list") && !answer.is_error() {
             self.learn_designations(answer.payload());
@@ -355,7 +410,10 @@ impl RemoteUpstream {
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
         let _live = self.enter()?;
         let initialized = Facts::of(&line).initialized;
-        let sent = self.shared.link.send(line).await;
+        // The gateway's own line: only a gateway token (client credentials) is added; a
+        // session's lines carry what its calls set.
+        let (_, per_request) = self.authorization(None).await?;
+        let sent = self.shared.link.send(line, per_request).await;
         self.note(sent)?;
         if initialized && self.shared.mode == Mode::Session {
             self.open_listen();
@@ -460,6 +518,19 @@ impl Shared {
     }
 }
 
+fn auth_error(e: OutgoingAuthError) -> UpstreamError {
+    UpstreamError::Remote(RemoteError::OutgoingAuth(e))
+}
+
+/// Whether the remote answered HTTP 401 (with or without a JSON-RPC body).
+fn unauthorized(answer: &Result<super::RemoteResponse, RemoteError>) -> bool {
+    match answer {
+        Ok(r) => r.status() == 401,
+        Err(RemoteError::Status { status }) => *status == 401,
+        Err(_) => false,
+    }
+}
+
 /// One exchange counted in [`Shared::live`].
 struct LiveGuard(Arc<Shared>);
 
@@ -505,84 +576,4 @@ impl Drop for RemoteOwner {
             .lock()
             .get_or_insert(UpstreamError::Closed("upstream session ended".into()));
     }
-}
-
-/// What the adapter needs to know about a line it sends (its own encoding, parsed once more:
-/// a remote exchange costs a round trip, so one envelope scan is noise).
-#[derive(Debug, Default)]
-struct Facts {
-    method: Option<String>,
-    /// `params.name` / `params.uri`, for `Mcp-Name`.
-    name: Option<String>,
-    /// The Modern version the request's `_meta` names, if it is a Modern request.
-    modern_version: Option<String>,
-    modern: bool,
-    /// A `tools/call`'s raw `arguments`.
-    arguments: Option<String>,
-    initialize: bool,
-    initialized: bool,
-}
-
-impl Facts {
-    fn of(line: &[u8]) -> Facts {
-        let Ok(msg) = Message::parse(line) else {
-            return Facts::default();
-        };
-        let Some(name) = msg.method else {
-            return Facts::default();
-        };
-        let text = |v: Option<&serde_json::value::RawValue>| {
-            v.and_then(|v| serde_json::from_str::<String>(v.get()).ok())
-        };
-        let modern_version = text(
-            msg.params
-                .and_then(|p| object_member(p, "_meta"))
-                .and_then(|m| object_member(m, META_PROTOCOL_VERSION)),
-        )
-        .filter(|v| switchboard_wire::version::is_modern(v));
-        let member = match name {
-            "tools/call" | "prompts/get" => Some("name"),
-            "resources/read" => Some("uri"),
-            _ => None,
-        };
-        let arguments = (name == "tools/call")
-            .then(|| msg.param("arguments").map(|a| a.get().to_owned()))
-            .flatten();
-        Facts {
-            arguments,
-            name: text(member.and_then(|m| msg.param(m))),
-            modern: modern_version.is_some(),
-            modern_version,
-            initialize: name == method::INITIALIZE,
-            initialized: name == method::INITIALIZED,
-            method: Some(name.to_owned()),
-        }
-    }
-
-    /// The Modern mirror headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`).
-    fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
-        let Some(version) = &self.modern_version else {
-            return Vec::new();
-        };
-        let mut out = Vec::with_capacity(3);
-        let mut push = |name: &'static str, value: &str| {
-            if let Ok(v) = HeaderValue::from_str(&switchboard_wire::headers::encode_value(value)) {
-                out.push((HeaderName::from_static(name), v));
-            }
-        };
-        push("mcp-protocol-version", version);
-        if let Some(m) = &self.method {
-            push("mcp-method", m);
-        }
-        if let Some(n) = &self.name {
-            push("mcp-name", n);
-        }
-        out
-    }
-}
-
-/// The `protocolVersion` of an `initialize` result.
-fn negotiated_version(result: &str) -> Option<String> {
-    let raw = serde_json::from_str::<&serde_json::value::RawValue>(result).ok()?;
-    serde_json::from_str(object_member(raw, "protocolVersion")?.get()).ok()
 }

@@ -1,0 +1,297 @@
+//! A remote backend's outgoing identity: `backends[].auth` in the file, `--upstream-auth` and
+//! its options on `run --url`. One set of rules for both: which keys each type takes and
+//! needs, the client secret read from a file private to its owner (never from the command
+//! line or the file itself), and the upstream crate's [`OutgoingAuth`] built from them.
+
+use std::path::Path;
+use std::time::Duration;
+
+use switchboard_upstream::outgoing_auth::{
+    ClientCredentialsConfig, OutgoingAuth, Secret, TokenExchangeConfig,
+};
+
+use super::model::{AuthType, BackendAuth};
+use super::ConfigError;
+
+/// Deadline of one request to a token service (the call's own deadline bounds it too).
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The keys of `auth` besides `type`, as the file spells them.
+pub(crate) const KEYS: [&str; 6] = [
+    "tokenEndpoint",
+    "clientId",
+    "clientSecretFile",
+    "audience",
+    "scopes",
+    "resource",
+];
+
+/// The keys `kind` needs, and those it also takes.
+pub(crate) fn keys(kind: AuthType) -> (&'static [&'static str], &'static [&'static str]) {
+    const CLIENT: [&str; 3] = ["tokenEndpoint", "clientId", "clientSecretFile"];
+    match kind {
+        AuthType::Passthrough | AuthType::Oauth => (&[], &[]),
+        AuthType::TokenExchange => (&CLIENT, &["audience", "scopes", "resource"]),
+        AuthType::ClientCredentials => (&CLIENT, &["scopes"]),
+    }
+}
+
+/// The type as the file spells it.
+pub(crate) fn type_name(kind: AuthType) -> &'static str {
+    match kind {
+        AuthType::Passthrough => "passthrough",
+        AuthType::TokenExchange => "tokenExchange",
+        AuthType::ClientCredentials => "clientCredentials",
+        AuthType::Oauth => "oauth",
+    }
+}
+
+/// Why `type: oauth` is refused.
+pub(crate) const OAUTH_NOT_YET: &str = "type oauth (per-user OAuth to the remote) is not supported yet; use tokenExchange (RFC 8693, acting as the caller), clientCredentials (the gateway's own token) or passthrough";
+
+/// What `auth` resolves to: the upstream's settings, and a text that changes whenever they
+/// do (for the reload diff; it holds a digest of the secret, never the secret).
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    pub(crate) auth: OutgoingAuth,
+    pub(crate) fingerprint: String,
+}
+
+/// Builds `auth` for `backend`. `name(key)` is how errors name a key (`backends[1].auth.clientId`,
+/// `--upstream-client-id`); a relative `clientSecretFile` is taken from `base`.
+pub(crate) fn resolve(
+    auth: &BackendAuth,
+    backend: &str,
+    base: &Path,
+    name: &dyn Fn(&str) -> String,
+) -> Result<Resolved, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let (needed, also) = keys(auth.kind);
+    let given = |key: &str| match key {
+        "tokenEndpoint" => auth.token_endpoint.is_some(),
+        "clientId" => auth.client_id.is_some(),
+        "clientSecretFile" => auth.client_secret_file.is_some(),
+        "audience" => auth.audience.is_some(),
+        "scopes" => !auth.scopes.is_empty(),
+        "resource" => auth.resource.is_some(),
+        _ => false,
+    };
+    if auth.kind == AuthType::Oauth {
+        return Err(vec![ConfigError::new(&name("type"), OAUTH_NOT_YET)]);
+    }
+    for key in needed {
+        if !given(key) {
+            errors.push(ConfigError::new(
+                &name(key),
+                format!("required for type {}", type_name(auth.kind)),
+            ));
+        }
+    }
+    for key in KEYS {
+        if given(key) && !needed.contains(&key) && !also.contains(&key) {
+            errors.push(ConfigError::new(
+                &name(key),
+                format!("not a key of type {}", type_name(auth.kind)),
+            ));
+        }
+    }
+    if auth.kind == AuthType::TokenExchange && !given("audience") && !given("resource") {
+        errors.push(ConfigError::new(
+            &name("audience"),
+            "tokenExchange needs an audience or a resource: the exchanged token must be meant for this backend",
+        ));
+    }
+    for (i, scope) in auth.scopes.iter().enumerate() {
+        if scope.is_empty() || scope.contains(char::is_whitespace) {
+            errors.push(ConfigError::new(
+                &format!("{}[{i}]", name("scopes")),
+                "a scope is one non-empty word",
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let secret = match &auth.client_secret_file {
+        None => None,
+        Some(file) => match crate::session_store::private_first_line(&base.join(file)) {
+            Ok(Some(s)) => Some(Secret::new(&s)),
+            Ok(None) => {
+                return Err(vec![ConfigError::new(
+                    &name("clientSecretFile"),
+                    "the file is empty",
+                )])
+            }
+            Err(e) => {
+                return Err(vec![ConfigError::new(
+                    &name("clientSecretFile"),
+                    format!("{e:#}"),
+                )])
+            }
+        },
+    };
+    let built = match (auth.kind, secret) {
+        (AuthType::Passthrough, _) => Ok(OutgoingAuth::Passthrough),
+        (AuthType::TokenExchange, Some(client_secret)) => {
+            OutgoingAuth::token_exchange(TokenExchangeConfig {
+                backend: backend.to_owned(),
+                token_endpoint: auth.token_endpoint.clone().unwrap_or_default(),
+                client_id: auth.client_id.clone().unwrap_or_default(),
+                client_secret,
+                audience: auth.audience.clone(),
+                scopes: auth.scopes.clone(),
+                resource: auth.resource.clone(),
+                timeout: TOKEN_TIMEOUT,
+            })
+        }
+        (AuthType::ClientCredentials, Some(client_secret)) => {
+            OutgoingAuth::client_credentials(ClientCredentialsConfig {
+                token_endpoint: auth.token_endpoint.clone().unwrap_or_default(),
+                client_id: auth.client_id.clone().unwrap_or_default(),
+                client_secret,
+                scopes: auth.scopes.clone(),
+                timeout: TOKEN_TIMEOUT,
+            })
+        }
+        (_, None) | (AuthType::Oauth, _) => {
+            return Err(vec![ConfigError::new(&name("type"), "incomplete")]);
+        }
+    };
+    let auth_built =
+        built.map_err(|e| vec![ConfigError::new(&name("tokenEndpoint"), e.to_string())])?;
+    Ok(Resolved {
+        auth: auth_built,
+        fingerprint: fingerprint(auth, base),
+    })
+}
+
+/// Every setting, and the secret file's content as a digest.
+fn fingerprint(auth: &BackendAuth, base: &Path) -> String {
+    use sha2::Digest as _;
+    let secret = auth
+        .client_secret_file
+        .as_ref()
+        .and_then(|f| std::fs::read(base.join(f)).ok())
+        .map(|bytes| {
+            let d: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+            d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        });
+    format!(
+        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        type_name(auth.kind),
+        auth.token_endpoint,
+        auth.client_id,
+        auth.audience,
+        auth.scopes,
+        auth.resource,
+        secret
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn dir() -> std::path::PathBuf {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("sb-outgoing-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn secret_file(dir: &Path, mode: u32) {
+        let path = dir.join("sts.secret");
+        std::fs::write(&path, "hunter2\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn exchange() -> BackendAuth {
+        BackendAuth {
+            kind: AuthType::TokenExchange,
+            token_endpoint: Some("http://127.0.0.1:9/token".into()),
+            client_id: Some("switchboard".into()),
+            client_secret_file: Some("sts.secret".into()),
+            audience: Some("internal".into()),
+            scopes: vec!["tools".into()],
+            resource: None,
+        }
+    }
+
+    fn at(key: &str) -> String {
+        format!("backends[0].auth.{key}")
+    }
+
+    fn messages(r: Result<Resolved, Vec<ConfigError>>) -> Vec<String> {
+        r.map(|_| Vec::new())
+            .unwrap_or_else(|e| e.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn a_complete_exchange_resolves_and_its_secret_is_nowhere_in_it() {
+        let d = dir();
+        secret_file(&d, 0o600);
+        let r = resolve(&exchange(), "internal", &d, &at).unwrap();
+        assert!(r.auth.acts_as_caller());
+        let shown = format!("{r:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn each_type_takes_its_keys_and_needs_its_own() {
+        let d = dir();
+        secret_file(&d, 0o600);
+        let mut cc = exchange();
+        cc.kind = AuthType::ClientCredentials;
+        assert_eq!(
+            messages(resolve(&cc, "b", &d, &at)),
+            vec!["backends[0].auth.audience: not a key of type clientCredentials"]
+        );
+        let mut bare = exchange();
+        bare.token_endpoint = None;
+        bare.audience = None;
+        assert_eq!(
+            messages(resolve(&bare, "b", &d, &at)),
+            vec![
+                "backends[0].auth.tokenEndpoint: required for type tokenExchange",
+                "backends[0].auth.audience: tokenExchange needs an audience or a resource: the exchanged token must be meant for this backend",
+            ]
+        );
+        let mut pass = exchange();
+        pass.kind = AuthType::Passthrough;
+        assert_eq!(messages(resolve(&pass, "b", &d, &at)).len(), 5);
+        let mut oauth = exchange();
+        oauth.kind = AuthType::Oauth;
+        assert_eq!(
+            messages(resolve(&oauth, "b", &d, &at)),
+            vec![format!("backends[0].auth.type: {OAUTH_NOT_YET}")]
+        );
+        let mut spaced = exchange();
+        spaced.scopes = vec!["a b".into()];
+        assert_eq!(
+            messages(resolve(&spaced, "b", &d, &at)),
+            vec!["backends[0].auth.scopes[0]: a scope is one non-empty word"]
+        );
+    }
+
+    #[test]
+    fn the_secret_file_must_be_private_and_the_endpoint_usable() {
+        let d = dir();
+        secret_file(&d, 0o644);
+        let err = messages(resolve(&exchange(), "b", &d, &at));
+        assert!(
+            err[0].contains("readable or writable by group or others"),
+            "{err:?}"
+        );
+        assert!(!err[0].contains("hunter2"));
+        secret_file(&d, 0o600);
+        let mut bad = exchange();
+        bad.token_endpoint = Some("ftp://h/token".into());
+        let err = messages(resolve(&bad, "b", &d, &at));
+        assert!(
+            err[0].starts_with("backends[0].auth.tokenEndpoint: "),
+            "{err:?}"
+        );
+    }
+}
