@@ -1,6 +1,9 @@
 //! Unit tests of the session table.
 
+use tokio_util::sync::CancellationToken;
+
 use super::*;
+use crate::session::InFlight;
 
 fn anon() -> Principal {
     Principal::anonymous()
