@@ -1,6 +1,6 @@
 //! Sessions of the 2024-11-05 HTTP+SSE transport (`GET /sse` + `POST /messages`).
 //!
-//! They live in the same [`SessionStore`](crate::session::SessionStore) as Streamable HTTP
+//! They live in the same [`Sessions`](crate::session::Sessions) as Streamable HTTP
 //! sessions (one table, one bound, one reaper) but are tagged [`Transport::Sse`], so their ids
 //! are never valid on `/mcp` and vice versa. What differs:
 //!

@@ -29,7 +29,7 @@ mod sessions;
 pub(crate) use end::EndReason;
 pub(crate) use own::OwnBackend;
 pub(crate) use sessions::Ended;
-pub use sessions::SessionStore;
+pub use sessions::Sessions;
 
 /// A gateway-minted session id (visible ASCII, 32 hex digits).
 #[derive(Clone, PartialEq, Eq, Hash)]

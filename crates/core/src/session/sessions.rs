@@ -1,4 +1,4 @@
-//! The table of live sessions ([`SessionStore`]): creation, lookup by a client-supplied id,
+//! The table of live sessions ([`Sessions`]): creation, lookup by a client-supplied id,
 //! and every way a session ends (handing back its state as [`Ended`]).
 
 use std::collections::HashSet;
@@ -34,7 +34,7 @@ pub(crate) struct Ended {
 
 /// All live sessions.
 #[derive(Debug)]
-pub struct SessionStore {
+pub struct Sessions {
     /// Keyed by ids this gateway minted (random), so a fast hasher is safe: no client chooses
     /// what is inserted, and a lookup of a crafted id probes one bucket.
     sessions: Mutex<foldhash::HashMap<String, Session>>,
@@ -46,10 +46,10 @@ pub struct SessionStore {
     generation: std::sync::atomic::AtomicU64,
 }
 
-impl SessionStore {
+impl Sessions {
     /// A store holding at most `max` sessions, each expiring after `ttl` without use.
     pub fn new(max: usize, ttl: Duration) -> Self {
-        SessionStore {
+        Sessions {
             sessions: Mutex::new(foldhash::HashMap::default()),
             max,
             max_per_principal: usize::MAX,
@@ -155,7 +155,7 @@ impl SessionStore {
     }
 }
 
-impl SessionStore {
+impl Sessions {
     /// Looks a session of `transport` owned by `caller` up by the client-supplied value and
     /// refreshes its TTL. Returns the canonical id and the session's negotiated version. A
     /// session of another principal is not found, exactly like an unknown id (no oracle).
