@@ -187,7 +187,7 @@ impl Gateway {
             .with(sid, |s| {
                 let own = s.transport != crate::session::Transport::Sse
                     && stream.is_some_and(|st| st.try_send(line.clone()).is_ok());
-                own || crate::per_session::deliver(s, line)
+                own || crate::session::deliver(s, line)
             })
             .unwrap_or(false);
         if !delivered {

@@ -32,18 +32,14 @@ use switchboard_wire::{method, RequestId};
 
 use crate::listen_stream::{ListenEvent, ListenState};
 use crate::session::{SessionId, Transport};
+pub use crate::session::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
 use crate::stream_queue::{Limits, QueueRx};
 use crate::{CoreError, Gateway};
 
-/// Requests one HTTP+SSE session may have running at once; more are refused (503).
-pub const SSE_MAX_REQUESTS: usize = 64;
 /// Capacity of an HTTP+SSE session's stream queue. Progress may use it only down to
 /// [`SSE_MAX_REQUESTS`] free slots, so every running request's answer always fits; a client
 /// that stops reading long enough to fill it anyway is evicted, which ends its session.
 pub const SSE_QUEUE: usize = 4 * SSE_MAX_REQUESTS;
-/// Bytes of the stream's queue kept for answers: progress may queue only while this much is
-/// still free. A listen stream's budget, so answers get at least what any stream gets.
-pub const SSE_ANSWER_BYTES: usize = crate::listen_stream::LISTEN_QUEUE_BYTES;
 /// Byte budget of an HTTP+SSE session's stream queue: its answers' share plus as much again
 /// for progress and listen traffic. Going over it evicts the consumer, as the event bound does
 /// (the session ends). Answers weigh nothing against it: they are bounded by

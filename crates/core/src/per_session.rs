@@ -21,7 +21,7 @@ use crate::CoreError;
 mod lazy;
 mod sink;
 
-pub(crate) use sink::{client_response, deliver, OnClose, SessionSink};
+pub(crate) use sink::{client_response, OnClose, SessionSink};
 
 /// Most URIs one session watches at its own processes under a policy (more are withheld).
 const MAX_OWN_WATCHED: usize = 1024;

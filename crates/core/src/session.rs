@@ -25,11 +25,14 @@ mod end;
 mod own;
 
 mod sessions;
+mod streams;
 
 pub(crate) use end::EndReason;
 pub(crate) use own::OwnBackend;
 pub(crate) use sessions::Ended;
 pub use sessions::Sessions;
+pub(crate) use streams::deliver;
+pub use streams::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
 
 /// A gateway-minted session id (visible ASCII, 32 hex digits).
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -116,7 +116,7 @@ impl InboundSink for SessionSink {
                     if withheld {
                         return false;
                     }
-                    deliver(s, data)
+                    crate::session::deliver(s, data)
                 });
             }
         }
@@ -168,7 +168,7 @@ impl SessionSink {
                     return false;
                 }
                 own.server_requests.insert(key.clone(), id.clone());
-                if deliver(s, line) {
+                if crate::session::deliver(s, line) {
                     return true;
                 }
                 if let Some(own) = s.own.get_mut(&self.backend) {
@@ -188,29 +188,6 @@ impl SessionSink {
             let _ = backend.try_send_line(encode_error(Some(id), &err));
         }
     }
-}
-
-/// Puts one message on the session's best stream: the single in-flight request's stream if
-/// there is exactly one, else the listen stream. Returns whether a stream took it.
-///
-/// An HTTP+SSE session has one stream for everything: the message goes there, and, like
-/// progress, only while it leaves the room kept for answers (so a backend that asks or logs
-/// a lot can neither crowd out the answers nor get a reading client evicted). A request
-/// refused that way is failed back to the backend by the caller.
-pub(crate) fn deliver(s: &mut crate::session::Session, data: Bytes) -> bool {
-    if s.transport == crate::session::Transport::Sse {
-        use crate::legacy_sse::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
-        return s
-            .listen
-            .push_reserving(data, SSE_MAX_REQUESTS, SSE_ANSWER_BYTES);
-    }
-    let mut streams = s.in_flight.values().filter_map(|f| f.stream.as_ref());
-    if let (Some(only), None) = (streams.next(), streams.next()) {
-        if only.try_send(data.clone()).is_ok() {
-            return true;
-        }
-    }
-    s.listen.is_attached() && s.listen.push(data)
 }
 
 /// A client's answer to a server request: routed back to the backend that asked, with that
