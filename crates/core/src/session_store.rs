@@ -179,7 +179,7 @@ impl Gateway {
     /// channel alone never ends a session.
     /// In the background (owned by the gateway's task set, bounded by the store's bound).
     pub fn end_from_peer(self: &std::sync::Arc<Self>, session: &str) {
-        if self.store().is_none() || self.registry.sessions.with(session, |_| ()).is_err() {
+        if self.store().is_none() || !self.registry.sessions.is_live(session) {
             return;
         }
         let (gateway, session) = (self.clone(), session.to_owned());
@@ -205,11 +205,7 @@ impl Gateway {
             _ => return,
         };
         let data = bytes::Bytes::from(switchboard_wire::encode_notification(name, None));
-        self.registry.sessions.for_each(|_, s| {
-            if s.listen.is_attached() {
-                s.listen.push(data.clone());
-            }
-        });
+        self.registry.sessions.broadcast_to_attached(&data);
         self.registry.listeners.list_changed(name);
     }
 

@@ -355,6 +355,28 @@ impl Sessions {
         self.len() == 0
     }
 
+    /// Whether `raw` names a live session (any transport).
+    pub(crate) fn is_live(&self, raw: &str) -> bool {
+        self.with(raw, |_| ()).is_ok()
+    }
+
+    /// Runs `f` under the table lock while `raw` names a live session (`f` touches no
+    /// session and must not block): work that must not outlive the session, such as
+    /// recording what its end purges.
+    pub(crate) fn while_live<R>(&self, raw: &str, f: impl FnOnce() -> R) -> Result<R, CoreError> {
+        self.with(raw, |_| f())
+    }
+
+    /// Live sessions per transport: (Streamable HTTP, HTTP+SSE).
+    pub(crate) fn count_by_transport(&self) -> (usize, usize) {
+        let (mut streamable, mut sse) = (0, 0);
+        self.for_each(|_, s| match s.transport {
+            Transport::Streamable => streamable += 1,
+            Transport::Sse => sse += 1,
+        });
+        (streamable, sse)
+    }
+
     /// The TTL, so the reaper can tick at a fraction of it.
     pub fn ttl(&self) -> Duration {
         self.ttl

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{Session, Transport};
+use super::{Session, Sessions, Transport};
 
 /// Requests one HTTP+SSE session may have running at once; more are refused (503).
 pub const SSE_MAX_REQUESTS: usize = 64;
@@ -31,4 +31,23 @@ pub(crate) fn deliver(s: &mut Session, data: Bytes) -> bool {
         }
     }
     s.listen.is_attached() && s.listen.push(data)
+}
+
+impl Sessions {
+    /// Queues `data` on every session's listen stream (kept for a resume where none is
+    /// attached).
+    pub(crate) fn broadcast(&self, data: &Bytes) {
+        self.for_each(|_, s| {
+            s.listen.push(data.clone());
+        });
+    }
+
+    /// Queues `data` on every listen stream attached here; sessions without one get nothing.
+    pub(crate) fn broadcast_to_attached(&self, data: &Bytes) {
+        self.for_each(|_, s| {
+            if s.listen.is_attached() {
+                s.listen.push(data.clone());
+            }
+        });
+    }
 }
