@@ -528,9 +528,7 @@ impl Gateway {
         let found = self
             .registry
             .sessions
-            .with(sid.as_str(), |s| s.in_flight.remove(target.as_str()))
-            .ok()
-            .flatten();
+            .take_request(sid.as_str(), target.as_str());
         let Some(in_flight) = found else {
             debug!("cancellation for no in-flight request of this session; ignored");
             return;

@@ -23,6 +23,7 @@ use crate::BackendId;
 
 mod end;
 mod own;
+mod requests;
 
 mod sessions;
 mod streams;
