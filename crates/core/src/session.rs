@@ -27,6 +27,7 @@ mod requests;
 
 mod sessions;
 mod streams;
+mod watch;
 
 pub(crate) use end::EndReason;
 pub(crate) use own::OwnBackend;
@@ -34,6 +35,7 @@ pub(crate) use sessions::Ended;
 pub use sessions::Sessions;
 pub(crate) use streams::deliver;
 pub use streams::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
+pub(crate) use watch::OwnWatch;
 
 /// A gateway-minted session id (visible ASCII, 32 hex digits).
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -349,9 +349,7 @@ impl Gateway {
                 return;
             }
         }
-        let added = self.registry.sessions.with(id.as_str(), |s| {
-            s.subscriptions.insert(key.clone());
-        });
+        let added = self.registry.sessions.add_subscription(id.as_str(), &key);
         if added.is_ok() {
             tables.subs.add(&lock, id.as_str());
         }

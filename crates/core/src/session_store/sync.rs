@@ -49,7 +49,7 @@ impl Gateway {
         let had = self
             .registry
             .sessions
-            .with(id.as_str(), |s| s.subscriptions.remove(key))
+            .remove_subscription(id.as_str(), key)
             .unwrap_or(false);
         if had && tables.subs.remove(&lock, id.as_str()) {
             let params = serde_json::json!({ "uri": key.1 });
