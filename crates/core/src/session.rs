@@ -26,6 +26,7 @@ mod own;
 mod requests;
 
 mod sessions;
+mod stored;
 mod streams;
 mod watch;
 
