@@ -21,6 +21,7 @@ use crate::listen_stream::ListenState;
 use crate::route::{random_hex, RouteKey};
 use crate::BackendId;
 
+mod asks;
 mod end;
 mod own;
 mod requests;
