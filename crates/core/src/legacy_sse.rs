@@ -230,7 +230,7 @@ impl Gateway {
                 let _ = self
                     .registry
                     .sessions
-                    .with(session.as_str(), |s| s.own.remove(&backend));
+                    .remove_own(session.as_str(), &backend);
                 match failed {
                     Ok(answer) => Err(CoreError::BackendInit(crate::backend::refused(
                         method::INITIALIZE,

@@ -247,10 +247,11 @@ impl crate::Gateway {
         });
         let (handle, process) = spawn_off_runtime(spawner, sink).await?;
         // Ended already (reaped): the process is dropped with the closure, and killed.
-        self.registry.sessions.with(session.as_str(), |s| {
-            s.own
-                .insert(backend.clone(), OwnBackend::new(handle.clone(), process));
-        })?;
+        self.registry.sessions.install_own(
+            session.as_str(),
+            backend,
+            OwnBackend::new(handle.clone(), process),
+        )?;
         let route = self
             .resolve(
                 From::Started(backend, handle),

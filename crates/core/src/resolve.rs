@@ -143,13 +143,11 @@ impl Gateway {
         Ok(match from {
             From::Request(Some(sid)) | From::Fanout(Some(sid), _) => {
                 let per_session = per_session_backend;
-                let own =
-                    self.registry
-                        .sessions
-                        .with(sid.as_str(), |s| match s.own.get(&entry.id) {
-                            Some(own) if !s.initializing && own.ready => Ok(own.handle.clone()),
-                            _ => Err(per_session),
-                        })?;
+                let own = self
+                    .registry
+                    .sessions
+                    .own_for_requests(sid.as_str(), &entry.id)?
+                    .ok_or(per_session);
                 match own {
                     Ok(own) => route(Via::Own, own),
                     Err(true) => None,
@@ -229,16 +227,7 @@ impl Gateway {
     /// (the client's own notifications go to it), one opened on first use once handshaken (a
     /// session that has ended has none).
     fn own_upstream(&self, session: &SessionId, backend: &BackendId) -> Option<Upstream> {
-        self.registry
-            .sessions
-            .with(session.as_str(), |s| {
-                s.own
-                    .get(backend)
-                    .filter(|o| o.ready)
-                    .map(|o| o.handle.clone())
-            })
-            .ok()
-            .flatten()
+        self.registry.sessions.ready_own(session.as_str(), backend)
     }
 
     /// The entry of a route's backend (routes name only backends of the set).
@@ -333,13 +322,13 @@ mod tests {
         fn own(&mut self, session: &SessionId, initializing: bool) -> u32 {
             let (handle, owner) = cat(self.registry.sink());
             let pid = handle.pid().expect("pid");
-            self.registry
-                .sessions
-                .with(session.as_str(), |s| {
-                    s.own
-                        .insert(BackendId::default_id(), OwnBackend::new(handle, owner));
-                    s.initializing = initializing;
-                })
+            let sessions = &self.registry.sessions;
+            let own = OwnBackend::new(handle, owner);
+            sessions
+                .install_own(session.as_str(), &BackendId::default_id(), own)
+                .expect("live session");
+            sessions
+                .set_initializing(session.as_str(), initializing)
                 .expect("live session");
             pid
         }
@@ -425,7 +414,7 @@ mod tests {
         );
         f.registry
             .sessions
-            .with(sid.as_str(), |s| s.initializing = false)
+            .set_initializing(sid.as_str(), false)
             .expect("live");
         assert_eq!(f.route(From::Request(Some(&sid))), Some((Via::Own, own)));
         let id = BackendId::default_id();

@@ -48,9 +48,6 @@ pub(crate) enum OnClose {
     DropOwn,
 }
 
-/// Most outstanding server→client requests per session; more are refused to the backend.
-const MAX_SERVER_REQUESTS: usize = 256;
-
 impl InboundSink for SessionSink {
     /// The session's process is gone, so is the session: now, not at its next request, so its
     /// listen stream ends and the client learns at once (a session that ended first, e.g. by
@@ -105,19 +102,10 @@ impl InboundSink for SessionSink {
                         .unwrap_or_default()
                 });
                 let data = Bytes::from(encode_notification(name, params));
-                let _ = registry.sessions.with(&self.session, |s| {
-                    // Under a policy (the session subscribed here as a judged principal), only
-                    // a URI it still watches: a revoked one, another spelling, or one never
-                    // subscribed is withheld.
-                    let withheld = s.subscriber.is_some()
-                        && updated_uri
-                            .as_ref()
-                            .is_some_and(|u| !s.own_watched.contains(u));
-                    if withheld {
-                        return false;
-                    }
-                    crate::session::deliver(s, data)
-                });
+                // Under a policy, an update only for a URI the session still watches.
+                registry
+                    .sessions
+                    .deliver_own_message(&self.session, data, updated_uri.as_deref());
             }
         }
     }
@@ -132,15 +120,7 @@ impl SessionSink {
         };
         let gone = registry
             .sessions
-            .with(&self.session, |s| {
-                let closed = s
-                    .own
-                    .get(&self.backend)
-                    .is_some_and(|o| o.handle.is_closed());
-                closed.then(|| s.own.remove(&self.backend)).flatten()
-            })
-            .ok()
-            .flatten();
+            .remove_closed_own(&self.session, &self.backend);
         if gone.is_some() {
             let session = crate::access::session_label(&self.session);
             let backend = &self.backend;
@@ -158,25 +138,12 @@ impl SessionSink {
     ) {
         let key = format!("sbs-{}", random_hex());
         let line = Bytes::from(encode_request(&RequestId::from_string(&key), name, params));
-        let delivered = registry
-            .sessions
-            .with(&self.session, |s| {
-                let Some(own) = s.own.get_mut(&self.backend) else {
-                    return false;
-                };
-                if own.server_requests.len() >= MAX_SERVER_REQUESTS {
-                    return false;
-                }
-                own.server_requests.insert(key.clone(), id.clone());
-                if crate::session::deliver(s, line) {
-                    return true;
-                }
-                if let Some(own) = s.own.get_mut(&self.backend) {
-                    own.server_requests.remove(&key);
-                }
-                false
-            })
-            .unwrap_or(false);
+        let delivered = registry.sessions.deliver_server_request(
+            &self.session,
+            &self.backend,
+            (&key, id),
+            line,
+        );
         if !delivered {
             registry
                 .drops
@@ -206,15 +173,10 @@ pub(crate) async fn client_response(
     if crate::client_ask::client_response(registry, session, &key, msg)? {
         return Ok(());
     }
+    // Only the process that asked knows the key (keys are minted per request).
     let (handle, backend_id) = registry
         .sessions
-        .with(session, |s| {
-            // Only the process that asked knows the key (keys are minted per request).
-            s.own.values_mut().find_map(|own| {
-                let id = own.server_requests.remove(&key)?;
-                Some((own.handle.clone(), id))
-            })
-        })?
+        .take_server_request(session, &key)?
         .ok_or(CoreError::UnexpectedResponse)?;
     let (member, payload) = match (msg.result, msg.error) {
         (Some(r), _) => ("result", r.get()),
