@@ -27,6 +27,7 @@ mod own;
 mod requests;
 
 mod sessions;
+mod sse;
 mod stored;
 mod streams;
 mod watch;
