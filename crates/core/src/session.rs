@@ -1,10 +1,18 @@
 //! Legacy sessions (Streamable HTTP `Mcp-Session-Id`s and HTTP+SSE `session_id`s, told apart by
 //! [`Transport`]): the table of live sessions and what each session owns.
 //!
-//! One owner (a `parking_lot` mutex around a map), locked only for map operations and never
-//! across `.await`. Ids are 128-bit CSPRNG values; an id is valid only while it is in the
-//! table, so DELETE, TTL expiry and shutdown all end a session the same way: removal, which
-//! hands back the session's state for cleanup ([`Ended`]).
+//! One owner, [`Sessions`] (a `parking_lot` mutex around a map), locked only for map
+//! operations and never across `.await`. Ids are 128-bit CSPRNG values; an id is valid only
+//! while it is in the table, so DELETE, TTL expiry and shutdown all end a session the same
+//! way: removal, which hands back the session's state for cleanup ([`Ended`]).
+//!
+//! The rest of the crate changes a session only through the owner's named operations, one
+//! per thing done, grouped by what they touch: the table itself (`sessions`), in-flight
+//! requests (`requests`), what the session asked to hear (`watch`), its own upstreams
+//! (`own`), the gateway's questions to its client (`asks`), HTTP+SSE specifics (`sse`), its
+//! streams (`streams`) and its stored record (`stored`). Reads hand back owned copies. The
+//! closure-taking accessors (`with`, `for_each`, …) and `Session`'s fields are private to
+//! this module.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -25,7 +33,6 @@ mod asks;
 mod end;
 mod own;
 mod requests;
-
 mod sessions;
 mod sse;
 mod stored;
@@ -36,7 +43,7 @@ pub(crate) use end::EndReason;
 pub(crate) use own::OwnBackend;
 pub(crate) use sessions::Ended;
 pub use sessions::Sessions;
-pub(crate) use streams::deliver;
+use streams::deliver;
 pub use streams::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
 pub(crate) use watch::OwnWatch;
 
@@ -99,50 +106,50 @@ pub(crate) type SubKey = (BackendId, String);
 
 /// What the gateway keeps for one session.
 #[derive(Debug)]
-pub(crate) struct Session {
-    pub(crate) transport: Transport,
+struct Session {
+    transport: Transport,
     /// The principal that created the session (issuer, subject): the only one that can use it.
     owner: (String, String),
-    pub(crate) protocol_version: &'static str,
+    protocol_version: &'static str,
     last_seen: Instant,
-    pub(crate) listen: ListenState,
+    listen: ListenState,
     /// `logging/setLevel` of this session, as a rank (see `logging`).
-    pub(crate) log_level: Option<u8>,
+    log_level: Option<u8>,
     /// (backend, URI) pairs this session subscribed to (mirror of the backends' subscription
     /// tables, for cleanup).
-    pub(crate) subscriptions: HashSet<SubKey>,
+    subscriptions: HashSet<SubKey>,
     /// Who subscribed (the latest subscribe's caller, its credential dropped): a changed
     /// policy judges the subscriptions again as this principal.
-    pub(crate) subscriber: Option<std::sync::Arc<Principal>>,
+    subscriber: Option<std::sync::Arc<Principal>>,
     /// Under a policy, the URIs (scheme folded) this session watches at its own processes
     /// (per-session mode), as the policy in force allows: once it subscribed there, only
     /// their `resources/updated` reach the client (a revoked or never-recorded one does not).
-    pub(crate) own_watched: HashSet<String>,
+    own_watched: HashSet<String>,
     /// In-flight requests by the client's raw id text.
-    pub(crate) in_flight: HashMap<Box<str>, InFlight>,
+    in_flight: HashMap<Box<str>, InFlight>,
     /// HTTP+SSE only: the tasks running this session's requests. Owned by the session, so
     /// ending the session (in any way) aborts them.
-    pub(crate) tasks: Option<JoinSet<()>>,
+    tasks: Option<JoinSet<()>>,
     /// Per-session mode: this session's own backend process (or upstream session), per
     /// backend.
-    pub(crate) own: HashMap<BackendId, OwnBackend>,
+    own: HashMap<BackendId, OwnBackend>,
     /// A set with per-session backends: one gate per backend whose own upstream the session
     /// is opening (`per_session::lazy`), so concurrent first requests open one.
-    pub(crate) opening: HashMap<BackendId, Arc<tokio::sync::Mutex<()>>>,
+    opening: HashMap<BackendId, Arc<tokio::sync::Mutex<()>>>,
     /// A set with per-session backends: the client's `initialize`, for the own upstreams
     /// opened later.
-    pub(crate) client_init: Option<Box<serde_json::value::RawValue>>,
+    client_init: Option<Box<serde_json::value::RawValue>>,
     /// Per-session mode, HTTP+SSE: the session's `initialize` is under way (its process
     /// starting or handshaking), so it may neither start another nor be used yet.
-    pub(crate) initializing: bool,
+    initializing: bool,
     /// The gateway's own requests to this session's client and what it may be asked
     /// (`client_ask`). Dropped with the session, which wakes every waiter.
-    pub(crate) asks: crate::client_ask::Asks,
+    asks: crate::client_ask::Asks,
     /// The client's `initialize` params, kept only with a session store (its record
     /// carries them to another replica).
-    pub(crate) init_params: Option<Box<serde_json::value::RawValue>>,
+    init_params: Option<Box<serde_json::value::RawValue>>,
     /// With a session store: the revision of its record this process last wrote or read.
-    pub(crate) stored_rev: Option<u64>,
+    stored_rev: Option<u64>,
     /// Counts this session against its principal's limit while it exists (any way it ends,
     /// dropping the session gives the place back). `None` when there is no such limit.
     _counted: Option<OwnerSlot>,
@@ -204,7 +211,7 @@ impl Session {
     }
 
     /// The principal that opened it (issuer, subject).
-    pub(crate) fn owner(&self) -> &(String, String) {
+    fn owner(&self) -> &(String, String) {
         &self.owner
     }
 }

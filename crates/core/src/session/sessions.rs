@@ -173,7 +173,7 @@ impl Sessions {
     }
 
     /// Runs `f` on a live session under the table lock (`f` must not block).
-    pub(crate) fn with<R>(
+    pub(super) fn with<R>(
         &self,
         raw: &str,
         f: impl FnOnce(&mut Session) -> R,
@@ -187,7 +187,7 @@ impl Sessions {
 
     /// Like [`Self::with`], for a client-supplied id that must name a session of `transport`:
     /// an id of the other transport is treated exactly like an unknown one.
-    pub(crate) fn with_transport<R>(
+    pub(super) fn with_transport<R>(
         &self,
         raw: &str,
         transport: Transport,
@@ -203,7 +203,7 @@ impl Sessions {
 
     /// Like [`Self::with_transport`], for a client-supplied id that must also belong to
     /// `caller`: another principal's session is treated exactly like an unknown one.
-    pub(crate) fn with_owned<R>(
+    pub(super) fn with_owned<R>(
         &self,
         raw: &str,
         transport: Transport,
@@ -226,7 +226,7 @@ impl Sessions {
     }
 
     /// Runs `f` on every live session under the table lock (`f` must not block).
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&str, &mut Session)) {
+    pub(super) fn for_each(&self, mut f: impl FnMut(&str, &mut Session)) {
         for (id, s) in self.sessions.lock().iter_mut() {
             f(id, s);
         }

@@ -18,7 +18,7 @@ pub const SSE_ANSWER_BYTES: usize = crate::listen_stream::LISTEN_QUEUE_BYTES;
 /// progress, only while it leaves the room kept for answers (so a backend that asks or logs
 /// a lot can neither crowd out the answers nor get a reading client evicted). A request
 /// refused that way is failed back to the backend by the caller.
-pub(crate) fn deliver(s: &mut Session, data: Bytes) -> bool {
+pub(super) fn deliver(s: &mut Session, data: Bytes) -> bool {
     if s.transport == Transport::Sse {
         return s
             .listen
