@@ -6,7 +6,7 @@
 //! The request goes to the session that owns the call, under a gateway-minted key
 //! (`sbg-<128-bit hex>`, or `sbg-REPLICA-<128-bit hex>` with replicas, so an answer reaching
 //! another replica is handed to the one waiting for it: `session_store::home`), on the calling request's own stream when it has one, else on the
-//! session's best stream (the rule `per_session::sink` uses for a backend's own requests).
+//! session's best stream (`session::deliver`, the rule a backend's own requests follow too).
 //! The client's answer comes back through `client_response`, which looks the key up in *that*
 //! session only: a key is never a routing decision across sessions. Each session keeps a
 //! bounded table of waiters; every way out of [`Gateway::ask_client`] (answer, deadline,
@@ -105,7 +105,7 @@ impl Asks {
 
     /// Registers the waiter for `key`, if the client may be asked `method` and the session
     /// has room.
-    fn register(
+    pub(crate) fn register(
         &mut self,
         key: &str,
         method: &str,
@@ -119,6 +119,11 @@ impl Asks {
         }
         self.waiters.insert(key.to_owned(), tx);
         Ok(())
+    }
+
+    /// Removes the waiter for `key`, if it is still there.
+    pub(crate) fn forget(&mut self, key: &str) {
+        self.waiters.remove(key);
     }
 
     #[cfg(test)]
@@ -136,9 +141,7 @@ struct Waiter<'a> {
 
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
-        let _ = self.registry.sessions.with(self.session, |s| {
-            s.asks.waiters.remove(&self.key);
-        });
+        self.registry.sessions.forget_ask(self.session, &self.key);
     }
 }
 
@@ -173,23 +176,13 @@ impl Gateway {
         ));
         let (tx, rx) = oneshot::channel();
         let sid = session.as_str();
-        self.registry
-            .sessions
-            .with(sid, |s| s.asks.register(&key, method, tx))??;
+        self.registry.sessions.register_ask(sid, &key, method, tx)?;
         let _waiter = Waiter {
             registry: &self.registry,
             session: sid,
             key,
         };
-        let delivered = self
-            .registry
-            .sessions
-            .with(sid, |s| {
-                let own = s.transport != crate::session::Transport::Sse
-                    && stream.is_some_and(|st| st.try_send(line.clone()).is_ok());
-                own || crate::per_session::deliver(s, line)
-            })
-            .unwrap_or(false);
+        let delivered = self.registry.sessions.deliver_ask(sid, line, stream);
         if !delivered {
             return Err(CoreError::NoClientStream);
         }
@@ -232,18 +225,14 @@ impl Gateway {
 
     /// The input capabilities the client of `session` declared.
     pub fn client_caps(&self, session: &SessionId) -> Result<ClientCaps, CoreError> {
-        self.registry
-            .sessions
-            .with(session.as_str(), |s| s.asks.caps)
+        self.registry.sessions.client_caps(session.as_str())
     }
 }
 
 /// Keeps the capabilities of a client's `initialize` on its session.
 pub(crate) fn remember(registry: &Registry, session: &SessionId, params: Option<&RawValue>) {
     let caps = ClientCaps::of_initialize(params);
-    let _ = registry
-        .sessions
-        .with(session.as_str(), |s| s.asks.caps = caps);
+    registry.sessions.set_client_caps(session.as_str(), caps);
 }
 
 /// A client's response, if it answers one of the gateway's own requests of this session.
@@ -265,7 +254,7 @@ pub(crate) fn client_response(
     };
     registry
         .sessions
-        .with(session, |s| s.asks.answer(key, reply))?
+        .answer_ask(session, key, reply)?
         .then_some(true)
         .ok_or(CoreError::UnexpectedResponse)
 }

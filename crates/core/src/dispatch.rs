@@ -109,9 +109,7 @@ impl Dispatcher {
                 // Rebuilt from the name alone: a backend must not smuggle `_meta` or anything
                 // else into every session.
                 let data = Bytes::from(encode_notification(name, None));
-                r.sessions.for_each(|_, s| {
-                    s.listen.push(data.clone());
-                });
+                r.sessions.broadcast(&data);
                 r.listeners.list_changed(name);
                 // Streams held by other replicas hear it too (each once: there).
                 if let Some(peers) = r.peers.get() {

@@ -258,9 +258,9 @@ impl Gateway {
         if self.store().is_none() {
             return Ok(());
         }
-        let _ = self.registry.sessions.with(session.as_str(), |s| {
-            s.init_params = params.map(ToOwned::to_owned);
-        });
+        self.registry
+            .sessions
+            .set_init_params(session.as_str(), params.map(ToOwned::to_owned));
         self.claim_owner_place(session).await?;
         let Err(e) = self.store_session(session).await else {
             return Ok(());
@@ -270,10 +270,7 @@ impl Gateway {
             return Ok(());
         }
         tracing::warn!(error = %e, "session refused: the session store did not take it");
-        let owner = self
-            .registry
-            .sessions
-            .with(session.as_str(), |s| s.owner().clone());
+        let owner = self.registry.sessions.owner_of(session.as_str());
         if let Ok(owner) = owner {
             self.release_owner_place(&owner, session.as_str()).await;
         }
@@ -414,9 +411,7 @@ impl Gateway {
         let found = self
             .registry
             .sessions
-            .with(sid.as_str(), |s| s.in_flight.remove(target.as_str()))
-            .ok()
-            .flatten();
+            .take_request(sid.as_str(), target.as_str());
         let Some(in_flight) = found else {
             debug!("cancellation for no in-flight request of this session; ignored");
             return;

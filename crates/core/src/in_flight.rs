@@ -73,9 +73,10 @@ impl<'a> InFlightGuard<'a> {
     ) -> Self {
         let client_id: Box<str> = id.as_json().into();
         let key = entry.key.clone();
-        let _ = gateway.registry.sessions.with(session.as_str(), |s| {
-            s.in_flight.insert(client_id.clone(), entry)
-        });
+        gateway
+            .registry
+            .sessions
+            .track_request(session.as_str(), client_id.clone(), entry);
         InFlightGuard {
             gateway,
             session,
@@ -87,19 +88,12 @@ impl<'a> InFlightGuard<'a> {
 
 impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
-        let _ = self
-            .gateway
-            .registry
-            .sessions
-            .with(self.session.as_str(), |s| {
-                // Only our own entry: a client reusing an id concurrently owns the newer one.
-                if s.in_flight
-                    .get(&self.client_id)
-                    .is_some_and(|f| f.key == self.key)
-                {
-                    s.in_flight.remove(&self.client_id);
-                }
-            });
+        // Only our own entry: a client reusing an id concurrently owns the newer one.
+        self.gateway.registry.sessions.untrack_request(
+            self.session.as_str(),
+            &self.client_id,
+            &self.key,
+        );
     }
 }
 

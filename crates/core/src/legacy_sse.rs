@@ -1,6 +1,6 @@
 //! Sessions of the 2024-11-05 HTTP+SSE transport (`GET /sse` + `POST /messages`).
 //!
-//! They live in the same [`SessionStore`](crate::session::SessionStore) as Streamable HTTP
+//! They live in the same [`Sessions`](crate::session::Sessions) as Streamable HTTP
 //! sessions (one table, one bound, one reaper) but are tagged [`Transport::Sse`], so their ids
 //! are never valid on `/mcp` and vice versa. What differs:
 //!
@@ -32,18 +32,14 @@ use switchboard_wire::{method, RequestId};
 
 use crate::listen_stream::{ListenEvent, ListenState};
 use crate::session::{SessionId, Transport};
+pub use crate::session::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
 use crate::stream_queue::{Limits, QueueRx};
 use crate::{CoreError, Gateway};
 
-/// Requests one HTTP+SSE session may have running at once; more are refused (503).
-pub const SSE_MAX_REQUESTS: usize = 64;
 /// Capacity of an HTTP+SSE session's stream queue. Progress may use it only down to
 /// [`SSE_MAX_REQUESTS`] free slots, so every running request's answer always fits; a client
 /// that stops reading long enough to fill it anyway is evicted, which ends its session.
 pub const SSE_QUEUE: usize = 4 * SSE_MAX_REQUESTS;
-/// Bytes of the stream's queue kept for answers: progress may queue only while this much is
-/// still free. A listen stream's budget, so answers get at least what any stream gets.
-pub const SSE_ANSWER_BYTES: usize = crate::listen_stream::LISTEN_QUEUE_BYTES;
 /// Byte budget of an HTTP+SSE session's stream queue: its answers' share plus as much again
 /// for progress and listen traffic. Going over it evicts the consumer, as the event bound does
 /// (the session ends). Answers weigh nothing against it: they are bounded by
@@ -78,10 +74,9 @@ impl SseInitClaim {
 
 impl Drop for SseInitClaim {
     fn drop(&mut self) {
-        let _ = self
-            .registry
+        self.registry
             .sessions
-            .with(self.session.as_str(), |s| s.initializing = false);
+            .release_initialize(self.session.as_str());
     }
 }
 
@@ -129,13 +124,10 @@ impl Gateway {
         let audit = self.config.access.audit_only(caller, &msg);
         let (negotiated, response) = self.negotiate(caller, id, params);
         let response = Bytes::from(response);
-        let queued = self
-            .registry
-            .sessions
-            .with_transport(session.as_str(), Transport::Sse, |s| {
-                s.protocol_version = negotiated;
-                s.listen.push(response.clone());
-            });
+        let queued =
+            self.registry
+                .sessions
+                .queue_initialize_answer(session.as_str(), negotiated, &response);
         if queued.is_ok() {
             self.remember_client_init(session, negotiated, params);
         }
@@ -150,15 +142,7 @@ impl Gateway {
     /// or once the session has its process). The claim is released when dropped, so an
     /// `initialize` that fails, or whose task never runs, leaves the session free to retry.
     pub fn claim_sse_initialize(&self, session: &SessionId) -> Result<SseInitClaim, CoreError> {
-        self.registry
-            .sessions
-            .with_transport(session.as_str(), Transport::Sse, |s| {
-                if s.initializing || !s.own.is_empty() {
-                    return Err(CoreError::AlreadyInitialized);
-                }
-                s.initializing = true;
-                Ok(())
-            })??;
+        self.registry.sessions.claim_initialize(session.as_str())?;
         Ok(SseInitClaim {
             registry: self.registry.clone(),
             session: session.clone(),
@@ -220,7 +204,7 @@ impl Gateway {
             Ok(answer) if !answer.is_error() => {
                 self.registry
                     .sessions
-                    .with(session.as_str(), |s| s.protocol_version = negotiated)?;
+                    .set_protocol_version(session.as_str(), negotiated)?;
                 // From now on the process's exit ends the session (and closes its stream).
                 opened.store(true, std::sync::atomic::Ordering::Release);
                 Ok(switchboard_wire::restore_response(
@@ -234,7 +218,7 @@ impl Gateway {
                 let _ = self
                     .registry
                     .sessions
-                    .with(session.as_str(), |s| s.own.remove(&backend));
+                    .remove_own(session.as_str(), &backend);
                 match failed {
                     Ok(answer) => Err(CoreError::BackendInit(crate::backend::refused(
                         method::INITIALIZE,
@@ -254,18 +238,7 @@ impl Gateway {
         session: &SessionId,
         task: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), CoreError> {
-        self.registry
-            .sessions
-            .with_transport(session.as_str(), Transport::Sse, |s| {
-                let tasks = s.tasks.get_or_insert_with(JoinSet::new);
-                // Finished tasks stay in the set until joined; collect them first.
-                while tasks.try_join_next().is_some() {}
-                if tasks.len() >= SSE_MAX_REQUESTS {
-                    return Err(CoreError::SessionBusy(SSE_MAX_REQUESTS));
-                }
-                tasks.spawn(task);
-                Ok(())
-            })?
+        self.registry.sessions.spawn_task(session.as_str(), task)
     }
 
     /// Queues progress on an HTTP+SSE session's stream. Returns false when it was not queued:
@@ -274,11 +247,7 @@ impl Gateway {
     pub fn deliver_sse_progress(&self, session: &SessionId, data: Bytes) -> bool {
         self.registry
             .sessions
-            .with_transport(session.as_str(), Transport::Sse, |s| {
-                s.listen
-                    .push_reserving(data, SSE_MAX_REQUESTS, SSE_ANSWER_BYTES)
-            })
-            .unwrap_or(false)
+            .push_sse_progress(session.as_str(), data)
     }
 
     /// Queues a request's answer on its HTTP+SSE session's stream: never refused for its
@@ -288,24 +257,13 @@ impl Gateway {
     pub fn deliver_sse_answer(&self, session: &SessionId, data: Bytes) -> bool {
         self.registry
             .sessions
-            .with_transport(session.as_str(), Transport::Sse, |s| {
-                s.listen.push_answer(data)
-            })
-            .unwrap_or(false)
+            .push_sse_answer(session.as_str(), data)
     }
 
     /// Whether requests of this HTTP+SSE session are still running (their answers are still to
     /// be queued on its stream). False once the session has ended.
     pub fn sse_in_flight(&self, session: &SessionId) -> bool {
-        self.registry
-            .sessions
-            .with_transport(session.as_str(), Transport::Sse, |s| {
-                s.tasks.as_mut().is_some_and(|tasks| {
-                    while tasks.try_join_next().is_some() {}
-                    !tasks.is_empty()
-                })
-            })
-            .unwrap_or(false)
+        self.registry.sessions.has_running_tasks(session.as_str())
     }
 
     /// Refreshes an HTTP+SSE session's TTL while its stream is open. False once it has ended.

@@ -14,17 +14,14 @@ use switchboard_upstream::{InboundSink, Upstream, UpstreamError, UpstreamOwner};
 use switchboard_wire::{method, restore_response, Message, RequestId};
 
 use crate::resolve::{From, Route};
-use crate::session::{EndReason, OwnBackend};
+use crate::session::{EndReason, OwnBackend, OwnWatch};
 use crate::BackendId;
 use crate::CoreError;
 
 mod lazy;
 mod sink;
 
-pub(crate) use sink::{client_response, deliver, OnClose, SessionSink};
-
-/// Most URIs one session watches at its own processes under a policy (more are withheld).
-const MAX_OWN_WATCHED: usize = 1024;
+pub(crate) use sink::{client_response, OnClose, SessionSink};
 
 /// How long a session's process may take to exit after its stdin closes before it is killed.
 pub(crate) const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -248,10 +245,11 @@ impl crate::Gateway {
         });
         let (handle, process) = spawn_off_runtime(spawner, sink).await?;
         // Ended already (reaped): the process is dropped with the closure, and killed.
-        self.registry.sessions.with(session.as_str(), |s| {
-            s.own
-                .insert(backend.clone(), OwnBackend::new(handle.clone(), process));
-        })?;
+        self.registry.sessions.install_own(
+            session.as_str(),
+            backend,
+            OwnBackend::new(handle.clone(), process),
+        )?;
         let route = self
             .resolve(
                 From::Started(backend, handle),
@@ -366,14 +364,16 @@ impl crate::Gateway {
         // Judged again here: a policy change between admission and this answer must not let
         // a subscribe it would refuse slip back in.
         let allowed = answered && name == method::SUBSCRIBE && self.may_subscribe(caller, &uri);
-        let _ = self.registry.sessions.with(sid.as_str(), |s| {
-            s.subscriber = Some(who);
-            if name == method::UNSUBSCRIBE {
-                s.own_watched.remove(&uri);
-            } else if allowed && s.own_watched.len() < MAX_OWN_WATCHED {
-                s.own_watched.insert(uri);
-            }
-        });
+        let change = if name == method::UNSUBSCRIBE {
+            OwnWatch::Unwatch
+        } else if allowed {
+            OwnWatch::Watch
+        } else {
+            OwnWatch::Keep
+        };
+        self.registry
+            .sessions
+            .note_own_watch(sid.as_str(), who, uri, change);
     }
 
     /// A client's JSON-RPC response (answer to a server request): to the gateway's own

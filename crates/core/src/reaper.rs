@@ -190,10 +190,7 @@ mod tests {
             let lock = tables.subs.lock(&uri).await;
             registry
                 .sessions
-                .with(sid.as_str(), |s| {
-                    s.subscriptions
-                        .insert((BackendId::default_id(), uri.clone()))
-                })
+                .add_subscription(sid.as_str(), &(BackendId::default_id(), uri.clone()))
                 .expect("live session");
             tables.subs.add(&lock, sid.as_str());
         }

@@ -13,14 +13,14 @@ use crate::dispatch::Dispatcher;
 use crate::drop_log::DropLog;
 use crate::modern_listen::ModernListeners;
 use crate::progress::ProgressRoutes;
-use crate::session::SessionStore;
+use crate::session::Sessions;
 use crate::subscription::Subscriptions;
 use crate::BackendId;
 
 /// The routing registries shared by the request path and the backends' inbound paths.
 #[derive(Debug)]
 pub struct Registry {
-    pub(crate) sessions: SessionStore,
+    pub(crate) sessions: Sessions,
     pub(crate) progress: ProgressRoutes,
     pub(crate) listeners: ModernListeners,
     pub(crate) drops: DropLog,
@@ -86,9 +86,10 @@ impl Registry {
     pub fn new(config: &crate::GatewayConfig) -> Arc<Self> {
         Arc::new(Registry {
             sessions: match config.max_sessions_per_principal {
-                Some(n) => SessionStore::new(config.max_sessions, config.session_ttl)
-                    .with_principal_limit(n),
-                None => SessionStore::new(config.max_sessions, config.session_ttl),
+                Some(n) => {
+                    Sessions::new(config.max_sessions, config.session_ttl).with_principal_limit(n)
+                }
+                None => Sessions::new(config.max_sessions, config.session_ttl),
             },
             progress: ProgressRoutes::default(),
             listeners: ModernListeners::default(),

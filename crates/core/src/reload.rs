@@ -219,9 +219,7 @@ impl Gateway {
     /// list changes (as a backend's own are rebuilt, `dispatch`).
     fn announce(&self, name: &'static str) {
         let data = Bytes::from(encode_notification(name, None));
-        self.registry.sessions.for_each(|_, s| {
-            s.listen.push(data.clone());
-        });
+        self.registry.sessions.broadcast(&data);
         self.registry.listeners.list_changed(name);
     }
 

@@ -143,13 +143,11 @@ impl Gateway {
         Ok(match from {
             From::Request(Some(sid)) | From::Fanout(Some(sid), _) => {
                 let per_session = per_session_backend;
-                let own =
-                    self.registry
-                        .sessions
-                        .with(sid.as_str(), |s| match s.own.get(&entry.id) {
-                            Some(own) if !s.initializing && own.ready => Ok(own.handle.clone()),
-                            _ => Err(per_session),
-                        })?;
+                let own = self
+                    .registry
+                    .sessions
+                    .own_for_requests(sid.as_str(), &entry.id)?
+                    .ok_or(per_session);
                 match own {
                     Ok(own) => route(Via::Own, own),
                     Err(true) => None,
@@ -229,16 +227,7 @@ impl Gateway {
     /// (the client's own notifications go to it), one opened on first use once handshaken (a
     /// session that has ended has none).
     fn own_upstream(&self, session: &SessionId, backend: &BackendId) -> Option<Upstream> {
-        self.registry
-            .sessions
-            .with(session.as_str(), |s| {
-                s.own
-                    .get(backend)
-                    .filter(|o| o.ready)
-                    .map(|o| o.handle.clone())
-            })
-            .ok()
-            .flatten()
+        self.registry.sessions.ready_own(session.as_str(), backend)
     }
 
     /// The entry of a route's backend (routes name only backends of the set).

@@ -1,15 +1,22 @@
 //! Legacy sessions (Streamable HTTP `Mcp-Session-Id`s and HTTP+SSE `session_id`s, told apart by
 //! [`Transport`]): the table of live sessions and what each session owns.
 //!
-//! One owner (a `parking_lot` mutex around a map), locked only for map operations and never
-//! across `.await`. Ids are 128-bit CSPRNG values; an id is valid only while it is in the
-//! table, so DELETE, TTL expiry and shutdown all end a session the same way: removal, which
-//! hands back the session's state for cleanup ([`Ended`]).
+//! One owner, [`Sessions`] (a `parking_lot` mutex around a map), locked only for map
+//! operations and never across `.await`. Ids are 128-bit CSPRNG values; an id is valid only
+//! while it is in the table, so DELETE, TTL expiry and shutdown all end a session the same
+//! way: removal, which hands back the session's state for cleanup ([`Ended`]).
+//!
+//! The rest of the crate changes a session only through the owner's named operations, one
+//! per thing done, grouped by what they touch: the table itself (`sessions`), in-flight
+//! requests (`requests`), what the session asked to hear (`watch`), its own upstreams
+//! (`own`), the gateway's questions to its client (`asks`), HTTP+SSE specifics (`sse`), its
+//! streams (`streams`) and its stored record (`stored`). Reads hand back owned copies. The
+//! closure-taking accessors (`with`, `for_each`, …) and `Session`'s fields are private to
+//! this module.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -17,17 +24,28 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::listen_stream::{ListenState, ListenStream};
+use crate::listen_stream::ListenState;
 use crate::route::{random_hex, RouteKey};
 use crate::BackendId;
-use crate::CoreError;
 use crate::Principal;
 
+mod asks;
 mod end;
 mod own;
+mod requests;
+mod sessions;
+mod sse;
+mod stored;
+mod streams;
+mod watch;
 
 pub(crate) use end::EndReason;
 pub(crate) use own::OwnBackend;
+pub(crate) use sessions::Ended;
+pub use sessions::Sessions;
+use streams::deliver;
+pub use streams::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
+pub(crate) use watch::OwnWatch;
 
 /// A gateway-minted session id (visible ASCII, 32 hex digits).
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -88,50 +106,50 @@ pub(crate) type SubKey = (BackendId, String);
 
 /// What the gateway keeps for one session.
 #[derive(Debug)]
-pub(crate) struct Session {
-    pub(crate) transport: Transport,
+struct Session {
+    transport: Transport,
     /// The principal that created the session (issuer, subject): the only one that can use it.
     owner: (String, String),
-    pub(crate) protocol_version: &'static str,
+    protocol_version: &'static str,
     last_seen: Instant,
-    pub(crate) listen: ListenState,
+    listen: ListenState,
     /// `logging/setLevel` of this session, as a rank (see `logging`).
-    pub(crate) log_level: Option<u8>,
+    log_level: Option<u8>,
     /// (backend, URI) pairs this session subscribed to (mirror of the backends' subscription
     /// tables, for cleanup).
-    pub(crate) subscriptions: HashSet<SubKey>,
+    subscriptions: HashSet<SubKey>,
     /// Who subscribed (the latest subscribe's caller, its credential dropped): a changed
     /// policy judges the subscriptions again as this principal.
-    pub(crate) subscriber: Option<std::sync::Arc<Principal>>,
+    subscriber: Option<std::sync::Arc<Principal>>,
     /// Under a policy, the URIs (scheme folded) this session watches at its own processes
     /// (per-session mode), as the policy in force allows: once it subscribed there, only
     /// their `resources/updated` reach the client (a revoked or never-recorded one does not).
-    pub(crate) own_watched: HashSet<String>,
+    own_watched: HashSet<String>,
     /// In-flight requests by the client's raw id text.
-    pub(crate) in_flight: HashMap<Box<str>, InFlight>,
+    in_flight: HashMap<Box<str>, InFlight>,
     /// HTTP+SSE only: the tasks running this session's requests. Owned by the session, so
     /// ending the session (in any way) aborts them.
-    pub(crate) tasks: Option<JoinSet<()>>,
+    tasks: Option<JoinSet<()>>,
     /// Per-session mode: this session's own backend process (or upstream session), per
     /// backend.
-    pub(crate) own: HashMap<BackendId, OwnBackend>,
+    own: HashMap<BackendId, OwnBackend>,
     /// A set with per-session backends: one gate per backend whose own upstream the session
     /// is opening (`per_session::lazy`), so concurrent first requests open one.
-    pub(crate) opening: HashMap<BackendId, Arc<tokio::sync::Mutex<()>>>,
+    opening: HashMap<BackendId, Arc<tokio::sync::Mutex<()>>>,
     /// A set with per-session backends: the client's `initialize`, for the own upstreams
     /// opened later.
-    pub(crate) client_init: Option<Box<serde_json::value::RawValue>>,
+    client_init: Option<Box<serde_json::value::RawValue>>,
     /// Per-session mode, HTTP+SSE: the session's `initialize` is under way (its process
     /// starting or handshaking), so it may neither start another nor be used yet.
-    pub(crate) initializing: bool,
+    initializing: bool,
     /// The gateway's own requests to this session's client and what it may be asked
     /// (`client_ask`). Dropped with the session, which wakes every waiter.
-    pub(crate) asks: crate::client_ask::Asks,
+    asks: crate::client_ask::Asks,
     /// The client's `initialize` params, kept only with a session store (its record
     /// carries them to another replica).
-    pub(crate) init_params: Option<Box<serde_json::value::RawValue>>,
+    init_params: Option<Box<serde_json::value::RawValue>>,
     /// With a session store: the revision of its record this process last wrote or read.
-    pub(crate) stored_rev: Option<u64>,
+    stored_rev: Option<u64>,
     /// Counts this session against its principal's limit while it exists (any way it ends,
     /// dropping the session gives the place back). `None` when there is no such limit.
     _counted: Option<OwnerSlot>,
@@ -157,145 +175,6 @@ impl Drop for OwnerSlot {
                 counts.remove(&self.owner);
             }
         }
-    }
-}
-
-/// The state of a session that just ended, for cleanup outside the table lock.
-#[derive(Debug)]
-pub(crate) struct Ended {
-    pub(crate) id: String,
-    /// Who owned it (issuer, subject), for its audit line.
-    pub(crate) owner: (String, String),
-    pub(crate) subscriptions: HashSet<SubKey>,
-    pub(crate) had_log_level: bool,
-    /// Route keys of requests that were still waiting, with their backends; each backend is
-    /// told to cancel its own.
-    pub(crate) in_flight: Vec<(BackendId, RouteKey)>,
-    /// Per-session mode: the session's backend processes (or upstream sessions), to shut
-    /// down.
-    pub(crate) processes: Vec<switchboard_upstream::UpstreamOwner>,
-}
-
-/// All live sessions.
-#[derive(Debug)]
-pub struct SessionStore {
-    /// Keyed by ids this gateway minted (random), so a fast hasher is safe: no client chooses
-    /// what is inserted, and a lookup of a crafted id probes one bucket.
-    sessions: Mutex<foldhash::HashMap<String, Session>>,
-    max: usize,
-    /// Most live sessions one principal may hold (`usize::MAX`: no limit).
-    max_per_principal: usize,
-    per_principal: OwnerCounts,
-    ttl: Duration,
-    generation: std::sync::atomic::AtomicU64,
-}
-
-impl SessionStore {
-    /// A store holding at most `max` sessions, each expiring after `ttl` without use.
-    pub fn new(max: usize, ttl: Duration) -> Self {
-        SessionStore {
-            sessions: Mutex::new(foldhash::HashMap::default()),
-            max,
-            max_per_principal: usize::MAX,
-            per_principal: OwnerCounts::default(),
-            ttl,
-            generation: std::sync::atomic::AtomicU64::new(1),
-        }
-    }
-
-    /// Creates a Streamable HTTP session owned by `owner`, or refuses when the table is full.
-    pub fn create(
-        &self,
-        protocol_version: &'static str,
-        owner: &Principal,
-    ) -> Result<SessionId, CoreError> {
-        self.create_with(
-            Transport::Streamable,
-            protocol_version,
-            ListenState::default(),
-            None,
-            owner,
-        )
-    }
-
-    /// Limits how many live sessions one principal may hold (beyond the table's own bound):
-    /// with authentication on, one caller cannot take every session from the others.
-    pub fn with_principal_limit(mut self, max: usize) -> Self {
-        self.max_per_principal = max.max(1);
-        self
-    }
-
-    /// Takes a place in `owner`'s count, or refuses when it has its limit. Called with the
-    /// session table locked (see [`OwnerSlot`] for the lock order).
-    fn count_against_owner(&self, owner: &Principal) -> Result<Option<OwnerSlot>, CoreError> {
-        if self.max_per_principal == usize::MAX {
-            return Ok(None);
-        }
-        let key = (owner.issuer.clone(), owner.subject.clone());
-        let mut counts = self.per_principal.lock();
-        let n = counts.entry(key.clone()).or_default();
-        if *n >= self.max_per_principal {
-            return Err(CoreError::TooManyPrincipalSessions(self.max_per_principal));
-        }
-        *n += 1;
-        Ok(Some(OwnerSlot {
-            counts: self.per_principal.clone(),
-            owner: key,
-        }))
-    }
-
-    /// Creates a session of `transport` with the given stream state and task set.
-    pub(crate) fn create_with(
-        &self,
-        transport: Transport,
-        protocol_version: &'static str,
-        listen: ListenState,
-        tasks: Option<JoinSet<()>>,
-        owner: &Principal,
-    ) -> Result<SessionId, CoreError> {
-        let mut sessions = self.sessions.lock();
-        if sessions.len() >= self.max {
-            return Err(CoreError::TooManySessions(self.max));
-        }
-        let counted = self.count_against_owner(owner)?;
-        let id = loop {
-            let id = SessionId::mint();
-            if !sessions.contains_key(&id.0) {
-                break id;
-            }
-        };
-        let session = Session::new(transport, protocol_version, listen, tasks, owner, counted);
-        sessions.insert(id.0.clone(), session);
-        Ok(id)
-    }
-
-    /// Makes a Streamable HTTP session held in the session store live here, under its own
-    /// id and owner (`session_store`, which checked the owner). Already live (a concurrent
-    /// request adopted it first): nothing changes.
-    pub(crate) fn adopt(
-        &self,
-        raw: &str,
-        protocol_version: &'static str,
-        owner: &Principal,
-    ) -> Result<SessionId, CoreError> {
-        let mut sessions = self.sessions.lock();
-        if sessions.contains_key(raw) {
-            return Ok(SessionId(raw.to_owned()));
-        }
-        if sessions.len() >= self.max {
-            return Err(CoreError::TooManySessions(self.max));
-        }
-        let counted = self.count_against_owner(owner)?;
-        let session = Session::new(
-            Transport::Streamable,
-            protocol_version,
-            ListenState::default(),
-            None,
-            owner,
-            counted,
-        );
-        sessions.insert(raw.to_owned(), session);
-        Ok(SessionId(raw.to_owned()))
     }
 }
 
@@ -332,226 +211,8 @@ impl Session {
     }
 
     /// The principal that opened it (issuer, subject).
-    pub(crate) fn owner(&self) -> &(String, String) {
+    fn owner(&self) -> &(String, String) {
         &self.owner
-    }
-}
-
-impl SessionStore {
-    /// Looks a session of `transport` owned by `caller` up by the client-supplied value and
-    /// refreshes its TTL. Returns the canonical id and the session's negotiated version. A
-    /// session of another principal is not found, exactly like an unknown id (no oracle).
-    pub fn touch(
-        &self,
-        raw: &str,
-        transport: Transport,
-        caller: &Principal,
-    ) -> Result<(SessionId, &'static str), CoreError> {
-        self.with_owned(raw, transport, caller, |s| {
-            s.last_seen = Instant::now();
-            s.protocol_version
-        })
-        .map(|v| (SessionId(raw.to_owned()), v))
-    }
-
-    /// Runs `f` on a live session under the table lock (`f` must not block).
-    pub(crate) fn with<R>(
-        &self,
-        raw: &str,
-        f: impl FnOnce(&mut Session) -> R,
-    ) -> Result<R, CoreError> {
-        let mut sessions = self.sessions.lock();
-        sessions
-            .get_mut(raw)
-            .map(f)
-            .ok_or(CoreError::SessionNotFound)
-    }
-
-    /// Like [`Self::with`], for a client-supplied id that must name a session of `transport`:
-    /// an id of the other transport is treated exactly like an unknown one.
-    pub(crate) fn with_transport<R>(
-        &self,
-        raw: &str,
-        transport: Transport,
-        f: impl FnOnce(&mut Session) -> R,
-    ) -> Result<R, CoreError> {
-        let mut sessions = self.sessions.lock();
-        sessions
-            .get_mut(raw)
-            .filter(|s| s.transport == transport)
-            .map(f)
-            .ok_or(CoreError::SessionNotFound)
-    }
-
-    /// Like [`Self::with_transport`], for a client-supplied id that must also belong to
-    /// `caller`: another principal's session is treated exactly like an unknown one.
-    pub(crate) fn with_owned<R>(
-        &self,
-        raw: &str,
-        transport: Transport,
-        caller: &Principal,
-        f: impl FnOnce(&mut Session) -> R,
-    ) -> Result<R, CoreError> {
-        let mut sessions = self.sessions.lock();
-        sessions
-            .get_mut(raw)
-            .filter(|s| s.transport == transport && s.owned_by(caller))
-            .map(f)
-            .ok_or(CoreError::SessionNotFound)
-    }
-
-    /// Refreshes the TTL of a session the gateway itself holds the id of (an open HTTP+SSE
-    /// stream). False once it has ended.
-    pub(crate) fn refresh(&self, id: &SessionId, transport: Transport) -> bool {
-        self.with_transport(id.as_str(), transport, |s| s.last_seen = Instant::now())
-            .is_ok()
-    }
-
-    /// Runs `f` on every live session under the table lock (`f` must not block).
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&str, &mut Session)) {
-        for (id, s) in self.sessions.lock().iter_mut() {
-            f(id, s);
-        }
-    }
-
-    /// Opens (or replaces) a Streamable HTTP session's listen stream.
-    pub fn attach_listener(
-        &self,
-        raw: &str,
-        caller: &Principal,
-        last_event_id: Option<&str>,
-    ) -> Result<ListenStream, CoreError> {
-        let generation = self
-            .generation
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.with_owned(raw, Transport::Streamable, caller, |s| {
-            s.last_seen = Instant::now();
-            s.listen.attach(generation, last_event_id)
-        })
-    }
-
-    /// Closes the session's listen stream if it is still `generation`.
-    pub fn detach_listener(&self, raw: &str, generation: u64) {
-        let _ = self.with_transport(raw, Transport::Streamable, |s| s.listen.detach(generation));
-    }
-
-    /// Queues a message on one session's listen stream.
-    /// Queues `data` on the session's listen stream; false when no stream of it is attached
-    /// here (it is kept for a resume here either way).
-    pub(crate) fn push_listen(&self, raw: &str, data: Bytes) -> bool {
-        self.with(raw, |s| {
-            let attached = s.listen.is_attached();
-            s.listen.push(data);
-            attached
-        })
-        .unwrap_or(false)
-    }
-
-    /// Queues `data` on the session's listen stream only if one is attached here (a message a
-    /// peer replica forwarded: kept nowhere else).
-    pub(crate) fn push_if_attached(&self, raw: &str, data: Bytes) -> bool {
-        self.with(raw, |s| s.listen.is_attached() && s.listen.push(data))
-            .unwrap_or(false)
-    }
-
-    /// Ends a session of `transport` (and, when `caller` is given, owned by it). Errors if it
-    /// did not exist (on that transport, for that caller).
-    pub(crate) fn remove(
-        &self,
-        raw: &str,
-        transport: Transport,
-        caller: Option<&Principal>,
-    ) -> Result<Ended, CoreError> {
-        let session = {
-            let mut sessions = self.sessions.lock();
-            let mine = |s: &Session| caller.is_none_or(|c| s.owned_by(c));
-            if !sessions
-                .get(raw)
-                .is_some_and(|s| s.transport == transport && mine(s))
-            {
-                return Err(CoreError::SessionNotFound);
-            }
-            sessions.remove(raw).ok_or(CoreError::SessionNotFound)?
-        };
-        Ok(ended(raw.to_owned(), session))
-    }
-
-    /// Ends a session whatever its transport (the gateway's own cleanup paths).
-    pub(crate) fn remove_any(&self, raw: &str) -> Result<Ended, CoreError> {
-        let session = self
-            .sessions
-            .lock()
-            .remove(raw)
-            .ok_or(CoreError::SessionNotFound)?;
-        Ok(ended(raw.to_owned(), session))
-    }
-
-    /// Ends every session (gateway shutdown).
-    pub(crate) fn drain(&self) -> Vec<Ended> {
-        let all: Vec<(String, Session)> = self.sessions.lock().drain().collect();
-        all.into_iter().map(|(id, s)| ended(id, s)).collect()
-    }
-
-    /// Removes every session idle for longer than the TTL.
-    pub(crate) fn reap(&self) -> Vec<Ended> {
-        let now = Instant::now();
-        let mut sessions = self.sessions.lock();
-        let expired: Vec<String> = sessions
-            .iter()
-            .filter(|(_, s)| now.duration_since(s.last_seen) >= self.ttl && s.in_flight.is_empty())
-            .map(|(id, _)| id.clone())
-            .collect();
-        expired
-            .into_iter()
-            .filter_map(|id| sessions.remove(&id).map(|s| ended(id, s)))
-            .collect()
-    }
-
-    /// Per-session mode: removes sessions with their own backend whose listen stream has been
-    /// gone for longer than `grace` and that wait for nothing (the client is gone; its process
-    /// should not live until the TTL).
-    pub(crate) fn reap_lost_listeners(&self, grace: Duration) -> Vec<Ended> {
-        let now = Instant::now();
-        let mut sessions = self.sessions.lock();
-        let lost: Vec<String> = sessions
-            .iter()
-            .filter(|(_, s)| {
-                !s.own.is_empty()
-                    && s.in_flight.is_empty()
-                    && s.listen.lost_for(now).is_some_and(|d| d >= grace)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        lost.into_iter()
-            .filter_map(|id| sessions.remove(&id).map(|s| ended(id, s)))
-            .collect()
-    }
-
-    /// Number of live sessions.
-    pub fn len(&self) -> usize {
-        self.sessions.lock().len()
-    }
-
-    /// Whether no session is live.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The TTL, so the reaper can tick at a fraction of it.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// Sum of per-session table entries (subscriptions, in-flight requests, attached streams),
-    /// for leak tests.
-    pub fn entry_count(&self) -> usize {
-        self.sessions
-            .lock()
-            .values()
-            .map(|s| {
-                s.subscriptions.len() + s.in_flight.len() + usize::from(s.listen.is_attached())
-            })
-            .sum()
     }
 }
 
@@ -560,38 +221,3 @@ impl Session {
         self.owner.0 == caller.issuer && self.owner.1 == caller.subject
     }
 }
-
-fn ended(id: String, session: Session) -> Ended {
-    let in_flight = match session.tasks {
-        // HTTP+SSE: every request runs in one of the session's tasks. Aborting them drops each
-        // call, which withdraws it and tells the backend to cancel it, exactly once per key.
-        Some(mut tasks) => {
-            tasks.abort_all();
-            Vec::new()
-        }
-        // Streamable HTTP: anything still waiting is cancelled with its session.
-        None => session
-            .in_flight
-            .into_values()
-            .filter_map(|f| {
-                f.cancel.cancel();
-                f.at_backend.then_some((f.backend, f.key))
-            })
-            .collect(),
-    };
-    Ended {
-        id,
-        owner: session.owner,
-        subscriptions: session.subscriptions,
-        had_log_level: session.log_level.is_some(),
-        in_flight,
-        processes: session
-            .own
-            .into_values()
-            .filter_map(|mut o| o.process.take())
-            .collect(),
-    }
-}
-
-#[cfg(test)]
-mod tests;

@@ -71,7 +71,9 @@ impl Gateway {
                 credential: None,
                 ..caller.clone()
             });
-            sessions_note(&self.registry, sid, subscriber);
+            self.registry
+                .sessions
+                .set_subscriber(sid.as_str(), subscriber);
         }
         let Some(uri) = uri_param(msg) else {
             return self
@@ -83,11 +85,11 @@ impl Gateway {
         let lock = subs.lock(&uri).await;
         let sessions = &self.registry.sessions;
         let key: SubKey = (route.backend.clone(), uri);
-        if sessions.with(sid.as_str(), |s| s.subscriptions.contains(&key))? {
+        if sessions.is_subscribed(sid.as_str(), &key)? {
             return Ok(encode_result(id, "{}"));
         }
         if subs.has_subscribers(&key.1) {
-            sessions.with(sid.as_str(), |s| s.subscriptions.insert(key.clone()))?;
+            sessions.add_subscription(sid.as_str(), &key)?;
             subs.add(&lock, sid.as_str());
             return Ok(encode_result(id, "{}"));
         }
@@ -95,7 +97,7 @@ impl Gateway {
             .call_backend(Some(sid), id, method::SUBSCRIBE, msg, (None, None), route)
             .await?;
         if !answer.is_error() {
-            let recorded = sessions.with(sid.as_str(), |s| s.subscriptions.insert(key.clone()));
+            let recorded = sessions.add_subscription(sid.as_str(), &key);
             if recorded.is_ok() {
                 subs.add(&lock, sid.as_str());
             } else {
@@ -114,16 +116,7 @@ impl Gateway {
     /// backend is told when its last subscriber leaves), so no `resources/updated` reaches a
     /// caller no longer allowed to watch that resource.
     pub(crate) async fn rejudge_subscriptions(&self) {
-        let mut held = Vec::new();
-        self.registry.sessions.for_each(|sid, s| {
-            if let Some(who) = &s.subscriber {
-                held.extend(
-                    s.subscriptions
-                        .iter()
-                        .map(|k| (sid.to_owned(), who.clone(), k.clone())),
-                );
-            }
-        });
+        let held = self.registry.sessions.judged_subscriptions();
         let mut changed = Vec::new();
         for (sid, who, (backend, uri)) in held {
             if self.may_subscribe(&who, &uri) {
@@ -135,7 +128,7 @@ impl Gateway {
             let removed = self
                 .registry
                 .sessions
-                .with(&sid, |s| s.subscriptions.remove(&key))
+                .remove_subscription(&sid, &key)
                 .unwrap_or(false);
             if removed && tables.subs.remove(&lock, &sid) {
                 let params = json!({ "uri": uri });
@@ -156,22 +149,10 @@ impl Gateway {
         }
         // Subscriptions at sessions' own processes (per-session mode): a URI the caller may
         // no longer watch is revoked there, and its updates are withheld.
-        let mut own = Vec::new();
-        self.registry.sessions.for_each(|sid, s| {
-            if let Some(who) = &s.subscriber {
-                own.extend(
-                    s.own_watched
-                        .iter()
-                        .map(|u| (sid.to_owned(), who.clone(), u.clone())),
-                );
-            }
-        });
+        let own = self.registry.sessions.judged_own_watches();
         for (sid, who, uri) in own {
             if !self.may_subscribe(&who, &uri) {
-                let _ = self
-                    .registry
-                    .sessions
-                    .with(&sid, |s| s.own_watched.remove(&uri));
+                self.registry.sessions.unwatch_own(&sid, &uri);
             }
         }
         // Modern listen streams, on the gateway's registries and on partitions: a URI the
@@ -227,7 +208,7 @@ impl Gateway {
         let was_subscribed = self
             .registry
             .sessions
-            .with(sid.as_str(), |s| s.subscriptions.remove(&key))?;
+            .remove_subscription(sid.as_str(), &key)?;
         if !was_subscribed || !tables.subs.remove(&lock, sid.as_str()) {
             return Ok(encode_result(id, "{}"));
         }
@@ -259,9 +240,7 @@ impl Gateway {
             .and_then(|l| serde_json::from_str::<String>(l.get()).ok())
             .and_then(|l| logging::rank(&l))
             .ok_or(CoreError::InvalidParams("level must be a logging level"))?;
-        self.registry
-            .sessions
-            .with(sid.as_str(), |s| s.log_level = Some(level))?;
+        self.registry.sessions.set_log_level(sid.as_str(), level)?;
         match self.reconcile_log_level(&entry).await {
             Some(refused) if refused.is_error() => Ok(restore(id, &refused)),
             _ => Ok(encode_result(id, "{}")),
@@ -275,10 +254,7 @@ impl Gateway {
         backend: &BackendEntry,
     ) -> Option<BackendResponse> {
         let mut current = backend.log_level.lock().await;
-        let mut levels = Vec::new();
-        self.registry
-            .sessions
-            .for_each(|_, s| levels.extend(s.log_level));
+        let levels = self.registry.sessions.log_levels();
         let target = logging::target(levels.into_iter());
         if *current == Some(target) {
             return None;
@@ -453,15 +429,4 @@ fn uri_param(msg: &Message<'_>) -> Option<String> {
 
 fn restore(id: &RequestId, answer: &BackendResponse) -> Vec<u8> {
     restore_response(id, answer.member(), answer.payload())
-}
-
-/// Remembers who subscribed on `sid` (a session that ended meanwhile needs nothing).
-fn sessions_note(
-    registry: &crate::Registry,
-    sid: &SessionId,
-    who: std::sync::Arc<crate::Principal>,
-) {
-    let _ = registry
-        .sessions
-        .with(sid.as_str(), |s| s.subscriber = Some(who));
 }

@@ -179,7 +179,7 @@ impl Gateway {
     /// channel alone never ends a session.
     /// In the background (owned by the gateway's task set, bounded by the store's bound).
     pub fn end_from_peer(self: &std::sync::Arc<Self>, session: &str) {
-        if self.store().is_none() || self.registry.sessions.with(session, |_| ()).is_err() {
+        if self.store().is_none() || !self.registry.sessions.is_live(session) {
             return;
         }
         let (gateway, session) = (self.clone(), session.to_owned());
@@ -205,11 +205,7 @@ impl Gateway {
             _ => return,
         };
         let data = bytes::Bytes::from(switchboard_wire::encode_notification(name, None));
-        self.registry.sessions.for_each(|_, s| {
-            if s.listen.is_attached() {
-                s.listen.push(data.clone());
-            }
-        });
+        self.registry.sessions.broadcast_to_attached(&data);
         self.registry.listeners.list_changed(name);
     }
 
@@ -223,18 +219,15 @@ impl Gateway {
         let Some(store) = self.store() else {
             return Ok(());
         };
-        let record = self.registry.sessions.with(session.as_str(), |s| Record {
-            owner: s.owner().clone(),
-            protocol_version: s.protocol_version.to_owned(),
-            client_init: s.init_params.clone(),
-            log_level: s.log_level,
-            subscriptions: s
-                .subscriptions
-                .iter()
-                .map(|(b, u)| (b.to_string(), u.clone()))
-                .collect(),
+        let state = self.registry.sessions.stored_state(session.as_str())?;
+        let record = Record {
+            owner: state.owner,
+            protocol_version: state.protocol_version,
+            client_init: state.init_params,
+            log_level: state.log_level,
+            subscriptions: state.subscriptions,
             home: self.home_of_new_sessions(),
-        })?;
+        };
         let bytes = serde_json::to_vec(&record).map_err(|e| CoreError::Store(e.to_string()))?;
         if bytes.len() > MAX_RECORD {
             tracing::warn!(
@@ -247,10 +240,7 @@ impl Gateway {
         let written = store.put(session.as_str(), bytes, rev).await;
         match written.map_err(|e| CoreError::Store(e.to_string()))? {
             true => {
-                let _ = self
-                    .registry
-                    .sessions
-                    .with(session.as_str(), |s| s.stored_rev = Some(rev));
+                self.registry.sessions.set_stored_rev(session.as_str(), rev);
                 Ok(())
             }
             // Ended on another replica meanwhile: ended here too.
@@ -307,18 +297,19 @@ impl Gateway {
         let id = self.registry.sessions.adopt(raw, version, caller)?;
         self.remember_client_init(&id, version, record.client_init.as_deref());
         let policy = self.config.access.has_policy();
-        let _ = self.registry.sessions.with(raw, |s| {
-            s.log_level = record.log_level;
-            s.init_params = record.client_init;
-            s.stored_rev = Some(rev);
-            if policy {
-                // A later policy change judges its subscriptions as this caller.
-                s.subscriber = Some(std::sync::Arc::new(Principal {
-                    credential: None,
-                    ..caller.clone()
-                }));
-            }
+        // Under a policy, a later policy change judges its subscriptions as this caller.
+        let subscriber = policy.then(|| {
+            std::sync::Arc::new(Principal {
+                credential: None,
+                ..caller.clone()
+            })
         });
+        self.registry.sessions.restore_stored(
+            raw,
+            (record.log_level, record.client_init),
+            rev,
+            subscriber,
+        );
         for (backend, uri) in record.subscriptions {
             let Ok(backend) = backend.parse::<BackendId>() else {
                 continue;
@@ -353,9 +344,7 @@ impl Gateway {
                 return;
             }
         }
-        let added = self.registry.sessions.with(id.as_str(), |s| {
-            s.subscriptions.insert(key.clone());
-        });
+        let added = self.registry.sessions.add_subscription(id.as_str(), &key);
         if added.is_ok() {
             tables.subs.add(&lock, id.as_str());
         }
@@ -382,7 +371,7 @@ impl Gateway {
         self.store_outage.record(touched.is_ok());
         match touched {
             Ok(Presence::Live(rev)) => {
-                let known = self.registry.sessions.with(id.as_str(), |s| s.stored_rev);
+                let known = self.registry.sessions.stored_rev(id.as_str());
                 if known.ok().flatten() != Some(rev) {
                     // Changed through another replica since this one last read or wrote it.
                     self.reconcile(&id).await;
@@ -417,10 +406,7 @@ impl Gateway {
         else {
             return Ok(());
         };
-        let owner = self
-            .registry
-            .sessions
-            .with(session.as_str(), |s| s.owner().clone())?;
+        let owner = self.registry.sessions.owner_of(session.as_str())?;
         match store
             .claim_owner(&owner_key(&owner), session.as_str(), max)
             .await

@@ -209,7 +209,7 @@ impl Gateway {
                 let _ = self
                     .registry
                     .sessions
-                    .with(sid, |_| tasks.record(owner, answer.payload()));
+                    .while_live(sid, || tasks.record(owner, answer.payload()));
             }
             Owner::Principal { .. } => tasks.record(owner, answer.payload()),
         }

@@ -173,7 +173,7 @@ fn initialize_lines_label_the_session_and_bound_the_client_info() {
         "clientInfo":{"name":name,"version":"1.2"}}})
     .to_string();
     let msg = Message::parse(req.as_bytes()).unwrap();
-    let store = crate::session::SessionStore::new(4, std::time::Duration::from_secs(60));
+    let store = crate::session::Sessions::new(4, std::time::Duration::from_secs(60));
     let sid = store.create("2025-11-25", &alice).unwrap();
 
     access

@@ -4,7 +4,6 @@
 
 use serde_json::{json, Value};
 
-use crate::session::Transport;
 use crate::Gateway;
 
 impl Gateway {
@@ -71,11 +70,6 @@ impl Gateway {
     }
 
     fn sessions_by_transport(&self) -> (usize, usize) {
-        let (mut streamable, mut sse) = (0, 0);
-        self.registry.sessions.for_each(|_, s| match s.transport {
-            Transport::Streamable => streamable += 1,
-            Transport::Sse => sse += 1,
-        });
-        (streamable, sse)
+        self.registry.sessions.count_by_transport()
     }
 }

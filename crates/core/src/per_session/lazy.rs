@@ -57,10 +57,9 @@ impl Gateway {
             return;
         }
         let init = client_init(negotiated, params);
-        let _ = self
-            .registry
+        self.registry
             .sessions
-            .with(session.as_str(), |s| s.client_init = init);
+            .set_client_init(session.as_str(), init);
     }
 
     /// Where a Legacy client request goes (`None`: nowhere yet, see `resolve`). A session
@@ -132,17 +131,9 @@ impl Gateway {
             .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?
             .clone();
         let sessions = &self.registry.sessions;
-        let gate = sessions.with(session.as_str(), |s| {
-            s.opening.entry(backend.clone()).or_default().clone()
-        })?;
+        let gate = sessions.opening_gate(session.as_str(), backend)?;
         let _opening = gate.lock().await;
-        let (live, init) = sessions.with(session.as_str(), |s| {
-            let live = s
-                .own
-                .get(backend)
-                .is_some_and(|o| o.ready && !o.handle.is_closed());
-            (live, s.client_init.clone())
-        })?;
+        let (live, init) = sessions.live_own_and_init(session.as_str(), backend)?;
         if live {
             return Ok(());
         }
@@ -155,12 +146,11 @@ impl Gateway {
         let (handle, process) = spawn_off_runtime(&spawner, sink).await?;
         // A dead one is replaced (dropped after the lock: its process is killed). Ended
         // meanwhile: the new one is dropped with the closure, and killed.
-        let replaced = sessions.with(session.as_str(), |s| {
-            s.own.insert(
-                backend.clone(),
-                OwnBackend::opening(handle.clone(), process),
-            )
-        })?;
+        let replaced = sessions.install_own(
+            session.as_str(),
+            backend,
+            OwnBackend::opening(handle.clone(), process),
+        )?;
         drop(replaced);
         // Until it is ready, failing or being dropped (the client left) takes it out again.
         let mut half_open = HalfOpen {
@@ -174,12 +164,7 @@ impl Gateway {
             .await?;
         // Ready first, then the level: a `logging/setLevel` from now on reaches it through
         // the fan-out, and one that came while it handshook is read here.
-        let level = sessions.with(session.as_str(), |s| {
-            if let Some(own) = s.own.get_mut(backend) {
-                own.ready = true;
-            }
-            s.log_level
-        })?;
+        let level = sessions.mark_own_ready(session.as_str(), backend)?;
         half_open.armed = false;
         self.apply_level(&route, level, credential).await;
         Ok(())
@@ -199,16 +184,10 @@ impl Gateway {
         if name == method::INITIALIZED {
             return true;
         }
-        let owns: Vec<_> = self
+        let owns = self
             .registry
             .sessions
-            .with(session.as_str(), |s| {
-                s.own
-                    .values()
-                    .filter(|o| o.ready)
-                    .map(|o| o.handle.clone())
-                    .collect()
-            })
+            .ready_owns(session.as_str())
             .unwrap_or_default();
         let line = encode_notification(name, params);
         for own in owns {
@@ -349,10 +328,7 @@ impl Drop for HalfOpen<'_> {
             .gateway
             .registry
             .sessions
-            .with(self.session.as_str(), |s| {
-                let half = s.own.get(self.backend).is_some_and(|o| !o.ready);
-                half.then(|| s.own.remove(self.backend)).flatten()
-            });
+            .remove_half_open(self.session.as_str(), self.backend);
         drop(gone);
     }
 }

@@ -48,9 +48,6 @@ pub(crate) enum OnClose {
     DropOwn,
 }
 
-/// Most outstanding server→client requests per session; more are refused to the backend.
-const MAX_SERVER_REQUESTS: usize = 256;
-
 impl InboundSink for SessionSink {
     /// The session's process is gone, so is the session: now, not at its next request, so its
     /// listen stream ends and the client learns at once (a session that ended first, e.g. by
@@ -105,19 +102,10 @@ impl InboundSink for SessionSink {
                         .unwrap_or_default()
                 });
                 let data = Bytes::from(encode_notification(name, params));
-                let _ = registry.sessions.with(&self.session, |s| {
-                    // Under a policy (the session subscribed here as a judged principal), only
-                    // a URI it still watches: a revoked one, another spelling, or one never
-                    // subscribed is withheld.
-                    let withheld = s.subscriber.is_some()
-                        && updated_uri
-                            .as_ref()
-                            .is_some_and(|u| !s.own_watched.contains(u));
-                    if withheld {
-                        return false;
-                    }
-                    deliver(s, data)
-                });
+                // Under a policy, an update only for a URI the session still watches.
+                registry
+                    .sessions
+                    .deliver_own_message(&self.session, data, updated_uri.as_deref());
             }
         }
     }
@@ -132,15 +120,7 @@ impl SessionSink {
         };
         let gone = registry
             .sessions
-            .with(&self.session, |s| {
-                let closed = s
-                    .own
-                    .get(&self.backend)
-                    .is_some_and(|o| o.handle.is_closed());
-                closed.then(|| s.own.remove(&self.backend)).flatten()
-            })
-            .ok()
-            .flatten();
+            .remove_closed_own(&self.session, &self.backend);
         if gone.is_some() {
             let session = crate::access::session_label(&self.session);
             let backend = &self.backend;
@@ -158,25 +138,12 @@ impl SessionSink {
     ) {
         let key = format!("sbs-{}", random_hex());
         let line = Bytes::from(encode_request(&RequestId::from_string(&key), name, params));
-        let delivered = registry
-            .sessions
-            .with(&self.session, |s| {
-                let Some(own) = s.own.get_mut(&self.backend) else {
-                    return false;
-                };
-                if own.server_requests.len() >= MAX_SERVER_REQUESTS {
-                    return false;
-                }
-                own.server_requests.insert(key.clone(), id.clone());
-                if deliver(s, line) {
-                    return true;
-                }
-                if let Some(own) = s.own.get_mut(&self.backend) {
-                    own.server_requests.remove(&key);
-                }
-                false
-            })
-            .unwrap_or(false);
+        let delivered = registry.sessions.deliver_server_request(
+            &self.session,
+            &self.backend,
+            (&key, id),
+            line,
+        );
         if !delivered {
             registry
                 .drops
@@ -188,29 +155,6 @@ impl SessionSink {
             let _ = backend.try_send_line(encode_error(Some(id), &err));
         }
     }
-}
-
-/// Puts one message on the session's best stream: the single in-flight request's stream if
-/// there is exactly one, else the listen stream. Returns whether a stream took it.
-///
-/// An HTTP+SSE session has one stream for everything: the message goes there, and, like
-/// progress, only while it leaves the room kept for answers (so a backend that asks or logs
-/// a lot can neither crowd out the answers nor get a reading client evicted). A request
-/// refused that way is failed back to the backend by the caller.
-pub(crate) fn deliver(s: &mut crate::session::Session, data: Bytes) -> bool {
-    if s.transport == crate::session::Transport::Sse {
-        use crate::legacy_sse::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
-        return s
-            .listen
-            .push_reserving(data, SSE_MAX_REQUESTS, SSE_ANSWER_BYTES);
-    }
-    let mut streams = s.in_flight.values().filter_map(|f| f.stream.as_ref());
-    if let (Some(only), None) = (streams.next(), streams.next()) {
-        if only.try_send(data.clone()).is_ok() {
-            return true;
-        }
-    }
-    s.listen.is_attached() && s.listen.push(data)
 }
 
 /// A client's answer to a server request: routed back to the backend that asked, with that
@@ -229,15 +173,10 @@ pub(crate) async fn client_response(
     if crate::client_ask::client_response(registry, session, &key, msg)? {
         return Ok(());
     }
+    // Only the process that asked knows the key (keys are minted per request).
     let (handle, backend_id) = registry
         .sessions
-        .with(session, |s| {
-            // Only the process that asked knows the key (keys are minted per request).
-            s.own.values_mut().find_map(|own| {
-                let id = own.server_requests.remove(&key)?;
-                Some((own.handle.clone(), id))
-            })
-        })?
+        .take_server_request(session, &key)?
         .ok_or(CoreError::UnexpectedResponse)?;
     let (member, payload) = match (msg.result, msg.error) {
         (Some(r), _) => ("result", r.get()),

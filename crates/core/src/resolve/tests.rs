@@ -80,13 +80,13 @@ impl Fixture {
     fn own(&mut self, session: &SessionId, initializing: bool) -> u32 {
         let (handle, owner) = cat(self.registry.sink());
         let pid = handle.pid().expect("pid");
-        self.registry
-            .sessions
-            .with(session.as_str(), |s| {
-                s.own
-                    .insert(BackendId::default_id(), OwnBackend::new(handle, owner));
-                s.initializing = initializing;
-            })
+        let sessions = &self.registry.sessions;
+        let own = OwnBackend::new(handle, owner);
+        sessions
+            .install_own(session.as_str(), &BackendId::default_id(), own)
+            .expect("live session");
+        sessions
+            .set_initializing(session.as_str(), initializing)
             .expect("live session");
         pid
     }
@@ -172,7 +172,7 @@ async fn per_session_mode_uses_the_sessions_own_process_or_nothing() {
     );
     f.registry
         .sessions
-        .with(sid.as_str(), |s| s.initializing = false)
+        .set_initializing(sid.as_str(), false)
         .expect("live");
     assert_eq!(f.route(From::Request(Some(&sid))), Some((Via::Own, own)));
     let id = BackendId::default_id();

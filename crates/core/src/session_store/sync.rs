@@ -24,11 +24,10 @@ impl Gateway {
             return;
         };
         let wanted = wanted(&record);
-        let held = self.registry.sessions.with(id.as_str(), |s| {
-            s.log_level = record.log_level;
-            s.stored_rev = Some(rev);
-            s.subscriptions.clone()
-        });
+        let held = self
+            .registry
+            .sessions
+            .apply_stored(id.as_str(), record.log_level, rev);
         let Ok(held) = held else {
             return;
         };
@@ -49,7 +48,7 @@ impl Gateway {
         let had = self
             .registry
             .sessions
-            .with(id.as_str(), |s| s.subscriptions.remove(key))
+            .remove_subscription(id.as_str(), key)
             .unwrap_or(false);
         if had && tables.subs.remove(&lock, id.as_str()) {
             let params = serde_json::json!({ "uri": key.1 });

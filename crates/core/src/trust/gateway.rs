@@ -128,9 +128,7 @@ impl Gateway {
         }
         if released {
             let data = Bytes::from(encode_notification(method::TOOLS_LIST_CHANGED, None));
-            self.registry.sessions.for_each(|_, s| {
-                s.listen.push(data.clone());
-            });
+            self.registry.sessions.broadcast(&data);
             self.registry
                 .listeners
                 .list_changed(method::TOOLS_LIST_CHANGED);

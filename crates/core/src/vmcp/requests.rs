@@ -110,9 +110,7 @@ impl Gateway {
             .and_then(|l| crate::logging::rank(&l))
             .ok_or(CoreError::InvalidParams("level must be a logging level"))?;
         // Kept first: a session's own upstream opened later starts at this level.
-        self.registry
-            .sessions
-            .with(sid.as_str(), |s| s.log_level = Some(level))?;
+        self.registry.sessions.set_log_level(sid.as_str(), level)?;
         let logs =
             |e: &crate::backends::BackendEntry| e.info().capabilities.get("logging").is_some();
         let backends: Vec<_> = self.backends.iter().collect();

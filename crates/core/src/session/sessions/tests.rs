@@ -1,6 +1,9 @@
 //! Unit tests of the session table.
 
+use tokio_util::sync::CancellationToken;
+
 use super::*;
+use crate::session::InFlight;
 
 fn anon() -> Principal {
     Principal::anonymous()
@@ -17,7 +20,7 @@ const S: Transport = Transport::Streamable;
 
 #[tokio::test]
 async fn an_id_is_valid_only_on_the_transport_that_minted_it() {
-    let store = SessionStore::new(10, Duration::from_secs(60));
+    let store = Sessions::new(10, Duration::from_secs(60));
     let (listen, _rx) = ListenState::stream_only(crate::stream_queue::Limits {
         events: 4,
         bytes: 1024,
@@ -44,7 +47,7 @@ async fn an_id_is_valid_only_on_the_transport_that_minted_it() {
 
 #[test]
 fn another_principals_session_is_not_found() {
-    let store = SessionStore::new(10, Duration::from_secs(60));
+    let store = Sessions::new(10, Duration::from_secs(60));
     let (alice, bob) = (named("alice"), named("bob"));
     let id = store.create("2025-11-25", &alice).unwrap();
     assert!(matches!(
@@ -59,7 +62,7 @@ fn another_principals_session_is_not_found() {
 
 #[test]
 fn lifecycle() {
-    let store = SessionStore::new(2, Duration::from_secs(60));
+    let store = Sessions::new(2, Duration::from_secs(60));
     let a = store.create("2025-11-25", &anon()).unwrap();
     let b = store.create("2025-06-18", &anon()).unwrap();
     assert_ne!(a, b);
@@ -86,7 +89,7 @@ fn lifecycle() {
 
 #[tokio::test(start_paused = true)]
 async fn idle_sessions_expire_and_used_ones_do_not() {
-    let store = SessionStore::new(10, Duration::from_secs(60));
+    let store = Sessions::new(10, Duration::from_secs(60));
     let idle = store.create("2025-11-25", &anon()).unwrap();
     let used = store.create("2025-11-25", &anon()).unwrap();
     tokio::time::advance(Duration::from_secs(40)).await;
@@ -99,7 +102,7 @@ async fn idle_sessions_expire_and_used_ones_do_not() {
 
 #[test]
 fn ending_a_session_closes_its_stream_and_cancels_its_work() {
-    let store = SessionStore::new(10, Duration::from_secs(60));
+    let store = Sessions::new(10, Duration::from_secs(60));
     let id = store.create("2025-11-25", &anon()).unwrap();
     let mut stream = store.attach_listener(id.as_str(), &anon(), None).unwrap();
     let cancel = CancellationToken::new();
@@ -131,7 +134,7 @@ fn ending_a_session_closes_its_stream_and_cancels_its_work() {
 
 #[test]
 fn one_principal_cannot_take_every_session() {
-    let store = SessionStore::new(10, Duration::from_secs(60)).with_principal_limit(2);
+    let store = Sessions::new(10, Duration::from_secs(60)).with_principal_limit(2);
     let (alice, bob) = (named("alice"), named("bob"));
     let a1 = store.create("2025-11-25", &alice).unwrap();
     let a2 = store.create("2025-11-25", &alice).unwrap();

@@ -1,0 +1,115 @@
+//! What a session asked to hear: its resource subscriptions (mirrored from the backends'
+//! subscription tables), who made them, the URIs it watches at its own processes, and its
+//! log level.
+
+use std::sync::Arc;
+
+use super::{Sessions, SubKey};
+use crate::Principal;
+use crate::CoreError;
+
+/// Most URIs one session watches at its own processes under a policy (more are withheld).
+const MAX_OWN_WATCHED: usize = 1024;
+
+/// What an answered subscribe or unsubscribe at a session's own process means for the URIs
+/// the session watches there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnWatch {
+    /// An unsubscribe: the URI is no longer watched.
+    Unwatch,
+    /// A subscribe the policy in force allows: the URI is watched (within the bound).
+    Watch,
+    /// Nothing changes but the subscriber.
+    Keep,
+}
+
+impl Sessions {
+    /// Whether session `raw` is subscribed to `key`.
+    pub(crate) fn is_subscribed(&self, raw: &str, key: &SubKey) -> Result<bool, CoreError> {
+        self.with(raw, |s| s.subscriptions.contains(key))
+    }
+
+    /// Records the session's subscription to `key`; true when it is new.
+    pub(crate) fn add_subscription(&self, raw: &str, key: &SubKey) -> Result<bool, CoreError> {
+        self.with(raw, |s| s.subscriptions.insert(key.clone()))
+    }
+
+    /// Forgets the session's subscription to `key`; true when it had one.
+    pub(crate) fn remove_subscription(&self, raw: &str, key: &SubKey) -> Result<bool, CoreError> {
+        self.with(raw, |s| s.subscriptions.remove(key))
+    }
+
+    /// Remembers who subscribed last (its credential dropped): a changed policy judges the
+    /// session's subscriptions again as this principal. A session that ended needs nothing.
+    pub(crate) fn set_subscriber(&self, raw: &str, who: Arc<Principal>) {
+        let _ = self.with(raw, |s| s.subscriber = Some(who));
+    }
+
+    /// Every subscription of a session with a recorded subscriber: (session, subscriber,
+    /// subscription), for judging them again.
+    pub(crate) fn judged_subscriptions(&self) -> Vec<(String, Arc<Principal>, SubKey)> {
+        let mut held = Vec::new();
+        self.for_each(|sid, s| {
+            if let Some(who) = &s.subscriber {
+                held.extend(
+                    s.subscriptions
+                        .iter()
+                        .map(|k| (sid.to_owned(), who.clone(), k.clone())),
+                );
+            }
+        });
+        held
+    }
+
+    /// Every URI a session with a recorded subscriber watches at its own processes:
+    /// (session, subscriber, URI), for judging them again.
+    pub(crate) fn judged_own_watches(&self) -> Vec<(String, Arc<Principal>, String)> {
+        let mut own = Vec::new();
+        self.for_each(|sid, s| {
+            if let Some(who) = &s.subscriber {
+                own.extend(
+                    s.own_watched
+                        .iter()
+                        .map(|u| (sid.to_owned(), who.clone(), u.clone())),
+                );
+            }
+        });
+        own
+    }
+
+    /// Stops `uri`'s updates from the session's own processes reaching it.
+    pub(crate) fn unwatch_own(&self, raw: &str, uri: &str) {
+        let _ = self.with(raw, |s| s.own_watched.remove(uri));
+    }
+
+    /// A subscribe or unsubscribe at the session's own process, as `who`: the session is
+    /// judged as `who` from now on, and `uri` (scheme folded) watched or not as `change` says.
+    pub(crate) fn note_own_watch(
+        &self,
+        raw: &str,
+        who: Arc<Principal>,
+        uri: String,
+        change: OwnWatch,
+    ) {
+        let _ = self.with(raw, |s| {
+            s.subscriber = Some(who);
+            if change == OwnWatch::Unwatch {
+                s.own_watched.remove(&uri);
+            } else if change == OwnWatch::Watch && s.own_watched.len() < MAX_OWN_WATCHED {
+                s.own_watched.insert(uri);
+            }
+        });
+    }
+
+    /// Records the session's `logging/setLevel` (a rank, see `logging`).
+    pub(crate) fn set_log_level(&self, raw: &str, level: u8) -> Result<(), CoreError> {
+        self.with(raw, |s| s.log_level = Some(level))
+    }
+
+    /// The log level of every session that set one.
+    pub(crate) fn log_levels(&self) -> Vec<u8> {
+        let mut levels = Vec::new();
+        self.for_each(|_, s| levels.extend(s.log_level));
+        levels
+    }
+}
