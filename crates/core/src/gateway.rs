@@ -140,6 +140,8 @@ pub struct Gateway {
     pub(crate) traces: Option<crate::trace::Traces>,
     /// Composite tools and their parked runs (`workflow`).
     pub(crate) workflows: crate::workflow::Workflows,
+    /// The HTTP+SSE sessions' handle for `http` (`legacy_sse`).
+    pub(crate) sse_streams: crate::legacy_sse::SseStreams,
     /// Whether the session store failed just now (`session_store`).
     pub(crate) store_outage: crate::session_store::Outage,
 }
@@ -168,6 +170,7 @@ impl Gateway {
         let health = crate::health::Health::new(config.health.clone(), ids, true);
         let config_traces = config.traces;
         let workflows = crate::workflow::Workflows::new(&config.workflows);
+        let sse_streams = crate::legacy_sse::SseStreams::new(registry.clone());
         Arc::new(Gateway {
             health,
             backends,
@@ -180,6 +183,7 @@ impl Gateway {
             vmcp,
             traces: config_traces.then(crate::trace::Traces::new),
             workflows,
+            sse_streams,
             store_outage: Default::default(),
         })
     }

@@ -58,7 +58,7 @@ pub struct SseSession {
 }
 
 /// An HTTP+SSE session's claim on its one per-session `initialize`
-/// ([`Gateway::claim_sse_initialize`]); released on drop.
+/// ([`SseStreams::claim_initialize`]); released on drop.
 #[derive(Debug)]
 pub struct SseInitClaim {
     registry: Arc<crate::registry::Registry>,
@@ -80,7 +80,88 @@ impl Drop for SseInitClaim {
     }
 }
 
+/// What `http` does with the HTTP+SSE sessions it holds: resolve one, claim its per-session
+/// `initialize`, run a request as its task, queue progress and answers on its stream, keep it
+/// alive. A handle on the session table ([`Gateway::sse_streams`]); opening, initializing and
+/// closing a session stay with the gateway (they negotiate, audit and clean up).
+#[derive(Debug, Clone)]
+pub struct SseStreams {
+    registry: Arc<crate::registry::Registry>,
+}
+
+impl SseStreams {
+    pub(crate) fn new(registry: Arc<crate::registry::Registry>) -> Self {
+        SseStreams { registry }
+    }
+
+    /// Resolves a client-supplied HTTP+SSE session id (`POST /messages?session_id=`),
+    /// refreshing its TTL. Streamable HTTP ids, and other principals' sessions, are not found.
+    pub fn session(&self, raw: &str, caller: &crate::Principal) -> Result<SessionId, CoreError> {
+        self.registry
+            .sessions
+            .touch(raw, Transport::Sse, caller)
+            .map(|(id, _)| id)
+    }
+
+    /// Per-session mode: claims the session's one `initialize` (refused while another runs,
+    /// or once the session has its process). The claim is released when dropped, so an
+    /// `initialize` that fails, or whose task never runs, leaves the session free to retry.
+    pub fn claim_initialize(&self, session: &SessionId) -> Result<SseInitClaim, CoreError> {
+        self.registry.sessions.claim_initialize(session.as_str())?;
+        Ok(SseInitClaim {
+            registry: self.registry.clone(),
+            session: session.clone(),
+        })
+    }
+
+    /// Runs `task` (one request and the delivery of its answer) as a task owned by the session:
+    /// it is aborted when the session ends. Refused when the session already runs
+    /// [`SSE_MAX_REQUESTS`].
+    pub fn spawn(
+        &self,
+        session: &SessionId,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), CoreError> {
+        self.registry.sessions.spawn_task(session.as_str(), task)
+    }
+
+    /// Queues progress on an HTTP+SSE session's stream. Returns false when it was not queued:
+    /// the session is gone (the message is dropped, never kept for anyone), or the queue is
+    /// short of the room kept for answers.
+    pub fn deliver_progress(&self, session: &SessionId, data: Bytes) -> bool {
+        self.registry
+            .sessions
+            .push_sse_progress(session.as_str(), data)
+    }
+
+    /// Queues a request's answer on its HTTP+SSE session's stream: never refused for its
+    /// size (see [`ListenState::push_answer`]); a queue over its event bound, which the
+    /// reserved slots make unreachable while the client reads, evicts the consumer. False
+    /// when it was not queued (the session is gone: the answer is dropped, never kept).
+    pub fn deliver_answer(&self, session: &SessionId, data: Bytes) -> bool {
+        self.registry
+            .sessions
+            .push_sse_answer(session.as_str(), data)
+    }
+
+    /// Whether requests of this HTTP+SSE session are still running (their answers are still to
+    /// be queued on its stream). False once the session has ended.
+    pub fn in_flight(&self, session: &SessionId) -> bool {
+        self.registry.sessions.has_running_tasks(session.as_str())
+    }
+
+    /// Refreshes an HTTP+SSE session's TTL while its stream is open. False once it has ended.
+    pub fn keep_alive(&self, session: &SessionId) -> bool {
+        self.registry.sessions.refresh(session, Transport::Sse)
+    }
+}
+
 impl Gateway {
+    /// What `http` does with the HTTP+SSE sessions it holds ([`SseStreams`]).
+    pub fn sse_streams(&self) -> &SseStreams {
+        &self.sse_streams
+    }
+
     /// Opens an HTTP+SSE session (`GET /sse`) owned by `caller`, with its stream attached.
     pub fn open_sse(&self, caller: &crate::Principal) -> Result<SseSession, CoreError> {
         let (listen, events) = ListenState::stream_only(Limits {
@@ -96,19 +177,6 @@ impl Gateway {
         )?;
         debug!(session = ?id, "HTTP+SSE session opened");
         Ok(SseSession { id, events })
-    }
-
-    /// Resolves a client-supplied HTTP+SSE session id (`POST /messages?session_id=`),
-    /// refreshing its TTL. Streamable HTTP ids, and other principals' sessions, are not found.
-    pub fn sse_session(
-        &self,
-        raw: &str,
-        caller: &crate::Principal,
-    ) -> Result<SessionId, CoreError> {
-        self.registry
-            .sessions
-            .touch(raw, Transport::Sse, caller)
-            .map(|(id, _)| id)
     }
 
     /// Answers `initialize` on an HTTP+SSE session: negotiates this client's version, records
@@ -136,17 +204,6 @@ impl Gateway {
             Err(e) => audit.finish_initialize(Err(e)),
         }
         queued
-    }
-
-    /// Per-session mode: claims the session's one `initialize` (refused while another runs,
-    /// or once the session has its process). The claim is released when dropped, so an
-    /// `initialize` that fails, or whose task never runs, leaves the session free to retry.
-    pub fn claim_sse_initialize(&self, session: &SessionId) -> Result<SseInitClaim, CoreError> {
-        self.registry.sessions.claim_initialize(session.as_str())?;
-        Ok(SseInitClaim {
-            registry: self.registry.clone(),
-            session: session.clone(),
-        })
     }
 
     /// Per-session mode: the claimed session's `initialize`. Its own process is started and
@@ -228,47 +285,6 @@ impl Gateway {
                 }
             }
         }
-    }
-
-    /// Runs `task` (one request and the delivery of its answer) as a task owned by the session:
-    /// it is aborted when the session ends. Refused when the session already runs
-    /// [`SSE_MAX_REQUESTS`].
-    pub fn spawn_sse(
-        &self,
-        session: &SessionId,
-        task: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), CoreError> {
-        self.registry.sessions.spawn_task(session.as_str(), task)
-    }
-
-    /// Queues progress on an HTTP+SSE session's stream. Returns false when it was not queued:
-    /// the session is gone (the message is dropped, never kept for anyone), or the queue is
-    /// short of the room kept for answers.
-    pub fn deliver_sse_progress(&self, session: &SessionId, data: Bytes) -> bool {
-        self.registry
-            .sessions
-            .push_sse_progress(session.as_str(), data)
-    }
-
-    /// Queues a request's answer on its HTTP+SSE session's stream: never refused for its
-    /// size (see [`ListenState::push_answer`]); a queue over its event bound, which the
-    /// reserved slots make unreachable while the client reads, evicts the consumer. False
-    /// when it was not queued (the session is gone: the answer is dropped, never kept).
-    pub fn deliver_sse_answer(&self, session: &SessionId, data: Bytes) -> bool {
-        self.registry
-            .sessions
-            .push_sse_answer(session.as_str(), data)
-    }
-
-    /// Whether requests of this HTTP+SSE session are still running (their answers are still to
-    /// be queued on its stream). False once the session has ended.
-    pub fn sse_in_flight(&self, session: &SessionId) -> bool {
-        self.registry.sessions.has_running_tasks(session.as_str())
-    }
-
-    /// Refreshes an HTTP+SSE session's TTL while its stream is open. False once it has ended.
-    pub fn keep_sse_alive(&self, session: &SessionId) -> bool {
-        self.registry.sessions.refresh(session, Transport::Sse)
     }
 
     /// The session's stream closed: end the session now (so nothing more is queued for it and

@@ -65,7 +65,8 @@ pub use exchange::{Answer, Era, Exchange};
 pub use gateway::{Gateway, GatewayConfig, Initialized};
 pub use health::{BreakerConfig, HealthConfig, HealthState, ReadyWhen};
 pub use legacy_sse::{
-    SseInitClaim, SseSession, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE, SSE_QUEUE_BYTES,
+    SseInitClaim, SseSession, SseStreams, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE,
+    SSE_QUEUE_BYTES,
 };
 pub use listen_stream::{ListenEvent, ListenStream, LISTEN_QUEUE_BYTES, REPLAY_BYTES};
 pub use metrics::hop as record_hop;

@@ -132,7 +132,7 @@ struct StreamState<G> {
 /// The stream's next frame; `None` ends it.
 async fn next_frame<G>(st: &mut StreamState<G>) -> Option<Bytes> {
     loop {
-        if st.draining && !st.gateway.sse_in_flight(&st.session) {
+        if st.draining && !st.gateway.sse_streams().in_flight(&st.session) {
             return None;
         }
         tokio::select! {
@@ -146,7 +146,7 @@ async fn next_frame<G>(st: &mut StreamState<G>) -> Option<Bytes> {
             _ = st.ticker.tick() => {
                 if !st.draining {
                     // An open stream keeps its session alive.
-                    st.gateway.keep_sse_alive(&st.session);
+                    st.gateway.sse_streams().keep_alive(&st.session);
                     return Some(Bytes::from_static(sse::KEEP_ALIVE));
                 }
             }
@@ -215,7 +215,7 @@ async fn handle_post(
     let msg = Message::parse_client(bytes).map_err(HttpError::Parse)?;
     headers::check_protocol_version(headers)?;
     let gateway = &state.gateway;
-    let session = match gateway.sse_session(raw_session, caller) {
+    let session = match gateway.sse_streams().session(raw_session, caller) {
         Ok(session) => session,
         Err(e) => return Err(not_held(state, uri, &msg, e).await),
     };
@@ -233,7 +233,8 @@ async fn handle_post(
             .map_err(|e| HttpError::Core(None, e)),
         (Some(method::INITIALIZE), Some(id)) if gateway.isolates_initialize() => {
             let claim = gateway
-                .claim_sse_initialize(&session)
+                .sse_streams()
+                .claim_initialize(&session)
                 .map_err(|e| HttpError::Core(Some(id.clone()), e))?;
             let task = run_initialize(
                 gateway.clone(),
@@ -244,7 +245,8 @@ async fn handle_post(
             );
             // Refused (busy): the task is dropped unrun, and its claim released with it.
             gateway
-                .spawn_sse(&session, task)
+                .sse_streams()
+                .spawn(&session, task)
                 .map_err(|e| HttpError::Core(Some(id), e))
         }
         (Some(method::INITIALIZE), Some(id)) => gateway
@@ -266,7 +268,8 @@ async fn handle_post(
                 id.clone(),
             );
             gateway
-                .spawn_sse(&session, task)
+                .sse_streams()
+                .spawn(&session, task)
                 .map_err(|e| HttpError::Core(Some(id), e))
         }
     }
@@ -293,14 +296,14 @@ async fn run_request(
         tokio::select! {
             biased;
             Some(note) = notes.recv() => {
-                gateway.deliver_sse_progress(&session, note);
+                gateway.sse_streams().deliver_progress(&session, note);
             }
             result = &mut call => break result,
         }
     };
     // Progress written before the answer was queued before the answer resolved.
     while let Ok(note) = notes.try_recv() {
-        gateway.deliver_sse_progress(&session, note);
+        gateway.sse_streams().deliver_progress(&session, note);
     }
     let answer = match result {
         Ok(answer) => answer.body,
@@ -312,7 +315,10 @@ async fn run_request(
             encode_error(id, &err)
         }
     };
-    if !gateway.deliver_sse_answer(&session, Bytes::from(answer)) {
+    if !gateway
+        .sse_streams()
+        .deliver_answer(&session, Bytes::from(answer))
+    {
         debug!(?session, "answer for an ended HTTP+SSE session dropped");
     }
 }
@@ -341,7 +347,10 @@ async fn run_initialize(
         // Parsed once already, so unreachable; still one answer, and the claim released.
         Err(_) => crate::error::stream_task_failed(Some(&id)),
     };
-    if !gateway.deliver_sse_answer(&session, Bytes::from(answer)) {
+    if !gateway
+        .sse_streams()
+        .deliver_answer(&session, Bytes::from(answer))
+    {
         debug!(
             ?session,
             "initialize answer for an ended HTTP+SSE session dropped"
