@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use switchboard_upstream::outgoing_auth::{
-    ClientCredentialsConfig, OutgoingAuth, Secret, TokenExchangeConfig,
+    check_token_endpoint, ClientCredentialsConfig, OutgoingAuth, OutgoingAuthError, Secret,
+    TokenExchangeConfig,
 };
 
 use super::model::{AuthType, BackendAuth};
@@ -100,6 +101,17 @@ pub(crate) fn resolve(
             &name("audience"),
             "tokenExchange needs an audience or a resource: the exchanged token must be meant for this backend",
         ));
+    }
+    // Before the secret file is read: an endpoint the secret must never be sent to is
+    // reported whether or not the file is there yet.
+    if let (Some(url), true) = (&auth.token_endpoint, needed.contains(&"tokenEndpoint")) {
+        if let Err(e) = check_token_endpoint(url) {
+            let reason = match e {
+                OutgoingAuthError::Config(reason) => reason.to_owned(),
+                other => other.to_string(),
+            };
+            errors.push(ConfigError::new(&name("tokenEndpoint"), reason));
+        }
     }
     for (i, scope) in auth.scopes.iter().enumerate() {
         if scope.is_empty() || scope.contains(char::is_whitespace) {
@@ -286,6 +298,17 @@ mod tests {
         );
         assert!(!err[0].contains("hunter2"));
         secret_file(&d, 0o600);
+        // Plain http only to a loopback host: reported with the key, before the secret file
+        // is read (validate says it even where the file is not there yet).
+        let mut cleartext = exchange();
+        cleartext.token_endpoint = Some("http://sts.example.com/token".into());
+        cleartext.client_secret_file = Some("missing.secret".into());
+        let err = messages(resolve(&cleartext, "b", &d, &at));
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(
+            err[0].starts_with("backends[0].auth.tokenEndpoint: ") && err[0].contains("https"),
+            "{err:?}"
+        );
         let mut bad = exchange();
         bad.token_endpoint = Some("ftp://h/token".into());
         let err = messages(resolve(&bad, "b", &d, &at));

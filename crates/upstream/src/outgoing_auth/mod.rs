@@ -28,6 +28,7 @@ use hyper::header::HeaderValue;
 use sha2::{Digest, Sha256};
 
 pub use error::OutgoingAuthError;
+pub use token_endpoint::check_token_endpoint;
 
 use crate::Credential;
 use cache::TokenCache;

@@ -314,6 +314,41 @@ async fn an_unusable_token_endpoint_is_refused_up_front() {
     );
 }
 
+#[test]
+fn a_plain_http_token_endpoint_is_refused_unless_it_is_loopback() {
+    // The client secret (client_secret_basic) and callers' tokens would cross the network in
+    // cleartext.
+    for remote in [
+        "http://sts.example.com/token",
+        "http://10.0.0.7:8080/token",
+        "http://[2001:db8::1]/token",
+        "http://localhost.example.com/token",
+        "http://128.0.0.1/token",
+    ] {
+        let err = OutgoingAuth::token_exchange(exchange_config(remote)).unwrap_err();
+        assert!(
+            matches!(&err, OutgoingAuthError::Config(m) if m.contains("https")),
+            "{remote}: {err:?}"
+        );
+        let err = OutgoingAuth::client_credentials(cc_config(remote)).unwrap_err();
+        assert!(matches!(err, OutgoingAuthError::Config(_)), "{remote}");
+    }
+    for allowed in [
+        "https://sts.example.com/token",
+        "http://127.0.0.1:9/token",
+        "http://127.1.2.3:9/token",
+        "http://[::1]:9/token",
+        "http://localhost:9/token",
+        "http://LocalHost/token",
+    ] {
+        assert!(
+            OutgoingAuth::token_exchange(exchange_config(allowed)).is_ok(),
+            "{allowed}"
+        );
+        assert!(check_token_endpoint(allowed).is_ok(), "{allowed}");
+    }
+}
+
 #[tokio::test]
 async fn client_credentials_are_the_gateways_own_cached_and_fetched_again_when_refused() {
     let (url, seen) = token_service(issuing(600)).await;

@@ -62,22 +62,15 @@ impl std::fmt::Debug for TokenEndpoint {
 }
 
 impl TokenEndpoint {
-    /// Checks `url` (absolute http(s), user-info refused) and prepares the client
-    /// authentication. Connects lazily.
+    /// Checks `url` ([`check_token_endpoint`]) and prepares the client authentication.
+    /// Connects lazily.
     pub(crate) fn new(
         url: &str,
         client_id: &str,
         secret: &Secret,
         timeout: Duration,
     ) -> Result<Self, OutgoingAuthError> {
-        let (uri, had_user_info) = crate::remote::url::parse_noting(url).map_err(|_| {
-            OutgoingAuthError::Config("tokenEndpoint is not an absolute http(s) URL")
-        })?;
-        if had_user_info {
-            return Err(OutgoingAuthError::Config(
-                "tokenEndpoint must not carry user-info: the client secret comes from clientSecretFile",
-            ));
-        }
+        let uri = check_token_endpoint(url)?;
         if client_id.is_empty() {
             return Err(OutgoingAuthError::Config("clientId is empty"));
         }
@@ -148,6 +141,36 @@ impl TokenEndpoint {
         }
         let json = json.ok_or(OutgoingAuthError::Malformed("not JSON"))?;
         issued(&json, exchange)
+    }
+}
+
+/// Why a plain http token endpoint is refused.
+const CLEARTEXT: &str = "must be https: plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost), since the client secret and the callers' tokens sent to it would cross the network in cleartext";
+
+/// `url` as a token endpoint: an absolute URL without user-info, `https`, or plain `http` to a
+/// loopback host only (a token endpoint is sent the gateway's client secret and, for an
+/// exchange, every caller's token).
+pub fn check_token_endpoint(url: &str) -> Result<Uri, OutgoingAuthError> {
+    let (uri, had_user_info) = crate::remote::url::parse_noting(url)
+        .map_err(|_| OutgoingAuthError::Config("not an absolute http(s) URL with a host"))?;
+    if had_user_info {
+        return Err(OutgoingAuthError::Config(
+            "must not carry user-info: the client secret comes from clientSecretFile",
+        ));
+    }
+    if uri.scheme_str() != Some("https") && !uri.host().is_some_and(is_loopback) {
+        return Err(OutgoingAuthError::Config(CLEARTEXT));
+    }
+    Ok(uri)
+}
+
+/// Whether `host` (as a URI spells it: an IPv6 address in brackets) is a loopback address or
+/// `localhost`.
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
     }
 }
 

@@ -349,6 +349,13 @@ async fn validate_knows_every_auth_key() {
         err.contains("backends[0].auth.clientSecret: unknown key"),
         "{err}"
     );
+    let cleartext = run("cleartext.yaml", "{type: clientCredentials, tokenEndpoint: 'http://sts.example.com/token', clientId: sb, clientSecretFile: sts.secret}");
+    let err = String::from_utf8_lossy(&cleartext.stderr);
+    assert!(!cleartext.status.success());
+    assert!(
+        err.contains("backends[0].auth.tokenEndpoint: must be https"),
+        "{err}"
+    );
     let wrong = run("wrong.yaml", "{type: clientCredentials, tokenEndpoint: 'http://127.0.0.1:9/token', clientId: sb, clientSecretFile: sts.secret, audience: a}");
     let err = String::from_utf8_lossy(&wrong.stderr);
     assert!(
