@@ -8,6 +8,7 @@
 
 mod client_credentials;
 mod exchange;
+mod passthrough;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -7,10 +7,10 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OutgoingAuthError {
-    /// The backend acts as the caller through token exchange, and this caller has no bearer
-    /// token to exchange (an API key's holder, an anonymous caller). Refused: the call is
+    /// The backend acts as the caller (token exchange, passthrough), and this caller has no
+    /// bearer token of its own (an API key's holder, an anonymous caller). Refused: the call is
     /// never sent with the gateway's identity, nor without one.
-    #[error("this backend acts as the caller through token exchange, and the caller has no bearer token to exchange (API keys and anonymous callers have none): authenticate with a token from the configured issuer")]
+    #[error("this backend acts as the caller (token exchange or passthrough), and the caller has no bearer token of its own to act with (API keys and anonymous callers have none): authenticate with a token from the configured issuer")]
     NoSubjectToken,
     /// The token service refused the request with this registered error code
     /// (`invalid_grant`, `invalid_client`, `invalid_target`, ...).

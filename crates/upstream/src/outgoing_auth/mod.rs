@@ -4,7 +4,9 @@
 //!
 //! - [`OutgoingAuth::Static`]: only the configured headers (the default).
 //! - [`OutgoingAuth::Passthrough`]: the caller's own verified token, as presented
-//!   (`forwardCallerToken`; discouraged: its audience is the gateway, not the remote).
+//!   (`forwardCallerToken`; discouraged: its audience is the gateway, not the remote). A
+//!   caller with no token of its own is refused, as by an exchange: the static headers alone
+//!   (which may hold a gateway credential) would act for it with the gateway's identity.
 //! - [`OutgoingAuth::TokenExchange`]: RFC 8693. The caller's verified bearer token is the
 //!   `subject_token`; the token service issues one for the backend's audience, which is cached
 //!   per (subject token, backend) under a SHA-256 key until shortly before it expires. A
@@ -101,7 +103,7 @@ pub enum OutgoingAuth {
     /// Only the configured static headers.
     #[default]
     Static,
-    /// The caller's own verified bearer token, unchanged.
+    /// The caller's own verified bearer token, unchanged; callers without one are refused.
     Passthrough,
     /// RFC 8693 token exchange of the caller's token.
     TokenExchange(Arc<Exchange>),
@@ -161,7 +163,17 @@ impl OutgoingAuth {
     ) -> Result<Option<HeaderValue>, OutgoingAuthError> {
         match self {
             OutgoingAuth::Static => Ok(None),
-            OutgoingAuth::Passthrough => Ok(caller.and_then(Credential::header).cloned()),
+            OutgoingAuth::Passthrough => match caller {
+                // The gateway's own request: the static headers only.
+                None => Ok(None),
+                // A caller without a token of its own is refused, as by an exchange: the
+                // static headers alone would be the gateway acting for it.
+                Some(c) => c
+                    .header()
+                    .cloned()
+                    .map(Some)
+                    .ok_or(OutgoingAuthError::NoSubjectToken),
+            },
             OutgoingAuth::TokenExchange(x) => match caller {
                 // The gateway's own request: no user's credential, ever.
                 None => Ok(None),

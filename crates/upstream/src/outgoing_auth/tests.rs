@@ -388,11 +388,17 @@ async fn passthrough_and_static_never_fetch() {
         ),
         "Bearer alice.jwt"
     );
+    // A caller without a token of its own is refused, as by an exchange: never sent with the
+    // static headers alone (the gateway's identity). The gateway's own request has those only.
     let key_holder = Credential::without_token("api-key", "ops");
     assert_eq!(
         OutgoingAuth::Passthrough
             .authorization(Some(&key_holder))
             .await,
+        Err(OutgoingAuthError::NoSubjectToken)
+    );
+    assert_eq!(
+        OutgoingAuth::Passthrough.authorization(None).await,
         Ok(None)
     );
     assert_eq!(OutgoingAuth::Static.authorization(Some(&a)).await, Ok(None));

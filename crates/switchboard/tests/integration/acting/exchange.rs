@@ -130,7 +130,7 @@ async fn callers_without_a_token_are_refused_and_never_sent() {
     for refused in &refusals {
         assert_eq!(refused["error"]["code"], 403, "{refused}");
         let message = refused["error"]["message"].as_str().unwrap();
-        assert!(message.contains("no bearer token to exchange"), "{message}");
+        assert!(message.contains("no bearer token of its own"), "{message}");
     }
     let carol = jwt("carol");
     assert_eq!(seen(&modern_call(&gw, &carol).await), exchanged("carol", 1));
@@ -254,7 +254,7 @@ async fn upstream_sessions_and_partitions_carry_one_callers_token_only() {
         refused["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("no bearer token to exchange"),
+            .contains("no bearer token of its own"),
         "{refused}"
     );
     let log = up.log().await;

@@ -8,7 +8,7 @@ every later request must carry; `server/discover` is an error; GET is 405).
 `--refuse TOKEN` (repeatable): a request whose `Authorization` is `Bearer TOKEN` gets 401.
 
 `GET /log` answers every request seen, in order: `[{"method", "auth", "session",
-"status"}]` (`method` is the JSON-RPC method, or the HTTP method for GET/DELETE). Prints
+"status", "apiKey"}]` (`apiKey`: its `X-Api-Key` header, `none` without one) (`method` is the JSON-RPC method, or the HTTP method for GET/DELETE). Prints
 `listening on http://127.0.0.1:PORT/mcp` once bound.
 """
 import argparse
@@ -24,9 +24,11 @@ log = []
 sessions = set()
 
 
-def record(method, auth, session, status):
+def record(headers, method, auth, session, status):
+    api_key = headers.get("x-api-key", "none")
     with lock:
-        log.append({"method": method, "auth": auth, "session": session, "status": status})
+        log.append({"method": method, "auth": auth, "session": session, "status": status,
+                    "apiKey": api_key})
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -47,7 +49,7 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 return self.reply(200, list(log))
         auth = self.auth()
-        record("GET", auth, self.headers.get("mcp-session-id"), 405)
+        record(self.headers, "GET", auth, self.headers.get("mcp-session-id"), 405)
         self.reply(405, None)
 
     def do_DELETE(self):
@@ -55,7 +57,7 @@ class Handler(BaseHTTPRequestHandler):
         sid = self.headers.get("mcp-session-id")
         with lock:
             sessions.discard(sid)
-        record("DELETE", auth, sid, 200)
+        record(self.headers, "DELETE", auth, sid, 200)
         self.reply(200, None)
 
     def do_POST(self):
@@ -65,13 +67,13 @@ class Handler(BaseHTTPRequestHandler):
         auth = self.auth()
         sid = self.headers.get("mcp-session-id")
         if self.refused(auth):
-            record(method, auth, sid, 401)
+            record(self.headers, method, auth, sid, 401)
             return self.reply(401, None, {"www-authenticate": 'Bearer error="invalid_token"'})
         if args.era == "modern":
             status, out, extra = self.modern(rid, method, auth)
         else:
             status, out, extra = self.legacy(rid, method, auth, sid)
-        record(method, auth, sid if args.era == "legacy" else None, status)
+        record(self.headers, method, auth, sid if args.era == "legacy" else None, status)
         self.reply(status, out, extra)
 
     def modern(self, rid, method, auth):

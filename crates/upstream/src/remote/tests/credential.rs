@@ -173,6 +173,43 @@ async fn without_the_option_a_callers_token_never_leaves() {
     );
 }
 
+/// Passthrough beside a static header holding a gateway credential (`X-Api-Key`): a caller
+/// without a token of its own is refused, in both modes, and nothing reaches the remote (the
+/// static header alone would be the gateway acting for it).
+#[tokio::test]
+async fn passthrough_refuses_a_caller_without_a_token_and_sends_nothing() {
+    let (url, seen) = recorder().await;
+    let mut config = RemoteConfig::new(&url);
+    config.headers = vec![(
+        HeaderName::from_static("x-api-key"),
+        HeaderValue::from_static("gateway-credential"),
+    )];
+    config.auth = OutgoingAuth::Passthrough;
+    for mode in [Mode::Stateless, Mode::Session] {
+        for who in [
+            Credential::without_token("api-key", "ops"),
+            Credential::without_token("anonymous", "anonymous"),
+        ] {
+            let up = with(config.clone(), mode);
+            let refused = up
+                .call_as("k1", line("k1", "tools/call"), Some(&who))
+                .await
+                .unwrap()
+                .await;
+            assert!(
+                matches!(
+                    refused,
+                    Err(UpstreamError::Remote(RemoteError::OutgoingAuth(
+                        OutgoingAuthError::NoSubjectToken
+                    )))
+                ),
+                "{refused:?}"
+            );
+        }
+    }
+    assert!(seen.lock().is_empty(), "{:?}", seen.lock());
+}
+
 #[tokio::test]
 async fn a_session_keeps_its_callers_token_for_what_it_sends_on_its_own() {
     let (url, seen) = recorder().await;
