@@ -1,10 +1,13 @@
 //! Tokens the gateway obtained, kept until shortly before they expire: keyed by a SHA-256
 //! digest (of the subject token and the backend, for an exchange), never by a token itself; at
-//! most a fixed number of entries; and single-flight per key: concurrent first uses of one key
-//! wait for one fetch rather than each making their own.
+//! most a fixed number of entries; and single-flight per key: concurrent uses of one key wait
+//! for one fetch rather than each making their own, and take its outcome, token or error,
+//! whatever the token's lifetime. A failed fetch is remembered for a few seconds and answered
+//! from memory, so a refusing or unreachable token service is not asked again by every call.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +23,9 @@ pub(crate) type Key = [u8; 32];
 /// [`refresh_margin`]).
 const MAX_MARGIN: Duration = Duration::from_secs(30);
 
+/// How long a failed fetch is remembered: its error is the answer meanwhile.
+pub(crate) const FAILURE_MEMORY: Duration = Duration::from_secs(5);
+
 /// How long before its expiry a token of `lifetime` stops being used: 30 s, or half its
 /// lifetime when that is shorter (a 10 s token is used for 5 s).
 pub(crate) fn refresh_margin(lifetime: Duration) -> Duration {
@@ -33,10 +39,27 @@ struct Entry {
     use_until: Instant,
 }
 
-/// One key's place: its token, and the lock one fetch at a time holds.
+/// What a key's last fetch left.
+#[derive(Debug, Default)]
+enum State {
+    /// Nothing (never fetched, or its token forgotten).
+    #[default]
+    Empty,
+    Token(Entry),
+    /// The fetch failed: its error answers until `until`.
+    Failed {
+        error: OutgoingAuthError,
+        until: Instant,
+    },
+}
+
+/// One key's place: what its last fetch left, under the lock one fetch at a time holds.
 #[derive(Debug, Default)]
 struct Slot {
-    entry: tokio::sync::Mutex<Option<Entry>>,
+    state: tokio::sync::Mutex<State>,
+    /// Fetches finished here: a caller that finds it changed while it queued for the lock
+    /// takes the outcome of the fetch it waited on.
+    fetched: AtomicU64,
 }
 
 /// A bounded, single-flight token cache.
@@ -44,6 +67,7 @@ struct Slot {
 pub(crate) struct TokenCache {
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
     max: usize,
+    failure_memory: Duration,
 }
 
 impl TokenCache {
@@ -52,11 +76,23 @@ impl TokenCache {
         TokenCache {
             slots: Mutex::new(HashMap::new()),
             max: max.max(1),
+            failure_memory: FAILURE_MEMORY,
         }
     }
 
-    /// The token under `key` while it is fresh; else `fetch`'s, kept for next time. Callers
-    /// of one key wait for one fetch; a failed fetch is not kept (the next caller tries again).
+    /// The same, remembering a failure for `memory` (tests).
+    #[cfg(test)]
+    pub(crate) fn with_failure_memory(max: usize, memory: Duration) -> Self {
+        TokenCache {
+            failure_memory: memory,
+            ..TokenCache::new(max)
+        }
+    }
+
+    /// The token under `key` while it is fresh, or the error of a failed fetch while it is
+    /// remembered; else `fetch`'s outcome, kept for next time. Callers of one key wait for one
+    /// fetch, and those that waited take its outcome even if the token is already past its
+    /// margin (a token issued for 0 or 1 s still serves the calls that waited for it).
     pub(crate) async fn get_or_fetch<F, Fut>(
         &self,
         key: &Key,
@@ -67,17 +103,30 @@ impl TokenCache {
         Fut: Future<Output = Result<Issued, OutgoingAuthError>>,
     {
         let slot = self.slot(key);
-        let mut entry = slot.entry.lock().await;
-        if let Some(e) = entry.as_ref().filter(|e| Instant::now() < e.use_until) {
-            return Ok(e.issued.clone());
+        let queued_at = slot.fetched.load(Ordering::Acquire);
+        let mut state = slot.state.lock().await;
+        let waited = slot.fetched.load(Ordering::Acquire) != queued_at;
+        let now = Instant::now();
+        match &*state {
+            State::Token(e) if waited || now < e.use_until => return Ok(e.issued.clone()),
+            State::Failed { error, until } if waited || now < *until => {
+                return Err(error.clone());
+            }
+            _ => {}
         }
-        let issued = fetch().await?;
-        let use_until = Instant::now() + issued.lifetime - refresh_margin(issued.lifetime);
-        *entry = Some(Entry {
-            issued: issued.clone(),
-            use_until,
-        });
-        Ok(issued)
+        let outcome = fetch().await;
+        *state = match &outcome {
+            Ok(issued) => State::Token(Entry {
+                issued: issued.clone(),
+                use_until: Instant::now() + issued.lifetime - refresh_margin(issued.lifetime),
+            }),
+            Err(error) => State::Failed {
+                error: error.clone(),
+                until: Instant::now() + self.failure_memory,
+            },
+        };
+        slot.fetched.fetch_add(1, Ordering::Release);
+        outcome
     }
 
     /// Forgets `key`'s token if it is still `sent` (the upstream refused it): the next use
@@ -85,9 +134,9 @@ impl TokenCache {
     pub(crate) async fn forget(&self, key: &Key, sent: &hyper::header::HeaderValue) {
         let slot = self.slots.lock().get(key).cloned();
         if let Some(slot) = slot {
-            let mut entry = slot.entry.lock().await;
-            if entry.as_ref().is_some_and(|e| e.issued.header == *sent) {
-                *entry = None;
+            let mut state = slot.state.lock().await;
+            if matches!(&*state, State::Token(e) if e.issued.header == *sent) {
+                *state = State::Empty;
             }
         }
     }
@@ -109,10 +158,11 @@ impl TokenCache {
         if slots.len() >= self.max {
             let now = Instant::now();
             let until = |slot: &Slot| {
-                slot.entry
-                    .try_lock()
-                    .ok()
-                    .and_then(|e| e.as_ref().map(|e| e.use_until))
+                slot.state.try_lock().ok().and_then(|s| match &*s {
+                    State::Token(e) => Some(e.use_until),
+                    State::Failed { until, .. } => Some(*until),
+                    State::Empty => None,
+                })
             };
             slots.retain(|_, slot| until(slot).is_some_and(|u| u > now));
             if slots.len() >= self.max {
@@ -192,20 +242,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_token_near_its_expiry_is_fetched_again_and_a_failure_is_not_kept() {
-        let cache = TokenCache::new(16);
-        // A 0 s token is past its margin at once: every use fetches.
+    async fn a_token_near_its_expiry_is_fetched_again_and_a_failure_is_remembered_a_while() {
+        let cache = TokenCache::with_failure_memory(16, Duration::from_millis(200));
+        // A 0 s token is past its margin at once: every later use fetches.
         let first = cache
             .get_or_fetch(&[1; 32], || async { Ok(token(1, Duration::ZERO)) })
             .await
             .unwrap();
         assert_eq!(shown(&first), "Bearer t1");
-        let failed = cache
+        let refused = || async { Err(OutgoingAuthError::refused(Some("invalid_grant"))) };
+        let failed = cache.get_or_fetch(&[1; 32], refused).await.unwrap_err();
+        assert_eq!(failed, OutgoingAuthError::refused(Some("invalid_grant")));
+        // Remembered: answered with the same error, nothing fetched.
+        let remembered = cache
             .get_or_fetch(&[1; 32], || async {
-                Err(OutgoingAuthError::refused(Some("invalid_grant")))
+                panic!("fetched while a failure is remembered")
             })
             .await;
-        assert!(failed.is_err());
+        assert_eq!(remembered.unwrap_err(), failed);
+        tokio::time::sleep(Duration::from_millis(250)).await;
         let again = cache
             .get_or_fetch(&[1; 32], || async {
                 Ok(token(2, Duration::from_secs(600)))
@@ -220,6 +275,41 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(shown(&kept), "Bearer t2");
+    }
+
+    #[tokio::test]
+    async fn those_waiting_on_a_fetch_take_its_outcome_whatever_it_is() {
+        for outcome in [
+            Ok(token(0, Duration::ZERO)),
+            Ok(token(0, Duration::from_secs(1))),
+            Err(OutgoingAuthError::Unreachable),
+        ] {
+            let cache = Arc::new(TokenCache::with_failure_memory(16, Duration::ZERO));
+            let fetches = Arc::new(AtomicUsize::new(0));
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let (cache, fetches, outcome) =
+                        (cache.clone(), fetches.clone(), outcome.clone());
+                    tokio::spawn(async move {
+                        cache
+                            .get_or_fetch(&[1; 32], || async {
+                                fetches.fetch_add(1, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                outcome
+                            })
+                            .await
+                            .map(|i| shown(&i).to_owned())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                assert_eq!(
+                    t.await.unwrap(),
+                    outcome.clone().map(|i| shown(&i).to_owned())
+                );
+            }
+            assert_eq!(fetches.load(Ordering::SeqCst), 1, "{outcome:?}");
+        }
     }
 
     #[tokio::test]

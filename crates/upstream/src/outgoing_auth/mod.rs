@@ -16,6 +16,11 @@
 //!   backend, for every request, cached and fetched again before it expires and once when the
 //!   backend answers 401.
 //!
+//! A failed fetch is remembered per key for a few seconds (its error answers meanwhile), the
+//! calls waiting on one fetch take its outcome, and a backend's token service gets at most
+//! [`MAX_TOKEN_REQUESTS`] requests at once: a refusing, slow or unreachable token service is
+//! not asked again by every call.
+//!
 //! Secrets (the client secret, every token) are [`Secret`]s or sensitive header values: never
 //! printed. Errors carry fixed words and at most the token service's `error` code.
 
@@ -38,6 +43,8 @@ use token_endpoint::{TokenEndpoint, ACCESS_TOKEN_TYPE};
 
 /// Most exchanged tokens kept per backend.
 pub const MAX_CACHED_TOKENS: usize = 4096;
+/// Most requests to one backend's token service at once.
+pub const MAX_TOKEN_REQUESTS: usize = 16;
 const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 
 /// A secret read from a file: never printed, compared or logged.

@@ -50,6 +50,9 @@ pub(crate) struct TokenEndpoint {
     /// `Basic base64(form(client_id) ":" form(secret))`, marked sensitive.
     basic: HeaderValue,
     timeout: Duration,
+    /// At most [`MAX_TOKEN_REQUESTS`](super::MAX_TOKEN_REQUESTS) requests at once: however
+    /// many callers need a token, the token service is not flooded.
+    permits: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for TokenEndpoint {
@@ -89,16 +92,24 @@ impl TokenEndpoint {
             client,
             basic,
             timeout,
+            permits: tokio::sync::Semaphore::new(super::MAX_TOKEN_REQUESTS),
         })
     }
 
     /// POSTs `params` as a form and reads the token it answers. `exchange`: the answer must
-    /// name the issued token's type (RFC 8693 §2.2.1), an access token or a JWT.
+    /// name the issued token's type (RFC 8693 §2.2.1), an access token or a JWT. Waits its
+    /// turn among this endpoint's requests first (the call's own deadline bounds the wait).
     pub(crate) async fn request(
         &self,
         params: &[(&str, &str)],
         exchange: bool,
     ) -> Result<Issued, OutgoingAuthError> {
+        // Never closed; were it, no request could be made.
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| OutgoingAuthError::Unreachable)?;
         let body = params
             .iter()
             .map(|(k, v)| format!("{}={}", form(k), form(v)))
