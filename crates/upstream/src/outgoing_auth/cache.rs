@@ -1,6 +1,7 @@
 //! Tokens the gateway obtained, kept until shortly before they expire: keyed by a SHA-256
 //! digest (of the subject token and the backend, for an exchange), never by a token itself; at
-//! most a fixed number of entries; and single-flight per key: concurrent uses of one key wait
+//! most a fixed number of entries besides those in use (the least recently used goes first);
+//! and single-flight per key: concurrent uses of one key wait
 //! for one fetch rather than each making their own, and take its outcome, token or error,
 //! whatever the token's lifetime. A failed fetch is remembered for a few seconds and answered
 //! from memory, so a refusing or unreachable token service is not asked again by every call.
@@ -60,6 +61,8 @@ struct Slot {
     /// Fetches finished here: a caller that finds it changed while it queued for the lock
     /// takes the outcome of the fetch it waited on.
     fetched: AtomicU64,
+    /// When it was last asked for, on the cache's [`TokenCache::clock`].
+    used: AtomicU64,
 }
 
 /// A bounded, single-flight token cache.
@@ -68,6 +71,8 @@ pub(crate) struct TokenCache {
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
     max: usize,
     failure_memory: Duration,
+    /// Counts every use of a slot: the order of last uses, for eviction.
+    clock: AtomicU64,
 }
 
 impl TokenCache {
@@ -77,6 +82,7 @@ impl TokenCache {
             slots: Mutex::new(HashMap::new()),
             max: max.max(1),
             failure_memory: FAILURE_MEMORY,
+            clock: AtomicU64::new(0),
         }
     }
 
@@ -147,35 +153,45 @@ impl TokenCache {
         self.slots.lock().len()
     }
 
-    /// `key`'s slot, made room for when the cache is full: first every expired token goes,
-    /// then the one expiring soonest (a slot being fetched counts as expiring now; whoever
-    /// waits on it still gets its token).
+    /// `key`'s slot, marked used now, and made room for when the cache is full: first every
+    /// slot whose token (or remembered failure) is past, then the least recently used. A slot
+    /// in use (a fetch under way, or callers waiting on it) is never dropped, which would
+    /// split its waiters from the fetch they wait on; while every slot is in use the cache
+    /// holds more than `max` (bounded by the calls in flight).
     fn slot(&self, key: &Key) -> Arc<Slot> {
+        let now_used = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut slots = self.slots.lock();
         if let Some(slot) = slots.get(key) {
+            slot.used.store(now_used, Ordering::Relaxed);
             return slot.clone();
         }
         if slots.len() >= self.max {
             let now = Instant::now();
-            let until = |slot: &Slot| {
-                slot.state.try_lock().ok().and_then(|s| match &*s {
-                    State::Token(e) => Some(e.use_until),
-                    State::Failed { until, .. } => Some(*until),
-                    State::Empty => None,
-                })
+            // Only the map holds it (nobody waits on it), and nobody holds its lock.
+            let idle = |slot: &Arc<Slot>| Arc::strong_count(slot) == 1;
+            let live = |slot: &Arc<Slot>| {
+                !idle(slot)
+                    || slot.state.try_lock().map_or(true, |s| match &*s {
+                        State::Token(e) => e.use_until > now,
+                        State::Failed { until, .. } => *until > now,
+                        State::Empty => false,
+                    })
             };
-            slots.retain(|_, slot| until(slot).is_some_and(|u| u > now));
+            slots.retain(|_, slot| live(slot));
             if slots.len() >= self.max {
-                let soonest = slots
+                let least_recent = slots
                     .iter()
-                    .min_by_key(|(_, slot)| until(slot).unwrap_or(now))
+                    .filter(|(_, slot)| idle(slot) && slot.state.try_lock().is_ok())
+                    .min_by_key(|(_, slot)| slot.used.load(Ordering::Relaxed))
                     .map(|(k, _)| *k);
-                if let Some(k) = soonest {
+                if let Some(k) = least_recent {
                     slots.remove(&k);
                 }
             }
         }
-        slots.entry(*key).or_default().clone()
+        let slot = slots.entry(*key).or_default();
+        slot.used.store(now_used, Ordering::Relaxed);
+        slot.clone()
     }
 }
 
@@ -337,6 +353,67 @@ mod tests {
         assert_eq!(shown(&fresh), "Bearer t3");
     }
 
+    /// Making room never drops a key whose fetch is under way: a caller arriving meanwhile
+    /// still waits for that fetch rather than making a second one.
+    #[tokio::test]
+    async fn eviction_skips_a_key_being_fetched() {
+        let cache = Arc::new(TokenCache::new(2));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let fetch_a = |fetches: Arc<AtomicUsize>| async move {
+            let n = fetches.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(token(n, Duration::from_secs(600)))
+        };
+        let first = {
+            let (cache, fetches) = (cache.clone(), fetches.clone());
+            tokio::spawn(async move { cache.get_or_fetch(&[1; 32], || fetch_a(fetches)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for k in [2u8, 3] {
+            cache
+                .get_or_fetch(&[k; 32], || async {
+                    Ok(token(usize::from(k) * 10, Duration::from_secs(600)))
+                })
+                .await
+                .unwrap();
+        }
+        let second = cache.get_or_fetch(&[1; 32], || fetch_a(fetches.clone()));
+        assert_eq!(shown(&second.await.unwrap()), "Bearer t0");
+        assert_eq!(shown(&first.await.unwrap().unwrap()), "Bearer t0");
+        assert_eq!(fetches.load(Ordering::SeqCst), 1, "one fetch for key 1");
+    }
+
+    /// When full, the least recently used token goes, not the one expiring soonest.
+    #[tokio::test]
+    async fn the_least_recently_used_token_goes_first() {
+        let cache = TokenCache::new(3);
+        for k in 1..=3u8 {
+            cache
+                .get_or_fetch(&[k; 32], || async {
+                    Ok(token(
+                        usize::from(k),
+                        Duration::from_secs(600 + u64::from(k)),
+                    ))
+                })
+                .await
+                .unwrap();
+        }
+        let no_fetch = || async { panic!("fetched a token that should be cached") };
+        // Key 1 (the soonest to expire) is used again; key 2 is now the least recently used.
+        cache.get_or_fetch(&[1; 32], no_fetch).await.unwrap();
+        cache
+            .get_or_fetch(&[4; 32], || async {
+                Ok(token(4, Duration::from_secs(900)))
+            })
+            .await
+            .unwrap();
+        assert_eq!(cache.len(), 3);
+        for k in [1u8, 3, 4] {
+            let kept = cache.get_or_fetch(&[k; 32], no_fetch).await.unwrap();
+            assert_eq!(shown(&kept), format!("Bearer t{k}"));
+        }
+    }
+
     #[tokio::test]
     async fn the_cache_is_bounded() {
         let cache = TokenCache::new(4);
@@ -352,7 +429,7 @@ mod tests {
                 .unwrap();
             assert!(cache.len() <= 4);
         }
-        // The newest survive (the soonest-expiring went first).
+        // The newest survive (the least recently used went first).
         let kept = cache
             .get_or_fetch(&[19; 32], || async {
                 Ok(token(99, Duration::from_secs(1)))
