@@ -120,11 +120,14 @@ impl TokenCache {
             }
             _ => {}
         }
+        // The lifetime counts from before the request: the token service's clock started
+        // when it answered, somewhere between the two.
+        let asked = Instant::now();
         let outcome = fetch().await;
         *state = match &outcome {
             Ok(issued) => State::Token(Entry {
                 issued: issued.clone(),
-                use_until: Instant::now() + issued.lifetime - refresh_margin(issued.lifetime),
+                use_until: asked + issued.lifetime - refresh_margin(issued.lifetime),
             }),
             Err(error) => State::Failed {
                 error: error.clone(),
@@ -291,6 +294,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(shown(&kept), "Bearer t2");
+    }
+
+    /// A token's lifetime counts from before it was asked for, not from the answer: one whose
+    /// answer took longer than its margin is not used again (it might expire on the way).
+    #[tokio::test]
+    async fn the_lifetime_counts_from_before_the_request() {
+        let cache = TokenCache::new(16);
+        // Lives 1 s, so is used for 0.5 s from the request: over by the time it arrives.
+        let slow = cache
+            .get_or_fetch(&[1; 32], || async {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                Ok(token(1, Duration::from_secs(1)))
+            })
+            .await
+            .unwrap();
+        assert_eq!(shown(&slow), "Bearer t1", "the fetching call still uses it");
+        let next = cache
+            .get_or_fetch(&[1; 32], || async {
+                Ok(token(2, Duration::from_secs(600)))
+            })
+            .await
+            .unwrap();
+        assert_eq!(shown(&next), "Bearer t2");
     }
 
     #[tokio::test]

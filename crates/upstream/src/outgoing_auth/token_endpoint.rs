@@ -221,17 +221,27 @@ fn issued(json: &Value, exchange: bool) -> Result<Issued, OutgoingAuthError> {
     header.set_sensitive(true);
     let lifetime = match json.get("expires_in") {
         None | Some(Value::Null) => DEFAULT_LIFETIME,
-        Some(v) => {
-            let secs = v
-                .as_u64()
-                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-                .ok_or(OutgoingAuthError::Malformed(
-                    "expires_in is not a number of seconds",
-                ))?;
-            Duration::from_secs(secs).min(MAX_LIFETIME)
-        }
+        Some(v) => lifetime(v).ok_or(OutgoingAuthError::Malformed(
+            "expires_in is not a number of seconds",
+        ))?,
     };
     Ok(Issued { header, lifetime })
+}
+
+/// `expires_in`: a number of seconds, or a string of one (some services quote it); a fraction
+/// is floored, and more than [`MAX_LIFETIME`] is that. `None`: not a lifetime (negative, not
+/// finite, not a number).
+fn lifetime(v: &Value) -> Option<Duration> {
+    let secs = match v {
+        Value::Number(n) => n.as_f64()?,
+        Value::String(s) => s.trim().parse::<f64>().ok()?,
+        _ => return None,
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    let secs = secs.floor().min(MAX_LIFETIME.as_secs_f64());
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 /// `application/x-www-form-urlencoded` encoding of one name or value.
@@ -277,12 +287,30 @@ mod tests {
             issued(&string_lifetime, false).unwrap().lifetime,
             Duration::from_secs(7)
         );
+        // A fractional lifetime is floored (RFC 6749 says seconds; some services send more).
+        for (given, secs) in [
+            (json!(60.7), 60),
+            (json!("59.9"), 59),
+            (json!(0.5), 0),
+            (json!(1e300), 24 * 3600),
+        ] {
+            let answer = json!({"access_token":"x","token_type":"Bearer","expires_in": given});
+            assert_eq!(
+                issued(&answer, false).unwrap().lifetime,
+                Duration::from_secs(secs),
+                "{given}"
+            );
+        }
         for bad in [
             json!({"token_type":"Bearer"}),
             json!({"access_token":"x","token_type":"mac"}),
             json!({"access_token":"x"}),
             json!({"access_token":"x y","token_type":"Bearer"}),
             json!({"access_token":"x","token_type":"Bearer","expires_in":-1}),
+            json!({"access_token":"x","token_type":"Bearer","expires_in":-0.5}),
+            json!({"access_token":"x","token_type":"Bearer","expires_in":"soon"}),
+            json!({"access_token":"x","token_type":"Bearer","expires_in":"NaN"}),
+            json!({"access_token":"x","token_type":"Bearer","expires_in":"inf"}),
         ] {
             assert!(issued(&bad, false).is_err(), "{bad}");
         }
