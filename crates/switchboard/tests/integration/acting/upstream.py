@@ -1,6 +1,7 @@
 """A remote MCP server over Streamable HTTP for the `acting` tests (Python stdlib only) that
-records the `Authorization` of every request it gets and tells it back: its one tool `whoami`
-answers the `Authorization` header its request carried (`none` without one).
+records the `Authorization` of every request it gets and tells it back: its tool `whoami`
+answers the `Authorization` header its request carried (`none` without one); `slow` (Modern
+era) answers the same after 5 s.
 
 `--era modern`: 2026-07-28 only, stateless (answers `server/discover`; `initialize` is 404).
 `--era legacy`: 2025-11-25 only, with sessions (`initialize` hands out an `Mcp-Session-Id`
@@ -15,6 +16,7 @@ import argparse
 import json
 import secrets
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 META = "io.modelcontextprotocol/serverInfo"
@@ -70,13 +72,13 @@ class Handler(BaseHTTPRequestHandler):
             record(self.headers, method, auth, sid, 401)
             return self.reply(401, None, {"www-authenticate": 'Bearer error="invalid_token"'})
         if args.era == "modern":
-            status, out, extra = self.modern(rid, method, auth)
+            status, out, extra = self.modern(rid, method, auth, msg.get("params") or {})
         else:
             status, out, extra = self.legacy(rid, method, auth, sid)
         record(self.headers, method, auth, sid if args.era == "legacy" else None, status)
         self.reply(status, out, extra)
 
-    def modern(self, rid, method, auth):
+    def modern(self, rid, method, auth, params):
         def result(body):
             body["resultType"] = "complete"
             return {"jsonrpc": "2.0", "id": rid, "result": body}
@@ -87,8 +89,11 @@ class Handler(BaseHTTPRequestHandler):
             return 200, result({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
                                 "_meta": {META: {"name": "acting-upstream", "version": "1"}}}), {}
         if method == "tools/list":
-            return 200, result({"tools": [{"name": "whoami", "inputSchema": {"type": "object"}}]}), {}
+            return 200, result({"tools": [{"name": "whoami", "inputSchema": {"type": "object"}},
+                                          {"name": "slow", "inputSchema": {"type": "object"}}]}), {}
         if method == "tools/call":
+            if params.get("name") == "slow":
+                time.sleep(5)
             return 200, result({"content": [{"type": "text", "text": auth}]}), {}
         return 404, {"jsonrpc": "2.0", "id": rid,
                      "error": {"code": -32601, "message": "Method not found"}}, {}
