@@ -313,7 +313,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::SERVICE_UNAVAILABLE,
             internal(format!("Backend overloaded: {e}")),
         ),
-        // A caller the backend cannot act for (no token to exchange), or a request for an
+        // A caller the backend cannot act for (no token of its own), or a request for an
         // upstream session of someone else's: refused, as a policy denial is.
         CoreError::Backend(UpstreamError::Remote(RemoteError::OutgoingAuth(
             OutgoingAuthError::NoSubjectToken | OutgoingAuthError::ForeignSession,

@@ -41,8 +41,9 @@ pub(crate) struct RemoteArgs {
     pub(crate) header_file: Option<std::path::PathBuf>,
     /// How the gateway authenticates to the remote, per call: `passthrough` (the caller's own
     /// verified JWT, unchanged; discouraged), `token-exchange` (RFC 8693: the caller's JWT
-    /// exchanged for a token meant for the remote; API-key and anonymous callers are refused),
-    /// `client-credentials` (the gateway's own token). Without it: the `--header`s only.
+    /// exchanged for a token meant for the remote), `client-credentials` (the gateway's own
+    /// token). Without it: the `--header`s only. With `passthrough` and `token-exchange`,
+    /// API-key and anonymous callers are refused.
     #[arg(long, value_enum, value_name = "TYPE", requires = "url")]
     pub(crate) upstream_auth: Option<UpstreamAuthArg>,
     /// The token service's token endpoint (token-exchange, client-credentials).

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use switchboard_upstream::outgoing_auth::{
-    ClientCredentialsConfig, OutgoingAuth, Secret, TokenExchangeConfig,
+    check_token_endpoint, ClientCredentialsConfig, OutgoingAuth, OutgoingAuthError, Secret,
+    TokenExchangeConfig,
 };
 
 use super::model::{AuthType, BackendAuth};
@@ -50,7 +51,7 @@ pub(crate) fn type_name(kind: AuthType) -> &'static str {
 pub(crate) const OAUTH_NOT_YET: &str = "type oauth (per-user OAuth to the remote) is not supported yet; use tokenExchange (RFC 8693, acting as the caller), clientCredentials (the gateway's own token) or passthrough";
 
 /// What `auth` resolves to: the upstream's settings, and a text that changes whenever they
-/// do (for the reload diff; it holds a digest of the secret, never the secret).
+/// do (for the reload diff; it holds a keyed digest of the secret, never the secret).
 #[derive(Debug)]
 pub(crate) struct Resolved {
     pub(crate) auth: OutgoingAuth,
@@ -100,6 +101,17 @@ pub(crate) fn resolve(
             &name("audience"),
             "tokenExchange needs an audience or a resource: the exchanged token must be meant for this backend",
         ));
+    }
+    // Before the secret file is read: an endpoint the secret must never be sent to is
+    // reported whether or not the file is there yet.
+    if let (Some(url), true) = (&auth.token_endpoint, needed.contains(&"tokenEndpoint")) {
+        if let Err(e) = check_token_endpoint(url) {
+            let reason = match e {
+                OutgoingAuthError::Config(reason) => reason.to_owned(),
+                other => other.to_string(),
+            };
+            errors.push(ConfigError::new(&name("tokenEndpoint"), reason));
+        }
     }
     for (i, scope) in auth.scopes.iter().enumerate() {
         if scope.is_empty() || scope.contains(char::is_whitespace) {
@@ -165,17 +177,13 @@ pub(crate) fn resolve(
     })
 }
 
-/// Every setting, and the secret file's content as a digest.
+/// Every setting, and the secret file's content as a keyed digest ([`keyed_digest`]).
 fn fingerprint(auth: &BackendAuth, base: &Path) -> String {
-    use sha2::Digest as _;
     let secret = auth
         .client_secret_file
         .as_ref()
         .and_then(|f| std::fs::read(base.join(f)).ok())
-        .map(|bytes| {
-            let d: [u8; 32] = sha2::Sha256::digest(&bytes).into();
-            d.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        });
+        .map(|bytes| keyed_digest(&bytes));
     format!(
         "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
         type_name(auth.kind),
@@ -186,6 +194,35 @@ fn fingerprint(auth: &BackendAuth, base: &Path) -> String {
         auth.resource,
         secret
     )
+}
+
+/// HMAC-SHA256 of `bytes` under a random key of this process, in hex: equal for equal
+/// content within the process (what the reload diff needs), and, unlike a plain digest of a
+/// short secret, nothing to search a guess for where it is printed. Without an OS random
+/// source every call gives a new value: the secret then counts as changed at each reload
+/// (the backend's outgoing auth is rebuilt), never as unchanged.
+fn keyed_digest(bytes: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static KEY: std::sync::OnceLock<Option<[u8; 32]>> = std::sync::OnceLock::new();
+    static UNKEYED: AtomicU64 = AtomicU64::new(0);
+    let key = KEY.get_or_init(|| {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).ok().map(|()| key)
+    });
+    let Some(mac) = key
+        .as_ref()
+        .and_then(|k| Hmac::<sha2::Sha256>::new_from_slice(k).ok())
+    else {
+        return format!("unkeyed-{}", UNKEYED.fetch_add(1, Ordering::Relaxed));
+    };
+    let mut mac = mac;
+    mac.update(bytes);
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -238,6 +275,36 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
     }
 
+    /// The reload diff's fingerprint changes with the secret file, but holds no plain digest
+    /// of it (an unsalted SHA-256 of a short secret can be searched for), wherever it is
+    /// printed.
+    #[test]
+    fn the_fingerprint_follows_the_secret_under_a_key_of_the_process() {
+        use sha2::Digest as _;
+        let d = dir();
+        secret_file(&d, 0o600);
+        let first = resolve(&exchange(), "internal", &d, &at).unwrap();
+        let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+        let plain = hex(&sha2::Sha256::digest(b"hunter2\n"));
+        let plain_trimmed = hex(&sha2::Sha256::digest(b"hunter2"));
+        for shown in [first.fingerprint.clone(), format!("{first:?}")] {
+            assert!(!shown.contains(&plain), "{shown}");
+            assert!(!shown.contains(&plain_trimmed), "{shown}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        let same = resolve(&exchange(), "internal", &d, &at).unwrap();
+        assert_eq!(
+            same.fingerprint, first.fingerprint,
+            "stable within the process"
+        );
+        std::fs::write(d.join("sts.secret"), "hunter3\n").unwrap();
+        let changed = resolve(&exchange(), "internal", &d, &at).unwrap();
+        assert_ne!(
+            changed.fingerprint, first.fingerprint,
+            "a new secret is a change"
+        );
+    }
+
     #[test]
     fn each_type_takes_its_keys_and_needs_its_own() {
         let d = dir();
@@ -286,6 +353,17 @@ mod tests {
         );
         assert!(!err[0].contains("hunter2"));
         secret_file(&d, 0o600);
+        // Plain http only to a loopback host: reported with the key, before the secret file
+        // is read (validate says it even where the file is not there yet).
+        let mut cleartext = exchange();
+        cleartext.token_endpoint = Some("http://sts.example.com/token".into());
+        cleartext.client_secret_file = Some("missing.secret".into());
+        let err = messages(resolve(&cleartext, "b", &d, &at));
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(
+            err[0].starts_with("backends[0].auth.tokenEndpoint: ") && err[0].contains("https"),
+            "{err:?}"
+        );
         let mut bad = exchange();
         bad.token_endpoint = Some("ftp://h/token".into());
         let err = messages(resolve(&bad, "b", &d, &at));

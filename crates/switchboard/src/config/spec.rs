@@ -76,7 +76,7 @@ pub(crate) struct RemoteSpec {
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     /// What it sends as `Authorization` per call (`auth`, `--upstream-auth`).
     pub(crate) auth: switchboard_upstream::outgoing_auth::OutgoingAuth,
-    /// `auth`'s settings as text, for the reload diff (a digest of the secret, never it).
+    /// `auth`'s settings as text, for the reload diff (a keyed digest of the secret, never it).
     pub(crate) auth_fingerprint: String,
 }
 

@@ -8,6 +8,7 @@
 
 mod client_credentials;
 mod exchange;
+mod passthrough;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -194,7 +195,11 @@ pub(crate) fn jwt(sub: &str) -> String {
 }
 
 fn call(id: u64) -> Value {
-    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"whoami","arguments":{}}})
+    call_of(id, "whoami")
+}
+
+fn call_of(id: u64, tool: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{}}})
 }
 
 /// Opens a Legacy (2025-11-25) session as the holder of `token`; its id.
@@ -228,8 +233,13 @@ pub(crate) async fn legacy_call(gw: &TestGateway, token: &str, sid: &str) -> Val
 
 /// `whoami` called as one stateless Modern (2026-07-28) request with `token`.
 pub(crate) async fn modern_call(gw: &TestGateway, token: &str) -> Value {
+    modern_tool(gw, token, "whoami").await
+}
+
+/// `tool` called as one stateless Modern (2026-07-28) request with `token`.
+pub(crate) async fn modern_tool(gw: &TestGateway, token: &str, tool: &str) -> Value {
     let auth = format!("Bearer {token}");
-    let mut body = call(2);
+    let mut body = call_of(2, tool);
     body["params"]["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": V,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -237,7 +247,7 @@ pub(crate) async fn modern_call(gw: &TestGateway, token: &str) -> Value {
     let headers = [
         ("mcp-protocol-version", V),
         ("mcp-method", "tools/call"),
-        ("mcp-name", "whoami"),
+        ("mcp-name", tool),
         ("authorization", auth.as_str()),
     ];
     let r = gw.post_raw(None, body.to_string(), &headers).await;

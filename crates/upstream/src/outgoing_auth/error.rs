@@ -1,5 +1,5 @@
 //! Why the gateway has no credential to send upstream. Every variant's text is fixed words,
-//! plus at most the token service's RFC 6749 `error` code (checked to be one): never a token,
+//! plus at most the token service's `error` code (one of the registered ones): never a token,
 //! a client secret, the token service's URL or body, or anything else it wrote. The text
 //! reaches clients, logs and the audit log.
 
@@ -7,16 +7,16 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OutgoingAuthError {
-    /// The backend acts as the caller through token exchange, and this caller has no bearer
-    /// token to exchange (an API key's holder, an anonymous caller). Refused: the call is
+    /// The backend acts as the caller (token exchange, passthrough), and this caller has no
+    /// bearer token of its own (an API key's holder, an anonymous caller). Refused: the call is
     /// never sent with the gateway's identity, nor without one.
-    #[error("this backend acts as the caller through token exchange, and the caller has no bearer token to exchange (API keys and anonymous callers have none): authenticate with a token from the configured issuer")]
+    #[error("this backend acts as the caller (token exchange or passthrough), and the caller has no bearer token of its own to act with (API keys and anonymous callers have none): authenticate with a token from the configured issuer")]
     NoSubjectToken,
-    /// The token service refused the request with this RFC 6749 error code
+    /// The token service refused the request with this registered error code
     /// (`invalid_grant`, `invalid_client`, `invalid_target`, ...).
     #[error("the token service refused to issue a token for this backend: {code}")]
     Refused {
-        /// The `error` member of its answer, if it is a well-formed code; else `invalid_response`.
+        /// The `error` member of its answer, if it is a registered code; else `invalid_response`.
         code: String,
     },
     /// The token service answered with an HTTP error status and no RFC 6749 error.
@@ -44,18 +44,27 @@ pub enum OutgoingAuthError {
     Config(&'static str),
 }
 
+/// The error codes a token endpoint may answer with: RFC 6749 §5.2, and `invalid_target`
+/// (RFC 8693 §2.2.2, RFC 8707 §2). Only these are passed on.
+const REGISTERED: [&str; 7] = [
+    "invalid_request",
+    "invalid_client",
+    "invalid_grant",
+    "unauthorized_client",
+    "unsupported_grant_type",
+    "invalid_scope",
+    "invalid_target",
+];
+
 impl OutgoingAuthError {
-    /// The token service's error code, as an error to report: kept only when it is an RFC 6749
-    /// `error` value that cannot carry anything else (ASCII letters, digits, `_`, `-`, `.`, at
-    /// most 64 of them). Anything else is reported as `invalid_response`.
+    /// The token service's error code, as an error to report: kept only when it is one of the
+    /// registered codes, which carry nothing of the service's choosing (a well-formed but
+    /// unregistered code could still spell a user name, a tenant, a fragment of what it was
+    /// sent). Anything else is reported as `invalid_response`.
     pub(crate) fn refused(code: Option<&str>) -> Self {
         let code = code
-            .filter(|c| {
-                !c.is_empty()
-                    && c.len() <= 64
-                    && c.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-            })
+            .and_then(|c| REGISTERED.iter().find(|r| **r == c))
+            .copied()
             .unwrap_or("invalid_response");
         OutgoingAuthError::Refused {
             code: code.to_owned(),
@@ -86,6 +95,36 @@ mod tests {
             Some(&"x".repeat(65)),
         ] {
             assert_eq!(code(OutgoingAuthError::refused(bad)), "invalid_response");
+        }
+    }
+
+    #[test]
+    fn only_a_registered_code_is_kept() {
+        let code = |c: &str| match OutgoingAuthError::refused(Some(c)) {
+            OutgoingAuthError::Refused { code } => code,
+            other => panic!("{other:?}"),
+        };
+        for registered in [
+            "invalid_request",
+            "invalid_client",
+            "invalid_grant",
+            "unauthorized_client",
+            "unsupported_grant_type",
+            "invalid_scope",
+            "invalid_target",
+        ] {
+            assert_eq!(code(registered), registered);
+        }
+        // Well-formed but unregistered: a channel for anything the service cares to write
+        // (a user name, a tenant, a fragment of what it was sent).
+        for unregistered in [
+            "alice",
+            "tenant-acme.internal",
+            "Invalid_Grant",
+            "eyJhbGciOiJSUzI1NiJ9",
+            "server_error",
+        ] {
+            assert_eq!(code(unregistered), "invalid_response", "{unregistered}");
         }
     }
 }

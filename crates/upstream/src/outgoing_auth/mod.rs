@@ -4,7 +4,9 @@
 //!
 //! - [`OutgoingAuth::Static`]: only the configured headers (the default).
 //! - [`OutgoingAuth::Passthrough`]: the caller's own verified token, as presented
-//!   (`forwardCallerToken`; discouraged: its audience is the gateway, not the remote).
+//!   (`forwardCallerToken`; discouraged: its audience is the gateway, not the remote). A
+//!   caller with no token of its own is refused, as by an exchange: the static headers alone
+//!   (which may hold a gateway credential) would act for it with the gateway's identity.
 //! - [`OutgoingAuth::TokenExchange`]: RFC 8693. The caller's verified bearer token is the
 //!   `subject_token`; the token service issues one for the backend's audience, which is cached
 //!   per (subject token, backend) under a SHA-256 key until shortly before it expires. A
@@ -13,6 +15,11 @@
 //! - [`OutgoingAuth::ClientCredentials`]: RFC 6749 §4.4, the gateway's own token for the
 //!   backend, for every request, cached and fetched again before it expires and once when the
 //!   backend answers 401.
+//!
+//! A failed fetch is remembered per key for a few seconds (its error answers meanwhile), the
+//! calls waiting on one fetch take its outcome, and a backend's token service gets at most
+//! [`MAX_TOKEN_REQUESTS`] requests at once: a refusing, slow or unreachable token service is
+//! not asked again by every call.
 //!
 //! Secrets (the client secret, every token) are [`Secret`]s or sensitive header values: never
 //! printed. Errors carry fixed words and at most the token service's `error` code.
@@ -28,6 +35,7 @@ use hyper::header::HeaderValue;
 use sha2::{Digest, Sha256};
 
 pub use error::OutgoingAuthError;
+pub use token_endpoint::check_token_endpoint;
 
 use crate::Credential;
 use cache::TokenCache;
@@ -35,6 +43,8 @@ use token_endpoint::{TokenEndpoint, ACCESS_TOKEN_TYPE};
 
 /// Most exchanged tokens kept per backend.
 pub const MAX_CACHED_TOKENS: usize = 4096;
+/// Most requests to one backend's token service at once.
+pub const MAX_TOKEN_REQUESTS: usize = 16;
 const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 
 /// A secret read from a file: never printed, compared or logged.
@@ -100,7 +110,7 @@ pub enum OutgoingAuth {
     /// Only the configured static headers.
     #[default]
     Static,
-    /// The caller's own verified bearer token, unchanged.
+    /// The caller's own verified bearer token, unchanged; callers without one are refused.
     Passthrough,
     /// RFC 8693 token exchange of the caller's token.
     TokenExchange(Arc<Exchange>),
@@ -160,7 +170,17 @@ impl OutgoingAuth {
     ) -> Result<Option<HeaderValue>, OutgoingAuthError> {
         match self {
             OutgoingAuth::Static => Ok(None),
-            OutgoingAuth::Passthrough => Ok(caller.and_then(Credential::header).cloned()),
+            OutgoingAuth::Passthrough => match caller {
+                // The gateway's own request: the static headers only.
+                None => Ok(None),
+                // A caller without a token of its own is refused, as by an exchange: the
+                // static headers alone would be the gateway acting for it.
+                Some(c) => c
+                    .header()
+                    .cloned()
+                    .map(Some)
+                    .ok_or(OutgoingAuthError::NoSubjectToken),
+            },
             OutgoingAuth::TokenExchange(x) => match caller {
                 // The gateway's own request: no user's credential, ever.
                 None => Ok(None),

@@ -31,13 +31,33 @@ type Answer = Arc<dyn Fn(&Seen, usize) -> (u16, String) + Send + Sync>;
 /// A token service answering with `answer(request, n)` (n counts from 1), one request per
 /// connection; returns its token endpoint URL and what it saw.
 pub(crate) async fn token_service(answer: Answer) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let (url, seen, _) = slow_token_service(answer, Duration::ZERO).await;
+    (url, seen)
+}
+
+/// Requests being answered at once, and the most there ever were.
+#[derive(Debug, Default)]
+pub(crate) struct Load {
+    now: std::sync::atomic::AtomicUsize,
+    pub(crate) peak: std::sync::atomic::AtomicUsize,
+}
+
+/// [`token_service`] that takes `delay` to answer each request, counting how many it is
+/// answering at once.
+pub(crate) async fn slow_token_service(
+    answer: Answer,
+    delay: Duration,
+) -> (String, Arc<Mutex<Vec<Seen>>>, Arc<Load>) {
+    use std::sync::atomic::Ordering;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/token", listener.local_addr().unwrap());
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let log = seen.clone();
+    let load = Arc::new(Load::default());
+    let counted = load.clone();
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
-            let (log, answer) = (log.clone(), answer.clone());
+            let (log, answer, load) = (log.clone(), answer.clone(), counted.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -70,6 +90,10 @@ pub(crate) async fn token_service(answer: Answer) -> (String, Arc<Mutex<Vec<Seen
                     log.push(request.clone());
                     log.len()
                 };
+                let at_once = load.now.fetch_add(1, Ordering::SeqCst) + 1;
+                load.peak.fetch_max(at_once, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                load.now.fetch_sub(1, Ordering::SeqCst);
                 let (status, json) = answer(&request, n);
                 let reply = format!(
                     "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
@@ -80,7 +104,7 @@ pub(crate) async fn token_service(answer: Answer) -> (String, Arc<Mutex<Vec<Seen
             });
         }
     });
-    (url, seen)
+    (url, seen, load)
 }
 
 fn header(head: &str, name: &str) -> Option<String> {
@@ -227,6 +251,82 @@ async fn concurrent_first_calls_of_one_subject_make_one_exchange() {
     assert_eq!(seen.lock().len(), 1);
 }
 
+/// A token service that refuses a subject: the callers that queued behind the one exchange
+/// take its refusal (one request for all of them), and a call right after is answered from
+/// memory with the same error.
+#[tokio::test]
+async fn a_refusal_is_shared_by_those_waiting_on_it_and_remembered() {
+    let refusing: Answer = Arc::new(|_, _| (400, r#"{"error":"invalid_grant"}"#.into()));
+    let (url, seen, _) = slow_token_service(refusing, Duration::from_millis(100)).await;
+    let auth = OutgoingAuth::token_exchange(exchange_config(&url)).unwrap();
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let auth = auth.clone();
+            tokio::spawn(async move { auth.authorization(Some(&alice())).await })
+        })
+        .collect();
+    let refused = Err(OutgoingAuthError::Refused {
+        code: "invalid_grant".into(),
+    });
+    for call in calls {
+        assert_eq!(call.await.unwrap(), refused);
+    }
+    assert_eq!(seen.lock().len(), 1, "one request for every waiting caller");
+    assert_eq!(auth.authorization(Some(&alice())).await, refused);
+    assert_eq!(seen.lock().len(), 1, "answered from memory");
+    // Another subject is asked about on its own.
+    assert_eq!(auth.authorization(Some(&bob())).await, refused);
+    assert_eq!(seen.lock().len(), 2);
+}
+
+/// A token issued for 0 s serves the call that fetched it and every call that waited on that
+/// fetch: concurrent calls make one exchange, not one each in turn.
+#[tokio::test]
+async fn a_zero_lifetime_token_serves_the_calls_that_waited_for_it() {
+    let (url, seen, _) = slow_token_service(issuing(0), Duration::from_millis(100)).await;
+    let auth = OutgoingAuth::token_exchange(exchange_config(&url)).unwrap();
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let auth = auth.clone();
+            tokio::spawn(async move { text(auth.authorization(Some(&alice())).await.unwrap()) })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap(), "Bearer x-alice.jwt-1");
+    }
+    assert_eq!(seen.lock().len(), 1);
+}
+
+/// However many callers need a token at once, a backend's token service gets at most
+/// MAX_TOKEN_REQUESTS requests at a time; every caller still gets its own token.
+#[tokio::test]
+async fn requests_to_a_token_service_are_capped_per_backend() {
+    use std::sync::atomic::Ordering;
+    let (url, seen, load) = slow_token_service(issuing(600), Duration::from_millis(100)).await;
+    let auth = OutgoingAuth::token_exchange(exchange_config(&url)).unwrap();
+    let n = MAX_TOKEN_REQUESTS * 3;
+    let calls: Vec<_> = (0..n)
+        .map(|i| {
+            let auth = auth.clone();
+            tokio::spawn(async move {
+                let who = Credential::bearer(&format!("u{i}.jwt"), "https://idp", &format!("u{i}"))
+                    .unwrap();
+                let got = text(auth.authorization(Some(&who)).await.unwrap());
+                assert!(got.starts_with(&format!("Bearer x-u{i}.jwt-")), "{got}");
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
+    assert_eq!(seen.lock().len(), n);
+    let peak = load.peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= MAX_TOKEN_REQUESTS,
+        "{peak} requests at once, more than {MAX_TOKEN_REQUESTS}"
+    );
+}
+
 #[tokio::test]
 async fn a_short_lived_token_is_exchanged_again_and_a_refused_one_at_once() {
     // A 0 s token is used for no time at all: every call exchanges.
@@ -314,6 +414,41 @@ async fn an_unusable_token_endpoint_is_refused_up_front() {
     );
 }
 
+#[test]
+fn a_plain_http_token_endpoint_is_refused_unless_it_is_loopback() {
+    // The client secret (client_secret_basic) and callers' tokens would cross the network in
+    // cleartext.
+    for remote in [
+        "http://sts.example.com/token",
+        "http://10.0.0.7:8080/token",
+        "http://[2001:db8::1]/token",
+        "http://localhost.example.com/token",
+        "http://128.0.0.1/token",
+    ] {
+        let err = OutgoingAuth::token_exchange(exchange_config(remote)).unwrap_err();
+        assert!(
+            matches!(&err, OutgoingAuthError::Config(m) if m.contains("https")),
+            "{remote}: {err:?}"
+        );
+        let err = OutgoingAuth::client_credentials(cc_config(remote)).unwrap_err();
+        assert!(matches!(err, OutgoingAuthError::Config(_)), "{remote}");
+    }
+    for allowed in [
+        "https://sts.example.com/token",
+        "http://127.0.0.1:9/token",
+        "http://127.1.2.3:9/token",
+        "http://[::1]:9/token",
+        "http://localhost:9/token",
+        "http://LocalHost/token",
+    ] {
+        assert!(
+            OutgoingAuth::token_exchange(exchange_config(allowed)).is_ok(),
+            "{allowed}"
+        );
+        assert!(check_token_endpoint(allowed).is_ok(), "{allowed}");
+    }
+}
+
 #[tokio::test]
 async fn client_credentials_are_the_gateways_own_cached_and_fetched_again_when_refused() {
     let (url, seen) = token_service(issuing(600)).await;
@@ -353,11 +488,17 @@ async fn passthrough_and_static_never_fetch() {
         ),
         "Bearer alice.jwt"
     );
+    // A caller without a token of its own is refused, as by an exchange: never sent with the
+    // static headers alone (the gateway's identity). The gateway's own request has those only.
     let key_holder = Credential::without_token("api-key", "ops");
     assert_eq!(
         OutgoingAuth::Passthrough
             .authorization(Some(&key_holder))
             .await,
+        Err(OutgoingAuthError::NoSubjectToken)
+    );
+    assert_eq!(
+        OutgoingAuth::Passthrough.authorization(None).await,
         Ok(None)
     );
     assert_eq!(OutgoingAuth::Static.authorization(Some(&a)).await, Ok(None));

@@ -50,6 +50,9 @@ pub(crate) struct TokenEndpoint {
     /// `Basic base64(form(client_id) ":" form(secret))`, marked sensitive.
     basic: HeaderValue,
     timeout: Duration,
+    /// At most [`MAX_TOKEN_REQUESTS`](super::MAX_TOKEN_REQUESTS) requests at once: however
+    /// many callers need a token, the token service is not flooded.
+    permits: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for TokenEndpoint {
@@ -62,22 +65,15 @@ impl std::fmt::Debug for TokenEndpoint {
 }
 
 impl TokenEndpoint {
-    /// Checks `url` (absolute http(s), user-info refused) and prepares the client
-    /// authentication. Connects lazily.
+    /// Checks `url` ([`check_token_endpoint`]) and prepares the client authentication.
+    /// Connects lazily.
     pub(crate) fn new(
         url: &str,
         client_id: &str,
         secret: &Secret,
         timeout: Duration,
     ) -> Result<Self, OutgoingAuthError> {
-        let (uri, had_user_info) = crate::remote::url::parse_noting(url).map_err(|_| {
-            OutgoingAuthError::Config("tokenEndpoint is not an absolute http(s) URL")
-        })?;
-        if had_user_info {
-            return Err(OutgoingAuthError::Config(
-                "tokenEndpoint must not carry user-info: the client secret comes from clientSecretFile",
-            ));
-        }
+        let uri = check_token_endpoint(url)?;
         if client_id.is_empty() {
             return Err(OutgoingAuthError::Config("clientId is empty"));
         }
@@ -96,16 +92,24 @@ impl TokenEndpoint {
             client,
             basic,
             timeout,
+            permits: tokio::sync::Semaphore::new(super::MAX_TOKEN_REQUESTS),
         })
     }
 
     /// POSTs `params` as a form and reads the token it answers. `exchange`: the answer must
-    /// name the issued token's type (RFC 8693 §2.2.1), an access token or a JWT.
+    /// name the issued token's type (RFC 8693 §2.2.1), an access token or a JWT. Waits its
+    /// turn among this endpoint's requests first (the call's own deadline bounds the wait).
     pub(crate) async fn request(
         &self,
         params: &[(&str, &str)],
         exchange: bool,
     ) -> Result<Issued, OutgoingAuthError> {
+        // Never closed; were it, no request could be made.
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| OutgoingAuthError::Unreachable)?;
         let body = params
             .iter()
             .map(|(k, v)| format!("{}={}", form(k), form(v)))
@@ -151,6 +155,36 @@ impl TokenEndpoint {
     }
 }
 
+/// Why a plain http token endpoint is refused.
+const CLEARTEXT: &str = "must be https: plain http is allowed only to a loopback host (127.0.0.0/8, ::1, localhost), since the client secret and the callers' tokens sent to it would cross the network in cleartext";
+
+/// `url` as a token endpoint: an absolute URL without user-info, `https`, or plain `http` to a
+/// loopback host only (a token endpoint is sent the gateway's client secret and, for an
+/// exchange, every caller's token).
+pub fn check_token_endpoint(url: &str) -> Result<Uri, OutgoingAuthError> {
+    let (uri, had_user_info) = crate::remote::url::parse_noting(url)
+        .map_err(|_| OutgoingAuthError::Config("not an absolute http(s) URL with a host"))?;
+    if had_user_info {
+        return Err(OutgoingAuthError::Config(
+            "must not carry user-info: the client secret comes from clientSecretFile",
+        ));
+    }
+    if uri.scheme_str() != Some("https") && !uri.host().is_some_and(is_loopback) {
+        return Err(OutgoingAuthError::Config(CLEARTEXT));
+    }
+    Ok(uri)
+}
+
+/// Whether `host` (as a URI spells it: an IPv6 address in brackets) is a loopback address or
+/// `localhost`.
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    }
+}
+
 /// The token in a successful answer.
 fn issued(json: &Value, exchange: bool) -> Result<Issued, OutgoingAuthError> {
     let token = json
@@ -187,17 +221,27 @@ fn issued(json: &Value, exchange: bool) -> Result<Issued, OutgoingAuthError> {
     header.set_sensitive(true);
     let lifetime = match json.get("expires_in") {
         None | Some(Value::Null) => DEFAULT_LIFETIME,
-        Some(v) => {
-            let secs = v
-                .as_u64()
-                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-                .ok_or(OutgoingAuthError::Malformed(
-                    "expires_in is not a number of seconds",
-                ))?;
-            Duration::from_secs(secs).min(MAX_LIFETIME)
-        }
+        Some(v) => lifetime(v).ok_or(OutgoingAuthError::Malformed(
+            "expires_in is not a number of seconds",
+        ))?,
     };
     Ok(Issued { header, lifetime })
+}
+
+/// `expires_in`: a number of seconds, or a string of one (some services quote it); a fraction
+/// is floored, and more than [`MAX_LIFETIME`] is that. `None`: not a lifetime (negative, not
+/// finite, not a number).
+fn lifetime(v: &Value) -> Option<Duration> {
+    let secs = match v {
+        Value::Number(n) => n.as_f64()?,
+        Value::String(s) => s.trim().parse::<f64>().ok()?,
+        _ => return None,
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    let secs = secs.floor().min(MAX_LIFETIME.as_secs_f64());
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 /// `application/x-www-form-urlencoded` encoding of one name or value.
@@ -243,12 +287,30 @@ mod tests {
             issued(&string_lifetime, false).unwrap().lifetime,
             Duration::from_secs(7)
         );
+        // A fractional lifetime is floored (RFC 6749 says seconds; some services send more).
+        for (given, secs) in [
+            (json!(60.7), 60),
+            (json!("59.9"), 59),
+            (json!(0.5), 0),
+            (json!(1e300), 24 * 3600),
+        ] {
+            let answer = json!({"access_token":"x","token_type":"Bearer","expires_in": given});
+            assert_eq!(
+                issued(&answer, false).unwrap().lifetime,
+                Duration::from_secs(secs),
+                "{given}"
+            );
+        }
         for bad in [
             json!({"token_type":"Bearer"}),
             json!({"access_token":"x","token_type":"mac"}),
             json!({"access_token":"x"}),
             json!({"access_token":"x y","token_type":"Bearer"}),
             json!({"access_token":"x","token_type":"Bearer","expires_in":-1}),
+            json!({"access_token":"x","token_type":"Bearer","expires_in":-0.5}),
+            json!({"access_token":"x","token_type":"Bearer","expires_in":"soon"}),
+            json!({"access_token":"x","token_type":"Bearer","expires_in":"NaN"}),
+            json!({"access_token":"x","token_type":"Bearer","expires_in":"inf"}),
         ] {
             assert!(issued(&bad, false).is_err(), "{bad}");
         }

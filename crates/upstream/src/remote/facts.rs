@@ -20,6 +20,8 @@ pub(super) struct Facts {
     pub(super) arguments: Option<String>,
     pub(super) initialize: bool,
     pub(super) initialized: bool,
+    /// A `notifications/cancelled`'s `requestId` (a key of the gateway's, a string).
+    pub(super) cancels: Option<String>,
 }
 
 impl Facts {
@@ -52,6 +54,11 @@ impl Facts {
             name: text(member.and_then(|m| msg.param(m))),
             modern: modern_version.is_some(),
             modern_version,
+            cancels: text(
+                (name == method::CANCELLED)
+                    .then(|| msg.param("requestId"))
+                    .flatten(),
+            ),
             initialize: name == method::INITIALIZE,
             initialized: name == method::INITIALIZED,
             method: Some(name.to_owned()),

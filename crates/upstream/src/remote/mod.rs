@@ -13,6 +13,7 @@
 //!   explicitly (no process-wide default), with the system's roots.
 
 mod body;
+mod callers;
 mod error;
 mod facts;
 mod listen;

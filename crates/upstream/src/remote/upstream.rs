@@ -25,6 +25,7 @@ use tracing::{debug, warn};
 use switchboard_wire::headers::{param_headers, param_values, ParamHeader};
 use switchboard_wire::Message;
 
+use super::callers::Callers;
 use super::facts::{negotiated_version, Facts};
 use super::{
     ListenHandle, Outgoing, RemoteClient, RemoteEndpoint, RemoteError, RemoteSink, SseClient,
@@ -74,6 +75,8 @@ struct Shared {
     owner: Mutex<Option<Owner>>,
     /// Exchanges under way (calls and lines being sent).
     live: AtomicUsize,
+    /// A stateless handle acting as its callers: whose each call is, for its cancellation.
+    callers: Arc<Callers>,
     /// Set once the upstream session is gone: every later call fails with it.
     lost: Mutex<Option<UpstreamError>>,
     /// The endpoint's: cleared when an exchange fails below HTTP, set again by any answer.
@@ -240,6 +243,7 @@ impl RemoteUpstream {
                 auth: endpoint.config().auth.clone(),
                 owner: Mutex::new(None),
                 live: AtomicUsize::new(0),
+                callers: Arc::default(),
                 lost: Mutex::new(None),
                 reachable: endpoint.reachability(),
                 listen: Mutex::new(None),
@@ -266,12 +270,22 @@ impl RemoteUpstream {
         let live = self.enter()?;
         self.claim(credential)?;
         let caller = credential.cloned();
+        let calling = match (self.shared.mode, credential) {
+            (Mode::Stateless, Some(c)) if self.shared.auth.acts_as_caller() => {
+                Some(self.shared.callers.hold(key, c))
+            }
+            _ => None,
+        };
         let (tx, rx) = oneshot::channel();
         let me = self.clone();
         let id = format!("\"{key}\"");
         let task = tokio::spawn(async move {
             let _live = live;
-            let _ = tx.send(me.exchange(Bytes::from(line), &id, caller.as_ref()).await);
+            let answer = me.exchange(Bytes::from(line), &id, caller.as_ref()).await;
+            if let Some(calling) = calling {
+                calling.finish();
+            }
+            let _ = tx.send(answer);
         });
         Ok(PendingCall::new(rx, Withdraw::Task(task.abort_handle())))
     }
@@ -409,13 +423,18 @@ impl RemoteUpstream {
 
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
         let _live = self.enter()?;
-        let initialized = Facts::of(&line).initialized;
+        let facts = Facts::of(&line);
         // The gateway's own line: only a gateway token (client credentials) is added; a
-        // session's lines carry what its calls set.
-        let (_, per_request) = self.authorization(None).await?;
+        // session's lines carry what its calls set. On a stateless handle, a call's
+        // cancellation carries that call's credential, as the call did.
+        let caller = match (self.shared.mode, &facts.cancels) {
+            (Mode::Stateless, Some(key)) => self.shared.callers.take(key),
+            _ => None,
+        };
+        let (_, per_request) = self.authorization(caller.as_ref()).await?;
         let sent = self.shared.link.send(line, per_request).await;
         self.note(sent)?;
-        if initialized && self.shared.mode == Mode::Session {
+        if facts.initialized && self.shared.mode == Mode::Session {
             self.open_listen();
         }
         Ok(())

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::{
-    incoming, jwt, legacy_call, modern_call, seen, session, Dir, Sts, Upstream, API_KEY, AUDIENCE,
-    CLIENT_ID, CLIENT_SECRET,
+    incoming, jwt, legacy_call, modern_call, modern_tool, seen, session, Dir, Sts, Upstream,
+    API_KEY, AUDIENCE, CLIENT_ID, CLIENT_SECRET,
 };
 use crate::auth::Jwks;
 use crate::common::TestGateway;
@@ -21,6 +21,17 @@ fn exchanged(sub: &str, n: u32) -> String {
 
 /// `run --url` with `--upstream-auth token-exchange` and its options.
 async fn run_exchanging(up: &Upstream, sts: &Sts, dir: &Dir, jwks: &Jwks) -> TestGateway {
+    run_exchanging_with(up, sts, dir, jwks, &[]).await
+}
+
+/// [`run_exchanging`] with more flags.
+async fn run_exchanging_with(
+    up: &Upstream,
+    sts: &Sts,
+    dir: &Dir,
+    jwks: &Jwks,
+    extra: &[&str],
+) -> TestGateway {
     let secret = dir.secret();
     let keys = dir.keys();
     let mut args: Vec<String> = [
@@ -41,6 +52,7 @@ async fn run_exchanging(up: &Upstream, sts: &Sts, dir: &Dir, jwks: &Jwks) -> Tes
     .map(|s| s.to_string())
     .collect();
     args.extend(incoming(&jwks.url, &keys));
+    args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     TestGateway::start(&args).await
 }
@@ -130,7 +142,7 @@ async fn callers_without_a_token_are_refused_and_never_sent() {
     for refused in &refusals {
         assert_eq!(refused["error"]["code"], 403, "{refused}");
         let message = refused["error"]["message"].as_str().unwrap();
-        assert!(message.contains("no bearer token to exchange"), "{message}");
+        assert!(message.contains("no bearer token of its own"), "{message}");
     }
     let carol = jwt("carol");
     assert_eq!(seen(&modern_call(&gw, &carol).await), exchanged("carol", 1));
@@ -166,6 +178,38 @@ async fn callers_without_a_token_are_refused_and_never_sent() {
         [exchanged("carol", 1)],
         "nothing more reached it"
     );
+}
+
+/// A Modern call that times out at the gateway is cancelled at the (stateless) remote, and
+/// the cancellation carries the caller's exchanged token, as the call did: a remote that
+/// checks tokens accepts it. The handle is shared by every principal, so it has no token of
+/// its own to send it with.
+#[tokio::test]
+async fn a_timed_out_calls_cancellation_carries_its_callers_exchanged_token() {
+    let sts = Sts::start(&[]).await;
+    let up = Upstream::start("modern", &[]).await;
+    let jwks = Jwks::serve(&["k1"]).await;
+    let dir = Dir::new("cancel");
+    let gw = run_exchanging_with(&up, &sts, &dir, &jwks, &["--request-timeout", "1"]).await;
+    let alice = jwt("alice");
+    let timed_out = modern_tool(&gw, &alice, "slow").await;
+    assert!(timed_out.get("error").is_some(), "{timed_out}");
+    let mut cancels = Vec::new();
+    for _ in 0..100 {
+        cancels = up
+            .log()
+            .await
+            .into_iter()
+            .filter(|e| e["method"] == "notifications/cancelled")
+            .collect();
+        if !cancels.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(cancels.len(), 1, "{:?}", up.log().await);
+    assert_eq!(cancels[0]["auth"], exchanged("alice", 1).as_str());
+    only_exchanged_tokens(&up.log().await, &[&alice]);
 }
 
 /// A token service that refuses a subject and quotes the client secret and the subject token
@@ -254,7 +298,7 @@ async fn upstream_sessions_and_partitions_carry_one_callers_token_only() {
         refused["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("no bearer token to exchange"),
+            .contains("no bearer token of its own"),
         "{refused}"
     );
     let log = up.log().await;
@@ -347,6 +391,13 @@ async fn validate_knows_every_auth_key() {
     assert!(!unknown.status.success());
     assert!(
         err.contains("backends[0].auth.clientSecret: unknown key"),
+        "{err}"
+    );
+    let cleartext = run("cleartext.yaml", "{type: clientCredentials, tokenEndpoint: 'http://sts.example.com/token', clientId: sb, clientSecretFile: sts.secret}");
+    let err = String::from_utf8_lossy(&cleartext.stderr);
+    assert!(!cleartext.status.success());
+    assert!(
+        err.contains("backends[0].auth.tokenEndpoint: must be https"),
         "{err}"
     );
     let wrong = run("wrong.yaml", "{type: clientCredentials, tokenEndpoint: 'http://127.0.0.1:9/token', clientId: sb, clientSecretFile: sts.secret, audience: a}");

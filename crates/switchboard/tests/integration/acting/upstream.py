@@ -1,6 +1,7 @@
 """A remote MCP server over Streamable HTTP for the `acting` tests (Python stdlib only) that
-records the `Authorization` of every request it gets and tells it back: its one tool `whoami`
-answers the `Authorization` header its request carried (`none` without one).
+records the `Authorization` of every request it gets and tells it back: its tool `whoami`
+answers the `Authorization` header its request carried (`none` without one); `slow` (Modern
+era) answers the same after 5 s.
 
 `--era modern`: 2026-07-28 only, stateless (answers `server/discover`; `initialize` is 404).
 `--era legacy`: 2025-11-25 only, with sessions (`initialize` hands out an `Mcp-Session-Id`
@@ -8,13 +9,14 @@ every later request must carry; `server/discover` is an error; GET is 405).
 `--refuse TOKEN` (repeatable): a request whose `Authorization` is `Bearer TOKEN` gets 401.
 
 `GET /log` answers every request seen, in order: `[{"method", "auth", "session",
-"status"}]` (`method` is the JSON-RPC method, or the HTTP method for GET/DELETE). Prints
+"status", "apiKey"}]` (`apiKey`: its `X-Api-Key` header, `none` without one) (`method` is the JSON-RPC method, or the HTTP method for GET/DELETE). Prints
 `listening on http://127.0.0.1:PORT/mcp` once bound.
 """
 import argparse
 import json
 import secrets
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 META = "io.modelcontextprotocol/serverInfo"
@@ -24,9 +26,11 @@ log = []
 sessions = set()
 
 
-def record(method, auth, session, status):
+def record(headers, method, auth, session, status):
+    api_key = headers.get("x-api-key", "none")
     with lock:
-        log.append({"method": method, "auth": auth, "session": session, "status": status})
+        log.append({"method": method, "auth": auth, "session": session, "status": status,
+                    "apiKey": api_key})
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -47,7 +51,7 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 return self.reply(200, list(log))
         auth = self.auth()
-        record("GET", auth, self.headers.get("mcp-session-id"), 405)
+        record(self.headers, "GET", auth, self.headers.get("mcp-session-id"), 405)
         self.reply(405, None)
 
     def do_DELETE(self):
@@ -55,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
         sid = self.headers.get("mcp-session-id")
         with lock:
             sessions.discard(sid)
-        record("DELETE", auth, sid, 200)
+        record(self.headers, "DELETE", auth, sid, 200)
         self.reply(200, None)
 
     def do_POST(self):
@@ -65,16 +69,16 @@ class Handler(BaseHTTPRequestHandler):
         auth = self.auth()
         sid = self.headers.get("mcp-session-id")
         if self.refused(auth):
-            record(method, auth, sid, 401)
+            record(self.headers, method, auth, sid, 401)
             return self.reply(401, None, {"www-authenticate": 'Bearer error="invalid_token"'})
         if args.era == "modern":
-            status, out, extra = self.modern(rid, method, auth)
+            status, out, extra = self.modern(rid, method, auth, msg.get("params") or {})
         else:
             status, out, extra = self.legacy(rid, method, auth, sid)
-        record(method, auth, sid if args.era == "legacy" else None, status)
+        record(self.headers, method, auth, sid if args.era == "legacy" else None, status)
         self.reply(status, out, extra)
 
-    def modern(self, rid, method, auth):
+    def modern(self, rid, method, auth, params):
         def result(body):
             body["resultType"] = "complete"
             return {"jsonrpc": "2.0", "id": rid, "result": body}
@@ -85,8 +89,11 @@ class Handler(BaseHTTPRequestHandler):
             return 200, result({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
                                 "_meta": {META: {"name": "acting-upstream", "version": "1"}}}), {}
         if method == "tools/list":
-            return 200, result({"tools": [{"name": "whoami", "inputSchema": {"type": "object"}}]}), {}
+            return 200, result({"tools": [{"name": "whoami", "inputSchema": {"type": "object"}},
+                                          {"name": "slow", "inputSchema": {"type": "object"}}]}), {}
         if method == "tools/call":
+            if params.get("name") == "slow":
+                time.sleep(5)
             return 200, result({"content": [{"type": "text", "text": auth}]}), {}
         return 404, {"jsonrpc": "2.0", "id": rid,
                      "error": {"code": -32601, "message": "Method not found"}}, {}

@@ -32,7 +32,7 @@ async fn recorder() -> (String, Seen) {
 }
 
 /// [`recorder`] that answers 401 (no body) to a request whose `Authorization` is one of
-/// `refused`.
+/// `refused`. A request of method `test/slow` is recorded, then answered after 10 s.
 async fn refusing(refused: &[&str]) -> (String, Seen) {
     let refused: Arc<Vec<String>> = Arc::new(refused.iter().map(|r| r.to_string()).collect());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -68,6 +68,9 @@ async fn refusing(refused: &[&str]) -> (String, Seen) {
                     .collect();
                 let refuse = auth.iter().any(|a| refused.contains(a));
                 log.lock().push(auth);
+                if body.contains(r#""method":"test/slow""#) {
+                    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+                }
                 if refuse {
                     let reply = "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\
                                  connection: close\r\n\r\n";
@@ -171,6 +174,43 @@ async fn without_the_option_a_callers_token_never_leaves() {
             vec!["Bearer static".to_owned()]
         ]
     );
+}
+
+/// Passthrough beside a static header holding a gateway credential (`X-Api-Key`): a caller
+/// without a token of its own is refused, in both modes, and nothing reaches the remote (the
+/// static header alone would be the gateway acting for it).
+#[tokio::test]
+async fn passthrough_refuses_a_caller_without_a_token_and_sends_nothing() {
+    let (url, seen) = recorder().await;
+    let mut config = RemoteConfig::new(&url);
+    config.headers = vec![(
+        HeaderName::from_static("x-api-key"),
+        HeaderValue::from_static("gateway-credential"),
+    )];
+    config.auth = OutgoingAuth::Passthrough;
+    for mode in [Mode::Stateless, Mode::Session] {
+        for who in [
+            Credential::without_token("api-key", "ops"),
+            Credential::without_token("anonymous", "anonymous"),
+        ] {
+            let up = with(config.clone(), mode);
+            let refused = up
+                .call_as("k1", line("k1", "tools/call"), Some(&who))
+                .await
+                .unwrap()
+                .await;
+            assert!(
+                matches!(
+                    refused,
+                    Err(UpstreamError::Remote(RemoteError::OutgoingAuth(
+                        OutgoingAuthError::NoSubjectToken
+                    )))
+                ),
+                "{refused:?}"
+            );
+        }
+    }
+    assert!(seen.lock().is_empty(), "{:?}", seen.lock());
 }
 
 #[tokio::test]
@@ -306,4 +346,60 @@ async fn a_refused_gateway_token_is_fetched_again_once() {
     );
     assert_eq!(seen.lock().len(), 2);
     assert_eq!(fetches.lock().len(), 4);
+}
+
+/// The requests `seen` once there are `n` (waits up to 5 s).
+async fn when_seen(seen: &Seen, n: usize) -> Vec<Vec<String>> {
+    for _ in 0..500 {
+        if seen.lock().len() >= n {
+            return seen.lock().clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{n} requests never arrived: {:?}", seen.lock());
+}
+
+fn cancel(key: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":"{key}","reason":"timed out"}}}}"#
+    )
+    .into_bytes()
+}
+
+/// On a stateless handle (shared by every principal), the cancellation of a call acting as
+/// its caller carries that call's credential, as the call did (a remote checking tokens
+/// accepts it), sent as core sends it: the call withdrawn, then the line. Used once: a second
+/// cancellation of the same key, or one of a key this handle never carried, has none.
+#[tokio::test]
+async fn a_cancellation_on_a_stateless_handle_carries_its_calls_credential() {
+    let (sts, _) = token_service(issuing(600)).await;
+    let mut exchanging = RemoteConfig::new("http://127.0.0.1:9/mcp");
+    exchanging.auth = OutgoingAuth::token_exchange(exchange_config(&sts)).unwrap();
+    let mut passing = RemoteConfig::new("http://127.0.0.1:9/mcp");
+    passing.auth = OutgoingAuth::Passthrough;
+    for (config, sent) in [
+        (exchanging, "Bearer x-alice-token-1"),
+        (passing, "Bearer alice-token"),
+    ] {
+        let (url, seen) = recorder().await;
+        let config = RemoteConfig {
+            url: url.clone(),
+            ..config
+        };
+        let up = with(config, Mode::Stateless);
+        let pending = up
+            .call_as("k1", line("k1", "test/slow"), Some(&jwt("alice")))
+            .await
+            .unwrap();
+        when_seen(&seen, 1).await;
+        drop(pending);
+        up.try_send_line(cancel("k1")).unwrap();
+        let seen_now = when_seen(&seen, 2).await;
+        assert_eq!(seen_now[0], vec![sent.to_owned()]);
+        assert_eq!(seen_now[1], vec![sent.to_owned()], "the cancellation");
+        up.send_line(cancel("k1")).await.unwrap();
+        up.send_line(cancel("k9")).await.unwrap();
+        let seen_now = when_seen(&seen, 4).await;
+        assert_eq!(seen_now[2..], [Vec::<String>::new(), Vec::new()]);
+    }
 }
