@@ -431,6 +431,18 @@ impl Gateway {
         in_flight.cancel.cancel();
     }
 
+    /// The backends this gateway fronts (the primary's liveness and era, for `/healthz` and
+    /// `/stats`).
+    pub fn backends(&self) -> &crate::Backends {
+        &self.backends
+    }
+
+    /// What the gateway presents as its server (`initialize`, `server/discover`,
+    /// `serverInfo`): the merged declaration when aggregating, else the primary backend's.
+    pub(crate) fn presented(&self) -> crate::backends::Presented {
+        (self.backends).presented(self.vmcp().map(crate::vmcp::Vmcp::presented))
+    }
+
     /// Live sessions (for metrics and leak tests).
     pub fn session_count(&self) -> usize {
         self.registry.sessions.len()
