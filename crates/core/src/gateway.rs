@@ -431,6 +431,12 @@ impl Gateway {
         in_flight.cancel.cancel();
     }
 
+    /// Authorization, rate limits and audit (`http` audits refused authentication through
+    /// it: [`crate::Access::record_unauthenticated`]).
+    pub fn access(&self) -> &crate::Access {
+        &self.config.access
+    }
+
     /// The backends this gateway fronts (the primary's liveness and era, for `/healthz` and
     /// `/stats`).
     pub fn backends(&self) -> &crate::Backends {

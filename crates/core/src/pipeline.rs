@@ -25,7 +25,7 @@ use opentelemetry::trace::FutureExt as _;
 use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::{method, Message};
 
-use crate::access::{Admitted, Path};
+use crate::access::{Access, Admitted, Path};
 use crate::resolve::Route;
 use crate::resolve::{From, Via};
 use crate::tasks::TaskAsk;
@@ -68,14 +68,24 @@ impl Gateway {
         if ex.is_modern() {
             self.check_param_headers(ex, header).await?;
         }
-        if self.decides_early(stream) {
-            let modern = ex.is_modern();
-            self.authorize(ex.caller, ex.session(), msg, modern).await?;
+        if Access::decides_early(stream, self.config.replica_id.is_some()) {
+            self.authorize_early(ex).await?;
         }
         if ex.is_modern() {
             self.modern_home(msg).await?;
         }
         Ok(Plan { stream })
+    }
+
+    /// A denial decided before the request runs (`Access::authorize`), when there is one to
+    /// judge; aggregating, the merged lists the request routes by are built first.
+    async fn authorize_early(&self, ex: &Exchange<'_>) -> Result<(), CoreError> {
+        let access = &self.config.access;
+        if !access.judges_early(ex.msg, self.tool_search().is_some()) {
+            return Ok(());
+        }
+        let origins = self.origins_for(ex.msg).await;
+        access.authorize(ex.caller, ex.session(), ex.msg, origins, path_of(ex))
     }
 
     /// A Modern `tools/call`'s `Mcp-Param-*` headers mirror the arguments the tool's schema
@@ -138,10 +148,7 @@ impl Gateway {
     /// table; the answer is filtered and audited on the way out.
     async fn admitted(self: &Arc<Self>, ex: Exchange<'_>) -> Result<Answer, CoreError> {
         let origins = self.origins_for(ex.msg).await;
-        let path = match ex.era {
-            Era::Legacy { .. } => Path::Legacy,
-            Era::Modern => Path::Modern,
-        };
+        let path = path_of(&ex);
         let admitted =
             (self.config.access).admit(ex.caller, ex.session(), ex.msg, origins, path)?;
         // What a Legacy session keeps beyond this process changes: written before it is
@@ -263,6 +270,14 @@ impl Gateway {
             }
         };
         legacy.map(Answer::ok)
+    }
+}
+
+/// The era path a request came in on, as admission and the audit see it.
+fn path_of(ex: &Exchange<'_>) -> Path {
+    match ex.era {
+        Era::Legacy { .. } => Path::Legacy,
+        Era::Modern => Path::Modern,
     }
 }
 
