@@ -121,12 +121,8 @@ pub struct Gateway {
     pub(crate) backends: crate::Backends,
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: GatewayConfig,
-    /// Work that outlives the code that started it: session cleanups (reaper, HTTP+SSE
-    /// stream closing, abandoned per-session `initialize`), era re-probes. Owned by the
-    /// gateway: joined (bounded) on shutdown, and dropping it aborts whatever is left.
-    pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
-    /// Bounds the session cleanups running at once (see `reaper`).
-    pub(crate) cleanup_slots: crate::reaper::CleanupSlots,
+    /// Work that outlives the code that started it, and the cleanup slots (`reaper`).
+    pub(crate) background: crate::reaper::Background,
     /// Set when `--isolation per-session`: how to start a session's own backend.
     pub(crate) per_session: crate::per_session::Spawner,
     /// The MRTR bridge: sealed `requestState`s, parked calls, dedicated processes and (per-session
@@ -173,8 +169,7 @@ impl Gateway {
             backends,
             registry,
             config,
-            background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
-            cleanup_slots: crate::reaper::CleanupSlots::default(),
+            background: crate::reaper::Background::default(),
             per_session: crate::per_session::Spawner::default(),
             mrtr,
             vmcp,
@@ -182,6 +177,22 @@ impl Gateway {
             workflows,
             store_outage: Default::default(),
         })
+    }
+
+    /// Expires idle sessions every quarter TTL (in per-session mode, sessions whose listen
+    /// stream is lost past its grace too) until `stop` fires; parked MRTR calls, idle
+    /// partitions and finished background work on their own clock (`reaper::run`).
+    pub async fn run_reaper(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = self.registry.sessions.ttl() / 4;
+        if self.is_per_session() {
+            tick = tick.min(self.config.listen_grace / 2);
+        }
+        let held = || {
+            self.mrtr.reap_held_calls();
+            self.reap_partitions();
+            self.background.reap_finished();
+        };
+        crate::reaper::run(tick, stop, held, || self.reap_sessions()).await;
     }
 
     /// A client's `initialize` on `/mcp`: in per-session mode (`run --isolation per-session`)
@@ -483,6 +494,9 @@ impl Gateway {
         self.mrtr.partitions.len()
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 /// An `initialize` request as the audit sees it, for callers that hold only its parts.
 pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue>) -> Message<'a> {

@@ -408,7 +408,8 @@ impl crate::Gateway {
         }
         // Every teardown, these and those started earlier (reaper, closed streams), gets its
         // process grace; what is still running after it is aborted and its process killed.
-        self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))
+        (self.background)
+            .join(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))
             .await;
     }
 }

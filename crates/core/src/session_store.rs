@@ -183,7 +183,7 @@ impl Gateway {
             return;
         }
         let (gateway, session) = (self.clone(), session.to_owned());
-        self.background.lock().spawn(async move {
+        self.background.spawn(async move {
             let Some(store) = gateway.store() else {
                 return;
             };

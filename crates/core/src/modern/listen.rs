@@ -205,7 +205,7 @@ impl Drop for ListenSubscriptions<'_> {
             std::mem::take(&mut self.uris),
         );
         let cleanup_owner = gateway.clone();
-        cleanup_owner.background.lock().spawn(async move {
+        cleanup_owner.background.spawn(async move {
             for (backend, uri) in uris {
                 let tables = gateway.registry.tables(&backend);
                 let lock = tables.subs.lock(&uri).await;

@@ -82,7 +82,7 @@ impl Gateway {
             // Refused on era grounds: the backend may have changed (restart, upgrade).
             let (gateway, backend) = (self.clone(), route.backend.clone());
             let reprobe = async move { gateway.backends.reprobe(&backend).await };
-            self.background.lock().spawn(reprobe);
+            self.background.spawn(reprobe);
         }
         Ok(answer)
     }

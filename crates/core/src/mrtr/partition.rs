@@ -438,7 +438,7 @@ impl Gateway {
         if processes.is_empty() {
             return;
         }
-        self.background.lock().spawn(async move {
+        self.background.spawn(async move {
             for p in processes {
                 p.shutdown(GRACE).await;
             }
@@ -561,7 +561,7 @@ impl Drop for PartitionSubscriptions<'_> {
         }
         let handle = self.part.handle.clone();
         let deadline = self.gateway.config.request_timeout;
-        self.gateway.background.lock().spawn(async move {
+        self.gateway.background.spawn(async move {
             for uri in last {
                 let params = json!({ "uri": uri });
                 let _ = crate::backend::call(&handle, method::UNSUBSCRIBE, params, deadline).await;
