@@ -136,8 +136,8 @@ pub struct Gateway {
     pub(crate) traces: Option<crate::trace::Traces>,
     /// Composite tools and their parked runs (`workflow`).
     pub(crate) workflows: crate::workflow::Workflows,
-    /// Whether the session store failed just now (`session_store`).
-    pub(crate) store_outage: crate::session_store::Outage,
+    /// Where sessions are kept beyond this process, and the replicas (`session_store`).
+    pub(crate) store: crate::session_store::SessionStore,
 }
 
 impl Gateway {
@@ -164,6 +164,14 @@ impl Gateway {
         let health = crate::health::Health::new(config.health.clone(), ids, true);
         let config_traces = config.traces;
         let workflows = crate::workflow::Workflows::new(&config.workflows);
+        let store = crate::session_store::SessionStore::new(
+            config.session_store.clone(),
+            registry.clone(),
+            config.replica_id.clone(),
+            config.store_fallback_memory,
+            config.max_sessions_per_principal,
+            config.access.has_policy(),
+        );
         Arc::new(Gateway {
             health,
             backends,
@@ -175,7 +183,7 @@ impl Gateway {
             vmcp,
             traces: config_traces.then(crate::trace::Traces::new),
             workflows,
-            store_outage: Default::default(),
+            store,
         })
     }
 
@@ -247,7 +255,7 @@ impl Gateway {
         let session = self.registry.sessions.create(negotiated, caller)?;
         debug!(?session, %negotiated, "session opened");
         self.remember_client_init(&session, negotiated, params);
-        if let Err(e) = self.keep_opened(&session, params).await {
+        if let Err(e) = self.store.keep_opened(self, &session, params).await {
             let _ = self.registry.sessions.remove(
                 session.as_str(),
                 Transport::Streamable,
@@ -256,36 +264,6 @@ impl Gateway {
             return Err(e);
         }
         Ok(session)
-    }
-
-    /// With a session store, writes a session just opened (with the client's `initialize`
-    /// params). `Err`: the store did not take it and the session must not be served (the
-    /// caller ends it); with `store_fallback_memory` it is served from this process only.
-    pub(crate) async fn keep_opened(
-        &self,
-        session: &SessionId,
-        params: Option<&RawValue>,
-    ) -> Result<(), CoreError> {
-        if self.store().is_none() {
-            return Ok(());
-        }
-        self.registry
-            .sessions
-            .set_init_params(session.as_str(), params.map(ToOwned::to_owned));
-        self.claim_owner_place(session).await?;
-        let Err(e) = self.store_session(session).await else {
-            return Ok(());
-        };
-        if self.config.store_fallback_memory {
-            tracing::warn!(error = %e, "session served by this process only: the session store did not take it");
-            return Ok(());
-        }
-        tracing::warn!(error = %e, "session refused: the session store did not take it");
-        let owner = self.registry.sessions.owner_of(session.as_str());
-        if let Ok(owner) = owner {
-            self.release_owner_place(&owner, session.as_str()).await;
-        }
-        Err(e)
     }
 
     /// The gateway's answer to a client's `initialize`: the backend's own handshake, with the
@@ -329,12 +307,15 @@ impl Gateway {
             .touch(raw, Transport::Streamable, caller)
             .map(|(id, _)| id);
         match held {
-            Ok(id) => self.confirm_stored(id, caller).await,
-            Err(CoreError::SessionNotFound) if self.adopt_session(raw, caller).await? => self
-                .registry
-                .sessions
-                .touch(raw, Transport::Streamable, caller)
-                .map(|(id, _)| id),
+            Ok(id) => self.store.confirm(self, &self.backends, id).await,
+            Err(CoreError::SessionNotFound)
+                if self.store.adopt(self, &self.backends, raw, caller).await? =>
+            {
+                self.registry
+                    .sessions
+                    .touch(raw, Transport::Streamable, caller)
+                    .map(|(id, _)| id)
+            }
             Err(e) => Err(e),
         }
     }
@@ -350,7 +331,7 @@ impl Gateway {
         self.session(raw, caller).await?;
         // Replicas: a stream numbered elsewhere resumes there (its events are in that
         // replica's memory), or afresh here once that replica is gone.
-        let last_event_id = self.resume_at(last_event_id).await?;
+        let last_event_id = self.store.resume_at(last_event_id).await?;
         self.registry
             .sessions
             .attach_listener(raw, caller, last_event_id)
@@ -442,6 +423,28 @@ impl Gateway {
         in_flight.cancel.cancel();
     }
 
+    /// Where sessions are kept beyond this process, and the replicas: delivery between them,
+    /// what this replica is called, where a session or stream of another is served.
+    pub fn session_store(&self) -> &crate::session_store::SessionStore {
+        &self.store
+    }
+
+    /// Another replica ended `session` (DELETE): if this one holds it, it ends here too
+    /// (its listen stream closes) once the store confirms it ended — a message on the
+    /// channel alone never ends a session. In the background (owned by the gateway's task
+    /// set, bounded by the store's bound).
+    pub fn end_from_peer(self: &Arc<Self>, session: &str) {
+        if !self.store.holds(session) {
+            return;
+        }
+        let (gateway, session) = (self.clone(), session.to_owned());
+        self.background.spawn(async move {
+            if gateway.store.ended_elsewhere(&session).await {
+                crate::session_store::Host::end_here(&*gateway, &session).await;
+            }
+        });
+    }
+
     /// Authorization, rate limits and audit (`http` audits refused authentication through
     /// it: [`crate::Access::record_unauthenticated`]).
     pub fn access(&self) -> &crate::Access {
@@ -492,6 +495,38 @@ impl Gateway {
     /// are kept on purpose while idle, and reaped after `partition_idle`.
     pub fn partition_count(&self) -> usize {
         self.mrtr.partitions.len()
+    }
+}
+
+/// What the session store asks of the gateway (`session_store::Host`).
+impl crate::session_store::Host for Gateway {
+    async fn end_here(&self, raw: &str) {
+        if let Ok(ended) = self.registry.sessions.remove_any(raw) {
+            self.cleanup(ended, crate::session::EndReason::Deleted)
+                .await;
+        }
+    }
+
+    async fn ask_backend(
+        &self,
+        backend: &crate::BackendId,
+        method: &'static str,
+        params: Value,
+    ) -> bool {
+        let answer = self.internal_call(backend, method, params).await;
+        answer.is_ok_and(|a| !a.is_error())
+    }
+
+    fn keep_client_init(&self, session: &SessionId, negotiated: &str, params: Option<&RawValue>) {
+        self.remember_client_init(session, negotiated, params);
+    }
+
+    fn may_watch(&self, who: &Principal, uri: &str) -> bool {
+        self.may_subscribe(who, uri)
+    }
+
+    fn has_own_upstreams(&self) -> bool {
+        self.is_per_session()
     }
 }
 

@@ -199,7 +199,7 @@ impl crate::Gateway {
         {
             Ok(a) if !a.is_error() => {
                 // Recorded with this replica as its home: its process is here.
-                if let Err(e) = self.keep_opened(&session, msg.params).await {
+                if let Err(e) = self.store.keep_opened(&**self, &session, msg.params).await {
                     pending.fail().await;
                     return Err(e);
                 }
@@ -386,7 +386,7 @@ impl crate::Gateway {
     ) -> Result<(), CoreError> {
         match client_response(&self.registry, session.as_str(), msg).await {
             Err(CoreError::UnexpectedResponse) => {
-                self.answer_home(msg).await?;
+                self.store.answer_home(msg).await?;
                 Err(CoreError::UnexpectedResponse)
             }
             done => done,

@@ -72,7 +72,7 @@ impl Gateway {
             self.authorize_early(ex).await?;
         }
         if ex.is_modern() {
-            self.modern_home(msg).await?;
+            self.store.modern_home(msg).await?;
         }
         Ok(Plan { stream })
     }
@@ -157,13 +157,15 @@ impl Gateway {
             ex.msg.method,
             Some(method::SUBSCRIBE | method::UNSUBSCRIBE | method::SET_LEVEL)
         );
-        let stored = ex.session().filter(|_| keeps && self.store().is_some());
+        let stored = ex
+            .session()
+            .filter(|_| keeps && self.store.records().is_some());
         let answer = match ex.era {
             Era::Legacy { .. } => self.legacy_route(ex, &admitted).await,
             Era::Modern => self.modern_route(ex, &admitted).await,
         };
         if let (Some(session), Ok(_)) = (stored, &answer) {
-            if let Err(e) = self.store_session(session).await {
+            if let Err(e) = self.store.write(&**self, session).await {
                 tracing::warn!(error = %e, "session change not written to the store");
             }
         }

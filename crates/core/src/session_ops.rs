@@ -174,7 +174,7 @@ impl Gateway {
         // it again.
         changed.dedup();
         for sid in changed {
-            if let Err(e) = self.store_session(&SessionId::held(&sid)).await {
+            if let Err(e) = self.store.write(self, &SessionId::held(&sid)).await {
                 debug!(error = %e, "storing a session after a policy change failed");
             }
         }
@@ -340,7 +340,7 @@ impl Gateway {
         // Held elsewhere only: made live here first, so the owner is checked and it ends
         // everywhere.
         self.session(raw, caller).await?;
-        self.unstore_session(raw).await?;
+        self.store.unstore(raw).await?;
         // Replicas holding it (a listen stream there) end it now, not at their next request.
         if let Some(peers) = self.registry.peers.get() {
             peers.ended(raw);
@@ -386,7 +386,9 @@ impl Gateway {
     /// Audits a session's end (see [`EndReason`]) and releases its state.
     pub(crate) async fn cleanup(&self, ended: Ended, reason: EndReason) {
         self.audit_end(&ended, reason);
-        self.release_owner_place(&ended.owner, &ended.id).await;
+        self.store
+            .release_owner_place(&ended.owner, &ended.id)
+            .await;
         self.release(ended).await;
     }
 
