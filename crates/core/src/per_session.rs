@@ -51,7 +51,11 @@ struct Spawners {
 
 impl Spawner {
     /// Turns per-session mode on; a second call changes nothing.
-    fn enable(&self, transparent: bool, by_backend: Vec<(BackendId, Arc<dyn SpawnBackend>)>) {
+    pub(crate) fn enable(
+        &self,
+        transparent: bool,
+        by_backend: Vec<(BackendId, Arc<dyn SpawnBackend>)>,
+    ) {
         let _ = self.0.set(Spawners {
             transparent,
             by_backend,

@@ -26,8 +26,8 @@ use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::{method, Message};
 
 use crate::access::{Access, Admitted, Path};
-use crate::resolve::Route;
 use crate::resolve::{From, Via};
+use crate::resolve::{Resolver, Route};
 use crate::tasks::TaskAsk;
 use crate::{Answer, CoreError, Era, Exchange, Gateway};
 
@@ -193,7 +193,7 @@ impl Gateway {
         admitted.confirm_route(&route.backend, &route.name)?;
         let adapter = match name {
             _ if route.via == Via::Own => Adapter::Own,
-            _ if !self.backend_of(&route)?.info().era.legacy => Adapter::LegacyToModern,
+            _ if !route.entry(&self.backends)?.info().era.legacy => Adapter::LegacyToModern,
             method::SUBSCRIBE | method::UNSUBSCRIBE | method::SET_LEVEL => Adapter::SessionOp,
             n if crate::tasks::concerns_tasks(n) => Adapter::Task,
             _ => Adapter::Pass,
@@ -240,6 +240,28 @@ impl Gateway {
         };
         let answer = self.adapt(adapter, ex, &route, &task).await?;
         Ok(self.own_tasks_only(task.owner.as_ref(), msg, answer, &route))
+    }
+
+    /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session
+    /// backends and the session table (`resolve`).
+    pub(crate) fn resolver(&self) -> Resolver<'_> {
+        Resolver {
+            backends: &self.backends,
+            vmcp: self.vmcp(),
+            per_session: &self.per_session,
+            sessions: &self.registry.sessions,
+        }
+    }
+
+    /// Where a message goes: stage 5, for every path that talks to a backend
+    /// (`Resolver::resolve`).
+    pub(crate) fn resolve(
+        &self,
+        from: From<'_>,
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+    ) -> Result<Option<Route>, CoreError> {
+        self.resolver().resolve(from, method, params)
     }
 
     /// Stage 6: the request reaches its backend through its adapter.

@@ -229,7 +229,7 @@ impl Gateway {
         msg: &Message<'_>,
         route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
-        let entry = self.backend_of(route)?;
+        let entry = route.entry(&self.backends)?;
         if entry.info().capabilities.get("logging").is_none() {
             // The backend does not do logging: let it answer for itself.
             let answer = self

@@ -32,7 +32,10 @@ impl Gateway {
         let Some(stream) = stream else {
             return Ok(listen_needs_stream(id));
         };
-        let honoured = honoured(self.backend_of(route)?.info(), Filter::parse(msg.params));
+        let honoured = honoured(
+            route.entry(&self.backends)?.info(),
+            Filter::parse(msg.params),
+        );
         let placed = honoured
             .uris
             .iter()

@@ -470,7 +470,7 @@ impl Gateway {
         route: &crate::resolve::Route,
     ) -> Result<Answer, CoreError> {
         // The partition is a process of the route's backend: that backend says what it feeds.
-        let entry = self.backend_of(route)?;
+        let entry = route.entry(&self.backends)?;
         let info = entry.info();
         let using = self
             .partition(
