@@ -2,8 +2,8 @@
 //! ([`Authorizer`], implemented with Cedar in `switchboard-policy`), per-principal and per-tool
 //! rate limits, and the audit record of every operation.
 //!
-//! One admission point for every path: requests of both eras ([`Gateway::handle`], which the
-//! HTTP+SSE transport uses too) and client notifications all call [`Access::admit`] before
+//! One admission point for every path: requests of both eras (`Gateway::handle`, `pipeline`,
+//! which the HTTP+SSE transport uses too) and client notifications all call [`Access::admit`] before
 //! anything reaches the backend or a routing table, and [`Admitted::finish`] after, which filter list
 //! results (and discovery capability flags) to what the caller may use and write the audit
 //! line. A forbidden tool is therefore indistinguishable from a missing one in every list, on
@@ -18,12 +18,9 @@
 //! The audit log also records what is not an operation on the backend: session lifecycle
 //! (`initialize`, through [`Access::audit_only`], which neither gates nor counts it, and each
 //! session's end, [`Access::record_session_end`]) and refused authentication (HTTP 401,
-//! [`Gateway::audit_unauthenticated`]). Every line is built here, by one builder, with the
+//! [`Access::record_unauthenticated`]). Every line is built here, by one builder, with the
 //! same head: `time`, `principal` (absent when nobody was authenticated), `session` and `era`
 //! (MCP lines), `method` (a client's JSON-RPC method) or `event` (a gateway event), `outcome`.
-//!
-//! [`Gateway::handle`]: crate::Gateway::handle
-//! [`Gateway::audit_unauthenticated`]: crate::Gateway::audit_unauthenticated
 
 use std::fmt;
 use std::sync::Arc;
@@ -179,66 +176,6 @@ pub struct Access {
     pub audit: Option<Arc<AuditLog>>,
 }
 
-impl crate::Gateway {
-    /// Whether the policy allows `msg` for `caller`, without consuming rate-limit tokens or
-    /// writing an audit line: lets `http` answer a denial with a plain 403 before it commits to
-    /// an SSE response. [`Gateway::handle`](crate::Gateway::handle) decides again (and
-    /// audits) either way.
-    ///
-    /// Aggregating, it first builds the merged lists the request routes by (as the request
-    /// itself would), so this gate sees the same backend and original name as the real one.
-    ///
-    /// Only where the request path's own decision would come too late: see
-    /// [`Self::decides_early`]. Elsewhere that one decision is the only one.
-    pub(crate) async fn authorize(
-        &self,
-        caller: &Principal,
-        session: Option<&SessionId>,
-        msg: &Message<'_>,
-        modern: bool,
-    ) -> Result<(), CoreError> {
-        let access = &self.config.access;
-        if access.authorizer.is_none() {
-            return Ok(());
-        }
-        // With tool search a forbidden tool is answered as an unknown one, on the request
-        // path: no early 403 may tell them apart.
-        if msg.method == Some("tools/call") && self.tool_search().is_some() {
-            return Ok(());
-        }
-        let origins = self.origins_for(msg).await;
-        match decide(access.policy_now().as_deref(), caller, msg, origins).2 {
-            // A hidden item is refused on the request path, in the answer's own delivery,
-            // exactly as a missing one is: refusing it here would differ (a JSON error where
-            // the missing one gets an event on a stream).
-            Ok(()) | Err(CoreError::UnknownName(..)) => return Ok(()),
-            Err(_) => {}
-        }
-        // Denied: go through the admission point so the denial is audited exactly as it would
-        // have been on the request path (a denial consumes no rate-limit tokens).
-        let path = if modern { Path::Modern } else { Path::Legacy };
-        access.admit(caller, session, msg, origins, path).map(drop)
-    }
-
-    /// Whether a request must be authorized before it is handled ([`Self::authorize`]) rather
-    /// than only by the request path's admission: when its answer is a stream (a denial must
-    /// be a plain 403, not an event on a 200 stream), or when it may be forwarded to another
-    /// replica (denied here, not there). Otherwise deciding early would evaluate the policy
-    /// twice for the same answer.
-    pub(crate) fn decides_early(&self, streamed: bool) -> bool {
-        streamed || self.config.replica_id.is_some()
-    }
-
-    /// Audits a request refused for want of a valid credential (HTTP 401): the failure's
-    /// kind, the HTTP method and the path (never the query, which may carry a session id).
-    /// Nothing is recorded without an audit log.
-    pub fn audit_unauthenticated(&self, failure: Unauthenticated, http_method: &str, path: &str) {
-        self.config
-            .access
-            .record_unauthenticated(failure, http_method, path);
-    }
-}
-
 /// Why a request was refused before it had a principal, as its audit line says. It carries
 /// only fixed strings, so no credential or header value can reach the line through it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,6 +210,55 @@ impl Access {
     /// Whether an authorization policy is configured.
     pub(crate) fn has_policy(&self) -> bool {
         self.authorizer.is_some()
+    }
+
+    /// Whether a request must be authorized before it is handled ([`Self::authorize`]) rather
+    /// than only by the request path's admission: when its answer is a stream (`streamed`: a
+    /// denial must be a plain 403, not an event on a 200 stream), or when it may be forwarded
+    /// to another replica (`replicated`: denied here, not there). Otherwise deciding early
+    /// would evaluate the policy twice for the same answer.
+    pub(crate) fn decides_early(streamed: bool, replicated: bool) -> bool {
+        streamed || replicated
+    }
+
+    /// Whether [`Self::authorize`] has anything to judge for `msg`: a policy is configured,
+    /// and `msg` is not a `tools/call` under tool search (`tool_search`), where a forbidden
+    /// tool is answered as an unknown one, on the request path: no early 403 may tell them
+    /// apart.
+    pub(crate) fn judges_early(&self, msg: &Message<'_>, tool_search: bool) -> bool {
+        self.authorizer.is_some() && !(msg.method == Some("tools/call") && tool_search)
+    }
+
+    /// Whether the policy allows `msg` for `caller`, without consuming rate-limit tokens or
+    /// writing an audit line: lets `http` answer a denial with a plain 403 before it commits to
+    /// an SSE response. The request path's admission ([`Self::admit`]) decides again (and
+    /// audits) either way.
+    ///
+    /// Aggregating, `origins` are the merged lists the request routes by, built first (as the
+    /// request itself would), so this gate sees the same backend and original name as the
+    /// real one.
+    ///
+    /// Only where the request path's own decision would come too late (see
+    /// [`Self::decides_early`]), and only when [`Self::judges_early`]: elsewhere that one
+    /// decision is the only one.
+    pub(crate) fn authorize(
+        &self,
+        caller: &Principal,
+        session: Option<&SessionId>,
+        msg: &Message<'_>,
+        origins: Option<&dyn Origins>,
+        path: Path,
+    ) -> Result<(), CoreError> {
+        match decide(self.policy_now().as_deref(), caller, msg, origins).2 {
+            // A hidden item is refused on the request path, in the answer's own delivery,
+            // exactly as a missing one is: refusing it here would differ (a JSON error where
+            // the missing one gets an event on a stream).
+            Ok(()) | Err(CoreError::UnknownName(..)) => return Ok(()),
+            Err(_) => {}
+        }
+        // Denied: go through the admission point so the denial is audited exactly as it would
+        // have been on the request path (a denial consumes no rate-limit tokens).
+        self.admit(caller, session, msg, origins, path).map(drop)
     }
 
     /// Whether `principal` may do `action` on `target` (served at `origin`) under the
@@ -419,18 +405,15 @@ impl Access {
         audit.record(&entry);
     }
 
-    /// Audits a request refused with 401 (see [`crate::Gateway::audit_unauthenticated`]).
+    /// Audits a request refused for want of a valid credential (HTTP 401): the failure's
+    /// kind, the HTTP method and the path (never the query, which may carry a session id).
+    /// Nothing is recorded without an audit log.
     ///
     /// Any client can cause these, as fast as it can send: the audit queue is bounded and,
     /// when the writer falls behind, drops lines and counts them (`audit`), so a flood costs a
     /// bounded amount of memory and never blocks a request (it can crowd other lines out of a
     /// full queue, which the drop count then reports).
-    pub(crate) fn record_unauthenticated(
-        &self,
-        failure: Unauthenticated,
-        http_method: &str,
-        path: &str,
-    ) {
+    pub fn record_unauthenticated(&self, failure: Unauthenticated, http_method: &str, path: &str) {
         let Some(audit) = &self.audit else {
             return;
         };

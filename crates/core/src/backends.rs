@@ -124,6 +124,48 @@ impl Backends {
         self.entries.load().as_ref().clone().into_iter()
     }
 
+    /// The primary backend's eras (for logs and `/stats`).
+    pub fn primary_era(&self) -> crate::BackendEra {
+        let primary = self.primary();
+        crate::BackendEra {
+            modern: primary.modern_now(),
+            ..primary.info().era
+        }
+    }
+
+    /// Whether the primary backend is still running (for `/healthz`).
+    pub fn primary_alive(&self) -> bool {
+        self.primary().backend.handle.is_reachable()
+    }
+
+    /// The primary backend's process id, when it is a local process.
+    pub fn primary_pid(&self) -> Option<u32> {
+        self.primary().backend.handle.pid()
+    }
+
+    /// What the gateway presents as its server (`initialize`, `server/discover`,
+    /// `serverInfo`): the virtual server's merged declaration when aggregating (`merged`),
+    /// else the primary backend's (see [`Backends::primary`]).
+    pub(crate) fn presented(&self, merged: Option<Arc<crate::BackendInfo>>) -> Presented {
+        match merged {
+            Some(info) => Presented::Merged(info),
+            None => Presented::Backend(self.primary()),
+        }
+    }
+
+    /// Learns `backend`'s Modern era again: after it refused a Modern request on era grounds,
+    /// or after a restart. A backend that is Legacy too is then bridged instead of passed
+    /// through. (The gateway runs it in the background.)
+    pub(crate) async fn reprobe(&self, backend: &BackendId) {
+        let Some(entry) = self.get(backend) else {
+            return;
+        };
+        let modern = crate::backend::speaks_modern(&entry.backend.handle).await;
+        if entry.set_modern(modern) != modern {
+            tracing::info!(%backend, modern, "backend era re-learned");
+        }
+    }
+
     /// How many backends the set holds.
     pub fn len(&self) -> usize {
         self.entries.load().len()
@@ -162,54 +204,4 @@ pub(crate) fn distinct<'a>(mut ids: impl Iterator<Item = &'a BackendId>) -> bool
         any = true;
         seen.insert(id.clone())
     }) && any
-}
-
-/// The gateway's view of its backends: what it presents, and the one-backend accessors the
-/// binary and `http` report.
-impl crate::Gateway {
-    /// The primary backend's eras (for logs and `/stats`).
-    pub fn backend_era(&self) -> crate::BackendEra {
-        let primary = self.backends.primary();
-        crate::BackendEra {
-            modern: primary.modern_now(),
-            ..primary.info().era
-        }
-    }
-
-    /// What the gateway presents as its server (`initialize`, `server/discover`,
-    /// `serverInfo`): the primary backend's declaration (see `Backends::primary`).
-    pub(crate) fn presented(&self) -> Presented {
-        match self.vmcp() {
-            Some(vmcp) => Presented::Merged(vmcp.presented()),
-            None => Presented::Backend(self.backends.primary()),
-        }
-    }
-
-    /// Learns `backend`'s Modern era again (in the background): after it refused a Modern
-    /// request on era grounds, or after a restart. A backend that is Legacy too is then
-    /// bridged instead of passed through.
-    pub(crate) fn reprobe(self: &Arc<Self>, backend: &BackendId) {
-        let gateway = self.clone();
-        let backend = backend.clone();
-        let task = async move {
-            let Some(entry) = gateway.backends.get(&backend) else {
-                return;
-            };
-            let modern = crate::backend::speaks_modern(&entry.backend.handle).await;
-            if entry.set_modern(modern) != modern {
-                tracing::info!(%backend, modern, "backend era re-learned");
-            }
-        };
-        self.background.lock().spawn(task);
-    }
-
-    /// Whether the primary backend is still running (for `/healthz`).
-    pub fn backend_alive(&self) -> bool {
-        self.backends.primary().backend.handle.is_reachable()
-    }
-
-    /// The primary backend's process id, when it is a local process.
-    pub fn backend_pid(&self) -> Option<u32> {
-        self.backends.primary().backend.handle.pid()
-    }
 }

@@ -121,12 +121,8 @@ pub struct Gateway {
     pub(crate) backends: crate::Backends,
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: GatewayConfig,
-    /// Work that outlives the code that started it: session cleanups (reaper, HTTP+SSE
-    /// stream closing, abandoned per-session `initialize`), era re-probes. Owned by the
-    /// gateway: joined (bounded) on shutdown, and dropping it aborts whatever is left.
-    pub(crate) background: parking_lot::Mutex<tokio::task::JoinSet<()>>,
-    /// Bounds the session cleanups running at once (see `reaper`).
-    pub(crate) cleanup_slots: crate::reaper::CleanupSlots,
+    /// Work that outlives the code that started it, and the cleanup slots (`reaper`).
+    pub(crate) background: crate::reaper::Background,
     /// Set when `--isolation per-session`: how to start a session's own backend.
     pub(crate) per_session: crate::per_session::Spawner,
     /// The MRTR bridge: sealed `requestState`s, parked calls, dedicated processes and (per-session
@@ -142,8 +138,8 @@ pub struct Gateway {
     pub(crate) workflows: crate::workflow::Workflows,
     /// The HTTP+SSE sessions' handle for `http` (`legacy_sse`).
     pub(crate) sse_streams: crate::legacy_sse::SseStreams,
-    /// Whether the session store failed just now (`session_store`).
-    pub(crate) store_outage: crate::session_store::Outage,
+    /// Where sessions are kept beyond this process, and the replicas (`session_store`).
+    pub(crate) store: crate::session_store::SessionStore,
 }
 
 impl Gateway {
@@ -171,21 +167,44 @@ impl Gateway {
         let config_traces = config.traces;
         let workflows = crate::workflow::Workflows::new(&config.workflows);
         let sse_streams = crate::legacy_sse::SseStreams::new(registry.clone());
+        let store = crate::session_store::SessionStore::new(
+            config.session_store.clone(),
+            registry.clone(),
+            config.replica_id.clone(),
+            config.store_fallback_memory,
+            config.max_sessions_per_principal,
+            config.access.has_policy(),
+        );
         Arc::new(Gateway {
             health,
             backends,
             registry,
             config,
-            background: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
-            cleanup_slots: crate::reaper::CleanupSlots::default(),
+            background: crate::reaper::Background::default(),
             per_session: crate::per_session::Spawner::default(),
             mrtr,
             vmcp,
             traces: config_traces.then(crate::trace::Traces::new),
             workflows,
             sse_streams,
-            store_outage: Default::default(),
+            store,
         })
+    }
+
+    /// Expires idle sessions every quarter TTL (in per-session mode, sessions whose listen
+    /// stream is lost past its grace too) until `stop` fires; parked MRTR calls, idle
+    /// partitions and finished background work on their own clock (`reaper::run`).
+    pub async fn run_reaper(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = self.registry.sessions.ttl() / 4;
+        if self.is_per_session() {
+            tick = tick.min(self.config.listen_grace / 2);
+        }
+        let held = || {
+            self.mrtr.reap_held_calls();
+            self.reap_partitions();
+            self.background.reap_finished();
+        };
+        crate::reaper::run(tick, stop, held, || self.reap_sessions()).await;
     }
 
     /// A client's `initialize` on `/mcp`: in per-session mode (`run --isolation per-session`)
@@ -240,7 +259,7 @@ impl Gateway {
         let session = self.registry.sessions.create(negotiated, caller)?;
         debug!(?session, %negotiated, "session opened");
         self.remember_client_init(&session, negotiated, params);
-        if let Err(e) = self.keep_opened(&session, params).await {
+        if let Err(e) = self.store.keep_opened(self, &session, params).await {
             let _ = self.registry.sessions.remove(
                 session.as_str(),
                 Transport::Streamable,
@@ -249,36 +268,6 @@ impl Gateway {
             return Err(e);
         }
         Ok(session)
-    }
-
-    /// With a session store, writes a session just opened (with the client's `initialize`
-    /// params). `Err`: the store did not take it and the session must not be served (the
-    /// caller ends it); with `store_fallback_memory` it is served from this process only.
-    pub(crate) async fn keep_opened(
-        &self,
-        session: &SessionId,
-        params: Option<&RawValue>,
-    ) -> Result<(), CoreError> {
-        if self.store().is_none() {
-            return Ok(());
-        }
-        self.registry
-            .sessions
-            .set_init_params(session.as_str(), params.map(ToOwned::to_owned));
-        self.claim_owner_place(session).await?;
-        let Err(e) = self.store_session(session).await else {
-            return Ok(());
-        };
-        if self.config.store_fallback_memory {
-            tracing::warn!(error = %e, "session served by this process only: the session store did not take it");
-            return Ok(());
-        }
-        tracing::warn!(error = %e, "session refused: the session store did not take it");
-        let owner = self.registry.sessions.owner_of(session.as_str());
-        if let Ok(owner) = owner {
-            self.release_owner_place(&owner, session.as_str()).await;
-        }
-        Err(e)
     }
 
     /// The gateway's answer to a client's `initialize`: the backend's own handshake, with the
@@ -322,12 +311,15 @@ impl Gateway {
             .touch(raw, Transport::Streamable, caller)
             .map(|(id, _)| id);
         match held {
-            Ok(id) => self.confirm_stored(id, caller).await,
-            Err(CoreError::SessionNotFound) if self.adopt_session(raw, caller).await? => self
-                .registry
-                .sessions
-                .touch(raw, Transport::Streamable, caller)
-                .map(|(id, _)| id),
+            Ok(id) => self.store.confirm(self, &self.backends, id).await,
+            Err(CoreError::SessionNotFound)
+                if self.store.adopt(self, &self.backends, raw, caller).await? =>
+            {
+                self.registry
+                    .sessions
+                    .touch(raw, Transport::Streamable, caller)
+                    .map(|(id, _)| id)
+            }
             Err(e) => Err(e),
         }
     }
@@ -343,7 +335,7 @@ impl Gateway {
         self.session(raw, caller).await?;
         // Replicas: a stream numbered elsewhere resumes there (its events are in that
         // replica's memory), or afresh here once that replica is gone.
-        let last_event_id = self.resume_at(last_event_id).await?;
+        let last_event_id = self.store.resume_at(last_event_id).await?;
         self.registry
             .sessions
             .attach_listener(raw, caller, last_event_id)
@@ -435,6 +427,46 @@ impl Gateway {
         in_flight.cancel.cancel();
     }
 
+    /// Where sessions are kept beyond this process, and the replicas: delivery between them,
+    /// what this replica is called, where a session or stream of another is served.
+    pub fn session_store(&self) -> &crate::session_store::SessionStore {
+        &self.store
+    }
+
+    /// Another replica ended `session` (DELETE): if this one holds it, it ends here too
+    /// (its listen stream closes) once the store confirms it ended — a message on the
+    /// channel alone never ends a session. In the background (owned by the gateway's task
+    /// set, bounded by the store's bound).
+    pub fn end_from_peer(self: &Arc<Self>, session: &str) {
+        if !self.store.holds(session) {
+            return;
+        }
+        let (gateway, session) = (self.clone(), session.to_owned());
+        self.background.spawn(async move {
+            if gateway.store.ended_elsewhere(&session).await {
+                crate::session_store::Host::end_here(&*gateway, &session).await;
+            }
+        });
+    }
+
+    /// Authorization, rate limits and audit (`http` audits refused authentication through
+    /// it: [`crate::Access::record_unauthenticated`]).
+    pub fn access(&self) -> &crate::Access {
+        &self.config.access
+    }
+
+    /// The backends this gateway fronts (the primary's liveness and era, for `/healthz` and
+    /// `/stats`).
+    pub fn backends(&self) -> &crate::Backends {
+        &self.backends
+    }
+
+    /// What the gateway presents as its server (`initialize`, `server/discover`,
+    /// `serverInfo`): the merged declaration when aggregating, else the primary backend's.
+    pub(crate) fn presented(&self) -> crate::backends::Presented {
+        (self.backends).presented(self.vmcp().map(crate::vmcp::Vmcp::presented))
+    }
+
     /// Live sessions (for metrics and leak tests).
     pub fn session_count(&self) -> usize {
         self.registry.sessions.len()
@@ -469,6 +501,41 @@ impl Gateway {
         self.mrtr.partitions.len()
     }
 }
+
+/// What the session store asks of the gateway (`session_store::Host`).
+impl crate::session_store::Host for Gateway {
+    async fn end_here(&self, raw: &str) {
+        if let Ok(ended) = self.registry.sessions.remove_any(raw) {
+            self.cleanup(ended, crate::session::EndReason::Deleted)
+                .await;
+        }
+    }
+
+    async fn ask_backend(
+        &self,
+        backend: &crate::BackendId,
+        method: &'static str,
+        params: Value,
+    ) -> bool {
+        let answer = self.internal_call(backend, method, params).await;
+        answer.is_ok_and(|a| !a.is_error())
+    }
+
+    fn keep_client_init(&self, session: &SessionId, negotiated: &str, params: Option<&RawValue>) {
+        self.remember_client_init(session, negotiated, params);
+    }
+
+    fn may_watch(&self, who: &Principal, uri: &str) -> bool {
+        self.may_subscribe(who, uri)
+    }
+
+    fn has_own_upstreams(&self) -> bool {
+        self.is_per_session()
+    }
+}
+
+#[cfg(test)]
+mod tests;
 
 /// An `initialize` request as the audit sees it, for callers that hold only its parts.
 pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue>) -> Message<'a> {

@@ -79,7 +79,7 @@ pub use registry::Registry;
 pub use reload::{ReloadOutcome, Reshape, Reshaped, Retiring};
 pub use session::{SessionId, Transport};
 pub use session_store::{
-    new_replica_id, PeerDelivery, Presence, SessionRecords, StoreError, STORE_TIMEOUT,
+    new_replica_id, PeerDelivery, Presence, SessionRecords, SessionStore, StoreError, STORE_TIMEOUT,
 };
 pub use switchboard_upstream::outgoing_auth::OutgoingAuthError;
 pub use switchboard_upstream::remote::RemoteError;

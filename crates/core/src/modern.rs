@@ -136,7 +136,7 @@ impl Gateway {
     /// Modern-only one, to a dual one unless it stopped answering Modern requests (then it is
     /// bridged like a Legacy one).
     pub(crate) fn passes_modern(&self, route: &Route) -> Result<bool, CoreError> {
-        let entry = self.backend_of(route)?;
+        let entry = route.entry(&self.backends)?;
         Ok(entry.modern_now() || !entry.info().era.legacy)
     }
 
@@ -154,7 +154,7 @@ impl Gateway {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        let entry = self.backend_of(route)?;
+        let entry = route.entry(&self.backends)?;
         // Sessions get an upstream of their own on this backend: Modern callers one per
         // principal (a partition), never the shared process.
         let own_backends = self.per_session.for_backend(&route.backend).is_some();

@@ -51,7 +51,11 @@ struct Spawners {
 
 impl Spawner {
     /// Turns per-session mode on; a second call changes nothing.
-    fn enable(&self, transparent: bool, by_backend: Vec<(BackendId, Arc<dyn SpawnBackend>)>) {
+    pub(crate) fn enable(
+        &self,
+        transparent: bool,
+        by_backend: Vec<(BackendId, Arc<dyn SpawnBackend>)>,
+    ) {
         let _ = self.0.set(Spawners {
             transparent,
             by_backend,
@@ -199,7 +203,7 @@ impl crate::Gateway {
         {
             Ok(a) if !a.is_error() => {
                 // Recorded with this replica as its home: its process is here.
-                if let Err(e) = self.keep_opened(&session, msg.params).await {
+                if let Err(e) = self.store.keep_opened(&**self, &session, msg.params).await {
                     pending.fail().await;
                     return Err(e);
                 }
@@ -386,7 +390,7 @@ impl crate::Gateway {
     ) -> Result<(), CoreError> {
         match client_response(&self.registry, session.as_str(), msg).await {
             Err(CoreError::UnexpectedResponse) => {
-                self.answer_home(msg).await?;
+                self.store.answer_home(msg).await?;
                 Err(CoreError::UnexpectedResponse)
             }
             done => done,
@@ -408,7 +412,8 @@ impl crate::Gateway {
         }
         // Every teardown, these and those started earlier (reaper, closed streams), gets its
         // process grace; what is still running after it is aborted and its process killed.
-        self.join_background(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))
+        (self.background)
+            .join(SHUTDOWN_GRACE + std::time::Duration::from_secs(1))
             .await;
     }
 }

@@ -25,9 +25,9 @@ use opentelemetry::trace::FutureExt as _;
 use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::{method, Message};
 
-use crate::access::{Admitted, Path};
-use crate::resolve::Route;
+use crate::access::{Access, Admitted, Path};
 use crate::resolve::{From, Via};
+use crate::resolve::{Resolver, Route};
 use crate::tasks::TaskAsk;
 use crate::{Answer, CoreError, Era, Exchange, Gateway};
 
@@ -68,14 +68,24 @@ impl Gateway {
         if ex.is_modern() {
             self.check_param_headers(ex, header).await?;
         }
-        if self.decides_early(stream) {
-            let modern = ex.is_modern();
-            self.authorize(ex.caller, ex.session(), msg, modern).await?;
+        if Access::decides_early(stream, self.config.replica_id.is_some()) {
+            self.authorize_early(ex).await?;
         }
         if ex.is_modern() {
-            self.modern_home(msg).await?;
+            self.store.modern_home(msg).await?;
         }
         Ok(Plan { stream })
+    }
+
+    /// A denial decided before the request runs (`Access::authorize`), when there is one to
+    /// judge; aggregating, the merged lists the request routes by are built first.
+    async fn authorize_early(&self, ex: &Exchange<'_>) -> Result<(), CoreError> {
+        let access = &self.config.access;
+        if !access.judges_early(ex.msg, self.tool_search().is_some()) {
+            return Ok(());
+        }
+        let origins = self.origins_for(ex.msg).await;
+        access.authorize(ex.caller, ex.session(), ex.msg, origins, path_of(ex))
     }
 
     /// A Modern `tools/call`'s `Mcp-Param-*` headers mirror the arguments the tool's schema
@@ -138,10 +148,7 @@ impl Gateway {
     /// table; the answer is filtered and audited on the way out.
     async fn admitted(self: &Arc<Self>, ex: Exchange<'_>) -> Result<Answer, CoreError> {
         let origins = self.origins_for(ex.msg).await;
-        let path = match ex.era {
-            Era::Legacy { .. } => Path::Legacy,
-            Era::Modern => Path::Modern,
-        };
+        let path = path_of(&ex);
         let admitted =
             (self.config.access).admit(ex.caller, ex.session(), ex.msg, origins, path)?;
         // What a Legacy session keeps beyond this process changes: written before it is
@@ -150,13 +157,15 @@ impl Gateway {
             ex.msg.method,
             Some(method::SUBSCRIBE | method::UNSUBSCRIBE | method::SET_LEVEL)
         );
-        let stored = ex.session().filter(|_| keeps && self.store().is_some());
+        let stored = ex
+            .session()
+            .filter(|_| keeps && self.store.records().is_some());
         let answer = match ex.era {
             Era::Legacy { .. } => self.legacy_route(ex, &admitted).await,
             Era::Modern => self.modern_route(ex, &admitted).await,
         };
         if let (Some(session), Ok(_)) = (stored, &answer) {
-            if let Err(e) = self.store_session(session).await {
+            if let Err(e) = self.store.write(&**self, session).await {
                 tracing::warn!(error = %e, "session change not written to the store");
             }
         }
@@ -184,7 +193,7 @@ impl Gateway {
         admitted.confirm_route(&route.backend, &route.name)?;
         let adapter = match name {
             _ if route.via == Via::Own => Adapter::Own,
-            _ if !self.backend_of(&route)?.info().era.legacy => Adapter::LegacyToModern,
+            _ if !route.entry(&self.backends)?.info().era.legacy => Adapter::LegacyToModern,
             method::SUBSCRIBE | method::UNSUBSCRIBE | method::SET_LEVEL => Adapter::SessionOp,
             n if crate::tasks::concerns_tasks(n) => Adapter::Task,
             _ => Adapter::Pass,
@@ -233,6 +242,28 @@ impl Gateway {
         Ok(self.own_tasks_only(task.owner.as_ref(), msg, answer, &route))
     }
 
+    /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session
+    /// backends and the session table (`resolve`).
+    pub(crate) fn resolver(&self) -> Resolver<'_> {
+        Resolver {
+            backends: &self.backends,
+            vmcp: self.vmcp(),
+            per_session: &self.per_session,
+            sessions: &self.registry.sessions,
+        }
+    }
+
+    /// Where a message goes: stage 5, for every path that talks to a backend
+    /// (`Resolver::resolve`).
+    pub(crate) fn resolve(
+        &self,
+        from: From<'_>,
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+    ) -> Result<Option<Route>, CoreError> {
+        self.resolver().resolve(from, method, params)
+    }
+
     /// Stage 6: the request reaches its backend through its adapter.
     async fn adapt(
         self: &Arc<Self>,
@@ -263,6 +294,14 @@ impl Gateway {
             }
         };
         legacy.map(Answer::ok)
+    }
+}
+
+/// The era path a request came in on, as admission and the audit see it.
+fn path_of(ex: &Exchange<'_>) -> Path {
+    match ex.era {
+        Era::Legacy { .. } => Path::Legacy,
+        Era::Modern => Path::Modern,
     }
 }
 

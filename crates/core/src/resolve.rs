@@ -1,11 +1,13 @@
-//! The one place that decides where a message goes: [`Gateway::resolve`] maps (who is asking,
+//! The one place that decides where a message goes: [`Resolver::resolve`] maps (who is asking,
 //! in which session, method and params) to a [`Route`]: which backend, which of its upstream
 //! handles (the shared one, the session's own, the gateway's own, a process started for the
 //! caller), and the name at that backend.
 //!
 //! Everything that talks to a backend on a client's behalf or its own (requests, notifications,
 //! cancellations, internal calls, subscription and log-level bookkeeping, Modern passthrough
-//! and bridging) takes a `Route` from here instead of reaching for a handle. Today the set
+//! and bridging) takes a `Route` from here instead of reaching for a handle. What the choice
+//! reads (the backend set, the merged lists, which backends are per-session, the session
+//! table) it is given, as a [`Resolver`] the gateway builds for each decision. Today the set
 //! holds one backend, so the choice of backend is always the primary one and the name is always
 //! the client's; the choice of upstream handle is what differs (shared vs per-session).
 
@@ -15,9 +17,11 @@ use serde_json::value::RawValue;
 use switchboard_upstream::Upstream;
 
 use crate::backends::BackendEntry;
-use crate::session::SessionId;
+use crate::per_session::Spawner;
+use crate::session::{SessionId, Sessions};
+use crate::vmcp::Vmcp;
 use crate::BackendId;
-use crate::{CoreError, Gateway};
+use crate::{Backends, CoreError};
 
 /// Where one message goes.
 #[derive(Debug, Clone)]
@@ -30,6 +34,15 @@ pub(crate) struct Route {
     pub(crate) via: Via,
     /// The name (tool, prompt, resource) the message uses at the backend.
     pub(crate) name: Name,
+}
+
+impl Route {
+    /// The entry of the route's backend in `backends` (routes name only backends of the set).
+    pub(crate) fn entry(&self, backends: &Backends) -> Result<Arc<BackendEntry>, CoreError> {
+        backends
+            .get(&self.backend)
+            .ok_or_else(|| CoreError::UnknownBackend(self.backend.clone()))
+    }
 }
 
 /// Which of a backend's upstream handles a route uses.
@@ -118,7 +131,21 @@ pub(crate) enum From<'a> {
     Fanout(Option<&'a SessionId>, &'a BackendId),
 }
 
-impl Gateway {
+/// What routing reads, as it is now: the gateway builds one per decision
+/// (`Gateway::resolver`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resolver<'a> {
+    /// The backend set.
+    pub(crate) backends: &'a Backends,
+    /// The merged lists, when aggregating.
+    pub(crate) vmcp: Option<&'a Vmcp>,
+    /// Which backends give sessions an upstream of their own.
+    pub(crate) per_session: &'a Spawner,
+    /// The session table (each session's own upstreams).
+    pub(crate) sessions: &'a Sessions,
+}
+
+impl Resolver<'_> {
     /// Where a message goes. `Ok(None)`: nowhere yet (per-session mode, the session's own
     /// backend is not ready: a request gets `before_initialize`'s answer, a notification is
     /// dropped). A Legacy request in a session that has ended is `SessionNotFound`: it must
@@ -144,7 +171,6 @@ impl Gateway {
             From::Request(Some(sid)) | From::Fanout(Some(sid), _) => {
                 let per_session = per_session_backend;
                 let own = self
-                    .registry
                     .sessions
                     .own_for_requests(sid.as_str(), &entry.id)?
                     .ok_or(per_session);
@@ -198,7 +224,7 @@ impl Gateway {
             | From::Fanout(_, b) => Some(*b),
             From::Request(_) | From::Notification(_) | From::Modern | From::Initialize => None,
         };
-        let (id, name) = match (named, self.vmcp()) {
+        let (id, name) = match (named, self.vmcp) {
             (Some(id), _) => (id.clone(), Name::AsClient),
             // Aggregating: a request goes where the merged lists say its name, URI or
             // reference is served, under the backend's own name. Notifications and the
@@ -227,14 +253,7 @@ impl Gateway {
     /// (the client's own notifications go to it), one opened on first use once handshaken (a
     /// session that has ended has none).
     fn own_upstream(&self, session: &SessionId, backend: &BackendId) -> Option<Upstream> {
-        self.registry.sessions.ready_own(session.as_str(), backend)
-    }
-
-    /// The entry of a route's backend (routes name only backends of the set).
-    pub(crate) fn backend_of(&self, route: &Route) -> Result<Arc<BackendEntry>, CoreError> {
-        self.backends
-            .get(&route.backend)
-            .ok_or_else(|| CoreError::UnknownBackend(route.backend.clone()))
+        self.sessions.ready_own(session.as_str(), backend)
     }
 }
 

@@ -1,6 +1,8 @@
 //! Requests that change per-session routing state: `resources/subscribe`,
 //! `resources/unsubscribe`, `logging/setLevel`, and the cleanup when a session ends.
 
+use std::sync::Arc;
+
 use serde_json::json;
 use tracing::debug;
 
@@ -172,7 +174,7 @@ impl Gateway {
         // it again.
         changed.dedup();
         for sid in changed {
-            if let Err(e) = self.store_session(&SessionId::held(&sid)).await {
+            if let Err(e) = self.store.write(self, &SessionId::held(&sid)).await {
                 debug!(error = %e, "storing a session after a policy change failed");
             }
         }
@@ -227,7 +229,7 @@ impl Gateway {
         msg: &Message<'_>,
         route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
-        let entry = self.backend_of(route)?;
+        let entry = route.entry(&self.backends)?;
         if entry.info().capabilities.get("logging").is_none() {
             // The backend does not do logging: let it answer for itself.
             let answer = self
@@ -338,7 +340,7 @@ impl Gateway {
         // Held elsewhere only: made live here first, so the owner is checked and it ends
         // everywhere.
         self.session(raw, caller).await?;
-        self.unstore_session(raw).await?;
+        self.store.unstore(raw).await?;
         // Replicas holding it (a listen stream there) end it now, not at their next request.
         if let Some(peers) = self.registry.peers.get() {
             peers.ended(raw);
@@ -351,10 +353,42 @@ impl Gateway {
         Ok(())
     }
 
+    /// Ends the sessions expired (and, in per-session mode, those whose listen stream was lost
+    /// past its grace), each torn down in the background (the reaper's tick).
+    pub(crate) fn reap_sessions(self: &Arc<Self>) {
+        for ended in self.registry.sessions.reap() {
+            debug!("session expired");
+            self.spawn_cleanup(ended, EndReason::Expired);
+        }
+        if self.is_per_session() {
+            let grace = self.config.listen_grace;
+            for ended in self.registry.sessions.reap_lost_listeners(grace) {
+                debug!("session's listen stream lost past the grace period");
+                self.spawn_cleanup(ended, EndReason::ListenLost);
+            }
+        }
+    }
+
+    /// Audits an ended session's end at once, then releases its state in the background, in
+    /// one of the cleanup slots (see `reaper`). Callable from synchronous code, drop included.
+    pub(crate) fn spawn_cleanup(self: &Arc<Self>, ended: Ended, reason: EndReason) {
+        self.audit_end(&ended, reason);
+        // The session no longer counts against `--max-sessions`, but its process runs until
+        // its teardown gets a slot: ask it to exit now, so a well-behaved backend is gone
+        // before then and processes cannot pile up behind the slots.
+        for process in &ended.processes {
+            process.request_stop();
+        }
+        let gateway = self.clone();
+        (self.background).spawn_cleanup(async move { gateway.release(ended).await });
+    }
+
     /// Audits a session's end (see [`EndReason`]) and releases its state.
     pub(crate) async fn cleanup(&self, ended: Ended, reason: EndReason) {
         self.audit_end(&ended, reason);
-        self.release_owner_place(&ended.owner, &ended.id).await;
+        self.store
+            .release_owner_place(&ended.owner, &ended.id)
+            .await;
         self.release(ended).await;
     }
 

@@ -12,23 +12,34 @@
 //! upstream processes, parked MRTR calls — stays there (see the README's scale-out section).
 //! The owner check is the one the table does: a session of another principal is not found,
 //! exactly like an unknown id.
+//!
+//! [`SessionStore`] is this process's side of it: the records, whether they failed just now,
+//! the session table they mirror, and the settings that shape what is written. What it needs
+//! of the gateway that holds it (ending a session here, a request of the gateway's own to a
+//! backend, a policy check) it asks through [`Host`].
 
 use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use serde_json::Value;
 
+use crate::registry::Registry;
 use crate::session::{SessionId, SubKey};
 use crate::BackendId;
+use crate::CoreError;
 use crate::Principal;
-use crate::{CoreError, Gateway};
 
 mod home;
+mod peers;
 mod sync;
 
 pub use home::new_replica_id;
+pub use peers::PeerDelivery;
 
 /// Where session records live. Every call is bounded by the implementation (a store that
 /// does not answer is an error, never a hang).
@@ -86,22 +97,6 @@ pub(crate) fn owner_key(owner: &(String, String)) -> String {
     h.update([0]);
     h.update(owner.1.as_bytes());
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Replicas on one session store: the way to the replica holding a session's listen stream.
-/// Only messages already attributed to one session are forwarded, with that session's id;
-/// the receiving replica delivers them to that session's attached stream or nowhere
-/// ([`Gateway::deliver_from_peer`]), and never forwards them again.
-pub trait PeerDelivery: Send + Sync + fmt::Debug {
-    /// Hands `data` for `session`'s listen stream on (never blocks; bounded, best effort
-    /// like every server-to-client notification).
-    fn forward(&self, session: &str, data: bytes::Bytes);
-    /// Tells every replica that `session` was ended (DELETE): one holding it ends it
-    /// ([`Gateway::end_from_peer`]).
-    fn ended(&self, session: &str);
-    /// Tells the other replicas that a backend here changed list `name` (a `list_changed`
-    /// method): they pass it, payload-free, to the streams they hold.
-    fn list_changed(&self, name: &'static str);
 }
 
 /// What the store knows of a session this process holds.
@@ -162,61 +157,115 @@ fn plausible(raw: &str) -> bool {
     raw.len() == ID_LEN && raw.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-impl Gateway {
-    /// Turns on delivery across replicas (once; later calls change nothing).
-    pub fn enable_peer_delivery(&self, peers: std::sync::Arc<dyn PeerDelivery>) {
-        let _ = self.registry.peers.set(peers);
-    }
+/// What the store asks of the gateway that holds it: the parts of a session's life that are
+/// not the store's (the gateway, the composition root, answers them).
+pub(crate) trait Host: Sync {
+    /// Ends a session this process holds because the store says it was ended elsewhere,
+    /// releasing what it held here.
+    fn end_here(&self, raw: &str) -> impl Future<Output = ()> + Send;
+    /// A request of the gateway's own to `backend` (a subscription made again or dropped):
+    /// whether it was answered, without an error.
+    fn ask_backend(
+        &self,
+        backend: &BackendId,
+        method: &'static str,
+        params: Value,
+    ) -> impl Future<Output = bool> + Send;
+    /// Keeps an adopted session's client `initialize` (`per_session::lazy`).
+    fn keep_client_init(&self, session: &SessionId, negotiated: &str, params: Option<&RawValue>);
+    /// Whether `who` may watch `uri` under the current policy (`session_ops`).
+    fn may_watch(&self, who: &Principal, uri: &str) -> bool;
+    /// Whether sessions here may have upstreams of their own (`per_session`): then they are
+    /// served only here (see `home`).
+    fn has_own_upstreams(&self) -> bool;
+}
 
-    /// A message another replica forwarded for `session`: onto its listen stream if one is
-    /// attached here, else dropped (some replica holds it; this one does not).
-    pub fn deliver_from_peer(&self, session: &str, data: bytes::Bytes) -> bool {
-        self.registry.sessions.push_if_attached(session, data)
-    }
+/// The session store as this process uses it (see the module docs); without a store
+/// (`records` is `None`) every operation is a no-op that keeps sessions in memory only.
+#[derive(Debug)]
+pub struct SessionStore {
+    records: Option<Arc<dyn SessionRecords>>,
+    /// Whether the store failed just now.
+    outage: Outage,
+    /// The session table the records mirror, the per-backend subscription tables, peers.
+    registry: Arc<Registry>,
+    /// This replica's name among the replicas, when requests can be forwarded between them.
+    replica_id: Option<String>,
+    /// A session the store cannot take is served from this process only (else refused).
+    fallback_memory: bool,
+    /// Most sessions one principal may hold, counted across replicas.
+    max_per_principal: Option<usize>,
+    /// Whether an authorization policy is configured: an adopted session's subscriptions are
+    /// then judged again here.
+    policy: bool,
+}
 
-    /// Another replica ended `session` (DELETE): if this one holds it, it ends here too
-    /// (its listen stream closes) once the store confirms it ended — a message on the
-    /// channel alone never ends a session.
-    /// In the background (owned by the gateway's task set, bounded by the store's bound).
-    pub fn end_from_peer(self: &std::sync::Arc<Self>, session: &str) {
-        if self.store().is_none() || !self.registry.sessions.is_live(session) {
-            return;
+impl SessionStore {
+    /// The store side of a gateway with `registry`, from its settings (`GatewayConfig`'s
+    /// `session_store`, `replica_id`, `store_fallback_memory`, `max_sessions_per_principal`,
+    /// and whether `access` has a policy).
+    pub(crate) fn new(
+        records: Option<Arc<dyn SessionRecords>>,
+        registry: Arc<Registry>,
+        replica_id: Option<String>,
+        fallback_memory: bool,
+        max_per_principal: Option<usize>,
+        policy: bool,
+    ) -> Self {
+        SessionStore {
+            records,
+            outage: Outage::default(),
+            registry,
+            replica_id,
+            fallback_memory,
+            max_per_principal,
+            policy,
         }
-        let (gateway, session) = (self.clone(), session.to_owned());
-        self.background.lock().spawn(async move {
-            let Some(store) = gateway.store() else {
-                return;
-            };
-            if matches!(store.touch(&session).await, Ok(Presence::Ended)) {
-                gateway.end_here(&session).await;
-            }
-        });
-    }
-
-    /// Another replica's backend changed a list: every session stream attached here, and
-    /// every Modern listener that asked, hears `name` (one of the three `list_changed`
-    /// methods; anything else is ignored), rebuilt without a payload.
-    pub fn list_changed_from_peer(&self, name: &str) {
-        use switchboard_wire::method;
-        let name = match name {
-            method::TOOLS_LIST_CHANGED => method::TOOLS_LIST_CHANGED,
-            method::PROMPTS_LIST_CHANGED => method::PROMPTS_LIST_CHANGED,
-            method::RESOURCES_LIST_CHANGED => method::RESOURCES_LIST_CHANGED,
-            _ => return,
-        };
-        let data = bytes::Bytes::from(switchboard_wire::encode_notification(name, None));
-        self.registry.sessions.broadcast_to_attached(&data);
-        self.registry.listeners.list_changed(name);
     }
 
     /// The store, when sessions are kept beyond this process.
-    pub(crate) fn store(&self) -> Option<&dyn SessionRecords> {
-        self.config.session_store.as_deref()
+    pub(crate) fn records(&self) -> Option<&dyn SessionRecords> {
+        self.records.as_deref()
+    }
+
+    /// With a session store, writes a session just opened (with the client's `initialize`
+    /// params). `Err`: the store did not take it and the session must not be served (the
+    /// caller ends it); with `store_fallback_memory` it is served from this process only.
+    pub(crate) async fn keep_opened(
+        &self,
+        host: &impl Host,
+        session: &SessionId,
+        params: Option<&RawValue>,
+    ) -> Result<(), CoreError> {
+        if self.records().is_none() {
+            return Ok(());
+        }
+        self.registry
+            .sessions
+            .set_init_params(session.as_str(), params.map(ToOwned::to_owned));
+        self.claim_owner_place(session).await?;
+        let Err(e) = self.write(host, session).await else {
+            return Ok(());
+        };
+        if self.fallback_memory {
+            tracing::warn!(error = %e, "session served by this process only: the session store did not take it");
+            return Ok(());
+        }
+        tracing::warn!(error = %e, "session refused: the session store did not take it");
+        let owner = self.registry.sessions.owner_of(session.as_str());
+        if let Ok(owner) = owner {
+            self.release_owner_place(&owner, session.as_str()).await;
+        }
+        Err(e)
     }
 
     /// Writes the session's record (after `initialize`, a subscription change, a log level).
-    pub(crate) async fn store_session(&self, session: &SessionId) -> Result<(), CoreError> {
-        let Some(store) = self.store() else {
+    pub(crate) async fn write(
+        &self,
+        host: &impl Host,
+        session: &SessionId,
+    ) -> Result<(), CoreError> {
+        let Some(store) = self.records() else {
             return Ok(());
         };
         let state = self.registry.sessions.stored_state(session.as_str())?;
@@ -226,7 +275,7 @@ impl Gateway {
             client_init: state.init_params,
             log_level: state.log_level,
             subscriptions: state.subscriptions,
-            home: self.home_of_new_sessions(),
+            home: self.home_of_new_sessions(host),
         };
         let bytes = serde_json::to_vec(&record).map_err(|e| CoreError::Store(e.to_string()))?;
         if bytes.len() > MAX_RECORD {
@@ -245,29 +294,23 @@ impl Gateway {
             }
             // Ended on another replica meanwhile: ended here too.
             false => {
-                self.end_here(session.as_str()).await;
+                host.end_here(session.as_str()).await;
                 Err(CoreError::SessionNotFound)
             }
         }
     }
 
-    /// Ends a session this process holds because the store says it was ended elsewhere.
-    async fn end_here(&self, raw: &str) {
-        if let Ok(ended) = self.registry.sessions.remove_any(raw) {
-            self.cleanup(ended, crate::session::EndReason::Deleted)
-                .await;
-        }
-    }
-
     /// A session this process does not hold, from the store: made live here (owner checked
     /// first: another principal's record is not found, like an unknown id), its
-    /// subscriptions made again at this process's backends. `Ok(false)`: not in the store.
-    pub(crate) async fn adopt_session(
+    /// subscriptions made again at this process's `backends`. `Ok(false)`: not in the store.
+    pub(crate) async fn adopt(
         &self,
+        host: &impl Host,
+        backends: &crate::Backends,
         raw: &str,
         caller: &Principal,
     ) -> Result<bool, CoreError> {
-        let Some(store) = self.store().filter(|_| plausible(raw)) else {
+        let Some(store) = self.records().filter(|_| plausible(raw)) else {
             return Ok(false);
         };
         let got = store
@@ -293,13 +336,26 @@ impl Gateway {
             // Served only where its own upstreams are: forwarded there, or gone with them.
             return self.at_home(raw, home).await.map(|()| false);
         }
+        self.make_live(host, backends, raw, caller, (record, rev))
+            .await?;
+        Ok(true)
+    }
+
+    /// An adopted session's record made live in the table, with its subscriptions.
+    async fn make_live(
+        &self,
+        host: &impl Host,
+        backends: &crate::Backends,
+        raw: &str,
+        caller: &Principal,
+        (record, rev): (Record, u64),
+    ) -> Result<(), CoreError> {
         let version = switchboard_wire::version::negotiate_legacy(Some(&record.protocol_version));
         let id = self.registry.sessions.adopt(raw, version, caller)?;
-        self.remember_client_init(&id, version, record.client_init.as_deref());
-        let policy = self.config.access.has_policy();
+        host.keep_client_init(&id, version, record.client_init.as_deref());
         // Under a policy, a later policy change judges its subscriptions as this caller.
-        let subscriber = policy.then(|| {
-            std::sync::Arc::new(Principal {
+        let subscriber = self.policy.then(|| {
+            Arc::new(Principal {
                 credential: None,
                 ..caller.clone()
             })
@@ -315,31 +371,37 @@ impl Gateway {
                 continue;
             };
             // Made under a policy this replica may no longer hold: judged again here.
-            if policy && !self.may_subscribe(caller, &uri) {
+            if self.policy && !host.may_watch(caller, &uri) {
                 continue;
             }
-            self.resubscribe(&id, (backend, uri)).await;
+            self.resubscribe(host, backends, &id, (backend, uri)).await;
         }
         tracing::debug!(session = ?id, "session adopted from the store");
-        Ok(true)
+        Ok(())
     }
 
     /// Records an adopted session's subscription and makes it at this process's backend
     /// when it is the first subscriber here (a failure is logged: the client still holds
     /// its session; its updates from here are then missing, as after a failed re-subscribe
     /// on restart).
-    pub(super) async fn resubscribe(&self, id: &SessionId, key: SubKey) {
-        if self.backends.get(&key.0).is_none() {
+    async fn resubscribe(
+        &self,
+        host: &impl Host,
+        backends: &crate::Backends,
+        id: &SessionId,
+        key: SubKey,
+    ) {
+        if backends.get(&key.0).is_none() {
             return;
         }
         let tables = self.registry.tables(&key.0);
         let lock = tables.subs.lock(&key.1).await;
         if !tables.subs.has_subscribers(&key.1) {
             let params = serde_json::json!({ "uri": key.1 });
-            let subscribe = self
-                .internal_call(&key.0, switchboard_wire::method::SUBSCRIBE, params)
+            let subscribe = host
+                .ask_backend(&key.0, switchboard_wire::method::SUBSCRIBE, params)
                 .await;
-            if !subscribe.is_ok_and(|a| !a.is_error()) {
+            if !subscribe {
                 tracing::warn!(backend = %key.0, "re-subscribe of an adopted session failed");
                 return;
             }
@@ -352,43 +414,43 @@ impl Gateway {
 
     /// A session this process holds, confirmed in the store and its expiry slid (one
     /// round-trip): one that was ended elsewhere (DELETE on another replica) ends here too
-    /// and is not found; one the store lost is written again. A store that does not answer leaves it working: its
-    /// owner was checked when it was opened or adopted here.
-    pub(crate) async fn confirm_stored(
+    /// and is not found; one the store lost is written again. A store that does not answer
+    /// leaves it working: its owner was checked when it was opened or adopted here.
+    pub(crate) async fn confirm(
         &self,
+        host: &impl Host,
+        backends: &crate::Backends,
         id: SessionId,
-        caller: &Principal,
     ) -> Result<SessionId, CoreError> {
-        let Some(store) = self.store() else {
+        let Some(store) = self.records() else {
             return Ok(id);
         };
-        if self.store_outage.ongoing() {
+        if self.outage.ongoing() {
             // The store just failed: held sessions are served from memory without waiting
             // for it at every request (it is tried again after a short pause).
             return Ok(id);
         }
         let touched = store.touch(id.as_str()).await;
-        self.store_outage.record(touched.is_ok());
+        self.outage.record(touched.is_ok());
         match touched {
             Ok(Presence::Live(rev)) => {
                 let known = self.registry.sessions.stored_rev(id.as_str());
                 if known.ok().flatten() != Some(rev) {
                     // Changed through another replica since this one last read or wrote it.
-                    self.reconcile(&id).await;
+                    self.reconcile(host, backends, &id).await;
                 }
                 Ok(id)
             }
             Ok(Presence::Lost) => {
                 // Written again from what this process holds: a store that restarted empty
                 // costs no session that a replica still serves.
-                if let Err(e) = self.store_session(&id).await {
+                if let Err(e) = self.write(host, &id).await {
                     tracing::debug!(error = %e, "a lost session record was not written again");
                 }
                 Ok(id)
             }
             Ok(Presence::Ended) => {
-                let _ = caller;
-                self.end_here(id.as_str()).await;
+                host.end_here(id.as_str()).await;
                 Err(CoreError::SessionNotFound)
             }
             Err(e) => {
@@ -402,8 +464,7 @@ impl Gateway {
     /// table's own count is this replica's only). `Err`: over the limit (the caller ends it),
     /// or the store did not answer (served here only with `store_fallback_memory`).
     pub(crate) async fn claim_owner_place(&self, session: &SessionId) -> Result<(), CoreError> {
-        let (Some(store), Some(max)) = (self.store(), self.config.max_sessions_per_principal)
-        else {
+        let (Some(store), Some(max)) = (self.records(), self.max_per_principal) else {
             return Ok(());
         };
         let owner = self.registry.sessions.owner_of(session.as_str())?;
@@ -413,7 +474,7 @@ impl Gateway {
         {
             Ok(true) => Ok(()),
             Ok(false) => Err(CoreError::TooManyPrincipalSessions(max)),
-            Err(e) if self.config.store_fallback_memory => {
+            Err(e) if self.fallback_memory => {
                 tracing::warn!(error = %e, "the session store did not count this session: counted by this replica only");
                 Ok(())
             }
@@ -423,7 +484,7 @@ impl Gateway {
 
     /// Gives back an ended session's place in its principal's count across replicas.
     pub(crate) async fn release_owner_place(&self, owner: &(String, String), id: &str) {
-        let (Some(store), Some(_)) = (self.store(), self.config.max_sessions_per_principal) else {
+        let (Some(store), Some(_)) = (self.records(), self.max_per_principal) else {
             return;
         };
         if let Err(e) = store.release_owner(&owner_key(owner), id).await {
@@ -434,8 +495,8 @@ impl Gateway {
     /// Ends the session in the store too (DELETE): no replica serves it afterwards. A store
     /// that does not answer fails the DELETE (503: the client retries), since other replicas
     /// would go on serving the session.
-    pub(crate) async fn unstore_session(&self, raw: &str) -> Result<(), CoreError> {
-        let Some(store) = self.store() else {
+    pub(crate) async fn unstore(&self, raw: &str) -> Result<(), CoreError> {
+        let Some(store) = self.records() else {
             return Ok(());
         };
         store

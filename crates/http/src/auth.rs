@@ -303,7 +303,7 @@ pub(crate) async fn admit(
             // lines without limit; the audit queue is bounded and drops (and counts) what
             // its writer cannot keep up with, so a flood neither blocks nor grows anything.
             // No remote address: the server is not started with connection info.
-            state.gateway.audit_unauthenticated(
+            state.gateway.access().record_unauthenticated(
                 audited,
                 request.method().as_str(),
                 request.uri().path(),

@@ -276,7 +276,11 @@ pub(crate) async fn serve_elsewhere(
         Err(HopFailure::Refused) => {
             switchboard_core::record_hop("home_gone");
             if let Gone::Session(session) = &gone {
-                state.gateway.end_unreachable_home(session).await;
+                state
+                    .gateway
+                    .session_store()
+                    .end_unreachable_home(session)
+                    .await;
             }
             unavailable(gone, id)
         }

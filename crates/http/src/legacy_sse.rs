@@ -72,7 +72,7 @@ fn open_stream(
     let prefix = endpoint_prefix(&state.config, headers);
     let mut endpoint = format!("{prefix}{MESSAGES_PATH}?session_id={}", session.id.as_str());
     // With replicas the stream is this one's: a POST reaching another is forwarded here.
-    if let Some(replica) = state.gateway.replica_id() {
+    if let Some(replica) = state.gateway.session_store().replica_id() {
         endpoint.push_str("&replica=");
         endpoint.push_str(replica);
     }
@@ -365,7 +365,11 @@ async fn run_initialize(
 /// unexpected response; anything else is the 404.
 async fn not_held(state: &AppState, uri: &Uri, msg: &Message<'_>, e: CoreError) -> HttpError {
     let gateway = &state.gateway;
-    if let Err(elsewhere) = gateway.sse_home(replica_param(uri.query())).await {
+    if let Err(elsewhere) = gateway
+        .session_store()
+        .sse_home(replica_param(uri.query()))
+        .await
+    {
         return HttpError::Core(msg.id.clone(), elsewhere);
     }
     match msg.kind == MessageKind::Response && !gateway.is_per_session() {

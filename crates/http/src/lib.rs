@@ -270,7 +270,7 @@ async fn too_many_connections() -> Response {
 }
 
 async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.gateway.backend_alive() {
+    if state.gateway.backends().primary_alive() {
         (StatusCode::OK, "ok\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "backend unavailable\n")
@@ -342,7 +342,7 @@ async fn stats(State(state): State<AppState>) -> axum::response::Response {
         "sessions": state.gateway.session_count(),
         "tableEntries": state.gateway.table_entries(),
         "partitions": state.gateway.partition_count(),
-        "backendEra": state.gateway.backend_era().to_string(),
+        "backendEra": state.gateway.backends().primary_era().to_string(),
     });
     axum::response::IntoResponse::into_response((
         [(axum::http::header::CONTENT_TYPE, "application/json")],

@@ -127,7 +127,7 @@ async fn open_listen(
     let detach = sse::OnDrop::new(move || gateway.close_listen(&sid, generation));
     Ok(sse::listen_stream(
         stream,
-        state.gateway.listen_id_suffix(),
+        state.gateway.session_store().listen_id_suffix(),
         detach,
         state.config.keep_alive,
         &state.draining,

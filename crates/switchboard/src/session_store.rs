@@ -55,14 +55,16 @@ pub(crate) fn peers(
     let (peers, task) = store.peers(
         move |inbound| match inbound {
             Inbound::Message(session, data) => {
-                receiver.deliver_from_peer(session, data);
+                receiver.session_store().deliver_from_peer(session, data);
             }
             Inbound::Ended(session) => receiver.end_from_peer(session),
-            Inbound::ListChanged(name) => receiver.list_changed_from_peer(name),
+            Inbound::ListChanged(name) => receiver.session_store().list_changed_from_peer(name),
         },
         async move { stop.cancelled().await },
     );
-    gateway.enable_peer_delivery(Arc::new(peers));
+    gateway
+        .session_store()
+        .enable_peer_delivery(Arc::new(peers));
     tokio::spawn(task)
 }
 

@@ -32,7 +32,10 @@ impl Gateway {
         let Some(stream) = stream else {
             return Ok(listen_needs_stream(id));
         };
-        let honoured = honoured(self.backend_of(route)?.info(), Filter::parse(msg.params));
+        let honoured = honoured(
+            route.entry(&self.backends)?.info(),
+            Filter::parse(msg.params),
+        );
         let placed = honoured
             .uris
             .iter()
@@ -205,7 +208,7 @@ impl Drop for ListenSubscriptions<'_> {
             std::mem::take(&mut self.uris),
         );
         let cleanup_owner = gateway.clone();
-        cleanup_owner.background.lock().spawn(async move {
+        cleanup_owner.background.spawn(async move {
             for (backend, uri) in uris {
                 let tables = gateway.registry.tables(&backend);
                 let lock = tables.subs.lock(&uri).await;

@@ -80,7 +80,9 @@ impl Gateway {
         };
         if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
             // Refused on era grounds: the backend may have changed (restart, upgrade).
-            self.reprobe(&route.backend);
+            let (gateway, backend) = (self.clone(), route.backend.clone());
+            let reprobe = async move { gateway.backends.reprobe(&backend).await };
+            self.background.spawn(reprobe);
         }
         Ok(answer)
     }

@@ -438,7 +438,7 @@ impl Gateway {
         if processes.is_empty() {
             return;
         }
-        self.background.lock().spawn(async move {
+        self.background.spawn(async move {
             for p in processes {
                 p.shutdown(GRACE).await;
             }
@@ -470,7 +470,7 @@ impl Gateway {
         route: &crate::resolve::Route,
     ) -> Result<Answer, CoreError> {
         // The partition is a process of the route's backend: that backend says what it feeds.
-        let entry = self.backend_of(route)?;
+        let entry = route.entry(&self.backends)?;
         let info = entry.info();
         let using = self
             .partition(
@@ -561,7 +561,7 @@ impl Drop for PartitionSubscriptions<'_> {
         }
         let handle = self.part.handle.clone();
         let deadline = self.gateway.config.request_timeout;
-        self.gateway.background.lock().spawn(async move {
+        self.gateway.background.spawn(async move {
             for uri in last {
                 let params = json!({ "uri": uri });
                 let _ = crate::backend::call(&handle, method::UNSUBSCRIBE, params, deadline).await;

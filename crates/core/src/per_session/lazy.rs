@@ -111,6 +111,7 @@ impl Gateway {
             return None;
         }
         let (entry, _) = self
+            .resolver()
             .choose_backend(&From::Request(Some(session)), method, params)
             .ok()?;
         self.per_session.for_backend(&entry.id)?;

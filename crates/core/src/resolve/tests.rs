@@ -7,7 +7,7 @@ use switchboard_upstream::{InboundSink, StdioConfig, UpstreamError, UpstreamOwne
 use super::*;
 use crate::per_session::SpawnBackend;
 use crate::session::OwnBackend;
-use crate::{Backend, BackendEra, BackendInfo, Backends, GatewayConfig, Principal, Registry};
+use crate::{Backend, BackendEra, BackendInfo, Principal, Registry};
 
 /// `cat`: a process that is alive, reads and never answers; told apart by its pid.
 fn cat(sink: Arc<dyn InboundSink>) -> (Upstream, UpstreamOwner) {
@@ -26,8 +26,10 @@ impl SpawnBackend for Cats {
     }
 }
 
+/// What a resolver reads, built without a gateway: one backend (`cat`), no aggregation.
 struct Fixture {
-    gateway: Arc<Gateway>,
+    backends: Backends,
+    per_session: Spawner,
     registry: Arc<Registry>,
     shared: u32,
     internal: Option<u32>,
@@ -36,8 +38,7 @@ struct Fixture {
 
 impl Fixture {
     fn new(with_internal: bool) -> Fixture {
-        let config = GatewayConfig::default();
-        let registry = Registry::new(&config);
+        let registry = Registry::new(&Default::default());
         let (handle, shared) = cat(registry.sink());
         let mut owners = vec![shared];
         let internal = with_internal.then(|| {
@@ -59,14 +60,29 @@ impl Fixture {
             internal: internal.clone(),
             handle: handle.clone(),
         };
-        let gateway = Gateway::new(Backends::single(backend), registry.clone(), config);
         Fixture {
-            gateway,
+            backends: Backends::single(backend),
+            per_session: Spawner::default(),
             registry,
             shared: handle.pid().expect("pid"),
             internal: internal.and_then(|i| i.pid()),
             owners,
         }
+    }
+
+    fn resolver(&self) -> Resolver<'_> {
+        Resolver {
+            backends: &self.backends,
+            vmcp: None,
+            per_session: &self.per_session,
+            sessions: &self.registry.sessions,
+        }
+    }
+
+    /// `run --isolation per-session`: every session gets its own `cat`.
+    fn enable_per_session(&self) {
+        let spawner: Arc<dyn SpawnBackend> = Arc::new(Cats);
+        (self.per_session).enable(true, vec![(BackendId::default_id(), spawner)]);
     }
 
     fn session(&self) -> SessionId {
@@ -94,7 +110,7 @@ impl Fixture {
     /// (via, pid) of where `from` goes; `None` for "nowhere yet".
     fn route(&self, from: From<'_>) -> Option<(Via, u32)> {
         let route = self
-            .gateway
+            .resolver()
             .resolve(from, "tools/call", None)
             .expect("routed")?;
         assert_eq!(route.backend, BackendId::default_id());
@@ -104,7 +120,9 @@ impl Fixture {
 
     async fn stop(self) {
         for ended in self.registry.sessions.drain() {
-            self.gateway.release(ended).await;
+            for process in ended.processes {
+                process.shutdown(Duration::from_secs(2)).await;
+            }
         }
         for owner in self.owners {
             owner.shutdown(Duration::from_secs(2)).await;
@@ -141,7 +159,7 @@ async fn an_ended_session_is_not_found_and_never_falls_through() {
             .expect("removed"),
     );
     let err = f
-        .gateway
+        .resolver()
         .resolve(From::Request(Some(&sid)), "tools/call", None)
         .expect_err("ended session");
     assert!(matches!(err, CoreError::SessionNotFound), "{err}");
@@ -154,7 +172,7 @@ async fn an_ended_session_is_not_found_and_never_falls_through() {
 #[tokio::test]
 async fn per_session_mode_uses_the_sessions_own_process_or_nothing() {
     let mut f = Fixture::new(false);
-    f.gateway.enable_per_session(Arc::new(Cats));
+    f.enable_per_session();
     let sid = f.session();
     // No process yet: nowhere (the shared process is other sessions').
     assert_eq!(f.route(From::Request(Some(&sid))), None);
@@ -216,7 +234,7 @@ async fn a_backend_outside_the_set_is_refused() {
         From::Cancel(&sid, &stranger),
     ] {
         let err = f
-            .gateway
+            .resolver()
             .resolve(from, "tools/call", None)
             .expect_err("unknown backend");
         assert!(matches!(err, CoreError::UnknownBackend(ref b) if b == &stranger));

@@ -8,22 +8,19 @@
 //!
 //! The same holds for a listen stream resumed elsewhere: its replay buffer is in the
 //! memory of the replica that held it, named in the stream's event ids
-//! ([`Gateway::resume_at`]).
+//! ([`SessionStore::resume_at`]).
 
-use super::StoreError;
-use crate::{CoreError, Gateway, Gone, ReplicaAt};
+use super::{Host, SessionStore, StoreError};
+use crate::{CoreError, Gone, ReplicaAt};
 
 /// What separates a listen event's own id from the replica that numbered it.
 const REPLICA_MARK: char = '@';
 
-impl Gateway {
+impl SessionStore {
     /// The home written into new sessions' records: this replica when sessions here have
     /// upstreams of their own and requests can be forwarded here.
-    pub(super) fn home_of_new_sessions(&self) -> Option<String> {
-        self.config
-            .replica_id
-            .clone()
-            .filter(|_| self.is_per_session())
+    pub(super) fn home_of_new_sessions(&self, host: &impl Host) -> Option<String> {
+        self.replica_id.clone().filter(|_| host.has_own_upstreams())
     }
 
     /// A session this replica does not hold whose record names `home`: served there
@@ -31,10 +28,10 @@ impl Gateway {
     /// (not found). Its home being this replica means it ended here (ids are never reused
     /// by a restarted process): its upstreams are gone, so the session is too.
     pub(super) async fn at_home(&self, raw: &str, home: &str) -> Result<(), CoreError> {
-        let Some(store) = self.store() else {
+        let Some(store) = self.records() else {
             return Err(CoreError::SessionNotFound);
         };
-        if self.config.replica_id.as_deref() != Some(home) {
+        if self.replica_id.as_deref() != Some(home) {
             let address = store.replica_address(home).await.map_err(unavailable)?;
             if let Some(registration) = address {
                 return Err(CoreError::ServedElsewhere {
@@ -60,7 +57,7 @@ impl Gateway {
     /// ends everywhere. Only for the session `at_home` named, i.e. after its owner check —
     /// never for a session id a request merely carries.
     pub async fn end_unreachable_home(&self, raw: &str) {
-        let Some(store) = self.store() else {
+        let Some(store) = self.records() else {
             return;
         };
         tracing::info!("session ended: the replica holding its own upstreams refuses connections");
@@ -78,7 +75,7 @@ impl Gateway {
         &self,
         msg: &switchboard_wire::Message<'_>,
     ) -> Result<(), CoreError> {
-        if self.config.replica_id.is_none() {
+        if self.replica_id.is_none() {
             return Ok(());
         }
         let Some(token) = msg
@@ -125,7 +122,7 @@ impl Gateway {
 
     /// `ServedElsewhere` when `replica` is another registered replica.
     async fn elsewhere(&self, replica: &str, gone: Gone) -> Result<(), CoreError> {
-        let (Some(own), Some(store)) = (self.config.replica_id.as_deref(), self.store()) else {
+        let (Some(own), Some(store)) = (self.replica_id.as_deref(), self.records()) else {
             return Ok(());
         };
         if replica == own || !plausible_replica(replica) {
@@ -146,14 +143,14 @@ impl Gateway {
     /// This replica's name, with replicas: an HTTP+SSE endpoint URL carries it (`replica=`),
     /// so a POST reaching another replica is taken to the one whose stream is the session.
     pub fn replica_id(&self) -> Option<&str> {
-        self.config.replica_id.as_deref()
+        self.replica_id.as_deref()
     }
 
     /// The suffix this replica puts on its listen events' ids (`listen-7@REPLICA`), so a
     /// client resuming through another replica is sent back to the one holding its replay
     /// buffer. `None` without replicas.
     pub fn listen_id_suffix(&self) -> Option<String> {
-        let replica = self.config.replica_id.as_deref()?;
+        let replica = self.replica_id.as_deref()?;
         Some(format!("{REPLICA_MARK}{replica}"))
     }
 
@@ -165,7 +162,7 @@ impl Gateway {
         &self,
         last_event_id: Option<&'a str>,
     ) -> Result<Option<&'a str>, CoreError> {
-        let Some(own) = self.config.replica_id.as_deref() else {
+        let Some(own) = self.replica_id.as_deref() else {
             return Ok(last_event_id);
         };
         let Some((event, replica)) = last_event_id.and_then(|id| id.split_once(REPLICA_MARK))
@@ -178,7 +175,7 @@ impl Gateway {
         if !plausible_replica(replica) {
             return Ok(None);
         }
-        let Some(store) = self.store() else {
+        let Some(store) = self.records() else {
             return Ok(None);
         };
         match store.replica_address(replica).await.map_err(unavailable)? {

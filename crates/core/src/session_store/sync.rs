@@ -5,16 +5,20 @@
 
 use switchboard_wire::method;
 
-use super::{parse, Record};
+use super::{parse, Host, Record, SessionStore};
 use crate::session::{SessionId, SubKey};
 use crate::BackendId;
-use crate::Gateway;
 
-impl Gateway {
+impl SessionStore {
     /// Reads the session's record again and applies it (see the module docs). A record that
     /// cannot be read now changes nothing: the next request tries again.
-    pub(super) async fn reconcile(&self, id: &SessionId) {
-        let Some(store) = self.store() else {
+    pub(super) async fn reconcile(
+        &self,
+        host: &impl Host,
+        backends: &crate::Backends,
+        id: &SessionId,
+    ) {
+        let Some(store) = self.records() else {
             return;
         };
         let Ok(Some((bytes, rev))) = store.get(id.as_str()).await else {
@@ -32,17 +36,17 @@ impl Gateway {
             return;
         };
         for key in wanted.iter().filter(|k| !held.contains(*k)) {
-            self.resubscribe(id, key.clone()).await;
+            self.resubscribe(host, backends, id, key.clone()).await;
         }
         for key in held.iter().filter(|k| !wanted.contains(*k)) {
-            self.drop_subscription(id, key).await;
+            self.drop_subscription(host, id, key).await;
         }
         tracing::debug!(session = ?id, "session changed elsewhere: reconciled");
     }
 
     /// Removes one of the session's subscriptions here; the backend hears the unsubscribe
     /// when no session here is left on that URI.
-    async fn drop_subscription(&self, id: &SessionId, key: &SubKey) {
+    async fn drop_subscription(&self, host: &impl Host, id: &SessionId, key: &SubKey) {
         let tables = self.registry.tables(&key.0);
         let lock = tables.subs.lock(&key.1).await;
         let had = self
@@ -52,9 +56,7 @@ impl Gateway {
             .unwrap_or(false);
         if had && tables.subs.remove(&lock, id.as_str()) {
             let params = serde_json::json!({ "uri": key.1 });
-            let _ = self
-                .internal_call(&key.0, method::UNSUBSCRIBE, params)
-                .await;
+            let _ = host.ask_backend(&key.0, method::UNSUBSCRIBE, params).await;
         }
     }
 }

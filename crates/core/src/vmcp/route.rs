@@ -1,6 +1,6 @@
 //! Which backend an aggregated request goes to, and under which name: the part of
-//! `resolve::choose_backend` that reads the merged lists. Tools and prompts route by their
-//! exposed name, resources by URI (then by template), completions by their reference. A name
+//! `resolve::Resolver::choose_backend` that reads the merged lists. Tools and prompts route by
+//! their exposed name, resources by URI (then by template), completions by their reference. A name
 //! the merged list does not hold — unknown, filtered, or dropped by the strategy — is refused
 //! the same way in both eras, before any backend sees it.
 
