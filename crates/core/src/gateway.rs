@@ -459,6 +459,38 @@ impl Gateway {
             + self.mrtr.held.len()
     }
 
+    /// Each backend's health and breaker, and the backends that did not start (`health`).
+    pub fn health(&self) -> &crate::health::Health {
+        &self.health
+    }
+
+    /// `/status`: per backend its health, era, transport and breaker; the live sessions.
+    pub fn status(&self) -> Value {
+        self.health.status(&self.backends, &self.registry.sessions)
+    }
+
+    /// The text exposition of every metric, with the gauges set from the gateway now.
+    pub fn render_metrics(&self) -> String {
+        let (streamable, sse) = self.registry.sessions.count_by_transport();
+        crate::metrics::set_sessions("streamable_http", streamable);
+        crate::metrics::set_sessions("sse", sse);
+        self.health.export();
+        crate::metrics::render()
+    }
+
+    /// Probes every backend every `probe_interval` until `stop` fires, following the set as
+    /// reloads change it (`health::probe`).
+    pub async fn run_probes(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let probe_loop = |id: crate::BackendId, token| {
+            let gateway = self.clone();
+            async move {
+                let backends = &gateway.backends;
+                gateway.health.probe_loop(backends, &id, &token).await;
+            }
+        };
+        crate::health::probe::follow(&self.backends, &stop, probe_loop).await;
+    }
+
     /// Warm Modern partitions (per-session mode). Counted apart from `table_entries`: they
     /// are kept on purpose while idle, and reaped after `partition_idle`.
     pub fn partition_count(&self) -> usize {

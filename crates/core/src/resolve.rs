@@ -32,6 +32,20 @@ pub(crate) struct Route {
     pub(crate) name: Name,
 }
 
+impl Route {
+    /// The gateway's own route to `entry` (what [`From::Gateway`] resolves to): the upstream
+    /// it keeps for its own requests, else the shared handle; the name as the gateway asks.
+    pub(crate) fn internal(entry: &BackendEntry) -> Route {
+        let backend = &entry.backend;
+        Route {
+            backend: entry.id.clone(),
+            upstream: (backend.internal.clone()).unwrap_or_else(|| backend.handle.clone()),
+            via: Via::Internal,
+            name: Name::AsClient,
+        }
+    }
+}
+
 /// Which of a backend's upstream handles a route uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Via {
@@ -173,10 +187,7 @@ impl Gateway {
             | From::Modern
             | From::Initialize => route(Via::Shared, shared()),
             From::Teardown(_) => route(Via::Shared, shared()),
-            From::Gateway(_) => {
-                let internal = entry.backend.internal.clone();
-                route(Via::Internal, internal.unwrap_or_else(shared))
-            }
+            From::Gateway(_) => Some(Route::internal(&entry)),
             From::Started(_, upstream) => route(Via::Started, upstream),
         })
     }
