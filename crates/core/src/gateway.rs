@@ -491,6 +491,44 @@ impl Gateway {
         crate::health::probe::follow(&self.backends, &stop, probe_loop).await;
     }
 
+    /// The trust state, when the gateway aggregates with trust on (`trust`).
+    pub fn trust(&self) -> Option<&Arc<crate::trust::Trust>> {
+        self.vmcp.as_ref()?.trust.as_ref()
+    }
+
+    /// `POST /trust/approve`: pins `backend`'s pending definition of `tool` (`NothingPending`
+    /// when none is); an approval has every backend's tools listed again and tells the
+    /// sessions.
+    pub async fn approve_tool(
+        &self,
+        backend: &str,
+        tool: &str,
+        digest: &str,
+        by: &Principal,
+    ) -> Result<crate::trust::Approval, CoreError> {
+        let Some(trust) = self.trust() else {
+            return Err(CoreError::Unsupported(
+                "tool trust (not aggregating)".into(),
+            ));
+        };
+        let outcome = trust.approve_by(backend, tool, digest, by).await?;
+        if outcome == crate::trust::Approval::Approved {
+            crate::trust::tools_changed(&self.backends, &self.registry, true);
+        }
+        Ok(outcome)
+    }
+
+    /// Re-reads the trust state file when it changes (`switchboard trust approve`), once a
+    /// second, until `stop` (`trust`). Returns at once when there is no file to watch.
+    pub async fn run_trust_watch(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let Some(trust) = self.trust().cloned() else {
+            return;
+        };
+        let changed =
+            |released| crate::trust::tools_changed(&self.backends, &self.registry, released);
+        trust.watch(&stop, changed).await;
+    }
+
     /// Warm Modern partitions (per-session mode). Counted apart from `table_entries`: they
     /// are kept on purpose while idle, and reaped after `partition_idle`.
     pub fn partition_count(&self) -> usize {
