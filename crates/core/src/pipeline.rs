@@ -23,12 +23,12 @@ use std::sync::Arc;
 use opentelemetry::trace::FutureExt as _;
 
 use switchboard_wire::classify::META_LOG_LEVEL;
-use switchboard_wire::{method, Message};
+use switchboard_wire::{encode_error, encode_result, method, Message, RequestId};
 
 use crate::access::{Admitted, Path};
 use crate::resolve::Route;
 use crate::resolve::{From, Via};
-use crate::tasks::TaskAsk;
+use crate::tasks::{Owner, TaskAsk};
 use crate::{Answer, CoreError, Era, Exchange, Gateway};
 
 /// How `http` delivers a request's answer, decided before the request runs
@@ -263,6 +263,34 @@ impl Gateway {
             }
         };
         legacy.map(Answer::ok)
+    }
+}
+
+impl Gateway {
+    /// The Task adapter: `tasks/get|result|cancel|list` for the caller's own tasks only
+    /// (`tasks`): another's task answers as an unknown one before the backend is asked, and a
+    /// listing is narrowed to the caller's tasks.
+    async fn task_request(
+        &self,
+        ex: Exchange<'_>,
+        id: &RequestId,
+        name: &str,
+        route: &Route,
+    ) -> Result<Vec<u8>, CoreError> {
+        let owner = Owner::of(ex.caller, ex.session());
+        let tables = self.registry.tables(&route.backend);
+        if !tables.tasks.admits(owner.as_ref(), name, ex.msg.params) {
+            return Ok(encode_error(Some(id), &crate::tasks::unknown_task()));
+        }
+        let credential = ex.caller.credential.as_ref();
+        let (session, stream) = (ex.session(), ex.stream);
+        let answer =
+            (self.call_backend(session, id, name, ex.msg, (stream, credential), route)).await?;
+        if name == crate::tasks::LIST && !answer.is_error() {
+            let filtered = tables.tasks.filter_list(owner.as_ref(), answer.payload());
+            return Ok(encode_result(id, &filtered));
+        }
+        Ok(crate::send::restore(id, &answer))
     }
 }
 

@@ -65,7 +65,8 @@ impl Gateway {
         let answer =
             (self.call_backend(session, id, name, ex.msg, (ex.stream, credential), route)).await?;
         if let (Some(owner), true, false) = (&task.owner, task.asked, answer.is_error()) {
-            self.record_task(&route.backend, owner, &answer);
+            let tables = self.registry.tables(&route.backend);
+            (tables.tasks).record_answer(&self.registry.sessions, owner, &answer);
         }
         Ok(restore(id, &answer))
     }
