@@ -507,7 +507,8 @@ impl Health {
         for (id, b) in self.backends.load().iter() {
             if let Some((state, breaker)) = self.state_of(id) {
                 let in_flight = b.in_flight.load(Ordering::Relaxed);
-                metrics::set_backend(id, state.as_str(), breaker.as_str(), in_flight);
+                let state = (&HealthState::WORDS[..], state.as_str());
+                metrics::set_backend(id, state, breaker.as_str(), in_flight);
             }
         }
     }
