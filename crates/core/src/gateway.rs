@@ -495,6 +495,76 @@ impl Gateway {
             + self.mrtr.held.len()
     }
 
+    /// Each backend's health and breaker, and the backends that did not start (`health`).
+    pub fn health(&self) -> &crate::health::Health {
+        &self.health
+    }
+
+    /// `/status`: per backend its health, era, transport and breaker; the live sessions.
+    pub fn status(&self) -> Value {
+        self.health.status(&self.backends, &self.registry.sessions)
+    }
+
+    /// The text exposition of every metric, with the gauges set from the gateway now.
+    pub fn render_metrics(&self) -> String {
+        let (streamable, sse) = self.registry.sessions.count_by_transport();
+        crate::metrics::set_sessions("streamable_http", streamable);
+        crate::metrics::set_sessions("sse", sse);
+        self.health.export();
+        crate::metrics::render()
+    }
+
+    /// Probes every backend every `probe_interval` until `stop` fires, following the set as
+    /// reloads change it (`health::probe`).
+    pub async fn run_probes(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let probe_loop = |id: crate::BackendId, token| {
+            let gateway = self.clone();
+            async move {
+                let backends = &gateway.backends;
+                gateway.health.probe_loop(backends, &id, &token).await;
+            }
+        };
+        crate::health::probe::follow(&self.backends, &stop, probe_loop).await;
+    }
+
+    /// The trust state, when the gateway aggregates with trust on (`trust`).
+    pub fn trust(&self) -> Option<&Arc<crate::trust::Trust>> {
+        self.vmcp.as_ref()?.trust.as_ref()
+    }
+
+    /// `POST /trust/approve`: pins `backend`'s pending definition of `tool` (`NothingPending`
+    /// when none is); an approval has every backend's tools listed again and tells the
+    /// sessions.
+    pub async fn approve_tool(
+        &self,
+        backend: &str,
+        tool: &str,
+        digest: &str,
+        by: &Principal,
+    ) -> Result<crate::trust::Approval, CoreError> {
+        let Some(trust) = self.trust() else {
+            return Err(CoreError::Unsupported(
+                "tool trust (not aggregating)".into(),
+            ));
+        };
+        let outcome = trust.approve_by(backend, tool, digest, by).await?;
+        if outcome == crate::trust::Approval::Approved {
+            crate::trust::tools_changed(&self.backends, &self.registry, true);
+        }
+        Ok(outcome)
+    }
+
+    /// Re-reads the trust state file when it changes (`switchboard trust approve`), once a
+    /// second, until `stop` (`trust`). Returns at once when there is no file to watch.
+    pub async fn run_trust_watch(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let Some(trust) = self.trust().cloned() else {
+            return;
+        };
+        let changed =
+            |released| crate::trust::tools_changed(&self.backends, &self.registry, released);
+        trust.watch(&stop, changed).await;
+    }
+
     /// Warm Modern partitions (per-session mode). Counted apart from `table_entries`: they
     /// are kept on purpose while idle, and reaped after `partition_idle`.
     pub fn partition_count(&self) -> usize {

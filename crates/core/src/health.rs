@@ -46,7 +46,7 @@ use crate::CoreError;
 
 pub(crate) mod breaker;
 mod flight;
-mod probe;
+pub(crate) mod probe;
 mod status;
 
 pub(crate) use flight::Flight;
@@ -235,7 +235,7 @@ struct Facts {
 
 /// Every backend's health (`Gateway::health`).
 #[derive(Debug)]
-pub(crate) struct Health {
+pub struct Health {
     pub(crate) config: HealthConfig,
     /// Replaced whole when a reload adds or removes backends ([`Health::reshape`]); a
     /// backend kept across it keeps its entry (breaker and facts).
@@ -276,9 +276,10 @@ impl Health {
         }
     }
 
-    /// Backend `id` is configured but could not be started (`why`, fixed words); replaces
-    /// what was known of its earlier attempt.
-    pub(crate) fn not_started(&self, id: &BackendId, unauthenticated: bool, why: String) {
+    /// Backend `id` is configured but could not be started (`why`: fixed words, no remote's
+    /// text; `unauthenticated`: the remote refused the gateway's credential); replaces what
+    /// was known of its earlier attempt. `/status` shows it until a reshape adds it to the set.
+    pub fn not_started(&self, id: &BackendId, unauthenticated: bool, why: String) {
         let mut absent = self.absent.lock();
         absent.retain(|a| &a.id != id);
         absent.push(Absent {
@@ -290,8 +291,9 @@ impl Health {
         absent.sort_by(|a, b| a.id.cmp(&b.id));
     }
 
-    /// Forgets the absent backends that are no longer configured.
-    pub(crate) fn forget_absent_except(&self, configured: &[BackendId]) {
+    /// Forgets the absent backends that are no longer configured (`configured`: the names
+    /// the configuration holds now).
+    pub fn forget_absent_except(&self, configured: &[BackendId]) {
         self.absent.lock().retain(|a| configured.contains(&a.id));
     }
 
@@ -487,8 +489,9 @@ impl Health {
         })
     }
 
-    /// Whether the gateway is ready to serve (`/readyz`, per [`ReadyWhen`]).
-    pub(crate) fn ready(&self) -> bool {
+    /// Whether the gateway is ready to serve (`/readyz`): at least one backend serving, or
+    /// every one ([`ReadyWhen`]).
+    pub fn ready(&self) -> bool {
         let table = self.backends.load();
         let mut serving = table
             .keys()
@@ -504,7 +507,8 @@ impl Health {
         for (id, b) in self.backends.load().iter() {
             if let Some((state, breaker)) = self.state_of(id) {
                 let in_flight = b.in_flight.load(Ordering::Relaxed);
-                metrics::set_backend(id, state.as_str(), breaker.as_str(), in_flight);
+                let state = (&HealthState::WORDS[..], state.as_str());
+                metrics::set_backend(id, state, breaker.as_str(), in_flight);
             }
         }
     }

@@ -382,16 +382,17 @@ pub(crate) fn restarted(backend: &BackendId) {
         .inc();
 }
 
-/// Sets one backend's gauges: `state` and `breaker` are 1 for the current word, 0 for the
-/// others (so a scrape shows transitions, not only presence).
+/// Sets one backend's gauges: `state` (one of `states`, every health state's word) and
+/// `breaker` are 1 for the current word, 0 for the others (so a scrape shows transitions, not
+/// only presence).
 pub(crate) fn set_backend(
     backend: &BackendId,
-    state: &'static str,
+    (states, state): (&[&'static str], &'static str),
     breaker: &'static str,
     in_flight: usize,
 ) {
     let m = get();
-    for word in crate::health::HealthState::WORDS {
+    for &word in states {
         let labels = StateLabels {
             backend: backend.clone(),
             state: Word(word),

@@ -326,7 +326,8 @@ impl Gateway {
             })
             .await?;
         if let (Some(owner), false) = (task_owner, answer.is_error()) {
-            self.record_task(&route.backend, owner, &answer);
+            let tables = self.registry.tables(&route.backend);
+            (tables.tasks).record_answer(&self.registry.sessions, owner, &answer);
         }
         Ok(self.complete(id, name, &answer))
     }

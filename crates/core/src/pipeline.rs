@@ -23,13 +23,15 @@ use std::sync::Arc;
 use opentelemetry::trace::FutureExt as _;
 
 use switchboard_wire::classify::META_LOG_LEVEL;
-use switchboard_wire::{method, Message};
+use switchboard_wire::headers::ParamHeader;
+use switchboard_wire::{encode_error, encode_result, method, Message, RequestId};
 
 use crate::access::{Access, Admitted, Path};
 use crate::resolve::{From, Via};
 use crate::resolve::{Resolver, Route};
-use crate::tasks::TaskAsk;
-use crate::{Answer, CoreError, Era, Exchange, Gateway};
+use crate::tasks::{Owner, TaskAsk};
+use crate::tool_headers::{self, TOOLS_CALL, TOOLS_LIST};
+use crate::{Answer, CoreError, Era, Exchange, Gateway, Principal};
 
 /// How `http` delivers a request's answer, decided before the request runs
 /// ([`Gateway::plan`]).
@@ -114,6 +116,37 @@ impl Gateway {
             .and_then(|a| serde_json::from_str(a.get()).ok());
         switchboard_wire::headers::check_params(args.as_ref(), &spec, header)
             .map_err(CoreError::HeaderMismatch)
+    }
+
+    /// The `Mcp-Param-*` designations of `tool` for `caller` (`tool_headers`); `None` when it
+    /// has none, is unknown, hidden from the caller (a hidden tool must answer as a missing
+    /// one, which has no designations to check: admission refuses it next), or the backend's
+    /// tools cannot be learned right now.
+    async fn param_headers(&self, caller: &Principal, tool: &str) -> Option<Arc<[ParamHeader]>> {
+        // The backend the Modern `tools/call` of `tool` would go to, and its name there
+        // (aggregating: the merged list's; `None`, unchecked, before it is built — it is
+        // built at startup).
+        let (backend, name) = match self.vmcp() {
+            Some(vmcp) => {
+                let view = vmcp.current(crate::catalog::Kind::Tools)?;
+                let (backend, original) = view.all.lookup(tool)?;
+                (backend.clone(), original.to_owned())
+            }
+            None => {
+                let route = self.resolve(From::Modern, TOOLS_CALL, None).ok()??;
+                (route.backend, tool.to_owned())
+            }
+        };
+        let tables = self.registry.tables(&backend);
+        let fetch = |cursor: Option<String>| {
+            let backend = &backend;
+            async move { (self.list_page(backend, TOOLS_LIST, cursor.as_deref())).await }
+        };
+        let spec = tables.tool_headers.of(&name, fetch).await?;
+        // Judged only for the few tools that designate headers: the common call is judged
+        // once, by admission.
+        let access = &self.config.access;
+        tool_headers::visible(access, self.origins(), caller, tool).then_some(spec)
     }
 
     /// Handles one client request, either era, and returns its one answer with the client's
@@ -302,6 +335,34 @@ fn path_of(ex: &Exchange<'_>) -> Path {
     match ex.era {
         Era::Legacy { .. } => Path::Legacy,
         Era::Modern => Path::Modern,
+    }
+}
+
+impl Gateway {
+    /// The Task adapter: `tasks/get|result|cancel|list` for the caller's own tasks only
+    /// (`tasks`): another's task answers as an unknown one before the backend is asked, and a
+    /// listing is narrowed to the caller's tasks.
+    async fn task_request(
+        &self,
+        ex: Exchange<'_>,
+        id: &RequestId,
+        name: &str,
+        route: &Route,
+    ) -> Result<Vec<u8>, CoreError> {
+        let owner = Owner::of(ex.caller, ex.session());
+        let tables = self.registry.tables(&route.backend);
+        if !tables.tasks.admits(owner.as_ref(), name, ex.msg.params) {
+            return Ok(encode_error(Some(id), &crate::tasks::unknown_task()));
+        }
+        let credential = ex.caller.credential.as_ref();
+        let (session, stream) = (ex.session(), ex.stream);
+        let answer =
+            (self.call_backend(session, id, name, ex.msg, (stream, credential), route)).await?;
+        if name == crate::tasks::LIST && !answer.is_error() {
+            let filtered = tables.tasks.filter_list(owner.as_ref(), answer.payload());
+            return Ok(encode_result(id, &filtered));
+        }
+        Ok(crate::send::restore(id, &answer))
     }
 }
 

@@ -43,6 +43,18 @@ impl Route {
             .get(&self.backend)
             .ok_or_else(|| CoreError::UnknownBackend(self.backend.clone()))
     }
+
+    /// The gateway's own route to `entry` (what [`From::Gateway`] resolves to): the upstream
+    /// it keeps for its own requests, else the shared handle; the name as the gateway asks.
+    pub(crate) fn internal(entry: &BackendEntry) -> Route {
+        let backend = &entry.backend;
+        Route {
+            backend: entry.id.clone(),
+            upstream: (backend.internal.clone()).unwrap_or_else(|| backend.handle.clone()),
+            via: Via::Internal,
+            name: Name::AsClient,
+        }
+    }
 }
 
 /// Which of a backend's upstream handles a route uses.
@@ -199,10 +211,7 @@ impl Resolver<'_> {
             | From::Modern
             | From::Initialize => route(Via::Shared, shared()),
             From::Teardown(_) => route(Via::Shared, shared()),
-            From::Gateway(_) => {
-                let internal = entry.backend.internal.clone();
-                route(Via::Internal, internal.unwrap_or_else(shared))
-            }
+            From::Gateway(_) => Some(Route::internal(&entry)),
             From::Started(_, upstream) => route(Via::Started, upstream),
         })
     }

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use opentelemetry::trace::FutureExt as _;
 use serde_json::value::RawValue;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -65,7 +65,8 @@ impl Gateway {
         let answer =
             (self.call_backend(session, id, name, ex.msg, (ex.stream, credential), route)).await?;
         if let (Some(owner), true, false) = (&task.owner, task.asked, answer.is_error()) {
-            self.record_task(&route.backend, owner, &answer);
+            let tables = self.registry.tables(&route.backend);
+            (tables.tasks).record_answer(&self.registry.sessions, owner, &answer);
         }
         Ok(restore(id, &answer))
     }
@@ -257,6 +258,36 @@ impl Gateway {
             .await
             .map_err(|_| CoreError::Timeout(deadline))?
             .map_err(CoreError::from)
+    }
+
+    /// One page of `backend`'s list `method` (from `cursor`), through the gateway's own
+    /// route and in the backend's era; the backend's error text, bounded, is for the log.
+    /// Also what the aggregating gateway fetches its lists with (`vmcp`).
+    pub(crate) async fn list_page(
+        &self,
+        backend: &BackendId,
+        method: &str,
+        cursor: Option<&str>,
+    ) -> Result<Value, String> {
+        let modern = self.backends.get(backend).is_some_and(|b| b.modern_now());
+        let mut params = if modern {
+            json!({ "_meta": crate::backend::gateway_envelope() })
+        } else {
+            json!({})
+        };
+        if let Some(c) = cursor {
+            params["cursor"] = json!(c);
+        }
+        let answer = self
+            .internal_call(backend, method, params)
+            .await
+            .map_err(|e| format!("{method} failed: {e}"))?;
+        if answer.is_error() {
+            // Never the backend's words: this goes to the log, and they may quote a secret.
+            return Err(crate::backend::refused(method, answer.payload()));
+        }
+        serde_json::from_str(answer.payload())
+            .map_err(|e| format!("{method} answered unreadable JSON: {e}"))
     }
 }
 

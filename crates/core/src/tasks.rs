@@ -17,6 +17,7 @@
 //! tagged with `io.modelcontextprotocol/related-task` reach only the owning session's listen
 //! stream (a principal-owned task has no stream to go to: dropped, never broadcast).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 
 use parking_lot::Mutex;
@@ -24,17 +25,11 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use switchboard_upstream::BackendResponse;
-use switchboard_wire::{
-    codes, encode_error, encode_result, object_member, ErrorObject, RequestId, ResultMarks,
-};
+use switchboard_wire::{codes, object_member, ErrorObject, ResultMarks};
 
-use crate::resolve::Route;
-use crate::send::restore;
-use crate::session::SessionId;
-use crate::BackendId;
+use crate::session::{SessionId, Sessions};
 use crate::Exchange;
 use crate::Principal;
-use crate::{CoreError, Gateway};
 
 /// `_meta` key tying a message to a task.
 pub(crate) const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -195,83 +190,58 @@ fn created_task(result: &str) -> Option<String> {
     ResultMarks::of(result).created_task.map(|t| t.into_owned())
 }
 
-/// The task flow of a request: ownership checks before the backend, recording and list
-/// filtering after it.
-impl Gateway {
-    /// Records the task a successful answer of `backend` created as `owner`'s.
-    pub(crate) fn record_task(&self, backend: &BackendId, owner: &Owner, answer: &BackendResponse) {
-        let tables = self.registry.tables(backend);
-        let tasks = &tables.tasks;
+/// What a request's answer does to the owners: recorded as it creates tasks.
+impl TaskOwners {
+    /// Records the task a successful answer created as `owner`'s; a session owner's only
+    /// while its session lives in `sessions`.
+    pub(crate) fn record_answer(
+        &self,
+        sessions: &Sessions,
+        owner: &Owner,
+        answer: &BackendResponse,
+    ) {
         match owner {
             // Under the session's lock: a session that ended meanwhile (its tasks already
             // purged) records nothing that nobody would ever purge.
             Owner::Session(sid) => {
-                let _ = self
-                    .registry
-                    .sessions
-                    .while_live(sid, || tasks.record(owner, answer.payload()));
+                let _ = sessions.while_live(sid, || self.record(owner, answer.payload()));
             }
-            Owner::Principal { .. } => tasks.record(owner, answer.payload()),
+            Owner::Principal { .. } => self.record(owner, answer.payload()),
         }
     }
 
-    /// Records the task a Modern backend's answer created: one the request asked for (as
-    /// `owner`, already known), or a handle the backend returned unasked to a `tools/call`
-    /// (the Tasks extension allows it), whose owner is learned only then.
-    pub(crate) fn record_modern_task(
+    /// Whether `owner` may send `name` (`tasks/get|result|cancel|list`) with `params` to the
+    /// backend: a listing always (its answer is filtered), a request naming one task only
+    /// when `owner` owns it.
+    pub(crate) fn admits(
         &self,
-        caller: &Principal,
         owner: Option<&Owner>,
-        asked: bool,
-        (name, route): (&str, &Route),
-        answer: &BackendResponse,
-        marks: &ResultMarks<'_>,
-    ) {
-        if answer.is_error() {
-            return;
-        }
-        if asked {
-            if let Some(owner) = owner {
-                self.record_task(&route.backend, owner, answer);
-            }
-        } else if name == MAY_CREATE && marks.created_task.is_some() {
-            if let Some(owner) = Owner::of(caller, None) {
-                self.record_task(&route.backend, &owner, answer);
-            }
-        }
-    }
-
-    /// `tasks/get|result|cancel|list`: only the caller's own tasks exist for it.
-    pub(crate) async fn task_request(
-        &self,
-        call: Exchange<'_>,
-        id: &RequestId,
         name: &str,
-        route: &Route,
-    ) -> Result<Vec<u8>, CoreError> {
-        let owner = Owner::of(call.caller, call.session());
-        let tables = self.registry.tables(&route.backend);
-        if name != LIST {
-            let task = requested_task(call.msg.params);
-            if !task.is_some_and(|t| tables.tasks.owns(owner.as_ref(), &t)) {
-                return Ok(encode_error(Some(id), &unknown_task()));
-            }
-        }
-        let answer = self
-            .call_backend(
-                call.session(),
-                id,
-                name,
-                call.msg,
-                (call.stream, call.caller.credential.as_ref()),
-                route,
-            )
-            .await?;
-        if name == LIST && !answer.is_error() {
-            let filtered = tables.tasks.filter_list(owner.as_ref(), answer.payload());
-            return Ok(encode_result(id, &filtered));
-        }
-        Ok(restore(id, &answer))
+        params: Option<&RawValue>,
+    ) -> bool {
+        name == LIST || requested_task(params).is_some_and(|t| self.owns(owner, &t))
+    }
+}
+
+/// Whose task a Modern backend's answer created, if any: one the request asked for (as
+/// `owner`, already known), or a handle the backend returned unasked to a `tools/call` (the
+/// Tasks extension allows it), whose owner is learned only then.
+pub(crate) fn created_by<'a>(
+    caller: &Principal,
+    (owner, asked): (Option<&'a Owner>, bool),
+    name: &str,
+    answer: &BackendResponse,
+    marks: &ResultMarks<'_>,
+) -> Option<Cow<'a, Owner>> {
+    if answer.is_error() {
+        return None;
+    }
+    if asked {
+        owner.map(Cow::Borrowed)
+    } else if name == MAY_CREATE && marks.created_task.is_some() {
+        Owner::of(caller, None).map(Cow::Owned)
+    } else {
+        None
     }
 }
 

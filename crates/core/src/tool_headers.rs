@@ -11,133 +11,98 @@
 mod flight;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use switchboard_wire::headers::{param_headers, ParamHeader};
 
-use crate::resolve::From;
-use crate::BackendId;
-use crate::Gateway;
+use crate::access::{Access, Origins, Target};
 
 /// The call whose arguments the designations are about.
-const TOOLS_CALL: &str = "tools/call";
+pub(crate) const TOOLS_CALL: &str = "tools/call";
+
+/// The list the designations are learned from.
+pub(crate) const TOOLS_LIST: &str = "tools/list";
 
 /// Tool name → its header designations (only tools that have any).
 type Table = Arc<HashMap<String, Arc<[ParamHeader]>>>;
 
-/// The cache; empty until first needed and after every tools `list_changed`.
-pub(crate) type ToolHeaders = flight::SingleFlight<Table>;
-
 /// Pages of `tools/list` read at most (a backend paginating forever must not stall requests).
 const MAX_PAGES: usize = 50;
 
-impl Gateway {
-    /// The `Mcp-Param-*` designations of `tool` for `caller`; `None` when it has none, is
-    /// unknown, hidden from the caller (a hidden tool must answer as a missing one, which has
-    /// no designations to check: admission refuses it next), or the backend's tools cannot be
-    /// learned right now.
-    pub(crate) async fn param_headers(
-        &self,
-        caller: &crate::Principal,
-        tool: &str,
-    ) -> Option<Arc<[ParamHeader]>> {
-        // The backend the Modern `tools/call` of `tool` would go to, and its name there
-        // (aggregating: the merged list's; `None`, unchecked, before it is built — it is
-        // built at startup).
-        let (backend, name) = match self.vmcp() {
-            Some(vmcp) => {
-                let view = vmcp.current(crate::catalog::Kind::Tools)?;
-                let (backend, original) = view.all.lookup(tool)?;
-                (backend.clone(), original.to_owned())
-            }
-            None => {
-                let route = self.resolve(From::Modern, TOOLS_CALL, None).ok()??;
-                (route.backend, tool.to_owned())
-            }
-        };
-        let tables = self.registry.tables(&backend);
-        let table = tables
-            .tool_headers
-            .get(self.learn_tool_headers(&backend))
-            .await?;
-        let spec = table.get(&name).cloned()?;
-        // Judged only for the few tools that designate headers: the common call is judged
-        // once, by admission.
-        self.visible_tool(caller, tool).then_some(spec)
+/// One backend's designations (`registry::BackendTables`): empty until first needed and
+/// after every tools `list_changed`.
+#[derive(Debug, Default)]
+pub(crate) struct ToolHeaders {
+    cache: flight::SingleFlight<Table>,
+}
+
+impl ToolHeaders {
+    /// The designations of the backend's tool `name` (its own name); `None` when it has
+    /// none, is unknown, or the backend's tools cannot be learned right now. Learned, when
+    /// nobody holds or is learning them, by walking the backend's `tools/list`, `fetch` reading
+    /// the page at a cursor.
+    pub(crate) async fn of<F, P>(&self, name: &str, fetch: F) -> Option<Arc<[ParamHeader]>>
+    where
+        F: Fn(Option<String>) -> P,
+        P: Future<Output = Result<Value, String>>,
+    {
+        let table = self.cache.get(walk(fetch)).await?;
+        table.get(name).cloned()
     }
 
-    /// Whether `caller`'s lists show `tool` (always, without a policy).
-    fn visible_tool(&self, caller: &crate::Principal, tool: &str) -> bool {
-        if !self.config.access.has_policy() {
-            return true;
-        }
-        let target = crate::access::Target::Tool(tool.to_owned());
-        let origins = self.origins();
-        let origin = origins.and_then(|o| o.of_item(&target));
-        let composite = origins.is_some_and(|o| o.composite(tool));
-        (origins.is_none() || origin.is_some() || composite)
-            && self
-                .config
-                .access
-                .allows(caller, "call_tool", &target, origin.as_ref())
+    /// Forgets the designations (the backend's tools changed), and any walk in progress.
+    pub(crate) fn invalidate(&self) {
+        self.cache.invalidate();
     }
+}
 
-    /// Walks every page of `backend`'s `tools/list`. Any failure fails the whole walk: a
-    /// partial table would silently skip the checks of the tools it misses.
-    async fn learn_tool_headers(&self, backend: &BackendId) -> Result<Table, String> {
-        let mut table = HashMap::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let page = self
-                .list_page(backend, "tools/list", cursor.as_deref())
-                .await?;
-            for tool in page["tools"].as_array().into_iter().flatten() {
-                let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema"))
-                else {
-                    continue;
-                };
-                let spec = param_headers(schema);
-                if !spec.is_empty() {
-                    table.insert(name.to_owned(), Arc::from(spec));
-                }
-            }
-            cursor = page["nextCursor"].as_str().map(str::to_owned);
-            if cursor.is_none() {
-                return Ok(Arc::new(table));
-            }
-        }
-        Err(format!("tools/list has more than {MAX_PAGES} pages"))
+/// Whether `caller`'s lists show `tool` under `access` (always, without a policy), the
+/// merged lists' `origins` saying where it is served when aggregating.
+pub(crate) fn visible(
+    access: &Access,
+    origins: Option<&dyn Origins>,
+    caller: &crate::Principal,
+    tool: &str,
+) -> bool {
+    if !access.has_policy() {
+        return true;
     }
+    let target = Target::Tool(tool.to_owned());
+    let origin = origins.and_then(|o| o.of_item(&target));
+    let composite = origins.is_some_and(|o| o.composite(tool));
+    (origins.is_none() || origin.is_some() || composite)
+        && access.allows(caller, "call_tool", &target, origin.as_ref())
+}
 
-    /// One page of `backend`'s list `method` (from `cursor`), through the gateway's own
-    /// route and in the backend's era; the backend's error text, bounded, is for the log.
-    /// Also what the aggregating gateway fetches its lists with (`vmcp`).
-    pub(crate) async fn list_page(
-        &self,
-        backend: &BackendId,
-        method: &str,
-        cursor: Option<&str>,
-    ) -> Result<Value, String> {
-        let modern = self.backends.get(backend).is_some_and(|b| b.modern_now());
-        let mut params = if modern {
-            json!({ "_meta": crate::backend::gateway_envelope() })
-        } else {
-            json!({})
-        };
-        if let Some(c) = cursor {
-            params["cursor"] = json!(c);
+/// Walks every page of a backend's `tools/list` (`fetch` reads the one at a cursor). Any
+/// failure fails the whole walk: a partial table would silently skip the checks of the tools
+/// it misses.
+async fn walk<F, P>(fetch: F) -> Result<Table, String>
+where
+    F: Fn(Option<String>) -> P,
+    P: Future<Output = Result<Value, String>>,
+{
+    let mut table = HashMap::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let page = fetch(cursor.take()).await?;
+        for tool in page["tools"].as_array().into_iter().flatten() {
+            let (Some(name), Some(schema)) = (tool["name"].as_str(), tool.get("inputSchema"))
+            else {
+                continue;
+            };
+            let spec = param_headers(schema);
+            if !spec.is_empty() {
+                table.insert(name.to_owned(), Arc::from(spec));
+            }
         }
-        let answer = self
-            .internal_call(backend, method, params)
-            .await
-            .map_err(|e| format!("{method} failed: {e}"))?;
-        if answer.is_error() {
-            // Never the backend's words: this goes to the log, and they may quote a secret.
-            return Err(crate::backend::refused(method, answer.payload()));
+        cursor = page["nextCursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            return Ok(Arc::new(table));
         }
-        serde_json::from_str(answer.payload())
-            .map_err(|e| format!("{method} answered unreadable JSON: {e}"))
     }
+    Err(format!("tools/list has more than {MAX_PAGES} pages"))
 }

@@ -2,7 +2,7 @@
 //! a state file (`store`) that survives restarts and that `switchboard trust` edits.
 //!
 //! Every tools list the aggregating gateway fetches from a backend is screened here before
-//! the catalog records it (`Gateway::screen_tools`): a pinned tool whose definition is the
+//! the catalog records it (`Trust::screen_tools`): a pinned tool whose definition is the
 //! same is served; one seen for the first time is pinned (`newTools: allow`) or held for
 //! approval (`newTools: quarantine`); a pinned tool whose definition changed is, in `pin`
 //! mode, quarantined — left out of every list and refused on every call, naming it, before
@@ -11,7 +11,7 @@
 //!
 //! The file is the truth: every change (the gateway's or the command's) is a locked
 //! read-modify-write, and the gateway re-reads it when its modification time changes (a
-//! task polling once a second, `Gateway::run_trust_watch`), so an approval takes effect
+//! task polling once a second, `Trust::watch`), so an approval takes effect
 //! without a restart. The in-memory copy is behind a short lock never held across an await;
 //! file I/O runs on the blocking pool.
 
@@ -31,6 +31,7 @@ pub mod store;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use gateway::tools_changed;
 pub use store::{Pending, Pin, StoreError, TrustFile};
 
 /// The current UTC time as the state file and audit lines write it (RFC 3339).
@@ -129,7 +130,7 @@ pub(crate) struct Finding {
 
 /// The trust state of an aggregating gateway.
 #[derive(Debug)]
-pub(crate) struct Trust {
+pub struct Trust {
     config: TrustConfig,
     known: parking_lot::Mutex<Known>,
     audit: Option<Arc<AuditLog>>,

@@ -524,8 +524,8 @@ impl Gateway {
             (id, fetched)
         });
         for (id, fetched) in futures::future::join_all(fetches).await {
-            if let (Kind::Tools, Ok(items)) = (kind, &fetched) {
-                self.screen_tools(id, items).await;
+            if let (Kind::Tools, Ok(items), Some(trust)) = (kind, &fetched, &vmcp.trust) {
+                trust.screen_tools(id, items).await;
             }
             vmcp.record(id, kind, fetched);
         }

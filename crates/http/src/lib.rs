@@ -279,7 +279,7 @@ async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {
 
 /// 200 when the gateway is ready to serve (`--ready-when`), else 503.
 async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.gateway.ready() {
+    if state.gateway.health().ready() {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")

@@ -71,10 +71,10 @@ pub(crate) async fn trust(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Principal>>,
 ) -> Response {
-    match state.gateway.trust_status() {
+    match state.gateway.trust() {
         None => json_answer(json!({"mode": "off", "pending": []})),
-        Some(_) if !state.gateway.trust_approver(&caller) => OpsError::NotApprover.into_response(),
-        Some(status) => json_answer(status),
+        Some(trust) if !trust.is_approver(&caller) => OpsError::NotApprover.into_response(),
+        Some(trust) => json_answer(trust.status_page()),
     }
 }
 

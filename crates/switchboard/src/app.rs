@@ -168,7 +168,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         let (unauthenticated, words) = crate::start_backends::failure_words(e);
         warn!(backend = %id, "{words}; serving without it, retrying in the background");
         println!("switchboard: backend {id} did not start ({words}); serving the others, retrying it in the background");
-        gateway.backend_not_started(id, unauthenticated, words);
+        gateway.health().not_started(id, unauthenticated, words);
     }
     if aggregate && !set.per_session.is_empty() {
         let names: Vec<String> = set

@@ -272,7 +272,7 @@ impl Reloader {
         // retried, not shown, not waited for by `/readyz`.
         let configured: Vec<BackendId> = spec.backends.iter().map(|b| b.name.clone()).collect();
         self.missing.retain(|id| configured.contains(id));
-        self.gateway.forget_absent_except(&configured);
+        self.gateway.health().forget_absent_except(&configured);
         let new_policy = self.check_policy(&spec)?;
         let mut plan = Plan::of(&self.served, &spec);
         let fixed_changed = fixed_key(&spec) != self.served.fixed;
@@ -317,7 +317,9 @@ impl Reloader {
         for (id, e) in &failed {
             let (unauthenticated, words) = crate::start_backends::failure_words(e);
             warn!(backend = %id, "{words}; serving without it, retrying in the background");
-            self.gateway.backend_not_started(id, unauthenticated, words);
+            self.gateway
+                .health()
+                .not_started(id, unauthenticated, words);
         }
         if !failed.is_empty() {
             spec.backends.retain(|b| !self.missing.contains(&b.name));

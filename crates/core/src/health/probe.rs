@@ -4,11 +4,12 @@
 //! else Legacy `ping`. Its outcome goes to [`super::Health::probed`]. Any answer, an error included,
 //! is a backend that works; the probe never sends an HTTP GET.
 //!
-//! The probes are one future ([`Gateway::run_probes`]) that the binary spawns and awaits on
-//! shutdown after cancelling its token: it owns every backend's loop, so nothing outlives it.
+//! The probes are one future ([`follow`], which `Gateway::run_probes` runs) that the binary
+//! spawns and awaits on shutdown after cancelling its token: it owns every backend's loop
+//! ([`Health::probe_loop`]), so nothing outlives it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::future::Future;
 use std::time::Duration;
 
 use serde_json::json;
@@ -17,54 +18,63 @@ use tokio_util::sync::CancellationToken;
 
 use switchboard_wire::{encode_request, method};
 
-use super::Outcome;
-use crate::resolve::From;
+use super::{Health, Outcome};
+use crate::resolve::Route;
 use crate::route::RouteKey;
 use crate::BackendId;
-use crate::Gateway;
+use crate::Backends;
 
 /// The shortest interval honoured (a zero would spin).
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
-impl Gateway {
-    /// Probes every backend every `probe_interval` until `stop` fires. The first probe
-    /// waits one interval: every backend has just answered its handshake (the set is built
-    /// from connected backends, and a reload adds only connected ones), which is what a probe
-    /// would learn. Follows the set: a backend a reload adds gets a loop, a removed one's
-    /// loop ends; every loop is owned here, so nothing outlives `stop`.
-    pub async fn run_probes(self: Arc<Self>, stop: CancellationToken) {
-        let mut loops: HashMap<BackendId, CancellationToken> = HashMap::new();
-        let mut tasks = tokio::task::JoinSet::new();
-        loop {
-            // Registered before the set is read: a replace in between still wakes us.
-            let changed = self.backends.changed.notified();
-            let now: Vec<BackendId> = self.backends.iter().map(|b| b.id.clone()).collect();
-            loops.retain(|id, token| {
-                let keep = now.contains(id);
-                if !keep {
-                    token.cancel();
-                }
-                keep
-            });
-            for id in now {
-                if loops.contains_key(&id) {
-                    continue;
-                }
-                let token = stop.child_token();
-                loops.insert(id.clone(), token.clone());
-                let gateway = self.clone();
-                tasks.spawn(async move { gateway.probe_loop(&id, &token).await });
+/// Runs `probe_loop` for every backend of `backends` until `stop` fires. The first probe
+/// waits one interval: every backend has just answered its handshake (the set is built
+/// from connected backends, and a reload adds only connected ones), which is what a probe
+/// would learn. Follows the set: a backend a reload adds gets a loop, a removed one's
+/// loop ends (its token is cancelled); every loop is owned here, so nothing outlives `stop`.
+pub(crate) async fn follow<F, L>(backends: &Backends, stop: &CancellationToken, probe_loop: F)
+where
+    F: Fn(BackendId, CancellationToken) -> L,
+    L: Future<Output = ()> + Send + 'static,
+{
+    let mut loops: HashMap<BackendId, CancellationToken> = HashMap::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        // Registered before the set is read: a replace in between still wakes us.
+        let changed = backends.changed.notified();
+        let now: Vec<BackendId> = backends.iter().map(|b| b.id.clone()).collect();
+        loops.retain(|id, token| {
+            let keep = now.contains(id);
+            if !keep {
+                token.cancel();
             }
-            tokio::select! {
-                () = stop.cancelled() => break,
-                () = changed => {}
+            keep
+        });
+        for id in now {
+            if loops.contains_key(&id) {
+                continue;
             }
+            let token = stop.child_token();
+            loops.insert(id.clone(), token.clone());
+            tasks.spawn(probe_loop(id, token));
         }
-        while tasks.join_next().await.is_some() {}
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = changed => {}
+        }
     }
+    while tasks.join_next().await.is_some() {}
+}
 
-    async fn probe_loop(&self, id: &BackendId, stop: &CancellationToken) {
-        let interval = self.health.config.probe_interval.max(MIN_INTERVAL);
+impl Health {
+    /// Probes backend `id` of `backends` every `probe_interval` until `stop` fires.
+    pub(crate) async fn probe_loop(
+        &self,
+        backends: &Backends,
+        id: &BackendId,
+        stop: &CancellationToken,
+    ) {
+        let interval = self.config.probe_interval.max(MIN_INTERVAL);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -72,18 +82,18 @@ impl Gateway {
             }
             let outcome = tokio::select! {
                 () = stop.cancelled() => return,
-                outcome = self.probe(id) => outcome,
+                outcome = self.probe(backends, id) => outcome,
             };
             if let Outcome::Failed(_, why) = &outcome {
                 tracing::debug!(backend = %id, "probe failed: {why}");
             }
-            self.health.probed(id, &outcome);
+            self.probed(id, &outcome);
         }
     }
 
     /// One probe of `id`, bounded by `probe_timeout` (the call is withdrawn when it expires).
-    pub(crate) async fn probe(&self, id: &BackendId) -> Outcome {
-        let Some(entry) = self.backends.get(id) else {
+    pub(crate) async fn probe(&self, backends: &Backends, id: &BackendId) -> Outcome {
+        let Some(entry) = backends.get(id) else {
             return Outcome::Neutral;
         };
         // A backend that answers Modern requests is asked statelessly (a remote's shared
@@ -100,15 +110,11 @@ impl Gateway {
         let Ok(params) = RawValue::from_string(params.to_string()) else {
             return Outcome::Neutral;
         };
-        let route = match self.resolve(From::Gateway(id), name, Some(&params)) {
-            Ok(Some(route)) => route,
-            // Nothing of the gateway's own to probe on: nothing learned.
-            Ok(None) | Err(_) => return Outcome::Neutral,
-        };
+        let route = Route::internal(&entry);
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), name, Some(&params));
         let exchange = async { route.upstream.call(key.as_str(), line).await?.await };
-        let deadline = self.health.config.probe_timeout;
+        let deadline = self.config.probe_timeout;
         match tokio::time::timeout(deadline, exchange).await {
             Ok(Ok(_)) => Outcome::Answered,
             Ok(Err(e)) => Outcome::of_upstream(&e),

@@ -4,20 +4,15 @@
 
 use serde_json::{json, Value};
 
-use crate::Gateway;
+use super::Health;
+use crate::session::Sessions;
+use crate::Backends;
 
-impl Gateway {
-    /// Whether the gateway is ready to serve (`/readyz`): at least one backend serving, or
-    /// every one (`ReadyWhen`).
-    pub fn ready(&self) -> bool {
-        self.health.ready()
-    }
-
-    /// `/status`: per backend its name, health state, era, transport, calls in flight, last
-    /// error and breaker; the live sessions by transport.
-    pub fn status(&self) -> Value {
-        let backends: Vec<Value> = self
-            .backends
+impl Health {
+    /// `/status`: per backend of `backends` its name, health state, era, transport, calls in
+    /// flight, last error and breaker; the live `sessions` by transport.
+    pub(crate) fn status(&self, backends: &Backends, sessions: &Sessions) -> Value {
+        let mut entries: Vec<Value> = backends
             .iter()
             .map(|b| {
                 let era = crate::BackendEra {
@@ -30,46 +25,19 @@ impl Gateway {
                     "transport": b.backend.handle.transport(),
                 });
                 if let (Some(map), Value::Object(health)) =
-                    (entry.as_object_mut(), self.health.status_of(&b.id))
+                    (entry.as_object_mut(), self.status_of(&b.id))
                 {
                     map.extend(health);
                 }
                 entry
             })
             .collect();
-        let mut backends = backends;
-        backends.extend(self.health.absent_status());
-        let (streamable, sse) = self.sessions_by_transport();
+        entries.extend(self.absent_status());
+        let (streamable, sse) = sessions.count_by_transport();
         json!({
             "ready": self.ready(),
-            "backends": backends,
+            "backends": entries,
             "sessions": {"streamableHttp": streamable, "sse": sse},
         })
-    }
-
-    /// Backend `id` is configured but failed to start (`why`: fixed words, no remote's text;
-    /// `unauthenticated`: the remote refused the gateway's credential). `/status` shows it
-    /// until a reshape adds it to the set.
-    pub fn backend_not_started(&self, id: &crate::BackendId, unauthenticated: bool, why: String) {
-        self.health.not_started(id, unauthenticated, why);
-    }
-
-    /// Forgets the backends that did not start and are no longer configured (`configured`:
-    /// the names the configuration holds now).
-    pub fn forget_absent_except(&self, configured: &[crate::BackendId]) {
-        self.health.forget_absent_except(configured);
-    }
-
-    /// The text exposition of every metric, with the gauges set from the gateway now.
-    pub fn render_metrics(&self) -> String {
-        let (streamable, sse) = self.sessions_by_transport();
-        crate::metrics::set_sessions("streamable_http", streamable);
-        crate::metrics::set_sessions("sse", sse);
-        self.health.export();
-        crate::metrics::render()
-    }
-
-    fn sessions_by_transport(&self) -> (usize, usize) {
-        self.registry.sessions.count_by_transport()
     }
 }

@@ -63,7 +63,11 @@ impl Gateway {
             true => ResultMarks::default(),
             false => ResultMarks::of(answer.payload()),
         };
-        self.record_modern_task(caller, owner, asked_task, (name, route), &answer, &marks);
+        let who = (owner, asked_task);
+        if let Some(owner) = crate::tasks::created_by(caller, who, name, &answer, &marks) {
+            let tables = self.registry.tables(&route.backend);
+            (tables.tasks).record_answer(&self.registry.sessions, &owner, &answer);
+        }
         let sealing = relayed && marks.input_required();
         if name == method::DISCOVER && !answer.is_error() {
             return Ok(discover_passthrough(id, &answer));

@@ -1,7 +1,8 @@
 //! Where the aggregating gateway consults tool trust: each fetched tools list is screened
-//! (`vmcp::view`), quarantined tools are left out of lists (`vmcp::rebuild`) and refused on
-//! call (`vmcp::route`), and an approval (the state file changed, or `POST /trust/approve`)
-//! re-lists and tells every session its tools changed.
+//! (`vmcp::view`, [`Trust::screen_tools`]), quarantined tools are left out of lists
+//! (`vmcp::rebuild`) and refused on call (`vmcp::route`), and an approval (the state file
+//! changed, [`Trust::watch`], or `POST /trust/approve`, [`Trust::approve_by`]) re-lists and
+//! tells every session its tools changed ([`tools_changed`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +14,10 @@ use tracing::warn;
 
 use switchboard_wire::{encode_notification, method};
 
-use super::{Seen, Trust, TrustMode};
+use super::{Approval, Seen, Trust, TrustMode};
+use crate::registry::Registry;
 use crate::BackendId;
-use crate::{CoreError, Gateway};
+use crate::{Backends, CoreError};
 
 /// Pending definitions `/trust` lists at most.
 const STATUS_LIMIT: usize = 1000;
@@ -23,20 +25,13 @@ const STATUS_LIMIT: usize = 1000;
 /// How often the state file is checked for changes made outside the gateway.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
-impl Gateway {
-    /// The trust state, when the gateway aggregates with trust on.
-    pub(crate) fn trust(&self) -> Option<&Arc<Trust>> {
-        self.vmcp()?.trust.as_ref()
-    }
-
+impl Trust {
     /// Screens one fetch of `backend`'s tools before the catalog records it.
-    pub(crate) async fn screen_tools(&self, backend: &BackendId, items: &[Value]) {
-        let Some(trust) = self.trust().cloned() else {
-            return;
-        };
-        if trust.config().mode == TrustMode::Off {
+    pub(crate) async fn screen_tools(self: &Arc<Self>, backend: &BackendId, items: &[Value]) {
+        if self.config().mode == TrustMode::Off {
             return;
         }
+        let trust = self.clone();
         let seen: Vec<Seen> = items.iter().filter_map(Seen::of).collect();
         let backend = backend.to_string();
         // File I/O (and a lock another process may hold for a moment): off the runtime.
@@ -45,59 +40,49 @@ impl Gateway {
         }
     }
 
-    /// `POST /trust/approve`: pins `backend`'s pending definition of `tool`. False when none
-    /// is pending.
-    pub async fn approve_tool(
-        &self,
+    /// An approval over HTTP (`POST /trust/approve`, by `by`): pins `backend`'s pending
+    /// definition of `tool` if `by` is an approver. `NothingPending` when none is pending.
+    pub(crate) async fn approve_by(
+        self: &Arc<Self>,
         backend: &str,
         tool: &str,
         digest: &str,
         by: &crate::Principal,
-    ) -> Result<super::Approval, CoreError> {
-        let Some(trust) = self.trust().cloned() else {
-            return Err(CoreError::Unsupported(
-                "tool trust (not aggregating)".into(),
-            ));
-        };
-        if !trust.config().may_approve(by) {
+    ) -> Result<Approval, CoreError> {
+        if !self.config().may_approve(by) {
             return Err(CoreError::Forbidden(
                 "not an approver: approving over HTTP needs a principal listed in trust.approvers (or run `switchboard trust approve` where the state file is)",
             ));
         }
-        let (b, t, d, by) = (
+        let (trust, b, t, d, by) = (
+            self.clone(),
             backend.to_owned(),
             tool.to_owned(),
             digest.to_owned(),
             by.clone(),
         );
-        let outcome = tokio::task::spawn_blocking(move || trust.approve(&b, &t, &d, &by))
-            .await
-            .unwrap_or(super::Approval::NothingPending);
-        let approved = outcome == super::Approval::Approved;
-        if approved {
-            self.trust_changed(true);
-        }
-        Ok(outcome)
+        Ok(
+            tokio::task::spawn_blocking(move || trust.approve(&b, &t, &d, &by))
+                .await
+                .unwrap_or(Approval::NothingPending),
+        )
     }
 
-    /// Whether `who` may see and approve what waits (`trust.approvers`); false when trust is
-    /// not on here.
-    pub fn trust_approver(&self, who: &crate::Principal) -> bool {
-        self.trust().is_some_and(|t| t.config().may_approve(who))
+    /// Whether `who` may see and approve what waits (`trust.approvers`).
+    pub fn is_approver(&self, who: &crate::Principal) -> bool {
+        self.config().may_approve(who)
     }
 
-    /// What `GET /trust` shows (`None`: trust is not on here).
-    pub fn trust_status(&self) -> Option<Value> {
-        Some(self.trust()?.status(STATUS_LIMIT))
+    /// What `GET /trust` shows.
+    pub fn status_page(&self) -> Value {
+        self.status(STATUS_LIMIT)
     }
 
     /// Re-reads the trust state file when it changes (`switchboard trust approve`), once a
-    /// second, until `stop`. Returns at once when there is no file to watch.
-    pub async fn run_trust_watch(self: Arc<Self>, stop: CancellationToken) {
-        let Some(trust) = self.trust().cloned() else {
-            return;
-        };
-        if trust.config().state_file.is_none() || trust.config().mode == TrustMode::Off {
+    /// second, until `stop`; `changed` hears whether a tool came back. Returns at once when
+    /// there is no file to watch.
+    pub(crate) async fn watch(self: Arc<Self>, stop: &CancellationToken, changed: impl Fn(bool)) {
+        if self.config().state_file.is_none() || self.config().mode == TrustMode::Off {
             return;
         }
         let mut tick = tokio::time::interval(WATCH_INTERVAL);
@@ -107,32 +92,30 @@ impl Gateway {
                 () = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let t = trust.clone();
+            let t = self.clone();
             if let Ok(Some(released)) =
                 tokio::task::spawn_blocking(move || t.reload_if_changed()).await
             {
-                self.trust_changed(!released.is_empty());
+                changed(!released.is_empty());
             }
         }
     }
+}
 
-    /// The pins changed: every backend's tools are fetched (and screened) again at the next
-    /// list; when a tool came back, sessions hear `tools/list_changed` (payload-free, as
-    /// backends' own are rebuilt).
-    fn trust_changed(&self, released: bool) {
-        for entry in self.backends.iter() {
-            self.registry
-                .tables(&entry.id)
-                .lists_changed
-                .mark(method::TOOLS_LIST_CHANGED);
-        }
-        if released {
-            let data = Bytes::from(encode_notification(method::TOOLS_LIST_CHANGED, None));
-            self.registry.sessions.broadcast(&data);
-            self.registry
-                .listeners
-                .list_changed(method::TOOLS_LIST_CHANGED);
-        }
+/// The pins changed: every backend of `backends` has its tools fetched (and screened) again
+/// at the next list; when a tool came back (`released`), the sessions and listeners of
+/// `registry` hear `tools/list_changed` (payload-free, as backends' own are rebuilt).
+pub(crate) fn tools_changed(backends: &Backends, registry: &Registry, released: bool) {
+    for entry in backends.iter() {
+        registry
+            .tables(&entry.id)
+            .lists_changed
+            .mark(method::TOOLS_LIST_CHANGED);
+    }
+    if released {
+        let data = Bytes::from(encode_notification(method::TOOLS_LIST_CHANGED, None));
+        registry.sessions.broadcast(&data);
+        registry.listeners.list_changed(method::TOOLS_LIST_CHANGED);
     }
 }
 

@@ -190,8 +190,8 @@ impl Gateway {
                 .unwrap_or_else(|_| Err(format!("no complete list within {deadline:?}")));
             // Pinned like the shared list's tools (`trust`): a tool offered only to callers
             // with some capability is held until approved all the same.
-            if let (Kind::Tools, Ok(items)) = (kind, &fetched) {
-                self.screen_tools(&id, items).await;
+            if let (Kind::Tools, Ok(items), Some(trust)) = (kind, &fetched, &vmcp.trust) {
+                trust.screen_tools(&id, items).await;
             }
             let mut lists = vmcp.by_caps.lists.lock();
             let key = (id.clone(), kind, set);
