@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use switchboard_wire::headers::{param_headers, param_values, ParamHeader};
+use switchboard_wire::headers::{invalid_designation, param_headers, param_values, ParamHeader};
 use switchboard_wire::Message;
 
 use super::facts::{negotiated_version, Facts};
@@ -83,6 +83,9 @@ struct Shared {
     /// Tool → its `x-mcp-header` designations, learned from the Modern `tools/list` answers
     /// this handle carried: a remote checks `Mcp-Param-*`, and the gateway must send them.
     designations: Mutex<HashMap<String, Arc<[ParamHeader]>>>,
+    /// Tool → why its `x-mcp-header` designations are invalid, from the same answers: such a
+    /// tool is dropped from the list and never called (SEP-2243: a client MUST reject it).
+    rejected: Mutex<HashMap<String, String>>,
     sink: Arc<dyn InboundSink>,
 }
 
@@ -244,6 +247,7 @@ impl RemoteUpstream {
                 reachable: endpoint.reachability(),
                 listen: Mutex::new(None),
                 designations: Mutex::new(HashMap::new()),
+                rejected: Mutex::new(HashMap::new()),
                 sink,
             }
         });
@@ -324,6 +328,9 @@ impl RemoteUpstream {
         caller: Option<&Credential>,
     ) -> Result<BackendResponse, UpstreamError> {
         let facts = Facts::of(&line);
+        if let Some(refusal) = self.refuse_rejected(&facts, id) {
+            return refusal.map(super::RemoteResponse::into_backend);
+        }
         let mut retried = false;
         let answer = loop {
             let (sent, per_request) = self.authorization(caller).await?;
@@ -350,9 +357,9 @@ impl RemoteUpstream {
             }
             break answer;
         };
-        let answer = self.note(answer)?;
+        let mut answer = self.note(answer)?;
         if facts.modern && facts.method.as_deref() == Some("tools/list") && !answer.is_error() {
-            self.learn_designations(answer.payload());
+            answer = self.screen_tools(answer, id)?;
         }
         if facts.initialize && !answer.is_error() {
             if let Some(version) = negotiated_version(answer.payload()) {
@@ -383,28 +390,79 @@ impl RemoteUpstream {
             .collect()
     }
 
-    fn learn_designations(&self, result: &str) {
-        let Ok(result) = serde_json::from_str::<serde_json::Value>(result) else {
-            return;
+    /// A Modern `tools/list` answer: the designations of its tools learned, and the tools
+    /// whose designations are invalid dropped from it (with a warning) and remembered, so a
+    /// call of one is refused here (see [`Self::refuse_rejected`]).
+    fn screen_tools(
+        &self,
+        answer: super::RemoteResponse,
+        id: &str,
+    ) -> Result<super::RemoteResponse, UpstreamError> {
+        let Ok(mut message) = serde_json::from_slice::<serde_json::Value>(answer.line()) else {
+            return Ok(answer);
         };
-        let Some(tools) = result.get("tools").and_then(serde_json::Value::as_array) else {
-            return;
+        let Some(tools) = message
+            .pointer_mut("/result/tools")
+            .and_then(serde_json::Value::as_array_mut)
+        else {
+            return Ok(answer);
         };
-        let mut table = self.shared.designations.lock();
-        for tool in tools {
-            let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else {
-                continue;
-            };
-            let spec = tool
-                .get("inputSchema")
-                .map(param_headers)
-                .unwrap_or_default();
-            if spec.is_empty() {
-                table.remove(name);
-            } else if table.len() < MAX_DESIGNATED || table.contains_key(name) {
-                table.insert(name.to_owned(), spec.into());
-            }
+        let before = tools.len();
+        {
+            let mut table = self.shared.designations.lock();
+            let mut rejected = self.shared.rejected.lock();
+            tools.retain(|tool| {
+                let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else {
+                    return true;
+                };
+                let schema = tool.get("inputSchema");
+                if let Some(why) = schema.and_then(invalid_designation) {
+                    warn!(tool = name, reason = %why, "remote tool dropped: invalid x-mcp-header");
+                    table.remove(name);
+                    if rejected.len() < MAX_DESIGNATED || rejected.contains_key(name) {
+                        rejected.insert(name.to_owned(), why);
+                    }
+                    return false;
+                }
+                rejected.remove(name);
+                let spec = schema.map(param_headers).unwrap_or_default();
+                if spec.is_empty() {
+                    table.remove(name);
+                } else if table.len() < MAX_DESIGNATED || table.contains_key(name) {
+                    table.insert(name.to_owned(), spec.into());
+                }
+                true
+            });
         }
+        if tools.len() == before {
+            return Ok(answer);
+        }
+        let line = Bytes::from(message.to_string());
+        let status = hyper::StatusCode::from_u16(answer.status()).unwrap_or(hyper::StatusCode::OK);
+        super::answer_from(line, id, status).map_err(UpstreamError::Remote)
+    }
+
+    /// The answer to a Modern `tools/call` of a tool dropped for invalid designations: the
+    /// error a server gives for a tool it does not have; the remote never sees the call.
+    fn refuse_rejected(
+        &self,
+        facts: &Facts,
+        id: &str,
+    ) -> Option<Result<super::RemoteResponse, UpstreamError>> {
+        if !facts.modern || facts.method.as_deref() != Some("tools/call") {
+            return None;
+        }
+        let tool = facts.name.as_deref()?;
+        let why = self.shared.rejected.lock().get(tool).cloned()?;
+        let error = serde_json::json!({
+            "code": switchboard_wire::codes::INVALID_PARAMS,
+            "message": format!("Unknown tool: {tool} (dropped by the gateway: {why})"),
+        });
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#);
+        Some(
+            super::answer_from(Bytes::from(line), id, hyper::StatusCode::OK)
+                .map_err(UpstreamError::Remote),
+        )
     }
 
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
