@@ -119,14 +119,17 @@ impl Link {
     }
 
     /// `auth`: a per-request `Authorization` (a stateless handle's); a session sends its own.
-    async fn send(&self, line: Bytes, auth: Option<HeaderValue>) -> Result<(), RemoteError> {
+    /// `headers`: the line's standard headers.
+    async fn send(
+        &self,
+        line: Bytes,
+        auth: Option<HeaderValue>,
+        mut headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<(), RemoteError> {
         match self {
             Link::Streamable(c) => {
-                let extra: Vec<_> = auth
-                    .into_iter()
-                    .map(|v| (hyper::header::AUTHORIZATION, v))
-                    .collect();
-                c.send_with(line, &extra).await
+                headers.extend(auth.map(|v| (hyper::header::AUTHORIZATION, v)));
+                c.send_with(line, &headers).await
             }
             Link::Sse { .. } => self.sse().await?.send(line).await,
             Link::NoSession => Err(NO_SESSION),
@@ -467,13 +470,17 @@ impl RemoteUpstream {
 
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
         let _live = self.enter()?;
-        let initialized = Facts::of(&line).initialized;
+        let facts = Facts::of(&line);
         // The gateway's own line: only a gateway token (client credentials) is added; a
         // session's lines carry what its calls set.
         let (_, per_request) = self.authorization(None).await?;
-        let sent = self.shared.link.send(line, per_request).await;
+        let sent = self
+            .shared
+            .link
+            .send(line, per_request, facts.headers())
+            .await;
         self.note(sent)?;
-        if initialized && self.shared.mode == Mode::Session {
+        if facts.initialized && self.shared.mode == Mode::Session {
             self.open_listen();
         }
         Ok(())
