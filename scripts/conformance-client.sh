@@ -46,7 +46,7 @@ fi
 [ -x "$BIN" ] || { echo "conformance-client: no gateway binary at $BIN" >&2; exit 2; }
 export SWITCHBOARD_BIN="$BIN"
 # The driver logs the gateway's own lines; warnings and errors are what a failure needs.
-export RUST_LOG="${RUST_LOG:-warn}"
+export SWITCHBOARD_LOG="${SWITCHBOARD_LOG:-warn}"
 
 echo "conformance-client: suite $SUITE, client requirements $REVISION, gateway $BIN"
 rm -rf "$RESULTS"
