@@ -29,6 +29,13 @@ impl ListenHandle {
     }
 }
 
+impl ListenHandle {
+    /// What [`Self::opened`] would wait on, for a waiter elsewhere (`None` once taken).
+    pub(crate) fn take_opened(&mut self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.opened.take()
+    }
+}
+
 impl Drop for ListenHandle {
     fn drop(&mut self) {
         self.task.abort();

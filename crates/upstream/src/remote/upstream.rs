@@ -80,6 +80,11 @@ struct Shared {
     reachable: Arc<AtomicBool>,
     /// The GET stream of a session, opened once the session is initialized.
     listen: Mutex<Option<ListenHandle>>,
+    /// Whether that stream has settled (the remote took it, or would not): until then the
+    /// session's requests wait for it (at most [`LISTEN_WAIT`]), since a remote may send what
+    /// a request makes it ask the client (an elicitation) on that stream alone, and drops it
+    /// when the stream is not there yet.
+    listen_settled: tokio::sync::watch::Sender<bool>,
     /// Tool → its `x-mcp-header` designations, learned from the Modern `tools/list` answers
     /// this handle carried: a remote checks `Mcp-Param-*`, and the gateway must send them.
     designations: Mutex<HashMap<String, Arc<[ParamHeader]>>>,
@@ -91,6 +96,10 @@ struct Shared {
 
 /// Most tools whose designations are remembered.
 const MAX_DESIGNATED: usize = 4096;
+
+/// Longest a session's request waits for its listen stream to open (see
+/// `Shared::listen_settled`).
+const LISTEN_WAIT: Duration = Duration::from_secs(2);
 
 /// The transport client of one upstream session.
 #[derive(Debug)]
@@ -249,6 +258,7 @@ impl RemoteUpstream {
                 lost: Mutex::new(None),
                 reachable: endpoint.reachability(),
                 listen: Mutex::new(None),
+                listen_settled: tokio::sync::watch::Sender::new(true),
                 designations: Mutex::new(HashMap::new()),
                 rejected: Mutex::new(HashMap::new()),
                 sink,
@@ -333,6 +343,9 @@ impl RemoteUpstream {
         let facts = Facts::of(&line);
         if let Some(refusal) = self.refuse_rejected(&facts, id) {
             return refusal.map(super::RemoteResponse::into_backend);
+        }
+        if !facts.modern {
+            self.listen_settled().await;
         }
         let mut retried = false;
         let answer = loop {
@@ -471,17 +484,32 @@ impl RemoteUpstream {
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
         let _live = self.enter()?;
         let facts = Facts::of(&line);
+        let opens_listen = facts.initialized && self.shared.mode == Mode::Session;
+        if opens_listen {
+            // From now on the session's requests wait for its listen stream (`open_listen`),
+            // even one that overtakes this line.
+            self.shared.listen_settled.send_replace(false);
+        }
         // The gateway's own line: only a gateway token (client credentials) is added; a
         // session's lines carry what its calls set.
-        let (_, per_request) = self.authorization(None).await?;
-        let sent = self
-            .shared
-            .link
-            .send(line, per_request, facts.headers())
-            .await;
-        self.note(sent)?;
-        if facts.initialized && self.shared.mode == Mode::Session {
-            self.open_listen();
+        let sent = match self.authorization(None).await {
+            Ok((_, per_request)) => {
+                let sent = self
+                    .shared
+                    .link
+                    .send(line, per_request, facts.headers())
+                    .await;
+                self.note(sent)
+            }
+            Err(e) => Err(e),
+        };
+        match (sent, opens_listen) {
+            (Ok(()), true) => self.open_listen(),
+            (Err(e), true) => {
+                self.shared.listen_settled.send_replace(true);
+                return Err(e);
+            }
+            (sent, false) => sent?,
         }
         Ok(())
     }
@@ -560,6 +588,32 @@ impl RemoteUpstream {
         let mut listen = self.shared.listen.lock();
         if listen.is_none() {
             *listen = self.shared.link.listen();
+        }
+        let Some(opened) = listen.as_mut().and_then(ListenHandle::take_opened) else {
+            // Already open (or none to open): nothing to wait for.
+            self.shared.listen_settled.send_replace(true);
+            return;
+        };
+        let settled = self.shared.listen_settled.clone();
+        // Ends when the first attempt to open the stream does (or the stream is dropped).
+        tokio::spawn(async move {
+            let _ = opened.await;
+            settled.send_replace(true);
+        });
+    }
+
+    /// Waits (bounded) until the listen stream being opened has settled.
+    async fn listen_settled(&self) {
+        let mut settled = self.shared.listen_settled.subscribe();
+        if *settled.borrow() {
+            return;
+        }
+        if tokio::time::timeout(LISTEN_WAIT, settled.wait_for(|s| *s))
+            .await
+            .is_err()
+        {
+            // A remote slow to take the stream delays one wait, not every request.
+            self.shared.listen_settled.send_replace(true);
         }
     }
 }
