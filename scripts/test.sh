@@ -36,6 +36,12 @@ for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
   scripts/conformance.sh "$profile"
   PROFILES=$((PROFILES + 1))
 done
+# The client leg: the gateway as the MCP client of each scenario's mock server.
+for revision in 2025-11-25 2026-07-28; do
+  echo "== conformance client $revision (the gateway as the client)"
+  scripts/conformance-client.sh "$revision"
+  PROFILES=$((PROFILES + 1))
+done
 
 # One closing line for everything cargo ran (the last runner output above is the conformance
 # suite's, and cargo's last own line is its doc-tests, often empty).

@@ -204,15 +204,22 @@ pub(crate) async fn speaks_modern(handle: &Upstream) -> bool {
 }
 
 /// `server/discover` with the gateway's envelope; `Some(result)` if the backend is Modern.
+/// A `-32022` naming a Modern version the gateway speaks is retried once with it (the
+/// corrective retry a client owes a server that refused the version it was sent).
 async fn probe_modern(handle: &Upstream, timeout: Duration) -> Option<Value> {
-    let answer = call(
-        handle,
-        method::DISCOVER,
-        json!({"_meta": gateway_envelope()}),
-        timeout,
-    )
-    .await
-    .ok()?;
+    let started = std::time::Instant::now();
+    let discover = || {
+        call(
+            handle,
+            method::DISCOVER,
+            json!({"_meta": gateway_envelope()}),
+            timeout.saturating_sub(started.elapsed()),
+        )
+    };
+    let mut answer = discover().await.ok()?;
+    if answer.is_error() && offers_our_version(answer.payload()) {
+        answer = discover().await.ok()?;
+    }
     if answer.is_error() {
         return None;
     }
@@ -235,14 +242,31 @@ fn refused_initialize(error: String) -> CoreError {
 }
 
 /// Whether a refused `initialize` says the backend speaks a Modern version instead
-/// (`-32022`, or its error naming one).
+/// (`-32022`; `-32020`, a Modern server holding it to the Modern headers; or its error
+/// naming one).
 fn names_modern(error: &str) -> bool {
     let code = serde_json::from_str::<Value>(error)
         .ok()
         .and_then(|e| e["code"].as_i64());
-    code == Some(i64::from(
+    let modern_codes = [
         switchboard_wire::codes::UNSUPPORTED_PROTOCOL_VERSION,
-    )) || version::MODERN.iter().any(|v| error.contains(v))
+        switchboard_wire::codes::HEADER_MISMATCH,
+    ];
+    code.is_some_and(|c| modern_codes.iter().any(|m| i64::from(*m) == c))
+        || version::MODERN.iter().any(|v| error.contains(v))
+}
+
+/// Whether a refused `server/discover` is `-32022` whose `data.supported` lists the Modern
+/// version the gateway sends (so sending it again is the corrective retry).
+fn offers_our_version(error: &str) -> bool {
+    let Ok(error) = serde_json::from_str::<Value>(error) else {
+        return false;
+    };
+    let unsupported = i64::from(switchboard_wire::codes::UNSUPPORTED_PROTOCOL_VERSION);
+    error["code"].as_i64() == Some(unsupported)
+        && error["data"]["supported"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|v| v.as_str() == Some(version::MODERN[0])))
 }
 
 /// The Legacy handshake: the backend's info, or its refusal (the JSON-RPC error's text).
@@ -275,7 +299,11 @@ fn from_discover(mut d: Value) -> BackendInfo {
             .get_mut("capabilities")
             .map(Value::take)
             .unwrap_or_else(|| json!({})),
-        server_info: d["_meta"][META_SERVER_INFO].take(),
+        // Where 2026-07-28 puts it (`_meta`); earlier drafts put it in the result.
+        server_info: match d["_meta"][META_SERVER_INFO].take() {
+            Value::Null => d.get_mut("serverInfo").map(Value::take).unwrap_or_default(),
+            info => info,
+        },
         instructions: d.get_mut("instructions").map(Value::take),
         era: BackendEra {
             legacy: false,
@@ -340,6 +368,25 @@ mod tests {
         let info = from_discover(d);
         assert_eq!(info.server_info["name"], "m");
         assert_eq!(info.era.to_string(), "modern");
+    }
+
+    #[test]
+    fn era_evidence_in_refusals_and_discover_answers() {
+        let unsupported = |supported: Value| {
+            json!({"code": -32022, "message": "no", "data": {"supported": supported}}).to_string()
+        };
+        assert!(offers_our_version(&unsupported(json!(["2026-07-28"]))));
+        assert!(!offers_our_version(&unsupported(json!(["2025-11-25"]))));
+        assert!(!offers_our_version(r#"{"code":-32601,"message":"no"}"#));
+        assert!(names_modern(
+            r#"{"code":-32020,"message":"Missing MCP-Protocol-Version header"}"#
+        ));
+        assert!(names_modern(r#"{"code":-32022,"message":"no"}"#));
+        assert!(!names_modern(r#"{"code":-32601,"message":"no"}"#));
+        // An earlier draft's serverInfo, in the result rather than `_meta`.
+        let d = json!({"supportedVersions": ["2026-07-28"], "capabilities": {},
+            "serverInfo": {"name": "old", "version": "1"}});
+        assert_eq!(from_discover(d).server_info["name"], "old");
     }
 
     #[test]

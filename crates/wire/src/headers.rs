@@ -129,6 +129,76 @@ fn collect(schema: &serde_json::Value, path: &mut Vec<String>, out: &mut Vec<Par
     }
 }
 
+/// Why a tool's `x-mcp-header` designations make the tool unusable (SEP-2243), or `None` when
+/// they are valid (or there are none). A designation must be a non-empty RFC 9110 token,
+/// unique within the schema ignoring case, on a `string`, `integer` or `boolean` property.
+/// A client drops such a tool from its list and never calls it.
+pub fn invalid_designation(schema: &serde_json::Value) -> Option<String> {
+    let mut seen = Vec::new();
+    invalid_in(schema, &mut Vec::new(), &mut seen)
+}
+
+fn invalid_in(
+    schema: &serde_json::Value,
+    path: &mut Vec<String>,
+    seen: &mut Vec<String>,
+) -> Option<String> {
+    let props = schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)?;
+    for (name, prop) in props {
+        path.push(name.clone());
+        if let Some(designation) = prop.get("x-mcp-header") {
+            let at = path.join(".");
+            let Some(header) = designation.as_str() else {
+                return Some(format!("x-mcp-header of {at} is not a string"));
+            };
+            if header.is_empty() {
+                return Some(format!("x-mcp-header of {at} is empty"));
+            }
+            if !header.bytes().all(is_tchar) {
+                return Some(format!("x-mcp-header of {at} is not an HTTP token"));
+            }
+            let folded = header.to_ascii_lowercase();
+            if seen.contains(&folded) {
+                return Some(format!("x-mcp-header of {at} repeats another's name"));
+            }
+            seen.push(folded);
+            if !primitive(prop.get("type")) {
+                return Some(format!(
+                    "x-mcp-header of {at} is on a property that is not a string, integer or boolean"
+                ));
+            }
+        }
+        if let Some(why) = invalid_in(prop, path, seen) {
+            return Some(why);
+        }
+        path.pop();
+    }
+    None
+}
+
+/// RFC 9110 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Whether a property's `type` allows only what a header can mirror: `string`, `integer`,
+/// `boolean` (in a list, also `null`: a null value omits the header).
+fn primitive(kind: Option<&serde_json::Value>) -> bool {
+    let allowed = |t: &str| matches!(t, "string" | "integer" | "boolean");
+    match kind {
+        Some(serde_json::Value::String(t)) => allowed(t),
+        Some(serde_json::Value::Array(types)) => {
+            let names: Vec<_> = types.iter().filter_map(serde_json::Value::as_str).collect();
+            names.len() == types.len()
+                && names.iter().any(|t| allowed(t))
+                && names.iter().all(|t| allowed(t) || *t == "null")
+        }
+        _ => false,
+    }
+}
+
 /// Checks the `Mcp-Param-*` headers of a `tools/call` against its arguments: a designated
 /// argument with a value needs its header, equal after sentinel decoding (integers compare
 /// numerically, booleans as `true`/`false`); a header without a value in the body is a

@@ -40,6 +40,11 @@ pub struct SseDecoder {
     data: Option<String>,
     id: Option<String>,
     retry: Option<u64>,
+    /// The stream's last event id (the SSE "last event ID buffer"): set by every `id:` field,
+    /// dispatched or not, and kept across events.
+    last_id: Option<String>,
+    /// The stream's reconnection time in milliseconds: set by every valid `retry:` field.
+    reconnect: Option<u64>,
 }
 
 impl SseDecoder {
@@ -53,7 +58,21 @@ impl SseDecoder {
             data: None,
             id: None,
             retry: None,
+            last_id: None,
+            reconnect: None,
         }
+    }
+
+    /// The last event id the stream gave (an event without data counts: a priming event may
+    /// carry only an id); what `Last-Event-ID` resumes from.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    /// The reconnection time the stream asked for with `retry:` (milliseconds), if any: a
+    /// client waits this long before reconnecting.
+    pub fn reconnection_time(&self) -> Option<u64> {
+        self.reconnect
     }
 
     /// Decode `chunk`, appending completed events to `out`.
@@ -116,8 +135,17 @@ impl SseDecoder {
                 None => self.data = Some(value.to_owned()),
             },
             // An id containing NUL is ignored, as the SSE spec says.
-            "id" if !value.contains('\0') => self.id = Some(value.to_owned()),
-            "retry" => self.retry = value.parse().ok().or(self.retry),
+            "id" if !value.contains('\0') => {
+                self.id = Some(value.to_owned());
+                self.last_id = Some(value.to_owned());
+            }
+            // Only ASCII digits, as the SSE spec says; anything else is ignored.
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                if let Ok(ms) = value.parse() {
+                    self.retry = Some(ms);
+                    self.reconnect = Some(ms);
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -176,6 +204,28 @@ mod tests {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].data, "");
         assert_eq!(events[0].retry, Some(500));
+    }
+
+    #[test]
+    fn last_event_id_and_reconnection_time_outlive_undispatched_events() {
+        let mut d = SseDecoder::new(64);
+        let mut out = Vec::new();
+        d.push(b"id: 1\nretry: 500\n\n", &mut out).unwrap();
+        assert!(out.is_empty(), "no data, nothing dispatched");
+        assert_eq!(d.last_event_id(), Some("1"));
+        assert_eq!(d.reconnection_time(), Some(500));
+        d.push(b"retry: soon\ndata: x\n\n", &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            out[0].id, None,
+            "an event's own id is only the one it carried"
+        );
+        assert_eq!(d.last_event_id(), Some("1"), "kept across events");
+        assert_eq!(
+            d.reconnection_time(),
+            Some(500),
+            "a non-numeric retry is ignored"
+        );
     }
 
     #[test]

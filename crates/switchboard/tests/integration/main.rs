@@ -36,6 +36,7 @@ mod real_remotes;
 mod relay;
 mod reload;
 mod remote_client;
+mod remote_era;
 mod remote_resume;
 mod remote_sse_client;
 mod remote_upstream;

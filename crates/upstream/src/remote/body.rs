@@ -70,6 +70,18 @@ impl EventStream {
         self.limits.stream = usize::MAX;
     }
 
+    /// The last event id the stream gave (`Last-Event-ID` resumes after it).
+    pub(super) fn last_event_id(&self) -> Option<&str> {
+        self.decoder.last_event_id().filter(|id| !id.is_empty())
+    }
+
+    /// How long the stream asked a client to wait before reconnecting (`retry:`), if it did.
+    pub(super) fn retry(&self) -> Option<std::time::Duration> {
+        self.decoder
+            .reconnection_time()
+            .map(std::time::Duration::from_millis)
+    }
+
     /// The next event's data (events without data and comments skipped); `None` at the end.
     pub(super) async fn next(&mut self) -> Result<Option<SseEvent>, RemoteError> {
         loop {

@@ -65,18 +65,20 @@ impl Facts {
         }
     }
 
-    /// The Modern mirror headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`).
+    /// The standard request headers: `Mcp-Method` and `Mcp-Name` on every request and
+    /// notification of either era (a Legacy server ignores them; a Modern or dual-era one
+    /// checks them on everything it is sent, the Legacy handshake included), and
+    /// `MCP-Protocol-Version` on a Modern one (a Legacy session's comes with the session).
     pub(super) fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
-        let Some(version) = &self.modern_version else {
-            return Vec::new();
-        };
         let mut out = Vec::with_capacity(3);
         let mut push = |name: &'static str, value: &str| {
             if let Ok(v) = HeaderValue::from_str(&switchboard_wire::headers::encode_value(value)) {
                 out.push((HeaderName::from_static(name), v));
             }
         };
-        push("mcp-protocol-version", version);
+        if let Some(version) = &self.modern_version {
+            push("mcp-protocol-version", version);
+        }
         if let Some(m) = &self.method {
             push("mcp-method", m);
         }

@@ -1,6 +1,8 @@
 //! The GET listen stream of an upstream session: what the remote sends outside any request
 //! (list changes, resource updates, session-level logs, its own requests).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, StatusCode};
@@ -24,6 +26,13 @@ impl ListenHandle {
             Some(rx) => rx.await.is_ok(),
             None => false,
         }
+    }
+}
+
+impl ListenHandle {
+    /// What [`Self::opened`] would wait on, for a waiter elsewhere (`None` once taken).
+    pub(crate) fn take_opened(&mut self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.opened.take()
     }
 }
 
@@ -53,8 +62,11 @@ impl RemoteClient {
     async fn listen_resuming(&self, opened: tokio::sync::oneshot::Sender<()>) -> RemoteError {
         let mut opened = Some(opened);
         let mut backoff = LISTEN_MIN_BACKOFF;
+        // The remote's `retry`, once given: how long to wait before reopening (SEP-1699).
+        let mut asked: Option<Duration> = None;
         loop {
-            let (reason, was_open) = self.listen_loop(&mut opened).await;
+            let (reason, was_open, retry) = self.listen_loop(&mut opened).await;
+            asked = retry.or(asked);
             // Only the first attempt answers `opened`: a caller waiting on it learns "not now".
             opened = None;
             let retry = match &reason {
@@ -69,17 +81,23 @@ impl RemoteClient {
             if was_open {
                 backoff = LISTEN_MIN_BACKOFF;
             }
-            debug!(error = %reason, ?backoff, "remote listen stream dropped; reopening");
-            tokio::time::sleep(backoff).await;
+            // A stream that was open is reopened after what the remote asked for, where it
+            // asked; failures to open back off as before.
+            let wait = match (was_open, asked) {
+                (true, Some(asked)) => asked.min(LISTEN_MAX_BACKOFF),
+                _ => backoff,
+            };
+            debug!(error = %reason, ?wait, "remote listen stream dropped; reopening");
+            tokio::time::sleep(wait).await;
             backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
         }
     }
 
-    /// One listen stream, until it ends; whether it was ever open.
+    /// One listen stream, until it ends; whether it was ever open, and the `retry` it gave.
     async fn listen_loop(
         &self,
         opened: &mut Option<tokio::sync::oneshot::Sender<()>>,
-    ) -> (RemoteError, bool) {
+    ) -> (RemoteError, bool, Option<Duration>) {
         let resume = self.inner.last_event.lock().clone();
         let extra: Vec<(HeaderName, HeaderValue)> = resume
             .map(|id| (HeaderName::from_static("last-event-id"), id))
@@ -87,15 +105,15 @@ impl RemoteClient {
             .collect();
         let (request, with_session) = match self.request(Method::GET, Bytes::new(), false, &extra) {
             Ok(r) => r,
-            Err(e) => return (e, false),
+            Err(e) => return (e, false, None),
         };
         let response = match self.send_request(request).await {
             Ok(r) => r,
-            Err(e) => return (e, false),
+            Err(e) => return (e, false, None),
         };
         let status = response.status();
         if let (StatusCode::NOT_FOUND, Some(sent)) = (status, &with_session) {
-            return (self.session_lost(sent), false);
+            return (self.session_lost(sent), false, None);
         }
         let content_type = content_type(response.headers());
         if !status.is_success() {
@@ -104,6 +122,7 @@ impl RemoteClient {
                     status: status.as_u16(),
                 },
                 false,
+                None,
             );
         }
         if content_type != "text/event-stream" {
@@ -114,6 +133,7 @@ impl RemoteClient {
                     content_type,
                 },
                 false,
+                None,
             );
         }
         if let Some(opened) = opened.take() {
@@ -123,17 +143,18 @@ impl RemoteClient {
         // The listen stream has no natural end; its total bound does not apply to it.
         events.unbounded_total();
         loop {
-            match events.next().await {
+            let next = events.next().await;
+            if let Some(id) = events.last_event_id() {
+                *self.inner.last_event.lock() = HeaderValue::from_str(id).ok();
+            }
+            match next {
                 Ok(Some(event)) => {
-                    if let Some(id) = event.id.as_deref().filter(|id| !id.is_empty()) {
-                        *self.inner.last_event.lock() = HeaderValue::from_str(id).ok();
-                    }
                     if !event.data.is_empty() {
                         self.route(Bytes::from(event.data), None, status);
                     }
                 }
-                Ok(None) => return (RemoteError::NoAnswer, true),
-                Err(e) => return (e, true),
+                Ok(None) => return (RemoteError::NoAnswer, true, events.retry()),
+                Err(e) => return (e, true, events.retry()),
             }
         }
     }

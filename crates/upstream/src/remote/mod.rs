@@ -49,6 +49,8 @@ const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(10);
 pub(crate) const MAX_IDLE_CONNECTIONS: usize = 32;
 /// Times one call's response stream is resumed after being cut.
 const MAX_RESUMES: u32 = 3;
+/// Longest `retry` a remote may ask the client to wait before reconnecting a stream.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
 const VERSION: &str = "mcp-protocol-version";
 
 /// Receives what a remote sends besides answers (notifications and server→client requests),
@@ -398,12 +400,14 @@ impl RemoteClient {
         status: StatusCode,
     ) -> Result<RemoteResponse, RemoteError> {
         let mut last_event: Option<String> = None;
+        let mut retry: Option<Duration> = None;
         let mut resumes = 0;
         loop {
-            let ended = match self
-                .read_until_answer(&mut events, id, status, &mut last_event)
-                .await
-            {
+            let read = self.read_until_answer(&mut events, id, status).await;
+            // What the stream said about resuming it holds until a later stream says otherwise.
+            last_event = events.last_event_id().map(str::to_owned).or(last_event);
+            retry = events.retry().or(retry);
+            let ended = match read {
                 Ok(answer) => return Ok(answer),
                 Err(e) => e,
             };
@@ -413,7 +417,12 @@ impl RemoteClient {
                 return Err(ended);
             };
             resumes += 1;
-            debug!(error = %ended, resumes, "remote response stream cut; resuming");
+            // The remote's `retry` is how long it asked to be left alone before the client
+            // reconnects (SEP-1699: a MUST); bounded here, and by the call's deadline.
+            if let Some(wait) = retry {
+                tokio::time::sleep(wait.min(MAX_RETRY_WAIT)).await;
+            }
+            debug!(error = %ended, resumes, ?retry, "remote response stream cut; resuming");
             events = match self.resume(&after).await {
                 Ok(events) => events,
                 Err(_) => return Err(ended),
@@ -426,12 +435,8 @@ impl RemoteClient {
         events: &mut EventStream,
         id: &str,
         status: StatusCode,
-        last_event: &mut Option<String>,
     ) -> Result<RemoteResponse, RemoteError> {
         while let Some(event) = events.next().await? {
-            if let Some(seen) = event.id.filter(|e| !e.is_empty()) {
-                *last_event = Some(seen);
-            }
             if event.data.is_empty() {
                 continue;
             }

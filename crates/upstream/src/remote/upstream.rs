@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use switchboard_wire::headers::{param_headers, param_values, ParamHeader};
+use switchboard_wire::headers::{invalid_designation, param_headers, param_values, ParamHeader};
 use switchboard_wire::Message;
 
 use super::callers::Callers;
@@ -83,14 +83,26 @@ struct Shared {
     reachable: Arc<AtomicBool>,
     /// The GET stream of a session, opened once the session is initialized.
     listen: Mutex<Option<ListenHandle>>,
+    /// Whether that stream has settled (the remote took it, or would not): until then the
+    /// session's requests wait for it (at most [`LISTEN_WAIT`]), since a remote may send what
+    /// a request makes it ask the client (an elicitation) on that stream alone, and drops it
+    /// when the stream is not there yet.
+    listen_settled: tokio::sync::watch::Sender<bool>,
     /// Tool → its `x-mcp-header` designations, learned from the Modern `tools/list` answers
     /// this handle carried: a remote checks `Mcp-Param-*`, and the gateway must send them.
     designations: Mutex<HashMap<String, Arc<[ParamHeader]>>>,
+    /// Tool → why its `x-mcp-header` designations are invalid, from the same answers: such a
+    /// tool is dropped from the list and never called (SEP-2243: a client MUST reject it).
+    rejected: Mutex<HashMap<String, String>>,
     sink: Arc<dyn InboundSink>,
 }
 
 /// Most tools whose designations are remembered.
 const MAX_DESIGNATED: usize = 4096;
+
+/// Longest a session's request waits for its listen stream to open (see
+/// `Shared::listen_settled`).
+const LISTEN_WAIT: Duration = Duration::from_secs(2);
 
 /// The transport client of one upstream session.
 #[derive(Debug)]
@@ -119,14 +131,17 @@ impl Link {
     }
 
     /// `auth`: a per-request `Authorization` (a stateless handle's); a session sends its own.
-    async fn send(&self, line: Bytes, auth: Option<HeaderValue>) -> Result<(), RemoteError> {
+    /// `headers`: the line's standard headers.
+    async fn send(
+        &self,
+        line: Bytes,
+        auth: Option<HeaderValue>,
+        mut headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<(), RemoteError> {
         match self {
             Link::Streamable(c) => {
-                let extra: Vec<_> = auth
-                    .into_iter()
-                    .map(|v| (hyper::header::AUTHORIZATION, v))
-                    .collect();
-                c.send_with(line, &extra).await
+                headers.extend(auth.map(|v| (hyper::header::AUTHORIZATION, v)));
+                c.send_with(line, &headers).await
             }
             Link::Sse { .. } => self.sse().await?.send(line).await,
             Link::NoSession => Err(NO_SESSION),
@@ -247,7 +262,9 @@ impl RemoteUpstream {
                 lost: Mutex::new(None),
                 reachable: endpoint.reachability(),
                 listen: Mutex::new(None),
+                listen_settled: tokio::sync::watch::Sender::new(true),
                 designations: Mutex::new(HashMap::new()),
+                rejected: Mutex::new(HashMap::new()),
                 sink,
             }
         });
@@ -338,6 +355,12 @@ impl RemoteUpstream {
         caller: Option<&Credential>,
     ) -> Result<BackendResponse, UpstreamError> {
         let facts = Facts::of(&line);
+        if let Some(refusal) = self.refuse_rejected(&facts, id) {
+            return refusal.map(super::RemoteResponse::into_backend);
+        }
+        if !facts.modern {
+            self.listen_settled().await;
+        }
         let mut retried = false;
         let answer = loop {
             let (sent, per_request) = self.authorization(caller).await?;
@@ -364,9 +387,9 @@ impl RemoteUpstream {
             }
             break answer;
         };
-        let answer = self.note(answer)?;
+        let mut answer = self.note(answer)?;
         if facts.modern && facts.method.as_deref() == Some("tools/list") && !answer.is_error() {
-            self.learn_designations(answer.payload());
+            answer = self.screen_tools(answer, id)?;
         }
         if facts.initialize && !answer.is_error() {
             if let Some(version) = negotiated_version(answer.payload()) {
@@ -397,33 +420,90 @@ impl RemoteUpstream {
             .collect()
     }
 
-    fn learn_designations(&self, result: &str) {
-        let Ok(result) = serde_json::from_str::<serde_json::Value>(result) else {
-            return;
+    /// A Modern `tools/list` answer: the designations of its tools learned, and the tools
+    /// whose designations are invalid dropped from it (with a warning) and remembered, so a
+    /// call of one is refused here (see [`Self::refuse_rejected`]).
+    fn screen_tools(
+        &self,
+        answer: super::RemoteResponse,
+        id: &str,
+    ) -> Result<super::RemoteResponse, UpstreamError> {
+        let Ok(mut message) = serde_json::from_slice::<serde_json::Value>(answer.line()) else {
+            return Ok(answer);
         };
-        let Some(tools) = result.get("tools").and_then(serde_json::Value::as_array) else {
-            return;
+        let Some(tools) = message
+            .pointer_mut("/result/tools")
+            .and_then(serde_json::Value::as_array_mut)
+        else {
+            return Ok(answer);
         };
-        let mut table = self.shared.designations.lock();
-        for tool in tools {
-            let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else {
-                continue;
-            };
-            let spec = tool
-                .get("inputSchema")
-                .map(param_headers)
-                .unwrap_or_default();
-            if spec.is_empty() {
-                table.remove(name);
-            } else if table.len() < MAX_DESIGNATED || table.contains_key(name) {
-                table.insert(name.to_owned(), spec.into());
-            }
+        let before = tools.len();
+        {
+            let mut table = self.shared.designations.lock();
+            let mut rejected = self.shared.rejected.lock();
+            tools.retain(|tool| {
+                let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else {
+                    return true;
+                };
+                let schema = tool.get("inputSchema");
+                if let Some(why) = schema.and_then(invalid_designation) {
+                    warn!(tool = name, reason = %why, "remote tool dropped: invalid x-mcp-header");
+                    table.remove(name);
+                    if rejected.len() < MAX_DESIGNATED || rejected.contains_key(name) {
+                        rejected.insert(name.to_owned(), why);
+                    }
+                    return false;
+                }
+                rejected.remove(name);
+                let spec = schema.map(param_headers).unwrap_or_default();
+                if spec.is_empty() {
+                    table.remove(name);
+                } else if table.len() < MAX_DESIGNATED || table.contains_key(name) {
+                    table.insert(name.to_owned(), spec.into());
+                }
+                true
+            });
         }
+        if tools.len() == before {
+            return Ok(answer);
+        }
+        let line = Bytes::from(message.to_string());
+        let status = hyper::StatusCode::from_u16(answer.status()).unwrap_or(hyper::StatusCode::OK);
+        super::answer_from(line, id, status).map_err(UpstreamError::Remote)
+    }
+
+    /// The answer to a Modern `tools/call` of a tool dropped for invalid designations: the
+    /// error a server gives for a tool it does not have; the remote never sees the call.
+    fn refuse_rejected(
+        &self,
+        facts: &Facts,
+        id: &str,
+    ) -> Option<Result<super::RemoteResponse, UpstreamError>> {
+        if !facts.modern || facts.method.as_deref() != Some("tools/call") {
+            return None;
+        }
+        let tool = facts.name.as_deref()?;
+        let why = self.shared.rejected.lock().get(tool).cloned()?;
+        let error = serde_json::json!({
+            "code": switchboard_wire::codes::INVALID_PARAMS,
+            "message": format!("Unknown tool: {tool} (dropped by the gateway: {why})"),
+        });
+        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#);
+        Some(
+            super::answer_from(Bytes::from(line), id, hyper::StatusCode::OK)
+                .map_err(UpstreamError::Remote),
+        )
     }
 
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
         let _live = self.enter()?;
         let facts = Facts::of(&line);
+        let opens_listen = facts.initialized && self.shared.mode == Mode::Session;
+        if opens_listen {
+            // From now on the session's requests wait for its listen stream (`open_listen`),
+            // even one that overtakes this line.
+            self.shared.listen_settled.send_replace(false);
+        }
         // The gateway's own line: only a gateway token (client credentials) is added; a
         // session's lines carry what its calls set. On a stateless handle, a call's
         // cancellation carries that call's credential, as the call did.
@@ -431,11 +511,24 @@ impl RemoteUpstream {
             (Mode::Stateless, Some(key)) => self.shared.callers.take(key),
             _ => None,
         };
-        let (_, per_request) = self.authorization(caller.as_ref()).await?;
-        let sent = self.shared.link.send(line, per_request).await;
-        self.note(sent)?;
-        if facts.initialized && self.shared.mode == Mode::Session {
-            self.open_listen();
+        let sent = match self.authorization(caller.as_ref()).await {
+            Ok((_, per_request)) => {
+                let sent = self
+                    .shared
+                    .link
+                    .send(line, per_request, facts.headers())
+                    .await;
+                self.note(sent)
+            }
+            Err(e) => Err(e),
+        };
+        match (sent, opens_listen) {
+            (Ok(()), true) => self.open_listen(),
+            (Err(e), true) => {
+                self.shared.listen_settled.send_replace(true);
+                return Err(e);
+            }
+            (sent, false) => sent?,
         }
         Ok(())
     }
@@ -514,6 +607,32 @@ impl RemoteUpstream {
         let mut listen = self.shared.listen.lock();
         if listen.is_none() {
             *listen = self.shared.link.listen();
+        }
+        let Some(opened) = listen.as_mut().and_then(ListenHandle::take_opened) else {
+            // Already open (or none to open): nothing to wait for.
+            self.shared.listen_settled.send_replace(true);
+            return;
+        };
+        let settled = self.shared.listen_settled.clone();
+        // Ends when the first attempt to open the stream does (or the stream is dropped).
+        tokio::spawn(async move {
+            let _ = opened.await;
+            settled.send_replace(true);
+        });
+    }
+
+    /// Waits (bounded) until the listen stream being opened has settled.
+    async fn listen_settled(&self) {
+        let mut settled = self.shared.listen_settled.subscribe();
+        if *settled.borrow() {
+            return;
+        }
+        if tokio::time::timeout(LISTEN_WAIT, settled.wait_for(|s| *s))
+            .await
+            .is_err()
+        {
+            // A remote slow to take the stream delays one wait, not every request.
+            self.shared.listen_settled.send_replace(true);
         }
     }
 }

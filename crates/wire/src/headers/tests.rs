@@ -148,3 +148,75 @@ fn method_and_name_must_mirror_the_body() {
         msg(r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"test://x"}}"#);
     assert!(check_modern(&read, Some(Some("resources/read")), Some(Some("test://x"))).is_ok());
 }
+
+#[test]
+fn invalid_designations_are_named_and_valid_ones_pass() {
+    let tool = |prop: serde_json::Value| serde_json::json!({"type":"object","properties": prop});
+    let valid = tool(serde_json::json!({
+        "region":{"type":"string","x-mcp-header":"Region"},
+        "n":{"type":"integer","x-mcp-header":"X-Count.v2"},
+        "flag":{"type":["boolean","null"],"x-mcp-header":"Flag"},
+        "plain":{"type":"number"}}));
+    assert_eq!(invalid_designation(&valid), None);
+    assert_eq!(
+        invalid_designation(&serde_json::json!({"type":"object"})),
+        None
+    );
+    for (props, why) in [
+        (
+            serde_json::json!({"v":{"type":"string","x-mcp-header":""}}),
+            "empty",
+        ),
+        (
+            serde_json::json!({"v":{"type":"string","x-mcp-header":7}}),
+            "not a string",
+        ),
+        (
+            serde_json::json!({"v":{"type":"string","x-mcp-header":"My Region"}}),
+            "token",
+        ),
+        (
+            serde_json::json!({"v":{"type":"string","x-mcp-header":"Region:Primary"}}),
+            "token",
+        ),
+        (
+            serde_json::json!({"v":{"type":"string","x-mcp-header":"Région"}}),
+            "token",
+        ),
+        (
+            serde_json::json!({"v":{"type":"string","x-mcp-header":"Region\t1"}}),
+            "token",
+        ),
+        (
+            serde_json::json!({"v":{"type":"object","x-mcp-header":"Data"}}),
+            "not a string, integer",
+        ),
+        (
+            serde_json::json!({"v":{"type":"array","x-mcp-header":"Items"}}),
+            "not a string, integer",
+        ),
+        (
+            serde_json::json!({"v":{"type":"null","x-mcp-header":"Nil"}}),
+            "not a string, integer",
+        ),
+        (
+            serde_json::json!({"v":{"type":"number","x-mcp-header":"Score"}}),
+            "not a string, integer",
+        ),
+        (
+            serde_json::json!({"v":{"x-mcp-header":"Untyped"}}),
+            "not a string, integer",
+        ),
+        (
+            serde_json::json!({"a":{"type":"string","x-mcp-header":"MyField"},
+                               "b":{"type":"string","x-mcp-header":"myfield"}}),
+            "repeats",
+        ),
+    ] {
+        let got = invalid_designation(&tool(props.clone()));
+        assert!(
+            got.as_deref().is_some_and(|g| g.contains(why)),
+            "{props}: {got:?}"
+        );
+    }
+}

@@ -2,6 +2,8 @@
 //! the switchboard integration tests (`remote_client`).
 
 mod credential;
+mod listen_first;
+mod tool_screen;
 
 use super::*;
 
