@@ -51,7 +51,8 @@ pub struct Sandbox {
     pub write: Vec<PathBuf>,
     /// Directories masked besides [`MASKED`] (the gateway's own `HOME`).
     pub masked: Vec<PathBuf>,
-    /// Files the backend sees empty: the gateway's config, secrets and state.
+    /// Files the backend cannot open (`/dev/null` over each, on a nodev mount): the
+    /// gateway's config, secrets and state.
     pub hidden: Vec<PathBuf>,
     /// The host directory that is the backend's `HOME` inside ([`SANDBOX_HOME`]); created at
     /// spawn, so package caches survive restarts.

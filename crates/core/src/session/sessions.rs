@@ -10,11 +10,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{OwnerCounts, OwnerSlot, Session, SessionId, SubKey, Transport};
-use crate::Principal;
 use crate::listen_stream::{ListenState, ListenStream};
 use crate::route::RouteKey;
 use crate::BackendId;
 use crate::CoreError;
+use crate::Principal;
 
 /// The state of a session that just ended, for cleanup outside the table lock.
 #[derive(Debug)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 
 use super::{Sessions, SubKey};
-use crate::Principal;
 use crate::CoreError;
+use crate::Principal;
 
 /// A session's state as its stored record carries it.
 #[derive(Debug)]

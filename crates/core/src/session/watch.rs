@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::{Sessions, SubKey};
-use crate::Principal;
 use crate::CoreError;
+use crate::Principal;
 
 /// Most URIs one session watches at its own processes under a policy (more are withheld).
 const MAX_OWN_WATCHED: usize = 1024;

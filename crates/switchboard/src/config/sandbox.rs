@@ -408,7 +408,7 @@ fn gateway_home() -> Option<PathBuf> {
 }
 
 /// The gateway's own files (config, secrets, keys, state, audit log), as they exist now:
-/// every sandboxed backend sees them empty.
+/// no sandboxed backend can open them.
 pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
     let args = &spec.options;
     let mut all: Vec<PathBuf> = files.to_vec();
