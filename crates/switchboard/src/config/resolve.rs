@@ -71,6 +71,9 @@ pub(crate) fn resolve(
     if let Some(limits) = &file.limits {
         rates(limits, &mut errors);
     }
+    // The top level's settings are checked for each backend that takes them: said once.
+    let mut seen = std::collections::HashSet::new();
+    errors.retain(|e| seen.insert(e.to_string()));
     if errors.is_empty() {
         Ok(Resolved {
             base: base.to_path_buf(),

@@ -19,6 +19,8 @@ use serde_json::{json, Value};
 
 use crate::common::{tool_text, TestGateway};
 
+mod serving;
+
 const SB: &str = env!("CARGO_BIN_EXE_switchboard");
 const HOSTILE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
