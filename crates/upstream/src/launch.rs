@@ -57,14 +57,20 @@ fn sandboxed(config: &StdioConfig, sandbox: &Sandbox) -> std::io::Result<Command
     Ok(command)
 }
 
-/// The sandbox's environment: the basics, then `given` (which may replace them).
+/// The sandbox's environment: the basics, then `given` (which may replace them). A sandbox
+/// has no network, which npm and uv are told, so `npx -y PKG` and `uvx PKG` start from the
+/// home's cache at once instead of retrying the registry until the startup timeout.
 pub(crate) fn sandbox_env(given: &[(String, String)]) -> Vec<(String, String)> {
     let lang = std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".to_owned());
-    let mut env = vec![
-        ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
-        ("HOME".to_owned(), SANDBOX_HOME.to_owned()),
-        ("LANG".to_owned(), lang),
-    ];
+    let mut env: Vec<(String, String)> = [
+        ("PATH", DEFAULT_PATH),
+        ("HOME", SANDBOX_HOME),
+        ("LANG", &lang),
+        ("npm_config_offline", "true"),
+        ("UV_OFFLINE", "1"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .into();
     for (key, value) in given {
         env.retain(|(k, _)| k != key);
         env.push((key.clone(), value.clone()));

@@ -227,6 +227,12 @@ pub(crate) fn resolve(
     let host = host
         .get()
         .map_err(|e| vec![ConfigError::new(&at, e.to_string())])?;
+    if let Some(r) = &host.run_as {
+        let errors = out_of_reach(r.uid, &at, &home, read.iter().chain(&write));
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+    }
     let sandbox = Sandbox {
         read,
         write,
@@ -376,6 +382,44 @@ fn visible(sandbox: &Sandbox, b: &Backend<'_>) -> Result<(), Vec<ConfigError>> {
     } else {
         Err(errors)
     }
+}
+
+/// The home and listed paths a root gateway's backends (running as `uid`) could not reach.
+fn out_of_reach<'a>(
+    uid: u32,
+    at: &str,
+    home: &'a Path,
+    listed: impl Iterator<Item = &'a PathBuf>,
+) -> Vec<ConfigError> {
+    let home_at = format!("{at}.home");
+    let all = std::iter::once((home_at.as_str(), home)).chain(listed.map(|p| (at, p.as_path())));
+    let mut errors = Vec::new();
+    for (key, path) in all {
+        if let Some(closed) = unreachable(path) {
+            errors.push(ConfigError::new(
+                key,
+                format!(
+                    "{} is out of reach of uid {uid} (the gateway runs as root, its sandboxed \
+                     backends as nobody): {} is not searchable by others (chmod o+x)",
+                    path.display(),
+                    closed.display()
+                ),
+            ));
+        }
+    }
+    errors
+}
+
+/// The first directory on the way to `path` (those that exist) that others may not search:
+/// bwrap, run as nobody, could not reach `path` through it.
+fn unreachable(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut dirs: Vec<&Path> = path.ancestors().skip(1).collect();
+    dirs.reverse();
+    dirs.into_iter().find_map(|d| match std::fs::metadata(d) {
+        Ok(m) if m.permissions().mode() & 0o001 == 0 => Some(d.to_path_buf()),
+        _ => None,
+    })
 }
 
 fn absolute(path: &Path) -> PathBuf {

@@ -126,7 +126,12 @@ fn the_environment_is_the_basics_and_what_is_given() {
     assert_eq!(get("HOME"), Some(SANDBOX_HOME));
     assert_eq!(get("TOKEN"), Some("t"));
     assert!(get("LANG").is_some());
-    assert_eq!(env.len(), 4);
+    assert_eq!(
+        get("npm_config_offline"),
+        Some("true"),
+        "no network: npm is told"
+    );
+    assert_eq!(env.len(), 6);
 }
 
 #[test]
