@@ -269,8 +269,12 @@ impl Sandbox {
         for f in self.hidden.iter().filter(shown) {
             push("--ro-bind", OsStr::new("/dev/null"), f.as_os_str());
         }
-        let start = cwd.map_or(OsStr::new(SANDBOX_HOME), Path::as_os_str);
-        push("--chdir", start, OsStr::new(""));
+        // Relative to the gateway's directory, as an unsandboxed backend's would be.
+        let start = cwd.map_or_else(
+            || PathBuf::from(SANDBOX_HOME),
+            |d| std::path::absolute(d).unwrap_or_else(|_| d.to_path_buf()),
+        );
+        push("--chdir", start.as_os_str(), OsStr::new(""));
         argv.push("--".into());
         argv.push(self.host.prlimit.clone().into_os_string());
         argv.extend(self.limits.prlimit_args());

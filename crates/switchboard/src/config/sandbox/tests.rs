@@ -102,3 +102,22 @@ fn a_network_allow_list_is_refused_until_the_proxy_exists() {
     assert_eq!(errors.len(), 1, "only the bad entry: {errors:?}");
     assert!(errors[0].path.ends_with("network.allow[1]"), "{errors:?}");
 }
+
+/// A directory others may not search on the way to a path is named (a root gateway's
+/// backends, as nobody, could not reach the path through it).
+#[test]
+fn a_closed_directory_on_the_way_is_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("sb-reach-{}", std::process::id()));
+    let inner = dir.join("a/b");
+    std::fs::create_dir_all(&inner).unwrap();
+    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    mode(&dir, 0o755).unwrap();
+    mode(&dir.join("a"), 0o700).unwrap();
+    assert_eq!(unreachable(&inner.join("home")), Some(dir.join("a")));
+    mode(&dir.join("a"), 0o711).unwrap();
+    assert_eq!(unreachable(&inner.join("home")), None);
+    let errors = out_of_reach(65534, "sandbox", &inner, [dir.join("a")].iter());
+    assert!(errors.is_empty(), "{errors:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
