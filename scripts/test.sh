@@ -23,8 +23,12 @@ scripts/install-chromium.sh >/dev/null
 # SWITCHBOARD_REDIS_TESTS makes them fail rather than skip when it is missing.
 echo "== install redis-server (replica tests)"
 scripts/install-redis.sh >/dev/null
+# The sandbox tests need bubblewrap (bwrap) that can create namespaces here, and
+# SWITCHBOARD_SANDBOX_TESTS makes them fail rather than skip when it is missing.
+echo "== install bubblewrap (sandbox tests)"
+scripts/install-bwrap.sh >/dev/null
 # Opt in to the test against the real @modelcontextprotocol/server-everything (npm).
-SWITCHBOARD_NPX_TESTS=1 SWITCHBOARD_UI_TESTS=1 SWITCHBOARD_REDIS_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
+SWITCHBOARD_NPX_TESTS=1 SWITCHBOARD_UI_TESTS=1 SWITCHBOARD_REDIS_TESTS=1 SWITCHBOARD_SANDBOX_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
 # The conformance runs use the gateway binary this `cargo test` built.
 export SWITCHBOARD_BIN="$PWD/target/debug/switchboard"
 echo "== disk: target folder $(du -sh target 2>/dev/null | cut -f1), $(df -h . | awk 'NR==2 {print $4}') free"

@@ -358,6 +358,12 @@ async fn start_stdio(
         .collect::<Vec<_>>()
         .join(" ");
     println!("switchboard: starting backend: {shown}");
+    if let Some(sandbox) = &stdio.sandbox {
+        println!(
+            "switchboard: backend {id} sandboxed: {}",
+            sandbox.describe()
+        );
+    }
     let sink = registry.sink_for(id);
     let (handle, process) = switchboard_upstream::spawn(&stdio, sink.clone())?;
     let upstream = switchboard_upstream::Upstream::Stdio(handle.clone());
@@ -438,5 +444,6 @@ fn stdio_config(args: &GatewayArgs, stdio: &StdioSpec) -> StdioConfig {
     config.env.clone_from(&stdio.env);
     config.cwd.clone_from(&stdio.cwd);
     config.withheld = crate::config_vars::withheld();
+    config.sandbox.clone_from(&stdio.sandbox);
     config
 }

@@ -13,9 +13,11 @@ mod exit;
 mod forker;
 mod framing;
 mod handle;
+mod launch;
 mod orphan;
 pub mod outgoing_auth;
 pub mod remote;
+pub mod sandbox;
 pub mod stdio;
 mod supervisor;
 

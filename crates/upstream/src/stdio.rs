@@ -15,7 +15,6 @@
 //! map operation, never across `.await`. When stdout ends, the table is closed and every pending
 //! call fails at once, so nothing waits for a dead process.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -58,6 +57,8 @@ pub struct StdioConfig {
     pub max_line_bytes: usize,
     /// Capacity of the queue of lines waiting to be written to stdin.
     pub write_queue: usize,
+    /// Run it inside a sandbox ([`crate::sandbox`]); `None`: as the gateway's own child.
+    pub sandbox: Option<std::sync::Arc<crate::sandbox::Sandbox>>,
 }
 
 impl StdioConfig {
@@ -74,6 +75,7 @@ impl StdioConfig {
             cwd: None,
             max_line_bytes: Self::DEFAULT_MAX_LINE_BYTES,
             write_queue: 1024,
+            sandbox: None,
         }
     }
 }
@@ -130,24 +132,7 @@ pub fn spawn(
         program: config.program.clone(),
         reason: e.to_string(),
     };
-    let mut command = Command::new(&config.program);
-    command
-        .args(&config.args)
-        .envs(config.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for name in &config.withheld {
-        if !config.env.iter().any(|(k, _)| k == name) {
-            command.env_remove(name);
-        }
-    }
-    if let Some(dir) = &config.cwd {
-        command.current_dir(dir);
-    }
-    crate::orphan::die_with_parent(&mut command);
-    crate::orphan::own_group(&mut command);
+    let mut command = crate::launch::command(config).map_err(spawn_err)?;
     let mut child = command.spawn().map_err(spawn_err)?;
     let pid = child.id();
     let missing = || spawn_err(std::io::Error::other("stdio pipe missing"));

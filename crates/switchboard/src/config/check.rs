@@ -20,7 +20,7 @@ const URL_ONLY: [&str; 5] = [
     "forwardCallerToken",
     "auth",
 ];
-const COMMAND_ONLY: [&str; 4] = ["args", "env", "cwd", "isolation"];
+const COMMAND_ONLY: [&str; 5] = ["args", "env", "cwd", "isolation", "sandbox"];
 
 pub(crate) fn across(doc: &Value) -> Vec<ConfigError> {
     let mut out = Vec::new();

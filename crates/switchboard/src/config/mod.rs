@@ -14,6 +14,7 @@ pub(crate) mod merge;
 pub(crate) mod model;
 pub(crate) mod outgoing;
 mod resolve;
+pub(crate) mod sandbox;
 mod schema;
 pub(crate) mod secrets;
 pub(crate) mod spec;
@@ -203,8 +204,25 @@ pub(crate) fn serve_spec(
     let trust =
         source.map(|path| trust::resolve(loaded.file.trust.as_ref(), &args.gateway.trust, path));
     let watched = args.config.clone().or_else(|| args.mcp_json.clone());
+    let files = own_files(&loaded, watched.as_deref());
     let mut spec = merge::serve_spec(loaded, args.gateway, given)?;
     spec.trust = trust.unwrap_or_default();
     spec.watched = watched;
+    sandbox::hide(&mut spec, &files);
     Ok(spec)
+}
+
+/// The files the config names that only the gateway may read (besides those its flags name
+/// too, which [`sandbox::hide`] reads from the merged flags): the config itself, its secrets
+/// file, and the remotes' header and client secret files.
+fn own_files(loaded: &Loaded, source: Option<&Path>) -> Vec<PathBuf> {
+    let r = &loaded.resolved;
+    let mut files: Vec<PathBuf> = source.map(Path::to_path_buf).into_iter().collect();
+    files.extend(loaded.file.secrets_file.as_ref().map(|p| r.path(p)));
+    for b in &loaded.file.backends {
+        files.extend(b.headers_file.as_ref().map(|p| r.path(p)));
+        let secret = b.auth.as_ref().and_then(|a| a.client_secret_file.as_ref());
+        files.extend(secret.map(|p| r.path(p)));
+    }
+    files
 }

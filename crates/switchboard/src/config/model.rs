@@ -39,6 +39,8 @@ pub(crate) struct ConfigFile {
     pub(crate) composite_tools: Vec<switchboard_core::workflow::CompositeSpec>,
     /// Tool pins (`trust.rs`).
     pub(crate) trust: Option<super::trust::TrustSection>,
+    /// The default sandbox of command backends (`sandbox.rs`); off when absent.
+    pub(crate) sandbox: Option<super::sandbox::SandboxKey>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -311,6 +313,8 @@ pub(crate) struct BackendEntry {
     pub(crate) tools: ListSettings,
     #[serde(default)]
     pub(crate) prompts: ListSettings,
+    /// This command backend's sandbox (`sandbox.rs`): over the top level's.
+    pub(crate) sandbox: Option<super::sandbox::SandboxKey>,
 }
 
 /// `backends[].auth`: one object whatever the type (which keys each type takes is checked

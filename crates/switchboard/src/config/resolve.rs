@@ -45,7 +45,12 @@ pub(crate) fn resolve(
             return Err(vec![ConfigError::new("secretsFile", e.to_string())]);
         }
     }
-    let ctx = Ctx { secrets, base };
+    let ctx = Ctx {
+        secrets,
+        base,
+        sandbox: file.sandbox.as_ref(),
+        host: super::sandbox::HostCheck::default(),
+    };
     let default_isolation = file.isolation;
     let mut backends = Vec::new();
     for (i, entry) in file.backends.iter().enumerate() {
@@ -66,6 +71,9 @@ pub(crate) fn resolve(
     if let Some(limits) = &file.limits {
         rates(limits, &mut errors);
     }
+    // The top level's settings are checked for each backend that takes them: said once.
+    let mut seen = std::collections::HashSet::new();
+    errors.retain(|e| seen.insert(e.to_string()));
     if errors.is_empty() {
         Ok(Resolved {
             base: base.to_path_buf(),
@@ -95,6 +103,10 @@ fn rates(limits: &super::model::Limits, errors: &mut Vec<ConfigError>) {
 struct Ctx<'a> {
     secrets: Secrets,
     base: &'a Path,
+    /// The top level's `sandbox`.
+    sandbox: Option<&'a super::sandbox::SandboxKey>,
+    /// This host's sandbox tools, checked once for every backend that needs them.
+    host: super::sandbox::HostCheck,
 }
 
 impl Ctx<'_> {
@@ -163,13 +175,44 @@ impl Ctx<'_> {
             Some(IsolationKey::PerSession) => Isolation::PerSession,
             Some(IsolationKey::Shared) | None => Isolation::Shared,
         };
+        let sandbox = self.sandbox(e, command, at, &env, cwd.as_deref())?;
         Ok(BackendKind::Stdio(StdioSpec {
             program: command.to_owned(),
             args: e.args.clone(),
             env,
             cwd,
             isolation,
+            sandbox,
         }))
+    }
+
+    /// The backend's sandbox: its own `sandbox` over the top level's (off when neither says).
+    fn sandbox(
+        &self,
+        e: &BackendEntry,
+        command: &str,
+        at: &str,
+        env: &[(String, String)],
+        cwd: Option<&Path>,
+    ) -> Result<Option<std::sync::Arc<switchboard_upstream::sandbox::Sandbox>>, Vec<ConfigError>>
+    {
+        use super::sandbox as sb;
+        let Some(settings) = sb::effective(self.sandbox, e.sandbox.as_ref()) else {
+            return Ok(None);
+        };
+        let backend = sb::Backend {
+            at,
+            switched_at: match e.sandbox {
+                Some(_) => format!("{at}.sandbox"),
+                None => "sandbox".to_owned(),
+            },
+            name: &e.name,
+            program: command,
+            env,
+            cwd,
+        };
+        sb::resolve(&settings, &backend, self.base, &self.host)
+            .map(|s| Some(std::sync::Arc::new(s)))
     }
 
     fn remote(

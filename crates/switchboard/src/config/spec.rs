@@ -62,6 +62,8 @@ pub(crate) struct StdioSpec {
     pub(crate) env: Vec<(String, String)>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) isolation: Isolation,
+    /// Where it runs contained (`sandbox:`); `None`: as the gateway's own child.
+    pub(crate) sandbox: Option<std::sync::Arc<switchboard_upstream::sandbox::Sandbox>>,
 }
 
 #[derive(Debug)]
@@ -168,6 +170,7 @@ impl crate::cli::RunArgs {
                     env: self.env,
                     cwd: self.cwd,
                     isolation: self.gateway.isolation,
+                    sandbox: None,
                 })
             }
         };

@@ -37,6 +37,15 @@ pub(crate) fn summary(loaded: &super::Loaded) -> String {
     for b in &f.backends {
         out += &format!("  {:width$}  {}\n", b.name, describe(b, f.isolation));
     }
+    for b in &loaded.resolved.backends {
+        if let super::spec::BackendKind::Stdio(s) = &b.kind {
+            let line = match &s.sandbox {
+                Some(sandbox) => format!("sandboxed: {}", sandbox.describe()),
+                None => "not sandboxed".to_owned(),
+            };
+            out += &format!("  {:width$}  {line}\n", b.name);
+        }
+    }
     out
 }
 

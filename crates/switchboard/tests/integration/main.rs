@@ -44,6 +44,7 @@ mod replicas;
 mod resilience;
 mod resume;
 mod rmcp_client;
+mod sandbox;
 mod server_push;
 mod strict;
 mod tasks;

@@ -1,0 +1,483 @@
+//! `sandbox:` — at the top level (every command backend's default) and per backend: `on`,
+//! `off`, or the settings (which turn it on). Off unless configured. What it resolves to is
+//! `switchboard_upstream::sandbox::Sandbox`; this host's bubblewrap is found and tried once
+//! per load, so `validate`, `serve` and a reload all refuse a sandbox the host cannot build,
+//! with the fix.
+
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer};
+use switchboard_upstream::sandbox::{self, Host, Limits, Sandbox, SandboxError};
+
+use super::ConfigError;
+
+/// Defaults of a sandbox whose settings do not say: generous enough for `npx` (node reserves
+/// about 1 GiB of address space at start), small enough to stop a runaway.
+const DEFAULT_MEMORY: u64 = 4 << 30;
+const DEFAULT_PIDS: u64 = 256;
+const DEFAULT_OPEN_FILES: u64 = 1024;
+/// Less address space than this cannot start an interpreter; refused as a mistake.
+const MIN_MEMORY: u64 = 16 << 20;
+
+/// `sandbox:` as written.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SandboxKey {
+    /// `on`/`off` (or `true`/`false`).
+    Switch(bool),
+    /// Settings: on, with these.
+    Settings(SandboxSettings),
+}
+
+impl<'de> Deserialize<'de> for SandboxKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Word(String),
+            Settings(SandboxSettings),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(b) => Ok(SandboxKey::Switch(b)),
+            Raw::Word(w) if w == "on" => Ok(SandboxKey::Switch(true)),
+            Raw::Word(w) if w == "off" => Ok(SandboxKey::Switch(false)),
+            Raw::Word(w) => Err(serde::de::Error::custom(format!(
+                "expected on, off or the sandbox's settings, found {w:?}"
+            ))),
+            Raw::Settings(s) => Ok(SandboxKey::Settings(s)),
+        }
+    }
+}
+
+/// The settings; a backend's keys replace the top level's, key by key.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct SandboxSettings {
+    pub(crate) filesystem: Option<Filesystem>,
+    pub(crate) network: Option<Network>,
+    /// `512MiB`, `2GiB`, or bytes.
+    pub(crate) memory: Option<Size>,
+    pub(crate) cpu: Option<f64>,
+    pub(crate) pids: Option<u64>,
+    pub(crate) open_files: Option<u64>,
+    /// The host directory that is the backend's `HOME` (its package caches).
+    pub(crate) home: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Filesystem {
+    #[serde(default)]
+    pub(crate) read: Vec<PathBuf>,
+    #[serde(default)]
+    pub(crate) write: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Network {
+    /// `host:port` entries.
+    #[serde(default)]
+    pub(crate) allow: Vec<String>,
+}
+
+/// A size as written: bytes, or a number with a unit.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+impl Size {
+    fn bytes(&self) -> Result<u64, String> {
+        match self {
+            Size::Bytes(n) => Ok(*n),
+            Size::Text(t) => parse_size(t),
+        }
+    }
+}
+
+/// `512MiB`, `2GiB`, `1.5G`, `800MB`, `1048576`: binary units (`K`, `M`, `G`, `T`, with or
+/// without `iB`) and decimal ones (`KB`, `MB`, `GB`, `TB`).
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
+    let bad = || format!("`{text}`: expected a size like 512MiB, 2GiB or a number of bytes");
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "K" | "KiB" => 1024.0,
+        "M" | "MiB" => 1024.0 * 1024.0,
+        "G" | "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "T" | "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => return Err(bad()),
+    };
+    let n: f64 = number.parse().map_err(|_| bad())?;
+    let bytes = (n * scale).round();
+    if !(0.0..=u64::MAX as f64).contains(&bytes) {
+        return Err(bad());
+    }
+    Ok(bytes as u64)
+}
+
+/// The effective settings of one backend: `None` when it is not sandboxed.
+pub(crate) fn effective(
+    top: Option<&SandboxKey>,
+    own: Option<&SandboxKey>,
+) -> Option<SandboxSettings> {
+    let top_settings = match top {
+        Some(SandboxKey::Settings(s)) => Some(s.clone()),
+        Some(SandboxKey::Switch(true)) => Some(SandboxSettings::default()),
+        Some(SandboxKey::Switch(false)) | None => None,
+    };
+    match own {
+        None => top_settings,
+        Some(SandboxKey::Switch(false)) => None,
+        Some(SandboxKey::Switch(true)) => Some(top_settings.unwrap_or_default()),
+        Some(SandboxKey::Settings(s)) => {
+            let base = top_settings.unwrap_or_default();
+            Some(SandboxSettings {
+                filesystem: s.filesystem.clone().or(base.filesystem),
+                network: s.network.clone().or(base.network),
+                memory: s.memory.clone().or(base.memory),
+                cpu: s.cpu.or(base.cpu),
+                pids: s.pids.or(base.pids),
+                open_files: s.open_files.or(base.open_files),
+                home: s.home.clone().or(base.home),
+            })
+        }
+    }
+}
+
+/// This host's sandbox tools, found and tried at most once per load.
+#[derive(Debug, Default)]
+pub(crate) struct HostCheck(OnceCell<Result<Host, SandboxError>>);
+
+impl HostCheck {
+    fn get(&self) -> Result<Host, SandboxError> {
+        self.0
+            .get_or_init(|| {
+                let host = Host::find(std::env::var_os("PATH").as_deref())?;
+                host.probe()?;
+                Ok(host)
+            })
+            .clone()
+    }
+}
+
+/// One command backend, as far as its sandbox needs it.
+pub(crate) struct Backend<'a> {
+    /// Where its key is (`backends[2]`).
+    pub(crate) at: &'a str,
+    /// Where the sandbox was turned on: its own `backends[2].sandbox`, else the top level's
+    /// `sandbox`.
+    pub(crate) switched_at: String,
+    pub(crate) name: &'a str,
+    pub(crate) program: &'a str,
+    pub(crate) env: &'a [(String, String)],
+    pub(crate) cwd: Option<&'a Path>,
+}
+
+/// The sandbox `settings` describe for backend `b`, checked against this host.
+pub(crate) fn resolve(
+    settings: &SandboxSettings,
+    b: &Backend<'_>,
+    base: &Path,
+    host: &HostCheck,
+) -> Result<Sandbox, Vec<ConfigError>> {
+    let at = b.switched_at.clone();
+    let mut errors = Vec::new();
+    let limits = limits(settings, &at, &mut errors);
+    network(settings, &at, &mut errors);
+    let fs = settings.filesystem.clone().unwrap_or_default();
+    let read = paths(
+        &fs.read,
+        base,
+        &format!("{at}.filesystem.read"),
+        &mut errors,
+    );
+    let write = paths(
+        &fs.write,
+        base,
+        &format!("{at}.filesystem.write"),
+        &mut errors,
+    );
+    let home = match &settings.home {
+        Some(h) => Some(absolute(&base.join(h))),
+        None => default_home(b.name),
+    };
+    let Some(home) = home else {
+        errors.push(ConfigError::new(
+            &format!("{at}.home"),
+            "required here: neither XDG_CACHE_HOME nor HOME is set",
+        ));
+        return Err(errors);
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let host = host
+        .get()
+        .map_err(|e| vec![ConfigError::new(&at, e.to_string())])?;
+    if let Some(r) = &host.run_as {
+        let errors = out_of_reach(r.uid, &at, &home, read.iter().chain(&write));
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+    }
+    let sandbox = Sandbox {
+        read,
+        write,
+        masked: gateway_home().into_iter().collect(),
+        hidden: Vec::new(),
+        home,
+        limits,
+        host,
+    };
+    visible(&sandbox, b)?;
+    Ok(sandbox)
+}
+
+fn limits(settings: &SandboxSettings, at: &str, errors: &mut Vec<ConfigError>) -> Limits {
+    let memory = match settings.memory.as_ref().map(Size::bytes) {
+        None => Some(DEFAULT_MEMORY),
+        Some(Ok(n)) if n >= MIN_MEMORY => Some(n),
+        Some(Ok(_)) => {
+            errors.push(ConfigError::new(
+                &format!("{at}.memory"),
+                "must be at least 16MiB",
+            ));
+            None
+        }
+        Some(Err(e)) => {
+            errors.push(ConfigError::new(&format!("{at}.memory"), e));
+            None
+        }
+    };
+    Limits {
+        memory,
+        pids: Some(settings.pids.unwrap_or(DEFAULT_PIDS)),
+        open_files: Some(settings.open_files.unwrap_or(DEFAULT_OPEN_FILES)),
+        cpu: settings.cpu,
+    }
+}
+
+/// Entries are checked (`host:port`); a list that is not empty is refused: the egress proxy
+/// that would enforce it is not built yet, and a list must never be silently ignored.
+fn network(settings: &SandboxSettings, at: &str, errors: &mut Vec<ConfigError>) {
+    let Some(net) = &settings.network else { return };
+    let before = errors.len();
+    for (i, entry) in net.allow.iter().enumerate() {
+        if let Err(e) = host_port(entry) {
+            errors.push(ConfigError::new(
+                &format!("{at}.network.allow[{i}]"),
+                format!("`{entry}`: {e}"),
+            ));
+        }
+    }
+    if errors.len() == before && !net.allow.is_empty() {
+        errors.push(ConfigError::new(
+            &format!("{at}.network.allow"),
+            "not supported yet: the egress proxy that enforces an allow list is a later \
+             step, and a sandboxed backend has no network at all; remove the list, or set \
+             `sandbox: off` for a backend that needs the network",
+        ));
+    }
+}
+
+/// `host:port`: a DNS name or an IP address (IPv6 in brackets), and a port 1–65535.
+pub(crate) fn host_port(entry: &str) -> Result<(), &'static str> {
+    let (host, port) = entry
+        .rsplit_once(':')
+        .ok_or("expected host:port, like api.github.com:443")?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err("the port must be a number from 1 to 65535"),
+    }
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return v6
+            .parse::<std::net::Ipv6Addr>()
+            .map(|_| ())
+            .map_err(|_| "not an IPv6 address in brackets");
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if host.len() <= 253 && host.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err("the host must be a DNS name or an IP address")
+    }
+}
+
+/// Each path made absolute (relative ones from the config file's directory); it must exist,
+/// since bubblewrap binds it.
+fn paths(list: &[PathBuf], base: &Path, at: &str, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (i, p) in list.iter().enumerate() {
+        let path = absolute(&base.join(p));
+        if path.exists() {
+            out.push(path);
+        } else {
+            errors.push(ConfigError::new(&format!("{at}[{i}]"), "does not exist"));
+        }
+    }
+    out
+}
+
+/// The program and the working directory must be visible inside, or the backend could not
+/// start: said here, with the fix, rather than as bwrap's "No such file or directory".
+fn visible(sandbox: &Sandbox, b: &Backend<'_>) -> Result<(), Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let path = b
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(sandbox::DEFAULT_PATH, |(_, v)| v.as_str());
+    let program = if b.program.contains('/') {
+        Some(absolute(Path::new(b.program)))
+    } else {
+        let found = sandbox::which(b.program, Some(std::ffi::OsStr::new(path)));
+        if found.is_none() {
+            errors.push(ConfigError::new(
+                &format!("{}.command", b.at),
+                format!(
+                    "`{}` is not on the sandbox's PATH ({path}): give its absolute path, or \
+                     set PATH in env",
+                    b.program
+                ),
+            ));
+        }
+        found
+    };
+    let named = [("command", program), ("cwd", b.cwd.map(absolute))];
+    for (key, path) in named {
+        let Some(path) = path else { continue };
+        if let Some(mask) = sandbox.hides(&path) {
+            errors.push(ConfigError::new(
+                &format!("{}.{key}", b.at),
+                format!(
+                    "{} is hidden in the sandbox (under {}): list it in \
+                     sandbox.filesystem.read, or set `sandbox: off`",
+                    path.display(),
+                    mask.display()
+                ),
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// The home and listed paths a root gateway's backends (running as `uid`) could not reach.
+fn out_of_reach<'a>(
+    uid: u32,
+    at: &str,
+    home: &'a Path,
+    listed: impl Iterator<Item = &'a PathBuf>,
+) -> Vec<ConfigError> {
+    let home_at = format!("{at}.home");
+    let all = std::iter::once((home_at.as_str(), home)).chain(listed.map(|p| (at, p.as_path())));
+    let mut errors = Vec::new();
+    for (key, path) in all {
+        if let Some(closed) = unreachable(path) {
+            errors.push(ConfigError::new(
+                key,
+                format!(
+                    "{} is out of reach of uid {uid} (the gateway runs as root, its sandboxed \
+                     backends as nobody): {} is not searchable by others (chmod o+x)",
+                    path.display(),
+                    closed.display()
+                ),
+            ));
+        }
+    }
+    errors
+}
+
+/// The first directory on the way to `path` (those that exist) that others may not search:
+/// bwrap, run as nobody, could not reach `path` through it.
+fn unreachable(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut dirs: Vec<&Path> = path.ancestors().skip(1).collect();
+    dirs.reverse();
+    dirs.into_iter().find_map(|d| match std::fs::metadata(d) {
+        Ok(m) if m.permissions().mode() & 0o001 == 0 => Some(d.to_path_buf()),
+        _ => None,
+    })
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Where a backend's home lives on the host: a root gateway's backends run as nobody, who
+/// cannot reach root's home, so theirs are under /var/cache; else the user's cache directory.
+fn default_home(backend: &str) -> Option<PathBuf> {
+    let tail = Path::new("switchboard").join("sandbox").join(backend);
+    if sandbox::is_root() {
+        return Some(Path::new("/var/cache").join(tail));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(cache.join(tail))
+}
+
+/// The gateway's own home, masked wherever it is (not only under /home or /root); a home at
+/// the top of the tree (`/`, `/srv`) is not masked, as that would hide what the backend runs.
+fn gateway_home() -> Option<PathBuf> {
+    let home = absolute(Path::new(&std::env::var_os("HOME")?));
+    let depth = home
+        .components()
+        .filter(|c| matches!(c, std::path::Component::Normal(_)))
+        .count();
+    (depth >= 2 && home.is_dir()).then_some(home)
+}
+
+/// The gateway's own files (config, secrets, keys, state, audit log), as they exist now:
+/// no sandboxed backend can open them.
+pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
+    let args = &spec.options;
+    let mut all: Vec<PathBuf> = files.to_vec();
+    all.extend(args.auth.auth_config.clone());
+    all.extend(args.auth.api_keys_file.clone());
+    all.extend(args.auth.policy.clone());
+    all.extend(args.auth.audit_log.as_ref().map(PathBuf::from));
+    all.extend(args.session_store_password_file.clone());
+    all.extend(args.replica_secret_file.clone());
+    all.extend(spec.trust.config.state_file.clone());
+    let mut found: Vec<PathBuf> = all
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    found.dedup();
+    for b in &mut spec.backends {
+        if let super::spec::BackendKind::Stdio(s) = &mut b.kind {
+            if let Some(sandbox) = &mut s.sandbox {
+                std::sync::Arc::make_mut(sandbox).hidden.clone_from(&found);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,411 @@
+//! Sandboxed stdio backends: the command runs inside bubblewrap (`bwrap`), in its own mount,
+//! PID, IPC, UTS, user, cgroup and network namespaces (loopback only), with the host's root
+//! read-only and the places where people keep secrets masked, its environment cleared, and
+//! its resources bounded with `setrlimit` (through util-linux `prlimit`, so no code of ours
+//! runs between `fork` and `exec`).
+//!
+//! What one sandboxed backend's argv looks like, in order (later mounts win):
+//!
+//! ```text
+//! [setpriv --reuid=65534 --regid=65534 --clear-groups --]     only when the gateway is root
+//! bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL
+//!       --ro-bind / / --dev /dev --proc /proc
+//!       --tmpfs /home --tmpfs /root --tmpfs /run --tmpfs /tmp --tmpfs /var/tmp   (masks)
+//!       --tmpfs <the gateway's HOME, and other masked directories>
+//!       --ro-bind R R ...     (filesystem.read)
+//!       --bind W W ...        (filesystem.write)
+//!       --bind <home> /home/switchboard
+//!       --ro-bind /dev/null F ...   (the gateway's config, secrets and state files)
+//!       --chdir <cwd, else the sandbox's home>
+//!       -- prlimit --as=M --nproc=P --nofile=F --core=0 -- PROGRAM ARGS...
+//! ```
+//!
+//! Why root drops to `nobody`: the kernel never applies `RLIMIT_NPROC` to uid 0, so a root
+//! gateway's backends could fork without bound; as any other user, the count is kept per
+//! user namespace, so each sandbox gets a budget of its own. It is also simply safer: a
+//! third-party server never runs as the host's root.
+//!
+//! The environment travels as the process's environment, never as `--setenv` arguments: the
+//! sandbox's PID 1 is bwrap itself, and its command line is readable inside.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+/// Where the backend's own writable home (and with it the npm/uv caches) appears inside.
+pub const SANDBOX_HOME: &str = "/home/switchboard";
+/// The `PATH` a sandboxed backend gets unless its configuration passes one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Host directories a backend never sees (an empty tmpfs over each that exists): homes, the
+/// runtime directory (sockets of daemons: a Unix socket on a read-only mount still accepts
+/// connections) and the shared temporary directories (the backend gets private ones).
+pub const MASKED: [&str; 5] = ["/home", "/root", "/run", "/tmp", "/var/tmp"];
+/// The unprivileged user a root gateway's backends run as.
+pub const NOBODY: (u32, u32) = (65534, 65534);
+
+/// How to sandbox one stdio backend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sandbox {
+    /// Host paths the backend may read (bound read-only over the masks).
+    pub read: Vec<PathBuf>,
+    /// Host paths the backend may write.
+    pub write: Vec<PathBuf>,
+    /// Directories masked besides [`MASKED`] (the gateway's own `HOME`).
+    pub masked: Vec<PathBuf>,
+    /// Files the backend cannot open (`/dev/null` over each, on a nodev mount): the
+    /// gateway's config, secrets and state.
+    pub hidden: Vec<PathBuf>,
+    /// The host directory that is the backend's `HOME` inside ([`SANDBOX_HOME`]); created at
+    /// spawn, so package caches survive restarts.
+    pub home: PathBuf,
+    /// Resource limits.
+    pub limits: Limits,
+    /// The tools found on this host.
+    pub host: Host,
+}
+
+/// Resource limits, applied with `setrlimit` in the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Limits {
+    /// Address space per process, in bytes (`RLIMIT_AS`).
+    pub memory: Option<u64>,
+    /// Processes and threads of the sandbox (`RLIMIT_NPROC`, counted per user namespace).
+    pub pids: Option<u64>,
+    /// Open files per process (`RLIMIT_NOFILE`).
+    pub open_files: Option<u64>,
+    /// CPU cores: enforceable only with cgroup v2, which this version does not use yet.
+    pub cpu: Option<f64>,
+}
+
+/// The programs the sandbox is built with, as found on this host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Host {
+    /// bubblewrap.
+    pub bwrap: PathBuf,
+    /// util-linux `prlimit`, run inside the sandbox.
+    pub prlimit: PathBuf,
+    /// How a root gateway drops to an unprivileged user first.
+    pub run_as: Option<RunAs>,
+}
+
+/// `setpriv` to an unprivileged uid and gid before bwrap starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunAs {
+    /// util-linux `setpriv`.
+    pub setpriv: PathBuf,
+    /// The uid.
+    pub uid: u32,
+    /// The gid.
+    pub gid: u32,
+}
+
+/// Why this host cannot sandbox a backend; the text names the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// A program the sandbox needs is not on the gateway's `PATH`.
+    #[error(
+        "{program} is not installed (not on PATH): {fix}; or set `sandbox: off` for this backend"
+    )]
+    Missing {
+        /// The program.
+        program: &'static str,
+        /// How to install it.
+        fix: &'static str,
+    },
+    /// bubblewrap ran but could not build the sandbox.
+    #[error(
+        "bubblewrap cannot create the sandbox here ({0}): allow unprivileged user namespaces \
+         (sysctl kernel.unprivileged_userns_clone=1 on older Debian; on Ubuntu 24.04 \
+         sysctl kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap; \
+         in a container, a seccomp profile that permits unshare and mount), or set \
+         `sandbox: off` for this backend"
+    )]
+    Refused(String),
+}
+
+/// What to execute for one sandboxed backend.
+#[derive(Debug)]
+pub(crate) struct Launch {
+    pub(crate) program: PathBuf,
+    pub(crate) args: Vec<OsString>,
+}
+
+impl Host {
+    /// Finds bwrap and prlimit (and setpriv, when this process is root) on `path` (the
+    /// gateway's `PATH`).
+    pub fn find(path: Option<&OsStr>) -> Result<Host, SandboxError> {
+        let bwrap = which("bwrap", path).ok_or(SandboxError::Missing {
+            program: "bwrap",
+            fix: "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)",
+        })?;
+        let util_linux = "install util-linux (apt-get install util-linux)";
+        let prlimit = which("prlimit", path).ok_or(SandboxError::Missing {
+            program: "prlimit",
+            fix: util_linux,
+        })?;
+        let run_as = if is_root() {
+            let setpriv = which("setpriv", path).ok_or(SandboxError::Missing {
+                program: "setpriv",
+                fix: util_linux,
+            })?;
+            Some(RunAs {
+                setpriv,
+                uid: NOBODY.0,
+                gid: NOBODY.1,
+            })
+        } else {
+            None
+        };
+        Ok(Host {
+            bwrap,
+            prlimit,
+            run_as,
+        })
+    }
+
+    /// Builds the smallest sandbox (every namespace, the limits tool) and runs `true` in it:
+    /// what fails here would fail every backend's start, so it is reported once, with the fix.
+    pub fn probe(&self) -> Result<(), SandboxError> {
+        let mut args = self.prefix();
+        args.extend(
+            [
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--",
+            ]
+            .map(OsString::from),
+        );
+        args.push(self.prlimit.clone().into_os_string());
+        args.extend(["--nproc=64", "--", "true"].map(OsString::from));
+        let (program, rest) = self.program(args);
+        let out = std::process::Command::new(program)
+            .args(rest)
+            .env_clear()
+            .env("PATH", DEFAULT_PATH)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| SandboxError::Refused(format!("running bwrap failed: {e}")))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let said = String::from_utf8_lossy(&out.stderr);
+        let said = said.lines().next().unwrap_or("no message").trim();
+        Err(SandboxError::Refused(format!(
+            "{}: {said}",
+            crate::Exit(out.status)
+        )))
+    }
+
+    /// `[setpriv …] bwrap` and the flags every sandbox has, as one argv (program first).
+    fn prefix(&self) -> Vec<OsString> {
+        let mut args = Vec::new();
+        if let Some(r) = &self.run_as {
+            args.push(r.setpriv.clone().into_os_string());
+            args.push(format!("--reuid={}", r.uid).into());
+            args.push(format!("--regid={}", r.gid).into());
+            args.push("--clear-groups".into());
+            args.push("--".into());
+        }
+        args.push(self.bwrap.clone().into_os_string());
+        args.extend(
+            [
+                "--unshare-all",
+                "--die-with-parent",
+                "--new-session",
+                "--cap-drop",
+                "ALL",
+            ]
+            .map(OsString::from),
+        );
+        args
+    }
+
+    fn program(&self, mut argv: Vec<OsString>) -> (PathBuf, Vec<OsString>) {
+        let program = PathBuf::from(argv.remove(0));
+        (program, argv)
+    }
+}
+
+impl Sandbox {
+    /// Creates the backend's home (owned by the sandbox's user). Called before each spawn.
+    pub(crate) fn prepare(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.home)?;
+        if let Some(r) = &self.host.run_as {
+            std::os::unix::fs::chown(&self.home, Some(r.uid), Some(r.gid))?;
+        }
+        Ok(())
+    }
+
+    /// The argv that runs `program args` sandboxed, starting in `cwd` (else the sandbox's
+    /// home).
+    pub(crate) fn launch(&self, program: &str, args: &[String], cwd: Option<&Path>) -> Launch {
+        let mut argv = self.host.prefix();
+        let mut push = |flag: &str, from: &OsStr, to: &OsStr| {
+            argv.push(flag.into());
+            argv.push(from.to_owned());
+            if !to.is_empty() {
+                argv.push(to.to_owned());
+            }
+        };
+        let root = OsStr::new("/");
+        push("--ro-bind", root, root);
+        push("--dev", OsStr::new("/dev"), OsStr::new(""));
+        push("--proc", OsStr::new("/proc"), OsStr::new(""));
+        for dir in self.masks() {
+            push("--tmpfs", dir.as_os_str(), OsStr::new(""));
+        }
+        for p in &self.read {
+            push("--ro-bind", p.as_os_str(), p.as_os_str());
+        }
+        for p in &self.write {
+            push("--bind", p.as_os_str(), p.as_os_str());
+        }
+        push("--bind", self.home.as_os_str(), OsStr::new(SANDBOX_HOME));
+        let shown = |f: &&PathBuf| f.is_file() && self.hides(f).is_none();
+        for f in self.hidden.iter().filter(shown) {
+            push("--ro-bind", OsStr::new("/dev/null"), f.as_os_str());
+        }
+        // Relative to the gateway's directory, as an unsandboxed backend's would be.
+        let start = cwd.map_or_else(
+            || PathBuf::from(SANDBOX_HOME),
+            |d| std::path::absolute(d).unwrap_or_else(|_| d.to_path_buf()),
+        );
+        push("--chdir", start.as_os_str(), OsStr::new(""));
+        argv.push("--".into());
+        argv.push(self.host.prlimit.clone().into_os_string());
+        argv.extend(self.limits.prlimit_args());
+        argv.push("--".into());
+        argv.push(program.into());
+        argv.extend(args.iter().map(OsString::from));
+        let (program, args) = self.host.program(argv);
+        Launch { program, args }
+    }
+
+    /// The directories masked with an empty tmpfs, in mount order (parents first), each
+    /// once, only those that exist (a read-only root cannot grow a mount point).
+    pub fn masks(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        let all = MASKED.iter().map(PathBuf::from).chain(self.masked.clone());
+        for dir in all {
+            if dir.is_dir() && !out.iter().any(|o| dir.starts_with(o)) {
+                out.push(dir);
+            }
+        }
+        out
+    }
+
+    /// Whether `path` is visible inside: under a read or write path, or under no mask.
+    /// Returns the mask that hides it.
+    pub fn hides(&self, path: &Path) -> Option<PathBuf> {
+        if self
+            .read
+            .iter()
+            .chain(&self.write)
+            .any(|p| path.starts_with(p))
+        {
+            return None;
+        }
+        self.masks().into_iter().find(|m| path.starts_with(m))
+    }
+
+    /// One line saying what contains this backend and which limits applied (and which did
+    /// not), for the startup log.
+    pub fn describe(&self) -> String {
+        let who = match &self.host.run_as {
+            Some(r) => format!(", as uid {} (the gateway runs as root)", r.uid),
+            None => String::new(),
+        };
+        let l = &self.limits;
+        let mut applied = Vec::new();
+        if let Some(m) = l.memory {
+            applied.push(format!("address space {} per process", bytes(m)));
+        }
+        if let Some(p) = l.pids {
+            applied.push(format!("{p} processes"));
+        }
+        if let Some(f) = l.open_files {
+            applied.push(format!("{f} open files"));
+        }
+        applied.push("no core dumps".to_owned());
+        let cpu = match l.cpu {
+            Some(c) => format!("; cpu {c} not enforced"),
+            None => String::new(),
+        };
+        format!(
+            "bubblewrap (mount, pid, ipc, uts, user, cgroup and network namespaces; no network){who}; \
+             limits: setrlimit ({}), not cgroup v2 ({}){cpu}",
+            applied.join(", "),
+            cgroup_v2()
+        )
+    }
+}
+
+impl Limits {
+    fn prlimit_args(&self) -> Vec<OsString> {
+        let mut out = Vec::new();
+        if let Some(m) = self.memory {
+            out.push(format!("--as={m}").into());
+        }
+        if let Some(p) = self.pids {
+            out.push(format!("--nproc={p}").into());
+        }
+        if let Some(f) = self.open_files {
+            out.push(format!("--nofile={f}").into());
+        }
+        // A crashing backend's memory image must not land anywhere (a core pattern may pipe
+        // it to a host daemon).
+        out.push("--core=0".into());
+        out
+    }
+}
+
+/// Why cgroup v2 limits (the only way to bound CPU) are not applied on this host.
+pub fn cgroup_v2() -> &'static str {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let v2_root = mounts.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        (f.next(), f.next(), f.next()) == (Some("cgroup2"), Some("/sys/fs/cgroup"), Some("cgroup2"))
+    });
+    if v2_root {
+        "cgroup v2 is mounted here, but this version does not use it yet"
+    } else {
+        "this host has no cgroup v2 hierarchy at /sys/fs/cgroup"
+    }
+}
+
+fn bytes(n: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if n.is_multiple_of(GIB) {
+        format!("{} GiB", n / GIB)
+    } else if n.is_multiple_of(MIB) {
+        format!("{} MiB", n / MIB)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Whether this process runs as root (its `/proc/self` belongs to its effective uid).
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// The first executable `name` on `path`.
+pub fn which(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = path?;
+    std::env::split_paths(path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,202 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use switchboard_wire::Message;
+
+use super::*;
+use crate::{spawn, InboundSink, StdioConfig};
+
+fn host(run_as: bool) -> Host {
+    Host {
+        bwrap: "/usr/bin/bwrap".into(),
+        prlimit: "/usr/bin/prlimit".into(),
+        run_as: run_as.then(|| RunAs {
+            setpriv: "/usr/bin/setpriv".into(),
+            uid: 65534,
+            gid: 65534,
+        }),
+    }
+}
+
+fn sandbox(home: &Path) -> Sandbox {
+    Sandbox {
+        read: vec!["/srv/data".into()],
+        write: vec!["/srv/out".into()],
+        masked: Vec::new(),
+        hidden: Vec::new(),
+        home: home.to_path_buf(),
+        limits: Limits {
+            memory: Some(256 << 20),
+            pids: Some(64),
+            open_files: Some(128),
+            cpu: None,
+        },
+        host: host(false),
+    }
+}
+
+fn argv(launch: &Launch) -> Vec<String> {
+    std::iter::once(launch.program.to_string_lossy().into_owned())
+        .chain(launch.args.iter().map(|a| a.to_string_lossy().into_owned()))
+        .collect()
+}
+
+/// The flags in their order: namespaces first, the read-only root, the masks, the listed
+/// paths over them, the home, then the limits tool and the command.
+#[test]
+fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
+    let s = sandbox(Path::new("/var/cache/sb/files"));
+    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None));
+    let text = all.join(" ");
+    assert!(
+        text.starts_with(
+            "/usr/bin/bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --tmpfs "
+        ),
+        "{text}"
+    );
+    assert!(text.contains("--tmpfs /tmp"), "{text}");
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("{needle}: {text}"))
+    };
+    assert!(at("--tmpfs /tmp") < at("--ro-bind /srv/data /srv/data"));
+    assert!(at("--ro-bind /srv/data /srv/data") < at("--bind /srv/out /srv/out"));
+    assert!(at("--bind /srv/out /srv/out") < at("--bind /var/cache/sb/files /home/switchboard"));
+    assert!(text.ends_with(
+        "--chdir /home/switchboard -- /usr/bin/prlimit --as=268435456 --nproc=64 --nofile=128 --core=0 -- npx -y pkg"
+    ), "{text}");
+}
+
+/// A root gateway drops to nobody before bwrap; a configured directory is where it starts.
+#[test]
+fn root_drops_to_nobody_and_cwd_is_kept() {
+    let mut s = sandbox(Path::new("/var/cache/sb/files"));
+    s.host = host(true);
+    let all = argv(&s.launch("srv", &[], Some(Path::new("/srv/data"))));
+    assert_eq!(
+        all[..6],
+        [
+            "/usr/bin/setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "/usr/bin/bwrap"
+        ]
+    );
+    assert!(all.join(" ").contains("--chdir /srv/data --"));
+}
+
+/// Only existing files are hidden, and only where no mask hides them already.
+#[test]
+fn hidden_files_get_dev_null() {
+    let dir = std::env::current_dir().unwrap();
+    let manifest = dir.join("Cargo.toml");
+    let mut s = sandbox(Path::new("/var/cache/sb/files"));
+    s.hidden = vec![manifest.clone(), dir.join("no-such-file")];
+    let text = argv(&s.launch("srv", &[], None)).join(" ");
+    assert!(
+        text.contains(&format!("--ro-bind /dev/null {}", manifest.display())),
+        "{text}"
+    );
+    assert!(!text.contains("no-such-file"), "{text}");
+}
+
+#[test]
+fn visibility_follows_masks_and_listed_paths() {
+    let mut s = sandbox(Path::new("/var/cache/sb/files"));
+    s.read.push("/root/project".into());
+    assert_eq!(
+        s.hides(Path::new("/root/.ssh/id_rsa")),
+        Some("/root".into())
+    );
+    assert_eq!(s.hides(Path::new("/root/project/main.py")), None);
+    assert_eq!(s.hides(Path::new("/usr/bin/python3")), None);
+}
+
+#[test]
+fn the_environment_is_the_basics_and_what_is_given() {
+    let env = crate::launch::sandbox_env(&[
+        ("TOKEN".into(), "t".into()),
+        ("PATH".into(), "/opt/bin".into()),
+    ]);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("PATH"), Some("/opt/bin"));
+    assert_eq!(get("HOME"), Some(SANDBOX_HOME));
+    assert_eq!(get("TOKEN"), Some("t"));
+    assert!(get("LANG").is_some());
+    assert_eq!(
+        get("npm_config_offline"),
+        Some("true"),
+        "no network: npm is told"
+    );
+    assert_eq!(env.len(), 6);
+}
+
+#[test]
+fn which_finds_executables_on_the_given_path_only() {
+    assert_eq!(
+        which("sh", Some(OsStr::new("/bin"))),
+        Some("/bin/sh".into())
+    );
+    assert_eq!(which("sh", Some(OsStr::new("/nonexistent"))), None);
+    assert_eq!(which("sh", None), None);
+}
+
+/// Real bubblewrap: absent, the test is skipped unless `SWITCHBOARD_SANDBOX_TESTS` says it
+/// must run.
+fn real_host() -> Option<Host> {
+    match Host::find(std::env::var_os("PATH").as_deref()) {
+        Ok(h) => Some(h),
+        Err(e) if std::env::var_os("SWITCHBOARD_SANDBOX_TESTS").is_some() => {
+            panic!("SWITCHBOARD_SANDBOX_TESTS is set but {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Ignore;
+
+impl InboundSink for Ignore {
+    fn deliver(&self, _: &Bytes, _: &Message<'_>, _: &crate::Upstream) {}
+}
+
+/// A sandboxed process is reached through its pipes like any other: a shell that answers
+/// one request with what it sees of its world (HOME, a gateway variable, the network).
+#[tokio::test]
+async fn a_sandboxed_backend_talks_through_its_pipes_and_sees_only_its_world() {
+    let Some(host) = real_host() else { return };
+    host.probe().expect("bubblewrap works here");
+    let home = std::env::temp_dir().join(format!("sb-unit-home-{}", std::process::id()));
+    let mut s = sandbox(&home);
+    s.read.clear();
+    s.write.clear();
+    s.host = host;
+    let script = r#"read line; printf '{"jsonrpc":"2.0","id":"k1","result":{"home":"%s","secret":"%s","net":"%s","w":"%s"}}\n' "$HOME" "$CARGO_MANIFEST_DIR" "$(cat /proc/net/dev | grep -c :)" "$(touch ~/ok && echo yes)"; cat >/dev/null"#;
+    let mut config = StdioConfig::new("sh", vec!["-c".into(), script.into()]);
+    config.sandbox = Some(Arc::new(s));
+    let (handle, process) = spawn(&config, Arc::new(Ignore)).expect("spawned");
+    let call = handle.call(
+        "k1",
+        br#"{"jsonrpc":"2.0","id":"k1","method":"x"}"#.to_vec(),
+    );
+    let answer = tokio::time::timeout(Duration::from_secs(20), call.await.expect("queued"))
+        .await
+        .expect("answered in time")
+        .expect("answered");
+    let v: serde_json::Value = serde_json::from_str(answer.payload()).expect("json");
+    assert_eq!(v["home"], SANDBOX_HOME);
+    assert_eq!(v["w"], "yes", "its home is writable");
+    assert_eq!(v["net"], "1", "only loopback: {v}");
+    // cargo gives the test process this variable; the sandbox gets none of its variables.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    assert_eq!(v["secret"], "", "{v}");
+    assert!(home.join("ok").exists(), "the home is the host directory");
+    process.shutdown(Duration::from_secs(5)).await;
+    let _ = std::fs::remove_dir_all(&home);
+}
