@@ -19,12 +19,18 @@ use switchboard_wire::{
 };
 
 use crate::access::Path;
-use crate::listen_stream::ListenStream;
 use crate::registry::Registry;
 use crate::resolve::{From, Via};
 use crate::session::{SessionId, Transport};
 use crate::CoreError;
 use crate::Principal;
+
+mod operator;
+mod sessions;
+mod sse;
+pub use operator::Operator;
+pub use sessions::ClientSessions;
+pub use sse::{SseEndpoint, SseInit};
 
 /// Limits and deadlines.
 #[derive(Debug, Clone)]
@@ -298,54 +304,6 @@ impl Gateway {
         (negotiated, encode_result(id, &result.to_string()))
     }
 
-    /// Resolves a client-supplied session id, refreshing its TTL. Another principal's session
-    /// is not found, exactly like an unknown one.
-    ///
-    /// With a session store, a session this process does not hold is looked up there (and
-    /// made live here), and one it holds is confirmed there (ended elsewhere: not found here
-    /// either); a store that does not answer leaves held sessions working.
-    pub async fn session(&self, raw: &str, caller: &Principal) -> Result<SessionId, CoreError> {
-        let held = self
-            .registry
-            .sessions
-            .touch(raw, Transport::Streamable, caller)
-            .map(|(id, _)| id);
-        match held {
-            Ok(id) => self.store.confirm(self, &self.backends, id).await,
-            Err(CoreError::SessionNotFound)
-                if self.store.adopt(self, &self.backends, raw, caller).await? =>
-            {
-                self.registry
-                    .sessions
-                    .touch(raw, Transport::Streamable, caller)
-                    .map(|(id, _)| id)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Opens (or replaces) a session's listen stream, replaying missed events after
-    /// `last_event_id` when it names one of this session's buffered events.
-    pub async fn open_listen(
-        &self,
-        raw: &str,
-        caller: &Principal,
-        last_event_id: Option<&str>,
-    ) -> Result<ListenStream, CoreError> {
-        self.session(raw, caller).await?;
-        // Replicas: a stream numbered elsewhere resumes there (its events are in that
-        // replica's memory), or afresh here once that replica is gone.
-        let last_event_id = self.store.resume_at(last_event_id).await?;
-        self.registry
-            .sessions
-            .attach_listener(raw, caller, last_event_id)
-    }
-
-    /// Detaches a listen stream when its connection ends.
-    pub fn close_listen(&self, raw: &str, generation: u64) {
-        self.registry.sessions.detach_listener(raw, generation);
-    }
-
     /// Handles a client notification. `initialized` is the gateway's to consume (the backend
     /// was initialized once, by the gateway); `cancelled` is rewritten to the route key the
     /// backend saw, and only for the caller's own in-flight requests; anything else passes
@@ -455,63 +413,15 @@ impl Gateway {
         &self.config.access
     }
 
-    /// The backends this gateway fronts (the primary's liveness and era, for `/healthz` and
-    /// `/stats`).
-    pub fn backends(&self) -> &crate::Backends {
-        &self.backends
-    }
-
     /// What the gateway presents as its server (`initialize`, `server/discover`,
     /// `serverInfo`): the merged declaration when aggregating, else the primary backend's.
     pub(crate) fn presented(&self) -> crate::backends::Presented {
         (self.backends).presented(self.vmcp().map(crate::vmcp::Vmcp::presented))
     }
 
-    /// Live sessions (for metrics and leak tests).
-    pub fn session_count(&self) -> usize {
-        self.registry.sessions.len()
-    }
-
-    /// Every routing-table entry the gateway holds: pending backend calls, progress routes,
-    /// subscription rows and URI locks, per-session entries, and parked MRTR calls. Zero when idle with no
-    /// sessions; leak tests assert on it.
-    pub fn table_entries(&self) -> usize {
-        let pending: usize = self
-            .backends
-            .iter()
-            .map(|b| b.backend.handle.pending_len())
-            .sum();
-        let per_backend: usize = self
-            .registry
-            .all_tables()
-            .iter()
-            .map(|t| t.subs.len() + t.tasks.len())
-            .sum();
-        pending
-            + self.registry.progress.len()
-            + per_backend
-            + self.registry.sessions.entry_count()
-            + self.registry.listeners.len()
-            + self.mrtr.held.len()
-    }
-
     /// Each backend's health and breaker, and the backends that did not start (`health`).
     pub fn health(&self) -> &crate::health::Health {
         &self.health
-    }
-
-    /// `/status`: per backend its health, era, transport and breaker; the live sessions.
-    pub fn status(&self) -> Value {
-        self.health.status(&self.backends, &self.registry.sessions)
-    }
-
-    /// The text exposition of every metric, with the gauges set from the gateway now.
-    pub fn render_metrics(&self) -> String {
-        let (streamable, sse) = self.registry.sessions.count_by_transport();
-        crate::metrics::set_sessions("streamable_http", streamable);
-        crate::metrics::set_sessions("sse", sse);
-        self.health.export();
-        crate::metrics::render()
     }
 
     /// Probes every backend every `probe_interval` until `stop` fires, following the set as
@@ -527,33 +437,6 @@ impl Gateway {
         crate::health::probe::follow(&self.backends, &stop, probe_loop).await;
     }
 
-    /// The trust state, when the gateway aggregates with trust on (`trust`).
-    pub fn trust(&self) -> Option<&Arc<crate::trust::Trust>> {
-        self.vmcp.as_ref()?.trust.as_ref()
-    }
-
-    /// `POST /trust/approve`: pins `backend`'s pending definition of `tool` (`NothingPending`
-    /// when none is); an approval has every backend's tools listed again and tells the
-    /// sessions.
-    pub async fn approve_tool(
-        &self,
-        backend: &str,
-        tool: &str,
-        digest: &str,
-        by: &Principal,
-    ) -> Result<crate::trust::Approval, CoreError> {
-        let Some(trust) = self.trust() else {
-            return Err(CoreError::Unsupported(
-                "tool trust (not aggregating)".into(),
-            ));
-        };
-        let outcome = trust.approve_by(backend, tool, digest, by).await?;
-        if outcome == crate::trust::Approval::Approved {
-            crate::trust::tools_changed(&self.backends, &self.registry, true);
-        }
-        Ok(outcome)
-    }
-
     /// Re-reads the trust state file when it changes (`switchboard trust approve`), once a
     /// second, until `stop` (`trust`). Returns at once when there is no file to watch.
     pub async fn run_trust_watch(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
@@ -565,10 +448,32 @@ impl Gateway {
         trust.watch(&stop, changed).await;
     }
 
-    /// Warm Modern partitions (per-session mode). Counted apart from `table_entries`: they
-    /// are kept on purpose while idle, and reaped after `partition_idle`.
-    pub fn partition_count(&self) -> usize {
-        self.mrtr.partitions.len()
+    /// The operator's view: readiness, `/status`, `/metrics`, table sizes, trust approval.
+    pub fn operator(&self) -> Operator<'_> {
+        Operator {
+            backends: &self.backends,
+            registry: &self.registry,
+            health: &self.health,
+            mrtr: &self.mrtr,
+            trust: self.trust(),
+        }
+    }
+
+    /// The clients' sessions as `http` sees them: resolve one, its listen stream, a client's
+    /// answer to a server request, DELETE.
+    pub fn sessions(&self) -> ClientSessions<'_> {
+        ClientSessions { gateway: self }
+    }
+
+    /// The HTTP+SSE endpoint's side of the gateway: its sessions' streams, `initialize`,
+    /// the end of a session when its stream closes.
+    pub fn sse(self: &Arc<Self>) -> SseEndpoint<'_> {
+        SseEndpoint { gateway: self }
+    }
+
+    /// The trust state, when the gateway aggregates with trust on (`trust`).
+    fn trust(&self) -> Option<&Arc<crate::trust::Trust>> {
+        self.vmcp.as_ref()?.trust.as_ref()
     }
 }
 

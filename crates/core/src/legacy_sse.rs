@@ -24,17 +24,14 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::value::RawValue;
 use tokio::task::JoinSet;
 use tracing::debug;
-
-use switchboard_wire::{method, RequestId};
 
 use crate::listen_stream::{ListenEvent, ListenState};
 use crate::session::{SessionId, Transport};
 pub use crate::session::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
 use crate::stream_queue::{Limits, QueueRx};
-use crate::{CoreError, Gateway};
+use crate::CoreError;
 
 /// Capacity of an HTTP+SSE session's stream queue. Progress may use it only down to
 /// [`SSE_MAX_REQUESTS`] free slots, so every running request's answer always fits; a client
@@ -62,7 +59,7 @@ pub struct SseSession {
 #[derive(Debug)]
 pub struct SseInitClaim {
     registry: Arc<crate::registry::Registry>,
-    session: SessionId,
+    pub(crate) session: SessionId,
 }
 
 impl SseInitClaim {
@@ -80,9 +77,9 @@ impl Drop for SseInitClaim {
     }
 }
 
-/// What `http` does with the HTTP+SSE sessions it holds: resolve one, claim its per-session
-/// `initialize`, run a request as its task, queue progress and answers on its stream, keep it
-/// alive. A handle on the session table ([`Gateway::sse_streams`]); opening, initializing and
+/// What `http` does with the HTTP+SSE sessions it holds: open one, resolve one, claim its
+/// per-session `initialize`, run a request as its task, queue progress and answers on its
+/// stream, keep it alive. A handle on the session table (`Gateway::sse`); initializing and
 /// closing a session stay with the gateway (they negotiate, audit and clean up).
 #[derive(Debug, Clone)]
 pub struct SseStreams {
@@ -92,6 +89,23 @@ pub struct SseStreams {
 impl SseStreams {
     pub(crate) fn new(registry: Arc<crate::registry::Registry>) -> Self {
         SseStreams { registry }
+    }
+
+    /// Opens an HTTP+SSE session (`GET /sse`) owned by `caller`, with its stream attached.
+    pub fn open(&self, caller: &crate::Principal) -> Result<SseSession, CoreError> {
+        let (listen, events) = ListenState::stream_only(Limits {
+            events: SSE_QUEUE,
+            bytes: SSE_QUEUE_BYTES,
+        });
+        let id = self.registry.sessions.create_with(
+            Transport::Sse,
+            TRANSPORT_REVISION,
+            listen,
+            Some(JoinSet::new()),
+            caller,
+        )?;
+        debug!(session = ?id, "HTTP+SSE session opened");
+        Ok(SseSession { id, events })
     }
 
     /// Resolves a client-supplied HTTP+SSE session id (`POST /messages?session_id=`),
@@ -153,152 +167,5 @@ impl SseStreams {
     /// Refreshes an HTTP+SSE session's TTL while its stream is open. False once it has ended.
     pub fn keep_alive(&self, session: &SessionId) -> bool {
         self.registry.sessions.refresh(session, Transport::Sse)
-    }
-}
-
-impl Gateway {
-    /// What `http` does with the HTTP+SSE sessions it holds ([`SseStreams`]).
-    pub fn sse_streams(&self) -> &SseStreams {
-        &self.sse_streams
-    }
-
-    /// Opens an HTTP+SSE session (`GET /sse`) owned by `caller`, with its stream attached.
-    pub fn open_sse(&self, caller: &crate::Principal) -> Result<SseSession, CoreError> {
-        let (listen, events) = ListenState::stream_only(Limits {
-            events: SSE_QUEUE,
-            bytes: SSE_QUEUE_BYTES,
-        });
-        let id = self.registry.sessions.create_with(
-            Transport::Sse,
-            TRANSPORT_REVISION,
-            listen,
-            Some(JoinSet::new()),
-            caller,
-        )?;
-        debug!(session = ?id, "HTTP+SSE session opened");
-        Ok(SseSession { id, events })
-    }
-
-    /// Answers `initialize` on an HTTP+SSE session: negotiates this client's version, records
-    /// it, and queues the answer on the session's stream. Audited like one on `/mcp`.
-    pub fn initialize_sse(
-        &self,
-        caller: &crate::Principal,
-        session: &SessionId,
-        id: &RequestId,
-        params: Option<&RawValue>,
-    ) -> Result<(), CoreError> {
-        let msg = crate::gateway::initialize_message(id, params);
-        let audit = self.config.access.audit_only(caller, &msg);
-        let (negotiated, response) = self.negotiate(caller, id, params);
-        let response = Bytes::from(response);
-        let queued =
-            self.registry
-                .sessions
-                .queue_initialize_answer(session.as_str(), negotiated, &response);
-        if queued.is_ok() {
-            self.remember_client_init(session, negotiated, params);
-        }
-        match &queued {
-            Ok(()) => audit.finish_initialize(Ok((session, negotiated, &response[..]))),
-            Err(e) => audit.finish_initialize(Err(e)),
-        }
-        queued
-    }
-
-    /// Per-session mode: the claimed session's `initialize`. Its own process is started and
-    /// handed the client's own `initialize` (capabilities and all), exactly as on `/mcp`;
-    /// the backend's answer, with the client's id, is returned for the session's stream.
-    /// On failure the process is stopped and the session stays, without one. Audited like
-    /// every `initialize`.
-    pub async fn initialize_sse_isolated(
-        self: &Arc<Self>,
-        caller: &crate::Principal,
-        claim: SseInitClaim,
-        id: &RequestId,
-        msg: &switchboard_wire::Message<'_>,
-    ) -> Result<Vec<u8>, CoreError> {
-        let audit = self.config.access.audit_only(caller, msg);
-        let session = &claim.session;
-        let result = self.start_sse_own(caller, session, id, msg).await;
-        match &result {
-            Ok(response) => {
-                let version = crate::per_session::answered_version(response);
-                let version = version.as_deref().unwrap_or_default();
-                audit.finish_initialize(Ok((session, version, &response[..])));
-            }
-            Err(e) => audit.finish_initialize(Err(e)),
-        }
-        // The session is usable from here on, before the client can see the answer.
-        drop(claim);
-        result
-    }
-
-    async fn start_sse_own(
-        self: &Arc<Self>,
-        caller: &crate::Principal,
-        session: &SessionId,
-        id: &RequestId,
-        msg: &switchboard_wire::Message<'_>,
-    ) -> Result<Vec<u8>, CoreError> {
-        let spawner = self
-            .per_session
-            .transparent()
-            .ok_or_else(|| CoreError::Unsupported("per-session HTTP+SSE".into()))?;
-        let (negotiated, _) = self.negotiate(caller, id, msg.params);
-        let backend = self.own_backend_for(msg)?;
-        let opened = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        match self
-            .start_own(
-                (session, &backend),
-                spawner,
-                id,
-                (msg, caller.credential.as_ref()),
-                opened.clone(),
-            )
-            .await
-        {
-            Ok(answer) if !answer.is_error() => {
-                self.registry
-                    .sessions
-                    .set_protocol_version(session.as_str(), negotiated)?;
-                // From now on the process's exit ends the session (and closes its stream).
-                opened.store(true, std::sync::atomic::Ordering::Release);
-                Ok(switchboard_wire::restore_response(
-                    id,
-                    answer.member(),
-                    answer.payload(),
-                ))
-            }
-            failed => {
-                // Killed on drop: it never served the client, so no grace is owed.
-                let _ = self
-                    .registry
-                    .sessions
-                    .remove_own(session.as_str(), &backend);
-                match failed {
-                    Ok(answer) => Err(CoreError::BackendInit(crate::backend::refused(
-                        method::INITIALIZE,
-                        answer.payload(),
-                    ))),
-                    Err(e) => Err(e),
-                }
-            }
-        }
-    }
-
-    /// The session's stream closed: end the session now (so nothing more is queued for it and
-    /// its id stops working at once) and release its state in the background, as DELETE would.
-    /// Called from synchronous drop code, hence the gateway-owned cleanup task.
-    pub fn close_sse(self: &Arc<Self>, session: &SessionId) {
-        let Ok(ended) = self
-            .registry
-            .sessions
-            .remove(session.as_str(), Transport::Sse, None)
-        else {
-            return; // Already ended (TTL, shutdown).
-        };
-        debug!(?session, "HTTP+SSE stream closed; session ended");
-        self.spawn_cleanup(ended, crate::session::EndReason::StreamClosed);
     }
 }

@@ -62,7 +62,9 @@ pub use backends::Backends;
 pub use client_ask::{ClientCaps, ClientReply, MAX_ASKS};
 pub use error::{CoreError, Gone, ReplicaAt};
 pub use exchange::{Answer, Era, Exchange};
-pub use gateway::{Gateway, GatewayConfig, Initialized};
+pub use gateway::{
+    ClientSessions, Gateway, GatewayConfig, Initialized, Operator, SseEndpoint, SseInit,
+};
 pub use health::{BreakerConfig, HealthConfig, HealthState, ReadyWhen};
 pub use legacy_sse::{
     SseInitClaim, SseSession, SseStreams, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE,

@@ -119,13 +119,13 @@ impl crate::Gateway {
     /// Whether sessions may have backends of their own (some backend is per-session): their
     /// requests are answered on a stream (the backend may ask the client something), and
     /// their answers to such questions are accepted.
-    pub fn is_per_session(&self) -> bool {
+    pub(crate) fn is_per_session(&self) -> bool {
         self.per_session.any()
     }
 
     /// Whether the client's `initialize` opens the session's own process (`run
     /// --isolation per-session`), rather than being answered by the gateway.
-    pub fn isolates_initialize(&self) -> bool {
+    pub(crate) fn isolates_initialize(&self) -> bool {
         self.per_session.transparent().is_some()
     }
 
@@ -378,23 +378,6 @@ impl crate::Gateway {
         self.registry
             .sessions
             .note_own_watch(sid.as_str(), who, uri, change);
-    }
-
-    /// A client's JSON-RPC response (answer to a server request): to the gateway's own
-    /// question, or to the session's own backend. `ServedElsewhere` when the gateway question
-    /// it answers was asked by another replica.
-    pub async fn client_response(
-        &self,
-        session: &crate::SessionId,
-        msg: &Message<'_>,
-    ) -> Result<(), CoreError> {
-        match client_response(&self.registry, session.as_str(), msg).await {
-            Err(CoreError::UnexpectedResponse) => {
-                self.store.answer_home(msg).await?;
-                Err(CoreError::UnexpectedResponse)
-            }
-            done => done,
-        }
     }
 
     /// Ends every session and every parked MRTR call (gateway shutdown), stopping their

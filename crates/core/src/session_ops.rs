@@ -15,7 +15,7 @@ use crate::backends::BackendEntry;
 use crate::in_flight::send_cancel;
 use crate::logging;
 use crate::resolve::{From, Route};
-use crate::session::{EndReason, Ended, SessionId, SubKey, Transport};
+use crate::session::{EndReason, Ended, SessionId, SubKey};
 use crate::{CoreError, Exchange, Gateway};
 
 impl Gateway {
@@ -332,25 +332,6 @@ impl Gateway {
             let _ = crate::backend::call(&standby, method::SET_LEVEL, params, deadline).await;
         }
         true
-    }
-
-    /// Ends a Streamable HTTP session (DELETE) and releases everything it held.
-    /// Another principal's session is not found, exactly like an unknown one.
-    pub async fn end_session(&self, raw: &str, caller: &crate::Principal) -> Result<(), CoreError> {
-        // Held elsewhere only: made live here first, so the owner is checked and it ends
-        // everywhere.
-        self.session(raw, caller).await?;
-        self.store.unstore(raw).await?;
-        // Replicas holding it (a listen stream there) end it now, not at their next request.
-        if let Some(peers) = self.registry.peers.get() {
-            peers.ended(raw);
-        }
-        let ended = self
-            .registry
-            .sessions
-            .remove(raw, Transport::Streamable, Some(caller))?;
-        self.cleanup(ended, EndReason::Deleted).await;
-        Ok(())
     }
 
     /// Ends the sessions expired (and, in per-session mode, those whose listen stream was lost

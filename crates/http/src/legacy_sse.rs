@@ -32,7 +32,7 @@ use tracing::debug;
 
 use switchboard_core::stream_queue::QueueRx;
 use switchboard_core::{
-    CoreError, Exchange, Gateway, ListenEvent, Principal, SessionId, SseInitClaim,
+    CoreError, Exchange, Gateway, ListenEvent, Principal, SessionId, SseInit, SseInitClaim,
     REQUEST_STREAM_QUEUE,
 };
 use switchboard_wire::{encode_error, method, sse, Message, MessageKind, RequestId};
@@ -67,7 +67,8 @@ fn open_stream(
     }
     let session = state
         .gateway
-        .open_sse(caller)
+        .sse()
+        .open(caller)
         .map_err(|e| HttpError::Core(None, e))?;
     let prefix = endpoint_prefix(&state.config, headers);
     let mut endpoint = format!("{prefix}{MESSAGES_PATH}?session_id={}", session.id.as_str());
@@ -79,7 +80,7 @@ fn open_stream(
     let keep_alive = state.config.keep_alive;
     let (gateway, id) = (state.gateway.clone(), session.id.clone());
     // The stream is the session: when the client goes away, the session ends with it.
-    let close = OnDrop::new(move || gateway.close_sse(&id));
+    let close = OnDrop::new(move || gateway.sse().close(&id));
     let st = StreamState {
         endpoint: Some(Bytes::from(sse::frame(
             "endpoint",
@@ -132,7 +133,7 @@ struct StreamState<G> {
 /// The stream's next frame; `None` ends it.
 async fn next_frame<G>(st: &mut StreamState<G>) -> Option<Bytes> {
     loop {
-        if st.draining && !st.gateway.sse_streams().in_flight(&st.session) {
+        if st.draining && !st.gateway.sse().streams().in_flight(&st.session) {
             return None;
         }
         tokio::select! {
@@ -146,7 +147,7 @@ async fn next_frame<G>(st: &mut StreamState<G>) -> Option<Bytes> {
             _ = st.ticker.tick() => {
                 if !st.draining {
                     // An open stream keeps its session alive.
-                    st.gateway.sse_streams().keep_alive(&st.session);
+                    st.gateway.sse().streams().keep_alive(&st.session);
                     return Some(Bytes::from_static(sse::KEEP_ALIVE));
                 }
             }
@@ -215,13 +216,14 @@ async fn handle_post(
     let msg = Message::parse_client(bytes).map_err(HttpError::Parse)?;
     headers::check_protocol_version(headers)?;
     let gateway = &state.gateway;
-    let session = match gateway.sse_streams().session(raw_session, caller) {
+    let session = match gateway.sse().streams().session(raw_session, caller) {
         Ok(session) => session,
         Err(e) => return Err(not_held(state, uri, &msg, e).await),
     };
     if msg.kind == MessageKind::Response {
         // Accepted only for a request this session's backend or the gateway actually sent.
         return gateway
+            .sessions()
             .client_response(&session, &msg)
             .await
             .map_err(|_| HttpError::ClientResponse);
@@ -231,27 +233,27 @@ async fn handle_post(
             .notify(caller, Some(&session), &msg)
             .await
             .map_err(|e| HttpError::Core(None, e)),
-        (Some(method::INITIALIZE), Some(id)) if gateway.isolates_initialize() => {
-            let claim = gateway
-                .sse_streams()
-                .claim_initialize(&session)
-                .map_err(|e| HttpError::Core(Some(id.clone()), e))?;
-            let task = run_initialize(
-                gateway.clone(),
-                caller.clone(),
-                claim,
-                bytes.clone(),
-                id.clone(),
-            );
-            // Refused (busy): the task is dropped unrun, and its claim released with it.
-            gateway
-                .sse_streams()
-                .spawn(&session, task)
-                .map_err(|e| HttpError::Core(Some(id), e))
+        (Some(method::INITIALIZE), Some(id)) => {
+            let init = gateway.sse().initialize(caller, &session, &id, &msg);
+            match init.map_err(|e| HttpError::Core(Some(id.clone()), e))? {
+                SseInit::Queued => Ok(()),
+                SseInit::Claimed(claim) => {
+                    let task = run_initialize(
+                        gateway.clone(),
+                        caller.clone(),
+                        claim,
+                        bytes.clone(),
+                        id.clone(),
+                    );
+                    // Refused (busy): the task is dropped unrun, and its claim released with it.
+                    gateway
+                        .sse()
+                        .streams()
+                        .spawn(&session, task)
+                        .map_err(|e| HttpError::Core(Some(id), e))
+                }
+            }
         }
-        (Some(method::INITIALIZE), Some(id)) => gateway
-            .initialize_sse(caller, &session, &id, msg.params)
-            .map_err(|e| HttpError::Core(Some(id), e)),
         (_, Some(id)) => {
             // A denial is a plain 403 on the POST, as on /mcp, rather than an error that
             // arrives later on the stream.
@@ -268,7 +270,8 @@ async fn handle_post(
                 id.clone(),
             );
             gateway
-                .sse_streams()
+                .sse()
+                .streams()
                 .spawn(&session, task)
                 .map_err(|e| HttpError::Core(Some(id), e))
         }
@@ -296,14 +299,14 @@ async fn run_request(
         tokio::select! {
             biased;
             Some(note) = notes.recv() => {
-                gateway.sse_streams().deliver_progress(&session, note);
+                gateway.sse().streams().deliver_progress(&session, note);
             }
             result = &mut call => break result,
         }
     };
     // Progress written before the answer was queued before the answer resolved.
     while let Ok(note) = notes.try_recv() {
-        gateway.sse_streams().deliver_progress(&session, note);
+        gateway.sse().streams().deliver_progress(&session, note);
     }
     let answer = match result {
         Ok(answer) => answer.body,
@@ -316,7 +319,8 @@ async fn run_request(
         }
     };
     if !gateway
-        .sse_streams()
+        .sse()
+        .streams()
         .deliver_answer(&session, Bytes::from(answer))
     {
         debug!(?session, "answer for an ended HTTP+SSE session dropped");
@@ -337,7 +341,8 @@ async fn run_initialize(
     let session = claim.session().clone();
     let answer = match Message::parse(&bytes) {
         Ok(msg) => gateway
-            .initialize_sse_isolated(&caller, claim, &id, &msg)
+            .sse()
+            .start_own(&caller, claim, &id, &msg)
             .await
             .unwrap_or_else(|e| {
                 let failure = HttpError::Core(Some(id), e);
@@ -348,7 +353,8 @@ async fn run_initialize(
         Err(_) => crate::error::stream_task_failed(Some(&id)),
     };
     if !gateway
-        .sse_streams()
+        .sse()
+        .streams()
         .deliver_answer(&session, Bytes::from(answer))
     {
         debug!(
@@ -372,7 +378,7 @@ async fn not_held(state: &AppState, uri: &Uri, msg: &Message<'_>, e: CoreError) 
     {
         return HttpError::Core(msg.id.clone(), elsewhere);
     }
-    match msg.kind == MessageKind::Response && !gateway.is_per_session() {
+    match msg.kind == MessageKind::Response && !gateway.sse().has_own_backends() {
         true => HttpError::ClientResponse,
         false => HttpError::Core(msg.id.clone(), e),
     }

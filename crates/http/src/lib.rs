@@ -270,7 +270,7 @@ async fn too_many_connections() -> Response {
 }
 
 async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.gateway.backends().primary_alive() {
+    if state.gateway.operator().alive() {
         (StatusCode::OK, "ok\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "backend unavailable\n")
@@ -279,7 +279,7 @@ async fn health(State(state): State<AppState>) -> (StatusCode, &'static str) {
 
 /// 200 when the gateway is ready to serve (`--ready-when`), else 503.
 async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.gateway.health().ready() {
+    if state.gateway.operator().ready() {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
@@ -289,7 +289,7 @@ async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
 async fn status(State(state): State<AppState>) -> Response {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        state.gateway.status().to_string(),
+        state.gateway.operator().status().to_string(),
     )
         .into_response()
 }
@@ -306,7 +306,7 @@ fn render_metrics(gateway: &Gateway) -> Response {
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        gateway.render_metrics(),
+        gateway.operator().render_metrics(),
     )
         .into_response()
 }
@@ -339,10 +339,10 @@ pub async fn serve_metrics(
 /// Table sizes, for operators and leak tests. Counts only: no ids, nothing a caller could use.
 async fn stats(State(state): State<AppState>) -> axum::response::Response {
     let body = serde_json::json!({
-        "sessions": state.gateway.session_count(),
-        "tableEntries": state.gateway.table_entries(),
-        "partitions": state.gateway.partition_count(),
-        "backendEra": state.gateway.backends().primary_era().to_string(),
+        "sessions": state.gateway.operator().session_count(),
+        "tableEntries": state.gateway.operator().table_entries(),
+        "partitions": state.gateway.operator().partition_count(),
+        "backendEra": state.gateway.operator().primary_era().to_string(),
     });
     axum::response::IntoResponse::into_response((
         [(axum::http::header::CONTENT_TYPE, "application/json")],

@@ -71,7 +71,7 @@ pub(crate) async fn trust(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Principal>>,
 ) -> Response {
-    match state.gateway.trust() {
+    match state.gateway.operator().trust() {
         None => json_answer(json!({"mode": "off", "pending": []})),
         Some(trust) if !trust.is_approver(&caller) => OpsError::NotApprover.into_response(),
         Some(trust) => json_answer(trust.status_page()),
@@ -111,6 +111,7 @@ pub(crate) async fn approve(
     };
     match state
         .gateway
+        .operator()
         .approve_tool(&ask.backend, &ask.tool, &ask.digest, &caller)
         .await
     {

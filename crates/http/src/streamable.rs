@@ -111,20 +111,29 @@ async fn open_listen(
     }
     let sid = headers::session_id(headers).ok_or(HttpError::MissingSession)?;
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let stream = match state.gateway.open_listen(sid, caller, last).await {
+    let stream = match state
+        .gateway
+        .sessions()
+        .open_listen(sid, caller, last)
+        .await
+    {
         // Its events are in another replica's memory: resumed there when it answers
         // (`hop::resume_elsewhere`), else this stream starts afresh here.
         Err(CoreError::StreamElsewhere(at)) => {
             if let Some(resumed) = hop::resume_elsewhere(state, &at, path, headers).await {
                 return Ok(resumed);
             }
-            state.gateway.open_listen(sid, caller, None).await
+            state
+                .gateway
+                .sessions()
+                .open_listen(sid, caller, None)
+                .await
         }
         opened => opened,
     }
     .map_err(|e| HttpError::Core(None, e))?;
     let (gateway, sid, generation) = (state.gateway.clone(), sid.to_owned(), stream.generation);
-    let detach = sse::OnDrop::new(move || gateway.close_listen(&sid, generation));
+    let detach = sse::OnDrop::new(move || gateway.sessions().close_listen(&sid, generation));
     Ok(sse::listen_stream(
         stream,
         state.gateway.session_store().listen_id_suffix(),
@@ -150,7 +159,8 @@ pub(crate) async fn delete(
         None => Err(HttpError::MissingSession),
         Some(sid) => state
             .gateway
-            .end_session(sid, &caller)
+            .sessions()
+            .end(sid, &caller)
             .await
             .map_err(|e| HttpError::Core(None, e)),
     };
@@ -216,6 +226,7 @@ async fn handle_post(
                 .await?
                 .ok_or(HttpError::ClientResponse)?;
             gateway
+                .sessions()
                 .client_response(&sid, &msg)
                 .await
                 .map_err(|e| match e {
@@ -272,7 +283,7 @@ async fn resolve(
     let Some(sid) = raw else {
         return Ok(None);
     };
-    match state.gateway.session(sid, caller).await {
+    match state.gateway.sessions().resolve(sid, caller).await {
         Ok(session) => Ok(Some(session)),
         Err(e) => Err(HttpError::Core(id.cloned(), e)),
     }

@@ -87,7 +87,11 @@ async fn expired_sessions_are_torn_down_concurrently() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(unsubscribes(), SESSIONS);
-    assert_eq!(gateway.session_count(), 0, "removed from the table at once");
+    assert_eq!(
+        gateway.operator().session_count(),
+        0,
+        "removed from the table at once"
+    );
     stop.cancel();
     reaper.await.expect("reaper stops");
     gateway.background.join(Duration::ZERO).await;
