@@ -199,3 +199,45 @@ pub(crate) fn clip(name: &str) -> String {
 pub(crate) fn clip_uri(uri: &str) -> String {
     uri.chars().take(2048).collect()
 }
+
+/// What kind of backend failure a [`CoreError`] is ([`CoreError::backend_fault`]): core
+/// classifies the transport's errors, so `http` maps a kind to its answer without naming them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendFault {
+    /// A remote server did not answer within its deadline.
+    RemoteTimeout,
+    /// The backend refused the work for now: a remote's "busy", or its queue full.
+    Overloaded,
+    /// The backend cannot act for this caller: no token of its own to present, or a request
+    /// for someone else's upstream session.
+    NotPermitted,
+    /// A remote server failed; what a client may be told of it (no text the remote wrote).
+    Remote(String),
+    /// The backend is gone, refused the write, or did not start.
+    Unavailable,
+}
+
+impl CoreError {
+    /// The kind of backend failure this is; `None` for a failure that is not the backend's.
+    pub fn backend_fault(&self) -> Option<BackendFault> {
+        use switchboard_upstream::outgoing_auth::OutgoingAuthError as Auth;
+        use switchboard_upstream::remote::RemoteError as Remote;
+        let upstream = match self {
+            CoreError::Backend(u) => u,
+            CoreError::BackendInit(_) => return Some(BackendFault::Unavailable),
+            _ => return None,
+        };
+        Some(match upstream {
+            UpstreamError::Remote(Remote::Timeout) => BackendFault::RemoteTimeout,
+            UpstreamError::Remote(Remote::Refused(_)) | UpstreamError::Overloaded => {
+                BackendFault::Overloaded
+            }
+            UpstreamError::Remote(Remote::OutgoingAuth(
+                Auth::NoSubjectToken | Auth::ForeignSession,
+            )) => BackendFault::NotPermitted,
+            UpstreamError::Remote(_) => BackendFault::Remote(upstream.client_text()),
+            _ => BackendFault::Unavailable,
+        })
+    }
+}

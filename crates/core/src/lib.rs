@@ -60,7 +60,7 @@ pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use backend_id::{BackendId, BackendIdError, MAX_BACKEND_ID};
 pub use backends::Backends;
 pub use client_ask::{ClientCaps, ClientReply, MAX_ASKS};
-pub use error::{CoreError, Gone, ReplicaAt};
+pub use error::{BackendFault, CoreError, Gone, ReplicaAt};
 pub use exchange::{Answer, Era, Exchange};
 pub use gateway::{
     ClientSessions, Gateway, GatewayConfig, Initialized, Operator, SseEndpoint, SseInit,

@@ -52,9 +52,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use switchboard_core::BackendFault;
 use switchboard_core::CoreError;
-use switchboard_core::UpstreamError;
-use switchboard_core::{OutgoingAuthError, RemoteError};
 use switchboard_wire::{codes, encode_error, version, ErrorObject, ParseError, RequestId};
 
 /// A request that ends in an error answer.
@@ -261,6 +260,38 @@ pub(crate) const FORBIDDEN: i32 = 403;
 /// JSON-RPC code for an exhausted rate limit (HTTP 429).
 pub(crate) const RATE_LIMITED: i32 = 429;
 
+/// A backend's failure, by the kind core classified it as.
+fn backend_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
+    let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
+    match e.backend_fault().unwrap_or(BackendFault::Unavailable) {
+        BackendFault::RemoteTimeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            ErrorObject::new(
+                codes::REQUEST_TIMEOUT,
+                "Request timed out at the remote server",
+            ),
+        ),
+        BackendFault::Overloaded => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            internal(format!("Backend overloaded: {e}")),
+        ),
+        // A caller the backend cannot act for (no token of its own), or a request for an
+        // upstream session of someone else's: refused, as a policy denial is.
+        BackendFault::NotPermitted => (
+            StatusCode::FORBIDDEN,
+            ErrorObject::new(FORBIDDEN, e.to_string()),
+        ),
+        BackendFault::Remote(text) => (
+            StatusCode::BAD_GATEWAY,
+            internal(format!("Backend unavailable: {text}")),
+        ),
+        _ => (
+            StatusCode::BAD_GATEWAY,
+            internal(format!("Backend unavailable: {e}")),
+        ),
+    }
+}
+
 fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
     let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
     match e {
@@ -302,37 +333,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::GATEWAY_TIMEOUT,
             ErrorObject::new(codes::REQUEST_TIMEOUT, format!("Request timed out: {e}")),
         ),
-        CoreError::Backend(UpstreamError::Remote(RemoteError::Timeout)) => (
-            StatusCode::GATEWAY_TIMEOUT,
-            ErrorObject::new(
-                codes::REQUEST_TIMEOUT,
-                "Request timed out at the remote server",
-            ),
-        ),
-        CoreError::Backend(UpstreamError::Remote(RemoteError::Refused(_))) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            internal(format!("Backend overloaded: {e}")),
-        ),
-        // A caller the backend cannot act for (no token of its own), or a request for an
-        // upstream session of someone else's: refused, as a policy denial is.
-        CoreError::Backend(UpstreamError::Remote(RemoteError::OutgoingAuth(
-            OutgoingAuthError::NoSubjectToken | OutgoingAuthError::ForeignSession,
-        ))) => (
-            StatusCode::FORBIDDEN,
-            ErrorObject::new(FORBIDDEN, e.to_string()),
-        ),
-        CoreError::Backend(u @ UpstreamError::Remote(_)) => (
-            StatusCode::BAD_GATEWAY,
-            internal(format!("Backend unavailable: {}", u.client_text())),
-        ),
-        CoreError::Backend(UpstreamError::Overloaded) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            internal(format!("Backend overloaded: {e}")),
-        ),
-        CoreError::Backend(_) | CoreError::BackendInit(_) => (
-            StatusCode::BAD_GATEWAY,
-            internal(format!("Backend unavailable: {e}")),
-        ),
+        CoreError::Backend(_) | CoreError::BackendInit(_) => backend_parts(e),
         // One backend of several: HTTP 200, as for its other failures (see `OfBackend`).
         CoreError::Unavailable {
             retry_in,
