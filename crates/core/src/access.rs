@@ -280,6 +280,24 @@ impl Access {
         )
     }
 
+    /// Whether `caller`'s lists show `tool` (always, without a policy), the merged lists'
+    /// `origins` saying where it is served when aggregating.
+    pub(crate) fn shows_tool(
+        &self,
+        origins: Option<&dyn Origins>,
+        caller: &Principal,
+        tool: &str,
+    ) -> bool {
+        if !self.has_policy() {
+            return true;
+        }
+        let target = Target::Tool(tool.to_owned());
+        let origin = origins.and_then(|o| o.of_item(&target));
+        let composite = origins.is_some_and(|o| o.composite(tool));
+        (origins.is_none() || origin.is_some() || composite)
+            && self.allows(caller, "call_tool", &target, origin.as_ref())
+    }
+
     /// Whether a list would show `target` to `principal`, with `origin` from the merged
     /// lists (aggregating, an item without one is hidden, as list filtering hides it, unless
     /// it is a composite tool: the gateway's own, judged without a backend as its call is).

@@ -111,6 +111,18 @@ impl Default for GatewayConfig {
     }
 }
 
+impl GatewayConfig {
+    /// Empty routing registries with this configuration's session limits, for
+    /// [`Gateway::new`] and the backends' sinks.
+    pub fn registry(&self) -> Arc<Registry> {
+        let sessions = crate::session::Sessions::new(self.max_sessions, self.session_ttl);
+        Registry::new(match self.max_sessions_per_principal {
+            Some(n) => sessions.with_principal_limit(n),
+            None => sessions,
+        })
+    }
+}
+
 /// A new Legacy session and the client's `initialize` answer.
 #[derive(Debug)]
 pub struct Initialized {

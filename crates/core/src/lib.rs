@@ -77,11 +77,11 @@ pub use per_session::SpawnBackend;
 pub use pipeline::Plan;
 pub use principal::Principal;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
-pub use registry::Registry;
+pub use registry::{PeerDelivery, Registry};
 pub use reload::{ReloadOutcome, Reshape, Reshaped, Retiring};
 pub use session::{SessionId, Transport};
 pub use session_store::{
-    new_replica_id, PeerDelivery, Presence, SessionRecords, SessionStore, StoreError, STORE_TIMEOUT,
+    new_replica_id, Presence, SessionRecords, SessionStore, StoreError, STORE_TIMEOUT,
 };
 pub use switchboard_upstream::outgoing_auth::OutgoingAuthError;
 pub use switchboard_upstream::remote::RemoteError;

@@ -496,7 +496,10 @@ mod tests {
         let (tx, rx) = std_mpsc::channel();
         let spawner: Arc<dyn SpawnBackend> = Arc::new(WaitsForRuntime(parking_lot::Mutex::new(rx)));
         let signal = tokio::spawn(async move { tx.send(()) });
-        let registry = crate::registry::Registry::new(&crate::GatewayConfig::default());
+        let registry = crate::registry::Registry::new(crate::session::Sessions::new(
+            100_000,
+            std::time::Duration::from_secs(1800),
+        ));
         let (handle, process) = spawn_off_runtime(&spawner, registry.sink())
             .await
             .expect("spawned once the runtime signalled");

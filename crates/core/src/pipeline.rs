@@ -30,7 +30,7 @@ use crate::access::{Access, Admitted, Path};
 use crate::resolve::{From, Via};
 use crate::resolve::{Resolver, Route};
 use crate::tasks::{Owner, TaskAsk};
-use crate::tool_headers::{self, TOOLS_CALL, TOOLS_LIST};
+use crate::tool_headers::{TOOLS_CALL, TOOLS_LIST};
 use crate::{Answer, CoreError, Era, Exchange, Gateway, Principal};
 
 /// How `http` delivers a request's answer, decided before the request runs
@@ -146,7 +146,9 @@ impl Gateway {
         // Judged only for the few tools that designate headers: the common call is judged
         // once, by admission.
         let access = &self.config.access;
-        tool_headers::visible(access, self.origins(), caller, tool).then_some(spec)
+        access
+            .shows_tool(self.origins(), caller, tool)
+            .then_some(spec)
     }
 
     /// Handles one client request, either era, and returns its one answer with the client's

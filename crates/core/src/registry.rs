@@ -27,8 +27,24 @@ pub struct Registry {
     /// Per backend: what its inbound path routes by or invalidates (see [`BackendTables`]).
     per_backend: Mutex<HashMap<BackendId, Arc<BackendTables>>>,
     /// Replicas on one session store: where a message for a session whose listen stream is
-    /// held by another replica goes (`session_store::PeerDelivery`). Set once, after start.
-    pub(crate) peers: std::sync::OnceLock<Arc<dyn crate::PeerDelivery>>,
+    /// held by another replica goes ([`PeerDelivery`], `session_store`). Set once, after start.
+    pub(crate) peers: std::sync::OnceLock<Arc<dyn PeerDelivery>>,
+}
+
+/// Replicas on one session store: the way to the replica holding a session's listen stream.
+/// Only messages already attributed to one session are forwarded, with that session's id;
+/// the receiving replica delivers them to that session's attached stream or nowhere
+/// (`SessionStore::deliver_from_peer`), and never forwards them again.
+pub trait PeerDelivery: Send + Sync + std::fmt::Debug {
+    /// Hands `data` for `session`'s listen stream on (never blocks; bounded, best effort
+    /// like every server-to-client notification).
+    fn forward(&self, session: &str, data: bytes::Bytes);
+    /// Tells every replica that `session` was ended (DELETE): one holding it ends it
+    /// (`Gateway::end_from_peer`).
+    fn ended(&self, session: &str);
+    /// Tells the other replicas that a backend here changed list `name` (a `list_changed`
+    /// method): they pass it, payload-free, to the streams they hold.
+    fn list_changed(&self, name: &'static str);
 }
 
 /// The tables of one backend that both its sink and the request path use: resource
@@ -82,15 +98,11 @@ impl ListsChanged {
 }
 
 impl Registry {
-    /// Empty registries for a gateway with these limits.
-    pub fn new(config: &crate::GatewayConfig) -> Arc<Self> {
+    /// Empty registries around `sessions` (`GatewayConfig::registry` builds them from the
+    /// gateway's limits).
+    pub fn new(sessions: Sessions) -> Arc<Self> {
         Arc::new(Registry {
-            sessions: match config.max_sessions_per_principal {
-                Some(n) => {
-                    Sessions::new(config.max_sessions, config.session_ttl).with_principal_limit(n)
-                }
-                None => Sessions::new(config.max_sessions, config.session_ttl),
-            },
+            sessions,
             progress: ProgressRoutes::default(),
             listeners: ModernListeners::default(),
             drops: DropLog::default(),

@@ -39,7 +39,6 @@ mod peers;
 mod sync;
 
 pub use home::new_replica_id;
-pub use peers::PeerDelivery;
 
 /// Where session records live. Every call is bounded by the implementation (a store that
 /// does not answer is an error, never a hang).

@@ -18,8 +18,6 @@ use serde_json::Value;
 
 use switchboard_wire::headers::{param_headers, ParamHeader};
 
-use crate::access::{Access, Origins, Target};
-
 /// The call whose arguments the designations are about.
 pub(crate) const TOOLS_CALL: &str = "tools/call";
 
@@ -57,24 +55,6 @@ impl ToolHeaders {
     pub(crate) fn invalidate(&self) {
         self.cache.invalidate();
     }
-}
-
-/// Whether `caller`'s lists show `tool` under `access` (always, without a policy), the
-/// merged lists' `origins` saying where it is served when aggregating.
-pub(crate) fn visible(
-    access: &Access,
-    origins: Option<&dyn Origins>,
-    caller: &crate::Principal,
-    tool: &str,
-) -> bool {
-    if !access.has_policy() {
-        return true;
-    }
-    let target = Target::Tool(tool.to_owned());
-    let origin = origins.and_then(|o| o.of_item(&target));
-    let composite = origins.is_some_and(|o| o.composite(tool));
-    (origins.is_none() || origin.is_some() || composite)
-        && access.allows(caller, "call_tool", &target, origin.as_ref())
 }
 
 /// Walks every page of a backend's `tools/list` (`fetch` reads the one at a cursor). Any

@@ -44,6 +44,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tasks",
             "in_flight",
             "exchange",
+            "dispatch",
+            "tool_headers",
         ],
     ),
     (
@@ -57,10 +59,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "per_session",
             "workflow",
             "tool_search",
-            "tool_headers",
             "vmcp",
             "client_ask",
-            "dispatch",
             "session_store",
             "legacy_sse",
             "modern",
@@ -305,7 +305,7 @@ fn largest_cycle() -> BTreeSet<String> {
 /// How many of core's modules sit in one import cycle (issue 31: 29 of 41 at its start, the
 /// target at most 5). A ratchet like the baseline: more fails, and so does fewer until this
 /// number is lowered to match.
-const LARGEST_CYCLE: usize = 23;
+const LARGEST_CYCLE: usize = 22;
 
 #[test]
 fn the_largest_import_cycle_of_core_only_shrinks() {

@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use switchboard_core::{Gateway, GatewayConfig, Registry};
+use switchboard_core::{Gateway, GatewayConfig};
 use switchboard_http::{AppState, ConnLimits, HttpConfig, OriginPolicy};
 
 use crate::cli::{GatewayArgs, Isolation, RunArgs};
@@ -144,7 +144,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         vmcp.trust = Some(trust.config.clone());
         config.vmcp = Some(vmcp);
     }
-    let registry = Registry::new(&config);
+    let registry = config.registry();
     let mut set = crate::start_backends::start_all(&args, origins, aggregate, &registry).await?;
     // One backend that does not start stops only itself: the set serves without it and the
     // reload worker retries it. With nothing else to serve (or one transparent backend),

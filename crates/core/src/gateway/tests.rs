@@ -52,7 +52,7 @@ async fn expired_sessions_are_torn_down_concurrently() {
         request_timeout: Duration::from_secs(3600),
         ..GatewayConfig::default()
     };
-    let registry = Registry::new(&config);
+    let registry = config.registry();
     let (backend, process) = silent_backend(&registry, &log);
     let gateway = Gateway::new(crate::Backends::single(backend), registry.clone(), config);
     for i in 0..SESSIONS {

@@ -38,7 +38,10 @@ struct Fixture {
 
 impl Fixture {
     fn new(with_internal: bool) -> Fixture {
-        let registry = Registry::new(&Default::default());
+        let registry = Registry::new(crate::session::Sessions::new(
+            100_000,
+            std::time::Duration::from_secs(1800),
+        ));
         let (handle, shared) = cat(registry.sink());
         let mut owners = vec![shared];
         let internal = with_internal.then(|| {

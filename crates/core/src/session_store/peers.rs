@@ -1,26 +1,10 @@
 //! Replicas on one session store, between themselves: messages for a session whose listen
 //! stream another replica holds, a session ended elsewhere, a list changed elsewhere.
 
-use std::fmt;
 use std::sync::Arc;
 
 use super::{Presence, SessionStore};
-
-/// Replicas on one session store: the way to the replica holding a session's listen stream.
-/// Only messages already attributed to one session are forwarded, with that session's id;
-/// the receiving replica delivers them to that session's attached stream or nowhere
-/// ([`SessionStore::deliver_from_peer`]), and never forwards them again.
-pub trait PeerDelivery: Send + Sync + fmt::Debug {
-    /// Hands `data` for `session`'s listen stream on (never blocks; bounded, best effort
-    /// like every server-to-client notification).
-    fn forward(&self, session: &str, data: bytes::Bytes);
-    /// Tells every replica that `session` was ended (DELETE): one holding it ends it
-    /// (`Gateway::end_from_peer`).
-    fn ended(&self, session: &str);
-    /// Tells the other replicas that a backend here changed list `name` (a `list_changed`
-    /// method): they pass it, payload-free, to the streams they hold.
-    fn list_changed(&self, name: &'static str);
-}
+use crate::registry::PeerDelivery;
 
 impl SessionStore {
     /// Turns on delivery across replicas (once; later calls change nothing).
