@@ -44,6 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tasks",
             "in_flight",
             "exchange",
+            "destination",
         ],
     ),
     (
