@@ -32,7 +32,7 @@ impl Route {
             .ok_or_else(|| CoreError::UnknownBackend(self.backend.clone()))
     }
 
-    /// The gateway's own route to `entry` (what [`From::Gateway`] resolves to): the upstream
+    /// The gateway's own route to `entry` (what `Sender::internal_call` sends on): the upstream
     /// it keeps for its own requests, else the shared handle; the name as the gateway asks.
     pub(crate) fn internal(entry: &BackendEntry) -> Route {
         let backend = &entry.backend;

@@ -131,9 +131,11 @@ pub struct Gateway {
     /// Aggregating (`GatewayConfig::vmcp`): the merged lists and what names route by.
     pub(crate) vmcp: Option<crate::vmcp::Vmcp>,
     /// Each backend's health and breaker (`health`).
-    pub(crate) health: crate::health::Health,
+    pub(crate) health: Arc<crate::health::Health>,
     /// `Some` when traces are on (`trace`).
-    pub(crate) traces: Option<crate::trace::Traces>,
+    pub(crate) traces: Option<Arc<crate::trace::Traces>>,
+    /// Sends requests to backends (`send`): what every feature that reaches a backend takes.
+    pub(crate) sender: crate::send::Sender,
     /// Composite tools and their parked runs (`workflow`).
     pub(crate) workflows: crate::workflow::Workflows,
     /// The HTTP+SSE sessions' handle for `http` (`legacy_sse`).
@@ -163,8 +165,17 @@ impl Gateway {
             vmcp
         });
         let ids = backends.iter().map(|b| b.id.clone());
-        let health = crate::health::Health::new(config.health.clone(), ids, true);
-        let config_traces = config.traces;
+        let health = Arc::new(crate::health::Health::new(config.health.clone(), ids, true));
+        let traces = config.traces.then(|| Arc::new(crate::trace::Traces::new()));
+        let sender = crate::send::Sender {
+            registry: registry.clone(),
+            health: health.clone(),
+            traces: traces.clone(),
+            request_timeout: config.request_timeout,
+            max_request_time: config.max_request_time,
+            has_policy: config.access.has_policy(),
+            aggregating: vmcp.is_some(),
+        };
         let workflows = crate::workflow::Workflows::new(&config.workflows);
         let sse_streams = crate::legacy_sse::SseStreams::new(registry.clone());
         let store = crate::session_store::SessionStore::new(
@@ -184,7 +195,8 @@ impl Gateway {
             per_session: crate::per_session::Spawner::default(),
             mrtr,
             vmcp,
-            traces: config_traces.then(crate::trace::Traces::new),
+            traces,
+            sender,
             workflows,
             sse_streams,
             store,
@@ -587,7 +599,10 @@ impl crate::session_store::Host for Gateway {
         method: &'static str,
         params: Value,
     ) -> bool {
-        let answer = self.internal_call(backend, method, params).await;
+        let answer = self
+            .sender
+            .internal_call(&self.backends, backend, method, params)
+            .await;
         answer.is_ok_and(|a| !a.is_error())
     }
 

@@ -140,7 +140,12 @@ impl Gateway {
         let tables = self.registry.tables(&backend);
         let fetch = |cursor: Option<String>| {
             let backend = &backend;
-            async move { (self.list_page(backend, TOOLS_LIST, cursor.as_deref())).await }
+            async move {
+                (self
+                    .sender
+                    .list_page(&self.backends, backend, TOOLS_LIST, cursor.as_deref()))
+                .await
+            }
         };
         let spec = tables.tool_headers.of(&name, fetch).await?;
         // Judged only for the few tools that designate headers: the common call is judged
@@ -310,7 +315,7 @@ impl Gateway {
         };
         let owner = (task.owner.as_ref(), task.asked);
         let legacy = match adapter {
-            Adapter::Pass => self.pass(ex, id, name, route, task).await,
+            Adapter::Pass => self.sender.pass(ex, id, name, route, task).await,
             Adapter::Own => self.own_request(ex, id, name, route).await,
             Adapter::SessionOp => self.session_op(&ex, id, name, route).await,
             Adapter::Task => self.task_request(ex, id, name, route).await,
@@ -357,7 +362,10 @@ impl Gateway {
         let credential = ex.caller.credential.as_ref();
         let (session, stream) = (ex.session(), ex.stream);
         let answer =
-            (self.call_backend(session, id, name, ex.msg, (stream, credential), route)).await?;
+            (self
+                .sender
+                .call_backend(session, id, name, ex.msg, (stream, credential), route))
+            .await?;
         if name == crate::tasks::LIST && !answer.is_error() {
             let filtered = tables.tasks.filter_list(owner.as_ref(), answer.payload());
             return Ok(encode_result(id, &filtered));

@@ -38,8 +38,6 @@ pub(crate) enum From<'a> {
     /// A per-session `initialize`: only the route's backend is used (the session gets an
     /// upstream of its own there).
     Initialize,
-    /// The gateway's own request to `backend`.
-    Gateway(&'a BackendId),
     /// Session teardown: cancellations on `backend`'s shared handle for requests that were
     /// still waiting there.
     Teardown(&'a BackendId),
@@ -118,7 +116,6 @@ impl Resolver<'_> {
             | From::Modern
             | From::Initialize => route(Via::Shared, shared()),
             From::Teardown(_) => route(Via::Shared, shared()),
-            From::Gateway(_) => Some(Route::internal(&entry)),
             From::Started(_, upstream) => route(Via::Started, upstream),
         })
     }
@@ -133,11 +130,9 @@ impl Resolver<'_> {
         params: Option<&RawValue>,
     ) -> Result<(Arc<BackendEntry>, Name), CoreError> {
         let named = match from {
-            From::Cancel(_, b)
-            | From::Gateway(b)
-            | From::Teardown(b)
-            | From::Started(b, _)
-            | From::Fanout(_, b) => Some(*b),
+            From::Cancel(_, b) | From::Teardown(b) | From::Started(b, _) | From::Fanout(_, b) => {
+                Some(*b)
+            }
             From::Request(_) | From::Notification(_) | From::Modern | From::Initialize => None,
         };
         let (id, name) = match (named, self.vmcp) {

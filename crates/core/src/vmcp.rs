@@ -2,7 +2,7 @@
 //! more than one backend). With one backend none of this is on the path.
 //!
 //! Per backend and list kind the gateway keeps the last list that backend gave through the
-//! gateway's own route (`resolve::From::Gateway`: its shared process, or the upstream the
+//! gateway's own route (`Route::internal`: its shared process, or the upstream the
 //! gateway keeps for itself), every page of it. A list is fetched again when its TTL has
 //! passed or the backend said `list_changed` (the sink marks it, `registry`); fetches of
 //! one kind run in parallel, one refresh at a time, each backend within its deadline.
@@ -602,7 +602,10 @@ impl Gateway {
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let mut page = self.list_page(backend, method, cursor.as_deref()).await?;
+            let mut page = self
+                .sender
+                .list_page(&self.backends, backend, method, cursor.as_deref())
+                .await?;
             if let Some(Value::Array(list)) = page.get_mut(kind.result_key()).map(Value::take) {
                 items.extend(list);
             }

@@ -223,7 +223,7 @@ impl Gateway {
             route: &route,
             credential,
         };
-        let answer = self.send(out).await?;
+        let answer = self.sender.send(out).await?;
         if !answer.is_error() {
             self.note_own_subscription(session, call.caller, (name, call.msg), true);
         }
@@ -303,7 +303,7 @@ impl Gateway {
             credential,
         };
         let limit = self.config.handshake_timeout;
-        tokio::time::timeout(limit, self.send(out))
+        tokio::time::timeout(limit, self.sender.send(out))
             .await
             .map_err(|_| crate::backend::no_answer(name, limit))?
     }

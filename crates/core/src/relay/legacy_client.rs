@@ -109,7 +109,9 @@ impl Gateway {
         let rounds = self.relay_rounds(call, (id, name), route, params);
         match tokio::time::timeout(limit, rounds).await {
             Ok(answer) => answer,
-            Err(_) => Err(self.attributed(&route.backend, CoreError::Timeout(limit))),
+            Err(_) => Err(self
+                .sender
+                .attributed(&route.backend, CoreError::Timeout(limit))),
         }
     }
 
@@ -127,6 +129,7 @@ impl Gateway {
         let mut retry = params.clone();
         for sent in 0..=MAX_ROUNDS {
             let answer = self
+                .sender
                 .send(Outgoing {
                     session: call.session(),
                     id,

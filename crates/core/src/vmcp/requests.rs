@@ -127,6 +127,7 @@ impl Gateway {
             };
             let one = if route.via == Via::Own {
                 let answer = self
+                    .sender
                     .call_backend(
                         Some(sid),
                         id,
