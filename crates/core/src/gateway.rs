@@ -203,6 +203,16 @@ impl Gateway {
         })
     }
 
+    /// The aggregating state, when the gateway fronts more than one backend.
+    pub(crate) fn vmcp(&self) -> Option<&crate::vmcp::Vmcp> {
+        self.vmcp.as_ref()
+    }
+
+    /// The tool search state, when the virtual server has it on.
+    pub(crate) fn tool_search(&self) -> Option<&crate::tool_search::ToolSearch> {
+        self.vmcp()?.tool_search()
+    }
+
     /// Expires idle sessions every quarter TTL (in per-session mode, sessions whose listen
     /// stream is lost past its grace too) until `stop` fires; parked MRTR calls, idle
     /// partitions and finished background work on their own clock (`reaper::run`).

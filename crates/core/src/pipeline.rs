@@ -173,7 +173,7 @@ impl Gateway {
         if self.tool_search().is_none() {
             return self.admitted(ex).await;
         }
-        let Some(inner) = self.unwrap_call_tool(ex.msg) else {
+        let Some(inner) = crate::tool_search::unwrap_call_tool(ex.msg) else {
             let msg = ex.msg;
             return crate::tool_search::masked(msg, self.admitted(ex).await);
         };

@@ -479,11 +479,6 @@ fn presented(backends: &[(BackendId, &BackendInfo)]) -> BackendInfo {
 }
 
 impl Gateway {
-    /// The aggregating state, when the gateway fronts more than one backend.
-    pub(crate) fn vmcp(&self) -> Option<&Vmcp> {
-        self.vmcp.as_ref()
-    }
-
     /// The merged list of `kind`, fetching what is stale first (one refresh at a time; a
     /// caller that waited for another's refresh uses its result).
     pub(crate) async fn view(&self, kind: Kind) -> Result<Arc<View>, CoreError> {

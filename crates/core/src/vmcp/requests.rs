@@ -8,10 +8,30 @@ use switchboard_wire::{encode_result, method, Message, RequestId};
 
 use super::route::{kinds_for, list_kind, routable};
 use super::CapSet;
+use super::Vmcp;
 use crate::resolve::{From, Via};
-use crate::{CoreError, Exchange, Gateway};
+use crate::tool_search::Searched;
+use crate::{CoreError, Exchange, Gateway, Principal};
 
 impl Gateway {
+    /// Tool search's own `tools/call`s (`find_tools`, a malformed `call_tool`), when it is on.
+    async fn own_tool_call(
+        &self,
+        caller: &Principal,
+        msg: &Message<'_>,
+        modern: bool,
+    ) -> Option<Result<Vec<u8>, CoreError>> {
+        let search = self.tool_search()?;
+        let composites = || self.composite_tools();
+        let searched = Searched {
+            view: self.view(crate::catalog::Kind::Tools),
+            composites: &composites,
+            origins: self.origins(),
+            access: &self.config.access,
+        };
+        search.own_tool_call(caller, msg, modern, searched).await
+    }
+
     /// A Legacy request the aggregating gateway answers itself (`Some`), or `None` when it
     /// is routed to a backend (whose lists are then ready for `resolve`).
     pub(crate) async fn aggregated(
@@ -52,7 +72,8 @@ impl Gateway {
         (modern, set): (bool, CapSet),
     ) -> Result<Vec<u8>, CoreError> {
         if kind == crate::catalog::Kind::Tools && self.tool_search().is_some() {
-            return self.own_tool_list(id, cursor, modern);
+            let ttl = self.vmcp().map(Vmcp::list_ttl);
+            return crate::tool_search::own_tool_list(id, cursor, modern, ttl);
         }
         self.merged_list(id, kind, cursor, (modern, set)).await
     }
