@@ -136,6 +136,8 @@ pub struct Gateway {
     pub(crate) traces: Option<Arc<crate::trace::Traces>>,
     /// Sends requests to backends (`send`): what every feature that reaches a backend takes.
     pub(crate) sender: crate::send::Sender,
+    /// The gateway's own requests to Legacy clients (`client_ask`).
+    pub(crate) asks: crate::client_ask::ClientAsks,
     /// Composite tools and their parked runs (`workflow`).
     pub(crate) workflows: crate::workflow::Workflows,
     /// The HTTP+SSE sessions' handle for `http` (`legacy_sse`).
@@ -186,6 +188,11 @@ impl Gateway {
             config.max_sessions_per_principal,
             config.access.has_policy(),
         );
+        let asks = crate::client_ask::ClientAsks {
+            registry: registry.clone(),
+            replica_id: config.replica_id.clone(),
+            deadline: config.request_timeout,
+        };
         Arc::new(Gateway {
             health,
             backends,
@@ -197,6 +204,7 @@ impl Gateway {
             vmcp,
             traces,
             sender,
+            asks,
             workflows,
             sse_streams,
             store,

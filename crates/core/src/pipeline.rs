@@ -64,7 +64,12 @@ impl Gateway {
                 }
                 Era::Legacy { session } => {
                     (self.is_per_session() && session.is_some())
-                        || self.may_ask_client(ex.caller, session, msg)
+                        || self.asks.may_ask(
+                            session,
+                            msg,
+                            || self.composite_asks(ex.caller, msg),
+                            &self.backends,
+                        )
                 }
             };
         if ex.is_modern() {

@@ -78,7 +78,7 @@ impl Gateway {
         let Some(sid) = call.session() else {
             return Ok(params);
         };
-        let caps = self.client_caps(sid)?;
+        let caps = self.asks.caps(sid)?;
         let mut declared = Map::new();
         for (name, has) in [
             ("elicitation", caps.elicitation),
@@ -192,7 +192,7 @@ impl Gateway {
             let asked = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(CoreError::Cancelled),
-                asked = self.ask_client(sid, call.stream.as_ref(), method, input.as_deref()) => asked?,
+                asked = self.asks.ask(sid, call.stream.as_ref(), method, input.as_deref()) => asked?,
             };
             match asked {
                 Ok(answer) => responses.push((key.clone(), answer)),

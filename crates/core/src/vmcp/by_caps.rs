@@ -144,7 +144,7 @@ impl InboundSink for ListerSink {
 impl Gateway {
     /// The set a Legacy request's session declared (none without a session).
     pub(crate) fn caps_of(&self, call: &crate::Exchange<'_>) -> CapSet {
-        let caps = call.session().and_then(|s| self.client_caps(s).ok());
+        let caps = call.session().and_then(|s| self.asks.caps(s).ok());
         CapSet::of_session(caps.unwrap_or_default())
     }
 

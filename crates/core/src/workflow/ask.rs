@@ -19,7 +19,7 @@ impl Gateway {
         let Some(sid) = session else {
             return Err(CoreError::SessionRequired("elicitation/create"));
         };
-        if self.client_caps(sid)?.elicitation {
+        if self.asks.caps(sid)?.elicitation {
             Ok(())
         } else {
             Err(CoreError::MissingClientCapability("elicitation"))
@@ -38,7 +38,7 @@ impl Gateway {
             return Err("a sessionless caller cannot be asked for input".into());
         };
         let params = RawValue::from_string(params.to_string()).map_err(|e| e.to_string())?;
-        match self.ask_client(sid, stream, method, Some(&params)).await {
+        match self.asks.ask(sid, stream, method, Some(&params)).await {
             Ok(Ok(result)) => serde_json::from_str(result.get()).map_err(|e| e.to_string()),
             Ok(Err(error)) => Err(format!("the client answered an error: {}", error.get())),
             Err(e) => Err(e.to_string()),
