@@ -216,6 +216,39 @@ impl Gateway {
         self.vmcp.as_ref()
     }
 
+    /// The merged list of `kind` (`Vmcp::view`); an error when not aggregating.
+    pub(crate) async fn view(
+        &self,
+        kind: crate::catalog::Kind,
+    ) -> Result<Arc<crate::vmcp::View>, CoreError> {
+        let Some(vmcp) = self.vmcp() else {
+            return Err(CoreError::Aggregation("not aggregating".into()));
+        };
+        vmcp.view(kind, &self.sender, &self.backends).await
+    }
+
+    /// The merged lists as they are, for admission: `None` when not aggregating.
+    pub(crate) fn origins(&self) -> Option<&dyn crate::access::Origins> {
+        self.vmcp().map(|v| v as &dyn crate::access::Origins)
+    }
+
+    /// Builds every merged list once (at startup, before clients come: so the first lists
+    /// already know every backend's names).
+    pub async fn warm_catalog(&self) {
+        if let Some(vmcp) = self.vmcp() {
+            vmcp.warm(&self.sender, &self.backends).await;
+        }
+    }
+
+    /// Every tool and prompt exposed under a name other than its backend's own
+    /// (`Vmcp::renamed_names`). Empty when not aggregating.
+    pub async fn renamed_names(&self) -> Vec<crate::RenamedName> {
+        match self.vmcp() {
+            Some(vmcp) => vmcp.renamed_names(&self.sender, &self.backends).await,
+            None => Vec::new(),
+        }
+    }
+
     /// The tool search state, when the virtual server has it on.
     pub(crate) fn tool_search(&self) -> Option<&crate::tool_search::ToolSearch> {
         self.vmcp()?.tool_search()

@@ -8,7 +8,12 @@ use switchboard_wire::{encode_result, method, Message, RequestId};
 
 use super::route::{kinds_for, list_kind, routable};
 use super::CapSet;
-use super::Vmcp;
+use serde_json::json;
+use tracing::warn;
+
+use super::{FailureMode, Vmcp};
+use crate::access::Origins;
+use crate::catalog::{self, Kind};
 use crate::resolve::{From, Via};
 use crate::tool_search::Searched;
 use crate::{CoreError, Exchange, Gateway, Principal};
@@ -228,5 +233,72 @@ fn cursor_of(msg: &Message<'_>) -> Result<Option<String>, CoreError> {
         None => Ok(None),
         Some(raw) => serde_json::from_str::<Option<String>>(raw.get())
             .map_err(|_| CoreError::InvalidParams("cursor")),
+    }
+}
+
+impl Gateway {
+    /// Where `msg`'s targets are served, for its admission: `None` when not aggregating.
+    /// The merged lists the request routes by are built first when they are missing or do not
+    /// name its target (as routing would build them), so admission sees the backend of a
+    /// name added since the last fetch; a failure to build them is the routing step's to
+    /// answer (the policy then sees no origin, and routing refuses what it cannot confirm).
+    pub(crate) async fn origins_for(&self, msg: &Message<'_>) -> Option<&dyn Origins> {
+        self.vmcp()?;
+        if let Err(e) = self.prepare(msg).await {
+            tracing::debug!("merged lists not ready before admission: {e}");
+        }
+        self.origins()
+    }
+
+    /// A client's list request, answered from the merged list: one page from `cursor`
+    /// (`-32602` for a cursor this list did not issue). `modern` stamps it as a Modern
+    /// result.
+    pub(crate) async fn merged_list(
+        &self,
+        id: &RequestId,
+        kind: Kind,
+        cursor: Option<&str>,
+        (modern, set): (bool, CapSet),
+    ) -> Result<Vec<u8>, CoreError> {
+        let Some(vmcp) = self.vmcp() else {
+            return Err(CoreError::Aggregation("not aggregating".into()));
+        };
+        if self.refresh_set(kind, set).await {
+            vmcp.forget_view(kind);
+        }
+        let view = self.view(kind).await?;
+        if vmcp.shape().config.failure_mode == FailureMode::Fail {
+            if let Some((backend, why)) = view.down.first() {
+                warn!(%backend, "list failed (failureMode: fail): {why}");
+                return Err(CoreError::OfBackend(
+                    backend.clone(),
+                    switchboard_upstream::UpstreamError::Closed("its list is unavailable".into()),
+                ));
+            }
+        }
+        let visible = self.visible_to(&view.visible, kind, set);
+        let page = catalog::page(&visible, cursor, vmcp.shape().config.page_size)
+            .map_err(|_| CoreError::InvalidParams("cursor"))?;
+        let mut items = page.items_json().get().to_owned();
+        if kind == Kind::Tools && page.next.is_none() {
+            // Composite tools come after the backends' tools, on the last page.
+            items = self.with_composites(&items);
+        }
+        let mut result = format!(r#"{{"{}":{}"#, kind.result_key(), items);
+        if let Some(next) = &page.next {
+            result.push_str(&format!(r#","nextCursor":{}"#, json!(next)));
+        }
+        if modern {
+            let info = json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
+            // The caller may keep the list as long as the gateway keeps its backends' lists
+            // (a `list_changed` on its listen stream says when to drop it sooner); private:
+            // the list was filtered for this caller.
+            let ttl = u64::try_from(vmcp.shape().config.list_ttl.as_millis()).unwrap_or(u64::MAX);
+            result.push_str(&format!(
+                r#","resultType":"complete","ttlMs":{ttl},"cacheScope":"private","_meta":{info}"#
+            ));
+        }
+        result.push('}');
+        Ok(encode_result(id, &result))
     }
 }
