@@ -30,7 +30,7 @@ mod origins;
 mod requests;
 mod route;
 
-pub(crate) use by_caps::CapSet;
+pub(crate) use by_caps::{caps_of, CapSet, Tailoring};
 
 /// Every list kind, in the order the gateway keeps them.
 pub(crate) const KINDS: [Kind; 4] = [

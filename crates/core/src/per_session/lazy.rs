@@ -75,7 +75,9 @@ impl Gateway {
         let params = call.msg.params;
         let route = match self.resolve(from(), name, params) {
             Err(CoreError::UnknownName(..))
-                if self.refresh_names(name, self.caps_of(call)).await =>
+                if self
+                    .refresh_names(name, crate::vmcp::caps_of(&self.asks, call))
+                    .await =>
             {
                 self.resolve(from(), name, params)
             }

@@ -19,6 +19,16 @@ use crate::tool_search::Searched;
 use crate::{CoreError, Exchange, Gateway, Principal};
 
 impl Gateway {
+    /// What lists tailored to a caller's capabilities are fetched with (`by_caps`).
+    fn tailoring(&self) -> super::Tailoring<'_> {
+        super::Tailoring {
+            backends: &self.backends,
+            per_session: &self.per_session,
+            request_timeout: self.config.request_timeout,
+            handshake_timeout: self.config.handshake_timeout,
+        }
+    }
+
     /// Tool search's own `tools/call`s (`find_tools`, a malformed `call_tool`), when it is on.
     async fn own_tool_call(
         &self,
@@ -49,7 +59,7 @@ impl Gateway {
             let cursor = cursor_of(call.msg);
             return Some(match cursor {
                 Ok(cursor) => {
-                    let set = self.caps_of(call);
+                    let set = super::caps_of(&self.asks, call);
                     self.list(id, kind, cursor.as_deref(), (false, set)).await
                 }
                 Err(e) => Err(e),
@@ -92,7 +102,7 @@ impl Gateway {
             return false;
         };
         for kind in kinds_for(method) {
-            if self.refresh_set(*kind, set).await {
+            if vmcp.refresh_set(*kind, set, self.tailoring()).await {
                 vmcp.forget_view(*kind);
             }
             if self.view(*kind).await.is_err() {
@@ -263,7 +273,7 @@ impl Gateway {
         let Some(vmcp) = self.vmcp() else {
             return Err(CoreError::Aggregation("not aggregating".into()));
         };
-        if self.refresh_set(kind, set).await {
+        if vmcp.refresh_set(kind, set, self.tailoring()).await {
             vmcp.forget_view(kind);
         }
         let view = self.view(kind).await?;
@@ -276,7 +286,7 @@ impl Gateway {
                 ));
             }
         }
-        let visible = self.visible_to(&view.visible, kind, set);
+        let visible = vmcp.visible_to(&view.visible, kind, set, self.tailoring());
         let page = catalog::page(&visible, cursor, vmcp.shape().config.page_size)
             .map_err(|_| CoreError::InvalidParams("cursor"))?;
         let mut items = page.items_json().get().to_owned();
