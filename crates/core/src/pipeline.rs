@@ -20,6 +20,8 @@
 
 use std::sync::Arc;
 
+mod local;
+
 use opentelemetry::trace::FutureExt as _;
 
 use switchboard_wire::classify::META_LOG_LEVEL;

@@ -27,10 +27,10 @@ use crate::{BackendInfo, Backends, CoreError};
 
 mod by_caps;
 mod origins;
-mod requests;
 mod route;
 
 pub(crate) use by_caps::{caps_of, CapSet, Tailoring};
+pub(crate) use route::{kinds_for, list_kind, routable};
 
 /// Every list kind, in the order the gateway keeps them.
 pub(crate) const KINDS: [Kind; 4] = [

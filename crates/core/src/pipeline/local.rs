@@ -1,27 +1,28 @@
-//! What the virtual server answers itself, or prepares before routing: merged lists,
-//! `ping`, `server/discover`, `logging/setLevel` to every backend, and the merged lists a
-//! name-routed request needs.
+//! Stage 4 of the request path, "answer locally": what the virtual server answers itself,
+//! or prepares before routing: merged lists, `ping`, `server/discover`, `logging/setLevel`
+//! to every backend, tool search's own tools, composites, and the merged lists a
+//! name-routed request needs. Moved from `vmcp/requests.rs` unchanged: it composes
+//! `vmcp`, `tool_search`, `workflow` and `send`.
 
 use std::sync::Arc;
 
 use switchboard_wire::{encode_result, method, Message, RequestId};
 
-use super::route::{kinds_for, list_kind, routable};
-use super::CapSet;
 use serde_json::json;
 use tracing::warn;
 
-use super::{FailureMode, Vmcp};
 use crate::access::Origins;
 use crate::catalog::{self, Kind};
 use crate::resolve::{From, Via};
 use crate::tool_search::Searched;
+use crate::vmcp::{kinds_for, list_kind, routable};
+use crate::vmcp::{CapSet, FailureMode, Vmcp};
 use crate::{CoreError, Exchange, Gateway, Principal};
 
 impl Gateway {
     /// What lists tailored to a caller's capabilities are fetched with (`by_caps`).
-    fn tailoring(&self) -> super::Tailoring<'_> {
-        super::Tailoring {
+    fn tailoring(&self) -> crate::vmcp::Tailoring<'_> {
+        crate::vmcp::Tailoring {
             backends: &self.backends,
             per_session: &self.per_session,
             request_timeout: self.config.request_timeout,
@@ -59,7 +60,7 @@ impl Gateway {
             let cursor = cursor_of(call.msg);
             return Some(match cursor {
                 Ok(cursor) => {
-                    let set = super::caps_of(&self.asks, call);
+                    let set = crate::vmcp::caps_of(&self.asks, call);
                     self.list(id, kind, cursor.as_deref(), (false, set)).await
                 }
                 Err(e) => Err(e),
