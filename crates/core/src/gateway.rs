@@ -249,6 +249,19 @@ impl Gateway {
         }
     }
 
+    /// Once the catalog is warm: each composite's annotations derived from its steps' tools,
+    /// or why `serve` must not start (`Workflows::check`).
+    pub async fn check_composites(&self) -> Result<(), String> {
+        if self.workflows.is_empty() {
+            return Ok(());
+        }
+        let view = self
+            .view(crate::catalog::Kind::Tools)
+            .await
+            .map_err(|e| format!("composite tools need the tools list: {e}"))?;
+        self.workflows.check(&view.all, self.vmcp())
+    }
+
     /// The tool search state, when the virtual server has it on.
     pub(crate) fn tool_search(&self) -> Option<&crate::tool_search::ToolSearch> {
         self.vmcp()?.tool_search()

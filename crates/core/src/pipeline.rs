@@ -69,7 +69,7 @@ impl Gateway {
                         || self.asks.may_ask(
                             session,
                             msg,
-                            || self.composite_asks(ex.caller, msg),
+                            || self.workflows.asks(ex.caller, msg, &self.config.access),
                             &self.backends,
                         )
                 }

@@ -19,7 +19,28 @@ use crate::vmcp::{kinds_for, list_kind, routable};
 use crate::vmcp::{CapSet, FailureMode, Vmcp};
 use crate::{CoreError, Exchange, Gateway, Principal};
 
+/// A composite's `tool` steps go through the whole request path (`Gateway::handle`).
+impl crate::workflow::Steps for Arc<Gateway> {
+    fn call<'a>(
+        &'a self,
+        ex: Exchange<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<crate::Answer, CoreError>> {
+        Box::pin(self.handle(ex))
+    }
+}
+
 impl Gateway {
+    /// What a composite's run takes from the gateway (`workflow::Context`).
+    fn composites(self: &Arc<Self>) -> crate::workflow::Context<'_> {
+        crate::workflow::Context {
+            steps: self,
+            access: &self.config.access,
+            vmcp: self.vmcp(),
+            asks: &self.asks,
+            backends: &self.backends,
+        }
+    }
+
     /// What lists tailored to a caller's capabilities are fetched with (`by_caps`).
     fn tailoring(&self) -> crate::vmcp::Tailoring<'_> {
         crate::vmcp::Tailoring {
@@ -38,7 +59,7 @@ impl Gateway {
         modern: bool,
     ) -> Option<Result<Vec<u8>, CoreError>> {
         let search = self.tool_search()?;
-        let composites = || self.composite_tools();
+        let composites = || self.workflows.composite_tools();
         let searched = Searched {
             view: self.view(crate::catalog::Kind::Tools),
             composites: &composites,
@@ -69,7 +90,7 @@ impl Gateway {
         if let Some(answer) = self.own_tool_call(call.caller, call.msg, false).await {
             return Some(answer);
         }
-        if let Some(run) = self.composite_legacy(call, id) {
+        if let Some(run) = self.workflows.legacy(self.composites(), call, id) {
             return Some(run.await);
         }
         match name {
@@ -221,7 +242,8 @@ impl Gateway {
         if crate::modern::removed(name) || !routable(name) {
             return Some(Ok(crate::modern::method_not_found(id, name)));
         }
-        if let Some(run) = self.composite_modern(caller, msg, id) {
+        let composites = self.composites();
+        if let Some(run) = self.workflows.modern(composites, caller, msg, id) {
             return Some(Ok(run.await));
         }
         self.prepare(msg).await.err().map(Err)
@@ -293,7 +315,7 @@ impl Gateway {
         let mut items = page.items_json().get().to_owned();
         if kind == Kind::Tools && page.next.is_none() {
             // Composite tools come after the backends' tools, on the last page.
-            items = self.with_composites(&items);
+            items = self.workflows.with_composites(&items);
         }
         let mut result = format!(r#"{{"{}":{}"#, kind.result_key(), items);
         if let Some(next) = &page.next {
