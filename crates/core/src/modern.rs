@@ -277,6 +277,7 @@ impl Gateway {
             };
         }
         let answer = self
+            .sender
             .send(Outgoing {
                 session: call.session(),
                 id,
@@ -314,6 +315,7 @@ impl Gateway {
         let stripped = msg.params.and_then(strip_reserved);
         let params = stripped.as_deref().or(msg.params);
         let answer = self
+            .sender
             .send(Outgoing {
                 session: None,
                 id,

@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use switchboard_upstream::Upstream;
 use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL};
-use switchboard_wire::{encode_notification, method};
 
 use super::sink::CallSink;
 use super::{Dedicated, Incoming, SharePermit, ASKED_QUEUE};
@@ -70,9 +69,8 @@ impl Gateway {
         Ok(call)
     }
 
-    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for;
-    /// on behalf of the caller whose `credential` it is when the process (or upstream
-    /// session) is that caller's alone (`None`: the gateway's own).
+    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for
+    /// (`backend::handshake`), within the handshake timeout.
     pub(crate) async fn handshake(
         &self,
         handle: &Upstream,
@@ -81,36 +79,6 @@ impl Gateway {
         credential: Option<&switchboard_upstream::Credential>,
     ) -> Result<(), CoreError> {
         let deadline = self.config.handshake_timeout;
-        let init = json!({
-            "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
-            "capabilities": capabilities,
-            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let answer =
-            crate::backend::call_as(handle, method::INITIALIZE, init, deadline, credential).await?;
-        if answer.is_error() {
-            return Err(CoreError::BackendInit(crate::backend::refused(
-                method::INITIALIZE,
-                answer.payload(),
-            )));
-        }
-        handle
-            .send_line(encode_notification(method::INITIALIZED, None))
-            .await?;
-        if let Some(level) = level.filter(|l| l.is_string()) {
-            let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
-            if logging["capabilities"].get("logging").is_some() {
-                let params = json!({ "level": level });
-                let _ = crate::backend::call_as(
-                    handle,
-                    method::SET_LEVEL,
-                    params,
-                    deadline,
-                    credential,
-                )
-                .await;
-            }
-        }
-        Ok(())
+        crate::backend::handshake(handle, capabilities, level, credential, deadline).await
     }
 }
