@@ -44,6 +44,18 @@ pub struct Plan {
 }
 
 impl Gateway {
+    /// What `resources/subscribe`, `resources/unsubscribe` and `logging/setLevel` need
+    /// (`session_ops`).
+    pub(crate) fn session_ops(&self) -> crate::session_ops::SessionOps<'_> {
+        crate::session_ops::SessionOps {
+            sender: &self.sender,
+            registry: &self.registry,
+            backends: &self.backends,
+            access: &self.config.access,
+            origins: self.origins(),
+        }
+    }
+
     /// Stage 0, before the request runs: its delivery, for both eras (a stream wherever
     /// something may travel before the answer: progress, a listen's events, a Modern request's
     /// own log messages, a per-session process's or a composite's questions to a Legacy
@@ -326,7 +338,7 @@ impl Gateway {
         let legacy = match adapter {
             Adapter::Pass => self.sender.pass(ex, id, name, route, task).await,
             Adapter::Own => self.own_request(ex, id, name, route).await,
-            Adapter::SessionOp => self.session_op(&ex, id, name, route).await,
+            Adapter::SessionOp => (self.session_ops()).session_op(&ex, id, name, route).await,
             Adapter::Task => self.task_request(ex, id, name, route).await,
             Adapter::LegacyToModern => self.legacy_to_modern(ex, id, name, route).await,
             Adapter::PassModern => {

@@ -181,7 +181,7 @@ impl Gateway {
                 tracing::debug!(error = %e, backend = %entry.id, "re-subscribe after reload failed");
             }
         }
-        let _ = self.reconcile_log_level(entry).await;
+        let _ = self.session_ops().reconcile_log_level(entry).await;
     }
 
     /// The new set's entries: a kept backend's own (its era, log level and handle carry

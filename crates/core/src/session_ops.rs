@@ -11,14 +11,28 @@ use switchboard_wire::{encode_result, method, restore_response, Message, Request
 
 use switchboard_upstream::Upstream;
 
+use crate::access::{Access, Origins};
 use crate::backends::BackendEntry;
 use crate::in_flight::send_cancel;
 use crate::logging;
+use crate::registry::Registry;
 use crate::resolve::{From, Route};
+use crate::send::Sender;
 use crate::session::{EndReason, Ended, SessionId, SubKey};
-use crate::{CoreError, Exchange, Gateway};
+use crate::{Backends, CoreError, Exchange, Gateway};
 
-impl Gateway {
+/// What the requests that change a Legacy session's routing state need, taken explicitly
+/// (`Gateway::session_ops` builds it): the way to the backends, the routing tables, the set,
+/// the policy and, aggregating, where the merged lists say each item is served.
+pub(crate) struct SessionOps<'a> {
+    pub(crate) sender: &'a Sender,
+    pub(crate) registry: &'a Registry,
+    pub(crate) backends: &'a Backends,
+    pub(crate) access: &'a Access,
+    pub(crate) origins: Option<&'a dyn Origins>,
+}
+
+impl SessionOps<'_> {
     /// The adapter for what the gateway keeps per Legacy session: `resources/subscribe`,
     /// `resources/unsubscribe` and `logging/setLevel` (each needs a session).
     pub(crate) async fn session_op(
@@ -69,7 +83,7 @@ impl Gateway {
         msg: &Message<'_>,
         route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
-        if self.config.access.has_policy() {
+        if self.access.has_policy() {
             let subscriber = std::sync::Arc::new(crate::Principal {
                 credential: None,
                 ..caller.clone()
@@ -109,11 +123,114 @@ impl Gateway {
                 let params = json!({ "uri": key.1 });
                 let _ = self
                     .sender
-                    .internal_call(&self.backends, &route.backend, method::UNSUBSCRIBE, params)
+                    .internal_call(self.backends, &route.backend, method::UNSUBSCRIBE, params)
                     .await;
             }
         }
         Ok(restore(id, &answer))
+    }
+
+    /// Whether `who` may watch `uri` under the current policy: subscribe to it, and see it (a
+    /// resource it may not read is hidden, whatever `subscribe` says).
+    pub(crate) fn may_subscribe(&self, who: &crate::Principal, uri: &str) -> bool {
+        let target = crate::access::Target::resource(uri.to_owned());
+        let origin = self.origins.and_then(|o| o.of_item(&target));
+        let access = &self.access;
+        access.allows(who, "subscribe", &target, origin.as_ref())
+            && access.allows(who, "read_resource", &target, origin.as_ref())
+    }
+
+    /// `resources/unsubscribe`: the backend sees it only when the last subscriber leaves. The
+    /// table is updated first, so a failing upstream unsubscribe still leaves it consistent.
+    pub(crate) async fn unsubscribe(
+        &self,
+        sid: &SessionId,
+        id: &RequestId,
+        msg: &Message<'_>,
+        route: &Route,
+    ) -> Result<Vec<u8>, CoreError> {
+        let Some(uri) = uri_param(msg) else {
+            return self
+                .untracked(sid, (id, method::UNSUBSCRIBE), msg, route)
+                .await;
+        };
+        let tables = self.registry.tables(&route.backend);
+        let lock = tables.subs.lock(&uri).await;
+        let key: SubKey = (route.backend.clone(), uri);
+        let was_subscribed = self
+            .registry
+            .sessions
+            .remove_subscription(sid.as_str(), &key)?;
+        if !was_subscribed || !tables.subs.remove(&lock, sid.as_str()) {
+            return Ok(encode_result(id, "{}"));
+        }
+        let answer = self
+            .sender
+            .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, (None, None), route)
+            .await?;
+        Ok(restore(id, &answer))
+    }
+
+    /// `logging/setLevel`: recorded per session; the backend runs at the most verbose level
+    /// any session wants. The client is answered `{}` unless the backend refuses the change.
+    pub(crate) async fn set_level(
+        &self,
+        sid: &SessionId,
+        id: &RequestId,
+        msg: &Message<'_>,
+        route: &Route,
+    ) -> Result<Vec<u8>, CoreError> {
+        let entry = route.entry(self.backends)?;
+        if entry.info().capabilities.get("logging").is_none() {
+            // The backend does not do logging: let it answer for itself.
+            let answer = self
+                .sender
+                .call_backend(Some(sid), id, method::SET_LEVEL, msg, (None, None), route)
+                .await?;
+            return Ok(restore(id, &answer));
+        }
+        let level = msg
+            .param("level")
+            .and_then(|l| serde_json::from_str::<String>(l.get()).ok())
+            .and_then(|l| logging::rank(&l))
+            .ok_or(CoreError::InvalidParams("level must be a logging level"))?;
+        self.registry.sessions.set_log_level(sid.as_str(), level)?;
+        match self.reconcile_log_level(&entry).await {
+            Some(refused) if refused.is_error() => Ok(restore(id, &refused)),
+            _ => Ok(encode_result(id, "{}")),
+        }
+    }
+
+    /// Sets `backend` to the most verbose level any session wants, if that changed. Returns
+    /// the backend's answer when it was asked.
+    pub(crate) async fn reconcile_log_level(
+        &self,
+        backend: &BackendEntry,
+    ) -> Option<BackendResponse> {
+        let mut current = backend.log_level.lock().await;
+        let levels = self.registry.sessions.log_levels();
+        let target = logging::target(levels.into_iter());
+        if *current == Some(target) {
+            return None;
+        }
+        let params = json!({ "level": logging::name(target) });
+        let answer = self
+            .sender
+            .internal_call(self.backends, &backend.id, method::SET_LEVEL, params)
+            .await
+            .ok()?;
+        if !answer.is_error() {
+            *current = Some(target);
+        }
+        Some(answer)
+    }
+}
+
+/// A session's end and a restarted backend: what still needs the whole gateway.
+impl Gateway {
+    /// Whether `who` may watch `uri` under the current policy ([`SessionOps::may_subscribe`]).
+    pub(crate) fn may_subscribe(&self, who: &crate::Principal, uri: &str) -> bool {
+        self.session_ops().may_subscribe(who, uri)
     }
 
     /// A changed policy judges every session's subscriptions again, as the principal that
@@ -182,101 +299,6 @@ impl Gateway {
                 debug!(error = %e, "storing a session after a policy change failed");
             }
         }
-    }
-
-    /// Whether `who` may watch `uri` under the current policy: subscribe to it, and see it (a
-    /// resource it may not read is hidden, whatever `subscribe` says).
-    pub(crate) fn may_subscribe(&self, who: &crate::Principal, uri: &str) -> bool {
-        let target = crate::access::Target::resource(uri.to_owned());
-        let origin = self.origins().and_then(|o| o.of_item(&target));
-        let access = &self.config.access;
-        access.allows(who, "subscribe", &target, origin.as_ref())
-            && access.allows(who, "read_resource", &target, origin.as_ref())
-    }
-
-    /// `resources/unsubscribe`: the backend sees it only when the last subscriber leaves. The
-    /// table is updated first, so a failing upstream unsubscribe still leaves it consistent.
-    pub(crate) async fn unsubscribe(
-        &self,
-        sid: &SessionId,
-        id: &RequestId,
-        msg: &Message<'_>,
-        route: &Route,
-    ) -> Result<Vec<u8>, CoreError> {
-        let Some(uri) = uri_param(msg) else {
-            return self
-                .untracked(sid, (id, method::UNSUBSCRIBE), msg, route)
-                .await;
-        };
-        let tables = self.registry.tables(&route.backend);
-        let lock = tables.subs.lock(&uri).await;
-        let key: SubKey = (route.backend.clone(), uri);
-        let was_subscribed = self
-            .registry
-            .sessions
-            .remove_subscription(sid.as_str(), &key)?;
-        if !was_subscribed || !tables.subs.remove(&lock, sid.as_str()) {
-            return Ok(encode_result(id, "{}"));
-        }
-        let answer = self
-            .sender
-            .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, (None, None), route)
-            .await?;
-        Ok(restore(id, &answer))
-    }
-
-    /// `logging/setLevel`: recorded per session; the backend runs at the most verbose level
-    /// any session wants. The client is answered `{}` unless the backend refuses the change.
-    pub(crate) async fn set_level(
-        &self,
-        sid: &SessionId,
-        id: &RequestId,
-        msg: &Message<'_>,
-        route: &Route,
-    ) -> Result<Vec<u8>, CoreError> {
-        let entry = route.entry(&self.backends)?;
-        if entry.info().capabilities.get("logging").is_none() {
-            // The backend does not do logging: let it answer for itself.
-            let answer = self
-                .sender
-                .call_backend(Some(sid), id, method::SET_LEVEL, msg, (None, None), route)
-                .await?;
-            return Ok(restore(id, &answer));
-        }
-        let level = msg
-            .param("level")
-            .and_then(|l| serde_json::from_str::<String>(l.get()).ok())
-            .and_then(|l| logging::rank(&l))
-            .ok_or(CoreError::InvalidParams("level must be a logging level"))?;
-        self.registry.sessions.set_log_level(sid.as_str(), level)?;
-        match self.reconcile_log_level(&entry).await {
-            Some(refused) if refused.is_error() => Ok(restore(id, &refused)),
-            _ => Ok(encode_result(id, "{}")),
-        }
-    }
-
-    /// Sets `backend` to the most verbose level any session wants, if that changed. Returns
-    /// the backend's answer when it was asked.
-    pub(crate) async fn reconcile_log_level(
-        &self,
-        backend: &BackendEntry,
-    ) -> Option<BackendResponse> {
-        let mut current = backend.log_level.lock().await;
-        let levels = self.registry.sessions.log_levels();
-        let target = logging::target(levels.into_iter());
-        if *current == Some(target) {
-            return None;
-        }
-        let params = json!({ "level": logging::name(target) });
-        let answer = self
-            .sender
-            .internal_call(&self.backends, &backend.id, method::SET_LEVEL, params)
-            .await
-            .ok()?;
-        if !answer.is_error() {
-            *current = Some(target);
-        }
-        Some(answer)
     }
 
     /// Readies a restarted process of the primary backend (the one `run` supervises) before
@@ -444,7 +466,7 @@ impl Gateway {
         }
         if ended.had_log_level {
             for backend in self.backends.iter() {
-                self.reconcile_log_level(&backend).await;
+                self.session_ops().reconcile_log_level(&backend).await;
             }
         }
     }

@@ -197,7 +197,9 @@ impl Gateway {
                     .await?;
                 crate::send::restore(id, &answer)
             } else {
-                self.set_level(sid, id, call.msg, &route).await?
+                (self.session_ops())
+                    .set_level(sid, id, call.msg, &route)
+                    .await?
             };
             answer.get_or_insert(one);
         }
