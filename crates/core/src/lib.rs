@@ -60,7 +60,6 @@ pub use access::{Access, Authorizer, Origin, Target, Unauthenticated};
 pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use backend_id::{BackendId, BackendIdError, MAX_BACKEND_ID};
 pub use backends::Backends;
-pub use client_ask::{ClientCaps, ClientReply, MAX_ASKS};
 pub use error::{BackendFault, CoreError, Gone, ReplicaAt};
 pub use exchange::{Answer, Era, Exchange};
 pub use gateway::{
@@ -80,6 +79,7 @@ pub use principal::Principal;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use registry::{PeerDelivery, Registry};
 pub use reload::{ReloadOutcome, Reshape, Reshaped, Retiring};
+pub use session::{ClientCaps, ClientReply, MAX_ASKS};
 pub use session::{SessionId, Transport};
 pub use session_store::{
     new_replica_id, Presence, SessionRecords, SessionStore, StoreError, STORE_TIMEOUT,

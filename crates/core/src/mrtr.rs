@@ -50,9 +50,9 @@ use switchboard_wire::{
 };
 
 use crate::route::RouteKey;
+pub(crate) use crate::session::capability_of;
 use crate::Answer;
 use crate::{CoreError, Gateway, Principal};
-pub(crate) use sink::capability_of;
 use sink::Asked;
 
 pub(crate) use bridge::Bridge;

@@ -39,6 +39,8 @@ mod stored;
 mod streams;
 mod watch;
 
+pub(crate) use asks::capability_of;
+pub use asks::{ClientCaps, ClientReply, MAX_ASKS};
 pub(crate) use end::EndReason;
 pub(crate) use own::OwnBackend;
 pub(crate) use sessions::Ended;
@@ -144,7 +146,7 @@ struct Session {
     initializing: bool,
     /// The gateway's own requests to this session's client and what it may be asked
     /// (`client_ask`). Dropped with the session, which wakes every waiter.
-    asks: crate::client_ask::Asks,
+    asks: asks::Asks,
     /// The client's `initialize` params, kept only with a session store (its record
     /// carries them to another replica).
     init_params: Option<Box<serde_json::value::RawValue>>,

@@ -14,6 +14,7 @@ use switchboard_wire::{
 
 use crate::modern_listen::ModernListeners;
 use crate::registry::Registry;
+use crate::session::capability_of;
 
 /// One server→client request from a dedicated backend.
 #[derive(Debug)]
@@ -21,16 +22,6 @@ pub(crate) struct Asked {
     pub(crate) id: RequestId,
     pub(crate) method: String,
     pub(crate) params: Option<Box<RawValue>>,
-}
-
-/// The capability a server request needs.
-pub(crate) fn capability_of(name: &str) -> Option<&'static str> {
-    match name {
-        "sampling/createMessage" => Some("sampling"),
-        "elicitation/create" => Some("elicitation"),
-        "roots/list" => Some("roots"),
-        _ => None,
-    }
 }
 
 /// Routes one dedicated backend's unsolicited messages: input requests to its call, `ping`

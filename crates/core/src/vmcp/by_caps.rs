@@ -29,8 +29,9 @@ use switchboard_wire::{
 
 use super::{Cached, Vmcp, MAX_ITEMS, MAX_PAGES};
 use crate::catalog::{Entry, Kind, Merged};
-use crate::client_ask::{ClientAsks, ClientCaps};
+use crate::client_ask::ClientAsks;
 use crate::per_session::Spawner;
+use crate::session::ClientCaps;
 use crate::BackendId;
 use crate::Backends;
 
