@@ -13,13 +13,12 @@ use switchboard_upstream::Upstream;
 use switchboard_wire::{encode_notification, method, RequestId};
 
 use crate::route::RouteKey;
-use crate::session::{InFlight, SessionId};
+use crate::session::{InFlight, SessionId, Sessions};
 use crate::BackendId;
-use crate::Gateway;
 
 /// Makes a request cancellable by the client's own id while it is in flight.
 pub(crate) struct InFlightGuard<'a> {
-    gateway: &'a Gateway,
+    sessions: &'a Sessions,
     session: &'a SessionId,
     client_id: Box<str>,
     key: RouteKey,
@@ -28,7 +27,7 @@ pub(crate) struct InFlightGuard<'a> {
 impl<'a> InFlightGuard<'a> {
     /// The request: the client's id, and the backend the request goes to.
     pub(crate) fn register(
-        gateway: &'a Gateway,
+        sessions: &'a Sessions,
         session: &'a SessionId,
         (id, backend): (&RequestId, &BackendId),
         key: &RouteKey,
@@ -42,14 +41,14 @@ impl<'a> InFlightGuard<'a> {
             stream,
             at_backend: true,
         };
-        Self::insert(gateway, session, id, entry)
+        Self::insert(sessions, session, id, entry)
     }
 
     /// A request of the client's that waits on the client itself (a question relayed to it
     /// between MRTR rounds, the backend holding nothing): its cancellation fires `cancel`
     /// and reaches no backend.
     pub(crate) fn waiting_on_client(
-        gateway: &'a Gateway,
+        sessions: &'a Sessions,
         session: &'a SessionId,
         (id, backend): (&RequestId, &BackendId),
         cancel: &CancellationToken,
@@ -62,23 +61,20 @@ impl<'a> InFlightGuard<'a> {
             stream,
             at_backend: false,
         };
-        Self::insert(gateway, session, id, entry)
+        Self::insert(sessions, session, id, entry)
     }
 
     fn insert(
-        gateway: &'a Gateway,
+        sessions: &'a Sessions,
         session: &'a SessionId,
         id: &RequestId,
         entry: InFlight,
     ) -> Self {
         let client_id: Box<str> = id.as_json().into();
         let key = entry.key.clone();
-        gateway
-            .registry
-            .sessions
-            .track_request(session.as_str(), client_id.clone(), entry);
+        sessions.track_request(session.as_str(), client_id.clone(), entry);
         InFlightGuard {
-            gateway,
+            sessions,
             session,
             client_id,
             key,
@@ -89,11 +85,8 @@ impl<'a> InFlightGuard<'a> {
 impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
         // Only our own entry: a client reusing an id concurrently owns the newer one.
-        self.gateway.registry.sessions.untrack_request(
-            self.session.as_str(),
-            &self.client_id,
-            &self.key,
-        );
+        self.sessions
+            .untrack_request(self.session.as_str(), &self.client_id, &self.key);
     }
 }
 

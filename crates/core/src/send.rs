@@ -173,7 +173,14 @@ impl Gateway {
         let cancel = CancellationToken::new();
         let _in_flight = out.session.map(|s| {
             let stream = out.stream.clone();
-            InFlightGuard::register(self, s, (out.id, &route.backend), &key, &cancel, stream)
+            InFlightGuard::register(
+                &self.registry.sessions,
+                s,
+                (out.id, &route.backend),
+                &key,
+                &cancel,
+                stream,
+            )
         });
         let mut upstream_cancel = CancelOnDrop {
             backend,

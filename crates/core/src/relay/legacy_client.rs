@@ -182,8 +182,13 @@ impl Gateway {
     ) -> Result<Result<Vec<(String, Box<RawValue>)>, Vec<u8>>, CoreError> {
         let cancel = CancellationToken::new();
         let stream = call.stream.clone();
-        let _waiting =
-            InFlightGuard::waiting_on_client(self, sid, (id, &route.backend), &cancel, stream);
+        let _waiting = InFlightGuard::waiting_on_client(
+            &self.registry.sessions,
+            sid,
+            (id, &route.backend),
+            &cancel,
+            stream,
+        );
         let mut responses = Vec::with_capacity(round.requests.len());
         for (key, method, input) in &round.requests {
             let asked = tokio::select! {
