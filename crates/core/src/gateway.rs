@@ -149,7 +149,16 @@ impl Gateway {
         registry: Arc<Registry>,
         config: GatewayConfig,
     ) -> Arc<Self> {
-        let mrtr = crate::mrtr::Bridge::new(&config);
+        let mrtr = crate::mrtr::Bridge::new(crate::mrtr::Limits {
+            max_sessions: config.max_sessions,
+            per_principal: config.mrtr_per_principal,
+            replica_id: config.replica_id.clone(),
+            partition_idle: config.partition_idle,
+            relay_state_ttl: config.relay_state_ttl,
+            request_timeout: config.request_timeout,
+            max_request_time: config.max_request_time,
+            handshake_timeout: config.handshake_timeout,
+        });
         let vmcp = config.vmcp.clone().map(|v| {
             let entries: Vec<_> = backends.iter().collect();
             let infos: Vec<_> = entries.iter().map(|b| (b.id.clone(), b.info())).collect();
@@ -201,7 +210,7 @@ impl Gateway {
         }
         let held = || {
             self.mrtr.reap_held_calls();
-            self.reap_partitions();
+            self.mrtr.partitions.reap_in(&self.background);
             self.background.reap_finished();
         };
         crate::reaper::run(tick, stop, held, || self.reap_sessions()).await;
@@ -465,6 +474,19 @@ impl Gateway {
     /// `serverInfo`): the merged declaration when aggregating, else the primary backend's.
     pub(crate) fn presented(&self) -> crate::backends::Presented {
         (self.backends).presented(self.vmcp().map(crate::vmcp::Vmcp::presented))
+    }
+
+    /// The MRTR bridge's view for one request (`mrtr::Calls`).
+    pub(crate) fn mrtr_calls(&self) -> crate::mrtr::Calls<'_> {
+        crate::mrtr::Calls {
+            bridge: &self.mrtr,
+            spawner: &self.per_session,
+            registry: &self.registry,
+            background: &self.background,
+            backends: &self.backends,
+            watched: self.config.access.has_policy(),
+            presented: self.presented(),
+        }
     }
 
     /// Live sessions (for metrics and leak tests).

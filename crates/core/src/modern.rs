@@ -163,7 +163,8 @@ impl Gateway {
             // Per-session mode: the caller's partition is the process its calls change.
             LISTEN if own_backends => match stream {
                 Some(stream) => {
-                    self.partition_listen(caller, (id, msg), stream, route)
+                    (self.mrtr_calls())
+                        .partition_listen(caller, (id, msg), stream, route)
                         .await
                 }
                 None => Ok(listen_needs_stream(id)),
@@ -172,14 +173,16 @@ impl Gateway {
             // Per-session mode: calls that may need client input go through the MRTR bridge
             // (`mrtr`); shared mode cannot attribute a backend's requests.
             // (A call asking for logs too: its log level is set on a process of its own.)
-            _ if self.mrtr_applies(&route.backend, name)
+            _ if crate::mrtr::applies(&self.per_session, &route.backend, name)
                 && (PartitionKey::of(caller, msg, &route.backend).input_capable()
                     || msg.param("requestState").is_some()
                     || msg
                         .meta(switchboard_wire::classify::META_LOG_LEVEL)
                         .is_some()) =>
             {
-                self.mrtr((caller, route), id, name, msg, stream).await
+                (self.mrtr_calls())
+                    .mrtr((caller, route), id, name, msg, stream)
+                    .await
             }
             // Per-session mode: everything else of this caller runs on its warm partition, so
             // the backend keeps its state between calls (tasks stay on the shared backend,
@@ -192,7 +195,7 @@ impl Gateway {
                 let key = PartitionKey::of(caller, msg, &route.backend);
                 // The caller's partition is its own: its requests go on the caller's behalf.
                 let credential = caller.credential.as_ref();
-                let using = self.partition(&key, credential).await?;
+                let using = self.mrtr_calls().partition(&key, credential).await?;
                 let started = From::Started(&route.backend, using.0.handle.clone());
                 let mut on_partition = self
                     .resolve(started, name, msg.params)?
@@ -329,32 +332,39 @@ impl Gateway {
             let tables = self.registry.tables(&route.backend);
             (tables.tasks).record_answer(&self.registry.sessions, owner, &answer);
         }
-        Ok(self.complete(id, name, &answer))
+        Ok(complete(id, name, &answer, &self.presented()))
     }
-    /// A Legacy backend's final answer in Modern terms: errors mapped, results stamped with
-    /// `resultType`, cache hints where required, and `serverInfo`.
-    pub(crate) fn complete(&self, id: &RequestId, name: &str, answer: &BackendResponse) -> Answer {
-        if answer.is_error() {
-            return bridge_error(id, answer);
-        }
-        let server_info = json!({ META_SERVER_INFO: self.presented().server_info }).to_string();
-        let mut set = vec![("resultType", "\"complete\"")];
-        if CACHEABLE.contains(&name) {
-            set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
-        }
-        let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
-        let stamped = result
-            .as_deref()
-            .and_then(|r| with_members(r, &set, |_| true))
-            .and_then(|r| merge_meta(&r, &server_info));
-        let body = match stamped {
-            Some(r) => encode_result(id, r.get()),
-            None => restore_response(id, answer.member(), answer.payload()),
-        };
-        Answer {
-            body,
-            error_code: None,
-        }
+}
+
+/// A Legacy backend's final answer in Modern terms: errors mapped, results stamped with
+/// `resultType`, cache hints where required, and the `serverInfo` of what the gateway
+/// `presented`.
+pub(crate) fn complete(
+    id: &RequestId,
+    name: &str,
+    answer: &BackendResponse,
+    presented: &crate::BackendInfo,
+) -> Answer {
+    if answer.is_error() {
+        return bridge_error(id, answer);
+    }
+    let server_info = json!({ META_SERVER_INFO: presented.server_info }).to_string();
+    let mut set = vec![("resultType", "\"complete\"")];
+    if CACHEABLE.contains(&name) {
+        set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
+    }
+    let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
+    let stamped = result
+        .as_deref()
+        .and_then(|r| with_members(r, &set, |_| true))
+        .and_then(|r| merge_meta(&r, &server_info));
+    let body = match stamped {
+        Some(r) => encode_result(id, r.get()),
+        None => restore_response(id, answer.member(), answer.payload()),
+    };
+    Answer {
+        body,
+        error_code: None,
     }
 }
 

@@ -406,7 +406,7 @@ impl crate::Gateway {
             self.spawn_cleanup(ended, EndReason::Shutdown);
         }
         self.mrtr.end_held_calls().await;
-        self.end_partitions();
+        self.mrtr.partitions.end_in(&self.background);
         if let Some(vmcp) = self.vmcp() {
             vmcp.by_caps.end();
         }

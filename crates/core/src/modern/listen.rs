@@ -94,8 +94,9 @@ impl Gateway {
             .map(|e| crate::mrtr::PartitionKey::of(caller, msg, &e.id))
             .collect();
         let credential = caller.credential.as_ref();
+        let calls = self.mrtr_calls();
         let started =
-            futures::future::join_all(keys.iter().map(|k| self.partition(k, credential))).await;
+            futures::future::join_all(keys.iter().map(|k| calls.partition(k, credential))).await;
         let partitions: Vec<_> = started.into_iter().filter_map(Result::ok).collect();
         let heard: Vec<_> = partitions.iter().map(|u| u.0.listeners.clone()).collect();
         let changes = Filter {

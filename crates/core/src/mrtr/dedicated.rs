@@ -11,10 +11,11 @@ use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL};
 use switchboard_wire::{encode_notification, method};
 
 use super::sink::CallSink;
+use super::Calls;
 use super::{Dedicated, Incoming, SharePermit, ASKED_QUEUE};
-use crate::{CoreError, Gateway};
+use crate::CoreError;
 
-impl Gateway {
+impl Calls<'_> {
     /// A process of the call's own, handshaken with exactly the request's capabilities.
     pub(super) async fn dedicated(
         &self,
@@ -22,15 +23,12 @@ impl Gateway {
         share: SharePermit,
     ) -> Result<Dedicated, CoreError> {
         let spawner = self
-            .per_session
+            .spawner
             .for_backend(&req.route.backend)
             .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
-        let slot = self
-            .mrtr
-            .slots
-            .clone()
+        let slot = (self.bridge.slots.clone())
             .try_acquire_owned()
-            .map_err(|_| CoreError::BridgeFull(self.mrtr.pool))?;
+            .map_err(|_| CoreError::BridgeFull(self.bridge.pool))?;
         let meta = &req.params["_meta"];
         let declared = &meta[META_CLIENT_CAPABILITIES];
         let mut caps = Map::new();
@@ -43,7 +41,7 @@ impl Gateway {
         let log = Arc::new(parking_lot::Mutex::new(None));
         let sink = Arc::new(CallSink {
             asked: Arc::new(parking_lot::Mutex::new(Some(tx))),
-            registry: Arc::downgrade(&self.registry),
+            registry: Arc::downgrade(self.registry),
             log: log.clone(),
             listeners: None,
             plain: None,
@@ -65,52 +63,53 @@ impl Gateway {
         };
         let level = meta.get(META_LOG_LEVEL);
         let credential = req.caller.credential.as_ref();
-        self.handshake(&call.handle, Value::Object(caps), level, credential)
-            .await?;
+        let deadline = self.bridge.limits.handshake_timeout;
+        handshake(
+            &call.handle,
+            Value::Object(caps),
+            level,
+            credential,
+            deadline,
+        )
+        .await?;
         Ok(call)
     }
+}
 
-    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for;
-    /// on behalf of the caller whose `credential` it is when the process (or upstream
-    /// session) is that caller's alone (`None`: the gateway's own).
-    pub(crate) async fn handshake(
-        &self,
-        handle: &Upstream,
-        capabilities: Value,
-        level: Option<&Value>,
-        credential: Option<&switchboard_upstream::Credential>,
-    ) -> Result<(), CoreError> {
-        let deadline = self.config.handshake_timeout;
-        let init = json!({
-            "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
-            "capabilities": capabilities,
-            "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let answer =
-            crate::backend::call_as(handle, method::INITIALIZE, init, deadline, credential).await?;
-        if answer.is_error() {
-            return Err(CoreError::BackendInit(crate::backend::refused(
-                method::INITIALIZE,
-                answer.payload(),
-            )));
-        }
-        handle
-            .send_line(encode_notification(method::INITIALIZED, None))
-            .await?;
-        if let Some(level) = level.filter(|l| l.is_string()) {
-            let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
-            if logging["capabilities"].get("logging").is_some() {
-                let params = json!({ "level": level });
-                let _ = crate::backend::call_as(
-                    handle,
-                    method::SET_LEVEL,
-                    params,
-                    deadline,
-                    credential,
-                )
-                .await;
-            }
-        }
-        Ok(())
+/// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for;
+/// on behalf of the caller whose `credential` it is when the process (or upstream
+/// session) is that caller's alone (`None`: the gateway's own); each answer within `deadline`.
+pub(crate) async fn handshake(
+    handle: &Upstream,
+    capabilities: Value,
+    level: Option<&Value>,
+    credential: Option<&switchboard_upstream::Credential>,
+    deadline: std::time::Duration,
+) -> Result<(), CoreError> {
+    let init = json!({
+        "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
+        "capabilities": capabilities,
+        "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let answer =
+        crate::backend::call_as(handle, method::INITIALIZE, init, deadline, credential).await?;
+    if answer.is_error() {
+        return Err(CoreError::BackendInit(crate::backend::refused(
+            method::INITIALIZE,
+            answer.payload(),
+        )));
     }
+    handle
+        .send_line(encode_notification(method::INITIALIZED, None))
+        .await?;
+    if let Some(level) = level.filter(|l| l.is_string()) {
+        let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
+        if logging["capabilities"].get("logging").is_some() {
+            let params = json!({ "level": level });
+            let _ =
+                crate::backend::call_as(handle, method::SET_LEVEL, params, deadline, credential)
+                    .await;
+        }
+    }
+    Ok(())
 }

@@ -315,7 +315,8 @@ impl Gateway {
             .await
             .map_err(|e| e.to_string())?;
         // Acting as itself: a process (or upstream session) every caller's lists come from.
-        self.handshake(&handle, set.capabilities(), None, None)
+        let deadline = self.config.handshake_timeout;
+        crate::mrtr::handshake(&handle, set.capabilities(), None, None, deadline)
             .await
             .map_err(|e| e.to_string())?;
         *lister = Some(Lister {
