@@ -27,6 +27,7 @@ use switchboard_wire::{
 };
 
 use crate::mrtr::PartitionKey;
+use crate::registry::Registry;
 use crate::resolve::{From, Route};
 use crate::send::Outgoing;
 use crate::{Answer, CoreError, Gateway};
@@ -71,75 +72,77 @@ const CACHEABLE: &[&str] = &[
     "resources/read",
 ];
 
+/// `tasks/list` for a stateless caller shows only its principal's stateless tasks, and a
+/// backend's "invalid task" answer is replaced by the gateway's own, so another owner's
+/// task and a task that does not exist look exactly alike (the route's backend's task
+/// owners in `registry`).
+pub(crate) fn own_tasks_only(
+    registry: &Registry,
+    owner: Option<&crate::tasks::Owner>,
+    msg: &Message<'_>,
+    answer: Answer,
+    route: &Route,
+) -> Answer {
+    let by_id = msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m));
+    if let (true, Some(code), Some(id)) = (by_id, answer.error_code, msg.id.as_ref()) {
+        if code == i64::from(codes::INVALID_PARAMS) {
+            return Answer::error(id, &crate::tasks::unknown_task());
+        }
+    }
+    let (Some(crate::tasks::LIST), None, Some(id)) =
+        (msg.method, answer.error_code, msg.id.as_ref())
+    else {
+        return answer;
+    };
+    let result = serde_json::from_slice::<Value>(&answer.body)
+        .map(|v| v["result"].to_string())
+        .unwrap_or_default();
+    let tables = registry.tables(&route.backend);
+    Answer {
+        body: encode_result(id, &tables.tasks.filter_list(owner, &result)),
+        error_code: None,
+    }
+}
+
+/// What the gateway answers a routed Modern request before any adapter: a task method
+/// naming a task that is not the caller's principal's (a session's task, another
+/// principal's and a missing one look alike; task owners in `registry`), a task-augmented
+/// request from a caller who could own no task, and a method 2026-07-28 removed. `None`:
+/// the request goes on.
+pub(crate) fn refusal(
+    registry: &Registry,
+    task: &crate::tasks::TaskAsk,
+    msg: &Message<'_>,
+    route: &Route,
+) -> Result<Option<Answer>, CoreError> {
+    let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
+        return Err(CoreError::UnexpectedResponse);
+    };
+    if crate::tasks::BY_ID.contains(&name) {
+        let requested = crate::tasks::requested_task(msg.params);
+        let tables = registry.tables(&route.backend);
+        if !requested.is_some_and(|t| tables.tasks.owns(task.owner.as_ref(), &t)) {
+            return Ok(Some(Answer::error(id, &crate::tasks::unknown_task())));
+        }
+    }
+    if task.unownable() {
+        return Err(CoreError::TaskOwnerRequired);
+    }
+    if removed(name) {
+        return Ok(Some(method_not_found(id, name)));
+    }
+    Ok(None)
+}
+
+/// Whether a Modern request passes straight through to its backend (of `backends`): always
+/// to a Modern-only one, to a dual one unless it stopped answering Modern requests (then it
+/// is bridged like a Legacy one).
+pub(crate) fn passes(backends: &crate::Backends, route: &Route) -> Result<bool, CoreError> {
+    let entry = route.entry(backends)?;
+    Ok(entry.modern_now() || !entry.info().era.legacy)
+}
+
 impl Gateway {
-    /// `tasks/list` for a stateless caller shows only its principal's stateless tasks, and a
-    /// backend's "invalid task" answer is replaced by the gateway's own, so another owner's
-    /// task and a task that does not exist look exactly alike.
-    pub(crate) fn own_tasks_only(
-        &self,
-        owner: Option<&crate::tasks::Owner>,
-        msg: &Message<'_>,
-        answer: Answer,
-        route: &Route,
-    ) -> Answer {
-        let by_id = msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m));
-        if let (true, Some(code), Some(id)) = (by_id, answer.error_code, msg.id.as_ref()) {
-            if code == i64::from(codes::INVALID_PARAMS) {
-                return Answer::error(id, &crate::tasks::unknown_task());
-            }
-        }
-        let (Some(crate::tasks::LIST), None, Some(id)) =
-            (msg.method, answer.error_code, msg.id.as_ref())
-        else {
-            return answer;
-        };
-        let result = serde_json::from_slice::<Value>(&answer.body)
-            .map(|v| v["result"].to_string())
-            .unwrap_or_default();
-        let tables = self.registry.tables(&route.backend);
-        Answer {
-            body: encode_result(id, &tables.tasks.filter_list(owner, &result)),
-            error_code: None,
-        }
-    }
-
-    /// What the gateway answers a routed Modern request before any adapter: a task method
-    /// naming a task that is not the caller's principal's (a session's task, another
-    /// principal's and a missing one look alike), a task-augmented request from a caller who
-    /// could own no task, and a method 2026-07-28 removed. `None`: the request goes on.
-    pub(crate) fn modern_refusal(
-        &self,
-        task: &crate::tasks::TaskAsk,
-        msg: &Message<'_>,
-        route: &Route,
-    ) -> Result<Option<Answer>, CoreError> {
-        let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
-            return Err(CoreError::UnexpectedResponse);
-        };
-        if crate::tasks::BY_ID.contains(&name) {
-            let requested = crate::tasks::requested_task(msg.params);
-            let tables = self.registry.tables(&route.backend);
-            if !requested.is_some_and(|t| tables.tasks.owns(task.owner.as_ref(), &t)) {
-                return Ok(Some(Answer::error(id, &crate::tasks::unknown_task())));
-            }
-        }
-        if task.unownable() {
-            return Err(CoreError::TaskOwnerRequired);
-        }
-        if removed(name) {
-            return Ok(Some(method_not_found(id, name)));
-        }
-        Ok(None)
-    }
-
-    /// Whether a Modern request passes straight through to its backend: always to a
-    /// Modern-only one, to a dual one unless it stopped answering Modern requests (then it is
-    /// bridged like a Legacy one).
-    pub(crate) fn passes_modern(&self, route: &Route) -> Result<bool, CoreError> {
-        let entry = route.entry(&self.backends)?;
-        Ok(entry.modern_now() || !entry.info().era.legacy)
-    }
-
     /// The bridge adapter: a Modern request onto a Legacy backend. The gateway answers
     /// `server/discover` and serves `subscriptions/listen` itself; in per-session mode calls
     /// run on the caller's partition, and calls that may need client input go through MRTR.

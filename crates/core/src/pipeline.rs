@@ -236,7 +236,7 @@ impl Gateway {
     }
 
     /// Modern: answer locally (vMCP), resolve (the lists fetched again once for an unknown
-    /// name), confirm, what the gateway refuses itself (`modern_refusal`), then the adapter;
+    /// name), confirm, what the gateway refuses itself (`modern::refusal`), then the adapter;
     /// a caller's task answers are narrowed to its own.
     async fn modern_route(
         self: &Arc<Self>,
@@ -264,15 +264,22 @@ impl Gateway {
         let route = resolved?.ok_or(CoreError::UnexpectedResponse)?;
         admitted.confirm_route(&route.backend, &route.name)?;
         let task = TaskAsk::of(&ex);
-        if let Some(refused) = self.modern_refusal(&task, msg, &route)? {
+        if let Some(refused) = crate::modern::refusal(&self.registry, &task, msg, &route)? {
             return Ok(refused);
         }
-        let adapter = match self.passes_modern(&route)? {
+        let adapter = match crate::modern::passes(&self.backends, &route)? {
             true => Adapter::PassModern,
             false => Adapter::Bridge,
         };
         let answer = self.adapt(adapter, ex, &route, &task).await?;
-        Ok(self.own_tasks_only(task.owner.as_ref(), msg, answer, &route))
+        let owner = task.owner.as_ref();
+        Ok(crate::modern::own_tasks_only(
+            &self.registry,
+            owner,
+            msg,
+            answer,
+            &route,
+        ))
     }
 
     /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session
