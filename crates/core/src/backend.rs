@@ -156,6 +156,41 @@ pub(crate) async fn call(
     call_as(handle, name, params, deadline, None).await
 }
 
+/// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for;
+/// on behalf of the caller whose `credential` it is when the process (or upstream
+/// session) is that caller's alone (`None`: the gateway's own).
+pub(crate) async fn handshake(
+    handle: &Upstream,
+    capabilities: Value,
+    level: Option<&Value>,
+    credential: Option<&switchboard_upstream::Credential>,
+    deadline: Duration,
+) -> Result<(), CoreError> {
+    let init = json!({
+        "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
+        "capabilities": capabilities,
+        "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let answer = call_as(handle, method::INITIALIZE, init, deadline, credential).await?;
+    if answer.is_error() {
+        return Err(CoreError::BackendInit(refused(
+            method::INITIALIZE,
+            answer.payload(),
+        )));
+    }
+    handle
+        .send_line(encode_notification(method::INITIALIZED, None))
+        .await?;
+    if let Some(level) = level.filter(|l| l.is_string()) {
+        let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
+        if logging["capabilities"].get("logging").is_some() {
+            let params = json!({ "level": level });
+            let _ = call_as(handle, method::SET_LEVEL, params, deadline, credential).await;
+        }
+    }
+    Ok(())
+}
+
 /// [`call`] on behalf of the caller whose `credential` it is (`None`: the gateway's own), for
 /// a handle that caller alone uses (its partition, a process of its call's own).
 pub(crate) async fn call_as(

@@ -9,11 +9,13 @@
 //! session's best stream (`session::deliver`, the rule a backend's own requests follow too).
 //! The client's answer comes back through `client_response`, which looks the key up in *that*
 //! session only: a key is never a routing decision across sessions. Each session keeps a
-//! bounded table of waiters; every way out of [`Gateway::ask_client`] (answer, deadline,
+//! bounded table of waiters; every way out of [`ClientAsks::ask`] (answer, deadline,
 //! caller dropped) removes its waiter, and a session that ends drops its table, so a waiting
 //! caller gets a clean error instead of hanging.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::value::RawValue;
@@ -25,7 +27,7 @@ use switchboard_wire::{encode_request, Message, RequestId};
 use crate::registry::Registry;
 use crate::route::random_hex;
 use crate::session::SessionId;
-use crate::{CoreError, Gateway};
+use crate::{Backends, CoreError};
 
 /// Most gateway requests one session may have outstanding at once; more are refused (429).
 pub const MAX_ASKS: usize = 16;
@@ -132,7 +134,7 @@ impl Asks {
     }
 }
 
-/// Removes the waiter on every exit path of `ask_client` (answered, timed out, dropped).
+/// Removes the waiter on every exit path of [`ClientAsks::ask`] (answered, timed out, dropped).
 struct Waiter<'a> {
     registry: &'a Registry,
     session: &'a str,
@@ -145,7 +147,18 @@ impl Drop for Waiter<'_> {
     }
 }
 
-impl Gateway {
+/// The gateway's own requests to Legacy clients (built by `Gateway::new`).
+#[derive(Debug)]
+pub(crate) struct ClientAsks {
+    /// The sessions, with each one's waiters and declared capabilities.
+    pub(crate) registry: Arc<Registry>,
+    /// This replica's name, in the keys it mints (`session_store::home`).
+    pub(crate) replica_id: Option<String>,
+    /// How long a question waits for its answer (the request deadline).
+    pub(crate) deadline: Duration,
+}
+
+impl ClientAsks {
     /// Asks the Legacy client of `session` `method` (`elicitation/create`,
     /// `sampling/createMessage`, `roots/list`, or any other client method) with `params`, and
     /// waits for its answer within the request deadline.
@@ -158,14 +171,14 @@ impl Gateway {
     /// [`CoreError::Timeout`], [`CoreError::Cancelled`] (the session ended meanwhile),
     /// [`CoreError::SessionNotFound`]. The client's JSON-RPC error comes back as
     /// `Ok(Err(error object))`.
-    pub async fn ask_client(
+    pub(crate) async fn ask(
         &self,
         session: &SessionId,
         stream: Option<&mpsc::Sender<Bytes>>,
         method: &str,
         params: Option<&RawValue>,
     ) -> Result<ClientReply, CoreError> {
-        let key = match &self.config.replica_id {
+        let key = match &self.replica_id {
             Some(replica) => format!("{KEY_PREFIX}{replica}-{}", random_hex()),
             None => format!("{KEY_PREFIX}{}", random_hex()),
         };
@@ -186,7 +199,7 @@ impl Gateway {
         if !delivered {
             return Err(CoreError::NoClientStream);
         }
-        let deadline = self.config.request_timeout;
+        let deadline = self.deadline;
         match tokio::time::timeout(deadline, rx).await {
             Ok(Ok(reply)) => Ok(reply),
             // The session ended: its table (and our sender) went with it.
@@ -195,37 +208,37 @@ impl Gateway {
         }
     }
 
+    /// The input capabilities the client of `session` declared.
+    pub(crate) fn caps(&self, session: &SessionId) -> Result<ClientCaps, CoreError> {
+        self.registry.sessions.client_caps(session.as_str())
+    }
+
     /// Whether handling `msg` may make the gateway ask the session's client something (so
     /// its answer should be a stream the question can travel on first, whether or not the
     /// client holds a listen stream): a call that may answer `input_required`, from a client
-    /// that declared something it can be asked, with a Modern-only backend in the set (whose
-    /// `input_required` the gateway relays); or a composite tool with an elicitation step,
-    /// from a client that declared `elicitation`.
-    /// A composite the caller may not call is not looked at: its answer must be a missing
-    /// tool's, in the same delivery.
-    pub(crate) fn may_ask_client(
+    /// that declared something it can be asked, with a Modern-only backend in `backends`
+    /// (whose `input_required` the gateway relays); or a composite tool with an elicitation
+    /// step (`composite_asks`, judged only for a client with capabilities), from a client
+    /// that declared `elicitation`.
+    pub(crate) fn may_ask(
         &self,
-        caller: &crate::Principal,
         session: Option<&SessionId>,
         msg: &Message<'_>,
+        composite_asks: impl FnOnce() -> bool,
+        backends: &Backends,
     ) -> bool {
         let (Some(session), Some(name)) = (session, msg.method) else {
             return false;
         };
-        let Ok(caps) = self.client_caps(session) else {
+        let Ok(caps) = self.caps(session) else {
             return false;
         };
-        if self.composite_asks(caller, msg) {
+        if composite_asks() {
             return caps.elicitation;
         }
         crate::mrtr::METHODS.contains(&name)
-            && self.backends.iter().any(|e| !e.info().era.legacy)
+            && backends.iter().any(|e| !e.info().era.legacy)
             && (caps.elicitation || caps.sampling || caps.roots)
-    }
-
-    /// The input capabilities the client of `session` declared.
-    pub fn client_caps(&self, session: &SessionId) -> Result<ClientCaps, CoreError> {
-        self.registry.sessions.client_caps(session.as_str())
     }
 }
 

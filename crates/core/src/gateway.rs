@@ -131,9 +131,13 @@ pub struct Gateway {
     /// Aggregating (`GatewayConfig::vmcp`): the merged lists and what names route by.
     pub(crate) vmcp: Option<crate::vmcp::Vmcp>,
     /// Each backend's health and breaker (`health`).
-    pub(crate) health: crate::health::Health,
+    pub(crate) health: Arc<crate::health::Health>,
     /// `Some` when traces are on (`trace`).
-    pub(crate) traces: Option<crate::trace::Traces>,
+    pub(crate) traces: Option<Arc<crate::trace::Traces>>,
+    /// Sends requests to backends (`send`): what every feature that reaches a backend takes.
+    pub(crate) sender: crate::send::Sender,
+    /// The gateway's own requests to Legacy clients (`client_ask`).
+    pub(crate) asks: crate::client_ask::ClientAsks,
     /// Composite tools and their parked runs (`workflow`).
     pub(crate) workflows: crate::workflow::Workflows,
     /// The HTTP+SSE sessions' handle for `http` (`legacy_sse`).
@@ -172,8 +176,17 @@ impl Gateway {
             vmcp
         });
         let ids = backends.iter().map(|b| b.id.clone());
-        let health = crate::health::Health::new(config.health.clone(), ids, true);
-        let config_traces = config.traces;
+        let health = Arc::new(crate::health::Health::new(config.health.clone(), ids, true));
+        let traces = config.traces.then(|| Arc::new(crate::trace::Traces::new()));
+        let sender = crate::send::Sender {
+            registry: registry.clone(),
+            health: health.clone(),
+            traces: traces.clone(),
+            request_timeout: config.request_timeout,
+            max_request_time: config.max_request_time,
+            has_policy: config.access.has_policy(),
+            aggregating: vmcp.is_some(),
+        };
         let workflows = crate::workflow::Workflows::new(&config.workflows);
         let sse_streams = crate::legacy_sse::SseStreams::new(registry.clone());
         let store = crate::session_store::SessionStore::new(
@@ -184,6 +197,11 @@ impl Gateway {
             config.max_sessions_per_principal,
             config.access.has_policy(),
         );
+        let asks = crate::client_ask::ClientAsks {
+            registry: registry.clone(),
+            replica_id: config.replica_id.clone(),
+            deadline: config.request_timeout,
+        };
         Arc::new(Gateway {
             health,
             backends,
@@ -193,11 +211,69 @@ impl Gateway {
             per_session: crate::per_session::Spawner::default(),
             mrtr,
             vmcp,
-            traces: config_traces.then(crate::trace::Traces::new),
+            traces,
+            sender,
+            asks,
             workflows,
             sse_streams,
             store,
         })
+    }
+
+    /// The aggregating state, when the gateway fronts more than one backend.
+    pub(crate) fn vmcp(&self) -> Option<&crate::vmcp::Vmcp> {
+        self.vmcp.as_ref()
+    }
+
+    /// The merged list of `kind` (`Vmcp::view`); an error when not aggregating.
+    pub(crate) async fn view(
+        &self,
+        kind: crate::catalog::Kind,
+    ) -> Result<Arc<crate::vmcp::View>, CoreError> {
+        let Some(vmcp) = self.vmcp() else {
+            return Err(CoreError::Aggregation("not aggregating".into()));
+        };
+        vmcp.view(kind, &self.sender, &self.backends).await
+    }
+
+    /// The merged lists as they are, for admission: `None` when not aggregating.
+    pub(crate) fn origins(&self) -> Option<&dyn crate::access::Origins> {
+        self.vmcp().map(|v| v as &dyn crate::access::Origins)
+    }
+
+    /// Builds every merged list once (at startup, before clients come: so the first lists
+    /// already know every backend's names).
+    pub async fn warm_catalog(&self) {
+        if let Some(vmcp) = self.vmcp() {
+            vmcp.warm(&self.sender, &self.backends).await;
+        }
+    }
+
+    /// Every tool and prompt exposed under a name other than its backend's own
+    /// (`Vmcp::renamed_names`). Empty when not aggregating.
+    pub async fn renamed_names(&self) -> Vec<crate::RenamedName> {
+        match self.vmcp() {
+            Some(vmcp) => vmcp.renamed_names(&self.sender, &self.backends).await,
+            None => Vec::new(),
+        }
+    }
+
+    /// Once the catalog is warm: each composite's annotations derived from its steps' tools,
+    /// or why `serve` must not start (`Workflows::check`).
+    pub async fn check_composites(&self) -> Result<(), String> {
+        if self.workflows.is_empty() {
+            return Ok(());
+        }
+        let view = self
+            .view(crate::catalog::Kind::Tools)
+            .await
+            .map_err(|e| format!("composite tools need the tools list: {e}"))?;
+        self.workflows.check(&view.all, self.vmcp())
+    }
+
+    /// The tool search state, when the virtual server has it on.
+    pub(crate) fn tool_search(&self) -> Option<&crate::tool_search::ToolSearch> {
+        self.vmcp()?.tool_search()
     }
 
     /// Expires idle sessions every quarter TTL (in per-session mode, sessions whose listen
@@ -609,7 +685,10 @@ impl crate::session_store::Host for Gateway {
         method: &'static str,
         params: Value,
     ) -> bool {
-        let answer = self.internal_call(backend, method, params).await;
+        let answer = self
+            .sender
+            .internal_call(&self.backends, backend, method, params)
+            .await;
         answer.is_ok_and(|a| !a.is_error())
     }
 

@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use switchboard_upstream::{BackendResponse, UpstreamError};
 
+use crate::destination::{Route, Via};
 use crate::metrics::{self, Method};
-use crate::resolve::{Route, Via};
 use crate::BackendId;
 use crate::CoreError;
 

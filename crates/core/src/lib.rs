@@ -15,6 +15,7 @@ mod backend_id;
 mod backends;
 pub mod catalog;
 mod client_ask;
+mod destination;
 mod dispatch;
 mod drop_log;
 mod error;

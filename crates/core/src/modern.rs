@@ -283,6 +283,7 @@ impl Gateway {
             };
         }
         let answer = self
+            .sender
             .send(Outgoing {
                 session: call.session(),
                 id,
@@ -320,6 +321,7 @@ impl Gateway {
         let stripped = msg.params.and_then(strip_reserved);
         let params = stripped.as_deref().or(msg.params);
         let answer = self
+            .sender
             .send(Outgoing {
                 session: None,
                 id,

@@ -60,7 +60,6 @@ pub(crate) use sink::capability_of;
 use sink::Asked;
 
 pub(crate) use bridge::{Bridge, Limits};
-pub(crate) use dedicated::handshake;
 pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
 pub(crate) use share::{default_share, SharePermit, Shares};
 pub(crate) use state::replica_of_token;

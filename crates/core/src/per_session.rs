@@ -274,7 +274,7 @@ impl crate::Gateway {
         // The handshake deadline, not the request deadline: a process that never answers its
         // `initialize` is a broken backend, and says so.
         let limit = self.config.handshake_timeout;
-        tokio::time::timeout(limit, self.send(out))
+        tokio::time::timeout(limit, self.sender.send(out))
             .await
             .map_err(|_| crate::backend::no_answer(method::INITIALIZE, limit))?
     }
@@ -311,7 +311,7 @@ impl crate::Gateway {
             route,
             credential: call.caller.credential.as_ref(),
         };
-        let answer = match self.send(out).await {
+        let answer = match self.sender.send(out).await {
             // A set: the remote refused the request unseen (its upstream session expired), so
             // it goes once more, on a fresh upstream session of this client session's.
             Err(CoreError::OfBackend(backend, e)) if e.refused_unseen() => {

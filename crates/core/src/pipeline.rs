@@ -20,6 +20,8 @@
 
 use std::sync::Arc;
 
+mod local;
+
 use opentelemetry::trace::FutureExt as _;
 
 use switchboard_wire::classify::META_LOG_LEVEL;
@@ -64,7 +66,12 @@ impl Gateway {
                 }
                 Era::Legacy { session } => {
                     (self.is_per_session() && session.is_some())
-                        || self.may_ask_client(ex.caller, session, msg)
+                        || self.asks.may_ask(
+                            session,
+                            msg,
+                            || self.workflows.asks(ex.caller, msg, &self.config.access),
+                            &self.backends,
+                        )
                 }
             };
         if ex.is_modern() {
@@ -140,7 +147,12 @@ impl Gateway {
         let tables = self.registry.tables(&backend);
         let fetch = |cursor: Option<String>| {
             let backend = &backend;
-            async move { (self.list_page(backend, TOOLS_LIST, cursor.as_deref())).await }
+            async move {
+                (self
+                    .sender
+                    .list_page(&self.backends, backend, TOOLS_LIST, cursor.as_deref()))
+                .await
+            }
         };
         let spec = tables.tool_headers.of(&name, fetch).await?;
         // Judged only for the few tools that designate headers: the common call is judged
@@ -168,7 +180,7 @@ impl Gateway {
         if self.tool_search().is_none() {
             return self.admitted(ex).await;
         }
-        let Some(inner) = self.unwrap_call_tool(ex.msg) else {
+        let Some(inner) = crate::tool_search::unwrap_call_tool(ex.msg) else {
             let msg = ex.msg;
             return crate::tool_search::masked(msg, self.admitted(ex).await);
         };
@@ -317,7 +329,7 @@ impl Gateway {
         };
         let owner = (task.owner.as_ref(), task.asked);
         let legacy = match adapter {
-            Adapter::Pass => self.pass(ex, id, name, route, task).await,
+            Adapter::Pass => self.sender.pass(ex, id, name, route, task).await,
             Adapter::Own => self.own_request(ex, id, name, route).await,
             Adapter::SessionOp => self.session_op(&ex, id, name, route).await,
             Adapter::Task => self.task_request(ex, id, name, route).await,
@@ -364,7 +376,10 @@ impl Gateway {
         let credential = ex.caller.credential.as_ref();
         let (session, stream) = (ex.session(), ex.stream);
         let answer =
-            (self.call_backend(session, id, name, ex.msg, (stream, credential), route)).await?;
+            (self
+                .sender
+                .call_backend(session, id, name, ex.msg, (stream, credential), route))
+            .await?;
         if name == crate::tasks::LIST && !answer.is_error() {
             let filtered = tables.tasks.filter_list(owner.as_ref(), answer.payload());
             return Ok(encode_result(id, &filtered));

@@ -17,105 +17,12 @@ use serde_json::value::RawValue;
 use switchboard_upstream::Upstream;
 
 use crate::backends::BackendEntry;
+pub(crate) use crate::destination::{Name, Route, Via};
 use crate::per_session::Spawner;
 use crate::session::{SessionId, Sessions};
 use crate::vmcp::Vmcp;
 use crate::BackendId;
 use crate::{Backends, CoreError};
-
-/// Where one message goes.
-#[derive(Debug, Clone)]
-pub(crate) struct Route {
-    /// The backend.
-    pub(crate) backend: BackendId,
-    /// The handle to send on.
-    pub(crate) upstream: Upstream,
-    /// Which of the backend's handles that is.
-    pub(crate) via: Via,
-    /// The name (tool, prompt, resource) the message uses at the backend.
-    pub(crate) name: Name,
-}
-
-impl Route {
-    /// The entry of the route's backend in `backends` (routes name only backends of the set).
-    pub(crate) fn entry(&self, backends: &Backends) -> Result<Arc<BackendEntry>, CoreError> {
-        backends
-            .get(&self.backend)
-            .ok_or_else(|| CoreError::UnknownBackend(self.backend.clone()))
-    }
-
-    /// The gateway's own route to `entry` (what [`From::Gateway`] resolves to): the upstream
-    /// it keeps for its own requests, else the shared handle; the name as the gateway asks.
-    pub(crate) fn internal(entry: &BackendEntry) -> Route {
-        let backend = &entry.backend;
-        Route {
-            backend: entry.id.clone(),
-            upstream: (backend.internal.clone()).unwrap_or_else(|| backend.handle.clone()),
-            via: Via::Internal,
-            name: Name::AsClient,
-        }
-    }
-}
-
-/// Which of a backend's upstream handles a route uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Via {
-    /// The backend's shared handle (every client's).
-    Shared,
-    /// The session's own upstream (per-session mode), handshaken.
-    Own,
-    /// The upstream the gateway keeps for its own requests (the shared handle unless the
-    /// backend needs another: a Legacy-only remote refuses sessionless requests).
-    Internal,
-    /// A process or upstream session the gateway started for this caller (a session's own
-    /// during its `initialize`, a Modern partition).
-    Started,
-}
-
-/// The name a message uses at its backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Name {
-    /// The client's own name, unchanged (one backend; or an aggregated name the strategy
-    /// left bare).
-    AsClient,
-    /// Aggregating: `params.name` becomes the backend's own name for the exposed one.
-    Renamed(std::sync::Arc<str>),
-    /// Aggregating: a completion's `params.ref.name` becomes the backend's prompt name.
-    RenamedRef(std::sync::Arc<str>),
-}
-
-impl Name {
-    /// `params` as the backend must see them (`None`: unchanged).
-    pub(crate) fn apply(&self, params: Option<&RawValue>) -> Option<Box<RawValue>> {
-        let params = params?;
-        match self {
-            Name::AsClient => None,
-            Name::Renamed(original) => crate::catalog::rename_param(params, "name", original),
-            Name::RenamedRef(original) => {
-                crate::catalog::rename_param_at(params, &["ref", "name"], original)
-            }
-        }
-    }
-}
-
-impl Name {
-    /// The same as [`Name::apply`], on parsed params (the MRTR bridge edits a `Value`).
-    pub(crate) fn apply_to(&self, params: &mut serde_json::Value) {
-        match self {
-            Name::AsClient => {}
-            Name::Renamed(original) => {
-                if let Some(obj) = params.as_object_mut() {
-                    obj.insert("name".into(), original.as_ref().into());
-                }
-            }
-            Name::RenamedRef(original) => {
-                if let Some(r) = params.get_mut("ref").and_then(|r| r.as_object_mut()) {
-                    r.insert("name".into(), original.as_ref().into());
-                }
-            }
-        }
-    }
-}
 
 /// Who is asking, as far as routing cares.
 #[derive(Debug)]
@@ -131,8 +38,6 @@ pub(crate) enum From<'a> {
     /// A per-session `initialize`: only the route's backend is used (the session gets an
     /// upstream of its own there).
     Initialize,
-    /// The gateway's own request to `backend`.
-    Gateway(&'a BackendId),
     /// Session teardown: cancellations on `backend`'s shared handle for requests that were
     /// still waiting there.
     Teardown(&'a BackendId),
@@ -211,7 +116,6 @@ impl Resolver<'_> {
             | From::Modern
             | From::Initialize => route(Via::Shared, shared()),
             From::Teardown(_) => route(Via::Shared, shared()),
-            From::Gateway(_) => Some(Route::internal(&entry)),
             From::Started(_, upstream) => route(Via::Started, upstream),
         })
     }
@@ -226,11 +130,9 @@ impl Resolver<'_> {
         params: Option<&RawValue>,
     ) -> Result<(Arc<BackendEntry>, Name), CoreError> {
         let named = match from {
-            From::Cancel(_, b)
-            | From::Gateway(b)
-            | From::Teardown(b)
-            | From::Started(b, _)
-            | From::Fanout(_, b) => Some(*b),
+            From::Cancel(_, b) | From::Teardown(b) | From::Started(b, _) | From::Fanout(_, b) => {
+                Some(*b)
+            }
             From::Request(_) | From::Notification(_) | From::Modern | From::Initialize => None,
         };
         let (id, name) = match (named, self.vmcp) {

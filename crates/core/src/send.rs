@@ -1,7 +1,12 @@
 //! Sending one request to a backend and waiting for its one answer: the route key minted
 //! per request, the client's progress token replaced, the breaker's flight, the deadline, and
-//! the client's id restored. Moved here from `gateway.rs` unchanged (the first step of the
-//! request pipeline, ARCHITECTURE.md).
+//! the client's id restored. [`Sender`] holds exactly what that needs (the registry's
+//! progress, listener and session tables, each backend's health, traces, the deadlines, whether
+//! a policy is configured and whether the gateway aggregates); the gateway builds it once and
+//! features take `&Sender` to reach a backend (the "outbound" layer, ARCHITECTURE.md).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use opentelemetry::trace::FutureExt as _;
@@ -17,13 +22,15 @@ use switchboard_wire::{
     RequestId,
 };
 
+use crate::destination::{Name, Route};
+use crate::health::Health;
 use crate::in_flight::{CancelOnDrop, InFlightGuard};
 use crate::progress;
-use crate::resolve::{From, Route};
 use crate::route::RouteKey;
 use crate::session::SessionId;
 use crate::tasks::TaskAsk;
-use crate::{BackendId, CoreError, Exchange, Gateway};
+use crate::trace::Traces;
+use crate::{BackendId, Backends, CoreError, Exchange, Registry};
 
 /// One request on its way to the backend.
 #[derive(Debug)]
@@ -46,7 +53,26 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) credential: Option<&'a switchboard_upstream::Credential>,
 }
 
-impl Gateway {
+/// Sends requests to backends and waits for their answers (built by `Gateway::new`).
+#[derive(Debug)]
+pub(crate) struct Sender {
+    /// Progress tokens, Modern listeners, sessions' in-flight requests, tasks' owners.
+    pub(crate) registry: Arc<Registry>,
+    /// Each backend's breaker and counts (a request's `health::Flight`).
+    pub(crate) health: Arc<Health>,
+    /// `Some` when traces are on: a span per backend call, continued at the backend.
+    pub(crate) traces: Option<Arc<Traces>>,
+    /// How long a request waits for its answer without progress.
+    pub(crate) request_timeout: Duration,
+    /// How long a request may take however much progress it reports.
+    pub(crate) max_request_time: Duration,
+    /// Whether an authorization policy is configured (a Modern listen is then watched).
+    pub(crate) has_policy: bool,
+    /// Whether the backends are aggregated (a failure then names its backend).
+    pub(crate) aggregating: bool,
+}
+
+impl Sender {
     /// The plain adapter: a Legacy request forwarded under a fresh route key, the client's id
     /// restored; a task it creates is recorded as its owner's.
     pub(crate) async fn pass(
@@ -122,7 +148,7 @@ impl Gateway {
         // Aggregating: the backend's own name for an exposed one (`params.name`, or a
         // completion's `ref.name`), every other byte of params kept.
         let renamed = route.name.apply(out.params);
-        if renamed.is_none() && route.name != crate::resolve::Name::AsClient {
+        if renamed.is_none() && route.name != Name::AsClient {
             // Never the exposed name at the backend (routing proved params an object).
             return Err(CoreError::InvalidParams("params must be an object"));
         }
@@ -158,7 +184,7 @@ impl Gateway {
         let _listen = match (out.listen, out.stream.clone()) {
             (Some((filter, watcher)), Some(tx)) => {
                 let guard = (self.registry.listeners).register(&key, out.id, filter, tx, true);
-                if self.config.access.has_policy() {
+                if self.has_policy {
                     self.registry.listeners.watched_by(&guard, watcher);
                 }
                 Some(guard)
@@ -202,7 +228,7 @@ impl Gateway {
         let answer = if _listen.is_some() {
             Ok(exchange.await)
         } else {
-            let (idle, total) = (self.config.request_timeout, self.config.max_request_time);
+            let (idle, total) = (self.request_timeout, self.max_request_time);
             progress::within(exchange, idle, total, &alive).await
         };
         match answer {
@@ -223,10 +249,8 @@ impl Gateway {
     /// client must know which).
     pub(crate) fn attributed(&self, backend: &BackendId, e: CoreError) -> CoreError {
         match e {
-            CoreError::Backend(e) if self.vmcp.is_some() => {
-                CoreError::OfBackend(backend.clone(), e)
-            }
-            CoreError::Timeout(limit) if self.vmcp.is_some() => {
+            CoreError::Backend(e) if self.aggregating => CoreError::OfBackend(backend.clone(), e),
+            CoreError::Timeout(limit) if self.aggregating => {
                 CoreError::TimeoutOf(backend.clone(), limit)
             }
             CoreError::Unavailable {
@@ -238,29 +262,31 @@ impl Gateway {
                 backend,
                 failures,
                 retry_in,
-                aggregated: self.vmcp.is_some(),
+                aggregated: self.aggregating,
             },
             e => e,
         }
     }
 
-    /// A request of the gateway's own (no client) to `backend`, e.g. an unsubscribe on
-    /// session cleanup.
+    /// A request of the gateway's own (no client) to `backend` of `backends`, e.g. an
+    /// unsubscribe on session cleanup, on the gateway's own route (`Route::internal`).
     pub(crate) async fn internal_call(
         &self,
+        backends: &Backends,
         backend: &BackendId,
         name: &str,
         params: Value,
     ) -> Result<BackendResponse, CoreError> {
         let params = RawValue::from_string(params.to_string())
             .map_err(|_| CoreError::InvalidParams("params"))?;
-        let Some(route) = self.resolve(From::Gateway(backend), name, Some(&params))? else {
+        let Some(entry) = backends.get(backend) else {
             return Err(CoreError::UnknownBackend(backend.clone()));
         };
+        let route = Route::internal(&entry);
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), name, Some(&params));
         let call = route.upstream.call(key.as_str(), line).await?;
-        let deadline = self.config.request_timeout;
+        let deadline = self.request_timeout;
         tokio::time::timeout(deadline, call)
             .await
             .map_err(|_| CoreError::Timeout(deadline))?
@@ -272,11 +298,12 @@ impl Gateway {
     /// Also what the aggregating gateway fetches its lists with (`vmcp`).
     pub(crate) async fn list_page(
         &self,
+        backends: &Backends,
         backend: &BackendId,
         method: &str,
         cursor: Option<&str>,
     ) -> Result<Value, String> {
-        let modern = self.backends.get(backend).is_some_and(|b| b.modern_now());
+        let modern = backends.get(backend).is_some_and(|b| b.modern_now());
         let mut params = if modern {
             json!({ "_meta": crate::backend::gateway_envelope() })
         } else {
@@ -286,7 +313,7 @@ impl Gateway {
             params["cursor"] = json!(c);
         }
         let answer = self
-            .internal_call(backend, method, params)
+            .internal_call(backends, backend, method, params)
             .await
             .map_err(|e| format!("{method} failed: {e}"))?;
         if answer.is_error() {

@@ -52,6 +52,7 @@ impl Gateway {
         route: &Route,
     ) -> Result<Vec<u8>, CoreError> {
         let answer = self
+            .sender
             .call_backend(Some(sid), id, name, msg, (None, None), route)
             .await?;
         Ok(restore(id, &answer))
@@ -96,6 +97,7 @@ impl Gateway {
             return Ok(encode_result(id, "{}"));
         }
         let answer = self
+            .sender
             .call_backend(Some(sid), id, method::SUBSCRIBE, msg, (None, None), route)
             .await?;
         if !answer.is_error() {
@@ -106,7 +108,8 @@ impl Gateway {
                 // The session ended while we were subscribing: undo upstream.
                 let params = json!({ "uri": key.1 });
                 let _ = self
-                    .internal_call(&route.backend, method::UNSUBSCRIBE, params)
+                    .sender
+                    .internal_call(&self.backends, &route.backend, method::UNSUBSCRIBE, params)
                     .await;
             }
         }
@@ -135,7 +138,8 @@ impl Gateway {
             if removed && tables.subs.remove(&lock, &sid) {
                 let params = json!({ "uri": uri });
                 if let Err(e) = self
-                    .internal_call(&backend, method::UNSUBSCRIBE, params)
+                    .sender
+                    .internal_call(&self.backends, &backend, method::UNSUBSCRIBE, params)
                     .await
                 {
                     debug!(error = %e, "unsubscribe after a policy change failed");
@@ -215,6 +219,7 @@ impl Gateway {
             return Ok(encode_result(id, "{}"));
         }
         let answer = self
+            .sender
             .call_backend(Some(sid), id, method::UNSUBSCRIBE, msg, (None, None), route)
             .await?;
         Ok(restore(id, &answer))
@@ -233,6 +238,7 @@ impl Gateway {
         if entry.info().capabilities.get("logging").is_none() {
             // The backend does not do logging: let it answer for itself.
             let answer = self
+                .sender
                 .call_backend(Some(sid), id, method::SET_LEVEL, msg, (None, None), route)
                 .await?;
             return Ok(restore(id, &answer));
@@ -263,7 +269,8 @@ impl Gateway {
         }
         let params = json!({ "level": logging::name(target) });
         let answer = self
-            .internal_call(&backend.id, method::SET_LEVEL, params)
+            .sender
+            .internal_call(&self.backends, &backend.id, method::SET_LEVEL, params)
             .await
             .ok()?;
         if !answer.is_error() {
@@ -441,7 +448,13 @@ impl Gateway {
             let lock = tables.subs.lock(&uri).await;
             if tables.subs.remove(&lock, &ended.id) {
                 if let Err(e) = self
-                    .internal_call(&backend, method::UNSUBSCRIBE, json!({ "uri": uri }))
+                    .sender
+                    .internal_call(
+                        &self.backends,
+                        &backend,
+                        method::UNSUBSCRIBE,
+                        json!({ "uri": uri }),
+                    )
                     .await
                 {
                     debug!(error = %e, "upstream unsubscribe on session end failed");

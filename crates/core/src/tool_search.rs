@@ -3,7 +3,7 @@
 //! the tools the *caller* may call against a query (BM25, `bm25`); `call_tool` calls one of
 //! them by name.
 //!
-//! `call_tool` is unwrapped before admission ([`Gateway::handle`]): the
+//! `call_tool` is unwrapped before admission (`Gateway::handle`, `pipeline.rs`): the
 //! inner `tools/call` is what the policy judges, the rate limits count, the audit line records
 //! and routing resolves, exactly as if the client had sent it. Only the answer to a forbidden
 //! inner name differs from a direct call: it is the unknown-tool answer, so `call_tool` cannot
@@ -14,10 +14,10 @@
 //! be called), and a direct `tools/call` of a forbidden tool gets the unknown-tool answer too
 //! (else `call_tool`'s masking would protect nothing); a denied call then also counts against
 //! the caller's rate limits, as an unknown one does (`access`).
-//!
-//! [`Gateway::handle`]: crate::Gateway::handle
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -28,7 +28,7 @@ use switchboard_wire::{encode_result, object_member, with_members, Message, Requ
 use crate::access::{Origins, Target};
 use crate::vmcp::View;
 use crate::Principal;
-use crate::{CoreError, Gateway};
+use crate::{Access, CoreError};
 
 mod bm25;
 
@@ -116,77 +116,83 @@ struct Inner<'a> {
     params: &'a RawValue,
 }
 
-impl Gateway {
-    /// The tool search state, when the virtual server has it on.
-    pub(crate) fn tool_search(&self) -> Option<&ToolSearch> {
-        self.vmcp()?.tool_search()
-    }
+/// What `find_tools` searches and judges with: the merged tool list (`view`, awaited only
+/// for a well-formed query), the composites (asked for after it), and the caller's judges.
+pub(crate) struct Searched<'a, V> {
+    pub(crate) view: V,
+    pub(crate) composites: &'a (dyn Fn() -> Vec<(Arc<str>, Value)> + Sync),
+    pub(crate) origins: Option<&'a dyn Origins>,
+    pub(crate) access: &'a Access,
+}
 
-    /// `msg` as the `tools/call` it wraps, when it is a well-formed `call_tool` call (its
-    /// `arguments.name` a string naming another tool). Anything else is `None`: routed as
-    /// it is (a malformed `call_tool` is answered by [`Self::own_tool_call`]).
-    pub(crate) fn unwrap_call_tool(&self, msg: &Message<'_>) -> Option<Unwrapped> {
-        self.tool_search()?;
-        let (Some(TOOLS_CALL), Some(id), Some(params)) = (msg.method, &msg.id, msg.params) else {
-            return None;
-        };
-        if string_member(params, "name").as_deref() != Some(CALL_TOOL) {
-            return None;
-        }
-        let args = object_member(params, "arguments")?;
-        let name = string_member(args, "name").filter(|n| n != CALL_TOOL)?;
-        let id = RawValue::from_string(id.as_json().to_string()).ok()?;
-        // Every other member of the outer params (`_meta`, `task`, an MRTR retry's
-        // `inputResponses` and `requestState`) belongs to the inner call as it is.
-        let name_json = serde_json::to_string(&name).ok()?;
-        let mut set = vec![("name", name_json.as_str())];
-        let inner_args = object_member(args, "arguments");
-        if let Some(a) = inner_args {
-            set.push(("arguments", a.get()));
-        }
-        let params = with_members(params, &set, |k| k != "arguments")?;
-        let inner = Inner {
-            jsonrpc: "2.0",
-            id: &id,
-            method: TOOLS_CALL,
-            params: &params,
-        };
-        let body = serde_json::to_vec(&inner).ok()?;
-        Some(Unwrapped { body })
+/// `msg` as the `tools/call` it wraps, when it is a well-formed `call_tool` call (its
+/// `arguments.name` a string naming another tool) and tool search is on. Anything else is
+/// `None`: routed as it is (a malformed `call_tool` is answered by
+/// [`ToolSearch::own_tool_call`]).
+pub(crate) fn unwrap_call_tool(msg: &Message<'_>) -> Option<Unwrapped> {
+    let (Some(TOOLS_CALL), Some(id), Some(params)) = (msg.method, &msg.id, msg.params) else {
+        return None;
+    };
+    if string_member(params, "name").as_deref() != Some(CALL_TOOL) {
+        return None;
     }
-
-    /// `tools/list` while tool search is on: the two tools, one page.
-    pub(crate) fn own_tool_list(
-        &self,
-        id: &RequestId,
-        cursor: Option<&str>,
-        modern: bool,
-    ) -> Result<Vec<u8>, CoreError> {
-        if cursor.is_some() {
-            // This list has one page: no cursor was ever issued for it.
-            return Err(CoreError::InvalidParams("cursor"));
-        }
-        let mut result = json!({ "tools": [find_tools_tool(), call_tool_tool()] });
-        if modern {
-            let ttl = self.vmcp().map_or(0, |v| {
-                u64::try_from(v.list_ttl().as_millis()).unwrap_or(u64::MAX)
-            });
-            result["resultType"] = json!("complete");
-            result["ttlMs"] = json!(ttl);
-            result["cacheScope"] = json!("private");
-        }
-        Ok(encode_result(id, &result.to_string()))
+    let args = object_member(params, "arguments")?;
+    let name = string_member(args, "name").filter(|n| n != CALL_TOOL)?;
+    let id = RawValue::from_string(id.as_json().to_string()).ok()?;
+    // Every other member of the outer params (`_meta`, `task`, an MRTR retry's
+    // `inputResponses` and `requestState`) belongs to the inner call as it is.
+    let name_json = serde_json::to_string(&name).ok()?;
+    let mut set = vec![("name", name_json.as_str())];
+    let inner_args = object_member(args, "arguments");
+    if let Some(a) = inner_args {
+        set.push(("arguments", a.get()));
     }
+    let params = with_members(params, &set, |k| k != "arguments")?;
+    let inner = Inner {
+        jsonrpc: "2.0",
+        id: &id,
+        method: TOOLS_CALL,
+        params: &params,
+    };
+    let body = serde_json::to_vec(&inner).ok()?;
+    Some(Unwrapped { body })
+}
 
+/// `tools/list` while tool search is on: the two tools, one page (`list_ttl`: the merged
+/// lists' TTL, a Modern answer's `ttlMs`).
+pub(crate) fn own_tool_list(
+    id: &RequestId,
+    cursor: Option<&str>,
+    modern: bool,
+    list_ttl: Option<Duration>,
+) -> Result<Vec<u8>, CoreError> {
+    if cursor.is_some() {
+        // This list has one page: no cursor was ever issued for it.
+        return Err(CoreError::InvalidParams("cursor"));
+    }
+    let mut result = json!({ "tools": [find_tools_tool(), call_tool_tool()] });
+    if modern {
+        let ttl = list_ttl.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        result["resultType"] = json!("complete");
+        result["ttlMs"] = json!(ttl);
+        result["cacheScope"] = json!("private");
+    }
+    Ok(encode_result(id, &result.to_string()))
+}
+
+impl ToolSearch {
     /// A `tools/call` of `find_tools` (or a malformed `call_tool`), answered by the gateway;
     /// `None` for any other call.
-    pub(crate) async fn own_tool_call(
+    pub(crate) async fn own_tool_call<V>(
         &self,
         caller: &Principal,
         msg: &Message<'_>,
         modern: bool,
-    ) -> Option<Result<Vec<u8>, CoreError>> {
-        let search = self.tool_search()?;
+        searched: Searched<'_, V>,
+    ) -> Option<Result<Vec<u8>, CoreError>>
+    where
+        V: Future<Output = Result<Arc<View>, CoreError>>,
+    {
         let (Some(TOOLS_CALL), Some(id)) = (msg.method, &msg.id) else {
             return None;
         };
@@ -196,21 +202,24 @@ impl Gateway {
                 "call_tool: arguments.name must be the name of another tool",
             ))),
             FIND_TOOLS => Some(
-                self.find_tools(search, caller, id, msg.params, modern)
+                self.find_tools(caller, id, msg.params, modern, searched)
                     .await,
             ),
             _ => None,
         }
     }
 
-    async fn find_tools(
+    async fn find_tools<V>(
         &self,
-        search: &ToolSearch,
         caller: &Principal,
         id: &RequestId,
         params: Option<&RawValue>,
         modern: bool,
-    ) -> Result<Vec<u8>, CoreError> {
+        searched: Searched<'_, V>,
+    ) -> Result<Vec<u8>, CoreError>
+    where
+        V: Future<Output = Result<Arc<View>, CoreError>>,
+    {
         let args = params.and_then(|p| object_member(p, "arguments"));
         let query = args.and_then(|a| string_member(a, "query"));
         let Some(query) = query.filter(|q| !q.trim().is_empty() && q.len() <= MAX_QUERY_BYTES)
@@ -227,15 +236,15 @@ impl Gateway {
             .and_then(|a| object_member(a, "limit"))
             .and_then(|l| serde_json::from_str::<u64>(l.get()).ok())
             .map_or(DEFAULT_LIMIT, |l| (l as usize).clamp(1, MAX_LIMIT));
-        let view = self.view(crate::catalog::Kind::Tools).await?;
+        let view = searched.view.await?;
         // Listed once per search (not per hit): the index and the answer read the same.
-        let composites = self.composite_tools();
-        let index = search.index_of(&view, || composites.clone());
-        let origins = self.origins();
+        let composites = (searched.composites)();
+        let index = self.index_of(&view, || composites.clone());
+        let (origins, access) = (searched.origins, searched.access);
         let found: Vec<String> = index
             .search(&query)
             .into_iter()
-            .filter(|(name, _)| self.may_call(caller, name, origins))
+            .filter(|(name, _)| may_call(access, caller, name, origins))
             .filter_map(|(name, _)| definition(&view, &composites, &name))
             .take(limit)
             .collect();
@@ -251,20 +260,23 @@ impl Gateway {
         );
         Ok(encode_result(id, &result))
     }
+}
 
-    /// Whether `caller` may call the listed tool `exposed` (as list filtering decides it).
-    fn may_call(&self, caller: &Principal, exposed: &str, origins: Option<&dyn Origins>) -> bool {
-        let target = Target::Tool(exposed.to_owned());
-        // A composite is the gateway's own, whatever a backend lists under its name (its
-        // call runs the composite): judged first, without an origin, as list filtering does.
-        let composite = origins.is_some_and(|o| o.composite(exposed));
-        let origin = origins
-            .filter(|_| !composite)
-            .and_then(|o| o.of_item(&target));
-        self.config
-            .access
-            .allows_listed(caller, &target, origin.as_ref(), composite)
-    }
+/// Whether `caller` may call the listed tool `exposed` (as list filtering decides it).
+fn may_call(
+    access: &Access,
+    caller: &Principal,
+    exposed: &str,
+    origins: Option<&dyn Origins>,
+) -> bool {
+    let target = Target::Tool(exposed.to_owned());
+    // A composite is the gateway's own, whatever a backend lists under its name (its
+    // call runs the composite): judged first, without an origin, as list filtering does.
+    let composite = origins.is_some_and(|o| o.composite(exposed));
+    let origin = origins
+        .filter(|_| !composite)
+        .and_then(|o| o.of_item(&target));
+    access.allows_listed(caller, &target, origin.as_ref(), composite)
 }
 
 /// The listed definition of the tool `exposed` (a backend's, or a composite), as JSON.

@@ -2,7 +2,7 @@
 //! more than one backend). With one backend none of this is on the path.
 //!
 //! Per backend and list kind the gateway keeps the last list that backend gave through the
-//! gateway's own route (`resolve::From::Gateway`: its shared process, or the upstream the
+//! gateway's own route (`Route::internal`: its shared process, or the upstream the
 //! gateway keeps for itself), every page of it. A list is fetched again when its TTL has
 //! passed or the backend said `list_changed` (the sink marks it, `registry`); fetches of
 //! one kind run in parallel, one refresh at a time, each backend within its deadline.
@@ -20,18 +20,17 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tracing::warn;
 
-use switchboard_wire::{encode_result, RequestId};
-
 use crate::catalog::{self, BackendRules, Kind, Merged, Strategy};
+use crate::send::Sender;
 use crate::BackendId;
-use crate::{BackendInfo, CoreError, Gateway};
+use crate::{BackendInfo, Backends, CoreError};
 
 mod by_caps;
 mod origins;
-mod requests;
 mod route;
 
-pub(crate) use by_caps::CapSet;
+pub(crate) use by_caps::{caps_of, CapSet, Tailoring};
+pub(crate) use route::{kinds_for, list_kind, routable};
 
 /// Every list kind, in the order the gateway keeps them.
 pub(crate) const KINDS: [Kind; 4] = [
@@ -478,26 +477,25 @@ fn presented(backends: &[(BackendId, &BackendInfo)]) -> BackendInfo {
     }
 }
 
-impl Gateway {
-    /// The aggregating state, when the gateway fronts more than one backend.
-    pub(crate) fn vmcp(&self) -> Option<&Vmcp> {
-        self.vmcp.as_ref()
-    }
-
+impl Vmcp {
     /// The merged list of `kind`, fetching what is stale first (one refresh at a time; a
     /// caller that waited for another's refresh uses its result).
-    pub(crate) async fn view(&self, kind: Kind) -> Result<Arc<View>, CoreError> {
-        let Some(vmcp) = self.vmcp() else {
-            return Err(CoreError::Aggregation("not aggregating".into()));
-        };
+    pub(crate) async fn view(
+        &self,
+        kind: Kind,
+        sender: &Sender,
+        backends: &Backends,
+    ) -> Result<Arc<View>, CoreError> {
+        let vmcp = self;
         let changed = |id: &BackendId, kind: Kind| {
-            self.registry
+            sender
+                .registry
                 .tables(id)
                 .lists_changed
                 .is_set(kind_index(kind))
         };
         // A breaker that opened or closed changes who is listed, without a fetch.
-        let open = self.health.not_closed();
+        let open = sender.health.not_closed();
         let current = || vmcp.current(kind).filter(|v| v.breakers_open == open);
         if vmcp.stale(kind, &changed, &open).is_empty() {
             if let Some(view) = current() {
@@ -513,12 +511,13 @@ impl Gateway {
         }
         let fetches = stale.iter().map(|id| async move {
             // Taken before the fetch: a change announced while it runs marks it again.
-            self.registry
+            sender
+                .registry
                 .tables(id)
                 .lists_changed
                 .take(kind_index(kind));
             let deadline = vmcp.shape().config.fetch_timeout;
-            let fetched = tokio::time::timeout(deadline, self.fetch_list(id, kind))
+            let fetched = tokio::time::timeout(deadline, fetch_list(sender, backends, id, kind))
                 .await
                 .unwrap_or_else(|_| Err(format!("no complete list within {deadline:?}")));
             (id, fetched)
@@ -534,11 +533,8 @@ impl Gateway {
 
     /// Builds every merged list once (at startup, before clients come: so the first lists
     /// already know every backend's names).
-    pub async fn warm_catalog(&self) {
-        if self.vmcp().is_none() {
-            return;
-        }
-        let all = KINDS.map(|kind| self.view(kind));
+    pub(crate) async fn warm(&self, sender: &Sender, backends: &Backends) {
+        let all = KINDS.map(|kind| self.view(kind, sender, backends));
         for (kind, built) in KINDS.iter().zip(futures::future::join_all(all).await) {
             if let Err(e) = built {
                 warn!(
@@ -551,22 +547,21 @@ impl Gateway {
 
     /// Every tool and prompt exposed under a name other than its backend's own (prefixed,
     /// shortened to the 64-character rule, overridden), from the lists as last built: the
-    /// mapping an operator needs to read logs and policies. Empty when not aggregating.
-    pub async fn renamed_names(&self) -> Vec<RenamedName> {
-        if self.vmcp().is_none() {
-            return Vec::new();
-        }
+    /// mapping an operator needs to read logs and policies.
+    pub(crate) async fn renamed_names(
+        &self,
+        sender: &Sender,
+        backends: &Backends,
+    ) -> Vec<RenamedName> {
         for kind in [Kind::Tools, Kind::Prompts] {
-            let _ = self.view(kind).await;
+            let _ = self.view(kind, sender, backends).await;
         }
         self.renamed_now()
     }
 
     /// The same from the lists as they are now (nothing fetched).
     pub(crate) fn renamed_now(&self) -> Vec<RenamedName> {
-        let Some(vmcp) = self.vmcp() else {
-            return Vec::new();
-        };
+        let vmcp = self;
         let mut out = Vec::new();
         for (kind, label) in [(Kind::Tools, "tool"), (Kind::Prompts, "prompt")] {
             let Some(view) = vmcp.current(kind) else {
@@ -581,93 +576,45 @@ impl Gateway {
         }
         out
     }
+}
 
-    /// Every page of `backend`'s list of `kind`, through the gateway's own route; nothing
-    /// for a kind the backend did not declare (a tools-only server answers `prompts/list`
-    /// with an error, which is not a failure).
-    async fn fetch_list(&self, backend: &BackendId, kind: Kind) -> Result<Vec<Value>, String> {
-        let family = match kind {
-            Kind::Tools => "tools",
-            Kind::Prompts => "prompts",
-            Kind::Resources | Kind::ResourceTemplates => "resources",
-        };
-        let declared = self
-            .backends
-            .get(backend)
-            .is_some_and(|b| b.info().capabilities.get(family).is_some());
-        if !declared {
-            return Ok(Vec::new());
-        }
-        let method = kind.list_method();
-        let mut items = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let mut page = self.list_page(backend, method, cursor.as_deref()).await?;
-            if let Some(Value::Array(list)) = page.get_mut(kind.result_key()).map(Value::take) {
-                items.extend(list);
-            }
-            if items.len() > MAX_ITEMS {
-                return Err(format!("{method} has more than {MAX_ITEMS} items"));
-            }
-            cursor = page["nextCursor"].as_str().map(str::to_owned);
-            if cursor.is_none() {
-                return Ok(items);
-            }
-        }
-        Err(format!("{method} has more than {MAX_PAGES} pages",))
+/// Every page of `backend`'s list of `kind`, through the gateway's own route; nothing
+/// for a kind the backend did not declare (a tools-only server answers `prompts/list`
+/// with an error, which is not a failure).
+async fn fetch_list(
+    sender: &Sender,
+    backends: &Backends,
+    backend: &BackendId,
+    kind: Kind,
+) -> Result<Vec<Value>, String> {
+    let family = match kind {
+        Kind::Tools => "tools",
+        Kind::Prompts => "prompts",
+        Kind::Resources | Kind::ResourceTemplates => "resources",
+    };
+    let declared = backends
+        .get(backend)
+        .is_some_and(|b| b.info().capabilities.get(family).is_some());
+    if !declared {
+        return Ok(Vec::new());
     }
-
-    /// A client's list request, answered from the merged list: one page from `cursor`
-    /// (`-32602` for a cursor this list did not issue). `modern` stamps it as a Modern
-    /// result.
-    pub(crate) async fn merged_list(
-        &self,
-        id: &RequestId,
-        kind: Kind,
-        cursor: Option<&str>,
-        (modern, set): (bool, CapSet),
-    ) -> Result<Vec<u8>, CoreError> {
-        let Some(vmcp) = self.vmcp() else {
-            return Err(CoreError::Aggregation("not aggregating".into()));
-        };
-        if self.refresh_set(kind, set).await {
-            vmcp.forget_view(kind);
+    let method = kind.list_method();
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let mut page = (sender.list_page(backends, backend, method, cursor.as_deref())).await?;
+        if let Some(Value::Array(list)) = page.get_mut(kind.result_key()).map(Value::take) {
+            items.extend(list);
         }
-        let view = self.view(kind).await?;
-        if vmcp.shape().config.failure_mode == FailureMode::Fail {
-            if let Some((backend, why)) = view.down.first() {
-                warn!(%backend, "list failed (failureMode: fail): {why}");
-                return Err(CoreError::OfBackend(
-                    backend.clone(),
-                    switchboard_upstream::UpstreamError::Closed("its list is unavailable".into()),
-                ));
-            }
+        if items.len() > MAX_ITEMS {
+            return Err(format!("{method} has more than {MAX_ITEMS} items"));
         }
-        let visible = self.visible_to(&view.visible, kind, set);
-        let page = catalog::page(&visible, cursor, vmcp.shape().config.page_size)
-            .map_err(|_| CoreError::InvalidParams("cursor"))?;
-        let mut items = page.items_json().get().to_owned();
-        if kind == Kind::Tools && page.next.is_none() {
-            // Composite tools come after the backends' tools, on the last page.
-            items = self.with_composites(&items);
+        cursor = page["nextCursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            return Ok(items);
         }
-        let mut result = format!(r#"{{"{}":{}"#, kind.result_key(), items);
-        if let Some(next) = &page.next {
-            result.push_str(&format!(r#","nextCursor":{}"#, json!(next)));
-        }
-        if modern {
-            let info = json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
-            // The caller may keep the list as long as the gateway keeps its backends' lists
-            // (a `list_changed` on its listen stream says when to drop it sooner); private:
-            // the list was filtered for this caller.
-            let ttl = u64::try_from(vmcp.shape().config.list_ttl.as_millis()).unwrap_or(u64::MAX);
-            result.push_str(&format!(
-                r#","resultType":"complete","ttlMs":{ttl},"cacheScope":"private","_meta":{info}"#
-            ));
-        }
-        result.push('}');
-        Ok(encode_result(id, &result))
     }
+    Err(format!("{method} has more than {MAX_PAGES} pages",))
 }
 
 fn kind_index(kind: Kind) -> usize {

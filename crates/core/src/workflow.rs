@@ -26,7 +26,9 @@ use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
 use switchboard_wire::{codes, encode_result, ErrorObject, Message, RequestId};
 
 use crate::catalog::{Entry, Kind, Merged};
-use crate::{Answer, CoreError, Exchange, Gateway, Principal};
+use crate::client_ask::ClientAsks;
+use crate::vmcp::Vmcp;
+use crate::{Access, Answer, Backends, CoreError, Exchange, Principal};
 
 pub mod annotations;
 mod ask;
@@ -75,6 +77,29 @@ impl Workflows {
     fn get(&self, name: &str) -> Option<&Arc<Plan>> {
         self.plans.iter().find(|p| p.name == name)
     }
+
+    /// Whether there are composites at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.plans.is_empty()
+    }
+}
+
+/// Where a composite's `tool` steps go: the whole request path, as if the caller had sent
+/// them (`Gateway::handle`; implemented in `pipeline`).
+pub(crate) trait Steps: Send + Sync + std::fmt::Debug {
+    fn call<'a>(&'a self, ex: Exchange<'a>) -> BoxFuture<'a, Result<Answer, CoreError>>;
+}
+
+/// What a composite's run takes from the gateway: the request path its steps go through,
+/// who judges and audits, the merged lists (step names, quarantine, server info), and the
+/// way to ask a Legacy client.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Context<'a> {
+    pub(crate) steps: &'a dyn Steps,
+    pub(crate) access: &'a Access,
+    pub(crate) vmcp: Option<&'a Vmcp>,
+    pub(crate) asks: &'a ClientAsks,
+    pub(crate) backends: &'a Backends,
 }
 
 /// The catalog entry a step's `tool` names: an exposed name, else `backend.tool` (the
@@ -89,28 +114,22 @@ fn entry_for<'m>(tools: &'m Merged, tool: &str) -> Option<&'m Entry> {
     })
 }
 
-impl Gateway {
-    /// The exposed name a step's `tool` is called by now (names can shift at run time); as
-    /// written when the catalog does not hold it (the call then fails as an unknown tool).
-    pub(crate) fn composite_step_name(&self, tool: &str) -> String {
-        let view = self.vmcp().and_then(|v| v.current(Kind::Tools));
-        view.and_then(|v| entry_for(&v.all, tool).map(|e| e.exposed.to_string()))
-            .unwrap_or_else(|| tool.to_owned())
-    }
+/// The exposed name a step's `tool` is called by now (names can shift at run time); as
+/// written when the catalog does not hold it (the call then fails as an unknown tool).
+pub(crate) fn step_name(vmcp: Option<&Vmcp>, tool: &str) -> String {
+    let view = vmcp.and_then(|v| v.current(Kind::Tools));
+    view.and_then(|v| entry_for(&v.all, tool).map(|e| e.exposed.to_string()))
+        .unwrap_or_else(|| tool.to_owned())
+}
 
-    /// Once the catalog is warm: each composite's annotations derived from its steps' tools,
-    /// or why `serve` must not start (a claim safer than a step, a name a backend uses).
-    pub async fn check_composites(&self) -> Result<(), String> {
-        let plans = &self.workflows.plans;
-        if plans.is_empty() {
-            return Ok(());
-        }
-        let view = self
-            .view(Kind::Tools)
-            .await
-            .map_err(|e| format!("composite tools need the tools list: {e}"))?;
+impl Workflows {
+    /// Once the catalog is warm (`view`, the merged tools): each composite's annotations
+    /// derived from its steps' tools, or why `serve` must not start (a claim safer than a
+    /// step, a name a backend uses).
+    pub(crate) fn check(&self, view: &Merged, vmcp: Option<&Vmcp>) -> Result<(), String> {
+        let plans = &self.plans;
         for plan in plans {
-            if view.all.lookup(&plan.name).is_some() {
+            if view.lookup(&plan.name).is_some() {
                 return Err(format!(
                     "composite tool `{}` has the name of a backend's tool",
                     plan.name
@@ -119,59 +138,57 @@ impl Gateway {
             let tools = plan.tools();
             let mut steps = Vec::with_capacity(tools.len());
             for (step, tool) in tools {
-                let hints = self.step_hints(&view.all, &plan.name, step, tool);
+                let hints = step_hints(vmcp, view, &plan.name, step, tool);
                 steps.push(annotations::StepTool { step, tool, hints });
             }
             let derived = annotations::derive(&plan.name, plan.annotations.as_ref(), &steps)
                 .map_err(|e| e.to_string())?;
-            self.workflows
-                .annotations
-                .write()
-                .insert(plan.name.clone(), derived);
+            self.annotations.write().insert(plan.name.clone(), derived);
         }
         Ok(())
     }
+}
 
-    /// The hints of a step's tool as its backend lists it; a tool missing from the catalog,
-    /// or quarantined (its listed definition is not the approved one: what it claims is not
-    /// to be believed), is assumed unsafe.
-    fn step_hints(
-        &self,
-        tools: &Merged,
-        composite: &str,
-        step: &str,
-        tool: &str,
-    ) -> annotations::Hints {
-        let entry = entry_for(tools, tool);
-        let held = entry.is_some_and(|e| {
-            self.vmcp()
-                .is_some_and(|v| v.refuse_quarantined(&e.backend, &e.original).is_err())
-        });
-        let listed = entry.filter(|_| !held).and_then(|e| {
-            let item: Value = serde_json::from_str(e.item.get()).ok()?;
-            Some(item.get("annotations").and_then(Value::as_object).cloned())
-        });
-        if held {
-            warn!(
-                composite,
-                step, tool, "step tool quarantined; assumed unsafe"
-            );
-        } else if listed.is_none() {
-            warn!(
-                composite,
-                step, tool, "step tool not in the catalog; assumed unsafe"
-            );
-        }
-        annotations::Hints::of(listed.flatten().as_ref())
+/// The hints of a step's tool as its backend lists it; a tool missing from the catalog,
+/// or quarantined (its listed definition is not the approved one: what it claims is not
+/// to be believed), is assumed unsafe.
+fn step_hints(
+    vmcp: Option<&Vmcp>,
+    tools: &Merged,
+    composite: &str,
+    step: &str,
+    tool: &str,
+) -> annotations::Hints {
+    let entry = entry_for(tools, tool);
+    let held = entry.is_some_and(|e| {
+        vmcp.is_some_and(|v| v.refuse_quarantined(&e.backend, &e.original).is_err())
+    });
+    let listed = entry.filter(|_| !held).and_then(|e| {
+        let item: Value = serde_json::from_str(e.item.get()).ok()?;
+        Some(item.get("annotations").and_then(Value::as_object).cloned())
+    });
+    if held {
+        warn!(
+            composite,
+            step, tool, "step tool quarantined; assumed unsafe"
+        );
+    } else if listed.is_none() {
+        warn!(
+            composite,
+            step, tool, "step tool not in the catalog; assumed unsafe"
+        );
     }
+    annotations::Hints::of(listed.flatten().as_ref())
+}
 
+impl Workflows {
     /// `items` (a merged tools page, a JSON array) with the composite tools after them.
     pub(crate) fn with_composites(&self, items: &str) -> String {
-        let plans = &self.workflows.plans;
+        let plans = &self.plans;
         if plans.is_empty() {
             return items.to_owned();
         }
-        let annotations = self.workflows.annotations.read();
+        let annotations = self.annotations.read();
         let listed: Vec<String> = plans
             .iter()
             .map(|p| {
@@ -192,9 +209,8 @@ impl Gateway {
     /// Each composite's name and tool definition as `tools/list` shows it (for the tool-search
     /// index: composites are found like the catalog's tools).
     pub(crate) fn composite_tools(&self) -> Vec<(Arc<str>, Value)> {
-        let annotations = self.workflows.annotations.read();
-        self.workflows
-            .plans
+        let annotations = self.annotations.read();
+        self.plans
             .iter()
             .map(|p| {
                 let own = p.annotations.clone().unwrap_or_default();
@@ -208,28 +224,29 @@ impl Gateway {
     ///
     /// Boxed (here and for Modern): a run's steps re-enter the request path that runs it, so
     /// its future would otherwise contain itself.
-    pub(crate) fn composite_legacy<'f>(
-        self: &'f Arc<Self>,
+    pub(crate) fn legacy<'f>(
+        &'f self,
+        cx: Context<'f>,
         call: &'f Exchange<'_>,
         id: &'f RequestId,
     ) -> Option<BoxFuture<'f, Result<Vec<u8>, CoreError>>> {
         let plan = self.composite_of(call.msg)?.clone();
         if plan.asks() {
-            if let Err(e) = self.can_ask(call.session()) {
+            if let Err(e) = ask::can_ask(cx.asks, call.session()) {
                 return Some(Box::pin(std::future::ready(Err(e))));
             }
         }
-        Some(Box::pin(self.run_legacy(call, id, plan)))
+        Some(Box::pin(Self::run_legacy(cx, call, id, plan)))
     }
 
     async fn run_legacy(
-        self: &Arc<Self>,
+        cx: Context<'_>,
         call: &Exchange<'_>,
         id: &RequestId,
         plan: Arc<Plan>,
     ) -> Result<Vec<u8>, CoreError> {
         let runner = Runner {
-            gateway: self,
+            cx,
             principal: call.caller,
             session: call.session(),
             stream: call.stream.as_ref(),
@@ -245,18 +262,20 @@ impl Gateway {
 
     /// A Modern `tools/call` of a composite: a new run, or the resume of a parked one
     /// (`requestState` + `inputResponses`). `None`: not a composite.
-    pub(crate) fn composite_modern<'f>(
-        self: &'f Arc<Self>,
+    pub(crate) fn modern<'f>(
+        &'f self,
+        cx: Context<'f>,
         caller: &'f Principal,
         msg: &'f Message<'_>,
         id: &'f RequestId,
     ) -> Option<BoxFuture<'f, Answer>> {
         let plan = self.composite_of(msg)?.clone();
-        Some(Box::pin(self.run_modern(caller, msg, id, plan)))
+        Some(Box::pin(self.run_modern(cx, caller, msg, id, plan)))
     }
 
     async fn run_modern(
-        self: &Arc<Self>,
+        &self,
+        cx: Context<'_>,
         caller: &Principal,
         msg: &Message<'_>,
         id: &RequestId,
@@ -267,7 +286,7 @@ impl Gateway {
             .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
             .unwrap_or_default();
         let runner = Runner {
-            gateway: self,
+            cx,
             principal: caller,
             session: None,
             stream: None,
@@ -293,7 +312,7 @@ impl Gateway {
                 let fits = |s: &Suspended| Arc::ptr_eq(&s.plan, &plan);
                 let parked = state
                     .as_str()
-                    .and_then(|h| self.workflows.parked.take(caller, h, fits));
+                    .and_then(|h| self.parked.take(caller, h, fits));
                 let Some(suspended) = parked else {
                     return unknown_handle(id);
                 };
@@ -306,23 +325,19 @@ impl Gateway {
     /// Whether `msg` calls a composite tool that asks its client for input.
     /// Whether `msg` calls a composite tool that asks its client for input and that
     /// `caller` may call (a composite is judged without a backend, as its call is).
-    pub(crate) fn composite_asks(&self, caller: &Principal, msg: &Message<'_>) -> bool {
+    pub(crate) fn asks(&self, caller: &Principal, msg: &Message<'_>, access: &Access) -> bool {
         self.composite_of(msg).is_some_and(|plan| {
             let target = crate::access::Target::Tool(plan.name.clone());
-            plan.asks()
-                && self
-                    .config
-                    .access
-                    .allows(caller, "call_tool", &target, None)
+            plan.asks() && access.allows(caller, "call_tool", &target, None)
         })
     }
 
     fn composite_of(&self, msg: &Message<'_>) -> Option<&Arc<Plan>> {
-        if msg.method != Some("tools/call") || self.workflows.plans.is_empty() {
+        if msg.method != Some("tools/call") || self.plans.is_empty() {
             return None;
         }
         let name: String = serde_json::from_str(msg.param("name")?.get()).ok()?;
-        self.workflows.get(&name)
+        self.get(&name)
     }
 
     /// A Modern run's answer: its result, or `input_required` under a fresh handle.
@@ -333,8 +348,8 @@ impl Gateway {
         id: &RequestId,
         outcome: Outcome,
     ) -> Answer {
-        let info =
-            json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
+        let presented = (runner.cx.backends).presented(runner.cx.vmcp.map(Vmcp::presented));
+        let info = json!({ switchboard_wire::classify::META_SERVER_INFO: presented.server_info });
         let mut result = match outcome {
             Outcome::NeedsInput(suspended, requests) => {
                 let weight = suspended.weight();
@@ -342,7 +357,7 @@ impl Gateway {
                     Err(format!("its finished steps' outputs exceed {MAX_PARKED_BYTES} bytes, too much to keep while it waits for input"))
                 } else {
                     let (who, ttl) = (runner.principal, plan.input_timeout);
-                    let parked = self.workflows.parked.park(who, ttl, suspended, weight);
+                    let parked = self.parked.park(who, ttl, suspended, weight);
                     parked.map_err(|e| e.to_string())
                 };
                 match parked {

@@ -44,13 +44,16 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tasks",
             "in_flight",
             "exchange",
+            "destination",
         ],
     ),
+    // What reaching a backend takes (`send::Sender`) and what it reports to (`health`'s
+    // breakers): every feature that talks to a backend may use it.
+    ("outbound", &["health", "send"]),
     (
         "features",
         &[
             "access",
-            "health",
             "trust",
             "relay",
             "mrtr",
@@ -70,9 +73,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "session_ops",
         ],
     ),
-    // `send` came out of `gateway.rs` as it was (the pipeline's first step); it moves to a
-    // pipeline layer between features and composition once features stop calling it.
-    ("composition", &["gateway", "pipeline", "send", "lib"]),
+    ("composition", &["gateway", "pipeline", "lib"]),
 ];
 
 fn src() -> PathBuf {

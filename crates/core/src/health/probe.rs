@@ -1,5 +1,5 @@
 //! The active probe: per backend, every `probe_interval`, one MCP request on the gateway's own
-//! route (`resolve::From::Gateway`: the shared process, or the upstream session the gateway
+//! route (`Route::internal`: the shared process, or the upstream session the gateway
 //! keeps for itself) — Modern `server/discover` for a backend that answers Modern requests,
 //! else Legacy `ping`. Its outcome goes to [`super::Health::probed`]. Any answer, an error included,
 //! is a backend that works; the probe never sends an HTTP GET.
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use switchboard_wire::{encode_request, method};
 
 use super::{Health, Outcome};
-use crate::resolve::Route;
+use crate::destination::Route;
 use crate::route::RouteKey;
 use crate::BackendId;
 use crate::Backends;

@@ -158,7 +158,13 @@ impl Gateway {
         let lock = tables.subs.lock(uri).await;
         if !tables.subs.has_subscribers(uri) {
             let ok = self
-                .internal_call(backend, method::SUBSCRIBE, json!({ "uri": uri }))
+                .sender
+                .internal_call(
+                    &self.backends,
+                    backend,
+                    method::SUBSCRIBE,
+                    json!({ "uri": uri }),
+                )
                 .await
                 .is_ok_and(|a| !a.is_error());
             if !ok {
@@ -215,7 +221,13 @@ impl Drop for ListenSubscriptions<'_> {
                 let lock = tables.subs.lock(&uri).await;
                 if tables.subs.remove(&lock, &owner) {
                     let _ = gateway
-                        .internal_call(&backend, method::UNSUBSCRIBE, json!({ "uri": uri }))
+                        .sender
+                        .internal_call(
+                            &gateway.backends,
+                            &backend,
+                            method::UNSUBSCRIBE,
+                            json!({ "uri": uri }),
+                        )
                         .await;
                 }
             }

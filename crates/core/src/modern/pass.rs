@@ -46,6 +46,7 @@ impl Gateway {
             false => None,
         };
         let answer = self
+            .sender
             .send(Outgoing {
                 session: None,
                 id,

@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use switchboard_upstream::Upstream;
 use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL};
-use switchboard_wire::{encode_notification, method};
 
 use super::sink::CallSink;
 use super::Calls;
@@ -64,7 +62,7 @@ impl Calls<'_> {
         let level = meta.get(META_LOG_LEVEL);
         let credential = req.caller.credential.as_ref();
         let deadline = self.bridge.limits.handshake_timeout;
-        handshake(
+        crate::backend::handshake(
             &call.handle,
             Value::Object(caps),
             level,
@@ -74,42 +72,4 @@ impl Calls<'_> {
         .await?;
         Ok(call)
     }
-}
-
-/// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for;
-/// on behalf of the caller whose `credential` it is when the process (or upstream
-/// session) is that caller's alone (`None`: the gateway's own); each answer within `deadline`.
-pub(crate) async fn handshake(
-    handle: &Upstream,
-    capabilities: Value,
-    level: Option<&Value>,
-    credential: Option<&switchboard_upstream::Credential>,
-    deadline: std::time::Duration,
-) -> Result<(), CoreError> {
-    let init = json!({
-        "protocolVersion": switchboard_wire::version::LATEST_LEGACY,
-        "capabilities": capabilities,
-        "clientInfo": {"name": "switchboard", "version": env!("CARGO_PKG_VERSION")},
-    });
-    let answer =
-        crate::backend::call_as(handle, method::INITIALIZE, init, deadline, credential).await?;
-    if answer.is_error() {
-        return Err(CoreError::BackendInit(crate::backend::refused(
-            method::INITIALIZE,
-            answer.payload(),
-        )));
-    }
-    handle
-        .send_line(encode_notification(method::INITIALIZED, None))
-        .await?;
-    if let Some(level) = level.filter(|l| l.is_string()) {
-        let logging: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
-        if logging["capabilities"].get("logging").is_some() {
-            let params = json!({ "level": level });
-            let _ =
-                crate::backend::call_as(handle, method::SET_LEVEL, params, deadline, credential)
-                    .await;
-        }
-    }
-    Ok(())
 }

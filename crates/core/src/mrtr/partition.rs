@@ -458,7 +458,8 @@ impl Calls<'_> {
             plain,
         });
         let deadline = self.bridge.limits.handshake_timeout;
-        super::handshake(&part.handle, key.capabilities(), None, credential, deadline).await?;
+        crate::backend::handshake(&part.handle, key.capabilities(), None, credential, deadline)
+            .await?;
         Ok(part)
     }
 

@@ -75,7 +75,9 @@ impl Gateway {
         let params = call.msg.params;
         let route = match self.resolve(from(), name, params) {
             Err(CoreError::UnknownName(..))
-                if self.refresh_names(name, self.caps_of(call)).await =>
+                if self
+                    .refresh_names(name, crate::vmcp::caps_of(&self.asks, call))
+                    .await =>
             {
                 self.resolve(from(), name, params)
             }
@@ -223,7 +225,7 @@ impl Gateway {
             route: &route,
             credential,
         };
-        let answer = self.send(out).await?;
+        let answer = self.sender.send(out).await?;
         if !answer.is_error() {
             self.note_own_subscription(session, call.caller, (name, call.msg), true);
         }
@@ -303,7 +305,7 @@ impl Gateway {
             credential,
         };
         let limit = self.config.handshake_timeout;
-        tokio::time::timeout(limit, self.send(out))
+        tokio::time::timeout(limit, self.sender.send(out))
             .await
             .map_err(|_| crate::backend::no_answer(name, limit))?
     }

@@ -78,7 +78,7 @@ impl Gateway {
         let Some(sid) = call.session() else {
             return Ok(params);
         };
-        let caps = self.client_caps(sid)?;
+        let caps = self.asks.caps(sid)?;
         let mut declared = Map::new();
         for (name, has) in [
             ("elicitation", caps.elicitation),
@@ -109,7 +109,9 @@ impl Gateway {
         let rounds = self.relay_rounds(call, (id, name), route, params);
         match tokio::time::timeout(limit, rounds).await {
             Ok(answer) => answer,
-            Err(_) => Err(self.attributed(&route.backend, CoreError::Timeout(limit))),
+            Err(_) => Err(self
+                .sender
+                .attributed(&route.backend, CoreError::Timeout(limit))),
         }
     }
 
@@ -127,6 +129,7 @@ impl Gateway {
         let mut retry = params.clone();
         for sent in 0..=MAX_ROUNDS {
             let answer = self
+                .sender
                 .send(Outgoing {
                     session: call.session(),
                     id,
@@ -194,7 +197,7 @@ impl Gateway {
             let asked = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(CoreError::Cancelled),
-                asked = self.ask_client(sid, call.stream.as_ref(), method, input.as_deref()) => asked?,
+                asked = self.asks.ask(sid, call.stream.as_ref(), method, input.as_deref()) => asked?,
             };
             match asked {
                 Ok(answer) => responses.push((key.clone(), answer)),

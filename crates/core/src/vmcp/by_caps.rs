@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -27,11 +27,12 @@ use switchboard_wire::{
     codes, encode_error, encode_result, method, ErrorObject, Message, MessageKind,
 };
 
-use super::{Cached, MAX_ITEMS, MAX_PAGES};
+use super::{Cached, Vmcp, MAX_ITEMS, MAX_PAGES};
 use crate::catalog::{Entry, Kind, Merged};
-use crate::client_ask::ClientCaps;
+use crate::client_ask::{ClientAsks, ClientCaps};
+use crate::per_session::Spawner;
 use crate::BackendId;
-use crate::Gateway;
+use crate::Backends;
 
 /// The client capabilities a backend may tailor its lists to, one bit each.
 const CAPABILITIES: [&str; 3] = ["sampling", "elicitation", "roots"];
@@ -141,29 +142,39 @@ impl InboundSink for ListerSink {
     }
 }
 
-impl Gateway {
-    /// The set a Legacy request's session declared (none without a session).
-    pub(crate) fn caps_of(&self, call: &crate::Exchange<'_>) -> CapSet {
-        let caps = call.session().and_then(|s| self.client_caps(s).ok());
-        CapSet::of_session(caps.unwrap_or_default())
-    }
+/// The set a Legacy request's session declared (none without a session).
+pub(crate) fn caps_of(asks: &ClientAsks, call: &crate::Exchange<'_>) -> CapSet {
+    let caps = call.session().and_then(|s| asks.caps(s).ok());
+    CapSet::of_session(caps.unwrap_or_default())
+}
 
+/// What lists tailored to a caller's capabilities are fetched with: the backend set, who
+/// starts per-session upstreams, and the deadlines of a list request and a handshake.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tailoring<'a> {
+    pub(crate) backends: &'a Backends,
+    pub(crate) per_session: &'a Spawner,
+    pub(crate) request_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
+}
+
+impl Tailoring<'_> {
     /// Whether `backend` may tailor its lists to the caller's capabilities (see the module
     /// docs): a Legacy backend whose sessions get an upstream of their own.
-    pub(super) fn lists_by_caps(&self, backend: &BackendId) -> bool {
+    fn lists_by_caps(&self, backend: &BackendId) -> bool {
         self.per_session.for_backend(backend).is_some()
             && self
                 .backends
                 .get(backend)
                 .is_some_and(|e| e.info().era.legacy)
     }
+}
 
+impl Vmcp {
     /// Fetches the lists of `kind` for `set` that are stale, from every backend that tailors
     /// them. True when one changed (the merged view is then built again).
-    pub(super) async fn refresh_set(&self, kind: Kind, set: CapSet) -> bool {
-        let Some(vmcp) = self.vmcp() else {
-            return false;
-        };
+    pub(crate) async fn refresh_set(&self, kind: Kind, set: CapSet, t: Tailoring<'_>) -> bool {
+        let vmcp = self;
         if set.is_empty() {
             return false;
         }
@@ -173,7 +184,7 @@ impl Gateway {
             .order
             .iter()
             .map(|(id, _)| id)
-            .filter(|id| self.lists_by_caps(id))
+            .filter(|id| t.lists_by_caps(id))
             .filter(|id| {
                 let lists = vmcp.by_caps.lists.lock();
                 lists
@@ -185,7 +196,7 @@ impl Gateway {
         let mut changed = false;
         for id in stale {
             let deadline = shape.config.fetch_timeout;
-            let fetched = tokio::time::timeout(deadline, self.fetch_for_set(&id, kind, set))
+            let fetched = tokio::time::timeout(deadline, self.fetch_for_set(&id, kind, set, t))
                 .await
                 .unwrap_or_else(|_| Err(format!("no complete list within {deadline:?}")));
             // Pinned like the shared list's tools (`trust`): a tool offered only to callers
@@ -218,16 +229,20 @@ impl Gateway {
 
     /// `visible` as a caller declaring `set` sees it: the items of a backend that tailors its
     /// lists are those its list for `set` holds (for no capabilities, its shared list).
-    pub(super) fn visible_to(&self, visible: &Merged, kind: Kind, set: CapSet) -> Merged {
-        let Some(vmcp) = self.vmcp() else {
-            return visible.filtered(|_| true);
-        };
+    pub(crate) fn visible_to(
+        &self,
+        visible: &Merged,
+        kind: Kind,
+        set: CapSet,
+        t: Tailoring<'_>,
+    ) -> Merged {
+        let vmcp = self;
         let mut listed: HashMap<BackendId, HashSet<String>> = HashMap::new();
         {
             let state = vmcp.state.lock();
             let sets = vmcp.by_caps.lists.lock();
             for (id, _) in vmcp.shape().order.iter() {
-                if !self.lists_by_caps(id) {
+                if !t.lists_by_caps(id) {
                     continue;
                 }
                 let items = if set.is_empty() {
@@ -262,9 +277,10 @@ impl Gateway {
         backend: &BackendId,
         kind: Kind,
         set: CapSet,
+        t: Tailoring<'_>,
     ) -> Result<Vec<Value>, String> {
-        let handle = self.lister(backend, set).await?;
-        let deadline = self.config.request_timeout;
+        let handle = self.lister(backend, set, t).await?;
+        let deadline = t.request_timeout;
         let method = kind.list_method();
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
@@ -297,8 +313,13 @@ impl Gateway {
 
     /// The gateway's own upstream on `backend` handshaken with `set`, started (or started
     /// again, when it died) on first use.
-    async fn lister(&self, backend: &BackendId, set: CapSet) -> Result<Upstream, String> {
-        let vmcp = self.vmcp().ok_or("not aggregating")?;
+    async fn lister(
+        &self,
+        backend: &BackendId,
+        set: CapSet,
+        t: Tailoring<'_>,
+    ) -> Result<Upstream, String> {
+        let vmcp = self;
         let slot = (vmcp.by_caps.listers.lock())
             .entry((backend.clone(), set))
             .or_default()
@@ -307,7 +328,7 @@ impl Gateway {
         if let Some(l) = lister.as_ref().filter(|l| !l.handle.is_closed()) {
             return Ok(l.handle.clone());
         }
-        let spawner = self
+        let spawner = t
             .per_session
             .for_backend(backend)
             .ok_or("no per-session spawner")?;
@@ -315,8 +336,8 @@ impl Gateway {
             .await
             .map_err(|e| e.to_string())?;
         // Acting as itself: a process (or upstream session) every caller's lists come from.
-        let deadline = self.config.handshake_timeout;
-        crate::mrtr::handshake(&handle, set.capabilities(), None, None, deadline)
+        let deadline = t.handshake_timeout;
+        crate::backend::handshake(&handle, set.capabilities(), None, None, deadline)
             .await
             .map_err(|e| e.to_string())?;
         *lister = Some(Lister {

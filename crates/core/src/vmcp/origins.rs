@@ -7,8 +7,7 @@ use super::route::kinds_for;
 use super::Vmcp;
 use crate::access::{Origin, Origins, Target};
 use crate::catalog::{self, Kind};
-use crate::resolve::Name;
-use crate::Gateway;
+use crate::destination::Name;
 
 impl Origins for Vmcp {
     fn of_request(&self, msg: &Message<'_>, target: &Target) -> Option<Origin> {
@@ -66,25 +65,5 @@ impl Origins for Vmcp {
 
     fn composite(&self, tool: &str) -> bool {
         self.composites.contains(tool)
-    }
-}
-
-impl Gateway {
-    /// The merged lists as they are, for admission: `None` when not aggregating.
-    pub(crate) fn origins(&self) -> Option<&dyn Origins> {
-        self.vmcp().map(|v| v as &dyn Origins)
-    }
-
-    /// Where `msg`'s targets are served, for its admission: `None` when not aggregating.
-    /// The merged lists the request routes by are built first when they are missing or do not
-    /// name its target (as routing would build them), so admission sees the backend of a
-    /// name added since the last fetch; a failure to build them is the routing step's to
-    /// answer (the policy then sees no origin, and routing refuses what it cannot confirm).
-    pub(crate) async fn origins_for(&self, msg: &Message<'_>) -> Option<&dyn Origins> {
-        self.vmcp()?;
-        if let Err(e) = self.prepare(msg).await {
-            tracing::debug!("merged lists not ready before admission: {e}");
-        }
-        self.origins()
     }
 }

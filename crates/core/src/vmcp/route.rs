@@ -10,7 +10,7 @@ use switchboard_wire::{method, object_member};
 
 use super::{View, Vmcp};
 use crate::catalog::{self, Kind};
-use crate::resolve::Name;
+use crate::destination::Name;
 use crate::BackendId;
 use crate::CoreError;
 

@@ -23,7 +23,7 @@ use super::plan::{Body, Plan, Step, MAX_BACKOFF};
 use super::template;
 use crate::access::RunScope;
 use crate::session::SessionId;
-use crate::{Exchange, Gateway, Principal};
+use crate::{Exchange, Principal};
 
 /// How a step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,8 @@ pub(crate) struct Modern<'a> {
 /// Who runs a composite.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Runner<'a> {
-    pub(crate) gateway: &'a Arc<Gateway>,
+    /// What the run takes from the gateway (its steps' request path, access, lists).
+    pub(crate) cx: super::Context<'a>,
     pub(crate) principal: &'a Principal,
     pub(crate) session: Option<&'a SessionId>,
     /// The calling request's own stream (Legacy), which carries a request for input first.
@@ -138,13 +139,9 @@ impl Runner<'_> {
     }
 
     pub(crate) fn audit(&self, plan: &Plan, event: &str, outcome: &str, fields: &[(&str, Value)]) {
-        self.gateway.config.access.record_workflow(
-            self.scope(),
-            event,
-            outcome,
-            &plan.name,
-            fields,
-        );
+        self.cx
+            .access
+            .record_workflow(self.scope(), event, outcome, &plan.name, fields);
     }
 
     /// Runs `plan` from `results` (all `None` for a new run) until it finishes or (Modern)
@@ -353,7 +350,7 @@ impl Runner<'_> {
 
     /// One `tools/call` as the caller, on the caller's own path.
     async fn call_tool(&self, tool: &str, args: &Map<String, Value>) -> Result<Value, String> {
-        let exposed = self.gateway.composite_step_name(tool);
+        let exposed = super::step_name(self.cx.vmcp, tool);
         let mut params = json!({ "name": exposed, "arguments": args });
         if let Some(m) = &self.modern {
             // No input capability: the composite's own elicitation steps ask the client; an
@@ -369,7 +366,7 @@ impl Runner<'_> {
             Some(_) => Exchange::modern(self.principal, &msg, None),
             None => Exchange::legacy(self.principal, self.session, &msg, None),
         };
-        let answer = self.gateway.handle(exchange).await.map(|a| a.body);
+        let answer = self.cx.steps.call(exchange).await.map(|a| a.body);
         match answer {
             Ok(bytes) => tool_outcome(&bytes),
             Err(e) => Err(e.to_string()),
@@ -436,10 +433,10 @@ impl Runner<'_> {
             &step_fields(&step.id, 1, None),
         );
         let params = json!({ "mode": "form", "message": message, "requestedSchema": schema });
-        let answer = self
-            .gateway
-            .ask_legacy_client(self.session, self.stream, "elicitation/create", params)
-            .await;
+        let (session, stream) = (self.session, self.stream);
+        let method = "elicitation/create";
+        let answer =
+            super::ask::ask_legacy_client(self.cx.asks, session, stream, method, params).await;
         let result = match answer {
             Ok(answer) => elicitation_result(&answer),
             Err(why) => StepResult::failed(why),

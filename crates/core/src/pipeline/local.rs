@@ -1,17 +1,74 @@
-//! What the virtual server answers itself, or prepares before routing: merged lists,
-//! `ping`, `server/discover`, `logging/setLevel` to every backend, and the merged lists a
-//! name-routed request needs.
+//! Stage 4 of the request path, "answer locally": what the virtual server answers itself,
+//! or prepares before routing: merged lists, `ping`, `server/discover`, `logging/setLevel`
+//! to every backend, tool search's own tools, composites, and the merged lists a
+//! name-routed request needs. Moved from `vmcp/requests.rs` unchanged: it composes
+//! `vmcp`, `tool_search`, `workflow` and `send`.
 
 use std::sync::Arc;
 
 use switchboard_wire::{encode_result, method, Message, RequestId};
 
-use super::route::{kinds_for, list_kind, routable};
-use super::CapSet;
+use serde_json::json;
+use tracing::warn;
+
+use crate::access::Origins;
+use crate::catalog::{self, Kind};
 use crate::resolve::{From, Via};
-use crate::{CoreError, Exchange, Gateway};
+use crate::tool_search::Searched;
+use crate::vmcp::{kinds_for, list_kind, routable};
+use crate::vmcp::{CapSet, FailureMode, Vmcp};
+use crate::{CoreError, Exchange, Gateway, Principal};
+
+/// A composite's `tool` steps go through the whole request path (`Gateway::handle`).
+impl crate::workflow::Steps for Arc<Gateway> {
+    fn call<'a>(
+        &'a self,
+        ex: Exchange<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<crate::Answer, CoreError>> {
+        Box::pin(self.handle(ex))
+    }
+}
 
 impl Gateway {
+    /// What a composite's run takes from the gateway (`workflow::Context`).
+    fn composites(self: &Arc<Self>) -> crate::workflow::Context<'_> {
+        crate::workflow::Context {
+            steps: self,
+            access: &self.config.access,
+            vmcp: self.vmcp(),
+            asks: &self.asks,
+            backends: &self.backends,
+        }
+    }
+
+    /// What lists tailored to a caller's capabilities are fetched with (`by_caps`).
+    fn tailoring(&self) -> crate::vmcp::Tailoring<'_> {
+        crate::vmcp::Tailoring {
+            backends: &self.backends,
+            per_session: &self.per_session,
+            request_timeout: self.config.request_timeout,
+            handshake_timeout: self.config.handshake_timeout,
+        }
+    }
+
+    /// Tool search's own `tools/call`s (`find_tools`, a malformed `call_tool`), when it is on.
+    async fn own_tool_call(
+        &self,
+        caller: &Principal,
+        msg: &Message<'_>,
+        modern: bool,
+    ) -> Option<Result<Vec<u8>, CoreError>> {
+        let search = self.tool_search()?;
+        let composites = || self.workflows.composite_tools();
+        let searched = Searched {
+            view: self.view(crate::catalog::Kind::Tools),
+            composites: &composites,
+            origins: self.origins(),
+            access: &self.config.access,
+        };
+        search.own_tool_call(caller, msg, modern, searched).await
+    }
+
     /// A Legacy request the aggregating gateway answers itself (`Some`), or `None` when it
     /// is routed to a backend (whose lists are then ready for `resolve`).
     pub(crate) async fn aggregated(
@@ -24,7 +81,7 @@ impl Gateway {
             let cursor = cursor_of(call.msg);
             return Some(match cursor {
                 Ok(cursor) => {
-                    let set = self.caps_of(call);
+                    let set = crate::vmcp::caps_of(&self.asks, call);
                     self.list(id, kind, cursor.as_deref(), (false, set)).await
                 }
                 Err(e) => Err(e),
@@ -33,7 +90,7 @@ impl Gateway {
         if let Some(answer) = self.own_tool_call(call.caller, call.msg, false).await {
             return Some(answer);
         }
-        if let Some(run) = self.composite_legacy(call, id) {
+        if let Some(run) = self.workflows.legacy(self.composites(), call, id) {
             return Some(run.await);
         }
         match name {
@@ -52,7 +109,8 @@ impl Gateway {
         (modern, set): (bool, CapSet),
     ) -> Result<Vec<u8>, CoreError> {
         if kind == crate::catalog::Kind::Tools && self.tool_search().is_some() {
-            return self.own_tool_list(id, cursor, modern);
+            let ttl = self.vmcp().map(Vmcp::list_ttl);
+            return crate::tool_search::own_tool_list(id, cursor, modern, ttl);
         }
         self.merged_list(id, kind, cursor, (modern, set)).await
     }
@@ -66,7 +124,7 @@ impl Gateway {
             return false;
         };
         for kind in kinds_for(method) {
-            if self.refresh_set(*kind, set).await {
+            if vmcp.refresh_set(*kind, set, self.tailoring()).await {
                 vmcp.forget_view(*kind);
             }
             if self.view(*kind).await.is_err() {
@@ -127,6 +185,7 @@ impl Gateway {
             };
             let one = if route.via == Via::Own {
                 let answer = self
+                    .sender
                     .call_backend(
                         Some(sid),
                         id,
@@ -183,7 +242,8 @@ impl Gateway {
         if crate::modern::removed(name) || !routable(name) {
             return Some(Ok(crate::modern::method_not_found(id, name)));
         }
-        if let Some(run) = self.composite_modern(caller, msg, id) {
+        let composites = self.composites();
+        if let Some(run) = self.workflows.modern(composites, caller, msg, id) {
             return Some(Ok(run.await));
         }
         self.prepare(msg).await.err().map(Err)
@@ -206,5 +266,72 @@ fn cursor_of(msg: &Message<'_>) -> Result<Option<String>, CoreError> {
         None => Ok(None),
         Some(raw) => serde_json::from_str::<Option<String>>(raw.get())
             .map_err(|_| CoreError::InvalidParams("cursor")),
+    }
+}
+
+impl Gateway {
+    /// Where `msg`'s targets are served, for its admission: `None` when not aggregating.
+    /// The merged lists the request routes by are built first when they are missing or do not
+    /// name its target (as routing would build them), so admission sees the backend of a
+    /// name added since the last fetch; a failure to build them is the routing step's to
+    /// answer (the policy then sees no origin, and routing refuses what it cannot confirm).
+    pub(crate) async fn origins_for(&self, msg: &Message<'_>) -> Option<&dyn Origins> {
+        self.vmcp()?;
+        if let Err(e) = self.prepare(msg).await {
+            tracing::debug!("merged lists not ready before admission: {e}");
+        }
+        self.origins()
+    }
+
+    /// A client's list request, answered from the merged list: one page from `cursor`
+    /// (`-32602` for a cursor this list did not issue). `modern` stamps it as a Modern
+    /// result.
+    pub(crate) async fn merged_list(
+        &self,
+        id: &RequestId,
+        kind: Kind,
+        cursor: Option<&str>,
+        (modern, set): (bool, CapSet),
+    ) -> Result<Vec<u8>, CoreError> {
+        let Some(vmcp) = self.vmcp() else {
+            return Err(CoreError::Aggregation("not aggregating".into()));
+        };
+        if vmcp.refresh_set(kind, set, self.tailoring()).await {
+            vmcp.forget_view(kind);
+        }
+        let view = self.view(kind).await?;
+        if vmcp.shape().config.failure_mode == FailureMode::Fail {
+            if let Some((backend, why)) = view.down.first() {
+                warn!(%backend, "list failed (failureMode: fail): {why}");
+                return Err(CoreError::OfBackend(
+                    backend.clone(),
+                    switchboard_upstream::UpstreamError::Closed("its list is unavailable".into()),
+                ));
+            }
+        }
+        let visible = vmcp.visible_to(&view.visible, kind, set, self.tailoring());
+        let page = catalog::page(&visible, cursor, vmcp.shape().config.page_size)
+            .map_err(|_| CoreError::InvalidParams("cursor"))?;
+        let mut items = page.items_json().get().to_owned();
+        if kind == Kind::Tools && page.next.is_none() {
+            // Composite tools come after the backends' tools, on the last page.
+            items = self.workflows.with_composites(&items);
+        }
+        let mut result = format!(r#"{{"{}":{}"#, kind.result_key(), items);
+        if let Some(next) = &page.next {
+            result.push_str(&format!(r#","nextCursor":{}"#, json!(next)));
+        }
+        if modern {
+            let info = json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
+            // The caller may keep the list as long as the gateway keeps its backends' lists
+            // (a `list_changed` on its listen stream says when to drop it sooner); private:
+            // the list was filtered for this caller.
+            let ttl = u64::try_from(vmcp.shape().config.list_ttl.as_millis()).unwrap_or(u64::MAX);
+            result.push_str(&format!(
+                r#","resultType":"complete","ttlMs":{ttl},"cacheScope":"private","_meta":{info}"#
+            ));
+        }
+        result.push('}');
+        Ok(encode_result(id, &result))
     }
 }
