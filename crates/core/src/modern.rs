@@ -273,8 +273,12 @@ impl Gateway {
             .ok_or(CoreError::InvalidParams("params must be an object"))?;
         if crate::mrtr::METHODS.contains(&name) {
             // Input the backend needs is asked of the client (`relay::legacy_client`).
-            let params = self.with_client_caps(&call, params)?;
-            return match self
+            let relay = crate::relay::ToLegacy {
+                sender: &self.sender,
+                asks: &self.asks,
+            };
+            let params = relay.with_client_caps(&call, params)?;
+            return match relay
                 .relay_to_legacy(&call, (id, name), route, params)
                 .await?
             {
