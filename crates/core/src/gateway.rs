@@ -565,6 +565,16 @@ impl Gateway {
         }
     }
 
+    /// The Modern adapters' view for one request (`modern::Adapters`).
+    pub(crate) fn modern(&self) -> crate::modern::Adapters<'_> {
+        crate::modern::Adapters {
+            sender: &self.sender,
+            resolver: self.resolver(),
+            mrtr: self.mrtr_calls(),
+            asks: &self.asks,
+        }
+    }
+
     /// Live sessions (for metrics and leak tests).
     pub fn session_count(&self) -> usize {
         self.registry.sessions.len()

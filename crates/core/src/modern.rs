@@ -13,8 +13,6 @@
 //! `resources/read` that declare an input capability go through the MRTR bridge (`mrtr`), so
 //! a Legacy backend's requests for input reach the client as `input_required` results.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -26,17 +24,18 @@ use switchboard_wire::{
     with_member, with_members, ErrorObject, Message, RequestId,
 };
 
-use crate::mrtr::PartitionKey;
+use crate::client_ask::ClientAsks;
+use crate::mrtr::{Calls, PartitionKey};
 use crate::registry::Registry;
-use crate::resolve::{From, Route};
-use crate::send::Outgoing;
-use crate::{Answer, CoreError, Gateway};
+use crate::resolve::{From, Resolver, Route};
+use crate::send::{Outgoing, Sender};
+use crate::{Answer, CoreError};
 
 mod listen;
 mod pass;
 
 pub(crate) use listen::honoured;
-use listen::listen_needs_stream;
+pub(crate) use listen::listen_needs_stream;
 
 /// The Modern listen method.
 pub(crate) const LISTEN: &str = "subscriptions/listen";
@@ -142,12 +141,28 @@ pub(crate) fn passes(backends: &crate::Backends, route: &Route) -> Result<bool, 
     Ok(entry.modern_now() || !entry.info().era.legacy)
 }
 
-impl Gateway {
+/// The Modern adapters (and a Legacy client's onto a Modern backend) at work on one request:
+/// what they read, start and send through, given explicitly (the gateway builds one per
+/// request).
+pub(crate) struct Adapters<'a> {
+    /// Reaches the backends.
+    pub(crate) sender: &'a Sender,
+    /// The backend set, the merged lists, and where a request goes on a partition.
+    pub(crate) resolver: Resolver<'a>,
+    /// The MRTR bridge (partitions, dedicated calls, sealed `requestState`s) and what it
+    /// reads: the registry, the per-session spawner, the background set, what the gateway
+    /// presents, whether a policy watches listens.
+    pub(crate) mrtr: Calls<'a>,
+    /// A Legacy client's questions (`relay`).
+    pub(crate) asks: &'a ClientAsks,
+}
+
+impl Adapters<'_> {
     /// The bridge adapter: a Modern request onto a Legacy backend. The gateway answers
     /// `server/discover` and serves `subscriptions/listen` itself; in per-session mode calls
     /// run on the caller's partition, and calls that may need client input go through MRTR.
     pub(crate) async fn bridge(
-        self: &Arc<Self>,
+        &self,
         caller: &crate::Principal,
         (owner, asked_task): (Option<&crate::tasks::Owner>, bool),
         msg: &Message<'_>,
@@ -157,16 +172,16 @@ impl Gateway {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        let entry = route.entry(&self.backends)?;
+        let entry = route.entry(self.resolver.backends)?;
         // Sessions get an upstream of their own on this backend: Modern callers one per
         // principal (a partition), never the shared process.
-        let own_backends = self.per_session.for_backend(&route.backend).is_some();
+        let own_backends = self.mrtr.spawner.for_backend(&route.backend).is_some();
         match name {
             method::DISCOVER => Ok(discover(id, entry.info())),
             // Per-session mode: the caller's partition is the process its calls change.
             LISTEN if own_backends => match stream {
                 Some(stream) => {
-                    (self.mrtr_calls())
+                    (self.mrtr)
                         .partition_listen(caller, (id, msg), stream, route)
                         .await
                 }
@@ -176,14 +191,14 @@ impl Gateway {
             // Per-session mode: calls that may need client input go through the MRTR bridge
             // (`mrtr`); shared mode cannot attribute a backend's requests.
             // (A call asking for logs too: its log level is set on a process of its own.)
-            _ if crate::mrtr::applies(&self.per_session, &route.backend, name)
+            _ if crate::mrtr::applies(self.mrtr.spawner, &route.backend, name)
                 && (PartitionKey::of(caller, msg, &route.backend).input_capable()
                     || msg.param("requestState").is_some()
                     || msg
                         .meta(switchboard_wire::classify::META_LOG_LEVEL)
                         .is_some()) =>
             {
-                (self.mrtr_calls())
+                (self.mrtr)
                     .mrtr((caller, route), id, name, msg, stream)
                     .await
             }
@@ -198,9 +213,9 @@ impl Gateway {
                 let key = PartitionKey::of(caller, msg, &route.backend);
                 // The caller's partition is its own: its requests go on the caller's behalf.
                 let credential = caller.credential.as_ref();
-                let using = self.mrtr_calls().partition(&key, credential).await?;
+                let using = self.mrtr.partition(&key, credential).await?;
                 let started = From::Started(&route.backend, using.0.handle.clone());
-                let mut on_partition = self
+                let mut on_partition = (self.resolver)
                     .resolve(started, name, msg.params)?
                     .ok_or_else(|| CoreError::UnknownBackend(route.backend.clone()))?;
                 // The name at the backend is the one routing chose (an exposed name renamed).
@@ -274,8 +289,8 @@ impl Gateway {
         if crate::mrtr::METHODS.contains(&name) {
             // Input the backend needs is asked of the client (`relay::legacy_client`).
             let relay = crate::relay::ToLegacy {
-                sender: &self.sender,
-                asks: &self.asks,
+                sender: self.sender,
+                asks: self.asks,
             };
             let params = relay.with_client_caps(&call, params)?;
             return match relay
@@ -304,7 +319,7 @@ impl Gateway {
 
     /// A Modern backend's result with the gateway's `serverInfo` in place of the backend's.
     fn as_gateway(&self, id: &RequestId, answer: &BackendResponse) -> Answer {
-        let server_info = json!({ META_SERVER_INFO: self.presented().server_info }).to_string();
+        let server_info = json!({ META_SERVER_INFO: self.mrtr.presented.server_info }).to_string();
         let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
         match result.as_deref().and_then(|r| merge_meta(r, &server_info)) {
             Some(r) => Answer::ok(encode_result(id, r.get())),
@@ -338,10 +353,11 @@ impl Gateway {
             })
             .await?;
         if let (Some(owner), false) = (task_owner, answer.is_error()) {
-            let tables = self.registry.tables(&route.backend);
-            (tables.tasks).record_answer(&self.registry.sessions, owner, &answer);
+            let registry = self.mrtr.registry;
+            let tables = registry.tables(&route.backend);
+            (tables.tasks).record_answer(&registry.sessions, owner, &answer);
         }
-        Ok(complete(id, name, &answer, &self.presented()))
+        Ok(complete(id, name, &answer, &self.mrtr.presented))
     }
 }
 

@@ -26,7 +26,7 @@ use opentelemetry::trace::FutureExt as _;
 
 use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::headers::ParamHeader;
-use switchboard_wire::{encode_error, encode_result, method, Message, RequestId};
+use switchboard_wire::{codes, encode_error, encode_result, method, Message, RequestId};
 
 use crate::access::{Access, Admitted, Path};
 use crate::resolve::{From, Via};
@@ -333,14 +333,23 @@ impl Gateway {
             Adapter::Own => self.own_request(ex, id, name, route).await,
             Adapter::SessionOp => self.session_op(&ex, id, name, route).await,
             Adapter::Task => self.task_request(ex, id, name, route).await,
-            Adapter::LegacyToModern => self.legacy_to_modern(ex, id, name, route).await,
+            Adapter::LegacyToModern => (self.modern()).legacy_to_modern(ex, id, name, route).await,
             Adapter::PassModern => {
                 let (caller, stream) = (ex.caller, ex.stream);
                 let who = (caller, owner.0, owner.1);
-                return self.pass_through(who, ex.msg, stream, route).await;
+                let answer = (self.modern())
+                    .pass_through(who, ex.msg, stream, route)
+                    .await?;
+                if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
+                    // Refused on era grounds: the backend may have changed (restart, upgrade).
+                    let (gateway, backend) = (self.clone(), route.backend.clone());
+                    let reprobe = async move { gateway.backends.reprobe(&backend).await };
+                    self.background.spawn(reprobe);
+                }
+                return Ok(answer);
             }
             Adapter::Bridge => {
-                return self
+                return (self.modern())
                     .bridge(ex.caller, owner, ex.msg, ex.stream, route)
                     .await;
             }
