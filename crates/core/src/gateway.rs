@@ -462,7 +462,9 @@ impl Gateway {
         }
         // A set: the client's notifications (`roots/list_changed`) reach each backend of its
         // own, which may have asked it something; shared backends as before.
-        let owns = self.notify_own_backends(session, name, msg.params).await;
+        let owns = (self.opener())
+            .notify_own_backends(session, name, msg.params)
+            .await;
         let route = self.resolve(From::Notification(session), name, msg.params)?;
         match route {
             Some(route) if route.via == Via::Own && owns => Ok(()),
@@ -563,6 +565,28 @@ impl Gateway {
             watched: self.config.access.has_policy(),
             presented: self.presented(),
         }
+    }
+
+    /// A Legacy session's own upstreams, opened on first use (`per_session::Opener`).
+    pub(crate) fn opener(&self) -> crate::per_session::Opener<'_> {
+        crate::per_session::Opener {
+            sender: &self.sender,
+            resolver: self.resolver(),
+            registry: &self.registry,
+            handshake_timeout: self.config.handshake_timeout,
+        }
+    }
+
+    /// Keeps the client's `initialize` on its new session
+    /// (`per_session::remember_client_init`).
+    pub(crate) fn remember_client_init(
+        &self,
+        session: &SessionId,
+        negotiated: &str,
+        params: Option<&RawValue>,
+    ) {
+        let within = (&*self.registry, &self.per_session);
+        crate::per_session::remember_client_init(within, session, negotiated, params);
     }
 
     /// The Modern adapters' view for one request (`modern::Adapters`).

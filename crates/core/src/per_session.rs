@@ -13,14 +13,15 @@ use std::sync::Arc;
 use switchboard_upstream::{InboundSink, Upstream, UpstreamError, UpstreamOwner};
 use switchboard_wire::{method, restore_response, Message, RequestId};
 
-use crate::resolve::{From, Route};
-use crate::session::{EndReason, OwnBackend, OwnWatch};
+use crate::resolve::{From, Route, Via};
+use crate::session::{EndReason, OwnBackend, OwnWatch, SessionId};
 use crate::BackendId;
 use crate::CoreError;
 
 mod lazy;
 mod sink;
 
+pub(crate) use lazy::{remember_client_init, Opener};
 pub(crate) use sink::{client_response, OnClose, SessionSink};
 
 /// How long a session's process may take to exit after its stdin closes before it is killed.
@@ -395,6 +396,45 @@ impl crate::Gateway {
             }
             done => done,
         }
+    }
+
+    /// A request whose remote upstream session expired, once more on a fresh one (never a
+    /// third time: a remote that loses every session is failing, and says so).
+    pub(crate) async fn own_request_again(
+        &self,
+        call: crate::Exchange<'_>,
+        session: &SessionId,
+        id: &RequestId,
+        name: &str,
+        backend: &BackendId,
+    ) -> Result<Vec<u8>, CoreError> {
+        let credential = call.caller.credential.as_ref();
+        (self.opener())
+            .open_own(session, backend, credential)
+            .await?;
+        let route = self
+            .resolve(From::Request(Some(session)), name, call.msg.params)?
+            .filter(|r| r.via == Via::Own && &r.backend == backend)
+            .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
+        let out = crate::send::Outgoing {
+            session: Some(session),
+            id,
+            name,
+            params: call.msg.params,
+            stream: call.stream,
+            listen: None,
+            route: &route,
+            credential,
+        };
+        let answer = self.sender.send(out).await?;
+        if !answer.is_error() {
+            self.note_own_subscription(session, call.caller, (name, call.msg), true);
+        }
+        Ok(switchboard_wire::restore_response(
+            id,
+            answer.member(),
+            answer.payload(),
+        ))
     }
 
     /// Ends every session and every parked MRTR call (gateway shutdown), stopping their

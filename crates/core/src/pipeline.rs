@@ -316,6 +316,45 @@ impl Gateway {
         self.resolver().resolve(from, method, params)
     }
 
+    /// Where a Legacy client request goes (`None`: nowhere yet, see `resolve`). A session
+    /// that ended between lookup and routing (DELETE, reaping) is not found: never fall
+    /// through to the shared backend with a dead session's request. In a set, the session's
+    /// own upstream on a per-session backend is opened first when it has none (or a dead one).
+    pub(crate) async fn request_route(
+        &self,
+        call: &crate::Exchange<'_>,
+        name: &str,
+    ) -> Result<Option<Route>, CoreError> {
+        let from = || From::Request(call.session());
+        let params = call.msg.params;
+        let route = match self.resolve(from(), name, params) {
+            Err(CoreError::UnknownName(..))
+                if self
+                    .refresh_names(name, crate::vmcp::caps_of(&self.asks, call))
+                    .await =>
+            {
+                self.resolve(from(), name, params)
+            }
+            resolved => resolved,
+        }?;
+        let dead = route
+            .as_ref()
+            .is_some_and(|r| r.via == Via::Own && r.upstream.is_closed());
+        if route.is_some() && !dead {
+            return Ok(route);
+        }
+        let (Some(session), Some(backend)) = (
+            call.session(),
+            self.opener().own_to_open(call.session(), name, params),
+        ) else {
+            return Ok(route);
+        };
+        (self.opener())
+            .open_own(session, &backend, call.caller.credential.as_ref())
+            .await?;
+        self.resolve(from(), name, params)
+    }
+
     /// Stage 6: the request reaches its backend through its adapter.
     async fn adapt(
         self: &Arc<Self>,
