@@ -102,6 +102,15 @@ pub(crate) async fn spawn_off_runtime(
     Ok(switchboard_upstream::on_forker(move || spawner.spawn(sink)).await??)
 }
 
+/// A request on a per-session session whose process is not ready: only `ping`, which
+/// the spec allows before `initialize`, is answered (by the gateway).
+pub(crate) fn before_initialize(id: &RequestId, name: &str) -> Result<Vec<u8>, CoreError> {
+    match name {
+        method::PING => Ok(switchboard_wire::encode_result(id, "{}")),
+        _ => Err(CoreError::NotInitialized),
+    }
+}
+
 impl crate::Gateway {
     /// Turns on per-session backends: every later Legacy `initialize` on `/mcp` gets its own
     /// process from `spawner`. Sessionless requests keep using the shared backend; Modern ones
@@ -153,19 +162,6 @@ impl crate::Gateway {
             Err(e) => audit.finish_initialize(Err(e)),
         }
         result
-    }
-
-    /// A request on a per-session session whose process is not ready: only `ping`, which
-    /// the spec allows before `initialize`, is answered (by the gateway).
-    pub(crate) fn before_initialize(
-        &self,
-        id: &RequestId,
-        name: &str,
-    ) -> Result<Vec<u8>, CoreError> {
-        match name {
-            method::PING => Ok(switchboard_wire::encode_result(id, "{}")),
-            _ => Err(CoreError::NotInitialized),
-        }
     }
 
     /// The backend a per-session `initialize` opens its session's own process (or upstream

@@ -233,7 +233,7 @@ impl Gateway {
             }
         }
         let Some(route) = self.request_route(&ex, name).await? else {
-            return self.before_initialize(id, name).map(Answer::ok);
+            return crate::per_session::before_initialize(id, name).map(Answer::ok);
         };
         admitted.confirm_route(&route.backend, &route.name)?;
         let adapter = match name {
