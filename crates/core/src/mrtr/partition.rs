@@ -474,7 +474,7 @@ impl Calls<'_> {
         route: &crate::resolve::Route,
     ) -> Result<Answer, CoreError> {
         // The partition is a process of the route's backend: that backend says what it feeds.
-        let entry = route.entry(&self.backends)?;
+        let entry = route.entry(self.backends)?;
         let info = entry.info();
         let using = self
             .partition(
