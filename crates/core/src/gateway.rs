@@ -171,7 +171,16 @@ impl Gateway {
         registry: Arc<Registry>,
         config: GatewayConfig,
     ) -> Arc<Self> {
-        let mrtr = crate::mrtr::Bridge::new(&config);
+        let mrtr = crate::mrtr::Bridge::new(crate::mrtr::Limits {
+            max_sessions: config.max_sessions,
+            per_principal: config.mrtr_per_principal,
+            replica_id: config.replica_id.clone(),
+            partition_idle: config.partition_idle,
+            relay_state_ttl: config.relay_state_ttl,
+            request_timeout: config.request_timeout,
+            max_request_time: config.max_request_time,
+            handshake_timeout: config.handshake_timeout,
+        });
         let vmcp = config.vmcp.clone().map(|v| {
             let entries: Vec<_> = backends.iter().collect();
             let infos: Vec<_> = entries.iter().map(|b| (b.id.clone(), b.info())).collect();
@@ -295,7 +304,7 @@ impl Gateway {
         }
         let held = || {
             self.mrtr.reap_held_calls();
-            self.reap_partitions();
+            self.mrtr.partitions.reap_in(&self.background);
             self.background.reap_finished();
         };
         crate::reaper::run(tick, stop, held, || self.reap_sessions()).await;
@@ -423,7 +432,9 @@ impl Gateway {
         }
         // A set: the client's notifications (`roots/list_changed`) reach each backend of its
         // own, which may have asked it something; shared backends as before.
-        let owns = self.notify_own_backends(session, name, msg.params).await;
+        let owns = (self.opener())
+            .notify_own_backends(session, name, msg.params)
+            .await;
         let route = self.resolve(From::Notification(session), name, msg.params)?;
         match route {
             Some(route) if route.via == Via::Own && owns => Ok(()),
@@ -505,6 +516,51 @@ impl Gateway {
     /// `serverInfo`): the merged declaration when aggregating, else the primary backend's.
     pub(crate) fn presented(&self) -> crate::backends::Presented {
         (self.backends).presented(self.vmcp().map(crate::vmcp::Vmcp::presented))
+    }
+
+    /// The MRTR bridge's view for one request (`mrtr::Calls`).
+    pub(crate) fn mrtr_calls(&self) -> crate::mrtr::Calls<'_> {
+        crate::mrtr::Calls {
+            bridge: &self.mrtr,
+            spawner: &self.per_session,
+            registry: &self.registry,
+            background: &self.background,
+            backends: &self.backends,
+            watched: self.config.access.has_policy(),
+            presented: self.presented(),
+        }
+    }
+
+    /// A Legacy session's own upstreams, opened on first use (`per_session::Opener`).
+    pub(crate) fn opener(&self) -> crate::per_session::Opener<'_> {
+        crate::per_session::Opener {
+            sender: &self.sender,
+            resolver: self.resolver(),
+            registry: &self.registry,
+            handshake_timeout: self.config.handshake_timeout,
+        }
+    }
+
+    /// Keeps the client's `initialize` on its new session
+    /// (`per_session::remember_client_init`).
+    pub(crate) fn remember_client_init(
+        &self,
+        session: &SessionId,
+        negotiated: &str,
+        params: Option<&RawValue>,
+    ) {
+        let within = (&*self.registry, &self.per_session);
+        crate::per_session::remember_client_init(within, session, negotiated, params);
+    }
+
+    /// The Modern adapters' view for one request (`modern::Adapters`).
+    pub(crate) fn modern(&self) -> crate::modern::Adapters<'_> {
+        crate::modern::Adapters {
+            sender: &self.sender,
+            resolver: self.resolver(),
+            mrtr: self.mrtr_calls(),
+            asks: &self.asks,
+        }
     }
 
     /// Each backend's health and breaker, and the backends that did not start (`health`).

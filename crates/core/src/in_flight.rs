@@ -15,7 +15,6 @@ use switchboard_wire::{encode_notification, method, RequestId};
 use crate::route::RouteKey;
 use crate::session::{InFlight, SessionId, Sessions};
 use crate::BackendId;
-use crate::Gateway;
 
 /// Makes a request cancellable by the client's own id while it is in flight.
 pub(crate) struct InFlightGuard<'a> {
@@ -49,7 +48,7 @@ impl<'a> InFlightGuard<'a> {
     /// between MRTR rounds, the backend holding nothing): its cancellation fires `cancel`
     /// and reaches no backend.
     pub(crate) fn waiting_on_client(
-        gateway: &'a Gateway,
+        sessions: &'a Sessions,
         session: &'a SessionId,
         (id, backend): (&RequestId, &BackendId),
         cancel: &CancellationToken,
@@ -62,7 +61,7 @@ impl<'a> InFlightGuard<'a> {
             stream,
             at_backend: false,
         };
-        Self::insert(&gateway.registry.sessions, session, id, entry)
+        Self::insert(sessions, session, id, entry)
     }
 
     fn insert(

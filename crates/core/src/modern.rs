@@ -13,8 +13,6 @@
 //! `resources/read` that declare an input capability go through the MRTR bridge (`mrtr`), so
 //! a Legacy backend's requests for input reach the client as `input_required` results.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -26,16 +24,18 @@ use switchboard_wire::{
     with_member, with_members, ErrorObject, Message, RequestId,
 };
 
-use crate::mrtr::PartitionKey;
-use crate::resolve::{From, Route};
-use crate::send::Outgoing;
-use crate::{Answer, CoreError, Gateway};
+use crate::client_ask::ClientAsks;
+use crate::mrtr::{Calls, PartitionKey};
+use crate::registry::Registry;
+use crate::resolve::{From, Resolver, Route};
+use crate::send::{Outgoing, Sender};
+use crate::{Answer, CoreError};
 
 mod listen;
 mod pass;
 
 pub(crate) use listen::honoured;
-use listen::listen_needs_stream;
+pub(crate) use listen::listen_needs_stream;
 
 /// The Modern listen method.
 pub(crate) const LISTEN: &str = "subscriptions/listen";
@@ -71,80 +71,98 @@ const CACHEABLE: &[&str] = &[
     "resources/read",
 ];
 
-impl Gateway {
-    /// `tasks/list` for a stateless caller shows only its principal's stateless tasks, and a
-    /// backend's "invalid task" answer is replaced by the gateway's own, so another owner's
-    /// task and a task that does not exist look exactly alike.
-    pub(crate) fn own_tasks_only(
-        &self,
-        owner: Option<&crate::tasks::Owner>,
-        msg: &Message<'_>,
-        answer: Answer,
-        route: &Route,
-    ) -> Answer {
-        let by_id = msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m));
-        if let (true, Some(code), Some(id)) = (by_id, answer.error_code, msg.id.as_ref()) {
-            if code == i64::from(codes::INVALID_PARAMS) {
-                return Answer::error(id, &crate::tasks::unknown_task());
-            }
-        }
-        let (Some(crate::tasks::LIST), None, Some(id)) =
-            (msg.method, answer.error_code, msg.id.as_ref())
-        else {
-            return answer;
-        };
-        let result = serde_json::from_slice::<Value>(&answer.body)
-            .map(|v| v["result"].to_string())
-            .unwrap_or_default();
-        let tables = self.registry.tables(&route.backend);
-        Answer {
-            body: encode_result(id, &tables.tasks.filter_list(owner, &result)),
-            error_code: None,
+/// `tasks/list` for a stateless caller shows only its principal's stateless tasks, and a
+/// backend's "invalid task" answer is replaced by the gateway's own, so another owner's
+/// task and a task that does not exist look exactly alike (the route's backend's task
+/// owners in `registry`).
+pub(crate) fn own_tasks_only(
+    registry: &Registry,
+    owner: Option<&crate::tasks::Owner>,
+    msg: &Message<'_>,
+    answer: Answer,
+    route: &Route,
+) -> Answer {
+    let by_id = msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m));
+    if let (true, Some(code), Some(id)) = (by_id, answer.error_code, msg.id.as_ref()) {
+        if code == i64::from(codes::INVALID_PARAMS) {
+            return Answer::error(id, &crate::tasks::unknown_task());
         }
     }
-
-    /// What the gateway answers a routed Modern request before any adapter: a task method
-    /// naming a task that is not the caller's principal's (a session's task, another
-    /// principal's and a missing one look alike), a task-augmented request from a caller who
-    /// could own no task, and a method 2026-07-28 removed. `None`: the request goes on.
-    pub(crate) fn modern_refusal(
-        &self,
-        task: &crate::tasks::TaskAsk,
-        msg: &Message<'_>,
-        route: &Route,
-    ) -> Result<Option<Answer>, CoreError> {
-        let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
-            return Err(CoreError::UnexpectedResponse);
-        };
-        if crate::tasks::BY_ID.contains(&name) {
-            let requested = crate::tasks::requested_task(msg.params);
-            let tables = self.registry.tables(&route.backend);
-            if !requested.is_some_and(|t| tables.tasks.owns(task.owner.as_ref(), &t)) {
-                return Ok(Some(Answer::error(id, &crate::tasks::unknown_task())));
-            }
-        }
-        if task.unownable() {
-            return Err(CoreError::TaskOwnerRequired);
-        }
-        if removed(name) {
-            return Ok(Some(method_not_found(id, name)));
-        }
-        Ok(None)
+    let (Some(crate::tasks::LIST), None, Some(id)) =
+        (msg.method, answer.error_code, msg.id.as_ref())
+    else {
+        return answer;
+    };
+    let result = serde_json::from_slice::<Value>(&answer.body)
+        .map(|v| v["result"].to_string())
+        .unwrap_or_default();
+    let tables = registry.tables(&route.backend);
+    Answer {
+        body: encode_result(id, &tables.tasks.filter_list(owner, &result)),
+        error_code: None,
     }
+}
 
-    /// Whether a Modern request passes straight through to its backend: always to a
-    /// Modern-only one, to a dual one unless it stopped answering Modern requests (then it is
-    /// bridged like a Legacy one).
-    pub(crate) fn passes_modern(&self, route: &Route) -> Result<bool, CoreError> {
-        let entry = route.entry(&self.backends)?;
-        Ok(entry.modern_now() || !entry.info().era.legacy)
+/// What the gateway answers a routed Modern request before any adapter: a task method
+/// naming a task that is not the caller's principal's (a session's task, another
+/// principal's and a missing one look alike; task owners in `registry`), a task-augmented
+/// request from a caller who could own no task, and a method 2026-07-28 removed. `None`:
+/// the request goes on.
+pub(crate) fn refusal(
+    registry: &Registry,
+    task: &crate::tasks::TaskAsk,
+    msg: &Message<'_>,
+    route: &Route,
+) -> Result<Option<Answer>, CoreError> {
+    let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
+        return Err(CoreError::UnexpectedResponse);
+    };
+    if crate::tasks::BY_ID.contains(&name) {
+        let requested = crate::tasks::requested_task(msg.params);
+        let tables = registry.tables(&route.backend);
+        if !requested.is_some_and(|t| tables.tasks.owns(task.owner.as_ref(), &t)) {
+            return Ok(Some(Answer::error(id, &crate::tasks::unknown_task())));
+        }
     }
+    if task.unownable() {
+        return Err(CoreError::TaskOwnerRequired);
+    }
+    if removed(name) {
+        return Ok(Some(method_not_found(id, name)));
+    }
+    Ok(None)
+}
 
+/// Whether a Modern request passes straight through to its backend (of `backends`): always
+/// to a Modern-only one, to a dual one unless it stopped answering Modern requests (then it
+/// is bridged like a Legacy one).
+pub(crate) fn passes(backends: &crate::Backends, route: &Route) -> Result<bool, CoreError> {
+    let entry = route.entry(backends)?;
+    Ok(entry.modern_now() || !entry.info().era.legacy)
+}
+
+/// The Modern adapters (and a Legacy client's onto a Modern backend) at work on one request:
+/// what they read, start and send through, given explicitly (the gateway builds one per
+/// request).
+pub(crate) struct Adapters<'a> {
+    /// Reaches the backends.
+    pub(crate) sender: &'a Sender,
+    /// The backend set, the merged lists, and where a request goes on a partition.
+    pub(crate) resolver: Resolver<'a>,
+    /// The MRTR bridge (partitions, dedicated calls, sealed `requestState`s) and what it
+    /// reads: the registry, the per-session spawner, the background set, what the gateway
+    /// presents, whether a policy watches listens.
+    pub(crate) mrtr: Calls<'a>,
+    /// A Legacy client's questions (`relay`).
+    pub(crate) asks: &'a ClientAsks,
+}
+
+impl Adapters<'_> {
     /// The bridge adapter: a Modern request onto a Legacy backend. The gateway answers
     /// `server/discover` and serves `subscriptions/listen` itself; in per-session mode calls
     /// run on the caller's partition, and calls that may need client input go through MRTR.
     pub(crate) async fn bridge(
-        self: &Arc<Self>,
+        &self,
         caller: &crate::Principal,
         (owner, asked_task): (Option<&crate::tasks::Owner>, bool),
         msg: &Message<'_>,
@@ -154,16 +172,17 @@ impl Gateway {
         let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        let entry = route.entry(&self.backends)?;
+        let entry = route.entry(self.resolver.backends)?;
         // Sessions get an upstream of their own on this backend: Modern callers one per
         // principal (a partition), never the shared process.
-        let own_backends = self.per_session.for_backend(&route.backend).is_some();
+        let own_backends = self.mrtr.spawner.for_backend(&route.backend).is_some();
         match name {
             method::DISCOVER => Ok(discover(id, entry.info())),
             // Per-session mode: the caller's partition is the process its calls change.
             LISTEN if own_backends => match stream {
                 Some(stream) => {
-                    self.partition_listen(caller, (id, msg), stream, route)
+                    (self.mrtr)
+                        .partition_listen(caller, (id, msg), stream, route)
                         .await
                 }
                 None => Ok(listen_needs_stream(id)),
@@ -172,14 +191,16 @@ impl Gateway {
             // Per-session mode: calls that may need client input go through the MRTR bridge
             // (`mrtr`); shared mode cannot attribute a backend's requests.
             // (A call asking for logs too: its log level is set on a process of its own.)
-            _ if self.mrtr_applies(&route.backend, name)
+            _ if crate::mrtr::applies(self.mrtr.spawner, &route.backend, name)
                 && (PartitionKey::of(caller, msg, &route.backend).input_capable()
                     || msg.param("requestState").is_some()
                     || msg
                         .meta(switchboard_wire::classify::META_LOG_LEVEL)
                         .is_some()) =>
             {
-                self.mrtr((caller, route), id, name, msg, stream).await
+                (self.mrtr)
+                    .mrtr((caller, route), id, name, msg, stream)
+                    .await
             }
             // Per-session mode: everything else of this caller runs on its warm partition, so
             // the backend keeps its state between calls (tasks stay on the shared backend,
@@ -192,9 +213,9 @@ impl Gateway {
                 let key = PartitionKey::of(caller, msg, &route.backend);
                 // The caller's partition is its own: its requests go on the caller's behalf.
                 let credential = caller.credential.as_ref();
-                let using = self.partition(&key, credential).await?;
+                let using = self.mrtr.partition(&key, credential).await?;
                 let started = From::Started(&route.backend, using.0.handle.clone());
-                let mut on_partition = self
+                let mut on_partition = (self.resolver)
                     .resolve(started, name, msg.params)?
                     .ok_or_else(|| CoreError::UnknownBackend(route.backend.clone()))?;
                 // The name at the backend is the one routing chose (an exposed name renamed).
@@ -267,8 +288,12 @@ impl Gateway {
             .ok_or(CoreError::InvalidParams("params must be an object"))?;
         if crate::mrtr::METHODS.contains(&name) {
             // Input the backend needs is asked of the client (`relay::legacy_client`).
-            let params = self.with_client_caps(&call, params)?;
-            return match self
+            let relay = crate::relay::ToLegacy {
+                sender: self.sender,
+                asks: self.asks,
+            };
+            let params = relay.with_client_caps(&call, params)?;
+            return match relay
                 .relay_to_legacy(&call, (id, name), route, params)
                 .await?
             {
@@ -294,7 +319,7 @@ impl Gateway {
 
     /// A Modern backend's result with the gateway's `serverInfo` in place of the backend's.
     fn as_gateway(&self, id: &RequestId, answer: &BackendResponse) -> Answer {
-        let server_info = json!({ META_SERVER_INFO: self.presented().server_info }).to_string();
+        let server_info = json!({ META_SERVER_INFO: self.mrtr.presented.server_info }).to_string();
         let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
         match result.as_deref().and_then(|r| merge_meta(r, &server_info)) {
             Some(r) => Answer::ok(encode_result(id, r.get())),
@@ -328,35 +353,43 @@ impl Gateway {
             })
             .await?;
         if let (Some(owner), false) = (task_owner, answer.is_error()) {
-            let tables = self.registry.tables(&route.backend);
-            (tables.tasks).record_answer(&self.registry.sessions, owner, &answer);
+            let registry = self.mrtr.registry;
+            let tables = registry.tables(&route.backend);
+            (tables.tasks).record_answer(&registry.sessions, owner, &answer);
         }
-        Ok(self.complete(id, name, &answer))
+        Ok(complete(id, name, &answer, &self.mrtr.presented))
     }
-    /// A Legacy backend's final answer in Modern terms: errors mapped, results stamped with
-    /// `resultType`, cache hints where required, and `serverInfo`.
-    pub(crate) fn complete(&self, id: &RequestId, name: &str, answer: &BackendResponse) -> Answer {
-        if answer.is_error() {
-            return bridge_error(id, answer);
-        }
-        let server_info = json!({ META_SERVER_INFO: self.presented().server_info }).to_string();
-        let mut set = vec![("resultType", "\"complete\"")];
-        if CACHEABLE.contains(&name) {
-            set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
-        }
-        let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
-        let stamped = result
-            .as_deref()
-            .and_then(|r| with_members(r, &set, |_| true))
-            .and_then(|r| merge_meta(&r, &server_info));
-        let body = match stamped {
-            Some(r) => encode_result(id, r.get()),
-            None => restore_response(id, answer.member(), answer.payload()),
-        };
-        Answer {
-            body,
-            error_code: None,
-        }
+}
+
+/// A Legacy backend's final answer in Modern terms: errors mapped, results stamped with
+/// `resultType`, cache hints where required, and the `serverInfo` of what the gateway
+/// `presented`.
+pub(crate) fn complete(
+    id: &RequestId,
+    name: &str,
+    answer: &BackendResponse,
+    presented: &crate::BackendInfo,
+) -> Answer {
+    if answer.is_error() {
+        return bridge_error(id, answer);
+    }
+    let server_info = json!({ META_SERVER_INFO: presented.server_info }).to_string();
+    let mut set = vec![("resultType", "\"complete\"")];
+    if CACHEABLE.contains(&name) {
+        set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
+    }
+    let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
+    let stamped = result
+        .as_deref()
+        .and_then(|r| with_members(r, &set, |_| true))
+        .and_then(|r| merge_meta(&r, &server_info));
+    let body = match stamped {
+        Some(r) => encode_result(id, r.get()),
+        None => restore_response(id, answer.member(), answer.payload()),
+    };
+    Answer {
+        body,
+        error_code: None,
     }
 }
 

@@ -49,13 +49,17 @@ use switchboard_wire::{
     codes, encode_request, encode_result, with_meta_member, ErrorObject, Message, RequestId,
 };
 
+use crate::backends::{Backends, Presented};
+use crate::per_session::Spawner;
+use crate::reaper::Background;
+use crate::registry::Registry;
 use crate::route::RouteKey;
 pub(crate) use crate::session::capability_of;
 use crate::Answer;
-use crate::{CoreError, Gateway, Principal};
+use crate::{CoreError, Principal};
 use sink::Asked;
 
-pub(crate) use bridge::Bridge;
+pub(crate) use bridge::{Bridge, Limits};
 pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
 pub(crate) use share::{default_share, SharePermit, Shares};
 pub(crate) use state::replica_of_token;
@@ -225,13 +229,31 @@ pub(crate) fn refused(id: &RequestId, why: state::Refused) -> Answer {
     )
 }
 
-impl Gateway {
-    /// Whether this Modern request goes through the MRTR bridge (the backend is Legacy-only,
-    /// checked by the caller).
-    pub(crate) fn mrtr_applies(&self, backend: &crate::BackendId, name: &str) -> bool {
-        self.per_session.for_backend(backend).is_some() && METHODS.contains(&name)
-    }
+/// The bridge at work on one request: its own state ([`Bridge`]) and what it reads of the
+/// rest of the gateway, given explicitly (the gateway builds one per request).
+pub(crate) struct Calls<'a> {
+    pub(crate) bridge: &'a Bridge,
+    /// How a backend starts a process of a call's or a partition's own.
+    pub(crate) spawner: &'a Spawner,
+    /// Progress routes; the processes it starts deliver what they send into it.
+    pub(crate) registry: &'a Arc<Registry>,
+    /// Where processes are stopped and a listen's subscriptions undone.
+    pub(crate) background: &'a Background,
+    /// The backend set (what a partition's backend can feed a listen).
+    pub(crate) backends: &'a Backends,
+    /// A policy is in force: a listen is judged again when it changes.
+    pub(crate) watched: bool,
+    /// What the gateway presents as its server (`serverInfo` on the bridge's results).
+    pub(crate) presented: Presented,
+}
 
+/// Whether a Modern request to `backend` goes through the MRTR bridge (the backend is
+/// Legacy-only, checked by the caller).
+pub(crate) fn applies(spawner: &Spawner, backend: &crate::BackendId, name: &str) -> bool {
+    spawner.for_backend(backend).is_some() && METHODS.contains(&name)
+}
+
+impl Calls<'_> {
     /// A bridged call that may need client input. See the module docs.
     pub(crate) async fn mrtr(
         &self,
@@ -266,10 +288,10 @@ impl Gateway {
             None | Some(Value::Null) => None,
             Some(Value::String(token)) => {
                 let held = self
-                    .mrtr
+                    .bridge
                     .sealer
                     .open(token, &binding)
-                    .and_then(|h| self.mrtr.held.take(&h).ok_or(state::Refused::Unknown));
+                    .and_then(|h| self.bridge.held.take(&h).ok_or(state::Refused::Unknown));
                 match held {
                     Ok(call) => Some(call),
                     Err(why) => return Ok(refused(id, why)),
@@ -288,8 +310,8 @@ impl Gateway {
         };
         let call = match call {
             Some(call) => {
-                call.share
-                    .until(std::time::Instant::now() + self.config.request_timeout);
+                let limit = self.bridge.limits.request_timeout;
+                call.share.until(std::time::Instant::now() + limit);
                 call
             }
             None => self.start_call(&incoming).await?,
@@ -302,18 +324,14 @@ impl Gateway {
     async fn start_call(&self, req: &Incoming<'_>) -> Result<Dedicated, CoreError> {
         // The caller's share first: a caller over it is told so (429) even while the pool has
         // room, so what it is refused never depends on what others are doing.
-        let share = self
-            .mrtr
-            .shares
-            .try_take(
-                &req.caller.key(),
-                std::time::Instant::now() + self.config.request_timeout,
-            )
+        let until = std::time::Instant::now() + self.bridge.limits.request_timeout;
+        let share = (self.bridge.shares)
+            .try_take(&req.caller.key(), until)
             .map_err(|retry_after| CoreError::BridgeShareExhausted {
-                limit: self.mrtr.shares.limit(),
+                limit: self.bridge.shares.limit(),
                 retry_after,
             })?;
-        if !self.mrtr.held.has_room() {
+        if !self.bridge.held.has_room() {
             return Err(CoreError::BridgeFull(MAX_HELD));
         }
         let key = PartitionKey::of(req.caller, req.msg, &req.route.backend);
@@ -324,7 +342,7 @@ impl Gateway {
             None
         } else {
             match self.partition(&key, req.caller.credential.as_ref()).await {
-                Ok(using) => self.lease(using),
+                Ok(using) => using.lease(),
                 // No room for another partition: the call still gets a process of its own.
                 Err(CoreError::TooManyPartitions(_)) => None,
                 Err(e) => return Err(e),
@@ -423,11 +441,13 @@ impl Gateway {
             }
         }
 
+        let (idle, total) = (
+            self.bridge.limits.request_timeout,
+            self.bridge.limits.max_request_time,
+        );
         let started = Instant::now();
-        let hard = started
-            .checked_add(self.config.max_request_time)
-            .unwrap_or(started + self.config.request_timeout);
-        let mut deadline = (started + self.config.request_timeout).min(hard);
+        let hard = started.checked_add(total).unwrap_or(started + idle);
+        let mut deadline = (started + idle).min(hard);
         let mut asked_open = true;
         loop {
             let wait = if call.outstanding.is_empty() {
@@ -444,7 +464,7 @@ impl Gateway {
                     call.pending = None;
                     *call.log.lock() = None;
                     let answer = answer?;
-                    return Ok(self.complete(id, req.name, &answer));
+                    return Ok(crate::modern::complete(id, req.name, &answer, &self.presented));
                 }
                 asked = call.asked.recv(), if asked_open => {
                     let Some(asked) = asked else {
@@ -481,15 +501,11 @@ impl Gateway {
                     }
                 }
                 () = alive.progressed() => {
-                    deadline = (Instant::now() + self.config.request_timeout).min(hard);
+                    deadline = (Instant::now() + idle).min(hard);
                 }
                 () = tokio::time::sleep_until(wait) => {
                     if call.outstanding.is_empty() {
-                        let limit = if deadline >= hard {
-                            self.config.max_request_time
-                        } else {
-                            self.config.request_timeout
-                        };
+                        let limit = if deadline >= hard { total } else { idle };
                         return Err(CoreError::Timeout(limit));
                     }
                     return self.park(id, call, binding);
@@ -516,10 +532,10 @@ impl Gateway {
                 )
             })
             .collect();
-        let (held_id, token) = self.mrtr.sealer.seal(binding, state::HELD_TTL);
+        let (held_id, token) = self.bridge.sealer.seal(binding, state::HELD_TTL);
         let expires = std::time::Instant::now() + state::HELD_TTL;
         call.share.until(expires);
-        let (held, expired) = self.mrtr.held.hold(held_id, expires, call);
+        let (held, expired) = self.bridge.held.hold(held_id, expires, call);
         drop(expired);
         if held.is_err() {
             // The same answer as a full dedicated pool (503 naming it), not a 200 error.
@@ -529,7 +545,7 @@ impl Gateway {
             "resultType": "input_required",
             "inputRequests": requests,
             "requestState": token,
-            "_meta": { META_SERVER_INFO: self.presented().server_info },
+            "_meta": { META_SERVER_INFO: self.presented.server_info },
         });
         Ok(Answer {
             body: encode_result(id, &result.to_string()),

@@ -13,14 +13,15 @@ use std::sync::Arc;
 use switchboard_upstream::{InboundSink, Upstream, UpstreamError, UpstreamOwner};
 use switchboard_wire::{method, restore_response, Message, RequestId};
 
-use crate::resolve::{From, Route};
-use crate::session::{EndReason, OwnBackend, OwnWatch};
+use crate::resolve::{From, Route, Via};
+use crate::session::{EndReason, OwnBackend, OwnWatch, SessionId};
 use crate::BackendId;
 use crate::CoreError;
 
 mod lazy;
 mod sink;
 
+pub(crate) use lazy::{remember_client_init, Opener};
 pub(crate) use sink::{client_response, OnClose, SessionSink};
 
 /// How long a session's process may take to exit after its stdin closes before it is killed.
@@ -101,6 +102,15 @@ pub(crate) async fn spawn_off_runtime(
     Ok(switchboard_upstream::on_forker(move || spawner.spawn(sink)).await??)
 }
 
+/// A request on a per-session session whose process is not ready: only `ping`, which
+/// the spec allows before `initialize`, is answered (by the gateway).
+pub(crate) fn before_initialize(id: &RequestId, name: &str) -> Result<Vec<u8>, CoreError> {
+    match name {
+        method::PING => Ok(switchboard_wire::encode_result(id, "{}")),
+        _ => Err(CoreError::NotInitialized),
+    }
+}
+
 impl crate::Gateway {
     /// Turns on per-session backends: every later Legacy `initialize` on `/mcp` gets its own
     /// process from `spawner`. Sessionless requests keep using the shared backend; Modern ones
@@ -152,19 +162,6 @@ impl crate::Gateway {
             Err(e) => audit.finish_initialize(Err(e)),
         }
         result
-    }
-
-    /// A request on a per-session session whose process is not ready: only `ping`, which
-    /// the spec allows before `initialize`, is answered (by the gateway).
-    pub(crate) fn before_initialize(
-        &self,
-        id: &RequestId,
-        name: &str,
-    ) -> Result<Vec<u8>, CoreError> {
-        match name {
-            method::PING => Ok(switchboard_wire::encode_result(id, "{}")),
-            _ => Err(CoreError::NotInitialized),
-        }
     }
 
     /// The backend a per-session `initialize` opens its session's own process (or upstream
@@ -380,6 +377,45 @@ impl crate::Gateway {
             .note_own_watch(sid.as_str(), who, uri, change);
     }
 
+    /// A request whose remote upstream session expired, once more on a fresh one (never a
+    /// third time: a remote that loses every session is failing, and says so).
+    pub(crate) async fn own_request_again(
+        &self,
+        call: crate::Exchange<'_>,
+        session: &SessionId,
+        id: &RequestId,
+        name: &str,
+        backend: &BackendId,
+    ) -> Result<Vec<u8>, CoreError> {
+        let credential = call.caller.credential.as_ref();
+        (self.opener())
+            .open_own(session, backend, credential)
+            .await?;
+        let route = self
+            .resolve(From::Request(Some(session)), name, call.msg.params)?
+            .filter(|r| r.via == Via::Own && &r.backend == backend)
+            .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
+        let out = crate::send::Outgoing {
+            session: Some(session),
+            id,
+            name,
+            params: call.msg.params,
+            stream: call.stream,
+            listen: None,
+            route: &route,
+            credential,
+        };
+        let answer = self.sender.send(out).await?;
+        if !answer.is_error() {
+            self.note_own_subscription(session, call.caller, (name, call.msg), true);
+        }
+        Ok(switchboard_wire::restore_response(
+            id,
+            answer.member(),
+            answer.payload(),
+        ))
+    }
+
     /// Ends every session and every parked MRTR call (gateway shutdown), stopping their
     /// backend processes.
     pub async fn end_all_sessions(self: &Arc<Self>) {
@@ -389,7 +425,7 @@ impl crate::Gateway {
             self.spawn_cleanup(ended, EndReason::Shutdown);
         }
         self.mrtr.end_held_calls().await;
-        self.end_partitions();
+        self.mrtr.partitions.end_in(&self.background);
         if let Some(vmcp) = self.vmcp() {
             vmcp.by_caps.end();
         }

@@ -26,7 +26,7 @@ use opentelemetry::trace::FutureExt as _;
 
 use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::headers::ParamHeader;
-use switchboard_wire::{encode_error, encode_result, method, Message, RequestId};
+use switchboard_wire::{codes, encode_error, encode_result, method, Message, RequestId};
 
 use crate::access::{Access, Admitted, Path};
 use crate::resolve::{From, Via};
@@ -247,7 +247,7 @@ impl Gateway {
             }
         }
         let Some(route) = self.request_route(&ex, name).await? else {
-            return self.before_initialize(id, name).map(Answer::ok);
+            return crate::per_session::before_initialize(id, name).map(Answer::ok);
         };
         admitted.confirm_route(&route.backend, &route.name)?;
         let adapter = match name {
@@ -262,7 +262,7 @@ impl Gateway {
     }
 
     /// Modern: answer locally (vMCP), resolve (the lists fetched again once for an unknown
-    /// name), confirm, what the gateway refuses itself (`modern_refusal`), then the adapter;
+    /// name), confirm, what the gateway refuses itself (`modern::refusal`), then the adapter;
     /// a caller's task answers are narrowed to its own.
     async fn modern_route(
         self: &Arc<Self>,
@@ -290,15 +290,22 @@ impl Gateway {
         let route = resolved?.ok_or(CoreError::UnexpectedResponse)?;
         admitted.confirm_route(&route.backend, &route.name)?;
         let task = TaskAsk::of(&ex);
-        if let Some(refused) = self.modern_refusal(&task, msg, &route)? {
+        if let Some(refused) = crate::modern::refusal(&self.registry, &task, msg, &route)? {
             return Ok(refused);
         }
-        let adapter = match self.passes_modern(&route)? {
+        let adapter = match crate::modern::passes(&self.backends, &route)? {
             true => Adapter::PassModern,
             false => Adapter::Bridge,
         };
         let answer = self.adapt(adapter, ex, &route, &task).await?;
-        Ok(self.own_tasks_only(task.owner.as_ref(), msg, answer, &route))
+        let owner = task.owner.as_ref();
+        Ok(crate::modern::own_tasks_only(
+            &self.registry,
+            owner,
+            msg,
+            answer,
+            &route,
+        ))
     }
 
     /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session
@@ -323,6 +330,45 @@ impl Gateway {
         self.resolver().resolve(from, method, params)
     }
 
+    /// Where a Legacy client request goes (`None`: nowhere yet, see `resolve`). A session
+    /// that ended between lookup and routing (DELETE, reaping) is not found: never fall
+    /// through to the shared backend with a dead session's request. In a set, the session's
+    /// own upstream on a per-session backend is opened first when it has none (or a dead one).
+    pub(crate) async fn request_route(
+        &self,
+        call: &crate::Exchange<'_>,
+        name: &str,
+    ) -> Result<Option<Route>, CoreError> {
+        let from = || From::Request(call.session());
+        let params = call.msg.params;
+        let route = match self.resolve(from(), name, params) {
+            Err(CoreError::UnknownName(..))
+                if self
+                    .refresh_names(name, crate::vmcp::caps_of(&self.asks, call))
+                    .await =>
+            {
+                self.resolve(from(), name, params)
+            }
+            resolved => resolved,
+        }?;
+        let dead = route
+            .as_ref()
+            .is_some_and(|r| r.via == Via::Own && r.upstream.is_closed());
+        if route.is_some() && !dead {
+            return Ok(route);
+        }
+        let (Some(session), Some(backend)) = (
+            call.session(),
+            self.opener().own_to_open(call.session(), name, params),
+        ) else {
+            return Ok(route);
+        };
+        (self.opener())
+            .open_own(session, &backend, call.caller.credential.as_ref())
+            .await?;
+        self.resolve(from(), name, params)
+    }
+
     /// Stage 6: the request reaches its backend through its adapter.
     async fn adapt(
         self: &Arc<Self>,
@@ -340,14 +386,23 @@ impl Gateway {
             Adapter::Own => self.own_request(ex, id, name, route).await,
             Adapter::SessionOp => (self.session_ops()).session_op(&ex, id, name, route).await,
             Adapter::Task => self.task_request(ex, id, name, route).await,
-            Adapter::LegacyToModern => self.legacy_to_modern(ex, id, name, route).await,
+            Adapter::LegacyToModern => (self.modern()).legacy_to_modern(ex, id, name, route).await,
             Adapter::PassModern => {
                 let (caller, stream) = (ex.caller, ex.stream);
                 let who = (caller, owner.0, owner.1);
-                return self.pass_through(who, ex.msg, stream, route).await;
+                let answer = (self.modern())
+                    .pass_through(who, ex.msg, stream, route)
+                    .await?;
+                if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
+                    // Refused on era grounds: the backend may have changed (restart, upgrade).
+                    let (gateway, backend) = (self.clone(), route.backend.clone());
+                    let reprobe = async move { gateway.backends.reprobe(&backend).await };
+                    self.background.spawn(reprobe);
+                }
+                return Ok(answer);
             }
             Adapter::Bridge => {
-                return self
+                return (self.modern())
                     .bridge(ex.caller, owner, ex.msg, ex.stream, route)
                     .await;
             }

@@ -14,6 +14,7 @@ mod envelope;
 mod legacy_client;
 mod sealed;
 
+pub(crate) use legacy_client::ToLegacy;
 pub(crate) use sealed::{replica_of_token, Bound, SealedRelay};
 
 /// Most rounds of `input_required` one Legacy client's call may go through.

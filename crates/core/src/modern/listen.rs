@@ -3,6 +3,7 @@
 //! the gateway's own, reference-counted upstream like Legacy sessions'.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
@@ -10,19 +11,22 @@ use tokio::sync::mpsc;
 
 use switchboard_wire::{codes, method, ErrorObject, Message, RequestId};
 
+use super::Adapters;
 use crate::modern_listen::Filter;
+use crate::reaper::Background;
+use crate::registry::Registry;
 use crate::resolve::Route;
 use crate::route::RouteKey;
 use crate::Answer;
-use crate::BackendId;
-use crate::{CoreError, Gateway};
+use crate::CoreError;
+use crate::{BackendId, Backends};
 
-impl Gateway {
+impl<'a> Adapters<'a> {
     /// `subscriptions/listen` for a Legacy backend: acknowledged at once with the subset the
     /// backend can feed, then served from the gateway's registries until the client closes the
     /// stream. Resource subscriptions are reference-counted upstream like Legacy sessions'.
     pub(super) async fn bridged_listen(
-        self: &Arc<Self>,
+        &self,
         caller: &crate::Principal,
         id: &RequestId,
         msg: &Message<'_>,
@@ -33,7 +37,7 @@ impl Gateway {
             return Ok(listen_needs_stream(id));
         };
         let honoured = honoured(
-            route.entry(&self.backends)?.info(),
+            route.entry(self.resolver.backends)?.info(),
             Filter::parse(msg.params),
         );
         let placed = honoured
@@ -53,26 +57,24 @@ impl Gateway {
     /// `subscriptions/listen` on the virtual server: acknowledged with what the merged
     /// capabilities can feed, each URI subscribed at the backend that serves it (where
     /// `resources/read` goes, and what admission judged), a URI no backend serves left out
-    /// of the acknowledgement; list changes come from every backend's sink.
+    /// of the acknowledgement; list changes come from every backend's sink. The merged lists
+    /// are prepared by the caller; `may_subscribe` judges a URI for the caller.
     pub(crate) async fn aggregated_listen(
-        self: &Arc<Self>,
+        &self,
         caller: &crate::Principal,
         (id, msg): (&RequestId, &Message<'_>),
-        stream: Option<mpsc::Sender<Bytes>>,
+        stream: mpsc::Sender<Bytes>,
+        may_subscribe: impl Fn(&str) -> bool,
     ) -> Result<Answer, CoreError> {
-        let Some(stream) = stream else {
-            return Ok(listen_needs_stream(id));
-        };
-        self.prepare(msg).await?;
-        let mut honoured = honoured(&self.presented(), Filter::parse(msg.params));
+        let mut honoured = honoured(&self.mrtr.presented, Filter::parse(msg.params));
         let placed: Vec<(BackendId, String)> = std::mem::take(&mut honoured.uris)
             .into_iter()
             // Admission refused a visible URI it may not subscribe to; a hidden one is left
             // out here, as one no backend serves.
-            .filter(|uri| self.may_subscribe(caller, uri))
+            .filter(|uri| may_subscribe(uri))
             .filter_map(|uri| {
-                let backend = self.vmcp()?.serving(&uri)?;
-                let entry = self.backends.get(&backend)?;
+                let backend = self.resolver.vmcp?.serving(&uri)?;
+                let entry = self.resolver.backends.get(&backend)?;
                 let subscribes = entry.info().capabilities["resources"]["subscribe"]
                     .as_bool()
                     .unwrap_or(false);
@@ -87,15 +89,15 @@ impl Gateway {
         // A Legacy-only per-session backend runs this caller's Modern calls on its partition:
         // what those calls change, that process announces, to its own listeners. After the
         // acknowledgement (starting one may take seconds: an `npx` server), all at once.
-        let keys: Vec<_> = self
-            .backends
+        let keys: Vec<_> = (self.resolver.backends)
             .iter()
-            .filter(|e| self.per_session.for_backend(&e.id).is_some() && !e.modern_now())
+            .filter(|e| self.mrtr.spawner.for_backend(&e.id).is_some() && !e.modern_now())
             .map(|e| crate::mrtr::PartitionKey::of(caller, msg, &e.id))
             .collect();
         let credential = caller.credential.as_ref();
+        let calls = &self.mrtr;
         let started =
-            futures::future::join_all(keys.iter().map(|k| self.partition(k, credential))).await;
+            futures::future::join_all(keys.iter().map(|k| calls.partition(k, credential))).await;
         let partitions: Vec<_> = started.into_iter().filter_map(Result::ok).collect();
         let heard: Vec<_> = partitions.iter().map(|u| u.0.listeners.clone()).collect();
         let changes = Filter {
@@ -120,8 +122,8 @@ impl Gateway {
 
     /// A listen served from the gateway's registries: registered for `honoured`, each URI
     /// subscribed at its backend (`placed`); both undone when the returned pair drops.
-    async fn listen_here<'a>(
-        self: &'a Arc<Self>,
+    async fn listen_here(
+        &self,
         caller: &crate::Principal,
         id: &RequestId,
         stream: &mpsc::Sender<Bytes>,
@@ -133,13 +135,17 @@ impl Gateway {
     ) {
         let key = RouteKey::mint();
         let owner = format!("listen:{}", key.as_str());
+        let registry: &'a Arc<Registry> = self.mrtr.registry;
         let guard =
-            (self.registry.listeners).register(&key, id, honoured.clone(), stream.clone(), false);
-        if self.config.access.has_policy() {
-            self.registry.listeners.watched_by(&guard, caller);
+            (registry.listeners).register(&key, id, honoured.clone(), stream.clone(), false);
+        if self.mrtr.watched {
+            registry.listeners.watched_by(&guard, caller);
         }
         let mut subs = ListenSubscriptions {
-            gateway: self,
+            registry,
+            background: self.mrtr.background,
+            backends: self.resolver.backends,
+            deadline: self.sender.request_timeout,
             owner: owner.clone(),
             uris: Vec::new(),
         };
@@ -153,13 +159,13 @@ impl Gateway {
     /// Adds a gateway-owned subscriber of `uri` at `backend`, subscribing upstream if it is
     /// the first.
     async fn subscribe_for(&self, backend: &BackendId, owner: &str, uri: &str) {
-        let tables = self.registry.tables(backend);
+        let tables = self.mrtr.registry.tables(backend);
         let lock = tables.subs.lock(uri).await;
         if !tables.subs.has_subscribers(uri) {
             let ok = self
                 .sender
                 .internal_call(
-                    &self.backends,
+                    self.resolver.backends,
                     backend,
                     method::SUBSCRIBE,
                     json!({ "uri": uri }),
@@ -193,7 +199,14 @@ pub(crate) fn honoured(backend: &crate::BackendInfo, asked: Filter) -> Filter {
 /// Releases a bridged listen's resource subscriptions when it ends. Upstream unsubscribes
 /// need `.await`, so they run in a task of their own, bounded by the request deadline.
 struct ListenSubscriptions<'a> {
-    gateway: &'a Arc<Gateway>,
+    /// The subscription tables.
+    registry: &'a Arc<Registry>,
+    /// Where the unsubscribes run ...
+    background: &'a Background,
+    /// ... to the backends of this set ...
+    backends: &'a Backends,
+    /// ... each within this deadline.
+    deadline: Duration,
     owner: String,
     /// Each URI with the backend it is subscribed at.
     uris: Vec<(BackendId, String)>,
@@ -208,33 +221,31 @@ impl Drop for ListenSubscriptions<'_> {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let gateway = self.gateway.clone();
-        let (owner, uris) = (
-            std::mem::take(&mut self.owner),
-            std::mem::take(&mut self.uris),
-        );
-        let cleanup_owner = gateway.clone();
-        cleanup_owner.background.spawn(async move {
-            for (backend, uri) in uris {
-                let tables = gateway.registry.tables(&backend);
+        let (registry, deadline) = (self.registry.clone(), self.deadline);
+        let owner = std::mem::take(&mut self.owner);
+        // Each with its backend's entry, for the gateway's own route to it (what
+        // `Sender::internal_call` takes): a backend gone from the set has nothing to undo.
+        let uris: Vec<_> = std::mem::take(&mut self.uris)
+            .into_iter()
+            .map(|(backend, uri)| (self.backends.get(&backend), backend, uri))
+            .collect();
+        self.background.spawn(async move {
+            for (entry, backend, uri) in uris {
+                let tables = registry.tables(&backend);
                 let lock = tables.subs.lock(&uri).await;
-                if tables.subs.remove(&lock, &owner) {
-                    let _ = gateway
-                        .sender
-                        .internal_call(
-                            &gateway.backends,
-                            &backend,
-                            method::UNSUBSCRIBE,
-                            json!({ "uri": uri }),
-                        )
-                        .await;
+                if let (true, Some(entry)) = (tables.subs.remove(&lock, &owner), entry) {
+                    let route = Route::internal(&entry);
+                    let params = json!({ "uri": uri });
+                    let upstream = &route.upstream;
+                    let _ =
+                        crate::backend::call(upstream, method::UNSUBSCRIBE, params, deadline).await;
                 }
             }
         });
     }
 }
 
-pub(super) fn listen_needs_stream(id: &RequestId) -> Answer {
+pub(crate) fn listen_needs_stream(id: &RequestId) -> Answer {
     Answer::error(
         id,
         &ErrorObject::new(

@@ -1,25 +1,24 @@
 //! A Modern request passed through to a Modern backend (route key, progress token and listen
 //! tag rewritten), with MRTR's `requestState` sealed for its caller (`relay::sealed`).
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use switchboard_wire::{codes, method, Message, ResultMarks};
+use switchboard_wire::{method, Message, ResultMarks};
 
-use super::{discover_passthrough, passthrough, LISTEN};
+use super::{discover_passthrough, passthrough, Adapters, LISTEN};
 use crate::modern_listen::Filter;
 use crate::resolve::Route;
 use crate::send::Outgoing;
 use crate::Answer;
-use crate::{CoreError, Gateway};
+use crate::CoreError;
 
-impl Gateway {
+impl Adapters<'_> {
     /// Sends `msg` as it is to the route's Modern backend and answers with its result (for
-    /// the virtual server when aggregating).
+    /// the virtual server when aggregating). An answer refusing the protocol version on era
+    /// grounds is the caller's cue to learn the backend's era again (`Backends::reprobe`).
     pub(crate) async fn pass_through(
-        self: &Arc<Self>,
+        &self,
         (caller, owner, asked_task): (&crate::Principal, Option<&crate::tasks::Owner>, bool),
         msg: &Message<'_>,
         stream: Option<mpsc::Sender<Bytes>>,
@@ -38,7 +37,7 @@ impl Gateway {
         };
         let relayed = crate::mrtr::METHODS.contains(&name);
         let unsealed = match relayed {
-            true => match self.mrtr.relay.open(&self.mrtr.sealer, &bound, id) {
+            true => match (self.mrtr.bridge.relay).open(&self.mrtr.bridge.sealer, &bound, id) {
                 Ok(params) => params,
                 Err(Ok(refusal)) => return Ok(refusal),
                 Err(Err(over_share)) => return Err(over_share),
@@ -66,29 +65,26 @@ impl Gateway {
         };
         let who = (owner, asked_task);
         if let Some(owner) = crate::tasks::created_by(caller, who, name, &answer, &marks) {
-            let tables = self.registry.tables(&route.backend);
-            (tables.tasks).record_answer(&self.registry.sessions, &owner, &answer);
+            let registry = self.mrtr.registry;
+            let tables = registry.tables(&route.backend);
+            (tables.tasks).record_answer(&registry.sessions, &owner, &answer);
         }
         let sealing = relayed && marks.input_required();
         if name == method::DISCOVER && !answer.is_error() {
             return Ok(discover_passthrough(id, &answer));
         }
-        let answer = match self.vmcp() {
+        let answer = match self.resolver.vmcp {
             // Aggregating: the result speaks for the virtual server, not one backend.
             Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
             _ => passthrough(id, &answer),
         };
         let answer = match (sealing, relayed && marks.request_state) {
-            (true, _) => (self.mrtr.relay).seal(&self.mrtr.sealer, &bound, id, answer),
+            (true, _) => {
+                (self.mrtr.bridge.relay).seal(&self.mrtr.bridge.sealer, &bound, id, answer)
+            }
             (false, true) => crate::relay::SealedRelay::strip(id, answer),
             (false, false) => answer,
         };
-        if answer.error_code == Some(i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION)) {
-            // Refused on era grounds: the backend may have changed (restart, upgrade).
-            let (gateway, backend) = (self.clone(), route.backend.clone());
-            let reprobe = async move { gateway.backends.reprobe(&backend).await };
-            self.background.spawn(reprobe);
-        }
         Ok(answer)
     }
 }

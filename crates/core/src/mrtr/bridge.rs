@@ -3,17 +3,38 @@
 //! share of it, and (per-session mode) the warm partitions.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use super::MAX_HELD;
 use super::{default_share, Dedicated, HeldTable, Partitions, Sealer, Shares};
-use crate::GatewayConfig;
 
 /// Most dedicated processes (running or parked MRTR calls) at once (and never more than
 /// `--max-sessions`): every concurrent Modern call spawns one, so without a bound any client
 /// could fork the host to exhaustion.
 pub(crate) const MAX_DEDICATED: usize = 128;
+
+/// The bridge's bounds and deadlines (from the gateway's configuration).
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    /// `--max-sessions`: the pool is never larger.
+    pub(crate) max_sessions: usize,
+    /// Most dedicated calls one principal may hold; `None`: an eighth of the pool.
+    pub(crate) per_principal: Option<usize>,
+    /// This replica's name, sealed into its tokens.
+    pub(crate) replica_id: Option<String>,
+    /// A warm partition unused this long is stopped.
+    pub(crate) partition_idle: Duration,
+    /// How long a sealed Modern backend's `requestState` stays valid.
+    pub(crate) relay_state_ttl: Duration,
+    /// A round's deadline, restarted by progress ...
+    pub(crate) request_timeout: Duration,
+    /// ... and its bound however much progress it reports.
+    pub(crate) max_request_time: Duration,
+    /// How long a process the bridge starts may take to answer its `initialize`.
+    pub(crate) handshake_timeout: Duration,
+}
 
 /// Everything the bridge keeps between rounds and across calls.
 #[derive(Debug)]
@@ -34,24 +55,25 @@ pub(crate) struct Bridge {
     /// Modern backends' `requestState`s sealed for their callers (`relay::sealed`), with the
     /// same key as the bridge's own tokens.
     pub(crate) relay: crate::relay::SealedRelay,
+    /// Its bounds and deadlines.
+    pub(crate) limits: Limits,
 }
 
 impl Bridge {
     /// An empty bridge for a gateway with these limits: the pool is never larger than
     /// `--max-sessions`, and partitions share its bound.
-    pub(crate) fn new(config: &GatewayConfig) -> Self {
-        let pool = MAX_DEDICATED.min(config.max_sessions.max(1));
-        let share = config
-            .mrtr_per_principal
-            .unwrap_or_else(|| default_share(pool));
+    pub(crate) fn new(limits: Limits) -> Self {
+        let pool = MAX_DEDICATED.min(limits.max_sessions.max(1));
+        let share = limits.per_principal.unwrap_or_else(|| default_share(pool));
         Bridge {
-            sealer: Sealer::new().at_replica(config.replica_id.clone()),
+            sealer: Sealer::new().at_replica(limits.replica_id.clone()),
             held: HeldTable::new(MAX_HELD),
             slots: Arc::new(Semaphore::new(pool)),
             pool,
             shares: Shares::new(share),
-            partitions: Partitions::new(pool, config.partition_idle),
-            relay: crate::relay::SealedRelay::new(config.relay_state_ttl),
+            partitions: Partitions::new(pool, limits.partition_idle),
+            relay: crate::relay::SealedRelay::new(limits.relay_state_ttl),
+            limits,
         }
     }
 

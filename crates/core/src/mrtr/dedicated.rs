@@ -6,14 +6,14 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use switchboard_upstream::Upstream;
 use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_LOG_LEVEL};
 
 use super::sink::CallSink;
+use super::Calls;
 use super::{Dedicated, Incoming, SharePermit, ASKED_QUEUE};
-use crate::{CoreError, Gateway};
+use crate::CoreError;
 
-impl Gateway {
+impl Calls<'_> {
     /// A process of the call's own, handshaken with exactly the request's capabilities.
     pub(super) async fn dedicated(
         &self,
@@ -21,15 +21,12 @@ impl Gateway {
         share: SharePermit,
     ) -> Result<Dedicated, CoreError> {
         let spawner = self
-            .per_session
+            .spawner
             .for_backend(&req.route.backend)
             .ok_or_else(|| CoreError::Unsupported(req.name.to_owned()))?;
-        let slot = self
-            .mrtr
-            .slots
-            .clone()
+        let slot = (self.bridge.slots.clone())
             .try_acquire_owned()
-            .map_err(|_| CoreError::BridgeFull(self.mrtr.pool))?;
+            .map_err(|_| CoreError::BridgeFull(self.bridge.pool))?;
         let meta = &req.params["_meta"];
         let declared = &meta[META_CLIENT_CAPABILITIES];
         let mut caps = Map::new();
@@ -42,7 +39,7 @@ impl Gateway {
         let log = Arc::new(parking_lot::Mutex::new(None));
         let sink = Arc::new(CallSink {
             asked: Arc::new(parking_lot::Mutex::new(Some(tx))),
-            registry: Arc::downgrade(&self.registry),
+            registry: Arc::downgrade(self.registry),
             log: log.clone(),
             listeners: None,
             plain: None,
@@ -64,21 +61,15 @@ impl Gateway {
         };
         let level = meta.get(META_LOG_LEVEL);
         let credential = req.caller.credential.as_ref();
-        self.handshake(&call.handle, Value::Object(caps), level, credential)
-            .await?;
+        let deadline = self.bridge.limits.handshake_timeout;
+        crate::backend::handshake(
+            &call.handle,
+            Value::Object(caps),
+            level,
+            credential,
+            deadline,
+        )
+        .await?;
         Ok(call)
-    }
-
-    /// `initialize` (with `capabilities`) and `initialized`, then the log level if asked for
-    /// (`backend::handshake`), within the handshake timeout.
-    pub(crate) async fn handshake(
-        &self,
-        handle: &Upstream,
-        capabilities: Value,
-        level: Option<&Value>,
-        credential: Option<&switchboard_upstream::Credential>,
-    ) -> Result<(), CoreError> {
-        let deadline = self.config.handshake_timeout;
-        crate::backend::handshake(handle, capabilities, level, credential, deadline).await
     }
 }

@@ -36,11 +36,12 @@ use switchboard_wire::classify::META_CLIENT_CAPABILITIES;
 use switchboard_wire::{encode_notification, method, Message};
 
 use super::sink::{Asked, CallSink};
-use super::{AskedSlot, GRACE};
+use super::{AskedSlot, Calls, GRACE};
 use crate::modern_listen::{Filter, ModernListeners};
+use crate::reaper::Background;
 use crate::route::RouteKey;
 use crate::Answer;
-use crate::{CoreError, Gateway, Principal};
+use crate::{CoreError, Principal};
 
 /// The input capabilities a Modern request can declare, as bits of a [`Key`].
 const CAPABILITIES: [&str; 3] = ["sampling", "elicitation", "roots"];
@@ -335,45 +336,11 @@ fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<UpstreamOwner> {
     stopped
 }
 
-impl Gateway {
-    /// The caller's partition for `key`, started (and handshaken, on behalf of the caller
-    /// whose `credential` it is: the partition is that principal's alone) if needed.
-    pub(crate) async fn partition(
-        &self,
-        key: &Key,
-        credential: Option<&switchboard_upstream::Credential>,
-    ) -> Result<Use, CoreError> {
-        for _ in 0..2 {
-            let (cell, reaped) = self.mrtr.partitions.cell(key)?;
-            self.stop_in_background(reaped);
-            let started = cell
-                .get_or_try_init(|| self.start_partition(key, credential))
-                .await
-                .cloned();
-            match started {
-                Ok(part) if !part.handle.is_closed() && !part.retired() => {
-                    return Ok(Use::new(part))
-                }
-                Ok(part) if part.retired() => self.mrtr.partitions.forget_retired(key, &cell),
-                // Died since it was last used: replaced by a fresh one.
-                Ok(_) => {
-                    let dead = self.mrtr.partitions.forget(key, &cell);
-                    self.stop_in_background(dead.into_iter().collect());
-                }
-                Err(e) => {
-                    self.mrtr.partitions.forget(key, &cell);
-                    return Err(e);
-                }
-            }
-        }
-        Err(CoreError::BackendInit(
-            "the backend process exited right after it started".to_owned(),
-        ))
-    }
-
+impl Use {
     /// The partition's input lease for an input-capable call, or `None` when another call
     /// holds it (the ambiguous case: the caller falls back to a dedicated process).
-    pub(crate) fn lease(&self, using: Use) -> Option<(Lease, mpsc::Receiver<Asked>)> {
+    pub(crate) fn lease(self) -> Option<(Lease, mpsc::Receiver<Asked>)> {
+        let using = self;
         if using.0.retired() {
             return None;
         }
@@ -393,6 +360,67 @@ impl Gateway {
             rx,
         ))
     }
+}
+
+impl Partitions {
+    /// Stops idle partitions (called by the reaper), in `background`.
+    pub(crate) fn reap_in(&self, background: &Background) {
+        stop_in(background, self.reap());
+    }
+
+    /// Stops every partition (gateway shutdown; joined with the rest of `background`).
+    pub(crate) fn end_in(&self, background: &Background) {
+        stop_in(background, self.drain());
+    }
+}
+
+fn stop_in(background: &Background, processes: Vec<UpstreamOwner>) {
+    if processes.is_empty() {
+        return;
+    }
+    background.spawn(async move {
+        for p in processes {
+            p.shutdown(GRACE).await;
+        }
+    });
+}
+
+impl Calls<'_> {
+    /// The caller's partition for `key`, started (and handshaken, on behalf of the caller
+    /// whose `credential` it is: the partition is that principal's alone) if needed.
+    pub(crate) async fn partition(
+        &self,
+        key: &Key,
+        credential: Option<&switchboard_upstream::Credential>,
+    ) -> Result<Use, CoreError> {
+        for _ in 0..2 {
+            let partitions = &self.bridge.partitions;
+            let (cell, reaped) = partitions.cell(key)?;
+            stop_in(self.background, reaped);
+            let started = cell
+                .get_or_try_init(|| self.start_partition(key, credential))
+                .await
+                .cloned();
+            match started {
+                Ok(part) if !part.handle.is_closed() && !part.retired() => {
+                    return Ok(Use::new(part))
+                }
+                Ok(part) if part.retired() => partitions.forget_retired(key, &cell),
+                // Died since it was last used: replaced by a fresh one.
+                Ok(_) => {
+                    let dead = partitions.forget(key, &cell);
+                    stop_in(self.background, dead.into_iter().collect());
+                }
+                Err(e) => {
+                    partitions.forget(key, &cell);
+                    return Err(e);
+                }
+            }
+        }
+        Err(CoreError::BackendInit(
+            "the backend process exited right after it started".to_owned(),
+        ))
+    }
 
     async fn start_partition(
         &self,
@@ -400,7 +428,7 @@ impl Gateway {
         credential: Option<&switchboard_upstream::Credential>,
     ) -> Result<Arc<Partition>, CoreError> {
         let spawner = self
-            .per_session
+            .spawner
             .for_backend(&key.backend)
             .ok_or_else(|| CoreError::Unsupported(method::INITIALIZE.to_owned()))?;
         let asked: AskedSlot = Arc::default();
@@ -409,7 +437,7 @@ impl Gateway {
         let log = Arc::new(parking_lot::Mutex::new(None));
         let sink = Arc::new(CallSink {
             asked: asked.clone(),
-            registry: Arc::downgrade(&self.registry),
+            registry: Arc::downgrade(self.registry),
             log: log.clone(),
             listeners: Some(listeners.clone()),
             plain: Some(plain.clone()),
@@ -429,36 +457,12 @@ impl Gateway {
             subscribed: parking_lot::Mutex::new(HashMap::new()),
             plain,
         });
-        self.handshake(&part.handle, key.capabilities(), None, credential)
+        let deadline = self.bridge.limits.handshake_timeout;
+        crate::backend::handshake(&part.handle, key.capabilities(), None, credential, deadline)
             .await?;
         Ok(part)
     }
 
-    fn stop_in_background(&self, processes: Vec<UpstreamOwner>) {
-        if processes.is_empty() {
-            return;
-        }
-        self.background.spawn(async move {
-            for p in processes {
-                p.shutdown(GRACE).await;
-            }
-        });
-    }
-
-    /// Stops idle partitions (called by the reaper).
-    pub(crate) fn reap_partitions(&self) {
-        let idle = self.mrtr.partitions.reap();
-        self.stop_in_background(idle);
-    }
-
-    /// Stops every partition (gateway shutdown; joined with the rest of the background).
-    pub(crate) fn end_partitions(&self) {
-        let all = self.mrtr.partitions.drain();
-        self.stop_in_background(all);
-    }
-}
-
-impl Gateway {
     /// `subscriptions/listen` in per-session mode: served from the caller's partition (the
     /// process its calls change), its resource subscriptions made on that process, until the
     /// client closes the stream.
@@ -470,7 +474,7 @@ impl Gateway {
         route: &crate::resolve::Route,
     ) -> Result<Answer, CoreError> {
         // The partition is a process of the route's backend: that backend says what it feeds.
-        let entry = route.entry(&self.backends)?;
+        let entry = route.entry(self.backends)?;
         let info = entry.info();
         let using = self
             .partition(
@@ -487,11 +491,13 @@ impl Gateway {
             stream.clone(),
             false,
         );
-        if self.config.access.has_policy() {
+        if self.watched {
             part.listeners.watched_by(&_guard, caller);
         }
+        let deadline = self.bridge.limits.request_timeout;
         let mut subs = PartitionSubscriptions {
-            gateway: self,
+            background: self.background,
+            deadline,
             part: part.clone(),
             uris: Vec::new(),
         };
@@ -505,7 +511,6 @@ impl Gateway {
             subs.uris.push(uri.clone());
             if first {
                 let params = json!({ "uri": uri });
-                let deadline = self.config.request_timeout;
                 let _ =
                     crate::backend::call(&part.handle, method::SUBSCRIBE, params, deadline).await;
             }
@@ -536,7 +541,9 @@ pub(crate) async fn acknowledge(
 /// Releases a partition listen's resource subscriptions when it ends: the last listen of a
 /// URI unsubscribes the process (in the background, bounded by the request deadline).
 struct PartitionSubscriptions<'a> {
-    gateway: &'a Gateway,
+    background: &'a Background,
+    /// Each unsubscribe's.
+    deadline: Duration,
     part: Arc<Partition>,
     uris: Vec<String>,
 }
@@ -560,8 +567,8 @@ impl Drop for PartitionSubscriptions<'_> {
             return;
         }
         let handle = self.part.handle.clone();
-        let deadline = self.gateway.config.request_timeout;
-        self.gateway.background.spawn(async move {
+        let deadline = self.deadline;
+        self.background.spawn(async move {
             for uri in last {
                 let params = json!({ "uri": uri });
                 let _ = crate::backend::call(&handle, method::UNSUBSCRIBE, params, deadline).await;

@@ -11,6 +11,7 @@
 //! concurrent first requests wait for the same one. Its death drops only it (`OnClose::DropOwn`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -18,11 +19,14 @@ use serde_json::{json, Value};
 use switchboard_upstream::Credential;
 use switchboard_wire::{encode_notification, method, RequestId};
 
+use super::Spawner;
 use super::{spawn_off_runtime, OnClose, SessionSink};
-use crate::resolve::{From, Route, Via};
-use crate::session::{OwnBackend, SessionId};
+use crate::registry::Registry;
+use crate::resolve::{From, Resolver, Route};
+use crate::send::Sender;
+use crate::session::{OwnBackend, SessionId, Sessions};
 use crate::BackendId;
-use crate::{CoreError, Gateway};
+use crate::CoreError;
 
 /// The members of a client's `initialize` a session's own upstreams are handed later, with
 /// the version the gateway negotiated: what the client declared, nothing it did not.
@@ -43,63 +47,36 @@ pub(crate) fn client_init(negotiated: &str, params: Option<&RawValue>) -> Option
     RawValue::from_string(init.to_string()).ok()
 }
 
-impl Gateway {
-    /// Keeps the client's `initialize` on its new session, when some backend of the set opens
-    /// a session's own upstream later.
-    pub(crate) fn remember_client_init(
-        &self,
-        session: &SessionId,
-        negotiated: &str,
-        params: Option<&RawValue>,
-    ) {
-        crate::client_ask::remember(&self.registry, session, params);
-        if !self.per_session.lazy() {
-            return;
-        }
-        let init = client_init(negotiated, params);
-        self.registry
-            .sessions
-            .set_client_init(session.as_str(), init);
+/// Keeps the client's `initialize` on its new session, when some backend of the set opens
+/// a session's own upstream later (what `spawner` says).
+pub(crate) fn remember_client_init(
+    (registry, spawner): (&Registry, &Spawner),
+    session: &SessionId,
+    negotiated: &str,
+    params: Option<&RawValue>,
+) {
+    crate::client_ask::remember(registry, session, params);
+    if !spawner.lazy() {
+        return;
     }
+    let init = client_init(negotiated, params);
+    registry.sessions.set_client_init(session.as_str(), init);
+}
 
-    /// Where a Legacy client request goes (`None`: nowhere yet, see `resolve`). A session
-    /// that ended between lookup and routing (DELETE, reaping) is not found: never fall
-    /// through to the shared backend with a dead session's request. In a set, the session's
-    /// own upstream on a per-session backend is opened first when it has none (or a dead one).
-    pub(crate) async fn request_route(
-        &self,
-        call: &crate::Exchange<'_>,
-        name: &str,
-    ) -> Result<Option<Route>, CoreError> {
-        let from = || From::Request(call.session());
-        let params = call.msg.params;
-        let route = match self.resolve(from(), name, params) {
-            Err(CoreError::UnknownName(..))
-                if self
-                    .refresh_names(name, crate::vmcp::caps_of(&self.asks, call))
-                    .await =>
-            {
-                self.resolve(from(), name, params)
-            }
-            resolved => resolved,
-        }?;
-        let dead = route
-            .as_ref()
-            .is_some_and(|r| r.via == Via::Own && r.upstream.is_closed());
-        if route.is_some() && !dead {
-            return Ok(route);
-        }
-        let (Some(session), Some(backend)) = (
-            call.session(),
-            self.own_to_open(call.session(), name, params),
-        ) else {
-            return Ok(route);
-        };
-        self.open_own(session, &backend, call.caller.credential.as_ref())
-            .await?;
-        self.resolve(from(), name, params)
-    }
+/// A Legacy session's own upstreams in a set, opened on first use: what opening one and
+/// talking to it takes, given explicitly (the gateway builds one per request).
+pub(crate) struct Opener<'a> {
+    /// Reaches the session's own upstreams.
+    pub(crate) sender: &'a Sender,
+    /// The backend set, the per-session spawners and the session table: where a request goes.
+    pub(crate) resolver: Resolver<'a>,
+    /// Where a new upstream's sink delivers.
+    pub(crate) registry: &'a Arc<Registry>,
+    /// How long an upstream may take to answer its `initialize`.
+    pub(crate) handshake_timeout: Duration,
+}
 
+impl Opener<'_> {
     /// The backend a session request is waiting for: routed to a per-session backend whose
     /// own upstream the session has not opened (or lost). `None` when nothing is to open.
     pub(crate) fn own_to_open(
@@ -109,14 +86,13 @@ impl Gateway {
         params: Option<&RawValue>,
     ) -> Option<BackendId> {
         let session = session?;
-        if !self.per_session.lazy() {
+        if !self.resolver.per_session.lazy() {
             return None;
         }
-        let (entry, _) = self
-            .resolver()
+        let (entry, _) = (self.resolver)
             .choose_backend(&From::Request(Some(session)), method, params)
             .ok()?;
-        self.per_session.for_backend(&entry.id)?;
+        self.resolver.per_session.for_backend(&entry.id)?;
         Some(entry.id.clone())
     }
 
@@ -128,8 +104,7 @@ impl Gateway {
         backend: &BackendId,
         credential: Option<&Credential>,
     ) -> Result<(), CoreError> {
-        let spawner = self
-            .per_session
+        let spawner = (self.resolver.per_session)
             .for_backend(backend)
             .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?
             .clone();
@@ -141,7 +116,7 @@ impl Gateway {
             return Ok(());
         }
         let sink = Arc::new(SessionSink {
-            registry: Arc::downgrade(&self.registry),
+            registry: Arc::downgrade(self.registry),
             session: session.as_str().to_owned(),
             backend: backend.clone(),
             on_close: OnClose::DropOwn,
@@ -157,7 +132,7 @@ impl Gateway {
         drop(replaced);
         // Until it is ready, failing or being dropped (the client left) takes it out again.
         let mut half_open = HalfOpen {
-            gateway: self,
+            sessions,
             session,
             backend,
             armed: true,
@@ -181,7 +156,7 @@ impl Gateway {
         name: &str,
         params: Option<&RawValue>,
     ) -> bool {
-        let Some(session) = session.filter(|_| self.per_session.lazy()) else {
+        let Some(session) = session.filter(|_| self.resolver.per_session.lazy()) else {
             return false;
         };
         if name == method::INITIALIZED {
@@ -199,43 +174,6 @@ impl Gateway {
         true
     }
 
-    /// A request whose remote upstream session expired, once more on a fresh one (never a
-    /// third time: a remote that loses every session is failing, and says so).
-    pub(crate) async fn own_request_again(
-        &self,
-        call: crate::Exchange<'_>,
-        session: &SessionId,
-        id: &RequestId,
-        name: &str,
-        backend: &BackendId,
-    ) -> Result<Vec<u8>, CoreError> {
-        let credential = call.caller.credential.as_ref();
-        self.open_own(session, backend, credential).await?;
-        let route = self
-            .resolve(From::Request(Some(session)), name, call.msg.params)?
-            .filter(|r| r.via == Via::Own && &r.backend == backend)
-            .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
-        let out = crate::send::Outgoing {
-            session: Some(session),
-            id,
-            name,
-            params: call.msg.params,
-            stream: call.stream,
-            listen: None,
-            route: &route,
-            credential,
-        };
-        let answer = self.sender.send(out).await?;
-        if !answer.is_error() {
-            self.note_own_subscription(session, call.caller, (name, call.msg), true);
-        }
-        Ok(switchboard_wire::restore_response(
-            id,
-            answer.member(),
-            answer.payload(),
-        ))
-    }
-
     /// The client's `initialize` and `initialized` on a session's new own upstream; the
     /// route to it.
     async fn handshake_own(
@@ -247,7 +185,7 @@ impl Gateway {
     ) -> Result<Route, CoreError> {
         let fallback = client_init(switchboard_wire::version::LATEST_LEGACY, None);
         let params = init.or(fallback.as_deref());
-        let route = self
+        let route = (self.resolver)
             .resolve(
                 From::Started(backend, handle.clone()),
                 method::INITIALIZE,
@@ -271,8 +209,7 @@ impl Gateway {
     /// The level the session asked every backend for, on its new own upstream (a backend
     /// that does logging); a refusal is the backend's business (the client was answered).
     async fn apply_level(&self, route: &Route, level: Option<u8>, credential: Option<&Credential>) {
-        let logs = self
-            .backends
+        let logs = (self.resolver.backends)
             .get(&route.backend)
             .is_some_and(|e| e.info().capabilities.get("logging").is_some());
         let Some(level) = level.filter(|_| logs) else {
@@ -304,7 +241,7 @@ impl Gateway {
             route,
             credential,
         };
-        let limit = self.config.handshake_timeout;
+        let limit = self.handshake_timeout;
         tokio::time::timeout(limit, self.sender.send(out))
             .await
             .map_err(|_| crate::backend::no_answer(name, limit))?
@@ -314,7 +251,7 @@ impl Gateway {
 /// A session's own upstream that is not handshaken: taken out of the session (and stopped as
 /// it drops) unless it becomes ready (then disarmed).
 struct HalfOpen<'a> {
-    gateway: &'a Gateway,
+    sessions: &'a Sessions,
     session: &'a SessionId,
     backend: &'a BackendId,
     armed: bool,
@@ -328,8 +265,6 @@ impl Drop for HalfOpen<'_> {
         // Only this opening (it holds the session's gate for the backend) puts a not-ready
         // one there. Dropped outside the table lock.
         let gone = self
-            .gateway
-            .registry
             .sessions
             .remove_half_open(self.session.as_str(), self.backend);
         drop(gone);

@@ -220,8 +220,17 @@ impl Gateway {
             return Some(Ok(crate::modern::discover(id, &self.presented())));
         }
         if name == crate::modern::LISTEN {
+            let Some(stream) = stream.cloned() else {
+                return Some(Ok(crate::modern::listen_needs_stream(id)));
+            };
+            if let Err(e) = self.prepare(msg).await {
+                return Some(Err(e));
+            }
+            let may_subscribe = |uri: &str| self.may_subscribe(caller, uri);
+            let listen = self.modern();
             return Some(
-                self.aggregated_listen(caller, (id, msg), stream.cloned())
+                listen
+                    .aggregated_listen(caller, (id, msg), stream, may_subscribe)
                     .await,
             );
         }

@@ -14,11 +14,12 @@ use switchboard_wire::{
 use tokio_util::sync::CancellationToken;
 
 use super::{is_input_required, MAX_ROUNDS};
+use crate::client_ask::ClientAsks;
 use crate::in_flight::InFlightGuard;
 use crate::resolve::Route;
-use crate::send::Outgoing;
+use crate::send::{Outgoing, Sender};
 use crate::session::SessionId;
-use crate::{CoreError, Exchange, Gateway, MAX_ASKS};
+use crate::{CoreError, Exchange, MAX_ASKS};
 
 /// What the backend asked for in one round.
 struct Round {
@@ -66,7 +67,16 @@ fn backend_fault(id: &RequestId, what: &str) -> Vec<u8> {
     encode_error(Some(id), &err)
 }
 
-impl Gateway {
+/// A Legacy client's call on a Modern backend: what relaying its rounds takes, given
+/// explicitly.
+pub(crate) struct ToLegacy<'a> {
+    /// Where each round goes (its session's in-flight table included).
+    pub(crate) sender: &'a Sender,
+    /// How the client is asked, and what it declared it can answer.
+    pub(crate) asks: &'a ClientAsks,
+}
+
+impl ToLegacy<'_> {
     /// `params` (in the gateway's Modern envelope) declaring, as `clientCapabilities`, the
     /// input capabilities the Legacy client declared in its `initialize`: the backend asks
     /// only for what the client can give, and answers -32021 for what it cannot.
@@ -105,7 +115,7 @@ impl Gateway {
         route: &Route,
         params: Box<RawValue>,
     ) -> Result<Result<switchboard_upstream::BackendResponse, Vec<u8>>, CoreError> {
-        let limit = self.config.max_request_time;
+        let limit = self.sender.max_request_time;
         let rounds = self.relay_rounds(call, (id, name), route, params);
         match tokio::time::timeout(limit, rounds).await {
             Ok(answer) => answer,
@@ -185,8 +195,13 @@ impl Gateway {
     ) -> Result<Result<Vec<(String, Box<RawValue>)>, Vec<u8>>, CoreError> {
         let cancel = CancellationToken::new();
         let stream = call.stream.clone();
-        let _waiting =
-            InFlightGuard::waiting_on_client(self, sid, (id, &route.backend), &cancel, stream);
+        let _waiting = InFlightGuard::waiting_on_client(
+            &self.sender.registry.sessions,
+            sid,
+            (id, &route.backend),
+            &cancel,
+            stream,
+        );
         let mut responses = Vec::with_capacity(round.requests.len());
         for (key, method, input) in &round.requests {
             let asked = tokio::select! {
