@@ -33,9 +33,11 @@ impl AuditLog {
         let out: Box<dyn Write + Send> = if path == "-" {
             Box::new(std::io::stdout())
         } else {
+            use std::os::unix::fs::OpenOptionsExt;
             Box::new(
                 std::fs::OpenOptions::new()
                     .create(true)
+                    .mode(0o600)
                     .append(true)
                     .open(path)?,
             )

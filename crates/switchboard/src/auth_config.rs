@@ -130,6 +130,20 @@ fn secs(v: f64) -> Duration {
 }
 
 impl AuthArgs {
+    /// The files the `--auth-config` file names (its policy and audit log), read without
+    /// checking the rest: a file that cannot be read names none (the start then fails on it).
+    pub(crate) fn file_paths(&self) -> Vec<PathBuf> {
+        let Some(path) = &self.auth_config else {
+            return Vec::new();
+        };
+        let file: Option<FileConfig> = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok());
+        let Some(file) = file else { return Vec::new() };
+        let log = file.audit_log.filter(|l| l != "-").map(PathBuf::from);
+        file.policy.into_iter().chain(log).collect()
+    }
+
     /// Reads the files. Fails on anything malformed: a gateway must not start with less
     /// protection than its operator asked for.
     pub(crate) fn resolve(&self) -> anyhow::Result<Resolved> {

@@ -15,7 +15,8 @@
 //!       --ro-bind R R ...     (filesystem.read)
 //!       --bind W W ...        (filesystem.write)
 //!       --bind <home> /home/switchboard
-//!       --ro-bind /dev/null F ...   (the gateway's config, secrets and state files)
+//!       --tmpfs D, D's entries bound back, the mounts under D again   (each directory
+//!                             holding a file of the gateway's: config, secrets, state, audit log)
 //!       --chdir <cwd, else the sandbox's home>
 //!       -- prlimit --as=M --nproc=P --nofile=F --core=0 -- PROGRAM ARGS...
 //! ```
@@ -51,8 +52,10 @@ pub struct Sandbox {
     pub write: Vec<PathBuf>,
     /// Directories masked besides [`MASKED`] (the gateway's own `HOME`).
     pub masked: Vec<PathBuf>,
-    /// Files the backend cannot open (`/dev/null` over each, on a nodev mount): the
-    /// gateway's config, secrets and state.
+    /// Files the backend cannot see, whether or not they exist yet: the gateway's config,
+    /// secrets, state and audit log. Each one's directory is covered at spawn
+    /// ([`cover`](Sandbox::cover)), so a file created there later (an audit log opened after
+    /// the backend started, trust state renamed into place) stays out of sight too.
     pub hidden: Vec<PathBuf>,
     /// The host directory that is the backend's `HOME` inside ([`SANDBOX_HOME`]); created at
     /// spawn, so package caches survive restarts.
@@ -244,37 +247,21 @@ impl Sandbox {
     /// home).
     pub(crate) fn launch(&self, program: &str, args: &[String], cwd: Option<&Path>) -> Launch {
         let mut argv = self.host.prefix();
-        let mut push = |flag: &str, from: &OsStr, to: &OsStr| {
-            argv.push(flag.into());
-            argv.push(from.to_owned());
-            if !to.is_empty() {
-                argv.push(to.to_owned());
-            }
-        };
-        let root = OsStr::new("/");
-        push("--ro-bind", root, root);
-        push("--dev", OsStr::new("/dev"), OsStr::new(""));
-        push("--proc", OsStr::new("/proc"), OsStr::new(""));
-        for dir in self.masks() {
-            push("--tmpfs", dir.as_os_str(), OsStr::new(""));
+        argv.extend(
+            ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"].map(OsString::from),
+        );
+        let layers = self.layers();
+        for layer in &layers {
+            layer.push(&mut argv);
         }
-        for p in &self.read {
-            push("--ro-bind", p.as_os_str(), p.as_os_str());
-        }
-        for p in &self.write {
-            push("--bind", p.as_os_str(), p.as_os_str());
-        }
-        push("--bind", self.home.as_os_str(), OsStr::new(SANDBOX_HOME));
-        let shown = |f: &&PathBuf| f.is_file() && self.hides(f).is_none();
-        for f in self.hidden.iter().filter(shown) {
-            push("--ro-bind", OsStr::new("/dev/null"), f.as_os_str());
-        }
+        self.cover(&layers, &mut argv);
         // Relative to the gateway's directory, as an unsandboxed backend's would be.
         let start = cwd.map_or_else(
             || PathBuf::from(SANDBOX_HOME),
             |d| std::path::absolute(d).unwrap_or_else(|_| d.to_path_buf()),
         );
-        push("--chdir", start.as_os_str(), OsStr::new(""));
+        argv.push("--chdir".into());
+        argv.push(start.into_os_string());
         argv.push("--".into());
         argv.push(self.host.prlimit.clone().into_os_string());
         argv.extend(self.limits.prlimit_args());
@@ -407,5 +394,6 @@ pub fn which(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
         })
 }
 
+mod cover;
 #[cfg(test)]
 mod tests;

@@ -422,6 +422,20 @@ fn unreachable(path: &Path) -> Option<PathBuf> {
     })
 }
 
+/// `path` with its links and `..` resolved as far as it exists (a file not created yet:
+/// its existing directory resolved, the rest as written).
+pub(crate) fn canonical(path: &Path) -> PathBuf {
+    let path = absolute(path);
+    let mut rest = Vec::new();
+    for dir in path.ancestors() {
+        if let Ok(real) = std::fs::canonicalize(dir) {
+            return rest.iter().rev().fold(real, |p: PathBuf, c| p.join(c));
+        }
+        rest.extend(dir.file_name());
+    }
+    path
+}
+
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
@@ -451,8 +465,9 @@ fn gateway_home() -> Option<PathBuf> {
     (depth >= 2 && home.is_dir()).then_some(home)
 }
 
-/// The gateway's own files (config, secrets, keys, state, audit log), as they exist now:
-/// no sandboxed backend can open them.
+/// The gateway's own files (config, secrets, keys, state, audit log, and the policy and
+/// audit log its auth-config file names), by path whether or not they exist yet: no
+/// sandboxed backend can see them, nor files created beside them later.
 pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
     let args = &spec.options;
     let mut all: Vec<PathBuf> = files.to_vec();
@@ -460,13 +475,14 @@ pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
     all.extend(args.auth.api_keys_file.clone());
     all.extend(args.auth.policy.clone());
     all.extend(args.auth.audit_log.as_ref().map(PathBuf::from));
+    all.extend(args.auth.file_paths());
     all.extend(args.session_store_password_file.clone());
     all.extend(args.replica_secret_file.clone());
     all.extend(spec.trust.config.state_file.clone());
     let mut found: Vec<PathBuf> = all
         .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter(|p| p.is_file())
+        .filter(|p| p.as_os_str() != "-")
+        .map(|p| canonical(p))
         .collect();
     found.sort();
     found.dedup();

@@ -109,6 +109,11 @@ struct Hostile {
 const HOSTILE_SANDBOX: &str = "memory: 256MiB\n      pids: 32\n      openFiles: 64";
 
 async fn hostile(name: &str) -> Hostile {
+    hostile_with(name, |_| Vec::new()).await
+}
+
+/// [`hostile`], with more `serve` arguments (made from its directory).
+async fn hostile_with(name: &str, extra: impl FnOnce(&Path) -> Vec<String>) -> Hostile {
     let dir = Dir::new(name);
     let home = dir.0.join("home");
     dir.write(
@@ -135,6 +140,7 @@ async fn hostile(name: &str) -> Hostile {
     let mut cmd = tokio::process::Command::new(SB);
     cmd.args(["serve", "--config", config.to_str().unwrap()])
         .args(["--host", "127.0.0.1", "--port", "0"])
+        .args(extra(&dir.0))
         .env("HOME", &home)
         .env("SB_IT_SECRET", ENV_SENTINEL)
         .current_dir(&dir.0);
@@ -205,10 +211,10 @@ async fn the_gateway_s_secrets_homes_and_environment_are_out_of_reach() {
     // secrets file aside): the sandbox puts /dev/null over each, on a nodev mount, so
     // opening one is refused.
     let config = h.tool("read", json!({"path": h.config})).await;
-    assert!(config.starts_with("error: PermissionError"), "{config}");
+    assert!(config.starts_with("error: FileNotFoundError"), "{config}");
     let secrets = h.dir.0.join("sb.secrets.env");
     let secrets = h.tool("read", json!({"path": secrets})).await;
-    assert!(secrets.starts_with("error: PermissionError"), "{secrets}");
+    assert!(secrets.starts_with("error: FileNotFoundError"), "{secrets}");
     let env: Value = serde_json::from_str(&h.tool("env", json!({})).await).unwrap();
     assert_eq!(env["HOME"], "/home/switchboard", "{env}");
     assert!(env.get("SB_IT_SECRET").is_none(), "{env}");
@@ -223,6 +229,51 @@ async fn the_gateway_s_secrets_homes_and_environment_are_out_of_reach() {
     assert_ne!(me["pid"], json!(h.gw.pid()), "a PID namespace of its own");
     assert_eq!(h.tool("read", json!({"path": "/root"})).await, "ok: []");
     h.fixture_serves().await;
+}
+
+/// An audit log that does not exist when the gateway starts (named by `--audit-log`, or by
+/// `auditLog` in the `--auth-config` file) is created private (0600) and out of the
+/// backend's sight once it holds lines, as is the auth-config file itself; the directory
+/// they are in still shows the backend everything else in it.
+#[tokio::test]
+async fn an_audit_log_created_after_the_start_is_out_of_reach() {
+    if !ready("audit") {
+        return;
+    }
+    for via_file in [false, true] {
+        let name = if via_file { "audit-file" } else { "audit-flag" };
+        let h = hostile_with(name, |dir| {
+            let log = dir.join("audit.log").display().to_string();
+            if !via_file {
+                return vec!["--audit-log".into(), log];
+            }
+            let auth = dir.join("auth.json");
+            std::fs::write(&auth, json!({"auditLog": log}).to_string()).unwrap();
+            vec!["--auth-config".into(), auth.display().to_string()]
+        })
+        .await;
+        let log = h.dir.0.join("audit.log");
+        h.tool("whoami", json!({})).await;
+        h.fixture_serves().await;
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&log).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}");
+        let read = h.tool("read", json!({"path": log})).await;
+        assert!(
+            read.starts_with("error: FileNotFoundError"),
+            "{name}: {read}"
+        );
+        let listed = h.tool("read", json!({"path": h.dir.0})).await;
+        assert!(!listed.contains("audit.log"), "{name}: {listed}");
+        assert!(!listed.contains("auth.json"), "{name}: {listed}");
+        assert!(listed.contains("elsewhere"), "{name}: {listed}");
+        if via_file {
+            let auth = h
+                .tool("read", json!({"path": h.dir.0.join("auth.json")}))
+                .await;
+            assert!(auth.starts_with("error: FileNotFoundError"), "{auth}");
+        }
+    }
 }
 
 /// Writes land only in the listed paths, the backend's home and its private /tmp: a

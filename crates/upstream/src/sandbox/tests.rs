@@ -88,19 +88,33 @@ fn root_drops_to_nobody_and_cwd_is_kept() {
     assert!(all.join(" ").contains("--chdir /srv/data --"));
 }
 
-/// Only existing files are hidden, and only where no mask hides them already.
+/// A hidden file's directory is covered: its other entries are bound back, the hidden ones
+/// (existing or not) are not, the sandbox's own mounts under it are laid again, and it is
+/// read-only. A file under a mask needs nothing.
 #[test]
-fn hidden_files_get_dev_null() {
+fn hidden_files_directories_are_covered() {
     let dir = std::env::current_dir().unwrap();
     let manifest = dir.join("Cargo.toml");
     let mut s = sandbox(Path::new("/var/cache/sb/files"));
-    s.hidden = vec![manifest.clone(), dir.join("no-such-file")];
+    s.write.push(dir.join("src"));
+    s.hidden = vec![
+        manifest.clone(),
+        dir.join("not-yet.log"),
+        "/root/.ssh/id_rsa".into(),
+    ];
     let text = argv(&s.launch("srv", &[], None)).join(" ");
-    assert!(
-        text.contains(&format!("--ro-bind /dev/null {}", manifest.display())),
-        "{text}"
-    );
-    assert!(!text.contains("no-such-file"), "{text}");
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("{needle}: {text}"))
+    };
+    let d = dir.display();
+    let cover = at(&format!("--tmpfs {d} "));
+    assert!(at(&format!("--bind {d}/src {d}/src")) < cover);
+    assert!(cover < at(&format!("--ro-bind {d}/src {d}/src --bind {d}/src {d}/src")));
+    assert!(cover < at(&format!("--remount-ro {d} ")));
+    assert!(!text.contains("Cargo.toml"), "{text}");
+    assert!(!text.contains("not-yet.log"), "{text}");
+    assert!(!text.contains("/root/.ssh"), "{text}");
 }
 
 #[test]

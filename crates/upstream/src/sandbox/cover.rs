@@ -1,0 +1,130 @@
+//! Hiding the gateway's own files by their directories. A `/dev/null` bound over a file
+//! hides only the file that exists at spawn: one created later (the audit log, opened after
+//! the backend started; trust state, renamed into place on every write) would show through
+//! the read-only root. So each hidden file's directory (the nearest one that exists) is
+//! covered with a tmpfs at spawn, its other entries bound back as they are then, and the
+//! sandbox's own mounts under it (masks, listed paths, home) laid again on top, and the
+//! tmpfs made read-only: inside, the directory looks as before, less the gateway's files, now and later.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::{Sandbox, SANDBOX_HOME};
+
+/// One mount of the sandbox's own, in order.
+#[derive(Debug, Clone)]
+pub(crate) enum Layer {
+    /// An empty tmpfs (a mask).
+    Tmpfs(PathBuf),
+    /// A host path bound read-only at the same place.
+    Read(PathBuf),
+    /// A host path bound writable at the same place.
+    Write(PathBuf),
+    /// The backend's home, bound writable at [`SANDBOX_HOME`].
+    Home(PathBuf),
+}
+
+impl Layer {
+    /// Where it appears inside.
+    fn at(&self) -> &Path {
+        match self {
+            Layer::Tmpfs(p) | Layer::Read(p) | Layer::Write(p) => p,
+            Layer::Home(_) => Path::new(SANDBOX_HOME),
+        }
+    }
+
+    pub(crate) fn push(&self, argv: &mut Vec<OsString>) {
+        let (flag, from) = match self {
+            Layer::Tmpfs(p) => {
+                argv.extend(["--tmpfs".into(), p.clone().into_os_string()]);
+                return;
+            }
+            Layer::Read(p) => ("--ro-bind", p),
+            Layer::Write(p) => ("--bind", p),
+            Layer::Home(p) => ("--bind", p),
+        };
+        argv.extend([
+            flag.into(),
+            from.clone().into_os_string(),
+            self.at().as_os_str().to_owned(),
+        ]);
+    }
+}
+
+impl Sandbox {
+    /// The sandbox's own mounts in order: masks, read paths, write paths, home.
+    pub(crate) fn layers(&self) -> Vec<Layer> {
+        let masks = self.masks().into_iter().map(Layer::Tmpfs);
+        let read = self.read.iter().cloned().map(Layer::Read);
+        let write = self.write.iter().cloned().map(Layer::Write);
+        masks
+            .chain(read)
+            .chain(write)
+            .chain([Layer::Home(self.home.clone())])
+            .collect()
+    }
+
+    /// The directories to cover: each hidden file's nearest existing one, when the backend
+    /// would see into it, parents first. `/` cannot be covered; a file there gets
+    /// `/dev/null` (when it exists).
+    fn covered(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut files = Vec::new();
+        for f in &self.hidden {
+            let Some(dir) = f.ancestors().skip(1).find(|d| d.is_dir()) else {
+                continue;
+            };
+            if self.hides(dir).is_some() {
+                continue;
+            }
+            if dir.parent().is_none() {
+                files.extend(f.is_file().then(|| f.clone()));
+            } else if !dirs.iter().any(|d| d == dir) {
+                dirs.push(dir.to_path_buf());
+            }
+        }
+        dirs.sort_by_key(|d| d.components().count());
+        (dirs, files)
+    }
+
+    /// Covers the hidden files' directories (see the module's text).
+    pub(crate) fn cover(&self, layers: &[Layer], argv: &mut Vec<OsString>) {
+        let (dirs, files) = self.covered();
+        for dir in dirs {
+            argv.extend(["--tmpfs".into(), dir.clone().into_os_string()]);
+            let writable = self.write.iter().any(|w| dir.starts_with(w));
+            for entry in entries(&dir) {
+                if self.hidden.contains(&entry) {
+                    continue;
+                }
+                if let Ok(target) = std::fs::read_link(&entry) {
+                    argv.extend(["--symlink".into(), target.into_os_string()]);
+                } else {
+                    argv.push(if writable { "--bind" } else { "--ro-bind" }.into());
+                    argv.push(entry.clone().into_os_string());
+                }
+                argv.push(entry.into_os_string());
+            }
+            for layer in layers
+                .iter()
+                .filter(|l| l.at() != dir && l.at().starts_with(&dir))
+            {
+                layer.push(argv);
+            }
+            // Nothing new can be written there, as on the read-only root it replaces.
+            argv.extend(["--remount-ro".into(), dir.into_os_string()]);
+        }
+        for f in files {
+            argv.extend(["--ro-bind".into(), "/dev/null".into(), f.into_os_string()]);
+        }
+    }
+}
+
+/// A directory's entries as they are now, sorted (an unreadable one: none).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    out.sort();
+    out
+}
