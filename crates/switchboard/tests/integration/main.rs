@@ -48,6 +48,7 @@ mod sandbox;
 mod server_push;
 mod strict;
 mod tasks;
+mod tokens;
 mod tool_headers;
 mod traces;
 mod trust;

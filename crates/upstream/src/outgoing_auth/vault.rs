@@ -144,7 +144,7 @@ pub struct TokenSummary {
 #[non_exhaustive]
 pub enum VaultError {
     /// The key file could not be read.
-    #[error("tokenStore.encryptionKeyFile {path}: cannot be read ({kind})")]
+    #[error("the token store key file {path}: cannot be read ({kind})")]
     KeyFileUnreadable {
         /// The configured path.
         path: PathBuf,
@@ -152,7 +152,7 @@ pub enum VaultError {
         kind: std::io::ErrorKind,
     },
     /// The key file is readable by others than its owner.
-    #[error("tokenStore.encryptionKeyFile {path}: mode {mode:04o} lets others read it; it must be 0600 or stricter (chmod 600)")]
+    #[error("the token store key file {path}: mode {mode:04o} lets group or others access it; it must be 0600 or stricter (chmod 600)")]
     KeyFileMode {
         /// The configured path.
         path: PathBuf,
@@ -160,7 +160,7 @@ pub enum VaultError {
         mode: u32,
     },
     /// The key file does not hold exactly 32 bytes.
-    #[error("tokenStore.encryptionKeyFile {path}: holds {len} bytes; it must hold exactly 32 random bytes (e.g. head -c 32 /dev/urandom)")]
+    #[error("the token store key file {path}: holds {len} bytes; it must hold exactly 32 random bytes (e.g. head -c 32 /dev/urandom)")]
     KeyFileLength {
         /// The configured path.
         path: PathBuf,
