@@ -24,6 +24,7 @@ mod fixture_http;
 mod handshake;
 mod health;
 mod isolation;
+mod leaks;
 mod legacy_sse;
 mod lifecycle;
 mod log_format;
