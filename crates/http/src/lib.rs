@@ -22,6 +22,7 @@ mod outbound;
 mod sse;
 mod stall;
 mod streamable;
+mod tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,6 +73,9 @@ pub struct HttpConfig {
     /// Replicas on one session store that forward to each other (`hop`); `None`: a request
     /// carrying a hop header is refused.
     pub hop: Option<Arc<Hop>>,
+    /// Callers' upstream tokens (`GET /oauth/tokens`, `DELETE /oauth/tokens/{backend}`);
+    /// `None`: those routes answer 404.
+    pub token_vault: Option<Arc<dyn switchboard_upstream::outgoing_auth::TokenVault>>,
 }
 
 impl Default for HttpConfig {
@@ -87,6 +91,7 @@ impl Default for HttpConfig {
             status_open: false,
             metrics_here: true,
             hop: None,
+            token_vault: None,
         }
     }
 }
@@ -145,7 +150,13 @@ pub fn router(state: AppState) -> Router {
         // Changes what every client may call, or shows what waits for approval (tool names
         // the policy may hide from a caller): always behind `/mcp`'s admission, for approvers.
         .route("/trust/approve", post(ops_ui::approve))
-        .route("/trust", get(ops_ui::trust));
+        .route("/trust", get(ops_ui::trust))
+        // The caller's own upstream tokens: admitted like `/mcp`.
+        .route("/oauth/tokens", get(tokens::list))
+        .route(
+            "/oauth/tokens/{backend}",
+            axum::routing::delete(tokens::revoke),
+        );
     // `/status` and `/stats` tell backends' health, traffic and table sizes: behind the same
     // admission as `/mcp` (Origin/Host, auth) unless the operator opened `/status`.
     if !state.config.status_open {
@@ -238,6 +249,7 @@ Switchboard MCP gateway
   GET /trust             tool pins waiting for approval (JSON); POST /trust/approve
   GET /metrics           Prometheus metrics (unless on --metrics-listen)
   GET /stats             table sizes (JSON)
+  GET /oauth/tokens      your own upstream tokens (no secrets); DELETE /oauth/tokens/BACKEND
   GET /.well-known/oauth-protected-resource   OAuth protected resource metadata
 ";
 

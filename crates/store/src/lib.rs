@@ -10,8 +10,10 @@ use std::time::Duration;
 
 mod peers;
 mod replicas;
+mod tokens;
 pub use peers::{Inbound, RedisPeers};
 pub use replicas::REGISTRATION_TTL;
+pub use tokens::{RedisTokenVault, MAX_LISTED, REFRESH_LOCK_TTL, REFRESH_RETENTION};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;

@@ -128,6 +128,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         config.session_ttl,
     )
     .await?;
+    // Callers' upstream tokens: one vault for the process (Redis with the sessions when a
+    // key file is given), for per-user outgoing auth and the `/oauth/tokens` routes.
+    let token_vault = crate::token_store::open(&args, redis.as_ref())?;
     config.replica_id = replica.as_ref().map(|r| r.id.clone());
     config.store_fallback_memory = args.session_store_fallback == crate::cli::StoreFallback::Memory;
     config.session_store = redis
@@ -274,6 +277,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         status_open: args.ops.status_open,
         metrics_here: args.ops.metrics_listen.is_none(),
         hop: replica.map(|r| r.hop),
+        token_vault: Some(token_vault),
     };
     let limits = ConnLimits {
         send_timeout: GatewayArgs::secs(args.send_timeout),

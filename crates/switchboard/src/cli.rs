@@ -54,6 +54,9 @@ pub(crate) enum Command {
     /// List, approve or revoke tool pins in a trust state file (a running `serve` picks the
     /// change up within a second).
     Trust(crate::trust_cli::TrustCmdArgs),
+    /// List or revoke callers' upstream tokens in the session store's Redis (`sessionStore`
+    /// with `tokenStore.encryptionKeyFile`; without them tokens live in the gateway's memory).
+    Tokens(crate::tokens_cli::TokensCmdArgs),
 }
 
 const RUN_EXAMPLES: &str = "\
@@ -207,6 +210,12 @@ pub(crate) struct GatewayArgs {
     /// stream through another replica. Or `SWITCHBOARD_REPLICA_SECRET`.
     #[arg(long, value_name = "FILE")]
     pub(crate) replica_secret_file: Option<std::path::PathBuf>,
+    /// The token vault's key: a file of exactly 32 random bytes, mode 0600 or stricter
+    /// (`tokenStore.encryptionKeyFile`). Per-user upstream tokens are sealed with it, in
+    /// memory or (with `--session-store`) in Redis, where every replica needs the same key.
+    /// Without it a random key is used, held in memory: tokens are lost on restart.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_store_key_file: Option<std::path::PathBuf>,
     /// Where the other replicas reach this one for forwarded requests, `http://HOST:PORT`
     /// (default: the address it listens on, when that is not a wildcard such as 0.0.0.0).
     #[arg(long, value_name = "URL")]

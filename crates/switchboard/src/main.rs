@@ -14,6 +14,8 @@ mod replica;
 mod running;
 mod session_store;
 mod start_backends;
+mod token_store;
+mod tokens_cli;
 mod traces;
 mod trust_cli;
 
@@ -63,6 +65,12 @@ fn main() -> std::process::ExitCode {
             block_on(multi_thread(threads), app::run(args))
         }
         Command::Bench(args) => block_on(multi_thread(None), bench::run(args)),
+        Command::Tokens(args) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            block_on(rt, tokens_cli::run(args))
+        }
         Command::Fixture(args) => {
             // The fixture reads one stdin stream and answers from one writer, so it runs on a
             // single thread: a multi-threaded runtime only added work-stealing wake-ups to
@@ -130,7 +138,7 @@ fn init_tracing(cli: &Cli) {
     // human-readable progress lines for `run`.
     let default = match &cli.command {
         Command::Fixture(_) => "warn",
-        Command::Validate(_) | Command::Init(_) | Command::Trust(_) => "warn",
+        Command::Validate(_) | Command::Init(_) | Command::Trust(_) | Command::Tokens(_) => "warn",
         Command::Run(_) | Command::Serve(_) | Command::Bench(_) => "info",
     };
     let filter =

@@ -59,6 +59,11 @@ pub(crate) fn serve_spec(
     limits(&o, &file, &mut args);
     let errors = http(&o, &file, &mut args);
     auth(&o, &file, &resolved, &mut args);
+    o.set(
+        "token_store_key_file",
+        &mut args.token_store_key_file,
+        resolved.token_key_file.clone().map(Some),
+    );
     if !errors.is_empty() {
         return Err(ConfigErrors {
             source_name,

@@ -214,11 +214,12 @@ pub(crate) fn serve_spec(
 
 /// The files the config names that only the gateway may read (besides those its flags name
 /// too, which [`sandbox::hide`] reads from the merged flags): the config itself, its secrets
-/// file, and the remotes' header and client secret files.
+/// file, the token store's key file, and the remotes' header and client secret files.
 fn own_files(loaded: &Loaded, source: Option<&Path>) -> Vec<PathBuf> {
     let r = &loaded.resolved;
     let mut files: Vec<PathBuf> = source.map(Path::to_path_buf).into_iter().collect();
     files.extend(loaded.file.secrets_file.as_ref().map(|p| r.path(p)));
+    files.extend(r.token_key_file.clone());
     for b in &loaded.file.backends {
         files.extend(b.headers_file.as_ref().map(|p| r.path(p)));
         let secret = b.auth.as_ref().and_then(|a| a.client_secret_file.as_ref());

@@ -31,6 +31,8 @@ pub(crate) struct ConfigFile {
     pub(crate) health: Option<Health>,
     pub(crate) metrics: Option<Metrics>,
     pub(crate) session_store: Option<SessionStoreSection>,
+    /// The token vault's key (`token_store.rs`).
+    pub(crate) token_store: Option<TokenStoreSection>,
     pub(crate) traces: Option<Traces>,
     pub(crate) aggregation: Option<Aggregation>,
     pub(crate) backends: Vec<BackendEntry>,
@@ -189,6 +191,13 @@ pub(crate) struct SessionStoreSection {
     pub(crate) fallback: Option<StoreFallbackKey>,
     pub(crate) replica_secret_file: Option<PathBuf>,
     pub(crate) replica_url: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct TokenStoreSection {
+    /// 32 random bytes, mode 0600 or stricter.
+    pub(crate) encryption_key_file: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

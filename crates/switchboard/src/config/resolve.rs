@@ -23,6 +23,9 @@ pub(crate) struct Resolved {
     pub(crate) backends: Vec<BackendSpec>,
     /// `auth.apiKeys`, expanded.
     pub(crate) api_keys: Vec<(String, String)>,
+    /// `tokenStore.encryptionKeyFile`, from the file's directory (checked readable, private,
+    /// 32 bytes).
+    pub(crate) token_key_file: Option<PathBuf>,
 }
 
 impl Resolved {
@@ -71,6 +74,19 @@ pub(crate) fn resolve(
     if let Some(limits) = &file.limits {
         rates(limits, &mut errors);
     }
+    let token_key_file = file
+        .token_store
+        .as_ref()
+        .map(|t| base.join(&t.encryption_key_file));
+    if let Some(path) = &token_key_file {
+        use switchboard_upstream::outgoing_auth::VaultKeyMaterial;
+        if let Err(e) = VaultKeyMaterial::from_file(path) {
+            errors.push(ConfigError::new(
+                "tokenStore.encryptionKeyFile",
+                e.to_string(),
+            ));
+        }
+    }
     // The top level's settings are checked for each backend that takes them: said once.
     let mut seen = std::collections::HashSet::new();
     errors.retain(|e| seen.insert(e.to_string()));
@@ -79,6 +95,7 @@ pub(crate) fn resolve(
             base: base.to_path_buf(),
             backends,
             api_keys,
+            token_key_file,
         })
     } else {
         Err(errors)

@@ -478,6 +478,7 @@ pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
     all.extend(args.auth.file_paths());
     all.extend(args.session_store_password_file.clone());
     all.extend(args.replica_secret_file.clone());
+    all.extend(args.token_store_key_file.clone());
     all.extend(spec.trust.config.state_file.clone());
     let mut found: Vec<PathBuf> = all
         .iter()

@@ -224,6 +224,10 @@ fn the_merge_asks_only_about_real_flags() {
     std::fs::write(&secret, "s3cret\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token_key = dir.join("keys/tokens.key");
+    std::fs::write(&token_key, [7u8; 32]).unwrap();
+    std::fs::set_permissions(&token_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    doc["tokenStore"]["encryptionKeyFile"] = json!("keys/tokens.key");
     std::fs::write(&path, serde_yaml_ng::to_string(&doc).unwrap()).unwrap();
     let loaded = super::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let asked = std::cell::RefCell::new(Vec::new());
@@ -237,6 +241,10 @@ fn the_merge_asks_only_about_real_flags() {
     };
     let spec = super::merge::serve_spec(loaded, args.gateway, &given).unwrap();
     assert_eq!(spec.options.port, 8080);
+    assert_eq!(
+        spec.options.token_store_key_file,
+        Some(dir.join("keys/tokens.key"))
+    );
     assert_eq!(spec.options.endpoint_prefix, "/gateway");
     assert_eq!(spec.options.request_timeout, 60.0);
     assert_eq!(spec.options.auth.tool_rate_limit, ["*=10/s", "echo=600/m"]);

@@ -30,6 +30,7 @@ pub(crate) fn summary(loaded: &super::Loaded) -> String {
         agg.failure_mode.as_str(),
         priority.join(" > ")
     );
+    out += &token_store(f);
     if agg.tool_search {
         out += "tool search on: tools/list shows find_tools and call_tool\n";
     }
@@ -47,6 +48,21 @@ pub(crate) fn summary(loaded: &super::Loaded) -> String {
         }
     }
     out
+}
+
+/// Where callers' upstream tokens would be kept (`tokenStore`, `sessionStore`).
+fn token_store(f: &super::model::ConfigFile) -> String {
+    match (&f.token_store, &f.session_store) {
+        (Some(t), Some(_)) => format!(
+            "token store: Redis (sessionStore), sealed with the key in {}\n",
+            t.encryption_key_file.display()
+        ),
+        (Some(t), None) => format!(
+            "token store: in memory, sealed with the key in {} (lost on restart)\n",
+            t.encryption_key_file.display()
+        ),
+        (None, _) => "token store: in memory with a random key (no tokenStore.encryptionKeyFile: lost on restart)\n".to_owned(),
+    }
 }
 
 fn describe(b: &BackendEntry, default: Option<super::model::IsolationKey>) -> String {

@@ -29,6 +29,8 @@ pub struct TestGateway {
     pub startup: Vec<String>,
     /// What it printed on stdout after its listening line (see [`TestGateway::wait_stdout`]).
     pub stdout: std::sync::Arc<StdoutLog>,
+    /// True once stderr reached its end (the process exited): `stderr` is then complete.
+    pub stderr_done: tokio::sync::watch::Receiver<bool>,
 }
 
 impl TestGateway {
@@ -93,6 +95,7 @@ impl TestGateway {
         let stderr = std::sync::Arc::new(parking_lot::Mutex::new(String::new()));
         let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let sink = stderr.clone();
+        let (eof, stderr_done) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             while let Ok(Some(line)) = err_lines.next_line().await {
                 let mut s = sink.lock();
@@ -102,6 +105,7 @@ impl TestGateway {
                     s.push('\n');
                 }
             }
+            let _ = eof.send(true);
         });
         let mut lines = BufReader::new(stdout).lines();
         let mut startup = Vec::new();
@@ -128,6 +132,7 @@ impl TestGateway {
         TestGateway {
             _child: child,
             stderr,
+            stderr_done,
             startup,
             stdout,
             url,

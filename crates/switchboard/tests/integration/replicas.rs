@@ -8,7 +8,7 @@ mod failover;
 mod home;
 mod modern;
 mod proxy;
-mod redis;
+pub(crate) mod redis;
 
 use futures::future::join_all;
 use reqwest::StatusCode;

@@ -48,6 +48,22 @@ impl StdoutLog {
         self.lines.lock().iter().map(|(l, _)| l.clone()).collect()
     }
 
+    /// Waits (at most `bound`) for stdout to close (the process exited); whether it did.
+    pub async fn closed(&self, bound: Duration) -> bool {
+        let seek = async {
+            loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if self.closed.load(Ordering::SeqCst) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(bound, seek).await.is_ok()
+    }
+
     /// Waits (at most `bound`) for the next not yet taken line starting with `prefix` and
     /// takes it; `None` on timeout or when stdout closed without one.
     pub async fn wait(&self, prefix: &str, bound: Duration) -> Option<String> {

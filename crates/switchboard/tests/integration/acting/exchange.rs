@@ -14,9 +14,27 @@ use super::{
 };
 use crate::auth::Jwks;
 use crate::common::TestGateway;
+use crate::leaks::Evidence;
 
 fn exchanged(sub: &str, n: u32) -> String {
     format!("Bearer xt.{sub}.{AUDIENCE}.{n}")
+}
+
+/// The token the token service issues `sub` first (without `Bearer `).
+fn issued(sub: &str) -> String {
+    format!("xt.{sub}.{AUDIENCE}.1")
+}
+
+/// Stops `gw` and searches everything its run showed (logs, stdout, `/status`, `/metrics`,
+/// the audit log in `dir`) for `secrets` and the client secret: zero hits. `bearer`: a
+/// credential for `/status` and `/metrics`.
+async fn no_leaks(mut gw: TestGateway, dir: &Dir, bearer: &str, secrets: &[&str]) {
+    let audit = dir.0.join("audit.jsonl");
+    let mut all = secrets.to_vec();
+    all.push(CLIENT_SECRET);
+    Evidence::collect(&mut gw, Some(bearer), Some(&audit))
+        .await
+        .assert_free_of(&all);
 }
 
 /// `run --url` with `--upstream-auth token-exchange` and its options.
@@ -52,6 +70,8 @@ async fn run_exchanging_with(
     .map(|s| s.to_string())
     .collect();
     args.extend(incoming(&jwks.url, &keys));
+    args.push("--audit-log".into());
+    args.push(dir.0.join("audit.jsonl").to_string_lossy().into_owned());
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     TestGateway::start(&args).await
@@ -121,6 +141,8 @@ async fn each_caller_reaches_a_modern_remote_with_its_own_exchanged_token_in_bot
         ]
     );
     only_exchanged_tokens(&up.log().await, &[&alice, &bob]);
+    let (a, b) = (issued("alice"), issued("bob"));
+    no_leaks(gw, &dir, &alice, &[&alice, &bob, &a, &b]).await;
 }
 
 /// An API-key holder and an anonymous caller have no token to exchange: their calls to a
@@ -152,6 +174,7 @@ async fn callers_without_a_token_are_refused_and_never_sent() {
         serde_json::json!({"carol": 1})
     );
     only_exchanged_tokens(&up.log().await, &[&carol, API_KEY]);
+    no_leaks(gw, &dir, &carol, &[&carol, API_KEY, &issued("carol")]).await;
 
     // Without authentication configured, every caller is the anonymous principal: refused too.
     let anon_dir = Dir::new("anonymous");
@@ -178,6 +201,10 @@ async fn callers_without_a_token_are_refused_and_never_sent() {
         [exchanged("carol", 1)],
         "nothing more reached it"
     );
+    let mut gw = gw;
+    Evidence::collect(&mut gw, None, None)
+        .await
+        .assert_free_of(&[CLIENT_SECRET, "ignored-without-auth"]);
 }
 
 /// A Modern call that times out at the gateway is cancelled at the (stateless) remote, and
@@ -210,6 +237,7 @@ async fn a_timed_out_calls_cancellation_carries_its_callers_exchanged_token() {
     assert_eq!(cancels.len(), 1, "{:?}", up.log().await);
     assert_eq!(cancels[0]["auth"], exchanged("alice", 1).as_str());
     only_exchanged_tokens(&up.log().await, &[&alice]);
+    no_leaks(gw, &dir, &alice, &[&alice, &issued("alice")]).await;
 }
 
 /// A token service that refuses a subject and quotes the client secret and the subject token
@@ -240,6 +268,7 @@ async fn a_token_service_error_passes_on_its_code_and_nothing_else() {
     assert!(logs.contains("token exchange failed"), "{logs}");
     assert!(!logs.contains(CLIENT_SECRET), "{logs}");
     assert!(!logs.contains(&mallory), "{logs}");
+    no_leaks(gw, &dir, &mallory, &[&mallory]).await;
 }
 
 /// A Legacy-only remote behind `serve --config` (`auth: tokenExchange` in the file): every
@@ -270,7 +299,9 @@ async fn upstream_sessions_and_partitions_carry_one_callers_token_only() {
         "--port",
         "0",
     ])
-    .args(incoming(&jwks.url, &keys));
+    .args(incoming(&jwks.url, &keys))
+    .arg("--audit-log")
+    .arg(dir.0.join("audit.jsonl"));
     let gw = TestGateway::start_command(cmd).await;
     let (alice, bob) = (jwt("alice"), jwt("bob"));
     let alice_sid = session(&gw, &alice).await;
@@ -346,6 +377,8 @@ async fn upstream_sessions_and_partitions_carry_one_callers_token_only() {
         serde_json::json!({"alice": 1, "bob": 1}),
         "{stats}"
     );
+    let (a, b) = (issued("alice"), issued("bob"));
+    no_leaks(gw, &dir, &alice, &[&alice, &bob, API_KEY, &a, &b]).await;
 }
 
 /// `validate` knows `auth`: a complete one is summarised, `type: oauth` is refused as not
