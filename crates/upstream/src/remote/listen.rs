@@ -83,10 +83,7 @@ impl RemoteClient {
             }
             // A stream that was open is reopened after what the remote asked for, where it
             // asked; failures to open back off as before.
-            let wait = match (was_open, asked) {
-                (true, Some(asked)) => asked.min(LISTEN_MAX_BACKOFF),
-                _ => backoff,
-            };
+            let wait = reopen_wait(was_open, asked, backoff);
             debug!(error = %reason, ?wait, "remote listen stream dropped; reopening");
             tokio::time::sleep(wait).await;
             backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
@@ -157,5 +154,34 @@ impl RemoteClient {
                 Err(e) => return (e, true, events.retry()),
             }
         }
+    }
+}
+
+/// How long to wait before reopening a listen stream: what the remote asked for (`retry`)
+/// after a stream that was open, within [`LISTEN_MIN_BACKOFF`, `LISTEN_MAX_BACKOFF`] (a
+/// hostile `retry: 0` must not make the gateway reopen in a tight loop); the backoff after a
+/// failure to open.
+fn reopen_wait(was_open: bool, asked: Option<Duration>, backoff: Duration) -> Duration {
+    match (was_open, asked) {
+        (true, Some(asked)) => asked.clamp(LISTEN_MIN_BACKOFF, LISTEN_MAX_BACKOFF),
+        _ => backoff,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_asked_retry_is_kept_within_the_bounds() {
+        let backoff = Duration::from_secs(2);
+        let zero = Some(Duration::ZERO);
+        assert_eq!(reopen_wait(true, zero, backoff), LISTEN_MIN_BACKOFF);
+        let hours = Some(Duration::from_secs(7200));
+        assert_eq!(reopen_wait(true, hours, backoff), LISTEN_MAX_BACKOFF);
+        let second = Some(Duration::from_secs(1));
+        assert_eq!(reopen_wait(true, second, backoff), Duration::from_secs(1));
+        assert_eq!(reopen_wait(false, zero, backoff), backoff);
+        assert_eq!(reopen_wait(true, None, backoff), backoff);
     }
 }
