@@ -29,6 +29,7 @@
 //! | every dedicated MRTR process in use       | 503  | -32603                      |
 //! | every warm Modern partition in use        | 503  | -32603                      |
 //! | too many POSTs in flight                  | 503  | -32603, no id               |
+//! | backend needs the caller's OAuth consent  | 200  | -32042 + `data.elicitations[]` (URL mode) |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | backend's circuit breaker open            | 503 (aggregating: 200) | -32603 + `data.retryAfterSeconds`, `Retry-After` |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
@@ -261,6 +262,25 @@ pub(crate) const FORBIDDEN: i32 = 403;
 /// JSON-RPC code for an exhausted rate limit (HTTP 429).
 pub(crate) const RATE_LIMITED: i32 = 429;
 
+/// JSON-RPC code of URLElicitationRequiredError (MCP 2025-11-25).
+pub(crate) const URL_ELICITATION_REQUIRED: i32 = -32042;
+
+/// The error asking for a caller's consent at a backend's authorization server.
+fn consent_error(consent: &switchboard_core::oauth::Consent) -> ErrorObject {
+    let message = format!(
+        "Authorization required: backend {} needs you to authorize access; open {} and retry",
+        consent.backend, consent.url
+    );
+    ErrorObject::new(URL_ELICITATION_REQUIRED, message.clone()).with_data(json!({
+        "elicitations": [{
+            "mode": "url",
+            "elicitationId": consent.elicitation_id,
+            "url": consent.url,
+            "message": format!("Authorize Switchboard to use {} on your behalf", consent.backend),
+        }]
+    }))
+}
+
 fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
     let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
     match e {
@@ -321,6 +341,12 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::FORBIDDEN,
             ErrorObject::new(FORBIDDEN, e.to_string()),
         ),
+        // Per-user OAuth: the caller must authorize the gateway at the backend's
+        // authorization server. A URL-mode elicitation (URLElicitationRequiredError); its
+        // message holds the URL too, for a client that shows errors only.
+        CoreError::Backend(UpstreamError::Remote(RemoteError::OutgoingAuth(
+            OutgoingAuthError::ConsentRequired(consent),
+        ))) => (StatusCode::OK, consent_error(consent)),
         CoreError::Backend(u @ UpstreamError::Remote(_)) => (
             StatusCode::BAD_GATEWAY,
             internal(format!("Backend unavailable: {}", u.client_text())),

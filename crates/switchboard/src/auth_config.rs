@@ -253,6 +253,8 @@ impl AuthArgs {
             .or_else(|| r.file.public_url.clone())
             .unwrap_or_else(|| format!("http://{addr}"));
         let public_url = public_url.trim_end_matches('/').to_owned();
+        // Where authorization servers send users back (per-user OAuth to remotes).
+        switchboard_core::oauth::site().set_public_url(&public_url);
         let keys = r.args_keys.clone();
         let jwt = match (&self.jwt_issuer, &r.file.jwt) {
             (None, None) => None,
