@@ -325,8 +325,22 @@ class Client:
             conn.getresponse().read()
             conn.close()
 
+    def authorized(self, method: str, params: dict | None = None) -> dict:
+        """`request`, where a URL elicitation (-32042: a backend needs the user's
+        authorization) is followed in the browser and the request retried."""
+        for _round in range(4):
+            answer = self.request(method, params)
+            error = answer.get("error") or {}
+            if error.get("code") != URL_ELICITATION_REQUIRED:
+                return answer
+            log(f"{method}: authorization required")
+            for elicitation in (error.get("data") or {}).get("elicitations") or []:
+                if elicitation.get("mode") == "url":
+                    follow_in_browser(elicitation.get("url") or "")
+        return answer
+
     def list_tools(self) -> list[dict]:
-        answer = self.request("tools/list")
+        answer = self.authorized("tools/list")
         tools = (answer.get("result") or {}).get("tools") or []
         self.tools = {t["name"]: t for t in tools}
         log(f"tools/list: {sorted(self.tools)}")

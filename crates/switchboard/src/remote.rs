@@ -311,7 +311,11 @@ pub(crate) async fn connect_with(
 /// Whether a per-user OAuth remote refused the gateway's own (tokenless) probe with 401.
 fn needs_consent(endpoint: &RemoteEndpoint, e: &CoreError) -> bool {
     use switchboard_upstream::outgoing_auth::OutgoingAuth;
-    matches!(endpoint.auth(), OutgoingAuth::OAuth(_)) && e.to_string().contains("HTTP 401")
+    // 401 to the probe; or a Modern-only remote that refuses `initialize` (-32020) after
+    // its `server/discover` asked for authorization.
+    let text = e.to_string();
+    matches!(endpoint.auth(), OutgoingAuth::OAuth(_))
+        && (text.contains("HTTP 401") || text.contains("-32020"))
 }
 
 /// Whether connecting failed below HTTP.
