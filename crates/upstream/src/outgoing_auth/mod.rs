@@ -28,6 +28,7 @@ mod cache;
 mod error;
 pub mod oauth;
 mod token_endpoint;
+pub mod vault;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,10 @@ use sha2::{Digest, Sha256};
 
 pub use error::OutgoingAuthError;
 pub use token_endpoint::check_token_endpoint;
+pub use vault::{
+    principal_key, MemoryVault, RefreshGuard, TokenSummary, TokenVault, UpstreamToken, VaultError,
+    VaultKey, VaultKeyMaterial,
+};
 
 use crate::Credential;
 use cache::TokenCache;
