@@ -197,6 +197,10 @@ pub(crate) fn resolve(
                 timeout: TOKEN_TIMEOUT,
             },
             oauth::site(),
+            match oauth::default_vault() {
+                Ok(v) => v,
+                Err(e) => return Err(vec![ConfigError::new(&name("type"), e.to_string())]),
+            },
         )
         .map(OutgoingAuth::OAuth),
         (AuthType::TokenExchange, Some(client_secret)) => {

@@ -198,7 +198,7 @@ impl OutgoingAuth {
             OutgoingAuth::OAuth(o) => match caller {
                 // The gateway's own request: no user's token, ever.
                 None => Ok(None),
-                Some(c) => o.token(c.owner()).await,
+                Some(c) => o.token(c.principal()).await,
             },
         }
     }
@@ -221,7 +221,7 @@ impl OutgoingAuth {
         if !(status == 401 || (status == 403 && parsed.insufficient_scope())) {
             return None;
         }
-        Some(match o.consent(caller.owner(), &parsed).await {
+        Some(match o.consent(caller.principal(), &parsed).await {
             Ok(consent) => OutgoingAuthError::ConsentRequired(Box::new(consent)),
             Err(e) => {
                 tracing::info!(backend = %o.name(), error = %e, "cannot ask for authorization");
@@ -246,13 +246,12 @@ impl OutgoingAuth {
                 g.cache.forget(&GatewayToken::KEY, sent).await;
                 true
             }
-            // No retry: the 401's challenge leads to consent (`challenged`).
-            OutgoingAuth::OAuth(o) => {
-                if let Some(c) = caller {
-                    o.forget(c.owner());
-                }
-                false
-            }
+            // Retried with a refreshed token when there is one; else the 401's challenge
+            // leads to consent (`challenged`).
+            OutgoingAuth::OAuth(o) => match caller {
+                Some(c) => o.refused(c.principal(), sent).await,
+                None => false,
+            },
         }
     }
 }

@@ -381,6 +381,15 @@ impl RemoteUpstream {
             };
             let mut challenge = None;
             let answer = self.shared.link.call(out, &mut challenge).await;
+            // A token obtained for this call that the remote refused (401): forgotten, and
+            // one more try with a fresh one (the remote did not run a request it refused).
+            if let (false, true, Some(sent)) = (retried, unauthorized(&answer), &sent) {
+                if self.shared.auth.refused(caller, sent).await {
+                    retried = true;
+                    debug!("remote refused the token obtained for it (401); fetching another");
+                    continue;
+                }
+            }
             // Per-user OAuth: a 401 (or 403 insufficient_scope) to a caller's call asks for
             // that caller's consent.
             if let Some(status) = refused_status(&answer) {
@@ -391,15 +400,6 @@ impl RemoteUpstream {
                     .await;
                 if let Some(e) = asked {
                     return Err(auth_error(e));
-                }
-            }
-            // A token obtained for this call that the remote refused (401): forgotten, and
-            // one more try with a fresh one (the remote did not run a request it refused).
-            if let (false, true, Some(sent)) = (retried, unauthorized(&answer), &sent) {
-                if self.shared.auth.refused(caller, sent).await {
-                    retried = true;
-                    debug!("remote refused the token obtained for it (401); fetching another");
-                    continue;
                 }
             }
             break answer;

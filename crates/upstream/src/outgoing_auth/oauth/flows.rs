@@ -11,7 +11,6 @@ use parking_lot::Mutex;
 
 use super::registration::Registration;
 use super::Backend;
-use crate::credential::Owner;
 use crate::outgoing_auth::{OutgoingAuthError, Secret};
 
 /// How long a user has to give consent.
@@ -21,7 +20,8 @@ pub const MAX_FLOWS: usize = 4096;
 
 /// One authorization request.
 pub(crate) struct Flow {
-    pub(crate) owner: Owner,
+    /// The principal key (the vault's) it was made for.
+    pub(crate) principal: String,
     pub(crate) backend: Arc<Backend>,
     pub(crate) registration: Registration,
     pub(crate) verifier: Secret,

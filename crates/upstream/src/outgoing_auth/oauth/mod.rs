@@ -24,6 +24,7 @@ mod pkce;
 mod registration;
 #[cfg(test)]
 mod tests;
+mod tokens;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,10 +37,23 @@ use tracing::{debug, info};
 
 pub use challenge::Challenge;
 pub use flows::{site, Flows, FLOW_LIFETIME, MAX_FLOWS};
+
+/// The process's token vault when none is configured: in memory, sealed under a random key
+/// of this process (tokens do not survive a restart).
+pub fn default_vault() -> Result<Arc<dyn TokenVault>, OutgoingAuthError> {
+    static VAULT: std::sync::OnceLock<Arc<dyn TokenVault>> = std::sync::OnceLock::new();
+    if let Some(v) = VAULT.get() {
+        return Ok(v.clone());
+    }
+    let key = super::vault::VaultKeyMaterial::ephemeral()
+        .map_err(|_| OutgoingAuthError::Config("no randomness for the token store's key"))?;
+    let vault: Arc<dyn TokenVault> = Arc::new(super::vault::MemoryVault::new(key));
+    Ok(VAULT.get_or_init(|| vault).clone())
+}
 pub use registration::{client_metadata, ClientSettings, TokenAuth};
 
+use super::vault::TokenVault;
 use super::{OutgoingAuthError, Secret};
-use crate::credential::Owner;
 use registration::Registration;
 
 /// How many step-up re-authorizations one principal gets in a row (after the first
@@ -47,8 +61,6 @@ use registration::Registration;
 pub const MAX_STEP_UPS: u32 = 2;
 /// Most principals whose tokens one backend keeps.
 pub const MAX_TOKENS: usize = 65_536;
-/// A token is refreshed (or, with no refresh token, dropped) this long before it expires.
-const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
 /// `auth: {type: oauth, …}` of one backend.
 #[derive(Debug, Clone)]
@@ -76,43 +88,35 @@ pub struct Consent {
     pub elicitation_id: String,
 }
 
-/// A principal's token for this backend.
-#[derive(Clone)]
-struct Stored {
-    header: HeaderValue,
-    refresh: Option<Secret>,
-    expires: Option<Instant>,
-    scope: Option<String>,
-    registration: Registration,
-    token_endpoint: String,
-    resource: String,
-}
-
-/// One oauth backend: its settings, its registrations (per issuer), and its principals'
-/// tokens.
+/// One oauth backend: its settings, its registrations and server metadata (per issuer), and
+/// where its principals' tokens are (the vault, keyed by principal and this backend).
 pub struct Backend {
     config: OAuthConfig,
     http: http::Http,
     flows: Arc<Flows>,
+    vault: Arc<dyn TokenVault>,
     registrations: Mutex<HashMap<String, Registration>>,
-    tokens: Mutex<HashMap<Owner, Stored>>,
+    servers: Mutex<HashMap<String, discovery::ServerMetadata>>,
     /// Per principal: the scope last asked for and the step-ups in a row.
-    asked: Mutex<HashMap<Owner, (Option<String>, u32)>>,
+    asked: Mutex<HashMap<String, (Option<String>, u32)>>,
 }
 
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OAuthBackend")
             .field("backend", &self.config.backend)
-            .field("principals", &self.tokens.lock().len())
             .finish_non_exhaustive()
     }
 }
 
 impl Backend {
     /// A backend per `config`, its flows recorded in `flows` (shared by every oauth backend:
-    /// the callback is one).
-    pub fn new(config: OAuthConfig, flows: Arc<Flows>) -> Result<Arc<Self>, OutgoingAuthError> {
+    /// the callback is one), its principals' tokens kept in `vault`.
+    pub fn new(
+        config: OAuthConfig,
+        flows: Arc<Flows>,
+        vault: Arc<dyn TokenVault>,
+    ) -> Result<Arc<Self>, OutgoingAuthError> {
         if let Some(url) = &config.client.client_metadata_url {
             if !url.starts_with("https://")
                 || discovery::split(url).is_none_or(|(_, p)| p.is_empty())
@@ -121,16 +125,15 @@ impl Backend {
                     "clientMetadataUrl must be an https URL with a path",
                 ));
             }
-        }
-        if let Some(url) = &config.client.client_metadata_url {
             flows.set_metadata_url(url);
         }
         Ok(Arc::new(Backend {
             http: http::Http::new(config.timeout),
             config,
             flows,
+            vault,
             registrations: Mutex::new(HashMap::new()),
-            tokens: Mutex::new(HashMap::new()),
+            servers: Mutex::new(HashMap::new()),
             asked: Mutex::new(HashMap::new()),
         }))
     }
@@ -140,94 +143,26 @@ impl Backend {
         &self.config.backend
     }
 
-    /// `owner`'s token for this backend, refreshed first when it is about to expire; `None`
-    /// when there is none (the call goes out without one, and the backend's 401 leads to
-    /// consent).
-    pub(crate) async fn token(
-        &self,
-        owner: &Owner,
-    ) -> Result<Option<HeaderValue>, OutgoingAuthError> {
-        let stored = self.tokens.lock().get(owner).cloned();
-        let Some(stored) = stored else {
-            return Ok(None);
-        };
-        let fresh = stored
-            .expires
-            .is_none_or(|at| Instant::now() + EXPIRY_MARGIN < at);
-        if fresh {
-            return Ok(Some(stored.header));
-        }
-        self.forget(owner);
-        match &stored.refresh {
-            Some(refresh) => match self.refresh(owner, &stored, refresh).await {
-                Ok(header) => Ok(Some(header)),
-                Err(e) => {
-                    info!(backend = %self.config.backend, error = %e, "token refresh failed; consent is needed again");
-                    Ok(None)
-                }
-            },
-            None => Ok(None),
-        }
-    }
-
-    /// Forgets `owner`'s token (the backend refused it).
-    pub(crate) fn forget(&self, owner: &Owner) {
-        self.tokens.lock().remove(owner);
-    }
-
-    /// Whether `owner` holds a token here.
-    pub fn has_token(&self, owner: &Owner) -> bool {
-        self.tokens.lock().contains_key(owner)
-    }
-
-    async fn refresh(
-        &self,
-        owner: &Owner,
-        old: &Stored,
-        refresh: &Secret,
-    ) -> Result<HeaderValue, OutgoingAuthError> {
-        let mut form = vec![
-            ("grant_type", "refresh_token".to_owned()),
-            ("refresh_token", refresh.expose().to_owned()),
-            ("resource", old.resource.clone()),
-        ];
-        let auth = old.registration.authenticate(&mut form);
-        let json = token_request(&self.http, &old.token_endpoint, &form, auth).await?;
-        let stored = stored_from(
-            &json,
-            old.registration.clone(),
-            &old.token_endpoint,
-            &old.resource,
-            old.scope.clone(),
-            Some(refresh),
-        )?;
-        let header = stored.header.clone();
-        self.keep(*owner, stored);
-        Ok(header)
-    }
-
-    fn keep(&self, owner: Owner, stored: Stored) {
-        let mut tokens = self.tokens.lock();
-        if tokens.len() >= MAX_TOKENS && !tokens.contains_key(&owner) {
-            let now = Instant::now();
-            tokens.retain(|_, s| s.expires.is_none_or(|at| at > now) || s.refresh.is_some());
-        }
-        if tokens.len() < MAX_TOKENS || tokens.contains_key(&owner) {
-            tokens.insert(owner, stored);
-        }
+    fn redirect_uri(&self) -> Result<String, OutgoingAuthError> {
+        self.flows.redirect_uri().ok_or(OutgoingAuthError::Config(
+            "the gateway's public URL is not known yet",
+        ))
     }
 
     /// The backend refused `owner`'s call (401, or 403 `insufficient_scope`) with
     /// `challenge`: a new authorization request, whose URL the user must open.
     pub(crate) async fn consent(
         self: &Arc<Self>,
-        owner: &Owner,
+        principal: &str,
         challenge: &Challenge,
     ) -> Result<Consent, OutgoingAuthError> {
         let step_up = challenge.insufficient_scope();
         let previous = {
             let mut asked = self.asked.lock();
-            let entry = asked.entry(*owner).or_insert((None, 0));
+            if asked.len() >= MAX_TOKENS && !asked.contains_key(principal) {
+                asked.clear();
+            }
+            let entry = asked.entry(principal.to_owned()).or_insert((None, 0));
             if step_up {
                 if entry.1 >= MAX_STEP_UPS {
                     return Err(OutgoingAuthError::StepUpLimit);
@@ -238,7 +173,7 @@ impl Backend {
             }
             entry.0.clone()
         };
-        self.forget(owner);
+        self.forget(principal).await;
         let resource = discovery::resource_metadata(
             &self.http,
             &self.config.server_url,
@@ -246,9 +181,10 @@ impl Backend {
         )
         .await?;
         let server = discovery::server_metadata(&self.http, &resource.issuer).await?;
-        let redirect_uri = self.flows.redirect_uri().ok_or(OutgoingAuthError::Config(
-            "the gateway's public URL is not known yet",
-        ))?;
+        self.servers
+            .lock()
+            .insert(server.issuer.clone(), server.clone());
+        let redirect_uri = self.redirect_uri()?;
         let registration = self.registration(&server, &redirect_uri).await?;
         let scope = authorization::select_scope(
             challenge.scope.as_deref(),
@@ -268,13 +204,13 @@ impl Backend {
             resource: &resource.resource,
             scope: scope.as_deref(),
         });
-        if let Some(entry) = self.asked.lock().get_mut(owner) {
+        if let Some(entry) = self.asked.lock().get_mut(principal) {
             entry.0 = scope.clone();
         }
         self.flows.insert(
             state,
             flows::Flow {
-                owner: *owner,
+                principal: principal.to_owned(),
                 backend: self.clone(),
                 registration,
                 verifier: Secret::new(&verifier),
@@ -390,16 +326,12 @@ pub async fn complete(flows: &Flows, query: &str) -> Result<String, CallbackErro
     let json = token_request(&backend.http, &flow.token_endpoint, &form, auth)
         .await
         .map_err(CallbackError::Token)?;
-    let stored = stored_from(
-        &json,
-        flow.registration,
-        &flow.token_endpoint,
-        &flow.resource,
-        flow.scope,
-        None,
-    )
-    .map_err(CallbackError::Token)?;
-    backend.keep(flow.owner, stored);
+    let token = tokens::token_from(&json, &flow.registration, &flow.resource, flow.scope, None)
+        .map_err(CallbackError::Token)?;
+    backend
+        .keep(&flow.principal, &token)
+        .await
+        .map_err(CallbackError::Token)?;
     info!(backend = %backend.config.backend, "authorization completed; token kept for its principal");
     Ok(backend.config.backend.clone())
 }
@@ -426,41 +358,6 @@ async fn token_request(
         });
     }
     answer.json.ok_or(OutgoingAuthError::Malformed("not JSON"))
-}
-
-/// The token in a token answer, to keep.
-fn stored_from(
-    json: &Value,
-    registration: Registration,
-    token_endpoint: &str,
-    resource: &str,
-    asked: Option<String>,
-    old_refresh: Option<&Secret>,
-) -> Result<Stored, OutgoingAuthError> {
-    let issued = super::token_endpoint::issued(json, false)?;
-    let refresh = json
-        .get("refresh_token")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(Secret::new)
-        .or_else(|| old_refresh.cloned());
-    let expires = json
-        .get("expires_in")
-        .is_some_and(|v| !v.is_null())
-        .then(|| Instant::now() + issued.lifetime);
-    Ok(Stored {
-        header: issued.header,
-        refresh,
-        expires,
-        scope: json
-            .get("scope")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or(asked),
-        registration,
-        token_endpoint: token_endpoint.to_owned(),
-        resource: resource.to_owned(),
-    })
 }
 
 /// Whether `url`'s host is a loopback address or `localhost`.
