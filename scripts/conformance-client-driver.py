@@ -328,8 +328,17 @@ class Client:
     def authorized(self, method: str, params: dict | None = None) -> dict:
         """`request`, where a URL elicitation (-32042: a backend needs the user's
         authorization) is followed in the browser and the request retried."""
+        base = dict(params or {})
         for _round in range(4):
             answer = self.request(method, params)
+            result = answer.get("result") or {}
+            if result.get("resultType") == "input_required":
+                # Modern: the input requests fulfilled (a URL one: the browser), then retried.
+                inputs = result.get("inputRequests") or {}
+                params = {**base, "inputResponses": {k: fulfil(r) for k, r in inputs.items()}}
+                if "requestState" in result:
+                    params["requestState"] = result["requestState"]
+                continue
             error = answer.get("error") or {}
             if error.get("code") != URL_ELICITATION_REQUIRED:
                 return answer

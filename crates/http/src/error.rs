@@ -281,6 +281,44 @@ fn consent_error(consent: &switchboard_core::oauth::Consent) -> ErrorObject {
     }))
 }
 
+/// The consent a failure asks for, if it is a backend's need for the caller's authorization.
+fn consent_of(e: &CoreError) -> Option<&switchboard_core::oauth::Consent> {
+    match e {
+        CoreError::Backend(UpstreamError::Remote(RemoteError::OutgoingAuth(
+            OutgoingAuthError::ConsentRequired(c),
+        )))
+        | CoreError::OfBackend(
+            _,
+            UpstreamError::Remote(RemoteError::OutgoingAuth(OutgoingAuthError::ConsentRequired(c))),
+        ) => Some(c),
+        _ => None,
+    }
+}
+
+/// A Modern (2026-07-28) request's answer when `e` asks for the caller's authorization: an
+/// `input_required` result whose input request is a URL-mode elicitation (2026-07-28 has no
+/// -32042); the client's retry of the request learns whether it was given.
+pub(crate) fn modern_consent(id: Option<&RequestId>, e: &CoreError) -> Option<Vec<u8>> {
+    let (id, consent) = (id?, consent_of(e)?);
+    let result = json!({
+        "resultType": "input_required",
+        "inputRequests": {
+            "authorization": {
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "url",
+                    "url": consent.url,
+                    "message": format!(
+                        "Authorize Switchboard to use {} on your behalf, then retry",
+                        consent.backend
+                    ),
+                }
+            }
+        }
+    });
+    Some(switchboard_wire::encode_result(id, &result.to_string()))
+}
+
 fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
     let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
     match e {

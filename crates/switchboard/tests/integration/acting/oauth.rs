@@ -1,7 +1,8 @@
 //! `auth: oauth` / `--upstream-auth oauth`: per-user OAuth to a remote, through the real
 //! binary, against `acting/upstream.py --oauth` (a protected MCP server that is its own
 //! authorization server: discovery, dynamic registration, PKCE, `iss`, refresh tokens). Each
-//! principal's first call gets a URL elicitation (-32042) carrying its own authorization URL; a
+//! principal's first call gets a URL elicitation (Legacy: -32042; Modern: an `input_required`
+//! result) carrying its own authorization URL; a
 //! scripted browser follows it (the authorization server redirects to the gateway's
 //! `/oauth/callback`); the retry succeeds with that principal's own token, never another's.
 
@@ -70,6 +71,20 @@ fn consent_url(answer: &Value) -> String {
     url
 }
 
+/// The authorization URL of a Modern `input_required` result (2026-07-28 has no -32042): its
+/// input request is a URL-mode elicitation.
+fn modern_consent_url(answer: &Value) -> String {
+    let result = &answer["result"];
+    assert_eq!(result["resultType"], "input_required", "{answer}");
+    let request = &result["inputRequests"]["authorization"];
+    assert_eq!(request["method"], "elicitation/create", "{answer}");
+    assert_eq!(request["params"]["mode"], "url", "{answer}");
+    let url = request["params"]["url"].as_str().unwrap().to_owned();
+    assert!(url.contains("code_challenge_method=S256"), "{url}");
+    assert!(url.contains("resource="), "{url}");
+    url
+}
+
 /// What the user's browser does: GET the URL as `user`, following redirects (to the
 /// gateway's callback); the final status and page.
 async fn browse(url: &str, user: &str) -> (u16, String) {
@@ -88,8 +103,8 @@ async fn each_principal_consents_for_itself_and_gets_only_its_own_token() {
     let gw = gateway(&up, &jwks.url, &dir).await;
     let (alice, bob) = (jwt("alice"), jwt("bob"));
 
-    let alice_url = consent_url(&modern_call(&gw, &alice).await);
-    let bob_url = consent_url(&modern_call(&gw, &bob).await);
+    let alice_url = modern_consent_url(&modern_call(&gw, &alice).await);
+    let bob_url = modern_consent_url(&modern_call(&gw, &bob).await);
     assert_ne!(
         alice_url, bob_url,
         "each principal its own authorization request"
@@ -101,7 +116,7 @@ async fn each_principal_consents_for_itself_and_gets_only_its_own_token() {
     let first = seen(&modern_call(&gw, &alice).await);
     assert!(first.starts_with("Bearer at.alice."), "{first}");
     // Bob has given no consent: still asked, never sent Alice's token.
-    consent_url(&modern_call(&gw, &bob).await);
+    modern_consent_url(&modern_call(&gw, &bob).await);
 
     // The same authorization link again: its state was used; nothing changes.
     let (status, page) = browse(&alice_url, "alice").await;
@@ -180,7 +195,7 @@ async fn a_token_about_to_expire_is_refreshed_with_its_resource() {
     let dir = Dir::new("oauth-refresh");
     let gw = gateway(&up, &jwks.url, &dir).await;
     let dave = jwt("dave");
-    let url = consent_url(&modern_call(&gw, &dave).await);
+    let url = modern_consent_url(&modern_call(&gw, &dave).await);
     assert_eq!(browse(&url, "dave").await.0, 200);
     let first = seen(&modern_call(&gw, &dave).await);
     let second = seen(&modern_call(&gw, &dave).await);
