@@ -172,7 +172,14 @@ impl AuthArgs {
     }
 
     /// Whether a caller without credentials would be served on `host`.
-    pub(crate) fn check_anonymous(&self, r: &Resolved, host: &str) -> anyhow::Result<()> {
+    /// `per_user`: a backend keeps tokens per principal (`auth: oauth`), which anonymous
+    /// callers, all one principal, would share: refused off loopback whatever the opt-in.
+    pub(crate) fn check_anonymous(
+        &self,
+        r: &Resolved,
+        host: &str,
+        per_user: bool,
+    ) -> anyhow::Result<()> {
         let authenticated = !r.args_keys.is_empty()
             || !r.file.api_keys.is_empty()
             || self.jwt_issuer.is_some()
@@ -183,6 +190,13 @@ impl AuthArgs {
                 .parse::<IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback());
         let allowed = self.allow_anonymous_non_loopback || r.file.allow_anonymous_non_loopback;
+        if per_user && !authenticated && !loopback {
+            bail!(
+                "refusing to serve anonymous callers on {host} with a per-user OAuth backend: \
+                 every anonymous caller would share one user's tokens; configure --api-keys-file \
+                 or --jwt-issuer"
+            );
+        }
         if !(authenticated || loopback || allowed) {
             bail!(
                 "refusing to serve anonymous callers on {host}: configure --api-keys-file or \

@@ -212,3 +212,28 @@ async fn a_token_about_to_expire_is_refreshed_with_its_resource() {
         assert_eq!(e["user"], "dave");
     }
 }
+
+/// Anonymous callers are one principal: off loopback they would share one user's tokens, so a
+/// per-user OAuth backend refuses to start there even with the anonymous opt-in.
+#[tokio::test]
+async fn anonymous_callers_off_loopback_are_refused_with_a_per_user_backend() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args([
+            "run",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--allow-anonymous-non-loopback",
+            "--url",
+            "http://127.0.0.1:9/mcp",
+            "--upstream-auth",
+            "oauth",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("share one user's tokens"), "{err}");
+}
