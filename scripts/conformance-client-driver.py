@@ -30,12 +30,15 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
+URL_ELICITATION_REQUIRED = -32042
 CLIENT_INFO = {"name": "switchboard-conformance-driver", "version": "1.0.0"}
 # Each step's bound (the suite gives the whole scenario 30 s; sse-retry waits its retry).
 STEP_TIMEOUT = 20.0
@@ -48,9 +51,10 @@ def log(text: str) -> None:
 class Gateway:
     """`switchboard run --url URL` on a free loopback port, until `stop`."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, extra: list[str] | None = None) -> None:
         binary = os.environ.get("SWITCHBOARD_BIN") or str(ROOT / "target/debug/switchboard")
         args = [binary, "run", "--host", "127.0.0.1", "--port", "0", "--url", upstream]
+        args += extra or []
         self.proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
@@ -173,13 +177,27 @@ def defaults_of(schema: dict) -> dict:
     return content
 
 
+def follow_in_browser(url: str) -> None:
+    """What a user's browser does with an authorization URL: GET it, following redirects
+    (the authorization server sends it back to the gateway's /oauth/callback)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise RuntimeError("an authorization URL that is not http(s)")
+    try:
+        with urllib.request.urlopen(url, timeout=STEP_TIMEOUT) as page:
+            log(f"browser: {page.status} at {urllib.parse.urlsplit(page.url).path}")
+    except urllib.error.HTTPError as e:
+        log(f"browser: {e.code} at {urllib.parse.urlsplit(e.url or '').path}")
+
+
 def fulfil(request: dict) -> dict:
     """This client's answer to a server→client request (or an input request)."""
     method = request.get("method")
     params = request.get("params") or {}
     if method == "elicitation/create":
         if params.get("mode") == "url":
-            return {"action": "decline"}
+            follow_in_browser(params.get("url") or "")
+            return {"action": "accept"}
         return {"action": "accept", "content": defaults_of(params.get("requestedSchema") or {})}
     if method == "sampling/createMessage":
         return {
@@ -307,8 +325,31 @@ class Client:
             conn.getresponse().read()
             conn.close()
 
+    def authorized(self, method: str, params: dict | None = None) -> dict:
+        """`request`, where a URL elicitation (-32042: a backend needs the user's
+        authorization) is followed in the browser and the request retried."""
+        base = dict(params or {})
+        for _round in range(4):
+            answer = self.request(method, params)
+            result = answer.get("result") or {}
+            if result.get("resultType") == "input_required":
+                # Modern: the input requests fulfilled (a URL one: the browser), then retried.
+                inputs = result.get("inputRequests") or {}
+                params = {**base, "inputResponses": {k: fulfil(r) for k, r in inputs.items()}}
+                if "requestState" in result:
+                    params["requestState"] = result["requestState"]
+                continue
+            error = answer.get("error") or {}
+            if error.get("code") != URL_ELICITATION_REQUIRED:
+                return answer
+            log(f"{method}: authorization required")
+            for elicitation in (error.get("data") or {}).get("elicitations") or []:
+                if elicitation.get("mode") == "url":
+                    follow_in_browser(elicitation.get("url") or "")
+        return answer
+
     def list_tools(self) -> list[dict]:
-        answer = self.request("tools/list")
+        answer = self.authorized("tools/list")
         tools = (answer.get("result") or {}).get("tools") or []
         self.tools = {t["name"]: t for t in tools}
         log(f"tools/list: {sorted(self.tools)}")
@@ -322,6 +363,13 @@ class Client:
             answer = self.request("tools/call", params)
             result = answer.get("result") or {}
             log(f"tools/call {name}: {json.dumps(answer)[:300]}")
+            error = answer.get("error") or {}
+            if error.get("code") == URL_ELICITATION_REQUIRED:
+                # The user authorizes in a browser, then the client retries the call.
+                for elicitation in (error.get("data") or {}).get("elicitations") or []:
+                    if elicitation.get("mode") == "url":
+                        follow_in_browser(elicitation.get("url") or "")
+                continue
             if result.get("resultType") != "input_required":
                 return answer
             if state_probe:
@@ -428,6 +476,26 @@ def run_scenario(scenario: str, client: Client, context: dict) -> None:
     client.end()
 
 
+def gateway_flags(scenario: str, context: dict) -> list[str]:
+    """The gateway's flags for a scenario: per-user OAuth to the upstream for auth/*, with
+    the pre-registered client the scenario names (its secret in a private file), and the
+    Client ID Metadata Document URL the suite expects."""
+    if not scenario.startswith("auth/"):
+        return []
+    flags = [
+        "--upstream-auth", "oauth",
+        "--upstream-client-metadata-url", "https://conformance-test.local/client-metadata.json",
+    ]
+    if context.get("client_id") and context.get("client_secret"):
+        import tempfile
+        fd, path = tempfile.mkstemp(prefix="sb-conformance-secret-")
+        with os.fdopen(fd, "w") as f:
+            f.write(context["client_secret"] + "\n")
+        os.chmod(path, 0o600)
+        flags += ["--upstream-client-id", context["client_id"], "--upstream-client-secret-file", path]
+    return flags
+
+
 def main() -> int:
     if len(sys.argv) < 2:
         print("usage: conformance-client-driver.py SERVER_URL", file=sys.stderr)
@@ -441,7 +509,7 @@ def main() -> int:
     # input requests are answered whatever the capability (the retry carries them).
     capabilities = {"elicitation": {"form": {}}} if modern else {"elicitation": {}}
     log(f"scenario {scenario}, {'Modern' if modern else 'Legacy'} {version}, upstream {upstream}")
-    gateway = Gateway(upstream)
+    gateway = Gateway(upstream, gateway_flags(scenario, context))
     status = 0
     try:
         url = gateway.wait_ready()

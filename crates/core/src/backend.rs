@@ -133,6 +133,26 @@ impl Backend {
 }
 
 impl Backend {
+    /// A backend the gateway could not probe on its own (a remote that needs each caller's
+    /// authorization): Legacy assumed, a tools capability, and the version this gateway
+    /// speaks; the callers' own requests meet the real server.
+    pub fn unprobed(handle: Upstream) -> Backend {
+        Backend {
+            handle,
+            info: BackendInfo {
+                protocol_version: "2025-11-25".to_owned(),
+                capabilities: serde_json::json!({"tools": {}}),
+                server_info: serde_json::json!({"name": "switchboard-remote", "version": "0"}),
+                instructions: None,
+                era: BackendEra {
+                    legacy: true,
+                    modern: false,
+                },
+            },
+            internal: None,
+        }
+    }
+
     /// Makes a restarted process (`standby`, not yet installed) usable: the Legacy handshake
     /// when the backend has one (a Modern-only backend needs none).
     pub(crate) async fn reinitialize(

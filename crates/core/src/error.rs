@@ -219,6 +219,23 @@ pub enum BackendFault {
 }
 
 impl CoreError {
+    /// The consent a failure asks for, if it is a backend's need for the caller's
+    /// authorization (per-user OAuth), of the one backend or of one of several.
+    pub fn consent(&self) -> Option<&switchboard_upstream::outgoing_auth::oauth::Consent> {
+        use switchboard_upstream::outgoing_auth::OutgoingAuthError as Auth;
+        use switchboard_upstream::remote::RemoteError as Remote;
+        match self {
+            CoreError::Backend(UpstreamError::Remote(Remote::OutgoingAuth(
+                Auth::ConsentRequired(c),
+            )))
+            | CoreError::OfBackend(
+                _,
+                UpstreamError::Remote(Remote::OutgoingAuth(Auth::ConsentRequired(c))),
+            ) => Some(c),
+            _ => None,
+        }
+    }
+
     /// The kind of backend failure this is; `None` for a failure that is not the backend's.
     pub fn backend_fault(&self) -> Option<BackendFault> {
         use switchboard_upstream::outgoing_auth::OutgoingAuthError as Auth;

@@ -84,6 +84,7 @@ pub use session::{SessionId, Transport};
 pub use session_store::{
     new_replica_id, Presence, SessionRecords, SessionStore, StoreError, STORE_TIMEOUT,
 };
+pub use switchboard_upstream::outgoing_auth::oauth;
 pub use switchboard_upstream::outgoing_auth::OutgoingAuthError;
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;

@@ -29,6 +29,7 @@
 //! | every dedicated MRTR process in use       | 503  | -32603                      |
 //! | every warm Modern partition in use        | 503  | -32603                      |
 //! | too many POSTs in flight                  | 503  | -32603, no id               |
+//! | backend needs the caller's OAuth consent  | 200  | -32042 + `data.elicitations[]` (URL mode) |
 //! | backend gone / write queue full           | 502 / 503 | -32603                 |
 //! | backend's circuit breaker open            | 503 (aggregating: 200) | -32603 + `data.retryAfterSeconds`, `Retry-After` |
 //! | deadline exceeded                         | 504  | -32000 (SSE: an error frame)|
@@ -263,6 +264,12 @@ pub(crate) const RATE_LIMITED: i32 = 429;
 /// A backend's failure, by the kind core classified it as.
 fn backend_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
     let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
+    // Per-user OAuth: the caller must authorize the gateway at the backend's authorization
+    // server. A URL-mode elicitation (URLElicitationRequiredError); its message holds the
+    // URL too, for a client that shows errors only.
+    if let Some(consent) = e.consent() {
+        return (StatusCode::OK, consent_error(consent));
+    }
     match e.backend_fault().unwrap_or(BackendFault::Unavailable) {
         BackendFault::RemoteTimeout => (
             StatusCode::GATEWAY_TIMEOUT,
@@ -290,6 +297,49 @@ fn backend_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             internal(format!("Backend unavailable: {e}")),
         ),
     }
+}
+
+/// JSON-RPC code of URLElicitationRequiredError (MCP 2025-11-25).
+pub(crate) const URL_ELICITATION_REQUIRED: i32 = -32042;
+
+/// The error asking for a caller's consent at a backend's authorization server.
+fn consent_error(consent: &switchboard_core::oauth::Consent) -> ErrorObject {
+    let message = format!(
+        "Authorization required: backend {} needs you to authorize access; open {} and retry",
+        consent.backend, consent.url
+    );
+    ErrorObject::new(URL_ELICITATION_REQUIRED, message.clone()).with_data(json!({
+        "elicitations": [{
+            "mode": "url",
+            "elicitationId": consent.elicitation_id,
+            "url": consent.url,
+            "message": format!("Authorize Switchboard to use {} on your behalf", consent.backend),
+        }]
+    }))
+}
+
+/// A Modern (2026-07-28) request's answer when `e` asks for the caller's authorization: an
+/// `input_required` result whose input request is a URL-mode elicitation (2026-07-28 has no
+/// -32042); the client's retry of the request learns whether it was given.
+pub(crate) fn modern_consent(id: Option<&RequestId>, e: &CoreError) -> Option<Vec<u8>> {
+    let (id, consent) = (id?, e.consent()?);
+    let result = json!({
+        "resultType": "input_required",
+        "inputRequests": {
+            "authorization": {
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "url",
+                    "url": consent.url,
+                    "message": format!(
+                        "Authorize Switchboard to use {} on your behalf, then retry",
+                        consent.backend
+                    ),
+                }
+            }
+        }
+    });
+    Some(switchboard_wire::encode_result(id, &result.to_string()))
 }
 
 fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {

@@ -16,6 +16,7 @@ mod hop;
 mod in_flight;
 mod legacy_sse;
 mod modern;
+mod oauth_callback;
 mod ops_ui;
 mod origin;
 mod outbound;
@@ -184,6 +185,11 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/.well-known/oauth-protected-resource/mcp",
             get(auth::metadata),
+        )
+        .route("/oauth/callback", get(oauth_callback::callback))
+        .route(
+            "/oauth/client-metadata.json",
+            get(oauth_callback::client_metadata),
         )
         .route("/", get(index))
         // Static, no data (see `ops_ui`): the data it shows comes from `/status` and `/trust`.

@@ -59,11 +59,20 @@ pub(crate) async fn handle(
     };
     match delivery {
         Delivery::Json => {
-            let answer = state
+            let answer = match state
                 .gateway
                 .handle(Exchange::modern(caller, msg, None))
                 .await
-                .map_err(|e| HttpError::Core(id, e))?;
+            {
+                Ok(answer) => answer,
+                Err(e) => match crate::error::modern_consent(id.as_ref(), &e) {
+                    Some(body) => {
+                        let json = [(header::CONTENT_TYPE, "application/json")];
+                        return Ok((json, body).into_response());
+                    }
+                    None => return Err(HttpError::Core(id, e)),
+                },
+            };
             let status = answer
                 .error_code
                 .map_or(axum::http::StatusCode::OK, status_of);
@@ -93,6 +102,9 @@ pub(crate) async fn handle(
                     Err(_) => Err(CoreError::UnexpectedResponse),
                 };
                 result.unwrap_or_else(|e| {
+                    if let Some(body) = crate::error::modern_consent(id.as_ref(), &e) {
+                        return body;
+                    }
                     let failure = HttpError::Core(id, e);
                     let (_, id, err) = failure.parts();
                     encode_error(id, &err)

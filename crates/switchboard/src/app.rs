@@ -89,7 +89,11 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let shape = Shape::of_all(&backends, aggregate);
     // Identity, policy and audit settings are checked before anything starts.
     let auth = args.auth.resolve()?;
-    args.auth.check_anonymous(&auth, &args.host)?;
+    let per_user = backends.iter().any(|b| {
+        matches!(&b.kind, crate::config::spec::BackendKind::Remote(r)
+            if matches!(r.auth, switchboard_upstream::outgoing_auth::OutgoingAuth::OAuth(_)))
+    });
+    args.auth.check_anonymous(&auth, &args.host, per_user)?;
     let (access, policy) = args.auth.access(&auth)?;
     let origins = backends
         .iter()

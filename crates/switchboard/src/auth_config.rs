@@ -186,7 +186,14 @@ impl AuthArgs {
     }
 
     /// Whether a caller without credentials would be served on `host`.
-    pub(crate) fn check_anonymous(&self, r: &Resolved, host: &str) -> anyhow::Result<()> {
+    /// `per_user`: a backend keeps tokens per principal (`auth: oauth`), which anonymous
+    /// callers, all one principal, would share: refused off loopback whatever the opt-in.
+    pub(crate) fn check_anonymous(
+        &self,
+        r: &Resolved,
+        host: &str,
+        per_user: bool,
+    ) -> anyhow::Result<()> {
         let authenticated = !r.args_keys.is_empty()
             || !r.file.api_keys.is_empty()
             || self.jwt_issuer.is_some()
@@ -197,6 +204,13 @@ impl AuthArgs {
                 .parse::<IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback());
         let allowed = self.allow_anonymous_non_loopback || r.file.allow_anonymous_non_loopback;
+        if per_user && !authenticated && !loopback {
+            bail!(
+                "refusing to serve anonymous callers on {host} with a per-user OAuth backend: \
+                 every anonymous caller would share one user's tokens; configure --api-keys-file \
+                 or --jwt-issuer"
+            );
+        }
         if !(authenticated || loopback || allowed) {
             bail!(
                 "refusing to serve anonymous callers on {host}: configure --api-keys-file or \
@@ -267,6 +281,8 @@ impl AuthArgs {
             .or_else(|| r.file.public_url.clone())
             .unwrap_or_else(|| format!("http://{addr}"));
         let public_url = public_url.trim_end_matches('/').to_owned();
+        // Where authorization servers send users back (per-user OAuth to remotes).
+        switchboard_core::oauth::site().set_public_url(&public_url);
         let keys = r.args_keys.clone();
         let jwt = match (&self.jwt_issuer, &r.file.jwt) {
             (None, None) => None,

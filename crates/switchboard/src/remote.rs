@@ -68,6 +68,14 @@ pub(crate) struct RemoteArgs {
     /// A file (mode 0600) whose first line is the gateway's client secret there.
     #[arg(long, value_name = "FILE", requires = "upstream_auth")]
     pub(crate) upstream_client_secret_file: Option<std::path::PathBuf>,
+    /// oauth: the public https URL of the gateway's Client ID Metadata Document (it serves
+    /// the document at `/oauth/client-metadata.json`; the URL is its `client_id`).
+    #[arg(long, value_name = "URL", requires = "upstream_auth")]
+    pub(crate) upstream_client_metadata_url: Option<String>,
+    /// oauth: the token endpoint auth method (`client_secret_basic`, `client_secret_post`,
+    /// `none`); default: from the registration and the server's metadata.
+    #[arg(long, value_name = "METHOD", requires = "upstream_auth")]
+    pub(crate) upstream_token_endpoint_auth: Option<String>,
 }
 
 /// `--upstream-auth`.
@@ -79,6 +87,8 @@ pub(crate) enum UpstreamAuthArg {
     TokenExchange,
     /// The gateway's own token (client credentials grant).
     ClientCredentials,
+    /// Per-user OAuth: each caller's own token, after its consent (authorization code + PKCE).
+    Oauth,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -114,6 +124,7 @@ impl RemoteArgs {
                 UpstreamAuthArg::Passthrough => AuthType::Passthrough,
                 UpstreamAuthArg::TokenExchange => AuthType::TokenExchange,
                 UpstreamAuthArg::ClientCredentials => AuthType::ClientCredentials,
+                UpstreamAuthArg::Oauth => AuthType::Oauth,
             },
             token_endpoint: self.upstream_token_endpoint.clone(),
             client_id: self.upstream_client_id.clone(),
@@ -121,6 +132,8 @@ impl RemoteArgs {
             audience: self.upstream_audience.clone(),
             scopes: self.upstream_scopes.clone(),
             resource: self.upstream_resource.clone(),
+            client_metadata_url: self.upstream_client_metadata_url.clone(),
+            token_endpoint_auth: self.upstream_token_endpoint_auth.clone(),
         };
         let flag = |key: &str| match key {
             "type" => "--upstream-auth".to_owned(),
@@ -130,9 +143,12 @@ impl RemoteArgs {
             "audience" => "--upstream-audience".to_owned(),
             "scopes" => "--upstream-scope".to_owned(),
             "resource" => "--upstream-resource".to_owned(),
+            "clientMetadataUrl" => "--upstream-client-metadata-url".to_owned(),
+            "tokenEndpointAuth" => "--upstream-token-endpoint-auth".to_owned(),
             other => other.to_owned(),
         };
-        crate::config::outgoing::resolve(&auth, "default", std::path::Path::new("."), &flag)
+        let url = self.url.as_deref().unwrap_or("");
+        crate::config::outgoing::resolve(&auth, "default", url, std::path::Path::new("."), &flag)
             .map_err(|errors| {
                 anyhow::anyhow!(
                     "{}",
@@ -292,6 +308,16 @@ pub(crate) async fn connect_with(
     }
 }
 
+/// Whether a per-user OAuth remote refused the gateway's own (tokenless) probe with 401.
+fn needs_consent(endpoint: &RemoteEndpoint, e: &CoreError) -> bool {
+    use switchboard_upstream::outgoing_auth::OutgoingAuth;
+    // 401 to the probe; or a Modern-only remote that refuses `initialize` (-32020) after
+    // its `server/discover` asked for authorization.
+    let text = e.to_string();
+    matches!(endpoint.auth(), OutgoingAuth::OAuth(_))
+        && (text.contains("HTTP 401") || text.contains("-32020"))
+}
+
 /// Whether connecting failed below HTTP.
 fn unreachable(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
@@ -317,6 +343,20 @@ pub(crate) async fn connect(
         Backend::connect(Upstream::Remote(probe.clone()), timeout, EraPolicy::Auto).await;
     let mut backend = match connected {
         Ok(b) => b,
+        // Per-user OAuth: the gateway's own probe has no user's token, and a 401 means
+        // "needs consent", not "down". The eras are learned from no handshake: both are
+        // assumed, and each client's own requests (with its own token) find out.
+        Err(e) if needs_consent(endpoint, &e) => {
+            owner.shutdown(Duration::from_secs(2)).await;
+            println!("switchboard: the remote asks for authorization (401); each caller is asked for consent on first use");
+            let mut backend = Backend::unprobed(Upstream::Remote(RemoteUpstream::new(
+                endpoint,
+                Mode::Stateless,
+                sink.clone(),
+            )));
+            backend.info.era.modern = endpoint.transport() != RemoteTransport::Sse;
+            return Ok((backend, None));
+        }
         Err(e) => {
             owner.shutdown(Duration::from_secs(2)).await;
             return Err(e).context("remote did not become ready");

@@ -26,6 +26,8 @@ pub struct Credential {
     /// bearer token of its own (an API key is a gateway secret, never a remote's).
     header: Option<HeaderValue>,
     owner: Owner,
+    /// The token vault's principal key (`principal_key(issuer, subject)`).
+    principal: std::sync::Arc<str>,
 }
 
 impl Credential {
@@ -37,6 +39,7 @@ impl Credential {
         Some(Credential {
             header: Some(value),
             owner: owner(issuer, subject),
+            principal: crate::outgoing_auth::principal_key(issuer, subject).into(),
         })
     }
 
@@ -46,6 +49,7 @@ impl Credential {
         Credential {
             header: None,
             owner: owner(issuer, subject),
+            principal: crate::outgoing_auth::principal_key(issuer, subject).into(),
         }
     }
 
@@ -68,6 +72,11 @@ impl Credential {
     /// Whose credential it is.
     pub(crate) fn owner(&self) -> &Owner {
         &self.owner
+    }
+
+    /// Whose credential it is, as the token vault keys it.
+    pub fn principal(&self) -> &str {
+        &self.principal
     }
 }
 

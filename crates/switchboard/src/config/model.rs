@@ -340,6 +340,10 @@ pub(crate) struct BackendAuth {
     #[serde(default)]
     pub(crate) scopes: Vec<String>,
     pub(crate) resource: Option<String>,
+    /// oauth: the public https URL of the gateway's Client ID Metadata Document.
+    pub(crate) client_metadata_url: Option<String>,
+    /// oauth: `client_secret_basic`, `client_secret_post` or `none`.
+    pub(crate) token_endpoint_auth: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -351,7 +355,7 @@ pub(crate) enum AuthType {
     TokenExchange,
     /// The gateway's own token (RFC 6749 §4.4).
     ClientCredentials,
-    /// Per-user OAuth: refused (not supported yet).
+    /// Per-user OAuth: each principal's own token, after its consent.
     Oauth,
 }
 

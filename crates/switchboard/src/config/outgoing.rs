@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use switchboard_upstream::outgoing_auth::oauth::{self, ClientSettings, OAuthConfig, TokenAuth};
 use switchboard_upstream::outgoing_auth::{
     check_token_endpoint, ClientCredentialsConfig, OutgoingAuth, OutgoingAuthError, Secret,
     TokenExchangeConfig,
@@ -18,20 +19,32 @@ use super::ConfigError;
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The keys of `auth` besides `type`, as the file spells them.
-pub(crate) const KEYS: [&str; 6] = [
+pub(crate) const KEYS: [&str; 8] = [
     "tokenEndpoint",
     "clientId",
     "clientSecretFile",
     "audience",
     "scopes",
     "resource",
+    "clientMetadataUrl",
+    "tokenEndpointAuth",
 ];
 
 /// The keys `kind` needs, and those it also takes.
 pub(crate) fn keys(kind: AuthType) -> (&'static [&'static str], &'static [&'static str]) {
     const CLIENT: [&str; 3] = ["tokenEndpoint", "clientId", "clientSecretFile"];
     match kind {
-        AuthType::Passthrough | AuthType::Oauth => (&[], &[]),
+        AuthType::Passthrough => (&[], &[]),
+        AuthType::Oauth => (
+            &[],
+            &[
+                "scopes",
+                "clientId",
+                "clientSecretFile",
+                "clientMetadataUrl",
+                "tokenEndpointAuth",
+            ],
+        ),
         AuthType::TokenExchange => (&CLIENT, &["audience", "scopes", "resource"]),
         AuthType::ClientCredentials => (&CLIENT, &["scopes"]),
     }
@@ -47,9 +60,6 @@ pub(crate) fn type_name(kind: AuthType) -> &'static str {
     }
 }
 
-/// Why `type: oauth` is refused.
-pub(crate) const OAUTH_NOT_YET: &str = "type oauth (per-user OAuth to the remote) is not supported yet; use tokenExchange (RFC 8693, acting as the caller), clientCredentials (the gateway's own token) or passthrough";
-
 /// What `auth` resolves to: the upstream's settings, and a text that changes whenever they
 /// do (for the reload diff; it holds a keyed digest of the secret, never the secret).
 #[derive(Debug)]
@@ -63,6 +73,7 @@ pub(crate) struct Resolved {
 pub(crate) fn resolve(
     auth: &BackendAuth,
     backend: &str,
+    url: &str,
     base: &Path,
     name: &dyn Fn(&str) -> String,
 ) -> Result<Resolved, Vec<ConfigError>> {
@@ -75,10 +86,35 @@ pub(crate) fn resolve(
         "audience" => auth.audience.is_some(),
         "scopes" => !auth.scopes.is_empty(),
         "resource" => auth.resource.is_some(),
+        "clientMetadataUrl" => auth.client_metadata_url.is_some(),
+        "tokenEndpointAuth" => auth.token_endpoint_auth.is_some(),
         _ => false,
     };
-    if auth.kind == AuthType::Oauth {
-        return Err(vec![ConfigError::new(&name("type"), OAUTH_NOT_YET)]);
+    if let Some(m) = auth.token_endpoint_auth.as_deref() {
+        if TokenAuth::parse(m).is_none() {
+            errors.push(ConfigError::new(
+                &name("tokenEndpointAuth"),
+                "one of client_secret_basic, client_secret_post, none",
+            ));
+        }
+    }
+    if let Some(u) = auth.client_metadata_url.as_deref() {
+        if !u.starts_with("https://")
+            || u.len() <= "https://".len()
+            || !u["https://".len()..].contains('/')
+        {
+            errors.push(ConfigError::new(
+                &name("clientMetadataUrl"),
+                "must be an https URL with a path (the authorization server fetches it)",
+            ));
+        }
+    }
+    if auth.kind == AuthType::Oauth && auth.client_secret_file.is_some() && auth.client_id.is_none()
+    {
+        errors.push(ConfigError::new(
+            &name("clientId"),
+            "required with clientSecretFile (a pre-registered client)",
+        ));
     }
     for key in needed {
         if !given(key) {
@@ -144,6 +180,29 @@ pub(crate) fn resolve(
     };
     let built = match (auth.kind, secret) {
         (AuthType::Passthrough, _) => Ok(OutgoingAuth::Passthrough),
+        (AuthType::Oauth, client_secret) => oauth::Backend::new(
+            OAuthConfig {
+                backend: backend.to_owned(),
+                server_url: url.to_owned(),
+                scopes: auth.scopes.clone(),
+                client: ClientSettings {
+                    client_id: auth.client_id.clone(),
+                    client_secret,
+                    client_metadata_url: auth.client_metadata_url.clone(),
+                    token_endpoint_auth: auth
+                        .token_endpoint_auth
+                        .as_deref()
+                        .and_then(TokenAuth::parse),
+                },
+                timeout: TOKEN_TIMEOUT,
+            },
+            oauth::site(),
+            match oauth::default_vault() {
+                Ok(v) => v,
+                Err(e) => return Err(vec![ConfigError::new(&name("type"), e.to_string())]),
+            },
+        )
+        .map(OutgoingAuth::OAuth),
         (AuthType::TokenExchange, Some(client_secret)) => {
             OutgoingAuth::token_exchange(TokenExchangeConfig {
                 backend: backend.to_owned(),
@@ -165,7 +224,7 @@ pub(crate) fn resolve(
                 timeout: TOKEN_TIMEOUT,
             })
         }
-        (_, None) | (AuthType::Oauth, _) => {
+        (_, None) => {
             return Err(vec![ConfigError::new(&name("type"), "incomplete")]);
         }
     };
@@ -185,13 +244,15 @@ fn fingerprint(auth: &BackendAuth, base: &Path) -> String {
         .and_then(|f| std::fs::read(base.join(f)).ok())
         .map(|bytes| keyed_digest(&bytes));
     format!(
-        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
         type_name(auth.kind),
         auth.token_endpoint,
         auth.client_id,
         auth.audience,
         auth.scopes,
         auth.resource,
+        auth.client_metadata_url,
+        auth.token_endpoint_auth,
         secret
     )
 }
@@ -253,6 +314,8 @@ mod tests {
             audience: Some("internal".into()),
             scopes: vec!["tools".into()],
             resource: None,
+            client_metadata_url: None,
+            token_endpoint_auth: None,
         }
     }
 
@@ -269,7 +332,7 @@ mod tests {
     fn a_complete_exchange_resolves_and_its_secret_is_nowhere_in_it() {
         let d = dir();
         secret_file(&d, 0o600);
-        let r = resolve(&exchange(), "internal", &d, &at).unwrap();
+        let r = resolve(&exchange(), "internal", "http://127.0.0.1:1/mcp", &d, &at).unwrap();
         assert!(r.auth.acts_as_caller());
         let shown = format!("{r:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
@@ -283,7 +346,7 @@ mod tests {
         use sha2::Digest as _;
         let d = dir();
         secret_file(&d, 0o600);
-        let first = resolve(&exchange(), "internal", &d, &at).unwrap();
+        let first = resolve(&exchange(), "internal", "http://127.0.0.1:1/mcp", &d, &at).unwrap();
         let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
         let plain = hex(&sha2::Sha256::digest(b"hunter2\n"));
         let plain_trimmed = hex(&sha2::Sha256::digest(b"hunter2"));
@@ -292,13 +355,13 @@ mod tests {
             assert!(!shown.contains(&plain_trimmed), "{shown}");
             assert!(!shown.contains("hunter2"), "{shown}");
         }
-        let same = resolve(&exchange(), "internal", &d, &at).unwrap();
+        let same = resolve(&exchange(), "internal", "http://127.0.0.1:1/mcp", &d, &at).unwrap();
         assert_eq!(
             same.fingerprint, first.fingerprint,
             "stable within the process"
         );
         std::fs::write(d.join("sts.secret"), "hunter3\n").unwrap();
-        let changed = resolve(&exchange(), "internal", &d, &at).unwrap();
+        let changed = resolve(&exchange(), "internal", "http://127.0.0.1:1/mcp", &d, &at).unwrap();
         assert_ne!(
             changed.fingerprint, first.fingerprint,
             "a new secret is a change"
@@ -312,14 +375,14 @@ mod tests {
         let mut cc = exchange();
         cc.kind = AuthType::ClientCredentials;
         assert_eq!(
-            messages(resolve(&cc, "b", &d, &at)),
+            messages(resolve(&cc, "b", "http://127.0.0.1:1/mcp", &d, &at)),
             vec!["backends[0].auth.audience: not a key of type clientCredentials"]
         );
         let mut bare = exchange();
         bare.token_endpoint = None;
         bare.audience = None;
         assert_eq!(
-            messages(resolve(&bare, "b", &d, &at)),
+            messages(resolve(&bare, "b", "http://127.0.0.1:1/mcp", &d, &at)),
             vec![
                 "backends[0].auth.tokenEndpoint: required for type tokenExchange",
                 "backends[0].auth.audience: tokenExchange needs an audience or a resource: the exchanged token must be meant for this backend",
@@ -327,17 +390,23 @@ mod tests {
         );
         let mut pass = exchange();
         pass.kind = AuthType::Passthrough;
-        assert_eq!(messages(resolve(&pass, "b", &d, &at)).len(), 5);
+        assert_eq!(
+            messages(resolve(&pass, "b", "http://127.0.0.1:1/mcp", &d, &at)).len(),
+            5
+        );
         let mut oauth = exchange();
         oauth.kind = AuthType::Oauth;
         assert_eq!(
-            messages(resolve(&oauth, "b", &d, &at)),
-            vec![format!("backends[0].auth.type: {OAUTH_NOT_YET}")]
+            messages(resolve(&oauth, "b", "http://127.0.0.1:1/mcp", &d, &at)),
+            vec![
+                "backends[0].auth.tokenEndpoint: not a key of type oauth",
+                "backends[0].auth.audience: not a key of type oauth",
+            ]
         );
         let mut spaced = exchange();
         spaced.scopes = vec!["a b".into()];
         assert_eq!(
-            messages(resolve(&spaced, "b", &d, &at)),
+            messages(resolve(&spaced, "b", "http://127.0.0.1:1/mcp", &d, &at)),
             vec!["backends[0].auth.scopes[0]: a scope is one non-empty word"]
         );
     }
@@ -346,7 +415,7 @@ mod tests {
     fn the_secret_file_must_be_private_and_the_endpoint_usable() {
         let d = dir();
         secret_file(&d, 0o644);
-        let err = messages(resolve(&exchange(), "b", &d, &at));
+        let err = messages(resolve(&exchange(), "b", "http://127.0.0.1:1/mcp", &d, &at));
         assert!(
             err[0].contains("readable or writable by group or others"),
             "{err:?}"
@@ -358,7 +427,7 @@ mod tests {
         let mut cleartext = exchange();
         cleartext.token_endpoint = Some("http://sts.example.com/token".into());
         cleartext.client_secret_file = Some("missing.secret".into());
-        let err = messages(resolve(&cleartext, "b", &d, &at));
+        let err = messages(resolve(&cleartext, "b", "http://127.0.0.1:1/mcp", &d, &at));
         assert_eq!(err.len(), 1, "{err:?}");
         assert!(
             err[0].starts_with("backends[0].auth.tokenEndpoint: ") && err[0].contains("https"),
@@ -366,7 +435,7 @@ mod tests {
         );
         let mut bad = exchange();
         bad.token_endpoint = Some("ftp://h/token".into());
-        let err = messages(resolve(&bad, "b", &d, &at));
+        let err = messages(resolve(&bad, "b", "http://127.0.0.1:1/mcp", &d, &at));
         assert!(
             err[0].starts_with("backends[0].auth.tokenEndpoint: "),
             "{err:?}"

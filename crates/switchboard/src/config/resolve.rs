@@ -294,6 +294,8 @@ impl Ctx<'_> {
             audience: None,
             scopes: Vec::new(),
             resource: None,
+            client_metadata_url: None,
+            token_endpoint_auth: None,
         };
         let (auth, auth_at) = match (&e.auth, e.forward_caller_token) {
             (Some(a), _) => (Some(a), format!("{at}.auth")),
@@ -319,7 +321,13 @@ impl Ctx<'_> {
         };
         let auth = match auth {
             None => None,
-            Some(a) => match super::outgoing::resolve(a, &e.name, self.base, &name) {
+            Some(a) => match super::outgoing::resolve(
+                a,
+                &e.name,
+                expanded.as_deref().unwrap_or(url),
+                self.base,
+                &name,
+            ) {
                 Ok(r) => Some(r),
                 Err(mut e) => {
                     errors.append(&mut e);

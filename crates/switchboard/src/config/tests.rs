@@ -62,7 +62,7 @@ fn the_full_example_covers_the_schema_and_the_model_reads_it() {
         "keys of the schema that full.yaml lacks: {missing:?}"
     );
     let file = checked(&doc).unwrap_or_else(|e| panic!("{:?}", lines(&e)));
-    assert_eq!(file.backends.len(), 3);
+    assert_eq!(file.backends.len(), 4);
     assert_eq!(file.timeouts.unwrap().request.unwrap().0.as_secs(), 60);
 }
 

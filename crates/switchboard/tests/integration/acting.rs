@@ -8,6 +8,7 @@
 
 mod client_credentials;
 mod exchange;
+mod oauth;
 mod passthrough;
 
 use std::path::PathBuf;

@@ -39,6 +39,22 @@ pub enum OutgoingAuthError {
     /// An upstream session opened for one caller was asked to carry another's request.
     #[error("an upstream session carries the requests of the caller it was opened for only")]
     ForeignSession,
+    /// The backend needs the user's consent (per-user OAuth): the user must open the
+    /// authorization URL. The text names the backend only: the URL goes to the user through
+    /// the error mapping, never into a log line.
+    #[error("backend {} needs your authorization: open the authorization URL this error carries, then retry", .0.backend)]
+    ConsentRequired(Box<super::oauth::Consent>),
+    /// The backend keeps asking for more scope (403 `insufficient_scope`) after the bounded
+    /// number of re-authorizations.
+    #[error("the backend still refuses for insufficient scope after repeated authorization; not asking again")]
+    StepUpLimit,
+    /// Discovering or using the backend's authorization server failed (fixed words).
+    #[error("authorization discovery failed: {0}")]
+    Discovery(&'static str),
+    /// The authorization server refused the dynamic client registration (its error code,
+    /// when a plain one).
+    #[error("the authorization server refused to register the gateway as a client: {0}")]
+    RegistrationRefused(String),
     /// The configuration cannot work (an unusable token endpoint URL, client id or secret).
     #[error("outgoing auth misconfigured: {0}")]
     Config(&'static str),

@@ -26,6 +26,7 @@
 
 mod cache;
 mod error;
+pub mod oauth;
 mod token_endpoint;
 pub mod vault;
 
@@ -121,6 +122,8 @@ pub enum OutgoingAuth {
     TokenExchange(Arc<Exchange>),
     /// The gateway's own token from the client credentials grant.
     ClientCredentials(Arc<GatewayToken>),
+    /// Per-user OAuth: each principal's own token for the backend, after its consent.
+    OAuth(Arc<oauth::Backend>),
 }
 
 impl OutgoingAuth {
@@ -163,7 +166,7 @@ impl OutgoingAuth {
     pub fn acts_as_caller(&self) -> bool {
         matches!(
             self,
-            OutgoingAuth::Passthrough | OutgoingAuth::TokenExchange(_)
+            OutgoingAuth::Passthrough | OutgoingAuth::TokenExchange(_) | OutgoingAuth::OAuth(_)
         )
     }
 
@@ -192,7 +195,39 @@ impl OutgoingAuth {
                 Some(c) => x.token_for(c).await.map(Some),
             },
             OutgoingAuth::ClientCredentials(g) => g.token().await.map(Some),
+            OutgoingAuth::OAuth(o) => match caller {
+                // The gateway's own request: no user's token, ever.
+                None => Ok(None),
+                Some(c) => o.token(c.principal()).await,
+            },
         }
+    }
+
+    /// The backend answered `status` with `challenge` (its `WWW-Authenticate`) to a call for
+    /// `caller`: for a per-user OAuth backend, the error that asks the user's consent (401, or
+    /// 403 `insufficient_scope`), or why it cannot be asked. `None`: not this kind of refusal.
+    pub(crate) async fn challenged(
+        &self,
+        caller: Option<&Credential>,
+        status: u16,
+        challenge: Option<&str>,
+    ) -> Option<OutgoingAuthError> {
+        let (OutgoingAuth::OAuth(o), Some(caller)) = (self, caller) else {
+            return None;
+        };
+        let parsed = challenge
+            .and_then(oauth::challenge::parse)
+            .unwrap_or_default();
+        if !(status == 401 || (status == 403 && parsed.insufficient_scope())) {
+            return None;
+        }
+        Some(match o.consent(caller.principal(), &parsed).await {
+            Ok(consent) => OutgoingAuthError::ConsentRequired(Box::new(consent)),
+            Err(e) => {
+                tracing::info!(backend = %o.name(), error = %e, "cannot ask for authorization");
+                e
+            }
+        })
     }
 
     /// The backend answered 401 to `sent`, which this gave for `caller`: whether to fetch a
@@ -211,6 +246,12 @@ impl OutgoingAuth {
                 g.cache.forget(&GatewayToken::KEY, sent).await;
                 true
             }
+            // Retried with a refreshed token when there is one; else the 401's challenge
+            // leads to consent (`challenged`).
+            OutgoingAuth::OAuth(o) => match caller {
+                Some(c) => o.refused(c.principal(), sent).await,
+                None => false,
+            },
         }
     }
 }

@@ -186,7 +186,7 @@ fn is_loopback(host: &str) -> bool {
 }
 
 /// The token in a successful answer.
-fn issued(json: &Value, exchange: bool) -> Result<Issued, OutgoingAuthError> {
+pub(crate) fn issued(json: &Value, exchange: bool) -> Result<Issued, OutgoingAuthError> {
     let token = json
         .get("access_token")
         .and_then(Value::as_str)

@@ -231,6 +231,11 @@ impl RemoteEndpoint {
         &self.inner.config
     }
 
+    /// How requests to it authenticate.
+    pub fn auth(&self) -> &crate::outgoing_auth::OutgoingAuth {
+        &self.inner.config.auth
+    }
+
     /// The transport this endpoint is reached over.
     pub fn transport(&self) -> upstream::RemoteTransport {
         self.inner.transport
@@ -354,17 +359,38 @@ impl RemoteClient {
 
     /// Send one request; resolves with its answer, or the reason there is none.
     pub async fn call(&self, out: Outgoing<'_>) -> Result<RemoteResponse, RemoteError> {
+        self.call_noting(out, &mut None).await
+    }
+
+    /// [`Self::call`], noting the `WWW-Authenticate` of a 401 or 403 answer in `challenge`
+    /// (what per-user OAuth discovers from).
+    pub(crate) async fn call_noting(
+        &self,
+        out: Outgoing<'_>,
+        challenge: &mut Option<String>,
+    ) -> Result<RemoteResponse, RemoteError> {
         let deadline = self.inner.call_timeout;
-        tokio::time::timeout(deadline, self.call_inner(out))
+        tokio::time::timeout(deadline, self.call_inner(out, challenge))
             .await
             .unwrap_or(Err(RemoteError::Timeout))
     }
 
-    async fn call_inner(&self, out: Outgoing<'_>) -> Result<RemoteResponse, RemoteError> {
+    async fn call_inner(
+        &self,
+        out: Outgoing<'_>,
+        challenge: &mut Option<String>,
+    ) -> Result<RemoteResponse, RemoteError> {
         let (request, with_session) =
             self.request(Method::POST, out.line, out.stateless, &out.headers)?;
         let response = self.send_request(request).await?;
         let status = response.status();
+        if matches!(status.as_u16(), 401 | 403) {
+            *challenge = response
+                .headers()
+                .get(hyper::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+        }
         if !out.stateless {
             self.adopt_session(response.headers());
         }

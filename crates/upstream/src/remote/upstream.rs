@@ -122,9 +122,13 @@ enum Link {
 }
 
 impl Link {
-    async fn call(&self, out: Outgoing<'_>) -> Result<super::RemoteResponse, RemoteError> {
+    async fn call(
+        &self,
+        out: Outgoing<'_>,
+        challenge: &mut Option<String>,
+    ) -> Result<super::RemoteResponse, RemoteError> {
         match self {
-            Link::Streamable(c) => c.call(out).await,
+            Link::Streamable(c) => c.call_noting(out, challenge).await,
             Link::Sse { .. } => self.sse().await?.call(out).await,
             Link::NoSession => Err(NO_SESSION),
         }
@@ -375,7 +379,8 @@ impl RemoteUpstream {
                 stateless: self.shared.mode == Mode::Stateless || facts.modern,
                 line: line.clone(),
             };
-            let answer = self.shared.link.call(out).await;
+            let mut challenge = None;
+            let answer = self.shared.link.call(out, &mut challenge).await;
             // A token obtained for this call that the remote refused (401): forgotten, and
             // one more try with a fresh one (the remote did not run a request it refused).
             if let (false, true, Some(sent)) = (retried, unauthorized(&answer), &sent) {
@@ -383,6 +388,18 @@ impl RemoteUpstream {
                     retried = true;
                     debug!("remote refused the token obtained for it (401); fetching another");
                     continue;
+                }
+            }
+            // Per-user OAuth: a 401 (or 403 insufficient_scope) to a caller's call asks for
+            // that caller's consent.
+            if let Some(status) = refused_status(&answer) {
+                let asked = self
+                    .shared
+                    .auth
+                    .challenged(caller, status, challenge.as_deref())
+                    .await;
+                if let Some(e) = asked {
+                    return Err(auth_error(e));
                 }
             }
             break answer;
@@ -658,6 +675,16 @@ impl Shared {
 
 fn auth_error(e: OutgoingAuthError) -> UpstreamError {
     UpstreamError::Remote(RemoteError::OutgoingAuth(e))
+}
+
+/// The status of a 401 or 403 answer (with or without a JSON-RPC body).
+fn refused_status(answer: &Result<super::RemoteResponse, RemoteError>) -> Option<u16> {
+    let status = match answer {
+        Ok(r) => r.status(),
+        Err(RemoteError::Status { status }) => *status,
+        Err(_) => return None,
+    };
+    matches!(status, 401 | 403).then_some(status)
 }
 
 /// Whether the remote answered HTTP 401 (with or without a JSON-RPC body).

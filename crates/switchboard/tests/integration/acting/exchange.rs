@@ -381,8 +381,8 @@ async fn upstream_sessions_and_partitions_carry_one_callers_token_only() {
     no_leaks(gw, &dir, &alice, &[&alice, &bob, API_KEY, &a, &b]).await;
 }
 
-/// `validate` knows `auth`: a complete one is summarised, `type: oauth` is refused as not
-/// supported yet, and a key no type has is refused as unknown.
+/// `validate` knows `auth`: a complete one is summarised (`type: oauth` with its keys too),
+/// each type's misused keys are refused, and a key no type has is refused as unknown.
 #[tokio::test]
 async fn validate_knows_every_auth_key() {
     let dir = Dir::new("validate");
@@ -410,15 +410,40 @@ async fn validate_knows_every_auth_key() {
     );
     assert!(out.contains("auth tokenExchange"), "{out}");
     assert!(!out.contains(CLIENT_SECRET), "{out}");
-    let oauth = run("oauth.yaml", "{type: oauth}");
-    let err = String::from_utf8_lossy(&oauth.stderr);
-    assert!(!oauth.status.success());
-    assert!(
-        err.contains(
-            "backends[0].auth.type: type oauth (per-user OAuth to the remote) is not supported yet"
-        ),
-        "{err}"
+    let oauth = run(
+        "oauth.yaml",
+        "{type: oauth, scopes: [repo], clientMetadataUrl: 'https://gw.example/oauth/client-metadata.json', tokenEndpointAuth: none}",
     );
+    let out = String::from_utf8_lossy(&oauth.stdout);
+    assert!(
+        oauth.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&oauth.stderr)
+    );
+    assert!(out.contains("auth oauth"), "{out}");
+    for (bad, says) in [
+        (
+            "{type: oauth, tokenEndpointAuth: private_key_jwt}",
+            "backends[0].auth.tokenEndpointAuth: expected one of",
+        ),
+        (
+            "{type: oauth, clientMetadataUrl: 'http://gw.example/cm.json'}",
+            "backends[0].auth.clientMetadataUrl:",
+        ),
+        (
+            "{type: oauth, clientSecretFile: sts.secret}",
+            "backends[0].auth.clientId: required with clientSecretFile",
+        ),
+        (
+            "{type: oauth, audience: a}",
+            "backends[0].auth.audience: not a key of type oauth",
+        ),
+    ] {
+        let refused = run("oauth-bad.yaml", bad);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{bad}");
+        assert!(err.contains(says), "{bad}: {err}");
+    }
     let unknown = run("unknown.yaml", "{type: passthrough, clientSecret: x}");
     let err = String::from_utf8_lossy(&unknown.stderr);
     assert!(!unknown.status.success());

@@ -8,15 +8,30 @@ era) answers the same after 5 s.
 every later request must carry; `server/discover` is an error; GET is 405).
 `--refuse TOKEN` (repeatable): a request whose `Authorization` is `Bearer TOKEN` gets 401.
 
+`--oauth`: the server is also its own OAuth authorization server (same origin), and
+`/mcp` takes only tokens it issued: without one, 401 with `WWW-Authenticate: Bearer
+resource_metadata=".../.well-known/oauth-protected-resource/mcp"`. It publishes RFC 9728 and
+RFC 8414 metadata (PKCE S256, `iss` in answers, `client_secret_basic`, dynamic registration),
+registers clients (`POST /register`), and its `GET /authorize` approves at once as the user
+the test's scripted browser names in `test_user`, redirecting with `code`, `state` and `iss`.
+`POST /token` checks the client's Basic credentials, the PKCE verifier, that `resource` is this
+server's and the same as at authorization, then issues `at.<user>.<n>` (lifetime
+`--lifetime`, default 3600 s) and a refresh token `rt.<user>.<n>` (rotated on use). `GET
+/as-log` answers what the authorization server did: `[{"kind", "user", "grant",
+"resource"}]`.
+
 `GET /log` answers every request seen, in order: `[{"method", "auth", "session",
 "status", "apiKey"}]` (`apiKey`: its `X-Api-Key` header, `none` without one) (`method` is the JSON-RPC method, or the HTTP method for GET/DELETE). Prints
 `listening on http://127.0.0.1:PORT/mcp` once bound.
 """
 import argparse
+import base64
+import hashlib
 import json
 import secrets
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 META = "io.modelcontextprotocol/serverInfo"
@@ -24,6 +39,18 @@ args = None
 lock = threading.Lock()
 log = []
 sessions = set()
+as_log = []
+clients = {}  # client_id -> secret
+codes = {}  # code -> {user, challenge, resource, client_id, redirect_uri}
+tokens = {}  # access token -> (user, expires)
+refresh = {}  # refresh token -> (user, resource, client_id)
+counter = {"n": 0}
+
+
+def mint(prefix, user):
+    with lock:
+        counter["n"] += 1
+        return f"{prefix}.{user}.{counter['n']}"
 
 
 def record(headers, method, auth, session, status):
@@ -46,7 +73,114 @@ class Handler(BaseHTTPRequestHandler):
     def refused(self, auth):
         return any(auth == f"Bearer {t}" for t in args.refuse)
 
+    def base(self):
+        return "http://" + self.headers.get("host")
+
+    def oauth_get(self):
+        """The authorization server's and the resource's GET routes; True when answered."""
+        path, _, query = self.path.partition("?")
+        base = self.base()
+        if path == "/.well-known/oauth-protected-resource/mcp":
+            self.reply(200, {"resource": base + "/mcp", "authorization_servers": [base]})
+        elif path == "/.well-known/oauth-authorization-server":
+            self.reply(200, {
+                "issuer": base, "authorization_endpoint": base + "/authorize",
+                "token_endpoint": base + "/token", "registration_endpoint": base + "/register",
+                "response_types_supported": ["code"],
+                "grant_types_supported": ["authorization_code", "refresh_token"],
+                "code_challenge_methods_supported": ["S256"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+                "authorization_response_iss_parameter_supported": True})
+        elif path == "/as-log":
+            with lock:
+                self.reply(200, list(as_log))
+        elif path == "/authorize":
+            q = dict(urllib.parse.parse_qsl(query))
+            user = q.get("test_user", "nobody")
+            code = mint("code", user)
+            with lock:
+                codes[code] = {"user": user, "challenge": q.get("code_challenge"),
+                               "resource": q.get("resource"), "client_id": q.get("client_id"),
+                               "redirect_uri": q.get("redirect_uri")}
+                as_log.append({"kind": "authorize", "user": user, "resource": q.get("resource"),
+                               "method": q.get("code_challenge_method")})
+            target = q["redirect_uri"] + "?" + urllib.parse.urlencode(
+                {"code": code, "state": q.get("state", ""), "iss": base})
+            self.send_response(302)
+            self.send_header("location", target)
+            self.send_header("content-length", "0")
+            self.end_headers()
+        else:
+            return False
+        return True
+
+    def oauth_post(self, raw):
+        """`/register` and `/token`; True when answered."""
+        if self.path == "/register":
+            cid = "client-" + secrets.token_hex(4)
+            with lock:
+                clients[cid] = secrets.token_hex(16)
+                as_log.append({"kind": "register"})
+            body = json.loads(raw or b"{}")
+            body.update({"client_id": cid, "client_secret": clients[cid],
+                         "token_endpoint_auth_method": "client_secret_basic"})
+            self.reply(201, body)
+            return True
+        if self.path != "/token":
+            return False
+        form = dict(urllib.parse.parse_qsl(raw.decode()))
+        basic = self.headers.get("authorization", "")
+        try:
+            cid, _, secret = base64.b64decode(basic.removeprefix("Basic ")).decode().partition(":")
+            cid, secret = urllib.parse.unquote_plus(cid), urllib.parse.unquote_plus(secret)
+        except Exception:
+            cid, secret = "", ""
+        if not basic.startswith("Basic ") or clients.get(cid) != secret:
+            self.reply(401, {"error": "invalid_client"})
+            return True
+        resource = form.get("resource")
+        if form.get("grant_type") == "authorization_code":
+            with lock:
+                grant = codes.pop(form.get("code", ""), None)
+            verifier = form.get("code_verifier", "")
+            challenge = base64.urlsafe_b64encode(
+                hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+            if (grant is None or grant["challenge"] != challenge or grant["client_id"] != cid
+                    or grant["resource"] != resource or resource != self.base() + "/mcp"
+                    or grant["redirect_uri"] != form.get("redirect_uri")):
+                self.reply(400, {"error": "invalid_grant"})
+                return True
+            user = grant["user"]
+        elif form.get("grant_type") == "refresh_token":
+            with lock:
+                old = refresh.pop(form.get("refresh_token", ""), None)
+            if old is None or old[1] != resource or old[2] != cid:
+                self.reply(400, {"error": "invalid_grant"})
+                return True
+            user = old[0]
+        else:
+            self.reply(400, {"error": "unsupported_grant_type"})
+            return True
+        access, rt = mint("at", user), mint("rt", user)
+        with lock:
+            tokens[access] = (user, time.time() + args.lifetime)
+            refresh[rt] = (user, resource, cid)
+            as_log.append({"kind": "token", "grant": form["grant_type"], "user": user,
+                           "resource": resource})
+        self.reply(200, {"access_token": access, "token_type": "Bearer",
+                         "expires_in": args.lifetime, "refresh_token": rt})
+        return True
+
+    def unauthorized(self, auth):
+        """With --oauth: whether `auth` is not a live token this server issued."""
+        token = auth.removeprefix("Bearer ")
+        with lock:
+            held = tokens.get(token)
+        return held is None or held[1] < time.time()
+
     def do_GET(self):
+        if args.oauth and self.oauth_get():
+            return
         if self.path == "/log":
             with lock:
                 return self.reply(200, list(log))
@@ -64,10 +198,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         length = int(self.headers.get("content-length", "0"))
-        msg = json.loads(self.rfile.read(length) or b"{}")
+        raw = self.rfile.read(length)
+        if args.oauth and self.oauth_post(raw):
+            return
+        msg = json.loads(raw or b"{}")
         rid, method = msg.get("id"), msg.get("method")
         auth = self.auth()
         sid = self.headers.get("mcp-session-id")
+        if args.oauth and self.unauthorized(auth):
+            record(self.headers, method, auth, sid, 401)
+            challenge = ('Bearer error="invalid_token", resource_metadata="%s'
+                         '/.well-known/oauth-protected-resource/mcp"' % self.base())
+            return self.reply(401, {"error": "invalid_token"}, {"www-authenticate": challenge})
         if self.refused(auth):
             record(self.headers, method, auth, sid, 401)
             return self.reply(401, None, {"www-authenticate": 'Bearer error="invalid_token"'})
@@ -144,6 +286,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--era", choices=["modern", "legacy"], default="modern")
     p.add_argument("--refuse", action="append", default=[])
+    p.add_argument("--oauth", action="store_true")
+    p.add_argument("--lifetime", type=int, default=3600)
     args = p.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     print("listening on http://127.0.0.1:%d/mcp" % server.server_address[1], flush=True)

@@ -1,0 +1,117 @@
+//! Authorization requests awaiting their callback, by `state`: each bound to the principal and
+//! backend it was made for, single use (taken, never read), expiring after
+//! [`FLOW_LIFETIME`], and at most [`MAX_FLOWS`] at once (expired ones are dropped first; a
+//! full table refuses a new flow rather than evicting a live one).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::registration::Registration;
+use super::Backend;
+use crate::outgoing_auth::{OutgoingAuthError, Secret};
+
+/// How long a user has to give consent.
+pub const FLOW_LIFETIME: Duration = Duration::from_secs(600);
+/// Most flows awaiting a callback, across backends.
+pub const MAX_FLOWS: usize = 4096;
+
+/// One authorization request.
+pub(crate) struct Flow {
+    /// The principal key (the vault's) it was made for.
+    pub(crate) principal: String,
+    pub(crate) backend: Arc<Backend>,
+    pub(crate) registration: Registration,
+    pub(crate) verifier: Secret,
+    pub(crate) token_endpoint: String,
+    pub(crate) resource: String,
+    pub(crate) redirect_uri: String,
+    pub(crate) scope: Option<String>,
+    /// The issuer the `iss` of the answer must be (when it has one, or must have one).
+    pub(crate) issuer: String,
+    pub(crate) iss_required: bool,
+    pub(crate) created: Instant,
+}
+
+/// The callback site: the table of flows, shared by every oauth backend (the callback URL is
+/// one), and the redirect URI (`<public URL>/oauth/callback`), known once the gateway listens.
+#[derive(Default)]
+pub struct Flows {
+    table: Mutex<HashMap<String, Flow>>,
+    redirect: Mutex<Option<String>>,
+    metadata_url: Mutex<Option<String>>,
+}
+
+/// The process's callback site (what the gateway's `/oauth/callback` completes).
+pub fn site() -> Arc<Flows> {
+    static SITE: std::sync::OnceLock<Arc<Flows>> = std::sync::OnceLock::new();
+    SITE.get_or_init(Default::default).clone()
+}
+
+impl std::fmt::Debug for Flows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flows")
+            .field("pending", &self.table.lock().len())
+            .finish()
+    }
+}
+
+impl Flows {
+    /// Records `flow` under `state`.
+    pub(crate) fn insert(&self, state: String, flow: Flow) -> Result<(), OutgoingAuthError> {
+        let mut table = self.table.lock();
+        if table.len() >= MAX_FLOWS {
+            table.retain(|_, f| f.created.elapsed() < FLOW_LIFETIME);
+        }
+        if table.len() >= MAX_FLOWS {
+            return Err(OutgoingAuthError::Discovery(
+                "too many authorizations are awaiting consent; try again later",
+            ));
+        }
+        table.insert(state, flow);
+        Ok(())
+    }
+
+    /// The live flow of `state`, removed (a second use finds nothing).
+    pub(crate) fn take(&self, state: &str) -> Option<Flow> {
+        let flow = self.table.lock().remove(state)?;
+        (flow.created.elapsed() < FLOW_LIFETIME).then_some(flow)
+    }
+
+    /// Sets the gateway's public base URL (no trailing slash needed): the redirect URI is
+    /// `<base>/oauth/callback`.
+    pub fn set_public_url(&self, base: &str) {
+        *self.redirect.lock() = Some(format!("{}/oauth/callback", base.trim_end_matches('/')));
+    }
+
+    /// The redirect URI, once the public URL is known.
+    pub fn redirect_uri(&self) -> Option<String> {
+        self.redirect.lock().clone()
+    }
+
+    /// Records the configured URL of the client metadata document (its `client_id`).
+    pub fn set_metadata_url(&self, url: &str) {
+        *self.metadata_url.lock() = Some(url.to_owned());
+    }
+
+    /// The client metadata document the gateway serves at `/oauth/client-metadata.json`:
+    /// `None` until the public URL is known.
+    pub fn metadata_document(&self) -> Option<serde_json::Value> {
+        let redirect = self.redirect_uri()?;
+        let id = self.metadata_url.lock().clone().unwrap_or_else(|| {
+            redirect.trim_end_matches("/oauth/callback").to_owned() + "/oauth/client-metadata.json"
+        });
+        Some(super::client_metadata(
+            &redirect,
+            Some(&id),
+            super::TokenAuth::None,
+        ))
+    }
+
+    /// How many await a callback.
+    pub fn pending(&self) -> usize {
+        self.table.lock().len()
+    }
+}

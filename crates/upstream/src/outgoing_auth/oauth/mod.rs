@@ -1,0 +1,377 @@
+//! Per-user OAuth to a remote backend (`auth: {type: oauth}`): the gateway is an OAuth client
+//! of the backend's authorization server, on behalf of each principal separately.
+//!
+//! A principal's call goes out with that principal's token for the backend, or with none.
+//! When the backend answers 401 (or 403 `insufficient_scope`), [`Backend::consent`] runs
+//! discovery (`discovery`), picks or makes the client registration (`registration`), and
+//! records an authorization request (`flows`: PKCE S256, `state` bound to the principal and
+//! this backend, single use, expiring); the call then fails with
+//! [`OutgoingAuthError::ConsentRequired`], which carries the authorization URL the user must
+//! open. The browser comes back to the gateway's callback, where [`complete`] checks `state`
+//! and `iss` (RFC 9207), redeems the code with the verifier and the RFC 8707 `resource`, and
+//! keeps the token for that principal and backend only. Tokens are refreshed shortly before
+//! they expire when a refresh token came; a failed refresh asks for consent again.
+//!
+//! Secrets (tokens, codes, verifiers, client secrets) never reach an error, a log line or a
+//! `Debug` output.
+
+mod authorization;
+pub mod challenge;
+mod discovery;
+mod flows;
+mod http;
+mod pkce;
+mod registration;
+#[cfg(test)]
+mod tests;
+mod tokens;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::header::HeaderValue;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tracing::{debug, info};
+
+pub use challenge::Challenge;
+pub use flows::{site, Flows, FLOW_LIFETIME, MAX_FLOWS};
+
+/// The process's token vault when none is configured: in memory, sealed under a random key
+/// of this process (tokens do not survive a restart).
+pub fn default_vault() -> Result<Arc<dyn TokenVault>, OutgoingAuthError> {
+    static VAULT: std::sync::OnceLock<Arc<dyn TokenVault>> = std::sync::OnceLock::new();
+    if let Some(v) = VAULT.get() {
+        return Ok(v.clone());
+    }
+    let key = super::vault::VaultKeyMaterial::ephemeral()
+        .map_err(|_| OutgoingAuthError::Config("no randomness for the token store's key"))?;
+    let vault: Arc<dyn TokenVault> = Arc::new(super::vault::MemoryVault::new(key));
+    Ok(VAULT.get_or_init(|| vault).clone())
+}
+pub use registration::{client_metadata, ClientSettings, TokenAuth};
+
+use super::vault::TokenVault;
+use super::{OutgoingAuthError, Secret};
+use registration::Registration;
+
+/// How many step-up re-authorizations one principal gets in a row (after the first
+/// authorization): a server that keeps asking for more scope is not asked forever.
+pub const MAX_STEP_UPS: u32 = 2;
+/// Most principals whose tokens one backend keeps.
+pub const MAX_TOKENS: usize = 65_536;
+
+/// `auth: {type: oauth, …}` of one backend.
+#[derive(Debug, Clone)]
+pub struct OAuthConfig {
+    /// The backend's name.
+    pub backend: String,
+    /// The MCP server's URL (the resource).
+    pub server_url: String,
+    /// Scopes to ask for when neither the challenge nor the metadata names any.
+    pub scopes: Vec<String>,
+    /// The client registration settings.
+    pub client: ClientSettings,
+    /// Deadline of one request to a metadata, registration or token endpoint.
+    pub timeout: Duration,
+}
+
+/// Why the user must act: open `url` and consent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consent {
+    /// The backend that needs it.
+    pub backend: String,
+    /// The authorization URL.
+    pub url: String,
+    /// A fresh id for the URL elicitation.
+    pub elicitation_id: String,
+}
+
+/// One oauth backend: its settings, its registrations and server metadata (per issuer), and
+/// where its principals' tokens are (the vault, keyed by principal and this backend).
+pub struct Backend {
+    config: OAuthConfig,
+    http: http::Http,
+    flows: Arc<Flows>,
+    vault: Arc<dyn TokenVault>,
+    registrations: Mutex<HashMap<String, Registration>>,
+    servers: Mutex<HashMap<String, discovery::ServerMetadata>>,
+    /// Per principal: the scope last asked for and the step-ups in a row.
+    asked: Mutex<HashMap<String, (Option<String>, u32)>>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthBackend")
+            .field("backend", &self.config.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend {
+    /// A backend per `config`, its flows recorded in `flows` (shared by every oauth backend:
+    /// the callback is one), its principals' tokens kept in `vault`.
+    pub fn new(
+        config: OAuthConfig,
+        flows: Arc<Flows>,
+        vault: Arc<dyn TokenVault>,
+    ) -> Result<Arc<Self>, OutgoingAuthError> {
+        if let Some(url) = &config.client.client_metadata_url {
+            if !url.starts_with("https://")
+                || discovery::split(url).is_none_or(|(_, p)| p.is_empty())
+            {
+                return Err(OutgoingAuthError::Config(
+                    "clientMetadataUrl must be an https URL with a path",
+                ));
+            }
+            flows.set_metadata_url(url);
+        }
+        Ok(Arc::new(Backend {
+            http: http::Http::new(config.timeout),
+            config,
+            flows,
+            vault,
+            registrations: Mutex::new(HashMap::new()),
+            servers: Mutex::new(HashMap::new()),
+            asked: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The backend's name.
+    pub fn name(&self) -> &str {
+        &self.config.backend
+    }
+
+    fn redirect_uri(&self) -> Result<String, OutgoingAuthError> {
+        self.flows.redirect_uri().ok_or(OutgoingAuthError::Config(
+            "the gateway's public URL is not known yet",
+        ))
+    }
+
+    /// The backend refused `owner`'s call (401, or 403 `insufficient_scope`) with
+    /// `challenge`: a new authorization request, whose URL the user must open.
+    pub(crate) async fn consent(
+        self: &Arc<Self>,
+        principal: &str,
+        challenge: &Challenge,
+    ) -> Result<Consent, OutgoingAuthError> {
+        let step_up = challenge.insufficient_scope();
+        let previous = {
+            let mut asked = self.asked.lock();
+            if asked.len() >= MAX_TOKENS && !asked.contains_key(principal) {
+                asked.clear();
+            }
+            let entry = asked.entry(principal.to_owned()).or_insert((None, 0));
+            if step_up {
+                if entry.1 >= MAX_STEP_UPS {
+                    return Err(OutgoingAuthError::StepUpLimit);
+                }
+                entry.1 += 1;
+            } else {
+                entry.1 = 0;
+            }
+            entry.0.clone()
+        };
+        self.forget(principal).await;
+        let resource = discovery::resource_metadata(
+            &self.http,
+            &self.config.server_url,
+            challenge.resource_metadata.as_deref(),
+        )
+        .await?;
+        let server = discovery::server_metadata(&self.http, &resource.issuer).await?;
+        self.servers
+            .lock()
+            .insert(server.issuer.clone(), server.clone());
+        let redirect_uri = self.redirect_uri()?;
+        let registration = self.registration(&server, &redirect_uri).await?;
+        let scope = authorization::select_scope(
+            challenge.scope.as_deref(),
+            resource.scopes_supported.as_deref(),
+            &self.config.scopes,
+            if step_up { previous.as_deref() } else { None },
+            server.scopes_supported.as_deref(),
+        );
+        let verifier = pkce::random_token()?;
+        let state = pkce::random_token()?;
+        let url = authorization::url(&authorization::Request {
+            endpoint: &server.authorization_endpoint,
+            client_id: &registration.client_id,
+            redirect_uri: &redirect_uri,
+            challenge: &pkce::challenge_of(&verifier),
+            state: &state,
+            resource: &resource.resource,
+            scope: scope.as_deref(),
+        });
+        if let Some(entry) = self.asked.lock().get_mut(principal) {
+            entry.0 = scope.clone();
+        }
+        self.flows.insert(
+            state,
+            flows::Flow {
+                principal: principal.to_owned(),
+                backend: self.clone(),
+                registration,
+                verifier: Secret::new(&verifier),
+                token_endpoint: server.token_endpoint.clone(),
+                resource: resource.resource.clone(),
+                redirect_uri: redirect_uri.clone(),
+                scope,
+                issuer: server.issuer.clone(),
+                iss_required: server.iss_supported,
+                created: Instant::now(),
+            },
+        )?;
+        Ok(Consent {
+            backend: self.config.backend.clone(),
+            url,
+            elicitation_id: pkce::random_token()?,
+        })
+    }
+
+    /// The registration at `server`: the configured client, the metadata document, or the
+    /// dynamic registration made there (kept per issuer, never used at another).
+    async fn registration(
+        &self,
+        server: &discovery::ServerMetadata,
+        redirect_uri: &str,
+    ) -> Result<Registration, OutgoingAuthError> {
+        if let Some(r) = self.registrations.lock().get(&server.issuer) {
+            return Ok(r.clone());
+        }
+        let made =
+            registration::register(&self.http, &self.config.client, server, redirect_uri).await?;
+        debug!(backend = %self.config.backend, "client registration ready");
+        self.registrations
+            .lock()
+            .insert(server.issuer.clone(), made.clone());
+        Ok(made)
+    }
+}
+
+/// Why a callback was refused: fixed words, never what the request carried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallbackError {
+    /// No live authorization request has this `state` (wrong, used, expired, or none).
+    #[error("this authorization link is unknown, was already used, or has expired; start again from your MCP client")]
+    UnknownState,
+    /// `iss` is not the issuer the request was sent to (RFC 9207): a mix-up.
+    #[error("the authorization answer came from another issuer than the one asked (iss mismatch); it was not used")]
+    IssuerMismatch,
+    /// The server promised `iss` and the answer has none.
+    #[error("the authorization answer lacks the iss its server promises; it was not used")]
+    IssuerMissing,
+    /// The user or the server declined (`error` in the answer).
+    #[error("the authorization was declined: {0}")]
+    Denied(String),
+    /// Neither a `code` nor an `error`.
+    #[error("the authorization answer carries no code")]
+    NoCode,
+    /// Redeeming the code failed.
+    #[error("redeeming the authorization failed: {0}")]
+    Token(OutgoingAuthError),
+}
+
+/// The callback's query (`state`, `code`, `iss`, `error`): checks and redeems it, keeping the
+/// token for the principal and backend the request was made for. Returns the backend's name.
+pub async fn complete(flows: &Flows, query: &str) -> Result<String, CallbackError> {
+    let mut params: HashMap<String, String> = HashMap::new();
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        // A repeated parameter makes the answer ambiguous: refused as a wrong state would be.
+        if params.insert(k.into_owned(), v.into_owned()).is_some() {
+            return Err(CallbackError::UnknownState);
+        }
+    }
+    let state = params.get("state").ok_or(CallbackError::UnknownState)?;
+    let flow = flows.take(state).ok_or(CallbackError::UnknownState)?;
+    // RFC 9207: before anything in the answer is acted on, even an error.
+    match (params.get("iss"), flow.iss_required) {
+        (Some(iss), _) if *iss != flow.issuer => return Err(CallbackError::IssuerMismatch),
+        (None, true) => return Err(CallbackError::IssuerMissing),
+        _ => {}
+    }
+    if let Some(code) = params.get("error") {
+        let code = code.as_str();
+        let known = [
+            "access_denied",
+            "invalid_request",
+            "unauthorized_client",
+            "invalid_scope",
+            "server_error",
+            "temporarily_unavailable",
+        ];
+        return Err(CallbackError::Denied(
+            known
+                .iter()
+                .find(|k| **k == code)
+                .copied()
+                .unwrap_or("error")
+                .to_owned(),
+        ));
+    }
+    let code = params
+        .get("code")
+        .filter(|c| !c.is_empty())
+        .ok_or(CallbackError::NoCode)?;
+    let backend = flow.backend.clone();
+    let mut form = vec![
+        ("grant_type", "authorization_code".to_owned()),
+        ("code", code.clone()),
+        ("redirect_uri", flow.redirect_uri.clone()),
+        ("code_verifier", flow.verifier.expose().to_owned()),
+        ("resource", flow.resource.clone()),
+    ];
+    let auth = flow.registration.authenticate(&mut form);
+    let json = token_request(&backend.http, &flow.token_endpoint, &form, auth)
+        .await
+        .map_err(CallbackError::Token)?;
+    let token = tokens::token_from(&json, &flow.registration, &flow.resource, flow.scope, None)
+        .map_err(CallbackError::Token)?;
+    backend
+        .keep(&flow.principal, &token)
+        .await
+        .map_err(CallbackError::Token)?;
+    info!(backend = %backend.config.backend, "authorization completed; token kept for its principal");
+    Ok(backend.config.backend.clone())
+}
+
+/// POSTs a token request; the JSON of a successful answer.
+async fn token_request(
+    http: &http::Http,
+    endpoint: &str,
+    form: &[(&'static str, String)],
+    auth: Option<HeaderValue>,
+) -> Result<Value, OutgoingAuthError> {
+    let body = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
+        .finish();
+    let answer = http
+        .post(endpoint, "application/x-www-form-urlencoded", body, auth)
+        .await?;
+    if !(200..300).contains(&answer.status) {
+        return Err(match answer.json.as_ref().and_then(|v| v.get("error")) {
+            Some(code) => OutgoingAuthError::refused(code.as_str()),
+            None => OutgoingAuthError::Status {
+                status: answer.status,
+            },
+        });
+    }
+    answer.json.ok_or(OutgoingAuthError::Malformed("not JSON"))
+}
+
+/// Whether `url`'s host is a loopback address or `localhost`.
+pub(crate) fn is_loopback_url(url: &str) -> bool {
+    let Some((origin, _)) = discovery::split(url) else {
+        return false;
+    };
+    let authority = origin.split("://").nth(1).unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.split(':').next().unwrap_or(""),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}

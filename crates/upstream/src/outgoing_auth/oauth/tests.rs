@@ -1,0 +1,354 @@
+//! The engine's pure parts: challenge parsing, discovery order, registration choice, scope
+//! selection, the flow table, and the callback's checks (state, iss) before any request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::authorization::{select_scope, url, Request};
+use super::discovery::{resource_candidates, server_candidates, validate_server};
+use super::registration::{choose, method_for, Choice};
+use super::*;
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn bearer_challenges_are_parsed() {
+    let c = challenge::parse(
+        r#"Bearer error="insufficient_scope", scope="mcp:write mcp:read", resource_metadata="http://h/.well-known/oauth-protected-resource/mcp""#,
+    )
+    .unwrap();
+    assert!(c.insufficient_scope());
+    assert_eq!(c.scope.as_deref(), Some("mcp:write mcp:read"));
+    assert_eq!(
+        c.resource_metadata.as_deref(),
+        Some("http://h/.well-known/oauth-protected-resource/mcp")
+    );
+    // Another scheme first, unquoted values, escapes, case.
+    let c =
+        challenge::parse(r#"Basic realm="x", bearer error=invalid_token, scope="a\"b""#).unwrap();
+    assert_eq!(c.error.as_deref(), Some("invalid_token"));
+    assert_eq!(c.scope.as_deref(), Some("a\"b"));
+    assert!(challenge::parse(r#"Basic realm="x""#).is_none());
+    assert_eq!(challenge::parse("Bearer").unwrap(), Challenge::default());
+    // An unterminated quoted string is no challenge at all.
+    assert!(challenge::parse(r#"Bearer scope="open"#).is_none());
+}
+
+#[test]
+fn protected_resource_metadata_is_tried_header_then_path_then_root() {
+    let c = resource_candidates("http://h:1/mcp", Some("http://h:1/custom.json"));
+    let urls: Vec<_> = c.iter().map(|(u, _)| u.as_str()).collect();
+    assert_eq!(
+        urls,
+        [
+            "http://h:1/custom.json",
+            "http://h:1/.well-known/oauth-protected-resource/mcp",
+            "http://h:1/.well-known/oauth-protected-resource"
+        ]
+    );
+    // Each names the resource its document must be about.
+    assert_eq!(c[0].1, "http://h:1/mcp");
+    assert_eq!(c[1].1, "http://h:1/mcp");
+    assert_eq!(c[2].1, "http://h:1");
+    let root = resource_candidates("https://h/", None);
+    assert_eq!(root.len(), 1);
+    assert_eq!(root[0].0, "https://h/.well-known/oauth-protected-resource");
+}
+
+#[test]
+fn server_metadata_is_tried_in_the_specs_order() {
+    assert_eq!(
+        server_candidates("http://as:9/tenant1"),
+        [
+            "http://as:9/.well-known/oauth-authorization-server/tenant1",
+            "http://as:9/.well-known/openid-configuration/tenant1",
+            "http://as:9/tenant1/.well-known/openid-configuration"
+        ]
+    );
+    assert_eq!(
+        server_candidates("http://as:9"),
+        [
+            "http://as:9/.well-known/oauth-authorization-server",
+            "http://as:9/.well-known/openid-configuration"
+        ]
+    );
+}
+
+fn server_doc(issuer: &str) -> serde_json::Value {
+    json!({"issuer": issuer, "authorization_endpoint": format!("{issuer}/authorize"),
+        "token_endpoint": format!("{issuer}/token"), "code_challenge_methods_supported": ["S256"]})
+}
+
+#[test]
+fn server_metadata_must_name_its_issuer_exactly_and_offer_s256() {
+    assert!(validate_server(&server_doc("http://as:9"), "http://as:9").is_ok());
+    // A trailing slash is another issuer (compared as written).
+    assert!(validate_server(&server_doc("http://as:9/"), "http://as:9").is_err());
+    assert!(validate_server(&server_doc("https://attacker.example.com"), "http://as:9").is_err());
+    let mut no_pkce = server_doc("http://as:9");
+    no_pkce["code_challenge_methods_supported"] = json!(["plain"]);
+    assert!(validate_server(&no_pkce, "http://as:9").is_err());
+    let mut absent = server_doc("http://as:9");
+    absent
+        .as_object_mut()
+        .unwrap()
+        .remove("code_challenge_methods_supported");
+    assert!(validate_server(&absent, "http://as:9").is_err());
+}
+
+#[test]
+fn registration_prefers_pre_registered_then_metadata_document_then_dynamic() {
+    let mut meta = validate_server(&server_doc("http://as:9"), "http://as:9").unwrap();
+    meta.registration_endpoint = Some("http://as:9/register".into());
+    let cimd = "https://gw.example/oauth/client-metadata.json";
+    let pre = ClientSettings {
+        client_id: Some("pre".into()),
+        client_metadata_url: Some(cimd.into()),
+        ..Default::default()
+    };
+    meta.cimd_supported = true;
+    assert_eq!(choose(&pre, &meta).unwrap(), Choice::PreRegistered);
+    let doc = ClientSettings {
+        client_metadata_url: Some(cimd.into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        choose(&doc, &meta).unwrap(),
+        Choice::MetadataDocument(cimd.into())
+    );
+    // Not supported by this server: dynamic registration.
+    meta.cimd_supported = false;
+    assert_eq!(
+        choose(&doc, &meta).unwrap(),
+        Choice::Dynamic("http://as:9/register".into())
+    );
+    meta.registration_endpoint = None;
+    assert!(choose(&doc, &meta).is_err());
+}
+
+#[test]
+fn token_endpoint_auth_follows_the_server_and_the_secret() {
+    let basic = strings(&["client_secret_basic"]);
+    let post = strings(&["client_secret_post"]);
+    assert_eq!(method_for(None, Some(&basic), true), TokenAuth::Basic);
+    assert_eq!(method_for(None, Some(&post), true), TokenAuth::Post);
+    assert_eq!(method_for(None, None, true), TokenAuth::Basic);
+    assert_eq!(method_for(None, Some(&basic), false), TokenAuth::None);
+    assert_eq!(
+        method_for(Some(TokenAuth::Post), Some(&basic), true),
+        TokenAuth::Post
+    );
+}
+
+#[test]
+fn scope_is_the_challenges_then_the_resources_then_the_configured() {
+    let supported = strings(&["mcp:basic", "mcp:read"]);
+    let configured = strings(&["repo"]);
+    assert_eq!(
+        select_scope(Some("mcp:basic"), Some(&supported), &configured, None, None).as_deref(),
+        Some("mcp:basic")
+    );
+    assert_eq!(
+        select_scope(None, Some(&supported), &configured, None, None).as_deref(),
+        Some("mcp:basic mcp:read")
+    );
+    assert_eq!(
+        select_scope(None, None, &configured, None, None).as_deref(),
+        Some("repo")
+    );
+    assert_eq!(select_scope(None, None, &[], None, None), None);
+    // A step-up keeps what was asked before.
+    assert_eq!(
+        select_scope(Some("mcp:write"), None, &[], Some("mcp:basic"), None).as_deref(),
+        Some("mcp:write mcp:basic")
+    );
+    // offline_access only when the authorization server lists it.
+    let with_offline = strings(&["mcp:basic", "offline_access"]);
+    assert_eq!(
+        select_scope(
+            None,
+            Some(&strings(&["mcp:basic"])),
+            &[],
+            None,
+            Some(&with_offline)
+        )
+        .as_deref(),
+        Some("mcp:basic offline_access")
+    );
+    assert_eq!(
+        select_scope(
+            None,
+            Some(&strings(&["mcp:basic"])),
+            &[],
+            None,
+            Some(&supported)
+        )
+        .as_deref(),
+        Some("mcp:basic")
+    );
+}
+
+#[test]
+fn the_authorization_url_carries_pkce_state_and_resource() {
+    let u = url(&Request {
+        endpoint: "http://as:9/authorize",
+        client_id: "https://gw/cm.json",
+        redirect_uri: "http://127.0.0.1:8/oauth/callback",
+        challenge: "abc",
+        state: "st",
+        resource: "http://h:1/mcp",
+        scope: Some("a b"),
+    });
+    assert_eq!(
+        u,
+        "http://as:9/authorize?response_type=code&client_id=https%3A%2F%2Fgw%2Fcm.json\
+         &redirect_uri=http%3A%2F%2F127.0.0.1%3A8%2Foauth%2Fcallback&code_challenge=abc\
+         &code_challenge_method=S256&state=st&resource=http%3A%2F%2Fh%3A1%2Fmcp&scope=a+b"
+    );
+}
+
+fn backend(flows: &Arc<Flows>) -> Arc<Backend> {
+    Backend::new(
+        OAuthConfig {
+            backend: "gh".into(),
+            server_url: "http://127.0.0.1:1/mcp".into(),
+            scopes: vec![],
+            client: ClientSettings::default(),
+            timeout: Duration::from_secs(1),
+        },
+        flows.clone(),
+        Arc::new(crate::outgoing_auth::MemoryVault::new(
+            crate::outgoing_auth::vault::VaultKeyMaterial::ephemeral().unwrap(),
+        )),
+    )
+    .unwrap()
+}
+
+fn flow(backend: &Arc<Backend>, owner: u8, iss_required: bool) -> flows::Flow {
+    flows::Flow {
+        principal: format!("p{owner}"),
+        backend: backend.clone(),
+        registration: registration::Registration {
+            issuer: "http://as:9".into(),
+            client_id: "c".into(),
+            secret: None,
+            auth: TokenAuth::None,
+        },
+        verifier: Secret::new("v"),
+        // Nothing listens here: a check that passes would fail at the token request.
+        token_endpoint: "http://127.0.0.1:1/token".into(),
+        resource: "http://127.0.0.1:1/mcp".into(),
+        redirect_uri: "http://127.0.0.1:2/oauth/callback".into(),
+        scope: None,
+        issuer: "http://as:9".into(),
+        iss_required,
+        created: std::time::Instant::now(),
+    }
+}
+
+#[tokio::test]
+async fn the_callback_checks_state_and_iss_before_anything_else() {
+    let flows = Arc::new(Flows::default());
+    let b = backend(&flows);
+    assert_eq!(
+        complete(&flows, "code=x").await,
+        Err(CallbackError::UnknownState)
+    );
+    assert_eq!(
+        complete(&flows, "state=nope&code=x").await,
+        Err(CallbackError::UnknownState)
+    );
+
+    flows.insert("s1".into(), flow(&b, 1, true)).unwrap();
+    assert_eq!(
+        complete(&flows, "state=s1&code=x&iss=https%3A%2F%2Fevil.example.com").await,
+        Err(CallbackError::IssuerMismatch)
+    );
+    // Single use: the state is gone, whatever the first use's outcome.
+    assert_eq!(
+        complete(&flows, "state=s1&code=x&iss=http%3A%2F%2Fas%3A9").await,
+        Err(CallbackError::UnknownState)
+    );
+    flows.insert("s2".into(), flow(&b, 1, true)).unwrap();
+    assert_eq!(
+        complete(&flows, "state=s2&code=x").await,
+        Err(CallbackError::IssuerMissing)
+    );
+    // Compared as written: a trailing slash is another issuer.
+    flows.insert("s3".into(), flow(&b, 1, true)).unwrap();
+    assert_eq!(
+        complete(&flows, "state=s3&code=x&iss=http%3A%2F%2Fas%3A9%2F").await,
+        Err(CallbackError::IssuerMismatch)
+    );
+    // Not advertised but present: compared anyway.
+    flows.insert("s4".into(), flow(&b, 1, false)).unwrap();
+    assert_eq!(
+        complete(&flows, "state=s4&code=x&iss=http%3A%2F%2Fevil").await,
+        Err(CallbackError::IssuerMismatch)
+    );
+    // A duplicated parameter is refused.
+    flows.insert("s5".into(), flow(&b, 1, false)).unwrap();
+    assert_eq!(
+        complete(&flows, "state=s5&state=s5&code=x").await,
+        Err(CallbackError::UnknownState)
+    );
+    // Passing the checks reaches the token request (nothing listens: unreachable), and no
+    // token is kept for anyone.
+    flows.insert("s6".into(), flow(&b, 1, false)).unwrap();
+    assert!(matches!(
+        complete(&flows, "state=s6&code=x").await,
+        Err(CallbackError::Token(OutgoingAuthError::Unreachable))
+    ));
+    assert!(!b.has_token("p1").await);
+    // An error answer from the right issuer is a refusal, not a token.
+    flows.insert("s7".into(), flow(&b, 1, false)).unwrap();
+    assert_eq!(
+        complete(&flows, "state=s7&error=access_denied").await,
+        Err(CallbackError::Denied("access_denied".into()))
+    );
+}
+
+#[test]
+fn errors_and_debug_output_hold_no_secret() {
+    let flows = Arc::new(Flows::default());
+    let b = backend(&flows);
+    let consent = OutgoingAuthError::ConsentRequired(Box::new(Consent {
+        backend: "gh".into(),
+        url: "http://as/authorize?state=SECRETSTATE".into(),
+        elicitation_id: "e".into(),
+    }));
+    assert!(!consent.to_string().contains("SECRETSTATE"));
+    assert!(!format!("{b:?}").contains("Secret"));
+    let reg = registration::Registration {
+        issuer: "i".into(),
+        client_id: "c".into(),
+        secret: Some(Secret::new("hunter2")),
+        auth: TokenAuth::Basic,
+    };
+    assert!(!format!("{reg:?}").contains("hunter2"));
+}
+
+#[test]
+fn client_metadata_documents_name_themselves_and_the_refresh_grant() {
+    let doc = client_metadata(
+        "https://gw.example/oauth/callback",
+        Some("https://gw.example/oauth/client-metadata.json"),
+        TokenAuth::None,
+    );
+    assert_eq!(
+        doc["client_id"],
+        "https://gw.example/oauth/client-metadata.json"
+    );
+    assert_eq!(doc["application_type"], "web");
+    assert!(doc["grant_types"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("refresh_token")));
+    let native = client_metadata("http://127.0.0.1:9/oauth/callback", None, TokenAuth::None);
+    assert_eq!(native["application_type"], "native");
+    assert!(native.get("client_id").is_none());
+}

@@ -1,0 +1,199 @@
+//! A principal's token for the backend, in the vault: read (refreshed first when it is about
+//! to expire), kept after a callback or a refresh, forgotten when the backend refuses it. A
+//! refresh is single-flight per (principal, backend) through the vault's refresh lock (across
+//! replicas for a shared vault); a failed one forgets the token, so the next call asks for
+//! consent again.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hyper::header::HeaderValue;
+use serde_json::Value;
+use tracing::info;
+
+use super::registration::Registration;
+use super::{discovery, token_request, Backend};
+use crate::outgoing_auth::vault::{UpstreamToken, VaultError, VaultKey};
+use crate::outgoing_auth::OutgoingAuthError;
+
+/// A token is refreshed (or, with no refresh token, dropped) this long before it expires.
+const EXPIRY_MARGIN: u64 = 30;
+/// How long a call waits for another's refresh of the same token.
+const REFRESH_WAIT: Duration = Duration::from_secs(10);
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn fresh(token: &UpstreamToken) -> bool {
+    token.expires_at.is_none_or(|at| now() + EXPIRY_MARGIN < at)
+}
+
+/// `Authorization: Bearer <token>`, marked sensitive.
+fn header_of(token: &UpstreamToken) -> Option<HeaderValue> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {}", token.access_token)).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+fn vault_error(e: VaultError) -> OutgoingAuthError {
+    info!(error = %e, "token vault unavailable");
+    OutgoingAuthError::Discovery("the token store is unavailable")
+}
+
+/// The token a token endpoint answered with (checked as any token answer), to keep.
+pub(crate) fn token_from(
+    json: &Value,
+    registration: &Registration,
+    resource: &str,
+    asked: Option<String>,
+    old_refresh: Option<&str>,
+) -> Result<UpstreamToken, OutgoingAuthError> {
+    let issued = crate::outgoing_auth::token_endpoint::issued(json, false)?;
+    let access = json
+        .get("access_token")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let refresh = json
+        .get("refresh_token")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .or(old_refresh);
+    let expires_at = json
+        .get("expires_in")
+        .is_some_and(|v| !v.is_null())
+        .then(|| now() + issued.lifetime.as_secs());
+    Ok(UpstreamToken {
+        access_token: access.to_owned(),
+        refresh_token: refresh.map(str::to_owned),
+        expires_at,
+        scope: json
+            .get("scope")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or(asked),
+        issuer: registration.issuer.clone(),
+        resource: resource.to_owned(),
+        client_id: registration.client_id.clone(),
+    })
+}
+
+impl Backend {
+    fn key(&self, principal: &str) -> VaultKey {
+        VaultKey::new(principal, self.config.backend.as_str())
+    }
+
+    /// `principal`'s token for this backend, refreshed first when it is about to expire;
+    /// `None` when there is none (the call goes out without one, and the backend's 401 leads
+    /// to consent).
+    pub(crate) async fn token(
+        &self,
+        principal: &str,
+    ) -> Result<Option<HeaderValue>, OutgoingAuthError> {
+        let key = self.key(principal);
+        let Some(token) = self.vault.get(&key).await.map_err(vault_error)? else {
+            return Ok(None);
+        };
+        if fresh(&token) {
+            return Ok(header_of(&token));
+        }
+        Ok(self.refresh(&key, &token).await)
+    }
+
+    /// The backend answered 401 to `sent`, `principal`'s token: whether to retry with another
+    /// (one a concurrent refresh made, or one refreshed now). Otherwise the token is forgotten.
+    pub(crate) async fn refused(&self, principal: &str, sent: &HeaderValue) -> bool {
+        let key = self.key(principal);
+        let Ok(Some(token)) = self.vault.get(&key).await else {
+            return false;
+        };
+        if header_of(&token).is_some_and(|h| h != *sent) {
+            return true;
+        }
+        self.refresh(&key, &token).await.is_some()
+    }
+
+    /// Forgets `principal`'s token here.
+    pub(crate) async fn forget(&self, principal: &str) {
+        if let Err(e) = self.vault.remove(&self.key(principal)).await {
+            info!(error = %e, "token vault unavailable");
+        }
+    }
+
+    /// Keeps `token` for `principal`.
+    pub(crate) async fn keep(
+        &self,
+        principal: &str,
+        token: &UpstreamToken,
+    ) -> Result<(), OutgoingAuthError> {
+        self.vault
+            .put(&self.key(principal), token)
+            .await
+            .map_err(vault_error)
+    }
+
+    /// Whether `principal` holds a token here.
+    pub async fn has_token(&self, principal: &str) -> bool {
+        matches!(self.vault.get(&self.key(principal)).await, Ok(Some(_)))
+    }
+
+    /// A fresh token for `key` in place of `stale`: one another holder of the refresh lock
+    /// made meanwhile, or one the refresh grant gives now. `None`: consent is needed again.
+    async fn refresh(&self, key: &VaultKey, stale: &UpstreamToken) -> Option<HeaderValue> {
+        if stale.refresh_token.is_none() {
+            self.forget(&key.principal).await;
+            return None;
+        }
+        let guard = self.vault.refresh_lock(key, REFRESH_WAIT).await.ok()?;
+        let current = self.vault.get(key).await.ok().flatten()?;
+        let replaced = current.access_token != stale.access_token;
+        if replaced && fresh(&current) {
+            return header_of(&current);
+        }
+        guard.as_ref()?;
+        match self.refresh_grant(&current).await {
+            Ok(token) => {
+                let kept = self.vault.put(key, &token).await;
+                drop(guard);
+                kept.ok().and_then(|()| header_of(&token))
+            }
+            Err(e) => {
+                info!(backend = %self.config.backend, error = %e, "token refresh failed; consent is needed again");
+                self.forget(&key.principal).await;
+                None
+            }
+        }
+    }
+
+    /// The refresh grant for `old` (its RFC 8707 resource kept), at its issuer's token
+    /// endpoint, with the registration made there.
+    async fn refresh_grant(&self, old: &UpstreamToken) -> Result<UpstreamToken, OutgoingAuthError> {
+        let refresh = old.refresh_token.as_deref().unwrap_or_default();
+        let known = self.servers.lock().get(&old.issuer).cloned();
+        let server = match known {
+            Some(s) => s,
+            None => discovery::server_metadata(&self.http, &old.issuer).await?,
+        };
+        let registration = self.registration(&server, &self.redirect_uri()?).await?;
+        if registration.client_id != old.client_id {
+            return Err(OutgoingAuthError::Discovery(
+                "the token was issued to another client registration",
+            ));
+        }
+        let mut form = vec![
+            ("grant_type", "refresh_token".to_owned()),
+            ("refresh_token", refresh.to_owned()),
+            ("resource", old.resource.clone()),
+        ];
+        let auth = registration.authenticate(&mut form);
+        let json = token_request(&self.http, &server.token_endpoint, &form, auth).await?;
+        token_from(
+            &json,
+            &registration,
+            &old.resource,
+            old.scope.clone(),
+            Some(refresh),
+        )
+    }
+}
