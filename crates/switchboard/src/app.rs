@@ -135,6 +135,12 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     // Callers' upstream tokens: one vault for the process (Redis with the sessions when a
     // key file is given), for per-user outgoing auth and the `/oauth/tokens` routes.
     let token_vault = crate::token_store::open(&args, redis.as_ref())?;
+    // The per-user OAuth backends (built from the config before this) use the same vault.
+    if !switchboard_upstream::outgoing_auth::oauth::install_vault(token_vault.clone()) {
+        tracing::warn!(
+            "the token vault was in use before startup finished; per-user OAuth keeps it"
+        );
+    }
     config.replica_id = replica.as_ref().map(|r| r.id.clone());
     config.store_fallback_memory = args.session_store_fallback == crate::cli::StoreFallback::Memory;
     config.session_store = redis

@@ -38,18 +38,96 @@ use tracing::{debug, info};
 pub use challenge::Challenge;
 pub use flows::{site, Flows, FLOW_LIFETIME, MAX_FLOWS};
 
-/// The process's token vault when none is configured: in memory, sealed under a random key
+/// The process's one token vault: the one the binary built from `tokenStore` (Redis shared by
+/// replicas, or memory) and handed to [`install_vault`] at startup, before any request; a
+/// process that installed none (a test, a tool) gets one in memory, sealed under a random key
 /// of this process (tokens do not survive a restart).
-pub fn default_vault() -> Result<Arc<dyn TokenVault>, OutgoingAuthError> {
-    static VAULT: std::sync::OnceLock<Arc<dyn TokenVault>> = std::sync::OnceLock::new();
-    if let Some(v) = VAULT.get() {
-        return Ok(v.clone());
-    }
-    let key = super::vault::VaultKeyMaterial::ephemeral()
-        .map_err(|_| OutgoingAuthError::Config("no randomness for the token store's key"))?;
-    let vault: Arc<dyn TokenVault> = Arc::new(super::vault::MemoryVault::new(key));
-    Ok(VAULT.get_or_init(|| vault).clone())
+static VAULT: std::sync::OnceLock<Arc<dyn TokenVault>> = std::sync::OnceLock::new();
+
+/// Makes `vault` the process's token vault for every per-user OAuth backend. False when one
+/// was already in use (installed before, or the in-memory one already handed out).
+pub fn install_vault(vault: Arc<dyn TokenVault>) -> bool {
+    VAULT.set(vault).is_ok()
 }
+
+/// A handle on the process's token vault, resolved at first use: a backend built from the
+/// config before the binary installs the configured vault still uses that one.
+pub fn default_vault() -> Result<Arc<dyn TokenVault>, OutgoingAuthError> {
+    Ok(Arc::new(ProcessVault))
+}
+
+fn process_vault() -> Result<&'static Arc<dyn TokenVault>, super::vault::VaultError> {
+    if let Some(v) = VAULT.get() {
+        return Ok(v);
+    }
+    let key = super::vault::VaultKeyMaterial::ephemeral()?;
+    let vault: Arc<dyn TokenVault> = Arc::new(super::vault::MemoryVault::new(key));
+    Ok(VAULT.get_or_init(|| vault))
+}
+
+/// [`default_vault`]'s handle: every call goes to the process's vault.
+#[derive(Debug)]
+struct ProcessVault;
+
+impl TokenVault for ProcessVault {
+    fn get<'a>(
+        &'a self,
+        key: &'a super::vault::VaultKey,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<super::vault::UpstreamToken>, super::vault::VaultError>,
+    > {
+        match process_vault() {
+            Ok(v) => v.get(key),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+    fn put<'a>(
+        &'a self,
+        key: &'a super::vault::VaultKey,
+        token: &'a super::vault::UpstreamToken,
+    ) -> futures::future::BoxFuture<'a, Result<(), super::vault::VaultError>> {
+        match process_vault() {
+            Ok(v) => v.put(key, token),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+    fn remove<'a>(
+        &'a self,
+        key: &'a super::vault::VaultKey,
+    ) -> futures::future::BoxFuture<'a, Result<bool, super::vault::VaultError>> {
+        match process_vault() {
+            Ok(v) => v.remove(key),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+    fn list<'a>(
+        &'a self,
+        principal: Option<&'a str>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Vec<super::vault::TokenSummary>, super::vault::VaultError>,
+    > {
+        match process_vault() {
+            Ok(v) => v.list(principal),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+    fn refresh_lock<'a>(
+        &'a self,
+        key: &'a super::vault::VaultKey,
+        wait: Duration,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<super::vault::RefreshGuard>, super::vault::VaultError>,
+    > {
+        match process_vault() {
+            Ok(v) => v.refresh_lock(key, wait),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
+
 pub use registration::{client_metadata, ClientSettings, TokenAuth};
 
 use super::vault::TokenVault;
