@@ -137,6 +137,46 @@ async fn each_principal_consents_for_itself_and_gets_only_its_own_token() {
         "kept, not re-asked"
     );
 
+    // The consents live in the process's one token vault, the one `/oauth/tokens` reads:
+    // Alice sees her own entry only, and revoking it asks her again, not Bob.
+    let client = reqwest::Client::new();
+    let listed: Value = client
+        .get(format!("{}/oauth/tokens", gw.base()))
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let text = listed.to_string();
+    assert!(
+        !text.contains("at.alice") && !text.contains("at.bob"),
+        "{text}"
+    );
+    let entries: Vec<&Value> = match &listed {
+        Value::Array(a) => a.iter().collect(),
+        other => other["tokens"].as_array().expect("a list").iter().collect(),
+    };
+    assert_eq!(entries.len(), 1, "{listed}");
+    let backend = entries[0]["backend"].as_str().unwrap().to_owned();
+    let removed: Value = client
+        .delete(format!("{}/oauth/tokens/{backend}", gw.base()))
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(removed["removed"], true, "{removed}");
+    modern_consent_url(&modern_call(&gw, &alice).await);
+    assert_eq!(
+        seen(&modern_call(&gw, &bob).await),
+        bobs,
+        "Bob's consent kept"
+    );
+
     // What reached the remote: each authenticated call carried its caller's own token; the
     // callers' incoming JWTs never left the gateway.
     for entry in up.rec.log().await {
