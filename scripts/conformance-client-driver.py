@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import base64
 import http.client
+import http.cookiejar
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,13 +180,22 @@ def defaults_of(schema: dict) -> dict:
 
 
 def follow_in_browser(url: str) -> None:
-    """What a user's browser does with an authorization URL: GET it, following redirects
-    (the authorization server sends it back to the gateway's /oauth/callback)."""
+    """What a user's browser does with the URL a consent elicitation carries: open the
+    gateway's start page, click its button (a form POST with the page's anti-forgery field
+    and cookie), follow the redirects to the authorization server and back to the gateway's
+    /oauth/callback, carrying the cookie the click set (the callback is refused without it)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise RuntimeError("an authorization URL that is not http(s)")
+    browser = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
     try:
-        with urllib.request.urlopen(url, timeout=STEP_TIMEOUT) as page:
+        with browser.open(url, timeout=STEP_TIMEOUT) as page:
+            html = page.read().decode("utf-8", "replace")
+        fields = dict(re.findall(r'name="(flow|csrf)" value="([^"]*)"', html))
+        action = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/oauth/start", "", ""))
+        form = urllib.parse.urlencode(fields).encode()
+        with browser.open(action, data=form, timeout=STEP_TIMEOUT) as page:
             log(f"browser: {page.status} at {urllib.parse.urlsplit(page.url).path}")
     except urllib.error.HTTPError as e:
         log(f"browser: {e.code} at {urllib.parse.urlsplit(e.url or '').path}")

@@ -186,6 +186,10 @@ pub fn router(state: AppState) -> Router {
             "/.well-known/oauth-protected-resource/mcp",
             get(auth::metadata),
         )
+        .route(
+            "/oauth/start",
+            get(oauth_callback::start_page).post(oauth_callback::start),
+        )
         .route("/oauth/callback", get(oauth_callback::callback))
         .route(
             "/oauth/client-metadata.json",

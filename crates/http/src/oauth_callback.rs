@@ -1,20 +1,80 @@
-//! The browser's side of per-user OAuth to remote backends: `GET /oauth/callback`, where an
-//! authorization server sends the user back (the state, code and `iss` are checked and the
-//! code redeemed by `switchboard_core::oauth::complete`), and `GET
-//! /oauth/client-metadata.json`, the gateway's Client ID Metadata Document. Neither needs the
-//! caller's credential: the `state` is what binds a callback to the principal that asked.
-//! Pages are fixed text plus the backend's configured name, escaped; never the query.
+//! The browser's side of per-user OAuth to remote backends:
+//! - `GET /oauth/start?flow=…`, the page a client's URL elicitation opens: it names the
+//!   principal and backend and asks for a click; `POST /oauth/start`, the click, binds the
+//!   flow to this browser (a cookie) and redirects to the authorization server
+//!   (`switchboard_core::oauth::start` says why);
+//! - `GET /oauth/callback`, where the authorization server sends the user back (the state,
+//!   the browser's cookie, the code and `iss` are checked and the code redeemed by
+//!   `switchboard_core::oauth::complete`);
+//! - `GET /oauth/client-metadata.json`, the gateway's Client ID Metadata Document.
+//!
+//! None needs the caller's credential: the flow's keys and the browser's cookie are what bind
+//! a callback to the principal that asked and the browser that started it. Pages are fixed
+//! text plus the backend's configured name and the principal's name, escaped; never the
+//! query. No page may be framed (clickjacking the click).
 
+use axum::body::Bytes;
 use axum::extract::RawQuery;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use switchboard_core::oauth;
 
+/// `GET /oauth/start?flow=…`: the page that asks for the click.
+pub(crate) async fn start_page(RawQuery(query): RawQuery) -> Response {
+    let query = query.unwrap_or_default();
+    let start = form_pairs(&query)
+        .find(|(k, _)| k == "flow")
+        .map(|(_, v)| v);
+    let page_of = |start: &str| oauth::site().start_page(start);
+    match start.as_deref().map(page_of) {
+        Some(Ok(p)) => {
+            let text = format!(
+                "Switchboard asks you to authorize its access to <b>{}</b> at {} for                  <b>{}</b>.</p><p>Continue only if you are {}. If someone sent you this                  link, close this tab.</p>                 <form method=\"post\" action=\"/oauth/start\">                 <input type=\"hidden\" name=\"flow\" value=\"{}\">                 <input type=\"hidden\" name=\"csrf\" value=\"{}\">                 <button type=\"submit\">Continue to sign in</button></form><p>",
+                escape(&p.backend),
+                escape(&p.server),
+                escape(&p.principal),
+                escape(&p.principal),
+                escape(start.as_deref().unwrap_or_default()),
+                escape(&p.csrf),
+            );
+            let mut r = page(StatusCode::OK, "Authorize Switchboard", &text);
+            set_cookie(&mut r, &p.csrf_cookie);
+            r
+        }
+        Some(Err(e)) => refused(StatusCode::BAD_REQUEST, &e),
+        None => refused(StatusCode::BAD_REQUEST, &oauth::StartError::Unknown),
+    }
+}
+
+/// `POST /oauth/start`: the click; on to the authorization server.
+pub(crate) async fn start(headers: HeaderMap, form: Bytes) -> Response {
+    let cookies = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
+    match oauth::site().begin(&form, cookies) {
+        Ok(started) => {
+            let mut r = page(
+                StatusCode::SEE_OTHER,
+                "Signing in",
+                "Continuing to the authorization server.",
+            );
+            if let Ok(location) = header::HeaderValue::from_str(&started.location) {
+                r.headers_mut().insert(header::LOCATION, location);
+            }
+            set_cookie(&mut r, &started.cookie);
+            r
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "OAuth start refused");
+            refused(StatusCode::BAD_REQUEST, &e)
+        }
+    }
+}
+
 /// `GET /oauth/callback`.
-pub(crate) async fn callback(RawQuery(query): RawQuery) -> Response {
+pub(crate) async fn callback(headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
     let site = oauth::site();
-    match oauth::complete(&site, query.as_deref().unwrap_or("")).await {
+    let cookies = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
+    match oauth::complete(&site, query.as_deref().unwrap_or(""), cookies).await {
         Ok(backend) => page(
             StatusCode::OK,
             "Authorized",
@@ -46,6 +106,25 @@ pub(crate) async fn client_metadata() -> Response {
     }
 }
 
+fn refused(status: StatusCode, e: &oauth::StartError) -> Response {
+    page(status, "Authorization failed", &escape(&e.to_string()))
+}
+
+fn set_cookie(r: &mut Response, cookie: &oauth::Cookie) {
+    if let Ok(v) = header::HeaderValue::from_str(&cookie.header()) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
+}
+
+/// The `key=value` pairs of a query, as sent: the flow key is base64url, which needs no
+/// decoding, and a key that does not match is unknown either way.
+fn form_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query.split('&').filter_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        Some((k.to_owned(), v.to_owned()))
+    })
+}
+
 fn page(status: StatusCode, title: &str, text: &str) -> Response {
     let body = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title></head>\
@@ -57,6 +136,11 @@ fn page(status: StatusCode, title: &str, text: &str) -> Response {
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-store"),
             (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; frame-ancestors 'none'",
+            ),
         ],
         body,
     )

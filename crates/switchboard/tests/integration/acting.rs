@@ -6,6 +6,7 @@
 //! exchanged token and never another's, never a caller's original token, and the token
 //! service counts the exchanges.
 
+mod browser;
 mod client_credentials;
 mod exchange;
 mod oauth;

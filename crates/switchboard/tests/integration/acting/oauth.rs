@@ -8,6 +8,7 @@
 
 use serde_json::Value;
 
+use super::browser::Browser;
 use super::{
     incoming, jwt, legacy_call, modern_call, python, seen, session, Dir, Upstream as Recorder,
 };
@@ -55,15 +56,15 @@ async fn gateway(up: &Protected, jwks: &str, dir: &Dir) -> TestGateway {
     TestGateway::start(&args).await
 }
 
-/// The authorization URL of a URL elicitation error, checked for shape.
+/// The URL of a URL elicitation error, checked for shape: the gateway's start page, never the
+/// authorization server's URL.
 fn consent_url(answer: &Value) -> String {
     assert_eq!(answer["error"]["code"], -32042, "{answer}");
     let e = &answer["error"]["data"]["elicitations"][0];
     assert_eq!(e["mode"], "url", "{answer}");
     assert!(e["elicitationId"].as_str().is_some_and(|s| !s.is_empty()));
     let url = e["url"].as_str().unwrap().to_owned();
-    assert!(url.contains("code_challenge_method=S256"), "{url}");
-    assert!(url.contains("resource="), "{url}");
+    assert!(url.contains("/oauth/start?flow="), "{url}");
     assert!(
         answer["error"]["message"].as_str().unwrap().contains(&url),
         "the message holds the URL for clients that only show errors"
@@ -71,8 +72,8 @@ fn consent_url(answer: &Value) -> String {
     url
 }
 
-/// The authorization URL of a Modern `input_required` result (2026-07-28 has no -32042): its
-/// input request is a URL-mode elicitation.
+/// The URL of a Modern `input_required` result (2026-07-28 has no -32042): its input request
+/// is a URL-mode elicitation of the gateway's start page.
 fn modern_consent_url(answer: &Value) -> String {
     let result = &answer["result"];
     assert_eq!(result["resultType"], "input_required", "{answer}");
@@ -80,19 +81,26 @@ fn modern_consent_url(answer: &Value) -> String {
     assert_eq!(request["method"], "elicitation/create", "{answer}");
     assert_eq!(request["params"]["mode"], "url", "{answer}");
     let url = request["params"]["url"].as_str().unwrap().to_owned();
-    assert!(url.contains("code_challenge_method=S256"), "{url}");
-    assert!(url.contains("resource="), "{url}");
+    assert!(url.contains("/oauth/start?flow="), "{url}");
     url
 }
 
-/// What the user's browser does: GET the URL as `user`, following redirects (to the
-/// gateway's callback); the final status and page.
-async fn browse(url: &str, user: &str) -> (u16, String) {
-    let r = reqwest::get(format!("{url}&test_user={user}"))
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.text().await.unwrap())
+/// What the user's browser does: opens the start page at `url`, clicks it, and follows the
+/// authorization server (signing in as `user`) back to the gateway's callback; the final
+/// status and page (or the page that refused on the way).
+pub(super) async fn browse(url: &str, user: &str) -> (u16, String) {
+    let browser = Browser::default();
+    let authorize = match browser.click_start(url).await {
+        Ok(authorize) => authorize,
+        Err(refused) => return (refused.status, refused.body),
+    };
+    assert!(
+        authorize.contains("code_challenge_method=S256"),
+        "{authorize}"
+    );
+    assert!(authorize.contains("resource="), "{authorize}");
+    let page = browser.open(&format!("{authorize}&test_user={user}")).await;
+    (page.status, page.body)
 }
 
 #[tokio::test]
@@ -276,4 +284,70 @@ async fn anonymous_callers_off_loopback_are_refused_with_a_per_user_backend() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("share one user's tokens"), "{err}");
+}
+
+/// Login CSRF: Alice's authorization must not be completable by anyone else's browser. Her
+/// start page names her; its click binds the flow to her browser; the authorization server's
+/// URL opened in Bob's browser (signed in there as bob) comes back to the callback without
+/// her browser's cookie and is refused; nothing is kept for Alice (she is asked again) and
+/// no request for her ever carries bob's token. Another site cannot click for a browser (no
+/// anti-forgery cookie), and a started flow cannot be started again elsewhere.
+#[tokio::test]
+async fn an_authorization_completes_only_in_the_browser_that_started_it() {
+    let up = Protected::start("modern", "3600").await;
+    let jwks = Jwks::serve(&["k1"]).await;
+    let dir = Dir::new("oauth-csrf");
+    let gw = gateway(&up, &jwks.url, &dir).await;
+    let alice = jwt("alice");
+
+    let url = modern_consent_url(&modern_call(&gw, &alice).await);
+    let alices = Browser::default();
+    let page = alices.get(&url).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("&quot;alice&quot;"),
+        "names whom it is for: {}",
+        page.body
+    );
+
+    // Another site's auto-submitted form: the fields, without the page's Strict cookie.
+    let flow = url.split("flow=").nth(1).unwrap();
+    let csrf_at = page.body.find("name=\"csrf\" value=\"").unwrap() + 19;
+    let csrf = &page.body[csrf_at..csrf_at + page.body[csrf_at..].find('"').unwrap()];
+    let forged = Browser::default()
+        .post(
+            &format!("{}/oauth/start", gw.base()),
+            &[("flow", flow), ("csrf", csrf)],
+        )
+        .await;
+    assert_eq!(forged.status, 400, "{}", forged.body);
+
+    // Alice clicks; her authorization server URL then reaches Bob's browser.
+    let authorize = alices.click_start(&url).await.map_err(|p| p.body).unwrap();
+    let again = Browser::default().click_start(&url).await;
+    assert!(
+        again.is_err_and(|p| p.status == 400 && p.body.contains("already started")),
+        "a started flow is not started again in another browser"
+    );
+    let bobs = Browser::default()
+        .open(&format!("{authorize}&test_user=bob"))
+        .await;
+    assert_eq!(bobs.status, 400, "{}", bobs.body);
+    assert!(
+        bobs.body.contains("not started in this browser"),
+        "{}",
+        bobs.body
+    );
+
+    // Nothing was kept for Alice: she is asked again, and her next consent is her own.
+    let url = modern_consent_url(&modern_call(&gw, &alice).await);
+    assert_eq!(browse(&url, "alice").await.0, 200);
+    let sent = seen(&modern_call(&gw, &alice).await);
+    assert!(sent.starts_with("Bearer at.alice."), "{sent}");
+    let log = up.as_log().await;
+    let tokens_for_bob = log
+        .iter()
+        .filter(|e| e["kind"] == "token" && e["user"] == "bob")
+        .count();
+    assert_eq!(tokens_for_bob, 0, "bob's code was never redeemed: {log:?}");
 }

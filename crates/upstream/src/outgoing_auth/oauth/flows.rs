@@ -2,6 +2,9 @@
 //! backend it was made for, single use (taken, never read), expiring after
 //! [`FLOW_LIFETIME`], and at most [`MAX_FLOWS`] at once (expired ones are dropped first; a
 //! full table refuses a new flow rather than evicting a live one).
+//!
+//! Each flow is also bound to **one browser** (`super::start`): the `state` alone is not the
+//! capability to complete it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,13 +36,48 @@ pub(crate) struct Flow {
     pub(crate) issuer: String,
     pub(crate) iss_required: bool,
     pub(crate) created: Instant,
+    /// The start page's key (`/oauth/start?flow=<start>`).
+    pub(crate) start: String,
+    /// The start page's anti-forgery token (form field and `SameSite=Strict` cookie).
+    pub(crate) csrf: Secret,
+    /// The authorization server's URL the start page sends the browser to.
+    pub(crate) authorize_url: String,
+    /// The random value of the cookie of the browser that started the flow, once started.
+    pub(crate) browser: Option<Secret>,
+}
+
+impl Flow {
+    fn live(&self) -> bool {
+        self.created.elapsed() < FLOW_LIFETIME
+    }
+}
+
+/// The pending flows, by `state`, and the start keys' states.
+#[derive(Default)]
+struct Table {
+    by_state: HashMap<String, Flow>,
+    by_start: HashMap<String, String>,
+}
+
+impl Table {
+    fn remove(&mut self, state: &str) -> Option<Flow> {
+        let flow = self.by_state.remove(state)?;
+        self.by_start.remove(&flow.start);
+        Some(flow)
+    }
+
+    fn drop_expired(&mut self) {
+        self.by_state.retain(|_, f| f.live());
+        let states = &self.by_state;
+        self.by_start.retain(|_, state| states.contains_key(state));
+    }
 }
 
 /// The callback site: the table of flows, shared by every oauth backend (the callback URL is
 /// one), and the redirect URI (`<public URL>/oauth/callback`), known once the gateway listens.
 #[derive(Default)]
 pub struct Flows {
-    table: Mutex<HashMap<String, Flow>>,
+    table: Mutex<Table>,
     redirect: Mutex<Option<String>>,
     metadata_url: Mutex<Option<String>>,
 }
@@ -53,7 +91,7 @@ pub fn site() -> Arc<Flows> {
 impl std::fmt::Debug for Flows {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Flows")
-            .field("pending", &self.table.lock().len())
+            .field("pending", &self.table.lock().by_state.len())
             .finish()
     }
 }
@@ -62,22 +100,46 @@ impl Flows {
     /// Records `flow` under `state`.
     pub(crate) fn insert(&self, state: String, flow: Flow) -> Result<(), OutgoingAuthError> {
         let mut table = self.table.lock();
-        if table.len() >= MAX_FLOWS {
-            table.retain(|_, f| f.created.elapsed() < FLOW_LIFETIME);
+        if table.by_state.len() >= MAX_FLOWS {
+            table.drop_expired();
         }
-        if table.len() >= MAX_FLOWS {
+        if table.by_state.len() >= MAX_FLOWS {
             return Err(OutgoingAuthError::Discovery(
                 "too many authorizations are awaiting consent; try again later",
             ));
         }
-        table.insert(state, flow);
+        table.by_start.insert(flow.start.clone(), state.clone());
+        table.by_state.insert(state, flow);
         Ok(())
     }
 
     /// The live flow of `state`, removed (a second use finds nothing).
     pub(crate) fn take(&self, state: &str) -> Option<Flow> {
-        let flow = self.table.lock().remove(state)?;
-        (flow.created.elapsed() < FLOW_LIFETIME).then_some(flow)
+        self.table.lock().remove(state).filter(Flow::live)
+    }
+
+    /// `f` on the live flow whose start key is `start` (an expired one is dropped).
+    pub(crate) fn with_start<T>(&self, start: &str, f: impl FnOnce(&mut Flow) -> T) -> Option<T> {
+        let mut table = self.table.lock();
+        let state = table.by_start.get(start)?.clone();
+        if !table.by_state.get(&state).is_some_and(Flow::live) {
+            table.remove(&state);
+            return None;
+        }
+        table.by_state.get_mut(&state).map(f)
+    }
+
+    /// The URL the user is sent to for the flow whose start key is `start`.
+    pub(crate) fn start_url(&self, start: &str) -> Option<String> {
+        let redirect = self.redirect_uri()?;
+        let base = redirect.trim_end_matches("/oauth/callback");
+        Some(format!("{base}/oauth/start?flow={start}"))
+    }
+
+    /// Whether the gateway's public URL is https (its cookies are then `Secure`).
+    pub(crate) fn secure(&self) -> bool {
+        self.redirect_uri()
+            .is_some_and(|r| r.starts_with("https://"))
     }
 
     /// Sets the gateway's public base URL (no trailing slash needed): the redirect URI is
@@ -112,6 +174,6 @@ impl Flows {
 
     /// How many await a callback.
     pub fn pending(&self) -> usize {
-        self.table.lock().len()
+        self.table.lock().by_state.len()
     }
 }

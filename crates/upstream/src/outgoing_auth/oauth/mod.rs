@@ -6,9 +6,10 @@
 //! discovery (`discovery`), picks or makes the client registration (`registration`), and
 //! records an authorization request (`flows`: PKCE S256, `state` bound to the principal and
 //! this backend, single use, expiring); the call then fails with
-//! [`OutgoingAuthError::ConsentRequired`], which carries the authorization URL the user must
-//! open. The browser comes back to the gateway's callback, where [`complete`] checks `state`
-//! and `iss` (RFC 9207), redeems the code with the verifier and the RFC 8707 `resource`, and
+//! [`OutgoingAuthError::ConsentRequired`], which carries the URL the user must open: the
+//! gateway's start page (`start`), whose click binds the flow to that browser and sends it
+//! on to the authorization server. The browser comes back to the gateway's callback, where
+//! [`complete`] checks `state`, the browser's cookie and `iss` (RFC 9207), redeems the code with the verifier and the RFC 8707 `resource`, and
 //! keeps the token for that principal and backend only. Tokens are refreshed shortly before
 //! they expire when a refresh token came; a failed refresh asks for consent again.
 //!
@@ -22,6 +23,7 @@ mod flows;
 mod http;
 mod pkce;
 mod registration;
+mod start;
 #[cfg(test)]
 mod tests;
 mod tokens;
@@ -37,6 +39,7 @@ use tracing::{debug, info};
 
 pub use challenge::Challenge;
 pub use flows::{site, Flows, FLOW_LIFETIME, MAX_FLOWS};
+pub use start::{Cookie, StartError, StartPage, Started};
 
 /// The process's one token vault: the one the binary built from `tokenStore` (Redis shared by
 /// replicas, or memory) and handed to [`install_vault`] at startup, before any request; a
@@ -273,7 +276,8 @@ impl Backend {
         );
         let verifier = pkce::random_token()?;
         let state = pkce::random_token()?;
-        let url = authorization::url(&authorization::Request {
+        let start = pkce::random_token()?;
+        let authorize_url = authorization::url(&authorization::Request {
             endpoint: &server.authorization_endpoint,
             client_id: &registration.client_id,
             redirect_uri: &redirect_uri,
@@ -299,8 +303,19 @@ impl Backend {
                 issuer: server.issuer.clone(),
                 iss_required: server.iss_supported,
                 created: Instant::now(),
+                start: start.clone(),
+                csrf: Secret::new(&pkce::random_token()?),
+                authorize_url,
+                browser: None,
             },
         )?;
+        // The client gets the gateway's start page, never the authorization server's URL.
+        let url = self
+            .flows
+            .start_url(&start)
+            .ok_or(OutgoingAuthError::Config(
+                "the gateway's public URL is not known yet",
+            ))?;
         Ok(Consent {
             backend: self.config.backend.clone(),
             url,
@@ -340,6 +355,10 @@ pub enum CallbackError {
     /// The server promised `iss` and the answer has none.
     #[error("the authorization answer lacks the iss its server promises; it was not used")]
     IssuerMissing,
+    /// The browser is not the one that started the flow on the gateway's start page (no
+    /// or another cookie): the authorization server's URL was opened elsewhere.
+    #[error("this authorization was not started in this browser; open the link your MCP client gave you, in the browser you sign in with")]
+    OtherBrowser,
     /// The user or the server declined (`error` in the answer).
     #[error("the authorization was declined: {0}")]
     Denied(String),
@@ -351,9 +370,14 @@ pub enum CallbackError {
     Token(OutgoingAuthError),
 }
 
-/// The callback's query (`state`, `code`, `iss`, `error`): checks and redeems it, keeping the
-/// token for the principal and backend the request was made for. Returns the backend's name.
-pub async fn complete(flows: &Flows, query: &str) -> Result<String, CallbackError> {
+/// The callback's query (`state`, `code`, `iss`, `error`) and the browser's `Cookie` header:
+/// checks them and redeems the code, keeping the token for the principal and backend the
+/// request was made for. Returns the backend's name.
+pub async fn complete(
+    flows: &Flows,
+    query: &str,
+    cookies: Option<&str>,
+) -> Result<String, CallbackError> {
     let mut params: HashMap<String, String> = HashMap::new();
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         // A repeated parameter makes the answer ambiguous: refused as a wrong state would be.
@@ -362,7 +386,7 @@ pub async fn complete(flows: &Flows, query: &str) -> Result<String, CallbackErro
         }
     }
     let state = params.get("state").ok_or(CallbackError::UnknownState)?;
-    let flow = flows.take(state).ok_or(CallbackError::UnknownState)?;
+    let flow = flows.take_in_browser(state, cookies)?;
     // RFC 9207: before anything in the answer is acted on, even an error.
     match (params.get("iss"), flow.iss_required) {
         (Some(iss), _) if *iss != flow.issuer => return Err(CallbackError::IssuerMismatch),

@@ -247,6 +247,18 @@ fn flow(backend: &Arc<Backend>, owner: u8, iss_required: bool) -> flows::Flow {
         issuer: "http://as:9".into(),
         iss_required,
         created: std::time::Instant::now(),
+        start: format!("start{owner}"),
+        csrf: Secret::new("csrf"),
+        authorize_url: "http://as:9/authorize?state=x".into(),
+        browser: Some(Secret::new("browser")),
+    }
+}
+
+/// The `Cookie` header of the browser that started `flow(_, owner, _)`.
+fn browser_of(owner: u8) -> Option<&'static str> {
+    match owner {
+        1 => Some("sb_oauth_start1=browser"),
+        _ => Some("sb_oauth_start2=browser"),
     }
 }
 
@@ -255,59 +267,79 @@ async fn the_callback_checks_state_and_iss_before_anything_else() {
     let flows = Arc::new(Flows::default());
     let b = backend(&flows);
     assert_eq!(
-        complete(&flows, "code=x").await,
+        complete(&flows, "code=x", browser_of(1)).await,
         Err(CallbackError::UnknownState)
     );
     assert_eq!(
-        complete(&flows, "state=nope&code=x").await,
+        complete(&flows, "state=nope&code=x", browser_of(1)).await,
         Err(CallbackError::UnknownState)
     );
 
     flows.insert("s1".into(), flow(&b, 1, true)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s1&code=x&iss=https%3A%2F%2Fevil.example.com").await,
+        complete(
+            &flows,
+            "state=s1&code=x&iss=https%3A%2F%2Fevil.example.com",
+            browser_of(1)
+        )
+        .await,
         Err(CallbackError::IssuerMismatch)
     );
     // Single use: the state is gone, whatever the first use's outcome.
     assert_eq!(
-        complete(&flows, "state=s1&code=x&iss=http%3A%2F%2Fas%3A9").await,
+        complete(
+            &flows,
+            "state=s1&code=x&iss=http%3A%2F%2Fas%3A9",
+            browser_of(1)
+        )
+        .await,
         Err(CallbackError::UnknownState)
     );
     flows.insert("s2".into(), flow(&b, 1, true)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s2&code=x").await,
+        complete(&flows, "state=s2&code=x", browser_of(1)).await,
         Err(CallbackError::IssuerMissing)
     );
     // Compared as written: a trailing slash is another issuer.
     flows.insert("s3".into(), flow(&b, 1, true)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s3&code=x&iss=http%3A%2F%2Fas%3A9%2F").await,
+        complete(
+            &flows,
+            "state=s3&code=x&iss=http%3A%2F%2Fas%3A9%2F",
+            browser_of(1)
+        )
+        .await,
         Err(CallbackError::IssuerMismatch)
     );
     // Not advertised but present: compared anyway.
     flows.insert("s4".into(), flow(&b, 1, false)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s4&code=x&iss=http%3A%2F%2Fevil").await,
+        complete(
+            &flows,
+            "state=s4&code=x&iss=http%3A%2F%2Fevil",
+            browser_of(1)
+        )
+        .await,
         Err(CallbackError::IssuerMismatch)
     );
     // A duplicated parameter is refused.
     flows.insert("s5".into(), flow(&b, 1, false)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s5&state=s5&code=x").await,
+        complete(&flows, "state=s5&state=s5&code=x", browser_of(1)).await,
         Err(CallbackError::UnknownState)
     );
     // Passing the checks reaches the token request (nothing listens: unreachable), and no
     // token is kept for anyone.
     flows.insert("s6".into(), flow(&b, 1, false)).unwrap();
     assert!(matches!(
-        complete(&flows, "state=s6&code=x").await,
+        complete(&flows, "state=s6&code=x", browser_of(1)).await,
         Err(CallbackError::Token(OutgoingAuthError::Unreachable))
     ));
     assert!(!b.has_token("p1").await);
     // An error answer from the right issuer is a refusal, not a token.
     flows.insert("s7".into(), flow(&b, 1, false)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s7&error=access_denied").await,
+        complete(&flows, "state=s7&error=access_denied", browser_of(1)).await,
         Err(CallbackError::Denied("access_denied".into()))
     );
 }
@@ -351,4 +383,85 @@ fn client_metadata_documents_name_themselves_and_the_refresh_grant() {
     let native = client_metadata("http://127.0.0.1:9/oauth/callback", None, TokenAuth::None);
     assert_eq!(native["application_type"], "native");
     assert!(native.get("client_id").is_none());
+}
+
+/// A flow not yet started in any browser (as `consent` records it).
+fn fresh(backend: &Arc<Backend>, owner: u8) -> flows::Flow {
+    flows::Flow {
+        browser: None,
+        ..flow(backend, owner, false)
+    }
+}
+
+#[tokio::test]
+async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
+    let flows = Arc::new(Flows::default());
+    flows.set_public_url("http://127.0.0.1:2");
+    let b = backend(&flows);
+    flows.insert("s1".into(), fresh(&b, 1)).unwrap();
+    let page = flows.start_page("start1").unwrap();
+    assert_eq!(page.principal, "an unknown caller");
+    assert_eq!(page.server, "http://as:9");
+    assert!(page.csrf_cookie.header().contains("SameSite=Strict"));
+
+    // Another site's form (no Strict cookie), or a wrong token: refused, nothing bound.
+    assert_eq!(
+        flows.begin(b"flow=start1&csrf=csrf", None).unwrap_err(),
+        StartError::Forged
+    );
+    assert_eq!(
+        flows
+            .begin(b"flow=start1&csrf=guess", Some("sb_csrf_start1=guess"))
+            .unwrap_err(),
+        StartError::Forged
+    );
+    // The authorization server's URL opened without the start page: no browser cookie.
+    flows.insert("s0".into(), fresh(&b, 2)).unwrap();
+    assert_eq!(
+        complete(&flows, "state=s0&code=x", None).await,
+        Err(CallbackError::OtherBrowser)
+    );
+
+    // The click from the page: bound to this browser, once.
+    let started = flows
+        .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"))
+        .unwrap();
+    assert_eq!(started.location, "http://as:9/authorize?state=x");
+    let set = started.cookie.header();
+    assert!(
+        set.starts_with("sb_oauth_start1=") && set.contains("SameSite=Lax"),
+        "{set}"
+    );
+    assert_eq!(
+        flows
+            .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"))
+            .unwrap_err(),
+        StartError::AlreadyStarted
+    );
+    assert_eq!(
+        flows.start_page("start1").unwrap_err(),
+        StartError::AlreadyStarted
+    );
+    // Another browser (another cookie value) brings the code back: refused, and the flow
+    // is over (single use), so the right browser cannot complete it afterwards either.
+    assert_eq!(
+        complete(&flows, "state=s1&code=x", Some("sb_oauth_start1=other")).await,
+        Err(CallbackError::OtherBrowser)
+    );
+    assert_eq!(flows.start_page("start1").unwrap_err(), StartError::Unknown);
+    assert!(!b.has_token("p1").await);
+
+    // The browser that clicked passes the check and reaches the token request (nothing
+    // listens there).
+    flows.insert("s3".into(), fresh(&b, 1)).unwrap();
+    let value = flows
+        .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"))
+        .unwrap()
+        .cookie
+        .header();
+    let value = value.split(';').next().unwrap();
+    assert!(matches!(
+        complete(&flows, "state=s3&code=x", Some(value)).await,
+        Err(CallbackError::Token(OutgoingAuthError::Unreachable))
+    ));
 }

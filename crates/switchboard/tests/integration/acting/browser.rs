@@ -1,0 +1,120 @@
+//! A scripted browser for per-user OAuth: a cookie jar of its own (by name; loopback only, so
+//! no domains or paths to tell apart), no automatic redirects (each hop is visible), and the
+//! one form a consent needs: the gateway's start page.
+
+use parking_lot::Mutex;
+
+/// One browser: its own cookies.
+#[derive(Default)]
+pub(crate) struct Browser {
+    jar: Mutex<Vec<(String, String)>>,
+}
+
+/// What a page answered: its status, `Location` and body.
+pub(crate) struct Page {
+    pub(crate) status: u16,
+    pub(crate) location: Option<String>,
+    pub(crate) body: String,
+}
+
+impl Browser {
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+
+    fn cookie_header(&self) -> String {
+        let jar = self.jar.lock();
+        let pairs: Vec<String> = jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        pairs.join("; ")
+    }
+
+    async fn keep(&self, r: reqwest::Response) -> Page {
+        for set in r.headers().get_all(reqwest::header::SET_COOKIE) {
+            let pair = set.to_str().unwrap().split(';').next().unwrap();
+            let (k, v) = pair.split_once('=').unwrap();
+            let mut jar = self.jar.lock();
+            jar.retain(|(name, _)| name != k);
+            jar.push((k.to_owned(), v.to_owned()));
+        }
+        let location = r
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .map(|l| l.to_str().unwrap().to_owned());
+        Page {
+            status: r.status().as_u16(),
+            location,
+            body: r.text().await.unwrap(),
+        }
+    }
+
+    /// GET `url` with this browser's cookies (one hop).
+    pub(crate) async fn get(&self, url: &str) -> Page {
+        let r = Self::client()
+            .get(url)
+            .header(reqwest::header::COOKIE, self.cookie_header())
+            .send()
+            .await
+            .unwrap();
+        self.keep(r).await
+    }
+
+    /// POSTs the form `fields` to `url` with this browser's cookies (one hop).
+    pub(crate) async fn post(&self, url: &str, fields: &[(&str, &str)]) -> Page {
+        let body: String = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        let r = Self::client()
+            .post(url)
+            .header(reqwest::header::COOKIE, self.cookie_header())
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        self.keep(r).await
+    }
+
+    /// GETs `url` and follows redirects (at most 5): the last page.
+    pub(crate) async fn open(&self, url: &str) -> Page {
+        let mut page = self.get(url).await;
+        for _ in 0..5 {
+            match (&page.location, page.status) {
+                (Some(next), 300..=399) => page = self.get(&next.clone()).await,
+                _ => break,
+            }
+        }
+        page
+    }
+
+    /// Opens the gateway's start page at `url` and clicks its button: the authorization
+    /// server's URL it redirects to, or the page that refused.
+    pub(crate) async fn click_start(&self, url: &str) -> Result<String, Page> {
+        let page = self.get(url).await;
+        if page.status != 200 {
+            return Err(page);
+        }
+        let field = |name: &str| {
+            let marker = format!("name=\"{name}\" value=\"");
+            let at = page.body.find(&marker).unwrap() + marker.len();
+            let end = page.body[at..].find('"').unwrap();
+            page.body[at..at + end].to_owned()
+        };
+        let (flow, csrf) = (field("flow"), field("csrf"));
+        let action = format!("{}/oauth/start", url.split("/oauth/start").next().unwrap());
+        let clicked = self
+            .post(&action, &[("flow", &flow), ("csrf", &csrf)])
+            .await;
+        match (clicked.status, clicked.location.clone()) {
+            (303, Some(location)) => Ok(location),
+            _ => Err(clicked),
+        }
+    }
+}
