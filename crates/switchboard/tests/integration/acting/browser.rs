@@ -118,3 +118,10 @@ impl Browser {
         }
     }
 }
+
+impl Browser {
+    /// The values of every cookie the gateway set in this browser (secrets, for leak checks).
+    pub(crate) fn cookie_values(&self) -> Vec<String> {
+        self.jar.lock().iter().map(|(_, v)| v.clone()).collect()
+    }
+}

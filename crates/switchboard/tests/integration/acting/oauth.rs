@@ -16,13 +16,13 @@ use crate::auth::Jwks;
 use crate::common::TestGateway;
 
 /// The protected remote with its own authorization server.
-struct Protected {
+pub(super) struct Protected {
     rec: Recorder,
-    base: String,
+    pub(super) base: String,
 }
 
 impl Protected {
-    async fn start(era: &str, lifetime: &str) -> Protected {
+    pub(super) async fn start(era: &str, lifetime: &str) -> Protected {
         let (child, url) = python(
             "upstream.py",
             &["--era", era, "--oauth", "--lifetime", lifetime],
@@ -46,9 +46,20 @@ impl Protected {
 }
 
 async fn gateway(up: &Protected, jwks: &str, dir: &Dir) -> TestGateway {
+    gateway_with(up, jwks, dir, &[]).await
+}
+
+/// [`gateway`] with more flags.
+pub(super) async fn gateway_with(
+    up: &Protected,
+    jwks: &str,
+    dir: &Dir,
+    extra: &[&str],
+) -> TestGateway {
     let keys = dir.keys();
     let mut args: Vec<String> = ["--url", &up.rec.url, "--upstream-auth", "oauth"]
         .iter()
+        .chain(extra)
         .map(|s| s.to_string())
         .collect();
     args.extend(incoming(jwks, &keys));
@@ -74,7 +85,7 @@ fn consent_url(answer: &Value) -> String {
 
 /// The URL of a Modern `input_required` result (2026-07-28 has no -32042): its input request
 /// is a URL-mode elicitation of the gateway's start page.
-fn modern_consent_url(answer: &Value) -> String {
+pub(super) fn modern_consent_url(answer: &Value) -> String {
     let result = &answer["result"];
     assert_eq!(result["resultType"], "input_required", "{answer}");
     let request = &result["inputRequests"]["authorization"];

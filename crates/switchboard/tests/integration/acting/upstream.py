@@ -18,7 +18,8 @@ the test's scripted browser names in `test_user`, redirecting with `code`, `stat
 server's and the same as at authorization, then issues `at.<user>.<n>` (lifetime
 `--lifetime`, default 3600 s) and a refresh token `rt.<user>.<n>` (rotated on use). `GET
 /as-log` answers what the authorization server did: `[{"kind", "user", "grant",
-"resource"}]`.
+"resource"}]`; `GET /as-secrets` every secret it minted or was sent (codes, states, access
+and refresh tokens, client secrets, PKCE verifiers), for leak checks.
 
 `GET /log` answers every request seen, in order: `[{"method", "auth", "session",
 "status", "apiKey"}]` (`apiKey`: its `X-Api-Key` header, `none` without one) (`method` is the JSON-RPC method, or the HTTP method for GET/DELETE). Prints
@@ -45,6 +46,7 @@ codes = {}  # code -> {user, challenge, resource, client_id, redirect_uri}
 tokens = {}  # access token -> (user, expires)
 refresh = {}  # refresh token -> (user, resource, client_id)
 counter = {"n": 0}
+issued = []  # every secret this server minted or was sent: codes, tokens, client secrets, verifiers
 
 
 def mint(prefix, user):
@@ -94,11 +96,15 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/as-log":
             with lock:
                 self.reply(200, list(as_log))
+        elif path == "/as-secrets":
+            with lock:
+                self.reply(200, [s for s in issued if s])
         elif path == "/authorize":
             q = dict(urllib.parse.parse_qsl(query))
             user = q.get("test_user", "nobody")
             code = mint("code", user)
             with lock:
+                issued.extend([code, q.get("state", "")])
                 codes[code] = {"user": user, "challenge": q.get("code_challenge"),
                                "resource": q.get("resource"), "client_id": q.get("client_id"),
                                "redirect_uri": q.get("redirect_uri")}
@@ -120,6 +126,7 @@ class Handler(BaseHTTPRequestHandler):
             cid = "client-" + secrets.token_hex(4)
             with lock:
                 clients[cid] = secrets.token_hex(16)
+                issued.append(clients[cid])
                 as_log.append({"kind": "register"})
             body = json.loads(raw or b"{}")
             body.update({"client_id": cid, "client_secret": clients[cid],
@@ -143,6 +150,8 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 grant = codes.pop(form.get("code", ""), None)
             verifier = form.get("code_verifier", "")
+            with lock:
+                issued.append(verifier)
             challenge = base64.urlsafe_b64encode(
                 hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
             if (grant is None or grant["challenge"] != challenge or grant["client_id"] != cid
@@ -165,6 +174,7 @@ class Handler(BaseHTTPRequestHandler):
         with lock:
             tokens[access] = (user, time.time() + args.lifetime)
             refresh[rt] = (user, resource, cid)
+            issued.extend([access, rt])
             as_log.append({"kind": "token", "grant": form["grant_type"], "user": user,
                            "resource": resource})
         self.reply(200, {"access_token": access, "token_type": "Bearer",
