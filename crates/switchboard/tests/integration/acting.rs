@@ -11,6 +11,7 @@ mod client_credentials;
 mod exchange;
 mod oauth;
 mod oauth_leaks;
+mod oauth_replicas;
 mod passthrough;
 
 use std::path::PathBuf;

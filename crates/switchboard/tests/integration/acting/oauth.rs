@@ -17,7 +17,7 @@ use crate::common::TestGateway;
 
 /// The protected remote with its own authorization server.
 pub(super) struct Protected {
-    rec: Recorder,
+    pub(super) rec: Recorder,
     pub(super) base: String,
 }
 
