@@ -195,7 +195,9 @@ def follow_in_browser(url: str) -> None:
         fields = dict(re.findall(r'name="(flow|csrf)" value="([^"]*)"', html))
         action = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/oauth/start", "", ""))
         form = urllib.parse.urlencode(fields).encode()
-        with browser.open(action, data=form, timeout=STEP_TIMEOUT) as page:
+        origin = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+        click = urllib.request.Request(action, data=form, headers={"Origin": origin})
+        with browser.open(click, timeout=STEP_TIMEOUT) as page:
             log(f"browser: {page.status} at {urllib.parse.urlsplit(page.url).path}")
     except urllib.error.HTTPError as e:
         log(f"browser: {e.code} at {urllib.parse.urlsplit(e.url or '').path}")

@@ -30,7 +30,13 @@ pub(crate) async fn start_page(RawQuery(query): RawQuery) -> Response {
     match start.as_deref().map(page_of) {
         Some(Ok(p)) => {
             let text = format!(
-                "Switchboard asks you to authorize its access to <b>{}</b> at {} for                  <b>{}</b>.</p><p>Continue only if you are {}. If someone sent you this                  link, close this tab.</p>                 <form method=\"post\" action=\"/oauth/start\">                 <input type=\"hidden\" name=\"flow\" value=\"{}\">                 <input type=\"hidden\" name=\"csrf\" value=\"{}\">                 <button type=\"submit\">Continue to sign in</button></form><p>",
+                "Switchboard asks you to authorize its access to <b>{}</b> at {} for \
+                 <b>{}</b>.</p><p>Continue only if you are {}. If someone sent you this \
+                 link, close this tab.</p>\
+                 <form method=\"post\" action=\"\">\
+                 <input type=\"hidden\" name=\"flow\" value=\"{}\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+                 <button type=\"submit\">Continue to sign in</button></form><p>",
                 escape(&p.backend),
                 escape(&p.server),
                 escape(&p.principal),
@@ -49,8 +55,12 @@ pub(crate) async fn start_page(RawQuery(query): RawQuery) -> Response {
 
 /// `POST /oauth/start`: the click; on to the authorization server.
 pub(crate) async fn start(headers: HeaderMap, form: Bytes) -> Response {
-    let cookies = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
-    match oauth::site().begin(&form, cookies) {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let from = oauth::ClickFrom {
+        origin: text(header::ORIGIN.as_str()),
+        fetch_site: text("sec-fetch-site"),
+    };
+    match oauth::site().begin(&form, text(header::COOKIE.as_str()), from) {
         Ok(started) => {
             let mut r = page(
                 StatusCode::SEE_OTHER,

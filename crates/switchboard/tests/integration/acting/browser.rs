@@ -4,6 +4,13 @@
 
 use parking_lot::Mutex;
 
+/// `scheme://host:port` of `url`: what a browser sends as `Origin` for a form on that page.
+fn origin_of(url: &str) -> &str {
+    let after = url.find("://").unwrap() + 3;
+    let end = url[after..].find('/').map_or(url.len(), |i| after + i);
+    &url[..end]
+}
+
 /// One browser: its own cookies.
 #[derive(Default)]
 pub(crate) struct Browser {
@@ -63,6 +70,11 @@ impl Browser {
 
     /// POSTs the form `fields` to `url` with this browser's cookies (one hop).
     pub(crate) async fn post(&self, url: &str, fields: &[(&str, &str)]) -> Page {
+        self.post_from(url, fields, origin_of(url)).await
+    }
+
+    /// [`Self::post`] as a form of a page at `origin` would.
+    pub(crate) async fn post_from(&self, url: &str, fields: &[(&str, &str)], origin: &str) -> Page {
         let body: String = fields
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -70,6 +82,7 @@ impl Browser {
             .join("&");
         let r = Self::client()
             .post(url)
+            .header(reqwest::header::ORIGIN, origin)
             .header(reqwest::header::COOKIE, self.cookie_header())
             .header(
                 reqwest::header::CONTENT_TYPE,

@@ -333,6 +333,17 @@ async fn an_authorization_completes_only_in_the_browser_that_started_it() {
         .await;
     assert_eq!(forged.status, 400, "{}", forged.body);
 
+    // A page on another port of the gateway's host is the same site: the Strict cookie goes
+    // with its form, but its Origin is not the gateway's.
+    let sibling = alices
+        .post_from(
+            &format!("{}/oauth/start", gw.base()),
+            &[("flow", flow), ("csrf", csrf)],
+            "http://127.0.0.1:1",
+        )
+        .await;
+    assert_eq!(sibling.status, 400, "{}", sibling.body);
+
     // Alice clicks; her authorization server URL then reaches Bob's browser.
     let authorize = alices.click_start(&url).await.map_err(|p| p.body).unwrap();
     let again = Browser::default().click_start(&url).await;

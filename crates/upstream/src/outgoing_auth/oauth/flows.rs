@@ -20,6 +20,9 @@ use crate::outgoing_auth::{OutgoingAuthError, Secret};
 pub const FLOW_LIFETIME: Duration = Duration::from_secs(600);
 /// Most flows awaiting a callback, across backends.
 pub const MAX_FLOWS: usize = 4096;
+/// Most flows one principal has awaiting a callback for one backend: a new one replaces the
+/// oldest, so no principal can fill the table for everyone else.
+pub const MAX_FLOWS_PER_PRINCIPAL: usize = 4;
 
 /// One authorization request.
 pub(crate) struct Flow {
@@ -66,6 +69,22 @@ impl Table {
         Some(flow)
     }
 
+    /// Drops the oldest flows of `flow`'s principal and backend beyond
+    /// [`MAX_FLOWS_PER_PRINCIPAL`] - 1.
+    fn keep_room_for(&mut self, flow: &Flow) {
+        let mut own: Vec<(Instant, String)> = (self.by_state.iter())
+            .filter(|(_, f)| {
+                f.principal == flow.principal && Arc::ptr_eq(&f.backend, &flow.backend)
+            })
+            .map(|(state, f)| (f.created, state.clone()))
+            .collect();
+        own.sort();
+        let excess = (own.len() + 1).saturating_sub(MAX_FLOWS_PER_PRINCIPAL);
+        for (_, state) in own.into_iter().take(excess) {
+            self.remove(&state);
+        }
+    }
+
     fn drop_expired(&mut self) {
         self.by_state.retain(|_, f| f.live());
         let states = &self.by_state;
@@ -100,6 +119,7 @@ impl Flows {
     /// Records `flow` under `state`.
     pub(crate) fn insert(&self, state: String, flow: Flow) -> Result<(), OutgoingAuthError> {
         let mut table = self.table.lock();
+        table.keep_room_for(&flow);
         if table.by_state.len() >= MAX_FLOWS {
             table.drop_expired();
         }
@@ -138,8 +158,10 @@ impl Flows {
 
     /// Whether the gateway's public URL is https (its cookies are then `Secure`).
     pub(crate) fn secure(&self) -> bool {
-        self.redirect_uri()
-            .is_some_and(|r| r.starts_with("https://"))
+        self.redirect_uri().is_some_and(|r| {
+            r.get(..8)
+                .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
+        })
     }
 
     /// Sets the gateway's public base URL (no trailing slash needed): the redirect URI is

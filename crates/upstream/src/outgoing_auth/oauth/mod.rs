@@ -38,8 +38,8 @@ use serde_json::Value;
 use tracing::{debug, info};
 
 pub use challenge::Challenge;
-pub use flows::{site, Flows, FLOW_LIFETIME, MAX_FLOWS};
-pub use start::{Cookie, StartError, StartPage, Started};
+pub use flows::{site, Flows, FLOW_LIFETIME, MAX_FLOWS, MAX_FLOWS_PER_PRINCIPAL};
+pub use start::{ClickFrom, Cookie, StartError, StartPage, Started};
 
 /// The process's one token vault: the one the binary built from `tokenStore` (Redis shared by
 /// replicas, or memory) and handed to [`install_vault`] at startup, before any request; a

@@ -20,7 +20,7 @@ use super::{pkce, CallbackError};
 use crate::outgoing_auth::Secret;
 
 /// What the start page shows, and the anti-forgery token its form and cookie carry.
-#[derive(Debug)]
+/// `Debug` shows no token.
 pub struct StartPage {
     /// The backend's configured name.
     pub backend: String,
@@ -34,12 +34,12 @@ pub struct StartPage {
     pub csrf_cookie: Cookie,
 }
 
-/// A cookie the gateway sets for a flow (`HttpOnly`, expiring with the flow).
-#[derive(Debug)]
+/// A cookie the gateway sets for a flow (`HttpOnly`, expiring with the flow). `Debug` shows
+/// no value.
 pub struct Cookie {
     name: String,
     value: String,
-    path: &'static str,
+    path: String,
     same_site: &'static str,
     secure: bool,
 }
@@ -60,13 +60,35 @@ impl Cookie {
 }
 
 /// The click, accepted: where the browser goes next, and the cookie it must bring back to
-/// the callback.
-#[derive(Debug)]
+/// the callback. `Debug` shows neither (the URL holds the `state`).
 pub struct Started {
     /// The authorization server's URL.
     pub location: String,
     /// The browser's cookie.
     pub cookie: Cookie,
+}
+
+impl std::fmt::Debug for StartPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StartPage")
+            .field("backend", &self.backend)
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Cookie {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cookie")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started").finish_non_exhaustive()
+    }
 }
 
 /// Why the start page or its click was refused: fixed words.
@@ -78,15 +100,26 @@ pub enum StartError {
     /// The flow was started already, in some browser.
     #[error("this authorization was already started in another browser or tab; if that was not you, start again from your MCP client")]
     AlreadyStarted,
-    /// The click did not come from the gateway's own page in this browser.
+    /// The click did not come from the gateway's own page in this browser (no or another
+    /// anti-forgery token, or another origin than the gateway's).
     #[error("this confirmation did not come from the gateway's page in this browser; open the link your MCP client gave you")]
     Forged,
+}
+
+/// What the browser said of where its click came from: the `Origin` and `Sec-Fetch-Site`
+/// headers of the POST.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClickFrom<'a> {
+    /// `Origin`.
+    pub origin: Option<&'a str>,
+    /// `Sec-Fetch-Site`.
+    pub fetch_site: Option<&'a str>,
 }
 
 impl Flows {
     /// The start page of the flow whose key is `start`.
     pub fn start_page(&self, start: &str) -> Result<StartPage, StartError> {
-        let secure = self.secure();
+        let names = self.cookie_names();
         self.with_start(start, |flow| {
             if flow.browser.is_some() {
                 return Err(StartError::AlreadyStarted);
@@ -94,23 +127,27 @@ impl Flows {
             Ok(StartPage {
                 backend: flow.backend.name().to_owned(),
                 principal: principal_label(&flow.principal),
-                server: origin(&flow.authorize_url).to_owned(),
+                server: shown_origin(&flow.authorize_url),
                 csrf: flow.csrf.expose().to_owned(),
-                csrf_cookie: Cookie {
-                    name: csrf_cookie(&flow.start),
-                    value: flow.csrf.expose().to_owned(),
-                    path: "/oauth/start",
-                    same_site: "Strict",
-                    secure,
-                },
+                csrf_cookie: names.csrf(&flow.start, flow.csrf.expose()),
             })
         })
         .unwrap_or(Err(StartError::Unknown))
     }
 
-    /// The start page's form (`flow`, `csrf`) posted with the browser's `Cookie` header:
-    /// the flow is bound to this browser, once.
-    pub fn begin(&self, form: &[u8], cookies: Option<&str>) -> Result<Started, StartError> {
+    /// The start page's form (`flow`, `csrf`) posted with the browser's `Cookie` header,
+    /// from the gateway's own origin (`from`: a same-site page on another port or subdomain
+    /// would carry the `SameSite=Strict` cookie too): the flow is bound to this browser,
+    /// once.
+    pub fn begin(
+        &self,
+        form: &[u8],
+        cookies: Option<&str>,
+        from: ClickFrom<'_>,
+    ) -> Result<Started, StartError> {
+        if !self.same_origin(from) {
+            return Err(StartError::Forged);
+        }
         let (mut start, mut csrf) = (None, None);
         for (k, v) in form_urlencoded::parse(form) {
             let slot = match &*k {
@@ -123,10 +160,10 @@ impl Flows {
             }
         }
         let (start, csrf) = (start.ok_or(StartError::Unknown)?, csrf.unwrap_or_default());
-        let secure = self.secure();
+        let names = self.cookie_names();
         let browser = pkce::random_token().map_err(|_| StartError::Unknown)?;
         self.with_start(&start, |flow| {
-            let cookie = cookie(cookies, &csrf_cookie(&flow.start)).unwrap_or_default();
+            let cookie = cookie(cookies, &names.csrf_name(&flow.start)).unwrap_or_default();
             if !(equal(&csrf, flow.csrf.expose()) && equal(cookie, flow.csrf.expose())) {
                 return Err(StartError::Forged);
             }
@@ -136,16 +173,37 @@ impl Flows {
             flow.browser = Some(Secret::new(&browser));
             Ok(Started {
                 location: flow.authorize_url.clone(),
-                cookie: Cookie {
-                    name: browser_cookie(&flow.start),
-                    value: browser,
-                    path: "/oauth/callback",
-                    same_site: "Lax",
-                    secure,
-                },
+                cookie: names.browser(&flow.start, &browser),
             })
         })
         .unwrap_or(Err(StartError::Unknown))
+    }
+
+    /// Whether a click came from the gateway's own origin: `Origin` present and equal to the
+    /// public URL's (`null`, absent or another refused), and `Sec-Fetch-Site`, where the
+    /// browser sends it, `same-origin`.
+    fn same_origin(&self, from: ClickFrom<'_>) -> bool {
+        let Some(ours) = self.redirect_uri() else {
+            return false;
+        };
+        let fetch_ok = from
+            .fetch_site
+            .is_none_or(|s| s.eq_ignore_ascii_case("same-origin"));
+        let origin_ok = from
+            .origin
+            .is_some_and(|o| o.eq_ignore_ascii_case(origin(&ours)));
+        fetch_ok && origin_ok
+    }
+
+    /// How this gateway names and scopes its cookies (see [`CookieNames`]).
+    fn cookie_names(&self) -> CookieNames {
+        let redirect = self.redirect_uri().unwrap_or_default();
+        let base = redirect.trim_end_matches("/oauth/callback");
+        let path = &base[origin(base).len()..];
+        CookieNames {
+            secure: self.secure(),
+            base_path: path.trim_end_matches('/').to_owned(),
+        }
     }
 
     /// The live flow of `state`, removed, if the browser (its `Cookie` header) is the one
@@ -156,7 +214,7 @@ impl Flows {
         cookies: Option<&str>,
     ) -> Result<Flow, CallbackError> {
         let flow = self.take(state).ok_or(CallbackError::UnknownState)?;
-        let sent = cookie(cookies, &browser_cookie(&flow.start));
+        let sent = cookie(cookies, &self.cookie_names().browser_name(&flow.start));
         match (&flow.browser, sent) {
             (Some(ours), Some(sent)) if equal(sent, ours.expose()) => Ok(flow),
             _ => Err(CallbackError::OtherBrowser),
@@ -181,7 +239,7 @@ pub(crate) fn principal_label(key: &str) -> String {
     }
 }
 
-/// `scheme://host[:port]` of `url`.
+/// `scheme://host[:port]` of `url` (with any user-info: see [`shown_origin`]).
 fn origin(url: &str) -> &str {
     let after_scheme = url.find("://").map_or(0, |i| i + 3);
     let end = url[after_scheme..]
@@ -190,17 +248,70 @@ fn origin(url: &str) -> &str {
     &url[..end]
 }
 
+/// [`origin`] as a person should read it: without user-info, which would let
+/// `https://login.example@evil.example` read as `login.example`.
+fn shown_origin(url: &str) -> String {
+    let origin = origin(url);
+    match (origin.find("://"), origin.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}{}", &origin[..s + 3], &origin[at + 1..]),
+        _ => origin.to_owned(),
+    }
+}
+
 /// The start key's first characters: enough to keep two flows' cookies apart in one browser.
 fn tag(start: &str) -> &str {
     start.get(..16).unwrap_or(start)
 }
 
-fn csrf_cookie(start: &str) -> String {
-    format!("sb_csrf_{}", tag(start))
+/// The flow cookies' names and paths. Over https they are `__Host-` cookies (`Secure`,
+/// `Path=/`, no `Domain`): a sibling subdomain cannot set them, nor can a plain-http
+/// answer. Over http (loopback, a test) they are scoped to the two routes under the public
+/// URL's path.
+struct CookieNames {
+    secure: bool,
+    base_path: String,
 }
 
-fn browser_cookie(start: &str) -> String {
-    format!("sb_oauth_{}", tag(start))
+impl CookieNames {
+    fn name(&self, kind: &str, start: &str) -> String {
+        let prefix = if self.secure { "__Host-" } else { "" };
+        format!("{prefix}sb_{kind}_{}", tag(start))
+    }
+
+    fn path(&self, route: &str) -> String {
+        match self.secure {
+            true => "/".to_owned(),
+            false => format!("{}/oauth/{route}", self.base_path),
+        }
+    }
+
+    fn csrf_name(&self, start: &str) -> String {
+        self.name("csrf", start)
+    }
+
+    fn browser_name(&self, start: &str) -> String {
+        self.name("oauth", start)
+    }
+
+    fn csrf(&self, start: &str, value: &str) -> Cookie {
+        Cookie {
+            name: self.csrf_name(start),
+            value: value.to_owned(),
+            path: self.path("start"),
+            same_site: "Strict",
+            secure: self.secure,
+        }
+    }
+
+    fn browser(&self, start: &str, value: &str) -> Cookie {
+        Cookie {
+            name: self.browser_name(start),
+            value: value.to_owned(),
+            path: self.path("callback"),
+            same_site: "Lax",
+            secure: self.secure,
+        }
+    }
 }
 
 /// The value of cookie `name` in a `Cookie` header (`a=1; b=2`); none when it is repeated.

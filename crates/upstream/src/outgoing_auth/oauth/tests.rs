@@ -385,6 +385,12 @@ fn client_metadata_documents_name_themselves_and_the_refresh_grant() {
     assert!(native.get("client_id").is_none());
 }
 
+/// A click from the page of the gateway at `http://127.0.0.1:2`.
+const HERE: ClickFrom<'static> = ClickFrom {
+    origin: Some("http://127.0.0.1:2"),
+    fetch_site: Some("same-origin"),
+};
+
 /// A flow not yet started in any browser (as `consent` records it).
 fn fresh(backend: &Arc<Backend>, owner: u8) -> flows::Flow {
     flows::Flow {
@@ -406,12 +412,18 @@ async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
 
     // Another site's form (no Strict cookie), or a wrong token: refused, nothing bound.
     assert_eq!(
-        flows.begin(b"flow=start1&csrf=csrf", None).unwrap_err(),
+        flows
+            .begin(b"flow=start1&csrf=csrf", None, HERE)
+            .unwrap_err(),
         StartError::Forged
     );
     assert_eq!(
         flows
-            .begin(b"flow=start1&csrf=guess", Some("sb_csrf_start1=guess"))
+            .begin(
+                b"flow=start1&csrf=guess",
+                Some("sb_csrf_start1=guess"),
+                HERE
+            )
             .unwrap_err(),
         StartError::Forged
     );
@@ -424,7 +436,7 @@ async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
 
     // The click from the page: bound to this browser, once.
     let started = flows
-        .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"))
+        .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"), HERE)
         .unwrap();
     assert_eq!(started.location, "http://as:9/authorize?state=x");
     let set = started.cookie.header();
@@ -434,7 +446,7 @@ async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
     );
     assert_eq!(
         flows
-            .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"))
+            .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"), HERE)
             .unwrap_err(),
         StartError::AlreadyStarted
     );
@@ -455,7 +467,7 @@ async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
     // listens there).
     flows.insert("s3".into(), fresh(&b, 1)).unwrap();
     let value = flows
-        .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"))
+        .begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"), HERE)
         .unwrap()
         .cookie
         .header();
@@ -464,4 +476,106 @@ async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
         complete(&flows, "state=s3&code=x", Some(value)).await,
         Err(CallbackError::Token(OutgoingAuthError::Unreachable))
     ));
+}
+
+#[tokio::test]
+async fn a_click_from_another_origin_or_without_one_is_refused() {
+    let flows = Arc::new(Flows::default());
+    flows.set_public_url("http://127.0.0.1:2");
+    let b = backend(&flows);
+    flows.insert("s1".into(), fresh(&b, 1)).unwrap();
+    let form: &[u8] = b"flow=start1&csrf=csrf";
+    let cookie = Some("sb_csrf_start1=csrf");
+    // A page on another port of the same host is same-site: its form carries the Strict
+    // cookie, but not the gateway's origin.
+    let sibling = ClickFrom {
+        origin: Some("http://127.0.0.1:3"),
+        fetch_site: Some("same-site"),
+    };
+    let no_origin = ClickFrom {
+        origin: None,
+        fetch_site: None,
+    };
+    let null = ClickFrom {
+        origin: Some("null"),
+        fetch_site: None,
+    };
+    let cross = ClickFrom {
+        origin: Some("http://127.0.0.1:2"),
+        fetch_site: Some("cross-site"),
+    };
+    for from in [sibling, no_origin, null, cross] {
+        assert_eq!(
+            flows.begin(form, cookie, from).unwrap_err(),
+            StartError::Forged
+        );
+    }
+    // Nothing was bound: the gateway's own page still can.
+    assert!(flows.begin(form, cookie, HERE).is_ok());
+}
+
+#[test]
+fn over_https_the_cookies_are_host_only_and_secure() {
+    let flows = Arc::new(Flows::default());
+    flows.set_public_url("HTTPS://gw.example");
+    let b = backend(&flows);
+    flows.insert("s1".into(), fresh(&b, 1)).unwrap();
+    let page = flows.start_page("start1").unwrap();
+    let set = page.csrf_cookie.header();
+    assert!(
+        set.starts_with("__Host-sb_csrf_start1=csrf; Path=/;"),
+        "{set}"
+    );
+    assert!(
+        set.ends_with("; Secure") && !set.contains("Domain"),
+        "{set}"
+    );
+    let from = ClickFrom {
+        origin: Some("https://gw.example"),
+        fetch_site: Some("same-origin"),
+    };
+    // The unprefixed name (settable by a sibling subdomain or over http) is not the cookie.
+    let unprefixed = flows.begin(b"flow=start1&csrf=csrf", Some("sb_csrf_start1=csrf"), from);
+    assert_eq!(unprefixed.unwrap_err(), StartError::Forged);
+    let started = flows
+        .begin(
+            b"flow=start1&csrf=csrf",
+            Some("__Host-sb_csrf_start1=csrf"),
+            from,
+        )
+        .unwrap();
+    assert!(started
+        .cookie
+        .header()
+        .starts_with("__Host-sb_oauth_start1="));
+    // The secrets stay out of Debug output.
+    let shown = format!("{started:?} {:?} {page:?}", started.cookie);
+    assert!(
+        !shown.contains("csrf\"") && !shown.contains("authorize"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn one_principal_cannot_fill_the_table_for_everyone() {
+    let flows = Arc::new(Flows::default());
+    let b = backend(&flows);
+    for n in 0..(MAX_FLOWS_PER_PRINCIPAL + 2) {
+        let flow = flows::Flow {
+            start: format!("p1-start-{n}"),
+            ..fresh(&b, 1)
+        };
+        flows.insert(format!("s{n}"), flow).unwrap();
+    }
+    assert_eq!(
+        flows.pending(),
+        MAX_FLOWS_PER_PRINCIPAL,
+        "the oldest were replaced"
+    );
+    assert!(flows.start_page("p1-start-0").is_err());
+    assert!(flows
+        .start_page(&format!("p1-start-{}", MAX_FLOWS_PER_PRINCIPAL + 1))
+        .is_ok());
+    flows.insert("other".into(), fresh(&b, 2)).unwrap();
+    assert_eq!(flows.pending(), MAX_FLOWS_PER_PRINCIPAL + 1);
 }
