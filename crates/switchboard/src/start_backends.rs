@@ -382,8 +382,14 @@ async fn start_stdio(
             return Err(e).context("backend did not become ready");
         }
     };
-    let per_session = (isolation == Isolation::PerSession)
-        .then(|| Arc::new(Spawner(stdio.clone())) as Arc<dyn SpawnBackend>);
+    // Each of them serves one caller: a home of its own, not the shared process's.
+    let per_session = (isolation == Isolation::PerSession).then(|| {
+        let own = StdioConfig {
+            private_home: true,
+            ..stdio.clone()
+        };
+        Arc::new(Spawner(own)) as Arc<dyn SpawnBackend>
+    });
     Ok(Started {
         backend,
         internal: None,

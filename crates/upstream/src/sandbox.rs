@@ -32,6 +32,9 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
+use cover::Layer;
+pub(crate) use home::PrivateHome;
+
 /// Where the backend's own writable home (and with it the npm/uv caches) appears inside.
 pub const SANDBOX_HOME: &str = "/home/switchboard";
 /// The `PATH` a sandboxed backend gets unless its configuration passes one.
@@ -234,27 +237,52 @@ impl Host {
 }
 
 impl Sandbox {
-    /// Creates the backend's home (owned by the sandbox's user). Called before each spawn.
+    /// Creates the backend's home and the directory of its processes' private homes
+    /// ([`home`]), private to the sandbox's user (mode 0700, owned by it). Called before
+    /// each spawn.
     pub(crate) fn prepare(&self) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.home)?;
-        if let Some(r) = &self.host.run_as {
-            std::os::unix::fs::chown(&self.home, Some(r.uid), Some(r.gid))?;
+        for dir in [self.home.clone(), self.sessions_dir()] {
+            home::private_dir(&dir, self.host.run_as.as_ref(), true)?;
         }
         Ok(())
     }
 
-    /// The argv that runs `program args` sandboxed, starting in `cwd` (else the sandbox's
-    /// home).
+    /// The argv that runs `program args` sandboxed with the backend's own home, starting in
+    /// `cwd` (else the sandbox's home).
+    #[cfg(test)]
     pub(crate) fn launch(&self, program: &str, args: &[String], cwd: Option<&Path>) -> Launch {
+        self.launch_in(&self.home, program, args, cwd)
+    }
+
+    /// [`launch`](Self::launch), with `home` as the sandbox's home.
+    pub(crate) fn launch_in(
+        &self,
+        home: &Path,
+        program: &str,
+        args: &[String],
+        cwd: Option<&Path>,
+    ) -> Launch {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        self.argv(&self.layers_in(home), cwd, program, &args)
+    }
+
+    /// `layers` (and the cover of the gateway's files), then `program args` under the
+    /// limits, starting in `cwd` (else the sandbox's home).
+    fn argv(
+        &self,
+        layers: &[Layer],
+        cwd: Option<&Path>,
+        program: &str,
+        args: &[OsString],
+    ) -> Launch {
         let mut argv = self.host.prefix();
         argv.extend(
             ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"].map(OsString::from),
         );
-        let layers = self.layers();
-        for layer in &layers {
+        for layer in layers {
             layer.push(&mut argv);
         }
-        self.cover(&layers, &mut argv);
+        self.cover(layers, &mut argv);
         // Relative to the gateway's directory, as an unsandboxed backend's would be.
         let start = cwd.map_or_else(
             || PathBuf::from(SANDBOX_HOME),
@@ -267,16 +295,23 @@ impl Sandbox {
         argv.extend(self.limits.prlimit_args());
         argv.push("--".into());
         argv.push(program.into());
-        argv.extend(args.iter().map(OsString::from));
+        argv.extend(args.iter().cloned());
         let (program, args) = self.host.program(argv);
         Launch { program, args }
     }
 
     /// The directories masked with an empty tmpfs, in mount order (parents first), each
-    /// once, only those that exist (a read-only root cannot grow a mount point).
+    /// once, only those that exist (a read-only root cannot grow a mount point). The
+    /// backend's home and its processes' private homes are among them: each process sees
+    /// its own home at [`SANDBOX_HOME`] only.
     pub fn masks(&self) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = Vec::new();
-        let all = MASKED.iter().map(PathBuf::from).chain(self.masked.clone());
+        let own = [self.home.clone(), self.sessions_dir()];
+        let all = MASKED
+            .iter()
+            .map(PathBuf::from)
+            .chain(self.masked.clone())
+            .chain(own);
         for dir in all {
             if dir.is_dir() && !out.iter().any(|o| dir.starts_with(o)) {
                 out.push(dir);
@@ -395,5 +430,6 @@ pub fn which(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 mod cover;
+mod home;
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 
 use crate::common::{tool_text, TestGateway};
 
+mod homes;
 mod serving;
 
 const SB: &str = env!("CARGO_BIN_EXE_switchboard");

@@ -52,15 +52,16 @@ impl Layer {
 }
 
 impl Sandbox {
-    /// The sandbox's own mounts in order: masks, read paths, write paths, home.
-    pub(crate) fn layers(&self) -> Vec<Layer> {
+    /// The sandbox's own mounts in order: masks, read paths, write paths, `home` (the
+    /// backend's, or a process's private one).
+    pub(crate) fn layers_in(&self, home: &Path) -> Vec<Layer> {
         let masks = self.masks().into_iter().map(Layer::Tmpfs);
         let read = self.read.iter().cloned().map(Layer::Read);
         let write = self.write.iter().cloned().map(Layer::Write);
         masks
             .chain(read)
             .chain(write)
-            .chain([Layer::Home(self.home.clone())])
+            .chain([Layer::Home(home.to_path_buf())])
             .collect()
     }
 

@@ -214,3 +214,93 @@ async fn a_sandboxed_backend_talks_through_its_pipes_and_sees_only_its_world() {
     process.shutdown(Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&home);
 }
+
+/// Two processes with private homes: each starts from a copy of the backend's home (a link
+/// in it copied as a link, never followed), writes only its own, and its home is gone soon after
+/// it has ended; the backend's home and the other's are untouched. The backend's home and
+/// the private homes' directory are masked (each process sees its own at SANDBOX_HOME only).
+#[tokio::test]
+async fn per_caller_processes_get_private_homes_removed_when_they_end() {
+    let Some(host) = real_host() else { return };
+    let base = std::env::temp_dir().join(format!("sb-unit-private-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(base.join("home/cache")).expect("home");
+    std::fs::write(base.join("home/cache/warm"), "warm").expect("seed");
+    std::fs::write(base.join("outside"), "not the backend's").expect("outside");
+    std::os::unix::fs::symlink(base.join("outside"), base.join("home/link")).expect("link");
+    let mut s = sandbox(&base.join("home"));
+    s.read.clear();
+    s.write.clear();
+    s.host = host;
+    let s = Arc::new(s);
+    // What it sees before it writes its own name: with one home for both, the second
+    // would see the first's.
+    let script = r#"read line; seen="$(ls -A ~ | tr '\n' ' ')"; echo "$1" > ~/"$1"; printf '{"jsonrpc":"2.0","id":"k1","result":{"seen":"%s","link":"%s"}}\n' "$seen" "$(readlink ~/link)"; cat >/dev/null"#;
+    let args = ["-c", script, "sh", "first"].map(String::from).to_vec();
+    let mut config = StdioConfig::new("sh", args);
+    config.sandbox = Some(s.clone());
+    config.private_home = true;
+    let mut started = Vec::new();
+    for who in ["first", "second"] {
+        config.args[3] = who.into();
+        let (handle, process) = spawn(&config, Arc::new(Ignore)).expect("spawned");
+        let call = handle.call(
+            "k1",
+            br#"{"jsonrpc":"2.0","id":"k1","method":"x"}"#.to_vec(),
+        );
+        let answer = tokio::time::timeout(Duration::from_secs(20), call.await.expect("queued"))
+            .await
+            .expect("answered in time")
+            .expect("answered");
+        let v: serde_json::Value = serde_json::from_str(answer.payload()).expect("json");
+        assert_eq!(
+            v["seen"], "cache link ",
+            "a copy of the backend's home only: {v}"
+        );
+        assert_eq!(v["link"], base.join("outside").display().to_string());
+        started.push(process);
+    }
+    let homes = || -> Vec<PathBuf> {
+        let mut all: Vec<PathBuf> = std::fs::read_dir(s.sessions_dir())
+            .expect("sessions dir")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        all.sort();
+        all
+    };
+    let both = homes();
+    assert_eq!(both.len(), 2, "{both:?}");
+    // Under /tmp here, so under its mask; elsewhere masked themselves (the integration test).
+    for masked in [s.home.clone(), s.sessions_dir()] {
+        assert!(s.hides(&masked).is_some(), "{}", masked.display());
+    }
+    let second = started.pop().expect("second");
+    let first = started.pop().expect("first");
+    // Removed right after the end is published (off the runtime): bounded, on the condition.
+    let until = |n: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        async move {
+            while homes().len() != n {
+                assert!(std::time::Instant::now() < deadline, "{:?}", homes());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    first.shutdown(Duration::from_secs(5)).await;
+    until(1).await;
+    assert!(!both[0].exists() || !both[1].exists());
+    let left = homes().pop().expect("the second's");
+    assert!(left.join("cache/warm").is_file(), "a real copy");
+    assert!(left.join("second").is_file() && !left.join("first").exists());
+    assert!(std::fs::symlink_metadata(left.join("link")).is_ok_and(|m| m.is_symlink()));
+    second.shutdown(Duration::from_secs(5)).await;
+    until(0).await;
+    let own: Vec<String> = std::fs::read_dir(base.join("home"))
+        .expect("home")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(own.len(), 2, "the backend's home is untouched: {own:?}");
+    let _ = std::fs::remove_dir_all(&base);
+}
