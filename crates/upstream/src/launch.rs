@@ -25,6 +25,7 @@ pub(crate) fn command(config: &StdioConfig) -> std::io::Result<(Command, Option<
         .kill_on_drop(true);
     crate::orphan::die_with_parent(&mut command);
     crate::orphan::own_group(&mut command);
+    crate::orphan::only_stdio(&mut command);
     Ok((command, home))
 }
 

@@ -34,6 +34,49 @@ pub(crate) fn die_with_parent(command: &mut Command) {
     }
 }
 
+/// Marks every descriptor but stdin, stdout and stderr close-on-exec in the child, so a
+/// backend inherits none of the gateway's: not one the gateway itself inherited without
+/// close-on-exec (a supervisor's, a shell's), nor one a library opened without it.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub(crate) fn only_stdio(command: &mut Command) {
+    // SAFETY: the closure runs in the child after fork and before exec: `close_range`,
+    // `getrlimit` and `fcntl` are system calls that allocate nothing and take no locks.
+    // Close-on-exec, not closed: the standard library's own error pipe must work until exec.
+    unsafe {
+        command.pre_exec(|| {
+            let all = libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            if all != 0 {
+                // Kernels before 5.11: each descriptor up to the limit.
+                let mut limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                let max = match libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) {
+                    0 => limit.rlim_cur.min(1 << 16) as libc::c_int,
+                    _ => 1024,
+                };
+                for fd in 3..max {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    if flags >= 0 {
+                        libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Elsewhere nothing more is done.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn only_stdio(_command: &mut Command) {}
+
 /// Elsewhere only the orderly paths (stdin close, `kill_on_drop`) apply.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn die_with_parent(_command: &mut Command) {}

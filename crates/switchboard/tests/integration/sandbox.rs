@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 
 use crate::common::{tool_text, TestGateway};
 
+mod bounds;
 mod homes;
 mod serving;
 

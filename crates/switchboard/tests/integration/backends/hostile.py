@@ -15,6 +15,10 @@ does when its heap cannot grow): the gateway must report that like any crash.
   kills them all. Answers `{"forked": N, "error": ...}`.
 - `allocate {mib}`: one buffer of MIB MiB.
 - `die_allocating {mib}`: the same, aborting when it fails.
+- `fds`: its open file descriptors (`/proc/self/fd`, less the one reading it) and what each
+  is, as JSON.
+- `fill {path, mib}`: writes MIB MiB to PATH, 1 MiB at a time; answers how many it wrote and
+  how it stopped, then removes the file.
 """
 import json
 import os
@@ -102,9 +106,37 @@ def die_allocating(args):
     return "allocated %d bytes" % len(buf)
 
 
+def fds(_args):
+    # The descriptor listing the directory is closed once listed: it no longer resolves.
+    seen = {}
+    for n in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            seen[n] = os.readlink("/proc/self/fd/" + n)
+        except OSError:
+            pass
+    return json.dumps(seen)
+
+
+def fill(args):
+    chunk, written, error = b"x" * (1 << 20), 0, None
+    try:
+        with open(args["path"], "wb") as f:
+            for _ in range(int(args["mib"])):
+                f.write(chunk)
+                f.flush()
+                written += 1
+    except OSError as e:
+        error = "%s: %s" % (type(e).__name__, e)
+    try:
+        os.remove(args["path"])
+    except OSError:
+        pass
+    return json.dumps({"mib": written, "error": error})
+
+
 TOOLS = {"read": read, "environ": environ, "env": lambda _a: json.dumps(dict(os.environ)),
          "whoami": whoami, "write": write, "connect": connect, "fork_bomb": fork_bomb,
-         "allocate": allocate, "die_allocating": die_allocating}
+         "allocate": allocate, "die_allocating": die_allocating, "fds": fds, "fill": fill}
 
 
 def send(msg):

@@ -1,0 +1,60 @@
+//! What a backend can take of the host beyond its own processes: its masks' memory (each
+//! tmpfs is bounded: a write past the bound fails with ENOSPC while the gateway serves on)
+//! and the gateway's file descriptors (a backend, sandboxed or not, holds only 0, 1 and 2,
+//! even of what the gateway itself inherited without close-on-exec).
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::{ready, Dir, HOSTILE, SB};
+use crate::common::{tool_text, TestGateway};
+
+/// `hostile` sandboxed (256 MiB of memory) and `plain` (the same script, unsandboxed),
+/// served by a gateway started holding descriptor 7 without close-on-exec, as a careless
+/// supervisor or shell would hand it one.
+async fn gateway(dir: &Dir) -> TestGateway {
+    let yaml = format!(
+        "aggregation: {{conflictResolution: prefix}}\nbackends:\n\
+         \x20 - name: hostile\n    command: python3\n    args: [{HOSTILE}]\n\
+         \x20   sandbox: {{memory: 256MiB, pids: 32}}\n\
+         \x20 - name: plain\n    command: python3\n    args: [{HOSTILE}]\n    sandbox: off\n"
+    );
+    let config = dir.write("sb.yaml", &yaml, 0o644);
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.args(["-c", r#"exec 7</dev/null; exec "$0" "$@""#, SB])
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"])
+        .current_dir(&dir.0);
+    TestGateway::start_command(cmd).await
+}
+
+async fn tool(gw: &TestGateway, sid: &str, name: &str, args: Value) -> String {
+    let r = gw.call_tool(Some(sid), json!(name), name, args).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let v = r.json();
+    assert!(v.get("error").is_none(), "{name}: {v}");
+    tool_text(&v).to_owned()
+}
+
+#[tokio::test]
+async fn a_backend_holds_no_descriptor_of_the_gateway_s() {
+    if !ready("fds") {
+        return;
+    }
+    let dir = Dir::new("fds");
+    let gw = gateway(&dir).await;
+    let held = std::fs::read_link(format!("/proc/{}/fd/7", gw.pid()));
+    assert!(held.is_ok(), "the gateway holds descriptor 7");
+    let sid = gw.session().await;
+    for backend in ["hostile", "plain"] {
+        let fds = tool(&gw, &sid, &format!("{backend}_fds"), json!({})).await;
+        let fds: Value = serde_json::from_str(&fds).unwrap();
+        let open: Vec<&str> = fds
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(open, ["0", "1", "2"], "{backend}: {fds}");
+    }
+}
