@@ -11,11 +11,18 @@ use std::path::{Path, PathBuf};
 
 use super::{Sandbox, SANDBOX_HOME};
 
+/// The masks a backend may use as scratch space.
+const SCRATCH: [&str; 2] = ["/tmp", "/var/tmp"];
+/// Bound of a scratch mask when the sandbox has no `memory` limit.
+pub(crate) const SCRATCH_DEFAULT: u64 = 1 << 30;
+/// Bound of every other mask: room for the mount points bubblewrap makes there.
+pub(crate) const MASK_SIZE: u64 = 16 << 20;
+
 /// One mount of the sandbox's own, in order.
 #[derive(Debug, Clone)]
 pub(crate) enum Layer {
-    /// An empty tmpfs (a mask).
-    Tmpfs(PathBuf),
+    /// An empty tmpfs (a mask), of at most this many bytes.
+    Tmpfs(PathBuf, u64),
     /// A host path bound read-only at the same place.
     Read(PathBuf),
     /// A host path bound writable at the same place.
@@ -28,14 +35,16 @@ impl Layer {
     /// Where it appears inside.
     fn at(&self) -> &Path {
         match self {
-            Layer::Tmpfs(p) | Layer::Read(p) | Layer::Write(p) => p,
+            Layer::Tmpfs(p, _) | Layer::Read(p) | Layer::Write(p) => p,
             Layer::Home(_) => Path::new(SANDBOX_HOME),
         }
     }
 
     pub(crate) fn push(&self, argv: &mut Vec<OsString>) {
         let (flag, from) = match self {
-            Layer::Tmpfs(p) => {
+            Layer::Tmpfs(p, size) => {
+                // `--size` applies to the next `--tmpfs` (bubblewrap 0.8).
+                argv.extend(["--size".into(), size.to_string().into()]);
                 argv.extend(["--tmpfs".into(), p.clone().into_os_string()]);
                 return;
             }
@@ -55,7 +64,7 @@ impl Sandbox {
     /// The sandbox's own mounts in order: masks, read paths, write paths, `home` (the
     /// backend's, or a process's private one).
     pub(crate) fn layers_in(&self, home: &Path) -> Vec<Layer> {
-        let masks = self.masks().into_iter().map(Layer::Tmpfs);
+        let masks = self.mask_layers();
         let read = self.read.iter().cloned().map(Layer::Read);
         let write = self.write.iter().cloned().map(Layer::Write);
         masks
@@ -63,6 +72,21 @@ impl Sandbox {
             .chain(write)
             .chain([Layer::Home(home.to_path_buf())])
             .collect()
+    }
+
+    /// The masks, each bounded: a backend cannot fill the host's memory through them. The
+    /// scratch directories (`/tmp`, `/var/tmp`) hold at most the backend's `memory` each
+    /// ([`SCRATCH_DEFAULT`] without one); the others, meant to stay empty, [`MASK_SIZE`].
+    pub(crate) fn mask_layers(&self) -> impl Iterator<Item = Layer> {
+        let scratch = self.limits.memory.unwrap_or(SCRATCH_DEFAULT);
+        self.masks().into_iter().map(move |m| {
+            let size = if SCRATCH.iter().any(|s| m == Path::new(s)) {
+                scratch
+            } else {
+                MASK_SIZE
+            };
+            Layer::Tmpfs(m, size)
+        })
     }
 
     /// The directories to cover: each hidden file's nearest existing one, when the backend

@@ -83,9 +83,7 @@ impl Sandbox {
     /// cache, never with another's data.
     fn seed(&self, to: &Path) {
         let layers: Vec<Layer> = self
-            .masks()
-            .into_iter()
-            .map(Layer::Tmpfs)
+            .mask_layers()
             .chain([
                 Layer::Read(self.home.clone()),
                 Layer::Home(to.to_path_buf()),

@@ -51,11 +51,13 @@ fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
     let text = all.join(" ");
     assert!(
         text.starts_with(
-            "/usr/bin/bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --tmpfs "
+            "/usr/bin/bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --size 16777216 --tmpfs "
         ),
         "{text}"
     );
-    assert!(text.contains("--tmpfs /tmp"), "{text}");
+    // Scratch masks hold at most `memory`, the others (meant to stay empty) 16 MiB.
+    assert!(text.contains("--size 268435456 --tmpfs /tmp "), "{text}");
+    assert!(text.contains("--size 16777216 --tmpfs /root "), "{text}");
     let at = |needle: &str| {
         text.find(needle)
             .unwrap_or_else(|| panic!("{needle}: {text}"))

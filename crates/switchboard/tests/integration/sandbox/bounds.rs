@@ -58,3 +58,33 @@ async fn a_backend_holds_no_descriptor_of_the_gateway_s() {
         assert_eq!(open, ["0", "1", "2"], "{backend}: {fds}");
     }
 }
+
+#[tokio::test]
+async fn a_backend_filling_its_tmp_stops_at_the_bound_and_the_gateway_serves_on() {
+    if !ready("tmpfs") {
+        return;
+    }
+    let dir = Dir::new("tmpfs");
+    let gw = gateway(&dir).await;
+    let sid = gw.session().await;
+    // /tmp holds at most `memory` (256 MiB); /run, meant to stay empty, 16 MiB.
+    for (path, tried, bound) in [("/tmp/fill", 400, 256), ("/run/fill", 64, 16)] {
+        let said = tool(
+            &gw,
+            &sid,
+            "hostile_fill",
+            json!({"path": path, "mib": tried}),
+        )
+        .await;
+        let v: Value = serde_json::from_str(&said).unwrap();
+        let wrote = v["mib"].as_u64().unwrap();
+        assert!(wrote <= bound, "{path}: {v}");
+        assert!(wrote > 0, "{path}: it may use the space: {v}");
+        let error = v["error"].as_str().unwrap_or_default();
+        assert!(error.contains("No space left on device"), "{path}: {v}");
+    }
+    let me = tool(&gw, &sid, "hostile_whoami", json!({})).await;
+    assert!(me.contains("\"uid\""), "the backend lives on: {me}");
+    let fine = tool(&gw, &sid, "plain_whoami", json!({})).await;
+    assert!(fine.contains("\"uid\""), "and so does the other: {fine}");
+}
