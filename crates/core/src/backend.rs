@@ -70,6 +70,9 @@ pub struct Backend {
     /// when `handle` cannot serve them: a Legacy-only remote refuses sessionless requests, so
     /// the gateway keeps an upstream session of its own for them, which no client uses.
     pub internal: Option<switchboard_upstream::Upstream>,
+    /// Connected Modern first ([`EraPolicy::ModernFirst`]): `info.era` says Modern only, and
+    /// whether it also answers `initialize` is not known yet.
+    pub legacy_unprobed: bool,
 }
 
 /// Which probes to run.
@@ -80,6 +83,11 @@ pub enum EraPolicy {
     Auto,
     /// Only the Legacy handshake (for servers that exit on any request before `initialize`).
     LegacyOnly,
+    /// Probe Modern; only a backend that does not answer it gets the Legacy handshake now. A
+    /// 2026-07-28 client sends a server that speaks it nothing but 2026-07-28 requests, so
+    /// whether a Modern remote also speaks Legacy is learned when the first Legacy client
+    /// arrives ([`Backend::legacy_unprobed`], `per_session::LegacyProbe`).
+    ModernFirst,
 }
 
 /// The `_meta` envelope the gateway sends on its own Modern requests.
@@ -100,9 +108,21 @@ impl Backend {
     ) -> Result<Backend, CoreError> {
         let started = std::time::Instant::now();
         let discovered = match policy {
-            EraPolicy::Auto => probe_modern(&handle, deadline.min(PROBE_TIMEOUT)).await,
+            EraPolicy::Auto | EraPolicy::ModernFirst => {
+                probe_modern(&handle, deadline.min(PROBE_TIMEOUT)).await
+            }
             EraPolicy::LegacyOnly => None,
         };
+        if let (EraPolicy::ModernFirst, Some(d)) = (policy, &discovered) {
+            let info = from_discover(d.clone());
+            info!(era = %info.era, version = %info.protocol_version, server = %info.server_info, "backend connected (Legacy not probed)");
+            return Ok(Backend {
+                handle,
+                info,
+                internal: None,
+                legacy_unprobed: true,
+            });
+        }
         let legacy = initialize(&handle, deadline).await;
         // A backend already committed to Modern that was slow to start missed the first
         // probe and refuses `initialize` naming its version: Modern, not failed. It is
@@ -128,6 +148,7 @@ impl Backend {
             handle,
             info,
             internal: None,
+            legacy_unprobed: false,
         })
     }
 }
@@ -150,6 +171,7 @@ impl Backend {
                 },
             },
             internal: None,
+            legacy_unprobed: false,
         }
     }
 
@@ -322,6 +344,16 @@ fn offers_our_version(error: &str) -> bool {
         && error["data"]["supported"]
             .as_array()
             .is_some_and(|v| v.iter().any(|v| v.as_str() == Some(version::MODERN[0])))
+}
+
+/// Whether the backend answers a Legacy `initialize` (the gateway's own, on `handle`, an
+/// upstream session used for nothing else): `Err` when it could not be asked (unreachable,
+/// no answer in time), which says nothing either way.
+pub(crate) async fn answers_legacy(
+    handle: &Upstream,
+    deadline: Duration,
+) -> Result<bool, CoreError> {
+    Ok(initialize(handle, deadline).await?.is_ok())
 }
 
 /// The Legacy handshake: the backend's info, or its refusal (the JSON-RPC error's text).

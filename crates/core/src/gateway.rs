@@ -320,9 +320,21 @@ impl Gateway {
         msg: &Message<'_>,
     ) -> Result<Initialized, CoreError> {
         match self.per_session.transparent() {
-            Some(spawner) => self.initialize_isolated(caller, id, msg, spawner).await,
-            None => self.initialize_shared(caller, id, msg.params).await,
+            Some(spawner) if self.isolates_legacy(spawner).await => {
+                self.initialize_isolated(caller, id, msg, spawner).await
+            }
+            _ => self.initialize_shared(caller, id, msg.params).await,
         }
+    }
+
+    /// Whether Legacy sessions get upstream sessions of their own from `spawner`: a remote
+    /// connected Modern first is asked once whether it speaks Legacy (`per_session::legacy`).
+    pub(crate) async fn isolates_legacy(&self, spawner: &Arc<dyn crate::SpawnBackend>) -> bool {
+        let unprobed = self.backends.primary().backend.legacy_unprobed;
+        let deadline = self.config.handshake_timeout;
+        (self.per_session)
+            .speaks_legacy(unprobed, spawner, deadline)
+            .await
     }
 
     /// Answers a client's `initialize` from the backend's own handshake, with the version
@@ -600,6 +612,7 @@ impl Gateway {
             health: &self.health,
             mrtr: &self.mrtr,
             trust: self.trust(),
+            per_session: &self.per_session,
         }
     }
 

@@ -19,6 +19,7 @@ use crate::BackendId;
 use crate::CoreError;
 
 mod lazy;
+mod legacy;
 mod sink;
 
 pub(crate) use lazy::{remember_client_init, Opener};
@@ -39,7 +40,11 @@ pub trait SpawnBackend: Send + Sync + std::fmt::Debug {
 /// shared mode, set once at startup (`Gateway::enable_per_session` for `run`'s one backend,
 /// `Gateway::enable_per_session_backends` for a set).
 #[derive(Debug, Default)]
-pub(crate) struct Spawner(std::sync::OnceLock<Spawners>);
+pub(crate) struct Spawner {
+    spawners: std::sync::OnceLock<Spawners>,
+    /// A Modern-first remote's Legacy side: refused, the mode is off.
+    legacy: legacy::LegacyProbe,
+}
 
 #[derive(Debug)]
 struct Spawners {
@@ -57,15 +62,36 @@ impl Spawner {
         transparent: bool,
         by_backend: Vec<(BackendId, Arc<dyn SpawnBackend>)>,
     ) {
-        let _ = self.0.set(Spawners {
+        let _ = self.spawners.set(Spawners {
             transparent,
             by_backend,
         });
     }
 
+    /// Whether a remote connected Modern first was found to speak Legacy too.
+    pub(crate) fn legacy_confirmed(&self) -> bool {
+        self.legacy.confirmed()
+    }
+
+    /// The spawners, while the mode is on.
+    fn on(&self) -> Option<&Spawners> {
+        self.spawners.get().filter(|_| !self.legacy.refused())
+    }
+
+    /// Whether `run --url`'s remote, connected Modern first, gives Legacy sessions upstream
+    /// sessions of their own (see `legacy`): asked once, by the first Legacy client.
+    pub(crate) async fn speaks_legacy(
+        &self,
+        unprobed: bool,
+        spawner: &Arc<dyn SpawnBackend>,
+        deadline: std::time::Duration,
+    ) -> bool {
+        self.legacy.speaks_legacy(unprobed, spawner, deadline).await
+    }
+
     /// How `backend` starts a session's own upstream, when its sessions get one.
     pub(crate) fn for_backend(&self, backend: &BackendId) -> Option<&Arc<dyn SpawnBackend>> {
-        let all = self.0.get()?;
+        let all = self.on()?;
         all.by_backend
             .iter()
             .find_map(|(id, s)| (id == backend).then_some(s))
@@ -73,20 +99,19 @@ impl Spawner {
 
     /// The one backend's spawner of `run --isolation per-session`.
     pub(crate) fn transparent(&self) -> Option<&Arc<dyn SpawnBackend>> {
-        let all = self.0.get().filter(|a| a.transparent)?;
+        let all = self.on().filter(|a| a.transparent)?;
         all.by_backend.first().map(|(_, s)| s)
     }
 
     /// Whether own upstreams are opened on first use (a set) rather than by `initialize`.
     pub(crate) fn lazy(&self) -> bool {
-        self.0
-            .get()
+        self.on()
             .is_some_and(|a| !a.transparent && !a.by_backend.is_empty())
     }
 
     /// Whether any backend gives sessions their own upstream.
     pub(crate) fn any(&self) -> bool {
-        self.0.get().is_some_and(|a| !a.by_backend.is_empty())
+        self.on().is_some_and(|a| !a.by_backend.is_empty())
     }
 }
 

@@ -339,8 +339,13 @@ pub(crate) async fn connect(
 ) -> anyhow::Result<(Backend, Option<UpstreamOwner>)> {
     let probe = RemoteUpstream::new(endpoint, Mode::Session, sink.clone());
     let owner = probe.owner();
-    let connected =
-        Backend::connect(Upstream::Remote(probe.clone()), timeout, EraPolicy::Auto).await;
+    // Modern first: a remote that answers `server/discover` is sent no Legacy `initialize`
+    // of the gateway's own until a Legacy client arrives (`per_session::legacy`).
+    let policy = match endpoint.transport() {
+        RemoteTransport::Sse => EraPolicy::Auto,
+        RemoteTransport::Streamable => EraPolicy::ModernFirst,
+    };
+    let connected = Backend::connect(Upstream::Remote(probe.clone()), timeout, policy).await;
     let mut backend = match connected {
         Ok(b) => b,
         // Per-user OAuth: the gateway's own probe has no user's token, and a 401 means

@@ -142,7 +142,13 @@ pub(crate) async fn start_all(
         // A Modern-only backend answers no `initialize`: a session cannot open one of its
         // own, and a process per Legacy client would gain nothing. Legacy clients reach it as
         // in shared mode, through the gateway's envelope (and its input relay), statelessly.
-        if !started.backend.info.era.legacy && started.per_session.take().is_some() {
+        // A remote connected Modern first keeps its spawner: the first Legacy client asks
+        // whether it speaks Legacy too (`per_session::legacy` in the core).
+        let unprobed = started.backend.legacy_unprobed;
+        if unprobed && started.per_session.is_some() {
+            println!("switchboard: backend {id} speaks 2026-07-28; whether it also speaks 2025-11-25 is asked when the first Legacy client arrives");
+        }
+        if !started.backend.info.era.legacy && !unprobed && started.per_session.take().is_some() {
             println!("switchboard: backend {id} speaks only 2026-07-28: Legacy sessions share it through the gateway's relay, not a process or upstream session each");
         }
         if let Some(spawner) = started.per_session.take() {

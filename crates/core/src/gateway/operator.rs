@@ -20,6 +20,7 @@ pub struct Operator<'a> {
     pub(super) health: &'a Health,
     pub(super) mrtr: &'a Bridge,
     pub(super) trust: Option<&'a Arc<Trust>>,
+    pub(super) per_session: &'a crate::per_session::Spawner,
 }
 
 impl Operator<'_> {
@@ -35,7 +36,12 @@ impl Operator<'_> {
 
     /// The primary backend's era (`/stats`).
     pub fn primary_era(&self) -> BackendEra {
-        self.backends.primary_era()
+        let era = self.backends.primary_era();
+        BackendEra {
+            // A remote connected Modern first that a Legacy client found speaks Legacy too.
+            legacy: era.legacy || self.per_session.legacy_confirmed(),
+            ..era
+        }
     }
 
     /// `/status`: per backend its health, era, transport and breaker; the live sessions.

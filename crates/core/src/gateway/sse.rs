@@ -126,6 +126,14 @@ impl SseEndpoint<'_> {
         let spawner = (gateway.per_session)
             .transparent()
             .ok_or_else(|| CoreError::Unsupported("per-session HTTP+SSE".into()))?;
+        if !gateway.isolates_legacy(spawner).await {
+            // The remote speaks no Legacy: this session shares its Modern handle through the
+            // relay, as every later one will (the mode is off from now on).
+            let (negotiated, response) = gateway.negotiate(caller, id, msg.params);
+            (gateway.registry.sessions).set_protocol_version(session.as_str(), negotiated)?;
+            gateway.remember_client_init(session, negotiated, msg.params);
+            return Ok(response);
+        }
         let (negotiated, _) = gateway.negotiate(caller, id, msg.params);
         let backend = gateway.own_backend_for(msg)?;
         let opened = Arc::new(AtomicBool::new(false));

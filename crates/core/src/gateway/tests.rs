@@ -37,6 +37,7 @@ fn silent_backend(
             },
         },
         internal: None,
+        legacy_unprobed: false,
     };
     (backend, process)
 }

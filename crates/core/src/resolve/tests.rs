@@ -61,6 +61,7 @@ impl Fixture {
                 },
             },
             internal: internal.clone(),
+            legacy_unprobed: false,
             handle: handle.clone(),
         };
         Fixture {

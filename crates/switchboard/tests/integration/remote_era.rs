@@ -169,3 +169,47 @@ async fn a_modern_remote_gets_the_corrective_retry_and_the_standard_headers_on_e
         assert_eq!(s.method_header.as_deref(), Some(s.method.as_str()), "{s:?}");
     }
 }
+
+/// A 2026-07-28 client sends a server that speaks it nothing else: the gateway connects to a
+/// Modern remote without a Legacy `initialize` of its own, so until a Legacy client arrives
+/// every request the remote gets carries `MCP-Protocol-Version` and `_meta` (the suite's
+/// `request-metadata`). The first Legacy client has it asked once whether it speaks Legacy;
+/// this remote refuses, so that client, and the next, are served through the gateway's relay
+/// on the remote's Modern side, and it is not asked again.
+#[tokio::test]
+async fn a_modern_remote_is_sent_nothing_legacy_until_a_legacy_client_arrives() {
+    let (url, seen) = modern_remote(json!(["2026-07-28"])).await;
+    let gw = TestGateway::start(&["--url", &url]).await;
+    let answer = modern_tools_list(&gw).await;
+    assert_eq!(answer["result"]["tools"], json!([]), "{answer}");
+    let before = seen.lock().clone();
+    for s in &before {
+        assert!(
+            s.version_header.is_some() && s.meta_version.is_some(),
+            "nothing without the Modern headers and _meta before a Legacy client: {before:?}"
+        );
+    }
+
+    for _ in 0..2 {
+        let session = gw.session().await;
+        let listed = gw
+            .post(
+                Some(&session),
+                &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+            )
+            .await
+            .json();
+        assert_eq!(listed["result"]["tools"], json!([]), "{listed}");
+    }
+    let after = seen.lock().clone();
+    let legacy: Vec<_> = after[before.len()..]
+        .iter()
+        .filter(|s| s.meta_version.is_none())
+        .collect();
+    assert_eq!(
+        legacy.len(),
+        1,
+        "asked once, by the first Legacy client: {after:?}"
+    );
+    assert_eq!(legacy[0].method, "initialize");
+}
