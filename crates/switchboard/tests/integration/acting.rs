@@ -10,6 +10,7 @@ mod browser;
 mod client_credentials;
 mod exchange;
 mod oauth;
+mod oauth_hostile;
 mod oauth_leaks;
 mod oauth_replicas;
 mod passthrough;

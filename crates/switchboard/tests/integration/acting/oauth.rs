@@ -35,7 +35,7 @@ impl Protected {
         }
     }
 
-    async fn as_log(&self) -> Vec<Value> {
+    pub(super) async fn as_log(&self) -> Vec<Value> {
         reqwest::get(format!("{}/as-log", self.base))
             .await
             .unwrap()

@@ -20,6 +20,13 @@ server's and the same as at authorization, then issues `at.<user>.<n>` (lifetime
 /as-log` answers what the authorization server did: `[{"kind", "user", "grant",
 "resource"}]`; `GET /as-secrets` every secret it minted or was sent (codes, states, access
 and refresh tokens, client secrets, PKCE verifiers), for leak checks.
+`--public-lists` (with `--oauth`): `server/discover` and `tools/list` need no token (as a
+server whose catalogue is public), so an aggregating gateway lists its tools; `tools/call`
+still does.
+`--authorization-server URL`: the protected-resource metadata names that authorization server
+instead of this one (a server pointing the gateway elsewhere). `--client ID:SECRET`: a client
+registered in advance. Every `POST /token` is recorded first as `{"kind": "token-request",
+"basic": <whether it carried Basic credentials>}`, whether or not it is then refused.
 
 `GET /log` answers every request seen, in order: `[{"method", "auth", "session",
 "status", "apiKey"}]` (`apiKey`: its `X-Api-Key` header, `none` without one) (`method` is the JSON-RPC method, or the HTTP method for GET/DELETE). Prints
@@ -83,7 +90,8 @@ class Handler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         base = self.base()
         if path == "/.well-known/oauth-protected-resource/mcp":
-            self.reply(200, {"resource": base + "/mcp", "authorization_servers": [base]})
+            self.reply(200, {"resource": base + "/mcp",
+                             "authorization_servers": [args.authorization_server or base]})
         elif path == "/.well-known/oauth-authorization-server":
             self.reply(200, {
                 "issuer": base, "authorization_endpoint": base + "/authorize",
@@ -137,6 +145,8 @@ class Handler(BaseHTTPRequestHandler):
             return False
         form = dict(urllib.parse.parse_qsl(raw.decode()))
         basic = self.headers.get("authorization", "")
+        with lock:
+            as_log.append({"kind": "token-request", "basic": basic.startswith("Basic ")})
         try:
             cid, _, secret = base64.b64decode(basic.removeprefix("Basic ")).decode().partition(":")
             cid, secret = urllib.parse.unquote_plus(cid), urllib.parse.unquote_plus(secret)
@@ -215,7 +225,8 @@ class Handler(BaseHTTPRequestHandler):
         rid, method = msg.get("id"), msg.get("method")
         auth = self.auth()
         sid = self.headers.get("mcp-session-id")
-        if args.oauth and self.unauthorized(auth):
+        public = args.public_lists and method in ("server/discover", "tools/list")
+        if args.oauth and not public and self.unauthorized(auth):
             record(self.headers, method, auth, sid, 401)
             challenge = ('Bearer error="invalid_token", resource_metadata="%s'
                          '/.well-known/oauth-protected-resource/mcp"' % self.base())
@@ -298,7 +309,13 @@ def main():
     p.add_argument("--refuse", action="append", default=[])
     p.add_argument("--oauth", action="store_true")
     p.add_argument("--lifetime", type=int, default=3600)
+    p.add_argument("--public-lists", action="store_true")
+    p.add_argument("--authorization-server")
+    p.add_argument("--client", action="append", default=[])
     args = p.parse_args()
+    for c in args.client:
+        cid, _, secret = c.partition(":")
+        clients[cid] = secret
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     print("listening on http://127.0.0.1:%d/mcp" % server.server_address[1], flush=True)
     server.serve_forever()

@@ -26,6 +26,8 @@ mod registration;
 mod start;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;
 mod tokens;
 
 use std::collections::HashMap;

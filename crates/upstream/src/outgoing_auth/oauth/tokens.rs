@@ -84,6 +84,32 @@ impl Backend {
         VaultKey::new(principal, self.config.backend.as_str())
     }
 
+    /// Whether `token` was issued for this backend as it is configured now: its RFC 8707
+    /// resource is one discovery accepts for the server URL (the URL itself, or its origin).
+    /// The vault is keyed by backend name only, so a token kept before a reload pointed the
+    /// name at another server must not follow the name there.
+    pub(crate) fn bound_here(&self, token: &UpstreamToken) -> bool {
+        let server = self.config.server_url.as_str();
+        discovery::same_resource(&token.resource, server)
+            || discovery::resource_candidates(server, None)
+                .iter()
+                .any(|(_, expected)| discovery::same_resource(&token.resource, expected))
+    }
+
+    /// `key`'s token in the vault, when it is bound here ([`Backend::bound_here`]); one that
+    /// is not is forgotten.
+    async fn kept(&self, key: &VaultKey) -> Result<Option<UpstreamToken>, VaultError> {
+        let Some(token) = self.vault.get(key).await? else {
+            return Ok(None);
+        };
+        if self.bound_here(&token) {
+            return Ok(Some(token));
+        }
+        info!(backend = %self.config.backend, "a kept token was issued for another server; forgotten, consent is needed again");
+        self.forget(&key.principal).await;
+        Ok(None)
+    }
+
     /// `principal`'s token for this backend, refreshed first when it is about to expire;
     /// `None` when there is none (the call goes out without one, and the backend's 401 leads
     /// to consent).
@@ -92,7 +118,7 @@ impl Backend {
         principal: &str,
     ) -> Result<Option<HeaderValue>, OutgoingAuthError> {
         let key = self.key(principal);
-        let Some(token) = self.vault.get(&key).await.map_err(vault_error)? else {
+        let Some(token) = self.kept(&key).await.map_err(vault_error)? else {
             return Ok(None);
         };
         if fresh(&token) {
@@ -105,7 +131,7 @@ impl Backend {
     /// (one a concurrent refresh made, or one refreshed now). Otherwise the token is forgotten.
     pub(crate) async fn refused(&self, principal: &str, sent: &HeaderValue) -> bool {
         let key = self.key(principal);
-        let Ok(Some(token)) = self.vault.get(&key).await else {
+        let Ok(Some(token)) = self.kept(&key).await else {
             return false;
         };
         if header_of(&token).is_some_and(|h| h != *sent) {
@@ -135,7 +161,7 @@ impl Backend {
 
     /// Whether `principal` holds a token here.
     pub async fn has_token(&self, principal: &str) -> bool {
-        matches!(self.vault.get(&self.key(principal)).await, Ok(Some(_)))
+        matches!(self.vault.get(&self.key(principal)).await, Ok(Some(t)) if self.bound_here(&t))
     }
 
     /// A fresh token for `key` in place of `stale`: one another holder of the refresh lock
@@ -146,7 +172,7 @@ impl Backend {
             return None;
         }
         let guard = self.vault.refresh_lock(key, REFRESH_WAIT).await.ok()?;
-        let current = self.vault.get(key).await.ok().flatten()?;
+        let current = self.kept(key).await.ok().flatten()?;
         let replaced = current.access_token != stale.access_token;
         if replaced && fresh(&current) {
             return header_of(&current);
