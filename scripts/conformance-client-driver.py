@@ -489,10 +489,31 @@ def run_scenario(scenario: str, client: Client, context: dict) -> None:
     client.end()
 
 
-def gateway_flags(scenario: str, context: dict) -> list[str]:
+def authorization_server(upstream: str) -> str | None:
+    """The issuer the upstream's protected-resource metadata names first (path-aware, then
+    root well-known): the server the scenario's pre-registered client belongs to, which an
+    operator would configure as `authorizationServer`."""
+    parts = urllib.parse.urlsplit(upstream)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    path = parts.path.rstrip("/")
+    candidates = [f"{origin}/.well-known/oauth-protected-resource{path}"] if path else []
+    candidates.append(f"{origin}/.well-known/oauth-protected-resource")
+    for url in candidates:
+        try:
+            with urllib.request.urlopen(url, timeout=STEP_TIMEOUT) as page:
+                servers = json.load(page).get("authorization_servers") or []
+        except (urllib.error.URLError, ValueError, OSError):
+            continue
+        if servers and isinstance(servers[0], str):
+            return servers[0]
+    return None
+
+
+def gateway_flags(scenario: str, context: dict, upstream: str) -> list[str]:
     """The gateway's flags for a scenario: per-user OAuth to the upstream for auth/*, with
-    the pre-registered client the scenario names (its secret in a private file), and the
-    Client ID Metadata Document URL the suite expects."""
+    the pre-registered client the scenario names (its secret in a private file, pinned to
+    the authorization server the upstream names), and the Client ID Metadata Document URL
+    the suite expects."""
     if not scenario.startswith("auth/"):
         return []
     flags = [
@@ -506,6 +527,9 @@ def gateway_flags(scenario: str, context: dict) -> list[str]:
             f.write(context["client_secret"] + "\n")
         os.chmod(path, 0o600)
         flags += ["--upstream-client-id", context["client_id"], "--upstream-client-secret-file", path]
+        issuer = authorization_server(upstream)
+        if issuer:
+            flags += ["--upstream-authorization-server", issuer]
     return flags
 
 
@@ -522,7 +546,7 @@ def main() -> int:
     # input requests are answered whatever the capability (the retry carries them).
     capabilities = {"elicitation": {"form": {}}} if modern else {"elicitation": {}}
     log(f"scenario {scenario}, {'Modern' if modern else 'Legacy'} {version}, upstream {upstream}")
-    gateway = Gateway(upstream, gateway_flags(scenario, context))
+    gateway = Gateway(upstream, gateway_flags(scenario, context, upstream))
     status = 0
     try:
         url = gateway.wait_ready()

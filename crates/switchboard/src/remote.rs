@@ -76,6 +76,10 @@ pub(crate) struct RemoteArgs {
     /// `none`); default: from the registration and the server's metadata.
     #[arg(long, value_name = "METHOD", requires = "upstream_auth")]
     pub(crate) upstream_token_endpoint_auth: Option<String>,
+    /// oauth: the issuer of the remote's authorization server, exactly as its metadata names
+    /// it; required with `--upstream-client-id` (the client's credentials go nowhere else).
+    #[arg(long, value_name = "ISSUER", requires = "upstream_auth")]
+    pub(crate) upstream_authorization_server: Option<String>,
 }
 
 /// `--upstream-auth`.
@@ -134,6 +138,7 @@ impl RemoteArgs {
             resource: self.upstream_resource.clone(),
             client_metadata_url: self.upstream_client_metadata_url.clone(),
             token_endpoint_auth: self.upstream_token_endpoint_auth.clone(),
+            authorization_server: self.upstream_authorization_server.clone(),
         };
         let flag = |key: &str| match key {
             "type" => "--upstream-auth".to_owned(),
@@ -145,6 +150,7 @@ impl RemoteArgs {
             "resource" => "--upstream-resource".to_owned(),
             "clientMetadataUrl" => "--upstream-client-metadata-url".to_owned(),
             "tokenEndpointAuth" => "--upstream-token-endpoint-auth".to_owned(),
+            "authorizationServer" => "--upstream-authorization-server".to_owned(),
             other => other.to_owned(),
         };
         let url = self.url.as_deref().unwrap_or("");

@@ -344,6 +344,9 @@ pub(crate) struct BackendAuth {
     pub(crate) client_metadata_url: Option<String>,
     /// oauth: `client_secret_basic`, `client_secret_post` or `none`.
     pub(crate) token_endpoint_auth: Option<String>,
+    /// oauth: the issuer of the only authorization server this backend's tokens (and a
+    /// pre-registered client's credentials) may come from or go to.
+    pub(crate) authorization_server: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

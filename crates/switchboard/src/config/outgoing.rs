@@ -19,7 +19,7 @@ use super::ConfigError;
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The keys of `auth` besides `type`, as the file spells them.
-pub(crate) const KEYS: [&str; 8] = [
+pub(crate) const KEYS: [&str; 9] = [
     "tokenEndpoint",
     "clientId",
     "clientSecretFile",
@@ -28,6 +28,7 @@ pub(crate) const KEYS: [&str; 8] = [
     "resource",
     "clientMetadataUrl",
     "tokenEndpointAuth",
+    "authorizationServer",
 ];
 
 /// The keys `kind` needs, and those it also takes.
@@ -43,6 +44,7 @@ pub(crate) fn keys(kind: AuthType) -> (&'static [&'static str], &'static [&'stat
                 "clientSecretFile",
                 "clientMetadataUrl",
                 "tokenEndpointAuth",
+                "authorizationServer",
             ],
         ),
         AuthType::TokenExchange => (&CLIENT, &["audience", "scopes", "resource"]),
@@ -88,6 +90,7 @@ pub(crate) fn resolve(
         "resource" => auth.resource.is_some(),
         "clientMetadataUrl" => auth.client_metadata_url.is_some(),
         "tokenEndpointAuth" => auth.token_endpoint_auth.is_some(),
+        "authorizationServer" => auth.authorization_server.is_some(),
         _ => false,
     };
     if let Some(m) = auth.token_endpoint_auth.as_deref() {
@@ -116,6 +119,7 @@ pub(crate) fn resolve(
             "required with clientSecretFile (a pre-registered client)",
         ));
     }
+    check_issuer_pin(auth, name, &mut errors);
     for key in needed {
         if !given(key) {
             errors.push(ConfigError::new(
@@ -193,6 +197,7 @@ pub(crate) fn resolve(
                         .token_endpoint_auth
                         .as_deref()
                         .and_then(TokenAuth::parse),
+                    authorization_server: auth.authorization_server.clone(),
                 },
                 timeout: TOKEN_TIMEOUT,
             },
@@ -236,6 +241,35 @@ pub(crate) fn resolve(
     })
 }
 
+/// oauth's `authorizationServer`: an https issuer (plain http to a loopback host only), and
+/// required with a pre-registered `clientId`, whose credentials must reach no other server
+/// than the one it is registered at, whatever the remote's metadata names.
+fn check_issuer_pin(
+    auth: &BackendAuth,
+    name: &dyn Fn(&str) -> String,
+    errors: &mut Vec<ConfigError>,
+) {
+    if auth.kind != AuthType::Oauth {
+        return;
+    }
+    match (&auth.authorization_server, &auth.client_id) {
+        (Some(issuer), _) => {
+            if let Err(e) = check_token_endpoint(issuer) {
+                let reason = match e {
+                    OutgoingAuthError::Config(reason) => reason.to_owned(),
+                    other => other.to_string(),
+                };
+                errors.push(ConfigError::new(&name("authorizationServer"), reason));
+            }
+        }
+        (None, Some(_)) => errors.push(ConfigError::new(
+            &name("authorizationServer"),
+            "required with clientId: the issuer of the authorization server the client is registered at (exactly as its metadata names it); a pre-registered client's credentials go to no other server",
+        )),
+        (None, None) => {}
+    }
+}
+
 /// Every setting, and the secret file's content as a keyed digest ([`keyed_digest`]).
 fn fingerprint(auth: &BackendAuth, base: &Path) -> String {
     let secret = auth
@@ -244,7 +278,7 @@ fn fingerprint(auth: &BackendAuth, base: &Path) -> String {
         .and_then(|f| std::fs::read(base.join(f)).ok())
         .map(|bytes| keyed_digest(&bytes));
     format!(
-        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
         type_name(auth.kind),
         auth.token_endpoint,
         auth.client_id,
@@ -253,6 +287,7 @@ fn fingerprint(auth: &BackendAuth, base: &Path) -> String {
         auth.resource,
         auth.client_metadata_url,
         auth.token_endpoint_auth,
+        auth.authorization_server,
         secret
     )
 }
@@ -316,6 +351,7 @@ mod tests {
             resource: None,
             client_metadata_url: None,
             token_endpoint_auth: None,
+            authorization_server: None,
         }
     }
 
@@ -396,6 +432,7 @@ mod tests {
         );
         let mut oauth = exchange();
         oauth.kind = AuthType::Oauth;
+        oauth.authorization_server = Some("https://as.example.com".into());
         assert_eq!(
             messages(resolve(&oauth, "b", "http://127.0.0.1:1/mcp", &d, &at)),
             vec![
@@ -408,6 +445,53 @@ mod tests {
         assert_eq!(
             messages(resolve(&spaced, "b", "http://127.0.0.1:1/mcp", &d, &at)),
             vec!["backends[0].auth.scopes[0]: a scope is one non-empty word"]
+        );
+    }
+
+    /// A pre-registered oauth client is pinned to the authorization server it is registered
+    /// at: refused without one, naming the key; the pin is an https (or loopback) URL.
+    #[test]
+    fn a_pre_registered_oauth_client_needs_its_authorization_server() {
+        let d = dir();
+        secret_file(&d, 0o600);
+        let oauth = BackendAuth {
+            kind: AuthType::Oauth,
+            token_endpoint: None,
+            audience: None,
+            scopes: vec![],
+            ..exchange()
+        };
+        let err = messages(resolve(&oauth, "b", "https://mcp.example.com/mcp", &d, &at));
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(
+            err[0].starts_with("backends[0].auth.authorizationServer: required with clientId"),
+            "{err:?}"
+        );
+        let cleartext = BackendAuth {
+            authorization_server: Some("http://as.example.com".into()),
+            ..oauth.clone()
+        };
+        let err = messages(resolve(
+            &cleartext,
+            "b",
+            "https://mcp.example.com/mcp",
+            &d,
+            &at,
+        ));
+        assert!(
+            err.len() == 1 && err[0].starts_with("backends[0].auth.authorizationServer: "),
+            "{err:?}"
+        );
+        let good = BackendAuth {
+            authorization_server: Some("https://as.example.com".into()),
+            ..oauth
+        };
+        assert!(resolve(&good, "b", "https://mcp.example.com/mcp", &d, &at).is_ok());
+        let mut other = exchange();
+        other.authorization_server = Some("https://as.example.com".into());
+        assert_eq!(
+            messages(resolve(&other, "b", "https://mcp.example.com/mcp", &d, &at)),
+            vec!["backends[0].auth.authorizationServer: not a key of type tokenExchange"]
         );
     }
 

@@ -296,6 +296,7 @@ impl Ctx<'_> {
             resource: None,
             client_metadata_url: None,
             token_endpoint_auth: None,
+            authorization_server: None,
         };
         let (auth, auth_at) = match (&e.auth, e.forward_caller_token) {
             (Some(a), _) => (Some(a), format!("{at}.auth")),

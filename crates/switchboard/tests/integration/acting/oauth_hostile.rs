@@ -98,3 +98,91 @@ async fn a_token_kept_for_one_server_is_not_sent_to_the_next_one_of_that_name() 
         "{log:?}"
     );
 }
+
+/// The pre-registered client of these tests, known to the real authorization server.
+const PRE_CLIENT: &str = "sb-pre";
+
+/// `run --url up` with the pre-registered client pinned to `issuer`.
+async fn pre_registered(up: &Protected, issuer: &str, jwks: &str, dir: &Dir) -> TestGateway {
+    let keys = dir.keys();
+    let secret = dir.secret();
+    let mut args: Vec<String> = [
+        "--url",
+        &up.rec.url,
+        "--upstream-auth",
+        "oauth",
+        "--upstream-client-id",
+        PRE_CLIENT,
+        "--upstream-client-secret-file",
+        &secret,
+        "--upstream-authorization-server",
+        issuer,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(incoming(jwks, &keys));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    TestGateway::start(&args).await
+}
+
+/// A pre-registered client is pinned to its authorization server: a remote whose metadata
+/// names another one (an "evil" authorization server) gets no consent link to it, and the
+/// client's credentials never reach it, even when a user opens whatever link came back.
+#[tokio::test]
+async fn a_pre_registered_clients_secret_never_goes_to_another_authorization_server() {
+    let evil = protected(&[]).await;
+    let client = format!("{PRE_CLIENT}:{}", super::CLIENT_SECRET);
+    let up = protected(&["--authorization-server", &evil.base, "--client", &client]).await;
+    let jwks = Jwks::serve(&["k1"]).await;
+    let dir = Dir::new("oauth-pinned");
+    let gw = pre_registered(&up, &up.base, &jwks.url, &dir).await;
+    let alice = jwt("alice");
+
+    let answer = modern_call(&gw, &alice).await;
+    // What a user would do with a consent link, had one come back.
+    let link = answer["result"]["inputRequests"]["authorization"]["params"]["url"].as_str();
+    if let Some(url) = link {
+        browse(url, "alice").await;
+    }
+    let log = evil.as_log().await;
+    assert!(
+        !log.iter().any(|e| e["kind"] == "token-request"),
+        "the client's credentials went to the other server: {log:?}"
+    );
+    assert!(
+        link.is_none(),
+        "a consent link to the other server: {answer}"
+    );
+    let text = answer.to_string();
+    assert!(!text.contains(&evil.base), "{text}");
+    assert!(
+        text.contains("authorizationServer"),
+        "a clear error: {text}"
+    );
+    assert!(!text.contains(super::CLIENT_SECRET), "{text}");
+}
+
+/// The pinned authorization server itself is used as before: consent, the code redeemed with
+/// the pre-registered client's Basic credentials, the caller's own token.
+#[tokio::test]
+async fn a_pre_registered_client_works_at_its_own_authorization_server() {
+    let client = format!("{PRE_CLIENT}:{}", super::CLIENT_SECRET);
+    let up = protected(&["--client", &client]).await;
+    let jwks = Jwks::serve(&["k1"]).await;
+    let dir = Dir::new("oauth-pinned-ok");
+    let gw = pre_registered(&up, &up.base, &jwks.url, &dir).await;
+    let alice = jwt("alice");
+    let url = modern_consent_url(&modern_call(&gw, &alice).await);
+    assert!(url.contains(&format!("client_id={PRE_CLIENT}")), "{url}");
+    assert_eq!(browse(&url, "alice").await.0, 200);
+    let token = seen(&modern_call(&gw, &alice).await);
+    assert!(token.starts_with("Bearer at.alice."), "{token}");
+    let log = up.as_log().await;
+    assert!(!log.iter().any(|e| e["kind"] == "register"), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|e| e["kind"] == "token-request" && e["basic"] == true),
+        "{log:?}"
+    );
+}

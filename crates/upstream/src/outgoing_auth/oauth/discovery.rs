@@ -100,11 +100,13 @@ pub(crate) fn same_resource(named: &str, expected: &str) -> bool {
     named.trim_end_matches('/') == expected.trim_end_matches('/')
 }
 
-/// The protected-resource metadata of `server`.
+/// The protected-resource metadata of `server`; its authorization server is `pinned` (which
+/// it must name among its `authorization_servers`), else the first it names.
 pub(crate) async fn resource_metadata(
     http: &Http,
     server: &str,
     from_challenge: Option<&str>,
+    pinned: Option<&str>,
 ) -> Result<ResourceMetadata, OutgoingAuthError> {
     for (url, expected) in resource_candidates(server, from_challenge) {
         let Some(doc) = http.get_json(&url).await? else {
@@ -118,14 +120,7 @@ pub(crate) async fn resource_metadata(
                 "the protected-resource metadata names another resource",
             ));
         };
-        let issuer = doc
-            .get("authorization_servers")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-            .and_then(Value::as_str)
-            .ok_or(OutgoingAuthError::Discovery(
-                "the protected-resource metadata names no authorization server",
-            ))?;
+        let issuer = issuer_of(&doc, pinned)?;
         return Ok(ResourceMetadata {
             resource: resource.to_owned(),
             issuer: issuer.to_owned(),
@@ -135,6 +130,28 @@ pub(crate) async fn resource_metadata(
     Err(OutgoingAuthError::Discovery(
         "the server publishes no protected-resource metadata",
     ))
+}
+
+/// The authorization server of a protected-resource metadata document: `pinned`, which it
+/// must name, else the first it names.
+pub(crate) fn issuer_of<'a>(
+    doc: &'a Value,
+    pinned: Option<&str>,
+) -> Result<&'a str, OutgoingAuthError> {
+    let mut named = doc
+        .get("authorization_servers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str);
+    match pinned {
+        None => named.next().ok_or(OutgoingAuthError::Discovery(
+            "the protected-resource metadata names no authorization server",
+        )),
+        Some(pinned) => named.find(|n| *n == pinned).ok_or(OutgoingAuthError::Discovery(
+            "the protected-resource metadata does not name the configured authorizationServer; no other is used",
+        )),
+    }
 }
 
 /// The metadata of the authorization server `issuer`.

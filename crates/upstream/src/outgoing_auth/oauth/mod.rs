@@ -210,6 +210,11 @@ impl Backend {
             }
             flows.set_metadata_url(url);
         }
+        if config.client.client_id.is_some() && config.client.authorization_server.is_none() {
+            return Err(OutgoingAuthError::Config(
+                "a pre-registered clientId needs its authorizationServer",
+            ));
+        }
         Ok(Arc::new(Backend {
             http: http::Http::new(config.timeout),
             config,
@@ -261,6 +266,7 @@ impl Backend {
             &self.http,
             &self.config.server_url,
             challenge.resource_metadata.as_deref(),
+            self.config.client.authorization_server.as_deref(),
         )
         .await?;
         let server = discovery::server_metadata(&self.http, &resource.issuer).await?;

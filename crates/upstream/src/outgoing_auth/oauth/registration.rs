@@ -94,6 +94,9 @@ pub struct ClientSettings {
     pub client_metadata_url: Option<String>,
     /// A token endpoint auth method to use (else chosen from the server's).
     pub token_endpoint_auth: Option<TokenAuth>,
+    /// The issuer of the only authorization server to use (required with `client_id`: the
+    /// client's credentials go to no other).
+    pub authorization_server: Option<String>,
 }
 
 /// How the gateway will be a client at the server `meta` describes.
@@ -110,6 +113,15 @@ pub(crate) fn choose(
     meta: &ServerMetadata,
 ) -> Result<Choice, OutgoingAuthError> {
     if settings.client_id.is_some() {
+        if settings
+            .authorization_server
+            .as_deref()
+            .is_some_and(|pinned| pinned != meta.issuer)
+        {
+            return Err(OutgoingAuthError::Discovery(
+                "the pre-registered client belongs to another authorization server",
+            ));
+        }
         return Ok(Choice::PreRegistered);
     }
     if let (Some(url), true) = (&settings.client_metadata_url, meta.cimd_supported) {

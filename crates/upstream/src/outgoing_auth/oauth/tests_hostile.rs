@@ -70,3 +70,68 @@ async fn a_kept_token_is_used_only_for_the_resource_it_was_issued_for() {
     assert_eq!(b.token("p").await.unwrap(), None);
     assert!(b.vault.get(&key).await.unwrap().is_none());
 }
+
+fn pinned(issuer: &str) -> ClientSettings {
+    ClientSettings {
+        client_id: Some("pre".into()),
+        client_secret: Some(Secret::new("s")),
+        authorization_server: Some(issuer.into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_pinned_authorization_server_is_the_only_one_used() {
+    use super::discovery::{issuer_of, validate_server};
+    use super::registration::{choose, Choice};
+    let doc = serde_json::json!({"resource": "https://mcp.example.com/mcp",
+        "authorization_servers": ["https://evil.example", "https://as.example"]});
+    assert_eq!(issuer_of(&doc, None).unwrap(), "https://evil.example");
+    assert_eq!(
+        issuer_of(&doc, Some("https://as.example")).unwrap(),
+        "https://as.example"
+    );
+    let err = issuer_of(&doc, Some("https://other.example")).unwrap_err();
+    assert!(err.to_string().contains("authorizationServer"), "{err}");
+    // Nor does a pre-registered client go to another server's metadata.
+    let meta = |issuer: &str| {
+        validate_server(
+            &serde_json::json!({"issuer": issuer, "authorization_endpoint": format!("{issuer}/a"),
+                "token_endpoint": format!("{issuer}/t"), "code_challenge_methods_supported": ["S256"]}),
+            issuer,
+        )
+        .unwrap()
+    };
+    let client = pinned("https://as.example");
+    assert_eq!(
+        choose(&client, &meta("https://as.example")).unwrap(),
+        Choice::PreRegistered
+    );
+    assert!(choose(&client, &meta("https://evil.example")).is_err());
+}
+
+#[test]
+fn a_pre_registered_client_needs_its_authorization_server() {
+    let unpinned = ClientSettings {
+        client_id: Some("pre".into()),
+        ..Default::default()
+    };
+    let err = Backend::new(
+        OAuthConfig {
+            backend: "gh".into(),
+            server_url: "https://mcp.example.com/mcp".into(),
+            scopes: vec![],
+            client: unpinned,
+            timeout: Duration::from_secs(1),
+        },
+        Arc::new(Flows::default()),
+        default_vault().unwrap(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("authorizationServer"), "{err}");
+    // A kept token of another issuer is not used with a pinned one.
+    let b = backend_at("https://mcp.example.com/mcp", pinned("https://as.example"));
+    let resource = "https://mcp.example.com/mcp";
+    assert!(b.bound_here(&token_for(resource, "https://as.example")));
+    assert!(!b.bound_here(&token_for(resource, "https://evil.example")));
+}

@@ -85,11 +85,16 @@ impl Backend {
     }
 
     /// Whether `token` was issued for this backend as it is configured now: its RFC 8707
-    /// resource is one discovery accepts for the server URL (the URL itself, or its origin).
+    /// resource is one discovery accepts for the server URL (the URL itself, or its origin),
+    /// and its issuer the configured `authorizationServer` where there is one.
     /// The vault is keyed by backend name only, so a token kept before a reload pointed the
     /// name at another server must not follow the name there.
     pub(crate) fn bound_here(&self, token: &UpstreamToken) -> bool {
         let server = self.config.server_url.as_str();
+        let pinned = self.config.client.authorization_server.as_deref();
+        if pinned.is_some_and(|issuer| issuer != token.issuer) {
+            return false;
+        }
         discovery::same_resource(&token.resource, server)
             || discovery::resource_candidates(server, None)
                 .iter()
@@ -105,7 +110,7 @@ impl Backend {
         if self.bound_here(&token) {
             return Ok(Some(token));
         }
-        info!(backend = %self.config.backend, "a kept token was issued for another server; forgotten, consent is needed again");
+        info!(backend = %self.config.backend, "a kept token was issued for another server or by another authorization server; forgotten, consent is needed again");
         self.forget(&key.principal).await;
         Ok(None)
     }
