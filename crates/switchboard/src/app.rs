@@ -89,11 +89,17 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let shape = Shape::of_all(&backends, aggregate);
     // Identity, policy and audit settings are checked before anything starts.
     let auth = args.auth.resolve()?;
-    let per_user = backends.iter().any(|b| {
-        matches!(&b.kind, crate::config::spec::BackendKind::Remote(r)
-            if matches!(r.auth, switchboard_upstream::outgoing_auth::OutgoingAuth::OAuth(_)))
-    });
+    let per_user = backends
+        .iter()
+        .any(crate::config::spec::BackendSpec::per_user);
     args.auth.check_anonymous(&auth, &args.host, per_user)?;
+    // What a reload that adds a per-user backend is told, where this identity and address
+    // would let anonymous callers share one user's tokens (checked once: neither reloads).
+    let per_user_refused = args
+        .auth
+        .check_anonymous(&auth, &args.host, true)
+        .err()
+        .map(|e| e.to_string());
     let (access, policy) = args.auth.access(&auth)?;
     let origins = backends
         .iter()
@@ -252,6 +258,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
                 served,
                 hangup,
                 missing: failed.into_iter().map(|(id, _)| id).collect(),
+                per_user_refused,
             }
             .run(reload_stop.clone()),
         )),

@@ -55,6 +55,9 @@ pub(crate) struct Reloader {
     /// Configured backends that did not start (at startup or when a reload added them):
     /// retried with backoff by applying the file again, until each joins.
     pub(crate) missing: Vec<BackendId>,
+    /// Why a per-user OAuth backend may not be served with the running identity and address
+    /// (anonymous callers off loopback would share one user's tokens); `None`: it may.
+    pub(crate) per_user_refused: Option<String>,
 }
 
 /// First and longest wait between two tries of the backends that did not start.
@@ -268,6 +271,12 @@ impl Reloader {
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<String>> {
         let mut spec = load_spec()?;
+        if let (Some(why), Some(b)) = (
+            &self.per_user_refused,
+            spec.backends.iter().find(|b| b.per_user()),
+        ) {
+            bail!("backend {}: {why}", b.name);
+        }
         // A backend that never started and is no longer configured is forgotten: not
         // retried, not shown, not waited for by `/readyz`.
         let configured: Vec<BackendId> = spec.backends.iter().map(|b| b.name.clone()).collect();

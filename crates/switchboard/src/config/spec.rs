@@ -47,6 +47,13 @@ impl BackendSpec {
             || !self.prompts.is_empty()
             || matches!(&self.kind, BackendKind::Remote(r) if r.auth.acts_as_caller())
     }
+
+    /// Whether it keeps tokens per principal (`auth: oauth`), which anonymous callers, all
+    /// one principal, would share.
+    pub(crate) fn per_user(&self) -> bool {
+        matches!(&self.kind, BackendKind::Remote(r)
+            if matches!(r.auth, switchboard_upstream::outgoing_auth::OutgoingAuth::OAuth(_)))
+    }
 }
 
 #[derive(Debug)]

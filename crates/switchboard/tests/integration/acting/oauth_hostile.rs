@@ -10,7 +10,8 @@ use super::oauth::{browse, modern_consent_url, Protected};
 use super::{incoming, jwt, modern_call, python, seen, Dir, Upstream as Recorder};
 use crate::auth::Jwks;
 use crate::common::TestGateway;
-use crate::reload::{hangup, rewrite, BOUND, RELOADED};
+use crate::reload::{hangup, rewrite, BOUND, REFUSED, RELOADED};
+use crate::vmcp::stdio;
 
 /// `serve --config` on `yaml` (written as `sb.yaml` in `dir`), taking the test issuer's JWTs.
 async fn serve(dir: &Dir, jwks: &str, yaml: &str) -> (TestGateway, std::path::PathBuf) {
@@ -184,5 +185,62 @@ async fn a_pre_registered_client_works_at_its_own_authorization_server() {
         log.iter()
             .any(|e| e["kind"] == "token-request" && e["basic"] == true),
         "{log:?}"
+    );
+}
+
+/// The names `/status` lists.
+async fn status_names(gw: &TestGateway) -> Vec<String> {
+    let status: Value = gw
+        .http
+        .get(format!("{}/status", gw.base()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    status["backends"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no backends in {status}"))
+        .iter()
+        .map(|b| b["name"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Anonymous callers off loopback are one principal: a per-user OAuth backend is refused at
+/// startup there, and a reload cannot add one either. A later valid reload applies (so the
+/// refusal was the reload's answer, not a worker that stopped), still without it.
+#[tokio::test]
+async fn a_reload_cannot_add_a_per_user_backend_for_anonymous_callers_off_loopback() {
+    let up = protected(&["--public-lists"]).await;
+    let dir = Dir::new("oauth-anon-reload");
+    // Two backends: an aggregating gateway (one alone would be a transparent proxy, whose
+    // backends no reload changes).
+    let pair = format!("backends:\n{}{}", stdio("a", ""), stdio("b", ""));
+    let config = dir.write("sb.yaml", &pair);
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"));
+    cmd.args(["serve", "--config", &config])
+        .args(["--host", "0.0.0.0", "--port", "0"])
+        .arg("--allow-anonymous-non-loopback");
+    let gw = TestGateway::start_command(cmd).await;
+    let config = std::path::PathBuf::from(config);
+    let oauth = "    auth:\n      type: oauth\n";
+    let with_svc = format!("{pair}  - name: svc\n    url: {}\n{oauth}", up.rec.url);
+    rewrite(&config, &with_svc);
+    hangup(&gw);
+    let line = gw.wait_stdout(REFUSED, BOUND).await;
+    assert!(line.contains("share one user's tokens"), "{line}");
+    assert!(line.contains("svc"), "{line}");
+    assert_eq!(status_names(&gw).await, ["a", "b"]);
+
+    rewrite(&config, &format!("{pair}{}", stdio("c", "")));
+    hangup(&gw);
+    gw.wait_stdout(RELOADED, BOUND).await;
+    let names = status_names(&gw).await;
+    assert_eq!(names, ["a", "b", "c"]);
+    let asked = up.rec.log().await;
+    assert!(
+        asked.is_empty(),
+        "the refused backend was contacted: {asked:?}"
     );
 }
