@@ -142,12 +142,64 @@ fn lines(tokens: &[TokenSummary]) -> String {
             let expires = t.expires_at.map_or("never".to_owned(), |e| e.to_string());
             format!(
                 "{}\t{}\texpires_at={expires}\trefreshable={}\tscope={}\tissuer={}\n",
-                t.principal,
-                t.backend,
+                shown(&t.principal),
+                shown(&t.backend),
                 t.refreshable,
-                t.scope.as_deref().unwrap_or("-"),
-                t.issuer
+                shown(t.scope.as_deref().unwrap_or("-")),
+                shown(&t.issuer)
             )
         })
         .collect()
+}
+
+/// `text` (an authorization server's scope or issuer, a caller's subject) safe for a
+/// terminal and for a column: control characters (tabs and newlines, escape sequences),
+/// line and paragraph separators, bidirectional overrides and zero-width characters are
+/// written as `\u{..}`, and a backslash is doubled (so no escape can be forged).
+fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let hidden = c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if hidden {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an authorization server wrote in `scope` (or a subject in the principal) cannot
+    /// move the terminal's cursor, recolour it, forge a line or shift the columns.
+    #[test]
+    fn listed_fields_are_escaped() {
+        let t = TokenSummary {
+            principal: "3:iss:al\u{202e}ice".into(),
+            backend: "gh".into(),
+            expires_at: None,
+            scope: Some("repo\u{1b}[2J\r\nroot\tgh\texpires_at=never \\x".into()),
+            issuer: "https://as\u{7}.example".into(),
+            refreshable: true,
+        };
+        let out = lines(&[t]);
+        assert_eq!(out.matches('\n').count(), 1, "{out:?}");
+        assert_eq!(out.matches('\t').count(), 5, "{out:?}");
+        assert!(!out.contains('\u{1b}') && !out.contains('\r') && !out.contains('\u{7}'));
+        assert!(!out.contains('\u{202e}'), "{out:?}");
+        assert!(
+            out.contains(
+                "scope=repo\\u{1b}[2J\\u{d}\\u{a}root\\u{9}gh\\u{9}expires_at=never \\\\x\t"
+            ),
+            "{out:?}"
+        );
+        assert!(out.starts_with("3:iss:al\\u{202e}ice\tgh\t"), "{out:?}");
+        assert_eq!(shown("plain repo:read"), "plain repo:read");
+    }
 }
