@@ -188,13 +188,20 @@ pub(crate) fn validate_server(
             "the authorization server does not offer PKCE S256",
         ));
     }
+    let authorization_endpoint =
+        endpoint("authorization_endpoint").ok_or(OutgoingAuthError::Discovery(
+            "the authorization server metadata has no authorization_endpoint",
+        ))?;
+    // Relayed to the user as a link to open: never javascript:, data: or cleartext http to
+    // another host (the code and state would cross in the clear).
+    if crate::outgoing_auth::check_token_endpoint(&authorization_endpoint).is_err() {
+        return Err(OutgoingAuthError::Discovery(
+            "the authorization endpoint is not an https URL (or http to a loopback host)",
+        ));
+    }
     Ok(ServerMetadata {
         issuer: issuer.to_owned(),
-        authorization_endpoint: endpoint("authorization_endpoint").ok_or(
-            OutgoingAuthError::Discovery(
-                "the authorization server metadata has no authorization_endpoint",
-            ),
-        )?,
+        authorization_endpoint,
         token_endpoint: endpoint("token_endpoint").ok_or(OutgoingAuthError::Discovery(
             "the authorization server metadata has no token_endpoint",
         ))?,

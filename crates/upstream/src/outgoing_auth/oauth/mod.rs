@@ -144,6 +144,20 @@ use registration::Registration;
 pub const MAX_STEP_UPS: u32 = 2;
 /// Most principals whose tokens one backend keeps.
 pub const MAX_TOKENS: usize = 65_536;
+/// Most authorization servers whose metadata and registrations one backend keeps: a remote
+/// that names a new issuer at every 401 does not grow them without end.
+pub const MAX_ISSUERS: usize = 16;
+
+/// Keeps `value` for `issuer` in `map`, making room (one other issuer forgotten) when it
+/// holds [`MAX_ISSUERS`] already.
+fn per_issuer<V>(map: &mut HashMap<String, V>, issuer: &str, value: V) {
+    if map.len() >= MAX_ISSUERS && !map.contains_key(issuer) {
+        if let Some(other) = map.keys().next().cloned() {
+            map.remove(&other);
+        }
+    }
+    map.insert(issuer.to_owned(), value);
+}
 
 /// `auth: {type: oauth, …}` of one backend.
 #[derive(Debug, Clone)]
@@ -270,9 +284,7 @@ impl Backend {
         )
         .await?;
         let server = discovery::server_metadata(&self.http, &resource.issuer).await?;
-        self.servers
-            .lock()
-            .insert(server.issuer.clone(), server.clone());
+        per_issuer(&mut self.servers.lock(), &server.issuer, server.clone());
         let redirect_uri = self.redirect_uri()?;
         let registration = self.registration(&server, &redirect_uri).await?;
         let scope = authorization::select_scope(
@@ -344,9 +356,7 @@ impl Backend {
         let made =
             registration::register(&self.http, &self.config.client, server, redirect_uri).await?;
         debug!(backend = %self.config.backend, "client registration ready");
-        self.registrations
-            .lock()
-            .insert(server.issuer.clone(), made.clone());
+        per_issuer(&mut self.registrations.lock(), &server.issuer, made.clone());
         Ok(made)
     }
 }

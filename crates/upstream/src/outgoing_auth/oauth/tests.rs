@@ -79,7 +79,7 @@ fn server_metadata_is_tried_in_the_specs_order() {
 }
 
 fn server_doc(issuer: &str) -> serde_json::Value {
-    json!({"issuer": issuer, "authorization_endpoint": format!("{issuer}/authorize"),
+    json!({"issuer": issuer, "authorization_endpoint": "https://as.example/authorize",
         "token_endpoint": format!("{issuer}/token"), "code_challenge_methods_supported": ["S256"]})
 }
 

@@ -135,3 +135,52 @@ fn a_pre_registered_client_needs_its_authorization_server() {
     assert!(b.bound_here(&token_for(resource, "https://as.example")));
     assert!(!b.bound_here(&token_for(resource, "https://evil.example")));
 }
+
+#[test]
+fn the_authorization_endpoint_must_be_https_or_loopback() {
+    use super::discovery::validate_server;
+    let doc = |endpoint: &str| {
+        serde_json::json!({"issuer": "https://as.example", "authorization_endpoint": endpoint,
+            "token_endpoint": "https://as.example/t", "code_challenge_methods_supported": ["S256"]})
+    };
+    for good in [
+        "https://as.example/authorize",
+        "http://127.0.0.1:9/authorize",
+        "http://localhost/authorize",
+    ] {
+        assert!(
+            validate_server(&doc(good), "https://as.example").is_ok(),
+            "{good}"
+        );
+    }
+    for bad in [
+        "javascript:alert(1)",
+        "data:text/html,<script>alert(1)</script>",
+        "http://as.example/authorize",
+        "https://user:pw@as.example/authorize",
+        "/authorize",
+        "",
+    ] {
+        let err = validate_server(&doc(bad), "https://as.example").unwrap_err();
+        assert!(err.to_string().contains("https"), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn per_issuer_maps_are_bounded_and_keep_the_latest() {
+    let mut map = std::collections::HashMap::new();
+    for i in 0..100 {
+        per_issuer(&mut map, &format!("https://as{i}.example"), i);
+        assert!(map.len() <= MAX_ISSUERS);
+        assert_eq!(map.get(&format!("https://as{i}.example")), Some(&i));
+    }
+    assert_eq!(map.len(), MAX_ISSUERS);
+    // One already kept is replaced in place, nothing else forgotten.
+    let before: Vec<String> = map.keys().cloned().collect();
+    per_issuer(&mut map, &before[0], 7);
+    let mut after: Vec<String> = map.keys().cloned().collect();
+    let mut before = before;
+    before.sort();
+    after.sort();
+    assert_eq!(before, after);
+}
