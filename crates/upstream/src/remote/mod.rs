@@ -352,6 +352,11 @@ impl RemoteClient {
         *self.inner.caller_auth.lock() = Some(auth.clone());
     }
 
+    /// Forgets the session owner's `Authorization`: later requests go without one.
+    pub(crate) fn clear_caller_auth(&self) {
+        *self.inner.caller_auth.lock() = None;
+    }
+
     /// Whether an upstream session is established (its id stays private).
     pub fn has_session(&self) -> bool {
         self.inner.session.lock().is_some()

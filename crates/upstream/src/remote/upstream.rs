@@ -184,6 +184,15 @@ impl Link {
         }
     }
 
+    /// The session's owner holds no token any more (revoked): nothing it sends carries one.
+    fn clear_caller_auth(&self) {
+        match self {
+            Link::Streamable(c) => c.clear_caller_auth(),
+            Link::Sse { auth: slot, .. } => *slot.lock() = None,
+            Link::NoSession => {}
+        }
+    }
+
     fn set_protocol_version(&self, version: &str) {
         if let Link::Streamable(c) = self {
             c.set_protocol_version(version);
@@ -347,6 +356,12 @@ impl RemoteUpstream {
             (Mode::Session, Some(h)) => {
                 self.shared.link.set_caller_auth(h);
                 Ok((auth, None))
+            }
+            // The caller has no token now (its consent revoked): the session stops sending
+            // the one it was opened or last used with.
+            (Mode::Session, None) if caller.is_some() => {
+                self.shared.link.clear_caller_auth();
+                Ok((None, None))
             }
             _ => Ok((auth.clone(), auth)),
         }

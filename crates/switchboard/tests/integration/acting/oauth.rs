@@ -69,7 +69,7 @@ pub(super) async fn gateway_with(
 
 /// The URL of a URL elicitation error, checked for shape: the gateway's start page, never the
 /// authorization server's URL.
-fn consent_url(answer: &Value) -> String {
+pub(super) fn consent_url(answer: &Value) -> String {
     assert_eq!(answer["error"]["code"], -32042, "{answer}");
     let e = &answer["error"]["data"]["elicitations"][0];
     assert_eq!(e["mode"], "url", "{answer}");

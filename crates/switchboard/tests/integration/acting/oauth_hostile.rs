@@ -6,8 +6,10 @@
 
 use serde_json::Value;
 
-use super::oauth::{browse, modern_consent_url, Protected};
-use super::{incoming, jwt, modern_call, python, seen, Dir, Upstream as Recorder};
+use super::oauth::{browse, consent_url, modern_consent_url, Protected};
+use super::{
+    incoming, jwt, legacy_call, modern_call, python, seen, session, Dir, Upstream as Recorder,
+};
 use crate::auth::Jwks;
 use crate::common::TestGateway;
 use crate::reload::{hangup, rewrite, BOUND, REFUSED, RELOADED};
@@ -243,4 +245,67 @@ async fn a_reload_cannot_add_a_per_user_backend_for_anonymous_callers_off_loopba
         asked.is_empty(),
         "the refused backend was contacted: {asked:?}"
     );
+}
+
+/// A revoked consent is final for an open Legacy session too: the upstream session opened
+/// with the caller's token stops carrying it at the next call (it goes without, and the
+/// caller is asked again), instead of sending the revoked token for the session's life.
+#[tokio::test]
+async fn a_revoked_token_leaves_the_callers_open_upstream_session() {
+    let up = protected_legacy().await;
+    let jwks = Jwks::serve(&["k1"]).await;
+    let dir = Dir::new("oauth-revoke-session");
+    let keys = dir.keys();
+    let mut args: Vec<String> = ["--url", &up.rec.url, "--upstream-auth", "oauth"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(incoming(&jwks.url, &keys));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let gw = TestGateway::start(&args).await;
+    let carol = jwt("carol");
+    let init = serde_json::json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let auth = format!("Bearer {carol}");
+    let opened = gw
+        .post_raw(None, init.to_string(), &[("authorization", &auth)])
+        .await;
+    assert_eq!(browse(&consent_url(&opened.json()), "carol").await.0, 200);
+    let sid = session(&gw, &carol).await;
+    let token = seen(&legacy_call(&gw, &carol, &sid).await);
+    assert!(token.starts_with("Bearer at.carol."), "{token}");
+
+    let removed: Value = gw
+        .http
+        .delete(format!("{}/oauth/tokens/default", gw.base()))
+        .bearer_auth(&carol)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(removed["removed"], true, "{removed}");
+    let after = legacy_call(&gw, &carol, &sid).await;
+    let last = up
+        .rec
+        .log()
+        .await
+        .into_iter()
+        .rev()
+        .find(|e| e["method"] == "tools/call")
+        .unwrap();
+    assert_eq!(last["auth"], "none", "the revoked token was sent: {after}");
+    // And the caller is asked again.
+    consent_url(&after);
+}
+
+/// `upstream.py --oauth` (Legacy, sessions).
+async fn protected_legacy() -> Protected {
+    let (child, url) = python("upstream.py", &["--era", "legacy", "--oauth"]).await;
+    let base = url.trim_end_matches("/mcp").to_owned();
+    Protected {
+        rec: Recorder { _child: child, url },
+        base,
+    }
 }
