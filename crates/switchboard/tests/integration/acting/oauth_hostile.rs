@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use super::browser::Browser;
 use super::oauth::{browse, consent_url, modern_consent_url, Protected};
 use super::{
     incoming, jwt, legacy_call, modern_call, python, seen, session, Dir, Upstream as Recorder,
@@ -84,9 +85,11 @@ async fn a_token_kept_for_one_server_is_not_sent_to_the_next_one_of_that_name() 
     gw.wait_stdout(RELOADED, BOUND).await;
 
     let asked = modern_consent_url(&modern_call(&gw, &alice).await);
+    let authorize = Browser::default().click_start(&asked).await;
+    let authorize = authorize.map_err(|p| p.body).unwrap();
     assert!(
-        asked.starts_with(&second.base),
-        "consent at the new server: {asked}"
+        authorize.starts_with(&second.base),
+        "consent at the new server: {authorize}"
     );
     let sent = auths(&second).await;
     assert!(!sent.is_empty(), "the call reached the new server");
@@ -177,8 +180,14 @@ async fn a_pre_registered_client_works_at_its_own_authorization_server() {
     let gw = pre_registered(&up, &up.base, &jwks.url, &dir).await;
     let alice = jwt("alice");
     let url = modern_consent_url(&modern_call(&gw, &alice).await);
-    assert!(url.contains(&format!("client_id={PRE_CLIENT}")), "{url}");
-    assert_eq!(browse(&url, "alice").await.0, 200);
+    let browser = Browser::default();
+    let authorize = browser.click_start(&url).await.map_err(|p| p.body).unwrap();
+    assert!(
+        authorize.contains(&format!("client_id={PRE_CLIENT}")),
+        "{authorize}"
+    );
+    let done = browser.open(&format!("{authorize}&test_user=alice")).await;
+    assert_eq!(done.status, 200, "{}", done.body);
     let token = seen(&modern_call(&gw, &alice).await);
     assert!(token.starts_with("Bearer at.alice."), "{token}");
     let log = up.as_log().await;
