@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use switchboard_wire::Message;
 
+use crate::openapi::OpenApiUpstream;
 use crate::remote::{RemoteOwner, RemoteUpstream};
 use crate::stdio::{StdioHandle, StdioProcess};
 use crate::{Credential, PendingCall, UpstreamError};
@@ -52,6 +53,9 @@ pub enum Upstream {
     Stdio(StdioHandle),
     /// A remote server over Streamable HTTP or HTTP+SSE (one upstream session, or none).
     Remote(RemoteUpstream),
+    /// A REST API described by an OpenAPI document, answered in process (no session, no
+    /// messages of its own).
+    OpenApi(OpenApiUpstream),
 }
 
 impl Upstream {
@@ -74,6 +78,7 @@ impl Upstream {
         match self {
             Upstream::Stdio(h) => h.call(key, line).await,
             Upstream::Remote(r) => r.call(key, line, credential),
+            Upstream::OpenApi(o) => Ok(o.call(key, line)),
         }
     }
 
@@ -83,6 +88,9 @@ impl Upstream {
         match self {
             Upstream::Stdio(h) => h.send_line(line).await,
             Upstream::Remote(r) => r.send_line(Bytes::from(line)).await,
+            // Notifications (`initialized`, `cancelled`: dropping the call aborts it) need
+            // nothing from a server without state.
+            Upstream::OpenApi(_) => Ok(()),
         }
     }
 
@@ -91,6 +99,7 @@ impl Upstream {
         match self {
             Upstream::Stdio(h) => h.try_send_line(line),
             Upstream::Remote(r) => r.try_send_line(Bytes::from(line)),
+            Upstream::OpenApi(_) => Ok(()),
         }
     }
 
@@ -99,6 +108,7 @@ impl Upstream {
         match self {
             Upstream::Stdio(h) => h.pending_len(),
             Upstream::Remote(r) => r.pending_len(),
+            Upstream::OpenApi(o) => o.pending_len(),
         }
     }
 
@@ -107,6 +117,7 @@ impl Upstream {
         match self {
             Upstream::Stdio(h) => h.is_closed(),
             Upstream::Remote(r) => r.is_closed(),
+            Upstream::OpenApi(_) => false,
         }
     }
 
@@ -116,10 +127,11 @@ impl Upstream {
         match self {
             Upstream::Stdio(h) => !h.is_closed(),
             Upstream::Remote(r) => r.is_reachable(),
+            Upstream::OpenApi(o) => o.is_reachable(),
         }
     }
 
-    /// The transport, as `/status` names it: `stdio`, `streamable-http` or `sse`.
+    /// The transport, as `/status` names it: `stdio`, `streamable-http`, `sse` or `openapi`.
     pub fn transport(&self) -> &'static str {
         match self {
             Upstream::Stdio(_) => "stdio",
@@ -127,6 +139,7 @@ impl Upstream {
                 crate::remote::RemoteTransport::Streamable => "streamable-http",
                 crate::remote::RemoteTransport::Sse => "sse",
             },
+            Upstream::OpenApi(_) => "openapi",
         }
     }
 
@@ -134,7 +147,7 @@ impl Upstream {
     pub fn pid(&self) -> Option<u32> {
         match self {
             Upstream::Stdio(h) => h.pid(),
-            Upstream::Remote(_) => None,
+            Upstream::Remote(_) | Upstream::OpenApi(_) => None,
         }
     }
 
@@ -142,7 +155,7 @@ impl Upstream {
     pub fn as_stdio(&self) -> Option<&StdioHandle> {
         match self {
             Upstream::Stdio(h) => Some(h),
-            Upstream::Remote(_) => None,
+            Upstream::Remote(_) | Upstream::OpenApi(_) => None,
         }
     }
 }

@@ -14,6 +14,7 @@ mod forker;
 mod framing;
 mod handle;
 mod launch;
+pub mod openapi;
 mod orphan;
 pub mod outgoing_auth;
 pub mod remote;

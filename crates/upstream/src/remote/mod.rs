@@ -657,7 +657,7 @@ fn content_type(headers: &hyper::HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

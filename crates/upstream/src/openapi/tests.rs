@@ -1,0 +1,96 @@
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::*;
+
+fn upstream() -> OpenApiUpstream {
+    let doc = parse(tools::tests::PETS).unwrap();
+    let (catalog, _) = Catalog::from_document(&doc).unwrap();
+    // Port 9 (discard) on loopback: nothing answers, so a call that got through would fail
+    // as unreachable, not as refused.
+    OpenApiUpstream::new(Arc::new(catalog), OpenApiConfig::new("http://127.0.0.1:9")).unwrap()
+}
+
+async fn ask(u: &OpenApiUpstream, method: &str, params: Value) -> (bool, Value) {
+    let line = json!({"jsonrpc": "2.0", "id": "k1", "method": method, "params": params});
+    let answer = u.call("k1", line.to_string().into_bytes()).await.unwrap();
+    (
+        answer.is_error(),
+        serde_json::from_str(answer.payload()).unwrap(),
+    )
+}
+
+fn modern_meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+#[tokio::test]
+async fn it_answers_both_eras_handshakes_and_lists() {
+    let u = upstream();
+    let (err, init) = ask(&u, "initialize", json!({"protocolVersion": "2025-06-18"})).await;
+    assert!(!err);
+    assert_eq!(init["protocolVersion"], "2025-06-18");
+    assert_eq!(init["serverInfo"]["name"], "Pets");
+    assert!(init["capabilities"]["tools"].is_object());
+    let (err, d) = ask(&u, "server/discover", json!({"_meta": modern_meta()})).await;
+    assert!(!err, "{d}");
+    assert_eq!(d["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(d["resultType"], "complete");
+    let (_, list) = ask(&u, "tools/list", json!({"_meta": modern_meta()})).await;
+    assert_eq!(list["tools"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        list["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "Pets"
+    );
+    let (err, e) = ask(&u, "resources/list", json!({})).await;
+    assert!(err);
+    assert_eq!(e["code"], -32601);
+    let (err, e) = ask(
+        &u,
+        "ping",
+        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(e["code"], -32022);
+    assert_eq!(u.pending_len(), 0);
+}
+
+#[tokio::test]
+async fn bad_calls_are_refused_before_anything_is_sent() {
+    let u = upstream();
+    let (err, e) = ask(&u, "tools/call", json!({"name": "nope"})).await;
+    assert!(err);
+    assert_eq!(e["code"], -32602);
+    let (err, r) = ask(
+        &u,
+        "tools/call",
+        json!({"name": "listPets", "arguments": {"limit": "x"}}),
+    )
+    .await;
+    assert!(!err);
+    assert_eq!(r["isError"], true);
+    assert!(
+        r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("invalid arguments: /limit"),
+        "{r}"
+    );
+    let (_, r) = ask(
+        &u,
+        "tools/call",
+        json!({"name": "get_pets_petId", "arguments": {"petId": ".."}}),
+    )
+    .await;
+    assert!(
+        r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("refused before sending"),
+        "{r}"
+    );
+    assert!(u.is_reachable(), "nothing was sent");
+}

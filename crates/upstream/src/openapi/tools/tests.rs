@@ -1,0 +1,174 @@
+use serde_json::json;
+
+use super::*;
+
+pub(crate) const PETS: &str = r##"
+openapi: 3.0.3
+info: {title: Pets, version: "1.2"}
+servers: [{url: "http://elsewhere.invalid/api"}]
+paths:
+  /pets:
+    get:
+      operationId: listPets
+      summary: List pets
+      parameters:
+        - {name: tag, in: query, schema: {type: array, items: {type: string}}}
+        - {name: limit, in: query, required: true, schema: {type: integer}}
+        - {name: X-Trace, in: header, schema: {type: string}}
+        - {name: Accept, in: header, schema: {type: string}}
+      responses:
+        200:
+          description: ok
+          content:
+            application/json:
+              schema: {type: array, items: {$ref: "#/components/schemas/Pet"}}
+    post:
+      operationId: createPet
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {$ref: "#/components/schemas/Pet"}
+      responses:
+        "201":
+          description: made
+          content:
+            application/json:
+              schema: {$ref: "#/components/schemas/Pet"}
+  /pets/{petId}:
+    parameters:
+      - {name: petId, in: path, required: true, schema: {type: string}}
+    get:
+      responses: {"200": {description: ok}}
+    delete:
+      operationId: deletePet
+      responses: {"204": {description: gone}}
+  /upload:
+    put:
+      operationId: upload
+      requestBody:
+        required: true
+        content: {application/octet-stream: {schema: {type: string}}}
+      responses: {"200": {description: ok}}
+components:
+  schemas:
+    Pet:
+      allOf:
+        - {$ref: "#/components/schemas/Named"}
+        - type: object
+          properties:
+            tag: {type: string, nullable: true}
+    Named:
+      type: object
+      required: [name]
+      properties: {name: {type: string}}
+"##;
+
+fn catalog() -> (Catalog, Vec<Skipped>) {
+    let doc = crate::openapi::parse(PETS).unwrap();
+    Catalog::from_document(&doc).unwrap()
+}
+
+fn def<'a>(c: &'a Catalog, name: &str) -> &'a Value {
+    &c.get(name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .definition
+}
+
+#[test]
+fn one_tool_per_operation_named_by_operation_id_else_method_and_path() {
+    let (c, skipped) = catalog();
+    let names: Vec<&str> = c.names().collect();
+    assert_eq!(
+        names,
+        ["listPets", "createPet", "get_pets_petId", "deletePet"]
+    );
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0].pointer, "#/paths/~1upload/put");
+    assert!(skipped[0].operation.contains("upload"), "{}", skipped[0]);
+    assert!(
+        skipped[0].why.contains("application/octet-stream"),
+        "{}",
+        skipped[0]
+    );
+    assert_eq!(c.title, "Pets");
+}
+
+#[test]
+fn input_schemas_carry_parameters_and_the_body() {
+    let (c, _) = catalog();
+    let list = &def(&c, "listPets")["inputSchema"];
+    assert_eq!(list["properties"]["tag"]["type"], "array");
+    assert_eq!(list["properties"]["X-Trace"]["type"], "string");
+    assert!(list["properties"].get("Accept").is_none(), "{list}");
+    assert_eq!(list["required"], json!(["limit"]));
+    assert_eq!(list["additionalProperties"], false);
+    let create = &def(&c, "createPet")["inputSchema"];
+    assert_eq!(create["required"], json!(["body"]));
+    let body = &create["properties"]["body"];
+    assert_eq!(body["allOf"][0]["required"], json!(["name"]));
+    assert_eq!(
+        body["allOf"][1]["properties"]["tag"]["type"],
+        json!(["string", "null"])
+    );
+    let get = &def(&c, "get_pets_petId")["inputSchema"];
+    assert_eq!(get["required"], json!(["petId"]));
+}
+
+#[test]
+fn output_schemas_and_annotations() {
+    let (c, _) = catalog();
+    let list = def(&c, "listPets");
+    assert_eq!(list["outputSchema"]["type"], "object");
+    assert_eq!(
+        list["outputSchema"]["properties"]["result"]["type"],
+        "array"
+    );
+    assert!(c.get("listPets").unwrap().wrapped);
+    let create = def(&c, "createPet");
+    assert_eq!(create["outputSchema"]["type"], "object");
+    assert!(!c.get("createPet").unwrap().wrapped);
+    assert!(def(&c, "deletePet").get("outputSchema").is_none());
+    assert_eq!(list["annotations"]["readOnlyHint"], true);
+    assert_eq!(list["annotations"]["idempotentHint"], true);
+    assert_eq!(list["title"], "List pets");
+    let delete = &def(&c, "deletePet")["annotations"];
+    assert_eq!(delete["destructiveHint"], true);
+    assert_eq!(delete["readOnlyHint"], false);
+    assert_eq!(def(&c, "createPet")["annotations"]["idempotentHint"], false);
+}
+
+#[test]
+fn names_fit_the_rule_and_stay_unique() {
+    assert_eq!(normalise("get /a.b/{c}"), "get_a_b_c");
+    assert_eq!(normalise(&"x".repeat(100)).len(), 64);
+    assert_eq!(normalise("///"), "operation");
+    let long = "a".repeat(70);
+    let doc = json!({"openapi": "3.1.0", "paths": {
+        "/one": {"get": {"operationId": long, "responses": {}}},
+        "/two": {"get": {"operationId": long, "responses": {}}}}});
+    let (c, _) = Catalog::from_document(&doc).unwrap();
+    let names: Vec<&str> = c.names().collect();
+    assert_eq!(names[0].len(), 64);
+    assert_eq!(names[1].len(), 64);
+    assert!(names[1].ends_with("_2"), "{names:?}");
+}
+
+#[test]
+fn unconvertible_operations_are_skipped_and_a_spec_without_tools_fails() {
+    let doc = json!({"openapi": "3.1.0", "paths": {
+        "/a/{id}": {"get": {"operationId": "noParam", "responses": {}}},
+        "/b": {"get": {"operationId": "dangling", "parameters": [
+            {"name": "q", "in": "query", "schema": {"$ref": "#/components/schemas/Gone"}}],
+            "responses": {}}}}});
+    let e = Catalog::from_document(&doc).unwrap_err();
+    assert_eq!(e.pointer, "#/paths");
+    assert!(e.message.contains("no operation"), "{e}");
+    let mut doc = doc;
+    doc["paths"]["/c"] = json!({"get": {"operationId": "fine", "responses": {}}});
+    let (c, skipped) = Catalog::from_document(&doc).unwrap();
+    assert_eq!(c.names().collect::<Vec<_>>(), ["fine"]);
+    let whys: Vec<String> = skipped.iter().map(ToString::to_string).collect();
+    assert!(whys[0].contains("{id} has no parameter"), "{whys:?}");
+    assert!(whys[1].contains("does not resolve"), "{whys:?}");
+}
