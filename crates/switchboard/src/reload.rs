@@ -125,6 +125,15 @@ fn fingerprint(b: &BackendSpec) -> Digest {
             auth: _,
             auth_fingerprint,
         }) => format!("{url:?}|{shown_url:?}|{transport:?}|{headers:?}|{auth_fingerprint}"),
+        // The spec's digest: a changed spec file restarts the backend (its tools change).
+        BackendKind::OpenApi(o) => format!(
+            "{:?}|{:?}|{:?}|{:?}|{}",
+            o.source,
+            o.base_url,
+            o.headers,
+            o.max_response_bytes,
+            o.loaded.as_ref().map(|l| l.digest.as_str()).unwrap_or("")
+        ),
     };
     digest(&format!("{kind}|{:?}", b.timeout))
 }

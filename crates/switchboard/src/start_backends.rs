@@ -110,6 +110,7 @@ pub(crate) async fn start_all(
             Origin::Remote(endpoint, transport, shown) => {
                 start_remote(args, endpoint, transport, &shown, registry, &id).await
             }
+            Origin::OpenApi(origin) => start_openapi(args, origin, &id).await,
         };
         started
             .with_context(|| format!("backend {id}"))
@@ -176,9 +177,8 @@ pub(crate) async fn start_all(
 /// `isolation: per-session` process give each Legacy session its own upstream, opened on
 /// first use, and each Modern caller a partition of its own.
 fn in_a_set(started: &mut Started) {
-    let remote = started.process.is_none();
     let era = started.backend.info.era;
-    if remote && era.modern {
+    if started.remote && era.modern {
         started.per_session = None;
         started.backend.info.era.legacy = false;
     }
@@ -261,6 +261,11 @@ impl Shape {
                 isolation: Isolation::PerSession,
                 remote: true,
             },
+            // In process and stateless: one handle serves every session and caller.
+            BackendKind::OpenApi(_) => Shape {
+                isolation: Isolation::Shared,
+                remote: false,
+            },
         }
     }
 
@@ -305,6 +310,17 @@ pub(crate) enum Origin {
         crate::remote::TransportArg,
         String,
     ),
+    /// A REST API (`openapi:`).
+    OpenApi(OpenApiOrigin),
+}
+
+/// What an OpenAPI backend starts from: its spec (converted, or a URL to fetch it from) and
+/// where calls go.
+pub(crate) struct OpenApiOrigin {
+    loaded: Option<crate::config::spec::LoadedSpec>,
+    source: crate::config::spec::SpecSource,
+    shown_spec: String,
+    config: switchboard_upstream::openapi::OpenApiConfig,
 }
 
 impl Origin {
@@ -313,6 +329,7 @@ impl Origin {
             BackendKind::Stdio(stdio) => {
                 return Ok(Origin::Stdio(stdio_config(args, stdio), stdio.isolation))
             }
+            BackendKind::OpenApi(o) => return Ok(Origin::OpenApi(openapi_origin(args, o))),
             BackendKind::Remote(r) => r,
         };
         // Progress restarts the gateway's request deadline (which then drops the call), so a
@@ -343,6 +360,8 @@ pub(crate) struct Started {
     per_session: Option<Arc<dyn SpawnBackend>>,
     /// File descriptors one session's own backend may hold (for the connection bound).
     fds_per_session: u64,
+    /// A remote MCP server (reached statelessly in a set when it answers Modern requests).
+    remote: bool,
 }
 
 pub(crate) struct Supervised {
@@ -407,6 +426,7 @@ async fn start_stdio(
         }),
         per_session,
         fds_per_session: FDS_PER_BACKEND,
+        remote: false,
     })
 }
 
@@ -428,6 +448,70 @@ async fn start_remote(
         internal,
         per_session: Some(Arc::new(crate::remote::RemoteSpawner(endpoint))),
         fds_per_session: FDS_PER_REMOTE_SESSION,
+        remote: true,
+    })
+}
+
+fn openapi_origin(args: &GatewayArgs, spec: &crate::config::spec::OpenApiSpec) -> OpenApiOrigin {
+    let mut config = switchboard_upstream::openapi::OpenApiConfig::new(spec.base_url.clone());
+    config.headers.clone_from(&spec.headers);
+    // Bounded by the whole-request bound, as a remote's calls are (the gateway's own
+    // deadline cancels a call earlier).
+    config.call_timeout = GatewayArgs::secs(args.max_request_time);
+    if let Some(limit) = spec.max_response_bytes {
+        config.max_response_bytes = limit;
+    }
+    OpenApiOrigin {
+        loaded: spec.loaded.clone(),
+        source: spec.source.clone(),
+        shown_spec: spec.shown_spec.clone(),
+        config,
+    }
+}
+
+/// Starts an OpenAPI backend: its spec fetched when it is a URL, its skipped operations
+/// reported, then probed and handshaken like any backend (it answers both eras).
+async fn start_openapi(
+    args: &GatewayArgs,
+    origin: OpenApiOrigin,
+    id: &BackendId,
+) -> anyhow::Result<Started> {
+    use crate::config::spec::{LoadedSpec, SpecSource};
+    println!(
+        "switchboard: backend {id}: OpenAPI spec {}",
+        origin.shown_spec
+    );
+    let timeout = GatewayArgs::secs(args.startup_timeout);
+    let loaded = match (origin.loaded, &origin.source) {
+        (Some(loaded), _) => loaded,
+        (None, SpecSource::Url(url)) => {
+            let doc =
+                switchboard_upstream::openapi::fetch(url, &origin.shown_spec, timeout).await?;
+            LoadedSpec::convert(&doc)
+                .map_err(|e| anyhow::anyhow!("{}{}: {}", origin.shown_spec, e.pointer, e.message))?
+        }
+        (None, SpecSource::File(path)) => {
+            anyhow::bail!("the spec {} was not read", path.display())
+        }
+    };
+    for skipped in &loaded.skipped {
+        println!("switchboard: backend {id}: operation skipped: {skipped}");
+        tracing::warn!(backend = %id, operation = %skipped.operation, pointer = %skipped.pointer,
+            why = %skipped.why, "OpenAPI operation skipped");
+    }
+    let upstream =
+        switchboard_upstream::openapi::OpenApiUpstream::new(loaded.catalog, origin.config)?;
+    let handle = switchboard_upstream::Upstream::OpenApi(upstream);
+    let backend = Backend::connect(handle, timeout, EraPolicy::Auto)
+        .await
+        .context("backend did not become ready")?;
+    Ok(Started {
+        backend,
+        process: None,
+        internal: None,
+        per_session: None,
+        fds_per_session: FDS_PER_BACKEND,
+        remote: false,
     })
 }
 

@@ -1,5 +1,5 @@
 //! Checks across entries that a schema cannot state (or states badly): unique backend names,
-//! exactly one of `command`/`url` and the keys that only make sense with one of them, and
+//! exactly one of `command`/`url`/`openapi` and the keys that only make sense with one of them, and
 //! `aggregation.priority` naming configured backends. They read the JSON value, so they run
 //! and report alongside the schema's errors.
 //!
@@ -21,6 +21,18 @@ const URL_ONLY: [&str; 5] = [
     "auth",
 ];
 const COMMAND_ONLY: [&str; 5] = ["args", "env", "cwd", "isolation", "sandbox"];
+/// What an `openapi` backend does not take (its credentials are `headers`/`headersFile`;
+/// `auth` strategies are not wired to it yet).
+const OPENAPI_NOT: [&str; 8] = [
+    "args",
+    "env",
+    "cwd",
+    "isolation",
+    "sandbox",
+    "transport",
+    "forwardCallerToken",
+    "auth",
+];
 
 pub(crate) fn across(doc: &Value) -> Vec<ConfigError> {
     let mut out = Vec::new();
@@ -79,22 +91,34 @@ pub(crate) fn across(doc: &Value) -> Vec<ConfigError> {
     out
 }
 
-/// Exactly one of `command` and `url`, and no key of the other kind.
+/// Exactly one of `command`, `url` and `openapi`, and no key of another kind.
 fn kind(b: &Value, at: &str) -> Vec<ConfigError> {
     let Some(obj) = b.as_object() else {
         return Vec::new();
     };
-    let (command, url) = (obj.contains_key("command"), obj.contains_key("url"));
-    let (wrong, kind) = match (command, url) {
-        (true, true) => return vec![ConfigError::new(at, "give either command or url, not both")],
-        (false, false) => {
+    let given: Vec<&str> = ["command", "url", "openapi"]
+        .into_iter()
+        .filter(|k| obj.contains_key(*k))
+        .collect();
+    let (wrong, kind): (&[&str], &str) = match given[..] {
+        [] => {
             return vec![ConfigError::new(
                 &format!("{at}.command"),
-                "required (or url, for a remote server)",
+                "required (or url, for a remote server; or openapi, for a REST API)",
             )]
         }
-        (true, false) => (&URL_ONLY[..], "url"),
-        (false, true) => (&COMMAND_ONLY[..], "command"),
+        ["command"] => (&URL_ONLY[..], "url"),
+        ["url"] => (&COMMAND_ONLY[..], "command"),
+        ["openapi"] => (&OPENAPI_NOT[..], "command or url"),
+        _ => {
+            return vec![ConfigError::new(
+                at,
+                format!(
+                    "give one of command, url or openapi, not {}",
+                    given.join(" and ")
+                ),
+            )]
+        }
     };
     wrong
         .iter()

@@ -295,7 +295,8 @@ impl FailureMode {
     }
 }
 
-/// One backend as written: `command` or `url` (exactly one, checked after the schema).
+/// One backend as written: `command`, `url` or `openapi` (exactly one, checked after the
+/// schema).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct BackendEntry {
@@ -308,6 +309,8 @@ pub(crate) struct BackendEntry {
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) isolation: Option<IsolationKey>,
     pub(crate) url: Option<String>,
+    /// A REST API described by an OpenAPI document.
+    pub(crate) openapi: Option<OpenApiKey>,
     pub(crate) transport: Option<Transport>,
     #[serde(default)]
     pub(crate) headers: BTreeMap<String, String>,
@@ -324,6 +327,16 @@ pub(crate) struct BackendEntry {
     pub(crate) prompts: ListSettings,
     /// This command backend's sandbox (`sandbox.rs`): over the top level's.
     pub(crate) sandbox: Option<super::sandbox::SandboxKey>,
+}
+
+/// `backends[].openapi`: the spec (a file, relative to the config's directory, or an
+/// `http(s)` URL) and where its operations are called.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct OpenApiKey {
+    pub(crate) spec: String,
+    pub(crate) base_url: String,
+    pub(crate) max_response_bytes: Option<usize>,
 }
 
 /// `backends[].auth`: one object whatever the type (which keys each type takes is checked

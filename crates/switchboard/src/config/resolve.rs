@@ -147,11 +147,17 @@ impl Ctx<'_> {
             .name
             .parse()
             .map_err(|err| vec![ConfigError::new(&format!("{at}.name"), format!("{err}"))])?;
-        let kind = match (&e.command, &e.url) {
-            (Some(command), None) => self.stdio(e, command, at, default_isolation)?,
-            (None, Some(url)) => self.remote(e, url, at)?,
+        let kind = match (&e.command, &e.url, &e.openapi) {
+            (Some(command), None, None) => self.stdio(e, command, at, default_isolation)?,
+            (None, Some(url), None) => self.remote(e, url, at)?,
+            (None, None, Some(key)) => self.openapi(e, key, at)?,
             // Refused by the checks before this stage.
-            _ => return Err(vec![ConfigError::new(at, "give either command or url")]),
+            _ => {
+                return Err(vec![ConfigError::new(
+                    at,
+                    "give one of command, url or openapi",
+                )])
+            }
         };
         Ok(BackendSpec {
             name,
@@ -240,52 +246,7 @@ impl Ctx<'_> {
     ) -> Result<BackendKind, Vec<ConfigError>> {
         let mut errors = Vec::new();
         let expanded = self.expand(url, &format!("{at}.url"));
-        let mut headers = Vec::new();
-        let mut lines: Vec<(String, String, String)> = e
-            .headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    super::schema::join_key(&format!("{at}.headers"), k),
-                    k.clone(),
-                    v.clone(),
-                )
-            })
-            .collect();
-        if let Some(file) = &e.headers_file {
-            let path = self.base.join(file);
-            match std::fs::read_to_string(&path) {
-                Ok(text) => lines.extend(header_lines(
-                    &text,
-                    &format!("{at}.headersFile"),
-                    &mut errors,
-                )),
-                Err(err) => errors.push(ConfigError::new(
-                    &format!("{at}.headersFile"),
-                    format!("cannot read {}: {err}", path.display()),
-                )),
-            }
-        }
-        for (path, name, value) in lines {
-            let name = match crate::remote::header_name(name.trim()) {
-                Ok(n) => n,
-                Err(err) => {
-                    errors.push(ConfigError::new(&path, err.to_string()));
-                    continue;
-                }
-            };
-            let value = match self.expand(value.trim(), &path) {
-                Ok(v) => v,
-                Err(err) => {
-                    errors.push(err);
-                    continue;
-                }
-            };
-            match crate::remote::header_value(&value) {
-                Ok(v) => headers.push((name, v)),
-                Err(err) => errors.push(ConfigError::new(&path, err.to_string())),
-            }
-        }
+        let headers = self.headers(e, at, &mut errors);
         let passthrough = super::model::BackendAuth {
             kind: super::model::AuthType::Passthrough,
             token_endpoint: None,
@@ -361,6 +322,128 @@ impl Ctx<'_> {
                 .unwrap_or_default(),
             auth: auth.map(|a| a.auth).unwrap_or_default(),
         }))
+    }
+}
+
+impl Ctx<'_> {
+    /// `headers` and `headersFile`, checked and expanded (errors go to `errors`).
+    fn headers(
+        &self,
+        e: &BackendEntry,
+        at: &str,
+        errors: &mut Vec<ConfigError>,
+    ) -> Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)> {
+        let mut headers = Vec::new();
+        let mut lines: Vec<(String, String, String)> = e
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    super::schema::join_key(&format!("{at}.headers"), k),
+                    k.clone(),
+                    v.clone(),
+                )
+            })
+            .collect();
+        if let Some(file) = &e.headers_file {
+            let path = self.base.join(file);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => lines.extend(header_lines(&text, &format!("{at}.headersFile"), errors)),
+                Err(err) => errors.push(ConfigError::new(
+                    &format!("{at}.headersFile"),
+                    format!("cannot read {}: {err}", path.display()),
+                )),
+            }
+        }
+        for (path, name, value) in lines {
+            let name = match crate::remote::header_name(name.trim()) {
+                Ok(n) => n,
+                Err(err) => {
+                    errors.push(ConfigError::new(&path, err.to_string()));
+                    continue;
+                }
+            };
+            let value = match self.expand(value.trim(), &path) {
+                Ok(v) => v,
+                Err(err) => {
+                    errors.push(err);
+                    continue;
+                }
+            };
+            match crate::remote::header_value(&value) {
+                Ok(v) => headers.push((name, v)),
+                Err(err) => errors.push(ConfigError::new(&path, err.to_string())),
+            }
+        }
+        headers
+    }
+
+    /// An `openapi` backend: its base URL checked, its spec (a file) read and converted;
+    /// a spec's errors name the place in it (`pets.yaml#/paths/~1pets/get: …`).
+    fn openapi(
+        &self,
+        e: &BackendEntry,
+        key: &super::model::OpenApiKey,
+        at: &str,
+    ) -> Result<BackendKind, Vec<ConfigError>> {
+        use super::spec::{LoadedSpec, OpenApiSpec, SpecSource};
+        let mut errors = Vec::new();
+        let headers = self.headers(e, at, &mut errors);
+        let base_at = format!("{at}.openapi.baseUrl");
+        let base_url = match self.expand(&key.base_url, &base_at) {
+            Ok(url) => match switchboard_upstream::openapi::check_base_url(&url) {
+                Ok(()) => url,
+                Err(err) => {
+                    errors.push(ConfigError::new(&base_at, err.to_string()));
+                    String::new()
+                }
+            },
+            Err(err) => {
+                errors.push(err);
+                String::new()
+            }
+        };
+        let spec_at = format!("{at}.openapi.spec");
+        let shown = key.spec.clone();
+        let (source, loaded) = if shown.starts_with("http://") || shown.starts_with("https://") {
+            match self.expand(&shown, &spec_at) {
+                Ok(url) => (SpecSource::Url(url), None),
+                Err(err) => return Err([errors, vec![err]].concat()),
+            }
+        } else {
+            let path = self.base.join(&shown);
+            let converted = switchboard_upstream::openapi::read_file(&path).and_then(|doc| {
+                LoadedSpec::convert(&doc).map_err(switchboard_upstream::openapi::OpenApiError::from)
+            });
+            match converted {
+                Ok(loaded) => (SpecSource::File(path), Some(loaded)),
+                Err(err) => {
+                    errors.push(ConfigError::new(&spec_at, spec_error(&shown, &err)));
+                    (SpecSource::File(path), None)
+                }
+            }
+        };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(BackendKind::OpenApi(OpenApiSpec {
+            source,
+            shown_spec: shown,
+            base_url,
+            headers,
+            max_response_bytes: key.max_response_bytes,
+            loaded,
+        }))
+    }
+}
+
+/// A spec's error as `validate` shows it: the spec as written, then the JSON pointer.
+pub(crate) fn spec_error(shown: &str, err: &switchboard_upstream::openapi::OpenApiError) -> String {
+    match err {
+        switchboard_upstream::openapi::OpenApiError::Spec(s) => {
+            format!("{shown}{}: {}", s.pointer, s.message)
+        }
+        other => other.to_string(),
     }
 }
 

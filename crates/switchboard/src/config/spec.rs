@@ -60,6 +60,7 @@ impl BackendSpec {
 pub(crate) enum BackendKind {
     Stdio(StdioSpec),
     Remote(RemoteSpec),
+    OpenApi(OpenApiSpec),
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +88,55 @@ pub(crate) struct RemoteSpec {
     pub(crate) auth: switchboard_upstream::outgoing_auth::OutgoingAuth,
     /// `auth`'s settings as text, for the reload diff (a keyed digest of the secret, never it).
     pub(crate) auth_fingerprint: String,
+}
+
+/// A REST API whose operations are tools (`openapi:`).
+#[derive(Debug)]
+pub(crate) struct OpenApiSpec {
+    /// Where the spec is read from.
+    pub(crate) source: SpecSource,
+    /// The spec as written (`specs/pets.yaml`, a URL with its `${VAR}`s): what messages show.
+    pub(crate) shown_spec: String,
+    /// With references expanded: used, never shown.
+    pub(crate) base_url: String,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) max_response_bytes: Option<usize>,
+    /// A file's spec, read and converted with the config (so on every reload too); a URL's
+    /// is fetched when the backend starts.
+    pub(crate) loaded: Option<LoadedSpec>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum SpecSource {
+    File(PathBuf),
+    /// Expanded (it may carry a `${VAR}`).
+    Url(String),
+}
+
+/// A spec converted to tools.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadedSpec {
+    pub(crate) catalog: std::sync::Arc<switchboard_upstream::openapi::Catalog>,
+    /// The operations left out, each naming itself, where it is and why.
+    pub(crate) skipped: Vec<switchboard_upstream::openapi::Skipped>,
+    /// A digest of the document, so a reload notices the spec changed.
+    pub(crate) digest: String,
+}
+
+impl LoadedSpec {
+    /// Converts `doc`; an error names the place in the spec (`#/paths/~1pets/get`).
+    pub(crate) fn convert(
+        doc: &serde_json::Value,
+    ) -> Result<LoadedSpec, switchboard_upstream::openapi::SpecError> {
+        use sha2::Digest as _;
+        let (catalog, skipped) = switchboard_upstream::openapi::Catalog::from_document(doc)?;
+        let digest = sha2::Sha256::digest(doc.to_string().as_bytes());
+        Ok(LoadedSpec {
+            catalog: std::sync::Arc::new(catalog),
+            skipped,
+            digest: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        })
+    }
 }
 
 /// How many backends' lists become one (the aggregating core's input).

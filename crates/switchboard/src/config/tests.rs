@@ -62,7 +62,7 @@ fn the_full_example_covers_the_schema_and_the_model_reads_it() {
         "keys of the schema that full.yaml lacks: {missing:?}"
     );
     let file = checked(&doc).unwrap_or_else(|e| panic!("{:?}", lines(&e)));
-    assert_eq!(file.backends.len(), 4);
+    assert_eq!(file.backends.len(), 5);
     assert_eq!(file.timeouts.unwrap().request.unwrap().0.as_secs(), 60);
 }
 
@@ -160,8 +160,8 @@ backends:
         "backends[1].name: \"a\" is already the name of backends[0]",
         "backends[0].headers: only for a url backend",
         "backends[1].env: only for a command backend",
-        "backends[2].command: required (or url, for a remote server)",
-        "backends[3].command: required (or url, for a remote server)",
+        "backends[2].command: required (or url, for a remote server; or openapi, for a REST API)",
+        "backends[3].command: required (or url, for a remote server; or openapi, for a REST API)",
         "aggregation.priority[1]: no backend is named \"nobody\"",
     ];
     for w in want {
@@ -219,6 +219,10 @@ fn the_merge_asks_only_about_real_flags() {
         .unwrap()
         .remove("headersFile");
     doc["auth"]["apiKeys"] = json!([]);
+    doc["backends"][4]["headers"] = json!({});
+    std::fs::create_dir_all(dir.join("specs")).unwrap();
+    let spec = "openapi: 3.1.0\npaths: {/pets: {get: {operationId: listPets, responses: {}}}}\n";
+    std::fs::write(dir.join("specs/petstore.yaml"), spec).unwrap();
     std::fs::create_dir_all(dir.join("keys")).unwrap();
     let secret = dir.join("keys/sts.secret");
     std::fs::write(&secret, "s3cret\n").unwrap();

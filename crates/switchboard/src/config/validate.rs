@@ -39,13 +39,36 @@ pub(crate) fn summary(loaded: &super::Loaded) -> String {
         out += &format!("  {:width$}  {}\n", b.name, describe(b, f.isolation));
     }
     for b in &loaded.resolved.backends {
-        if let super::spec::BackendKind::Stdio(s) = &b.kind {
-            let line = match &s.sandbox {
-                Some(sandbox) => format!("sandboxed: {}", sandbox.describe()),
-                None => "not sandboxed".to_owned(),
-            };
-            out += &format!("  {:width$}  {line}\n", b.name);
+        match &b.kind {
+            super::spec::BackendKind::Stdio(s) => {
+                let line = match &s.sandbox {
+                    Some(sandbox) => format!("sandboxed: {}", sandbox.describe()),
+                    None => "not sandboxed".to_owned(),
+                };
+                out += &format!("  {:width$}  {line}\n", b.name);
+            }
+            super::spec::BackendKind::OpenApi(o) => {
+                out += &openapi_lines(b.name.as_str(), o, width)
+            }
+            super::spec::BackendKind::Remote(_) => {}
         }
+    }
+    out
+}
+
+/// An OpenAPI backend's tools (or that its spec is fetched at startup) and what was skipped.
+fn openapi_lines(name: &str, o: &super::spec::OpenApiSpec, width: usize) -> String {
+    let Some(loaded) = &o.loaded else {
+        return format!("  {name:width$}  spec fetched at startup\n");
+    };
+    let tools: Vec<&str> = loaded.catalog.names().collect();
+    let mut out = format!(
+        "  {name:width$}  {} tool(s): {}\n",
+        tools.len(),
+        tools.join(", ")
+    );
+    for s in &loaded.skipped {
+        out += &format!("  {name:width$}  warning: operation skipped: {s}\n");
     }
     out
 }
@@ -102,7 +125,15 @@ fn describe(b: &BackendEntry, default: Option<super::model::IsolationKey>) -> St
                 b.headers.len()
             )
         }
-        (None, None) => String::new(),
+        (None, None) => match &b.openapi {
+            Some(o) => format!(
+                "openapi  {}, base URL {}, {} header(s)",
+                o.spec,
+                o.base_url,
+                b.headers.len()
+            ),
+            None => String::new(),
+        },
     };
     if extra.is_empty() {
         main

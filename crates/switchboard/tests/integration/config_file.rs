@@ -151,7 +151,7 @@ async fn validate_reports_every_error_with_its_path_and_exits_1() {
         [
             &format!("switchboard: {}: 3 error(s)", config.display()) as &str,
             "listen.port: must be at most 65535",
-            "backends[1].command: required (or url, for a remote server)",
+            "backends[1].command: required (or url, for a remote server; or openapi, for a REST API)",
             "backends[2].name: \"one\" is already the name of backends[0]",
         ],
         "{stderr}"

@@ -31,6 +31,7 @@ mod log_format;
 mod malformed;
 mod modern;
 mod mrtr;
+mod openapi;
 mod per_session;
 mod per_session_sse;
 mod real_remotes;

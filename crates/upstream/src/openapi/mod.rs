@@ -259,6 +259,11 @@ fn encode(id: &Value, member: &'static str, payload: &Value) -> BackendResponse 
     BackendResponse::new(Bytes::from(line), range, member == "error")
 }
 
+/// Whether `url` can be a base URL (absolute `http(s)` with a host, no query).
+pub fn check_base_url(url: &str) -> Result<(), OpenApiError> {
+    Base::parse(url).map(|_| ())
+}
+
 /// Reads a spec from a file.
 pub fn read_file(path: &std::path::Path) -> Result<Value, OpenApiError> {
     let read = |why: String| OpenApiError::Read {

@@ -1,0 +1,348 @@
+//! OpenAPI backends through the real binary: `serve --config` with a REST API (a small
+//! Python server of the test's own, which records every request it gets) beside the built-in
+//! fixture. The spec (3.0 and its 3.1 twin) covers path, query and header parameters, arrays,
+//! a JSON body, `$ref` and `allOf`; calls are checked against what the server received.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::common::TestGateway;
+use crate::vmcp::{ask, stdio, Dir, Era, SB};
+
+const REST: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/integration/openapi/rest.py"
+);
+
+/// The test's REST API (killed on drop).
+struct Rest {
+    _child: tokio::process::Child,
+    port: u16,
+}
+
+impl Rest {
+    /// `big_mib`: the size of `GET /v1/big`; `decoy`: where `/v1/redirect` points.
+    async fn start(big_mib: u32, decoy: &str) -> Rest {
+        let mut child = tokio::process::Command::new("python3")
+            .args([REST, &big_mib.to_string(), decoy])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("rest.py did not start")
+            .unwrap()
+            .unwrap();
+        let port = line.strip_prefix("listening ").unwrap().parse().unwrap();
+        Rest {
+            _child: child,
+            port,
+        }
+    }
+
+    /// Every request the API received so far, in order.
+    async fn log(&self) -> Vec<Value> {
+        let url = format!("http://127.0.0.1:{}/__log", self.port);
+        let v: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+        v.as_array().unwrap().clone()
+    }
+}
+
+/// The petstore spec in `version` (3.0.3 or 3.1.0), whose `servers` point at `decoy`.
+fn spec(version: &str, decoy: &str) -> String {
+    let tag = if version.starts_with("3.1") {
+        r#"{type: [string, "null"]}"#
+    } else {
+        "{type: string, nullable: true}"
+    };
+    include_str!("openapi/petstore.yaml")
+        .replace("VERSION", version)
+        .replace("DECOY", decoy)
+        .replace("TAG_SCHEMA", tag)
+}
+
+/// A gateway serving the fixture (`fix`) and the petstore (`pets`, its delete filtered out).
+struct Setup {
+    gw: TestGateway,
+    rest: Rest,
+    decoy: std::net::TcpListener,
+    _dir: Dir,
+}
+
+async fn setup(name: &str, version: &str) -> Setup {
+    let decoy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    decoy.set_nonblocking(true).unwrap();
+    let decoy_url = format!("http://{}/elsewhere", decoy.local_addr().unwrap());
+    let rest = Rest::start(50, &decoy_url).await;
+    let dir = Dir::new(name);
+    dir.write("pets.yaml", &spec(version, &decoy_url));
+    let yaml = format!(
+        "timeouts: {{request: 30s}}\nbackends:\n{}  - name: pets\n    openapi: {{spec: pets.yaml, baseUrl: \"http://127.0.0.1:{}/v1\", maxResponseBytes: 1048576}}\n    headers: {{X-Api-Key: k-123}}\n    tools: {{deny: [delete_pets_petId]}}\n",
+        stdio("fix", ""),
+        rest.port
+    );
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+    Setup {
+        gw,
+        rest,
+        decoy,
+        _dir: dir,
+    }
+}
+
+/// `tools/call` in `era`, its `result`.
+async fn call(gw: &TestGateway, era: Era, sid: Option<&str>, name: &str, args: Value) -> Value {
+    let params = json!({"name": name, "arguments": args});
+    let answer = ask(gw, era, sid, json!(name), "tools/call", params).await;
+    answer["result"].clone()
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn generated_tools_have_the_right_schemas_and_calls_reach_the_api_exactly() {
+    for version in ["3.0.3", "3.1.0"] {
+        let s = setup("openapi-calls", version).await;
+        let gw = &s.gw;
+        let skipped = s.gw.startup.join("\n");
+        assert!(
+            skipped.contains("backend pets: operation skipped: PUT /upload (operationId upload)"),
+            "{skipped}"
+        );
+        let sid = gw.session().await;
+        listed(gw, &sid).await;
+        for era in [Era::Legacy, Era::Modern] {
+            let session = (era == Era::Legacy).then_some(sid.as_str());
+            calls(&s, era, session).await;
+        }
+        // Beside it, the MCP backend still answers.
+        let echo = call(gw, Era::Legacy, Some(&sid), "echo", json!({"text": "hi"})).await;
+        assert_eq!(text(&echo), "hi", "{echo}");
+        assert!(s.decoy.accept().is_err(), "the spec's server was contacted");
+    }
+}
+
+async fn listed(gw: &TestGateway, sid: &str) {
+    for era in [Era::Legacy, Era::Modern] {
+        let session = (era == Era::Legacy).then_some(sid);
+        let list = ask(gw, era, session, json!("l"), "tools/list", json!({})).await;
+        let tools = list["result"]["tools"].as_array().unwrap();
+        let tool = |n: &str| tools.iter().find(|t| t["name"] == n).cloned();
+        let pets = tool("listPets").expect("listPets");
+        let input = &pets["inputSchema"];
+        assert_eq!(input["required"], json!(["limit"]), "{input}");
+        assert_eq!(input["properties"]["tag"]["items"]["type"], "string");
+        assert_eq!(input["properties"]["X-Request-Id"]["type"], "string");
+        assert_eq!(pets["annotations"]["readOnlyHint"], true);
+        assert_eq!(pets["title"], "List pets");
+        let out = &pets["outputSchema"]["properties"]["result"];
+        assert_eq!(
+            out["items"]["allOf"][0]["required"],
+            json!(["name"]),
+            "{out}"
+        );
+        let create = tool("createPet").expect("createPet");
+        let body = &create["inputSchema"]["properties"]["body"];
+        assert_eq!(
+            body["allOf"][1]["properties"]["tag"]["type"],
+            json!(["string", "null"])
+        );
+        assert_eq!(create["inputSchema"]["required"], json!(["body"]));
+        assert_eq!(create["annotations"]["readOnlyHint"], false);
+        assert_eq!(create["outputSchema"]["type"], "object");
+        assert!(tool("getPetById").is_some() && tool("echo").is_some());
+        // Filtered out by the config, and skipped as unconvertible: neither exists.
+        assert!(tool("delete_pets_petId").is_none() && tool("upload").is_none());
+    }
+}
+
+async fn calls(s: &Setup, era: Era, sid: Option<&str>) {
+    let gw = &s.gw;
+    let before = s.rest.log().await.len();
+    let args = json!({"limit": 5, "tag": ["a", "b c"], "ids": [1, 2], "X-Request-Id": "r-1"});
+    let r = call(gw, era, sid, "listPets", args).await;
+    assert_eq!(
+        r["structuredContent"],
+        json!({"result": [{"name": "rex", "tag": null}]}),
+        "{r}"
+    );
+    let r = call(
+        gw,
+        era,
+        sid,
+        "createPet",
+        json!({"body": {"name": "tom", "tag": null}}),
+    )
+    .await;
+    assert_eq!(
+        r["structuredContent"],
+        json!({"name": "tom", "tag": null}),
+        "{r}"
+    );
+    let r = call(gw, era, sid, "getPetById", json!({"petId": "a b"})).await;
+    assert_eq!(
+        r["structuredContent"],
+        json!({"name": "a b", "tag": "t"}),
+        "{r}"
+    );
+    let r = call(gw, era, sid, "getPetById", json!({"petId": "missing"})).await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        text(&r).starts_with("HTTP 404 Not Found: {\"error\""),
+        "{r}"
+    );
+    let log = s.rest.log().await;
+    let got = &log[before..];
+    assert_eq!(got.len(), 4, "{got:#?}");
+    assert_eq!(
+        (
+            got[0]["method"].as_str(),
+            got[0]["path"].as_str(),
+            got[0]["query"].as_str()
+        ),
+        (
+            Some("GET"),
+            Some("/v1/pets"),
+            Some("limit=5&tag=a&tag=b%20c&ids=1,2")
+        )
+    );
+    assert_eq!(got[0]["headers"]["x-request-id"], "r-1");
+    assert_eq!(got[0]["headers"]["x-api-key"], "k-123");
+    assert_eq!(got[1]["method"], "POST");
+    assert_eq!(got[1]["path"], "/v1/pets");
+    assert_eq!(got[1]["headers"]["content-type"], "application/json");
+    let body: Value = serde_json::from_str(got[1]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body, json!({"name": "tom", "tag": null}));
+    assert_eq!(got[2]["path"], "/v1/pets/a%20b");
+    assert_eq!(got[2]["query"], "");
+    assert_eq!(got[3]["path"], "/v1/pets/missing");
+}
+
+#[tokio::test]
+async fn hostile_arguments_redirects_and_huge_answers_never_get_through() {
+    let s = setup("openapi-bad", "3.0.3").await;
+    let gw = &s.gw;
+    let sid = gw.session().await;
+    let refused = [
+        (
+            "getPetById",
+            json!({"petId": "../admin"}),
+            "may not contain /",
+        ),
+        ("getPetById", json!({"petId": ".."}), "may not be . or .."),
+        ("getPetById", json!({"petId": "a/b"}), "may not contain /"),
+        (
+            "listPets",
+            json!({"limit": 1, "X-Request-Id": "a\r\nX-Evil: 1"}),
+            "CR, LF",
+        ),
+        (
+            "listPets",
+            json!({"limit": "many"}),
+            "invalid arguments: /limit",
+        ),
+        (
+            "listPets",
+            json!({"limit": 1, "extra": 1}),
+            "invalid arguments",
+        ),
+    ];
+    for (era, session) in [(Era::Legacy, Some(sid.as_str())), (Era::Modern, None)] {
+        for (tool, args, why) in &refused {
+            let r = call(gw, era, session, tool, args.clone()).await;
+            assert_eq!(r["isError"], true, "{tool} {args}: {r}");
+            assert!(text(&r).contains(why), "{tool} {args}: {r}");
+        }
+    }
+    // Nothing of those reached the API: the next good call is the first it saw.
+    let ok = call(
+        gw,
+        Era::Legacy,
+        Some(&sid),
+        "getPetById",
+        json!({"petId": "ok"}),
+    )
+    .await;
+    assert_eq!(ok["structuredContent"]["name"], "ok", "{ok}");
+    let log = s.rest.log().await;
+    assert_eq!(log.len(), 1, "{log:#?}");
+    assert_eq!(log[0]["path"], "/v1/pets/ok");
+
+    // A redirect is an error result, and its target (like the spec's server) is not contacted.
+    let r = call(gw, Era::Modern, None, "follow", json!({})).await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        text(&r).contains("HTTP 302 Found (redirects are not followed)"),
+        "{r}"
+    );
+    // A 50 MiB answer is cut off at the configured bound; the backend keeps serving.
+    let r = call(gw, Era::Legacy, Some(&sid), "getBig", json!({})).await;
+    assert_eq!(r["isError"], true);
+    assert!(text(&r).contains("larger than 1048576 bytes"), "{r}");
+    let again = call(gw, Era::Modern, None, "getPetById", json!({"petId": "x"})).await;
+    assert_eq!(again["structuredContent"]["name"], "x", "{again}");
+    assert!(
+        s.decoy.accept().is_err(),
+        "the redirect's target was contacted"
+    );
+}
+
+#[tokio::test]
+async fn validate_names_spec_errors_by_pointer_and_lists_skipped_operations() {
+    let dir = Dir::new("openapi-validate");
+    let config = |spec: &str| {
+        format!("backends:\n  - name: pets\n    openapi: {{spec: {spec}, baseUrl: \"http://127.0.0.1:9/v1\"}}\n")
+    };
+    let validate = |path: std::path::PathBuf| async move {
+        let out = tokio::process::Command::new(SB)
+            .args(["validate", "--config", path.to_str().unwrap()])
+            .output()
+            .await
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    dir.write("broken.yaml", "openapi: 3.0.3\npaths: [unclosed\n");
+    let (code, out) = validate(dir.write("a.yaml", &config("broken.yaml"))).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("backends[0].openapi.spec: broken.yaml: not valid YAML"),
+        "{out}"
+    );
+    dir.write("v4.yaml", "openapi: 4.0.0\npaths: {}\n");
+    let (code, out) = validate(dir.write("b.yaml", &config("v4.yaml"))).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("backends[0].openapi.spec: v4.yaml#/openapi: OpenAPI 4.0.0"),
+        "{out}"
+    );
+    dir.write("pets.yaml", &spec("3.1.0", "http://127.0.0.1:1"));
+    let (code, out) = validate(dir.write("c.yaml", &config("pets.yaml"))).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("6 tool(s): listPets, createPet, getPetById"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "warning: operation skipped: PUT /upload (operationId upload) (#/paths/~1upload/put)"
+        ),
+        "{out}"
+    );
+}
