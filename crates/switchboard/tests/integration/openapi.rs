@@ -75,7 +75,8 @@ struct Setup {
     _dir: Dir,
 }
 
-async fn setup(name: &str, version: &str) -> Setup {
+/// `top`: extra top-level YAML lines (a policy); it may name `{dir}`, the config's directory.
+async fn setup(name: &str, version: &str, top: &str) -> Setup {
     let decoy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     decoy.set_nonblocking(true).unwrap();
     let decoy_url = format!("http://{}/elsewhere", decoy.local_addr().unwrap());
@@ -83,7 +84,8 @@ async fn setup(name: &str, version: &str) -> Setup {
     let dir = Dir::new(name);
     dir.write("pets.yaml", &spec(version, &decoy_url));
     let yaml = format!(
-        "timeouts: {{request: 30s}}\nbackends:\n{}  - name: pets\n    openapi: {{spec: pets.yaml, baseUrl: \"http://127.0.0.1:{}/v1\", maxResponseBytes: 1048576}}\n    headers: {{X-Api-Key: k-123}}\n    tools: {{deny: [delete_pets_petId]}}\n",
+        "{}timeouts: {{request: 30s}}\nbackends:\n{}  - name: pets\n    openapi: {{spec: pets.yaml, baseUrl: \"http://127.0.0.1:{}/v1\", maxResponseBytes: 1048576}}\n    headers: {{X-Api-Key: k-123}}\n    tools: {{deny: [delete_pets_petId]}}\n",
+        top.replace("{dir}", dir.0.to_str().unwrap()),
         stdio("fix", ""),
         rest.port
     );
@@ -114,7 +116,7 @@ fn text(result: &Value) -> &str {
 #[tokio::test]
 async fn generated_tools_have_the_right_schemas_and_calls_reach_the_api_exactly() {
     for version in ["3.0.3", "3.1.0"] {
-        let s = setup("openapi-calls", version).await;
+        let s = setup("openapi-calls", version, "").await;
         let gw = &s.gw;
         let skipped = s.gw.startup.join("\n");
         assert!(
@@ -232,7 +234,7 @@ async fn calls(s: &Setup, era: Era, sid: Option<&str>) {
 
 #[tokio::test]
 async fn hostile_arguments_redirects_and_huge_answers_never_get_through() {
-    let s = setup("openapi-bad", "3.0.3").await;
+    let s = setup("openapi-bad", "3.0.3", "").await;
     let gw = &s.gw;
     let sid = gw.session().await;
     let refused = [
@@ -345,4 +347,62 @@ async fn validate_names_spec_errors_by_pointer_and_lists_skipped_operations() {
         ),
         "{out}"
     );
+}
+
+/// A Cedar rule on a generated tool hides it from everyone (listed by no one, called by no
+/// one, the API never asked); a real client of each era lists and calls the rest, checking
+/// `structuredContent` against the generated `outputSchema` itself.
+#[tokio::test]
+async fn a_policy_hides_a_generated_tool_and_a_real_client_lists_and_calls() {
+    use rmcp::model::{CallToolRequestParams, ProtocolVersion};
+    use rmcp::service::ClientLifecycleMode;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ClientServiceExt;
+    let policy = "permit(principal, action, resource);\n\
+        forbid(principal, action == Action::\"call_tool\", resource == Tool::\"createPet\");\n";
+    let dir = Dir::new("openapi-policy");
+    dir.write("policy.cedar", policy);
+    let top = format!(
+        "policy: {{file: {}}}\n",
+        dir.0.join("policy.cedar").display()
+    );
+    let s = setup("openapi-policy", "3.1.0", &top).await;
+    for lifecycle in [
+        ClientLifecycleMode::Initialize,
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    ] {
+        let label = format!("{lifecycle:?}");
+        let transport = StreamableHttpClientTransport::from_uri(s.gw.url.clone());
+        let client = ().serve_with_lifecycle(transport, lifecycle).await.unwrap();
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert!(
+            names.contains(&"listPets") && names.contains(&"echo"),
+            "{label}: {names:?}"
+        );
+        assert!(!names.contains(&"createPet"), "{label}: {names:?}");
+        let mut args = serde_json::Map::new();
+        args.insert("petId".into(), json!("rmcp"));
+        let r = client
+            .call_tool(CallToolRequestParams::new("getPetById").with_arguments(args))
+            .await
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert_eq!(
+            r.structured_content,
+            Some(json!({"name": "rmcp", "tag": "t"})),
+            "{label}"
+        );
+        let mut body = serde_json::Map::new();
+        body.insert("body".into(), json!({"name": "x"}));
+        let hidden = client
+            .call_tool(CallToolRequestParams::new("createPet").with_arguments(body))
+            .await;
+        assert!(hidden.is_err(), "{label}: {hidden:?}");
+        client.cancel().await.unwrap();
+    }
+    let log = s.rest.log().await;
+    assert_eq!(log.len(), 2, "{log:#?}");
+    assert!(log.iter().all(|r| r["method"] == "GET"), "{log:#?}");
 }
