@@ -21,7 +21,8 @@
 #                      server) with three backends: the fixture (`fixture --era dual`, first
 #                      in priority, `isolation: per-session`), @modelcontextprotocol/
 #                      server-everything (npx, per-session), and a remote dual-era fixture
-#                      (`fixture --http`, reached statelessly)
+#                      (`fixture --http`, reached statelessly), plus a REST API behind an
+#                      OpenAPI backend (the OpenAPI tests' recording server and spec)
 #   2026-07-28-serve   --requirements 2026-07-28, the same three backends
 #   2026-07-28-serve-bridge  --requirements 2026-07-28 through `serve` with the fixture
 #                      Legacy-only, on stdio (per-session) and remote: Modern clients are
@@ -81,11 +82,14 @@ fi
 LOG="$(mktemp)"
 FXLOG="$(mktemp)"
 CONFIG="$(mktemp --suffix .yaml)"
+RESTLOG="$(mktemp)"
+SPEC="$(mktemp --suffix .yaml)"
 GW=""
 FX=""
+REST=""
 cleanup() {
-  for pid in $GW $FX; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  rm -f "$LOG" "$LOG.err" "$FXLOG" "$FXLOG.err" "$CONFIG"
+  for pid in $GW $FX $REST; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  rm -f "$LOG" "$LOG.err" "$FXLOG" "$FXLOG.err" "$RESTLOG" "$RESTLOG.err" "$SPEC" "$CONFIG"
 }
 trap cleanup EXIT
 
@@ -118,11 +122,20 @@ if [ "$SERVE" = yes ]; then
   # each collision (the remote fixture collides on every name). Command and URL are
   # JSON-quoted: JSON strings are YAML.
   json() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+  # A REST API behind an OpenAPI backend is in the set too (its tools are merged beside the
+  # MCP backends' and must not disturb them): the OpenAPI tests' recording server and spec.
+  OPENAPI="$ROOT/crates/switchboard/tests/integration/openapi"
+  python3 "$OPENAPI/rest.py" >"$RESTLOG" 2>"$RESTLOG.err" &
+  REST=$!
+  RESTPORT="$(wait_url "$RESTLOG" "listening " "$REST" "REST API")"
+  # The spec is a template (the tests fill in the version): 3.1 here, its servers unused.
+  sed -e 's/VERSION/3.1.0/' -e 's|DECOY|http://127.0.0.1:1/|' \
+    -e 's/TAG_SCHEMA/{type: [string, "null"]}/' "$OPENAPI/petstore.yaml" >"$SPEC"
   cat >"$CONFIG" <<YAML
 listen: {host: 127.0.0.1, port: 0}
 # npx may fetch server-everything first (as everything.rs allows: --startup-timeout 120).
 timeouts: {startup: 120s}
-aggregation: {conflictResolution: priority, priority: [fixture, everything, remote]}
+aggregation: {conflictResolution: priority, priority: [fixture, everything, remote, petstore]}
 backends:
   - name: fixture
     command: $(json "$BIN")
@@ -134,6 +147,8 @@ backends:
     isolation: per-session
   - name: remote
     url: $(json "$FXURL")
+  - name: petstore
+    openapi: {spec: $(json "$SPEC"), baseUrl: $(json "http://127.0.0.1:$RESTPORT/v1")}
 YAML
   "$BIN" serve --config "$CONFIG" >"$LOG" 2>"$LOG.err" &
 else
