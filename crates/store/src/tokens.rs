@@ -46,6 +46,19 @@ end
 return 1
 ";
 
+/// [`PUT`] only if the stored value is still `ARGV[4]` (what the caller read and checked).
+const REPLACE: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[4] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return 1
+";
+
 /// Deletes the lock only if this holder still owns it.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -194,6 +207,45 @@ impl RedisTokenVault {
         })
         .await?;
         Ok(())
+    }
+
+    async fn replace_now(
+        &self,
+        key: &VaultKey,
+        stale: &str,
+        token: &UpstreamToken,
+    ) -> Result<bool, VaultError> {
+        let mut c = self.connection.clone();
+        let name = self.storage_key(key);
+        let read = name.clone();
+        let current: Option<Vec<u8>> = bounded("token_get", async move {
+            redis::cmd("GET").arg(&read).query_async(&mut c).await
+        })
+        .await?;
+        let Some(current) = current else {
+            return Ok(false);
+        };
+        if self.key.open(key, &current)?.access_token != stale {
+            return Ok(false);
+        }
+        let sealed = self.key.seal(key, token)?;
+        let mut c = self.connection.clone();
+        let index = self.index_key(&key.principal);
+        let ttl = keep_ms(token, now_secs());
+        let member = hex(&key.backend);
+        let written: i64 = bounded("token_replace", async move {
+            redis::Script::new(REPLACE)
+                .key(&name)
+                .key(&index)
+                .arg(sealed)
+                .arg(ttl)
+                .arg(member)
+                .arg(current)
+                .invoke_async(&mut c)
+                .await
+        })
+        .await?;
+        Ok(written == 1)
     }
 
     async fn remove_now(&self, key: &VaultKey) -> Result<bool, VaultError> {
@@ -396,6 +448,15 @@ impl TokenVault for RedisTokenVault {
         token: &'a UpstreamToken,
     ) -> BoxFuture<'a, Result<(), VaultError>> {
         self.put_now(key, token).boxed()
+    }
+
+    fn replace<'a>(
+        &'a self,
+        key: &'a VaultKey,
+        stale: &'a str,
+        token: &'a UpstreamToken,
+    ) -> BoxFuture<'a, Result<bool, VaultError>> {
+        Box::pin(self.replace_now(key, stale, token))
     }
 
     fn remove<'a>(&'a self, key: &'a VaultKey) -> BoxFuture<'a, Result<bool, VaultError>> {

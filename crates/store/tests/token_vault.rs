@@ -274,3 +274,32 @@ async fn refresh_lock_is_exclusive_across_replicas() {
     assert!(next.is_some());
     assert_eq!(two.get(&k).await.unwrap().unwrap().access_token, ACCESS);
 }
+
+/// A refresh's result is written only over the token it replaces: after a revoke (or another
+/// replica's refresh) it is dropped, on every replica.
+#[tokio::test]
+async fn replace_writes_only_over_the_token_it_refreshed() {
+    let Some(redis) = Redis::start_or_skip("token_vault_replace").await else {
+        return;
+    };
+    let (one, two) = (redis.vault([6; 32]), redis.vault([6; 32]));
+    let k = key("alice", "github");
+    one.put(&k, &token("old", Some("r1"), 600)).await.unwrap();
+    assert!(!two
+        .replace(&k, "other", &token("x", None, 600))
+        .await
+        .unwrap());
+    assert!(two
+        .replace(&k, "old", &token("new", Some("r2"), 600))
+        .await
+        .unwrap());
+    assert_eq!(one.get(&k).await.unwrap().unwrap().access_token, "new");
+    // Revoked while a refresh of "new" was in flight: its result is not written back.
+    one.remove(&k).await.unwrap();
+    assert!(!two
+        .replace(&k, "new", &token("newer", None, 600))
+        .await
+        .unwrap());
+    assert!(one.get(&k).await.unwrap().is_none());
+    assert!(one.list(Some(&k.principal)).await.unwrap().is_empty());
+}

@@ -12,6 +12,7 @@ mod exchange;
 mod oauth;
 mod oauth_hostile;
 mod oauth_leaks;
+mod oauth_refresh;
 mod oauth_replicas;
 mod passthrough;
 

@@ -226,6 +226,15 @@ pub trait TokenVault: Send + Sync + std::fmt::Debug {
         key: &'a VaultKey,
         token: &'a UpstreamToken,
     ) -> BoxFuture<'a, Result<(), VaultError>>;
+    /// Stores `token` under `key` only if the token stored there now is still the one whose
+    /// access token is `stale` (a refresh's result): false, and nothing written, when it was
+    /// removed (revoked) or replaced meanwhile.
+    fn replace<'a>(
+        &'a self,
+        key: &'a VaultKey,
+        stale: &'a str,
+        token: &'a UpstreamToken,
+    ) -> BoxFuture<'a, Result<bool, VaultError>>;
     /// Removes `key`'s token: true when something was removed.
     fn remove<'a>(&'a self, key: &'a VaultKey) -> BoxFuture<'a, Result<bool, VaultError>>;
     /// Every token (principal = None) or one principal's.

@@ -45,7 +45,7 @@ impl Protected {
     }
 }
 
-async fn gateway(up: &Protected, jwks: &str, dir: &Dir) -> TestGateway {
+pub(super) async fn gateway(up: &Protected, jwks: &str, dir: &Dir) -> TestGateway {
     gateway_with(up, jwks, dir, &[]).await
 }
 

@@ -19,7 +19,9 @@ server's and the same as at authorization, then issues `at.<user>.<n>` (lifetime
 `--lifetime`, default 3600 s) and a refresh token `rt.<user>.<n>` (rotated on use). `GET
 /as-log` answers what the authorization server did: `[{"kind", "user", "grant",
 "resource"}]`; `GET /as-secrets` every secret it minted or was sent (codes, states, access
-and refresh tokens, client secrets, PKCE verifiers), for leak checks.
+and refresh tokens, client secrets, PKCE verifiers), for leak checks. `GET /as-hold` makes
+every token request wait (logged first) until `GET /as-release`; `GET /as-fail?n=N` answers
+the next N token requests 503 `temporarily_unavailable`.
 `--public-lists` (with `--oauth`): `server/discover` and `tools/list` need no token (as a
 server whose catalogue is public), so an aggregating gateway lists its tools; `tools/call`
 still does.
@@ -53,6 +55,9 @@ codes = {}  # code -> {user, challenge, resource, client_id, redirect_uri}
 tokens = {}  # access token -> (user, expires)
 refresh = {}  # refresh token -> (user, resource, client_id)
 counter = {"n": 0}
+released = threading.Event()  # cleared by /as-hold: token requests wait for /as-release
+released.set()
+failing = {"n": 0}  # /as-fail?n=N: the next N token requests get 503 temporarily_unavailable
 issued = []  # every secret this server minted or was sent: codes, tokens, client secrets, verifiers
 
 
@@ -107,6 +112,16 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/as-secrets":
             with lock:
                 self.reply(200, [s for s in issued if s])
+        elif path == "/as-hold":
+            released.clear()
+            self.reply(200, {})
+        elif path == "/as-release":
+            released.set()
+            self.reply(200, {})
+        elif path == "/as-fail":
+            with lock:
+                failing["n"] = int(dict(urllib.parse.parse_qsl(query)).get("n", "1"))
+            self.reply(200, {})
         elif path == "/authorize":
             q = dict(urllib.parse.parse_qsl(query))
             user = q.get("test_user", "nobody")
@@ -147,6 +162,13 @@ class Handler(BaseHTTPRequestHandler):
         basic = self.headers.get("authorization", "")
         with lock:
             as_log.append({"kind": "token-request", "basic": basic.startswith("Basic ")})
+        released.wait(30)
+        with lock:
+            fail = failing["n"] > 0
+            failing["n"] -= 1 if fail else 0
+        if fail:
+            self.reply(503, {"error": "temporarily_unavailable"})
+            return True
         try:
             cid, _, secret = base64.b64decode(basic.removeprefix("Basic ")).decode().partition(":")
             cid, secret = urllib.parse.unquote_plus(cid), urllib.parse.unquote_plus(secret)

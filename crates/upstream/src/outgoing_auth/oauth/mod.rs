@@ -97,6 +97,17 @@ impl TokenVault for ProcessVault {
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
+    fn replace<'a>(
+        &'a self,
+        key: &'a super::vault::VaultKey,
+        stale: &'a str,
+        token: &'a super::vault::UpstreamToken,
+    ) -> futures::future::BoxFuture<'a, Result<bool, super::vault::VaultError>> {
+        match process_vault() {
+            Ok(v) => v.replace(key, stale, token),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
     fn remove<'a>(
         &'a self,
         key: &'a super::vault::VaultKey,
@@ -469,6 +480,12 @@ async fn token_request(
     let answer = http
         .post(endpoint, "application/x-www-form-urlencoded", body, auth)
         .await?;
+    // A server error (or "slow down") says nothing about the grant, whatever its body says.
+    if answer.status >= 500 || answer.status == 429 {
+        return Err(OutgoingAuthError::Status {
+            status: answer.status,
+        });
+    }
     if !(200..300).contains(&answer.status) {
         return Err(match answer.json.as_ref().and_then(|v| v.get("error")) {
             Some(code) => OutgoingAuthError::refused(code.as_str()),

@@ -1,8 +1,10 @@
 //! A principal's token for the backend, in the vault: read (refreshed first when it is about
 //! to expire), kept after a callback or a refresh, forgotten when the backend refuses it. A
 //! refresh is single-flight per (principal, backend) through the vault's refresh lock (across
-//! replicas for a shared vault); a failed one forgets the token, so the next call asks for
-//! consent again.
+//! replicas for a shared vault); a refused one forgets the token, so the next call asks for
+//! consent again, while an authorization server that cannot answer now fails that one call
+//! and keeps the token for the next. A refreshed token is written only over the one it
+//! replaces (compare-and-set), so a revoke during a refresh is final.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,6 +37,16 @@ fn header_of(token: &UpstreamToken) -> Option<HeaderValue> {
     let mut value = HeaderValue::from_str(&format!("Bearer {}", token.access_token)).ok()?;
     value.set_sensitive(true);
     Some(value)
+}
+
+/// A refresh failure that says nothing about the refresh token (it may work next time): the
+/// authorization server unreachable, slow, failing with a 5xx or asking to slow down (429).
+fn transient(e: &OutgoingAuthError) -> bool {
+    match e {
+        OutgoingAuthError::Unreachable | OutgoingAuthError::Timeout => true,
+        OutgoingAuthError::Status { status } => *status >= 500 || *status == 429,
+        _ => false,
+    }
 }
 
 fn vault_error(e: VaultError) -> OutgoingAuthError {
@@ -129,7 +141,7 @@ impl Backend {
         if fresh(&token) {
             return Ok(header_of(&token));
         }
-        Ok(self.refresh(&key, &token).await)
+        self.refresh(&key, &token).await
     }
 
     /// The backend answered 401 to `sent`, `principal`'s token: whether to retry with another
@@ -142,7 +154,7 @@ impl Backend {
         if header_of(&token).is_some_and(|h| h != *sent) {
             return true;
         }
-        self.refresh(&key, &token).await.is_some()
+        matches!(self.refresh(&key, &token).await, Ok(Some(_)))
     }
 
     /// Forgets `principal`'s token here.
@@ -170,29 +182,50 @@ impl Backend {
     }
 
     /// A fresh token for `key` in place of `stale`: one another holder of the refresh lock
-    /// made meanwhile, or one the refresh grant gives now. `None`: consent is needed again.
-    async fn refresh(&self, key: &VaultKey, stale: &UpstreamToken) -> Option<HeaderValue> {
+    /// made meanwhile, or one the refresh grant gives now. `Ok(None)`: consent is needed
+    /// again (no refresh token, the authorization server refused the grant, or the token was
+    /// revoked while it was being refreshed: the new one is then not kept). `Err`: the
+    /// authorization server could not be asked now (unreachable, no answer, a server error);
+    /// the token is kept for the next try, and this call fails with that reason.
+    async fn refresh(
+        &self,
+        key: &VaultKey,
+        stale: &UpstreamToken,
+    ) -> Result<Option<HeaderValue>, OutgoingAuthError> {
         if stale.refresh_token.is_none() {
             self.forget(&key.principal).await;
-            return None;
+            return Ok(None);
         }
-        let guard = self.vault.refresh_lock(key, REFRESH_WAIT).await.ok()?;
-        let current = self.kept(key).await.ok().flatten()?;
+        let Ok(guard) = self.vault.refresh_lock(key, REFRESH_WAIT).await else {
+            return Ok(None);
+        };
+        let Some(current) = self.kept(key).await.ok().flatten() else {
+            return Ok(None);
+        };
         let replaced = current.access_token != stale.access_token;
         if replaced && fresh(&current) {
-            return header_of(&current);
+            return Ok(header_of(&current));
         }
-        guard.as_ref()?;
+        if guard.is_none() {
+            return Ok(None);
+        }
         match self.refresh_grant(&current).await {
             Ok(token) => {
-                let kept = self.vault.put(key, &token).await;
+                // Compare-and-set: a revoke during the grant wins; the new token is dropped.
+                let kept = self.vault.replace(key, &current.access_token, &token).await;
                 drop(guard);
-                kept.ok().and_then(|()| header_of(&token))
+                Ok(matches!(kept, Ok(true))
+                    .then(|| header_of(&token))
+                    .flatten())
+            }
+            Err(e) if transient(&e) => {
+                info!(backend = %self.config.backend, error = %e, "token refresh could not be done now; the token is kept for the next try");
+                Err(e)
             }
             Err(e) => {
                 info!(backend = %self.config.backend, error = %e, "token refresh failed; consent is needed again");
                 self.forget(&key.principal).await;
-                None
+                Ok(None)
             }
         }
     }

@@ -79,6 +79,24 @@ impl MemoryVault {
         Ok(())
     }
 
+    fn replace_now(
+        &self,
+        key: &VaultKey,
+        stale: &str,
+        token: &UpstreamToken,
+    ) -> Result<bool, VaultError> {
+        let sealed = self.inner.key.seal(key, token)?;
+        let mut values = self.inner.values.lock();
+        let Some(current) = values.get(key) else {
+            return Ok(false);
+        };
+        if self.inner.key.open(key, current)?.access_token != stale {
+            return Ok(false);
+        }
+        values.insert(key.clone(), sealed);
+        Ok(true)
+    }
+
     fn list_now(&self, principal: Option<&str>) -> Result<Vec<TokenSummary>, VaultError> {
         let chosen: Vec<(VaultKey, Vec<u8>)> = self
             .inner
@@ -134,6 +152,15 @@ impl TokenVault for MemoryVault {
         token: &'a UpstreamToken,
     ) -> BoxFuture<'a, Result<(), VaultError>> {
         Box::pin(async move { self.put_now(key, token) })
+    }
+
+    fn replace<'a>(
+        &'a self,
+        key: &'a VaultKey,
+        stale: &'a str,
+        token: &'a UpstreamToken,
+    ) -> BoxFuture<'a, Result<bool, VaultError>> {
+        Box::pin(async move { self.replace_now(key, stale, token) })
     }
 
     fn remove<'a>(&'a self, key: &'a VaultKey) -> BoxFuture<'a, Result<bool, VaultError>> {

@@ -221,3 +221,18 @@ async fn refresh_lock_is_single_flight() {
         .unwrap()
         .is_some());
 }
+
+#[tokio::test]
+async fn memory_vault_replaces_only_the_token_it_refreshed() {
+    let vault = MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap());
+    let a = key("alice", "github");
+    vault.put(&a, &token()).await.unwrap();
+    let mut next = token();
+    next.access_token = "next".into();
+    assert!(!vault.replace(&a, "not-it", &next).await.unwrap());
+    assert!(vault.replace(&a, ACCESS, &next).await.unwrap());
+    assert_eq!(vault.get(&a).await.unwrap().unwrap().access_token, "next");
+    vault.remove(&a).await.unwrap();
+    assert!(!vault.replace(&a, "next", &token()).await.unwrap());
+    assert!(vault.get(&a).await.unwrap().is_none());
+}
