@@ -2,6 +2,13 @@
 //! token endpoints, on the remote module's connection pool, bounded in time and size. Every
 //! URL must be `https`, or plain `http` to a loopback host (as a token endpoint must be:
 //! codes, verifiers and secrets cross it). What a server wrote is never put in an error.
+//!
+//! The URLs come from the backend's answers (its 401's `resource_metadata`, its metadata's
+//! `authorization_servers`, the authorization server's endpoints), so a hostile backend
+//! chooses them. A backend that is not itself on this host or a private network cannot send
+//! the gateway to one: loopback, private, link-local, shared-address and unique-local
+//! addresses written as IP literals, and `localhost`, are refused for it. (A host name that
+//! resolves to such an address is not caught here.)
 
 use std::time::Duration;
 
@@ -22,6 +29,8 @@ const MAX_BODY: usize = 256 * 1024;
 pub(crate) struct Http {
     client: crate::remote::Client,
     timeout: Duration,
+    /// The backend is itself on this host or a private network: its OAuth endpoints may be.
+    local_backend: bool,
 }
 
 impl std::fmt::Debug for Http {
@@ -39,12 +48,26 @@ pub(crate) struct Answer {
 }
 
 impl Http {
-    pub(crate) fn new(timeout: Duration) -> Self {
+    /// The client for the OAuth endpoints of the backend at `server_url`.
+    pub(crate) fn new(timeout: Duration, server_url: &str) -> Self {
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .pool_idle_timeout(Duration::from_secs(90))
                 .build(crate::remote::connector(timeout));
-        Http { client, timeout }
+        let local_backend = crate::remote::url::parse_noting(server_url)
+            .ok()
+            .and_then(|(u, _)| u.host().map(local_host))
+            .unwrap_or(false);
+        Http {
+            client,
+            timeout,
+            local_backend,
+        }
+    }
+
+    /// Whether a request may go to `uri` for this backend (see the module docs).
+    fn may_reach(&self, uri: &hyper::Uri) -> bool {
+        self.local_backend || !uri.host().is_some_and(local_host)
     }
 
     /// The JSON document at `url`; `None` when there is none (any 4xx, or not JSON).
@@ -81,6 +104,11 @@ impl Http {
                 "an OAuth endpoint is not an https URL (or http to a loopback host)",
             )
         })?;
+        if !self.may_reach(&uri) {
+            return Err(OutgoingAuthError::Discovery(
+                "an OAuth endpoint of a public server points at this host or a private network; refused",
+            ));
+        }
         let mut request = Request::builder()
             .method(method)
             .uri(uri)
@@ -114,5 +142,112 @@ impl Http {
         tokio::time::timeout(self.timeout, once)
             .await
             .map_err(|_| OutgoingAuthError::Timeout)?
+    }
+}
+
+/// Whether `host` (as a URI spells it) is `localhost` or an IP literal of this host or a
+/// private network: loopback, RFC 1918, link-local, CGNAT (100.64/10), unspecified, IPv6
+/// unique-local (fc00::/7) and link-local (fe80::/10), IPv4-mapped ones included.
+pub(crate) fn local_host(host: &str) -> bool {
+    use std::net::IpAddr;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let ip = match bare.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        Ok(ip) => ip,
+        Err(_) => {
+            let name = bare.trim_end_matches('.');
+            return name.eq_ignore_ascii_case("localhost")
+                || name.to_ascii_lowercase().ends_with(".localhost");
+        }
+    };
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_hosts_are_loopback_private_and_link_local_literals() {
+        for host in [
+            "localhost",
+            "LOCALHOST.",
+            "a.localhost",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "[::1]",
+            "[fd00::1]",
+            "[fe80::1]",
+            "[::ffff:10.0.0.1]",
+        ] {
+            assert!(local_host(host), "{host}");
+        }
+        for host in [
+            "example.com",
+            "8.8.8.8",
+            "[2001:db8::1]",
+            "172.32.0.1",
+            "100.128.0.1",
+        ] {
+            assert!(!local_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn a_public_backend_cannot_send_the_gateway_to_this_host_or_a_private_network() {
+        let public = Http::new(Duration::from_secs(1), "https://mcp.example.com/mcp");
+        let local = Http::new(Duration::from_secs(1), "http://127.0.0.1:9/mcp");
+        let private_as: hyper::Uri = "https://10.0.0.5/token".parse().unwrap();
+        let metadata: hyper::Uri = "https://169.254.169.254/latest".parse().unwrap();
+        let loopback: hyper::Uri = "http://127.0.0.1:8080/x".parse().unwrap();
+        let elsewhere: hyper::Uri = "https://auth.example.com/token".parse().unwrap();
+        for uri in [&private_as, &metadata, &loopback] {
+            assert!(!public.may_reach(uri), "{uri}");
+            assert!(local.may_reach(uri), "{uri}");
+        }
+        assert!(public.may_reach(&elsewhere));
+    }
+
+    #[tokio::test]
+    async fn a_refused_endpoint_is_never_contacted() {
+        let canary = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/.well-known/x", canary.local_addr().unwrap());
+        let public = Http::new(Duration::from_secs(2), "https://mcp.example.com/mcp");
+        // Refused before any connection: a request that reached the canary (which never
+        // answers) would have ended in a timeout instead.
+        let got = public.get_json(&url).await;
+        assert!(
+            matches!(got, Err(OutgoingAuthError::Discovery(_))),
+            "{got:?}"
+        );
+        let local = Http::new(Duration::from_millis(300), "http://127.0.0.1:9/mcp");
+        let reached = local.get_json(&url).await;
+        assert!(
+            matches!(reached, Err(OutgoingAuthError::Timeout)),
+            "{reached:?}"
+        );
+        drop(canary);
     }
 }

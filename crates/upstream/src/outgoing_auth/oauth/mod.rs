@@ -241,7 +241,7 @@ impl Backend {
             ));
         }
         Ok(Arc::new(Backend {
-            http: http::Http::new(config.timeout),
+            http: http::Http::new(config.timeout, &config.server_url),
             config,
             flows,
             vault,
