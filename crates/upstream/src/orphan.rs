@@ -25,9 +25,10 @@ pub(crate) fn die_with_parent(command: &mut Command) {
                 return Err(std::io::Error::last_os_error());
             }
             // The parent may have died before prctl took effect: then we are already
-            // orphaned (re-parented) and must not start at all.
+            // orphaned (re-parented) and must not start at all. A raw error code: building
+            // a message would allocate, which is not allowed here.
             if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                return Err(std::io::Error::other("gateway exited during spawn"));
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         });
