@@ -9,7 +9,7 @@
 //! ```text
 //! [setpriv --reuid=65534 --regid=65534 --clear-groups --]     only when the gateway is root
 //! bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL
-//!       --ro-bind / / --dev /dev --proc /proc
+//!       --ro-bind / / --dev /dev --size S --tmpfs /dev/shm --remount-ro /dev --proc /proc
 //!       --tmpfs /home --tmpfs /root --tmpfs /run --tmpfs /tmp --tmpfs /var/tmp   (masks)
 //!       --tmpfs <the gateway's HOME, and other masked directories>
 //!       --ro-bind R R ...     (filesystem.read)
@@ -20,6 +20,9 @@
 //!       --chdir <cwd, else the sandbox's home>
 //!       -- prlimit --as=M --nproc=P --nofile=F --core=0 -- PROGRAM ARGS...
 //! ```
+//!
+//! `/dev` is bubblewrap's own tmpfs with the few device nodes bound in: read-only, so it
+//! cannot be filled, with a bounded `/dev/shm` of its own (`S`: the scratch masks' bound).
 //!
 //! Why root drops to `nobody`: the kernel never applies `RLIMIT_NPROC` to uid 0, so a root
 //! gateway's backends could fork without bound; as any other user, the count is kept per
@@ -168,23 +171,14 @@ impl Host {
         })
     }
 
-    /// Builds the smallest sandbox (every namespace, the limits tool) and runs `true` in it:
-    /// what fails here would fail every backend's start, so it is reported once, with the fix.
+    /// Builds the smallest sandbox (every namespace, the read-only `/dev` with its bounded
+    /// `/dev/shm`, the limits tool) and runs `true` in it: what fails here (a bubblewrap too
+    /// old for `--size`, say) would fail every backend's start, so it is reported once, with
+    /// the fix.
     pub fn probe(&self) -> Result<(), SandboxError> {
         let mut args = self.prefix();
-        args.extend(
-            [
-                "--ro-bind",
-                "/",
-                "/",
-                "--dev",
-                "/dev",
-                "--proc",
-                "/proc",
-                "--",
-            ]
-            .map(OsString::from),
-        );
+        args.extend(base_mounts(1 << 20));
+        args.push("--".into());
         args.push(self.prlimit.clone().into_os_string());
         args.extend(["--nproc=64", "--", "true"].map(OsString::from));
         let (program, rest) = self.program(args);
@@ -276,9 +270,9 @@ impl Sandbox {
         args: &[OsString],
     ) -> Launch {
         let mut argv = self.host.prefix();
-        argv.extend(
-            ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"].map(OsString::from),
-        );
+        argv.extend(base_mounts(
+            self.limits.memory.unwrap_or(cover::SCRATCH_DEFAULT),
+        ));
         for layer in layers {
             layer.push(&mut argv);
         }
@@ -383,6 +377,27 @@ impl Limits {
         out.push("--core=0".into());
         out
     }
+}
+
+/// The root, read-only; `/dev` bubblewrap's (device nodes bound in), read-only, with a
+/// `/dev/shm` of at most `shm` bytes; `/proc`.
+fn base_mounts(shm: u64) -> Vec<OsString> {
+    let mut out: Vec<OsString> = ["--ro-bind", "/", "/", "--dev", "/dev", "--size"]
+        .map(OsString::from)
+        .into();
+    out.push(shm.to_string().into());
+    out.extend(
+        [
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
+            "/dev",
+            "--proc",
+            "/proc",
+        ]
+        .map(OsString::from),
+    );
+    out
 }
 
 /// Why cgroup v2 limits (the only way to bound CPU) are not applied on this host.

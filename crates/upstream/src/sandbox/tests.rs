@@ -49,9 +49,10 @@ fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
     let s = sandbox(Path::new("/var/cache/sb/files"));
     let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None));
     let text = all.join(" ");
+    // /dev read-only (nothing to fill), its /dev/shm bounded at `memory`.
     assert!(
         text.starts_with(
-            "/usr/bin/bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --proc /proc --size 16777216 --tmpfs "
+            "/usr/bin/bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --size 268435456 --tmpfs /dev/shm --remount-ro /dev --proc /proc --size 16777216 --tmpfs "
         ),
         "{text}"
     );

@@ -1,5 +1,6 @@
-//! What a backend can take of the host beyond its own processes: its masks' memory (each
-//! tmpfs is bounded: a write past the bound fails with ENOSPC while the gateway serves on)
+//! What a backend can take of the host beyond its own processes: its masks' and `/dev/shm`'s
+//! memory (each tmpfs is bounded: a write past the bound fails with ENOSPC while the gateway
+//! serves on; `/dev` itself is read-only)
 //! and the gateway's file descriptors (a backend, sandboxed or not, holds only 0, 1 and 2,
 //! even of what the gateway itself inherited without close-on-exec).
 
@@ -67,8 +68,13 @@ async fn a_backend_filling_its_tmp_stops_at_the_bound_and_the_gateway_serves_on(
     let dir = Dir::new("tmpfs");
     let gw = gateway(&dir).await;
     let sid = gw.session().await;
-    // /tmp holds at most `memory` (256 MiB); /run, meant to stay empty, 16 MiB.
-    for (path, tried, bound) in [("/tmp/fill", 400, 256), ("/run/fill", 64, 16)] {
+    // /tmp and /dev/shm hold at most `memory` (256 MiB); /run, meant to stay empty, 16 MiB.
+    let bounded = [
+        ("/tmp/fill", 400, 256),
+        ("/dev/shm/fill", 400, 256),
+        ("/run/fill", 64, 16),
+    ];
+    for (path, tried, bound) in bounded {
         let said = tool(
             &gw,
             &sid,
@@ -83,6 +89,20 @@ async fn a_backend_filling_its_tmp_stops_at_the_bound_and_the_gateway_serves_on(
         let error = v["error"].as_str().unwrap_or_default();
         assert!(error.contains("No space left on device"), "{path}: {v}");
     }
+    // bubblewrap's /dev is a tmpfs of its own: read-only, so nothing fills it.
+    let said = tool(
+        &gw,
+        &sid,
+        "hostile_fill",
+        json!({"path": "/dev/fill", "mib": 64}),
+    )
+    .await;
+    let v: Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(v["mib"], 0, "{v}");
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(error.contains("Read-only file system"), "/dev: {v}");
+    let null = tool(&gw, &sid, "hostile_write", json!({"path": "/dev/null"})).await;
+    assert_eq!(null, "ok: written", "its devices still work");
     let me = tool(&gw, &sid, "hostile_whoami", json!({})).await;
     assert!(me.contains("\"uid\""), "the backend lives on: {me}");
     let fine = tool(&gw, &sid, "plain_whoami", json!({})).await;
