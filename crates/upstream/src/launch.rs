@@ -7,15 +7,14 @@ use std::process::Stdio;
 
 use tokio::process::Command;
 
-use crate::sandbox::{PrivateHome, Sandbox, DEFAULT_PATH, SANDBOX_HOME};
+use crate::sandbox::{Sandbox, DEFAULT_PATH, SANDBOX_HOME};
 use crate::StdioConfig;
 
 /// The command for `config`, its pipes set up, killed with the gateway and in a process group
-/// of its own; and the private home it runs with ([`StdioConfig::private_home`]), which its
-/// owner removes once the process has ended.
-pub(crate) fn command(config: &StdioConfig) -> std::io::Result<(Command, Option<PrivateHome>)> {
-    let (mut command, home) = match &config.sandbox {
-        None => (plain(config), None),
+/// of its own.
+pub(crate) fn command(config: &StdioConfig) -> std::io::Result<Command> {
+    let mut command = match &config.sandbox {
+        None => plain(config),
         Some(sandbox) => sandboxed(config, sandbox)?,
     };
     command
@@ -26,7 +25,7 @@ pub(crate) fn command(config: &StdioConfig) -> std::io::Result<(Command, Option<
     crate::orphan::die_with_parent(&mut command);
     crate::orphan::own_group(&mut command);
     crate::orphan::only_stdio(&mut command);
-    Ok((command, home))
+    Ok(command)
 }
 
 /// The program in the gateway's environment (less what it withholds) and directory.
@@ -48,27 +47,20 @@ fn plain(config: &StdioConfig) -> Command {
 
 /// bwrap around the program, with nothing of the gateway's environment: a minimal `PATH`,
 /// the sandbox's `HOME`, `LANG`, and what the configuration passes.
-fn sandboxed(
-    config: &StdioConfig,
-    sandbox: &Sandbox,
-) -> std::io::Result<(Command, Option<PrivateHome>)> {
+fn sandboxed(config: &StdioConfig, sandbox: &Sandbox) -> std::io::Result<Command> {
     sandbox.prepare()?;
-    let home = match config.private_home {
-        true => Some(sandbox.private_home()?),
-        false => None,
-    };
-    let launch = sandbox.launch_in(
-        home.as_ref().map_or(&sandbox.home, |h| h.path()),
+    let launch = sandbox.launch(
         &config.program,
         &config.args,
         config.cwd.as_deref(),
+        config.private_home,
     );
     let mut command = Command::new(launch.program);
     command.args(launch.args).env_clear().current_dir("/");
     for (key, value) in sandbox_env(&config.env) {
         command.env(key, value);
     }
-    Ok((command, home))
+    Ok(command)
 }
 
 /// The sandbox's environment: the basics, then `given` (which may replace them). A sandbox

@@ -10,19 +10,29 @@
 //! [setpriv --reuid=65534 --regid=65534 --clear-groups --]     only when the gateway is root
 //! bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL
 //!       --ro-bind / / --dev /dev --size S --tmpfs /dev/shm --remount-ro /dev --proc /proc
-//!       --tmpfs /home --tmpfs /root --tmpfs /run --tmpfs /tmp --tmpfs /var/tmp   (masks)
-//!       --tmpfs <the gateway's HOME, and other masked directories>
+//!       --size N --tmpfs /home --size N --tmpfs /root ... /run /tmp /var/tmp   (masks)
+//!       --size N --tmpfs <the gateway's HOME, the backend's home, other masked directories>
 //!       --ro-bind R R ...     (filesystem.read)
 //!       --bind W W ...        (filesystem.write)
-//!       --bind <home> /home/switchboard
+//!       --bind <home> /home/switchboard                        the shared process
+//!       --size S --tmpfs /home/switchboard                     a process serving one caller
+//!         --ro-bind <home> /run/switchboard/seed
 //!       --tmpfs D, D's entries bound back, the mounts under D again   (each directory
 //!                             holding a file of the gateway's: config, secrets, state, audit log)
 //!       --chdir <cwd, else the sandbox's home>
 //!       -- prlimit --as=M --nproc=P --nofile=F --core=0 -- PROGRAM ARGS...
+//!       -- prlimit … -- sh -c '<copy the seed into the home, then exec>' sh cp PROGRAM ARGS...
 //! ```
 //!
 //! `/dev` is bubblewrap's own tmpfs with the few device nodes bound in: read-only, so it
-//! cannot be filled, with a bounded `/dev/shm` of its own (`S`: the scratch masks' bound).
+//! cannot be filled, with a bounded `/dev/shm` of its own (`S`: [`Sandbox::scratch_size`]).
+//!
+//! A process that serves one caller (a Legacy session's own, a Modern partition's, one the
+//! MRTR bridge starts: [`crate::StdioConfig::private_home`]) gets a home that exists only
+//! inside its sandbox: a tmpfs of at most `S` bytes, into which its first command copies the
+//! backend's home (bound read-only), so warm `npx`/`uvx` caches still work offline (npm
+//! refuses a read-only cache). Nothing of it is on the host: there is nothing for the gateway
+//! to create, own, clean up or follow a link in, and it is gone with the sandbox.
 //!
 //! Why root drops to `nobody`: the kernel never applies `RLIMIT_NPROC` to uid 0, so a root
 //! gateway's backends could fork without bound; as any other user, the count is kept per
@@ -35,11 +45,14 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use cover::Layer;
-pub(crate) use home::PrivateHome;
-
 /// Where the backend's own writable home (and with it the npm/uv caches) appears inside.
 pub const SANDBOX_HOME: &str = "/home/switchboard";
+/// Where a process with a private home sees the backend's home (read-only), which it copies
+/// into its own before the program starts.
+pub const SEED: &str = "/run/switchboard/seed";
+/// Bound of each scratch tmpfs (`/tmp`, `/var/tmp`, `/dev/shm`, a private home) when the
+/// sandbox has no `memory` limit.
+pub const SCRATCH_DEFAULT: u64 = 1 << 30;
 /// The `PATH` a sandboxed backend gets unless its configuration passes one.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Host directories a backend never sees (an empty tmpfs over each that exists): homes, the
@@ -63,8 +76,9 @@ pub struct Sandbox {
     /// ([`cover`](Sandbox::cover)), so a file created there later (an audit log opened after
     /// the backend started, trust state renamed into place) stays out of sight too.
     pub hidden: Vec<PathBuf>,
-    /// The host directory that is the backend's `HOME` inside ([`SANDBOX_HOME`]); created at
-    /// spawn, so package caches survive restarts.
+    /// The host directory that is the shared process's `HOME` inside ([`SANDBOX_HOME`]),
+    /// and what a private home starts from ([`SEED`]); created at spawn, so package caches
+    /// survive restarts.
     pub home: PathBuf,
     /// Resource limits.
     pub limits: Limits,
@@ -92,6 +106,10 @@ pub struct Host {
     pub bwrap: PathBuf,
     /// util-linux `prlimit`, run inside the sandbox.
     pub prlimit: PathBuf,
+    /// A POSIX shell and coreutils `cp`, run inside the sandbox to seed a private home.
+    pub sh: PathBuf,
+    /// See [`sh`](Host::sh).
+    pub cp: PathBuf,
     /// How a root gateway drops to an unprivileged user first.
     pub run_as: Option<RunAs>,
 }
@@ -151,6 +169,14 @@ impl Host {
             program: "prlimit",
             fix: util_linux,
         })?;
+        let sh = which("sh", path).ok_or(SandboxError::Missing {
+            program: "sh",
+            fix: "install a POSIX shell (apt-get install dash)",
+        })?;
+        let cp = which("cp", path).ok_or(SandboxError::Missing {
+            program: "cp",
+            fix: "install coreutils (apt-get install coreutils)",
+        })?;
         let run_as = if is_root() {
             let setpriv = which("setpriv", path).ok_or(SandboxError::Missing {
                 program: "setpriv",
@@ -167,13 +193,15 @@ impl Host {
         Ok(Host {
             bwrap,
             prlimit,
+            sh,
+            cp,
             run_as,
         })
     }
 
-    /// Builds the smallest sandbox (every namespace, the read-only `/dev` with its bounded
-    /// `/dev/shm`, the limits tool) and runs `true` in it: what fails here (a bubblewrap too
-    /// old for `--size`, say) would fail every backend's start, so it is reported once, with
+    /// Builds the smallest sandbox (every namespace, the bounded read-only `/dev`, a bounded
+    /// tmpfs, the limits tool) and runs `true` in it: what fails here (an old bubblewrap
+    /// without `--size`, say) would fail every backend's start, so it is reported once, with
     /// the fix.
     pub fn probe(&self) -> Result<(), SandboxError> {
         let mut args = self.prefix();
@@ -231,52 +259,46 @@ impl Host {
 }
 
 impl Sandbox {
-    /// Creates the backend's home and the directory of its processes' private homes
-    /// ([`home`]), private to the sandbox's user (mode 0700, owned by it). Called before
-    /// each spawn.
+    /// Creates the backend's home (mode 0700, owned by the sandbox's user). Called before
+    /// each spawn. The mode and owner are set through a descriptor of the directory itself,
+    /// opened without following a link in its place.
     pub(crate) fn prepare(&self) -> std::io::Result<()> {
-        for dir in [self.home.clone(), self.sessions_dir()] {
-            home::private_dir(&dir, self.host.run_as.as_ref(), true)?;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        if let Some(parent) = self.home.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.home) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&self.home)?;
+        dir.set_permissions(std::fs::Permissions::from_mode(0o700))?;
+        if let Some(r) = &self.host.run_as {
+            std::os::unix::fs::fchown(&dir, Some(r.uid), Some(r.gid))?;
         }
         Ok(())
     }
 
-    /// The argv that runs `program args` sandboxed with the backend's own home, starting in
-    /// `cwd` (else the sandbox's home).
-    #[cfg(test)]
-    pub(crate) fn launch(&self, program: &str, args: &[String], cwd: Option<&Path>) -> Launch {
-        self.launch_in(&self.home, program, args, cwd)
-    }
-
-    /// [`launch`](Self::launch), with `home` as the sandbox's home.
-    pub(crate) fn launch_in(
+    /// The argv that runs `program args` sandboxed, starting in `cwd` (else the sandbox's
+    /// home): with the backend's home, or with `private` a home of its own that exists only
+    /// inside, seeded with a copy of the backend's (the module's text).
+    pub(crate) fn launch(
         &self,
-        home: &Path,
         program: &str,
         args: &[String],
         cwd: Option<&Path>,
+        private: bool,
     ) -> Launch {
-        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-        self.argv(&self.layers_in(home), cwd, program, &args)
-    }
-
-    /// `layers` (and the cover of the gateway's files), then `program args` under the
-    /// limits, starting in `cwd` (else the sandbox's home).
-    fn argv(
-        &self,
-        layers: &[Layer],
-        cwd: Option<&Path>,
-        program: &str,
-        args: &[OsString],
-    ) -> Launch {
+        let layers = self.layers(private);
         let mut argv = self.host.prefix();
-        argv.extend(base_mounts(
-            self.limits.memory.unwrap_or(cover::SCRATCH_DEFAULT),
-        ));
-        for layer in layers {
+        argv.extend(base_mounts(self.scratch_size()));
+        for layer in &layers {
             layer.push(&mut argv);
         }
-        self.cover(layers, &mut argv);
+        self.cover(&layers, &mut argv);
         // Relative to the gateway's directory, as an unsandboxed backend's would be.
         let start = cwd.map_or_else(
             || PathBuf::from(SANDBOX_HOME),
@@ -288,24 +310,34 @@ impl Sandbox {
         argv.push(self.host.prlimit.clone().into_os_string());
         argv.extend(self.limits.prlimit_args());
         argv.push("--".into());
+        if private {
+            argv.push(self.host.sh.clone().into_os_string());
+            argv.extend(["-c".into(), seed_script().into(), "sh".into()]);
+            argv.push(self.host.cp.clone().into_os_string());
+        }
         argv.push(program.into());
-        argv.extend(args.iter().cloned());
+        argv.extend(args.iter().map(OsString::from));
         let (program, args) = self.host.program(argv);
         Launch { program, args }
     }
 
+    /// The bound of each scratch tmpfs: `/tmp`, `/var/tmp`, `/dev/shm` and a private home
+    /// hold at most the backend's `memory` each ([`SCRATCH_DEFAULT`] without one).
+    pub fn scratch_size(&self) -> u64 {
+        self.limits.memory.unwrap_or(SCRATCH_DEFAULT)
+    }
+
     /// The directories masked with an empty tmpfs, in mount order (parents first), each
     /// once, only those that exist (a read-only root cannot grow a mount point). The
-    /// backend's home and its processes' private homes are among them: each process sees
-    /// its own home at [`SANDBOX_HOME`] only.
+    /// backend's home is among them: a process sees it at [`SANDBOX_HOME`] (the shared
+    /// one) or [`SEED`] (the others) only.
     pub fn masks(&self) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = Vec::new();
-        let own = [self.home.clone(), self.sessions_dir()];
         let all = MASKED
             .iter()
             .map(PathBuf::from)
             .chain(self.masked.clone())
-            .chain(own);
+            .chain([self.home.clone()]);
         for dir in all {
             if dir.is_dir() && !out.iter().any(|o| dir.starts_with(o)) {
                 out.push(dir);
@@ -400,6 +432,19 @@ fn base_mounts(shm: u64) -> Vec<OsString> {
     out
 }
 
+/// What a process with a private home runs first, as `sh -c SCRIPT sh CP PROGRAM ARGS…`:
+/// copies the backend's home ([`SEED`], read-only) into its own ([`SANDBOX_HOME`]; links as
+/// links, never followed), then becomes the program. A copy that fails (a file the
+/// sandbox's user cannot read, a home larger than the bound) says so on stderr and the
+/// process ends before the program starts: its start fails, as any backend's that exits.
+fn seed_script() -> String {
+    format!(
+        "\"$1\" -R --no-dereference --preserve=mode,timestamps,links {SEED}/. {SANDBOX_HOME}/ \
+         || {{ echo \"switchboard: copying the backend's home ({SEED}) into this process's own \
+         home failed; the backend does not start\" >&2; exit 70; }}; shift; exec \"$@\""
+    )
+}
+
 /// Why cgroup v2 limits (the only way to bound CPU) are not applied on this host.
 pub fn cgroup_v2() -> &'static str {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
@@ -445,6 +490,5 @@ pub fn which(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 mod cover;
-mod home;
 #[cfg(test)]
 mod tests;

@@ -59,9 +59,10 @@ pub struct StdioConfig {
     pub write_queue: usize,
     /// Run it inside a sandbox ([`crate::sandbox`]); `None`: as the gateway's own child.
     pub sandbox: Option<std::sync::Arc<crate::sandbox::Sandbox>>,
-    /// Sandboxed, each process gets a home of its own (a copy of the backend's, removed when
-    /// the process ends) instead of the backend's: for the processes that serve one caller
-    /// (per-session, partitions, MRTR), never the shared one.
+    /// Sandboxed, each process gets a home of its own instead of the backend's: a bounded
+    /// tmpfs inside its sandbox, seeded with a copy of the backend's home, gone with the
+    /// process ([`crate::sandbox`]). For the processes that serve one caller (per-session,
+    /// partitions, MRTR), never the shared one.
     pub private_home: bool,
 }
 
@@ -137,7 +138,7 @@ pub fn spawn(
         program: config.program.clone(),
         reason: e.to_string(),
     };
-    let (mut command, home) = crate::launch::command(config).map_err(spawn_err)?;
+    let mut command = crate::launch::command(config).map_err(spawn_err)?;
     let mut child = command.spawn().map_err(spawn_err)?;
     let pid = child.id();
     let missing = || spawn_err(std::io::Error::other("stdio pipe missing"));
@@ -156,7 +157,7 @@ pub fn spawn(
     let stop_writer = CancellationToken::new();
     let kill = CancellationToken::new();
     let (exit_tx, exit) = watch::channel(None);
-    tokio::spawn(wait_loop(child, home, kill.clone(), exit_tx));
+    tokio::spawn(wait_loop(child, kill.clone(), exit_tx));
     tokio::spawn(write_loop(stdin, write_rx, stop_writer.clone()));
     tokio::spawn(read_loop(
         LineReader::new(stdout, config.max_line_bytes),
@@ -336,16 +337,9 @@ impl StdioProcess {
     }
 }
 
-/// Reaps the child (and kills it first when told to), publishes how it ended, then removes
-/// its private home (off the runtime). Dropped with the runtime, the `Child` is killed
-/// (`kill_on_drop`) and the home removed where it is dropped (what a killed gateway leaves,
-/// its next start removes).
-async fn wait_loop(
-    mut child: Child,
-    home: Option<crate::sandbox::PrivateHome>,
-    kill: CancellationToken,
-    exit: watch::Sender<Option<Exit>>,
-) {
+/// Reaps the child (and kills it first when told to), then publishes how it ended. Dropped
+/// with the runtime, the `Child` is killed (`kill_on_drop`).
+async fn wait_loop(mut child: Child, kill: CancellationToken, exit: watch::Sender<Option<Exit>>) {
     let leader = child.id();
     let status = tokio::select! {
         status = child.wait() => status,
@@ -363,11 +357,6 @@ async fn wait_loop(
             exit.send_replace(Some(Exit(status)));
         }
         Err(e) => warn!(error = %e, "waiting for backend failed"),
-    }
-    // After the end is published: removing a large home must not hold up the shutdown of
-    // the session, nor count against its grace.
-    if let Some(home) = home {
-        let _ = tokio::task::spawn_blocking(move || drop(home)).await;
     }
 }
 

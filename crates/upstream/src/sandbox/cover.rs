@@ -9,12 +9,10 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use super::{Sandbox, SANDBOX_HOME};
+use super::{Sandbox, SANDBOX_HOME, SEED};
 
 /// The masks a backend may use as scratch space.
 const SCRATCH: [&str; 2] = ["/tmp", "/var/tmp"];
-/// Bound of a scratch mask when the sandbox has no `memory` limit.
-pub(crate) const SCRATCH_DEFAULT: u64 = 1 << 30;
 /// Bound of every other mask: room for the mount points bubblewrap makes there.
 pub(crate) const MASK_SIZE: u64 = 16 << 20;
 
@@ -27,8 +25,13 @@ pub(crate) enum Layer {
     Read(PathBuf),
     /// A host path bound writable at the same place.
     Write(PathBuf),
-    /// The backend's home, bound writable at [`SANDBOX_HOME`].
+    /// The backend's home, bound writable at [`SANDBOX_HOME`] (the shared process's).
     Home(PathBuf),
+    /// A process's private home: an empty tmpfs of at most this many bytes at
+    /// [`SANDBOX_HOME`].
+    OwnHome(u64),
+    /// The backend's home, bound read-only at [`SEED`]: what a private home starts from.
+    Seed(PathBuf),
 }
 
 impl Layer {
@@ -36,7 +39,8 @@ impl Layer {
     fn at(&self) -> &Path {
         match self {
             Layer::Tmpfs(p, _) | Layer::Read(p) | Layer::Write(p) => p,
-            Layer::Home(_) => Path::new(SANDBOX_HOME),
+            Layer::Home(_) | Layer::OwnHome(_) => Path::new(SANDBOX_HOME),
+            Layer::Seed(_) => Path::new(SEED),
         }
     }
 
@@ -48,7 +52,12 @@ impl Layer {
                 argv.extend(["--tmpfs".into(), p.clone().into_os_string()]);
                 return;
             }
-            Layer::Read(p) => ("--ro-bind", p),
+            Layer::OwnHome(size) => {
+                argv.extend(["--size".into(), size.to_string().into()]);
+                argv.extend(["--tmpfs".into(), SANDBOX_HOME.into()]);
+                return;
+            }
+            Layer::Read(p) | Layer::Seed(p) => ("--ro-bind", p),
             Layer::Write(p) => ("--bind", p),
             Layer::Home(p) => ("--bind", p),
         };
@@ -61,24 +70,30 @@ impl Layer {
 }
 
 impl Sandbox {
-    /// The sandbox's own mounts in order: masks, read paths, write paths, `home` (the
-    /// backend's, or a process's private one).
-    pub(crate) fn layers_in(&self, home: &Path) -> Vec<Layer> {
+    /// The sandbox's own mounts in order: masks, read paths, write paths, then the home:
+    /// the backend's (the shared process's), or with `private` a bounded tmpfs of the
+    /// process's own and the backend's home read-only at [`SEED`] (nothing of it on the
+    /// host).
+    pub(crate) fn layers(&self, private: bool) -> Vec<Layer> {
         let masks = self.mask_layers();
         let read = self.read.iter().cloned().map(Layer::Read);
         let write = self.write.iter().cloned().map(Layer::Write);
-        masks
-            .chain(read)
-            .chain(write)
-            .chain([Layer::Home(home.to_path_buf())])
-            .collect()
+        let home = match private {
+            true => vec![
+                Layer::OwnHome(self.scratch_size()),
+                Layer::Seed(self.home.clone()),
+            ],
+            false => vec![Layer::Home(self.home.clone())],
+        };
+        masks.chain(read).chain(write).chain(home).collect()
     }
 
     /// The masks, each bounded: a backend cannot fill the host's memory through them. The
-    /// scratch directories (`/tmp`, `/var/tmp`) hold at most the backend's `memory` each
-    /// ([`SCRATCH_DEFAULT`] without one); the others, meant to stay empty, [`MASK_SIZE`].
+    /// scratch directories (`/tmp`, `/var/tmp`) hold at most
+    /// [`scratch_size`](Sandbox::scratch_size) each; the others, meant to stay empty,
+    /// [`MASK_SIZE`].
     pub(crate) fn mask_layers(&self) -> impl Iterator<Item = Layer> {
-        let scratch = self.limits.memory.unwrap_or(SCRATCH_DEFAULT);
+        let scratch = self.scratch_size();
         self.masks().into_iter().map(move |m| {
             let size = if SCRATCH.iter().any(|s| m == Path::new(s)) {
                 scratch

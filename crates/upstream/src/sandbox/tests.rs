@@ -11,6 +11,8 @@ fn host(run_as: bool) -> Host {
     Host {
         bwrap: "/usr/bin/bwrap".into(),
         prlimit: "/usr/bin/prlimit".into(),
+        sh: "/bin/sh".into(),
+        cp: "/bin/cp".into(),
         run_as: run_as.then(|| RunAs {
             setpriv: "/usr/bin/setpriv".into(),
             uid: 65534,
@@ -47,7 +49,7 @@ fn argv(launch: &Launch) -> Vec<String> {
 #[test]
 fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
     let s = sandbox(Path::new("/var/cache/sb/files"));
-    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None));
+    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, false));
     let text = all.join(" ");
     // /dev read-only (nothing to fill), its /dev/shm bounded at `memory`.
     assert!(
@@ -71,12 +73,44 @@ fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
     ), "{text}");
 }
 
+/// A process serving one caller: its home is a bounded tmpfs inside the sandbox, the
+/// backend's home is bound read-only at the seed's place (never writable, never at the
+/// home), and the command first copies the seed with the host's `cp`, then runs the program.
+#[test]
+fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
+    let s = sandbox(Path::new("/var/cache/sb/files"));
+    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, true));
+    let text = all.join(" ");
+    assert!(
+        text.contains(
+            "--bind /srv/out /srv/out --size 268435456 --tmpfs /home/switchboard --ro-bind /var/cache/sb/files /run/switchboard/seed --chdir /home/switchboard -- "
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("--bind /var/cache/sb/files /home"), "{text}");
+    let limits = all.iter().position(|a| a == "--core=0").expect("limits");
+    assert_eq!(all[limits + 1..limits + 3], ["--", "/bin/sh"]);
+    assert_eq!(all[limits + 3], "-c");
+    let script = &all[limits + 4];
+    assert!(
+        script.starts_with(
+            r#""$1" -R --no-dereference --preserve=mode,timestamps,links /run/switchboard/seed/. /home/switchboard/ || {"#
+        ),
+        "{script}"
+    );
+    assert!(
+        script.ends_with(r#"exit 70; }; shift; exec "$@""#),
+        "{script}"
+    );
+    assert_eq!(all[limits + 5..], ["sh", "/bin/cp", "npx", "-y", "pkg"]);
+}
+
 /// A root gateway drops to nobody before bwrap; a configured directory is where it starts.
 #[test]
 fn root_drops_to_nobody_and_cwd_is_kept() {
     let mut s = sandbox(Path::new("/var/cache/sb/files"));
     s.host = host(true);
-    let all = argv(&s.launch("srv", &[], Some(Path::new("/srv/data"))));
+    let all = argv(&s.launch("srv", &[], Some(Path::new("/srv/data")), false));
     assert_eq!(
         all[..6],
         [
@@ -105,7 +139,7 @@ fn hidden_files_directories_are_covered() {
         dir.join("not-yet.log"),
         "/root/.ssh/id_rsa".into(),
     ];
-    let text = argv(&s.launch("srv", &[], None)).join(" ");
+    let text = argv(&s.launch("srv", &[], None, false)).join(" ");
     let at = |needle: &str| {
         text.find(needle)
             .unwrap_or_else(|| panic!("{needle}: {text}"))
@@ -218,12 +252,39 @@ async fn a_sandboxed_backend_talks_through_its_pipes_and_sees_only_its_world() {
     let _ = std::fs::remove_dir_all(&home);
 }
 
+/// Every file under `dir` (links not followed) with its size and modification time.
+fn tree(dir: &Path) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        out.push((entry.path(), meta.len(), meta.modified().ok()));
+        if meta.is_dir() {
+            out.extend(tree(&entry.path()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Answers one request with what the script prints, as a JSON string.
+async fn ask(handle: &crate::StdioHandle) -> Result<serde_json::Value, crate::UpstreamError> {
+    let call = handle.call(
+        "k1",
+        br#"{"jsonrpc":"2.0","id":"k1","method":"x"}"#.to_vec(),
+    );
+    let answer = tokio::time::timeout(Duration::from_secs(20), call.await.expect("queued"))
+        .await
+        .expect("answered in time")?;
+    Ok(serde_json::from_str(answer.payload()).expect("json"))
+}
+
 /// Two processes with private homes: each starts from a copy of the backend's home (a link
-/// in it copied as a link, never followed), writes only its own, and its home is gone soon after
-/// it has ended; the backend's home and the other's are untouched. The backend's home and
-/// the private homes' directory are masked (each process sees its own at SANDBOX_HOME only).
+/// in it copied as a link, never followed) and writes only its own; nothing under the
+/// backend's home or beside it changes on the host, while they run or after.
 #[tokio::test]
-async fn per_caller_processes_get_private_homes_removed_when_they_end() {
+async fn private_homes_are_copies_inside_the_sandbox_and_leave_the_host_alone() {
     let Some(host) = real_host() else { return };
     let base = std::env::temp_dir().join(format!("sb-unit-private-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
@@ -236,9 +297,11 @@ async fn per_caller_processes_get_private_homes_removed_when_they_end() {
     s.write.clear();
     s.host = host;
     let s = Arc::new(s);
+    s.prepare().expect("the backend's home");
+    let before = tree(&base);
     // What it sees before it writes its own name: with one home for both, the second
     // would see the first's.
-    let script = r#"read line; seen="$(ls -A ~ | tr '\n' ' ')"; echo "$1" > ~/"$1"; printf '{"jsonrpc":"2.0","id":"k1","result":{"seen":"%s","link":"%s"}}\n' "$seen" "$(readlink ~/link)"; cat >/dev/null"#;
+    let script = r#"read line; seen="$(ls -A ~ | tr '\n' ' ')"; echo "$1" > ~/"$1"; printf '{"jsonrpc":"2.0","id":"k1","result":{"seen":"%s","link":"%s","warm":"%s","fs":"%s"}}\n' "$seen" "$(readlink ~/link)" "$(cat ~/cache/warm)" "$(stat -f -c %T ~)"; cat >/dev/null"#;
     let args = ["-c", script, "sh", "first"].map(String::from).to_vec();
     let mut config = StdioConfig::new("sh", args);
     config.sandbox = Some(s.clone());
@@ -247,63 +310,60 @@ async fn per_caller_processes_get_private_homes_removed_when_they_end() {
     for who in ["first", "second"] {
         config.args[3] = who.into();
         let (handle, process) = spawn(&config, Arc::new(Ignore)).expect("spawned");
-        let call = handle.call(
-            "k1",
-            br#"{"jsonrpc":"2.0","id":"k1","method":"x"}"#.to_vec(),
-        );
-        let answer = tokio::time::timeout(Duration::from_secs(20), call.await.expect("queued"))
-            .await
-            .expect("answered in time")
-            .expect("answered");
-        let v: serde_json::Value = serde_json::from_str(answer.payload()).expect("json");
+        let v = ask(&handle).await.expect("answered");
         assert_eq!(
             v["seen"], "cache link ",
-            "a copy of the backend's home only: {v}"
+            "a copy of the backend's home: {v}"
         );
+        assert_eq!(v["warm"], "warm", "{v}");
+        assert_eq!(v["fs"], "tmpfs", "{v}");
         assert_eq!(v["link"], base.join("outside").display().to_string());
         started.push(process);
     }
-    let homes = || -> Vec<PathBuf> {
-        let mut all: Vec<PathBuf> = std::fs::read_dir(s.sessions_dir())
-            .expect("sessions dir")
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        all.sort();
-        all
-    };
-    let both = homes();
-    assert_eq!(both.len(), 2, "{both:?}");
-    // Under /tmp here, so under its mask; elsewhere masked themselves (the integration test).
-    for masked in [s.home.clone(), s.sessions_dir()] {
-        assert!(s.hides(&masked).is_some(), "{}", masked.display());
+    assert_eq!(tree(&base), before, "nothing of theirs on the host");
+    for process in started {
+        process.shutdown(Duration::from_secs(5)).await;
     }
-    let second = started.pop().expect("second");
-    let first = started.pop().expect("first");
-    // Removed right after the end is published (off the runtime): bounded, on the condition.
-    let until = |n: usize| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        async move {
-            while homes().len() != n {
-                assert!(std::time::Instant::now() < deadline, "{:?}", homes());
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    };
-    first.shutdown(Duration::from_secs(5)).await;
-    until(1).await;
-    assert!(!both[0].exists() || !both[1].exists());
-    let left = homes().pop().expect("the second's");
-    assert!(left.join("cache/warm").is_file(), "a real copy");
-    assert!(left.join("second").is_file() && !left.join("first").exists());
-    assert!(std::fs::symlink_metadata(left.join("link")).is_ok_and(|m| m.is_symlink()));
-    second.shutdown(Duration::from_secs(5)).await;
-    until(0).await;
-    let own: Vec<String> = std::fs::read_dir(base.join("home"))
-        .expect("home")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(own.len(), 2, "the backend's home is untouched: {own:?}");
+    assert_eq!(tree(&base), before, "nothing left to remove");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A seed the sandbox's user cannot read in full: the process never starts its program,
+/// and its stderr says why.
+#[tokio::test]
+async fn a_seed_that_cannot_be_copied_fails_the_start_and_says_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(host) = real_host() else { return };
+    let base = std::env::temp_dir().join(format!("sb-unit-badseed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(base.join("home")).expect("home");
+    let locked = base.join("home/locked");
+    std::fs::write(&locked, "x").expect("locked");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).expect("mode");
+    let mut s = sandbox(&base.join("home"));
+    s.read.clear();
+    s.write.clear();
+    s.host = host;
+    let script = r#"read line; printf '{"jsonrpc":"2.0","id":"k1","result":{}}\n'; cat >/dev/null"#;
+    let mut config = StdioConfig::new("sh", vec!["-c".into(), script.into()]);
+    config.sandbox = Some(Arc::new(s));
+    config.private_home = true;
+    let (handle, process) = spawn(&config, Arc::new(Ignore)).expect("spawned");
+    let ended = ask(&handle).await;
+    assert!(ended.is_err(), "the program never ran: {ended:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !handle
+        .stderr_tail()
+        .iter()
+        .any(|l| l.contains("copying the backend's home"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            handle.stderr_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    process.shutdown(Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&base);
 }

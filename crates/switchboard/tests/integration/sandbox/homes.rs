@@ -1,9 +1,11 @@
-//! A sandboxed per-session backend's processes each get a home of their own: what one
-//! caller's process writes to `$HOME` or its working directory, another caller's process
-//! does not see; each starts from a copy of the backend's home (its warm caches); and a
-//! session's home is gone once the session is.
+//! A sandboxed per-session backend's processes each get a home of their own, a tmpfs inside
+//! their sandbox: what one caller's process writes to `$HOME` or its working directory,
+//! another caller's process does not see; each starts from a copy of the backend's home (its
+//! warm caches, read-only at the seed's place); nothing of it lands on the host; and a write
+//! past its bound fails with ENOSPC.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -63,29 +65,29 @@ async fn tool(gw: &TestGateway, key: &str, sid: Option<&str>, name: &str, args: 
     tool_text(&v).to_owned()
 }
 
-/// The private homes on the host now, each with its entries.
-fn private_homes(sessions: &Path) -> Vec<(PathBuf, Vec<String>)> {
+/// Every entry under `dir` (links not followed) with its size and modification time.
+fn tree(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(sessions).unwrap().flatten() {
-        let mut names: Vec<String> = std::fs::read_dir(entry.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        out.push((entry.path(), names));
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+        out.push((entry.path(), meta.len(), meta.modified().ok()));
+        if meta.is_dir() {
+            out.extend(tree(&entry.path()));
+        }
     }
+    out.sort();
     out
 }
 
 /// Two principals on a sandboxed per-session backend (and a Modern partition of the
 /// first): the first's process writes a marker to its `$HOME` and one to its working
 /// directory; the second's process sees neither (only its own sentinel and the copy of the
-/// backend's home), nor does the backend's home; after the first's session is deleted (the
-/// DELETE waits for its process to end, and its home is removed right after), its home is
-/// gone while the second's is still there.
+/// backend's home), nor the backend's home at its host path; the first fills its home up
+/// to the bound (`memory`) and no further; and on the host nothing under the backend's
+/// home or beside it changed, while the processes ran and after the first's session is
+/// deleted.
 #[tokio::test]
-async fn each_caller_s_process_has_a_home_of_its_own_removed_with_it() {
+async fn each_caller_s_process_has_a_bounded_home_of_its_own_inside_its_sandbox() {
     if !ready("homes") {
         return;
     }
@@ -107,6 +109,8 @@ async fn each_caller_s_process_has_a_home_of_its_own_removed_with_it() {
         .args(["--host", "127.0.0.1", "--port", "0"])
         .current_dir(&dir.0);
     let gw = TestGateway::start_command(cmd).await;
+    // The backend's home and what is beside it, once the gateway has started.
+    let host = tree(&dir.0);
 
     let alice = session_as(&gw, ALICE).await;
     let me: Value =
@@ -128,6 +132,11 @@ async fn each_caller_s_process_has_a_home_of_its_own_removed_with_it() {
     )
     .await;
     assert_eq!(w, "ok: written", "the Modern partition's");
+    let listed = tool(&gw, ALICE, Some(&alice), "read", json!({"path": "."})).await;
+    assert_eq!(
+        listed, r#"ok: ["alice-cwd-marker", "alice-home-marker", "cache"]"#,
+        "the session's own, not the partition's"
+    );
 
     let bob = session_as(&gw, BOB).await;
     let w = tool(
@@ -152,42 +161,37 @@ async fn each_caller_s_process_has_a_home_of_its_own_removed_with_it() {
     )
     .await;
     assert_eq!(warm, "ok: cached", "a copy of the backend's home");
+    let listed = tool(&gw, BOB, Some(&bob), "read", json!({"path": &home})).await;
+    assert_eq!(listed, "ok: []", "masked at its host path");
+    let seed = "/run/switchboard/seed";
+    let listed = tool(&gw, BOB, Some(&bob), "read", json!({"path": seed})).await;
+    assert_eq!(listed, r#"ok: ["cache"]"#, "the seed: the backend's home");
+    let w = tool(
+        &gw,
+        BOB,
+        Some(&bob),
+        "write",
+        json!({"path": format!("{seed}/bob-was-here")}),
+    )
+    .await;
+    assert!(w.contains("Read-only file system"), "{w}");
 
-    let mut sessions = home.clone().into_os_string();
-    sessions.push(".sessions");
-    let sessions = PathBuf::from(sessions);
-    let homes = private_homes(&sessions);
-    let with = |name: &str| {
-        homes
-            .iter()
-            .find(|(_, names)| names.iter().any(|n| n == name))
-            .map(|(p, _)| p.clone())
-            .unwrap_or_else(|| panic!("no private home holds {name}: {homes:?}"))
-    };
-    let alice_home = with("alice-home-marker");
-    assert_eq!(alice_home, with("alice-cwd-marker"));
-    let bob_home = with("bob-sentinel");
-    assert_ne!(alice_home, with("alice-modern-marker"), "a partition's own");
-    assert_ne!(alice_home, bob_home);
-    for hidden in [&home, &sessions] {
-        let listed = tool(&gw, BOB, Some(&bob), "read", json!({"path": hidden})).await;
-        assert_eq!(listed, "ok: []", "masked: {}", hidden.display());
-    }
-    let backend_home: Vec<String> = std::fs::read_dir(&home)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(backend_home, ["cache"], "the backend's home is untouched");
-    {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let meta = std::fs::metadata(&alice_home).unwrap();
-        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
-        if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
-            assert_eq!(meta.uid(), 65534, "owned by the sandbox's user");
-        }
-    }
+    // The home holds at most `memory` (256 MiB).
+    let said = tool(
+        &gw,
+        ALICE,
+        Some(&alice),
+        "fill",
+        json!({"path": "/home/switchboard/fill", "mib": 400}),
+    )
+    .await;
+    let v: Value = serde_json::from_str(&said).unwrap();
+    let wrote = v["mib"].as_u64().unwrap();
+    assert!(wrote > 0 && wrote <= 256, "{v}");
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(error.contains("No space left on device"), "{v}");
 
+    assert_eq!(tree(&dir.0), host, "nothing of the callers' on the host");
     let r = gw
         .http
         .delete(&gw.url)
@@ -197,15 +201,11 @@ async fn each_caller_s_process_has_a_home_of_its_own_removed_with_it() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    // DELETE answers once the session's process has ended; its home is removed right after
-    // (off the runtime): bounded, on the condition.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    while alice_home.exists() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "alice's home outlived her session"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert!(bob_home.join("bob-sentinel").exists(), "bob's is still his");
+    // DELETE answers once the session's process has ended: nothing was left to remove.
+    assert_eq!(tree(&dir.0), host, "nothing left behind");
+    let listed = tool(&gw, BOB, Some(&bob), "read", json!({"path": "."})).await;
+    assert_eq!(
+        listed, r#"ok: ["bob-sentinel", "cache"]"#,
+        "bob's is still his"
+    );
 }
