@@ -142,14 +142,22 @@ impl Dispatcher {
 
     fn task_message(&self, name: &str, params: Option<&RawValue>) {
         let r = &self.registry;
-        let owner = crate::tasks::task_of(params).and_then(|t| self.tables.tasks.owner(&t));
+        let task = crate::tasks::task_of(params);
+        let owner = task
+            .as_deref()
+            .and_then(|t| Some((t, self.tables.tasks.owner(t)?)));
         match owner {
-            Some(crate::tasks::Owner::Session(session)) => {
+            Some((task, (crate::tasks::Owner::Session(session), handle))) => {
+                // The owner knows the task by its handle only.
+                let exposed = params
+                    .and_then(|p| crate::tasks::renamed(p.get(), task, &handle))
+                    .and_then(|p| RawValue::from_string(p).ok());
+                let params = exposed.as_deref().or(params);
                 self.to_session(&session, Bytes::from(encode_notification(name, params)));
             }
             // A stateless owner has no stream the gateway could prove is its own (a Modern
             // listen stream carries only what it asked for, and asked nothing of tasks).
-            Some(crate::tasks::Owner::Principal { .. }) => r.drops.record_for(
+            Some((_, (crate::tasks::Owner::Principal { .. }, _))) => r.drops.record_for(
                 &self.backend,
                 "task message for a stateless task: no stream to carry it",
                 name,

@@ -21,6 +21,7 @@
 use std::sync::Arc;
 
 mod local;
+mod tasks;
 
 use opentelemetry::trace::FutureExt as _;
 
@@ -33,7 +34,7 @@ use crate::resolve::{From, Via};
 use crate::resolve::{Resolver, Route};
 use crate::tasks::{Owner, TaskAsk};
 use crate::tool_headers::{TOOLS_CALL, TOOLS_LIST};
-use crate::{Answer, CoreError, Era, Exchange, Gateway, Principal};
+use crate::{Answer, BackendId, CoreError, Era, Exchange, Gateway, Principal};
 
 /// How `http` delivers a request's answer, decided before the request runs
 /// ([`Gateway::plan`]).
@@ -219,10 +220,7 @@ impl Gateway {
         let stored = ex
             .session()
             .filter(|_| keeps && self.store.records().is_some());
-        let answer = match ex.era {
-            Era::Legacy { .. } => self.legacy_route(ex, &admitted).await,
-            Era::Modern => self.modern_route(ex, &admitted).await,
-        };
+        let answer = self.tasks_routed(ex, &admitted).await;
         if let (Some(session), Ok(_)) = (stored, &answer) {
             if let Err(e) = self.store.write(&**self, session).await {
                 tracing::warn!(error = %e, "session change not written to the store");
@@ -231,22 +229,40 @@ impl Gateway {
         admitted.finish(answer)
     }
 
+    /// The era's route (`pinned`: to that backend, a task's, rather than by name).
+    pub(crate) async fn era_route(
+        self: &Arc<Self>,
+        ex: Exchange<'_>,
+        admitted: &Admitted<'_>,
+        pinned: Option<&BackendId>,
+    ) -> Result<Answer, CoreError> {
+        match ex.era {
+            Era::Legacy { .. } => self.legacy_route(ex, admitted, pinned).await,
+            Era::Modern => self.modern_route(ex, admitted, pinned).await,
+        }
+    }
+
     /// Legacy: answer locally (vMCP), resolve (a session's own process opened on first
     /// use), confirm, then the adapter.
     async fn legacy_route(
         self: &Arc<Self>,
         ex: Exchange<'_>,
         admitted: &Admitted<'_>,
+        pinned: Option<&BackendId>,
     ) -> Result<Answer, CoreError> {
         let (Some(id), Some(name)) = (ex.msg.id.as_ref(), ex.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        if self.vmcp().is_some() {
+        if self.vmcp().is_some() && pinned.is_none() {
             if let Some(answer) = self.aggregated(&ex, id, name).await {
                 return answer.map(Answer::ok);
             }
         }
-        let Some(route) = self.request_route(&ex, name).await? else {
+        let route = match pinned {
+            Some(b) => self.resolve(From::Pinned(ex.session(), b), name, ex.msg.params)?,
+            None => self.request_route(&ex, name).await?,
+        };
+        let Some(route) = route else {
             return crate::per_session::before_initialize(id, name).map(Answer::ok);
         };
         admitted.confirm_route(&route.backend, &route.name)?;
@@ -258,7 +274,9 @@ impl Gateway {
             _ => Adapter::Pass,
         };
         let task = TaskAsk::of(&ex);
-        self.adapt(adapter, ex, &route, &task).await
+        let owner = Owner::of(ex.caller, ex.session());
+        let answer = self.adapt(adapter, ex, &route, &task).await?;
+        Ok(self.expose_created(&route, owner.as_ref(), (name, &task), answer))
     }
 
     /// Modern: answer locally (vMCP), resolve (the lists fetched again once for an unknown
@@ -268,9 +286,15 @@ impl Gateway {
         self: &Arc<Self>,
         ex: Exchange<'_>,
         admitted: &Admitted<'_>,
+        pinned: Option<&BackendId>,
     ) -> Result<Answer, CoreError> {
         let msg = ex.msg;
         let method = msg.method.unwrap_or_default();
+        if let Some(b) = pinned {
+            let route = self.resolve(From::Pinned(None, b), method, msg.params)?;
+            let route = route.ok_or(CoreError::UnexpectedResponse)?;
+            return self.modern_routed(ex, admitted, route).await;
+        }
         if self.vmcp().is_some() {
             if let Some(answer) = (self.aggregated_modern(ex.caller, msg, ex.stream.as_ref())).await
             {
@@ -288,6 +312,18 @@ impl Gateway {
             resolved => resolved,
         };
         let route = resolved?.ok_or(CoreError::UnexpectedResponse)?;
+        self.modern_routed(ex, admitted, route).await
+    }
+
+    /// Modern, once routed: confirm, refuse, adapt, narrow.
+    async fn modern_routed(
+        self: &Arc<Self>,
+        ex: Exchange<'_>,
+        admitted: &Admitted<'_>,
+        route: Route,
+    ) -> Result<Answer, CoreError> {
+        let msg = ex.msg;
+        let method = msg.method.unwrap_or_default();
         admitted.confirm_route(&route.backend, &route.name)?;
         let task = TaskAsk::of(&ex);
         if let Some(refused) = crate::modern::refusal(&self.registry, &task, msg, &route)? {
@@ -297,15 +333,11 @@ impl Gateway {
             true => Adapter::PassModern,
             false => Adapter::Bridge,
         };
+        let creator = Owner::of(ex.caller, None);
         let answer = self.adapt(adapter, ex, &route, &task).await?;
         let owner = task.owner.as_ref();
-        Ok(crate::modern::own_tasks_only(
-            &self.registry,
-            owner,
-            msg,
-            answer,
-            &route,
-        ))
+        let answer = crate::modern::own_tasks_only(&self.registry, owner, msg, answer, &route);
+        Ok(self.expose_created(&route, creator.as_ref(), (method, &task), answer))
     }
 
     /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session

@@ -138,4 +138,32 @@ impl Registry {
     pub(crate) fn all_tables(&self) -> Vec<Arc<BackendTables>> {
         self.per_backend.lock().values().cloned().collect()
     }
+
+    /// The backend holding the task `owner` knows as `handle`, and the backend's own id for
+    /// it (`None`: not `owner`'s, or no such handle anywhere — the two look alike).
+    pub(crate) fn find_task(
+        &self,
+        owner: Option<&crate::tasks::Owner>,
+        handle: &str,
+    ) -> Option<(BackendId, String)> {
+        let tables: Vec<_> = self
+            .per_backend
+            .lock()
+            .iter()
+            .map(|(id, t)| (id.clone(), t.clone()))
+            .collect();
+        tables
+            .into_iter()
+            .find_map(|(id, t)| Some((id, t.tasks.task_for(owner, handle)?)))
+    }
+
+    /// The backends where `owner` may have tasks (what a merged `tasks/list` asks).
+    pub(crate) fn with_tasks_of(&self, owner: &crate::tasks::Owner) -> Vec<BackendId> {
+        let mut ids: Vec<BackendId> = (self.per_backend.lock().iter())
+            .filter(|(_, t)| t.tasks.has_any(owner))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        ids
+    }
 }

@@ -46,6 +46,9 @@ pub(crate) enum From<'a> {
     /// Aggregating: a Legacy client request that goes to every backend (`logging/setLevel`),
     /// here to `backend`, in the session if it has one.
     Fanout(Option<&'a SessionId>, &'a BackendId),
+    /// A client request about something that lives at `backend` (a task the gateway's handle
+    /// names), in the session if it has one (Legacy).
+    Pinned(Option<&'a SessionId>, &'a BackendId),
 }
 
 /// What routing reads, as it is now: the gateway builds one per decision
@@ -85,7 +88,7 @@ impl Resolver<'_> {
         let shared = || entry.backend.handle.clone();
         let per_session_backend = self.per_session.for_backend(&entry.id).is_some();
         Ok(match from {
-            From::Request(Some(sid)) | From::Fanout(Some(sid), _) => {
+            From::Request(Some(sid)) | From::Fanout(Some(sid), _) | From::Pinned(Some(sid), _) => {
                 let per_session = per_session_backend;
                 let own = self
                     .sessions
@@ -112,6 +115,7 @@ impl Resolver<'_> {
             },
             From::Request(None)
             | From::Fanout(None, _)
+            | From::Pinned(None, _)
             | From::Notification(None)
             | From::Modern
             | From::Initialize => route(Via::Shared, shared()),
@@ -130,9 +134,11 @@ impl Resolver<'_> {
         params: Option<&RawValue>,
     ) -> Result<(Arc<BackendEntry>, Name), CoreError> {
         let named = match from {
-            From::Cancel(_, b) | From::Teardown(b) | From::Started(b, _) | From::Fanout(_, b) => {
-                Some(*b)
-            }
+            From::Cancel(_, b)
+            | From::Teardown(b)
+            | From::Started(b, _)
+            | From::Fanout(_, b)
+            | From::Pinned(_, b) => Some(*b),
             From::Request(_) | From::Notification(_) | From::Modern | From::Initialize => None,
         };
         let (id, name) = match (named, self.vmcp) {

@@ -43,6 +43,9 @@ pub(crate) const MAY_CREATE: &str = "tools/call";
 /// The status notification.
 pub(crate) const STATUS: &str = "notifications/tasks/status";
 
+mod expose;
+pub(crate) use expose::{created_in, renamed, renamed_answer};
+
 /// Most tasks remembered at once for all owners together; beyond it new tasks are not
 /// tracked and so are unreachable (refusing is the safe failure). The per-owner bound below
 /// keeps one owner from getting there alone.
@@ -88,21 +91,52 @@ pub(crate) struct TaskOwners {
 
 #[derive(Debug, Default)]
 struct Table {
-    owners: HashMap<String, Owner>,
+    /// The backend's task id → its owner and the handle the gateway gave the owner.
+    owners: HashMap<String, Owned>,
+    /// Handle → the backend's task id.
+    handles: HashMap<String, String>,
     by_owner: HashMap<Owner, VecDeque<String>>,
 }
 
+/// One tracked task: who owns it, and the handle its owner knows it by.
+#[derive(Debug)]
+struct Owned {
+    owner: Owner,
+    handle: String,
+}
+
 impl Table {
-    /// Forgets `task` if `owner` owns it.
+    /// Forgets `task` (and its handle) if `owner` owns it.
     fn forget(&mut self, owner: &Owner, task: &str) {
-        if self.owners.get(task).is_some_and(|o| o == owner) {
-            self.owners.remove(task);
+        if self.owners.get(task).is_some_and(|o| &o.owner == owner) {
+            self.remove(task);
+        }
+    }
+
+    fn remove(&mut self, task: &str) {
+        if let Some(owned) = self.owners.remove(task) {
+            self.handles.remove(&owned.handle);
         }
     }
 
     fn owns(&self, owner: Option<&Owner>, task: &str) -> bool {
-        owner.is_some_and(|owner| self.owners.get(task).is_some_and(|o| o == owner))
+        owner.is_some_and(|owner| self.owners.get(task).is_some_and(|o| &o.owner == owner))
     }
+
+    /// The handle `owner` knows `task` by (none for another owner's task).
+    fn handle(&self, owner: Option<&Owner>, task: &str) -> Option<&str> {
+        let owned = self.owners.get(task)?;
+        (Some(&owned.owner) == owner).then_some(owned.handle.as_str())
+    }
+}
+
+/// Prefix of the task handles the gateway mints (recognisable in logs, like route keys).
+const HANDLE_PREFIX: &str = "sbt-";
+
+/// A fresh task handle: 128 bits from the CSPRNG (`route::random_hex`). A handle names a task
+/// only together with its owner: nothing about it says which backend, or whose, it is.
+fn mint_handle() -> String {
+    format!("{HANDLE_PREFIX}{}", crate::route::random_hex())
 }
 
 impl TaskOwners {
@@ -118,15 +152,22 @@ impl TaskOwners {
         };
         let mut table = self.table.lock();
         match table.owners.get(&id) {
-            Some(o) if o == owner => return, // Already this owner's: one index row per task.
+            // Already this owner's: one index row per task.
+            Some(o) if &o.owner == owner => return,
             Some(_) => {
-                table.owners.remove(&id);
+                table.remove(&id);
                 return;
             }
             None if table.owners.len() >= MAX_TASKS => return,
             None => {}
         }
-        table.owners.insert(id.clone(), owner.clone());
+        let handle = mint_handle();
+        table.handles.insert(handle.clone(), id.clone());
+        let owned = Owned {
+            owner: owner.clone(),
+            handle,
+        };
+        table.owners.insert(id.clone(), owned);
         let mine = table.by_owner.entry(owner.clone()).or_default();
         mine.push_back(id);
         let oldest = (mine.len() > MAX_TASKS_PER_OWNER)
@@ -142,19 +183,53 @@ impl TaskOwners {
         self.table.lock().owns(owner, task)
     }
 
-    /// The owner of `task`.
-    pub(crate) fn owner(&self, task: &str) -> Option<Owner> {
-        self.table.lock().owners.get(task).cloned()
+    /// The owner of `task`, and the handle it knows `task` by.
+    pub(crate) fn owner(&self, task: &str) -> Option<(Owner, String)> {
+        let table = self.table.lock();
+        let owned = table.owners.get(task)?;
+        Some((owned.owner.clone(), owned.handle.clone()))
     }
 
-    /// `tasks/list` result with only `owner`'s tasks (none without an owner). A result that
-    /// is not a list becomes an empty one: what the gateway cannot filter, it does not pass.
+    /// The backend's id of the task `owner` knows as `handle` (`None`: not `owner`'s, or no
+    /// such handle — the two look alike).
+    pub(crate) fn task_for(&self, owner: Option<&Owner>, handle: &str) -> Option<String> {
+        let table = self.table.lock();
+        let task = table.handles.get(handle)?;
+        table.owns(owner, task).then(|| task.clone())
+    }
+
+    /// The handle `owner` knows the backend's `task` by.
+    pub(crate) fn handle_for(&self, owner: Option<&Owner>, task: &str) -> Option<String> {
+        self.table.lock().handle(owner, task).map(str::to_owned)
+    }
+
+    /// Whether `owner` may have tasks here (an index row: possibly of forgotten tasks).
+    pub(crate) fn has_any(&self, owner: &Owner) -> bool {
+        self.table
+            .lock()
+            .by_owner
+            .get(owner)
+            .is_some_and(|ids| !ids.is_empty())
+    }
+
+    /// `tasks/list` result with only `owner`'s tasks (none without an owner), each under the
+    /// handle its owner knows it by. A result that is not a list becomes an empty one: what
+    /// the gateway cannot filter, it does not pass.
     pub(crate) fn filter_list(&self, owner: Option<&Owner>, result: &str) -> String {
         let mut v: Value = serde_json::from_str(result).unwrap_or(Value::Null);
         let table = self.table.lock();
         match v.get_mut("tasks").and_then(Value::as_array_mut) {
             Some(tasks) => {
-                tasks.retain(|t| t["taskId"].as_str().is_some_and(|id| table.owns(owner, id)));
+                tasks.retain_mut(|t| {
+                    let handle = t["taskId"].as_str().and_then(|id| table.handle(owner, id));
+                    match handle {
+                        Some(h) => {
+                            t["taskId"] = Value::String(h.to_owned());
+                            true
+                        }
+                        None => false,
+                    }
+                });
                 v.to_string()
             }
             None => r#"{"tasks":[]}"#.to_owned(),

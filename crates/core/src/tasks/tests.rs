@@ -28,7 +28,8 @@ fn ownership_and_filtering() {
     let list = json!({"tasks":[{"taskId":"t1"},{"taskId":"t2"},{"taskId":"t3"}],"nextCursor":"c"})
         .to_string();
     let mine: Value = serde_json::from_str(&t.filter_list(Some(&a), &list)).unwrap();
-    assert_eq!(mine, json!({"tasks":[{"taskId":"t1"}],"nextCursor":"c"}));
+    let h1 = t.handle_for(Some(&a), "t1").unwrap();
+    assert_eq!(mine, json!({"tasks":[{"taskId":h1}],"nextCursor":"c"}));
     let nobody: Value = serde_json::from_str(&t.filter_list(None, &list)).unwrap();
     assert_eq!(nobody, json!({"tasks":[],"nextCursor":"c"}));
     let odd = t.filter_list(Some(&a), r#"{"tasks":{"taskId":"t1"}}"#);
@@ -145,4 +146,36 @@ fn one_owner_cannot_crowd_out_anothers_tasks() {
     t.purge("victim");
     t.clear();
     assert_eq!(t.len(), 0);
+}
+
+/// A task reaches its owner under a minted handle: the handle names the task for its owner
+/// only, names nothing once the task is forgotten, and two owners' handles differ even where
+/// a backend's ids would not.
+#[test]
+fn handles_name_tasks_for_their_owner_only() {
+    let t = TaskOwners::default();
+    let (alice, bob) = (principal("alice"), principal("bob"));
+    t.record(&alice, &legacy_task("t1"));
+    t.record(&bob, &legacy_task("t2"));
+    let (ha, hb) = (
+        t.handle_for(Some(&alice), "t1").unwrap(),
+        t.handle_for(Some(&bob), "t2").unwrap(),
+    );
+    assert!(ha.starts_with(HANDLE_PREFIX) && ha.len() == HANDLE_PREFIX.len() + 32);
+    assert_ne!(ha, hb);
+    assert_eq!(t.task_for(Some(&alice), &ha).as_deref(), Some("t1"));
+    assert_eq!(t.task_for(Some(&bob), &ha), None, "another owner's handle");
+    assert_eq!(t.task_for(None, &ha), None);
+    assert_eq!(
+        t.task_for(Some(&alice), "t1"),
+        None,
+        "the backend's id is no handle"
+    );
+    assert_eq!(t.handle_for(Some(&bob), "t1"), None);
+    assert_eq!(t.owner("t2"), Some((bob.clone(), hb.clone())));
+    assert!(t.has_any(&alice) && !t.has_any(&principal("carol")));
+    t.record(&bob, &legacy_task("t1"));
+    assert_eq!(t.task_for(Some(&alice), &ha), None, "a reused id: nobody's");
+    t.clear();
+    assert_eq!(t.task_for(Some(&bob), &hb), None);
 }

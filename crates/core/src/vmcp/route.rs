@@ -81,8 +81,10 @@ impl Vmcp {
                 }
             }
             "completion/complete" => self.pick_completion(params),
-            // Not yet routed across backends: a Modern listen and tasks stay with the primary
-            // (whose registries serve them), as with one backend.
+            // A Modern listen stays with the primary (whose registries serve it). Task methods
+            // naming a handle never get here (`pipeline/tasks.rs` pins them to the task's
+            // backend); any other task name goes to the primary, where it names nothing of the
+            // caller's and gets the unknown-task answer.
             m if m == crate::modern::LISTEN || crate::tasks::concerns_tasks(m) => Ok(Pick {
                 backend: self.shape().order[0].0.clone(),
                 name: Name::AsClient,

@@ -57,8 +57,10 @@ async fn tasks_belong_to_their_session() {
     assert_eq!(list(&a).await, vec![json!(task_id)]);
     assert_eq!(list(&b).await, Vec::<Value>::new());
 
-    // Status notifications reach the owner only (B's sentinel proves non-delivery).
-    let status = json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":task_id,"status":"completed","createdAt":"x","lastUpdatedAt":"x","ttl":null}});
+    // Status notifications reach the owner only (B's sentinel proves non-delivery), naming
+    // the task by the handle its owner knows (the backend's own id is `task-1`: pushy's first).
+    assert_ne!(task_id, "task-1", "the backend's id is not handed out");
+    let status = json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"task-1","status":"completed","createdAt":"x","lastUpdatedAt":"x","ttl":null}});
     let sentinel = json!({"jsonrpc":"2.0","method":"notifications/prompts/list_changed"});
     emit(&gw, &b, json!([status, sentinel])).await;
     assert_eq!(la.next().await.data["params"]["taskId"], json!(task_id));
@@ -307,10 +309,12 @@ async fn stateless_tasks_belong_to_their_principal() {
                 .ask(&gw, "tasks/result", json!({"taskId": task}))
                 .await
                 .json();
-            assert_eq!(
-                r["result"]["content"][0]["text"],
-                format!("result of {task}")
-            );
+            // pushy names the task by its own id; the owner knows it by a handle only.
+            let text = r["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(text.starts_with("result of task-"), "{r}");
+            assert_ne!(text, format!("result of {task}"));
         }
     }
 }
@@ -339,9 +343,11 @@ async fn anonymous_sessionless_callers_cannot_create_tasks() {
     }
     .create_task(&gw)
     .await;
+    assert!(task.starts_with("sbt-"), "a gateway handle: {task}");
+    let stats = crate::common::backend_stats(&gw, &sid).await;
     assert_eq!(
-        task, "task-1",
-        "the refused requests never reached the backend"
+        stats["tasks"], 1,
+        "the refused requests never reached the backend: {stats}"
     );
 }
 
@@ -361,8 +367,10 @@ async fn stateless_task_status_reaches_no_session() {
     let (a_auth, b_auth) = (format!("Bearer {ALICE}"), format!("Bearer {BOB}"));
     let mut la = Listener::open_with(&gw, &alice_sid, &[("authorization", &a_auth)]).await;
     let mut lb = Listener::open_with(&gw, &bob_sid, &[("authorization", &b_auth)]).await;
-    let status = json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":task,"status":"completed","createdAt":"x","lastUpdatedAt":"x","ttl":null}});
-    let related = json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x","_meta":{"io.modelcontextprotocol/related-task":{"taskId":task}}}});
+    // The backend names the task by its own id (pushy's first: `task-1`), not the handle.
+    assert!(task.starts_with("sbt-"), "{task}");
+    let status = json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"task-1","status":"completed","createdAt":"x","lastUpdatedAt":"x","ttl":null}});
+    let related = json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"task-1"}}}});
     let sentinel = json!({"jsonrpc":"2.0","method":"notifications/prompts/list_changed"});
     let emit = Caller {
         token: Some(BOB),

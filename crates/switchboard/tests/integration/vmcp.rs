@@ -29,6 +29,7 @@ mod push;
 mod schemes;
 mod search;
 mod startup;
+mod tasks;
 
 pub(crate) const SB: &str = env!("CARGO_BIN_EXE_switchboard");
 pub(crate) const V: &str = "2026-07-28";

@@ -1,0 +1,152 @@
+//! Task ids in messages, swapped between the backend's own id and the handle the gateway gave
+//! the task's owner: where a task id sits in a result or a notification's params (`taskId`,
+//! `task.taskId`, the related-task `_meta` tag). Everything else in the object passes
+//! untouched, byte for byte (members are kept raw, in their order).
+
+use serde_json::value::RawValue;
+
+use switchboard_wire::{encode_result, Message, ResultMarks};
+
+use super::META_RELATED_TASK;
+
+/// The places a task id sits in a result or params object.
+const PLACES: &[&[&str]] = &[
+    &["taskId"],
+    &["task", "taskId"],
+    &["_meta", META_RELATED_TASK, "taskId"],
+];
+
+/// `object` with task id `from` replaced by `to` wherever a task id sits; `None` when there
+/// was nothing to replace (or `object` is not a JSON object).
+pub(crate) fn renamed(object: &str, from: &str, to: &str) -> Option<String> {
+    let mut out: Option<String> = None;
+    for path in PLACES {
+        let current = out.as_deref().unwrap_or(object);
+        if let Some(next) = renamed_at(current, path, from, to) {
+            out = Some(next);
+        }
+    }
+    out
+}
+
+/// A JSON-RPC answer `body` whose result names task `from`, naming `to` instead (the id
+/// restored as it was); `None` when it names no such task (an error, or nothing to replace).
+pub(crate) fn renamed_answer(body: &[u8], from: &str, to: &str) -> Option<Vec<u8>> {
+    let msg = Message::parse(body).ok()?;
+    let (id, result) = (msg.id.as_ref()?, msg.result?);
+    let result = renamed(result.get(), from, to)?;
+    Some(encode_result(id, &result))
+}
+
+/// The task a successful answer `body` created (either era's shape).
+pub(crate) fn created_in(body: &[u8]) -> Option<String> {
+    // Most answers create nothing: skip the parse for those that cannot name a task.
+    if !contains(body, b"taskId") {
+        return None;
+    }
+    let msg = Message::parse(body).ok()?;
+    let task = ResultMarks::of(msg.result?.get()).created_task?;
+    Some(task.into_owned())
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `object` with the string at `path` replaced by `to` when it is `from`.
+fn renamed_at(object: &str, path: &[&str], from: &str, to: &str) -> Option<String> {
+    let (first, rest) = path.split_first()?;
+    let mut members = members(object)?;
+    let mut changed = false;
+    for (key, value) in members.iter_mut() {
+        if key != first {
+            continue;
+        }
+        let replacement = match rest {
+            [] => (serde_json::from_str::<&str>(value.get()).ok() == Some(from))
+                .then(|| serde_json::to_string(to).ok())
+                .flatten(),
+            _ => renamed_at(value.get(), rest, from, to),
+        };
+        if let Some(new) = replacement.and_then(|r| RawValue::from_string(r).ok()) {
+            *value = new;
+            changed = true;
+        }
+    }
+    changed.then(|| joined(&members))
+}
+
+/// An object's members, raw and in order; `None` for anything but an object.
+fn members(object: &str) -> Option<Vec<(String, Box<RawValue>)>> {
+    use serde::de::{Deserializer as _, MapAccess, Visitor};
+    struct Members;
+    impl<'de> Visitor<'de> for Members {
+        type Value = Vec<(String, Box<RawValue>)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
+                out.push(entry);
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(object);
+    de.deserialize_map(Members).ok()
+}
+
+fn joined(members: &[(String, Box<RawValue>)]) -> String {
+    let mut out = String::from("{");
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // A key read from JSON always serializes.
+        out.push_str(&serde_json::to_string(key).unwrap_or_default());
+        out.push(':');
+        out.push_str(value.get());
+    }
+    out.push('}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn task_ids_are_swapped_where_they_sit_and_nowhere_else() {
+        let legacy = r#"{"task":{"taskId":"t-1","status":"working"},"n":123456789012345678901}"#;
+        let out = renamed(legacy, "t-1", "sbt-x").unwrap();
+        assert!(out.contains(r#""n":123456789012345678901"#), "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["task"]["taskId"], "sbt-x");
+        let modern = json!({"resultType":"task","taskId":"t-1","note":"t-1"}).to_string();
+        let v: Value = serde_json::from_str(&renamed(&modern, "t-1", "h").unwrap()).unwrap();
+        assert_eq!(
+            (v["taskId"].as_str(), v["note"].as_str()),
+            (Some("h"), Some("t-1"))
+        );
+        let related = json!({"content":[],"_meta":{META_RELATED_TASK:{"taskId":"t-1"}}});
+        let out = renamed(&related.to_string(), "t-1", "h").unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["_meta"][META_RELATED_TASK]["taskId"], "h");
+        assert_eq!(renamed(r#"{"taskId":"other"}"#, "t-1", "h"), None);
+        assert_eq!(renamed("[1]", "t-1", "h"), None);
+    }
+
+    #[test]
+    fn answers_keep_their_id() {
+        let body = br#"{"jsonrpc":"2.0","id":18446744073709551617,"result":{"taskId":"t"}}"#;
+        let out = renamed_answer(body, "t", "h").unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("18446744073709551617"), "{text}");
+        assert!(text.contains(r#""taskId":"h""#), "{text}");
+        let created = br#"{"jsonrpc":"2.0","id":"q","result":{"task":{"taskId":"t9"}}}"#;
+        assert_eq!(created_in(created), Some("t9".to_owned()));
+        assert_eq!(created_in(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
+    }
+}

@@ -1,0 +1,227 @@
+//! Tasks across the virtual server's backends: the handles the gateway gives task owners route
+//! each task method to the backend that holds the task, under that backend's own id, in both
+//! eras; a caller sees and names only its own tasks.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::{modern, request, serve, stdio, Served};
+use crate::common::{tool_text, Reply, TestGateway};
+
+const ALICE: &str = "alice-tasks-key-0123456789ab";
+const BOB: &str = "bob-tasks-key-0123456789abcd";
+
+/// A `backends:` entry for `backends/taskrec.py TAG`.
+fn taskrec(name: &str, tag: &str) -> String {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/taskrec.py"
+    );
+    format!("  - name: {name}\n    command: python3\n    args: [{script}, \"{tag}\"]\n")
+}
+
+/// Three backends, the task-capable ones second and third: `alpha` (the fixture), `beta`
+/// (`work_b`), `gamma` (`work_c`); alice and bob by API key.
+async fn three(name: &str) -> Served {
+    let yaml = format!(
+        "auth:\n  apiKeys:\n    - {{name: alice, key: {ALICE}}}\n    - {{name: bob, key: {BOB}}}\nbackends:\n{}{}{}",
+        stdio("alpha", ""),
+        taskrec("beta", "b"),
+        taskrec("gamma", "c"),
+    );
+    serve(name, &yaml, None).await
+}
+
+/// Who asks, and how.
+#[derive(Clone, Copy)]
+enum Who<'a> {
+    /// A Legacy session of `key`'s holder.
+    Session(&'a str, &'a str),
+    /// A Modern (stateless) request as `key`'s holder.
+    Modern(&'a str),
+}
+
+impl Who<'_> {
+    async fn ask(self, gw: &TestGateway, method: &str, params: Value) -> Reply {
+        match self {
+            Who::Session(key, sid) => {
+                let auth = format!("Bearer {key}");
+                let body = request(json!("q"), method, params).to_string();
+                gw.post_raw(Some(sid), body, &[("authorization", &auth)])
+                    .await
+            }
+            Who::Modern(key) => {
+                let auth = format!("Bearer {key}");
+                modern(gw, json!("q"), method, params, &[("authorization", &auth)]).await
+            }
+        }
+    }
+
+    async fn ok(self, gw: &TestGateway, method: &str, params: Value) -> Value {
+        let r = self.ask(gw, method, params).await;
+        assert_eq!(r.status, StatusCode::OK, "{method}: {}", r.text);
+        let v = r.json();
+        assert!(v["result"].is_object(), "{method}: {v}");
+        v["result"].clone()
+    }
+
+    /// A task from `tool`, task-augmented: the handle the caller got.
+    async fn create(self, gw: &TestGateway, tool: &str) -> String {
+        let params = json!({"name": tool, "arguments": {}, "task": {"ttl": 60000}});
+        let result = self.ok(gw, "tools/call", params).await;
+        let handle = result["task"]["taskId"]
+            .as_str()
+            .or(result["taskId"].as_str());
+        handle
+            .unwrap_or_else(|| panic!("no task in {result}"))
+            .to_owned()
+    }
+
+    /// The caller's listed tasks: handle → the backend's tag (`statusMessage`).
+    async fn listed(self, gw: &TestGateway) -> Vec<(String, String)> {
+        let result = self.ok(gw, "tasks/list", json!({})).await;
+        let mut out: Vec<(String, String)> = (result["tasks"].as_array())
+            .unwrap_or_else(|| panic!("no list: {result}"))
+            .iter()
+            .map(|t| {
+                (
+                    t["taskId"].as_str().unwrap().to_owned(),
+                    t["statusMessage"].to_string(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+/// A Legacy session of `key`'s holder.
+async fn session_as(gw: &TestGateway, key: &str) -> String {
+    let auth = format!("Bearer {key}");
+    let init = request(
+        json!(0),
+        "initialize",
+        json!({"protocolVersion": "2025-11-25",
+        "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}),
+    );
+    let r = gw
+        .post_raw(None, init.to_string(), &[("authorization", &auth)])
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let done = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    let r = gw
+        .post_raw(Some(&sid), done.to_string(), &[("authorization", &auth)])
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    sid
+}
+
+/// The task requests backend `tag` received (listings left out), as `[method, its task id]`.
+async fn seen(gw: &TestGateway, who: Who<'_>, tag: &str) -> Vec<Value> {
+    let name = format!("seen_{tag}");
+    let r = who
+        .ok(gw, "tools/call", json!({"name": name, "arguments": {}}))
+        .await;
+    let text = tool_text(&json!({ "result": r })).to_owned();
+    let all: Vec<Value> = serde_json::from_str(&text).unwrap();
+    all.into_iter().filter(|m| m[0] != "tasks/list").collect()
+}
+
+/// Two principals create tasks on the second and third backends, interleaved, and the two
+/// backends hand out the same ids (`t-1`, `t-2`): each principal lists exactly its own from
+/// both backends, under handles; get, result and cancel reach the backend that holds the task
+/// under that backend's own id (the backends' records say so); another principal's handle, in
+/// a Legacy session or a Modern request, gets byte for byte what a handle that never existed
+/// gets, and reaches no backend.
+#[tokio::test]
+async fn tasks_route_to_their_backend_and_stay_their_owners() {
+    let served = three("tasks-across").await;
+    let gw = &served.gw;
+    let (sa, sb) = (session_as(gw, ALICE).await, session_as(gw, BOB).await);
+    let (alice, bob) = (Who::Session(ALICE, &sa), Who::Session(BOB, &sb));
+    // Interleaved: beta's t-1 is alice's and t-2 bob's; gamma's t-1 bob's and t-2 alice's.
+    let a_beta = alice.create(gw, "work_b").await;
+    let b_gamma = bob.create(gw, "work_c").await;
+    let a_gamma = alice.create(gw, "work_c").await;
+    let b_beta = bob.create(gw, "work_b").await;
+    let handles = [&a_beta, &b_gamma, &a_gamma, &b_beta];
+    for (i, h) in handles.iter().enumerate() {
+        assert!(
+            h.starts_with("sbt-") && !h.contains("t-1") && !h.contains("t-2"),
+            "{h}"
+        );
+        assert!(!handles[..i].contains(h), "handles are distinct");
+    }
+    let mut mine = vec![
+        (a_beta.clone(), "\"b\"".into()),
+        (a_gamma.clone(), "\"c\"".into()),
+    ];
+    mine.sort();
+    assert_eq!(alice.listed(gw).await, mine);
+    let mut theirs = vec![
+        (b_beta.clone(), "\"b\"".into()),
+        (b_gamma.clone(), "\"c\"".into()),
+    ];
+    theirs.sort();
+    assert_eq!(bob.listed(gw).await, theirs);
+
+    // Each method reaches the task's own backend under the backend's id.
+    let got = alice.ok(gw, "tasks/get", json!({"taskId": a_gamma})).await;
+    assert_eq!(
+        (got["taskId"].as_str(), got["statusMessage"].as_str()),
+        (Some(&*a_gamma), Some("c"))
+    );
+    let result = alice
+        .ok(gw, "tasks/result", json!({"taskId": a_beta}))
+        .await;
+    assert_eq!(result["content"][0]["text"], "result of t-1 at b");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        json!(a_beta)
+    );
+    let cancelled = bob.ok(gw, "tasks/cancel", json!({"taskId": b_gamma})).await;
+    assert_eq!(
+        (cancelled["status"].as_str(), cancelled["taskId"].as_str()),
+        (Some("cancelled"), Some(&*b_gamma))
+    );
+    let got = bob.ok(gw, "tasks/get", json!({"taskId": b_beta})).await;
+    assert_eq!(
+        (got["status"].as_str(), got["statusMessage"].as_str()),
+        (Some("working"), Some("b"))
+    );
+    let on_beta = json!([["tasks/result", "t-1"], ["tasks/get", "t-2"]]);
+    let on_gamma = json!([["tasks/get", "t-2"], ["tasks/cancel", "t-1"]]);
+    assert_eq!(json!(seen(gw, alice, "b").await), on_beta);
+    assert_eq!(json!(seen(gw, alice, "c").await), on_gamma);
+
+    // Another principal's handle is a handle that never existed, in both eras.
+    let never = format!("sbt-{}", "0".repeat(32));
+    let bob_modern = Who::Modern(BOB);
+    for who in [bob, bob_modern] {
+        for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
+            let foreign = who.ask(gw, m, json!({"taskId": a_beta})).await;
+            let unknown = who.ask(gw, m, json!({"taskId": never})).await;
+            assert_eq!(foreign.error_code(), -32602, "{m}: {}", foreign.text);
+            assert_eq!(
+                (foreign.status, &foreign.text),
+                (unknown.status, &unknown.text),
+                "{m}"
+            );
+        }
+    }
+    assert_eq!(
+        json!(seen(gw, alice, "b").await),
+        on_beta,
+        "nothing reached beta"
+    );
+    assert_eq!(
+        json!(seen(gw, alice, "c").await),
+        on_gamma,
+        "nothing reached gamma"
+    );
+    assert!(
+        bob_modern.listed(gw).await.is_empty(),
+        "bob's tasks are his sessions'"
+    );
+}
