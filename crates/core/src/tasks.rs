@@ -16,6 +16,14 @@
 //! `tasks/list` shows only the caller's tasks; `notifications/tasks/status` and messages
 //! tagged with `io.modelcontextprotocol/related-task` reach only the owning session's listen
 //! stream (a principal-owned task has no stream to go to: dropped, never broadcast).
+//!
+//! Clients never see a backend's task id. Each recorded task gets a handle minted from the
+//! CSPRNG (`sbt-` and 128 bits), bound to its owner and, by the table it lives in, to its
+//! backend: answers, listings and status notifications name the handle (`expose`), and a task
+//! method naming it is sent to that backend under the backend's own id (`pipeline/tasks.rs`).
+//! Two backends handing out the same ids, or a guessed id, name nothing for anyone else.
+//! Handles live in this process only: a replica on a shared session store does not know
+//! another replica's handles (see ARCHITECTURE.md, issue 36).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
