@@ -15,6 +15,7 @@ use crate::vmcp::{
 };
 
 mod load;
+mod openapi;
 mod policy;
 
 use load::Load;
