@@ -32,6 +32,7 @@ mod malformed;
 mod modern;
 mod mrtr;
 mod openapi;
+mod openapi_sdk;
 mod per_session;
 mod per_session_sse;
 mod real_remotes;
