@@ -17,14 +17,14 @@ const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
 /// An OTLP/HTTP receiver on a free loopback port: every span posted to it, in order.
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     spans: mpsc::Receiver<Value>,
     seen: Vec<Value>,
 }
 
 impl Receiver {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, spans) = mpsc::channel(1024);
@@ -38,6 +38,14 @@ impl Receiver {
             spans,
             seen: Vec::new(),
         }
+    }
+
+    /// Every span received so far, the ones not looked at yet included (for leak checks).
+    pub(crate) fn all(&mut self) -> Vec<Value> {
+        while let Ok(span) = self.spans.try_recv() {
+            self.seen.push(span);
+        }
+        self.seen.clone()
     }
 
     /// The first span received so far or within 20 s that `want` accepts.

@@ -1,15 +1,17 @@
 //! Leak check over per-user OAuth runs: two principals consent (the start page, the click, the
 //! authorization server, the callback), call, and have their tokens refreshed; then every log
-//! line, stdout, `/status`, `/metrics` and the audit log are searched for every secret of the
-//! runs: authorization codes, states, PKCE verifiers, access and refresh tokens, the dynamic
-//! registration's client secret (what the authorization server minted or was sent), and the
-//! gateway's own flow keys, anti-forgery tokens and browser cookies. Zero hits.
+//! line, stdout, `/status`, `/metrics`, the audit log and the spans exported over OTLP are
+//! searched for every secret of the runs: authorization codes, states, PKCE verifiers, access
+//! and refresh tokens, the dynamic registration's client secret (what the authorization
+//! server minted or was sent), and the gateway's own flow keys, anti-forgery tokens and
+//! browser cookies. Zero hits.
 
 use super::browser::Browser;
 use super::oauth::{gateway_with, modern_consent_url, Protected};
 use super::{jwt, modern_call, seen, Dir};
 use crate::auth::Jwks;
 use crate::leaks::Evidence;
+use crate::traces::Receiver;
 
 /// Consents for `user` (`token`, its bearer) through a browser of its own; every secret the
 /// gateway showed that browser on the way (flow key, anti-forgery token, cookies, state).
@@ -36,7 +38,14 @@ async fn no_oauth_secret_reaches_a_log_status_metrics_or_audit_line() {
     let dir = Dir::new("oauth-leaks");
     let audit = dir.0.join("audit.jsonl");
     let audit_arg = audit.to_string_lossy().into_owned();
-    let mut gw = gateway_with(&up, &jwks.url, &dir, &["--audit-log", &audit_arg]).await;
+    let mut receiver = Receiver::start().await;
+    let flags = [
+        "--audit-log",
+        &audit_arg,
+        "--otlp-endpoint",
+        receiver.url.as_str(),
+    ];
+    let mut gw = gateway_with(&up, &jwks.url, &dir, &flags).await;
     let (alice, bob) = (jwt("alice"), jwt("bob"));
 
     let mut secrets = consent(&gw, &alice, "alice").await;
@@ -57,7 +66,10 @@ async fn no_oauth_secret_reaches_a_log_status_metrics_or_audit_line() {
     );
     secrets.extend(minted);
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-    Evidence::collect(&mut gw, Some(&alice), Some(&audit))
-        .await
-        .assert_free_of(&secrets);
+    let mut evidence = Evidence::collect(&mut gw, Some(&alice), Some(&audit)).await;
+    // The gateway flushed its spans when it stopped (collect waits for that).
+    let spans = receiver.all();
+    assert!(spans.len() >= 5, "spans were exported: {}", spans.len());
+    evidence.add("exported spans", serde_json::to_string(&spans).unwrap());
+    evidence.assert_free_of(&secrets);
 }
