@@ -84,7 +84,7 @@ async fn setup(name: &str, version: &str, top: &str) -> Setup {
     let dir = Dir::new(name);
     dir.write("pets.yaml", &spec(version, &decoy_url));
     let yaml = format!(
-        "{}timeouts: {{request: 30s}}\nbackends:\n{}  - name: pets\n    openapi: {{spec: pets.yaml, baseUrl: \"http://127.0.0.1:{}/v1\", maxResponseBytes: 1048576}}\n    headers: {{X-Api-Key: k-123}}\n    tools: {{deny: [delete_pets_petId]}}\n",
+        "{}timeouts: {{request: 30s}}\nbackends:\n{}  - name: pets\n    openapi: {{spec: pets.yaml, baseUrl: \"http://127.0.0.1:{}/v1\", maxResponseBytes: 1048576}}\n    headers: {{X-Api-Key: k-123, Authorization: \"Bearer s3cret-xyz/9\"}}\n    tools: {{deny: [delete_pets_petId]}}\n",
         top.replace("{dir}", dir.0.to_str().unwrap()),
         stdio("fix", ""),
         rest.port
@@ -121,6 +121,10 @@ async fn generated_tools_have_the_right_schemas_and_calls_reach_the_api_exactly(
         let skipped = s.gw.startup.join("\n");
         assert!(
             skipped.contains("backend pets: operation skipped: PUT /upload (operationId upload)"),
+            "{skipped}"
+        );
+        assert!(
+            skipped.contains("operation skipped: TRACE /echo (operationId traceEcho)"),
             "{skipped}"
         );
         let sid = gw.session().await;
@@ -338,7 +342,7 @@ async fn validate_names_spec_errors_by_pointer_and_lists_skipped_operations() {
     let (code, out) = validate(dir.write("c.yaml", &config("pets.yaml"))).await;
     assert_eq!(code, Some(0), "{out}");
     assert!(
-        out.contains("6 tool(s): listPets, createPet, getPetById"),
+        out.contains("8 tool(s): listPets, createPet, getPetById"),
         "{out}"
     );
     assert!(
@@ -405,4 +409,42 @@ async fn a_policy_hides_a_generated_tool_and_a_real_client_lists_and_calls() {
     let log = s.rest.log().await;
     assert_eq!(log.len(), 2, "{log:#?}");
     assert!(log.iter().all(|r| r["method"] == "GET"), "{log:#?}");
+}
+
+/// An API that echoes its request (as JSON with `/` escaped, or quoted in a 500 page) never
+/// hands the configured credentials back to the caller, in either era; a `trace` operation
+/// (which echoes by definition) is not a tool.
+#[tokio::test]
+async fn configured_credentials_never_come_back_in_results() {
+    let s = setup("openapi-echo", "3.0.3", "").await;
+    let gw = &s.gw;
+    let sid = gw.session().await;
+    for (era, session) in [(Era::Legacy, Some(sid.as_str())), (Era::Modern, None)] {
+        let ok = call(gw, era, session, "echoHeaders", json!({})).await;
+        assert!(ok.get("isError").is_none(), "{ok}");
+        assert_eq!(
+            ok["structuredContent"]["authorization"], "[redacted]",
+            "{ok}"
+        );
+        assert_eq!(ok["structuredContent"]["x-api-key"], "[redacted]", "{ok}");
+        let failed = call(gw, era, session, "echoFail", json!({})).await;
+        assert_eq!(failed["isError"], true, "{failed}");
+        assert!(
+            text(&failed).starts_with("HTTP 500 Internal Server Error: <pre>"),
+            "{failed}"
+        );
+        assert!(text(&failed).contains("[redacted]"), "{failed}");
+        for r in [&ok, &failed] {
+            let all = r.to_string();
+            assert!(!all.contains("s3cret") && !all.contains("k-123"), "{all}");
+        }
+        let traced = call(gw, era, session, "traceEcho", json!({})).await;
+        assert!(!traced.to_string().contains("s3cret"), "{traced}");
+    }
+    // The API did get the credential: the echoes would have carried it.
+    let log = s.rest.log().await;
+    assert_eq!(log.len(), 4, "{log:#?}");
+    assert!(log
+        .iter()
+        .all(|r| r["headers"]["authorization"] == "Bearer s3cret-xyz/9"));
 }

@@ -13,6 +13,7 @@
 //! - `tools`: the [`Catalog`]: names, input/output schemas, annotations; [`Skipped`] operations.
 
 mod error;
+mod redact;
 mod request;
 mod response;
 mod schema;
@@ -86,6 +87,8 @@ struct Inner {
     catalog: Arc<Catalog>,
     base: Base,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// The headers' values, as they must never come back in a result.
+    redactor: redact::Redactor,
     client: crate::remote::Client,
     limit: usize,
     call_timeout: Duration,
@@ -115,6 +118,7 @@ impl OpenApiUpstream {
             inner: Arc::new(Inner {
                 catalog,
                 base,
+                redactor: redact::Redactor::new(&headers),
                 headers,
                 client: client(config.connect_timeout),
                 limit: config.max_response_bytes,
@@ -244,6 +248,8 @@ impl Inner {
         let content_type = response::content_type(response.headers());
         let mut body = response.into_body();
         let bytes = response::read_bounded(&mut body, self.limit).await?;
+        // An API that echoes its request would hand the configured credential back.
+        let bytes = self.redactor.apply(bytes);
         tracing::debug!(tool = %tool.name, status = status.as_u16(), bytes = bytes.len(), "openapi call answered");
         Ok(response::result(tool, status, &content_type, &bytes))
     }

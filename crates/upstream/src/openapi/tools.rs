@@ -139,6 +139,14 @@ impl Catalog {
                     item,
                     op,
                 };
+                if method == "trace" {
+                    skipped.push(Skipped {
+                        operation: ctx.label(),
+                        pointer: at,
+                        why: "TRACE echoes the request, configured credentials included".into(),
+                    });
+                    continue;
+                }
                 match ctx.tool(&mut names) {
                     Ok(tool) => tools.push(tool),
                     Err(why) => skipped.push(Skipped {

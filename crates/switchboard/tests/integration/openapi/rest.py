@@ -10,6 +10,8 @@ records so far as a JSON array (and is not recorded itself).
   DELETE /v1/pets/<id>       -> 204
   GET    /v1/big             -> 200, a JSON body of argv[1] MiB (default 50)
   GET    /v1/redirect        -> 302 to argv[2] (the test's decoy)
+  GET    /v1/echo            -> 200 the request's headers as JSON, each / escaped
+  GET    /v1/echo/fail       -> 500 an HTML page quoting the request's headers
 """
 import json
 import sys
@@ -33,6 +35,14 @@ class Handler(BaseHTTPRequestHandler):
         body = json.dumps(value).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_raw(self, status, content_type, text):
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -71,6 +81,12 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"name": pet, "tag": "t"})
         if path == "/v1/big":
             return self.send_big()
+        if path == "/v1/echo":
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            return self.send_raw(200, "application/json", json.dumps(headers).replace("/", "\\/"))
+        if path == "/v1/echo/fail":
+            page = "<pre>" + "\n".join(f"{k}: {v}" for k, v in self.headers.items()) + "</pre>"
+            return self.send_raw(500, "text/html", page)
         if path == "/v1/redirect":
             self.send_response(302)
             self.send_header("Location", DECOY)

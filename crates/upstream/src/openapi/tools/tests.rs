@@ -172,3 +172,19 @@ fn unconvertible_operations_are_skipped_and_a_spec_without_tools_fails() {
     assert!(whys[0].contains("{id} has no parameter"), "{whys:?}");
     assert!(whys[1].contains("does not resolve"), "{whys:?}");
 }
+
+#[test]
+fn trace_operations_are_skipped_for_they_echo_credentials() {
+    let doc = json!({"openapi": "3.1.0", "paths": {
+        "/echo": {"get": {"operationId": "echo", "responses": {}},
+            "trace": {"operationId": "traceEcho", "responses": {}}}}});
+    let (c, skipped) = Catalog::from_document(&doc).unwrap();
+    assert_eq!(c.names().collect::<Vec<_>>(), ["echo"]);
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0].pointer, "#/paths/~1echo/trace");
+    assert!(
+        skipped[0].why.contains("TRACE echoes the request"),
+        "{}",
+        skipped[0]
+    );
+}
