@@ -279,7 +279,11 @@ impl Reloader {
         drains: &mut JoinSet<()>,
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<String>> {
-        let mut spec = load_spec()?;
+        // Reading the config converts its OpenAPI specs: bounded, but CPU-heavy for a
+        // hostile one, so off the runtime's workers.
+        let mut spec = tokio::task::spawn_blocking(load_spec)
+            .await
+            .context("reading the config")??;
         if let (Some(why), Some(b)) = (
             &self.per_user_refused,
             spec.backends.iter().find(|b| b.per_user()),

@@ -476,22 +476,18 @@ async fn start_openapi(
     origin: OpenApiOrigin,
     id: &BackendId,
 ) -> anyhow::Result<Started> {
-    use crate::config::spec::{LoadedSpec, SpecSource};
     println!(
         "switchboard: backend {id}: OpenAPI spec {}",
         origin.shown_spec
     );
     let timeout = GatewayArgs::secs(args.startup_timeout);
-    let loaded = match (origin.loaded, &origin.source) {
-        (Some(loaded), _) => loaded,
-        (None, SpecSource::Url(url)) => {
-            let doc =
-                switchboard_upstream::openapi::fetch(url, &origin.shown_spec, timeout).await?;
-            LoadedSpec::convert(&doc)
-                .map_err(|e| anyhow::anyhow!("{}{}: {}", origin.shown_spec, e.pointer, e.message))?
-        }
-        (None, SpecSource::File(path)) => {
-            anyhow::bail!("the spec {} was not read", path.display())
+    let loaded = match load_spec(origin.loaded, &origin.source, &origin.shown_spec, timeout).await {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            // The spec as configured and the place in it: never an expanded secret.
+            println!("switchboard: backend {id}: the OpenAPI spec cannot be served: {e:#}");
+            tracing::warn!(backend = %id, "the OpenAPI spec cannot be served: {e:#}");
+            return Err(e);
         }
     };
     for skipped in &loaded.skipped {
@@ -513,6 +509,34 @@ async fn start_openapi(
         fds_per_session: FDS_PER_BACKEND,
         remote: false,
     })
+}
+
+/// A spec read with the config, or fetched and converted now.
+async fn load_spec(
+    loaded: Option<crate::config::spec::LoadedSpec>,
+    source: &crate::config::spec::SpecSource,
+    shown: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<crate::config::spec::LoadedSpec> {
+    use crate::config::spec::{LoadedSpec, SpecSource};
+    match (loaded, source) {
+        (Some(loaded), _) => Ok(loaded),
+        (None, SpecSource::Url(url)) => {
+            let text = switchboard_upstream::openapi::fetch(url, shown, timeout).await?;
+            // Bounded, but up to seconds of CPU for a hostile spec: never on a runtime worker.
+            let convert = move || {
+                switchboard_upstream::openapi::parse(&text)
+                    .and_then(|doc| LoadedSpec::convert(&doc))
+            };
+            tokio::task::spawn_blocking(convert)
+                .await
+                .context("converting the spec")?
+                .map_err(|e| anyhow::anyhow!("{shown}{}: {}", e.pointer, e.message))
+        }
+        (None, SpecSource::File(path)) => {
+            anyhow::bail!("the spec {} was not read", path.display())
+        }
+    }
 }
 
 /// Starts a session's own backend (per-session isolation) from the same command line.

@@ -448,3 +448,52 @@ async fn configured_credentials_never_come_back_in_results() {
         .iter()
         .all(|r| r["headers"]["authorization"] == "Bearer s3cret-xyz/9"));
 }
+
+/// Three hostile specs (YAML aliases of aliases; 1000 operations whose schemas add up to
+/// tens of millions of nodes; 20000 operations of one name) each fail their backend quickly
+/// with an error that names the bound, and the gateway serves its other backends.
+#[tokio::test]
+async fn hostile_specs_fail_their_backend_fast_and_the_rest_is_served() {
+    let rest = Rest::start(1, "http://127.0.0.1:1").await;
+    let dir = Dir::new("openapi-hostile");
+    let mut yaml = format!("backends:\n{}", stdio("fix", ""));
+    for kind in ["aliases", "refs", "names"] {
+        yaml += &format!(
+            "  - name: {kind}\n    openapi: {{spec: \"http://127.0.0.1:{0}/hostile/{kind}\", baseUrl: \"http://127.0.0.1:{0}/v1\"}}\n",
+            rest.port
+        );
+    }
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let started = std::time::Instant::now();
+    let gw = TestGateway::start_command(cmd).await;
+    let took = started.elapsed();
+    let out = gw.startup.join("\n");
+    for (kind, why) in [
+        ("aliases", "once its YAML aliases are expanded"),
+        (
+            "refs",
+            "the operations' schemas add up to more than 2000000 nodes",
+        ),
+        ("names", "more than 2000 operations can be tools"),
+    ] {
+        assert!(
+            out.contains(&format!("backend {kind}: the OpenAPI spec cannot be served: http://127.0.0.1:{}/hostile/{kind}", rest.port))
+                && out.contains(why),
+            "{kind}: {out}"
+        );
+        assert!(
+            out.contains(&format!("backend {kind} did not start")),
+            "{out}"
+        );
+    }
+    // Debug build, shared CPUs: generous; unbounded, these take minutes or all memory.
+    assert!(took < Duration::from_secs(30), "startup took {took:?}");
+    let sid = gw.session().await;
+    let echo = call(&gw, Era::Legacy, Some(&sid), "echo", json!({"text": "hi"})).await;
+    assert_eq!(text(&echo), "hi", "{echo}");
+    let echo = call(&gw, Era::Modern, None, "echo", json!({"text": "hi"})).await;
+    assert_eq!(text(&echo), "hi", "{echo}");
+}

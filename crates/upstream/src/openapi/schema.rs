@@ -4,6 +4,8 @@
 //! `oneOf`/`anyOf`/`allOf` kept as they are. Bounded in size and depth, so a spec whose
 //! references multiply cannot blow up memory or the stack.
 
+use std::cell::Cell;
+
 use serde_json::{json, Map, Value};
 
 use super::spec::{lookup, Version};
@@ -13,13 +15,29 @@ const MAX_NODES: usize = 20_000;
 /// Deepest nesting of an inlined schema (references included).
 const MAX_DEPTH: usize = 64;
 
-/// Inlines `schema` from `doc`.
-pub(crate) fn inline(doc: &Value, version: Version, schema: &Value) -> Result<Value, String> {
+/// What every inlined schema of one catalog shares: nodes left. At zero the catalog fails
+/// (the caller checks [`spent`]): a spec of many operations, each just under the bound of one
+/// schema, cannot add up to more.
+pub(crate) type Budget = Cell<usize>;
+
+/// Whether `budget` ran out.
+pub(crate) fn spent(budget: &Budget) -> bool {
+    budget.get() == 0
+}
+
+/// Inlines `schema` from `doc`, spending `budget`.
+pub(crate) fn inline(
+    doc: &Value,
+    version: Version,
+    schema: &Value,
+    budget: &Budget,
+) -> Result<Value, String> {
     let mut walk = Walk {
         doc,
         version,
         stack: Vec::new(),
         nodes: 0,
+        budget,
     };
     walk.node(schema, 0)
 }
@@ -30,10 +48,18 @@ struct Walk<'a> {
     /// The references being inlined, outermost first (a cycle is one already here).
     stack: Vec<String>,
     nodes: usize,
+    budget: &'a Budget,
 }
 
 impl Walk<'_> {
     fn node(&mut self, v: &Value, depth: usize) -> Result<Value, String> {
+        let left = self.budget.get();
+        if left == 0 {
+            return Err(
+                "the spec's schemas are too large in all once their $refs are resolved".into(),
+            );
+        }
+        self.budget.set(left - 1);
         self.nodes += 1;
         if self.nodes > MAX_NODES {
             return Err(format!(
@@ -169,6 +195,10 @@ pub(crate) fn is_object(s: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn inline(doc: &Value, version: Version, schema: &Value) -> Result<Value, String> {
+        super::inline(doc, version, schema, &Cell::new(1_000_000))
+    }
 
     fn doc() -> Value {
         json!({"components": {"schemas": {

@@ -1,14 +1,12 @@
 //! Reading a spec: YAML or JSON text into one JSON value (YAML mapping keys such as an
 //! unquoted `200:` become strings), its OpenAPI version (3.0 or 3.1), and JSON pointers.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::error::SpecError;
 
 /// Largest spec accepted, in bytes.
 pub const MAX_SPEC_BYTES: usize = 16 * 1024 * 1024;
-/// Deepest nesting accepted in a YAML spec (JSON text is held to serde_json's own 128).
-const MAX_DEPTH: usize = 128;
 
 /// Which OpenAPI revision a document follows (they differ in their schema dialect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,60 +37,7 @@ pub fn parse(text: &str) -> Result<Value, SpecError> {
             )
         });
     }
-    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(|e| {
-        let at = e
-            .location()
-            .map(|l| format!("line {}, column {}: ", l.line(), l.column()))
-            .unwrap_or_default();
-        SpecError::new("", format!("not valid YAML or JSON: {at}{e}"))
-    })?;
-    from_yaml(yaml, 0).map_err(|m| SpecError::new("", m))
-}
-
-fn from_yaml(v: serde_yaml_ng::Value, depth: usize) -> Result<Value, String> {
-    use serde_yaml_ng::Value as Y;
-    if depth > MAX_DEPTH {
-        return Err(format!("nested deeper than {MAX_DEPTH} levels"));
-    }
-    Ok(match v {
-        Y::Null => Value::Null,
-        Y::Bool(b) => Value::Bool(b),
-        Y::Number(n) => number(&n),
-        Y::String(s) => Value::String(s),
-        Y::Sequence(items) => Value::Array(
-            items
-                .into_iter()
-                .map(|i| from_yaml(i, depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
-        Y::Mapping(map) => {
-            let mut out = Map::new();
-            for (k, v) in map {
-                let key = match k {
-                    Y::String(s) => s,
-                    Y::Number(n) => n.to_string(),
-                    Y::Bool(b) => b.to_string(),
-                    Y::Null => "null".to_owned(),
-                    _ => return Err("a mapping key is not a scalar".to_owned()),
-                };
-                out.insert(key, from_yaml(v, depth + 1)?);
-            }
-            Value::Object(out)
-        }
-        Y::Tagged(t) => from_yaml(t.value, depth + 1)?,
-    })
-}
-
-fn number(n: &serde_yaml_ng::Number) -> Value {
-    if let Some(i) = n.as_i64() {
-        Value::from(i)
-    } else if let Some(u) = n.as_u64() {
-        Value::from(u)
-    } else {
-        n.as_f64()
-            .and_then(serde_json::Number::from_f64)
-            .map_or(Value::Null, Value::Number)
-    }
+    super::yaml::parse(text)
 }
 
 /// The document's OpenAPI version; Swagger 2.0 and other versions are refused.

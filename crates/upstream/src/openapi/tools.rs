@@ -3,13 +3,13 @@
 //! and where it is; the spec as a whole fails only when it cannot be read as OpenAPI 3 or
 //! leaves no tool at all.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use hyper::Method;
 use serde_json::{json, Map, Value};
 
 use super::error::SpecError;
-use super::schema::{inline, is_object};
+use super::schema::{inline, is_object, spent, Budget};
 use super::spec::{deref, escape, version, Version};
 
 const METHODS: [&str; 8] = [
@@ -17,6 +17,25 @@ const METHODS: [&str; 8] = [
 ];
 /// The tool-name rule (`^[a-zA-Z0-9_-]{1,64}$`), as the catalog applies it.
 const MAX_NAME: usize = 64;
+/// How much of a spec one catalog takes: every bound is an error at `#/paths` naming it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Schema nodes of all tools together, once their `$ref`s are inlined.
+    pub(crate) nodes: usize,
+    /// Tools.
+    pub(crate) tools: usize,
+    /// Operations looked at (tools and skipped ones).
+    pub(crate) operations: usize,
+}
+
+impl Limits {
+    pub(crate) const DEFAULT: Limits = Limits {
+        nodes: 2_000_000,
+        tools: 2_000,
+        operations: 10_000,
+    };
+}
+
 /// Header parameters OpenAPI says to ignore, and those the gateway sets itself.
 const IGNORED_HEADERS: [&str; 8] = [
     "accept",
@@ -116,6 +135,13 @@ pub struct Catalog {
 impl Catalog {
     /// The tools of `doc`, and the operations that were skipped.
     pub fn from_document(doc: &Value) -> Result<(Catalog, Vec<Skipped>), SpecError> {
+        Self::within(doc, Limits::DEFAULT)
+    }
+
+    pub(crate) fn within(
+        doc: &Value,
+        limits: Limits,
+    ) -> Result<(Catalog, Vec<Skipped>), SpecError> {
         let version = version(doc)?;
         let paths = match doc.get("paths") {
             Some(Value::Object(p)) => p,
@@ -124,12 +150,19 @@ impl Catalog {
         };
         let mut tools = Vec::new();
         let mut skipped = Vec::new();
-        let mut names = HashSet::new();
+        let mut names = Names::default();
+        let budget = Budget::new(limits.nodes);
         for (path, item) in paths {
             let at = format!("#/paths/{}", escape(path));
             let item = deref(doc, item).map_err(|e| SpecError::new(&at, e))?;
             for method in METHODS {
                 let Some(op) = item.get(method) else { continue };
+                if tools.len() + skipped.len() >= limits.operations {
+                    return Err(SpecError::new(
+                        "#/paths",
+                        format!("more than {} operations", limits.operations),
+                    ));
+                }
                 let at = format!("{at}/{method}");
                 let ctx = Ctx {
                     doc,
@@ -138,6 +171,7 @@ impl Catalog {
                     method,
                     item,
                     op,
+                    budget: &budget,
                 };
                 if method == "trace" {
                     skipped.push(Skipped {
@@ -147,7 +181,23 @@ impl Catalog {
                     });
                     continue;
                 }
-                match ctx.tool(&mut names) {
+                let made = ctx.tool(&mut names);
+                if spent(&budget) {
+                    return Err(SpecError::new(
+                        "#/paths",
+                        format!(
+                            "the operations' schemas add up to more than {} nodes once their $refs are resolved (at {at})",
+                            limits.nodes
+                        ),
+                    ));
+                }
+                match made {
+                    Ok(_) if tools.len() >= limits.tools => {
+                        return Err(SpecError::new(
+                            "#/paths",
+                            format!("more than {} operations can be tools", limits.tools),
+                        ))
+                    }
                     Ok(tool) => tools.push(tool),
                     Err(why) => skipped.push(Skipped {
                         operation: ctx.label(),
@@ -194,6 +244,15 @@ struct Ctx<'a> {
     method: &'a str,
     item: &'a Value,
     op: &'a Value,
+    budget: &'a Budget,
+}
+
+/// The names given so far, and the next suffix to try for each (so `n` operations named
+/// alike cost `n` lookups, not `n²`).
+#[derive(Default)]
+struct Names {
+    taken: HashSet<String>,
+    next: HashMap<String, usize>,
 }
 
 impl Ctx<'_> {
@@ -205,8 +264,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn tool(&self, names: &mut HashSet<String>) -> Result<Tool, String> {
-        let name = self.name(names);
+    fn tool(&self, names: &mut Names) -> Result<Tool, String> {
         let mut properties = Map::new();
         let mut required = Vec::new();
         let params = self.params(&mut properties, &mut required)?;
@@ -223,6 +281,7 @@ impl Ctx<'_> {
             ),
             None => None,
         };
+        let name = self.name(names);
         let text = |k: &str| self.op.get(k).and_then(Value::as_str);
         let mut definition = json!({
             "name": name,
@@ -237,7 +296,6 @@ impl Ctx<'_> {
         if let Some(o) = output {
             definition["outputSchema"] = o;
         }
-        names.insert(name.clone());
         Ok(Tool {
             name,
             definition,
@@ -254,22 +312,28 @@ impl Ctx<'_> {
         })
     }
 
-    /// `operationId` (else method + path) made to fit the rule, unique in this spec.
-    fn name(&self, taken: &HashSet<String>) -> String {
+    /// `operationId` (else method + path) made to fit the rule, unique in this spec (taken).
+    fn name(&self, names: &mut Names) -> String {
         let raw = match self.op.get("operationId").and_then(Value::as_str) {
             Some(id) => id.to_owned(),
             None => format!("{}_{}", self.method, self.path.replace(['{', '}'], "")),
         };
         let base = normalise(&raw);
         let mut name = base.clone();
-        let mut n = 2;
-        while taken.contains(&name) {
-            let suffix = format!("_{n}");
-            let mut head = base.clone();
-            head.truncate(MAX_NAME - suffix.len());
-            name = format!("{head}{suffix}");
-            n += 1;
+        if names.taken.contains(&name) {
+            let n = names.next.entry(base.clone()).or_insert(2);
+            loop {
+                let suffix = format!("_{n}");
+                let mut head = base.clone();
+                head.truncate(MAX_NAME - suffix.len());
+                name = format!("{head}{suffix}");
+                *n += 1;
+                if !names.taken.contains(&name) {
+                    break;
+                }
+            }
         }
+        names.taken.insert(name.clone());
         name
     }
 
@@ -327,9 +391,8 @@ impl Ctx<'_> {
             return Err(format!("path parameter {name} is not in the path template"));
         }
         let schema = match (p.get("schema"), p.get("content")) {
-            (Some(s), _) => {
-                inline(self.doc, self.version, s).map_err(|e| format!("parameter {name}: {e}"))?
-            }
+            (Some(s), _) => inline(self.doc, self.version, s, self.budget)
+                .map_err(|e| format!("parameter {name}: {e}"))?,
             (None, _) => {
                 return Err(format!(
                     "parameter {name}: only `schema` parameters are supported, not `content`"
@@ -416,9 +479,8 @@ impl Ctx<'_> {
             return Err("a parameter is named body, which is the request body's argument".into());
         }
         let schema = match media.get("schema") {
-            Some(s) => {
-                inline(self.doc, self.version, s).map_err(|e| format!("request body: {e}"))?
-            }
+            Some(s) => inline(self.doc, self.version, s, self.budget)
+                .map_err(|e| format!("request body: {e}"))?,
             None => json!({}),
         };
         if kind == BodyKind::Form && !is_object(&schema) && schema != json!({}) {
@@ -450,8 +512,8 @@ impl Ctx<'_> {
         let Some(schema) = media else {
             return Ok((None, false));
         };
-        let mut schema =
-            inline(self.doc, self.version, schema).map_err(|e| format!("response {code}: {e}"))?;
+        let mut schema = inline(self.doc, self.version, schema, self.budget)
+            .map_err(|e| format!("response {code}: {e}"))?;
         if is_object(&schema) {
             if let Some(obj) = schema.as_object_mut() {
                 obj.entry("type").or_insert(json!("object"));

@@ -11,6 +11,9 @@ records so far as a JSON array (and is not recorded itself).
   GET    /v1/big             -> 200, a JSON body of argv[1] MiB (default 50)
   GET    /v1/redirect        -> 302 to argv[2] (the test's decoy)
   GET    /v1/echo            -> 200 the request's headers as JSON, each / escaped
+  GET    /hostile/<kind>     -> 200 a hostile spec: aliases (YAML aliases of aliases), refs
+                                (1000 operations of 14k-node schemas), names (20000
+                                operations of one name)
   GET    /v1/echo/fail       -> 500 an HTML page quoting the request's headers
 """
 import json
@@ -66,6 +69,8 @@ class Handler(BaseHTTPRequestHandler):
         self.route(self.command, path, body)
 
     def route(self, method, path, body):
+        if path.startswith("/hostile/"):
+            return self.send_raw(200, "application/yaml", hostile(path[len("/hostile/"):]))
         if method == "GET" and path == "/v1/pets":
             return self.send_json(200, [{"name": "rex", "tag": None}])
         if method == "POST" and path == "/v1/pets":
@@ -108,6 +113,31 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = handle_any
+
+
+def hostile(kind):
+    if kind == "aliases":
+        items = ",".join(["x"] * 20000)
+        refs = ",".join(["*a"] * 20000)
+        return f"openapi: 3.0.3\npaths: {{}}\na: &a [{items}]\nb: [{refs}]\n"
+    ok = {"200": {"description": "ok"}}
+    if kind == "refs":
+        depth = 11
+        schemas = {f"S{i}": {"type": "object", "properties": {
+            "a": {"$ref": f"#/components/schemas/S{i + 1}"},
+            "b": {"$ref": f"#/components/schemas/S{i + 1}"}}} for i in range(depth)}
+        schemas[f"S{depth}"] = {"type": "string"}
+        s0 = {"$ref": "#/components/schemas/S0"}
+        paths = {f"/p{i}": {"post": {
+            "parameters": [{"name": "q", "in": "query", "schema": s0}],
+            "requestBody": {"content": {"application/json": {"schema": s0}}},
+            "responses": {"200": {"description": "ok",
+                                  "content": {"application/json": {"schema": s0}}}}}}
+                 for i in range(1000)}
+        return json.dumps({"openapi": "3.1.0", "paths": paths,
+                           "components": {"schemas": schemas}})
+    paths = {f"/p{i}": {"get": {"operationId": "same", "responses": ok}} for i in range(20000)}
+    return json.dumps({"openapi": "3.1.0", "paths": paths})
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

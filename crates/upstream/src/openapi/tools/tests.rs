@@ -1,4 +1,4 @@
-use serde_json::json;
+use serde_json::{json, Map};
 
 use super::*;
 
@@ -187,4 +187,89 @@ fn trace_operations_are_skipped_for_they_echo_credentials() {
         "{}",
         skipped[0]
     );
+}
+
+/// `n` operations, each with a query parameter, a body and a response of one schema of
+/// about `2^depth * 4` nodes (under the bound of one schema).
+fn doubling(n: usize, depth: usize) -> Value {
+    let mut schemas = Map::new();
+    for i in 0..depth {
+        let next = format!("#/components/schemas/S{}", i + 1);
+        schemas.insert(
+            format!("S{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
+        );
+    }
+    schemas.insert(format!("S{depth}"), json!({"type": "string"}));
+    let s0 = json!({"$ref": "#/components/schemas/S0"});
+    let mut paths = Map::new();
+    for i in 0..n {
+        paths.insert(
+            format!("/p{i}"),
+            json!({"post": {"operationId": format!("op{i}"),
+            "parameters": [{"name": "q", "in": "query", "schema": s0}],
+            "requestBody": {"content": {"application/json": {"schema": s0}}},
+            "responses": {"200": {"description": "ok",
+                "content": {"application/json": {"schema": s0}}}}}}),
+        );
+    }
+    json!({"openapi": "3.1.0", "paths": paths, "components": {"schemas": schemas}})
+}
+
+#[test]
+fn the_schemas_of_a_whole_catalog_share_one_node_budget() {
+    let limits = Limits {
+        nodes: 100_000,
+        ..Limits::DEFAULT
+    };
+    // 3 operations × 3 schemas × ~4k nodes fit; 12 do not, though each schema alone does.
+    assert!(Catalog::within(&doubling(3, 9), limits).is_ok());
+    let e = Catalog::within(&doubling(12, 9), limits).unwrap_err();
+    assert_eq!(e.pointer, "#/paths");
+    assert!(e.message.contains("more than 100000 nodes"), "{e}");
+}
+
+#[test]
+fn a_catalog_has_at_most_so_many_tools_and_operations() {
+    let mut paths = Map::new();
+    for i in 0..6 {
+        paths.insert(
+            format!("/p{i}"),
+            json!({"get": {"operationId": "same", "responses": {}}}),
+        );
+    }
+    let doc = json!({"openapi": "3.1.0", "paths": paths});
+    let (c, _) = Catalog::from_document(&doc).unwrap();
+    let names: Vec<&str> = c.names().collect();
+    assert_eq!(
+        names,
+        ["same", "same_2", "same_3", "same_4", "same_5", "same_6"]
+    );
+    let tools = Limits {
+        tools: 5,
+        ..Limits::DEFAULT
+    };
+    let e = Catalog::within(&doc, tools).unwrap_err();
+    assert_eq!(e.pointer, "#/paths");
+    assert!(
+        e.message.contains("more than 5 operations can be tools"),
+        "{e}"
+    );
+    let ops = Limits {
+        operations: 4,
+        ..Limits::DEFAULT
+    };
+    let e = Catalog::within(&doc, ops).unwrap_err();
+    assert!(e.message.contains("more than 4 operations"), "{e}");
+}
+
+#[test]
+fn a_suffix_never_takes_a_name_already_given() {
+    let doc = json!({"openapi": "3.1.0", "paths": {
+        "/a": {"get": {"operationId": "x", "responses": {}}},
+        "/b": {"get": {"operationId": "x_2", "responses": {}}},
+        "/c": {"get": {"operationId": "x", "responses": {}}},
+        "/d": {"get": {"operationId": "x", "responses": {}}}}});
+    let (c, _) = Catalog::from_document(&doc).unwrap();
+    assert_eq!(c.names().collect::<Vec<_>>(), ["x", "x_2", "x_3", "x_4"]);
 }
