@@ -144,6 +144,44 @@ fn path(
     Ok(out)
 }
 
+/// Whether a spec's path template can only ever name a path under the base URL: it starts
+/// with `/`; outside its `{name}`s there is no `%`, `?`, `#` or `\`, no empty segment (but a
+/// trailing `/`), no `.` or `..` segment; its braces pair up.
+pub(crate) fn check_template(template: &str) -> Result<(), String> {
+    let refuse = |why: &str| Err(format!("path {template:?}: {why}"));
+    let Some(rest) = template.strip_prefix('/') else {
+        return refuse("does not start with /");
+    };
+    let mut literal = String::new();
+    let mut open = false;
+    for c in rest.chars() {
+        match (c, open) {
+            ('{', false) => open = true,
+            ('}', true) => {
+                open = false;
+                literal.push('v');
+            }
+            ('{' | '}', _) => return refuse("its braces do not pair up"),
+            (_, true) => {}
+            (c, false) => literal.push(c),
+        }
+    }
+    if open {
+        return refuse("its braces do not pair up");
+    }
+    if literal.contains(['%', '?', '#', '\\']) {
+        return refuse("has %, ?, # or \\ outside a {parameter}");
+    }
+    let segments: Vec<&str> = literal.split('/').collect();
+    let last = segments.len() - 1;
+    for (i, seg) in segments.iter().enumerate() {
+        if (seg.is_empty() && i != last) || *seg == "." || *seg == ".." {
+            return refuse("has an empty, . or .. segment");
+        }
+    }
+    Ok(())
+}
+
 /// The simple style: scalars as they are, arrays and objects comma-separated.
 fn simple(v: &Value) -> String {
     match v {

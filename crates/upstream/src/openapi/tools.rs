@@ -265,6 +265,7 @@ impl Ctx<'_> {
     }
 
     fn tool(&self, names: &mut Names) -> Result<Tool, String> {
+        super::request::check_template(self.path)?;
         let mut properties = Map::new();
         let mut required = Vec::new();
         let params = self.params(&mut properties, &mut required)?;

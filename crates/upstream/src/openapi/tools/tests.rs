@@ -273,3 +273,31 @@ fn a_suffix_never_takes_a_name_already_given() {
     let (c, _) = Catalog::from_document(&doc).unwrap();
     assert_eq!(c.names().collect::<Vec<_>>(), ["x", "x_2", "x_3", "x_4"]);
 }
+
+#[test]
+fn path_templates_that_could_leave_the_base_path_are_skipped() {
+    let op = json!({"get": {"responses": {}}});
+    let bad = [
+        "/%2e%2e/admin",
+        "//x",
+        "x",
+        "/a?b#c",
+        "/a/../b",
+        "/a/./b",
+        "/a\\b",
+        "/a/{id",
+    ];
+    let mut paths = Map::new();
+    for p in bad.iter().chain(&["/ok/", "/"]) {
+        paths.insert((*p).to_owned(), op.clone());
+    }
+    let doc = json!({"openapi": "3.1.0", "paths": paths});
+    let (c, skipped) = Catalog::from_document(&doc).unwrap();
+    let mut names: Vec<&str> = c.names().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["get", "get_ok"]);
+    assert_eq!(skipped.len(), bad.len(), "{skipped:?}");
+    for s in &skipped {
+        assert!(s.why.starts_with("path "), "{s}");
+    }
+}
