@@ -26,7 +26,7 @@
 //! another replica's handles (see ARCHITECTURE.md, issue 36).
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
@@ -61,6 +61,8 @@ const MAX_TASKS: usize = 100_000;
 /// Most tasks remembered per owner: an owner's next task makes it forget its oldest, so an
 /// owner that creates tasks without end only loses track of its own.
 const MAX_TASKS_PER_OWNER: usize = 1024;
+/// Most retired task ids remembered (see `Table::retired`); the oldest is forgotten first.
+const MAX_RETIRED: usize = 100_000;
 
 /// Who may name a task.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -104,6 +106,12 @@ struct Table {
     /// Handle → the backend's task id.
     handles: HashMap<String, String>,
     by_owner: HashMap<Owner, VecDeque<String>>,
+    /// Ids no one may be given again: contested (handed out twice), or forgotten while the
+    /// backend may still run them (their session ended, their owner's bound evicted them).
+    /// Without it, a backend that repeats ids would give the next caller to bring one an
+    /// earlier owner's task. Oldest first, at most [`MAX_RETIRED`].
+    retired: HashSet<String>,
+    retired_order: VecDeque<String>,
 }
 
 /// One tracked task: who owns it, and the handle its owner knows it by.
@@ -121,9 +129,29 @@ impl Table {
         }
     }
 
+    /// Forgets `task` and retires its id: no owner is given it again.
     fn remove(&mut self, task: &str) {
         if let Some(owned) = self.owners.remove(task) {
             self.handles.remove(&owned.handle);
+            if let Some(ids) = self.by_owner.get_mut(&owned.owner) {
+                ids.retain(|id| id != task);
+                if ids.is_empty() {
+                    self.by_owner.remove(&owned.owner);
+                }
+            }
+        }
+        self.retire(task);
+    }
+
+    fn retire(&mut self, task: &str) {
+        if !self.retired.insert(task.to_owned()) {
+            return;
+        }
+        self.retired_order.push_back(task.to_owned());
+        if self.retired_order.len() > MAX_RETIRED {
+            if let Some(oldest) = self.retired_order.pop_front() {
+                self.retired.remove(&oldest);
+            }
         }
     }
 
@@ -166,6 +194,7 @@ impl TaskOwners {
                 table.remove(&id);
                 return;
             }
+            None if table.retired.contains(&id) => return,
             None if table.owners.len() >= MAX_TASKS => return,
             None => {}
         }

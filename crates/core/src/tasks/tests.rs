@@ -121,6 +121,29 @@ fn a_reused_task_id_belongs_to_nobody() {
     assert!(t.owner("dup").is_none());
     assert!(!t.owns(Some(&principal("alice")), "dup"));
     assert!(!t.owns(Some(&principal("bob")), "dup"));
+    // Nor anyone who brings it later: the id is retired, not free.
+    for who in ["bob", "carol", "alice"] {
+        t.record(&principal(who), &legacy_task("dup"));
+        assert!(t.owner("dup").is_none(), "{who} was given it");
+        assert!(t.handle_for(Some(&principal(who)), "dup").is_none());
+    }
+}
+
+/// A task forgotten while the backend may still run it (its session ended, or its owner's
+/// bound evicted it) is given to no one who brings its id afterwards.
+#[test]
+fn a_forgotten_task_is_not_given_to_the_next_owner_of_its_id() {
+    let t = TaskOwners::default();
+    t.record(&session("s1"), &legacy_task("t-1"));
+    t.purge("s1");
+    t.record(&principal("mallory"), &legacy_task("t-1"));
+    assert!(t.owner("t-1").is_none());
+    let greedy = principal("greedy");
+    for i in 0..MAX_TASKS_PER_OWNER + 1 {
+        t.record(&greedy, &legacy_task(&format!("g{i}")));
+    }
+    t.record(&principal("mallory"), &legacy_task("g0"));
+    assert!(t.owner("g0").is_none(), "an evicted id stays retired");
 }
 
 /// An owner that creates tasks without end forgets its own oldest ones; another owner's
