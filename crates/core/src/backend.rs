@@ -347,13 +347,26 @@ fn offers_our_version(error: &str) -> bool {
 }
 
 /// Whether the backend answers a Legacy `initialize` (the gateway's own, on `handle`, an
-/// upstream session used for nothing else): `Err` when it could not be asked (unreachable,
-/// no answer in time), which says nothing either way.
+/// upstream session used for nothing else): `Ok(false)` only for a refusal that says so (the
+/// error names a Modern version or its codes, or the method is unknown); `Err` when the
+/// answer says nothing either way (unreachable, no answer in time, any other error).
 pub(crate) async fn answers_legacy(
     handle: &Upstream,
     deadline: Duration,
 ) -> Result<bool, CoreError> {
-    Ok(initialize(handle, deadline).await?.is_ok())
+    match initialize(handle, deadline).await? {
+        Ok(_) => Ok(true),
+        Err(refusal) if names_modern(&refusal) || unknown_method(&refusal) => Ok(false),
+        Err(refusal) => Err(refused_initialize(refusal)),
+    }
+}
+
+/// Whether a JSON-RPC error is "method not found".
+fn unknown_method(error: &str) -> bool {
+    serde_json::from_str::<Value>(error)
+        .ok()
+        .and_then(|e| e["code"].as_i64())
+        == Some(i64::from(switchboard_wire::codes::METHOD_NOT_FOUND))
 }
 
 /// The Legacy handshake: the backend's info, or its refusal (the JSON-RPC error's text).
