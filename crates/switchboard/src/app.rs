@@ -101,9 +101,12 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         .err()
         .map(|e| e.to_string());
     let (access, policy) = args.auth.access(&auth)?;
+    // Every sandboxed backend's home, known to all before any starts (reloads add theirs).
+    let homes = switchboard_upstream::sandbox::Homes::default();
+    homes.add(crate::start_backends::sandbox_homes(&backends));
     let origins = backends
         .iter()
-        .map(|b| Ok((b.name.clone(), Origin::of(&args, b)?)))
+        .map(|b| Ok((b.name.clone(), Origin::of(&args, b, &homes)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     // Installed before anything listens: from here a SIGHUP reloads (or is ignored), never
     // ends the process.
@@ -259,6 +262,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
                 hangup,
                 missing: failed.into_iter().map(|(id, _)| id).collect(),
                 per_user_refused,
+                homes,
             }
             .run(reload_stop.clone()),
         )),

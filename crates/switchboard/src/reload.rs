@@ -58,6 +58,10 @@ pub(crate) struct Reloader {
     /// Why a per-user OAuth backend may not be served with the running identity and address
     /// (anonymous callers off loopback would share one user's tokens); `None`: it may.
     pub(crate) per_user_refused: Option<String>,
+    /// Every sandboxed backend's home, shared with their configurations: a reload adds the
+    /// new ones, and each process started after that hides them. Not part of a backend's
+    /// fingerprint, so adding a backend restarts no other.
+    pub(crate) homes: switchboard_upstream::sandbox::Homes,
 }
 
 /// First and longest wait between two tries of the backends that did not start.
@@ -418,11 +422,13 @@ impl Reloader {
 
     /// Starts the added and changed backends; those that fail are in the set's `failed`.
     async fn start(&self, spec: &ServeSpec, plan: &Plan) -> anyhow::Result<StartedSet> {
+        self.homes
+            .add(crate::start_backends::sandbox_homes(&spec.backends));
         let origins = spec
             .backends
             .iter()
             .filter(|b| plan.added.contains(&b.name) || plan.changed.contains(&b.name))
-            .map(|b| Ok((b.name.clone(), Origin::of(&spec.options, b)?)))
+            .map(|b| Ok((b.name.clone(), Origin::of(&spec.options, b, &self.homes)?)))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let started =
             crate::start_backends::start_all(&spec.options, origins, true, &self.registry).await?;

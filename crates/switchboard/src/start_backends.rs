@@ -11,6 +11,7 @@ use switchboard_core::catalog::{self, BackendRules, Conflict, Strategy};
 use switchboard_core::{
     Backend, BackendId, EraPolicy, FailureMode, Registry, SpawnBackend, VmcpConfig,
 };
+use switchboard_upstream::sandbox::Homes;
 use switchboard_upstream::StdioConfig;
 
 use crate::app::{FDS_PER_BACKEND, FDS_PER_REMOTE_SESSION};
@@ -324,10 +325,17 @@ pub(crate) struct OpenApiOrigin {
 }
 
 impl Origin {
-    pub(crate) fn of(args: &GatewayArgs, backend: &BackendSpec) -> anyhow::Result<Origin> {
+    /// `homes`: every sandboxed backend's home (the others' are hidden in each sandbox).
+    pub(crate) fn of(
+        args: &GatewayArgs,
+        backend: &BackendSpec,
+        homes: &Homes,
+    ) -> anyhow::Result<Origin> {
         let remote = match &backend.kind {
             BackendKind::Stdio(stdio) => {
-                return Ok(Origin::Stdio(stdio_config(args, stdio), stdio.isolation))
+                let mut config = stdio_config(args, stdio);
+                config.homes = homes.clone();
+                return Ok(Origin::Stdio(config, stdio.isolation));
             }
             BackendKind::OpenApi(o) => return Ok(Origin::OpenApi(openapi_origin(args, o))),
             BackendKind::Remote(r) => r,
@@ -556,6 +564,17 @@ impl SpawnBackend for Spawner {
     > {
         switchboard_upstream::spawn_stdio(&self.0, sink)
     }
+}
+
+/// The homes of the sandboxed backends of `backends`.
+pub(crate) fn sandbox_homes(backends: &[BackendSpec]) -> Vec<std::path::PathBuf> {
+    backends
+        .iter()
+        .filter_map(|b| match &b.kind {
+            BackendKind::Stdio(s) => s.sandbox.as_ref().map(|s| s.home.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn stdio_config(args: &GatewayArgs, stdio: &StdioSpec) -> StdioConfig {

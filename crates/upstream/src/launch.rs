@@ -54,6 +54,7 @@ fn sandboxed(config: &StdioConfig, sandbox: &Sandbox) -> std::io::Result<Command
         &config.args,
         config.cwd.as_deref(),
         config.private_home,
+        &config.homes.others(&sandbox.home),
     );
     let mut command = Command::new(launch.program);
     command.args(launch.args).env_clear().current_dir("/");

@@ -18,7 +18,8 @@
 //!       --size S --tmpfs /home/switchboard                     a process serving one caller
 //!         --ro-bind <home> /run/switchboard/seed
 //!       --tmpfs D, D's entries bound back, the mounts under D again   (each directory
-//!                             holding a file of the gateway's: config, secrets, state, audit log)
+//!                             holding a file of the gateway's: config, secrets, state, audit log;
+//!                             or another backend's home: [`Homes`], the default homes' directory)
 //!       --chdir <cwd, else the sandbox's home>
 //!       -- prlimit --as=M --nproc=P --nofile=F --core=0 -- PROGRAM ARGS...
 //!       -- prlimit … -- sh -c '<copy the seed into the home, then exec>' sh cp PROGRAM ARGS...
@@ -72,7 +73,8 @@ pub struct Sandbox {
     /// Directories masked besides [`MASKED`] (the gateway's own `HOME`).
     pub masked: Vec<PathBuf>,
     /// Files the backend cannot see, whether or not they exist yet: the gateway's config,
-    /// secrets, state and audit log. Each one's directory is covered at spawn
+    /// secrets, state and audit log (and the directory of the default homes, see
+    /// [`Homes`]). Each one's directory is covered at spawn
     /// ([`cover`](Sandbox::cover)), so a file created there later (an audit log opened after
     /// the backend started, trust state renamed into place) stays out of sight too.
     pub hidden: Vec<PathBuf>,
@@ -84,6 +86,40 @@ pub struct Sandbox {
     pub limits: Limits,
     /// The tools found on this host.
     pub host: Host,
+}
+
+/// The homes of every sandboxed backend the gateway serves or has served since it started,
+/// shared by all their configurations: a root gateway runs every sandbox as the same
+/// `nobody`, so each hides the others' homes ([`Sandbox::launch`]'s `others`). Kept apart
+/// from [`Sandbox`] (whose settings decide whether a reload restarts a backend): adding a
+/// backend adds its home here, and the processes started after that hide it, without
+/// restarting anyone. Never shrinks: a removed backend's home stays on the host, with what
+/// it wrote.
+#[derive(Debug, Clone, Default)]
+pub struct Homes(std::sync::Arc<std::sync::RwLock<Vec<PathBuf>>>);
+
+impl Homes {
+    /// Adds homes (each once).
+    pub fn add(&self, homes: impl IntoIterator<Item = PathBuf>) {
+        let mut all = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for home in homes {
+            if !all.contains(&home) {
+                all.push(home);
+            }
+        }
+    }
+
+    /// Every home but `own`.
+    pub fn others(&self, own: &Path) -> Vec<PathBuf> {
+        let all = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.iter().filter(|h| h.as_path() != own).cloned().collect()
+    }
 }
 
 /// Resource limits, applied with `setrlimit` in the sandbox.
@@ -284,13 +320,15 @@ impl Sandbox {
 
     /// The argv that runs `program args` sandboxed, starting in `cwd` (else the sandbox's
     /// home): with the backend's home, or with `private` a home of its own that exists only
-    /// inside, seeded with a copy of the backend's (the module's text).
+    /// inside, seeded with a copy of the backend's (the module's text). `others`: the other
+    /// backends' homes ([`Homes`]), hidden as the gateway's own files are.
     pub(crate) fn launch(
         &self,
         program: &str,
         args: &[String],
         cwd: Option<&Path>,
         private: bool,
+        others: &[PathBuf],
     ) -> Launch {
         let layers = self.layers(private);
         let mut argv = self.host.prefix();
@@ -298,7 +336,13 @@ impl Sandbox {
         for layer in &layers {
             layer.push(&mut argv);
         }
-        self.cover(&layers, &mut argv);
+        let mut hidden = self.hidden.clone();
+        for other in others {
+            if *other != self.home && !hidden.contains(other) {
+                hidden.push(other.clone());
+            }
+        }
+        self.cover(&layers, &hidden, &mut argv);
         // Relative to the gateway's directory, as an unsandboxed backend's would be.
         let start = cwd.map_or_else(
             || PathBuf::from(SANDBOX_HOME),

@@ -64,6 +64,9 @@ pub struct StdioConfig {
     /// process ([`crate::sandbox`]). For the processes that serve one caller (per-session,
     /// partitions, MRTR), never the shared one.
     pub private_home: bool,
+    /// Every sandboxed backend's home, shared by the gateway's backends: the others' are
+    /// hidden in this one's sandbox ([`crate::sandbox::Homes`]).
+    pub homes: crate::sandbox::Homes,
 }
 
 impl StdioConfig {
@@ -82,6 +85,7 @@ impl StdioConfig {
             write_queue: 1024,
             sandbox: None,
             private_home: false,
+            homes: crate::sandbox::Homes::default(),
         }
     }
 }

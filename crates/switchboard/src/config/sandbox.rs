@@ -443,7 +443,12 @@ fn absolute(path: &Path) -> PathBuf {
 /// Where a backend's home lives on the host: a root gateway's backends run as nobody, who
 /// cannot reach root's home, so theirs are under /var/cache; else the user's cache directory.
 fn default_home(backend: &str) -> Option<PathBuf> {
-    let tail = Path::new("switchboard").join("sandbox").join(backend);
+    Some(default_homes()?.join(backend))
+}
+
+/// The directory of the backends' default homes (`…/switchboard/sandbox`).
+fn default_homes() -> Option<PathBuf> {
+    let tail = Path::new("switchboard").join("sandbox");
     if sandbox::is_root() {
         return Some(Path::new("/var/cache").join(tail));
     }
@@ -485,6 +490,10 @@ pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
         .filter(|p| p.as_os_str() != "-")
         .map(|p| canonical(p))
         .collect();
+    // Every backend's default home, now and later (a backend a reload adds, one an earlier
+    // run left behind), whatever user the sandboxes share; each process still gets its
+    // own at its sandbox's home.
+    found.extend(default_homes().map(|d| canonical(&d)));
     found.sort();
     found.dedup();
     for b in &mut spec.backends {

@@ -21,6 +21,7 @@ use crate::common::{tool_text, TestGateway};
 
 mod bounds;
 mod homes;
+mod neighbours;
 mod serving;
 
 const SB: &str = env!("CARGO_BIN_EXE_switchboard");

@@ -105,12 +105,17 @@ impl Sandbox {
     }
 
     /// The directories to cover: each hidden file's nearest existing one, when the backend
-    /// would see into it, parents first. `/` cannot be covered; a file there gets
+    /// would see into it (not inside another hidden path), parents first. `/` cannot be covered; a file there gets
     /// `/dev/null` (when it exists).
-    fn covered(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    fn covered(&self, hidden: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
         let mut dirs: Vec<PathBuf> = Vec::new();
         let mut files = Vec::new();
-        for f in &self.hidden {
+        for f in hidden {
+            // Inside another hidden path (a home in the hidden directory of default homes):
+            // hidden with it.
+            if hidden.iter().any(|h| h != f && f.starts_with(h)) {
+                continue;
+            }
             let Some(dir) = f.ancestors().skip(1).find(|d| d.is_dir()) else {
                 continue;
             };
@@ -127,14 +132,15 @@ impl Sandbox {
         (dirs, files)
     }
 
-    /// Covers the hidden files' directories (see the module's text).
-    pub(crate) fn cover(&self, layers: &[Layer], argv: &mut Vec<OsString>) {
-        let (dirs, files) = self.covered();
+    /// Covers the directories of the `hidden` files (the sandbox's own, and the other
+    /// backends' homes; see the module's text).
+    pub(crate) fn cover(&self, layers: &[Layer], hidden: &[PathBuf], argv: &mut Vec<OsString>) {
+        let (dirs, files) = self.covered(hidden);
         for dir in dirs {
             argv.extend(["--tmpfs".into(), dir.clone().into_os_string()]);
             let writable = self.write.iter().any(|w| dir.starts_with(w));
             for entry in entries(&dir) {
-                if self.hidden.contains(&entry) {
+                if hidden.contains(&entry) {
                     continue;
                 }
                 if let Ok(target) = std::fs::read_link(&entry) {

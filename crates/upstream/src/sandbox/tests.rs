@@ -49,7 +49,7 @@ fn argv(launch: &Launch) -> Vec<String> {
 #[test]
 fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
     let s = sandbox(Path::new("/var/cache/sb/files"));
-    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, false));
+    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, false, &[]));
     let text = all.join(" ");
     // /dev read-only (nothing to fill), its /dev/shm bounded at `memory`.
     assert!(
@@ -79,7 +79,7 @@ fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
 #[test]
 fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
     let s = sandbox(Path::new("/var/cache/sb/files"));
-    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, true));
+    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, true, &[]));
     let text = all.join(" ");
     assert!(
         text.contains(
@@ -110,7 +110,7 @@ fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
 fn root_drops_to_nobody_and_cwd_is_kept() {
     let mut s = sandbox(Path::new("/var/cache/sb/files"));
     s.host = host(true);
-    let all = argv(&s.launch("srv", &[], Some(Path::new("/srv/data")), false));
+    let all = argv(&s.launch("srv", &[], Some(Path::new("/srv/data")), false, &[]));
     assert_eq!(
         all[..6],
         [
@@ -139,7 +139,7 @@ fn hidden_files_directories_are_covered() {
         dir.join("not-yet.log"),
         "/root/.ssh/id_rsa".into(),
     ];
-    let text = argv(&s.launch("srv", &[], None, false)).join(" ");
+    let text = argv(&s.launch("srv", &[], None, false, &[])).join(" ");
     let at = |needle: &str| {
         text.find(needle)
             .unwrap_or_else(|| panic!("{needle}: {text}"))
@@ -152,6 +152,32 @@ fn hidden_files_directories_are_covered() {
     assert!(!text.contains("Cargo.toml"), "{text}");
     assert!(!text.contains("not-yet.log"), "{text}");
     assert!(!text.contains("/root/.ssh"), "{text}");
+}
+
+/// The other backends' homes are hidden as the gateway's files are (their directory
+/// covered, they are not bound back), the backend's own is not among them, and a path inside
+/// another hidden one (a home in the hidden directory of default homes) needs no cover of
+/// its own (bubblewrap could not make one inside a read-only cover).
+#[test]
+fn other_backends_homes_are_hidden() {
+    let dir = std::env::current_dir().unwrap();
+    let homes = dir.join("src");
+    let mut s = sandbox(&homes.join("own"));
+    s.hidden = vec![homes.clone()];
+    let others = [homes.join("other"), dir.join("Cargo.toml"), s.home.clone()];
+    let text = argv(&s.launch("srv", &[], None, false, &others)).join(" ");
+    let d = dir.display();
+    assert_eq!(text.matches(&format!("--tmpfs {d} ")).count(), 1, "{text}");
+    assert!(!text.contains(&format!("--tmpfs {d}/src ")), "{text}");
+    assert!(!text.contains("Cargo.toml"), "{text}");
+    assert!(!text.contains(&format!("{d}/src/other")), "{text}");
+    assert!(
+        !text.contains(&format!("--ro-bind {d}/src {d}/src")),
+        "{text}"
+    );
+    let homes_set = Homes::default();
+    homes_set.add([s.home.clone(), homes.join("other"), s.home.clone()]);
+    assert_eq!(homes_set.others(&s.home), vec![homes.join("other")]);
 }
 
 #[test]
