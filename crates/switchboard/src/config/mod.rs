@@ -93,6 +93,8 @@ struct Source {
     doc: serde_json::Value,
     /// Values for `${VAR}` that the source itself carries (an `mcpServers` file's literals).
     secrets: HashMap<String, String>,
+    /// The file itself.
+    path: PathBuf,
 }
 
 /// Reads and checks a YAML (or JSON: YAML is a superset) config file.
@@ -110,6 +112,7 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, ConfigErrors> {
         name: source_name.clone(),
         doc,
         secrets: HashMap::new(),
+        path: path.to_path_buf(),
     })
 }
 
@@ -128,6 +131,7 @@ pub(crate) fn load_mcp_json(path: &Path) -> Result<Loaded, ConfigErrors> {
         name: source_name,
         doc: converted.doc,
         secrets: converted.secrets.into_iter().collect(),
+        path: path.to_path_buf(),
     })
 }
 
@@ -138,6 +142,10 @@ fn load_source(source: Source) -> Result<Loaded, ConfigErrors> {
     };
     let file = checked(&source.doc).map_err(errors)?;
     let resolved = resolve::resolve(&file, &source.base, source.secrets.clone()).map_err(errors)?;
+    let found = listed(&file, &resolved, &source.path);
+    if !found.is_empty() {
+        return Err(errors(found));
+    }
     Ok(Loaded {
         source_name: source.name.clone(),
         file,
@@ -208,7 +216,7 @@ pub(crate) fn serve_spec(
     let mut spec = merge::serve_spec(loaded, args.gateway, given)?;
     spec.trust = trust.unwrap_or_default();
     spec.watched = watched;
-    sandbox::hide(&mut spec, &files);
+    sandbox::hide(&mut spec, &files)?;
     Ok(spec)
 }
 
@@ -216,14 +224,69 @@ pub(crate) fn serve_spec(
 /// too, which [`sandbox::hide`] reads from the merged flags): the config itself, its secrets
 /// file, the token store's key file, and the remotes' header and client secret files.
 fn own_files(loaded: &Loaded, source: Option<&Path>) -> Vec<PathBuf> {
-    let r = &loaded.resolved;
+    config_files(&loaded.file, &loaded.resolved, source)
+}
+
+fn config_files(file: &model::ConfigFile, r: &Resolved, source: Option<&Path>) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = source.map(Path::to_path_buf).into_iter().collect();
-    files.extend(loaded.file.secrets_file.as_ref().map(|p| r.path(p)));
+    files.extend(file.secrets_file.as_ref().map(|p| r.path(p)));
     files.extend(r.token_key_file.clone());
-    for b in &loaded.file.backends {
+    for b in &file.backends {
         files.extend(b.headers_file.as_ref().map(|p| r.path(p)));
         let secret = b.auth.as_ref().and_then(|a| a.client_secret_file.as_ref());
         files.extend(secret.map(|p| r.path(p)));
     }
     files
+}
+
+/// The gateway's files the config itself names besides [`own_files`]: its policy, audit log,
+/// identity files, store secrets and trust state (from the file, before any flag).
+fn named_files(file: &model::ConfigFile, r: &Resolved, source: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    files.extend(file.policy.as_ref().map(|p| r.path(&p.file)));
+    let audit = file.audit.as_ref().filter(|a| a.log != "-");
+    files.extend(audit.map(|a| r.path(Path::new(&a.log))));
+    if let Some(auth) = &file.auth {
+        files.extend(auth.config_file.as_ref().map(|p| r.path(p)));
+        files.extend(auth.api_keys_file.as_ref().map(|p| r.path(p)));
+    }
+    if let Some(store) = &file.session_store {
+        files.extend(store.password_file.as_ref().map(|p| r.path(p)));
+        files.extend(store.replica_secret_file.as_ref().map(|p| r.path(p)));
+    }
+    let trust = file.trust.as_ref().and_then(|t| t.state_file.as_ref());
+    files.push(trust.map_or_else(|| trust::default_state_file(source), |p| r.path(p)));
+    files
+}
+
+/// The sandboxes' listed paths that name a gateway's file or a backend's home
+/// ([`sandbox::listed`]), each at its key.
+fn listed(file: &model::ConfigFile, r: &Resolved, source: &Path) -> Vec<ConfigError> {
+    use sandbox::{listed, SandboxKey};
+    let mut backends = Vec::new();
+    for (i, (entry, b)) in file.backends.iter().zip(&r.backends).enumerate() {
+        let spec::BackendKind::Stdio(s) = &b.kind else {
+            continue;
+        };
+        let Some(sandbox) = &s.sandbox else { continue };
+        let at = match &entry.sandbox {
+            Some(SandboxKey::Settings(own)) if own.filesystem.is_some() => {
+                format!("backends[{i}].sandbox.filesystem")
+            }
+            _ => "sandbox.filesystem".to_owned(),
+        };
+        backends.push(listed::Listed {
+            name: &entry.name,
+            at,
+            sandbox,
+        });
+    }
+    let mut files: Vec<PathBuf> = config_files(file, r, Some(source))
+        .into_iter()
+        .chain(named_files(file, r, source))
+        .map(|p| sandbox::canonical(&p))
+        .collect();
+    files.sort();
+    files.dedup();
+    listed::check(&backends, &files)
 }

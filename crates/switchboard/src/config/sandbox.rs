@@ -211,8 +211,8 @@ pub(crate) fn resolve(
         &mut errors,
     );
     let home = match &settings.home {
-        Some(h) => Some(absolute(&base.join(h))),
-        None => default_home(b.name),
+        Some(h) => Some(canonical(&base.join(h))),
+        None => default_home(b.name).map(|h| canonical(&h)),
     };
     let Some(home) = home else {
         errors.push(ConfigError::new(
@@ -322,12 +322,13 @@ pub(crate) fn host_port(entry: &str) -> Result<(), &'static str> {
     }
 }
 
-/// Each path made absolute (relative ones from the config file's directory); it must exist,
-/// since bubblewrap binds it.
+/// Each path resolved (relative ones from the config file's directory; `..` and links
+/// resolved, so what is hidden is compared with what is bound); it must exist, since
+/// bubblewrap binds it.
 fn paths(list: &[PathBuf], base: &Path, at: &str, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for (i, p) in list.iter().enumerate() {
-        let path = absolute(&base.join(p));
+        let path = canonical(&base.join(p));
         if path.exists() {
             out.push(path);
         } else {
@@ -423,17 +424,26 @@ fn unreachable(path: &Path) -> Option<PathBuf> {
 }
 
 /// `path` with its links and `..` resolved as far as it exists (a file not created yet:
-/// its existing directory resolved, the rest as written).
+/// its existing directory resolved, the rest as written, less its `..`), component by
+/// component: a `..` after a link leaves the link's target, as the kernel would.
 pub(crate) fn canonical(path: &Path) -> PathBuf {
-    let path = absolute(path);
-    let mut rest = Vec::new();
-    for dir in path.ancestors() {
-        if let Ok(real) = std::fs::canonicalize(dir) {
-            return rest.iter().rev().fold(real, |p: PathBuf, c| p.join(c));
+    use std::path::Component;
+    let mut out = PathBuf::from("/");
+    for part in absolute(path).components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => {
+                out.push(name);
+                if let Ok(real) = std::fs::canonicalize(&out) {
+                    out = real;
+                }
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
-        rest.extend(dir.file_name());
     }
-    path
+    out
 }
 
 fn absolute(path: &Path) -> PathBuf {
@@ -472,8 +482,10 @@ fn gateway_home() -> Option<PathBuf> {
 
 /// The gateway's own files (config, secrets, keys, state, audit log, and the policy and
 /// audit log its auth-config file names), by path whether or not they exist yet: no
-/// sandboxed backend can see them, nor files created beside them later.
-pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
+/// sandboxed backend can see them, nor files created beside them later. Fails when a
+/// backend's `read` or `write` path is or holds one of them (those its flags name are known
+/// only here; the file's own were refused when it was loaded).
+pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) -> anyhow::Result<()> {
     let args = &spec.options;
     let mut all: Vec<PathBuf> = files.to_vec();
     all.extend(args.auth.auth_config.clone());
@@ -490,6 +502,7 @@ pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
         .filter(|p| p.as_os_str() != "-")
         .map(|p| canonical(p))
         .collect();
+    refuse_listed(spec, &found)?;
     // Every backend's default home, now and later (a backend a reload adds, one an earlier
     // run left behind), whatever user the sandboxes share; each process still gets its
     // own at its sandbox's home.
@@ -503,7 +516,28 @@ pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) {
             }
         }
     }
+    Ok(())
 }
+
+/// A backend whose `read` or `write` path is or holds one of the gateway's `files`.
+fn refuse_listed(spec: &super::ServeSpec, files: &[PathBuf]) -> anyhow::Result<()> {
+    for b in &spec.backends {
+        let super::spec::BackendKind::Stdio(s) = &b.kind else {
+            continue;
+        };
+        let Some(sandbox) = &s.sandbox else { continue };
+        for (kind, list) in [("read", &sandbox.read), ("write", &sandbox.write)] {
+            for (j, path) in list.iter().enumerate() {
+                if let Some(why) = listed::gateway_file(path, files) {
+                    anyhow::bail!("backend {}: sandbox.filesystem.{kind}[{j}]: {why}", b.name);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) mod listed;
 
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,7 @@ use crate::common::{tool_text, TestGateway};
 
 mod bounds;
 mod homes;
+mod listed;
 mod neighbours;
 mod serving;
 

@@ -121,3 +121,45 @@ fn a_closed_directory_on_the_way_is_named() {
     assert!(errors.is_empty(), "{errors:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Listed paths are resolved at load, `..` and links included: what is hidden (resolved) is
+/// compared with what is bound.
+#[test]
+fn listed_paths_are_resolved() {
+    let dir = std::env::temp_dir().join(format!("sb-listed-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a/b")).unwrap();
+    std::fs::create_dir_all(dir.join("real")).unwrap();
+    let _ = std::os::unix::fs::symlink(dir.join("real"), dir.join("link"));
+    let real = std::fs::canonicalize(&dir).unwrap();
+    let mut errors = Vec::new();
+    let listed = [
+        PathBuf::from("a/b/../../real"),
+        PathBuf::from("link"),
+        PathBuf::from("a/../nothing"),
+    ];
+    let out = paths(&listed, &dir, "sandbox.filesystem.read", &mut errors);
+    assert_eq!(out, vec![real.join("real"), real.join("real")]);
+    assert_eq!(keys(&errors), ["sandbox.filesystem.read[2]"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn keys(errors: &[ConfigError]) -> Vec<String> {
+    errors.iter().map(|e| e.path.clone()).collect()
+}
+
+/// A path not created yet (a home) is resolved too: its existing part through links, its
+/// `..` wherever they are.
+#[test]
+fn a_path_not_created_yet_is_resolved() {
+    let dir = std::env::temp_dir().join(format!("sb-canonical-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("real")).unwrap();
+    let _ = std::os::unix::fs::symlink(dir.join("real"), dir.join("link"));
+    let real = std::fs::canonicalize(&dir).unwrap();
+    assert_eq!(
+        canonical(&dir.join("not-yet/../homes/b")),
+        real.join("homes/b")
+    );
+    assert_eq!(canonical(&dir.join("link/../x")), real.join("x"));
+    assert_eq!(canonical(&dir.join("link/new/..")), real.join("real"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
