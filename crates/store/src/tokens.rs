@@ -59,6 +59,16 @@ end
 return 1
 ";
 
+/// Deletes the value and its index entry only if the value is still `ARGV[1]`.
+const REMOVE_IF: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[2])
+return 1
+";
+
 /// Deletes the lock only if this holder still owns it.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -246,6 +256,36 @@ impl RedisTokenVault {
         })
         .await?;
         Ok(written == 1)
+    }
+
+    async fn remove_if_now(&self, key: &VaultKey, stale: &str) -> Result<bool, VaultError> {
+        let mut c = self.connection.clone();
+        let name = self.storage_key(key);
+        let read = name.clone();
+        let current: Option<Vec<u8>> = bounded("token_get", async move {
+            redis::cmd("GET").arg(&read).query_async(&mut c).await
+        })
+        .await?;
+        let Some(current) = current else {
+            return Ok(false);
+        };
+        if self.key.open(key, &current)?.access_token != stale {
+            return Ok(false);
+        }
+        let mut c = self.connection.clone();
+        let index = self.index_key(&key.principal);
+        let member = hex(&key.backend);
+        let removed: i64 = bounded("token_remove_if", async move {
+            redis::Script::new(REMOVE_IF)
+                .key(&name)
+                .key(&index)
+                .arg(current)
+                .arg(member)
+                .invoke_async(&mut c)
+                .await
+        })
+        .await?;
+        Ok(removed == 1)
     }
 
     async fn remove_now(&self, key: &VaultKey) -> Result<bool, VaultError> {
@@ -457,6 +497,14 @@ impl TokenVault for RedisTokenVault {
         token: &'a UpstreamToken,
     ) -> BoxFuture<'a, Result<bool, VaultError>> {
         Box::pin(self.replace_now(key, stale, token))
+    }
+
+    fn remove_if<'a>(
+        &'a self,
+        key: &'a VaultKey,
+        stale: &'a str,
+    ) -> BoxFuture<'a, Result<bool, VaultError>> {
+        Box::pin(self.remove_if_now(key, stale))
     }
 
     fn remove<'a>(&'a self, key: &'a VaultKey) -> BoxFuture<'a, Result<bool, VaultError>> {

@@ -303,3 +303,22 @@ async fn replace_writes_only_over_the_token_it_refreshed() {
     assert!(one.get(&k).await.unwrap().is_none());
     assert!(one.list(Some(&k.principal)).await.unwrap().is_empty());
 }
+
+/// A refused refresh removes only the token it refreshed: one another replica wrote
+/// meanwhile stays, on every replica.
+#[tokio::test]
+async fn remove_if_removes_only_the_token_that_was_refused() {
+    let Some(redis) = Redis::start_or_skip("token_vault_remove_if").await else {
+        return;
+    };
+    let (one, two) = (redis.vault([7; 32]), redis.vault([7; 32]));
+    let k = key("alice", "github");
+    one.put(&k, &token("t0", Some("r0"), 600)).await.unwrap();
+    two.put(&k, &token("t1", Some("r1"), 600)).await.unwrap();
+    assert!(!one.remove_if(&k, "t0").await.unwrap());
+    assert_eq!(two.get(&k).await.unwrap().unwrap().access_token, "t1");
+    assert_eq!(one.list(Some(&k.principal)).await.unwrap().len(), 1);
+    assert!(one.remove_if(&k, "t1").await.unwrap());
+    assert!(two.get(&k).await.unwrap().is_none());
+    assert!(two.list(Some(&k.principal)).await.unwrap().is_empty());
+}

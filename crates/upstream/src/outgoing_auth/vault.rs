@@ -237,6 +237,14 @@ pub trait TokenVault: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<bool, VaultError>>;
     /// Removes `key`'s token: true when something was removed.
     fn remove<'a>(&'a self, key: &'a VaultKey) -> BoxFuture<'a, Result<bool, VaultError>>;
+    /// Removes `key`'s token only if it is still the one whose access token is `stale` (a
+    /// refresh that was refused): false, and nothing removed, when another holder has
+    /// replaced it meanwhile.
+    fn remove_if<'a>(
+        &'a self,
+        key: &'a VaultKey,
+        stale: &'a str,
+    ) -> BoxFuture<'a, Result<bool, VaultError>>;
     /// Every token (principal = None) or one principal's.
     fn list<'a>(
         &'a self,

@@ -117,6 +117,16 @@ impl TokenVault for ProcessVault {
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
+    fn remove_if<'a>(
+        &'a self,
+        key: &'a super::vault::VaultKey,
+        stale: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<bool, super::vault::VaultError>> {
+        match process_vault() {
+            Ok(v) => v.remove_if(key, stale),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
     fn list<'a>(
         &'a self,
         principal: Option<&'a str>,

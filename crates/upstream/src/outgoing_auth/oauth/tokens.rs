@@ -224,7 +224,11 @@ impl Backend {
             }
             Err(e) => {
                 info!(backend = %self.config.backend, error = %e, "token refresh failed; consent is needed again");
-                self.forget(&key.principal).await;
+                // Only the token that was refused: one another replica refreshed meanwhile
+                // (its lock having run out) stays.
+                if let Err(e) = self.vault.remove_if(key, &current.access_token).await {
+                    info!(error = %e, "token vault unavailable");
+                }
                 Ok(None)
             }
         }

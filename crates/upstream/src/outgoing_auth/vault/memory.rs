@@ -97,6 +97,18 @@ impl MemoryVault {
         Ok(true)
     }
 
+    fn remove_if_now(&self, key: &VaultKey, stale: &str) -> Result<bool, VaultError> {
+        let mut values = self.inner.values.lock();
+        let Some(current) = values.get(key) else {
+            return Ok(false);
+        };
+        if self.inner.key.open(key, current)?.access_token != stale {
+            return Ok(false);
+        }
+        values.remove(key);
+        Ok(true)
+    }
+
     fn list_now(&self, principal: Option<&str>) -> Result<Vec<TokenSummary>, VaultError> {
         let chosen: Vec<(VaultKey, Vec<u8>)> = self
             .inner
@@ -165,6 +177,14 @@ impl TokenVault for MemoryVault {
 
     fn remove<'a>(&'a self, key: &'a VaultKey) -> BoxFuture<'a, Result<bool, VaultError>> {
         Box::pin(async move { Ok(self.inner.values.lock().remove(key).is_some()) })
+    }
+
+    fn remove_if<'a>(
+        &'a self,
+        key: &'a VaultKey,
+        stale: &'a str,
+    ) -> BoxFuture<'a, Result<bool, VaultError>> {
+        Box::pin(async move { self.remove_if_now(key, stale) })
     }
 
     fn list<'a>(

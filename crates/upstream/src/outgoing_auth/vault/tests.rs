@@ -236,3 +236,14 @@ async fn memory_vault_replaces_only_the_token_it_refreshed() {
     assert!(!vault.replace(&a, "next", &token()).await.unwrap());
     assert!(vault.get(&a).await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn memory_vault_removes_only_the_token_that_was_refused() {
+    let vault = MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap());
+    let a = key("alice", "github");
+    vault.put(&a, &token()).await.unwrap();
+    assert!(!vault.remove_if(&a, "an-older-one").await.unwrap());
+    assert!(vault.get(&a).await.unwrap().is_some());
+    assert!(vault.remove_if(&a, ACCESS).await.unwrap());
+    assert!(vault.get(&a).await.unwrap().is_none());
+}
