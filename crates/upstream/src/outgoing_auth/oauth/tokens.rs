@@ -196,10 +196,8 @@ impl Backend {
             self.forget(&key.principal).await;
             return Ok(None);
         }
-        let Ok(guard) = self.vault.refresh_lock(key, REFRESH_WAIT).await else {
-            return Ok(None);
-        };
-        let Some(current) = self.kept(key).await.ok().flatten() else {
+        let guard = (self.vault.refresh_lock(key, REFRESH_WAIT).await).map_err(vault_error)?;
+        let Some(current) = self.kept(key).await.map_err(vault_error)? else {
             return Ok(None);
         };
         let replaced = current.access_token != stale.access_token;
@@ -207,16 +205,23 @@ impl Backend {
             return Ok(header_of(&current));
         }
         if guard.is_none() {
-            return Ok(None);
+            // Another holder is still refreshing after the wait: this call fails, the token
+            // stays (no consent is asked for what is only slow).
+            return Err(OutgoingAuthError::Timeout);
         }
         match self.refresh_grant(&current).await {
             Ok(token) => {
                 // Compare-and-set: a revoke during the grant wins; the new token is dropped.
                 let kept = self.vault.replace(key, &current.access_token, &token).await;
                 drop(guard);
-                Ok(matches!(kept, Ok(true))
-                    .then(|| header_of(&token))
-                    .flatten())
+                match kept.map_err(vault_error)? {
+                    true => Ok(header_of(&token)),
+                    // Revoked, or replaced by another holder: what is there now, if usable.
+                    false => {
+                        let now = self.kept(key).await.ok().flatten().filter(fresh);
+                        Ok(now.and_then(|t| header_of(&t)))
+                    }
+                }
             }
             Err(e) if transient(&e) => {
                 info!(backend = %self.config.backend, error = %e, "token refresh could not be done now; the token is kept for the next try");
