@@ -219,25 +219,37 @@ impl RedisTokenVault {
         Ok(())
     }
 
+    /// The sealed value stored under `key` (at `name`), if the token in it is still the one
+    /// whose access token is `stale`: what a compare-and-set compares against.
+    async fn sealed_if(
+        &self,
+        key: &VaultKey,
+        name: &str,
+        stale: &str,
+    ) -> Result<Option<Vec<u8>>, VaultError> {
+        let mut c = self.connection.clone();
+        let read = name.to_owned();
+        let current: Option<Vec<u8>> = bounded("token_get", async move {
+            redis::cmd("GET").arg(&read).query_async(&mut c).await
+        })
+        .await?;
+        let Some(current) = current else {
+            return Ok(None);
+        };
+        let same = self.key.open(key, &current)?.access_token == stale;
+        Ok(same.then_some(current))
+    }
+
     async fn replace_now(
         &self,
         key: &VaultKey,
         stale: &str,
         token: &UpstreamToken,
     ) -> Result<bool, VaultError> {
-        let mut c = self.connection.clone();
         let name = self.storage_key(key);
-        let read = name.clone();
-        let current: Option<Vec<u8>> = bounded("token_get", async move {
-            redis::cmd("GET").arg(&read).query_async(&mut c).await
-        })
-        .await?;
-        let Some(current) = current else {
+        let Some(current) = self.sealed_if(key, &name, stale).await? else {
             return Ok(false);
         };
-        if self.key.open(key, &current)?.access_token != stale {
-            return Ok(false);
-        }
         let sealed = self.key.seal(key, token)?;
         let mut c = self.connection.clone();
         let index = self.index_key(&key.principal);
@@ -259,19 +271,10 @@ impl RedisTokenVault {
     }
 
     async fn remove_if_now(&self, key: &VaultKey, stale: &str) -> Result<bool, VaultError> {
-        let mut c = self.connection.clone();
         let name = self.storage_key(key);
-        let read = name.clone();
-        let current: Option<Vec<u8>> = bounded("token_get", async move {
-            redis::cmd("GET").arg(&read).query_async(&mut c).await
-        })
-        .await?;
-        let Some(current) = current else {
+        let Some(current) = self.sealed_if(key, &name, stale).await? else {
             return Ok(false);
         };
-        if self.key.open(key, &current)?.access_token != stale {
-            return Ok(false);
-        }
         let mut c = self.connection.clone();
         let index = self.index_key(&key.principal);
         let member = hex(&key.backend);
