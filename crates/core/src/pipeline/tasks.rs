@@ -30,7 +30,10 @@ impl Gateway {
     ) -> Result<Answer, CoreError> {
         match ex.msg.method {
             Some(n) if crate::tasks::BY_ID.contains(&n) => self.by_handle(ex, admitted).await,
-            Some(crate::tasks::LIST) if self.vmcp().is_some() => {
+            // The gateway's own list whenever the tables hold the caller's tasks: a backend's
+            // cursor pages over everyone's tasks, so none reaches a client. Per-session mode
+            // keeps the route (a session's own process lists its own tasks only).
+            Some(crate::tasks::LIST) if self.vmcp().is_some() || !self.is_per_session() => {
                 self.merged_task_list(ex, admitted).await
             }
             _ => self.era_route(ex, admitted, None).await,
@@ -71,7 +74,7 @@ impl Gateway {
         )
     }
 
-    /// Aggregating, `tasks/list`: the caller's tasks from every backend holding any, each
+    /// `tasks/list`: the caller's tasks from every backend holding any, each
     /// under its handle, in one page (the gateway's own list: it gives no cursor, and takes
     /// none).
     async fn merged_task_list(

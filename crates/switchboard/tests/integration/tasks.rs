@@ -438,3 +438,59 @@ async fn modern_task_handles_belong_to_their_principal() {
     }
     assert_eq!(alice.status(&gw, &task).await, "working");
 }
+
+/// pushy paging `tasks/list` one task at a time, behind `--api-keys-file` (alice and bob).
+async fn paging_pushy_with_keys() -> TestGateway {
+    let dir = std::env::temp_dir().join(format!("switchboard-paging-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/pushy.py"
+    );
+    TestGateway::start_with(
+        &["--api-keys-file", keys.to_str().unwrap()],
+        &["python3", script, "--task-page-1"],
+    )
+    .await
+}
+
+/// On a single backend too, `tasks/list` is the gateway's own list: a backend cursor (which
+/// pages over everyone's tasks) never reaches a client, the owner gets all of its tasks in
+/// one answer, and a cursor the gateway never gave is refused.
+#[tokio::test]
+async fn a_single_backend_list_gives_no_backend_cursor() {
+    let gw = paging_pushy_with_keys().await;
+    let bob_sid = session_as(&gw, BOB).await;
+    let alice = Caller {
+        token: Some(ALICE),
+        era: Era::Sessionless,
+    };
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        made.push(alice.create_task(&gw).await);
+    }
+    let bobs = [
+        Caller {
+            token: Some(BOB),
+            era: Era::Sessionless,
+        },
+        Caller {
+            token: Some(BOB),
+            era: Era::Session(&bob_sid),
+        },
+    ];
+    for bob in bobs {
+        let v = bob.ask(&gw, "tasks/list", json!({})).await.json();
+        assert_eq!(v["result"], json!({"tasks":[]}), "{v}");
+    }
+    let v = alice.ask(&gw, "tasks/list", json!({})).await.json();
+    assert!(v["result"].get("nextCursor").is_none(), "{v}");
+    let mut listed = alice.listed(&gw).await;
+    listed.sort();
+    made.sort();
+    assert_eq!(listed, made);
+    let paged = alice.ask(&gw, "tasks/list", json!({"cursor":"1"})).await;
+    assert_eq!(paged.error_code(), -32602, "{}", paged.text);
+}

@@ -14,6 +14,7 @@ Tools:
   set of subscribed URIs, setLevel calls, received cancellations, and ids of held requests.
 
 `resources/unsubscribe` answers after 50 ms so concurrent operations on one URI overlap.
+With `--task-page-1`, `tasks/list` pages one task at a time (`nextCursor` is the next index).
 """
 import json
 import sys
@@ -118,7 +119,15 @@ tasks = {}
 
 def handle_task(req, method, params):
     if method == "tasks/list":
-        result(req, {"tasks": list(tasks.values())})
+        listed = list(tasks.values())
+        if "--task-page-1" in sys.argv:
+            at = int(params.get("cursor") or 0)
+            page = {"tasks": listed[at:at + 1]}
+            if at + 1 < len(listed):
+                page["nextCursor"] = str(at + 1)
+            result(req, page)
+            return
+        result(req, {"tasks": listed})
         return
     task = tasks.get(params.get("taskId"))
     if task is None:
