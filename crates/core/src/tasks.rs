@@ -362,6 +362,15 @@ pub(crate) fn unknown_task() -> ErrorObject {
     ErrorObject::new(codes::INVALID_PARAMS, "Invalid params: unknown taskId")
 }
 
+/// The answer for a task the backend created that the gateway could not track: its id would
+/// name nothing the caller could reach, and the backend's own id is never handed out.
+pub(crate) fn untracked_task() -> ErrorObject {
+    ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        "Internal error: the task was created but the gateway cannot track it (too many tasks)",
+    )
+}
+
 /// The task a message concerns: `params.taskId` (status notifications) or the related-task
 /// `_meta` tag.
 pub(crate) fn task_of(params: Option<&RawValue>) -> Option<String> {

@@ -155,8 +155,9 @@ impl Gateway {
         Ok(Ok(()))
     }
 
-    /// A task the answer created, under the handle its owner knows it by (a tracked task
-    /// only: one the gateway could not record stays unreachable under any name).
+    /// A task the answer created, under the handle its owner knows it by. One the gateway
+    /// could not record (or rename) is an error: the backend's own id never reaches a client
+    /// (a session's own process excepted, whose ids are the session's alone).
     pub(super) fn expose_created(
         &self,
         route: &Route,
@@ -170,13 +171,22 @@ impl Gateway {
         let Some(created) = crate::tasks::created_in(&answer.body) else {
             return answer;
         };
-        let tables = self.registry.tables(&route.backend);
-        let Some(handle) = tables.tasks.handle_for(owner, &created) else {
+        if route.via == crate::resolve::Via::Own {
             return answer;
-        };
-        match crate::tasks::renamed_answer(&answer.body, &created, &handle) {
-            Some(body) => Answer { body, ..answer },
-            None => answer,
+        }
+        let tables = self.registry.tables(&route.backend);
+        let renamed = tables
+            .tasks
+            .handle_for(owner, &created)
+            .and_then(|handle| crate::tasks::renamed_answer(&answer.body, &created, &handle));
+        if let Some(body) = renamed {
+            return Answer { body, ..answer };
+        }
+        let err = crate::tasks::untracked_task();
+        let id = Message::parse(&answer.body).ok().and_then(|m| m.id);
+        Answer {
+            body: encode_error(id.as_ref(), &err),
+            error_code: Some(i64::from(err.code)),
         }
     }
 }

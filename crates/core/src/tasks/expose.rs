@@ -63,7 +63,8 @@ fn renamed_at(object: &str, path: &[&str], from: &str, to: &str) -> Option<Strin
             continue;
         }
         let replacement = match rest {
-            [] => (serde_json::from_str::<&str>(value.get()).ok() == Some(from))
+            // Compared decoded: an id the backend wrote with escapes is still that id.
+            [] => (serde_json::from_str::<String>(value.get()).ok().as_deref() == Some(from))
                 .then(|| serde_json::to_string(to).ok())
                 .flatten(),
             _ => renamed_at(value.get(), rest, from, to),
@@ -136,6 +137,16 @@ mod tests {
         assert_eq!(v["_meta"][META_RELATED_TASK]["taskId"], "h");
         assert_eq!(renamed(r#"{"taskId":"other"}"#, "t-1", "h"), None);
         assert_eq!(renamed("[1]", "t-1", "h"), None);
+    }
+
+    #[test]
+    fn escaped_ids_are_compared_decoded() {
+        let escaped = r#"{"task":{"taskId":"t\u002d1","status":"working"}}"#;
+        let v: Value = serde_json::from_str(&renamed(escaped, "t-1", "h").unwrap()).unwrap();
+        assert_eq!(v["task"]["taskId"], "h");
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{"taskId":"a\"b"}}"#;
+        let out = String::from_utf8(renamed_answer(body, "a\"b", "h").unwrap()).unwrap();
+        assert!(out.contains(r#""taskId":"h""#), "{out}");
     }
 
     #[test]
