@@ -256,6 +256,11 @@ async fn hostile_arguments_redirects_and_huge_answers_never_get_through() {
         ),
         (
             "listPets",
+            json!({"limit": 1, "filter": {"limit": 100000}}),
+            "key limit is another query parameter",
+        ),
+        (
+            "listPets",
             json!({"limit": "many"}),
             "invalid arguments: /limit",
         ),

@@ -65,7 +65,7 @@ pub(crate) fn build(
     fixed: &[(HeaderName, HeaderValue)],
 ) -> Result<Request<Full<Bytes>>, OpenApiError> {
     let path = path(&op.path, &op.params, args)?;
-    let query = query(&op.params, args);
+    let query = query(&op.params, args)?;
     let target = match query.is_empty() {
         true => format!("{}{path}", base.prefix),
         false => format!("{}{path}?{query}", base.prefix),
@@ -195,15 +195,40 @@ fn simple(v: &Value) -> String {
     }
 }
 
-fn query(params: &[Param], args: &Map<String, Value>) -> String {
+fn query(params: &[Param], args: &Map<String, Value>) -> Result<String, OpenApiError> {
     let mut pairs: Vec<String> = Vec::new();
     for p in params.iter().filter(|p| p.at == In::Query) {
         match args.get(&p.name) {
             None | Some(Value::Null) => {}
-            Some(v) => query_param(p, v, &mut pairs),
+            Some(v) => {
+                exploded_keys_are_their_own(p, v, params)?;
+                query_param(p, v, &mut pairs);
+            }
         }
     }
-    pairs.join("&")
+    Ok(pairs.join("&"))
+}
+
+/// An exploded form object puts its keys at the top of the query: a key that is another
+/// query parameter's name would set (or repeat) that parameter behind its schema's back.
+fn exploded_keys_are_their_own(p: &Param, v: &Value, params: &[Param]) -> Result<(), OpenApiError> {
+    let Value::Object(map) = v else {
+        return Ok(());
+    };
+    if p.style == Style::DeepObject || !p.explode {
+        return Ok(());
+    }
+    let other = params
+        .iter()
+        .filter(|o| o.at == In::Query && o.name != p.name)
+        .find(|o| map.contains_key(&o.name));
+    match other {
+        Some(o) => Err(refuse(format!(
+            "query parameter {}: key {} is another query parameter",
+            p.name, o.name
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn query_param(p: &Param, v: &Value, pairs: &mut Vec<String>) {

@@ -100,3 +100,31 @@ fn form_bodies_and_the_base_url() {
         assert!(Base::parse(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn exploded_object_keys_cannot_be_another_query_parameter() {
+    let o = op(spec(json!([id_param(),
+        {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+        {"name": "filter", "in": "query", "schema": {"type": "object"}},
+        {"name": "deep", "in": "query", "style": "deepObject", "schema": {"type": "object"}},
+        {"name": "flat", "in": "query", "explode": false, "schema": {"type": "object"}}])));
+    for bad in [
+        json!({"id": "1", "filter": {"limit": 100000}}),
+        json!({"id": "1", "limit": 5, "filter": {"a": 1, "limit": 100000}}),
+        json!({"id": "1", "filter": {"deep": "x"}}),
+    ] {
+        let e = build(&base(), &o, &args(bad.clone()), &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("is another query parameter"),
+            "{bad}: {e}"
+        );
+    }
+    // Its own name, and keys of a deepObject or an unexploded object, stay in their place.
+    let a = json!({"id": "1", "filter": {"filter": 1},
+        "deep": {"limit": 3}, "flat": {"limit": 4}});
+    let r = build(&base(), &o, &args(a), &[]).unwrap();
+    assert_eq!(
+        r.uri().query(),
+        Some("filter=1&deep%5Blimit%5D=3&flat=limit,4")
+    );
+}
