@@ -271,17 +271,33 @@ pub fn check_base_url(url: &str) -> Result<(), OpenApiError> {
     Base::parse(url).map(|_| ())
 }
 
-/// Reads a spec from a file.
+/// Reads a spec from a regular file, at most [`MAX_SPEC_BYTES`] of it. Opened without
+/// blocking (a FIFO with no writer, or a device, would otherwise hang or never end) and
+/// checked once open, so a file swapped in after a look is checked too.
 pub fn read_file(path: &std::path::Path) -> Result<Value, OpenApiError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let read = |why: String| OpenApiError::Read {
         source_name: path.display().to_string(),
         why,
     };
-    let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
-    if meta.len() > MAX_SPEC_BYTES as u64 {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| read(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| read(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(read("not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_SPEC_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| read(e.to_string()))?;
+    if bytes.len() > MAX_SPEC_BYTES {
         return Err(read(format!("larger than {MAX_SPEC_BYTES} bytes")));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|_| read("not UTF-8 text".into()))?;
     Ok(parse(&text)?)
 }
 

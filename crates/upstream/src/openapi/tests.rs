@@ -94,3 +94,54 @@ async fn bad_calls_are_refused_before_anything_is_sent() {
     );
     assert!(u.is_reachable(), "nothing was sent");
 }
+
+/// A directory of this test's own (removed on drop).
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("sb-openapi-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `read_file` on another thread: its error, or `None` if it did not return in 10 s.
+fn read_error(path: std::path::PathBuf) -> Option<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(read_file(&path).map(|_| ()).map_err(|e| e.to_string()));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(10)).ok()?;
+    Some(got.expect_err("it was read"))
+}
+
+#[test]
+fn a_spec_file_is_read_only_if_regular_and_only_up_to_the_bound() {
+    let dir = TempDir::new("read");
+    let fifo = dir.0.join("spec.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    for special in [fifo, "/dev/zero".into(), dir.0.clone()] {
+        let e = read_error(special.clone()).unwrap_or_else(|| panic!("{special:?} hung"));
+        assert!(e.ends_with("not a regular file"), "{special:?}: {e}");
+    }
+    let big = dir.0.join("big.yaml");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(MAX_SPEC_BYTES as u64 + 1).unwrap();
+    let e = read_error(big).unwrap();
+    assert!(
+        e.ends_with(&format!("larger than {MAX_SPEC_BYTES} bytes")),
+        "{e}"
+    );
+    let ok = dir.0.join("ok.yaml");
+    std::fs::write(&ok, tools::tests::PETS).unwrap();
+    assert!(read_file(&ok).is_ok());
+}
