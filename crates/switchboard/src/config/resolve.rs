@@ -404,9 +404,12 @@ impl Ctx<'_> {
             }
         };
         let spec_at = format!("{at}.openapi.spec");
-        let shown = key.spec.clone();
+        let mut shown = key.spec.clone();
         let (source, loaded) = if shown.starts_with("http://") || shown.starts_with("https://") {
-            match self.expand(&shown, &spec_at) {
+            let url = self.expand(&shown, &spec_at);
+            // Its query or user info may hold a credential, written in the file.
+            shown = super::spec::shown(&shown);
+            match url {
                 Ok(url) => (SpecSource::Url(url), None),
                 Err(err) => return Err([errors, vec![err]].concat()),
             }

@@ -256,7 +256,7 @@ impl crate::cli::RunArgs {
 
 /// A `--url` as logs and messages show it: without a query or user info, which may carry
 /// credentials (`?key=…`, `user:pass@`).
-fn shown(url: &str) -> String {
+pub(crate) fn shown(url: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((base, _)) => (base, "?…"),
         None => (url, ""),

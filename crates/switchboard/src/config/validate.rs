@@ -128,8 +128,8 @@ fn describe(b: &BackendEntry, default: Option<super::model::IsolationKey>) -> St
         (None, None) => match &b.openapi {
             Some(o) => format!(
                 "openapi  {}, base URL {}, {} header(s)",
-                o.spec,
-                o.base_url,
+                super::spec::shown(&o.spec),
+                super::spec::shown(&o.base_url),
                 b.headers.len()
             ),
             None => String::new(),

@@ -343,6 +343,21 @@ async fn validate_names_spec_errors_by_pointer_and_lists_skipped_operations() {
         out.contains("backends[0].openapi.spec: v4.yaml#/openapi: OpenAPI 4.0.0"),
         "{out}"
     );
+    // What the spec says is printed with its control characters escaped.
+    dir.write("ctl.yaml", "openapi: \"4\\e[2J\\rforged\"\npaths: {}\n");
+    let (code, out) = validate(dir.write("ctl-c.yaml", &config("ctl.yaml"))).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("OpenAPI 4\\u{1b}[2J\\rforged is not"), "{out}");
+    assert!(!out.contains(['\u{1b}', '\r']), "{out}");
+    // A spec URL's and a base URL's user info and query are not shown.
+    let secret = "backends:\n  - name: pets\n    openapi: {spec: \"http://u:pw-1@127.0.0.1:9/s?key=k-2\", baseUrl: \"http://u:pw-3@127.0.0.1:9/v1\"}\n";
+    let (code, out) = validate(dir.write("url.yaml", secret)).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("openapi  http://…@127.0.0.1:9/s?…, base URL http://…@127.0.0.1:9/v1"),
+        "{out}"
+    );
+    assert!(!out.contains("pw-") && !out.contains("k-2"), "{out}");
     dir.write("pets.yaml", &spec("3.1.0", "http://127.0.0.1:1"));
     let (code, out) = validate(dir.write("c.yaml", &config("pets.yaml"))).await;
     assert_eq!(code, Some(0), "{out}");
@@ -468,6 +483,11 @@ async fn hostile_specs_fail_their_backend_fast_and_the_rest_is_served() {
             rest.port
         );
     }
+    // Its URL's user info and query are shown as `…` in every line.
+    yaml += &format!(
+        "  - name: leaky\n    openapi: {{spec: \"http://u:pw-1@127.0.0.1:{0}/hostile/names?key=k-2\", baseUrl: \"http://u:pw-3@127.0.0.1:{0}/v1\"}}\n",
+        rest.port
+    );
     let config = dir.write("sb.yaml", &yaml);
     let mut cmd = tokio::process::Command::new(SB);
     cmd.args(["serve", "--config", config.to_str().unwrap()])
@@ -494,6 +514,12 @@ async fn hostile_specs_fail_their_backend_fast_and_the_rest_is_served() {
             "{out}"
         );
     }
+    let leaky = format!(
+        "backend leaky: the OpenAPI spec cannot be served: http://…@127.0.0.1:{}/hostile/names?…",
+        rest.port
+    );
+    assert!(out.contains(&leaky), "{out}");
+    assert!(!out.contains("pw-") && !out.contains("k-2"), "{out}");
     // Debug build, shared CPUs: generous; unbounded, these take minutes or all memory.
     assert!(took < Duration::from_secs(30), "startup took {took:?}");
     let sid = gw.session().await;

@@ -15,10 +15,31 @@ pub struct SpecError {
 impl SpecError {
     pub(crate) fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
         SpecError {
-            pointer: pointer.into(),
-            message: message.into(),
+            pointer: printable(pointer.into()),
+            message: printable(message.into()),
         }
     }
+}
+
+/// `text` (which may quote the spec) safe to print: control characters, line and paragraph
+/// separators and bidirectional overrides escaped (`\u{1b}`), so a spec cannot forge log
+/// lines or drive a terminal.
+pub(crate) fn printable(text: String) -> String {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match unsafe_char(c) {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    out
 }
 
 /// The module's errors.

@@ -117,6 +117,18 @@ pub struct Skipped {
     pub why: String,
 }
 
+impl Skipped {
+    /// Each part made [`printable`](super::error::printable): they quote the spec.
+    fn new(operation: String, pointer: String, why: String) -> Skipped {
+        use super::error::printable;
+        Skipped {
+            operation: printable(operation),
+            pointer: printable(pointer),
+            why: printable(why),
+        }
+    }
+}
+
 impl std::fmt::Display for Skipped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({}): {}", self.operation, self.pointer, self.why)
@@ -174,11 +186,11 @@ impl Catalog {
                     budget: &budget,
                 };
                 if method == "trace" {
-                    skipped.push(Skipped {
-                        operation: ctx.label(),
-                        pointer: at,
-                        why: "TRACE echoes the request, configured credentials included".into(),
-                    });
+                    skipped.push(Skipped::new(
+                        ctx.label(),
+                        at,
+                        "TRACE echoes the request, configured credentials included".into(),
+                    ));
                     continue;
                 }
                 let made = ctx.tool(&mut names);
@@ -199,11 +211,7 @@ impl Catalog {
                         ))
                     }
                     Ok(tool) => tools.push(tool),
-                    Err(why) => skipped.push(Skipped {
-                        operation: ctx.label(),
-                        pointer: at,
-                        why,
-                    }),
+                    Err(why) => skipped.push(Skipped::new(ctx.label(), at, why)),
                 }
             }
         }

@@ -301,3 +301,24 @@ fn path_templates_that_could_leave_the_base_path_are_skipped() {
         assert!(s.why.starts_with("path "), "{s}");
     }
 }
+
+#[test]
+fn what_a_spec_says_is_printed_with_its_control_characters_escaped() {
+    let doc = json!({"openapi": "3.1.0", "paths": {
+        "/up": {"put": {"operationId": "a\u{1b}[2Jb\nfake line", "responses": {},
+            "requestBody": {"required": true,
+                "content": {"application/octet-stream": {"schema": {"type": "string"}}}}}},
+        "/ok": {"get": {"responses": {}}}}});
+    let (_, skipped) = Catalog::from_document(&doc).unwrap();
+    let shown = skipped[0].to_string();
+    assert!(
+        shown.starts_with("PUT /up (operationId a\\u{1b}[2Jb\\nfake line)"),
+        "{shown}"
+    );
+    let bad = json!({"openapi": "4\u{202e}\r", "paths": {}});
+    let e = Catalog::from_document(&bad).unwrap_err().to_string();
+    assert!(
+        !e.contains(['\u{202e}', '\r']) && e.contains("\\u{202e}\\r"),
+        "{e}"
+    );
+}
