@@ -261,6 +261,16 @@ async fn hostile_arguments_redirects_and_huge_answers_never_get_through() {
         ),
         (
             "listPets",
+            json!({"limit": 1, "X-Request-Id": "r".repeat(8193)}),
+            "X-Request-Id is longer than 8192 bytes",
+        ),
+        (
+            "listPets",
+            json!({"limit": 1, "tag": ["t".repeat(40000), "t".repeat(40000)]}),
+            "the URL would be longer than 65536 bytes",
+        ),
+        (
+            "listPets",
             json!({"limit": "many"}),
             "invalid arguments: /limit",
         ),

@@ -94,7 +94,8 @@ struct Inner {
     limit: usize,
     call_timeout: Duration,
     pending: AtomicUsize,
-    /// Cleared when a call could not reach the API, set by any answer.
+    /// Cleared when a call could not connect to the API, set by any answer. Nothing else
+    /// clears it: a caller's request the API drops or resets says nothing of its health.
     reachable: AtomicBool,
 }
 
@@ -241,7 +242,9 @@ impl Inner {
         debug_assert_eq!(request.uri().authority(), Some(&self.base.authority));
         let sent = self.client.request(request).await;
         let response = sent.map_err(|e| {
-            self.reachable.store(false, Ordering::Relaxed);
+            if e.is_connect() {
+                self.reachable.store(false, Ordering::Relaxed);
+            }
             OpenApiError::Transport(crate::remote::error_chain(&e))
         })?;
         self.reachable.store(true, Ordering::Relaxed);

@@ -21,6 +21,11 @@ const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
+/// The longest header or cookie value a call may send (servers refuse far less).
+pub(crate) const MAX_HEADER_VALUE: usize = 8 * 1024;
+/// The longest URL a call may send.
+pub(crate) const MAX_URL: usize = 64 * 1024;
+
 /// Where calls go: the configured base URL, split once.
 #[derive(Debug, Clone)]
 pub(crate) struct Base {
@@ -70,6 +75,11 @@ pub(crate) fn build(
         true => format!("{}{path}", base.prefix),
         false => format!("{}{path}?{query}", base.prefix),
     };
+    if target.len() + base.authority.as_str().len() > MAX_URL {
+        return Err(refuse(format!(
+            "the URL would be longer than {MAX_URL} bytes"
+        )));
+    }
     let uri = Uri::builder()
         .scheme(base.scheme.clone())
         .authority(base.authority.clone())
@@ -286,14 +296,19 @@ fn headers(
             continue;
         };
         let text = simple(v);
+        let kind = match p.at {
+            In::Header => "header",
+            _ => "cookie",
+        };
         if text.contains(['\r', '\n', '\0']) {
             return Err(refuse(format!(
-                "{} parameter {} may not contain CR, LF or NUL",
-                if p.at == In::Header {
-                    "header"
-                } else {
-                    "cookie"
-                },
+                "{kind} parameter {} may not contain CR, LF or NUL",
+                p.name
+            )));
+        }
+        if text.len() > MAX_HEADER_VALUE {
+            return Err(refuse(format!(
+                "{kind} parameter {} is longer than {MAX_HEADER_VALUE} bytes",
                 p.name
             )));
         }
@@ -315,7 +330,13 @@ fn headers(
         out.push((name, value));
     }
     if !cookies.is_empty() && !fixed.iter().any(|(n, _)| *n == COOKIE) {
-        let value = HeaderValue::from_str(&cookies.join("; "))
+        let cookies = cookies.join("; ");
+        if cookies.len() > MAX_HEADER_VALUE {
+            return Err(refuse(format!(
+                "the cookie parameters are longer than {MAX_HEADER_VALUE} bytes"
+            )));
+        }
+        let value = HeaderValue::from_str(&cookies)
             .map_err(|_| refuse("cookie parameters do not make a header".into()))?;
         out.push((COOKIE, value));
     }

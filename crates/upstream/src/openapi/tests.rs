@@ -145,3 +145,37 @@ fn a_spec_file_is_read_only_if_regular_and_only_up_to_the_bound() {
     std::fs::write(&ok, tools::tests::PETS).unwrap();
     assert!(read_file(&ok).is_ok());
 }
+
+/// A tool call to an API at `port` (which fails: nothing there answers), its text.
+async fn call_at(port: u16) -> (OpenApiUpstream, String) {
+    let doc = parse(tools::tests::PETS).unwrap();
+    let (catalog, _) = Catalog::from_document(&doc).unwrap();
+    let config = OpenApiConfig::new(format!("http://127.0.0.1:{port}"));
+    let u = OpenApiUpstream::new(Arc::new(catalog), config).unwrap();
+    let args = json!({"name": "listPets", "arguments": {"limit": 1}});
+    let (_, r) = ask(&u, "tools/call", args).await;
+    assert_eq!(r["isError"], true, "{r}");
+    let text = r["content"][0]["text"].as_str().unwrap_or("").to_owned();
+    (u, text)
+}
+
+#[tokio::test]
+async fn only_a_failed_connect_marks_the_api_unreachable() {
+    // Accepts, reads the request, and closes without answering.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = conn.read(&mut buf).await;
+    });
+    let (u, text) = call_at(port).await;
+    server.await.unwrap();
+    assert!(text.starts_with("the API did not answer"), "{text}");
+    assert!(u.is_reachable(), "a dropped call is not an unreachable API");
+    // Nothing listens there any more: the connection is refused.
+    let (u, text) = call_at(port).await;
+    assert!(text.starts_with("the API did not answer"), "{text}");
+    assert!(!u.is_reachable());
+}

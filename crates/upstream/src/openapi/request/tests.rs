@@ -128,3 +128,41 @@ fn exploded_object_keys_cannot_be_another_query_parameter() {
         Some("filter=1&deep%5Blimit%5D=3&flat=limit,4")
     );
 }
+
+#[test]
+fn header_cookie_and_url_lengths_are_bounded() {
+    let o = op(spec(json!([id_param(),
+        {"name": "q", "in": "query", "schema": {"type": "string"}},
+        {"name": "X-A", "in": "header", "schema": {"type": "string"}},
+        {"name": "c1", "in": "cookie", "schema": {"type": "string"}},
+        {"name": "c2", "in": "cookie", "schema": {"type": "string"}}])));
+    let at_most = "h".repeat(MAX_HEADER_VALUE);
+    let over = "h".repeat(MAX_HEADER_VALUE + 1);
+    let ok = build(&base(), &o, &args(json!({"id": "1", "X-A": at_most})), &[]).unwrap();
+    assert_eq!(ok.headers()["x-a"].len(), MAX_HEADER_VALUE);
+    for (a, why) in [
+        (
+            json!({"id": "1", "X-A": over}),
+            "header parameter X-A is longer",
+        ),
+        (
+            json!({"id": "1", "c1": over}),
+            "cookie parameter c1 is longer",
+        ),
+        (
+            json!({"id": "1", "c1": at_most, "c2": "x"}),
+            "cookie parameters are longer",
+        ),
+        (
+            json!({"id": "1", "q": "q".repeat(MAX_URL)}),
+            "URL would be longer",
+        ),
+        (json!({"id": "i".repeat(MAX_URL)}), "URL would be longer"),
+    ] {
+        let e = build(&base(), &o, &args(a), &[]).unwrap_err().to_string();
+        assert!(e.contains(why), "{why}: {e}");
+    }
+    let q = "q".repeat(MAX_URL - 100);
+    let ok = build(&base(), &o, &args(json!({"id": "1", "q": q})), &[]).unwrap();
+    assert!(ok.uri().to_string().len() <= MAX_URL);
+}
