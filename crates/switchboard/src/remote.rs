@@ -241,19 +241,8 @@ pub(crate) fn header_name(raw: &str) -> Result<HeaderName, HeaderNameError> {
     // would make every session present the same `Mcp-Session-Id` (one upstream session for
     // every principal), or break the framing of requests on the shared connection pool.
     let reserved = name.as_str().starts_with("mcp-")
-        || matches!(
-            name.as_str(),
-            "host"
-                | "content-length"
-                | "transfer-encoding"
-                | "connection"
-                | "upgrade"
-                | "te"
-                | "trailer"
-                | "content-type"
-                | "accept"
-                | "last-event-id"
-        );
+        || name.as_str() == "last-event-id"
+        || switchboard_upstream::remote::RESERVED_HEADERS.contains(&name.as_str());
     if reserved {
         return Err(HeaderNameError::Reserved(name.to_string()));
     }
@@ -431,6 +420,10 @@ mod tests {
             "Content-Length: 0",
             "Host: elsewhere",
             "Last-Event-ID: 1",
+            "Keep-Alive: timeout=5",
+            "Proxy-Connection: close",
+            "Expect: 100-continue",
+            "Upgrade: h2c",
         ] {
             let err = parse_header(bad, env).unwrap_err();
             assert!(!format!("{err:#}").contains("s3cret"), "{err:#}");

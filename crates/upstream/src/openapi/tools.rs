@@ -36,17 +36,14 @@ impl Limits {
     };
 }
 
-/// Header parameters OpenAPI says to ignore, and those the gateway sets itself.
-const IGNORED_HEADERS: [&str; 8] = [
-    "accept",
-    "content-type",
-    "authorization",
-    "content-length",
-    "host",
-    "transfer-encoding",
-    "connection",
-    "cookie",
-];
+/// Header parameters left out: those OpenAPI says to ignore (`Accept`, `Content-Type`,
+/// `Authorization`), `Cookie` (cookie parameters make it), and every header the gateway
+/// reserves for itself ([`crate::remote::RESERVED_HEADERS`], shared with remote backends).
+fn ignored_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    matches!(name.as_str(), "authorization" | "cookie")
+        || crate::remote::RESERVED_HEADERS.contains(&name.as_str())
+}
 
 /// Where a parameter goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -393,7 +390,7 @@ impl Ctx<'_> {
             Some("cookie") => In::Cookie,
             other => return Err(format!("parameter {name}: unknown location {other:?}")),
         };
-        if at == In::Header && IGNORED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        if at == In::Header && ignored_header(name) {
             return Ok(None);
         }
         if at == In::Path && !template_vars(self.path).any(|v| v == name) {

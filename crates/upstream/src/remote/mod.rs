@@ -41,6 +41,24 @@ pub use listen::ListenHandle;
 pub use sse_client::SseClient;
 pub use upstream::{Mode, RemoteOwner, RemoteTransport, RemoteUpstream};
 
+/// Headers that frame a request or describe its connection, and those the gateway sets on
+/// every request it sends upstream: neither a configured header (of a remote or an OpenAPI
+/// backend) nor an OpenAPI spec's header parameter may set them. One list for both kinds.
+pub const RESERVED_HEADERS: [&str; 12] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "expect",
+    "content-type",
+    "accept",
+];
+
 const SESSION: &str = "mcp-session-id";
 /// First delay before reopening a dropped listen stream; doubled up to the maximum.
 const LISTEN_MIN_BACKOFF: Duration = Duration::from_millis(250);

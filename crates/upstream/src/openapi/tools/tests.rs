@@ -322,3 +322,30 @@ fn what_a_spec_says_is_printed_with_its_control_characters_escaped() {
         "{e}"
     );
 }
+
+#[test]
+fn header_parameters_the_gateway_reserves_are_left_out() {
+    let reserved = [
+        "Upgrade",
+        "TE",
+        "Trailer",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "Expect",
+        "Host",
+        "Authorization",
+        "Cookie",
+    ];
+    let mut params: Vec<Value> = reserved
+        .iter()
+        .map(|n| json!({"name": n, "in": "header", "schema": {"type": "string"}}))
+        .collect();
+    params.push(json!({"name": "X-Fine", "in": "header", "schema": {"type": "string"}}));
+    let doc = json!({"openapi": "3.1.0", "paths": {"/h": {"get": {
+        "operationId": "h", "parameters": params, "responses": {}}}}});
+    let (c, skipped) = Catalog::from_document(&doc).unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let props = def(&c, "h")["inputSchema"]["properties"].clone();
+    let names: Vec<&String> = props.as_object().unwrap().keys().collect();
+    assert_eq!(names, ["X-Fine"]);
+}
