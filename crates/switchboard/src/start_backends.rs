@@ -466,6 +466,8 @@ fn openapi_origin(args: &GatewayArgs, spec: &crate::config::spec::OpenApiSpec) -
     // Bounded by the whole-request bound, as a remote's calls are (the gateway's own
     // deadline cancels a call earlier).
     config.call_timeout = GatewayArgs::secs(args.max_request_time);
+    // An answer is bounded as a stdio backend's line is.
+    config.max_result_bytes = args.max_line_bytes;
     if let Some(limit) = spec.max_response_bytes {
         config.max_response_bytes = limit;
     }

@@ -238,7 +238,7 @@ async fn calls(s: &Setup, era: Era, sid: Option<&str>) {
 
 #[tokio::test]
 async fn hostile_arguments_redirects_and_huge_answers_never_get_through() {
-    let s = setup("openapi-bad", "3.0.3", "").await;
+    let s = setup("openapi-bad", "3.0.3", "limits: {maxLineBytes: 2097152}\n").await;
     let gw = &s.gw;
     let sid = gw.session().await;
     let refused = [
@@ -312,6 +312,13 @@ async fn hostile_arguments_redirects_and_huge_answers_never_get_through() {
     let r = call(gw, Era::Legacy, Some(&sid), "getBig", json!({})).await;
     assert_eq!(r["isError"], true);
     assert!(text(&r).contains("larger than 1048576 bytes"), "{r}");
+    // Within that bound, but six times larger as JSON text: a "too large" result, not a line
+    // past the gateway's bound.
+    for (era, session) in [(Era::Legacy, Some(sid.as_str())), (Era::Modern, None)] {
+        let r = call(gw, era, session, "getCtl", json!({})).await;
+        assert_eq!(r["isError"], true, "{:.200}", r.to_string());
+        assert!(text(&r).contains("too large"), "{:.200}", r.to_string());
+    }
     let again = call(gw, Era::Modern, None, "getPetById", json!({"petId": "x"})).await;
     assert_eq!(again["structuredContent"]["name"], "x", "{again}");
     assert!(
@@ -372,7 +379,7 @@ async fn validate_names_spec_errors_by_pointer_and_lists_skipped_operations() {
     let (code, out) = validate(dir.write("c.yaml", &config("pets.yaml"))).await;
     assert_eq!(code, Some(0), "{out}");
     assert!(
-        out.contains("8 tool(s): listPets, createPet, getPetById"),
+        out.contains("9 tool(s): listPets, createPet, getPetById"),
         "{out}"
     );
     assert!(

@@ -50,6 +50,10 @@ pub struct OpenApiConfig {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Largest response body read; a larger one fails the call.
     pub max_response_bytes: usize,
+    /// Largest answer line (a stdio backend's line bound): a call's result that encodes
+    /// larger (its text and `structuredContent` both carry the body, and control bytes
+    /// grow sixfold as JSON escapes) is answered as a "too large" error result instead.
+    pub max_result_bytes: usize,
     /// Deadline of one call, from sending to the whole body.
     pub call_timeout: Duration,
     /// Deadline of establishing a connection.
@@ -66,12 +70,13 @@ impl std::fmt::Debug for OpenApiConfig {
 }
 
 impl OpenApiConfig {
-    /// Defaults: 16 MiB responses, 60 s calls, 10 s to connect.
+    /// Defaults: 16 MiB responses and result lines, 60 s calls, 10 s to connect.
     pub fn new(base_url: impl Into<String>) -> Self {
         OpenApiConfig {
             base_url: base_url.into(),
             headers: Vec::new(),
             max_response_bytes: 16 * 1024 * 1024,
+            max_result_bytes: crate::StdioConfig::DEFAULT_MAX_LINE_BYTES,
             call_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
         }
@@ -92,6 +97,7 @@ struct Inner {
     redactor: redact::Redactor,
     client: crate::remote::Client,
     limit: usize,
+    max_result: usize,
     call_timeout: Duration,
     pending: AtomicUsize,
     /// Cleared when a call could not connect to the API, set by any answer. Nothing else
@@ -124,6 +130,7 @@ impl OpenApiUpstream {
                 headers,
                 client: client(config.connect_timeout),
                 limit: config.max_response_bytes,
+                max_result: config.max_result_bytes,
                 call_timeout: config.call_timeout,
                 pending: AtomicUsize::new(0),
                 reachable: AtomicBool::new(true),
@@ -188,18 +195,30 @@ impl Inner {
         let method = request["method"].as_str().unwrap_or("");
         let params = request.get("params").cloned().unwrap_or(json!({}));
         let id = request.get("id").cloned().unwrap_or(id);
-        let answer = match server::ask(&self.catalog, method, &params) {
-            Ask::Now(answer) => answer,
-            Ask::Call { tool, args } => Ok(self.tool_call(&tool, &args).await),
+        let (answer, call) = match server::ask(&self.catalog, method, &params) {
+            Ask::Now(answer) => (answer, false),
+            Ask::Call { tool, args } => (Ok(self.tool_call(&tool, &args).await), true),
         };
-        match answer {
-            Ok(mut result) => {
-                if server::is_modern(method, &params) {
-                    server::decorate(&self.catalog, method, &mut result);
-                }
-                encode(&id, "result", &result)
+        let decorated = |mut result: Value| {
+            if server::is_modern(method, &params) {
+                server::decorate(&self.catalog, method, &mut result);
             }
-            Err(e) => encode(&id, "error", &e.to_value()),
+            result
+        };
+        let result = match answer {
+            Ok(result) => decorated(result),
+            Err(e) => return encode(&id, "error", &e.to_value()),
+        };
+        // Only a call's result carries what the API said; the rest is bounded by the spec.
+        let limit = if call { self.max_result } else { usize::MAX };
+        match bounded_json(&result, limit) {
+            Some(body) => encode_text(&id, "result", body),
+            None => {
+                let too_large = response::error_result(&format!(
+                    "the API's response is too large: as a result it would be more than {limit} bytes"
+                ));
+                encode(&id, "result", &decorated(too_large))
+            }
         }
     }
 
@@ -261,9 +280,34 @@ impl Inner {
 
 /// One JSON-RPC response, and where its `member` sits in it.
 fn encode(id: &Value, member: &'static str, payload: &Value) -> BackendResponse {
+    let body = serde_json::to_string(payload).unwrap_or_else(|_| "null".into());
+    encode_text(id, member, body)
+}
+
+/// `value` as JSON text, or `None` as soon as it passes `limit` bytes (never built whole).
+fn bounded_json(value: &Value, limit: usize) -> Option<String> {
+    struct Bounded(Vec<u8>, usize);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + data.len() > self.1 {
+                return Err(std::io::Error::other("past the bound"));
+            }
+            self.0.extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded(Vec::new(), limit);
+    serde_json::to_writer(&mut out, value).ok()?;
+    String::from_utf8(out.0).ok()
+}
+
+/// [`encode`] with the payload already JSON text.
+fn encode_text(id: &Value, member: &'static str, body: String) -> BackendResponse {
     let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
     let head = format!(r#"{{"jsonrpc":"2.0","id":{id},"{member}":"#);
-    let body = serde_json::to_string(payload).unwrap_or_else(|_| "null".into());
     let range = head.len()..head.len() + body.len();
     let line = format!("{head}{body}}}");
     BackendResponse::new(Bytes::from(line), range, member == "error")

@@ -179,3 +179,48 @@ async fn only_a_failed_connect_marks_the_api_unreachable() {
     assert!(text.starts_with("the API did not answer"), "{text}");
     assert!(!u.is_reachable());
 }
+
+/// Answers one request with `body` as `text/plain`.
+async fn answer_once(body: Vec<u8>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = conn.read(&mut buf).await;
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        let _ = conn.write_all(head.as_bytes()).await;
+        let _ = conn.write_all(&body).await;
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_result_that_would_pass_the_line_bound_is_a_too_large_error() {
+    let doc = parse(tools::tests::PETS).unwrap();
+    let (catalog, _) = Catalog::from_document(&doc).unwrap();
+    let catalog = Arc::new(catalog);
+    let args = json!({"name": "listPets", "arguments": {"limit": 1}});
+    // 20000 control bytes: well within the response bound, six times that as JSON text.
+    for (body, too_large) in [(vec![1u8; 20_000], true), (vec![b'a'; 20_000], false)] {
+        let port = answer_once(body).await;
+        let mut config = OpenApiConfig::new(format!("http://127.0.0.1:{port}"));
+        config.max_response_bytes = 64 * 1024;
+        config.max_result_bytes = 64 * 1024;
+        let u = OpenApiUpstream::new(catalog.clone(), config).unwrap();
+        let (_, r) = ask(&u, "tools/call", args.clone()).await;
+        let text = r["content"][0]["text"].as_str().unwrap_or("");
+        match too_large {
+            true => {
+                assert_eq!(r["isError"], true, "{text:.80}");
+                assert!(text.contains("too large"), "{text:.80}");
+                assert!(text.contains("more than 65536 bytes"), "{text:.80}");
+            }
+            false => assert_eq!(text.len(), 20_000, "{r}"),
+        }
+    }
+}

@@ -9,6 +9,7 @@ records so far as a JSON array (and is not recorded itself).
   GET    /v1/pets/<id>       -> 200 {"name": <id, percent-decoded>, "tag": "t"}
   DELETE /v1/pets/<id>       -> 204
   GET    /v1/big             -> 200, a JSON body of argv[1] MiB (default 50)
+  GET    /v1/ctl             -> 200, text/plain: 1 MiB less one byte of \\x01
   GET    /v1/redirect        -> 302 to argv[2] (the test's decoy)
   GET    /v1/echo            -> 200 the request's headers as JSON, each / escaped
   GET    /hostile/<kind>     -> 200 a hostile spec: aliases (YAML aliases of aliases), refs
@@ -86,6 +87,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"name": pet, "tag": "t"})
         if path == "/v1/big":
             return self.send_big()
+        if path == "/v1/ctl":
+            return self.send_raw(200, "text/plain", "\x01" * (1024 * 1024 - 1))
         if path == "/v1/echo":
             headers = {k.lower(): v for k, v in self.headers.items()}
             return self.send_raw(200, "application/json", json.dumps(headers).replace("/", "\\/"))
