@@ -5,6 +5,7 @@
 #   bench/callgrind.sh                 # Legacy and Modern, N=2000 over 8 workers, ~2 minutes
 #   CG_N=500 bench/callgrind.sh        # quicker, a little less steady
 #   CG_ANNOTATE=1 bench/callgrind.sh   # also print the top functions per request
+#   CG_BIN=/path/to/switchboard bench/callgrind.sh   # measure that release binary, build nothing
 #
 # Method: the release gateway (`[profile.release]` keeps line tables, enough for callgrind to
 # name functions and lines) runs under callgrind in front of the built-in stdio fixture, which
@@ -27,9 +28,13 @@ command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgri
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
 [ "$N" -ge 2 ] || { echo "CG_N must be at least 2" >&2; exit 1; }
 
-echo "building release…" >&2
-cargo build --release -q -p switchboard
-SB=$ROOT/target/release/switchboard
+if [ -n "${CG_BIN:-}" ]; then
+  SB=$CG_BIN # a release binary built elsewhere (another commit, when bisecting)
+else
+  echo "building release…" >&2
+  cargo build --release -q -p switchboard
+  SB=$ROOT/target/release/switchboard
+fi
 
 GW_PID=""
 cleanup() { [ -n "$GW_PID" ] && kill "$GW_PID" 2>/dev/null || true; }
@@ -83,9 +88,9 @@ if [ -n "${CG_ANNOTATE:-}" ]; then
   for era in legacy modern; do
     echo
     echo "### $era: top exclusive cost (whole run of $N; divide by $N for per request)"
-    callgrind_annotate "$OUT/$era-$N.out" 2>/dev/null | sed -n '/^-- .*file:function/,$p' | head -40
+    callgrind_annotate "$OUT/$era-$N.out" 2>/dev/null | sed -n '/file:function/,$p' | head -40
     echo
     echo "### $era: top inclusive cost"
-    callgrind_annotate --inclusive=yes "$OUT/$era-$N.out" 2>/dev/null | sed -n '/^-- .*file:function/,$p' | head -60
+    callgrind_annotate --inclusive=yes "$OUT/$era-$N.out" 2>/dev/null | sed -n '/file:function/,$p' | head -60
   done
 fi
