@@ -22,6 +22,8 @@ use std::sync::Arc;
 
 mod local;
 mod tasks;
+#[cfg(test)]
+mod tests;
 
 use opentelemetry::trace::FutureExt as _;
 
@@ -303,8 +305,7 @@ impl Gateway {
         }
         let resolved = match self.resolve(From::Modern, method, msg.params) {
             Err(CoreError::UnknownName(..))
-                if self
-                    .refresh_names(method, crate::vmcp::CapSet::of_modern(msg))
+                if Box::pin(self.refresh_names(method, crate::vmcp::CapSet::of_modern(msg)))
                     .await =>
             {
                 self.resolve(From::Modern, method, msg.params)
@@ -375,8 +376,7 @@ impl Gateway {
         let params = call.msg.params;
         let route = match self.resolve(from(), name, params) {
             Err(CoreError::UnknownName(..))
-                if self
-                    .refresh_names(name, crate::vmcp::caps_of(&self.asks, call))
+                if Box::pin(self.refresh_names(name, crate::vmcp::caps_of(&self.asks, call)))
                     .await =>
             {
                 self.resolve(from(), name, params)
@@ -395,9 +395,9 @@ impl Gateway {
         ) else {
             return Ok(route);
         };
-        (self.opener())
-            .open_own(session, &backend, call.caller.credential.as_ref())
-            .await?;
+        // Boxed: opening is rare, and its future would otherwise size every request's.
+        let opener = self.opener();
+        Box::pin(opener.open_own(session, &backend, call.caller.credential.as_ref())).await?;
         self.resolve(from(), name, params)
     }
 
@@ -413,12 +413,21 @@ impl Gateway {
             return Err(CoreError::UnexpectedResponse);
         };
         let owner = (task.owner.as_ref(), task.asked);
+        // The two pass-throughs run inline; every other adapter's future is boxed, so the
+        // common request's future (moved into a box once per request by `http`) stays the
+        // size of a pass-through, not of the largest adapter.
         let legacy = match adapter {
             Adapter::Pass => self.sender.pass(ex, id, name, route, task).await,
-            Adapter::Own => self.own_request(ex, id, name, route).await,
-            Adapter::SessionOp => (self.session_ops()).session_op(&ex, id, name, route).await,
-            Adapter::Task => self.task_request(ex, id, name, route).await,
-            Adapter::LegacyToModern => (self.modern()).legacy_to_modern(ex, id, name, route).await,
+            Adapter::Own => Box::pin(self.own_request(ex, id, name, route)).await,
+            Adapter::SessionOp => {
+                let ops = self.session_ops();
+                Box::pin(ops.session_op(&ex, id, name, route)).await
+            }
+            Adapter::Task => Box::pin(self.task_request(ex, id, name, route)).await,
+            Adapter::LegacyToModern => {
+                let modern = self.modern();
+                Box::pin(modern.legacy_to_modern(ex, id, name, route)).await
+            }
             Adapter::PassModern => {
                 let (caller, stream) = (ex.caller, ex.stream);
                 let who = (caller, owner.0, owner.1);
@@ -434,9 +443,8 @@ impl Gateway {
                 return Ok(answer);
             }
             Adapter::Bridge => {
-                return (self.modern())
-                    .bridge(ex.caller, owner, ex.msg, ex.stream, route)
-                    .await;
+                let modern = self.modern();
+                return Box::pin(modern.bridge(ex.caller, owner, ex.msg, ex.stream, route)).await;
             }
         };
         legacy.map(Answer::ok)

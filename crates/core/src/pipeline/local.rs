@@ -82,20 +82,24 @@ impl Gateway {
             return Some(match cursor {
                 Ok(cursor) => {
                     let set = crate::vmcp::caps_of(&self.asks, call);
-                    self.list(id, kind, cursor.as_deref(), (false, set)).await
+                    Box::pin(self.list(id, kind, cursor.as_deref(), (false, set))).await
                 }
                 Err(e) => Err(e),
             });
         }
-        if let Some(answer) = self.own_tool_call(call.caller, call.msg, false).await {
-            return Some(answer);
+        // What the gateway answers itself is boxed: a `tools/call` routed to a backend
+        // passes here, and its future should not carry theirs.
+        if self.tool_search().is_some() {
+            if let Some(answer) = Box::pin(self.own_tool_call(call.caller, call.msg, false)).await {
+                return Some(answer);
+            }
         }
         if let Some(run) = self.workflows.legacy(self.composites(), call, id) {
-            return Some(run.await);
+            return Some(Box::pin(run).await);
         }
         match name {
             method::PING => Some(Ok(encode_result(id, "{}"))),
-            method::SET_LEVEL => Some(self.set_level_everywhere(call, id).await),
+            method::SET_LEVEL => Some(Box::pin(self.set_level_everywhere(call, id)).await),
             _ => self.prepare(call.msg).await.err().map(Err),
         }
     }
@@ -228,24 +232,23 @@ impl Gateway {
             }
             let may_subscribe = |uri: &str| self.may_subscribe(caller, uri);
             let listen = self.modern();
-            return Some(
-                listen
-                    .aggregated_listen(caller, (id, msg), stream, may_subscribe)
-                    .await,
-            );
+            let listening = listen.aggregated_listen(caller, (id, msg), stream, may_subscribe);
+            return Some(Box::pin(listening).await);
         }
         if let Some(kind) = list_kind(name) {
             let answer = match cursor_of(msg) {
                 Ok(cursor) => {
                     let set = CapSet::of_modern(msg);
-                    self.list(id, kind, cursor.as_deref(), (true, set)).await
+                    Box::pin(self.list(id, kind, cursor.as_deref(), (true, set))).await
                 }
                 Err(e) => Err(e),
             };
             return Some(answer.map(crate::Answer::ok));
         }
-        if let Some(answer) = self.own_tool_call(caller, msg, true).await {
-            return Some(answer.map(crate::Answer::ok));
+        if self.tool_search().is_some() {
+            if let Some(answer) = Box::pin(self.own_tool_call(caller, msg, true)).await {
+                return Some(answer.map(crate::Answer::ok));
+            }
         }
         // Before `prepare`: a removed method (`resources/subscribe` too, which routes by URI
         // in the Legacy era) or one no backend is chosen for is 404/-32601, as a Modern
@@ -255,7 +258,7 @@ impl Gateway {
         }
         let composites = self.composites();
         if let Some(run) = self.workflows.modern(composites, caller, msg, id) {
-            return Some(Ok(run.await));
+            return Some(Ok(Box::pin(run).await));
         }
         self.prepare(msg).await.err().map(Err)
     }

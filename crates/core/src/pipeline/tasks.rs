@@ -29,12 +29,16 @@ impl Gateway {
         admitted: &Admitted<'_>,
     ) -> Result<Answer, CoreError> {
         match ex.msg.method {
-            Some(n) if crate::tasks::BY_ID.contains(&n) => self.by_handle(ex, admitted).await,
+            // Boxed, as every path but the era's route: a task method's future would
+            // otherwise size every request's.
+            Some(n) if crate::tasks::BY_ID.contains(&n) => {
+                Box::pin(self.by_handle(ex, admitted)).await
+            }
             // The gateway's own list whenever the tables hold the caller's tasks: a backend's
             // cursor pages over everyone's tasks, so none reaches a client. Per-session mode
             // keeps the route (a session's own process lists its own tasks only).
             Some(crate::tasks::LIST) if self.vmcp().is_some() || !self.is_per_session() => {
-                self.merged_task_list(ex, admitted).await
+                Box::pin(self.merged_task_list(ex, admitted)).await
             }
             _ => self.era_route(ex, admitted, None).await,
         }
