@@ -1,5 +1,5 @@
 //! One authorization request: the scope it asks for and its URL (RFC 6749 §4.1.1 with PKCE
-//! S256, RFC 8707 `resource`, and `state`).
+//! S256, RFC 8707 `resource`, and `state`; `prompt=consent` with `offline_access`).
 
 use crate::outgoing_auth::token_endpoint::form;
 
@@ -55,6 +55,12 @@ pub(crate) fn url(r: &Request<'_>) -> String {
     ];
     if let Some(scope) = r.scope {
         params.push(("scope", scope));
+        // OpenID Connect Core §11: a provider ignores `offline_access` (and so issues no
+        // refresh token) unless `prompt` contains `consent`. A server that is not an OpenID
+        // provider ignores the parameter (RFC 6749 §3.1).
+        if scope.split(' ').any(|s| s == "offline_access") {
+            params.push(("prompt", "consent"));
+        }
     }
     let query = params
         .iter()

@@ -211,6 +211,31 @@ fn the_authorization_url_carries_pkce_state_and_resource() {
     );
 }
 
+/// An OpenID provider drops `offline_access` (and issues no refresh token) from a request
+/// without `prompt=consent` (OpenID Connect Core §11; oidc-provider does): asked with it, and
+/// only then.
+#[test]
+fn offline_access_is_asked_with_prompt_consent() {
+    let request = |scope| Request {
+        endpoint: "http://as:9/auth",
+        client_id: "c",
+        redirect_uri: "http://127.0.0.1:8/oauth/callback",
+        challenge: "abc",
+        state: "st",
+        resource: "http://h:1/mcp",
+        scope,
+    };
+    let offline = url(&request(Some("tools offline_access")));
+    assert!(
+        offline.ends_with("&scope=tools+offline_access&prompt=consent"),
+        "{offline}"
+    );
+    for scope in [Some("tools"), Some("offline_accessx"), None] {
+        let u = url(&request(scope));
+        assert!(!u.contains("prompt="), "{u}");
+    }
+}
+
 fn backend(flows: &Arc<Flows>) -> Arc<Backend> {
     Backend::new(
         OAuthConfig {
