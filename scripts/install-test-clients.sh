@@ -5,6 +5,8 @@
 # With `modern`: the Python SDK 2.3.0 (whose client speaks 2026-07-28) at .tools/pysdk2.
 # With `ts`: the TypeScript SDK (`@modelcontextprotocol/sdk`, pinned, with its
 # StreamableHTTPClientTransport) at .tools/tssdk; prints its node_modules directory.
+# With `oidc`: panva's `oidc-provider` (pinned; the authorization server of the per-user OAuth
+# end-to-end tests) at .tools/oidc; prints its node_modules directory.
 # Idempotent and quiet: a second run costs one probe. Prints the venv's python on success.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,14 +15,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # a deliberate change, not something a test run picks up).
 TS_SDK_VERSION=1.32.2
 
-install_ts() {
-    local dir=.tools/tssdk
-    local pkg="$dir/node_modules/@modelcontextprotocol/sdk/package.json"
-    local probe="$dir/node_modules/@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js"
-    ts_ready() {
-        [ -f "$probe" ] && grep -q "\"version\": \"$TS_SDK_VERSION\"" "$pkg" 2>/dev/null
+# oidc-provider's last 8.x release: 9.x wants Node 22, and the machines and CI have Node 20.
+OIDC_PROVIDER_VERSION=8.8.1
+
+# Installs npm package $2 at exact version $3 into .tools/$1 (unless it is there already,
+# with $4, a file inside the package, present); prints the node_modules directory.
+install_npm() {
+    local dir=".tools/$1" name="$2" version="$3"
+    local pkg="$dir/node_modules/$name/package.json"
+    local probe="$dir/node_modules/$name/$4"
+    npm_ready() {
+        [ -f "$probe" ] && grep -q "\"version\": \"$version\"" "$pkg" 2>/dev/null
     }
-    if ts_ready; then
+    if npm_ready; then
         echo "$PWD/$dir/node_modules"
         return
     fi
@@ -28,14 +35,14 @@ install_ts() {
     # A lock so concurrent test processes do not install into the same directory at once.
     exec 9>"$dir.lock"
     flock 9
-    if ! ts_ready; then
+    if ! npm_ready; then
         rm -rf "$dir"
         mkdir -p "$dir"
         printf '{"name":"switchboard-test-clients","private":true,"type":"module",%s}\n' \
-            "\"dependencies\":{\"@modelcontextprotocol/sdk\":\"$TS_SDK_VERSION\"}" >"$dir/package.json"
+            "\"dependencies\":{\"$name\":\"$version\"}" >"$dir/package.json"
         timeout 300 npm install --prefix "$dir" --silent --no-audit --no-fund \
             --no-update-notifier >&2
-        ts_ready || { echo "the TypeScript SDK $TS_SDK_VERSION did not install" >&2; exit 1; }
+        npm_ready || { echo "$name $version did not install" >&2; exit 1; }
     fi
     echo "$PWD/$dir/node_modules"
 }
@@ -44,8 +51,10 @@ case "${1:-sse}" in
     sse) VENV=.tools/pysdk SPEC='mcp>=1.9,<2' PROBE='import mcp.client.sse' ;;
     modern) VENV=.tools/pysdk2 SPEC='mcp==2.3.0' \
         PROBE='import importlib.metadata as m, mcp.client; assert m.version("mcp") == "2.3.0"' ;;
-    ts) install_ts; exit 0 ;;
-    *) echo "usage: $0 [sse|modern|ts]" >&2; exit 2 ;;
+    ts) install_npm tssdk @modelcontextprotocol/sdk "$TS_SDK_VERSION" \
+        dist/esm/client/streamableHttp.js; exit 0 ;;
+    oidc) install_npm oidc oidc-provider "$OIDC_PROVIDER_VERSION" lib/index.js; exit 0 ;;
+    *) echo "usage: $0 [sse|modern|ts|oidc]" >&2; exit 2 ;;
 esac
 PY="$VENV/bin/python"
 

@@ -14,6 +14,7 @@ mod oauth_hostile;
 mod oauth_leaks;
 mod oauth_refresh;
 mod oauth_replicas;
+mod oidc;
 mod passthrough;
 
 use std::path::PathBuf;
@@ -41,15 +42,20 @@ fn script(name: &str) -> String {
 
 /// Starts `python3 SCRIPT ARGS` and reads its `listening on URL` line.
 async fn python(name: &str, args: &[&str]) -> (Child, String) {
-    let mut child = Command::new("python3")
+    listening("python3", name, args).await
+}
+
+/// Starts `PROGRAM SCRIPT ARGS` and reads its `listening on URL` line.
+async fn listening(program: &str, name: &str, args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(program)
         .arg(script(name))
         .args(args)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("python3");
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
         .await
         .unwrap_or_else(|_| panic!("{name} did not start"))
         .unwrap()

@@ -1,6 +1,7 @@
 //! A scripted browser for per-user OAuth: a cookie jar of its own (by name; loopback only, so
-//! no domains or paths to tell apart), no automatic redirects (each hop is visible), and the
-//! one form a consent needs: the gateway's start page.
+//! no domains or paths to tell apart), no automatic redirects (each hop is visible), the
+//! gateway's start page, and an authorization server's own sign-in and consent pages (plain
+//! HTML forms: hidden fields, and a login and password where it asks who the user is).
 
 use parking_lot::Mutex;
 
@@ -132,7 +133,92 @@ impl Browser {
     }
 }
 
+/// `next` (a `Location` or a form's `action`) resolved against the page at `base`.
+fn resolve(base: &str, next: &str) -> String {
+    if next.starts_with("http://") || next.starts_with("https://") {
+        return next.to_owned();
+    }
+    assert!(
+        next.starts_with('/'),
+        "a relative link this browser does not follow: {next}"
+    );
+    format!("{}{next}", origin_of(base))
+}
+
+/// The value of `name="..."` (or another attribute) in one HTML tag.
+fn attribute<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let marker = format!("{name}=\"");
+    let at = tag.find(&marker)? + marker.len();
+    Some(&tag[at..at + tag[at..].find('"')?])
+}
+
+/// The first form of an HTML page: its action, its hidden fields, and whether it asks for a
+/// login.
+struct Form {
+    action: String,
+    hidden: Vec<(String, String)>,
+    login: bool,
+}
+
+impl Form {
+    fn of(html: &str) -> Option<Form> {
+        let start = html.find("<form")?;
+        let end = start + html[start..].find("</form>")?;
+        let body = &html[start..end];
+        let action = attribute(&body[..body.find('>')?], "action")?.replace("&amp;", "&");
+        let mut hidden = Vec::new();
+        let mut login = false;
+        for tag in body.split("<input").skip(1) {
+            let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+            match (attribute(tag, "type"), attribute(tag, "name")) {
+                (Some("hidden"), Some(name)) => hidden.push((
+                    name.to_owned(),
+                    attribute(tag, "value").unwrap_or("").to_owned(),
+                )),
+                (_, Some("login")) => login = true,
+                _ => {}
+            }
+        }
+        Some(Form {
+            action,
+            hidden,
+            login,
+        })
+    }
+}
+
 impl Browser {
+    /// Goes through an authorization server's pages from `url` as the user `user` would:
+    /// each redirect followed, each form submitted with its hidden fields (the sign-in form
+    /// with `user` as the login and a password), until a page that is neither (at most 12
+    /// steps): the last page.
+    pub(crate) async fn sign_in(&self, url: &str, user: &str) -> Page {
+        let mut at = url.to_owned();
+        let mut page = self.get(&at).await;
+        for _ in 0..12 {
+            if let (300..=399, Some(next)) = (page.status, page.location.clone()) {
+                at = resolve(&at, &next);
+                page = self.get(&at).await;
+                continue;
+            }
+            let Some(form) = Form::of(&page.body).filter(|_| page.status == 200) else {
+                break;
+            };
+            let mut fields = form.hidden;
+            if form.login {
+                fields.push(("login".into(), user.into()));
+                fields.push(("password".into(), "any-password".into()));
+            }
+            let fields: Vec<(&str, &str)> = fields
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            at = resolve(&at, &form.action);
+            page = self.post(&at, &fields).await;
+        }
+        page
+    }
+
     /// The values of every cookie the gateway set in this browser (secrets, for leak checks).
     pub(crate) fn cookie_values(&self) -> Vec<String> {
         self.jar.lock().iter().map(|(_, v)| v.clone()).collect()

@@ -30,6 +30,13 @@ instead of this one (a server pointing the gateway elsewhere). `--client ID:SECR
 registered in advance. Every `POST /token` is recorded first as `{"kind": "token-request",
 "basic": <whether it carried Basic credentials>}`, whether or not it is then refused.
 
+`--oidc-issuer URL`: the server is protected (as with `--oauth`) by another, real
+authorization server (the tests' oidc-provider): its protected-resource metadata names that
+issuer (and `scopes_supported: ["tools"]`), and `/mcp` takes only JWT access tokens (RFC 9068)
+that issuer signed RS256 with a key of its JWKS (found through its OpenID discovery document),
+not expired, whose `aud` is this server's `/mcp` URL; anything else gets 401 with the
+`resource_metadata` challenge. Refusals are recorded in `GET /refused`: `[reason]`.
+
 `GET /log` answers every request seen, in order: `[{"method", "auth", "session",
 "status", "apiKey"}]` (`apiKey`: its `X-Api-Key` header, `none` without one) (`method` is the JSON-RPC method, or the HTTP method for GET/DELETE). Prints
 `listening on http://127.0.0.1:PORT/mcp` once bound.
@@ -42,6 +49,7 @@ import secrets
 import threading
 import time
 import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 META = "io.modelcontextprotocol/serverInfo"
@@ -59,6 +67,52 @@ released = threading.Event()  # cleared by /as-hold: token requests wait for /as
 released.set()
 failing = {"n": 0}  # /as-fail?n=N: the next N token requests get 503 temporarily_unavailable
 issued = []  # every secret this server minted or was sent: codes, tokens, client secrets, verifiers
+
+
+jwks_cache = {}  # kid -> jwk of the --oidc-issuer
+refusals = []  # why a token was refused (--oidc-issuer)
+
+
+def issuer_keys(refetch):
+    """The --oidc-issuer's signing keys by kid, from its discovery document's jwks_uri."""
+    with lock:
+        if jwks_cache and not refetch:
+            return dict(jwks_cache)
+    discovery = args.oidc_issuer + "/.well-known/openid-configuration"
+    with urllib.request.urlopen(discovery, timeout=5) as r:
+        jwks_uri = json.load(r)["jwks_uri"]
+    with urllib.request.urlopen(jwks_uri, timeout=5) as r:
+        keys = {k.get("kid"): k for k in json.load(r)["keys"] if k.get("kty") == "RSA"}
+    with lock:
+        jwks_cache.clear()
+        jwks_cache.update(keys)
+    return keys
+
+
+def oidc_refusal(token, resource):
+    """Why `token` is not a live access token of the --oidc-issuer for `resource` (None: it is)."""
+    from test_sts import verify_rs256, b64url  # same directory, stdlib only
+    try:
+        kid = json.loads(b64url(token.split(".")[0])).get("kid")
+    except Exception:
+        return "not a JWT"
+    keys = issuer_keys(False)
+    if kid not in keys:
+        keys = issuer_keys(True)
+    if kid not in keys:
+        return "unknown key"
+    claims = verify_rs256(token, keys[kid])
+    if claims is None:
+        return "bad signature"
+    aud = claims.get("aud")
+    auds = aud if isinstance(aud, list) else [aud]
+    if claims.get("iss") != args.oidc_issuer:
+        return "another issuer"
+    if resource not in auds:
+        return "another audience"
+    if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] <= time.time():
+        return "expired"
+    return None
 
 
 def mint(prefix, user):
@@ -89,6 +143,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def base(self):
         return "http://" + self.headers.get("host")
+
+    def oidc_get(self):
+        """With --oidc-issuer: the resource's metadata and `/refused`; True when answered."""
+        if self.path == "/.well-known/oauth-protected-resource/mcp":
+            self.reply(200, {"resource": self.base() + "/mcp",
+                             "authorization_servers": [args.oidc_issuer],
+                             "scopes_supported": ["tools"]})
+        elif self.path == "/refused":
+            with lock:
+                self.reply(200, list(refusals))
+        else:
+            return False
+        return True
 
     def oauth_get(self):
         """The authorization server's and the resource's GET routes; True when answered."""
@@ -214,13 +281,24 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     def unauthorized(self, auth):
-        """With --oauth: whether `auth` is not a live token this server issued."""
+        """With --oauth: whether `auth` is not a live token this server issued (with
+        --oidc-issuer: one that issuer issued for this server)."""
         token = auth.removeprefix("Bearer ")
+        if args.oidc_issuer:
+            if not auth.startswith("Bearer "):
+                return True
+            reason = oidc_refusal(token, self.base() + "/mcp")
+            if reason:
+                with lock:
+                    refusals.append(reason)
+            return reason is not None
         with lock:
             held = tokens.get(token)
         return held is None or held[1] < time.time()
 
     def do_GET(self):
+        if args.oidc_issuer and self.oidc_get():
+            return
         if args.oauth and self.oauth_get():
             return
         if self.path == "/log":
@@ -248,7 +326,8 @@ class Handler(BaseHTTPRequestHandler):
         auth = self.auth()
         sid = self.headers.get("mcp-session-id")
         public = args.public_lists and method in ("server/discover", "tools/list")
-        if args.oauth and not public and self.unauthorized(auth):
+        protected = args.oauth or args.oidc_issuer
+        if protected and not public and self.unauthorized(auth):
             record(self.headers, method, auth, sid, 401)
             challenge = ('Bearer error="invalid_token", resource_metadata="%s'
                          '/.well-known/oauth-protected-resource/mcp"' % self.base())
@@ -334,6 +413,7 @@ def main():
     p.add_argument("--public-lists", action="store_true")
     p.add_argument("--authorization-server")
     p.add_argument("--client", action="append", default=[])
+    p.add_argument("--oidc-issuer")
     args = p.parse_args()
     for c in args.client:
         cid, _, secret = c.partition(":")

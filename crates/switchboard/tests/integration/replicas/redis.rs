@@ -102,6 +102,19 @@ impl Redis {
             .unwrap_or_else(|| panic!("DBSIZE answered {r:?}"))
     }
 
+    /// Every key matching `pattern` with its value as stored (read with `redis-cli`, which
+    /// comes with `redis-server`; `--raw`, so a value ends with one newline).
+    pub async fn values(&self, pattern: &str) -> Vec<(String, Vec<u8>)> {
+        let keys = cli(self.port, &["KEYS", pattern]).await;
+        let mut values = Vec::new();
+        for key in String::from_utf8(keys).unwrap().lines() {
+            if !key.is_empty() {
+                values.push((key.to_owned(), cli(self.port, &["GET", key]).await));
+            }
+        }
+        values
+    }
+
     /// `SET key value` (for the harness's own test).
     pub async fn set(&self, key: &str, value: &str) {
         let cmd = format!(
@@ -112,6 +125,19 @@ impl Redis {
         let r = command(self.port, &cmd).await;
         assert_eq!(r.as_deref(), Some("+OK\r\n"));
     }
+}
+
+/// `redis-cli -p PORT --raw ARGS`: its stdout.
+async fn cli(port: u16, args: &[&str]) -> Vec<u8> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "--raw"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("redis-cli (installed with redis-server)");
+    assert!(out.status.success(), "redis-cli {args:?} failed");
+    out.stdout
 }
 
 /// A port nothing listens on right now.
