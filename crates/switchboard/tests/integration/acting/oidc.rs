@@ -15,7 +15,8 @@
 //! refresh, with the resource, and never send an expired token. A revoke asks that user again
 //! and leaves the other's consent alone. In the Modern run the issuer has a path and the vault
 //! is Redis: what it holds is ciphertext; every log line, `/status`, `/metrics` and audit line
-//! is searched for every secret oidc-provider issued or was sent.
+//! is searched for every secret oidc-provider issued or was sent. Two replicas on one Redis:
+//! a consent through one serves calls through the other.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -233,6 +234,30 @@ async fn refreshes(op: &Provider, resource: &str) -> usize {
     grants.len()
 }
 
+/// The flags of a replica whose token vault is `redis`, sealed under a key all replicas share
+/// (written into `dir`), with the secret they forward with.
+fn shared_vault(dir: &Dir, redis: &Redis) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let key = dir.0.join("tokens.key");
+    let replica = dir.0.join("replica.secret");
+    std::fs::write(&key, [0x6b; 32]).unwrap();
+    std::fs::write(&replica, "replica-secret-oidc-0123456789abcdef-0123456789").unwrap();
+    for file in [&key, &replica] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+    vec![
+        "--session-store".into(),
+        redis.url(),
+        "--session-store-prefix".into(),
+        "sboidc".into(),
+        "--token-store-key-file".into(),
+        path(key),
+        "--replica-secret-file".into(),
+        path(replica),
+    ]
+}
+
 /// `DELETE /oauth/tokens/default` as the holder of `token`.
 async fn revoke(gw: &TestGateway, token: &str) {
     let removed: Value = reqwest::Client::new()
@@ -255,32 +280,11 @@ async fn modern_callers_consent_at_oidc_provider_and_each_gets_only_its_own_toke
     let dir = Dir::new("oidc-modern");
     let redis = Redis::start_or_skip("oidc_modern_vault").await;
     let audit = dir.0.join("audit.jsonl").to_string_lossy().into_owned();
-    let key = dir.0.join("tokens.key");
-    let replica = dir.0.join("replica.secret");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::write(&key, [0x6b; 32]).unwrap();
-        std::fs::write(&replica, "replica-secret-oidc-0123456789abcdef-0123456789").unwrap();
-        for file in [&key, &replica] {
-            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
+    let mut flags = vec!["--audit-log".to_owned(), audit.clone()];
+    if let Some(redis) = &redis {
+        flags.extend(shared_vault(&dir, redis));
     }
-    let key = key.to_string_lossy().into_owned();
-    let replica = replica.to_string_lossy().into_owned();
-    let redis_url = redis.as_ref().map(Redis::url);
-    let mut flags = vec!["--audit-log", audit.as_str()];
-    if let Some(url) = &redis_url {
-        flags.extend([
-            "--session-store",
-            url.as_str(),
-            "--session-store-prefix",
-            "sboidc",
-            "--token-store-key-file",
-            key.as_str(),
-            "--replica-secret-file",
-            replica.as_str(),
-        ]);
-    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut gw = gateway(&up, &jwks.url, &dir, &flags).await;
     let (alice, bob) = (jwt("alice"), jwt("bob"));
     let (alices, bobs) = (Browser::default(), Browser::default());
@@ -423,4 +427,36 @@ async fn legacy_sessions_consent_at_oidc_provider_and_each_gets_only_its_own_tok
             "a secret in the gateway's output"
         );
     }
+}
+
+/// Two replicas on one Redis (the sealed vault under their shared key): a consent given at
+/// oidc-provider through one serves the same principal's calls through the other; another
+/// principal is still asked on both.
+#[tokio::test]
+async fn a_consent_at_oidc_provider_through_one_replica_serves_calls_through_the_other() {
+    let Some(redis) = Redis::start_or_skip("oidc_replicas").await else {
+        return;
+    };
+    let op = Provider::start("3600", None).await;
+    let up = Upstream::start("modern", &["--oidc-issuer", &op.issuer]).await;
+    let jwks = Jwks::serve(&["k1"]).await;
+    let dir = Dir::new("oidc-replicas");
+    let flags = shared_vault(&dir, &redis);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (one, two) = tokio::join!(
+        gateway(&up, &jwks.url, &dir, &flags),
+        gateway(&up, &jwks.url, &dir, &flags)
+    );
+    let (alice, bob) = (jwt("alice"), jwt("bob"));
+
+    let url = modern_consent_url(&modern_call(&one, &alice).await);
+    assert!(url.starts_with(&one.base()), "{url}");
+    consent(&Browser::default(), &url, "alice").await;
+    let through_two = seen(&modern_call(&two, &alice).await);
+    assert_token_of(&through_two, "alice", &op, &up);
+    assert_eq!(seen(&modern_call(&one, &alice).await), through_two);
+    modern_consent_url(&modern_call(&two, &bob).await);
+    modern_consent_url(&modern_call(&one, &bob).await);
+    let sent = HashMap::from([("alice", vec![through_two])]);
+    assert_each_got_its_own(&up, &sent, &[&alice, &bob]).await;
 }
