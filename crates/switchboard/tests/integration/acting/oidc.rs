@@ -258,6 +258,24 @@ fn shared_vault(dir: &Dir, redis: &Redis) -> Vec<String> {
     ]
 }
 
+/// The vault in `redis` holds `principals` sealed values: no token `op` issued, no claim, no
+/// JSON readable in any.
+async fn assert_sealed(redis: &Redis, op: &Provider, principals: usize) {
+    let stored = redis.values("sboidc*tok:*").await;
+    let keys: Vec<&String> = stored.iter().map(|(k, _)| k).collect();
+    assert_eq!(stored.len(), principals, "{keys:?}");
+    let issued = op.secrets().await;
+    for (key, value) in &stored {
+        let text = String::from_utf8_lossy(value);
+        for needle in ["eyJ", "alice", "bob", "access_token", "refresh", &op.issuer] {
+            assert!(!text.contains(needle), "{needle} readable in {key}");
+        }
+        for secret in &issued {
+            assert!(!text.contains(secret.as_str()), "a token readable in {key}");
+        }
+    }
+}
+
 /// `DELETE /oauth/tokens/default` as the holder of `token`.
 async fn revoke(gw: &TestGateway, token: &str) {
     let removed: Value = reqwest::Client::new()
@@ -310,24 +328,7 @@ async fn modern_callers_consent_at_oidc_provider_and_each_gets_only_its_own_toke
     assert!(refreshes(&op, &up.url).await >= 1);
 
     if let Some(redis) = &redis {
-        // The vault holds one sealed value per principal: no token, no claim, no JSON.
-        let stored = redis.values("sboidc*tok:*").await;
-        assert_eq!(
-            stored.len(),
-            2,
-            "{:?}",
-            stored.iter().map(|(k, _)| k).collect::<Vec<_>>()
-        );
-        let issued = op.secrets().await;
-        for (key, value) in &stored {
-            let text = String::from_utf8_lossy(value);
-            for needle in ["eyJ", "alice", "bob", "access_token", "refresh", &op.issuer] {
-                assert!(!text.contains(needle), "{needle} readable in {key}");
-            }
-            for secret in &issued {
-                assert!(!text.contains(secret.as_str()), "a token readable in {key}");
-            }
-        }
+        assert_sealed(redis, &op, 2).await;
     }
 
     // Alice revokes: asked again; Bob's consent stays.
