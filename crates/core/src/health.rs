@@ -19,6 +19,10 @@
 //! answers others is not down, and one caller's slow calls must not open the breaker for
 //! everyone.
 //!
+//! A probe that finds the backend unreachable (its process gone, its remote refusing the
+//! connection) opens the breaker at once: no call could reach it, and the state an operator
+//! reads is the breaker's (`unhealthy` only behind a breaker that is not closed).
+//!
 //! A process that dies is one event, however many calls it takes with it: only the first
 //! failure reported for that process id counts, and the calls still arriving for it do not.
 //! Its replacement answering the handshake ([`Health::restarted`]) puts an open breaker to its
@@ -95,9 +99,11 @@ pub enum HealthState {
     Starting,
     /// Answering.
     Healthy,
-    /// Answering, but its last call failed, or its breaker is trying it again.
+    /// Answering, but its last call or probe failed (its breaker not open on it yet), or its
+    /// breaker is trying it again.
     Degraded,
-    /// Its breaker is open, or its last probe failed.
+    /// Its breaker is open (or half-open after a failed probe): what `unhealthy` shows is
+    /// always what the breaker does.
     Unhealthy,
     /// A remote refusing the gateway's credential (HTTP 401/403 to the probe).
     Unauthenticated,
@@ -174,13 +180,10 @@ impl Outcome {
     /// Whether a failure is the remote or process being unreachable (closed, exited,
     /// refused at the transport), whoever asked.
     fn unreachable(&self, result: &Result<BackendResponse, CoreError>) -> bool {
-        use switchboard_upstream::remote::RemoteError as R;
         matches!(self, Outcome::Failed(..))
             && matches!(
                 result,
-                Err(CoreError::Backend(e) | CoreError::OfBackend(_, e))
-                    if matches!(e, UpstreamError::Remote(R::Transport(_)))
-                        || !matches!(e, UpstreamError::Remote(_))
+                Err(CoreError::Backend(e) | CoreError::OfBackend(_, e)) if unreachable(e)
             )
     }
 
@@ -203,6 +206,13 @@ impl Outcome {
             Outcome::Neutral => "other",
         }
     }
+}
+
+/// Whether an upstream error is the remote or process being unreachable (its process ended
+/// or its pipes closed, or the remote refused at the transport): no call can reach it now.
+fn unreachable(e: &UpstreamError) -> bool {
+    use switchboard_upstream::remote::RemoteError as R;
+    matches!(e, UpstreamError::Remote(R::Transport(_))) || !matches!(e, UpstreamError::Remote(_))
 }
 
 /// What is kept about one backend. The breaker and the facts share one mutex, held only to
@@ -390,8 +400,9 @@ impl Health {
         open
     }
 
-    /// Records a probe's outcome.
-    pub(crate) fn probed(&self, id: &BackendId, outcome: &Outcome) {
+    /// Records a probe's outcome; `unreachable`: it failed because the backend cannot be
+    /// reached at all (see [`unreachable`]), which opens the breaker at once.
+    pub(crate) fn probed(&self, id: &BackendId, outcome: &Outcome, unreachable: bool) {
         let Some(b) = self.backends.load().get(id).cloned() else {
             return;
         };
@@ -417,7 +428,15 @@ impl Health {
             facts.unauthenticated = false;
         }
         facts.probe = Some((success, now));
-        let changed = facts.breaker.probe(success, now, &self.config.breaker);
+        // A backend no call can reach is not left closed (calls would go to it and fail,
+        // and `/status` would show it unhealthy behind a closed breaker): the probe's
+        // verdict goes to the breaker, the one thing the state is read from.
+        let changed = if unreachable && !success {
+            // Past its cool-down an open breaker is not tripped again: the probe is its trial.
+            facts.breaker.trip(now) || facts.breaker.probe(false, now, &self.config.breaker)
+        } else {
+            facts.breaker.probe(success, now, &self.config.breaker)
+        };
         let state = facts.breaker.state(now, &self.config.breaker);
         b.open
             .store(state != BreakerState::Closed, Ordering::Release);
@@ -447,21 +466,33 @@ impl Health {
     /// One backend's state and breaker now.
     pub(crate) fn state_of(&self, id: &BackendId) -> Option<(HealthState, BreakerState)> {
         let b = self.backends.load().get(id).cloned()?;
-        let now = Instant::now();
         let facts = b.inner.lock();
+        Some(self.judge(&facts, Instant::now()))
+    }
+
+    /// The state the facts make, with the breaker's: `unhealthy` only behind a breaker that
+    /// is not closed (open, or half-open after a failed probe); a failure the breaker has not
+    /// opened on (a probe or call failed, the count below the threshold) is `degraded`.
+    fn judge(&self, facts: &Facts, now: Instant) -> (HealthState, BreakerState) {
         let breaker = facts.breaker.state(now, &self.config.breaker);
+        let probe_failed = facts.probe.is_some_and(|(ok, _)| !ok);
         let state = if facts.unauthenticated {
             HealthState::Unauthenticated
-        } else if breaker == BreakerState::Open || facts.probe.is_some_and(|(ok, _)| !ok) {
+        } else if breaker == BreakerState::Open
+            || (breaker == BreakerState::HalfOpen && probe_failed)
+        {
             HealthState::Unhealthy
         } else if !facts.seen {
             HealthState::Starting
-        } else if breaker == BreakerState::HalfOpen || facts.breaker.consecutive_failures() > 0 {
+        } else if breaker == BreakerState::HalfOpen
+            || probe_failed
+            || facts.breaker.consecutive_failures() > 0
+        {
             HealthState::Degraded
         } else {
             HealthState::Healthy
         };
-        Some((state, breaker))
+        (state, breaker)
     }
 
     /// `/status`'s view of one backend's health (no secrets: fixed words and counts).

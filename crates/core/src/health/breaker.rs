@@ -214,6 +214,20 @@ impl Breaker {
         }
     }
 
+    /// The backend cannot be reached at all (the probe found its process gone or its remote
+    /// refusing connections): open now, whatever the counts, and count it as a failure. An
+    /// open breaker (or one whose trial is out) is left as it is. Returns whether it changed.
+    pub(crate) fn trip(&mut self, now: Instant) -> bool {
+        match self.phase {
+            Phase::Closed | Phase::HalfOpen { trial: false } => {
+                self.consecutive = self.consecutive.saturating_add(1);
+                self.phase = Phase::Open { since: now };
+                true
+            }
+            Phase::Open { .. } | Phase::HalfOpen { trial: true } => false,
+        }
+    }
+
     fn decide(&mut self, success: bool, now: Instant) -> bool {
         if success {
             *self = Breaker::default();

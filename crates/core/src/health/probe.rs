@@ -80,21 +80,22 @@ impl Health {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(interval) => {}
             }
-            let outcome = tokio::select! {
+            let (outcome, unreachable) = tokio::select! {
                 () = stop.cancelled() => return,
                 outcome = self.probe(backends, id) => outcome,
             };
             if let Outcome::Failed(_, why) = &outcome {
                 tracing::debug!(backend = %id, "probe failed: {why}");
             }
-            self.probed(id, &outcome);
+            self.probed(id, &outcome, unreachable);
         }
     }
 
-    /// One probe of `id`, bounded by `probe_timeout` (the call is withdrawn when it expires).
-    pub(crate) async fn probe(&self, backends: &Backends, id: &BackendId) -> Outcome {
+    /// One probe of `id`, bounded by `probe_timeout` (the call is withdrawn when it expires),
+    /// and whether it failed because the backend cannot be reached at all.
+    pub(crate) async fn probe(&self, backends: &Backends, id: &BackendId) -> (Outcome, bool) {
         let Some(entry) = backends.get(id) else {
-            return Outcome::Neutral;
+            return (Outcome::Neutral, false);
         };
         // A backend that answers Modern requests is asked statelessly (a remote's shared
         // handle has no session to carry a Legacy `ping`); a Legacy-only one gets `ping` on
@@ -108,7 +109,7 @@ impl Health {
             (method::PING, json!({}))
         };
         let Ok(params) = RawValue::from_string(params.to_string()) else {
-            return Outcome::Neutral;
+            return (Outcome::Neutral, false);
         };
         let route = Route::internal(&entry);
         let key = RouteKey::mint();
@@ -116,11 +117,18 @@ impl Health {
         let exchange = async { route.upstream.call(key.as_str(), line).await?.await };
         let deadline = self.config.probe_timeout;
         match tokio::time::timeout(deadline, exchange).await {
-            Ok(Ok(_)) => Outcome::Answered,
-            Ok(Err(e)) => Outcome::of_upstream(&e),
-            Err(_) => Outcome::Failed(
-                "timeout",
-                format!("probe: no answer within {} s", deadline.as_secs_f64()),
+            Ok(Ok(_)) => (Outcome::Answered, false),
+            Ok(Err(e)) => {
+                let outcome = Outcome::of_upstream(&e);
+                let unreachable = matches!(outcome, Outcome::Failed(..)) && super::unreachable(&e);
+                (outcome, unreachable)
+            }
+            Err(_) => (
+                Outcome::Failed(
+                    "timeout",
+                    format!("probe: no answer within {} s", deadline.as_secs_f64()),
+                ),
+                false,
             ),
         }
     }

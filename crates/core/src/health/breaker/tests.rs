@@ -156,3 +156,18 @@ fn the_probe_counts_while_closed_and_is_the_trial_after_the_cool_down() {
     assert!(!b.probe(true, third, &c));
     assert_eq!(b.admit(third, &c), Admission::Refuse);
 }
+
+#[test]
+fn a_trip_opens_a_closed_breaker_at_once_and_leaves_an_open_one() {
+    let (c, t) = (config(), Instant::now());
+    let mut b = Breaker::default();
+    assert!(b.trip(t), "closed to open is a change");
+    assert_eq!(b.state(t, &c), BreakerState::Open);
+    assert_eq!(b.consecutive_failures(), 1);
+    assert!(!b.trip(t + Duration::from_secs(1)), "already open");
+    // The cool-down still counts from the trip: a later trip does not extend it.
+    let later = t + c.cool_down;
+    assert_eq!(b.state(later, &c), BreakerState::HalfOpen);
+    assert!(b.probe(true, later, &c), "the trial closes it");
+    assert_eq!(b.state(later, &c), BreakerState::Closed);
+}
