@@ -613,6 +613,7 @@ impl Gateway {
             mrtr: &self.mrtr,
             trust: self.trust(),
             per_session: &self.per_session,
+            vmcp: self.vmcp.as_ref(),
         }
     }
 

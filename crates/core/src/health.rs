@@ -36,7 +36,7 @@
 //! The state is its own table (`Gateway::health`), keyed by backend, so later features (the
 //! status page, hot reload adding and removing backends) read and extend it here.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,9 +51,11 @@ use crate::CoreError;
 pub(crate) mod breaker;
 mod flight;
 pub(crate) mod probe;
+mod recent;
 mod status;
 
 pub(crate) use flight::Flight;
+pub(crate) use recent::Recent;
 
 use breaker::{Admission, Breaker};
 pub use breaker::{BreakerConfig, BreakerState};
@@ -217,11 +219,15 @@ fn unreachable(e: &UpstreamError) -> bool {
 
 /// What is kept about one backend. The breaker and the facts share one mutex, held only to
 /// read or update them; `open` mirrors "the breaker is not closed" so the common case (closed)
-/// admits a call without taking it.
+/// admits a call without taking it. `recent` and `restarts` are atomics, for `/status`.
 #[derive(Debug, Default)]
 pub(crate) struct BackendHealth {
     open: AtomicBool,
     in_flight: AtomicUsize,
+    /// Restarts of its process since the gateway started it (as `/metrics` counts them).
+    restarts: AtomicU32,
+    /// Its last minute of calls (rate and latency for `/status`).
+    pub(crate) recent: Recent,
     inner: parking_lot::Mutex<Facts>,
 }
 
@@ -241,6 +247,9 @@ struct Facts {
     answered: Option<Instant>,
     /// Something was learned (a probe, a call).
     seen: bool,
+    /// Since when the current process (or connection) has served: its handshake, or its
+    /// restart's. `None` for a backend not connected yet.
+    up_since: Option<Instant>,
 }
 
 /// Every backend's health (`Gateway::health`).
@@ -353,18 +362,25 @@ impl Health {
     pub(crate) fn flight(&self, route: &Route, method: &str) -> Result<Flight<'_>, CoreError> {
         let method = Method::of(method);
         let started = Instant::now();
-        let counted =
+        let judged =
             !matches!(route.via, Via::Own | Via::Started) || route.upstream.as_stdio().is_none();
-        let entry = counted
-            .then(|| self.backends.load().get(&route.backend).cloned())
-            .flatten();
+        // Looked up for every route: a session's own process is not judged, but its calls
+        // are counted in the backend's last minute, as `/metrics` counts them.
+        let entry = self.backends.load().get(&route.backend).cloned();
         let mut trial = false;
-        if let Some(b) = &entry {
+        if let Some(b) = entry.as_ref().filter(|_| judged) {
             if b.open.load(Ordering::Acquire) {
                 let admission = b.inner.lock().breaker.admit(started, &self.config.breaker);
                 match admission {
                     Admission::Refuse => {
-                        metrics::backend_call(&route.backend, method, "refused", Duration::ZERO);
+                        let recent = Some(&b.recent);
+                        metrics::backend_call(
+                            &route.backend,
+                            method,
+                            "refused",
+                            Duration::ZERO,
+                            recent,
+                        );
                         return Err(b.refusal(&route.backend, started, &self.config.breaker));
                     }
                     Admission::Trial => trial = true,
@@ -376,6 +392,7 @@ impl Health {
         Ok(Flight {
             health: self,
             entry,
+            judged,
             pid: route.upstream.pid(),
             backend: route.backend.clone(),
             method,
@@ -454,9 +471,11 @@ impl Health {
         let Some(b) = self.backends.load().get(id).cloned() else {
             return;
         };
+        b.restarts.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let mut facts = b.inner.lock();
         facts.seen = true;
+        facts.up_since = Some(now);
         facts.probe = Some((true, now));
         if facts.breaker.restarted() {
             breaker_changed(id, BreakerState::HalfOpen, "restart");
@@ -493,31 +512,6 @@ impl Health {
             HealthState::Healthy
         };
         (state, breaker)
-    }
-
-    /// `/status`'s view of one backend's health (no secrets: fixed words and counts).
-    pub(crate) fn status_of(&self, id: &BackendId) -> Value {
-        let Some(b) = self.backends.load().get(id).cloned() else {
-            return Value::Null;
-        };
-        let Some((state, breaker)) = self.state_of(id) else {
-            return Value::Null;
-        };
-        let facts = b.inner.lock();
-        let ago = |at: Instant| (at.elapsed().as_secs_f64() * 10.0).round() / 10.0;
-        json!({
-            "state": state.as_str(),
-            "inFlight": b.in_flight.load(Ordering::Relaxed),
-            "breaker": {
-                "state": breaker.as_str(),
-                "consecutiveFailures": facts.breaker.consecutive_failures(),
-            },
-            "lastError": facts.last_error.as_ref().map(|(why, at)| json!({
-                "message": why,
-                "secondsAgo": ago(*at),
-            })),
-            "lastProbe": facts.probe.map(|(ok, at)| json!({"ok": ok, "secondsAgo": ago(at)})),
-        })
     }
 
     /// Whether the gateway is ready to serve (`/readyz`): at least one backend serving, or
@@ -565,7 +559,11 @@ impl BackendHealth {
 
 fn entry(connected: bool) -> Arc<BackendHealth> {
     let b = BackendHealth::default();
-    b.inner.lock().seen = connected;
+    {
+        let mut facts = b.inner.lock();
+        facts.seen = connected;
+        facts.up_since = connected.then(Instant::now);
+    }
     Arc::new(b)
 }
 

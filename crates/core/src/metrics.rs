@@ -174,12 +174,21 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// The latency histograms' bucket bounds, in seconds: 0.5 ms doubling to about 33 s (a
+/// cached list answers in well under a millisecond, a tool may run for seconds). `/status`'s
+/// last-minute percentiles (`health::recent`) use the same ones.
+pub(crate) const LATENCY_BOUNDS: [f64; 17] = {
+    let mut bounds = [0.0005; 17];
+    let mut i = 1;
+    while i < bounds.len() {
+        bounds[i] = bounds[i - 1] * 2.0;
+        i += 1;
+    }
+    bounds
+};
+
 fn latency() -> Histogram {
-    // 0.5 ms to about 33 s: a cached list answers in well under a millisecond, a tool may
-    // run for seconds.
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-        0.0005, 2.0, 17,
-    ))
+    Histogram::new(LATENCY_BOUNDS)
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -309,13 +318,19 @@ fn reason(word: &'static str) -> ReasonLabels {
     ReasonLabels { reason: Word(word) }
 }
 
-/// A call to a backend's end.
+/// A call to a backend's end; `recent` (the backend's last minute, for `/status`) counts
+/// it too, timed unless it was refused.
 pub(crate) fn backend_call(
     backend: &BackendId,
     method: Method,
     outcome: &'static str,
     took: Duration,
+    recent: Option<&crate::health::Recent>,
 ) {
+    if let Some(recent) = recent {
+        let timed = (outcome != "refused").then_some(took);
+        recent.record(std::time::Instant::now(), timed);
+    }
     let m = get();
     let labels = ClientLabels {
         backend: backend.clone(),
@@ -490,6 +505,7 @@ mod tests {
             Method::of("tools/call"),
             "ok",
             Duration::from_millis(3),
+            None,
         );
         let text = render();
         assert!(

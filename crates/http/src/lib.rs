@@ -309,9 +309,13 @@ async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
 }
 
 async fn status(State(state): State<AppState>) -> Response {
+    let mut status = state.gateway.operator().status();
+    if let Some(map) = status.as_object_mut() {
+        map.insert("links".to_owned(), ops_ui::links(&state.config));
+    }
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        state.gateway.operator().status().to_string(),
+        status.to_string(),
     )
         .into_response()
 }

@@ -45,6 +45,20 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     (headers, body).into_response()
 }
 
+/// Where the documentation is published, when the build was told (`SWITCHBOARD_DOCS_URL`).
+const DOCS_URL: Option<&str> = option_env!("SWITCHBOARD_DOCS_URL");
+
+/// `/status`'s `links`: where the page's links go. `metrics` is `null` when `/metrics` is
+/// not on this listener (`--metrics-listen`); `docs` when no docs URL was built in.
+pub(crate) fn links(config: &crate::HttpConfig) -> serde_json::Value {
+    json!({
+        "status": "/status",
+        "metrics": config.metrics_here.then_some("/metrics"),
+        "docs": DOCS_URL,
+        "docsInSource": "docs/operations.md",
+    })
+}
+
 pub(crate) async fn page() -> Response {
     asset("text/html; charset=utf-8", PAGE)
 }

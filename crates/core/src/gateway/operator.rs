@@ -21,6 +21,8 @@ pub struct Operator<'a> {
     pub(super) mrtr: &'a Bridge,
     pub(super) trust: Option<&'a Arc<Trust>>,
     pub(super) per_session: &'a crate::per_session::Spawner,
+    /// The merged lists, when aggregating (each backend's item counts).
+    pub(super) vmcp: Option<&'a crate::vmcp::Vmcp>,
 }
 
 impl Operator<'_> {
@@ -44,9 +46,12 @@ impl Operator<'_> {
         }
     }
 
-    /// `/status`: per backend its health, era, transport and breaker; the live sessions.
+    /// `/status`: per backend its health, era, transport, breaker, process, traffic and item
+    /// counts; the live sessions by transport and by principal.
     pub fn status(&self) -> Value {
-        self.health.status(self.backends, &self.registry.sessions)
+        let items = |id: &crate::BackendId| self.vmcp.map(|v| v.item_counts(id));
+        self.health
+            .status(self.backends, &self.registry.sessions, &items)
     }
 
     /// The text exposition of every metric, with the gauges set from the gateway now.

@@ -17,8 +17,10 @@ use crate::{BackendId, CoreError};
 #[derive(Debug)]
 pub(crate) struct Flight<'a> {
     pub(super) health: &'a Health,
-    /// `None`: a route that health does not judge (a session's own process).
+    /// The backend's entry (`None`: a backend not in the table, removed by a reload).
     pub(super) entry: Option<Arc<BackendHealth>>,
+    /// Whether health judges this route (not a session's own process): in flight, breaker.
+    pub(super) judged: bool,
     /// The process the call went to, if a process: its death counts once.
     pub(super) pid: Option<u32>,
     pub(super) backend: BackendId,
@@ -48,8 +50,15 @@ impl Flight<'_> {
             Err(CoreError::Cancelled) => "cancelled",
             _ => outcome.word(),
         };
-        metrics::backend_call(&self.backend, self.method, word, self.started.elapsed());
-        if let Some(b) = &self.entry {
+        let recent = self.entry.as_deref().map(|b| &b.recent);
+        metrics::backend_call(
+            &self.backend,
+            self.method,
+            word,
+            self.started.elapsed(),
+            recent,
+        );
+        if let Some(b) = self.entry.as_ref().filter(|_| self.judged) {
             let crashed = self.pid.filter(|_| Outcome::process_gone(&result));
             self.report(b, &outcome, crashed);
         }
@@ -115,18 +124,17 @@ impl Flight<'_> {
 
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
-        let Some(b) = &self.entry else {
-            if !self.reported {
-                metrics::backend_call(&self.backend, self.method, "cancelled", Duration::ZERO);
-            }
+        if !self.reported {
+            let recent = self.entry.as_deref().map(|b| &b.recent);
+            let (backend, method) = (&self.backend, self.method);
+            metrics::backend_call(backend, method, "cancelled", Duration::ZERO, recent);
+        }
+        let Some(b) = self.entry.as_ref().filter(|_| self.judged) else {
             return;
         };
         b.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if !self.reported {
-            metrics::backend_call(&self.backend, self.method, "cancelled", Duration::ZERO);
-            if self.trial {
-                b.inner.lock().breaker.trial_abandoned();
-            }
+        if !self.reported && self.trial {
+            b.inner.lock().breaker.trial_abandoned();
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The table of live sessions ([`Sessions`]): creation, lookup by a client-supplied id,
 //! and every way a session ends (handing back its state as [`Ended`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -375,6 +375,26 @@ impl Sessions {
             Transport::Sse => sse += 1,
         });
         (streamable, sse)
+    }
+
+    /// Live sessions per principal (issuer, subject): Streamable HTTP and HTTP+SSE, in no
+    /// order. For `/status`; no session id leaves here.
+    pub(crate) fn count_by_principal(&self) -> Vec<((String, String), usize, usize)> {
+        let mut counts: HashMap<(String, String), (usize, usize)> = HashMap::new();
+        self.for_each(|_, s| {
+            let count = match counts.get_mut(s.owner()) {
+                Some(count) => count,
+                None => counts.entry(s.owner().clone()).or_default(),
+            };
+            match s.transport {
+                Transport::Streamable => count.0 += 1,
+                Transport::Sse => count.1 += 1,
+            }
+        });
+        counts
+            .into_iter()
+            .map(|(owner, (streamable, sse))| (owner, streamable, sse))
+            .collect()
     }
 
     /// The TTL, so the reaper can tick at a fraction of it.

@@ -32,7 +32,7 @@ impl SseClient {
         Self::connect_with(gw, &[]).await
     }
 
-    async fn connect_with(gw: &TestGateway, headers: &[(&str, &str)]) -> Self {
+    pub(crate) async fn connect_with(gw: &TestGateway, headers: &[(&str, &str)]) -> Self {
         let mut req = gw
             .http
             .get(format!("{}/sse", gw.base()))

@@ -33,6 +33,7 @@ mod modern;
 mod mrtr;
 mod openapi;
 mod openapi_sdk;
+mod ops_status;
 mod per_session;
 mod per_session_sse;
 mod real_remotes;
