@@ -50,6 +50,112 @@ function row(cells) {
   return tr;
 }
 
+// A missing value (a backend not started, a list never fetched) shows as a dash.
+const DASH = "\u2013";
+
+function count(v) {
+  return v === null || v === undefined ? DASH : String(v);
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return DASH;
+  const s = Math.floor(seconds);
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.floor(s / 60) + " m " + (s % 60) + " s";
+  if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " m";
+  return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
+}
+
+function ms(v) {
+  if (v === null || v === undefined) return DASH;
+  if (v >= 1000) return (v / 1000).toFixed(2) + " s";
+  return (v < 10 ? v.toFixed(2) : v.toFixed(0)) + " ms";
+}
+
+// One cell: the text shown, and the raw value from /status it was made from (data-value),
+// so what the page shows can be checked against /status.
+function cell(field, value, text, cls) {
+  const td = el("td", text, cls);
+  td.dataset.field = field;
+  td.dataset.value = value === null || value === undefined ? "" : String(value);
+  return td;
+}
+
+function breakerCell(b) {
+  if (!b.breaker) {
+    const td = cell("breaker", "", DASH);
+    td.title = "not started: no breaker yet";
+    return td;
+  }
+  const word = b.breaker.state;
+  let text = word;
+  // Unhealthy is only ever shown behind an open breaker; a closed one beside a state that
+  // does not serve is the credential being refused, which the breaker does not judge.
+  if (word === "closed" && b.state === "unauthenticated") text = "closed (credential refused)";
+  const td = cell("breaker", word, text, "breaker " + word);
+  td.title = b.breaker.consecutiveFailures + " failure(s) in a row";
+  return td;
+}
+
+function backendRow(b) {
+  const minute = b.lastMinute || {};
+  const items = b.items || {};
+  const state = cell("state", b.state, b.state, "state " + b.state);
+  state.dataset.backend = b.name;
+  const err = b.lastError ? b.lastError.message : "";
+  const tr = row([
+    cell("name", b.name, b.name),
+    state,
+    cell("era", b.era, count(b.era)),
+    cell("transport", b.transport, count(b.transport)),
+    breakerCell(b),
+    cell("restarts", b.restarts, count(b.restarts), "num"),
+    cell("uptimeSeconds", b.uptimeSeconds, duration(b.uptimeSeconds), "num"),
+    cell("pid", b.pid, count(b.pid), "num"),
+    cell("inFlight", b.inFlight, count(b.inFlight), "num"),
+    cell("tools", items.tools, count(items.tools), "num"),
+    cell("prompts", items.prompts, count(items.prompts), "num"),
+    cell("resources", items.resources, count(items.resources), "num"),
+    cell("perSecond", minute.perSecond, count(minute.perSecond), "num"),
+    cell("p50Ms", minute.p50Ms, ms(minute.p50Ms), "num"),
+    cell("p99Ms", minute.p99Ms, ms(minute.p99Ms), "num"),
+    cell("lastError", err, err, "error"),
+  ]);
+  tr.dataset.backend = b.name;
+  return tr;
+}
+
+function renderPrincipals(sessions) {
+  const body = document.querySelector("#principals tbody");
+  body.replaceChildren();
+  const listed = sessions.byPrincipal || [];
+  for (const p of listed) {
+    const tr = row([
+      cell("issuer", p.issuer, p.issuer),
+      cell("subject", p.subject, p.subject),
+      cell("streamableHttp", p.streamableHttp, count(p.streamableHttp), "num"),
+      cell("sse", p.sse, count(p.sse), "num"),
+    ]);
+    tr.dataset.principal = p.issuer + "/" + p.subject;
+    body.appendChild(tr);
+  }
+  document.getElementById("no-sessions").hidden = listed.length > 0;
+  const more = document.getElementById("principals-more");
+  more.hidden = !sessions.principalsNotListed;
+  more.textContent = "and " + sessions.principalsNotListed + " more principals";
+}
+
+function renderLinks(links) {
+  if (!links) return;
+  document.getElementById("link-metrics").hidden = !links.metrics;
+  const docs = document.getElementById("link-docs");
+  if (links.docs) {
+    docs.href = links.docs;
+    docs.textContent = "Docs";
+    docs.title = "";
+  }
+}
+
 function renderStatus(s) {
   const ready = document.getElementById("ready");
   ready.textContent = s.ready ? "ready" : "not ready";
@@ -57,19 +163,19 @@ function renderStatus(s) {
   document.getElementById("sessions-streamable").textContent = s.sessions.streamableHttp;
   document.getElementById("sessions-sse").textContent = s.sessions.sse;
   let inFlight = 0;
+  let rate = 0;
   const body = document.querySelector("#backends tbody");
   body.replaceChildren();
   for (const b of s.backends) {
     inFlight += b.inFlight || 0;
-    const state = el("td", b.state, "state " + b.state);
-    state.dataset.backend = b.name;
-    const err = b.lastError ? b.lastError.message : "";
-    const tr = row([b.name, state, b.era, b.transport, b.breaker ? b.breaker.state : "", b.inFlight, err]);
-    tr.dataset.backend = b.name;
-    body.appendChild(tr);
+    rate += (b.lastMinute && b.lastMinute.perSecond) || 0;
+    body.appendChild(backendRow(b));
     if (b.lastError) noteError(b.name, b.lastError);
   }
   document.getElementById("in-flight").textContent = inFlight;
+  document.getElementById("rate").textContent = rate.toFixed(2);
+  renderPrincipals(s.sessions);
+  renderLinks(s.links);
 }
 
 function noteError(backend, e) {
