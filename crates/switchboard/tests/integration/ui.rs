@@ -1,6 +1,9 @@
 //! The status page (`/ui`) in headless Chromium (playwright-core, `scripts/install-chromium.sh`):
-//! it shows a backend healthy, then unhealthy once killed, lists a quarantined tool, and its
-//! Approve button brings the tool back to `tools/list`; for a caller who is not a trust approver
+//! it shows every backend field of `/status` (checked value by value against it: state, era,
+//! transport, breaker, restarts, uptime, PID, in flight, item counts, rate, p50, p99, last
+//! error), sessions by principal and its links; a backend healthy, then unhealthy once killed,
+//! never behind a closed breaker; a quarantined tool, whose Approve button brings it back to
+//! `tools/list`; its CSP refuses an inline script. For a caller who is not a trust approver
 //! it still shows the status, and says the trust panel needs one. Skipped, loudly, only when chromium is
 //! absent and `SWITCHBOARD_UI_TESTS` is unset (`scripts/test.sh` sets it, so CI cannot skip).
 
@@ -81,6 +84,7 @@ async fn status_page_shows_every_backend_field_of_status_and_approves_a_quaranti
     }
     let (chromium, modules) = install().await;
     let mut scene = Scene::start("ui", 2).await;
+    assert_no_inline_script(&scene.gw).await;
     scene.traffic(8).await;
     scene.crash_gamma(scene.pid_of("gamma_pid").await).await;
     let screenshot = format!("{ROOT}/docs/images/ui.png");
@@ -128,6 +132,32 @@ async fn status_page_shows_every_backend_field_of_status_and_approves_a_quaranti
         .unwrap();
     assert!(status.success());
     assert!(std::path::Path::new(&screenshot).exists());
+}
+
+/// The page's CSP allows only its own script (no inline script, no `eval`), and the page has
+/// none inline: every `<script>` is loaded by `src`, no element carries an event attribute.
+async fn assert_no_inline_script(gw: &crate::common::TestGateway) {
+    let page = gw
+        .http
+        .get(format!("{}/ui", gw.base()))
+        .send()
+        .await
+        .unwrap();
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.contains("script-src 'self';"), "{csp}");
+    assert!(!csp.contains("unsafe-"), "{csp}");
+    let html = page.text().await.unwrap().to_lowercase();
+    for tag in html.split("<script").skip(1) {
+        let open = tag.split('>').next().unwrap_or_default();
+        assert!(open.contains(" src="), "an inline script: <script{open}>");
+    }
+    assert!(
+        !html.contains(" onclick=") && !html.contains(" onload="),
+        "{html}"
+    );
 }
 
 /// A default `serve` (no approvers): `/trust` is 403 for the caller, and the page still shows
