@@ -23,8 +23,8 @@ edit by hand; scripts/docs.sh fails when this page is not current. -->
 Every key of the config file that `switchboard serve --config FILE` and `switchboard validate
 --config FILE` read, generated from the JSON Schema compiled into the binary
 (`schema/switchboard.schema.json`, draft 2020-12; point your editor at it for completion).
-A key named `--flag` in its description has a command-line flag of that name, which overrides
-the file. How the file is used: [The config file](../configuration.md).
+A key whose description names a flag (`--port`) has that command-line flag too, which
+overrides the file. How the file is used: [The config file](../configuration.md).
 
 """
 
