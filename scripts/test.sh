@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints, unit + integration tests, and the
 # official conformance suite through the gateway. Needs only the Rust toolchain, Python 3 and
-# Node/npm (the script installs Node 22 for the conformance suite itself).
+# Node/npm (the script installs Node 22 for the conformance suite itself, and MkDocs for the
+# documentation check).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # A clean checkout gains nothing from incremental caches, and they are a large part of a debug
@@ -14,7 +15,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 LOG="$(mktemp)"
-trap 'rm -f "$LOG"' EXIT
+DOCS_LOG="$(mktemp)"
+trap 'rm -f "$LOG" "$DOCS_LOG"' EXIT
 # The status-page test needs Chromium and playwright-core: installed here (apt, npm), and
 # SWITCHBOARD_UI_TESTS makes the test fail rather than skip when they are missing.
 echo "== install chromium + playwright-core (status page test)"
@@ -31,6 +33,13 @@ scripts/install-bwrap.sh >/dev/null
 SWITCHBOARD_NPX_TESTS=1 SWITCHBOARD_UI_TESTS=1 SWITCHBOARD_REDIS_TESTS=1 SWITCHBOARD_SANDBOX_TESTS=1 cargo test --workspace 2>&1 | tee "$LOG"
 # The conformance runs use the gateway binary this `cargo test` built.
 export SWITCHBOARD_BIN="$PWD/target/debug/switchboard"
+# The documentation check (scripts/docs.sh: MkDocs strict build, links and anchors, every
+# documented command and config against this binary, the metrics reference against a running
+# gateway) runs beside the conformance profiles, which mostly wait on the network stack; its
+# output is printed when it ends.
+echo "== docs (scripts/docs.sh, in the background)"
+scripts/docs.sh >"$DOCS_LOG" 2>&1 &
+DOCS_PID=$!
 echo "== disk: target folder $(du -sh target 2>/dev/null | cut -f1), $(df -h . | awk 'NR==2 {print $4}') free"
 PROFILES=0
 for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
@@ -46,6 +55,14 @@ for revision in 2025-11-25 2026-07-28; do
   scripts/conformance-client.sh "$revision"
   PROFILES=$((PROFILES + 1))
 done
+
+echo "== docs"
+if ! wait "$DOCS_PID"; then
+  cat "$DOCS_LOG"
+  echo "docs check failed"
+  exit 1
+fi
+cat "$DOCS_LOG"
 
 # One closing line for everything cargo ran (the last runner output above is the conformance
 # suite's, and cargo's last own line is its doc-tests, often empty).
