@@ -397,6 +397,9 @@ def main():
             counts["policies"] += 1
             check_policy(binary, body, where, failures)
     check_readme_links(failures)
+    deploy = (ROOT / "deploy" / "switchboard.yaml").read_text()
+    if deploy not in (DOCS / "scale-out.md").read_text():
+        failures.add("docs/scale-out.md", "does not quote deploy/switchboard.yaml as it is")
     check_inline_flags(binary, failures)
     registered, exposed = check_metrics(binary, failures)
     for item in failures.items:
