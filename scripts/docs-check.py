@@ -47,7 +47,7 @@ class Failures:
 
 def blocks():
     """(page, line, language, body, mark) for every fenced block of every page."""
-    pages = sorted(DOCS.rglob("*.md"))
+    pages = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
     for page in pages:
         text = page.read_text()
         for m in FENCE.finditer(text):
@@ -153,7 +153,7 @@ def check_inline_flags(binary, failures):
         out = help_of(binary, chain)
         known |= set(re.findall(r"(--[a-z0-9][a-z0-9-]*)", out.stdout))
         stack += [chain + [n] for n in subcommands(out.stdout) if n != "help"]
-    for page in sorted(DOCS.rglob("*.md")):
+    for page in sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]:
         text = FENCE.sub(lambda f: "\n" * f.group(0).count("\n"), page.read_text())
         for m in re.finditer(r"`(--[a-z][a-z0-9-]*)", text):
             flag = m.group(1)
