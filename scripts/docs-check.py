@@ -4,6 +4,7 @@
 
 - every `switchboard …` command in a shell code block: its subcommand exists (`--help` exits
   0) and every `--flag` it uses is one that subcommand's `--help` lists;
+- every `mcpServers` JSON block converts with `switchboard init` into a config that validates;
 - every YAML code block is a config `switchboard validate` accepts (run in a scratch folder
   holding scripts/docs-fixtures/, with each `${VAR}` it names set), and every Cedar block is a
   policy a gateway starts with (`validate` does not parse policies);
@@ -195,6 +196,25 @@ def validate(binary, config_text, where, failures):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def check_mcp_json(binary, text, where, failures):
+    """An `mcpServers` file converts with `init`, and the config it writes validates."""
+    folder = scratch()
+    try:
+        (folder / "mcp.json").write_text(text)
+        env = dict(os.environ)
+        env["PATH"] = f"{pathlib.Path(binary).resolve().parent}:{env.get('PATH', '')}"
+        for argv in (["init", "--from-mcp-json", "mcp.json", "--out", "converted.yaml"],
+                     ["validate", "--config", "converted.yaml"]):
+            out = subprocess.run([binary, *argv], capture_output=True, text=True,
+                                 timeout=60, cwd=folder, env=env)
+            if out.returncode != 0:
+                detail = (out.stderr or out.stdout).strip()
+                failures.add(where, f"`switchboard {argv[0]}` refused it:\n    {detail}")
+                return
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def check_policy(binary, policy, where, failures):
     """`validate` does not parse a policy; a gateway does before it listens."""
     folder = scratch()
@@ -380,7 +400,7 @@ def main():
     args = parser.parse_args()
     binary = str(pathlib.Path(args.bin).resolve())
     failures = Failures()
-    counts = {"commands": 0, "configs": 0, "policies": 0, "marked": 0}
+    counts = {"commands": 0, "configs": 0, "policies": 0, "mcp-json": 0, "marked": 0}
     for page, line, lang, body, mark in blocks():
         where = f"{page}:{line}"
         if mark:
@@ -393,6 +413,9 @@ def main():
         elif lang == "yaml":
             counts["configs"] += 1
             validate(binary, body, where, failures)
+        elif lang == "json" and '"mcpServers"' in body:
+            counts["mcp-json"] += 1
+            check_mcp_json(binary, body, where, failures)
         elif lang == "cedar":
             counts["policies"] += 1
             check_policy(binary, body, where, failures)
@@ -406,7 +429,7 @@ def main():
         print(f"docs-check: {item}", file=sys.stderr)
     print(
         f"docs-check: {counts['commands']} commands, {counts['configs']} configs, "
-        f"{counts['policies']} policies checked ({counts['marked']} blocks marked partial or "
+        f"{counts['policies']} policies, {counts['mcp-json']} mcpServers files checked ({counts['marked']} blocks marked partial or "
         f"skip); metrics: {registered} series registered, {exposed} exposed by a running "
         f"gateway; {len(failures.items)} failure(s)"
     )
