@@ -8,8 +8,9 @@ use std::sync::Arc;
 /// Longest backend name.
 pub const MAX_BACKEND_ID: usize = 32;
 
-/// A backend's name: 1 to 32 of `a-z`, `0-9`, `_`, `-` (config keys, log fields and policy
-/// attributes stay plain). Cheap to clone.
+/// A backend's name: 1 to 32 of `A-Z`, `a-z`, `0-9`, `_`, `-` (config keys, log fields and
+/// policy attributes stay plain; case is kept, so `remA` and `rema` are two names). Cheap to
+/// clone.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BackendId(Arc<str>);
 
@@ -22,8 +23,8 @@ pub enum BackendIdError {
     /// Longer than [`MAX_BACKEND_ID`] bytes.
     #[error("a backend name has at most {MAX_BACKEND_ID} characters, this one has {0}")]
     TooLong(usize),
-    /// A character outside `a-z0-9_-`.
-    #[error("a backend name may use only a-z, 0-9, '_' and '-', not {0:?}")]
+    /// A character outside `A-Za-z0-9_-`.
+    #[error("a backend name may use only A-Z, a-z, 0-9, '_' and '-', not {0:?}")]
     BadChar(char),
 }
 
@@ -51,7 +52,7 @@ impl FromStr for BackendId {
         }
         if let Some(bad) = s
             .chars()
-            .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
+            .find(|c| !matches!(c, 'A'..='Z' | 'a'..='z' | '0'..='9' | '_' | '-'))
         {
             return Err(BackendIdError::BadChar(bad));
         }
@@ -89,7 +90,14 @@ mod tests {
 
     #[test]
     fn names_are_validated() {
-        for ok in ["default", "a", "git-hub_2", &"x".repeat(MAX_BACKEND_ID)] {
+        for ok in [
+            "default",
+            "a",
+            "git-hub_2",
+            "remA",
+            "GitHub",
+            &"x".repeat(MAX_BACKEND_ID),
+        ] {
             let id: BackendId = ok.parse().unwrap();
             assert_eq!(id.as_str(), ok);
             assert_eq!(id.to_string(), ok);
@@ -101,7 +109,6 @@ mod tests {
             Err(BackendIdError::TooLong(MAX_BACKEND_ID + 1))
         );
         for (bad, c) in [
-            ("GitHub", 'G'),
             ("a b", ' '),
             ("a.b", '.'),
             ("a/b", '/'),

@@ -16,6 +16,9 @@ pub(crate) fn init(args: &InitArgs) -> anyhow::Result<()> {
     for note in &converted.notes {
         println!("note: {note}");
     }
+    for line in converted.rename_lines() {
+        eprintln!("switchboard: {line}");
+    }
     if converted.mapping.is_empty() {
         bail!("{}: no server to convert", args.from_mcp_json.display());
     }

@@ -22,14 +22,49 @@ pub(crate) struct Converted {
     pub(crate) mapping: Vec<(String, String)>,
     /// What was skipped or needs the user (printed).
     pub(crate) notes: Vec<String>,
+    /// Server names that could not be backend names as written: (original, backend name).
+    pub(crate) renamed: Vec<(String, String)>,
+}
+
+impl Converted {
+    /// One line per renamed server, saying which character made it change (for stderr).
+    pub(crate) fn rename_lines(&self) -> Vec<String> {
+        self.renamed
+            .iter()
+            .map(|(original, name)| {
+                format!(
+                    "server \"{original}\" is backend \"{name}\": a backend name is at most \
+                     {MAX_BACKEND_ID} of A-Z, a-z, 0-9, '_' and '-', unique in the file"
+                )
+            })
+            .collect()
+    }
 }
 
 pub(crate) fn convert_file(path: &Path) -> anyhow::Result<Converted> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let doc: Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let doc = parse_jsonc(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     convert(&doc)
+}
+
+/// JSON with what editors' `mcp.json` files add to it (JSONC): `//` and `/* */` comments and
+/// trailing commas. Nothing else of JSON5 (no single quotes, bare keys or hex numbers), so a
+/// file that parses here is one a JSONC editor shows as valid.
+pub(crate) fn parse_jsonc(text: &str) -> Result<Value, jsonc_parser::errors::ParseError> {
+    let options = jsonc_parser::ParseOptions {
+        allow_comments: true,
+        allow_trailing_commas: true,
+        allow_loose_object_property_names: false,
+        allow_missing_commas: false,
+        allow_single_quoted_strings: false,
+        allow_hexadecimal_numbers: false,
+        allow_unary_plus_numbers: false,
+        allow_bare_decimal_point_numbers: false,
+        allow_non_finite_numbers: false,
+        allow_extended_string_escapes: false,
+    };
+    jsonc_parser::parse_to_serde_value(text, &options)
 }
 
 /// Keys of a server entry that the conversion carries over (others are noted).
@@ -69,6 +104,9 @@ pub(crate) fn convert(doc: &Value) -> anyhow::Result<Converted> {
         match backend(&name, original, entry, &mut out) {
             Some(b) => {
                 backends.push(b);
+                if name != *original {
+                    out.renamed.push((original.clone(), name.clone()));
+                }
                 out.mapping.push((original.clone(), name));
             }
             None => {
@@ -234,12 +272,12 @@ fn shout(s: &str) -> String {
         .collect()
 }
 
-/// A server name as a backend name: lower case, anything outside `[a-z0-9_-]` → `-`, no
-/// leading or trailing `-`, at most 32 characters (`server` if nothing is left).
+/// A server name as a backend name, kept as written where it can be: anything outside
+/// `[A-Za-z0-9_-]` → `-`, no leading or trailing `-`, at most 32 characters (`server` if
+/// nothing is left). Case is kept: a backend's name prefixes its tools' names.
 pub(crate) fn sanitize(original: &str) -> String {
     let mapped: String = original
         .chars()
-        .flat_map(char::to_lowercase)
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
                 c
@@ -248,7 +286,10 @@ pub(crate) fn sanitize(original: &str) -> String {
             }
         })
         .collect();
-    // Runs of replaced characters read as one separator: "Linear (remote)" → linear-remote.
+    if mapped == original && !original.is_empty() && original.len() <= MAX_BACKEND_ID {
+        return mapped;
+    }
+    // Runs of replaced characters read as one separator: "Linear (remote)" → Linear-remote.
     let mut collapsed = String::with_capacity(mapped.len());
     for c in mapped.chars() {
         if !(c == '-' && collapsed.ends_with('-')) {
@@ -288,8 +329,10 @@ mod tests {
 
     #[test]
     fn names_follow_the_backend_rule_and_stay_unique() {
-        assert_eq!(sanitize("GitHub Server"), "github-server");
-        assert_eq!(sanitize("Linear (remote)"), "linear-remote");
+        assert_eq!(sanitize("remA"), "remA");
+        assert_eq!(sanitize("-lead_ing-"), "-lead_ing-");
+        assert_eq!(sanitize("GitHub Server"), "GitHub-Server");
+        assert_eq!(sanitize("Linear (remote)"), "Linear-remote");
         assert_eq!(sanitize("  @scope/pkg.v2 "), "scope-pkg-v2");
         assert_eq!(sanitize("Ünïcode"), "n-code");
         assert_eq!(sanitize("!!!"), "server");
@@ -337,13 +380,96 @@ mod tests {
         );
         assert_eq!(
             c.mapping,
-            vec![("A".into(), "a".into()), ("b".into(), "b".into())]
+            vec![("A".into(), "A".into()), ("b".into(), "b".into())]
         );
+        assert!(c.renamed.is_empty(), "{:?}", c.renamed);
         assert!(
             c.notes.iter().any(|n| n.contains("\"c\": disabled")),
             "{:?}",
             c.notes
         );
         assert!(c.notes.iter().any(|n| n.contains("TOK")), "{:?}", c.notes);
+    }
+
+    #[test]
+    fn names_are_kept_and_renames_are_listed() {
+        let doc = json!({"mcpServers": {
+            "remA": {"command": "x"},
+            "Linear (remote)": {"url": "https://h/mcp"},
+            "rema": {"command": "y"},
+        }});
+        let c = convert(&doc).unwrap();
+        let names: Vec<&str> = c.mapping.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["remA", "Linear-remote", "rema"]);
+        assert_eq!(
+            c.renamed,
+            vec![("Linear (remote)".into(), "Linear-remote".into())]
+        );
+        let lines = c.rename_lines();
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with("server \"Linear (remote)\" is backend \"Linear-remote\""),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn jsonc_comments_and_trailing_commas_are_read() {
+        let text = r#"{
+  // VS Code's mcp.json
+  "servers": {
+    /* a block
+       comment */
+    "remA": {"command": "x", "args": ["http://h/a//b", "/* not a comment */",],},
+  },
+}"#;
+        let doc = parse_jsonc(text).unwrap();
+        assert_eq!(
+            doc,
+            json!({"servers": {"remA": {"command": "x",
+                "args": ["http://h/a//b", "/* not a comment */"]}}})
+        );
+        // Only JSONC: JSON5's single quotes and bare keys stay errors, with a position.
+        let err = parse_jsonc("{\n  'a': 1}").unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(parse_jsonc("{a: 1}").is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever JSON a file holds, the JSONC reader reads it as JSON does.
+        #[test]
+        fn jsonc_reads_plain_json_as_json(value in json_value()) {
+            let text = serde_json::to_string_pretty(&value).unwrap();
+            proptest::prop_assert_eq!(parse_jsonc(&text).unwrap(), value);
+        }
+
+        /// A sanitized name is a backend name, and a backend name is kept as written.
+        #[test]
+        fn sanitized_names_are_backend_names(name in "\\PC{0,40}") {
+            let s = sanitize(&name);
+            proptest::prop_assert!(s.parse::<switchboard_core::BackendId>().is_ok(), "{}", s);
+            proptest::prop_assert_eq!(sanitize(&s), s.clone());
+            if name.parse::<switchboard_core::BackendId>().is_ok() {
+                proptest::prop_assert_eq!(s, name);
+            }
+        }
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+            Just(Value::from("// /* */ \\\" ,]")),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::vec(("\\PC{0,6}", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
     }
 }

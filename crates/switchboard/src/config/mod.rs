@@ -126,6 +126,9 @@ pub(crate) fn load_mcp_json(path: &Path) -> Result<Loaded, ConfigErrors> {
     for note in &converted.notes {
         println!("switchboard: {note}");
     }
+    for line in converted.rename_lines() {
+        eprintln!("switchboard: {line}");
+    }
     load_source(Source {
         base: base_dir(path),
         name: source_name,

@@ -193,7 +193,7 @@ backends:
         "timeouts.request: must match ^[0-9]+(\\.[0-9]*)?(ms|s|m|h)?$",
         "aggregation.conflictResolution: expected one of \"conditional\", \"prefix\", \"priority\", \"manual\"",
         "backends[1].url: must match ^https?://",
-        "backends[2].name: must match ^[a-z0-9_-]{1,32}$",
+        "backends[2].name: must match ^[A-Za-z0-9_-]{1,32}$",
         "backends[3].name: required",
         "backends[1].name: \"a\" is already the name of backends[0]",
         "backends[0].headers: only for a url backend",

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::common::TestGateway;
 
-const SWITCHBOARD: &str = env!("CARGO_BIN_EXE_switchboard");
+pub(crate) const SWITCHBOARD: &str = env!("CARGO_BIN_EXE_switchboard");
 const CLAUDE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/claude_desktop_config.json"
@@ -24,17 +24,17 @@ const CLAUDE_SECRETS: [&str; 3] = [
 ];
 
 /// A fresh directory for one test, removed on drop.
-struct Dir(PathBuf);
+pub(crate) struct Dir(pub(crate) PathBuf);
 
 impl Dir {
-    fn new(name: &str) -> Dir {
+    pub(crate) fn new(name: &str) -> Dir {
         let path = std::env::temp_dir().join(format!("sb-it-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         Dir(path)
     }
 
-    fn write(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.0.join(name);
         std::fs::write(&path, text).unwrap();
         path
@@ -48,7 +48,7 @@ impl Drop for Dir {
 }
 
 /// Runs `switchboard ARGS` to completion (bounded: a hang fails the test).
-async fn switchboard(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
+pub(crate) async fn switchboard(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output {
     let mut cmd = tokio::process::Command::new(SWITCHBOARD);
     cmd.args(args)
         .envs(env.iter().copied())
@@ -60,7 +60,7 @@ async fn switchboard(args: &[&str], env: &[(&str, &str)], cwd: &Path) -> Output 
         .unwrap()
 }
 
-fn text(out: &Output) -> (String, String) {
+pub(crate) fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -218,17 +218,25 @@ async fn init_converts_a_claude_desktop_config() {
     .await;
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
-    // The mapping, in the file's order; names made backend names, deduplicated.
+    // The mapping, in the file's order; names kept as written where they can be (case
+    // too), the others made backend names, with a line on stderr for each of those.
     for line in [
         "\"filesystem\" -> backend filesystem",
-        "\"GitHub\" -> backend github",
+        "\"GitHub\" -> backend GitHub",
         "\"brave-search\" -> backend brave-search",
-        "\"Linear (remote)\" -> backend linear-remote",
+        "\"Linear (remote)\" -> backend Linear-remote",
         "\"acme tools\" -> backend acme-tools",
-        "\"github\" -> backend github-2",
+        "\"github\" -> backend github",
     ] {
         assert!(stdout.contains(line), "{line} not in {stdout}");
     }
+    for renamed in [
+        "server \"Linear (remote)\" is backend \"Linear-remote\"",
+        "server \"acme tools\" is backend \"acme-tools\"",
+    ] {
+        assert!(stderr.contains(renamed), "{renamed} not in {stderr}");
+    }
+    assert_eq!(stderr.matches(" is backend ").count(), 2, "{stderr}");
     assert!(
         stdout.contains("skipped \"puppeteer\": disabled"),
         "{stdout}"
@@ -256,11 +264,11 @@ async fn init_converts_a_claude_desktop_config() {
         names,
         [
             "filesystem",
-            "github",
+            "GitHub",
             "brave-search",
-            "linear-remote",
+            "Linear-remote",
             "acme-tools",
-            "github-2"
+            "github"
         ]
     );
     // What init wrote validates (the one reference it kept needs its variable).

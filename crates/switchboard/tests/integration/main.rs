@@ -16,6 +16,7 @@ mod auth;
 mod backend_failure;
 mod bench;
 mod breaker;
+mod cli;
 mod config_file;
 mod connections;
 mod direct_post;

@@ -1,0 +1,118 @@
+//! The CLI's help for a new user, through the real binary: `init` from the files editors
+//! write (JSONC, mixed-case names kept), `validate`'s host checks and suggestions, and
+//! `doctor`'s live start of each backend.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::common::TestGateway;
+use crate::config_file::{switchboard, text, Dir, SWITCHBOARD};
+
+/// The tool names a gateway lists, sorted.
+async fn tool_names(gw: &TestGateway) -> Vec<String> {
+    let sid = gw.session().await;
+    let r = gw
+        .post(
+            Some(&sid),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let mut names: Vec<String> = r.json()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `init` on `file`, then `serve` of what it wrote: returns the gateway and init's output.
+async fn init_and_serve(dir: &Dir, file: &str) -> (TestGateway, String, String) {
+    let out = switchboard(
+        &["init", "--from-mcp-json", file, "--out", "sb.yaml"],
+        &[],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let config = dir.0.join("sb.yaml");
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"])
+        .current_dir(&dir.0);
+    (TestGateway::start_command(cmd).await, stdout, stderr)
+}
+
+/// VS Code's `mcp.json` is JSONC under `servers`: comments (with comment-like text inside
+/// strings) and trailing commas. Its names are kept as written, case included, so the
+/// prefixed tool names are the ones the user's clients already knew.
+#[tokio::test]
+async fn init_reads_a_vs_code_jsonc_file_and_keeps_its_names() {
+    let dir = Dir::new("init-jsonc");
+    let file = dir.write(
+        "mcp.json",
+        &format!(
+            r#"{{
+  // Workspace servers (VS Code writes this file with comments)
+  "inputs": [],
+  "servers": {{
+    /* the fixture, twice, so every tool name collides and is prefixed */
+    "remA": {{
+      "type": "stdio",
+      "command": "{SWITCHBOARD}",
+      "args": ["fixture", ],
+      "env": {{"IT_NOTE": "http://not/a // comment"}},
+    }},
+    "Fixture Two": {{"command": "{SWITCHBOARD}", "args": ["fixture"]}}, // trailing
+  }},
+}}
+"#
+        ),
+    );
+    let (gw, stdout, stderr) = init_and_serve(&dir, file.to_str().unwrap()).await;
+    assert!(stdout.contains("\"remA\" -> backend remA"), "{stdout}");
+    assert!(
+        stderr.contains("server \"Fixture Two\" is backend \"Fixture-Two\""),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("\"remA\" is backend"), "{stderr}");
+    let names = tool_names(&gw).await;
+    assert!(names.contains(&"remA_echo".to_owned()), "{names:?}");
+    assert!(names.contains(&"Fixture-Two_echo".to_owned()), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("rema_")), "{names:?}");
+}
+
+/// Claude Desktop's `mcpServers` with mixed-case names: `remA` stays `remA`, and so does
+/// every prefixed tool name.
+#[tokio::test]
+async fn init_keeps_mixed_case_claude_names_and_tool_prefixes() {
+    let dir = Dir::new("init-case");
+    let doc = json!({"mcpServers": {
+        "remA": {"command": SWITCHBOARD, "args": ["fixture"]},
+        "RemoteB": {"command": SWITCHBOARD, "args": ["fixture"]},
+    }});
+    let file = dir.write("claude_desktop_config.json", &doc.to_string());
+    let (gw, stdout, stderr) = init_and_serve(&dir, file.to_str().unwrap()).await;
+    assert!(stdout.contains("\"remA\" -> backend remA"), "{stdout}");
+    assert!(
+        stdout.contains("\"RemoteB\" -> backend RemoteB"),
+        "{stdout}"
+    );
+    assert!(
+        !stderr.contains(" is backend "),
+        "nothing renamed: {stderr}"
+    );
+    let yaml = std::fs::read_to_string(dir.0.join("sb.yaml")).unwrap();
+    assert!(
+        yaml.contains("name: remA") && yaml.contains("name: RemoteB"),
+        "{yaml}"
+    );
+    let names = tool_names(&gw).await;
+    for want in ["remA_echo", "RemoteB_echo"] {
+        assert!(names.contains(&want.to_owned()), "{want} not in {names:?}");
+    }
+    let lower: Vec<&String> = names.iter().filter(|n| n.starts_with("rema_")).collect();
+    assert!(lower.is_empty(), "{lower:?}");
+}
