@@ -106,6 +106,11 @@ pub(crate) struct ValidateArgs {
     /// The config file to check.
     #[arg(long, value_name = "FILE")]
     pub(crate) config: PathBuf,
+    /// Fail (exit 1) when this host lacks something the file needs: a command not on PATH,
+    /// a URL that does not parse, a missing file, a secret file others may read. Without it
+    /// those are warnings (the file may be meant for another machine).
+    #[arg(long)]
+    pub(crate) strict: bool,
 }
 
 #[derive(Debug, Args)]

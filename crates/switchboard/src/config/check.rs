@@ -76,10 +76,14 @@ pub(crate) fn across(doc: &Value) -> Vec<ConfigError> {
             let Some(name) = p.as_str() else { continue };
             let at = format!("aggregation.priority[{i}]");
             if !seen.contains_key(name) {
-                out.push(ConfigError::new(
-                    &at,
+                let message = super::suggest::with_hint(
                     format!("no backend is named \"{name}\""),
-                ));
+                    name,
+                    backends
+                        .iter()
+                        .filter_map(|b| b.get("name").and_then(Value::as_str)),
+                );
+                out.push(ConfigError::new(&at, message));
             } else if let Some(first) = listed.insert(name, i) {
                 out.push(ConfigError::new(
                     &at,

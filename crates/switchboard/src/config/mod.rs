@@ -8,6 +8,7 @@
 
 mod check;
 pub(crate) mod composite;
+pub(crate) mod host;
 mod init;
 mod mcp_json;
 pub(crate) mod merge;
@@ -18,6 +19,7 @@ pub(crate) mod sandbox;
 mod schema;
 pub(crate) mod secrets;
 pub(crate) mod spec;
+mod suggest;
 #[cfg(test)]
 mod tests;
 pub(crate) mod trust;

@@ -25,7 +25,16 @@ pub(crate) fn check(doc: &Value) -> Vec<ConfigError> {
     let mut out: Vec<ConfigError> = Vec::new();
     for error in validator.iter_errors(doc) {
         let at = display_path(doc, error.instance_path());
-        for e in describe(&at, error.kind()).unwrap_or_else(|| {
+        let segments: Vec<String> = error
+            .instance_path()
+            .iter()
+            .map(|s| match s {
+                LocationSegment::Index(i) => i.to_string(),
+                LocationSegment::Property(p) => p.into_owned(),
+            })
+            .collect();
+        let known = || super::suggest::schema_keys(&schema, &segments);
+        for e in describe(&at, error.kind(), &known).unwrap_or_else(|| {
             // A kind this file does not phrase itself; the masked form quotes no value.
             vec![ConfigError::new(&at, error.masked().to_string())]
         }) {
@@ -37,19 +46,31 @@ pub(crate) fn check(doc: &Value) -> Vec<ConfigError> {
     out
 }
 
-fn describe(at: &str, kind: &ValidationErrorKind) -> Option<Vec<ConfigError>> {
+/// `known`: the keys the schema allows at `at` (for "did you mean").
+fn describe(
+    at: &str,
+    kind: &ValidationErrorKind,
+    known: &dyn Fn() -> Vec<String>,
+) -> Option<Vec<ConfigError>> {
     let one = |message: String| Some(vec![ConfigError::new(at, message)]);
     match kind {
         ValidationErrorKind::Required { property } => {
             let key = property.as_str().unwrap_or_default();
             Some(vec![ConfigError::new(&join_key(at, key), "required")])
         }
-        ValidationErrorKind::AdditionalProperties { unexpected } => Some(
-            unexpected
-                .iter()
-                .map(|k| ConfigError::new(&join_key(at, k), "unknown key"))
-                .collect(),
-        ),
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            let known = known();
+            let candidates = || known.iter().map(String::as_str);
+            Some(
+                unexpected
+                    .iter()
+                    .map(|k| {
+                        let message = super::suggest::with_hint("unknown key", k, candidates());
+                        ConfigError::new(&join_key(at, k), message)
+                    })
+                    .collect(),
+            )
+        }
         ValidationErrorKind::Type { kind } => one(format!("expected {}", type_names(kind))),
         ValidationErrorKind::Enum { options } => {
             let names: Vec<String> = match &**options {

@@ -187,7 +187,7 @@ backends:
     );
     let got = lines(&super::checked(&doc).unwrap_err());
     let want = [
-        "listen.hots: unknown key",
+        "listen.hots: unknown key; did you mean \"host\"?",
         "listen.port: expected an integer",
         "timeouts.idle: must be at least 0",
         "timeouts.request: must match ^[0-9]+(\\.[0-9]*)?(ms|s|m|h)?$",

@@ -1,6 +1,7 @@
 //! `switchboard validate --config F`: every error with its path (through the caller's error
 //! report, exit 1), or a summary of what would be served. Shows the file as written, so a
-//! `${VAR}` is shown as its reference, never its value.
+//! `${VAR}` is shown as its reference, never its value. Then what this host lacks for it
+//! (`host`): warnings, or errors with `--strict`.
 
 use super::model::BackendEntry;
 use super::spec::AggregationSpec;
@@ -9,6 +10,24 @@ use crate::cli::ValidateArgs;
 pub(crate) fn validate(args: &ValidateArgs) -> anyhow::Result<()> {
     let loaded = super::load(&args.config)?;
     print!("{}", summary(&loaded));
+    let found = super::host::findings(&loaded);
+    if found.is_empty() {
+        return Ok(());
+    }
+    if args.strict {
+        return Err(super::ConfigErrors {
+            source_name: format!("{} on this host", loaded.source_name),
+            errors: found,
+        }
+        .into());
+    }
+    for f in &found {
+        eprintln!("warning: {f}");
+    }
+    eprintln!(
+        "warning: {} problem(s) on this host (the file itself is valid; --strict makes them errors, `switchboard doctor` also starts each backend)",
+        found.len()
+    );
     Ok(())
 }
 
@@ -45,7 +64,7 @@ pub(crate) fn summary(loaded: &super::Loaded) -> String {
                     Some(sandbox) => format!("sandboxed: {}", sandbox.describe()),
                     None => "not sandboxed".to_owned(),
                 };
-                out += &format!("  {:width$}  {line}\n", b.name);
+                out += &format!("  {:width$}  {line}\n", b.name.as_str());
             }
             super::spec::BackendKind::OpenApi(o) => {
                 out += &openapi_lines(b.name.as_str(), o, width)

@@ -116,3 +116,106 @@ async fn init_keeps_mixed_case_claude_names_and_tool_prefixes() {
     let lower: Vec<&String> = names.iter().filter(|n| n.starts_with("rema_")).collect();
     assert!(lower.is_empty(), "{lower:?}");
 }
+
+/// A command that is not installed is reported at its key (with the nearest program on PATH
+/// when one is close), as a warning, and as an error with `--strict`; a file that is fine
+/// gets no warning.
+#[tokio::test]
+async fn validate_reports_a_command_that_is_not_installed() {
+    let dir = Dir::new("validate-missing");
+    let bin = dir.0.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let tool = bin.join("it-mcp-tool");
+    std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "backends:\n  - name: here\n    command: {SWITCHBOARD}\n    args: [fixture]\n  - name: gone\n    command: it-mcp-tol\n  - name: remote\n    url: \"http://exa mple/mcp\"\n"
+        ),
+    );
+    let path = bin.to_str().unwrap();
+    let args = ["validate", "--config", config.to_str().unwrap()];
+    let out = switchboard(&args, &[("PATH", path)], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: backends[1].command: \"it-mcp-tol\" is not installed (not found on PATH); did you mean \"it-mcp-tool\"?"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: backends[2].url: not a URL"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("backends[0]"), "{stderr}");
+    let strict = ["validate", "--strict", "--config", config.to_str().unwrap()];
+    let out = switchboard(&strict, &[("PATH", path)], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("backends[1].command: \"it-mcp-tol\" is not installed"),
+        "{stderr}"
+    );
+    // Installed, it is found.
+    std::fs::rename(&tool, bin.join("it-mcp-tol")).unwrap();
+    let out = switchboard(&strict[..], &[("PATH", path)], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(!stderr.contains("backends[1]"), "{stderr}");
+}
+
+/// A misspelt key gets the nearest key the schema allows at that place; a misspelt backend
+/// name the nearest backend's.
+#[tokio::test]
+async fn validate_suggests_the_key_or_name_meant() {
+    let dir = Dir::new("validate-typo");
+    let config = dir.write(
+        "sb.yaml",
+        "aggregation: {priority: [remb]}\nbackends:\n  - name: remA\n    comand: x\n  - name: remB\n    url: http://127.0.0.1:9/mcp\n    hedaers: {X: y}\n",
+    );
+    let args = ["validate", "--config", config.to_str().unwrap()];
+    let out = switchboard(&args, &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    for line in [
+        "backends[0].comand: unknown key; did you mean \"command\"?",
+        "backends[1].hedaers: unknown key; did you mean \"headers\"?",
+        "aggregation.priority[0]: no backend is named \"remb\"; did you mean \"remB\"?",
+    ] {
+        assert!(stderr.contains(line), "{line} not in {stderr}");
+    }
+}
+
+/// Files that hold secrets must exist and be private; `validate` says which is not.
+#[cfg(unix)]
+#[tokio::test]
+async fn validate_checks_the_files_the_config_names() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new("validate-files");
+    let headers = dir.write("h.txt", "X-Key: v\n");
+    std::fs::set_permissions(&headers, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = dir.write(
+        "sb.yaml",
+        "policy: {file: nowhere.cedar}\nbackends:\n  - name: r\n    url: http://127.0.0.1:9/mcp\n    headersFile: h.txt\n",
+    );
+    let args = ["validate", "--config", config.to_str().unwrap()];
+    let out = switchboard(&args, &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("warning: backends[0].headersFile: ")
+            && stderr.contains("group or others may read it (mode 644)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: policy.file: cannot read ") && stderr.contains("nowhere.cedar"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("X-Key: v") && !stdout.contains(": v\n"));
+}
