@@ -442,7 +442,7 @@ async fn show_renamed(gateway: &Gateway) {
     }
 }
 
-fn gateway_config(args: &GatewayArgs, shape: Shape) -> GatewayConfig {
+pub(crate) fn gateway_config(args: &GatewayArgs, shape: Shape) -> GatewayConfig {
     GatewayConfig {
         request_timeout: GatewayArgs::secs(args.request_timeout),
         max_request_time: GatewayArgs::secs(args.max_request_time),

@@ -46,6 +46,9 @@ pub(crate) enum Command {
     /// Write a config file from the `mcpServers` JSON of Claude Desktop, Cursor, VS Code or
     /// `.mcp.json`.
     Init(InitArgs),
+    /// Check a config file and this host, then start each backend once and print a table of
+    /// handshake times and eras (exit 1 if anything fails).
+    Doctor(crate::doctor::DoctorArgs),
     /// Run the built-in fixture MCP server on stdin/stdout.
     Fixture(FixtureArgs),
     /// Drive an MCP endpoint (or a stdio server directly) with load and report throughput and

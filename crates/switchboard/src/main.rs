@@ -7,6 +7,7 @@ mod bench;
 mod cli;
 mod config;
 mod config_vars;
+mod doctor;
 mod ops_args;
 mod reload;
 mod remote;
@@ -65,6 +66,7 @@ fn main() -> std::process::ExitCode {
             block_on(multi_thread(threads), app::run(args))
         }
         Command::Bench(args) => block_on(multi_thread(None), bench::run(args)),
+        Command::Doctor(args) => block_on(multi_thread(None), doctor::run(args)),
         Command::Tokens(args) => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -138,7 +140,11 @@ fn init_tracing(cli: &Cli) {
     // human-readable progress lines for `run`.
     let default = match &cli.command {
         Command::Fixture(_) => "warn",
-        Command::Validate(_) | Command::Init(_) | Command::Trust(_) | Command::Tokens(_) => "warn",
+        Command::Validate(_)
+        | Command::Init(_)
+        | Command::Trust(_)
+        | Command::Tokens(_)
+        | Command::Doctor(_) => "warn",
         Command::Run(_) | Command::Serve(_) | Command::Bench(_) => "info",
     };
     let filter =

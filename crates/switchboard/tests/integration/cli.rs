@@ -219,3 +219,59 @@ async fn validate_checks_the_files_the_config_names() {
     );
     assert!(!stderr.contains("X-Key: v") && !stdout.contains(": v\n"));
 }
+
+/// `doctor` starts each backend through the gateway's own startup and prints one row per
+/// backend: the fixture with its handshake time and era, a missing command as failed (and
+/// as a host problem); exit 1 when anything failed, 0 when all started.
+#[tokio::test]
+async fn doctor_starts_each_backend_and_prints_a_table() {
+    let dir = Dir::new("doctor");
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "backends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n  - name: gone\n    command: it-no-such-program\n"
+        ),
+    );
+    let out = switchboard(&["doctor", config.to_str().unwrap()], &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let header = stdout
+        .lines()
+        .find(|l| l.starts_with("BACKEND"))
+        .unwrap_or_else(|| panic!("no table in {stdout}"));
+    for column in ["KIND", "HANDSHAKE", "ERA", "RESULT"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name} in {stdout}"))
+            .to_owned()
+    };
+    let fixture = row("fixture");
+    assert!(
+        fixture.contains("stdio") && fixture.contains(" ms") && fixture.contains("dual"),
+        "{fixture}"
+    );
+    assert!(fixture.contains("ok: "), "{fixture}");
+    let gone = row("gone");
+    assert!(
+        gone.contains("FAILED") && gone.contains("it-no-such-program"),
+        "{gone}"
+    );
+    assert!(
+        stdout.contains("problem: backends[1].command: \"it-no-such-program\" is not installed"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("1 backend(s) did not start"), "{stderr}");
+
+    let good = dir.write(
+        "good.yaml",
+        &format!("backends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n"),
+    );
+    let out = switchboard(&["doctor", good.to_str().unwrap()], &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("all 1 backend(s) started"), "{stdout}");
+}
