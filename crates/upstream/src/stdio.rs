@@ -5,7 +5,8 @@
 //!   reading applies backpressure instead of growing memory. Cancelling it closes stdin.
 //! - **reader** owns stdout: frames lines, resolves responses through the pending table, and
 //!   hands everything else (notifications, backend requests) to `core` on a bounded channel.
-//! - **stderr** drains stderr into the log (a full stderr pipe would block the child).
+//! - **stderr** drains stderr into the log (a full stderr pipe would block the child), a
+//!   burst cut to its first lines and a count (`stderr`).
 //! - **waiter** owns the `Child`: it reaps it and publishes how it ended (so the reader can
 //!   fail pending calls with "backend exited with status 3" rather than a bare "closed"), and
 //!   kills it when asked. [`StdioProcess`] is the one thing that can ask, and owns the
@@ -22,7 +23,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -91,7 +92,9 @@ impl StdioConfig {
 }
 
 mod pending;
+mod stderr;
 use pending::{Pending, PendingTable};
+use stderr::stderr_loop;
 
 /// Lines of stderr kept for error reports (a backend that dies at startup says why there).
 const STDERR_TAIL: usize = 20;
@@ -523,23 +526,6 @@ fn close_pending(shared: &Shared, error: UpstreamError) {
     };
     for (_, call) in calls {
         let _ = call.reply.send(Err(error.clone()));
-    }
-}
-
-async fn stderr_loop(stderr: ChildStderr, shared: Arc<Shared>) {
-    let mut lines = LineReader::new(stderr, 8 * 1024);
-    let program = shared.program.clone();
-    while let Ok(Some(frame)) = lines.next().await {
-        let text = match frame {
-            Frame::Line(l) => String::from_utf8_lossy(&l).into_owned(),
-            Frame::TooLong(n) => format!("<{n} bytes of stderr>"),
-        };
-        info!(target: "switchboard::backend", %program, "{text}");
-        let mut tail = shared.stderr_tail.lock();
-        if tail.len() == STDERR_TAIL {
-            tail.pop_front();
-        }
-        tail.push_back(text);
     }
 }
 

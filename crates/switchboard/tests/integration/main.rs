@@ -37,6 +37,7 @@ mod openapi_sdk;
 mod ops_status;
 mod per_session;
 mod per_session_sse;
+mod quiet_logs;
 mod real_remotes;
 mod relay;
 mod reload;

@@ -1,0 +1,65 @@
+//! The gateway's log says what happened and no more: a common Legacy server's reply to the
+//! era probe does not flood it, a stop the gateway asked for (or that came with the
+//! gateway's own) is not reported as a crash, and `logging` is offered only where a log
+//! message can reach the session.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::TestGateway;
+use crate::config_file::{Dir, SWITCHBOARD};
+use crate::legacy_sse::sdk_python;
+
+/// Waits for the gateway's stderr to end (it exited) and returns it.
+async fn final_stderr(gw: &mut TestGateway) -> String {
+    let mut done = gw.stderr_done.clone();
+    tokio::time::timeout(Duration::from_secs(20), done.wait_for(|d| *d))
+        .await
+        .expect("stderr did not end")
+        .unwrap();
+    gw.stderr.lock().clone()
+}
+
+/// Three stdio servers on the Python SDK 1.x (each writes ~94 lines of a validation report
+/// to stderr in reply to the era probe's `server/discover`): the gateway's whole log, from
+/// start to stop, stays under 10 lines per server.
+#[tokio::test]
+async fn three_python_sdk_servers_do_not_flood_the_log() {
+    let python = sdk_python("sse").await;
+    let server = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/clients/py_stdio_server.py"
+    );
+    let dir = Dir::new("quiet-py");
+    let mut yaml = String::from("backends:\n");
+    for name in ["pyA", "pyB", "pyC"] {
+        yaml += &format!("  - name: {name}\n    command: {python}\n    args: [\"{server}\"]\n");
+    }
+    let config = dir.write("sb.yaml", &yaml);
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"]);
+    let mut gw = TestGateway::start_command(cmd).await;
+    // Served: each server answered its handshake and its tools are listed.
+    let sid = gw.session().await;
+    let r = gw
+        .post(
+            Some(&sid),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+    let tools = r.json()["result"]["tools"].to_string();
+    for name in ["pyA_echo", "pyB_echo", "pyC_echo"] {
+        assert!(tools.contains(name), "{name} not in {tools}");
+    }
+    assert!(gw.terminate_within(Duration::from_secs(20)).await);
+    let log = final_stderr(&mut gw).await;
+    let lines = log.lines().count();
+    assert!(lines < 30, "{lines} log lines for three servers:\n{log}");
+    let reports = log.matches("Failed to validate request").count();
+    assert!(reports <= 3, "{reports} validation reports relayed:\n{log}");
+    assert!(
+        log.contains("more line(s) of stderr within 1 s not logged"),
+        "{log}"
+    );
+}
