@@ -223,7 +223,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         _ => None,
     };
     // Restarts shared backend processes after a crash; owns them and their shutdown.
-    let mut running = RunningSet::new(gateway.clone());
+    let mut running = RunningSet::new(gateway.clone(), stop.clone());
     running.adopt(set.processes, set.internals);
     let shutdown_gateway = gateway.clone();
     let reaper = tokio::spawn(gateway.clone().run_reaper(stop.child_token()));

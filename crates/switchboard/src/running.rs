@@ -22,6 +22,9 @@ const RESTART_WAIT: Duration = Duration::from_secs(5);
 /// See the module docs.
 pub(crate) struct RunningSet {
     gateway: Arc<Gateway>,
+    /// Cancelled as soon as the gateway is told to stop (before it drains): a backend that
+    /// exits from then on is not restarted.
+    stopping: CancellationToken,
     supervisors: HashMap<BackendId, Keeper>,
     internals: HashMap<BackendId, UpstreamOwner>,
 }
@@ -42,9 +45,10 @@ pub(crate) struct Retired {
 }
 
 impl RunningSet {
-    pub(crate) fn new(gateway: Arc<Gateway>) -> Self {
+    pub(crate) fn new(gateway: Arc<Gateway>, stopping: CancellationToken) -> Self {
         RunningSet {
             gateway,
+            stopping,
             supervisors: HashMap::new(),
             internals: HashMap::new(),
         }
@@ -68,7 +72,10 @@ impl RunningSet {
                 p.config,
                 p.sink,
                 p.process,
-                stop.clone(),
+                switchboard_upstream::Stop {
+                    now: stop.clone(),
+                    gateway: self.stopping.clone(),
+                },
                 RESTART_WAIT,
                 move |standby| {
                     let gateway = revive.clone();

@@ -29,4 +29,4 @@ pub use exit::Exit;
 pub use forker::on_forker;
 pub use handle::{spawn_stdio, InboundSink, Upstream, UpstreamOwner};
 pub use stdio::{spawn, StdioConfig, StdioHandle, StdioProcess};
-pub use supervisor::supervise;
+pub use supervisor::{supervise, Stop};

@@ -313,11 +313,12 @@ impl StdioProcess {
         self.stop_writer.cancel();
     }
 
-    /// Closes stdin, waits up to `grace` for the process to exit, then kills it.
+    /// Closes stdin, waits up to `grace` for the process to exit, then kills it: a stop the
+    /// gateway asked for (shutdown, a backend leaving the set), logged as such.
     pub async fn shutdown(mut self, grace: Duration) {
         self.stop_writer.cancel();
         match tokio::time::timeout(grace, self.wait()).await {
-            Ok(Ok(exit)) => info!("backend {exit}"),
+            Ok(Ok(exit)) => info!("backend stopped as the gateway asked: {exit}"),
             Ok(Err(e)) => warn!(error = %e, "waiting for backend failed"),
             Err(_) => {
                 warn!(
@@ -333,6 +334,11 @@ impl StdioProcess {
             &self.shared,
             UpstreamError::Closed("gateway shut down".into()),
         );
+    }
+
+    /// How the process ended, if it has.
+    pub fn ended(&self) -> Option<Exit> {
+        *self.exit.borrow()
     }
 
     /// Resolves when the process has ended, with how it ended.

@@ -22,8 +22,36 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A backend that ran this long before crashing restarts without accumulated backoff.
 const STABLE: Duration = Duration::from_secs(60);
+/// How long an exit waits to learn whether the gateway is stopping too: a service manager
+/// (systemd's control group, `pkill`) signals the gateway and its backends at once, and the
+/// backend's exit may be seen before the gateway's own signal is.
+const SETTLE: Duration = Duration::from_millis(250);
 
-/// Restarts `handle`'s backend whenever it exits, until `stop` fires; then shuts it down.
+/// How a supervisor is told to stop.
+#[derive(Debug, Clone, Default)]
+pub struct Stop {
+    /// Stop the backend now (the gateway's shutdown has reached it, or it left the set):
+    /// its process is shut down and the supervisor returns.
+    pub now: CancellationToken,
+    /// The gateway is stopping (cancelled as soon as it is told to, before it drains): an
+    /// exit from then on is part of the stop, logged as such and never restarted.
+    pub gateway: CancellationToken,
+}
+
+impl Stop {
+    /// Whether the gateway is stopping or this backend is being stopped, waiting at most
+    /// [`SETTLE`] to hear of it.
+    async fn stopping(&self) -> bool {
+        tokio::select! {
+            () = self.now.cancelled() => true,
+            () = self.gateway.cancelled() => true,
+            () = tokio::time::sleep(SETTLE) => false,
+        }
+    }
+}
+
+/// Restarts `handle`'s backend whenever it exits, until `stop.now` fires; then shuts it
+/// down. An exit while the gateway stops is not a crash: it is logged as part of the stop.
 ///
 /// `ready` gets the replacement (pinned to the new process) and must make it usable (the MCP
 /// handshake); returning false discards it and retries after the backoff.
@@ -32,7 +60,7 @@ pub async fn supervise<F, Fut>(
     config: StdioConfig,
     sink: Arc<dyn InboundSink>,
     mut process: StdioProcess,
-    stop: CancellationToken,
+    stop: Stop,
     grace: Duration,
     mut ready: F,
 ) where
@@ -43,23 +71,37 @@ pub async fn supervise<F, Fut>(
     let mut started = Instant::now();
     loop {
         let exited = tokio::select! {
-            () = stop.cancelled() => None,
+            () = stop.now.cancelled() => None,
             status = process.wait() => Some(status),
         };
         let Some(status) = exited else {
-            process.shutdown(grace).await;
+            match process.ended() {
+                // It ended on its own as the gateway stopped (signalled with it).
+                Some(exit) => info!("backend {exit} while the gateway stops; not restarted"),
+                None => process.shutdown(grace).await,
+            }
             return;
         };
-        match status {
-            Ok(exit) => warn!(tail = ?handle.stderr_tail(), "backend {exit}; restarting"),
-            Err(e) => warn!(error = %e, tail = ?handle.stderr_tail(), "backend ended; restarting"),
+        let how = match &status {
+            Ok(exit) => exit.to_string(),
+            Err(e) => format!("ended ({e})"),
+        };
+        if stop.stopping().await {
+            // Already ended, and its pending calls failed with how: nothing left to stop.
+            info!("backend {how} while the gateway stops; not restarted");
+            return;
         }
+        warn!(tail = ?handle.stderr_tail(), "backend {how}; restarting");
         if started.elapsed() >= STABLE {
             backoff = MIN_BACKOFF;
         }
         loop {
             tokio::select! {
-                () = stop.cancelled() => return,
+                () = stop.now.cancelled() => return,
+                () = stop.gateway.cancelled() => {
+                    stop.now.cancelled().await;
+                    return;
+                }
                 () = tokio::time::sleep(backoff) => {}
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -63,3 +63,86 @@ async fn three_python_sdk_servers_do_not_flood_the_log() {
         "{log}"
     );
 }
+
+/// The process ids of `pid`'s children.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    out
+}
+
+/// Sends `signal` to `pid`.
+fn kill(signal: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// A service manager stops a service by signalling all its processes (systemd's control
+/// group), in no set order: the backend's SIGTERM is part of the stop, not a crash to
+/// restart. Here the backend is signalled first and the gateway as soon as its log shows
+/// the backend ended. A plain stop says the gateway stopped the backend.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_stop_is_logged_as_a_stop_not_a_crash() {
+    let dir = Dir::new("quiet-stop");
+    let config = dir.write(
+        "sb.yaml",
+        &format!("backends:\n  - name: fx\n    command: {SWITCHBOARD}\n    args: [fixture]\n"),
+    );
+    let start = || {
+        let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+        cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"]);
+        TestGateway::start_command(cmd)
+    };
+    // Once it serves (its signal handler is set).
+    let mut gw = start().await;
+    gw.session().await;
+    let backends = children(gw.pid());
+    assert_eq!(backends.len(), 1, "{backends:?}");
+    kill("-TERM", backends[0]);
+    let ended = "backend killed by signal 15 (SIGTERM) program=";
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !gw.stderr.lock().contains(ended) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the backend's end was not logged");
+    kill("-TERM", gw.pid());
+    let log = final_stderr(&mut gw).await;
+    assert!(
+        !log.contains("restarting") && !log.contains("WARN"),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "backend killed by signal 15 (SIGTERM) while the gateway stops; not restarted"
+        ),
+        "{log}"
+    );
+    // The gateway alone signalled: it stops the backend itself, and says so.
+    let mut gw = start().await;
+    gw.session().await;
+    assert!(gw.terminate_within(Duration::from_secs(20)).await);
+    let log = final_stderr(&mut gw).await;
+    assert!(
+        !log.contains("restarting") && !log.contains("WARN"),
+        "{log}"
+    );
+    assert!(
+        log.contains("backend stopped as the gateway asked: exited with status 0"),
+        "{log}"
+    );
+}
