@@ -402,9 +402,18 @@ impl Gateway {
             });
         let negotiated = version::negotiate_legacy(requested.as_deref());
         let info = self.presented();
+        let mut capabilities = self
+            .config
+            .access
+            .visible_capabilities(caller, &info.capabilities);
+        if !self.delivers_logs() {
+            if let Some(caps) = capabilities.as_object_mut() {
+                caps.remove("logging");
+            }
+        }
         let mut result = json!({
             "protocolVersion": negotiated,
-            "capabilities": self.config.access.visible_capabilities(caller, &info.capabilities),
+            "capabilities": capabilities,
             "serverInfo": info.server_info,
         });
         if let Some(instructions) = &info.instructions {

@@ -158,6 +158,17 @@ impl crate::Gateway {
         self.per_session.any()
     }
 
+    /// Whether a Legacy session can receive a backend's log messages: only through an
+    /// upstream of its own (per-session). A shared backend's `notifications/message` names
+    /// no session, so it is dropped (attribution or nothing); where no backend that logs is
+    /// per-session, the gateway's `initialize` does not offer `logging` at all.
+    pub(crate) fn delivers_logs(&self) -> bool {
+        self.backends.iter().any(|e| {
+            e.info().capabilities.get("logging").is_some()
+                && self.per_session.for_backend(&e.id).is_some()
+        })
+    }
+
     /// Whether the client's `initialize` opens the session's own process (`run
     /// --isolation per-session`), rather than being answered by the gateway.
     pub(crate) fn isolates_initialize(&self) -> bool {

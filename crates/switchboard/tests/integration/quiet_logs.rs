@@ -146,3 +146,40 @@ async fn a_stop_is_logged_as_a_stop_not_a_crash() {
         "{log}"
     );
 }
+
+/// A shared backend's log messages name no session, so they are never delivered: the
+/// gateway's `initialize` does not offer `logging` there. A session with a backend of its
+/// own gets them, and is offered `logging`.
+#[tokio::test]
+async fn logging_is_offered_only_where_it_can_be_delivered() {
+    let shared = TestGateway::start(&[]).await;
+    let (_, init) = shared.session_with_version("2025-11-25").await;
+    let caps = &init["result"]["capabilities"];
+    assert!(caps.get("tools").is_some(), "{caps}");
+    assert!(
+        caps.get("logging").is_none(),
+        "shared mode offers logging: {caps}"
+    );
+
+    let own = TestGateway::start(&["--isolation", "per-session"]).await;
+    let (_, init) = own.session_with_version("2025-11-25").await;
+    let caps = &init["result"]["capabilities"];
+    assert!(caps.get("logging").is_some(), "per-session: {caps}");
+
+    // A set where the logging backend is per-session: the gateway answers `initialize` and
+    // offers it.
+    let dir = Dir::new("quiet-logging");
+    let config = dir.write(
+        "sb.yaml",
+        &format!("backends:\n  - name: own\n    command: {SWITCHBOARD}\n    args: [fixture]\n    isolation: per-session\n  - name: shared\n    command: {SWITCHBOARD}\n    args: [fixture]\n"),
+    );
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"]);
+    let set = TestGateway::start_command(cmd).await;
+    let (_, init) = set.session_with_version("2025-11-25").await;
+    let caps = &init["result"]["capabilities"];
+    assert!(
+        caps.get("logging").is_some(),
+        "set with a per-session backend: {caps}"
+    );
+}
