@@ -41,16 +41,10 @@ pub(crate) fn renamed_answer(body: &[u8], from: &str, to: &str) -> Option<Vec<u8
 /// The task a successful answer `body` created (either era's shape).
 pub(crate) fn created_in(body: &[u8]) -> Option<String> {
     // Most answers create nothing: skip the parse for those that cannot name a task.
-    if !contains(body, b"taskId") {
-        return None;
-    }
+    memchr::memmem::find(body, b"taskId")?;
     let msg = Message::parse(body).ok()?;
     let task = ResultMarks::of(msg.result?.get()).created_task?;
     Some(task.into_owned())
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// `object` with the string at `path` replaced by `to` when it is `from`.
