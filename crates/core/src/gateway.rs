@@ -84,6 +84,8 @@ pub struct GatewayConfig {
     /// (their own upstreams) are recorded with it as their home, and served only there.
     /// `None`: no forwarding; such sessions are not stored.
     pub replica_id: Option<String>,
+    /// Checks on what flows between clients and tools (`guardrails`); `None`: none.
+    pub guardrails: Option<Arc<crate::guardrails::Guardrails>>,
 }
 
 impl Default for GatewayConfig {
@@ -107,6 +109,7 @@ impl Default for GatewayConfig {
             session_store: None,
             store_fallback_memory: false,
             replica_id: None,
+            guardrails: None,
         }
     }
 }
@@ -116,10 +119,14 @@ impl GatewayConfig {
     /// [`Gateway::new`] and the backends' sinks.
     pub fn registry(&self) -> Arc<Registry> {
         let sessions = crate::session::Sessions::new(self.max_sessions, self.session_ttl);
-        Registry::new(match self.max_sessions_per_principal {
+        let registry = Registry::new(match self.max_sessions_per_principal {
             Some(n) => sessions.with_principal_limit(n),
             None => sessions,
-        })
+        });
+        if let Some(guards) = &self.guardrails {
+            registry.progress.guard(guards.clone());
+        }
+        registry
     }
 }
 

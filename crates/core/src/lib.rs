@@ -21,6 +21,7 @@ mod drop_log;
 mod error;
 mod exchange;
 mod gateway;
+pub mod guardrails;
 pub mod health;
 mod in_flight;
 mod legacy_sse;

@@ -143,6 +143,24 @@ struct OutcomeLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GuardLabels {
+    /// A configured guardrail's name: bounded by the config.
+    guardrail: GuardName,
+    /// `reject`, `redact`, `truncate`, `warn`, `quarantine`.
+    action: Word,
+}
+
+/// A guardrail's configured name as a label value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct GuardName(std::sync::Arc<str>);
+
+impl EncodeLabelValue for GuardName {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ReasonLabels {
     reason: Word,
 }
@@ -166,6 +184,7 @@ pub(crate) struct Metrics {
     breaker: Family<StateLabels, Gauge>,
     health: Family<StateLabels, Gauge>,
     in_flight: Family<BackendLabels, Gauge>,
+    guardrail_actions: Family<GuardLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -211,6 +230,7 @@ impl Metrics {
             breaker: Family::default(),
             health: Family::default(),
             in_flight: Family::default(),
+            guardrail_actions: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -285,6 +305,11 @@ impl Metrics {
             "switchboard_backend_in_flight",
             "Requests awaiting a backend's answer",
             m.in_flight.clone(),
+        );
+        registry.register(
+            "switchboard_guardrail_actions",
+            "Actions guardrails took, by guardrail (a configured name) and action",
+            m.guardrail_actions.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -364,6 +389,17 @@ pub fn hop(outcome: &'static str) {
         .hops
         .get_or_create(&OutcomeLabels {
             outcome: Word(outcome),
+        })
+        .inc();
+}
+
+/// One action a guardrail took.
+pub(crate) fn guardrail_action(guardrail: &std::sync::Arc<str>, action: &'static str) {
+    get()
+        .guardrail_actions
+        .get_or_create(&GuardLabels {
+            guardrail: GuardName(guardrail.clone()),
+            action: Word(action),
         })
         .inc();
 }

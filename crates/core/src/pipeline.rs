@@ -222,13 +222,93 @@ impl Gateway {
         let stored = ex
             .session()
             .filter(|_| keeps && self.store.records().is_some());
-        let answer = self.tasks_routed(ex, &admitted).await;
+        let answer = self.guarded(ex, &admitted).await;
         if let (Some(session), Ok(_)) = (stored, &answer) {
             if let Err(e) = self.store.write(&**self, session).await {
                 tracing::warn!(error = %e, "session change not written to the store");
             }
         }
         admitted.finish(answer)
+    }
+
+    /// Stage 5½: guardrails around stages 4–6 (`guardrails`): a `tools/call`'s arguments
+    /// before it is routed, and the result of `tools/call`, `resources/read` and
+    /// `prompts/get` before admission filters and audits it. Where no guardrail covers the
+    /// tool, nothing is parsed or copied.
+    async fn guarded(
+        self: &Arc<Self>,
+        ex: Exchange<'_>,
+        admitted: &Admitted<'_>,
+    ) -> Result<Answer, CoreError> {
+        let Some(guards) = self.config.guardrails.as_deref() else {
+            return self.tasks_routed(ex, admitted).await;
+        };
+        let Some(method) = ex.msg.method.filter(|m| GUARDED.contains(m)) else {
+            return self.tasks_routed(ex, admitted).await;
+        };
+        let name = match method {
+            "resources/read" => ex.msg.param("uri"),
+            _ => ex.msg.param("name"),
+        }
+        .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
+        let (backend, original, schema) = self.guard_target(method, name.as_deref());
+        let target = crate::guardrails::Target {
+            backend: backend.as_deref().unwrap_or(""),
+            original: original.as_deref(),
+            exposed: name.as_deref(),
+            method,
+        };
+        let Some(mut scope) = guards.scope(target) else {
+            return self.tasks_routed(ex, admitted).await;
+        };
+        scope.output_schema = schema;
+        let era = if ex.is_modern() { "modern" } else { "legacy" };
+        let rewritten;
+        let msg;
+        let ex = match scope.request(ex.msg, ex.caller, era).await {
+            crate::guardrails::Request::Pass => ex,
+            crate::guardrails::Request::Refused(answer) => return Ok(answer),
+            crate::guardrails::Request::Replaced(body) => {
+                rewritten = body;
+                msg = Message::parse(&rewritten)
+                    .map_err(|_| CoreError::InvalidParams("arguments"))?;
+                Exchange { msg: &msg, ..ex }
+            }
+        };
+        let caller = ex.caller;
+        let answer = self.tasks_routed(ex, admitted).await?;
+        Ok(scope.response(answer, caller, era).await)
+    }
+
+    /// The backend and original name behind a guarded request's name, and a tool's
+    /// `outputSchema` (aggregating: from the merged list; else the one backend's, unknown).
+    fn guard_target(
+        &self,
+        method: &str,
+        name: Option<&str>,
+    ) -> (Option<String>, Option<String>, Option<serde_json::Value>) {
+        let Some(vmcp) = self.vmcp() else {
+            let primary = self.backends.primary();
+            return (Some(primary.id.to_string()), name.map(str::to_owned), None);
+        };
+        let kind = match method {
+            "resources/read" => crate::catalog::Kind::Resources,
+            "prompts/get" => crate::catalog::Kind::Prompts,
+            _ => crate::catalog::Kind::Tools,
+        };
+        let (Some(view), Some(name)) = (vmcp.current(kind), name) else {
+            return (None, None, None);
+        };
+        let Some(entry) = view.all.entry(name) else {
+            return (None, None, None);
+        };
+        let schema = switchboard_wire::object_member(&entry.item, "outputSchema")
+            .and_then(|s| serde_json::from_str(s.get()).ok());
+        (
+            Some(entry.backend.to_string()),
+            Some(entry.original.to_string()),
+            schema,
+        )
     }
 
     /// The era's route (`pinned`: to that backend, a task's, rather than by name).
@@ -450,6 +530,9 @@ impl Gateway {
         legacy.map(Answer::ok)
     }
 }
+
+/// The methods guardrails check.
+const GUARDED: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
 
 /// The era path a request came in on, as admission and the audit see it.
 fn path_of(ex: &Exchange<'_>) -> Path {

@@ -54,6 +54,8 @@ struct Route {
 pub(crate) struct ProgressRoutes {
     /// Keyed by tokens the gateway minted (random): a fast hasher is safe here.
     routes: Mutex<foldhash::HashMap<String, Route>>,
+    /// Guardrails that check each note's `message` before it is delivered.
+    guards: std::sync::OnceLock<Arc<crate::guardrails::Guardrails>>,
 }
 
 /// Removes a route when its request ends, whichever way it ends.
@@ -100,6 +102,11 @@ impl ProgressRoutes {
         }
     }
 
+    /// Checks every note's `message` with `guards`' response rules from now on.
+    pub(crate) fn guard(&self, guards: Arc<crate::guardrails::Guardrails>) {
+        let _ = self.guards.set(guards);
+    }
+
     /// A guard that routes nothing (the request asked for no progress).
     pub(crate) fn none(&self) -> ProgressGuard<'_> {
         ProgressGuard {
@@ -123,15 +130,28 @@ impl ProgressRoutes {
         else {
             return false;
         };
-        let routes = self.routes.lock();
-        let Some(route) = routes.get(token) else {
-            return false;
+        let (sink, original) = {
+            let routes = self.routes.lock();
+            let Some(route) = routes.get(token) else {
+                return false;
+            };
+            route.alive.notify_one();
+            let Some(sink) = &route.sink else {
+                return true;
+            };
+            (sink.clone(), route.original.clone())
         };
-        route.alive.notify_one();
-        let Some(sink) = &route.sink else {
-            return true;
+        // Checked outside the lock: a message may be long.
+        let checked = match self.guards.get() {
+            None => None,
+            // A note a guardrail refuses is not delivered (the call goes on).
+            Some(guards) => match guards.progress(params) {
+                None => return true,
+                Some(replaced) => replaced,
+            },
         };
-        let Some(params) = with_member(params, "progressToken", route.original.get()) else {
+        let params = checked.as_deref().unwrap_or(params);
+        let Some(params) = with_member(params, "progressToken", original.get()) else {
             return false;
         };
         let line = encode_notification(method::PROGRESS, Some(&params));

@@ -85,6 +85,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         composites,
         trust,
         watched,
+        guardrails,
     } = spec;
     let shape = Shape::of_all(&backends, aggregate);
     // Identity, policy and audit settings are checked before anything starts.
@@ -159,6 +160,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let traces = crate::traces::install(&args.ops)?;
     config.traces = traces.is_some();
     let max_sessions = config.max_sessions;
+    config.guardrails = crate::guardrails::build(&guardrails, &backends, access.audit.clone())?;
     config.access = access;
     if aggregate {
         config.workflows.plans = composites;

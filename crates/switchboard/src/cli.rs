@@ -143,6 +143,9 @@ pub(crate) struct RunArgs {
     pub(crate) cwd: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub(crate) remote: Box<crate::remote::RemoteArgs>,
+    /// A YAML file with a `guardrails:` list, as in a config file (docs/guardrails.md).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) guardrails: Option<std::path::PathBuf>,
     /// The stdio MCP server to front, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,

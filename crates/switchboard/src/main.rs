@@ -8,6 +8,7 @@ mod cli;
 mod config;
 mod config_vars;
 mod doctor;
+mod guardrails;
 mod ops_args;
 mod reload;
 mod remote;

@@ -267,6 +267,16 @@ impl Merged {
         Some((&entry.backend, &entry.original))
     }
 
+    /// The entry behind an exposed name (as [`Merged::lookup`] finds it).
+    pub fn entry(&self, exposed: &str) -> Option<&Entry> {
+        let i = match self.index.get(exposed) {
+            Some(i) => *i,
+            None if self.kind.has_uris() => *self.index.get(&*canonical_scheme(exposed))?,
+            None => return None,
+        };
+        self.entries.get(i)
+    }
+
     /// Entries whose exposed name differs from the original (for status and `validate`).
     pub fn renamed(&self) -> impl Iterator<Item = &Entry> {
         self.entries.iter().filter(|e| e.exposed != e.original)

@@ -70,7 +70,23 @@ pub(crate) fn serve_spec(
             errors,
         });
     }
+    let guard_base = resolved.base.clone();
     let mut backends = resolved.backends;
+    for b in &mut backends {
+        crate::guardrails::absolutize(&mut b.guardrails, &guard_base);
+        let prompts = b.prompts.overrides.values_mut();
+        for o in b.tools.overrides.values_mut().chain(prompts) {
+            crate::guardrails::absolutize(&mut o.guardrails, &guard_base);
+        }
+    }
+    let mut guardrails = file.guardrails.clone();
+    crate::guardrails::absolutize(&mut guardrails, &guard_base);
+    if let Err(e) = crate::guardrails::check(&guardrails, &backends) {
+        return Err(ConfigErrors {
+            source_name,
+            errors: vec![ConfigError::new("guardrails", e)],
+        });
+    }
     if given("isolation") {
         // The flag is the strongest statement: it applies to every command backend.
         for b in &mut backends {
@@ -96,6 +112,7 @@ pub(crate) fn serve_spec(
         composites,
         trust: Default::default(),
         watched: None,
+        guardrails,
     })
 }
 

@@ -43,6 +43,9 @@ pub(crate) struct ConfigFile {
     pub(crate) trust: Option<super::trust::TrustSection>,
     /// The default sandbox of command backends (`sandbox.rs`); off when absent.
     pub(crate) sandbox: Option<super::sandbox::SandboxKey>,
+    /// Checks on what flows between clients and tools (`switchboard_guard`).
+    #[serde(default)]
+    pub(crate) guardrails: Vec<switchboard_guard::RuleSpec>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -327,6 +330,9 @@ pub(crate) struct BackendEntry {
     pub(crate) prompts: ListSettings,
     /// This command backend's sandbox (`sandbox.rs`): over the top level's.
     pub(crate) sandbox: Option<super::sandbox::SandboxKey>,
+    /// This backend's guardrails, over the top level's by name.
+    #[serde(default)]
+    pub(crate) guardrails: Vec<switchboard_guard::RuleSpec>,
 }
 
 /// `backends[].openapi`: the spec (a file, relative to the config's directory, or an
@@ -419,6 +425,9 @@ pub(crate) struct Override {
     pub(crate) description: Option<String>,
     /// Replaces the tool's annotations (an object, kept as written).
     pub(crate) annotations: Option<serde_json::Map<String, serde_json::Value>>,
+    /// This tool's guardrails, over its backend's by name.
+    #[serde(default)]
+    pub(crate) guardrails: Vec<switchboard_guard::RuleSpec>,
 }
 
 /// A duration: `"250ms"`, `"5s"`, `"2m"`, `"1h"`, `"1.5s"`, or a number of seconds.

@@ -165,6 +165,7 @@ impl Ctx<'_> {
             timeout: e.timeout.map(|d| d.0),
             tools: e.tools.clone(),
             prompts: e.prompts.clone(),
+            guardrails: e.guardrails.clone(),
         })
     }
 

@@ -25,6 +25,8 @@ pub(crate) struct ServeSpec {
     pub(crate) trust: super::trust::TrustSpec,
     /// The file this came from, watched for hot reload (`serve` only).
     pub(crate) watched: Option<std::path::PathBuf>,
+    /// The gateway's guardrails (`guardrails`); webhook secret files made absolute.
+    pub(crate) guardrails: Vec<switchboard_guard::RuleSpec>,
 }
 
 /// One backend. Holds expanded secrets (env values, headers, URL): never print it whole.
@@ -37,6 +39,8 @@ pub(crate) struct BackendSpec {
     pub(crate) timeout: Option<Duration>,
     pub(crate) tools: ListSettings,
     pub(crate) prompts: ListSettings,
+    /// Its guardrails, over the gateway's by name (`guardrails`).
+    pub(crate) guardrails: Vec<switchboard_guard::RuleSpec>,
 }
 
 impl BackendSpec {
@@ -237,6 +241,7 @@ impl crate::cli::RunArgs {
             timeout: None,
             tools: ListSettings::default(),
             prompts: ListSettings::default(),
+            guardrails: Vec::new(),
         }];
         let aggregation = AggregationSpec::defaults(&backends);
         if self.gateway.trust.given() {
@@ -250,6 +255,10 @@ impl crate::cli::RunArgs {
             composites: Vec::new(),
             trust: Default::default(),
             watched: None,
+            guardrails: match &self.guardrails {
+                Some(path) => crate::guardrails::load_file(path)?,
+                None => Vec::new(),
+            },
         })
     }
 }

@@ -1,0 +1,356 @@
+//! Guardrails where the pipeline runs them (`switchboard_guard` is the pure engine): which
+//! rules apply to a request (by backend and tool, a lookup that returns nothing on the fast
+//! path, so nothing is parsed or copied), the request's arguments and the answer's result
+//! checked and rewritten, progress messages checked on their way to the client, and each
+//! action recorded as one audit line and one count of
+//! `switchboard_guardrail_actions_total{guardrail,action}`. Never the matched text.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use switchboard_guard::{Event, Rule, RuleSet, Stage};
+use switchboard_wire::{codes, encode_request, object_member, with_member, ErrorObject, Message};
+
+use crate::audit::AuditLog;
+use crate::{Answer, Principal};
+
+pub(crate) mod hook;
+
+pub use hook::{sign, GuardHook, HookReply, HookRequest, MAX_REPLY_BYTES, SIGNATURE_HEADER};
+
+/// Every configured guardrail, resolved per backend and per tool; the gateway's state for
+/// them (`GatewayConfig::guardrails`).
+#[derive(Debug, Default)]
+pub struct Guardrails {
+    gateway: Vec<Arc<Rule>>,
+    /// Backend name → its effective rules (the gateway's with its own over them).
+    backends: HashMap<String, Vec<Arc<Rule>>>,
+    /// Backend name → original tool name → that tool's effective rules.
+    tools: HashMap<String, HashMap<String, Vec<Arc<Rule>>>>,
+    audit: Option<Arc<AuditLog>>,
+    hooks: hook::Hooks,
+}
+
+/// What a request is, for the rules and the audit line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) backend: &'a str,
+    /// The backend's own name of the tool (or prompt, or resource URI).
+    pub(crate) original: Option<&'a str>,
+    /// The name the client used.
+    pub(crate) exposed: Option<&'a str>,
+    pub(crate) method: &'a str,
+}
+
+/// The rules that apply to one request, and who and what it is.
+#[derive(Debug)]
+pub(crate) struct Scope<'g> {
+    guards: &'g Guardrails,
+    rules: RuleSet,
+    backend: String,
+    tool: Option<String>,
+    method: String,
+    /// The tool's `outputSchema`, when known (aggregating).
+    pub(crate) output_schema: Option<Value>,
+}
+
+/// What becomes of a request.
+#[derive(Debug)]
+pub(crate) enum Request {
+    Pass,
+    /// Send this request body instead (its arguments rewritten).
+    Replaced(Vec<u8>),
+    /// Answer this instead (a `-32602` naming the guardrail).
+    Refused(Answer),
+}
+
+impl Guardrails {
+    /// The gateway's rules (each backend without rules of its own gets these).
+    pub fn new(gateway: Vec<Arc<Rule>>) -> Self {
+        Guardrails {
+            gateway,
+            ..Guardrails::default()
+        }
+    }
+
+    /// `backend`'s effective rules.
+    pub fn set_backend(&mut self, backend: &str, rules: Vec<Arc<Rule>>) {
+        self.backends.insert(backend.to_owned(), rules);
+    }
+
+    /// The effective rules of `backend`'s tool `original`.
+    pub fn set_tool(&mut self, backend: &str, original: &str, rules: Vec<Arc<Rule>>) {
+        (self.tools.entry(backend.to_owned()).or_default()).insert(original.to_owned(), rules);
+    }
+
+    /// Where actions are audited.
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// What calls webhooks (the binary's HTTP client), and their secrets by `secretFile`.
+    pub fn with_hook(
+        mut self,
+        hook: Arc<dyn GuardHook>,
+        secrets: HashMap<std::path::PathBuf, Vec<u8>>,
+    ) -> Self {
+        self.hooks = hook::Hooks::new(hook, secrets, crate::BreakerConfig::default());
+        self
+    }
+
+    /// The rules for `target`: the tool's, else its backend's, else the gateway's, those
+    /// that cover the tool. `None` (the fast path) when none does.
+    pub(crate) fn scope(&self, target: Target<'_>) -> Option<Scope<'_>> {
+        let rules = target
+            .original
+            .and_then(|t| self.tools.get(target.backend)?.get(t))
+            .or_else(|| self.backends.get(target.backend))
+            .unwrap_or(&self.gateway);
+        let tool = match target.method {
+            "tools/call" => target.exposed,
+            _ => None,
+        };
+        if !rules.iter().any(|r| r.covers(target.backend, tool)) {
+            return None;
+        }
+        let applying = rules
+            .iter()
+            .filter(|r| r.covers(target.backend, tool))
+            .cloned()
+            .collect();
+        Some(Scope {
+            guards: self,
+            rules: RuleSet::new(applying),
+            backend: target.backend.to_owned(),
+            tool: target.exposed.map(str::to_owned),
+            method: target.method.to_owned(),
+            output_schema: None,
+        })
+    }
+
+    /// Every response rule that scans, for progress messages (which carry no tool name):
+    /// the gateway's and every backend's and tool's, once each by name.
+    pub(crate) fn progress_rules(&self) -> RuleSet {
+        let mut seen: Vec<Arc<Rule>> = Vec::new();
+        let all = (self.gateway.iter())
+            .chain(self.backends.values().flatten())
+            .chain(self.tools.values().flat_map(|t| t.values().flatten()));
+        for r in all {
+            if r.response && !r.kinds.is_empty() && !seen.iter().any(|s| s.name == r.name) {
+                seen.push(r.clone());
+            }
+        }
+        RuleSet::new(seen)
+    }
+
+    /// A progress notification's `params` (its `message` checked): `None` to drop it,
+    /// `Some(None)` to pass it as it is, `Some(Some(params))` to send these instead.
+    pub(crate) fn progress(
+        &self,
+        params: &serde_json::value::RawValue,
+    ) -> Option<Option<Box<serde_json::value::RawValue>>> {
+        let Some(message) = object_member(params, "message") else {
+            return Some(None);
+        };
+        let Ok(text) = serde_json::from_str::<String>(message.get()) else {
+            return Some(None);
+        };
+        let rules = self.progress_rules();
+        if rules.is_empty() {
+            return Some(None);
+        }
+        let checked = rules.text(&text);
+        self.record(
+            None,
+            "notifications/progress",
+            "response",
+            None,
+            &checked.events,
+        );
+        if checked.rejected.is_some() {
+            return None;
+        }
+        match checked.replaced {
+            None => Some(None),
+            Some(new) => {
+                let quoted = serde_json::to_string(&new).ok()?;
+                with_member(params, "message", &quoted).map(Some)
+            }
+        }
+    }
+
+    /// One audit line and one count per action.
+    fn record(
+        &self,
+        caller: Option<(&Principal, &str)>,
+        method: &str,
+        direction: &str,
+        place: Option<(&str, Option<&str>)>,
+        events: &[Event],
+    ) {
+        for e in events {
+            crate::metrics::guardrail_action(&e.guardrail, e.action.name());
+            let Some(audit) = &self.audit else { continue };
+            let mut line = json!({
+                "time": crate::audit::now_rfc3339(),
+                "event": "guardrail",
+                "guardrail": &*e.guardrail,
+                "action": e.action.name(),
+                "kind": e.kind,
+                "count": e.count,
+                "method": method,
+                "direction": direction,
+            });
+            if let Some((p, era)) = caller {
+                line["principal"] = json!({"iss": p.issuer, "sub": p.subject});
+                line["era"] = json!(era);
+            }
+            if let Some((backend, tool)) = place {
+                line["backend"] = json!(backend);
+                if let Some(tool) = tool {
+                    line["tool"] = json!(tool);
+                }
+            }
+            audit.record(&line);
+        }
+    }
+}
+
+impl Scope<'_> {
+    /// A `tools/call`'s arguments checked (and the webhooks asked): passed, rewritten or
+    /// refused with `-32602` naming the guardrail.
+    pub(crate) async fn request(
+        &self,
+        msg: &Message<'_>,
+        caller: &Principal,
+        era: &str,
+    ) -> Request {
+        let (Some(id), Some(method)) = (msg.id.as_ref(), msg.method) else {
+            return Request::Pass;
+        };
+        if method != "tools/call" || !self.rules.runs_at(Stage::Request) {
+            return Request::Pass;
+        }
+        let Some(params) = msg.params else {
+            return Request::Pass;
+        };
+        let args = object_member(params, "arguments")
+            .map(|a| a.get())
+            .unwrap_or("{}");
+        let mut checked = self.rules.request(args);
+        if checked.rejected.is_none() {
+            let message = wire_text(msg);
+            let hooked = self
+                .guards
+                .hooks
+                .run(
+                    &self.rules,
+                    Stage::Request,
+                    self.hook_request(caller, era, "request", &message),
+                )
+                .await;
+            hooked.apply(&mut checked);
+        }
+        self.audit(caller, era, "request", &checked.events);
+        if let Some(name) = &checked.rejected {
+            let err = ErrorObject::new(
+                codes::INVALID_PARAMS,
+                switchboard_guard::rejected_message(name),
+            )
+            .with_data(json!({"guardrail": &**name}));
+            return Request::Refused(Answer::error(id, &err));
+        }
+        let Some(new_args) = checked.replaced else {
+            return Request::Pass;
+        };
+        match with_member(params, "arguments", &new_args) {
+            Some(p) => Request::Replaced(encode_request(id, method, Some(&p))),
+            // Arguments that cannot be spliced back are not sent unchecked.
+            None => {
+                let err = ErrorObject::new(codes::INVALID_PARAMS, "arguments could not be checked");
+                Request::Refused(Answer::error(id, &err))
+            }
+        }
+    }
+
+    /// The answer's result checked (and the webhooks asked): passed, rewritten, or, refused,
+    /// an `isError` tool result (a JSON-RPC error for `resources/read` and `prompts/get`)
+    /// naming the guardrail.
+    pub(crate) async fn response(&self, answer: Answer, caller: &Principal, era: &str) -> Answer {
+        if answer.error_code.is_some() || !self.rules.runs_at(Stage::Response) {
+            return answer;
+        }
+        let Ok(msg) = Message::parse(&answer.body) else {
+            return answer;
+        };
+        let (Some(id), Some(result)) = (msg.id.clone(), msg.result) else {
+            return answer;
+        };
+        let mut checked = self.rules.result(result.get(), self.output_schema.as_ref());
+        if checked.rejected.is_none() {
+            let message = String::from_utf8_lossy(&answer.body).into_owned();
+            let hooked = self
+                .guards
+                .hooks
+                .run(
+                    &self.rules,
+                    Stage::Response,
+                    self.hook_request(caller, era, "response", &message),
+                )
+                .await;
+            hooked.apply(&mut checked);
+        }
+        self.audit(caller, era, "response", &checked.events);
+        if let Some(name) = &checked.rejected {
+            if self.method == "tools/call" {
+                let body = switchboard_guard::rejected_result(name);
+                return Answer::ok(switchboard_wire::encode_result(&id, &body));
+            }
+            let err = ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                switchboard_guard::rejected_message(name),
+            )
+            .with_data(json!({"guardrail": &**name}));
+            return Answer::error(&id, &err);
+        }
+        match checked.replaced {
+            Some(new) => Answer::ok(switchboard_wire::encode_result(&id, &new)),
+            None => answer,
+        }
+    }
+
+    fn hook_request<'a>(
+        &'a self,
+        caller: &'a Principal,
+        era: &'a str,
+        direction: &'a str,
+        message: &'a str,
+    ) -> HookRequest<'a> {
+        HookRequest {
+            principal: caller,
+            backend: &self.backend,
+            tool: self.tool.as_deref(),
+            method: &self.method,
+            era,
+            direction,
+            message,
+        }
+    }
+
+    fn audit(&self, caller: &Principal, era: &str, direction: &str, events: &[Event]) {
+        let place = Some((self.backend.as_str(), self.tool.as_deref()));
+        self.guards
+            .record(Some((caller, era)), &self.method, direction, place, events);
+    }
+}
+
+/// The request as the webhook sees it: the client's JSON-RPC message.
+fn wire_text(msg: &Message<'_>) -> String {
+    let params = msg.params;
+    match (msg.id.as_ref(), msg.method) {
+        (Some(id), Some(m)) => String::from_utf8_lossy(&encode_request(id, m, params)).into_owned(),
+        _ => String::new(),
+    }
+}
