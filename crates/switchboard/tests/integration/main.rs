@@ -22,6 +22,7 @@ mod connections;
 mod direct_post;
 mod everything;
 mod fixture_http;
+mod guardrails;
 mod handshake;
 mod health;
 mod isolation;

@@ -1,0 +1,264 @@
+//! The webhook against a real HTTP server in the test: allow, reject, replace, slow (closed
+//! and open), bad JSON, down (the breaker), and every body signed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::{answer, audit_lines, call, gateway, texts, Dir, Mode};
+
+const SECRET: &str = "hook-secret-0123456789";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Behaviour {
+    Allow,
+    Reject,
+    Replace,
+    Slow,
+    BadJson,
+}
+
+/// What the test server received: each body, and whether its signature verified.
+#[derive(Debug, Default)]
+struct Seen {
+    bodies: Vec<Value>,
+    signed: Vec<bool>,
+}
+
+struct Hook {
+    url: String,
+    behaviour: Arc<Mutex<Behaviour>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+async fn hook_server() -> Hook {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/check", listener.local_addr().unwrap());
+    let behaviour = Arc::new(Mutex::new(Behaviour::Allow));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (b, s) = (behaviour.clone(), seen.clone());
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            let (b, s) = (b.clone(), s.clone());
+            tokio::spawn(serve_one(conn, b, s));
+        }
+    });
+    Hook {
+        url,
+        behaviour,
+        seen,
+    }
+}
+
+async fn serve_one(
+    mut conn: tokio::net::TcpStream,
+    behaviour: Arc<Mutex<Behaviour>>,
+    seen: Arc<Mutex<Seen>>,
+) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        let Ok(n) = conn.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_owned))
+    };
+    let len: usize = header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + len {
+        let Ok(n) = conn.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body = &buf[head_end..head_end + len];
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    let expected: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let signed = header("x-switchboard-signature") == Some(format!("sha256={expected}"));
+    let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let direction = value["direction"].as_str().unwrap_or_default().to_owned();
+    {
+        let mut s = seen.lock();
+        s.bodies.push(value);
+        s.signed.push(signed);
+    }
+    let mode = *behaviour.lock();
+    let reply = match mode {
+        Behaviour::Allow => json!({"action": "allow"}).to_string(),
+        Behaviour::Reject => json!({"action": "reject", "message": "no"}).to_string(),
+        Behaviour::Replace if direction == "request" => {
+            json!({"action": "replace", "replacement": {"text": "swapped"}}).to_string()
+        }
+        Behaviour::Replace => json!({"action": "replace", "replacement":
+            {"content": [{"type": "text", "text": "from the hook"}]}})
+        .to_string(),
+        Behaviour::Slow => {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            json!({"action": "allow"}).to_string()
+        }
+        Behaviour::BadJson => "{not json".to_owned(),
+    };
+    let out = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+    let _ = conn.write_all(out.as_bytes()).await;
+}
+
+fn rules(url: &str, failure: &str, secret: &str) -> String {
+    format!(
+        "guardrails:\n  - name: corp\n    tools: [echo]\n    webhook: {{url: \"{url}\", secretFile: {secret}, timeout: 500ms, failure: {failure}}}\n"
+    )
+}
+
+fn refused_by_corp(m: &[Value]) -> bool {
+    let err = &answer(m)["error"];
+    err["code"] == -32602 && err["message"] == "Refused by guardrail \"corp\""
+}
+
+#[tokio::test]
+async fn the_webhook_allows_rejects_replaces_and_fails_closed() {
+    let hook = hook_server().await;
+    let dir = Dir::new("hook-closed");
+    let secret = dir.write("hook.key", &format!("{SECRET}\n"));
+    let (gw, audit) = gateway(&dir, Mode::Run, &rules(&hook.url, "closed", &secret)).await;
+    let s = gw.session().await;
+    let echo = |t: &str| format!(r#"{{"text":"{t}"}}"#);
+
+    // allow: the answer is the backend's; two signed POSTs with the documented body.
+    let (_, m) = call(&gw, Some(&s), "echo", &echo("hi"), false).await;
+    assert_eq!(texts(&answer(&m)["result"])[0], "hi");
+    {
+        let seen = hook.seen.lock();
+        assert_eq!(seen.bodies.len(), 2, "{:?}", seen.bodies);
+        assert!(seen.signed.iter().all(|s| *s), "every body is signed");
+        let req = &seen.bodies[0];
+        assert_eq!(req["guardrail"], "corp");
+        assert_eq!(
+            req["principal"],
+            json!({"iss": "anonymous", "sub": "anonymous"})
+        );
+        assert_eq!(req["backend"], "default");
+        assert_eq!(req["tool"], "echo");
+        assert_eq!(req["era"], "legacy");
+        assert_eq!(req["direction"], "request");
+        assert_eq!(req["message"]["method"], "tools/call");
+        assert_eq!(req["message"]["params"]["arguments"]["text"], "hi");
+        assert_eq!(seen.bodies[1]["direction"], "response");
+        assert_eq!(
+            seen.bodies[1]["message"]["result"]["content"][0]["text"],
+            "hi"
+        );
+    }
+    // Modern: the same hook, era modern.
+    let (_, m) = call(&gw, None, "echo", &echo("hey"), false).await;
+    assert_eq!(texts(&answer(&m)["result"])[0], "hey");
+    assert_eq!(hook.seen.lock().bodies[2]["era"], "modern");
+
+    // reject.
+    *hook.behaviour.lock() = Behaviour::Reject;
+    let (_, m) = call(&gw, Some(&s), "echo", &echo("x"), false).await;
+    assert!(refused_by_corp(&m), "{m:?}");
+
+    // replace: the request's arguments, then the response's result.
+    *hook.behaviour.lock() = Behaviour::Replace;
+    let (_, m) = call(&gw, Some(&s), "echo", &echo("x"), false).await;
+    assert_eq!(texts(&answer(&m)["result"]), ["from the hook"]);
+    let n = hook.seen.lock().bodies.len();
+    // The response the hook was shown is the backend's answer to the swapped arguments.
+    assert_eq!(
+        hook.seen.lock().bodies[n - 1]["message"]["result"]["content"][0]["text"],
+        "swapped"
+    );
+
+    // slow (past the 500 ms timeout) and bad JSON: failure closed rejects.
+    for b in [Behaviour::Slow, Behaviour::BadJson] {
+        *hook.behaviour.lock() = b;
+        let (_, m) = call(&gw, Some(&s), "echo", &echo("x"), false).await;
+        assert!(refused_by_corp(&m), "{b:?}: {m:?}");
+    }
+    let (text, lines) = audit_lines(&audit, 6).await;
+    assert!(
+        lines.iter().any(|l| l["kind"] == "webhook_timeout"),
+        "{text}"
+    );
+    assert!(lines.iter().any(|l| l["kind"] == "webhook_error"), "{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["action"] == "reject" && l["kind"] == "webhook"),
+        "{text}"
+    );
+    assert!(!gw.stderr.lock().contains(SECRET));
+}
+
+#[tokio::test]
+async fn a_slow_webhook_failing_open_allows() {
+    let hook = hook_server().await;
+    *hook.behaviour.lock() = Behaviour::Slow;
+    let dir = Dir::new("hook-open");
+    let secret = dir.write("hook.key", SECRET);
+    let (gw, audit) = gateway(&dir, Mode::Run, &rules(&hook.url, "open", &secret)).await;
+    let s = gw.session().await;
+    let (_, m) = call(&gw, Some(&s), "echo", r#"{"text":"through"}"#, false).await;
+    assert_eq!(texts(&answer(&m)["result"])[0], "through");
+    let (text, lines) = audit_lines(&audit, 2).await;
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["action"] == "warn" && l["kind"] == "webhook_timeout"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_that_is_down_opens_its_breaker() {
+    // A port nobody listens on: connections are refused at once.
+    let url = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/check", l.local_addr().unwrap())
+    };
+    let dir = Dir::new("hook-down");
+    let secret = dir.write("hook.key", SECRET);
+    let (gw, audit) = gateway(&dir, Mode::Run, &rules(&url, "closed", &secret)).await;
+    let s = gw.session().await;
+    for _ in 0..6 {
+        let (_, m) = call(&gw, Some(&s), "echo", r#"{"text":"x"}"#, false).await;
+        assert!(refused_by_corp(&m), "{m:?}");
+    }
+    let (text, lines) = audit_lines(&audit, 6).await;
+    assert!(
+        lines[..5]
+            .iter()
+            .all(|l| l["kind"] == "webhook_unavailable"),
+        "{text}"
+    );
+    assert_eq!(lines[5]["kind"], "webhook_breaker_open", "{text}");
+}
