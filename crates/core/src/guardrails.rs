@@ -130,6 +130,56 @@ impl Guardrails {
         })
     }
 
+    /// One backend's fetched definitions (tools, prompts, resources) as the merged list
+    /// will hold them: a definition a guardrail refuses (`reject`, `quarantine`) is left
+    /// out, a redacted one replaced; each action audited.
+    pub(crate) fn definitions(
+        &self,
+        backend: &str,
+        kind: crate::catalog::Kind,
+        items: Vec<Value>,
+    ) -> Vec<Value> {
+        use crate::catalog::Kind;
+        let (stage, key, method) = match kind {
+            Kind::Tools => (Stage::ToolDefinition, "name", "tools/list"),
+            Kind::Prompts => (Stage::PromptDefinition, "name", "prompts/list"),
+            Kind::Resources => (Stage::ResourceDefinition, "uri", "resources/list"),
+            Kind::ResourceTemplates => (
+                Stage::ResourceDefinition,
+                "uriTemplate",
+                "resources/templates/list",
+            ),
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let name = item.get(key).and_then(Value::as_str).map(str::to_owned);
+            let target = Target {
+                backend,
+                original: name.as_deref(),
+                exposed: name.as_deref(),
+                method: "tools/call",
+            };
+            let Some(scope) = self.scope(target).filter(|s| s.rules.runs_at(stage)) else {
+                out.push(item);
+                continue;
+            };
+            let Ok(raw) = serde_json::to_string(&item) else {
+                continue;
+            };
+            let checked = scope.rules.definition(stage, &raw);
+            let place = Some((backend, name.as_deref()));
+            self.record(None, method, "definition", place, &checked.events);
+            if checked.rejected.is_some() {
+                continue;
+            }
+            match checked.replaced.and_then(|r| serde_json::from_str(&r).ok()) {
+                Some(new) => out.push(new),
+                None => out.push(item),
+            }
+        }
+        out
+    }
+
     /// Every response rule that scans, for progress messages (which carry no tool name):
     /// the gateway's and every backend's and tool's, once each by name.
     pub(crate) fn progress_rules(&self) -> RuleSet {

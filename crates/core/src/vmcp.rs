@@ -84,6 +84,8 @@ pub struct VmcpConfig {
     pub tool_search: bool,
     /// Tool pins (`trust`); `None`: off.
     pub trust: Option<crate::trust::TrustConfig>,
+    /// Guardrails that check definitions as lists are merged (`guardrails`).
+    pub guardrails: Option<Arc<crate::guardrails::Guardrails>>,
 }
 
 impl Default for VmcpConfig {
@@ -97,6 +99,7 @@ impl Default for VmcpConfig {
             fetch_timeout: Duration::from_secs(10),
             tool_search: false,
             trust: None,
+            guardrails: None,
         }
     }
 }
@@ -259,6 +262,7 @@ impl Vmcp {
         let old = self.shape();
         config.tool_search = old.config.tool_search;
         config.trust.clone_from(&old.config.trust);
+        config.guardrails.clone_from(&old.config.guardrails);
         install();
         self.shape.store(Arc::new(Shape::new(config, backends)));
         let kept = |id: &BackendId| !dropped.contains(id) && backends.iter().any(|(b, _)| b == id);
@@ -524,7 +528,12 @@ impl Vmcp {
                 .unwrap_or_else(|_| Err(format!("no complete list within {deadline:?}")));
             (id, fetched)
         });
+        let guards = vmcp.shape().config.guardrails.clone();
         for (id, fetched) in futures::future::join_all(fetches).await {
+            let fetched = match (&guards, fetched) {
+                (Some(g), Ok(items)) => Ok(g.definitions(id.as_str(), kind, items)),
+                (_, fetched) => fetched,
+            };
             if let (Kind::Tools, Ok(items), Some(trust)) = (kind, &fetched, &vmcp.trust) {
                 trust.screen_tools(id, items).await;
             }

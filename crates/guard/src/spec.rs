@@ -187,15 +187,16 @@ impl Rule {
                 return Err(bad("`redact` needs patterns, not `maxBytes`"));
             }
         }
-        let defs = on.iter().any(|d| {
+        let is_def = |d: &Direction| {
             matches!(
                 d,
                 Direction::ToolDefinitions
                     | Direction::PromptDefinitions
                     | Direction::ResourceDefinitions
             )
-        });
-        if action == Action::Quarantine && (!defs || on.len() > 1) {
+        };
+        let defs = on.iter().any(is_def);
+        if action == Action::Quarantine && !on.iter().all(is_def) {
             return Err(bad("`quarantine` applies to definitions only"));
         }
         if spec.webhook.is_some() && defs {

@@ -166,6 +166,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         config.workflows.plans = composites;
         let mut vmcp = crate::start_backends::vmcp_config(&aggregation, &backends);
         vmcp.trust = Some(trust.config.clone());
+        vmcp.guardrails = config.guardrails.clone();
         config.vmcp = Some(vmcp);
     }
     let registry = config.registry();
