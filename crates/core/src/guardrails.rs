@@ -329,13 +329,19 @@ impl Scope<'_> {
     /// an `isError` tool result (a JSON-RPC error for `resources/read` and `prompts/get`)
     /// naming the guardrail.
     pub(crate) async fn response(&self, answer: Answer, caller: &Principal, era: &str) -> Answer {
-        if answer.error_code.is_some() || !self.rules.runs_at(Stage::Response) {
+        if !self.rules.runs_at(Stage::Response) {
             return answer;
         }
         let Ok(msg) = Message::parse(&answer.body) else {
             return answer;
         };
-        let (Some(id), Some(result)) = (msg.id.clone(), msg.result) else {
+        let Some(id) = msg.id.clone() else {
+            return answer;
+        };
+        if let Some(error) = msg.error.map(|e| e.get().to_owned()) {
+            return self.error(answer, &id, &error, caller, era);
+        }
+        let Some(result) = msg.result else {
             return answer;
         };
         let mut checked = self.rules.result(result.get(), self.output_schema.as_ref());
@@ -354,7 +360,7 @@ impl Scope<'_> {
         }
         self.audit(caller, era, "response", &checked.events);
         if let Some(name) = &checked.rejected {
-            if self.method == "tools/call" {
+            if matches!(self.method.as_str(), "tools/call" | "tasks/result") {
                 let body = switchboard_guard::rejected_result(name);
                 return Answer::ok(switchboard_wire::encode_result(&id, &body));
             }
@@ -367,6 +373,36 @@ impl Scope<'_> {
         }
         match checked.replaced {
             Some(new) => Answer::ok(switchboard_wire::encode_result(&id, &new)),
+            None => answer,
+        }
+    }
+
+    /// A backend's error answer: its `error` (message and data) checked by the built-in
+    /// response rules, so an error is no way around them; refused, the gateway's own error
+    /// takes its place. Webhooks are not asked about errors.
+    fn error(
+        &self,
+        answer: Answer,
+        id: &switchboard_wire::RequestId,
+        error: &str,
+        caller: &Principal,
+        era: &str,
+    ) -> Answer {
+        let checked = self.rules.result(error, None);
+        self.audit(caller, era, "response", &checked.events);
+        if let Some(name) = &checked.rejected {
+            let err = ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                switchboard_guard::rejected_message(name),
+            )
+            .with_data(json!({"guardrail": &**name}));
+            return Answer::error(id, &err);
+        }
+        match checked.replaced {
+            Some(new) => Answer {
+                body: switchboard_wire::restore_response(id, "error", &new),
+                error_code: answer.error_code,
+            },
             None => answer,
         }
     }

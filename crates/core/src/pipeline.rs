@@ -535,7 +535,14 @@ impl Gateway {
 }
 
 /// The methods guardrails check.
-const GUARDED: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
+const GUARDED: [&str; 4] = [
+    "tools/call",
+    "resources/read",
+    "prompts/get",
+    // A task's result is a tool's result (its backend is not known here: the gateway's
+    // rules apply).
+    "tasks/result",
+];
 
 /// The era path a request came in on, as admission and the audit see it.
 fn path_of(ex: &Exchange<'_>) -> Path {

@@ -470,3 +470,27 @@ async fn a_tool_definition_with_an_injection_is_hidden_or_audited() {
         assert_clean("the audit log", &text);
     }
 }
+
+/// A backend's error answer is no way around the response rules: its message and data are
+/// redacted too.
+#[tokio::test]
+async fn a_backend_error_is_redacted_too() {
+    let dir = Dir::new("error");
+    let (gw, audit) = gateway(&dir, Mode::Run, REDACTING).await;
+    let s = gw.session().await;
+    let read = json!({"jsonrpc":"2.0","id":3,"method":"resources/read",
+        "params":{"uri": format!("file:///{AWS}")}});
+    let reply = gw.post(Some(&s), &read).await;
+    let err = &reply.json()["error"];
+    assert_eq!(
+        err["message"], "Resource not found: file:///[REDACTED:aws_access_key]",
+        "{}",
+        reply.text
+    );
+    assert_eq!(err["data"]["uri"], "file:///[REDACTED:aws_access_key]");
+    let (text, lines) = audit_lines(&audit, 1).await;
+    assert!(
+        has_line(&lines, "secrets", "redact", "aws_access_key"),
+        "{text}"
+    );
+}
