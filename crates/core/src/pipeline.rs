@@ -7,9 +7,10 @@
 //! 3. **admit** — policy and rate limits before anything reaches a backend or a routing table,
 //!    and after the answer, list filtering and the audit line (`access`); a Legacy session's
 //!    kept state (subscriptions, log level) is written to the session store before the answer;
-//! 3½. **guardrails** — a `tools/call`'s arguments before it goes on, and the result of
-//!    `tools/call`, `resources/read` and `prompts/get` on the way back (`guardrails`);
-//!    nothing is parsed where no guardrail covers the tool;
+//!
+//!    Then **guardrails** (stage 3½) — a `tools/call`'s arguments before it goes on, and the
+//!    result of `tools/call`, `resources/read`, `prompts/get` and `tasks/result` on the way
+//!    back (`guardrails`); nothing is parsed where no guardrail covers the tool;
 //! 4. **answer locally** — what the virtual server answers itself: merged lists, `ping`,
 //!    composites, the gateway's own tools (`vmcp`, `workflow`);
 //! 5. **resolve** — the one place a backend is chosen (`resolve`, `per_session::lazy`), then
