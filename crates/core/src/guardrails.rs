@@ -432,6 +432,52 @@ impl Scope<'_> {
     }
 }
 
+/// The backend and original name behind a guarded request's name (aggregating: from the
+/// merged list; else the one backend's).
+pub(crate) fn target_of(
+    vmcp: Option<&crate::vmcp::Vmcp>,
+    backends: &crate::Backends,
+    method: &str,
+    name: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    use crate::catalog::Kind;
+    let Some(vmcp) = vmcp else {
+        let primary = backends.primary();
+        return (Some(primary.id.to_string()), name.map(str::to_owned));
+    };
+    let kind = match method {
+        "resources/read" => Kind::Resources,
+        "prompts/get" => Kind::Prompts,
+        _ => Kind::Tools,
+    };
+    let (Some(view), Some(name)) = (vmcp.current(kind), name) else {
+        return (None, None);
+    };
+    let Some(entry) = view.all.entry(name) else {
+        return (None, None);
+    };
+    (
+        Some(entry.backend.to_string()),
+        Some(entry.original.to_string()),
+    )
+}
+
+/// A tool's `outputSchema`, once a guardrail applies to it (aggregating: from the merged
+/// list; a transparent proxy does not know it).
+pub(crate) fn output_schema(
+    vmcp: Option<&crate::vmcp::Vmcp>,
+    method: &str,
+    name: Option<&str>,
+) -> Option<Value> {
+    if method != "tools/call" {
+        return None;
+    }
+    let view = vmcp?.current(crate::catalog::Kind::Tools)?;
+    let entry = view.all.entry(name?)?;
+    let schema = object_member(&entry.item, "outputSchema")?;
+    serde_json::from_str(schema.get()).ok()
+}
+
 /// The request as the webhook sees it: the client's JSON-RPC message.
 fn wire_text(msg: &Message<'_>) -> String {
     let params = msg.params;

@@ -255,7 +255,8 @@ impl Gateway {
             _ => ex.msg.param("name"),
         }
         .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
-        let (backend, original, schema) = self.guard_target(method, name.as_deref());
+        let (backend, original) =
+            crate::guardrails::target_of(self.vmcp(), &self.backends, method, name.as_deref());
         let target = crate::guardrails::Target {
             backend: backend.as_deref().unwrap_or(""),
             original: original.as_deref(),
@@ -265,7 +266,8 @@ impl Gateway {
         let Some(mut scope) = guards.scope(target) else {
             return self.tasks_routed(ex, admitted).await;
         };
-        scope.output_schema = schema;
+        scope.output_schema =
+            crate::guardrails::output_schema(self.vmcp(), method, name.as_deref());
         let era = if ex.is_modern() { "modern" } else { "legacy" };
         let rewritten;
         let msg;
@@ -282,37 +284,6 @@ impl Gateway {
         let caller = ex.caller;
         let answer = self.tasks_routed(ex, admitted).await?;
         Ok(scope.response(answer, caller, era).await)
-    }
-
-    /// The backend and original name behind a guarded request's name, and a tool's
-    /// `outputSchema` (aggregating: from the merged list; else the one backend's, unknown).
-    fn guard_target(
-        &self,
-        method: &str,
-        name: Option<&str>,
-    ) -> (Option<String>, Option<String>, Option<serde_json::Value>) {
-        let Some(vmcp) = self.vmcp() else {
-            let primary = self.backends.primary();
-            return (Some(primary.id.to_string()), name.map(str::to_owned), None);
-        };
-        let kind = match method {
-            "resources/read" => crate::catalog::Kind::Resources,
-            "prompts/get" => crate::catalog::Kind::Prompts,
-            _ => crate::catalog::Kind::Tools,
-        };
-        let (Some(view), Some(name)) = (vmcp.current(kind), name) else {
-            return (None, None, None);
-        };
-        let Some(entry) = view.all.entry(name) else {
-            return (None, None, None);
-        };
-        let schema = switchboard_wire::object_member(&entry.item, "outputSchema")
-            .and_then(|s| serde_json::from_str(s.get()).ok());
-        (
-            Some(entry.backend.to_string()),
-            Some(entry.original.to_string()),
-            schema,
-        )
     }
 
     /// The era's route (`pinned`: to that backend, a task's, rather than by name).
