@@ -6,6 +6,8 @@
 #   CG_N=500 bench/callgrind.sh        # quicker, a little less steady
 #   CG_ANNOTATE=1 bench/callgrind.sh   # also print the top functions per request
 #   CG_BIN=/path/to/switchboard bench/callgrind.sh   # measure that release binary, build nothing
+#   CG_GW_ARGS='--guardrails F' CG_BENCH_ARGS='--tool leak --args {...}' bench/callgrind.sh
+#                                      # gateway and driver options (bench/guardrails.sh)
 #
 # Method: the release gateway (`[profile.release]` keeps line tables, enough for callgrind to
 # name functions and lines) runs under callgrind in front of the built-in stdio fixture, which
@@ -46,7 +48,7 @@ measure() {
   local name=$1 n=$2; shift 2
   rm -f "$OUT/$name.out"
   valgrind --tool=callgrind --callgrind-out-file="$OUT/$name.out" \
-    "$SB" run --host 127.0.0.1 --port 0 >"$OUT/$name.gw.out" 2>"$OUT/$name.gw.err" &
+    "$SB" run --host 127.0.0.1 --port 0 ${CG_GW_ARGS:-} >"$OUT/$name.gw.out" 2>"$OUT/$name.gw.err" &
   GW_PID=$!
   local url=""
   for _ in $(seq 600); do
@@ -57,8 +59,9 @@ measure() {
   done
   [ -n "$url" ] || { echo "gateway did not start under valgrind:" >&2; cat "$OUT/$name.gw.err" >&2; exit 1; }
   # Generous timeout: everything runs ~50× slower under callgrind.
+  # shellcheck disable=SC2086 # word splitting of the option lists is meant
   "$SB" bench --url "$url" --requests "$n" --concurrency "$CONC" --warmup 0 --timeout 120 \
-    --json "$@" >"$OUT/$name.json" 2>"$OUT/$name.err" ||
+    --json ${CG_BENCH_ARGS:-} "$@" >"$OUT/$name.json" 2>"$OUT/$name.err" ||
     { echo "bench failed ($name):" >&2; tail -3 "$OUT/$name.err" >&2; exit 1; }
   jq -e '.errors == 0 and .wrong_answers == 0' "$OUT/$name.json" >/dev/null ||
     { echo "bench $name had errors or wrong answers: $(cat "$OUT/$name.json")" >&2; exit 1; }
