@@ -494,3 +494,49 @@ async fn a_backend_error_is_redacted_too() {
         "{text}"
     );
 }
+
+/// A hostile backend's escaped key (`\u0041KIA…`, in a text and in a member name) and a key
+/// split across text items are caught in the result, both eras.
+#[tokio::test]
+async fn a_hostile_backend_cannot_escape_or_split_a_key_past_redaction() {
+    let dir = Dir::new("hostile");
+    let file = dir.write("guards.yaml", REDACTING);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/leaky.py"
+    );
+    let gw = TestGateway::start_with(&["--guardrails", &file], &["python3", script]).await;
+    let session = gw.session().await;
+    for s in [Some(session.as_str()), None] {
+        let (reply, m) = call(&gw, s, "leaky", "{}", false).await;
+        let result = &answer(&m)["result"];
+        assert_eq!(
+            texts(result),
+            [
+                "a [REDACTED:aws_access_key] b",
+                "[REDACTED:aws_access_key]",
+                "[REDACTED:aws_access_key]"
+            ],
+            "{}",
+            reply.text
+        );
+        assert_eq!(
+            result["structuredContent"],
+            json!({"[REDACTED:aws_access_key]": 1})
+        );
+        assert!(
+            !reply.text.contains("KIAIOSFODNN7EXAMPLE"),
+            "{}",
+            reply.text
+        );
+    }
+    let rejecting = dir.write("reject.yaml", REJECTING);
+    let gw = TestGateway::start_with(&["--guardrails", &rejecting], &["python3", script]).await;
+    let (reply, m) = call(&gw, None, "leaky", "{}", false).await;
+    assert_eq!(answer(&m)["result"]["isError"], true, "{}", reply.text);
+    assert!(
+        !reply.text.contains("KIAIOSFODNN7EXAMPLE"),
+        "{}",
+        reply.text
+    );
+}
