@@ -124,7 +124,9 @@ impl GatewayConfig {
             None => sessions,
         });
         if let Some(guards) = &self.guardrails {
-            registry.progress.guard(guards.clone());
+            registry
+                .progress
+                .guard(guards.clone() as Arc<dyn crate::progress::NoteCheck>);
         }
         registry
     }

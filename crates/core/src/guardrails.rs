@@ -30,6 +30,8 @@ pub struct Guardrails {
     tools: HashMap<String, HashMap<String, Vec<Arc<Rule>>>>,
     audit: Option<Arc<AuditLog>>,
     hooks: hook::Hooks,
+    /// [`Guardrails::progress_rules`], computed at the first progress note.
+    progress: std::sync::OnceLock<RuleSet>,
 }
 
 /// What a request is, for the rules and the audit line.
@@ -182,7 +184,11 @@ impl Guardrails {
 
     /// Every response rule that scans, for progress messages (which carry no tool name):
     /// the gateway's and every backend's and tool's, once each by name.
-    pub(crate) fn progress_rules(&self) -> RuleSet {
+    pub(crate) fn progress_rules(&self) -> &RuleSet {
+        self.progress.get_or_init(|| self.response_scanners())
+    }
+
+    fn response_scanners(&self) -> RuleSet {
         let mut seen: Vec<Arc<Rule>> = Vec::new();
         let all = (self.gateway.iter())
             .chain(self.backends.values().flatten())
@@ -432,48 +438,49 @@ impl Scope<'_> {
     }
 }
 
-/// The backend and original name behind a guarded request's name (aggregating: from the
-/// merged list; else the one backend's).
-pub(crate) fn target_of(
-    vmcp: Option<&crate::vmcp::Vmcp>,
-    backends: &crate::Backends,
-    method: &str,
-    name: Option<&str>,
-) -> (Option<String>, Option<String>) {
-    use crate::catalog::Kind;
-    let Some(vmcp) = vmcp else {
-        let primary = backends.primary();
-        return (Some(primary.id.to_string()), name.map(str::to_owned));
-    };
-    let kind = match method {
-        "resources/read" => Kind::Resources,
-        "prompts/get" => Kind::Prompts,
-        _ => Kind::Tools,
-    };
-    let (Some(view), Some(name)) = (vmcp.current(kind), name) else {
-        return (None, None);
-    };
-    let Some(entry) = view.all.entry(name) else {
-        return (None, None);
-    };
-    (
-        Some(entry.backend.to_string()),
-        Some(entry.original.to_string()),
-    )
+/// Progress notes are checked on their way to the client (`progress`).
+impl crate::progress::NoteCheck for Guardrails {
+    fn check(
+        &self,
+        params: &serde_json::value::RawValue,
+    ) -> Option<Option<Box<serde_json::value::RawValue>>> {
+        self.progress(params)
+    }
 }
 
-/// A tool's `outputSchema`, once a guardrail applies to it (aggregating: from the merged
-/// list; a transparent proxy does not know it).
+/// The merged list a guarded request's name is found in.
+pub(crate) fn kind_of(method: &str) -> crate::catalog::Kind {
+    match method {
+        "resources/read" => crate::catalog::Kind::Resources,
+        "prompts/get" => crate::catalog::Kind::Prompts,
+        _ => crate::catalog::Kind::Tools,
+    }
+}
+
+/// The backend and original name behind an exposed name in a merged list.
+pub(crate) fn target_in(
+    list: Option<&crate::catalog::Merged>,
+    name: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    match list.zip(name).and_then(|(l, n)| l.entry(n)) {
+        Some(entry) => (
+            Some(entry.backend.to_string()),
+            Some(entry.original.to_string()),
+        ),
+        None => (None, None),
+    }
+}
+
+/// A tool's `outputSchema` from its merged-list entry.
 pub(crate) fn output_schema(
-    vmcp: Option<&crate::vmcp::Vmcp>,
+    list: Option<&crate::catalog::Merged>,
     method: &str,
     name: Option<&str>,
 ) -> Option<Value> {
     if method != "tools/call" {
         return None;
     }
-    let view = vmcp?.current(crate::catalog::Kind::Tools)?;
-    let entry = view.all.entry(name?)?;
+    let entry = list?.entry(name?)?;
     let schema = object_member(&entry.item, "outputSchema")?;
     serde_json::from_str(schema.get()).ok()
 }

@@ -255,8 +255,13 @@ impl Gateway {
             _ => ex.msg.param("name"),
         }
         .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
-        let (backend, original) =
-            crate::guardrails::target_of(self.vmcp(), &self.backends, method, name.as_deref());
+        // Aggregating, the merged list names the backend; else it is the one backend.
+        let view = (self.vmcp()).and_then(|v| v.current(crate::guardrails::kind_of(method)));
+        let list = view.as_ref().map(|v| &v.all);
+        let (backend, original) = match self.vmcp() {
+            Some(_) => crate::guardrails::target_in(list, name.as_deref()),
+            None => (Some(self.backends.primary().id.to_string()), name.clone()),
+        };
         let target = crate::guardrails::Target {
             backend: backend.as_deref().unwrap_or(""),
             original: original.as_deref(),
@@ -266,8 +271,8 @@ impl Gateway {
         let Some(mut scope) = guards.scope(target) else {
             return self.tasks_routed(ex, admitted).await;
         };
-        scope.output_schema =
-            crate::guardrails::output_schema(self.vmcp(), method, name.as_deref());
+        scope.output_schema = crate::guardrails::output_schema(list, method, name.as_deref());
+        drop(view);
         let era = if ex.is_modern() { "modern" } else { "legacy" };
         let rewritten;
         let msg;

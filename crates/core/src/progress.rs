@@ -54,8 +54,15 @@ struct Route {
 pub(crate) struct ProgressRoutes {
     /// Keyed by tokens the gateway minted (random): a fast hasher is safe here.
     routes: Mutex<foldhash::HashMap<String, Route>>,
-    /// Guardrails that check each note's `message` before it is delivered.
-    guards: std::sync::OnceLock<Arc<crate::guardrails::Guardrails>>,
+    /// What checks each note before it is delivered (the guardrails).
+    guards: std::sync::OnceLock<Arc<dyn NoteCheck>>,
+}
+
+/// Checks a progress note's `params` before delivery (`guardrails` implements it; named
+/// here so this base layer names no feature): `None` drops the note, `Some(None)` passes it,
+/// `Some(Some(params))` sends these instead.
+pub(crate) trait NoteCheck: Send + Sync + std::fmt::Debug {
+    fn check(&self, params: &RawValue) -> Option<Option<Box<RawValue>>>;
 }
 
 /// Removes a route when its request ends, whichever way it ends.
@@ -102,8 +109,8 @@ impl ProgressRoutes {
         }
     }
 
-    /// Checks every note's `message` with `guards`' response rules from now on.
-    pub(crate) fn guard(&self, guards: Arc<crate::guardrails::Guardrails>) {
+    /// Checks every note with `guards` from now on.
+    pub(crate) fn guard(&self, guards: Arc<dyn NoteCheck>) {
         let _ = self.guards.set(guards);
     }
 
@@ -145,7 +152,7 @@ impl ProgressRoutes {
         let checked = match self.guards.get() {
             None => None,
             // A note a guardrail refuses is not delivered (the call goes on).
-            Some(guards) => match guards.progress(params) {
+            Some(guards) => match guards.check(params) {
                 None => return true,
                 Some(replaced) => replaced,
             },

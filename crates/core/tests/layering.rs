@@ -71,6 +71,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "reaper",
             "reload",
             "session_ops",
+            "guardrails",
         ],
     ),
     ("composition", &["gateway", "pipeline", "lib"]),
