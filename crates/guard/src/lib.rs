@@ -164,7 +164,11 @@ impl RuleSet {
             let hits = scanner.raw_hits(wanted, raw.as_bytes());
             if !hits.is_empty() || doc.is_some() || scan::may_hide(raw.as_bytes()) {
                 let Some(v) = parsed(&mut doc, raw) else {
-                    return out;
+                    // What cannot be read as a JSON value (a number past f64, a lone
+                    // surrogate, nesting past the parser's limit) cannot be checked: refused,
+                    // never passed unchecked.
+                    let rule = scanning.first().map(|r| r.name.clone());
+                    return unreadable(rule, out);
                 };
                 if scan_rules(scanner, &scanning, stage, v, &mut out) {
                     return out;
@@ -181,6 +185,20 @@ impl RuleSet {
         }
         out
     }
+}
+
+/// A payload refused because it could not be read for checking, by guardrail `rule`.
+fn unreadable(rule: Option<Arc<str>>, mut out: Checked) -> Checked {
+    if let Some(rule) = rule {
+        out.events.push(Event {
+            guardrail: rule.clone(),
+            action: Action::Reject,
+            kind: "unreadable",
+            count: 1,
+        });
+        out.rejected = Some(rule);
+    }
+    out
 }
 
 fn changed(out: &Checked) -> bool {
@@ -217,7 +235,10 @@ fn size(
     match rule.action {
         Action::Truncate if stage == Stage::Response => {
             let Some(v) = parsed(doc, raw) else {
-                return false;
+                // Too large and unreadable: it cannot be cut, so it is refused.
+                out.events.push(event(Action::Reject, raw.len()));
+                out.rejected = Some(rule.name.clone());
+                return true;
             };
             let cut = truncate::truncate(v, max, &rule.name, raw.len());
             out.events.push(event(Action::Truncate, cut));

@@ -86,12 +86,16 @@ fn keys(
         return None;
     }
     let mut out = Map::new();
+    // Names that redact alike get `#2`, `#3`, …: each base's next number is kept, so many
+    // alike names cost one scan each, not one per earlier twin.
+    let mut next: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (k, v) in map {
-        let mut name = replaced(k, &scanner.find(kinds, k));
-        let mut n = 1;
+        let base = replaced(k, &scanner.find(kinds, k));
+        let mut name = base.clone();
+        let n = next.entry(base.clone()).or_insert(1);
         while out.contains_key(&name) {
-            n += 1;
-            name = format!("{}#{n}", replaced(k, &scanner.find(kinds, k)));
+            *n += 1;
+            name = format!("{base}#{n}");
         }
         out.insert(name, v.clone());
     }

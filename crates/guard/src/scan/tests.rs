@@ -65,5 +65,7 @@ fn escapes_and_several_items_may_hide_a_match() {
     assert!(may_hide(
         br#"{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#
     ));
-    assert!(!may_hide(br#"{"content":[{"type":"text","text":"a\nb"}]}"#));
+    // An escaped newline too: the raw text has `n` right before what follows it.
+    assert!(may_hide(br#"{"content":[{"type":"text","text":"a\nb"}]}"#));
+    assert!(!may_hide(br#"{"content":[{"type":"text","text":"a b"}]}"#));
 }
