@@ -176,18 +176,35 @@ impl Hooks {
     }
 
     /// One hook call: `Err(())` with the failure's kind (`webhook_timeout`,
-    /// `webhook_unavailable`, `webhook_error`, `webhook_breaker_open`).
+    /// `webhook_unavailable`, `webhook_error`, `webhook_breaker_open`, `webhook_busy`).
+    ///
+    /// The concurrency slot is taken first, within the timeout: waiting for one says nothing
+    /// of the hook's health, so a burst of callers is refused as busy without counting against
+    /// the breaker. The body is built only once a slot is held. A trial call whose future is
+    /// dropped (its caller left) gives the trial back, so the breaker is never stuck half-open.
     async fn ask(&self, rule: &Rule, req: &HookRequest<'_>) -> (Result<Verdict, ()>, &'static str) {
         let (Some(client), Some(spec)) = (&self.client, &rule.webhook) else {
             return (Err(()), "webhook_unavailable");
         };
         let state = self.state_of(rule);
+        let timeout = spec.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let slot = tokio::time::timeout_at(deadline, state.slots.acquire()).await;
+        let Ok(Ok(_slot)) = slot else {
+            tracing::warn!(guardrail = %rule.name, failure = "webhook_busy", "guardrail webhook busy");
+            return (Err(()), "webhook_busy");
+        };
         let admission = state.breaker.lock().admit(Instant::now(), &self.breaker);
         if admission == Admission::Refuse {
             return (Err(()), "webhook_breaker_open");
         }
-        let trial = admission == Admission::Trial;
+        let mut flight = HookFlight {
+            state: &state,
+            trial: admission == Admission::Trial,
+            settled: false,
+        };
         let Some(body) = body(&rule.name, req) else {
+            flight.settle(false, &self.breaker);
             return (Err(()), "webhook_error");
         };
         let mut headers = vec![("content-type", "application/json".to_owned())];
@@ -195,13 +212,7 @@ impl Hooks {
         if let Some(secret) = secret {
             headers.push((SIGNATURE_HEADER, sign(secret, &body)));
         }
-        let timeout = spec.timeout.unwrap_or(DEFAULT_TIMEOUT);
         let call = async {
-            let _slot = state
-                .slots
-                .acquire()
-                .await
-                .map_err(|_| "webhook_unavailable")?;
             let (status, reply) =
                 (client.post(&spec.url, headers, body).await).map_err(|_| "webhook_unavailable")?;
             if !(200..300).contains(&status) {
@@ -209,19 +220,42 @@ impl Hooks {
             }
             verdict(&reply).ok_or("webhook_error")
         };
-        let outcome = match tokio::time::timeout(timeout, call).await {
+        let outcome = match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(kind)) => Err(kind),
             Err(_) => Err("webhook_timeout"),
         };
-        let mut breaker = state.breaker.lock();
-        breaker.record(outcome.is_ok(), trial, Instant::now(), &self.breaker);
+        flight.settle(outcome.is_ok(), &self.breaker);
         match outcome {
             Ok(v) => (Ok(v), "webhook"),
             Err(kind) => {
                 tracing::warn!(guardrail = %rule.name, failure = kind, "guardrail webhook failed");
                 (Err(()), kind)
             }
+        }
+    }
+}
+
+/// One admitted hook call's standing with its breaker: its outcome recorded once, or, dropped
+/// unsettled, a trial given back.
+struct HookFlight<'a> {
+    state: &'a HookState,
+    trial: bool,
+    settled: bool,
+}
+
+impl HookFlight<'_> {
+    fn settle(&mut self, success: bool, config: &BreakerConfig) {
+        self.settled = true;
+        let mut breaker = self.state.breaker.lock();
+        breaker.record(success, self.trial, Instant::now(), config);
+    }
+}
+
+impl Drop for HookFlight<'_> {
+    fn drop(&mut self) {
+        if !self.settled && self.trial {
+            self.state.breaker.lock().trial_abandoned();
         }
     }
 }
@@ -242,22 +276,41 @@ fn event(rule: &Rule, action: Action, kind: &'static str) -> Event {
     }
 }
 
-/// The documented request body.
+/// The documented request body, serialized from the message's raw text as it is (no value
+/// tree: a number past f64 or a lone surrogate is carried, never re-parsed or panicked on).
 fn body(guardrail: &str, req: &HookRequest<'_>) -> Option<Vec<u8>> {
-    let message = serde_json::value::RawValue::from_string(req.message.to_owned()).ok()?;
-    let mut v = json!({
-        "guardrail": guardrail,
-        "principal": {"iss": req.principal.issuer, "sub": req.principal.subject},
-        "backend": req.backend,
-        "method": req.method,
-        "era": req.era,
-        "direction": req.direction,
-        "message": message,
-    });
-    if let Some(tool) = req.tool {
-        v["tool"] = json!(tool);
+    #[derive(serde::Serialize)]
+    struct Who<'a> {
+        iss: &'a str,
+        sub: &'a str,
     }
-    serde_json::to_vec(&v).ok()
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        guardrail: &'a str,
+        principal: Who<'a>,
+        backend: &'a str,
+        method: &'a str,
+        era: &'a str,
+        direction: &'a str,
+        message: &'a serde_json::value::RawValue,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool: Option<&'a str>,
+    }
+    let message: &serde_json::value::RawValue = serde_json::from_str(req.message).ok()?;
+    serde_json::to_vec(&Body {
+        guardrail,
+        principal: Who {
+            iss: &req.principal.issuer,
+            sub: &req.principal.subject,
+        },
+        backend: req.backend,
+        method: req.method,
+        era: req.era,
+        direction: req.direction,
+        message,
+        tool: req.tool,
+    })
+    .ok()
 }
 
 /// `sha256=` and the hex HMAC-SHA256 of `body` under `secret`.
@@ -299,6 +352,60 @@ mod tests {
             sig,
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    fn request<'a>(who: &'a Principal, message: &'a str) -> HookRequest<'a> {
+        HookRequest {
+            principal: who,
+            backend: "b",
+            tool: Some("t"),
+            method: "tools/call",
+            era: "legacy",
+            direction: "response",
+            message,
+        }
+    }
+
+    /// A message no value tree holds (a number past f64, a lone surrogate) is carried as it
+    /// came, never re-parsed: building the body once panicked on these.
+    #[test]
+    fn the_body_carries_the_message_as_it_came() {
+        let who = Principal::anonymous();
+        for message in [
+            format!(r#"{{"n":{}}}"#, "1".repeat(400)),
+            r#"{"x":1e400}"#.to_owned(),
+            r#"{"t":"\ud800"}"#.to_owned(),
+        ] {
+            let body = body("g", &request(&who, &message)).expect("a body");
+            let text = String::from_utf8(body).expect("utf-8");
+            assert!(text.contains(&message), "{text}");
+            assert!(text.contains(r#""tool":"t""#), "{text}");
+        }
+    }
+
+    /// A trial call whose caller leaves gives the trial back: the next call is the trial,
+    /// not refused for ever by a half-open breaker waiting on an outcome that never comes.
+    #[test]
+    fn a_dropped_trial_is_given_back() {
+        let config = BreakerConfig {
+            consecutive_failures: 1,
+            cool_down: std::time::Duration::ZERO,
+            ..BreakerConfig::default()
+        };
+        let state = HookState {
+            slots: Semaphore::new(1),
+            breaker: Mutex::new(Breaker::default()),
+        };
+        let now = Instant::now();
+        state.breaker.lock().record(false, false, now, &config);
+        assert_eq!(state.breaker.lock().admit(now, &config), Admission::Trial);
+        drop(HookFlight {
+            state: &state,
+            trial: true,
+            settled: false,
+        });
+        assert_eq!(state.breaker.lock().admit(now, &config), Admission::Trial);
+        assert_eq!(state.breaker.lock().admit(now, &config), Admission::Refuse);
     }
 
     #[test]
