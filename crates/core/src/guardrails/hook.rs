@@ -19,7 +19,6 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use parking_lot::Mutex;
 use serde::Deserialize;
-use serde_json::json;
 use sha2::Sha256;
 use std::time::Instant;
 use tokio::sync::Semaphore;
