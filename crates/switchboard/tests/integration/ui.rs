@@ -72,7 +72,9 @@ async fn expect_line(
 /// PID, in flight, item counts, rate, p50, p99, last error), per principal and in its links is
 /// checked against `/status` read at the same time; it never shows a backend unhealthy behind
 /// a closed breaker; an inline script is refused by its CSP; Approve brings the quarantined
-/// tool back. The screenshot it takes is the documentation's (`docs/images/ui.png`).
+/// tool back. The screenshot it takes goes to `target/ui.png`; with
+`SWITCHBOARD_UPDATE_SCREENSHOT=1` it replaces the documentation's (`docs/images/ui.png`), so
+an ordinary test run leaves the checkout as it was.
 #[tokio::test]
 async fn status_page_shows_every_backend_field_of_status_and_approves_a_quarantined_tool() {
     if !chromium_present() && std::env::var_os("SWITCHBOARD_UI_TESTS").is_none() {
@@ -87,8 +89,11 @@ async fn status_page_shows_every_backend_field_of_status_and_approves_a_quaranti
     assert_no_inline_script(&scene.gw).await;
     scene.traffic(8).await;
     scene.crash_gamma(scene.pid_of("gamma_pid").await).await;
-    let screenshot = format!("{ROOT}/docs/images/ui.png");
-    std::fs::create_dir_all(format!("{ROOT}/docs/images")).unwrap();
+    let screenshot = match std::env::var_os("SWITCHBOARD_UPDATE_SCREENSHOT") {
+        Some(_) => format!("{ROOT}/docs/images/ui.png"),
+        None => format!("{ROOT}/target/ui.png"),
+    };
+    std::fs::create_dir_all(format!("{ROOT}/target")).unwrap();
     let _ = std::fs::remove_file(&screenshot);
     let mut driver = Command::new("node")
         .arg(concat!(
