@@ -266,7 +266,7 @@ impl Guardrails {
             if let Some((backend, tool)) = place {
                 line["backend"] = json!(backend);
                 if let Some(tool) = tool {
-                    line["tool"] = json!(tool);
+                    line["tool"] = json!(audit_name(tool));
                 }
             }
             audit.record(&line);
@@ -448,6 +448,23 @@ impl crate::progress::NoteCheck for Guardrails {
     }
 }
 
+/// A tool name or resource URI as an audit line shows it: whatever a built-in scanner finds
+/// in it (a key in a presigned URI, an injection in a backend's tool name) redacted, so the
+/// audit never holds what the guardrail kept from the client.
+fn audit_name(name: &str) -> String {
+    use switchboard_guard::{Kind, Kinds};
+    let mut shown = name.to_owned();
+    let Some(scanner) = switchboard_guard::Scanner::builtin() else {
+        return "[unchecked]".to_owned();
+    };
+    let every = [Kind::Email, Kind::Phone, Kind::Iban, Kind::CreditCard, Kind::Injection]
+        .into_iter()
+        .fold(Kinds::secrets(), Kinds::with);
+    let mut counts = switchboard_guard::walk::Counts::new();
+    switchboard_guard::walk::text(scanner, every, &mut shown, true, &mut counts);
+    shown
+}
+
 /// The merged list a guarded request's name is found in.
 pub(crate) fn kind_of(method: &str) -> crate::catalog::Kind {
     match method {
@@ -491,5 +508,18 @@ fn wire_text(msg: &Message<'_>) -> String {
     match (msg.id.as_ref(), msg.method) {
         (Some(id), Some(m)) => String::from_utf8_lossy(&encode_request(id, m, params)).into_owned(),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A name in an audit line carries no secret the guardrail kept from the client.
+    #[test]
+    fn an_audited_name_shows_no_secret() {
+        let uri = "s3://bucket/object?X-Amz-Credential=AKIAIOSFODNN7EXAMPLE/20261206";
+        let shown = super::audit_name(uri);
+        assert!(!shown.contains("AKIAIOSFODNN7EXAMPLE"), "{shown}");
+        assert!(shown.contains("[REDACTED:aws_access_key]"), "{shown}");
+        assert_eq!(super::audit_name("get_weather"), "get_weather");
     }
 }
