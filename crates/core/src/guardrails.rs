@@ -457,9 +457,15 @@ fn audit_name(name: &str) -> String {
     let Some(scanner) = switchboard_guard::Scanner::builtin() else {
         return "[unchecked]".to_owned();
     };
-    let every = [Kind::Email, Kind::Phone, Kind::Iban, Kind::CreditCard, Kind::Injection]
-        .into_iter()
-        .fold(Kinds::secrets(), Kinds::with);
+    let every = [
+        Kind::Email,
+        Kind::Phone,
+        Kind::Iban,
+        Kind::CreditCard,
+        Kind::Injection,
+    ]
+    .into_iter()
+    .fold(Kinds::secrets(), Kinds::with);
     let mut counts = switchboard_guard::walk::Counts::new();
     switchboard_guard::walk::text(scanner, every, &mut shown, true, &mut counts);
     shown

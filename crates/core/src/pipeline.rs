@@ -244,12 +244,18 @@ impl Gateway {
         ex: Exchange<'_>,
         admitted: &Admitted<'_>,
     ) -> Result<Answer, CoreError> {
-        let Some(guards) = self.config.guardrails.as_deref() else {
-            return self.tasks_routed(ex, admitted).await;
-        };
-        let Some(method) = ex.msg.method.filter(|m| GUARDED.contains(m)) else {
-            return self.tasks_routed(ex, admitted).await;
-        };
+        match self.guard_scope(&ex) {
+            None => self.tasks_routed(ex, admitted).await,
+            // Boxed: a guarded request's future would otherwise size every request's.
+            Some(scope) => Box::pin(self.guarded_by(scope, ex, admitted)).await,
+        }
+    }
+
+    /// The guardrails covering a request's target (`None`, the fast path: none do, or it is
+    /// not a method they check).
+    fn guard_scope(&self, ex: &Exchange<'_>) -> Option<crate::guardrails::Scope<'_>> {
+        let guards = self.config.guardrails.as_deref()?;
+        let method = ex.msg.method.filter(|m| GUARDED.contains(m))?;
         let name = match method {
             "resources/read" => ex.msg.param("uri"),
             _ => ex.msg.param("name"),
@@ -268,11 +274,19 @@ impl Gateway {
             exposed: name.as_deref(),
             method,
         };
-        let Some(mut scope) = guards.scope(target) else {
-            return self.tasks_routed(ex, admitted).await;
-        };
+        let mut scope = guards.scope(target)?;
         scope.output_schema = crate::guardrails::output_schema(list, method, name.as_deref());
-        drop(view);
+        Some(scope)
+    }
+
+    /// A request some guardrail covers: its arguments checked before stages 4–6, its answer
+    /// after.
+    async fn guarded_by(
+        self: &Arc<Self>,
+        scope: crate::guardrails::Scope<'_>,
+        ex: Exchange<'_>,
+        admitted: &Admitted<'_>,
+    ) -> Result<Answer, CoreError> {
         let era = if ex.is_modern() { "modern" } else { "legacy" };
         let rewritten;
         let msg;
