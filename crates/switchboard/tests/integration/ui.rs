@@ -73,8 +73,8 @@ async fn expect_line(
 /// checked against `/status` read at the same time; it never shows a backend unhealthy behind
 /// a closed breaker; an inline script is refused by its CSP; Approve brings the quarantined
 /// tool back. The screenshot it takes goes to `target/ui.png`; with
-`SWITCHBOARD_UPDATE_SCREENSHOT=1` it replaces the documentation's (`docs/images/ui.png`), so
-an ordinary test run leaves the checkout as it was.
+/// `SWITCHBOARD_UPDATE_SCREENSHOT=1` it replaces the documentation's (`docs/images/ui.png`), so
+/// an ordinary test run leaves the checkout as it was.
 #[tokio::test]
 async fn status_page_shows_every_backend_field_of_status_and_approves_a_quarantined_tool() {
     if !chromium_present() && std::env::var_os("SWITCHBOARD_UI_TESTS").is_none() {
