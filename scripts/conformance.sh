@@ -27,6 +27,12 @@
 #   2026-07-28-serve-bridge  --requirements 2026-07-28 through `serve` with the fixture
 #                      Legacy-only, on stdio (per-session) and remote: Modern clients are
 #                      bridged onto partitions per (principal, backend), MRTR included
+#   PROFILE-sandbox    a stdio profile above (2025-11-25, 2025-11-25-per-session,
+#                      2026-07-28, 2026-07-28-bridge, 2026-07-28-bridge-per-session) with the
+#                      fixture in a bubblewrap sandbox (`sandbox: on`; needs bwrap,
+#                      scripts/install-bwrap.sh): `run` has no sandbox flag, so the gateway is
+#                      `serve --config` of that one backend, with the fixture's directory
+#                      bound read-only into the sandbox (it may be under a masked /home)
 #
 # Scenarios expected to fail are listed, each with the issue that removes it, in
 # conformance/expected-failures-<PROFILE>.yml; the suite fails on any unexpected failure *and*
@@ -38,7 +44,14 @@ PROFILE="${1:-2025-11-25}"
 GATEWAY=()
 REMOTE=no
 SERVE=no
+SANDBOX=no
+BASE="$PROFILE"
 case "$PROFILE" in
+  2025-11-25-sandbox | 2025-11-25-per-session-sandbox | 2026-07-28-sandbox | \
+    2026-07-28-bridge-sandbox | 2026-07-28-bridge-per-session-sandbox)
+    SANDBOX=yes; BASE="${PROFILE%-sandbox}" ;;
+esac
+case "$BASE" in
   2025-11-25) SELECT=(--spec-version 2025-11-25); ERA=dual ;;
   2025-11-25-per-session) SELECT=(--spec-version 2025-11-25); ERA=dual; GATEWAY=(--isolation per-session) ;;
   2026-07-28) SELECT=(--requirements 2026-07-28); ERA=dual ;;
@@ -151,6 +164,24 @@ backends:
     openapi: {spec: $(json "$SPEC"), baseUrl: $(json "http://127.0.0.1:$RESTPORT/v1")}
 YAML
   "$BIN" serve --config "$CONFIG" >"$LOG" 2>"$LOG.err" &
+elif [ "$SANDBOX" = yes ]; then
+  # One sandboxed stdio backend, as `run` would front it: the same fixture, the same
+  # isolation. The fixture is this binary, so its directory is bound read-only (a checkout
+  # under /home or /root is masked otherwise).
+  json() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+  ISOLATION=shared
+  [ "${GATEWAY[*]-}" = "--isolation per-session" ] && ISOLATION=per-session
+  cat >"$CONFIG" <<YAML
+listen: {host: 127.0.0.1, port: 0}
+backends:
+  - name: fixture
+    command: $(json "$BIN")
+    args: [fixture, --era, $ERA]
+    isolation: $ISOLATION
+    sandbox:
+      filesystem: {read: [$(json "$(dirname "$BIN")")]}
+YAML
+  "$BIN" serve --config "$CONFIG" >"$LOG" 2>"$LOG.err" &
 else
   "$BIN" run --host 127.0.0.1 --port 0 ${GATEWAY[@]+"${GATEWAY[@]}"} "${BACKEND[@]}" >"$LOG" 2>"$LOG.err" &
 fi
@@ -160,7 +191,13 @@ GW=$!
 WAIT=30
 [ "$SERVE" = yes ] && WAIT=150
 URL="$(wait_url "$LOG" "switchboard: listening on " "$GW" "gateway" "$WAIT")"
-if [ "$SERVE" = yes ]; then
+if [ "$SANDBOX" = yes ]; then
+  # `serve` prints one line per backend saying how it is sandboxed; none means it is not (a
+  # lone backend is served as `run` serves one, under the name `default`).
+  grep -q '^switchboard: backend default sandboxed: bubblewrap' "$LOG" \
+    || { cat "$LOG" "$LOG.err" >&2; echo "conformance: the fixture is not sandboxed" >&2; exit 1; }
+  echo "conformance: suite $SUITE, profile $PROFILE (fixture era $ERA, sandboxed), gateway $URL"
+elif [ "$SERVE" = yes ]; then
   echo "conformance: suite $SUITE, profile $PROFILE (serve: fixture era $ERA, $EVERYTHING, remote fixture at $FXURL), gateway $URL"
 elif [ "$REMOTE" = yes ]; then
   echo "conformance: suite $SUITE, profile $PROFILE (remote fixture era $ERA at $FXURL), gateway $URL"

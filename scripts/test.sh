@@ -44,7 +44,10 @@ echo "== disk: target folder $(du -sh target 2>/dev/null | cut -f1), $(df -h . |
 PROFILES=0
 for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
   2026-07-28-bridge-per-session 2025-11-25-remote 2026-07-28-remote \
-  2026-07-28-remote-legacy 2025-11-25-serve 2026-07-28-serve 2026-07-28-serve-bridge; do
+  2026-07-28-remote-legacy 2025-11-25-serve 2026-07-28-serve 2026-07-28-serve-bridge \
+  2025-11-25-sandbox 2025-11-25-per-session-sandbox 2026-07-28-sandbox \
+  2026-07-28-bridge-sandbox 2026-07-28-bridge-per-session-sandbox; do
+  # The *-sandbox profiles run the fixture in bubblewrap (installed above).
   echo "== conformance $profile (through the gateway, built-in fixture)"
   scripts/conformance.sh "$profile"
   PROFILES=$((PROFILES + 1))
