@@ -100,9 +100,11 @@ SPEC="$(mktemp --suffix .yaml)"
 GW=""
 FX=""
 REST=""
+BINDIR=""
 cleanup() {
   for pid in $GW $FX $REST; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -f "$LOG" "$LOG.err" "$FXLOG" "$FXLOG.err" "$RESTLOG" "$RESTLOG.err" "$SPEC" "$CONFIG"
+  [ -z "$BINDIR" ] || rm -rf "$BINDIR"
 }
 trap cleanup EXIT
 
@@ -169,17 +171,26 @@ elif [ "$SANDBOX" = yes ]; then
   # isolation. The fixture is this binary, so its directory is bound read-only (a checkout
   # under /home or /root is masked otherwise).
   json() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+  # A root gateway's backends run as nobody: a binary nobody cannot reach (a checkout under
+  # /root) is copied into a directory of its own that nobody can read.
+  FXBIN="$BIN"
+  if [ "$(id -u)" -eq 0 ] && ! setpriv --reuid=65534 --regid=65534 --clear-groups -- test -x "$BIN"; then
+    BINDIR="$(mktemp -d)"
+    chmod 755 "$BINDIR"
+    cp "$BIN" "$BINDIR/switchboard"
+    FXBIN="$BINDIR/switchboard"
+  fi
   ISOLATION=shared
   [ "${GATEWAY[*]-}" = "--isolation per-session" ] && ISOLATION=per-session
   cat >"$CONFIG" <<YAML
 listen: {host: 127.0.0.1, port: 0}
 backends:
   - name: fixture
-    command: $(json "$BIN")
+    command: $(json "$FXBIN")
     args: [fixture, --era, $ERA]
     isolation: $ISOLATION
     sandbox:
-      filesystem: {read: [$(json "$(dirname "$BIN")")]}
+      filesystem: {read: [$(json "$(dirname "$FXBIN")")]}
 YAML
   "$BIN" serve --config "$CONFIG" >"$LOG" 2>"$LOG.err" &
 else
