@@ -7,6 +7,10 @@
 # StreamableHTTPClientTransport) at .tools/tssdk; prints its node_modules directory.
 # With `oidc`: panva's `oidc-provider` (pinned; the authorization server of the per-user OAuth
 # end-to-end tests) at .tools/oidc; prints its node_modules directory.
+# With `servers`: the reference servers @modelcontextprotocol/server-filesystem and
+# server-everything (pinned; the sandbox tests run them with no network, so they are installed
+# beforehand) at .tools/server-filesystem and .tools/server-everything; prints both
+# node_modules directories, one a line.
 # Idempotent and quiet: a second run costs one probe. Prints the venv's python on success.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,6 +21,10 @@ TS_SDK_VERSION=1.32.2
 
 # oidc-provider's last 8.x release: 9.x wants Node 22, and the machines and CI have Node 20.
 OIDC_PROVIDER_VERSION=8.8.1
+
+# The reference servers' release the sandbox tests run (the one scripts/conformance.sh and
+# tests/integration/everything.rs pin for server-everything).
+SERVERS_VERSION=2026.8.31
 
 # Installs npm package $2 at exact version $3 into .tools/$1 (unless it is there already,
 # with $4, a file inside the package, present); prints the node_modules directory.
@@ -54,7 +62,13 @@ case "${1:-sse}" in
     ts) install_npm tssdk @modelcontextprotocol/sdk "$TS_SDK_VERSION" \
         dist/esm/client/streamableHttp.js; exit 0 ;;
     oidc) install_npm oidc oidc-provider "$OIDC_PROVIDER_VERSION" lib/index.js; exit 0 ;;
-    *) echo "usage: $0 [sse|modern|ts|oidc]" >&2; exit 2 ;;
+    servers)
+        install_npm server-filesystem @modelcontextprotocol/server-filesystem \
+            "$SERVERS_VERSION" dist/index.js
+        install_npm server-everything @modelcontextprotocol/server-everything \
+            "$SERVERS_VERSION" dist/index.js
+        exit 0 ;;
+    *) echo "usage: $0 [sse|modern|ts|oidc|servers]" >&2; exit 2 ;;
 esac
 PY="$VENV/bin/python"
 

@@ -23,6 +23,7 @@ mod bounds;
 mod homes;
 mod listed;
 mod neighbours;
+mod servers;
 mod serving;
 
 const SB: &str = env!("CARGO_BIN_EXE_switchboard");
