@@ -56,6 +56,7 @@ mod status;
 
 pub(crate) use flight::Flight;
 pub(crate) use recent::Recent;
+pub(crate) use status::ItemCounts;
 
 use breaker::{Admission, Breaker};
 pub use breaker::{BreakerConfig, BreakerState};
@@ -374,13 +375,7 @@ impl Health {
                 match admission {
                     Admission::Refuse => {
                         let recent = Some(&b.recent);
-                        metrics::backend_call(
-                            &route.backend,
-                            method,
-                            "refused",
-                            Duration::ZERO,
-                            recent,
-                        );
+                        call_ended(&route.backend, method, "refused", Duration::ZERO, recent);
                         return Err(b.refusal(&route.backend, started, &self.config.breaker));
                     }
                     Admission::Trial => trial = true,
@@ -570,4 +565,20 @@ fn entry(connected: bool) -> Arc<BackendHealth> {
 /// Every breaker change is one warning: an operator learns of it without `/status`.
 fn breaker_changed(backend: &BackendId, state: BreakerState, by: &'static str) {
     tracing::warn!(%backend, breaker = state.as_str(), by, "circuit breaker changed");
+}
+
+/// A call to a backend's end, counted once for `/metrics` and in the backend's last minute
+/// for `/status` (`recent`: timed unless it was refused), from the same outcome and duration.
+pub(crate) fn call_ended(
+    backend: &BackendId,
+    method: metrics::Method,
+    outcome: &'static str,
+    took: Duration,
+    recent: Option<&Recent>,
+) {
+    if let Some(recent) = recent {
+        let timed = (outcome != "refused").then_some(took);
+        recent.record(std::time::Instant::now(), timed);
+    }
+    metrics::backend_call(backend, method, outcome, took);
 }

@@ -343,19 +343,14 @@ fn reason(word: &'static str) -> ReasonLabels {
     ReasonLabels { reason: Word(word) }
 }
 
-/// A call to a backend's end; `recent` (the backend's last minute, for `/status`) counts
-/// it too, timed unless it was refused.
+/// A call to a backend's end (`health::call_ended` also counts it in the backend's last
+/// minute, for `/status`).
 pub(crate) fn backend_call(
     backend: &BackendId,
     method: Method,
     outcome: &'static str,
     took: Duration,
-    recent: Option<&crate::health::Recent>,
 ) {
-    if let Some(recent) = recent {
-        let timed = (outcome != "refused").then_some(took);
-        recent.record(std::time::Instant::now(), timed);
-    }
     let m = get();
     let labels = ClientLabels {
         backend: backend.clone(),
@@ -541,7 +536,6 @@ mod tests {
             Method::of("tools/call"),
             "ok",
             Duration::from_millis(3),
-            None,
         );
         let text = render();
         assert!(

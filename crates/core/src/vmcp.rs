@@ -31,7 +31,6 @@ mod origins;
 mod route;
 
 pub(crate) use by_caps::{caps_of, CapSet, Tailoring};
-pub(crate) use counts::ItemCounts;
 pub(crate) use route::{kinds_for, list_kind, routable};
 
 /// Every list kind, in the order the gateway keeps them.

@@ -51,7 +51,7 @@ impl Flight<'_> {
             _ => outcome.word(),
         };
         let recent = self.entry.as_deref().map(|b| &b.recent);
-        metrics::backend_call(
+        super::call_ended(
             &self.backend,
             self.method,
             word,
@@ -127,7 +127,7 @@ impl Drop for Flight<'_> {
         if !self.reported {
             let recent = self.entry.as_deref().map(|b| &b.recent);
             let (backend, method) = (&self.backend, self.method);
-            metrics::backend_call(backend, method, "cancelled", Duration::ZERO, recent);
+            super::call_ended(backend, method, "cancelled", Duration::ZERO, recent);
         }
         let Some(b) = self.entry.as_ref().filter(|_| self.judged) else {
             return;

@@ -1,7 +1,7 @@
 //! One backend's last minute of calls, for `/status`: its request rate and latency
 //! percentiles. Recorded at the same point, with the same outcome and duration, as
 //! `/metrics`'s `switchboard_backend_requests` and `mcp_client_operation_duration_seconds`
-//! (one call of [`crate::metrics::backend_call`] does both), in the same latency buckets.
+//! (one call of [`crate::health::call_ended`] does both), in the same latency buckets.
 //!
 //! A ring of [`SECONDS`] per-second slots, each holding one counter per latency bucket plus one
 //! for calls that have no duration (refused by the breaker). Every counter is an `AtomicU64`

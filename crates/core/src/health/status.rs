@@ -9,7 +9,6 @@ use serde_json::{json, Value};
 
 use super::{BackendHealth, Health};
 use crate::session::Sessions;
-use crate::vmcp::ItemCounts;
 use crate::{BackendId, Backends};
 
 /// Principals listed by `/status` at most (the most sessions first); the rest are counted.
@@ -137,4 +136,13 @@ fn sessions_status(streamable: usize, sse: usize, sessions: &Sessions) -> Value 
         "byPrincipal": listed,
         "principalsNotListed": hidden,
     })
+}
+
+/// One backend's item counts; `None` for a kind never listed from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ItemCounts {
+    pub(crate) tools: Option<usize>,
+    pub(crate) prompts: Option<usize>,
+    pub(crate) resources: Option<usize>,
+    pub(crate) resource_templates: Option<usize>,
 }

@@ -4,16 +4,8 @@
 
 use super::Vmcp;
 use crate::catalog::Kind;
+use crate::health::ItemCounts;
 use crate::BackendId;
-
-/// One backend's item counts; `None` for a kind never listed from it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct ItemCounts {
-    pub(crate) tools: Option<usize>,
-    pub(crate) prompts: Option<usize>,
-    pub(crate) resources: Option<usize>,
-    pub(crate) resource_templates: Option<usize>,
-}
 
 impl Vmcp {
     /// `id`'s counts, from the lists the gateway holds now.
