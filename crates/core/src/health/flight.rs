@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use switchboard_upstream::BackendResponse;
 
 use super::{breaker_changed, BackendHealth, BreakerState, Health, Outcome};
-use crate::metrics::{self, Method};
+use crate::metrics::Method;
 use crate::{BackendId, CoreError};
 
 /// One request on its way to a backend: counted in flight, and its outcome reported to the
