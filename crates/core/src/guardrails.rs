@@ -105,6 +105,9 @@ impl Guardrails {
     /// The rules for `target`: the tool's, else its backend's, else the gateway's, those
     /// that cover the tool. `None` (the fast path) when none does.
     pub(crate) fn scope(&self, target: Target<'_>) -> Option<Scope<'_>> {
+        if target.backend.is_empty() {
+            return self.unresolved_scope(target);
+        }
         let rules = target
             .original
             .and_then(|t| self.tools.get(target.backend)?.get(t))
@@ -126,6 +129,32 @@ impl Guardrails {
             guards: self,
             rules: RuleSet::new(applying),
             backend: target.backend.to_owned(),
+            tool: target.exposed.map(str::to_owned),
+            method: target.method.to_owned(),
+            output_schema: None,
+        })
+    }
+
+    /// A request whose backend is not known here (a task's result, a name the merged lists
+    /// do not hold yet): every configured rule applies, whatever its level or `tools`, since
+    /// the one that would have covered it cannot be told apart. Failing wide, not open.
+    fn unresolved_scope(&self, target: Target<'_>) -> Option<Scope<'_>> {
+        let mut all: Vec<Arc<Rule>> = Vec::new();
+        let levels = std::iter::once(&self.gateway)
+            .chain(self.backends.values())
+            .chain(self.tools.values().flat_map(|t| t.values()));
+        for rule in levels.flatten() {
+            if !all.iter().any(|r| Arc::ptr_eq(r, rule)) {
+                all.push(rule.clone());
+            }
+        }
+        if all.is_empty() {
+            return None;
+        }
+        Some(Scope {
+            guards: self,
+            rules: RuleSet::new(all),
+            backend: String::new(),
             tool: target.exposed.map(str::to_owned),
             method: target.method.to_owned(),
             output_schema: None,
@@ -519,6 +548,39 @@ fn wire_text(msg: &Message<'_>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use super::{Guardrails, Target};
+
+    fn rules(specs: serde_json::Value) -> Vec<Arc<switchboard_guard::Rule>> {
+        let specs: Vec<switchboard_guard::RuleSpec> = serde_json::from_value(specs).unwrap();
+        switchboard_guard::compile(&specs).unwrap()
+    }
+
+    /// A request whose backend is unknown (a task's result) gets every rule: a backend's
+    /// own and one limited to some tools too, not only the gateway's.
+    #[test]
+    fn an_unresolved_target_gets_every_rule() {
+        let check = serde_json::json!({"secrets": "builtin", "action": "reject"});
+        let mut guards = Guardrails::new(rules(serde_json::json!([
+            {"name": "gw", "on": ["response"], "check": check, "tools": ["github_*"]}
+        ])));
+        guards.set_backend(
+            "b",
+            rules(serde_json::json!([{"name": "own", "on": ["response"], "check": check}])),
+        );
+        let target = |backend| Target {
+            backend,
+            original: None,
+            exposed: None,
+            method: "tasks/result",
+        };
+        assert!(guards.scope(target("other")).is_none());
+        let scope = guards.scope(target("")).expect("every rule applies");
+        let names: Vec<&str> = scope.rules.rules().iter().map(|r| &*r.name).collect();
+        assert_eq!(names, ["gw", "own"]);
+    }
+
     /// A name in an audit line carries no secret the guardrail kept from the client.
     #[test]
     fn an_audited_name_shows_no_secret() {
