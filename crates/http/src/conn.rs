@@ -6,7 +6,9 @@
 //! - a bound on open connections ([`table`]): at the bound the oldest idle connection makes
 //!   room, so `/healthz` and clients with work still get in; when every connection is busy the
 //!   newcomer is read for one request (up to [`HEALTH_OVERFLOW`] at once): `/healthz` is
-//!   answered, anything else gets 503, and it is closed (past those, 503 unread);
+//!   answered, anything else gets 503, and it is closed (past those, 503 unread); when a
+//!   burst of accepts outruns the closing of the connections it evicted, the loop waits for
+//!   them (up to [`ROOM_WAIT`]) instead of refusing;
 //! - the send timeout and `TCP_NODELAY` ([`crate::stall`]).
 //!
 //! The accept loop never dies: an accept error other than a failed handshake (out of file
@@ -64,6 +66,8 @@ const HEALTH_OVERFLOW: usize = 16;
 /// Pause after an accept error that is not about one connection (EMFILE, ENFILE, ENOBUFS):
 /// retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// Longest a newcomer waits for evicted connections to close before it is refused.
+const ROOM_WAIT: Duration = Duration::from_secs(1);
 /// Rate of the warnings about the bound and about accept errors.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -89,14 +93,14 @@ pub async fn serve(
             () = &mut shutdown => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => match connections.admit() {
+                Ok((tcp, _)) => match admit_patiently(&connections).await {
                     Admission::Admitted { slot, evicted } => {
                         if evicted {
                             at_bound.warn(limits.max_connections, "the oldest idle connection was closed to make room");
                         }
                         tasks.spawn(connection(tcp, slot, (router.clone(), state.clone()), limits));
                     }
-                    Admission::Refused => {
+                    Admission::Wait | Admission::Refused => {
                         at_bound.warn(limits.max_connections, "every connection is busy; refused with 503");
                         match overflow.clone().try_acquire_owned() {
                             Ok(permit) => {
@@ -119,6 +123,26 @@ pub async fn serve(
     state.draining.cancel();
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Admits a new connection; while there is no room only because evicted connections have not
+/// closed yet (a burst of accepts ran ahead of their tasks), waits for them, up to
+/// [`ROOM_WAIT`]. Newcomers meanwhile wait in the listen backlog.
+async fn admit_patiently(connections: &std::sync::Arc<Connections>) -> Admission {
+    let deadline = Instant::now() + ROOM_WAIT;
+    loop {
+        match connections.admit() {
+            Admission::Wait => {
+                if tokio::time::timeout_at(deadline, connections.room())
+                    .await
+                    .is_err()
+                {
+                    return Admission::Refused;
+                }
+            }
+            admission => return admission,
+        }
+    }
 }
 
 /// Serves one connection until it closes: at its peer's or its own initiative, at eviction, or

@@ -5,7 +5,10 @@
 //! work to do always gets in while an attacker's idle or slow-header connections are shed
 //! first. Only when every connection is busy is the newcomer refused (503). An evicted
 //! connection takes a moment to close, so a small slack above the bound lets the newcomer in
-//! meanwhile; the fd headroom the default bound keeps covers it.
+//! meanwhile; the fd headroom the default bound keeps covers it. When a burst outruns even the
+//! slack (the evicted connections' tasks have not run yet), the newcomer is told to wait for
+//! one of them to close ([`Admission::Wait`]) rather than being refused while room is on its
+//! way.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -85,12 +88,25 @@ impl Drop for Busy {
 pub(crate) struct Connections {
     max: usize,
     open: Mutex<Table>,
+    /// Signalled whenever a connection leaves the table.
+    left: Notify,
 }
 
 #[derive(Debug, Default)]
 struct Table {
     next: u64,
     by_age: BTreeMap<u64, Arc<Activity>>,
+    /// Connections asked to close that have not left yet.
+    closing: usize,
+}
+
+impl Table {
+    /// Asks the oldest idle connection to close; false if every one is busy or closing.
+    fn evict_oldest_idle(&mut self) -> bool {
+        let evicted = self.by_age.values().any(|a| a.evict());
+        self.closing += usize::from(evicted);
+        evicted
+    }
 }
 
 /// Whether a new connection may be served.
@@ -98,7 +114,10 @@ struct Table {
 pub(crate) enum Admission {
     /// Served; `evicted` tells that the bound was reached and an idle connection made room.
     Admitted { slot: Slot, evicted: bool },
-    /// Every connection is busy (or too many are still closing): answer 503 and close.
+    /// No room now, but evicted connections are closing: wait for [`Connections::room`] and
+    /// ask again.
+    Wait,
+    /// Every connection is busy: answer 503 and close.
     Refused,
 }
 
@@ -107,6 +126,7 @@ impl Connections {
         Arc::new(Connections {
             max: max.max(1),
             open: Mutex::new(Table::default()),
+            left: Notify::new(),
         })
     }
 
@@ -116,9 +136,16 @@ impl Connections {
         let open = table.by_age.len();
         let mut evicted = false;
         if open >= self.max {
-            evicted = table.by_age.values().any(|a| a.evict());
-            if !evicted || open >= self.max + EVICTION_SLACK {
-                return Admission::Refused;
+            let past_slack = open >= self.max + EVICTION_SLACK;
+            evicted = !past_slack && table.evict_oldest_idle();
+            if !evicted {
+                // Only past the slack: with room in the slack and nothing idle, every
+                // connection is busy and the newcomer is refused at once.
+                return if past_slack && table.closing > 0 {
+                    Admission::Wait
+                } else {
+                    Admission::Refused
+                };
             }
         }
         let id = table.next;
@@ -137,7 +164,13 @@ impl Connections {
 
     /// Closes the oldest idle connection, if any (the process ran out of file descriptors).
     pub(crate) fn evict_one(&self) -> bool {
-        self.open.lock().by_age.values().any(|a| a.evict())
+        self.open.lock().evict_oldest_idle()
+    }
+
+    /// Resolves once a connection has left the table since the last [`Admission::Wait`] (or
+    /// at once if one left since the previous call: the signal is kept).
+    pub(crate) async fn room(&self) {
+        self.left.notified().await;
     }
 
     #[cfg(test)]
@@ -162,7 +195,13 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.table.open.lock().by_age.remove(&self.id);
+        let mut table = self.table.open.lock();
+        table.by_age.remove(&self.id);
+        if self.activity.closing.load(Ordering::Relaxed) {
+            table.closing = table.closing.saturating_sub(1);
+        }
+        drop(table);
+        self.table.left.notify_one();
     }
 }
 
@@ -173,7 +212,7 @@ mod tests {
     fn admitted(a: Admission) -> (Slot, bool) {
         match a {
             Admission::Admitted { slot, evicted } => (slot, evicted),
-            Admission::Refused => panic!("refused"),
+            Admission::Wait | Admission::Refused => panic!("not admitted"),
         }
     }
 
@@ -194,5 +233,25 @@ mod tests {
         let _also = third.activity().begin();
         assert!(matches!(table.admit(), Admission::Refused));
         assert_eq!(table.len(), 2);
+    }
+
+    /// Past the slack, while evicted connections are still closing, a newcomer waits for one
+    /// of them to leave instead of being refused; once one has left it is admitted.
+    #[tokio::test]
+    async fn a_burst_past_the_slack_waits_for_the_evicted_to_close() {
+        let table = Connections::new(1);
+        let slots: Vec<_> = (0..=EVICTION_SLACK)
+            .map(|_| admitted(table.admit()).0)
+            .collect();
+        assert_eq!(table.len(), 1 + EVICTION_SLACK);
+        assert!(matches!(table.admit(), Admission::Wait));
+        let mut slots = slots.into_iter();
+        let first = slots.next().unwrap();
+        assert!(first.activity().closing.load(Ordering::Relaxed));
+        drop(first);
+        table.room().await;
+        let (_newcomer, evicted) = admitted(table.admit());
+        assert!(evicted);
+        assert_eq!(table.len(), 1 + EVICTION_SLACK);
     }
 }
