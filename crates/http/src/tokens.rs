@@ -1,7 +1,9 @@
 //! The caller's own upstream tokens (the token vault, `HttpConfig::token_vault`):
 //! `GET /oauth/tokens` lists them (no secret: backend, expiry, scope, issuer, whether
 //! refreshable) and `DELETE /oauth/tokens/{backend}` removes one, answering
-//! `{"removed": bool}`. Both are admitted like `/mcp`, and act on the authenticated caller's
+//! `{"removed": bool, "revokedUpstream": bool | null}`: a per-user OAuth backend's token is
+//! also revoked at the authorization server that issued it (RFC 7009; `null` when there was
+//! nothing to revoke there or it offers no revocation endpoint). Both are admitted like `/mcp`, and act on the authenticated caller's
 //! own principal only: no parameter names another. An anonymous caller has no tokens of its
 //! own to manage (every unauthenticated caller is the same principal): 401.
 
@@ -25,6 +27,8 @@ pub(crate) enum TokensError {
     Anonymous,
     #[error("this gateway keeps no upstream tokens")]
     NoVault,
+    #[error("the token store is unavailable")]
+    Unavailable,
     #[error("{0}")]
     Vault(#[from] switchboard_upstream::outgoing_auth::VaultError),
 }
@@ -34,7 +38,7 @@ impl IntoResponse for TokensError {
         let status = match &self {
             TokensError::Anonymous => StatusCode::UNAUTHORIZED,
             TokensError::NoVault => StatusCode::NOT_FOUND,
-            TokensError::Vault(_) => StatusCode::SERVICE_UNAVAILABLE,
+            TokensError::Vault(_) | TokensError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         };
         json_answer(status, json!({ "error": self.to_string() }))
     }
@@ -92,8 +96,15 @@ pub(crate) async fn revoke(
 ) -> Response {
     let answer = async {
         let (vault, principal) = caller_vault(&state, &caller)?;
+        if let Some(oauth) = switchboard_core::oauth::site().backend(&backend) {
+            let revoked = oauth
+                .revoke(&principal)
+                .await
+                .map_err(|_| TokensError::Unavailable)?;
+            return Ok(json!({ "removed": revoked.removed, "revokedUpstream": revoked.upstream }));
+        }
         let removed = vault.remove(&VaultKey::new(principal, backend)).await?;
-        Ok::<_, TokensError>(json!({ "removed": removed }))
+        Ok::<_, TokensError>(json!({ "removed": removed, "revokedUpstream": null }))
     };
     match answer.await {
         Ok(body) => json_answer(StatusCode::OK, body),

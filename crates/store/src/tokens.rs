@@ -553,6 +553,7 @@ mod tests {
             access_token: "a".into(),
             refresh_token: None,
             expires_at: Some(1_100),
+            issued_at: None,
             scope: None,
             issuer: "i".into(),
             resource: "r".into(),

@@ -98,6 +98,7 @@ fn token(access: &str, refresh: Option<&str>, expires_in: u64) -> UpstreamToken 
         access_token: access.into(),
         refresh_token: refresh.map(Into::into),
         expires_at: Some(now + expires_in),
+        issued_at: None,
         scope: Some("repo".into()),
         issuer: "https://github.example.com".into(),
         resource: "https://api.github.example.com/mcp".into(),

@@ -55,6 +55,7 @@ fn token(access: &str) -> UpstreamToken {
         access_token: access.into(),
         refresh_token: Some(format!("{access}-refresh")),
         expires_at: Some(4_000_000_000),
+        issued_at: None,
         scope: Some("repo".into()),
         issuer: "https://github.example.com".into(),
         resource: "https://api.github.example.com/mcp".into(),

@@ -75,6 +75,9 @@ pub struct UpstreamToken {
     pub refresh_token: Option<String>,
     /// When the access token expires, unix seconds (None: unknown).
     pub expires_at: Option<u64>,
+    /// When it was issued, unix seconds (None: unknown, as for tokens kept by older builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_at: Option<u64>,
     /// The granted scope, space-separated.
     pub scope: Option<String>,
     /// The authorization server that issued it.
@@ -113,6 +116,7 @@ impl std::fmt::Debug for UpstreamToken {
                 &self.refresh_token.as_ref().map(|_| "<redacted>"),
             )
             .field("expires_at", &self.expires_at)
+            .field("issued_at", &self.issued_at)
             .field("scope", &self.scope)
             .field("issuer", &self.issuer)
             .field("resource", &self.resource)

@@ -276,8 +276,11 @@ async fn assert_sealed(redis: &Redis, op: &Provider, principals: usize) {
     }
 }
 
-/// `DELETE /oauth/tokens/default` as the holder of `token`.
-async fn revoke(gw: &TestGateway, token: &str) {
+/// `DELETE /oauth/tokens/default` as the holder of `token`: forgotten by the gateway and
+/// revoked at the provider (RFC 7009: its log shows one more revocation).
+async fn revoke(gw: &TestGateway, op: &Provider, token: &str) {
+    let revocations = |log: &[Value]| log.iter().filter(|e| e["kind"] == "revoke").count();
+    let before = revocations(&op.log().await);
     let removed: Value = reqwest::Client::new()
         .delete(format!("{}/oauth/tokens/default", gw.base()))
         .bearer_auth(token)
@@ -288,6 +291,8 @@ async fn revoke(gw: &TestGateway, token: &str) {
         .await
         .unwrap();
     assert_eq!(removed["removed"], true, "{removed}");
+    assert_eq!(removed["revokedUpstream"], true, "{removed}");
+    assert!(revocations(&op.log().await) > before, "{removed}");
 }
 
 #[tokio::test]
@@ -332,7 +337,7 @@ async fn modern_callers_consent_at_oidc_provider_and_each_gets_only_its_own_toke
     }
 
     // Alice revokes: asked again; Bob's consent stays.
-    revoke(&gw, &alice).await;
+    revoke(&gw, &op, &alice).await;
     modern_consent_url(&modern_call(&gw, &alice).await);
     let bob_later = seen(&modern_call(&gw, &bob).await);
     assert_token_of(&bob_later, "bob", &op, &up);
@@ -411,7 +416,7 @@ async fn legacy_sessions_consent_at_oidc_provider_and_each_gets_only_its_own_tok
     assert!(refreshes(&op, &up.url).await >= 1);
 
     // Carol revokes: a new session of hers is asked again; Dave's stays served.
-    revoke(&gw, &carol).await;
+    revoke(&gw, &op, &carol).await;
     consent_url(&initialize(&carol).await);
     let dave_later = seen(&legacy_call(&gw, &dave, &dave_sid).await);
     assert_token_of(&dave_later, "dave", &op, &up);

@@ -108,7 +108,8 @@ provider.on("authorization.success", (ctx) => {
   keep(ctx.oidc.params.state);
   log.push({ kind: "authorize", resource: ctx.oidc.params.resource ?? null });
 });
-provider.on("revocation.success", () => log.push({ kind: "revoke" }));
+// A revoked refresh token ends its grant (RFC 7009 at the revocation endpoint).
+provider.on("grant.revoked", () => log.push({ kind: "revoke" }));
 provider.on("grant.error", (ctx, err) => log.push({ kind: "token-error", error: err.error }));
 
 const handler = provider.callback();

@@ -31,6 +31,8 @@ pub(crate) struct ServerMetadata {
     pub(crate) authorization_endpoint: String,
     pub(crate) token_endpoint: String,
     pub(crate) registration_endpoint: Option<String>,
+    /// RFC 7009, when offered (and an https URL, or http to a loopback host).
+    pub(crate) revocation_endpoint: Option<String>,
     pub(crate) scopes_supported: Option<Vec<String>>,
     pub(crate) token_endpoint_auth_methods: Option<Vec<String>>,
     pub(crate) cimd_supported: bool,
@@ -206,6 +208,8 @@ pub(crate) fn validate_server(
             "the authorization server metadata has no token_endpoint",
         ))?,
         registration_endpoint: endpoint("registration_endpoint"),
+        revocation_endpoint: endpoint("revocation_endpoint")
+            .filter(|url| crate::outgoing_auth::check_token_endpoint(url).is_ok()),
         scopes_supported: strings(doc, "scopes_supported"),
         token_endpoint_auth_methods: strings(doc, "token_endpoint_auth_methods_supported"),
         cimd_supported: doc.get("client_id_metadata_document_supported")

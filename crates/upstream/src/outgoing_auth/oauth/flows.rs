@@ -99,6 +99,9 @@ pub struct Flows {
     table: Mutex<Table>,
     redirect: Mutex<Option<String>>,
     metadata_url: Mutex<Option<String>>,
+    /// The oauth backends completing here, by name (the latest built under a name wins: a
+    /// reload replaces it).
+    backends: Mutex<std::collections::HashMap<String, std::sync::Weak<Backend>>>,
 }
 
 /// The process's callback site (what the gateway's `/oauth/callback` completes).
@@ -192,6 +195,18 @@ impl Flows {
             Some(&id),
             super::TokenAuth::None,
         ))
+    }
+
+    /// Records `backend` as the one of its name (see [`Flows::backend`]).
+    pub(crate) fn register(&self, backend: &Arc<Backend>) {
+        let mut backends = self.backends.lock();
+        backends.retain(|_, b| b.strong_count() > 0);
+        backends.insert(backend.name().to_owned(), Arc::downgrade(backend));
+    }
+
+    /// The oauth backend named `name`, while it is in use.
+    pub fn backend(&self, name: &str) -> Option<Arc<Backend>> {
+        self.backends.lock().get(name)?.upgrade()
     }
 
     /// How many await a callback.

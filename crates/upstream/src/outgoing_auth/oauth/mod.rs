@@ -23,6 +23,7 @@ mod flows;
 mod http;
 mod pkce;
 mod registration;
+mod revocation;
 mod start;
 #[cfg(test)]
 mod tests;
@@ -41,6 +42,7 @@ use tracing::{debug, info};
 
 pub use challenge::Challenge;
 pub use flows::{site, Flows, FLOW_LIFETIME, MAX_FLOWS, MAX_FLOWS_PER_PRINCIPAL};
+pub use revocation::Revoked;
 pub use start::{ClickFrom, Cookie, StartError, StartPage, Started};
 
 /// The process's one token vault: the one the binary built from `tokenStore` (Redis shared by
@@ -250,15 +252,17 @@ impl Backend {
                 "a pre-registered clientId needs its authorizationServer",
             ));
         }
-        Ok(Arc::new(Backend {
+        let backend = Arc::new(Backend {
             http: http::Http::new(config.timeout, &config.server_url),
             config,
-            flows,
+            flows: flows.clone(),
             vault,
             registrations: Mutex::new(HashMap::new()),
             servers: Mutex::new(HashMap::new()),
             asked: Mutex::new(HashMap::new()),
-        }))
+        });
+        flows.register(&backend);
+        Ok(backend)
     }
 
     /// The backend's name.

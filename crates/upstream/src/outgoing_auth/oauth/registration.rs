@@ -57,6 +57,16 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
+    /// A public client named `client_id` at `issuer` (no secret).
+    pub(crate) fn public(issuer: &str, client_id: &str) -> Self {
+        Registration {
+            issuer: issuer.to_owned(),
+            client_id: client_id.to_owned(),
+            secret: None,
+            auth: TokenAuth::None,
+        }
+    }
+
     /// The token request's client authentication: an `Authorization` value, or form fields.
     pub(crate) fn authenticate(
         &self,

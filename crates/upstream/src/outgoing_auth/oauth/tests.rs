@@ -604,3 +604,30 @@ fn one_principal_cannot_fill_the_table_for_everyone() {
     flows.insert("other".into(), fresh(&b, 2)).unwrap();
     assert_eq!(flows.pending(), MAX_FLOWS_PER_PRINCIPAL + 1);
 }
+
+/// A short-lived token is used for half its life, not dropped at once for being under the
+/// 30 s margin (a 10 s token without a refresh token used to send every call to consent).
+#[test]
+fn a_short_lived_token_is_used_for_half_its_life() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = |issued_at: Option<u64>, expires_at: u64| crate::outgoing_auth::UpstreamToken {
+        access_token: "a".into(),
+        refresh_token: None,
+        expires_at: Some(expires_at),
+        issued_at,
+        scope: None,
+        issuer: "https://as.example".into(),
+        resource: "https://mcp.example".into(),
+        client_id: "c".into(),
+    };
+    assert!(tokens::fresh(&token(Some(now), now + 10)));
+    assert!(!tokens::fresh(&token(Some(now - 7), now + 3)));
+    assert!(tokens::fresh(&token(Some(now), now + 3600)));
+    assert!(!tokens::fresh(&token(Some(now - 3590), now + 10)));
+    // Of unknown age: the full margin.
+    assert!(!tokens::fresh(&token(None, now + 10)));
+    assert!(tokens::fresh(&token(None, now + 60)));
+}

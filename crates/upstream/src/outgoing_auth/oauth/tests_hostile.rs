@@ -28,6 +28,7 @@ fn token_for(resource: &str, issuer: &str) -> UpstreamToken {
         access_token: "at".into(),
         refresh_token: None,
         expires_at: None,
+        issued_at: None,
         scope: None,
         issuer: issuer.into(),
         resource: resource.into(),

@@ -17,8 +17,6 @@ use super::{discovery, token_request, Backend};
 use crate::outgoing_auth::vault::{UpstreamToken, VaultError, VaultKey};
 use crate::outgoing_auth::OutgoingAuthError;
 
-/// A token is refreshed (or, with no refresh token, dropped) this long before it expires.
-const EXPIRY_MARGIN: u64 = 30;
 /// How long a call waits for another's refresh of the same token.
 const REFRESH_WAIT: Duration = Duration::from_secs(10);
 
@@ -28,8 +26,16 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn fresh(token: &UpstreamToken) -> bool {
-    token.expires_at.is_none_or(|at| now() + EXPIRY_MARGIN < at)
+/// Whether `token` is still used as it is: until 30 s before it expires, or half its
+/// lifetime when that is shorter (a 10 s token is used for 5 s); then it is refreshed, or
+/// without a refresh token dropped. A token of unknown age gets the 30 s.
+pub(super) fn fresh(token: &UpstreamToken) -> bool {
+    let Some(at) = token.expires_at else {
+        return true;
+    };
+    let lifetime = token.issued_at.map_or(u64::MAX, |i| at.saturating_sub(i));
+    let margin = crate::outgoing_auth::cache::refresh_margin(Duration::from_secs(lifetime));
+    now() + margin.as_secs() < at
 }
 
 /// `Authorization: Bearer <token>`, marked sensitive.
@@ -72,14 +78,16 @@ pub(crate) fn token_from(
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .or(old_refresh);
+    let issued_at = now();
     let expires_at = json
         .get("expires_in")
         .is_some_and(|v| !v.is_null())
-        .then(|| now() + issued.lifetime.as_secs());
+        .then(|| issued_at + issued.lifetime.as_secs());
     Ok(UpstreamToken {
         access_token: access.to_owned(),
         refresh_token: refresh.map(str::to_owned),
         expires_at,
+        issued_at: Some(issued_at),
         scope: json
             .get("scope")
             .and_then(Value::as_str)
@@ -92,7 +100,7 @@ pub(crate) fn token_from(
 }
 
 impl Backend {
-    fn key(&self, principal: &str) -> VaultKey {
+    pub(super) fn key(&self, principal: &str) -> VaultKey {
         VaultKey::new(principal, self.config.backend.as_str())
     }
 

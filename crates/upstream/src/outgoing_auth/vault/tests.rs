@@ -13,6 +13,7 @@ fn token() -> UpstreamToken {
         access_token: ACCESS.into(),
         refresh_token: Some(REFRESH.into()),
         expires_at: Some(4_000_000_000),
+        issued_at: None,
         scope: Some("repo read".into()),
         issuer: "https://as.example.com".into(),
         resource: "https://mcp.example.com/".into(),
