@@ -605,8 +605,9 @@ fn one_principal_cannot_fill_the_table_for_everyone() {
     assert_eq!(flows.pending(), MAX_FLOWS_PER_PRINCIPAL + 1);
 }
 
-/// A short-lived token is used for half its life, not dropped at once for being under the
-/// 30 s margin (a 10 s token without a refresh token used to send every call to consent).
+/// A short-lived token without a refresh token is used for half its life, not dropped at
+/// once for being inside the 30 s margin (a 10 s one used to send every call to consent); one
+/// with a refresh token is refreshed 30 s ahead.
 #[test]
 fn a_short_lived_token_is_used_for_half_its_life() {
     let now = std::time::SystemTime::now()
@@ -630,4 +631,9 @@ fn a_short_lived_token_is_used_for_half_its_life() {
     // Of unknown age: the full margin.
     assert!(!tokens::fresh(&token(None, now + 10)));
     assert!(tokens::fresh(&token(None, now + 60)));
+    let refreshable = crate::outgoing_auth::UpstreamToken {
+        refresh_token: Some("r".into()),
+        ..token(Some(now), now + 10)
+    };
+    assert!(!tokens::fresh(&refreshable));
 }

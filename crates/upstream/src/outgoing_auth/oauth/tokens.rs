@@ -26,14 +26,18 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Whether `token` is still used as it is: until 30 s before it expires, or half its
-/// lifetime when that is shorter (a 10 s token is used for 5 s); then it is refreshed, or
-/// without a refresh token dropped. A token of unknown age gets the 30 s.
+/// Whether `token` is still used as it is: until 30 s before it expires, then refreshed. A
+/// token without a refresh token, which would be dropped then (consent asked again), is used
+/// until half its lifetime when that is shorter (a 10 s one for 5 s): otherwise one living
+/// under 30 s would never be used at all. A token of unknown age gets the 30 s.
 pub(super) fn fresh(token: &UpstreamToken) -> bool {
     let Some(at) = token.expires_at else {
         return true;
     };
-    let lifetime = token.issued_at.map_or(u64::MAX, |i| at.saturating_sub(i));
+    let lifetime = match (&token.refresh_token, token.issued_at) {
+        (None, Some(issued)) => at.saturating_sub(issued),
+        _ => u64::MAX,
+    };
     let margin = crate::outgoing_auth::cache::refresh_margin(Duration::from_secs(lifetime));
     now() + margin.as_secs() < at
 }
