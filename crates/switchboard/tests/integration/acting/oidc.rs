@@ -12,10 +12,11 @@
 //! gateway's start page, signs in at oidc-provider and consents; the retry succeeds with a
 //! token whose `sub` is that user and whose `aud` is the upstream; the other principal is
 //! still asked. Access tokens live 5 s (inside the gateway's refresh margin), so later calls
-//! refresh, with the resource, and never send an expired token. A revoke asks that user again
-//! and leaves the other's consent alone. In the Modern run the issuer has a path and the vault
-//! is Redis: what it holds is ciphertext; every log line, `/status`, `/metrics` and audit line
-//! is searched for every secret oidc-provider issued or was sent. Two replicas on one Redis:
+//! refresh, with the resource, and never send an expired token. A revoke is also a revocation
+//! at oidc-provider (RFC 7009: it ends the grant), asks that user again and leaves the other's
+//! consent alone. In the Modern run the issuer has a path and the vault is Redis: what it holds
+//! is ciphertext; every log line, `/status`, `/metrics`, audit line and exported span is
+//! searched for every secret oidc-provider issued or was sent. Two replicas on one Redis:
 //! a consent through one serves calls through the other.
 
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ use crate::auth::Jwks;
 use crate::common::TestGateway;
 use crate::leaks::Evidence;
 use crate::replicas::redis::Redis;
+use crate::traces::Receiver;
 
 /// `oidc-provider` on loopback.
 struct Provider {
@@ -303,7 +305,13 @@ async fn modern_callers_consent_at_oidc_provider_and_each_gets_only_its_own_toke
     let dir = Dir::new("oidc-modern");
     let redis = Redis::start_or_skip("oidc_modern_vault").await;
     let audit = dir.0.join("audit.jsonl").to_string_lossy().into_owned();
-    let mut flags = vec!["--audit-log".to_owned(), audit.clone()];
+    let mut receiver = Receiver::start().await;
+    let mut flags = vec![
+        "--audit-log".to_owned(),
+        audit.clone(),
+        "--otlp-endpoint".to_owned(),
+        receiver.url.clone(),
+    ];
     if let Some(redis) = &redis {
         flags.extend(shared_vault(&dir, redis));
     }
@@ -368,9 +376,12 @@ async fn modern_callers_consent_at_oidc_provider_and_each_gets_only_its_own_toke
     secrets.retain(|s| s.len() >= 8);
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     let audit = std::path::PathBuf::from(audit);
-    Evidence::collect(&mut gw, Some(&alice), Some(audit.as_path()))
-        .await
-        .assert_free_of(&secrets);
+    let mut evidence = Evidence::collect(&mut gw, Some(&alice), Some(audit.as_path())).await;
+    // The gateway flushed its spans when it stopped (collect waits for that).
+    let spans = receiver.all();
+    assert!(spans.len() >= 5, "spans were exported: {}", spans.len());
+    evidence.add("exported spans", serde_json::to_string(&spans).unwrap());
+    evidence.assert_free_of(&secrets);
 }
 
 #[tokio::test]
