@@ -7,8 +7,9 @@
 //!   room, so `/healthz` and clients with work still get in; when every connection is busy the
 //!   newcomer is read for one request (up to [`HEALTH_OVERFLOW`] at once): `/healthz` is
 //!   answered, anything else gets 503, and it is closed (past those, 503 unread); when a
-//!   burst of accepts outruns the closing of the connections it evicted, the loop waits for
-//!   them (up to [`ROOM_WAIT`]) instead of refusing;
+//!   burst of accepts outruns the closing of the connections it evicted, a newcomer waits
+//!   for them in a task of its own (up to [`ROOM_WAIT`], [`WAITING`] at once) instead of
+//!   being refused;
 //! - the send timeout and `TCP_NODELAY` ([`crate::stall`]).
 //!
 //! The accept loop never dies: an accept error other than a failed handshake (out of file
@@ -26,11 +27,13 @@ mod table;
 
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -66,8 +69,12 @@ const HEALTH_OVERFLOW: usize = 16;
 /// Pause after an accept error that is not about one connection (EMFILE, ENFILE, ENOBUFS):
 /// retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest a newcomer waits for evicted connections to close before it is refused.
+/// Longest a newcomer waits for evicted connections to close before it is answered as one
+/// over the bound.
 const ROOM_WAIT: Duration = Duration::from_secs(1);
+/// Newcomers waiting for room at once (each in a task of its own; the accept loop never
+/// waits); past these, a newcomer is answered as one over the bound at once.
+const WAITING: usize = 16;
 /// Rate of the warnings about the bound and about accept errors.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -79,10 +86,15 @@ pub async fn serve(
     limits: ConnLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let router = crate::router(state.clone());
-    let health_only = crate::health_router(state.clone());
-    let overflow = std::sync::Arc::new(tokio::sync::Semaphore::new(HEALTH_OVERFLOW));
-    let connections = Connections::new(limits.max_connections);
+    let serving = Serving {
+        router: crate::router(state.clone()),
+        health_only: crate::health_router(state.clone()),
+        state: state.clone(),
+        overflow: Arc::new(Semaphore::new(HEALTH_OVERFLOW)),
+        waiting: Arc::new(Semaphore::new(WAITING)),
+        connections: Connections::new(limits.max_connections),
+        limits,
+    };
     let mut tasks = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     let mut at_bound = Throttled::default();
@@ -93,27 +105,11 @@ pub async fn serve(
             () = &mut shutdown => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => match admit_patiently(&connections).await {
-                    Admission::Admitted { slot, evicted } => {
-                        if evicted {
-                            at_bound.warn(limits.max_connections, "the oldest idle connection was closed to make room");
-                        }
-                        tasks.spawn(connection(tcp, slot, (router.clone(), state.clone()), limits));
-                    }
-                    Admission::Wait | Admission::Refused => {
-                        at_bound.warn(limits.max_connections, "every connection is busy; refused with 503");
-                        match overflow.clone().try_acquire_owned() {
-                            Ok(permit) => {
-                                tasks.spawn(overflow_connection(tcp, permit, health_only.clone(), limits));
-                            }
-                            Err(_) => refuse(&tcp),
-                        }
-                    }
-                },
+                Ok((tcp, _)) => serving.dispatch(tcp, &mut tasks, &mut at_bound),
                 Err(e) if is_connection_error(&e) => {}
                 Err(e) => {
                     accept_failed.warn_error(&e);
-                    connections.evict_one();
+                    serving.connections.evict_one();
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             },
@@ -125,18 +121,97 @@ pub async fn serve(
     Ok(())
 }
 
+/// What the accept loop gives each new connection: the routes, the table, the limits.
+#[derive(Clone)]
+struct Serving {
+    router: axum::Router,
+    health_only: axum::Router,
+    state: AppState,
+    overflow: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
+    connections: Arc<Connections>,
+    limits: ConnLimits,
+}
+
+impl Serving {
+    /// Serves a just-accepted connection, or waits for room for it, or refuses it: never
+    /// waiting itself (the accept loop goes on at once).
+    fn dispatch(&self, tcp: TcpStream, tasks: &mut JoinSet<()>, at_bound: &mut Throttled) {
+        let max = self.limits.max_connections;
+        match self.connections.admit() {
+            Admission::Admitted { slot, evicted } => {
+                if evicted {
+                    at_bound.warn(max, "the oldest idle connection was closed to make room");
+                }
+                tasks.spawn(self.clone().serve(tcp, slot));
+            }
+            Admission::Wait => match self.waiting.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    at_bound.warn(
+                        max,
+                        "evicted connections are still closing; a newcomer waits for one",
+                    );
+                    tasks.spawn(self.clone().wait_for_room(tcp, permit));
+                }
+                Err(_) => {
+                    at_bound.warn(max, "too many newcomers wait for room; refused with 503");
+                    self.overflow(tcp, tasks);
+                }
+            },
+            Admission::Refused => {
+                at_bound.warn(max, "every connection is busy; refused with 503");
+                self.overflow(tcp, tasks);
+            }
+        }
+    }
+
+    async fn serve(self, tcp: TcpStream, slot: Slot) {
+        connection(tcp, slot, (self.router, self.state), self.limits).await;
+    }
+
+    /// Waits (up to [`ROOM_WAIT`]) for an evicted connection to close, then serves `tcp`;
+    /// past the wait it is answered as one over the bound.
+    async fn wait_for_room(self, tcp: TcpStream, permit: OwnedSemaphorePermit) {
+        let admission = admit_patiently(&self.connections).await;
+        drop(permit);
+        match admission {
+            Admission::Admitted { slot, .. } => self.serve(tcp, slot).await,
+            Admission::Wait | Admission::Refused => match self.overflow.clone().try_acquire_owned()
+            {
+                Ok(permit) => {
+                    overflow_connection(tcp, permit, self.health_only, self.limits).await;
+                }
+                Err(_) => refuse(&tcp),
+            },
+        }
+    }
+
+    /// A connection over the bound: read for `/healthz` while there is room for that, else
+    /// refused unread.
+    fn overflow(&self, tcp: TcpStream, tasks: &mut JoinSet<()>) {
+        match self.overflow.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let router = self.health_only.clone();
+                tasks.spawn(overflow_connection(tcp, permit, router, self.limits));
+            }
+            Err(_) => refuse(&tcp),
+        }
+    }
+}
+
 /// Admits a new connection; while there is no room only because evicted connections have not
 /// closed yet (a burst of accepts ran ahead of their tasks), waits for them, up to
-/// [`ROOM_WAIT`]. Newcomers meanwhile wait in the listen backlog.
-async fn admit_patiently(connections: &std::sync::Arc<Connections>) -> Admission {
+/// [`ROOM_WAIT`].
+async fn admit_patiently(connections: &Arc<Connections>) -> Admission {
     let deadline = Instant::now() + ROOM_WAIT;
     loop {
+        // Listening before asking: a connection that leaves in between is not missed.
+        let room = connections.left().notified();
+        let mut room = std::pin::pin!(room);
+        room.as_mut().enable();
         match connections.admit() {
             Admission::Wait => {
-                if tokio::time::timeout_at(deadline, connections.room())
-                    .await
-                    .is_err()
-                {
+                if tokio::time::timeout_at(deadline, room).await.is_err() {
                     return Admission::Refused;
                 }
             }
@@ -149,7 +224,7 @@ async fn admit_patiently(connections: &std::sync::Arc<Connections>) -> Admission
 /// (gracefully: in-flight requests first) at shutdown.
 async fn connection(
     tcp: TcpStream,
-    slot: Slot,
+    mut slot: Slot,
     (router, state): (axum::Router, AppState),
     limits: ConnLimits,
 ) {
@@ -190,6 +265,7 @@ async fn connection(
                 if !activity.is_busy() {
                     break;
                 }
+                slot.linger();
                 closing = true;
                 conn.as_mut().graceful_shutdown();
             }

@@ -157,6 +157,7 @@ impl Connections {
                 table: self.clone(),
                 id,
                 activity,
+                lingering: false,
             },
             evicted,
         }
@@ -167,10 +168,10 @@ impl Connections {
         self.open.lock().evict_oldest_idle()
     }
 
-    /// Resolves once a connection has left the table since the last [`Admission::Wait`] (or
-    /// at once if one left since the previous call: the signal is kept).
-    pub(crate) async fn room(&self) {
-        self.left.notified().await;
+    /// Signalled (every waiter) whenever a connection leaves the table: enable a
+    /// `notified()` before [`Connections::admit`] answers [`Admission::Wait`].
+    pub(crate) fn left(&self) -> &Notify {
+        &self.left
     }
 
     #[cfg(test)]
@@ -185,11 +186,24 @@ pub(crate) struct Slot {
     table: Arc<Connections>,
     id: u64,
     activity: Arc<Activity>,
+    /// Evicted, but closing only after its request: no longer counted as closing soon.
+    lingering: bool,
 }
 
 impl Slot {
     pub(crate) fn activity(&self) -> &Arc<Activity> {
         &self.activity
+    }
+
+    /// The connection was evicted but turned busy first, so it closes only once its request
+    /// is done (maybe a long stream): newcomers must not wait for it.
+    pub(crate) fn linger(&mut self) {
+        if self.lingering || !self.activity.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        self.lingering = true;
+        let mut table = self.table.open.lock();
+        table.closing = table.closing.saturating_sub(1);
     }
 }
 
@@ -197,11 +211,11 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut table = self.table.open.lock();
         table.by_age.remove(&self.id);
-        if self.activity.closing.load(Ordering::Relaxed) {
+        if self.activity.closing.load(Ordering::Relaxed) && !self.lingering {
             table.closing = table.closing.saturating_sub(1);
         }
         drop(table);
-        self.table.left.notify_one();
+        self.table.left.notify_waiters();
     }
 }
 
@@ -248,10 +262,31 @@ mod tests {
         let mut slots = slots.into_iter();
         let first = slots.next().unwrap();
         assert!(first.activity().closing.load(Ordering::Relaxed));
+        let room = table.left().notified();
+        let mut room = std::pin::pin!(room);
+        room.as_mut().enable();
         drop(first);
-        table.room().await;
+        room.await;
         let (_newcomer, evicted) = admitted(table.admit());
         assert!(evicted);
         assert_eq!(table.len(), 1 + EVICTION_SLACK);
+    }
+
+    /// An evicted connection that turned busy first closes only after its request (perhaps a
+    /// long stream): once it says so, newcomers are not told to wait for it.
+    #[test]
+    fn a_lingering_eviction_is_not_waited_for() {
+        let table = Connections::new(1);
+        let mut slots: Vec<_> = (0..=EVICTION_SLACK)
+            .map(|_| admitted(table.admit()).0)
+            .collect();
+        assert!(matches!(table.admit(), Admission::Wait));
+        for slot in &mut slots {
+            slot.linger();
+        }
+        assert!(matches!(table.admit(), Admission::Refused));
+        // Leaving the table still makes room.
+        slots.clear();
+        assert!(matches!(table.admit(), Admission::Admitted { .. }));
     }
 }
