@@ -558,6 +558,8 @@ mod tests {
             issuer: "i".into(),
             resource: "r".into(),
             client_id: "c".into(),
+            client_secret: None,
+            client_auth: None,
         };
         assert_eq!(keep_ms(&t, 1_000), 100_000);
         assert_eq!(keep_ms(&t, 2_000), 1, "expired: gone at once");

@@ -103,6 +103,8 @@ fn token(access: &str, refresh: Option<&str>, expires_in: u64) -> UpstreamToken 
         issuer: "https://github.example.com".into(),
         resource: "https://api.github.example.com/mcp".into(),
         client_id: "switchboard".into(),
+        client_secret: None,
+        client_auth: None,
     }
 }
 

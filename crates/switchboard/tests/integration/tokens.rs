@@ -60,6 +60,8 @@ fn token(access: &str) -> UpstreamToken {
         issuer: "https://github.example.com".into(),
         resource: "https://api.github.example.com/mcp".into(),
         client_id: "switchboard".into(),
+        client_secret: None,
+        client_auth: None,
     }
 }
 

@@ -86,6 +86,14 @@ pub struct UpstreamToken {
     pub resource: String,
     /// The client id it was issued to.
     pub client_id: String,
+    /// That client's secret, if it has one, and how it authenticates at the token endpoint
+    /// (`client_secret_basic`, `client_secret_post`, `none`): a dynamic registration lives
+    /// only in the process that made it, so the token carries (sealed) what another replica
+    /// or a restarted gateway needs to refresh or revoke it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<String>,
 }
 
 impl UpstreamToken {
@@ -121,6 +129,11 @@ impl std::fmt::Debug for UpstreamToken {
             .field("issuer", &self.issuer)
             .field("resource", &self.resource)
             .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("client_auth", &self.client_auth)
             .finish()
     }
 }

@@ -99,9 +99,10 @@ pub struct Flows {
     table: Mutex<Table>,
     redirect: Mutex<Option<String>>,
     metadata_url: Mutex<Option<String>>,
-    /// The oauth backends completing here, by name (the latest built under a name wins: a
-    /// reload replaces it).
-    backends: Mutex<std::collections::HashMap<String, std::sync::Weak<Backend>>>,
+    /// The oauth backends completing here, by name, oldest first: a reload builds a new one
+    /// under the same name, which replaces the one in service only if the reload adopts it
+    /// (else it is dropped, and the one in service is the newest still alive).
+    backends: Mutex<std::collections::HashMap<String, Vec<std::sync::Weak<Backend>>>>,
 }
 
 /// The process's callback site (what the gateway's `/oauth/callback` completes).
@@ -197,16 +198,27 @@ impl Flows {
         ))
     }
 
-    /// Records `backend` as the one of its name (see [`Flows::backend`]).
+    /// Records `backend` under its name (see [`Flows::backend`]).
     pub(crate) fn register(&self, backend: &Arc<Backend>) {
         let mut backends = self.backends.lock();
-        backends.retain(|_, b| b.strong_count() > 0);
-        backends.insert(backend.name().to_owned(), Arc::downgrade(backend));
+        for built in backends.values_mut() {
+            built.retain(|b| b.strong_count() > 0);
+        }
+        backends.retain(|_, built| !built.is_empty());
+        backends
+            .entry(backend.name().to_owned())
+            .or_default()
+            .push(Arc::downgrade(backend));
     }
 
-    /// The oauth backend named `name`, while it is in use.
+    /// The newest oauth backend named `name` still in use.
     pub fn backend(&self, name: &str) -> Option<Arc<Backend>> {
-        self.backends.lock().get(name)?.upgrade()
+        self.backends
+            .lock()
+            .get(name)?
+            .iter()
+            .rev()
+            .find_map(std::sync::Weak::upgrade)
     }
 
     /// How many await a callback.

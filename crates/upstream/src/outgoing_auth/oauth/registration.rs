@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::discovery::ServerMetadata;
 use super::http::Http;
 use crate::outgoing_auth::token_endpoint::form;
+use crate::outgoing_auth::vault::UpstreamToken;
 use crate::outgoing_auth::{OutgoingAuthError, Secret};
 
 /// How the client authenticates at the token endpoint.
@@ -64,6 +65,17 @@ impl Registration {
             client_id: client_id.to_owned(),
             secret: None,
             auth: TokenAuth::None,
+        }
+    }
+
+    /// The client `token` was issued to, as the token recorded it (sealed in the vault).
+    pub(crate) fn of_token(token: &UpstreamToken) -> Self {
+        let auth = token.client_auth.as_deref().and_then(TokenAuth::parse);
+        Registration {
+            issuer: token.issuer.clone(),
+            client_id: token.client_id.clone(),
+            secret: token.client_secret.as_deref().map(Secret::new),
+            auth: auth.unwrap_or(TokenAuth::None),
         }
     }
 

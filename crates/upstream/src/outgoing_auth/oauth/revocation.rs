@@ -4,11 +4,20 @@
 //! `revocation_endpoint`: the refresh token first (which, at most servers, ends the grant),
 //! then the access token.
 
+use std::time::Duration;
+
 use tracing::info;
 
 use super::registration::Registration;
 use super::{discovery, Backend};
+use crate::outgoing_auth::vault::UpstreamToken;
 use crate::outgoing_auth::OutgoingAuthError;
+
+/// The most a revocation at the authorization server may take (discovery and both requests):
+/// the token is already forgotten here, so the caller is not kept waiting on a slow server.
+const REVOKE_DEADLINE: Duration = Duration::from_secs(10);
+/// Reads of a token that a concurrent refresh keeps replacing before the revoke gives up.
+const REMOVE_TRIES: usize = 3;
 
 /// What a revoke did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,28 +38,61 @@ impl Backend {
             info!(error = %e, "token vault unavailable");
             OutgoingAuthError::Discovery("the token store is unavailable")
         };
-        let token = self.vault.get(&key).await.map_err(vault_error)?;
-        let removed = self.vault.remove(&key).await.map_err(vault_error)?;
-        let Some(token) = token.filter(|_| removed) else {
+        // Exactly the token read is removed (compare-and-delete): one a refresh wrote in
+        // between is read again, so the one revoked upstream is the one forgotten here (the
+        // last try removes whatever is there).
+        let mut taken = None;
+        for attempt in 1..=REMOVE_TRIES {
+            let Some(token) = self.vault.get(&key).await.map_err(vault_error)? else {
+                break;
+            };
+            let gone = if attempt == REMOVE_TRIES {
+                self.vault.remove(&key).await
+            } else {
+                self.vault.remove_if(&key, &token.access_token).await
+            };
+            if gone.map_err(vault_error)? {
+                taken = Some(token);
+                break;
+            }
+        }
+        let Some(token) = taken else {
             return Ok(Revoked {
-                removed,
+                removed: false,
                 upstream: None,
             });
         };
-        let upstream = match self.revoke_upstream(&token).await {
-            Ok(done) => done,
-            Err(e) => {
+        Ok(Revoked {
+            removed: true,
+            upstream: self.revoke_at_issuer(&token).await,
+        })
+    }
+
+    /// Asks `token`'s issuer to revoke it, within [`REVOKE_DEADLINE`]: whether it did, `None`
+    /// when it offers no revocation endpoint. A token issued for another server than this
+    /// backend is configured for now (kept before a reload) is not sent anywhere.
+    pub(super) async fn revoke_at_issuer(&self, token: &UpstreamToken) -> Option<bool> {
+        if !self.bound_here(token) {
+            return None;
+        }
+        let asked = tokio::time::timeout(REVOKE_DEADLINE, self.revoke_upstream(token)).await;
+        match asked {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
                 info!(backend = %self.config.backend, error = %e, "the authorization server could not revoke the token; it is forgotten here");
                 Some(false)
             }
-        };
-        Ok(Revoked { removed, upstream })
+            Err(_) => {
+                info!(backend = %self.config.backend, "the authorization server did not answer the revocation in time; the token is forgotten here");
+                Some(false)
+            }
+        }
     }
 
     /// RFC 7009 at `token`'s issuer: `Ok(None)` when it offers no revocation endpoint.
     async fn revoke_upstream(
         &self,
-        token: &crate::outgoing_auth::vault::UpstreamToken,
+        token: &UpstreamToken,
     ) -> Result<Option<bool>, OutgoingAuthError> {
         let known = self.servers.lock().get(&token.issuer).cloned();
         let server = match known {
@@ -60,7 +102,12 @@ impl Backend {
         let Some(endpoint) = server.revocation_endpoint.clone() else {
             return Ok(None);
         };
-        let registration = self.revoking_client(&server, &token.client_id).await;
+        // Not a client this process knows (a token kept by an older build): revoked as a
+        // public client naming itself, which a server may refuse.
+        let registration = self
+            .client_of(&server, token)
+            .await
+            .unwrap_or_else(|| Registration::public(&server.issuer, &token.client_id));
         let mut all = true;
         let tokens = [
             (token.refresh_token.as_deref(), "refresh_token"),
@@ -89,30 +136,5 @@ impl Backend {
             all &= answer.status == 200 || unsupported;
         }
         Ok(Some(all))
-    }
-
-    /// The client the token was issued to, as it authenticates at `server`: the registration
-    /// this process made or was configured with when it is that client; otherwise a public
-    /// client naming itself (a registration made by another replica is not known here, and a
-    /// new one must not be made only to revoke).
-    async fn revoking_client(
-        &self,
-        server: &discovery::ServerMetadata,
-        client_id: &str,
-    ) -> Registration {
-        let cached = self.registrations.lock().get(&server.issuer).cloned();
-        let configured = self.config.client.client_id.is_some()
-            || self.config.client.client_metadata_url.is_some();
-        let known = match cached {
-            Some(r) => Some(r),
-            None if configured => match self.redirect_uri() {
-                Ok(uri) => self.registration(server, &uri).await.ok(),
-                Err(_) => None,
-            },
-            None => None,
-        };
-        known
-            .filter(|r| r.client_id == client_id)
-            .unwrap_or_else(|| Registration::public(&server.issuer, client_id))
     }
 }

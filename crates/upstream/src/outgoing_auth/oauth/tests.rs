@@ -623,6 +623,8 @@ fn a_short_lived_token_is_used_for_half_its_life() {
         issuer: "https://as.example".into(),
         resource: "https://mcp.example".into(),
         client_id: "c".into(),
+        client_secret: None,
+        client_auth: None,
     };
     assert!(tokens::fresh(&token(Some(now), now + 10)));
     assert!(!tokens::fresh(&token(Some(now - 7), now + 3)));
@@ -636,4 +638,19 @@ fn a_short_lived_token_is_used_for_half_its_life() {
         ..token(Some(now), now + 10)
     };
     assert!(!tokens::fresh(&refreshable));
+}
+
+/// A reload builds a second backend under the same name; when the reload does not adopt it
+/// (it is dropped), the one in service is still the one a revoke reaches, and when both are
+/// alive the newer one is.
+#[test]
+fn a_dropped_reload_copy_does_not_hide_the_backend_in_service() {
+    let flows = Arc::new(Flows::default());
+    let serving = backend(&flows);
+    let copy = backend(&flows);
+    assert!(Arc::ptr_eq(&flows.backend("gh").unwrap(), &copy));
+    drop(copy);
+    assert!(Arc::ptr_eq(&flows.backend("gh").unwrap(), &serving));
+    drop(serving);
+    assert!(flows.backend("gh").is_none());
 }

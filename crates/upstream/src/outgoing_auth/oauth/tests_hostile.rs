@@ -33,6 +33,8 @@ fn token_for(resource: &str, issuer: &str) -> UpstreamToken {
         issuer: issuer.into(),
         resource: resource.into(),
         client_id: "c".into(),
+        client_secret: None,
+        client_auth: None,
     }
 }
 

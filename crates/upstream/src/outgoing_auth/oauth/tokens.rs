@@ -100,6 +100,8 @@ pub(crate) fn token_from(
         issuer: registration.issuer.clone(),
         resource: resource.to_owned(),
         client_id: registration.client_id.clone(),
+        client_secret: registration.secret.as_ref().map(|s| s.expose().to_owned()),
+        client_auth: Some(registration.auth.name().to_owned()),
     })
 }
 
@@ -230,8 +232,12 @@ impl Backend {
                     true => Ok(header_of(&token)),
                     // Revoked, or replaced by another holder: what is there now, if usable.
                     false => {
-                        let now = self.kept(key).await.ok().flatten().filter(fresh);
-                        Ok(now.and_then(|t| header_of(&t)))
+                        let now = self.kept(key).await.ok().flatten();
+                        if now.is_none() {
+                            // Revoked during the grant: the token it gave is revoked too.
+                            self.revoke_at_issuer(&token).await;
+                        }
+                        Ok(now.filter(fresh).and_then(|t| header_of(&t)))
                     }
                 }
             }
@@ -260,12 +266,12 @@ impl Backend {
             Some(s) => s,
             None => discovery::server_metadata(&self.http, &old.issuer).await?,
         };
-        let registration = self.registration(&server, &self.redirect_uri()?).await?;
-        if registration.client_id != old.client_id {
-            return Err(OutgoingAuthError::Discovery(
-                "the token was issued to another client registration",
-            ));
-        }
+        let registration =
+            self.client_of(&server, old)
+                .await
+                .ok_or(OutgoingAuthError::Discovery(
+                    "the token was issued to another client registration",
+                ))?;
         let mut form = vec![
             ("grant_type", "refresh_token".to_owned()),
             ("refresh_token", refresh.to_owned()),
@@ -280,5 +286,37 @@ impl Backend {
             old.scope.clone(),
             Some(refresh),
         )
+    }
+
+    /// The client `token` was issued to, as it authenticates at `server`: the registration
+    /// this process holds for that issuer, else the configured client, else the one the token
+    /// recorded (a dynamic registration made by another replica, or before a restart). `None`
+    /// when none of those is that client. Never a new registration.
+    pub(super) async fn client_of(
+        &self,
+        server: &discovery::ServerMetadata,
+        token: &UpstreamToken,
+    ) -> Option<Registration> {
+        let cached = self.registrations.lock().get(&server.issuer).cloned();
+        if let Some(r) = cached.filter(|r| r.client_id == token.client_id) {
+            return Some(r);
+        }
+        let configured = matches!(
+            super::registration::choose(&self.config.client, server),
+            Ok(super::registration::Choice::PreRegistered
+                | super::registration::Choice::MetadataDocument(_))
+        );
+        if configured {
+            if let Ok(uri) = self.redirect_uri() {
+                let configured = self.registration(server, &uri).await.ok();
+                if let Some(r) = configured.filter(|r| r.client_id == token.client_id) {
+                    return Some(r);
+                }
+            }
+        }
+        token
+            .client_auth
+            .is_some()
+            .then(|| Registration::of_token(token))
     }
 }

@@ -18,6 +18,8 @@ fn token() -> UpstreamToken {
         issuer: "https://as.example.com".into(),
         resource: "https://mcp.example.com/".into(),
         client_id: "switchboard".into(),
+        client_secret: None,
+        client_auth: None,
     }
 }
 
