@@ -60,6 +60,21 @@ pub(crate) enum Command {
     /// List or revoke callers' upstream tokens in the session store's Redis (`sessionStore`
     /// with `tokenStore.encryptionKeyFile`; without them tokens live in the gateway's memory).
     Tokens(crate::tokens_cli::TokensCmdArgs),
+    /// Inside a sandbox with a network allow list: bridge 127.0.0.1 to the egress proxy's
+    /// socket and run the backend behind it (the gateway starts this itself).
+    #[command(name = "sandbox-bridge", hide = true)]
+    SandboxBridge(BridgeArgs),
+}
+
+/// `sandbox-bridge --socket PATH -- PROGRAM [ARGS…]`.
+#[derive(Debug, Args)]
+pub(crate) struct BridgeArgs {
+    /// The egress proxy's Unix socket.
+    #[arg(long)]
+    pub(crate) socket: PathBuf,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub(crate) command: Vec<std::ffi::OsString>,
 }
 
 const RUN_EXAMPLES: &str = "\

@@ -74,6 +74,7 @@ fn main() -> std::process::ExitCode {
                 .build();
             block_on(rt, tokens_cli::run(args))
         }
+        Command::SandboxBridge(args) => bridge(&args),
         Command::Fixture(args) => {
             // The fixture reads one stdin stream and answers from one writer, so it runs on a
             // single thread: a multi-threaded runtime only added work-stealing wake-ups to
@@ -96,6 +97,31 @@ fn main() -> std::process::ExitCode {
                 };
                 served.map_err(anyhow::Error::from)
             })
+        }
+    }
+}
+
+/// The bridge in a sandbox (`switchboard_upstream::egress::bridge`): one thread (it counts
+/// against the backend's process limit), the backend's exit status as its own.
+fn bridge(args: &cli::BridgeArgs) -> std::process::ExitCode {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let Some((program, rest)) = args.command.split_first() else {
+        return std::process::ExitCode::FAILURE;
+    };
+    let ran = rt.and_then(|rt| {
+        rt.block_on(switchboard_upstream::egress::bridge::run(
+            &args.socket,
+            program,
+            rest,
+        ))
+    });
+    match ran {
+        Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("switchboard sandbox-bridge: {e}");
+            std::process::ExitCode::from(70)
         }
     }
 }
@@ -145,7 +171,8 @@ fn init_tracing(cli: &Cli) {
         | Command::Init(_)
         | Command::Trust(_)
         | Command::Tokens(_)
-        | Command::Doctor(_) => "warn",
+        | Command::Doctor(_)
+        | Command::SandboxBridge(_) => "warn",
         Command::Run(_) | Command::Serve(_) | Command::Bench(_) => "info",
     };
     let filter =

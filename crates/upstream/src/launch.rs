@@ -49,12 +49,18 @@ fn plain(config: &StdioConfig) -> Command {
 /// the sandbox's `HOME`, `LANG`, and what the configuration passes.
 fn sandboxed(config: &StdioConfig, sandbox: &Sandbox) -> std::io::Result<Command> {
     sandbox.prepare()?;
+    let owner = sandbox.host.run_as.as_ref().map(|r| (r.uid, r.gid));
+    let socket = match &sandbox.egress {
+        Some(egress) => Some(egress.socket(owner).map_err(std::io::Error::other)?),
+        None => None,
+    };
     let launch = sandbox.launch(
         &config.program,
         &config.args,
         config.cwd.as_deref(),
         config.private_home,
         &config.homes.others(&sandbox.home),
+        socket.as_deref(),
     );
     let mut command = Command::new(launch.program);
     command.args(launch.args).env_clear().current_dir("/");

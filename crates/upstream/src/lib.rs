@@ -8,6 +8,7 @@
 
 mod answer;
 mod credential;
+pub mod egress;
 mod error;
 mod exit;
 mod forker;

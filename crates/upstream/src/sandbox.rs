@@ -20,8 +20,11 @@
 //!       --tmpfs D, D's entries bound back, the mounts under D again   (each directory
 //!                             holding a file of the gateway's: config, secrets, state, audit log;
 //!                             or another backend's home: [`Homes`], the default homes' directory)
+//!       --ro-bind <gateway binary> /run/switchboard/bridge         with an allow list
+//!         --ro-bind <proxy socket> /run/switchboard/egress.sock   (crate::egress)
 //!       --chdir <cwd, else the sandbox's home>
-//!       -- prlimit --as=M --nproc=P --nofile=F --core=0 -- PROGRAM ARGS...
+//!       -- [/run/switchboard/bridge sandbox-bridge --socket /run/switchboard/egress.sock --]
+//!          prlimit --as=M --nproc=P --nofile=F --core=0 -- PROGRAM ARGS...
 //!       -- prlimit … -- sh -c '<copy the seed into the home, then exec>' sh cp PROGRAM ARGS...
 //! ```
 //!
@@ -45,6 +48,8 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+
+use crate::egress::{BRIDGE, BRIDGE_COMMAND, SOCKET};
 
 /// Where the backend's own writable home (and with it the npm/uv caches) appears inside.
 pub const SANDBOX_HOME: &str = "/home/switchboard";
@@ -86,6 +91,9 @@ pub struct Sandbox {
     pub limits: Limits,
     /// The tools found on this host.
     pub host: Host,
+    /// What it may reach through the egress proxy (`sandbox.network.allow`); `None`: no
+    /// network at all.
+    pub egress: Option<std::sync::Arc<crate::egress::Egress>>,
 }
 
 /// The homes of every sandboxed backend the gateway serves or has served since it started,
@@ -321,7 +329,8 @@ impl Sandbox {
     /// The argv that runs `program args` sandboxed, starting in `cwd` (else the sandbox's
     /// home): with the backend's home, or with `private` a home of its own that exists only
     /// inside, seeded with a copy of the backend's (the module's text). `others`: the other
-    /// backends' homes ([`Homes`]), hidden as the gateway's own files are.
+    /// backends' homes ([`Homes`]), hidden as the gateway's own files are. `socket`: the
+    /// egress proxy's, when the sandbox has an allow list ([`crate::egress`]).
     pub(crate) fn launch(
         &self,
         program: &str,
@@ -329,6 +338,7 @@ impl Sandbox {
         cwd: Option<&Path>,
         private: bool,
         others: &[PathBuf],
+        socket: Option<&Path>,
     ) -> Launch {
         let layers = self.layers(private);
         let mut argv = self.host.prefix();
@@ -343,6 +353,11 @@ impl Sandbox {
             }
         }
         self.cover(&layers, &hidden, &mut argv);
+        let bridge = self.egress.as_ref().zip(socket);
+        if let Some((egress, socket)) = bridge {
+            argv.extend(["--ro-bind".into(), egress.bridge().into(), BRIDGE.into()]);
+            argv.extend(["--ro-bind".into(), socket.into(), SOCKET.into()]);
+        }
         // Relative to the gateway's directory, as an unsandboxed backend's would be.
         let start = cwd.map_or_else(
             || PathBuf::from(SANDBOX_HOME),
@@ -351,6 +366,9 @@ impl Sandbox {
         argv.push("--chdir".into());
         argv.push(start.into_os_string());
         argv.push("--".into());
+        if bridge.is_some() {
+            argv.extend([BRIDGE, BRIDGE_COMMAND, "--socket", SOCKET, "--"].map(OsString::from));
+        }
         argv.push(self.host.prlimit.clone().into_os_string());
         argv.extend(self.limits.prlimit_args());
         argv.push("--".into());
@@ -427,8 +445,23 @@ impl Sandbox {
             Some(c) => format!("; cpu {c} not enforced"),
             None => String::new(),
         };
+        let network = match &self.egress {
+            None => "no network".to_owned(),
+            Some(e) => {
+                let allowed: Vec<String> = e
+                    .allow()
+                    .entries()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                format!(
+                    "network only through the egress proxy, to {}",
+                    allowed.join(", ")
+                )
+            }
+        };
         format!(
-            "bubblewrap (mount, pid, ipc, uts, user, cgroup and network namespaces; no network){who}; \
+            "bubblewrap (mount, pid, ipc, uts, user, cgroup and network namespaces; {network}){who}; \
              limits: setrlimit ({}), not cgroup v2 ({}){cpu}",
             applied.join(", "),
             cgroup_v2()

@@ -8,6 +8,9 @@ use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
+use std::sync::Arc;
+
+use switchboard_upstream::egress::{AllowList, Egress, Limits as EgressLimits, Target};
 use switchboard_upstream::sandbox::{self, Host, Limits, Sandbox, SandboxError};
 
 use super::ConfigError;
@@ -196,7 +199,7 @@ pub(crate) fn resolve(
     let at = b.switched_at.clone();
     let mut errors = Vec::new();
     let limits = limits(settings, &at, &mut errors);
-    network(settings, &at, &mut errors);
+    let egress = network(settings, &at, b.name, &mut errors);
     let fs = settings.filesystem.clone().unwrap_or_default();
     let read = paths(
         &fs.read,
@@ -228,7 +231,9 @@ pub(crate) fn resolve(
         .get()
         .map_err(|e| vec![ConfigError::new(&at, e.to_string())])?;
     if let Some(r) = &host.run_as {
-        let errors = out_of_reach(r.uid, &at, &home, read.iter().chain(&write));
+        let bridge = egress.iter().map(|e| e.bridge().to_path_buf());
+        let bridge: Vec<PathBuf> = bridge.collect();
+        let errors = out_of_reach(r.uid, &at, &home, read.iter().chain(&write).chain(&bridge));
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -241,6 +246,7 @@ pub(crate) fn resolve(
         home,
         limits,
         host,
+        egress,
     };
     visible(&sandbox, b)?;
     Ok(sandbox)
@@ -270,10 +276,17 @@ fn limits(settings: &SandboxSettings, at: &str, errors: &mut Vec<ConfigError>) -
     }
 }
 
-/// Entries are checked (`host:port`); a list that is not empty is refused: the egress proxy
-/// that would enforce it is not built yet, and a list must never be silently ignored.
-fn network(settings: &SandboxSettings, at: &str, errors: &mut Vec<ConfigError>) {
-    let Some(net) = &settings.network else { return };
+/// The backend's egress when its allow list is not empty (each entry checked: `host:port`,
+/// a DNS name or an IP address, IPv6 in brackets, a port 1–65535, no wildcards): enforced
+/// by the proxy `switchboard_upstream::egress` runs, bridged into the sandbox by this very
+/// executable.
+fn network(
+    settings: &SandboxSettings,
+    at: &str,
+    backend: &str,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Arc<Egress>> {
+    let net = settings.network.as_ref()?;
     let before = errors.len();
     for (i, entry) in net.allow.iter().enumerate() {
         if let Err(e) = host_port(entry) {
@@ -283,43 +296,36 @@ fn network(settings: &SandboxSettings, at: &str, errors: &mut Vec<ConfigError>) 
             ));
         }
     }
-    if errors.len() == before && !net.allow.is_empty() {
-        errors.push(ConfigError::new(
-            &format!("{at}.network.allow"),
-            "not supported yet: the egress proxy that enforces an allow list is a later \
-             step, and a sandboxed backend has no network at all; remove the list, or set \
-             `sandbox: off` for a backend that needs the network",
-        ));
+    if errors.len() > before {
+        return None;
+    }
+    let allow = AllowList::parse(&net.allow).ok()?;
+    if allow.is_empty() {
+        return None;
+    }
+    match std::env::current_exe() {
+        Ok(exe) => Some(Arc::new(Egress::new(
+            backend,
+            allow,
+            EgressLimits::default(),
+            exe,
+        ))),
+        Err(e) => {
+            errors.push(ConfigError::new(
+                &format!("{at}.network.allow"),
+                format!(
+                    "the gateway's own executable (run in the sandbox as the bridge to the \
+                     egress proxy) cannot be found: {e}"
+                ),
+            ));
+            None
+        }
     }
 }
 
 /// `host:port`: a DNS name or an IP address (IPv6 in brackets), and a port 1–65535.
-pub(crate) fn host_port(entry: &str) -> Result<(), &'static str> {
-    let (host, port) = entry
-        .rsplit_once(':')
-        .ok_or("expected host:port, like api.github.com:443")?;
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => {}
-        _ => return Err("the port must be a number from 1 to 65535"),
-    }
-    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        return v6
-            .parse::<std::net::Ipv6Addr>()
-            .map(|_| ())
-            .map_err(|_| "not an IPv6 address in brackets");
-    }
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if host.len() <= 253 && host.split('.').all(label_ok) {
-        Ok(())
-    } else {
-        Err("the host must be a DNS name or an IP address")
-    }
+pub(crate) fn host_port(entry: &str) -> Result<(), String> {
+    Target::parse(entry).map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// Each path resolved (relative ones from the config file's directory; `..` and links

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use crate::common::{tool_text, TestGateway};
 
 mod bounds;
+mod egress;
 mod homes;
 mod listed;
 mod neighbours;
@@ -119,6 +120,16 @@ async fn hostile(name: &str) -> Hostile {
 
 /// [`hostile`], with more `serve` arguments (made from its directory).
 async fn hostile_with(name: &str, extra: impl FnOnce(&Path) -> Vec<String>) -> Hostile {
+    hostile_sandboxed(name, "", extra).await
+}
+
+/// [`hostile_with`], with more lines of the hostile backend's `sandbox` settings (each
+/// starting with a newline, indented six spaces).
+async fn hostile_sandboxed(
+    name: &str,
+    more: &str,
+    extra: impl FnOnce(&Path) -> Vec<String>,
+) -> Hostile {
     let dir = Dir::new(name);
     let home = dir.0.join("home");
     dir.write(
@@ -137,7 +148,7 @@ async fn hostile_with(name: &str, extra: impl FnOnce(&Path) -> Vec<String>) -> H
         "# {CONFIG_SENTINEL}\nsecretsFile: sb.secrets.env\n\
          aggregation: {{conflictResolution: prefix}}\nbackends:\n\
          \x20 - name: hostile\n    command: python3\n    args: [{HOSTILE}]\n\
-         \x20   sandbox:\n      filesystem: {{write: [{}]}}\n      {HOSTILE_SANDBOX}\n\
+         \x20   sandbox:\n      filesystem: {{write: [{}]}}\n      {HOSTILE_SANDBOX}{more}\n\
          \x20 - name: fixture\n    command: {SB}\n    args: [fixture]\n",
         out.display()
     );

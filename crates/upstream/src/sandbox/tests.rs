@@ -35,6 +35,7 @@ fn sandbox(home: &Path) -> Sandbox {
             cpu: None,
         },
         host: host(false),
+        egress: None,
     }
 }
 
@@ -49,7 +50,7 @@ fn argv(launch: &Launch) -> Vec<String> {
 #[test]
 fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
     let s = sandbox(Path::new("/var/cache/sb/files"));
-    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, false, &[]));
+    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, false, &[], None));
     let text = all.join(" ");
     // /dev read-only (nothing to fill), its /dev/shm bounded at `memory`.
     assert!(
@@ -79,7 +80,7 @@ fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
 #[test]
 fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
     let s = sandbox(Path::new("/var/cache/sb/files"));
-    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, true, &[]));
+    let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, true, &[], None));
     let text = all.join(" ");
     assert!(
         text.contains(
@@ -110,7 +111,7 @@ fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
 fn root_drops_to_nobody_and_cwd_is_kept() {
     let mut s = sandbox(Path::new("/var/cache/sb/files"));
     s.host = host(true);
-    let all = argv(&s.launch("srv", &[], Some(Path::new("/srv/data")), false, &[]));
+    let all = argv(&s.launch("srv", &[], Some(Path::new("/srv/data")), false, &[], None));
     assert_eq!(
         all[..6],
         [
@@ -123,6 +124,37 @@ fn root_drops_to_nobody_and_cwd_is_kept() {
         ]
     );
     assert!(all.join(" ").contains("--chdir /srv/data --"));
+}
+
+/// With an allow list, the gateway binary and the proxy's socket are bound in after every
+/// mask (over `/run`'s), and the bridge runs first, before the limits: the program it
+/// starts is limited as without it. Without a socket (no allow list) nothing of it.
+#[test]
+fn an_allow_list_binds_the_bridge_and_runs_it_before_the_limits() {
+    let mut s = sandbox(Path::new("/var/cache/sb/files"));
+    let allow = crate::egress::AllowList::parse(&["api.github.com:443"]).unwrap();
+    let limits = crate::egress::Limits::default();
+    let egress = crate::egress::Egress::new("files", allow, limits, "/opt/sb/switchboard".into());
+    s.egress = Some(Arc::new(egress));
+    let sock = Path::new("/tmp/switchboard-egress-1-ab/proxy.sock");
+    let text = argv(&s.launch("srv", &["a".into()], None, false, &[], Some(sock))).join(" ");
+    let bind = "--ro-bind /opt/sb/switchboard /run/switchboard/bridge \
+                --ro-bind /tmp/switchboard-egress-1-ab/proxy.sock /run/switchboard/egress.sock";
+    let at = text.find(bind).unwrap_or_else(|| panic!("{text}"));
+    assert!(text.find("--tmpfs /run").unwrap() < at, "{text}");
+    assert!(
+        text.contains(
+            " -- /run/switchboard/bridge sandbox-bridge --socket /run/switchboard/egress.sock \
+             -- /usr/bin/prlimit --as=268435456"
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with("-- srv a"), "{text}");
+    assert!(s
+        .describe()
+        .contains("network only through the egress proxy, to api.github.com:443"));
+    let none = argv(&s.launch("srv", &[], None, false, &[], None)).join(" ");
+    assert!(!none.contains("bridge"), "{none}");
 }
 
 /// A hidden file's directory is covered: its other entries are bound back, the hidden ones
@@ -139,7 +171,7 @@ fn hidden_files_directories_are_covered() {
         dir.join("not-yet.log"),
         "/root/.ssh/id_rsa".into(),
     ];
-    let text = argv(&s.launch("srv", &[], None, false, &[])).join(" ");
+    let text = argv(&s.launch("srv", &[], None, false, &[], None)).join(" ");
     let at = |needle: &str| {
         text.find(needle)
             .unwrap_or_else(|| panic!("{needle}: {text}"))
@@ -165,7 +197,7 @@ fn other_backends_homes_are_hidden() {
     let mut s = sandbox(&homes.join("own"));
     s.hidden = vec![homes.clone()];
     let others = [homes.join("other"), dir.join("Cargo.toml"), s.home.clone()];
-    let text = argv(&s.launch("srv", &[], None, false, &others)).join(" ");
+    let text = argv(&s.launch("srv", &[], None, false, &others, None)).join(" ");
     let d = dir.display();
     assert_eq!(text.matches(&format!("--tmpfs {d} ")).count(), 1, "{text}");
     assert!(!text.contains(&format!("--tmpfs {d}/src ")), "{text}");

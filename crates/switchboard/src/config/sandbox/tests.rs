@@ -36,6 +36,9 @@ fn host_port_entries_are_checked() {
         "[::zz]:443",
         ":443",
         "https://x.com:443",
+        "*.x.com:443",
+        "*:443",
+        "::1:443",
     ] {
         assert!(host_port(bad).is_err(), "{bad}");
     }
@@ -79,10 +82,10 @@ fn limits_default_and_refuse_nonsense() {
     );
 }
 
-/// An allow list is checked entry by entry, and a valid one is refused as not supported yet
-/// (never silently ignored: the backend would have no network while the file says it has).
+/// An allow list is checked entry by entry; a valid one gives the backend its egress (the
+/// entries normalized, this executable as the bridge), an empty one none (no network).
 #[test]
-fn a_network_allow_list_is_refused_until_the_proxy_exists() {
+fn a_network_allow_list_gives_the_backend_its_egress() {
     let with = |allow: &[&str]| SandboxSettings {
         network: Some(Network {
             allow: allow.iter().map(ToString::to_string).collect(),
@@ -90,17 +93,40 @@ fn a_network_allow_list_is_refused_until_the_proxy_exists() {
         ..Default::default()
     };
     let mut errors = Vec::new();
-    network(&with(&[]), "sandbox", &mut errors);
+    assert!(network(&with(&[]), "sandbox", "b", &mut errors).is_none());
     assert!(errors.is_empty());
-    network(&with(&["api.github.com:443"]), "sandbox", &mut errors);
-    assert_eq!(errors.len(), 1);
-    assert!(errors[0]
-        .to_string()
-        .starts_with("sandbox.network.allow: not supported yet"));
-    errors.clear();
-    network(&with(&["ok.com:443", "nope"]), "b.sandbox", &mut errors);
-    assert_eq!(errors.len(), 1, "only the bad entry: {errors:?}");
-    assert!(errors[0].path.ends_with("network.allow[1]"), "{errors:?}");
+    let egress = network(
+        &with(&["API.github.com.:443", "[::1]:80"]),
+        "sandbox",
+        "b",
+        &mut errors,
+    )
+    .unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let entries: Vec<String> = egress
+        .allow()
+        .entries()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(entries, ["api.github.com:443", "[::1]:80"]);
+    assert_eq!(
+        egress.bridge().to_path_buf(),
+        std::env::current_exe().unwrap()
+    );
+    let bad = network(
+        &with(&["ok.com:443", "nope", "*.x.com:443"]),
+        "b.sandbox",
+        "b",
+        &mut errors,
+    );
+    assert!(bad.is_none());
+    let keys: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["b.sandbox.network.allow[1]", "b.sandbox.network.allow[2]"],
+        "{errors:?}"
+    );
 }
 
 /// A directory others may not search on the way to a path is named (a root gateway's

@@ -11,6 +11,9 @@ does when its heap cannot grow): the gateway must report that like any crash.
 - `whoami`: uid, pid, ppid, cwd, HOME.
 - `write {path}`: creates the file with one line.
 - `connect {port}`: a TCP connection to 127.0.0.1:PORT.
+- `tunnel {target, send}`: `CONNECT TARGET` to the proxy in `https_proxy`; on 200, sends
+  SEND and answers what came back until the other side closed; else the status line.
+- `proxied_get {url}`: GET URL with urllib, through the proxy the environment names.
 - `fork_bomb {max}`: forks (each child sleeps) until a fork fails or MAX succeeded; then
   kills them all. Answers `{"forked": N, "error": ...}`.
 - `allocate {mib}`: one buffer of MIB MiB.
@@ -68,6 +71,44 @@ def connect(args):
         s = socket.create_connection(("127.0.0.1", int(args["port"])), timeout=3)
         s.close()
         return "connected"
+    return tried(go)
+
+
+def tunnel(args):
+    def go():
+        proxy = os.environ["https_proxy"].rsplit("/", 1)[-1]
+        host, port = proxy.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (args["target"], args["target"]))
+                  .encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1)
+            if not chunk:
+                break
+            head += chunk
+        status = head.split(b"\r\n", 1)[0].decode("latin-1")
+        if " 200 " not in status + " ":
+            s.close()
+            raise ConnectionError(status)
+        s.sendall(args["send"].encode())
+        back = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            back += chunk
+        s.close()
+        return back.decode("utf-8", "replace")
+    return tried(go)
+
+
+def proxied_get(args):
+    import urllib.request
+
+    def go():
+        with urllib.request.urlopen(args["url"], timeout=5) as r:
+            return "%d %s" % (r.status, r.read().decode("utf-8", "replace"))
     return tried(go)
 
 
@@ -135,7 +176,8 @@ def fill(args):
 
 
 TOOLS = {"read": read, "environ": environ, "env": lambda _a: json.dumps(dict(os.environ)),
-         "whoami": whoami, "write": write, "connect": connect, "fork_bomb": fork_bomb,
+         "whoami": whoami, "write": write, "connect": connect, "tunnel": tunnel,
+         "proxied_get": proxied_get, "fork_bomb": fork_bomb,
          "allocate": allocate, "die_allocating": die_allocating, "fds": fds, "fill": fill}
 
 

@@ -194,8 +194,9 @@ async fn without_bubblewrap_the_gateway_refuses_to_start_naming_the_fix() {
     }
 }
 
-/// What the sandbox cannot honour is refused by `validate` with its path: an egress allow
-/// list (not built yet), a command the sandbox hides, a listed path that does not exist.
+/// What the sandbox cannot honour is refused by `validate` with its path: an allow-list
+/// entry that is not `host:port` (a wildcard, a missing port), a command the sandbox hides,
+/// a listed path that does not exist.
 #[tokio::test]
 async fn validate_refuses_what_the_sandbox_cannot_honour() {
     if !ready("refusals") {
@@ -205,7 +206,7 @@ async fn validate_refuses_what_the_sandbox_cannot_honour() {
     let yaml = format!(
         "backends:\n\
          \x20 - name: a\n    command: {SB}\n    args: [fixture]\n\
-         \x20   sandbox: {{network: {{allow: [\"api.github.com:443\"]}}}}\n\
+         \x20   sandbox: {{network: {{allow: [\"api.github.com:443\", \"*.github.com:443\", \"x.com\"]}}}}\n\
          \x20 - name: b\n    command: /root/bin/server\n    sandbox: {{memory: 1GiB}}\n\
          \x20 - name: c\n    command: {SB}\n    sandbox: {{filesystem: {{read: [/no/such/dir]}}}}\n"
     );
@@ -215,7 +216,8 @@ async fn validate_refuses_what_the_sandbox_cannot_honour() {
     let (ok, text) = switchboard(&args, &own_path, &dir.0).await;
     assert!(!ok, "{text}");
     for expected in [
-        "backends[0].sandbox.network.allow: not supported yet",
+        "backends[0].sandbox.network.allow[1]: `*.github.com:443`: the host must be",
+        "backends[0].sandbox.network.allow[2]: `x.com`: expected host:port",
         "backends[1].command: /root/bin/server is hidden in the sandbox (under /root)",
         "backends[2].sandbox.filesystem.read[0]: does not exist",
     ] {

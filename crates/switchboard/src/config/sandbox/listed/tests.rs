@@ -17,6 +17,7 @@ fn sandbox(home: &str, read: &[&str], write: &[&str]) -> Sandbox {
             cp: "/bin/cp".into(),
             run_as: None,
         },
+        egress: None,
     }
 }
 

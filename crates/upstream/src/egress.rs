@@ -1,0 +1,187 @@
+//! The egress proxy of a sandboxed backend with a `sandbox.network.allow` list.
+//!
+//! A sandbox has its own network namespace: loopback only, no DNS. A backend that may reach
+//! some `host:port`s gets, besides its sandbox:
+//!
+//! - **on the host**, a proxy of its own ([`proxy`]): HTTP CONNECT and plain absolute-form
+//!   HTTP on a Unix socket in a private directory, enforcing the allow list, resolving
+//!   names itself, refusing everything else with `403` and a log line. Started on the
+//!   backend's first spawn, shared by all its processes (the shared one, per-session ones,
+//!   partitions), stopped with every task it runs and its socket removed when the last
+//!   configuration holding it is dropped (the backend removed or replaced).
+//! - **inside the sandbox**, the socket bound read-only at [`SOCKET`] and the gateway's own
+//!   binary at [`BRIDGE`], which runs first ([`bridge`]): it listens on `127.0.0.1:PORT`,
+//!   starts the program as its child with `HTTP_PROXY`, `HTTPS_PROXY`, `http_proxy`,
+//!   `https_proxy` set to `http://127.0.0.1:PORT` (and `NO_PROXY` removed), forwards each
+//!   connection to the socket, and exits with the program's status.
+//!
+//! What this contains: a client that honours the proxy variables reaches the listed
+//! targets and nothing else. What it does not: anything that ignores them simply has no
+//! network (no route, no DNS), so nothing is reached around the proxy either.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+pub mod allow;
+pub mod bridge;
+mod idle;
+mod proxy;
+#[cfg(test)]
+mod tests;
+
+pub use allow::{AllowList, Host, Target};
+pub use proxy::Limits;
+
+/// Where the proxy's socket appears inside the sandbox.
+pub const SOCKET: &str = "/run/switchboard/egress.sock";
+/// Where the bridge (the gateway's own binary) appears inside the sandbox.
+pub const BRIDGE: &str = "/run/switchboard/bridge";
+/// The bridge's subcommand of the gateway binary.
+pub const BRIDGE_COMMAND: &str = "sandbox-bridge";
+
+/// What went wrong with an allow-list entry, a proxied request, or the proxy's start.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    /// A host (or `host:port`) that is not one.
+    #[error("{0}")]
+    Host(&'static str),
+    /// A request the proxy cannot serve as asked.
+    #[error("{0}")]
+    Request(&'static str),
+    /// The proxy's socket could not be set up.
+    #[error("the egress proxy's socket {path}: {source}")]
+    Socket {
+        /// The socket or its directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// One backend's egress: its allow list, and its proxy once started.
+pub struct Egress {
+    backend: String,
+    allow: AllowList,
+    limits: Limits,
+    /// The program bound in at [`BRIDGE`]: the gateway's own executable.
+    bridge: PathBuf,
+    running: Mutex<Option<Running>>,
+}
+
+/// A started proxy: its socket, removed (with its directory) and every task stopped when
+/// dropped.
+struct Running {
+    dir: PathBuf,
+    socket: PathBuf,
+    _stop: DropGuard,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress")
+            .field("backend", &self.backend)
+            .field("allow", &self.allow)
+            .field("bridge", &self.bridge)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two egresses are the same configuration when they allow the same for the same backend
+/// with the same bridge (whether either has started does not matter).
+impl PartialEq for Egress {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.backend, &self.allow, &self.limits, &self.bridge)
+            == (&other.backend, &other.allow, &other.limits, &other.bridge)
+    }
+}
+
+impl Egress {
+    /// The egress of `backend`; `bridge` is the gateway's own executable.
+    pub fn new(backend: &str, allow: AllowList, limits: Limits, bridge: PathBuf) -> Egress {
+        Egress {
+            backend: backend.to_owned(),
+            allow,
+            limits,
+            bridge,
+            running: Mutex::new(None),
+        }
+    }
+
+    /// The allow list.
+    pub fn allow(&self) -> &AllowList {
+        &self.allow
+    }
+
+    /// The executable bound in as the bridge.
+    pub fn bridge(&self) -> &Path {
+        &self.bridge
+    }
+
+    /// The proxy's socket on the host, the proxy started first if it has not been (inside
+    /// a tokio runtime). `owner`: the uid and gid the sandboxes run as when the gateway is
+    /// root (they must reach and connect to the socket); otherwise they are the gateway's.
+    pub fn socket(&self, owner: Option<(u32, u32)>) -> Result<PathBuf, EgressError> {
+        let mut running = self.running.lock();
+        if let Some(r) = running.as_ref() {
+            return Ok(r.socket.clone());
+        }
+        let (dir, socket, listener) = bind(&self.backend, owner)?;
+        let stop = CancellationToken::new();
+        let proxy = Arc::new(proxy::Proxy::new(
+            &self.backend,
+            self.allow.clone(),
+            self.limits,
+        ));
+        tokio::spawn(proxy.serve(listener, stop.clone()));
+        *running = Some(Running {
+            dir,
+            socket: socket.clone(),
+            _stop: stop.drop_guard(),
+        });
+        Ok(socket)
+    }
+}
+
+/// A fresh private directory under the temporary directory, and the listening socket in
+/// it: the directory is created (never reused: a name someone else made fails), mode 0700,
+/// or 0711 with the socket owned by the sandboxes' user when the gateway is root.
+fn bind(
+    backend: &str,
+    owner: Option<(u32, u32)>,
+) -> Result<(PathBuf, PathBuf, tokio::net::UnixListener), EgressError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let mut random = [0u8; 8];
+    let _ = getrandom::fill(&mut random);
+    let tag: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("switchboard-egress-{}-{tag}", std::process::id()));
+    let fail = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| EgressError::Socket { path, source }
+    };
+    let mode = if owner.is_some() { 0o711 } else { 0o700 };
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(&dir)
+        .map_err(fail(&dir))?;
+    let socket = dir.join("proxy.sock");
+    let std_listener = std::os::unix::net::UnixListener::bind(&socket).map_err(fail(&socket))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(fail(&socket))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(&socket, Some(uid), Some(gid)).map_err(fail(&socket))?;
+    }
+    std_listener.set_nonblocking(true).map_err(fail(&socket))?;
+    let listener = tokio::net::UnixListener::from_std(std_listener).map_err(fail(&socket))?;
+    tracing::debug!(backend, socket = %socket.display(), "sandbox egress proxy listening");
+    Ok((dir, socket, listener))
+}
