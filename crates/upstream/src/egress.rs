@@ -159,7 +159,7 @@ fn bind(
     backend: &str,
     owner: Option<(u32, u32)>,
 ) -> Result<(PathBuf, PathBuf, tokio::net::UnixListener), EgressError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     let mut random = [0u8; 8];
     let _ = getrandom::fill(&mut random);
     let tag: String = random.iter().map(|b| format!("{b:02x}")).collect();
@@ -174,14 +174,28 @@ fn bind(
         .create(&dir)
         .map_err(fail(&dir))?;
     let socket = dir.join("proxy.sock");
-    let std_listener = std::os::unix::net::UnixListener::bind(&socket).map_err(fail(&socket))?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(fail(&socket))?;
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::chown(&socket, Some(uid), Some(gid)).map_err(fail(&socket))?;
+    let listening = listen(&socket, owner).map_err(fail(&socket));
+    match listening {
+        Ok(listener) => {
+            tracing::debug!(backend, socket = %socket.display(), "sandbox egress proxy listening");
+            Ok((dir, socket, listener))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&socket);
+            let _ = std::fs::remove_dir(&dir);
+            Err(e)
+        }
     }
-    std_listener.set_nonblocking(true).map_err(fail(&socket))?;
-    let listener = tokio::net::UnixListener::from_std(std_listener).map_err(fail(&socket))?;
-    tracing::debug!(backend, socket = %socket.display(), "sandbox egress proxy listening");
-    Ok((dir, socket, listener))
+}
+
+/// The listening socket at `path`: mode 0600, owned by `owner` when given.
+fn listen(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
+    }
+    listener.set_nonblocking(true)?;
+    tokio::net::UnixListener::from_std(listener)
 }

@@ -70,6 +70,8 @@ pub(crate) struct Proxy {
     limits: Limits,
     /// Targets already refused at warn.
     refused: Mutex<HashSet<Target>>,
+    /// Whether the cap was reported at warn.
+    full_said: std::sync::atomic::AtomicBool,
 }
 
 /// Why a request was not served: its status and a short reason (for the body).
@@ -82,6 +84,7 @@ impl Proxy {
             allow,
             limits,
             refused: Mutex::new(HashSet::new()),
+            full_said: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -103,11 +106,7 @@ impl Proxy {
                 }
             };
             let Ok(permit) = permits.clone().try_acquire_owned() else {
-                warn!(
-                    backend = %self.backend,
-                    "egress proxy: {} connections already open; closing a new one",
-                    self.limits.connections
-                );
+                self.full();
                 continue;
             };
             let proxy = self.clone();
@@ -250,6 +249,22 @@ impl Proxy {
         .await
         .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut)));
         opened.map_err(|e| self.unreachable(target, &e))
+    }
+
+    /// A connection past the cap: said at warn the first time, then at debug.
+    fn full(&self) {
+        let n = self.limits.connections;
+        if self
+            .full_said
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            debug!(backend = %self.backend, "egress proxy: {n} connections open; closed a new one");
+        } else {
+            warn!(
+                backend = %self.backend,
+                "egress proxy: {n} connections already open; closing new ones until one ends"
+            );
+        }
     }
 
     fn refuse(&self, target: &Target) {

@@ -122,3 +122,63 @@ async fn the_allow_list_is_reached_through_the_proxy_and_nothing_else() {
     );
     h.fixture_serves().await;
 }
+
+/// The bridge alone (it needs no sandbox): its program gets the proxy variables (and no
+/// `NO_PROXY`), exits with the program's status (a signal's death as 128 + its number),
+/// and passes `SIGTERM` on.
+#[tokio::test]
+async fn the_bridge_passes_on_its_program_s_status_and_signals() {
+    use tokio::io::AsyncBufReadExt;
+    let bridge = |script: &str| {
+        let mut cmd = tokio::process::Command::new(super::SB);
+        cmd.args([
+            "sandbox-bridge",
+            "--socket",
+            "/nonexistent/egress.sock",
+            "--",
+        ])
+        .args(["sh", "-c", script])
+        .env("NO_PROXY", "example.com")
+        .env("no_proxy", "example.com")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+        cmd
+    };
+    let out = bridge(
+        "echo $HTTP_PROXY $HTTPS_PROXY $http_proxy ${NO_PROXY-none} ${no_proxy-none}; exit 3",
+    )
+    .output()
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let words: Vec<&str> = said.split_whitespace().collect();
+    assert!(words[0].starts_with("http://127.0.0.1:"), "{said}");
+    assert_eq!(words[..3], [words[0]; 3], "{said}");
+    assert_eq!(words[3..], ["none", "none"], "{said}");
+
+    let out = bridge("kill -ABRT $$").output().await.unwrap();
+    assert_eq!(out.status.code(), Some(134), "{out:?}");
+
+    let mut child = bridge("trap 'exit 7' TERM; echo ready; while :; do sleep 0.05; done")
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("ready"));
+    let pid = child.id().unwrap().to_string();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the program's own exit, after its TERM trap"
+    );
+}
