@@ -191,6 +191,36 @@ async fn connect_tunnels_only_to_listed_targets() {
     assert_eq!(&back, b"back");
     drop(e);
     assert!(!socket.exists(), "the socket goes with the egress");
+    // And so does every tunnel it carried (well before its idle time, 5 s).
+    let closed = tokio::time::timeout(Duration::from_secs(2), tunnel.read(&mut back)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+}
+
+/// A tunnel with no byte either way for the idle time is closed.
+#[tokio::test]
+async fn an_idle_tunnel_is_closed() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let limits = Limits {
+        connections: 4,
+        idle: Duration::from_millis(200),
+        connect: Duration::from_secs(5),
+    };
+    let allow = AllowList::parse(&[format!("127.0.0.1:{port}")]).unwrap();
+    let e = Egress::new("t", allow, limits, "/bin/true".into());
+    let socket = e.socket(None).unwrap();
+    let (h, mut tunnel) = ask(
+        &socket,
+        &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    let (mut upstream, _) = listener.accept().await.unwrap();
+    let mut b = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(5), tunnel.read(&mut b)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+    let closed = tokio::time::timeout(Duration::from_secs(5), upstream.read(&mut b)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
 }
 
 /// A plain request in absolute form is forwarded in origin form: user-info and the proxy's
