@@ -91,13 +91,15 @@ impl std::fmt::Debug for Egress {
         f.debug_struct("Egress")
             .field("backend", &self.backend)
             .field("allow", &self.allow)
+            .field("limits", &self.limits)
             .field("bridge", &self.bridge)
             .finish_non_exhaustive()
     }
 }
 
 /// Two egresses are the same configuration when they allow the same for the same backend
-/// with the same bridge (whether either has started does not matter).
+/// with the same bridge (whether either has started does not matter). Its `Debug` says the
+/// same and no more: a reload restarts a backend when its configuration's `Debug` changes.
 impl PartialEq for Egress {
     fn eq(&self, other: &Self) -> bool {
         (&self.backend, &self.allow, &self.limits, &self.bridge)
