@@ -114,7 +114,7 @@ impl Table {
 pub(crate) enum Admission {
     /// Served; `evicted` tells that the bound was reached and an idle connection made room.
     Admitted { slot: Slot, evicted: bool },
-    /// No room now, but evicted connections are closing: wait for [`Connections::room`] and
+    /// No room now, but evicted connections are closing: wait for [`Connections::left`] and
     /// ask again.
     Wait,
     /// Every connection is busy: answer 503 and close.
@@ -204,6 +204,9 @@ impl Slot {
         self.lingering = true;
         let mut table = self.table.open.lock();
         table.closing = table.closing.saturating_sub(1);
+        drop(table);
+        // Whoever waits for this one learns at once that it will not close soon.
+        self.table.left.notify_waiters();
     }
 }
 

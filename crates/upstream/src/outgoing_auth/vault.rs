@@ -86,10 +86,10 @@ pub struct UpstreamToken {
     pub resource: String,
     /// The client id it was issued to.
     pub client_id: String,
-    /// That client's secret, if it has one, and how it authenticates at the token endpoint
-    /// (`client_secret_basic`, `client_secret_post`, `none`): a dynamic registration lives
-    /// only in the process that made it, so the token carries (sealed) what another replica
-    /// or a restarted gateway needs to refresh or revoke it.
+    /// For a client made by dynamic registration (which lives only in the process that made
+    /// it): its secret, if it has one, and how it authenticates at the token endpoint
+    /// (`client_secret_basic`, `client_secret_post`, `none`), so that another replica or a
+    /// restarted gateway can refresh or revoke the token. `None` for a configured client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -47,6 +47,9 @@ impl TokenAuth {
     }
 }
 
+/// Longest `client_id` or `client_secret` a dynamic registration may give.
+const MAX_CLIENT_FIELD: usize = 4096;
+
 /// The gateway's client at one authorization server.
 #[derive(Debug, Clone)]
 pub(crate) struct Registration {
@@ -55,6 +58,10 @@ pub(crate) struct Registration {
     pub(crate) client_id: String,
     pub(crate) secret: Option<Secret>,
     pub(crate) auth: TokenAuth,
+    /// Made by dynamic registration (RFC 7591): known only to the process that made it, so
+    /// the tokens issued to it carry it (sealed). A configured client is not copied there:
+    /// its rotation or removal in the config must take effect.
+    pub(crate) dynamic: bool,
 }
 
 impl Registration {
@@ -65,6 +72,7 @@ impl Registration {
             client_id: client_id.to_owned(),
             secret: None,
             auth: TokenAuth::None,
+            dynamic: false,
         }
     }
 
@@ -76,6 +84,7 @@ impl Registration {
             client_id: token.client_id.clone(),
             secret: token.client_secret.as_deref().map(Secret::new),
             auth: auth.unwrap_or(TokenAuth::None),
+            dynamic: true,
         }
     }
 
@@ -231,12 +240,14 @@ pub(crate) async fn register(
                 supported,
                 settings.client_secret.is_some(),
             ),
+            dynamic: false,
         }),
         Choice::MetadataDocument(url) => Ok(Registration {
             issuer,
             client_id: url,
             secret: None,
             auth: TokenAuth::None,
+            dynamic: false,
         }),
         Choice::Dynamic(endpoint) => {
             let asked = requested_method(settings.token_endpoint_auth, supported);
@@ -268,11 +279,20 @@ pub(crate) async fn register(
                 .ok_or(OutgoingAuthError::Malformed(
                     "registration answer has no client_id",
                 ))?;
+            // Both travel with every token issued to this client: a server cannot make them
+            // the bulk of what the vault keeps.
             let secret = json
                 .get("client_secret")
                 .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(Secret::new);
+                .filter(|s| !s.is_empty());
+            if client_id.len() > MAX_CLIENT_FIELD
+                || secret.is_some_and(|s| s.len() > MAX_CLIENT_FIELD)
+            {
+                return Err(OutgoingAuthError::Malformed(
+                    "registration answer's client_id or client_secret is too long",
+                ));
+            }
+            let secret = secret.map(Secret::new);
             let registered = json
                 .get("token_endpoint_auth_method")
                 .and_then(Value::as_str)
@@ -291,6 +311,7 @@ pub(crate) async fn register(
                 client_id: client_id.to_owned(),
                 secret,
                 auth,
+                dynamic: true,
             })
         }
     }

@@ -262,6 +262,7 @@ fn flow(backend: &Arc<Backend>, owner: u8, iss_required: bool) -> flows::Flow {
             client_id: "c".into(),
             secret: None,
             auth: TokenAuth::None,
+            dynamic: true,
         },
         verifier: Secret::new("v"),
         // Nothing listens here: a check that passes would fail at the token request.
@@ -385,6 +386,7 @@ fn errors_and_debug_output_hold_no_secret() {
         client_id: "c".into(),
         secret: Some(Secret::new("hunter2")),
         auth: TokenAuth::Basic,
+        dynamic: true,
     };
     assert!(!format!("{reg:?}").contains("hunter2"));
 }
@@ -653,4 +655,28 @@ fn a_dropped_reload_copy_does_not_hide_the_backend_in_service() {
     assert!(Arc::ptr_eq(&flows.backend("gh").unwrap(), &serving));
     drop(serving);
     assert!(flows.backend("gh").is_none());
+}
+
+/// A token records the client it was issued to only when that client came from dynamic
+/// registration: a configured client's secret stays in the config, where rotating or removing
+/// it takes effect.
+#[test]
+fn only_a_dynamic_clients_secret_travels_with_its_tokens() {
+    let answer = json!({"access_token": "at-1", "token_type": "Bearer", "expires_in": 60});
+    let client = |dynamic| registration::Registration {
+        issuer: "https://as.example".into(),
+        client_id: "c".into(),
+        secret: Some(Secret::new("s3cret-value")),
+        auth: TokenAuth::Basic,
+        dynamic,
+    };
+    let kept =
+        tokens::token_from(&answer, &client(true), "https://mcp.example", None, None).unwrap();
+    assert_eq!(kept.client_secret.as_deref(), Some("s3cret-value"));
+    assert_eq!(kept.client_auth.as_deref(), Some("client_secret_basic"));
+    assert!(!format!("{kept:?}").contains("s3cret-value"));
+    let configured =
+        tokens::token_from(&answer, &client(false), "https://mcp.example", None, None).unwrap();
+    assert_eq!(configured.client_secret, None);
+    assert_eq!(configured.client_auth, None);
 }

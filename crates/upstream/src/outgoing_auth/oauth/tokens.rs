@@ -100,8 +100,14 @@ pub(crate) fn token_from(
         issuer: registration.issuer.clone(),
         resource: resource.to_owned(),
         client_id: registration.client_id.clone(),
-        client_secret: registration.secret.as_ref().map(|s| s.expose().to_owned()),
-        client_auth: Some(registration.auth.name().to_owned()),
+        client_secret: registration
+            .secret
+            .as_ref()
+            .filter(|_| registration.dynamic)
+            .map(|s| s.expose().to_owned()),
+        client_auth: registration
+            .dynamic
+            .then(|| registration.auth.name().to_owned()),
     })
 }
 
@@ -232,12 +238,13 @@ impl Backend {
                     true => Ok(header_of(&token)),
                     // Revoked, or replaced by another holder: what is there now, if usable.
                     false => {
-                        let now = self.kept(key).await.ok().flatten();
-                        if now.is_none() {
+                        let now = self.kept(key).await;
+                        if matches!(now, Ok(None)) {
                             // Revoked during the grant: the token it gave is revoked too.
                             self.revoke_at_issuer(&token).await;
                         }
-                        Ok(now.filter(fresh).and_then(|t| header_of(&t)))
+                        let now = now.ok().flatten().filter(fresh);
+                        Ok(now.and_then(|t| header_of(&t)))
                     }
                 }
             }
