@@ -280,6 +280,21 @@ impl Access {
         )
     }
 
+    /// Whether `who` may watch `uri` under the current policy: subscribe to it, and see it (a
+    /// resource it may not read is hidden, whatever `subscribe` says), the merged lists'
+    /// `origins` saying where it is served when aggregating.
+    pub(crate) fn may_watch(
+        &self,
+        origins: Option<&dyn Origins>,
+        who: &Principal,
+        uri: &str,
+    ) -> bool {
+        let target = Target::resource(uri.to_owned());
+        let origin = origins.and_then(|o| o.of_item(&target));
+        self.allows(who, "subscribe", &target, origin.as_ref())
+            && self.allows(who, "read_resource", &target, origin.as_ref())
+    }
+
     /// Whether `caller`'s lists show `tool` (always, without a policy), the merged lists'
     /// `origins` saying where it is served when aggregating.
     pub(crate) fn shows_tool(

@@ -113,3 +113,12 @@ impl Answer {
         }
     }
 }
+
+/// A new Legacy session and the client's `initialize` answer.
+#[derive(Debug)]
+pub struct Initialized {
+    /// Goes out as `Mcp-Session-Id`.
+    pub session: SessionId,
+    /// The JSON-RPC response carrying the client's own id and negotiated version.
+    pub response: Vec<u8>,
+}

@@ -23,7 +23,7 @@ use crate::registry::Registry;
 use crate::resolve::{From, Via};
 use crate::session::{SessionId, Transport};
 use crate::CoreError;
-use crate::Principal;
+use crate::{Initialized, Principal};
 
 mod operator;
 mod sessions;
@@ -130,15 +130,6 @@ impl GatewayConfig {
         }
         registry
     }
-}
-
-/// A new Legacy session and the client's `initialize` answer.
-#[derive(Debug)]
-pub struct Initialized {
-    /// Goes out as `Mcp-Session-Id`.
-    pub session: SessionId,
-    /// The JSON-RPC response carrying the client's own id and negotiated version.
-    pub response: Vec<u8>,
 }
 
 /// The routing core for one shared backend.
@@ -330,7 +321,10 @@ impl Gateway {
     ) -> Result<Initialized, CoreError> {
         match self.per_session.transparent() {
             Some(spawner) if self.isolates_legacy(spawner).await => {
-                self.initialize_isolated(caller, id, msg, spawner).await
+                let (negotiated, _) = self.negotiate(caller, id, msg.params);
+                let own = self.own_upstreams();
+                let (who, with) = ((caller, negotiated), (spawner, &**self));
+                own.initialize_isolated(who, id, msg, with).await
             }
             _ => self.initialize_shared(caller, id, msg.params).await,
         }
@@ -415,7 +409,7 @@ impl Gateway {
             .config
             .access
             .visible_capabilities(caller, &info.capabilities);
-        if !self.delivers_logs() {
+        if !self.per_session.delivers_logs(&self.backends) {
             if let Some(caps) = capabilities.as_object_mut() {
                 caps.remove("logging");
             }
@@ -571,6 +565,22 @@ impl Gateway {
         }
     }
 
+    /// A session's own upstreams as requests reach them: the `Own` adapter and per-session
+    /// `initialize` (`per_session::OwnUpstreams`).
+    pub(crate) fn own_upstreams(self: &Arc<Self>) -> crate::per_session::OwnUpstreams<'_> {
+        crate::per_session::OwnUpstreams {
+            sender: &self.sender,
+            resolver: self.resolver(),
+            registry: &self.registry,
+            spawner: &self.per_session,
+            access: &self.config.access,
+            origins: self.origins(),
+            store: &self.store,
+            ends: self.clone(),
+            handshake_timeout: self.config.handshake_timeout,
+        }
+    }
+
     /// Keeps the client's `initialize` on its new session
     /// (`per_session::remember_client_init`).
     pub(crate) fn remember_client_init(
@@ -645,6 +655,49 @@ impl Gateway {
     /// the end of a session when its stream closes.
     pub fn sse(self: &Arc<Self>) -> SseEndpoint<'_> {
         SseEndpoint { gateway: self }
+    }
+
+    /// Turns on per-session backends: every later Legacy `initialize` on `/mcp` gets its own
+    /// process from `spawner`. Sessionless requests keep using the shared backend; Modern ones
+    /// on a Legacy-only backend run on their principal's partition (`mrtr::partition`).
+    pub fn enable_per_session(&self, spawner: Arc<dyn crate::SpawnBackend>) {
+        let primary = self.backends.primary().id.clone();
+        self.per_session.enable(true, vec![(primary, spawner)]);
+    }
+
+    /// Aggregating: sessions get their own upstream on each of `backends`, opened the first
+    /// time a request of the session goes there (the gateway answers `initialize` itself).
+    pub fn enable_per_session_backends(
+        &self,
+        backends: Vec<(crate::BackendId, Arc<dyn crate::SpawnBackend>)>,
+    ) {
+        self.per_session.enable(false, backends);
+    }
+
+    /// Whether sessions may have backends of their own (some backend is per-session): their
+    /// requests are answered on a stream (the backend may ask the client something), and
+    /// their answers to such questions are accepted.
+    pub(crate) fn is_per_session(&self) -> bool {
+        self.per_session.any()
+    }
+
+    /// Ends every session and every parked MRTR call (gateway shutdown), stopping their
+    /// backend processes.
+    pub async fn end_all_sessions(self: &Arc<Self>) {
+        // All at once (bounded by the teardown slots), not one after another: 256 backends
+        // that ignore a closed stdin would otherwise take their 2 s grace each in turn.
+        for ended in self.registry.sessions.drain() {
+            self.spawn_cleanup(ended, crate::session::EndReason::Shutdown);
+        }
+        self.mrtr.end_held_calls().await;
+        self.mrtr.partitions.end_in(&self.background);
+        if let Some(vmcp) = self.vmcp() {
+            vmcp.by_caps.end();
+        }
+        // Every teardown, these and those started earlier (reaper, closed streams), gets its
+        // process grace; what is still running after it is aborted and its process killed.
+        let grace = crate::per_session::SHUTDOWN_GRACE;
+        (self.background).join(grace + Duration::from_secs(1)).await;
     }
 
     /// The trust state, when the gateway aggregates with trust on (`trust`).

@@ -62,10 +62,8 @@ pub use backend::{Backend, BackendEra, BackendInfo, EraPolicy};
 pub use backend_id::{BackendId, BackendIdError, MAX_BACKEND_ID};
 pub use backends::Backends;
 pub use error::{BackendFault, CoreError, Gone, ReplicaAt};
-pub use exchange::{Answer, Era, Exchange};
-pub use gateway::{
-    ClientSessions, Gateway, GatewayConfig, Initialized, Operator, SseEndpoint, SseInit,
-};
+pub use exchange::{Answer, Era, Exchange, Initialized};
+pub use gateway::{ClientSessions, Gateway, GatewayConfig, Operator, SseEndpoint, SseInit};
 pub use health::{BreakerConfig, HealthConfig, HealthState, ReadyWhen};
 pub use legacy_sse::{
     SseInitClaim, SseSession, SseStreams, SSE_ANSWER_BYTES, SSE_MAX_REQUESTS, SSE_QUEUE,

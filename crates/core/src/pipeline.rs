@@ -492,7 +492,11 @@ impl Gateway {
         // size of a pass-through, not of the largest adapter.
         let legacy = match adapter {
             Adapter::Pass => self.sender.pass(ex, id, name, route, task).await,
-            Adapter::Own => Box::pin(self.own_request(ex, id, name, route)).await,
+            Adapter::Own => {
+                let own =
+                    async move { self.own_upstreams().own_request(ex, id, name, route).await };
+                Box::pin(own).await
+            }
             Adapter::SessionOp => {
                 let ops = self.session_ops();
                 Box::pin(ops.session_op(&ex, id, name, route)).await

@@ -133,11 +133,7 @@ impl SessionOps<'_> {
     /// Whether `who` may watch `uri` under the current policy: subscribe to it, and see it (a
     /// resource it may not read is hidden, whatever `subscribe` says).
     pub(crate) fn may_subscribe(&self, who: &crate::Principal, uri: &str) -> bool {
-        let target = crate::access::Target::resource(uri.to_owned());
-        let origin = self.origins.and_then(|o| o.of_item(&target));
-        let access = &self.access;
-        access.allows(who, "subscribe", &target, origin.as_ref())
-            && access.allows(who, "read_resource", &target, origin.as_ref())
+        self.access.may_watch(self.origins, who, uri)
     }
 
     /// `resources/unsubscribe`: the backend sees it only when the last subscriber leaves. The
@@ -469,6 +465,17 @@ impl Gateway {
                 self.session_ops().reconcile_log_level(&backend).await;
             }
         }
+    }
+}
+
+/// How a session's own upstreams end their session (`per_session::Ends`).
+impl crate::per_session::Ends for Gateway {
+    fn spawn_cleanup(self: Arc<Self>, ended: Ended, reason: EndReason) {
+        Gateway::spawn_cleanup(&self, ended, reason);
+    }
+
+    fn cleanup(&self, ended: Ended, reason: EndReason) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(Gateway::cleanup(self, ended, reason))
     }
 }
 

@@ -60,7 +60,7 @@ impl SseEndpoint<'_> {
         id: &RequestId,
         msg: &Message<'_>,
     ) -> Result<SseInit, CoreError> {
-        if self.gateway.isolates_initialize() {
+        if self.gateway.per_session.transparent().is_some() {
             return self
                 .streams()
                 .claim_initialize(session)
@@ -135,9 +135,10 @@ impl SseEndpoint<'_> {
             return Ok(response);
         }
         let (negotiated, _) = gateway.negotiate(caller, id, msg.params);
-        let backend = gateway.own_backend_for(msg)?;
+        let own = gateway.own_upstreams();
+        let backend = own.own_backend_for(msg)?;
         let opened = Arc::new(AtomicBool::new(false));
-        let started = gateway
+        let started = own
             .start_own(
                 (session, &backend),
                 spawner,

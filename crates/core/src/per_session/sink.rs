@@ -4,6 +4,7 @@
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use serde_json::value::RawValue;
 
 use switchboard_upstream::{InboundSink, Upstream};
@@ -14,9 +15,20 @@ use switchboard_wire::{
 
 use crate::registry::Registry;
 use crate::route::random_hex;
-use crate::session::EndReason;
+use crate::session::{EndReason, Ended};
 use crate::BackendId;
 use crate::CoreError;
+
+/// How a session that ended is audited and released (`session_ops`): what a session's own
+/// upstreams need when their process or upstream session goes, or an `initialize` fails.
+pub(crate) trait Ends: Send + Sync + std::fmt::Debug {
+    /// Audits `ended`'s end at once and releases its state in the background; callable from
+    /// synchronous code, drop included.
+    fn spawn_cleanup(self: Arc<Self>, ended: Ended, reason: EndReason);
+
+    /// Audits `ended`'s end and releases its state.
+    fn cleanup(&self, ended: Ended, reason: EndReason) -> BoxFuture<'_, ()>;
+}
 
 /// Routes one session backend's unsolicited messages to that session only.
 #[derive(Debug)]
@@ -37,7 +49,7 @@ pub(crate) enum OnClose {
         /// To end the session. Weak, like `registry`: the process's reader owns this sink
         /// and runs until the session (held by the gateway) stops the process, so a strong
         /// handle would keep both alive for ever.
-        gateway: Weak<crate::Gateway>,
+        ends: Weak<dyn Ends>,
         /// Set once the client has its session (`initialize` answered). Until then a dying
         /// process is `PendingInit`'s to clean up: the client never saw the session, and its
         /// `initialize` must fail as a backend failure (502), not as an unknown session.
@@ -53,20 +65,20 @@ impl InboundSink for SessionSink {
     /// listen stream ends and the client learns at once (a session that ended first, e.g. by
     /// DELETE, is simply not found).
     fn closed(&self, reason: &str) {
-        let OnClose::EndSession { gateway, opened } = &self.on_close else {
+        let OnClose::EndSession { ends, opened } = &self.on_close else {
             self.drop_own(reason);
             return;
         };
         if !opened.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
-        let Some(gateway) = gateway.upgrade() else {
+        let (Some(ends), Some(registry)) = (ends.upgrade(), self.registry.upgrade()) else {
             return;
         };
-        if let Ok(ended) = gateway.registry.sessions.remove_any(&self.session) {
+        if let Ok(ended) = registry.sessions.remove_any(&self.session) {
             let session = crate::access::session_label(&self.session);
             tracing::warn!(%session, "session's {reason}; session ended");
-            gateway.spawn_cleanup(ended, EndReason::BackendExited);
+            ends.spawn_cleanup(ended, EndReason::BackendExited);
         }
     }
 
