@@ -136,13 +136,13 @@ impl GatewayConfig {
 #[derive(Debug)]
 pub struct Gateway {
     /// The backends this gateway fronts (today a set of one).
-    pub(crate) backends: crate::Backends,
+    pub(crate) backends: Arc<crate::Backends>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: GatewayConfig,
     /// Work that outlives the code that started it, and the cleanup slots (`reaper`).
-    pub(crate) background: crate::reaper::Background,
+    pub(crate) background: Arc<crate::reaper::Background>,
     /// Set when `--isolation per-session`: how to start a session's own backend.
-    pub(crate) per_session: crate::per_session::Spawner,
+    pub(crate) per_session: Arc<crate::per_session::Spawner>,
     /// The MRTR bridge: sealed `requestState`s, parked calls, dedicated processes and (per-session
     /// mode) warm partitions.
     pub(crate) mrtr: crate::mrtr::Bridge,
@@ -153,7 +153,7 @@ pub struct Gateway {
     /// `Some` when traces are on (`trace`).
     pub(crate) traces: Option<Arc<crate::trace::Traces>>,
     /// Sends requests to backends (`send`): what every feature that reaches a backend takes.
-    pub(crate) sender: crate::send::Sender,
+    pub(crate) sender: Arc<crate::send::Sender>,
     /// The gateway's own requests to Legacy clients (`client_ask`).
     pub(crate) asks: crate::client_ask::ClientAsks,
     /// Composite tools and their parked runs (`workflow`).
@@ -161,7 +161,10 @@ pub struct Gateway {
     /// The HTTP+SSE sessions' handle for `http` (`legacy_sse`).
     pub(crate) sse_streams: crate::legacy_sse::SseStreams,
     /// Where sessions are kept beyond this process, and the replicas (`session_store`).
-    pub(crate) store: crate::session_store::SessionStore,
+    pub(crate) store: Arc<crate::session_store::SessionStore>,
+    /// What a session's end, a backend's restart and a policy change act on
+    /// (`session_ops::Upkeep`).
+    pub(crate) upkeep: Arc<crate::session_ops::Upkeep>,
 }
 
 impl Gateway {
@@ -196,7 +199,8 @@ impl Gateway {
         let ids = backends.iter().map(|b| b.id.clone());
         let health = Arc::new(crate::health::Health::new(config.health.clone(), ids, true));
         let traces = config.traces.then(|| Arc::new(crate::trace::Traces::new()));
-        let sender = crate::send::Sender {
+        let backends = Arc::new(backends);
+        let sender = Arc::new(crate::send::Sender {
             registry: registry.clone(),
             health: health.clone(),
             traces: traces.clone(),
@@ -204,29 +208,43 @@ impl Gateway {
             max_request_time: config.max_request_time,
             has_policy: config.access.has_policy(),
             aggregating: vmcp.is_some(),
-        };
+        });
         let workflows = crate::workflow::Workflows::new(&config.workflows);
         let sse_streams = crate::legacy_sse::SseStreams::new(registry.clone());
-        let store = crate::session_store::SessionStore::new(
+        let store = Arc::new(crate::session_store::SessionStore::new(
             config.session_store.clone(),
             registry.clone(),
             config.replica_id.clone(),
             config.store_fallback_memory,
             config.max_sessions_per_principal,
             config.access.has_policy(),
-        );
+        ));
         let asks = crate::client_ask::ClientAsks {
             registry: registry.clone(),
             replica_id: config.replica_id.clone(),
             deadline: config.request_timeout,
         };
+        let (background, per_session) = (Arc::default(), Arc::default());
+        let upkeep = Arc::new(crate::session_ops::Upkeep {
+            registry: registry.clone(),
+            backends: backends.clone(),
+            per_session: Arc::clone(&per_session),
+            sender: sender.clone(),
+            access: config.access.clone(),
+            background: Arc::clone(&background),
+            store: store.clone(),
+            health: health.clone(),
+            handshake_timeout: config.handshake_timeout,
+            listen_grace: config.listen_grace,
+        });
         Arc::new(Gateway {
             health,
             backends,
             registry,
             config,
-            background: crate::reaper::Background::default(),
-            per_session: crate::per_session::Spawner::default(),
+            background,
+            per_session,
+            upkeep,
             mrtr,
             vmcp,
             traces,
@@ -307,7 +325,7 @@ impl Gateway {
             self.mrtr.partitions.reap_in(&self.background);
             self.background.reap_finished();
         };
-        crate::reaper::run(tick, stop, held, || self.reap_sessions()).await;
+        crate::reaper::run(tick, stop, held, || self.upkeep.reap_sessions()).await;
     }
 
     /// A client's `initialize` on `/mcp`: in per-session mode (`run --isolation per-session`)
@@ -576,7 +594,7 @@ impl Gateway {
             access: &self.config.access,
             origins: self.origins(),
             store: &self.store,
-            ends: self.clone(),
+            ends: self.upkeep.clone(),
             handshake_timeout: self.config.handshake_timeout,
         }
     }
@@ -589,7 +607,7 @@ impl Gateway {
         negotiated: &str,
         params: Option<&RawValue>,
     ) {
-        let within = (&*self.registry, &self.per_session);
+        let within = (&*self.registry, &*self.per_session);
         crate::per_session::remember_client_init(within, session, negotiated, params);
     }
 
@@ -601,6 +619,12 @@ impl Gateway {
             mrtr: self.mrtr_calls(),
             asks: &self.asks,
         }
+    }
+
+    /// What keeps sessions' state at the backends true across sessions' ends, backend
+    /// restarts (`revive*`, for the supervisors) and policy changes (`session_ops::Upkeep`).
+    pub fn upkeep(&self) -> &crate::session_ops::Upkeep {
+        &self.upkeep
     }
 
     /// Each backend's health and breaker, and the backends that did not start (`health`).
@@ -687,7 +711,7 @@ impl Gateway {
         // All at once (bounded by the teardown slots), not one after another: 256 backends
         // that ignore a closed stdin would otherwise take their 2 s grace each in turn.
         for ended in self.registry.sessions.drain() {
-            self.spawn_cleanup(ended, crate::session::EndReason::Shutdown);
+            (self.upkeep).spawn_cleanup(ended, crate::session::EndReason::Shutdown);
         }
         self.mrtr.end_held_calls().await;
         self.mrtr.partitions.end_in(&self.background);
@@ -710,7 +734,8 @@ impl Gateway {
 impl crate::session_store::Host for Gateway {
     async fn end_here(&self, raw: &str) {
         if let Ok(ended) = self.registry.sessions.remove_any(raw) {
-            self.cleanup(ended, crate::session::EndReason::Deleted)
+            (self.upkeep)
+                .cleanup(ended, crate::session::EndReason::Deleted)
                 .await;
         }
     }
@@ -733,7 +758,7 @@ impl crate::session_store::Host for Gateway {
     }
 
     fn may_watch(&self, who: &Principal, uri: &str) -> bool {
-        self.may_subscribe(who, uri)
+        self.config.access.may_watch(self.origins(), who, uri)
     }
 
     fn has_own_upstreams(&self) -> bool {

@@ -59,7 +59,6 @@ impl Gateway {
             registry: &self.registry,
             backends: &self.backends,
             access: &self.config.access,
-            origins: self.origins(),
         }
     }
 

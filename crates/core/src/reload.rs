@@ -132,7 +132,10 @@ impl Gateway {
             self.carry_over(entry).await;
         }
         if plan.policy_changed {
-            self.rejudge_subscriptions().await;
+            let partitions = self.mrtr.partitions.listeners();
+            (self.upkeep)
+                .rejudge_subscriptions(self.origins(), partitions, self)
+                .await;
         }
         let announced = announcements(&before, &after, plan.policy_changed);
         for name in &announced {
@@ -203,7 +206,10 @@ impl Gateway {
     /// The policy alone was replaced (a transparent proxy has no shape to reload): every
     /// session's lists may look different, so each hears every `list_changed` once.
     pub async fn policy_replaced(&self) -> Vec<&'static str> {
-        self.rejudge_subscriptions().await;
+        let partitions = self.mrtr.partitions.listeners();
+        (self.upkeep)
+            .rejudge_subscriptions(self.origins(), partitions, self)
+            .await;
         let all = [
             method::TOOLS_LIST_CHANGED,
             method::PROMPTS_LIST_CHANGED,

@@ -84,7 +84,7 @@ impl RunningSet {
                     async move {
                         // Retired: it only drains; its stop is on the way.
                         !gone.load(Ordering::Acquire)
-                            && gateway.revive_backend_named(&id, standby).await
+                            && gateway.upkeep().revive_backend_named(&id, standby).await
                     }
                 },
             ));

@@ -93,7 +93,7 @@ impl ClientSessions<'_> {
             peers.ended(raw);
         }
         let ended = (gateway.registry.sessions).remove(raw, Transport::Streamable, Some(caller))?;
-        gateway.cleanup(ended, EndReason::Deleted).await;
+        gateway.upkeep.cleanup(ended, EndReason::Deleted).await;
         Ok(())
     }
 }

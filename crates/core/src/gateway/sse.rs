@@ -182,6 +182,8 @@ impl SseEndpoint<'_> {
             return; // Already ended (TTL, shutdown).
         };
         debug!(?session, "HTTP+SSE stream closed; session ended");
-        self.gateway.spawn_cleanup(ended, EndReason::StreamClosed);
+        self.gateway
+            .upkeep
+            .spawn_cleanup(ended, EndReason::StreamClosed);
     }
 }

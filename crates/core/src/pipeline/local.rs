@@ -230,7 +230,8 @@ impl Gateway {
             if let Err(e) = self.prepare(msg).await {
                 return Some(Err(e));
             }
-            let may_subscribe = |uri: &str| self.may_subscribe(caller, uri);
+            let may_subscribe =
+                |uri: &str| self.config.access.may_watch(self.origins(), caller, uri);
             let listen = self.modern();
             let listening = listen.aggregated_listen(caller, (id, msg), stream, may_subscribe);
             return Some(Box::pin(listening).await);
