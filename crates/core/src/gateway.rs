@@ -621,6 +621,25 @@ impl Gateway {
         }
     }
 
+    /// Hot reload, the core's half: a new backend set and shape put in place, and what each
+    /// session is told (`reload::Reload`).
+    pub fn reload(&self) -> crate::reload::Reload<'_> {
+        let rejudge = move || -> futures::future::BoxFuture<'_, ()> {
+            let partitions = self.mrtr.partitions.listeners();
+            Box::pin((self.upkeep).rejudge_subscriptions(self.origins(), partitions, self))
+        };
+        crate::reload::Reload {
+            vmcp: self.vmcp(),
+            backends: &self.backends,
+            health: &self.health,
+            registry: &self.registry,
+            per_session: &self.per_session,
+            sender: &self.sender,
+            handshake_timeout: self.config.handshake_timeout,
+            rejudge: Box::new(rejudge),
+        }
+    }
+
     /// What keeps sessions' state at the backends true across sessions' ends, backend
     /// restarts (`revive*`, for the supervisors) and policy changes (`session_ops::Upkeep`).
     pub fn upkeep(&self) -> &crate::session_ops::Upkeep {

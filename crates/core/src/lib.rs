@@ -77,7 +77,7 @@ pub use pipeline::Plan;
 pub use principal::Principal;
 pub use progress::{REQUEST_STREAM, REQUEST_STREAM_BYTES, REQUEST_STREAM_QUEUE};
 pub use registry::{PeerDelivery, Registry};
-pub use reload::{ReloadOutcome, Reshape, Reshaped, Retiring};
+pub use reload::{Reload, ReloadOutcome, Reshape, Reshaped, Retiring};
 pub use session::{ClientCaps, ClientReply, MAX_ASKS};
 pub use session::{SessionId, Transport};
 pub use session_ops::Upkeep;

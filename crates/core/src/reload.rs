@@ -13,11 +13,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use switchboard_wire::{encode_notification, method};
 
+use futures::future::BoxFuture;
+
 use crate::backends::BackendEntry;
 use crate::catalog::Kind;
-use crate::vmcp::{VmcpConfig, KINDS};
-use crate::BackendId;
-use crate::{Backend, CoreError, Gateway};
+use crate::health::Health;
+use crate::per_session::Spawner;
+use crate::registry::Registry;
+use crate::send::Sender;
+use crate::vmcp::{Vmcp, VmcpConfig, KINDS};
+use crate::{Backend, BackendId, Backends, CoreError};
 
 /// What a reload asks of the core.
 #[derive(Debug)]
@@ -66,7 +71,31 @@ pub enum ReloadOutcome {
     Unchanged,
 }
 
-impl Gateway {
+/// What a reload changes and whom it tells, taken explicitly (`Gateway::reload` builds it):
+/// the set and its health entries, the virtual server's shape, the routing tables, the
+/// spawners (own upstreams stay where they are), the way to the backends and, when the
+/// policy changed, how every session's subscriptions are judged again.
+pub struct Reload<'a> {
+    pub(crate) vmcp: Option<&'a Vmcp>,
+    pub(crate) backends: &'a Backends,
+    pub(crate) health: &'a Health,
+    pub(crate) registry: &'a Registry,
+    pub(crate) per_session: &'a Spawner,
+    pub(crate) sender: &'a Sender,
+    /// How long a started process may take to answer a re-subscribe.
+    pub(crate) handshake_timeout: std::time::Duration,
+    /// Judges every session's subscriptions under the policy now in force
+    /// (`session_ops::Upkeep::rejudge_subscriptions`).
+    pub(crate) rejudge: Box<dyn Fn() -> BoxFuture<'a, ()> + Send + Sync + 'a>,
+}
+
+impl std::fmt::Debug for Reload<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reload").finish_non_exhaustive()
+    }
+}
+
+impl Reload<'_> {
     /// Counts one reload attempt.
     pub fn count_reload(&self, outcome: ReloadOutcome) {
         crate::metrics::reloaded(match outcome {
@@ -82,7 +111,7 @@ impl Gateway {
     /// before no longer merges with the new shape (a `manual` collision the new backends
     /// bring): the old set and shape are put back and keep serving.
     pub async fn reshape(&self, plan: Reshape) -> Result<Reshaped, CoreError> {
-        let Some(vmcp) = self.vmcp() else {
+        let Some(vmcp) = self.vmcp else {
             return Err(CoreError::Aggregation(
                 "a transparent proxy cannot change its backends".into(),
             ));
@@ -116,7 +145,7 @@ impl Gateway {
         }
         let mut after = Vec::with_capacity(KINDS.len());
         for (i, kind) in KINDS.iter().enumerate() {
-            match self.view(*kind).await {
+            match vmcp.view(*kind, self.sender, self.backends).await {
                 Ok(_) => after.push(digest_of(vmcp, *kind)),
                 Err(e) if before[i].is_some() => {
                     self.roll_back(old_shape, old).await;
@@ -132,10 +161,7 @@ impl Gateway {
             self.carry_over(entry).await;
         }
         if plan.policy_changed {
-            let partitions = self.mrtr.partitions.listeners();
-            (self.upkeep)
-                .rejudge_subscriptions(self.origins(), partitions, self)
-                .await;
+            (self.rejudge)().await;
         }
         let announced = announcements(&before, &after, plan.policy_changed);
         for name in &announced {
@@ -149,7 +175,7 @@ impl Gateway {
 
     /// Puts the set and shape from before a reshape back.
     async fn roll_back(&self, shape: Arc<crate::vmcp::Shape>, old: Vec<Arc<BackendEntry>>) {
-        let Some(vmcp) = self.vmcp() else {
+        let Some(vmcp) = self.vmcp else {
             return;
         };
         let order: Vec<BackendId> = old.iter().map(|e| e.id.clone()).collect();
@@ -175,7 +201,7 @@ impl Gateway {
     /// after a crash restart, `session_ops`).
     async fn carry_over(&self, entry: &BackendEntry) {
         let tables = self.registry.tables(&entry.id);
-        let deadline = self.config.handshake_timeout;
+        let deadline = self.handshake_timeout;
         for uri in tables.subs.uris() {
             let params = serde_json::json!({ "uri": uri });
             let handle = &entry.backend.handle;
@@ -184,7 +210,8 @@ impl Gateway {
                 tracing::debug!(error = %e, backend = %entry.id, "re-subscribe after reload failed");
             }
         }
-        let _ = self.session_ops().reconcile_log_level(entry).await;
+        let with = (self.sender, self.registry, self.backends);
+        let _ = crate::session_ops::reconcile_log_level(with, entry).await;
     }
 
     /// The new set's entries: a kept backend's own (its era, log level and handle carry
@@ -206,10 +233,7 @@ impl Gateway {
     /// The policy alone was replaced (a transparent proxy has no shape to reload): every
     /// session's lists may look different, so each hears every `list_changed` once.
     pub async fn policy_replaced(&self) -> Vec<&'static str> {
-        let partitions = self.mrtr.partitions.listeners();
-        (self.upkeep)
-            .rejudge_subscriptions(self.origins(), partitions, self)
-            .await;
+        (self.rejudge)().await;
         let all = [
             method::TOOLS_LIST_CHANGED,
             method::PROMPTS_LIST_CHANGED,

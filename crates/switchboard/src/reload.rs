@@ -275,7 +275,7 @@ impl Reloader {
                 ReloadOutcome::Refused
             }
         };
-        self.gateway.count_reload(outcome);
+        self.gateway.reload().count_reload(outcome);
     }
 
     async fn try_apply(
@@ -312,7 +312,7 @@ impl Reloader {
             bail!("this gateway serves one backend as a transparent proxy: changing its backends or their lists needs a restart");
         }
         for id in plan.removed.iter().chain(&plan.changed) {
-            if self.gateway.has_own_upstreams(id) {
+            if self.gateway.reload().has_own_upstreams(id) {
                 bail!("backend {id} gives each session an upstream of its own: removing or changing it needs a restart");
             }
         }
@@ -322,7 +322,7 @@ impl Reloader {
             if let (Some(policy), Some((path, checked))) = (&self.policy, new_policy) {
                 policy.install(&path, checked);
             }
-            let announced = self.gateway.policy_replaced().await;
+            let announced = self.gateway.reload().policy_replaced().await;
             return Ok(Some(plan.summary(true, &announced)));
         }
         let StartedSet {
@@ -368,7 +368,7 @@ impl Reloader {
             vmcp,
             policy_changed,
         };
-        let reshaped = match self.gateway.reshape(reshape).await {
+        let reshaped = match self.gateway.reload().reshape(reshape).await {
             Ok(reshaped) => reshaped,
             Err(e) => {
                 if let (Some(policy), Some(old)) = (&self.policy, replaced) {
