@@ -242,8 +242,12 @@ impl Gateway {
         match self.per_session.transparent() {
             Some(spawner) if self.isolates_legacy(spawner).await => {
                 let (negotiated, _) = self.negotiate(caller, id, msg.params);
+                let params = msg.params;
+                let keep: crate::per_session::Keep<'_> = Box::new(move |session| {
+                    Box::pin(async move { self.store.keep_opened(&**self, &session, params).await })
+                });
                 let own = self.own_upstreams();
-                let (who, with) = ((caller, negotiated), (spawner, &**self));
+                let (who, with) = ((caller, negotiated), (spawner, keep));
                 own.initialize_isolated(who, id, msg, with).await
             }
             _ => self.initialize_shared(caller, id, msg.params).await,
@@ -495,7 +499,6 @@ impl Gateway {
             spawner: &self.per_session,
             access: &self.config.access,
             origins: self.origins(),
-            store: &self.store,
             ends: self.upkeep.clone(),
             handshake_timeout: self.config.handshake_timeout,
         }

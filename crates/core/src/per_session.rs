@@ -22,7 +22,7 @@ mod own;
 mod sink;
 
 pub(crate) use lazy::{remember_client_init, Opener};
-pub(crate) use own::OwnUpstreams;
+pub(crate) use own::{Keep, OwnUpstreams};
 pub(crate) use sink::{client_response, Ends, OnClose, SessionSink};
 
 /// How long a session's process may take to exit after its stdin closes before it is killed.

@@ -11,7 +11,7 @@ use switchboard_wire::{method, object_member, restore_response, with_member, Mes
 use super::gate::{item_action, str_member, LISTS};
 use super::lines::{client_info, line, reason_of, session_label, truncate, REASON_LIMIT};
 use super::{Access, Origin, Origins, Path, Principal, Target};
-use crate::resolve::Name;
+use crate::destination::Name;
 use crate::session::SessionId;
 use crate::BackendId;
 use crate::CoreError;

@@ -2,7 +2,7 @@
 
 use super::lines::CLIENT_INFO_LIMIT;
 use super::*;
-use crate::resolve::Name;
+use crate::destination::Name;
 
 #[derive(Debug)]
 struct OnlyEcho;

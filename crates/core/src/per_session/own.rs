@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+
 use switchboard_upstream::{BackendResponse, Credential};
 use switchboard_wire::{method, restore_response, Message, RequestId};
 
@@ -14,13 +16,12 @@ use crate::registry::Registry;
 use crate::resolve::{From, Resolver, Route, Via};
 use crate::send::{Outgoing, Sender};
 use crate::session::{EndReason, OwnBackend, OwnWatch, SessionId};
-use crate::session_store::{Host, SessionStore};
 use crate::{BackendId, CoreError, Exchange, Initialized, Principal};
 
 /// What a session's own upstreams need, taken explicitly (`Gateway::own_upstreams` builds
 /// it): the way to the backends and where a message goes, the routing tables, the
-/// spawners, the policy (a subscription at a session's own process is judged), the store
-/// (a new session is recorded) and how a session ends when its process does.
+/// spawners, the policy (a subscription at a session's own process is judged) and how a
+/// session ends when its process does.
 pub(crate) struct OwnUpstreams<'a> {
     pub(crate) sender: &'a Sender,
     pub(crate) resolver: Resolver<'a>,
@@ -28,7 +29,6 @@ pub(crate) struct OwnUpstreams<'a> {
     pub(crate) spawner: &'a Spawner,
     pub(crate) access: &'a Access,
     pub(crate) origins: Option<&'a dyn Origins>,
-    pub(crate) store: &'a SessionStore,
     pub(crate) ends: Arc<dyn Ends>,
     pub(crate) handshake_timeout: Duration,
 }
@@ -39,17 +39,17 @@ impl OwnUpstreams<'_> {
     /// elicitation or roots); the backend's answer goes back with the client's id. Audited
     /// like a shared-mode `initialize`: opened, refused, failed, or cancelled when the client
     /// leaves first. `negotiated`: the version the gateway would answer this client with;
-    /// `host`: the session store's (the opened session is recorded).
+    /// `keep`: records the opened session where sessions are kept (the session store).
     pub(crate) async fn initialize_isolated(
         &self,
         (caller, negotiated): (&Principal, &'static str),
         id: &RequestId,
         msg: &Message<'_>,
-        (spawner, host): (&Arc<dyn SpawnBackend>, &impl Host),
+        (spawner, keep): (&Arc<dyn SpawnBackend>, Keep<'_>),
     ) -> Result<Initialized, CoreError> {
         let audit = self.access.audit_only(caller, msg);
         let result = self
-            .open_isolated((caller, negotiated), id, msg, (spawner, host))
+            .open_isolated((caller, negotiated), id, msg, (spawner, keep))
             .await;
         match &result {
             Ok(init) => {
@@ -74,7 +74,7 @@ impl OwnUpstreams<'_> {
         (caller, negotiated): (&Principal, &'static str),
         id: &RequestId,
         msg: &Message<'_>,
-        (spawner, host): (&Arc<dyn SpawnBackend>, &impl Host),
+        (spawner, keep): (&Arc<dyn SpawnBackend>, Keep<'_>),
     ) -> Result<Initialized, CoreError> {
         let backend = self.own_backend_for(msg)?;
         let session = self.registry.sessions.create(negotiated, caller)?;
@@ -98,7 +98,7 @@ impl OwnUpstreams<'_> {
         {
             Ok(a) if !a.is_error() => {
                 // Recorded with this replica as its home: its process is here.
-                if let Err(e) = self.store.keep_opened(host, &session, msg.params).await {
+                if let Err(e) = keep(session.clone()).await {
                     pending.fail().await;
                     return Err(e);
                 }
@@ -313,6 +313,11 @@ impl OwnUpstreams<'_> {
         Ok(restore_response(id, answer.member(), answer.payload()))
     }
 }
+
+/// Records a session just opened where sessions are kept beyond this process
+/// (`SessionStore::keep_opened`, with this replica as its home: its process is here).
+pub(crate) type Keep<'a> =
+    Box<dyn FnOnce(SessionId) -> BoxFuture<'a, Result<(), CoreError>> + Send + 'a>;
 
 /// A per-session `initialize` under way: the session exists, its client does not know it yet.
 struct PendingInit<'a> {
