@@ -241,6 +241,12 @@ fn size(
                 return true;
             };
             let cut = truncate::truncate(v, max, &rule.name, raw.len());
+            if !truncate::fits(v, max) {
+                // Cut as far as it goes and still over: refused, never sent oversized.
+                out.events.push(event(Action::Reject, raw.len()));
+                out.rejected = Some(rule.name.clone());
+                return true;
+            }
             out.events.push(event(Action::Truncate, cut));
             false
         }

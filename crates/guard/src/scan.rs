@@ -46,6 +46,16 @@ pub const ALL: [Kind; 13] = [
 /// Separators an injection phrase may use: whitespace, or (in raw JSON) an escaped one.
 const SEP: &str = r"(?:\s|\\[nrt])+";
 
+/// A word boundary by ASCII word characters. Unicode's `\b` cannot run on the regex
+/// engines' DFA over non-ASCII text: scanning it was some 40 times slower (a unit test prints
+/// the timing). Every pattern's edges are ASCII (digits, Latin letters, ASCII phrases), and a
+/// letter of another script next to one is, if anything, one more match.
+const B: &str = r"(?-u:\b)";
+
+/// A JSON number with an exponent and enough digits to be a card number in disguise
+/// (`4.111111111111111e15`, `41111111111111110000e-4`).
+const EXPONENT: &str = r"[0-9][0-9.]{12,}[eE][+-]?[0-9]{1,3}";
+
 fn pattern(kind: Kind) -> String {
     match kind {
         Kind::AwsAccessKey => r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}".into(),
@@ -63,11 +73,16 @@ fn pattern(kind: Kind) -> String {
                 .into()
         }
         Kind::Email => r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}".into(),
-        Kind::Phone => r"(?:\+\d{1,3}[ .-]?)?\(?\b\d{3}\)?[ .-]\d{3}[ .-]\d{4}\b".into(),
-        Kind::Iban => r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b".into(),
-        Kind::CreditCard => r"\b\d(?:[ -]?\d){12,18}\b".into(),
+        // Digits are ASCII digits (`\d` is every script's, and the checksums read ASCII).
+        Kind::Phone => format!(
+            r"(?:\+[0-9]{{1,3}}[ .-]?)?\(?{B}[0-9]{{3}}\)?[ .-][0-9]{{3}}[ .-][0-9]{{4}}{B}"
+        ),
+        Kind::Iban => {
+            format!(r"{B}[A-Z]{{2}}[0-9]{{2}}(?: ?[A-Z0-9]{{4}}){{2,7}}(?: ?[A-Z0-9]{{1,4}})?{B}")
+        }
+        Kind::CreditCard => format!(r"{B}[0-9](?:[ -]?[0-9]){{12,18}}{B}"),
         Kind::Injection => format!(
-            r"(?i)\b(?:(?:ignore|disregard|forget|override){SEP}(?:all{SEP}|any{SEP})?(?:the{SEP})?(?:previous|prior|above|earlier|preceding|system){SEP}(?:instructions|prompts?|rules|messages)|you{SEP}are{SEP}now{SEP}(?:in{SEP})?(?:developer|dan|jailbreak)|reveal{SEP}(?:your|the){SEP}system{SEP}prompt|do{SEP}not{SEP}(?:tell|inform){SEP}the{SEP}user)\b|<\|im_start\|>|<\s*/?\s*(?:system|instructions)\s*>"
+            r"(?i){B}(?:(?:ignore|disregard|forget|override){SEP}(?:all{SEP}|any{SEP})?(?:the{SEP})?(?:previous|prior|above|earlier|preceding|system){SEP}(?:instructions|prompts?|rules|messages)|you{SEP}are{SEP}now{SEP}(?:in{SEP})?(?:developer|dan|jailbreak)|reveal{SEP}(?:your|the){SEP}system{SEP}prompt|do{SEP}not{SEP}(?:tell|inform){SEP}the{SEP}user){B}|<\|im_start\|>|<\s*/?\s*(?:system|instructions)\s*>"
         ),
     }
 }
@@ -188,7 +203,17 @@ impl Scanner {
 
     fn compile() -> Option<Scanner> {
         let sources: Vec<String> = ALL.iter().map(|k| pattern(*k)).collect();
-        let set = regex::bytes::RegexSetBuilder::new(&sources)
+        // The raw pass also takes a number written with an exponent for a possible card
+        // number (its digits are only seen once decoded).
+        let raw: Vec<String> = ALL
+            .iter()
+            .zip(&sources)
+            .map(|(k, s)| match k {
+                Kind::CreditCard => format!("{s}|{EXPONENT}"),
+                _ => s.clone(),
+            })
+            .collect();
+        let set = regex::bytes::RegexSetBuilder::new(&raw)
             .size_limit(64 << 20)
             .build()
             .ok()?;
@@ -250,13 +275,18 @@ impl Scanner {
 
 /// Whether a raw JSON payload could hide a match from the raw pass: any escape (`\u0041KIA…`
 /// decodes to `AKIA…`; after `\n` a card number follows the letter `n` in the raw text, so
-/// no word boundary precedes it), or more than one text item, whose texts a client may read
-/// as one (a secret split across them).
+/// no word boundary precedes it), or more than one `text` member (items of `content`,
+/// `contents`, embedded resources, messages), whose texts a client may read as one (a secret
+/// split across them).
 pub fn may_hide(raw: &[u8]) -> bool {
     if memchr::memchr(b'\\', raw).is_some() {
         return true;
     }
-    memchr::memmem::find_iter(raw, b"\"text\"").nth(2).is_some()
+    let members = memchr::memmem::find_iter(raw, b"\"text\"").filter(|at| {
+        let after = raw.get(at + 6..).unwrap_or_default();
+        after.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':')
+    });
+    members.take(2).count() == 2
 }
 
 /// The Luhn checksum of a card number's digits (separators ignored).

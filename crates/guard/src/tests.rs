@@ -294,3 +294,106 @@ fn alike_redacted_member_names_are_numbered() {
     assert!(names.contains_key("[REDACTED:email]#2000"));
     assert!(!raw.is_empty() && !names.keys().any(|k| k.contains("@example.com")));
 }
+
+/// A card number sent as a JSON number is found, whatever its spelling: the number is
+/// replaced, whole, by its marker (a string), or the payload refused. One that fails its
+/// checksum passes.
+#[test]
+fn a_card_number_as_a_json_number_is_found() {
+    let pii = |action| {
+        rules(json!([{"name": "pii", "on": ["request", "response"],
+            "check": {"patterns": ["credit_card"], "action": action}}]))
+    };
+    for n in [
+        "4111111111111111",
+        "4.111111111111111e15",
+        "41111111111111110000e-4",
+    ] {
+        let raw = format!(r#"{{"structuredContent":{{"card":{n},"qty":3}}}}"#);
+        let out = pii("redact").result(&raw, None);
+        let v: Value = serde_json::from_str(&out.replaced.expect(n)).expect("json");
+        assert_eq!(
+            v["structuredContent"]["card"], "[REDACTED:credit_card]",
+            "{n}"
+        );
+        assert_eq!(v["structuredContent"]["qty"], 3);
+        assert_eq!(out.events[0].kind, "credit_card");
+        let args = format!(r#"{{"card":{n}}}"#);
+        assert_eq!(
+            pii("reject").request(&args).rejected.as_deref(),
+            Some("pii")
+        );
+    }
+    assert!(pii("reject")
+        .result(r#"{"structuredContent":{"card":4111111111111112}}"#, None)
+        .is_pass());
+}
+
+/// A key split across `resources/read`'s `contents`, from a text item into an embedded
+/// resource, or across a prompt's messages is found, each part redacted (or refused).
+#[test]
+fn a_secret_split_across_contents_resources_or_messages_is_found() {
+    let (first, last) = ("first AKIAIOSF", "ODNN7EXAMPLE last");
+    let cases = [
+        (
+            json!({"contents": [{"uri": "a", "text": first}, {"uri": "b", "text": last}]}),
+            ["/contents/0/text", "/contents/1/text"],
+        ),
+        (
+            json!({"content": [{"type": "text", "text": first},
+                {"type": "resource", "resource": {"uri": "b", "text": last}}]}),
+            ["/content/0/text", "/content/1/resource/text"],
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": {"type": "text", "text": first}},
+                {"role": "user", "content": {"type": "text", "text": last}}]}),
+            ["/messages/0/content/text", "/messages/1/content/text"],
+        ),
+    ];
+    for (payload, [a, b]) in cases {
+        let raw = payload.to_string();
+        let out = secrets("redact").result(&raw, None);
+        let v: Value = serde_json::from_str(&out.replaced.expect(&raw)).expect("json");
+        assert_eq!(
+            v.pointer(a),
+            Some(&json!("first [REDACTED:aws_access_key]")),
+            "{raw}"
+        );
+        assert_eq!(
+            v.pointer(b),
+            Some(&json!("[REDACTED:aws_access_key] last")),
+            "{raw}"
+        );
+        let rej = secrets("reject").result(&raw, None);
+        assert_eq!(rej.rejected.as_deref(), Some("secrets"), "{raw}");
+    }
+}
+
+/// `truncate` leaves out whatever is too large besides the items (a large `_meta`, an item
+/// whose other members are large), keeps the small members (`isError`), and what still does
+/// not fit is refused: what is sent is never over `maxBytes`.
+#[test]
+fn truncate_cuts_more_than_the_items_and_checks_the_size_again() {
+    let r = rules(json!([{"name": "size", "on": ["response"],
+        "check": {"maxBytes": "1KiB", "action": "truncate"}}]));
+    let big = "x".repeat(5000);
+    let raw = json!({"content": [{"type": "text", "text": "short"},
+        {"type": "text", "text": "a", "_meta": {"blob": big}}],
+        "_meta": {"blob": big}, "isError": false})
+    .to_string();
+    let out = r.result(&raw, None);
+    let replaced = out.replaced.expect("truncated");
+    assert!(replaced.len() <= 1024, "{}", replaced.len());
+    let v: Value = serde_json::from_str(&replaced).expect("json");
+    assert!(v.get("_meta").is_none(), "{v}");
+    assert_eq!(v["isError"], false);
+    assert_eq!(v["content"][0]["text"], "short");
+    assert!(v["content"][1]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("[truncated"));
+    assert_eq!(out.events[0].action, Action::Truncate);
+    // Nothing to cut that would make it fit: refused.
+    let raw = json!({"content": big}).to_string();
+    assert_eq!(r.result(&raw, None).rejected.as_deref(), Some("size"));
+}

@@ -1,6 +1,7 @@
 //! The decoded pass: a payload's strings (values and member names), found and, for
 //! `redact`, rewritten in place in a `serde_json::Value`, so what is written back is always
-//! valid JSON and keeps its structure. Texts of a result's `content` items are also read as
+//! valid JSON and keeps its structure. Numbers are read as their digits too (a card number
+//! sent as a JSON number is replaced, whole, by its marker, a string). Texts of a result's `content` items are also read as
 //! one text, so a match split across items is found.
 
 use std::collections::BTreeMap;
@@ -35,8 +36,32 @@ pub fn walk(scanner: &Scanner, kinds: Kinds, v: &mut Value, redact: bool, counts
                 walk(scanner, kinds, item, redact, counts);
             }
         }
-        _ => {}
+        Value::Number(n) => {
+            if let Some(marker) = number(scanner, kinds, n, counts) {
+                if redact {
+                    *v = Value::String(marker);
+                }
+            }
+        }
+        Value::Bool(_) | Value::Null => {}
     }
+}
+
+/// A number read as its digits (a card number sent as a JSON number): a match is counted,
+/// and the marker that replaces the whole number, a string, returned.
+fn number(
+    scanner: &Scanner,
+    kinds: Kinds,
+    n: &serde_json::Number,
+    counts: &mut Counts,
+) -> Option<String> {
+    let digits = digits_of(n);
+    let found = scanner.find(kinds, &digits);
+    let first = found.first()?;
+    for f in &found {
+        *counts.entry(f.kind).or_default() += 1;
+    }
+    Some(marker(first.kind))
 }
 
 /// One string: counted, and rewritten when redacting.
@@ -63,6 +88,18 @@ fn replaced(s: &str, found: &[Found]) -> String {
     }
     out.push_str(s.get(at..).unwrap_or_default());
     out
+}
+
+/// A number as a reader would see its digits: an integer as it is; a float that holds a
+/// whole number (`4.111111111111111e15`) written out in full, so its exponent form hides no
+/// card number. (A float is checked as the double it holds.)
+fn digits_of(n: &serde_json::Number) -> String {
+    match n.as_f64() {
+        Some(f) if n.is_f64() && f.is_finite() && f.fract() == 0.0 && f.abs() < 1e21 => {
+            format!("{f:.0}")
+        }
+        _ => n.to_string(),
+    }
 }
 
 /// Member names with a match: counted; when redacting, the object rebuilt with the names
@@ -102,8 +139,10 @@ fn keys(
     Some(out)
 }
 
-/// The texts of `result.content`'s text items read as one: a match that crosses from one
-/// item into the next is counted, and with `redact`, each item's part of it replaced.
+/// The texts of a result's items read as one, per list: `content` (a tool's, with an
+/// embedded resource's `resource.text`), `contents` (`resources/read`) and `messages`
+/// (`prompts/get`, each message's `content`). A match that crosses from one item into the
+/// next is counted, and with `redact`, each item's part of it replaced.
 pub fn across_items(
     scanner: &Scanner,
     kinds: Kinds,
@@ -111,16 +150,40 @@ pub fn across_items(
     redact: bool,
     counts: &mut Counts,
 ) {
-    let Some(Value::Array(items)) = result.get_mut("content") else {
-        return;
+    for key in ["content", "contents", "messages"] {
+        if let Some(Value::Array(items)) = result.get_mut(key) {
+            let texts: Vec<&mut String> = items.iter_mut().filter_map(item_text).collect();
+            across(scanner, kinds, texts, redact, counts);
+        }
+    }
+}
+
+/// An item's text: its own `text`, an embedded resource's, or a message's content's.
+fn item_text(item: &mut Value) -> Option<&mut String> {
+    let Value::Object(map) = item else {
+        return None;
     };
-    let mut texts: Vec<&mut String> = items
-        .iter_mut()
-        .filter_map(|item| match item.get_mut("text") {
+    if map.contains_key("text") {
+        return match map.get_mut("text") {
             Some(Value::String(s)) => Some(s),
             _ => None,
-        })
-        .collect();
+        };
+    }
+    let inner = match (map.contains_key("resource"), map.contains_key("content")) {
+        (true, _) => map.get_mut("resource"),
+        (false, true) => map.get_mut("content"),
+        _ => None,
+    };
+    inner.and_then(item_text)
+}
+
+fn across(
+    scanner: &Scanner,
+    kinds: Kinds,
+    mut texts: Vec<&mut String>,
+    redact: bool,
+    counts: &mut Counts,
+) {
     if texts.len() < 2 {
         return;
     }

@@ -69,3 +69,30 @@ fn escapes_and_several_items_may_hide_a_match() {
     assert!(may_hide(br#"{"content":[{"type":"text","text":"a\nb"}]}"#));
     assert!(!may_hide(br#"{"content":[{"type":"text","text":"a b"}]}"#));
 }
+
+/// Scanning non-ASCII text costs about what ASCII text does: a Unicode word boundary or
+/// digit class would push the regex engines off their fast DFA path for every non-ASCII
+/// byte. A timing print, not an assertion (`cargo test -p switchboard-guard -- --nocapture
+/// scanning_non_ascii`).
+#[test]
+fn scanning_non_ascii_text_costs_about_what_ascii_does() {
+    let s = Scanner::builtin().expect("patterns compile");
+    let all = Kinds(u32::MAX);
+    let time = |text: &str| {
+        let start = std::time::Instant::now();
+        let raw = s.raw_hits(all, text.as_bytes());
+        let found = s.find(all, text);
+        (start.elapsed(), raw, found.len())
+    };
+    let ascii = "plain words and numbers 12 34 ".repeat(8_000);
+    let other = "простые слова и числа 12 34 ".repeat(8_000);
+    let (a, a_raw, a_found) = time(&ascii);
+    let (o, o_raw, o_found) = time(&other);
+    assert!(a_raw.is_empty() && o_raw.is_empty() && a_found == 0 && o_found == 0);
+    println!(
+        "scan of {} KiB ASCII: {a:?}; of {} KiB Cyrillic: {o:?} ({:.1}x)",
+        ascii.len() >> 10,
+        other.len() >> 10,
+        o.as_secs_f64() / a.as_secs_f64().max(1e-9)
+    );
+}
