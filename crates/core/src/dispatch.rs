@@ -80,6 +80,29 @@ impl Dispatcher {
             self.tables.tool_headers.invalidate();
         }
         self.tables.lists_changed.mark(name);
+        // What carries the backend's text to a client is checked by the guardrails first (a
+        // list change goes without params, a log message is dropped below; progress is
+        // checked where it is routed).
+        let checked;
+        let params = match name {
+            method::PROGRESS
+            | method::MESSAGE
+            | method::TOOLS_LIST_CHANGED
+            | method::RESOURCES_LIST_CHANGED
+            | method::PROMPTS_LIST_CHANGED => params,
+            _ => match r.progress.vet(name, params) {
+                crate::progress::Vetted::Pass => params,
+                crate::progress::Vetted::Replaced(p) => {
+                    checked = p;
+                    Some(&*checked)
+                }
+                crate::progress::Vetted::Refused(_) => {
+                    r.drops
+                        .record_for(&self.backend, "refused by a guardrail", name);
+                    return;
+                }
+            },
+        };
         // A Modern backend addresses listen-stream notifications by subscription id: they go to
         // that one stream (re-tagged with the client's id) or nowhere.
         let tag = params

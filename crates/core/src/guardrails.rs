@@ -1,7 +1,8 @@
 //! Guardrails where the pipeline runs them (`switchboard_guard` is the pure engine): which
 //! rules apply to a request (by backend and tool, a lookup that returns nothing on the fast
 //! path, so nothing is parsed or copied), the request's arguments and the answer's result
-//! checked and rewritten, progress messages checked on their way to the client, and each
+//! checked and rewritten, every other backend message checked on its way to the client
+//! (`notes`), and each
 //! action recorded as one audit line and one count of
 //! `switchboard_guardrail_actions_total{guardrail,action}`. Never the matched text.
 
@@ -16,6 +17,7 @@ use crate::audit::AuditLog;
 use crate::{Answer, Principal};
 
 pub(crate) mod hook;
+mod notes;
 
 pub use hook::{sign, GuardHook, HookReply, HookRequest, MAX_REPLY_BYTES, SIGNATURE_HEADER};
 
@@ -30,8 +32,8 @@ pub struct Guardrails {
     tools: HashMap<String, HashMap<String, Vec<Arc<Rule>>>>,
     audit: Option<Arc<AuditLog>>,
     hooks: hook::Hooks,
-    /// [`Guardrails::progress_rules`], computed at the first progress note.
-    progress: std::sync::OnceLock<RuleSet>,
+    /// [`Guardrails::note_rules`], computed at the first backend message checked.
+    notes: std::sync::OnceLock<RuleSet>,
 }
 
 /// What a request is, for the rules and the audit line.
@@ -211,61 +213,6 @@ impl Guardrails {
         out
     }
 
-    /// Every response rule that scans, for progress messages (which carry no tool name):
-    /// the gateway's and every backend's and tool's, once each by name.
-    pub(crate) fn progress_rules(&self) -> &RuleSet {
-        self.progress.get_or_init(|| self.response_scanners())
-    }
-
-    fn response_scanners(&self) -> RuleSet {
-        let mut seen: Vec<Arc<Rule>> = Vec::new();
-        let all = (self.gateway.iter())
-            .chain(self.backends.values().flatten())
-            .chain(self.tools.values().flat_map(|t| t.values().flatten()));
-        for r in all {
-            if r.response && !r.kinds.is_empty() && !seen.iter().any(|s| s.name == r.name) {
-                seen.push(r.clone());
-            }
-        }
-        RuleSet::new(seen)
-    }
-
-    /// A progress notification's `params` (its `message` checked): `None` to drop it,
-    /// `Some(None)` to pass it as it is, `Some(Some(params))` to send these instead.
-    pub(crate) fn progress(
-        &self,
-        params: &serde_json::value::RawValue,
-    ) -> Option<Option<Box<serde_json::value::RawValue>>> {
-        let Some(message) = object_member(params, "message") else {
-            return Some(None);
-        };
-        let Ok(text) = serde_json::from_str::<String>(message.get()) else {
-            return Some(None);
-        };
-        let rules = self.progress_rules();
-        if rules.is_empty() {
-            return Some(None);
-        }
-        let checked = rules.text(&text);
-        self.record(
-            None,
-            "notifications/progress",
-            "response",
-            None,
-            &checked.events,
-        );
-        if checked.rejected.is_some() {
-            return None;
-        }
-        match checked.replaced {
-            None => Some(None),
-            Some(new) => {
-                let quoted = serde_json::to_string(&new).ok()?;
-                with_member(params, "message", &quoted).map(Some)
-            }
-        }
-    }
-
     /// One audit line and one count per action.
     fn record(
         &self,
@@ -336,7 +283,7 @@ impl Scope<'_> {
                     self.hook_request(caller, era, "request", &message),
                 )
                 .await;
-            hooked.apply(&mut checked);
+            hooked.apply(&mut checked, |new| self.rules.request(new));
         }
         self.audit(caller, era, "request", &checked.events);
         if let Some(name) = &checked.rejected {
@@ -374,7 +321,7 @@ impl Scope<'_> {
             return answer;
         };
         if let Some(error) = msg.error.map(|e| e.get().to_owned()) {
-            return self.error(answer, &id, &error, caller, era);
+            return self.error(answer, &id, &error, caller, era).await;
         }
         let Some(result) = msg.result else {
             return answer;
@@ -391,7 +338,8 @@ impl Scope<'_> {
                     self.hook_request(caller, era, "response", &message),
                 )
                 .await;
-            hooked.apply(&mut checked);
+            let schema = self.output_schema.as_ref();
+            hooked.apply(&mut checked, |new| self.rules.result(new, schema));
         }
         self.audit(caller, era, "response", &checked.events);
         if let Some(name) = &checked.rejected {
@@ -399,12 +347,7 @@ impl Scope<'_> {
                 let body = switchboard_guard::rejected_result(name);
                 return Answer::ok(switchboard_wire::encode_result(&id, &body));
             }
-            let err = ErrorObject::new(
-                codes::INTERNAL_ERROR,
-                switchboard_guard::rejected_message(name),
-            )
-            .with_data(json!({"guardrail": &**name}));
-            return Answer::error(&id, &err);
+            return Answer::error(&id, &refusal(name));
         }
         match checked.replaced {
             Some(new) => Answer::ok(switchboard_wire::encode_result(&id, &new)),
@@ -413,9 +356,10 @@ impl Scope<'_> {
     }
 
     /// A backend's error answer: its `error` (message and data) checked by the built-in
-    /// response rules, so an error is no way around them; refused, the gateway's own error
-    /// takes its place. Webhooks are not asked about errors.
-    fn error(
+    /// response rules, so an error is no way around them, and the webhooks asked about it as
+    /// about a result (a hook's `replacement` must be an error object, `code` and `message`);
+    /// refused, the gateway's own error takes its place.
+    async fn error(
         &self,
         answer: Answer,
         id: &switchboard_wire::RequestId,
@@ -423,15 +367,24 @@ impl Scope<'_> {
         caller: &Principal,
         era: &str,
     ) -> Answer {
-        let checked = self.rules.result(error, None);
+        let mut checked = self.rules.result(error, None);
+        if checked.rejected.is_none() {
+            let message = String::from_utf8_lossy(&answer.body).into_owned();
+            let hooked = (self.guards.hooks)
+                .run(
+                    &self.rules,
+                    Stage::Response,
+                    self.hook_request(caller, era, "response", &message),
+                )
+                .await;
+            hooked.apply(&mut checked, |new| self.rules.result(new, None));
+            if checked.replaced.as_deref().is_some_and(|e| !is_error(e)) {
+                checked.rejected = checked.events.last().map(|e| e.guardrail.clone());
+            }
+        }
         self.audit(caller, era, "response", &checked.events);
         if let Some(name) = &checked.rejected {
-            let err = ErrorObject::new(
-                codes::INTERNAL_ERROR,
-                switchboard_guard::rejected_message(name),
-            )
-            .with_data(json!({"guardrail": &**name}));
-            return Answer::error(id, &err);
+            return Answer::error(id, &refusal(name));
         }
         match checked.replaced {
             Some(new) => Answer {
@@ -467,14 +420,22 @@ impl Scope<'_> {
     }
 }
 
-/// Progress notes are checked on their way to the client (`progress`).
-impl crate::progress::NoteCheck for Guardrails {
-    fn check(
-        &self,
-        params: &serde_json::value::RawValue,
-    ) -> Option<Option<Box<serde_json::value::RawValue>>> {
-        self.progress(params)
-    }
+/// The JSON-RPC error (`-32603`) that takes the place of a refused answer or backend
+/// message: names the guardrail, never the match.
+pub(crate) fn refusal(guardrail: &str) -> ErrorObject {
+    ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        switchboard_guard::rejected_message(guardrail),
+    )
+    .with_data(json!({"guardrail": guardrail}))
+}
+
+/// Whether `raw` is a JSON-RPC error object (an integer `code`, a string `message`).
+fn is_error(raw: &str) -> bool {
+    let Ok(Value::Object(e)) = serde_json::from_str::<Value>(raw) else {
+        return false;
+    };
+    e.get("code").is_some_and(|c| c.is_i64()) && e.get("message").is_some_and(Value::is_string)
 }
 
 /// A tool name or resource URI as an audit line shows it: whatever a built-in scanner finds
@@ -498,6 +459,14 @@ fn audit_name(name: &str) -> String {
     let mut counts = switchboard_guard::walk::Counts::new();
     switchboard_guard::walk::text(scanner, every, &mut shown, true, &mut counts);
     shown
+}
+
+/// Whether a guarded method's answer names no tool the gateway could look up: a task's
+/// (`tasks/result`, `tasks/get`, `tasks/list`, `tasks/cancel`: whose tool is not known here) and a
+/// completion's. Every configured rule applies to them ([`Guardrails::scope`] with no
+/// backend), whatever its level or `tools`.
+pub(crate) fn names_no_tool(method: &str) -> bool {
+    method.starts_with("tasks/") || method == "completion/complete"
 }
 
 /// The merged list a guarded request's name is found in.

@@ -264,6 +264,7 @@ impl Gateway {
         let view = (self.vmcp()).and_then(|v| v.current(crate::guardrails::kind_of(method)));
         let list = view.as_ref().map(|v| &v.all);
         let (backend, original) = match self.vmcp() {
+            _ if crate::guardrails::names_no_tool(method) => (None, None),
             Some(_) => crate::guardrails::target_in(list, name.as_deref()),
             None => (Some(self.backends.primary().id.to_string()), name.clone()),
         };
@@ -528,14 +529,16 @@ impl Gateway {
     }
 }
 
-/// The methods guardrails check.
-const GUARDED: [&str; 4] = [
+/// The methods guardrails check (a task's and a completion's answers: every rule).
+const GUARDED: [&str; 8] = [
     "tools/call",
     "resources/read",
     "prompts/get",
-    // A task's result is a tool's result (its backend is not known here: the gateway's
-    // rules apply).
     "tasks/result",
+    "tasks/get",
+    "tasks/list",
+    "tasks/cancel",
+    "completion/complete",
 ];
 
 /// The era path a request came in on, as admission and the audit see it.

@@ -54,15 +54,28 @@ struct Route {
 pub(crate) struct ProgressRoutes {
     /// Keyed by tokens the gateway minted (random): a fast hasher is safe here.
     routes: Mutex<foldhash::HashMap<String, Route>>,
-    /// What checks each note before it is delivered (the guardrails).
+    /// What checks each backend message before it is delivered (the guardrails): kept here,
+    /// the registry part every backend's sink reaches, for progress and every other channel
+    /// ([`ProgressRoutes::vet`]).
     guards: std::sync::OnceLock<Arc<dyn NoteCheck>>,
 }
 
-/// Checks a progress note's `params` before delivery (`guardrails` implements it; named
-/// here so this base layer names no feature): `None` drops the note, `Some(None)` passes it,
-/// `Some(Some(params))` sends these instead.
+/// Checks a backend message on its way to a client — a notification's or a server request's
+/// `params`, anything but an answer — before delivery (`guardrails` implements it; named here
+/// so this base layer names no feature).
 pub(crate) trait NoteCheck: Send + Sync + std::fmt::Debug {
-    fn check(&self, params: &RawValue) -> Option<Option<Box<RawValue>>>;
+    fn check(&self, method: &str, params: &RawValue) -> Vetted;
+}
+
+/// What becomes of a backend message on its way to a client.
+#[derive(Debug)]
+pub(crate) enum Vetted {
+    /// Deliver it as it is.
+    Pass,
+    /// Deliver it with these `params` instead.
+    Replaced(Box<RawValue>),
+    /// Not delivered: refused by this guardrail (a request is answered with its error).
+    Refused(Arc<str>),
 }
 
 /// Removes a route when its request ends, whichever way it ends.
@@ -109,9 +122,18 @@ impl ProgressRoutes {
         }
     }
 
-    /// Checks every note with `guards` from now on.
+    /// Checks every backend message with `guards` from now on.
     pub(crate) fn guard(&self, guards: Arc<dyn NoteCheck>) {
         let _ = self.guards.set(guards);
+    }
+
+    /// A backend message other than an answer (`method`, its `params`) on its way to a
+    /// client, checked by the guardrails (if any).
+    pub(crate) fn vet(&self, method: &str, params: Option<&RawValue>) -> Vetted {
+        match (self.guards.get(), params) {
+            (Some(guards), Some(params)) => guards.check(method, params),
+            _ => Vetted::Pass,
+        }
     }
 
     /// A guard that routes nothing (the request asked for no progress).
@@ -149,13 +171,11 @@ impl ProgressRoutes {
             (sink.clone(), route.original.clone())
         };
         // Checked outside the lock: a message may be long.
-        let checked = match self.guards.get() {
-            None => None,
+        let checked = match self.vet(method::PROGRESS, Some(params)) {
+            Vetted::Pass => None,
+            Vetted::Replaced(params) => Some(params),
             // A note a guardrail refuses is not delivered (the call goes on).
-            Some(guards) => match guards.check(params) {
-                None => return true,
-                Some(replaced) => replaced,
-            },
+            Vetted::Refused(_) => return true,
         };
         let params = checked.as_deref().unwrap_or(params);
         let Some(params) = with_member(params, "progressToken", original.get()) else {

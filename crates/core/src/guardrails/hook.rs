@@ -103,14 +103,22 @@ pub(crate) struct Hooked {
 }
 
 impl Hooked {
-    /// Folds the hooks' decision into the built-in checks' (a rejection wins).
-    pub(crate) fn apply(self, checked: &mut Checked) {
+    /// Folds the hooks' decision into the built-in checks' (a rejection wins). A hook's
+    /// replacement is checked again by the built-in rules (`rescan`), as the original was:
+    /// it cannot undo their redaction nor carry what they refuse.
+    pub(crate) fn apply(self, checked: &mut Checked, rescan: impl FnOnce(&str) -> Checked) {
         checked.events.extend(self.events);
         if self.rejected.is_some() {
             checked.rejected = self.rejected;
-        } else if self.replaced.is_some() {
-            checked.replaced = self.replaced;
+            return;
         }
+        let Some(new) = self.replaced else {
+            return;
+        };
+        let again = rescan(&new);
+        checked.events.extend(again.events);
+        checked.rejected = again.rejected;
+        checked.replaced = Some(again.replaced.unwrap_or(new));
     }
 }
 

@@ -13,6 +13,7 @@ use switchboard_wire::{
 };
 
 use crate::modern_listen::ModernListeners;
+use crate::progress::Vetted;
 use crate::registry::Registry;
 use crate::session::capability_of;
 
@@ -101,10 +102,19 @@ impl InboundSink for CallSink {
                         _ => false,
                     },
                     method::PROGRESS => registry.progress.route(msg.params),
-                    method::MESSAGE => self.log.lock().as_ref().is_some_and(|tx| {
-                        tx.try_send(Bytes::from(encode_notification(name, msg.params)))
-                            .is_ok()
-                    }),
+                    method::MESSAGE => match registry.progress.vet(name, msg.params) {
+                        Vetted::Refused(_) => false,
+                        vetted => {
+                            let params = match &vetted {
+                                Vetted::Replaced(p) => Some(&**p),
+                                _ => msg.params,
+                            };
+                            self.log.lock().as_ref().is_some_and(|tx| {
+                                tx.try_send(Bytes::from(encode_notification(name, params)))
+                                    .is_ok()
+                            })
+                        }
+                    },
                     _ => false,
                 };
                 if !delivered {

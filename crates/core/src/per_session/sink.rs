@@ -13,6 +13,7 @@ use switchboard_wire::{
     ErrorObject, Message, MessageKind, RequestId,
 };
 
+use crate::progress::Vetted;
 use crate::registry::Registry;
 use crate::route::random_hex;
 use crate::session::{EndReason, Ended};
@@ -101,10 +102,22 @@ impl InboundSink for SessionSink {
             _ => {
                 // Rebuilt list changes stay payload-free, as in shared mode; everything else is
                 // this session's own and travels as the backend wrote it.
+                let checked;
                 let params = if name.ends_with("/list_changed") {
                     None
                 } else {
-                    msg.params
+                    // Checked by the guardrails on its way (a refused one is dropped).
+                    match registry.progress.vet(name, msg.params) {
+                        Vetted::Pass => msg.params,
+                        Vetted::Replaced(p) => {
+                            checked = p;
+                            Some(&*checked)
+                        }
+                        Vetted::Refused(_) => {
+                            registry.drops.record("refused by a guardrail", name);
+                            return;
+                        }
+                    }
                 };
                 let updated_uri = (name == method::RESOURCE_UPDATED).then(|| {
                     params
@@ -148,6 +161,21 @@ impl SessionSink {
         params: Option<&RawValue>,
         backend: &Upstream,
     ) {
+        // Checked by the guardrails on its way; refused, the backend gets the guardrail's error.
+        let checked;
+        let params = match registry.progress.vet(name, params) {
+            Vetted::Pass => params,
+            Vetted::Replaced(p) => {
+                checked = p;
+                Some(&*checked)
+            }
+            Vetted::Refused(guardrail) => {
+                registry.drops.record("refused by a guardrail", name);
+                let err = crate::guardrails::refusal(&guardrail);
+                let _ = backend.try_send_line(encode_error(Some(id), &err));
+                return;
+            }
+        };
         let key = format!("sbs-{}", random_hex());
         let line = Bytes::from(encode_request(&RequestId::from_string(&key), name, params));
         let delivered = registry.sessions.deliver_server_request(

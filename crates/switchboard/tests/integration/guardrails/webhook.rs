@@ -11,7 +11,7 @@ use sha2::Sha256;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use super::{answer, audit_lines, call, gateway, texts, Dir, Mode};
+use super::{answer, audit_lines, call, gateway, texts, Dir, Mode, AWS};
 
 const SECRET: &str = "hook-secret-0123456789";
 
@@ -22,6 +22,8 @@ enum Behaviour {
     Replace,
     Slow,
     BadJson,
+    /// `replace` with a result that carries a key (as the unredacted original might).
+    ReplaceWithKey,
 }
 
 /// What the test server received: each body, and whether its signature verified.
@@ -124,6 +126,9 @@ async fn serve_one(
             json!({"action": "allow"}).to_string()
         }
         Behaviour::BadJson => "{not json".to_owned(),
+        Behaviour::ReplaceWithKey => json!({"action": "replace", "replacement":
+            {"content": [{"type": "text", "text": format!("key {}", super::AWS)}]}})
+        .to_string(),
     };
     let out = format!(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
@@ -261,4 +266,81 @@ async fn a_webhook_that_is_down_opens_its_breaker() {
         "{text}"
     );
     assert_eq!(lines[5]["kind"], "webhook_breaker_open", "{text}");
+}
+
+/// A hook's replacement is checked by the built-in rules as the original was: it cannot
+/// bring back what they redact (the hook is shown the unredacted answer), nor what they
+/// refuse.
+#[tokio::test]
+async fn a_webhook_replacement_cannot_undo_a_redaction() {
+    let hook = hook_server().await;
+    *hook.behaviour.lock() = Behaviour::ReplaceWithKey;
+    // Redacted: the backend's answer had the key, and so has the hook's replacement; refused:
+    // the backend's answer was clean, the replacement is not.
+    for (action, tool, args, expected) in [
+        (
+            "redact",
+            "leak",
+            r#"{"kind":"secrets"}"#,
+            "key [REDACTED:aws_access_key]",
+        ),
+        (
+            "reject",
+            "echo",
+            r#"{"text":"hi"}"#,
+            "Refused by guardrail \"secrets\"",
+        ),
+    ] {
+        let dir = Dir::new(&format!("hook-rescan-{action}"));
+        let secret = dir.write("hook.key", SECRET);
+        let rules = format!(
+            "guardrails:\n  - name: secrets\n    on: [response]\n    check: {{secrets: builtin, action: {action}}}\n  - name: corp\n    on: [response]\n    webhook: {{url: \"{}\", secretFile: {secret}, timeout: 2s}}\n",
+            hook.url
+        );
+        let (gw, _) = gateway(&dir, Mode::Run, &rules).await;
+        let s = gw.session().await;
+        let (reply, m) = call(&gw, Some(&s), tool, args, false).await;
+        assert_eq!(texts(&answer(&m)["result"]), [expected], "{}", reply.text);
+        assert!(!reply.text.contains(AWS), "{}", reply.text);
+    }
+}
+
+/// A backend's error answer goes to the webhooks as a result does: allowed, refused
+/// (`-32603` naming the guardrail), and a replacement that is not an error object refused.
+#[tokio::test]
+async fn a_backend_error_goes_to_the_webhook() {
+    let hook = hook_server().await;
+    let dir = Dir::new("hook-error");
+    let secret = dir.write("hook.key", SECRET);
+    let rules = format!(
+        "guardrails:\n  - name: corp\n    on: [response]\n    webhook: {{url: \"{}\", secretFile: {secret}, timeout: 2s}}\n",
+        hook.url
+    );
+    let (gw, _) = gateway(&dir, Mode::Run, &rules).await;
+    let s = gw.session().await;
+    let read = json!({"jsonrpc":"2.0","id":3,"method":"resources/read",
+        "params":{"uri": "file:///missing"}});
+    let err = gw.post(Some(&s), &read).await.json();
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("missing"),
+        "{err}"
+    );
+    {
+        let seen = hook.seen.lock();
+        let last = seen.bodies.last().expect("the hook was asked");
+        assert_eq!(last["direction"], "response");
+        assert_eq!(last["message"]["error"], err["error"]);
+    }
+    for b in [Behaviour::Reject, Behaviour::Replace] {
+        *hook.behaviour.lock() = b;
+        let v = gw.post(Some(&s), &read).await.json();
+        assert_eq!(v["error"]["code"], -32603, "{b:?}: {v}");
+        assert_eq!(
+            v["error"]["message"], "Refused by guardrail \"corp\"",
+            "{b:?}"
+        );
+    }
 }
