@@ -138,6 +138,13 @@ impl Backend {
         let info = match (legacy, discovered) {
             (Ok(mut info), discovered) => {
                 info.era.modern = discovered.is_some();
+                // Extensions are declared to Modern clients only (`server/discover`); the
+                // Legacy answer has no place for them.
+                let extensions = discovered
+                    .and_then(|mut d| d["capabilities"]["extensions"].take().as_object().cloned());
+                if let (Some(ext), Some(caps)) = (extensions, info.capabilities.as_object_mut()) {
+                    caps.insert("extensions".into(), Value::Object(ext));
+                }
                 info
             }
             (Err(_), Some(d)) => from_discover(d),

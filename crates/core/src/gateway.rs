@@ -333,10 +333,12 @@ impl Gateway {
             .config
             .access
             .visible_capabilities(caller, &info.capabilities);
-        if !self.per_session.delivers_logs(&self.backends) {
-            if let Some(caps) = capabilities.as_object_mut() {
+        if let Some(caps) = capabilities.as_object_mut() {
+            if !self.per_session.delivers_logs(&self.backends) {
                 caps.remove("logging");
             }
+            // A Modern notion (`server/discover`): 2025-11-25 capabilities have no extensions.
+            caps.remove("extensions");
         }
         let mut result = json!({
             "protocolVersion": negotiated,

@@ -117,6 +117,15 @@ pub(crate) fn refusal(
     let (Some(id), Some(name)) = (msg.id.as_ref(), msg.method) else {
         return Err(CoreError::UnexpectedResponse);
     };
+    // The Tasks extension has no `tasks/result` or `tasks/list`, and its task methods exist
+    // only for a request that declares it: both answers depend on nothing but the request,
+    // so they come before (and say nothing about) whose the task is.
+    if crate::tasks::MODERN_REMOVED.contains(&name) {
+        return Ok(Some(method_not_found(id, name)));
+    }
+    if crate::tasks::BY_ID.contains(&name) && !crate::tasks::extension_declared(msg.params) {
+        return Ok(Some(Answer::error(id, &crate::tasks::missing_extension())));
+    }
     if crate::tasks::BY_ID.contains(&name) {
         let requested = crate::tasks::requested_task(msg.params);
         let tables = registry.tables(&route.backend);

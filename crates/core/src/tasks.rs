@@ -4,11 +4,12 @@
 //! (backend, task id).
 //!
 //! Every task the gateway hands out is owned: by the caller's Legacy session when there is
-//! one, otherwise by the authenticated principal (issuer and subject) that created it. An
-//! anonymous caller without a session has no owner another caller could not also claim, so
-//! the gateway refuses its task-augmented requests (`CoreError::TaskOwnerRequired`) and never
-//! records a task for it. A session's tasks and its principal's stateless tasks are separate
-//! scopes: a session sees only its own, a sessionless call only its principal's stateless ones.
+//! one, otherwise by the principal (issuer and subject) that created it. The anonymous
+//! principal exists only on a gateway without authentication, where every caller is that one
+//! user: its sessionless tasks are the anonymous principal's, as its MRTR calls and rate limit
+//! are (an authenticated principal can never name them). A session's tasks and its principal's
+//! stateless tasks are separate scopes: a session sees only its own, a sessionless call only
+//! its principal's stateless ones.
 //!
 //! `tasks/get`, `tasks/result`, `tasks/cancel` (and Modern `tasks/update`) naming a task the
 //! caller does not own get exactly the answer an unknown task gets (the gateway's own, before
@@ -46,6 +47,11 @@ pub(crate) const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task
 pub(crate) const BY_ID: &[&str] = &["tasks/get", "tasks/result", "tasks/cancel", "tasks/update"];
 /// The listing method.
 pub(crate) const LIST: &str = "tasks/list";
+/// Task methods the Modern Tasks extension does not have (its `tasks/get` inlines the result,
+/// and there is no listing): "method not found" for a Modern request.
+pub(crate) const MODERN_REMOVED: &[&str] = &["tasks/result", LIST];
+/// The Modern Tasks extension's identifier (under `capabilities.extensions`).
+pub(crate) const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// The method a Modern backend may answer with a task handle unasked (Tasks extension).
 pub(crate) const MAY_CREATE: &str = "tools/call";
 /// The status notification.
@@ -69,17 +75,16 @@ const MAX_RETIRED: usize = 100_000;
 pub(crate) enum Owner {
     /// A Legacy session (itself owned by one principal).
     Session(String),
-    /// An authenticated principal calling without a session (Modern, or sessionless Legacy).
+    /// A principal calling without a session (Modern, or sessionless Legacy).
     Principal { issuer: String, subject: String },
 }
 
 impl Owner {
-    /// The owner of tasks `caller` creates or names in `session`; `None` for an anonymous
-    /// caller without a session, whom nothing tells apart from any other anonymous caller.
+    /// The owner of tasks `caller` creates or names in `session`. (Always one; `None` is
+    /// kept for callers that may have no owner, which `CoreError::TaskOwnerRequired` refuses.)
     pub(crate) fn of(caller: &Principal, session: Option<&SessionId>) -> Option<Owner> {
         match session {
             Some(s) => Some(Owner::Session(s.as_str().to_owned())),
-            None if caller.is_anonymous() => None,
             None => Some(Owner::Principal {
                 issuer: caller.issuer.clone(),
                 subject: caller.subject.clone(),
@@ -358,6 +363,27 @@ pub(crate) fn created_by<'a>(
 }
 
 /// The one answer for a task the caller cannot see, whether it exists or not.
+/// Whether a Modern request declares the Tasks extension in its client capabilities
+/// (`_meta["io.modelcontextprotocol/clientCapabilities"].extensions`).
+pub(crate) fn extension_declared(params: Option<&RawValue>) -> bool {
+    let caps = params
+        .and_then(|p| object_member(p, "_meta"))
+        .and_then(|m| object_member(m, switchboard_wire::classify::META_CLIENT_CAPABILITIES))
+        .and_then(|c| object_member(c, "extensions"))
+        .and_then(|e| object_member(e, EXTENSION));
+    caps.is_some_and(|v| v.get().trim() != "null")
+}
+
+/// -32021 for a Modern task method from a request that did not declare the Tasks extension,
+/// naming the capability it lacks.
+pub(crate) fn missing_extension() -> ErrorObject {
+    ErrorObject::new(
+        codes::MISSING_CLIENT_CAPABILITY,
+        "Missing required client capability: the io.modelcontextprotocol/tasks extension",
+    )
+    .with_data(serde_json::json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}}))
+}
+
 pub(crate) fn unknown_task() -> ErrorObject {
     ErrorObject::new(codes::INVALID_PARAMS, "Invalid params: unknown taskId")
 }

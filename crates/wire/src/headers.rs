@@ -43,11 +43,13 @@ pub fn encode_value(value: &str) -> String {
 }
 
 /// The body value `Mcp-Name` must mirror: `params.name` for `tools/call` and `prompts/get`,
-/// `params.uri` for `resources/read`.
+/// `params.uri` for `resources/read`, `params.taskId` for the Tasks extension's `tasks/get`,
+/// `tasks/update` and `tasks/cancel`.
 fn name_member(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     }
 }

@@ -5,9 +5,10 @@ use serde_json::{Map, Value};
 use crate::BackendId;
 
 /// The capability families merged, each with its boolean flags. Anything else a backend
-/// declares (`experimental`, `tasks`, extensions) is left out: the gateway advertises only
-/// what it knows how to route across backends, and a client never uses what it was not
-/// offered. Whoever adds cross-backend routing for another family adds it here.
+/// declares (`experimental`, `tasks`, extensions but [`ROUTED_EXTENSIONS`]) is left out: the
+/// gateway advertises only what it knows how to route across backends, and a client never
+/// uses what it was not offered. Whoever adds cross-backend routing for another family adds
+/// it here.
 const FAMILIES: &[(&str, &[&str])] = &[
     ("tools", &["listChanged"]),
     ("prompts", &["listChanged"]),
@@ -15,6 +16,10 @@ const FAMILIES: &[(&str, &[&str])] = &[
     ("logging", &[]),
     ("completions", &[]),
 ];
+
+/// Extensions the gateway routes across backends: the Tasks extension (each task's methods go
+/// to the backend holding it, `pipeline/tasks.rs`). Declared when any backend declares it.
+const ROUTED_EXTENSIONS: &[&str] = &["io.modelcontextprotocol/tasks"];
 
 /// Most bytes of one backend's instructions quoted (a backend must not bloat every
 /// `initialize` answer).
@@ -43,6 +48,20 @@ pub fn merge_capabilities(backends: &[(BackendId, &Value)]) -> Value {
             }
         }
         out.insert((*family).to_owned(), Value::Object(merged));
+    }
+    let mut extensions = Map::new();
+    for ext in ROUTED_EXTENSIONS {
+        let declared = backends.iter().any(|(_, caps)| {
+            caps.get("extensions")
+                .and_then(|e| e.get(*ext))
+                .is_some_and(Value::is_object)
+        });
+        if declared {
+            extensions.insert((*ext).to_owned(), Value::Object(Map::new()));
+        }
+    }
+    if !extensions.is_empty() {
+        out.insert("extensions".to_owned(), Value::Object(extensions));
     }
     Value::Object(out)
 }

@@ -37,7 +37,10 @@ impl Gateway {
             // The gateway's own list whenever the tables hold the caller's tasks: a backend's
             // cursor pages over everyone's tasks, so none reaches a client. Per-session mode
             // keeps the route (a session's own process lists its own tasks only).
-            Some(crate::tasks::LIST) if self.vmcp().is_some() || !self.is_per_session() => {
+            // (A Modern request has no `tasks/list`: the era's route says so.)
+            Some(crate::tasks::LIST)
+                if !ex.is_modern() && (self.vmcp().is_some() || !self.is_per_session()) =>
+            {
                 Box::pin(self.merged_task_list(ex, admitted)).await
             }
             _ => self.era_route(ex, admitted, None).await,

@@ -68,8 +68,9 @@ fn a_request_names_one_task() {
     assert_eq!(requested_task(None), None);
 }
 
-/// The owner of a sessionless call is its principal; an anonymous one has none. A
-/// principal's stateless tasks are not its sessions' and vice versa.
+/// The owner of a sessionless call is its principal, the anonymous one included (it exists
+/// only on a gateway without authentication). A principal's stateless tasks are not its
+/// sessions' and vice versa.
 #[test]
 fn owners_by_session_and_principal() {
     let alice = Principal {
@@ -79,7 +80,13 @@ fn owners_by_session_and_principal() {
         credential: None,
     };
     let sid = SessionId::mint();
-    assert_eq!(Owner::of(&Principal::anonymous(), None), None);
+    assert_eq!(
+        Owner::of(&Principal::anonymous(), None),
+        Some(Owner::Principal {
+            issuer: "anonymous".into(),
+            subject: "anonymous".into()
+        })
+    );
     assert_eq!(
         Owner::of(&Principal::anonymous(), Some(&sid)),
         Some(session(sid.as_str()))

@@ -87,40 +87,39 @@ async fn modern_callers_cannot_reach_session_tasks() {
         .to_owned();
     let modern = |method: &str, params: Value| {
         let mut params = params;
-        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}});
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":EXTENSION.clone()});
+        let name = params["taskId"].as_str().map(str::to_owned);
         let body = json!({"jsonrpc":"2.0","id":"m","method":method,"params":params}).to_string();
         let method = method.to_owned();
         let gw = &gw;
         async move {
-            gw.post_raw(
-                None,
-                body,
-                &[
-                    ("mcp-protocol-version", "2026-07-28"),
-                    ("mcp-method", method.as_str()),
-                ],
-            )
-            .await
+            let mut headers = vec![
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", method.as_str()),
+            ];
+            if let Some(n) = name.as_deref() {
+                headers.push(("mcp-name", n));
+            }
+            gw.post_raw(None, body, &headers).await
         }
     };
-    for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
+    // The Tasks extension has no `tasks/result` (nor `tasks/list`): method not found, alike.
+    for (m, code) in [
+        ("tasks/get", -32602),
+        ("tasks/result", -32601),
+        ("tasks/cancel", -32602),
+    ] {
         let foreign = modern(m, json!({"taskId": task_id})).await;
         let unknown = modern(m, json!({"taskId": "task-does-not-exist"})).await;
-        assert_eq!(foreign.error_code(), -32602, "{m}: {}", foreign.text);
+        assert_eq!(foreign.error_code(), code, "{m}: {}", foreign.text);
         assert_eq!(
             (foreign.status, foreign.text.clone()),
             (unknown.status, unknown.text),
             "{m}: no oracle"
         );
     }
-    let list = modern("tasks/list", json!({})).await.json();
-    let ids: Vec<Value> = list["result"]["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["taskId"].clone())
-        .collect();
-    assert!(!ids.contains(&json!(task_id)), "{list}");
+    let list = modern("tasks/list", json!({})).await;
+    assert_eq!(list.error_code(), -32601, "{}", list.text);
     // The owner still has it.
     let r = gw
         .post(
@@ -157,11 +156,13 @@ impl Caller<'_> {
         if let Some(a) = auth.as_deref() {
             headers.push(("authorization", a));
         }
-        let name = params["name"].as_str().map(str::to_owned);
+        let name = (params["name"].as_str())
+            .or(params["taskId"].as_str())
+            .map(str::to_owned);
         let session = match self.era {
             Era::Modern => {
                 params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": MODERN,
-                    "io.modelcontextprotocol/clientCapabilities": {}});
+                    "io.modelcontextprotocol/clientCapabilities": EXTENSION.clone()});
                 headers.push(("mcp-protocol-version", MODERN));
                 headers.push(("mcp-method", method));
                 if let Some(n) = name.as_deref() {
@@ -186,9 +187,15 @@ impl Caller<'_> {
             .to_owned()
     }
 
-    /// The task ids `tasks/list` shows this caller.
+    /// The task ids `tasks/list` shows this caller (none in Modern: the Tasks extension has
+    /// no listing, "method not found").
     async fn listed(&self, gw: &TestGateway) -> Vec<String> {
-        let v = self.ask(gw, "tasks/list", json!({})).await.json();
+        let r = self.ask(gw, "tasks/list", json!({})).await;
+        if let Era::Modern = self.era {
+            assert_eq!(r.error_code(), -32601, "{}", r.text);
+            return Vec::new();
+        }
+        let v = r.json();
         v["result"]["tasks"]
             .as_array()
             .unwrap_or_else(|| panic!("no list in {v}"))
@@ -207,6 +214,10 @@ impl Caller<'_> {
 }
 
 const MODERN: &str = "2026-07-28";
+
+/// Modern client capabilities declaring the Tasks extension (its task methods need it).
+static EXTENSION: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}));
 const ALICE: &str = "alice-key-0123456789abcdef";
 const BOB: &str = "bob-key-0123456789abcdef01";
 
@@ -265,7 +276,12 @@ async fn stateless_tasks_belong_to_their_principal() {
             for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
                 let foreign = other.ask(&gw, m, json!({"taskId": task})).await;
                 let unknown = other.ask(&gw, m, json!({"taskId": "task-404"})).await;
-                assert_eq!(foreign.error_code(), -32602, "{m}: {}", foreign.text);
+                // A Modern request has no `tasks/result` at all.
+                let code = match (other.era, m) {
+                    (Era::Modern, "tasks/result") => -32601,
+                    _ => -32602,
+                };
+                assert_eq!(foreign.error_code(), code, "{m}: {}", foreign.text);
                 assert_eq!(
                     (foreign.status, foreign.text),
                     (unknown.status, unknown.text),
@@ -295,16 +311,22 @@ async fn stateless_tasks_belong_to_their_principal() {
         assert!(r.text.contains("-32602"), "{m}: {}", r.text);
         assert_eq!((r.status, r.text), (unknown.status, unknown.text), "{m}");
     }
-    // The owner, in either stateless era, still has both: not cancelled, result readable.
+    // The owner, in either stateless era, still has both: not cancelled, result readable
+    // (listed and fetched in Legacy: the Tasks extension has neither method).
     for era in [Era::Modern, Era::Sessionless] {
         let owner = alice(era);
+        for task in [&modern_task, &legacy_task] {
+            assert_eq!(owner.status(&gw, task).await, "working");
+        }
+        if let Era::Modern = era {
+            continue;
+        }
         let mut listed = owner.listed(&gw).await;
         listed.sort();
         let mut mine = vec![modern_task.clone(), legacy_task.clone()];
         mine.sort();
         assert_eq!(listed, mine);
         for task in [&modern_task, &legacy_task] {
-            assert_eq!(owner.status(&gw, task).await, "working");
             let r = owner
                 .ask(&gw, "tasks/result", json!({"taskId": task}))
                 .await
@@ -319,36 +341,49 @@ async fn stateless_tasks_belong_to_their_principal() {
     }
 }
 
-/// An anonymous caller without a session could not be told apart from any other, so its
-/// task-augmented requests are refused (400, -32600, id echoed) before the backend, in both
-/// eras; with a session it gets its task as before.
+/// On a gateway without authentication every caller is the one anonymous principal: its
+/// sessionless tasks (in both eras) are that principal's, under gateway handles, and reach
+/// no session, anonymous or not; a session's task stays the session's.
 #[tokio::test]
-async fn anonymous_sessionless_callers_cannot_create_tasks() {
+async fn anonymous_sessionless_tasks_are_the_anonymous_principals() {
     let gw = pushy(&[]).await;
-    for era in [Era::Modern, Era::Sessionless] {
-        let anon = Caller { token: None, era };
-        let r = anon.ask(&gw, "tools/call", task_call()).await;
-        assert_eq!(r.status, reqwest::StatusCode::BAD_REQUEST, "{}", r.text);
-        let v = r.json();
-        assert_eq!(
-            (v["id"].clone(), v["error"]["code"].clone()),
-            (json!("q"), json!(-32600))
-        );
-        assert!(anon.listed(&gw).await.is_empty());
-    }
     let sid = gw.session().await;
-    let task = Caller {
+    let in_session = Caller {
         token: None,
         era: Era::Session(&sid),
+    };
+    let session_task = in_session.create_task(&gw).await;
+    let mut made = Vec::new();
+    for era in [Era::Modern, Era::Sessionless] {
+        let anon = Caller { token: None, era };
+        let task = anon.create_task(&gw).await;
+        assert!(task.starts_with("sbt-"), "a gateway handle: {task}");
+        assert_eq!(anon.status(&gw, &task).await, "working");
+        made.push(task);
     }
-    .create_task(&gw)
-    .await;
-    assert!(task.starts_with("sbt-"), "a gateway handle: {task}");
-    let stats = crate::common::backend_stats(&gw, &sid).await;
-    assert_eq!(
-        stats["tasks"], 1,
-        "the refused requests never reached the backend: {stats}"
-    );
+    // Both are listed to a sessionless caller (Legacy: the extension has no listing), and
+    // neither to the session, which sees its own only.
+    let sessionless = Caller {
+        token: None,
+        era: Era::Sessionless,
+    };
+    let mut listed = sessionless.listed(&gw).await;
+    listed.sort();
+    made.sort();
+    assert_eq!(listed, made);
+    assert_eq!(in_session.listed(&gw).await, vec![session_task.clone()]);
+    for task in &made {
+        let foreign = in_session
+            .ask(&gw, "tasks/get", json!({"taskId": task}))
+            .await;
+        let unknown = (in_session)
+            .ask(&gw, "tasks/get", json!({"taskId": "task-404"}))
+            .await;
+        assert_eq!(
+            (foreign.status, foreign.text),
+            (unknown.status, unknown.text)
+        );
+    }
 }
 
 /// A status notification for a principal's stateless task has no stream to go to: it is

@@ -136,11 +136,14 @@ pub(crate) async fn modern(
     mut params: Value,
     extra: &[(&str, &str)],
 ) -> Reply {
+    // The Tasks extension declared: its task methods exist only for requests that do.
     params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientCapabilities": {}});
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
     let name = params
         .get("name")
         .or(params.get("uri"))
+        .or(params.get("taskId"))
         .and_then(Value::as_str)
         .map(str::to_owned);
     let mut headers = vec![("mcp-protocol-version", V), ("mcp-method", method)];

@@ -44,6 +44,8 @@ impl Facts {
         let member = match name {
             "tools/call" | "prompts/get" => Some("name"),
             "resources/read" => Some("uri"),
+            // The Tasks extension's: the backend's own task id (the gateway renamed it).
+            "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
             _ => None,
         };
         let arguments = (name == "tools/call")
