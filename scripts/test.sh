@@ -52,6 +52,14 @@ for profile in 2025-11-25 2025-11-25-per-session 2026-07-28 2026-07-28-bridge \
   scripts/conformance.sh "$profile"
   PROFILES=$((PROFILES + 1))
 done
+# The Tasks extension's scenarios, unscored under --requirements 2026-07-28, run by name (any
+# failed check fails): against the fixture itself, through `run`, and through `serve` with the
+# task-capable backend second of three.
+for mode in direct run serve; do
+  echo "== conformance tasks-$mode (the suite's tasks-* scenarios by name)"
+  scripts/conformance-tasks.sh "$mode"
+  PROFILES=$((PROFILES + 1))
+done
 # The client leg: the gateway as the MCP client of each scenario's mock server.
 for revision in 2025-11-25 2026-07-28; do
   echo "== conformance client $revision (the gateway as the client)"
