@@ -231,3 +231,102 @@ async fn tasks_route_to_their_backend_and_stay_their_owners() {
     let listed = bob_modern.ask(gw, "tasks/list", json!({})).await;
     assert_eq!(listed.error_code(), -32601, "{}", listed.text);
 }
+
+/// Three fixtures (`alpha`, `beta`, `gamma`, names prefixed) behind alice's and bob's keys.
+async fn three_fixtures(name: &str) -> Served {
+    let yaml = format!(
+        "auth:\n  apiKeys:\n    - {{name: alice, key: {ALICE}}}\n    - {{name: bob, key: {BOB}}}\naggregation: {{conflictResolution: prefix, prefixFormat: \"{{backend}}_\"}}\nbackends:\n{}{}{}",
+        stdio("alpha", ""),
+        stdio("beta", ""),
+        stdio("gamma", ""),
+    );
+    serve(name, &yaml, None).await
+}
+
+impl Who<'_> {
+    /// A Tasks-extension task from `backend`'s `slow_compute`: the handle the caller got.
+    async fn compute(self, gw: &TestGateway, backend: &str, seconds: f64, label: &str) -> String {
+        let params = json!({"name": format!("{backend}_slow_compute"),
+            "arguments": {"seconds": seconds, "label": label}});
+        let created = self.ok(gw, "tools/call", params).await;
+        assert_eq!(created["resultType"], "task", "{created}");
+        let handle = created["taskId"].as_str().unwrap_or_default().to_owned();
+        assert!(handle.starts_with("sbt-"), "a gateway handle: {created}");
+        handle
+    }
+
+    /// `tasks/get` until the task is no longer working (10 s at most).
+    async fn settled(self, gw: &TestGateway, task: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let got = self.ok(gw, "tasks/get", json!({"taskId": task})).await;
+            assert_eq!(got["taskId"], json!(task), "{got}");
+            if got["status"] != "working" || tokio::time::Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The Tasks extension (Modern) through the virtual server, tasks on the second and third of
+/// three backends, two principals interleaved: each task method reaches the backend holding
+/// the task (a fixture knows only its own tasks: anywhere else the id names nothing), the
+/// result is that task's, a cancel stops that task only; another principal's handle gets byte
+/// for byte the unknown-task answer and its cancel changes nothing; without the extension
+/// declared the methods are -32021, and there is no `tasks/list`.
+#[tokio::test]
+async fn extension_tasks_route_to_their_backend_and_stay_their_owners() {
+    let served = three_fixtures("tasks-extension").await;
+    let gw = &served.gw;
+    let (alice, bob) = (Who::Modern(ALICE), Who::Modern(BOB));
+    let a_beta = alice.compute(gw, "beta", 60.0, "a-beta").await;
+    let b_gamma = bob.compute(gw, "gamma", 60.0, "b-gamma").await;
+    let a_gamma = alice.compute(gw, "gamma", 0.05, "a-gamma").await;
+    let b_beta = bob.compute(gw, "beta", 0.05, "b-beta").await;
+
+    for (who, task, label) in [(alice, &a_gamma, "a-gamma"), (bob, &b_beta, "b-beta")] {
+        let done = who.settled(gw, task).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        let text = done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.ends_with(&format!("({label})")), "{done}");
+    }
+    let never = format!("sbt-{}", "0".repeat(32));
+    for m in ["tasks/get", "tasks/cancel"] {
+        let foreign = bob.ask(gw, m, json!({"taskId": a_beta})).await;
+        let unknown = bob.ask(gw, m, json!({"taskId": never})).await;
+        assert_eq!(foreign.error_code(), -32602, "{m}: {}", foreign.text);
+        assert_eq!(
+            (foreign.status, &foreign.text),
+            (unknown.status, &unknown.text),
+            "{m}"
+        );
+    }
+    let ack = bob.ok(gw, "tasks/cancel", json!({"taskId": b_gamma})).await;
+    assert_eq!(ack["resultType"], "complete", "{ack}");
+    assert_eq!(bob.settled(gw, &b_gamma).await["status"], "cancelled");
+    // Bob's cancels reached neither alice's task nor the other backend's.
+    let still = alice.ok(gw, "tasks/get", json!({"taskId": a_beta})).await;
+    assert_eq!(still["status"], "working", "{still}");
+
+    let listed = alice.ask(gw, "tasks/list", json!({})).await;
+    assert_eq!(listed.error_code(), -32601, "{}", listed.text);
+    let undeclared = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get",
+        "params": {"taskId": a_beta, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let auth = format!("Bearer {ALICE}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tasks/get"),
+        ("mcp-name", a_beta.as_str()),
+    ];
+    let r = gw.post_raw(None, undeclared.to_string(), &headers).await;
+    assert_eq!(r.error_code(), -32021, "{}", r.text);
+    alice
+        .ok(gw, "tasks/cancel", json!({"taskId": a_beta}))
+        .await;
+}
