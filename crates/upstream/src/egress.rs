@@ -154,28 +154,62 @@ impl Egress {
     }
 }
 
-/// A fresh private directory under the temporary directory, and the listening socket in
-/// it: the directory is created (never reused: a name someone else made fails), mode 0700,
-/// or 0711 with the socket owned by the sandboxes' user when the gateway is root.
+/// The directory every egress socket of this process lives under (one directory per backend
+/// inside). Every sandbox hides it ([`crate::sandbox::Sandbox`]'s launch), so a backend that
+/// may read the temporary directory (`read: [/tmp]`, or a `TMPDIR` outside the masks) cannot
+/// reach another backend's proxy, and with it that backend's allow list.
+pub fn parent() -> &'static Path {
+    static PARENT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PARENT.get_or_init(|| std::env::temp_dir().join(format!("sb-egress-{}", std::process::id())))
+}
+
+/// [`parent`], made by this process (0700, or 0711 for a root gateway whose sandboxes run
+/// as another user); one that exists already must be a directory of this user, not a link.
+fn make_parent(mode: u32) -> std::io::Result<&'static Path> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let dir = parent();
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => Ok(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(dir)?;
+            // This process's effective uid owns its `/proc/self`.
+            let me = std::fs::metadata("/proc/self")?.uid();
+            if meta.is_dir() && meta.uid() == me {
+                Ok(dir)
+            } else {
+                Err(std::io::Error::other(
+                    "exists and is not this user's directory",
+                ))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A fresh private directory under [`parent`], and the listening socket in it: the directory
+/// is created (never reused: a name someone else made fails), mode 0700, or 0711 with the
+/// socket owned by the sandboxes' user when the gateway is root.
 fn bind(
     backend: &str,
     owner: Option<(u32, u32)>,
 ) -> Result<(PathBuf, PathBuf, tokio::net::UnixListener), EgressError> {
     use std::os::unix::fs::DirBuilderExt;
-    let mut random = [0u8; 8];
-    let _ = getrandom::fill(&mut random);
-    let tag: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join(format!("switchboard-egress-{}-{tag}", std::process::id()));
     let fail = |path: &Path| {
         let path = path.to_path_buf();
         move |source| EgressError::Socket { path, source }
     };
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .map_err(fail(parent()))?;
+    let tag: String = random.iter().map(|b| format!("{b:02x}")).collect();
     let mode = if owner.is_some() { 0o711 } else { 0o700 };
+    let dir = make_parent(mode).map_err(fail(parent()))?.join(tag);
     std::fs::DirBuilder::new()
         .mode(mode)
         .create(&dir)
         .map_err(fail(&dir))?;
-    let socket = dir.join("proxy.sock");
+    let socket = dir.join("sock");
     let listening = listen(&socket, owner).map_err(fail(&socket));
     match listening {
         Ok(listener) => {

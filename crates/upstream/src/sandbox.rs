@@ -352,6 +352,8 @@ impl Sandbox {
                 hidden.push(other.clone());
             }
         }
+        // Every backend's egress socket (its own comes in at `SOCKET`).
+        hidden.push(crate::egress::parent().to_path_buf());
         self.cover(&layers, &hidden, &mut argv);
         let bridge = self.egress.as_ref().zip(socket);
         if let Some((egress, socket)) = bridge {

@@ -130,6 +130,16 @@ async fn hostile_sandboxed(
     more: &str,
     extra: impl FnOnce(&Path) -> Vec<String>,
 ) -> Hostile {
+    hostile_sandboxed_in(name, more, extra, |_| Vec::new()).await
+}
+
+/// [`hostile_sandboxed`], the gateway's environment given `env(dir)` besides.
+async fn hostile_sandboxed_in(
+    name: &str,
+    more: &str,
+    extra: impl FnOnce(&Path) -> Vec<String>,
+    env: impl FnOnce(&Path) -> Vec<(&'static str, std::path::PathBuf)>,
+) -> Hostile {
     let dir = Dir::new(name);
     let home = dir.0.join("home");
     dir.write(
@@ -159,6 +169,7 @@ async fn hostile_sandboxed(
         .args(extra(&dir.0))
         .env("HOME", &home)
         .env("SB_IT_SECRET", ENV_SENTINEL)
+        .envs(env(&dir.0))
         .current_dir(&dir.0);
     let gw = TestGateway::start_command(cmd).await;
     let sid = gw.session().await;

@@ -70,6 +70,9 @@ pub(crate) struct Proxy {
     limits: Limits,
     /// Targets already refused at warn.
     refused: Mutex<HashSet<Target>>,
+    /// Allowed targets already logged as unreachable (as `refused`: a sandbox looping on a
+    /// down host cannot flood the log).
+    unreachable: Mutex<HashSet<Target>>,
     /// Whether the cap was reported at warn.
     full_said: std::sync::atomic::AtomicBool,
 }
@@ -84,6 +87,7 @@ impl Proxy {
             allow,
             limits,
             refused: Mutex::new(HashSet::new()),
+            unreachable: Mutex::new(HashSet::new()),
             full_said: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -290,10 +294,18 @@ impl Proxy {
     }
 
     fn unreachable(&self, target: &Target, e: &dyn std::fmt::Display) -> Refusal {
-        warn!(
-            backend = %self.backend, target = %target,
-            "sandbox egress: {target} is allowed but could not be reached: {e} (502)"
-        );
+        let first = {
+            let mut seen = self.unreachable.lock();
+            seen.len() < LOGGED_REFUSALS && seen.insert(target.clone())
+        };
+        if first {
+            warn!(
+                backend = %self.backend, target = %target,
+                "sandbox egress: {target} is allowed but could not be reached: {e} (502; said once per target)"
+            );
+        } else {
+            debug!(backend = %self.backend, target = %target, error = %e, "sandbox egress: unreachable (502)");
+        }
         Refusal(StatusCode::BAD_GATEWAY, format!("{target} unreachable\n"))
     }
 }

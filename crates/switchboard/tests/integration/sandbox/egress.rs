@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{hostile_sandboxed, ready};
+use super::{hostile_sandboxed, hostile_sandboxed_in, ready};
 
 /// Accepts `n` connections one after another; sends each one's first line (of an HTTP
 /// request head), then answers it `pong` and closes it.
@@ -120,6 +120,52 @@ async fn the_allow_list_is_reached_through_the_proxy_and_nothing_else() {
         "{:?}",
         h.gw.startup
     );
+    h.fixture_serves().await;
+}
+
+/// Every backend's egress socket lives under one directory of the gateway's in its temporary
+/// directory, which every sandbox hides: with a `TMPDIR` the backend can see (here inside its
+/// writable `out`), it finds the rest of that directory but not the sockets, so it cannot
+/// borrow another backend's proxy (and allow list).
+#[tokio::test]
+async fn the_egress_sockets_are_hidden_even_where_the_temporary_directory_is_visible() {
+    if !ready("egress-hidden") {
+        return;
+    }
+    let more = "\n      network: {allow: [\"127.0.0.1:9\"]}";
+    let h = hostile_sandboxed_in(
+        "egress-hidden",
+        more,
+        |_| Vec::new(),
+        |dir| {
+            let tmp = dir.join("out/tmp");
+            std::fs::create_dir_all(&tmp).unwrap();
+            std::fs::write(tmp.join("visible-sentinel"), "x").unwrap();
+            vec![("TMPDIR", tmp)]
+        },
+    )
+    .await;
+    let tmp = h.dir.0.join("out/tmp");
+    let egress: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sb-egress-"))
+        .collect();
+    assert_eq!(
+        egress.len(),
+        1,
+        "the gateway made its egress directory there"
+    );
+    let seen = h.tool("read", json!({"path": tmp.to_string_lossy()})).await;
+    assert!(seen.contains("visible-sentinel"), "{seen}");
+    assert!(!seen.contains("sb-egress-"), "{seen}");
+    let inside = h
+        .tool(
+            "read",
+            json!({"path": tmp.join(&egress[0]).to_string_lossy()}),
+        )
+        .await;
+    assert!(inside.starts_with("error: FileNotFoundError"), "{inside}");
     h.fixture_serves().await;
 }
 
