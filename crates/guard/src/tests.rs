@@ -219,7 +219,14 @@ proptest! {
         let back: Value = serde_json::from_str(&text).expect("valid JSON");
         prop_assert!(!text.contains(AWS));
         prop_assert!(!text.contains("bob@example.org"));
-        prop_assert_eq!(std::mem::discriminant(&back), std::mem::discriminant(&v));
+        // A redacted number becomes the redaction's text (numbers are scanned as their
+        // digits); anything else keeps its kind.
+        let redacted_number = v.is_number()
+            && back.as_str().is_some_and(|s| s.starts_with("[REDACTED"));
+        prop_assert!(
+            redacted_number || std::mem::discriminant(&back) == std::mem::discriminant(&v),
+            "{} became {}", v, back
+        );
     }
 
     #[test]
