@@ -63,6 +63,9 @@ impl Default for Limits {
 }
 
 /// One backend's proxy.
+/// How long a request's head may take to arrive on a proxy connection.
+const HEADER_READ: Duration = Duration::from_secs(30);
+
 #[derive(Debug)]
 pub(crate) struct Proxy {
     backend: Arc<str>,
@@ -135,7 +138,11 @@ impl Proxy {
                 async move { Ok::<_, Infallible>(proxy.answer(req, activity, slot, stop).await) }
             })
         };
+        // A request's head must come whole within the deadline: a sandbox trickling bytes
+        // does not hold one of the backend's connections until its idle time.
         let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_READ)
             .serve_connection(TokioIo::new(activity.wrap(stream)), service)
             .with_upgrades();
         tokio::select! {
@@ -318,14 +325,50 @@ async fn tunnel(upgrade: OnUpgrade, upstream: TcpStream, activity: &Activity) {
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
 }
 
-/// The addresses of `target`: an IP address as it is, a name as this host resolves it.
+/// The addresses of `target`: an IP address as it is, a name as this host resolves it, but
+/// only to public addresses: a listed name whose DNS answer points at this host or a private
+/// network (loopback, RFC 1918, link-local such as a cloud metadata service, CGNAT, IPv6
+/// unique- and link-local) does not reach it, so whoever controls that name's DNS cannot
+/// turn the entry into a way to the gateway's own host. `localhost` (and `*.localhost`)
+/// reaches loopback only. An internal target is listed by its address.
 pub(crate) async fn resolve(target: &Target) -> std::io::Result<Vec<SocketAddr>> {
     match &target.host {
         Host::Ip(ip) => Ok(vec![SocketAddr::new(*ip, target.port)]),
-        Host::Name(name) => Ok(tokio::net::lookup_host((name.as_str(), target.port))
-            .await?
-            .collect()),
+        Host::Name(name) => {
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), target.port))
+                .await?
+                .collect();
+            let loopback_name = crate::outgoing_auth::oauth::http::local_host(name);
+            let usable: Vec<SocketAddr> = found
+                .iter()
+                .copied()
+                .filter(|a| usable_for_name(a.ip(), loopback_name))
+                .collect();
+            if usable.is_empty() && !found.is_empty() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "the name resolves only to addresses of this host or a private network; \
+                     list the address itself to allow it",
+                ));
+            }
+            Ok(usable)
+        }
     }
+}
+
+/// Whether a name's address may be connected to: a public one, or for `localhost` a
+/// loopback one.
+pub(crate) fn usable_for_name(ip: std::net::IpAddr, loopback_name: bool) -> bool {
+    let ip = match ip {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        ip => ip,
+    };
+    if loopback_name {
+        return ip.is_loopback();
+    }
+    !crate::outgoing_auth::oauth::http::local_host(&ip.to_string()) && !ip.is_multicast()
 }
 
 /// The first of `addrs` that accepts a connection within `wait`, in order.

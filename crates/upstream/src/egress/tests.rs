@@ -315,3 +315,39 @@ async fn connections_are_capped() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A listed name reaches public addresses only (`localhost`: loopback only): a DNS answer
+/// that points at this host, a private network or a metadata service is not connected to.
+#[test]
+fn a_listed_name_never_reaches_this_host_or_a_private_network() {
+    use super::proxy::usable_for_name;
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    for private in [
+        "127.0.0.1",
+        "10.0.0.1",
+        "172.16.5.4",
+        "192.168.0.10",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "::1",
+        "fd00::1",
+        "fe80::1",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+        "224.0.0.1",
+    ] {
+        assert!(!usable_for_name(ip(private), false), "{private}");
+    }
+    for public in [
+        "93.184.216.34",
+        "2606:2800:220:1::1",
+        "::ffff:93.184.216.34",
+    ] {
+        assert!(usable_for_name(ip(public), false), "{public}");
+    }
+    assert!(usable_for_name(ip("127.0.0.1"), true));
+    assert!(usable_for_name(ip("::1"), true));
+    assert!(!usable_for_name(ip("93.184.216.34"), true));
+    assert!(!usable_for_name(ip("10.0.0.1"), true));
+}

@@ -20,7 +20,7 @@ mod authorization;
 pub mod challenge;
 mod discovery;
 mod flows;
-mod http;
+pub(crate) mod http;
 mod pkce;
 mod registration;
 mod revocation;
