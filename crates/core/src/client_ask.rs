@@ -138,7 +138,7 @@ impl ClientAsks {
         if composite_asks() {
             return caps.elicitation;
         }
-        crate::mrtr::METHODS.contains(&name)
+        switchboard_wire::method::INPUT_CAPABLE.contains(&name)
             && backends.iter().any(|e| !e.info().era.legacy)
             && (caps.elicitation || caps.sampling || caps.roots)
     }

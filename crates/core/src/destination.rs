@@ -45,6 +45,24 @@ impl Route {
     }
 }
 
+/// Where an aggregated request goes: the backend the merged lists name, and the name it
+/// has there.
+#[derive(Debug)]
+pub(crate) struct Pick {
+    pub(crate) backend: BackendId,
+    pub(crate) name: Name,
+}
+
+/// What chooses a backend by a request's name, URI or reference when aggregating (the
+/// virtual server's merged lists). Routing reads it through this, so `resolve` does not
+/// depend on the virtual server that implements it.
+pub(crate) trait Picker: std::fmt::Debug + Sync {
+    /// Where a client's `method` with `params` goes, or why it goes nowhere.
+    fn pick(&self, method: &str, params: Option<&RawValue>) -> Result<Pick, CoreError>;
+    /// The backend that serves `uri` (as `resources/read` routes it), if the lists know one.
+    fn serving(&self, uri: &str) -> Option<BackendId>;
+}
+
 /// Which of a backend's upstream handles a route uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Via {

@@ -167,7 +167,7 @@ impl Gateway {
     pub(crate) async fn view(
         &self,
         kind: crate::catalog::Kind,
-    ) -> Result<Arc<crate::vmcp::View>, CoreError> {
+    ) -> Result<Arc<crate::catalog::View>, CoreError> {
         let Some(vmcp) = self.vmcp() else {
             return Err(CoreError::Aggregation("not aggregating".into()));
         };

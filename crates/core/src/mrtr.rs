@@ -70,7 +70,7 @@ pub(crate) use digest::params_digest;
 pub(crate) use state::{unix_now, HeldTable, Refused, Sealer, MAX_HELD};
 
 /// The methods on which a server may answer `input_required`.
-pub(crate) const METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+pub(crate) const METHODS: &[&str] = switchboard_wire::method::INPUT_CAPABLE;
 
 /// `_meta` key a Legacy backend may put on a server request to name the `inputRequests` key
 /// it stands for (the fixture does; so can any server written MRTR-style behind a legacy

@@ -420,7 +420,7 @@ impl Gateway {
     pub(crate) fn resolver(&self) -> Resolver<'_> {
         Resolver {
             backends: &self.backends,
-            vmcp: self.vmcp(),
+            vmcp: self.vmcp().map(|v| v as &dyn crate::destination::Picker),
             per_session: &self.per_session,
             sessions: &self.registry.sessions,
         }

@@ -17,10 +17,9 @@ use serde_json::value::RawValue;
 use switchboard_upstream::Upstream;
 
 use crate::backends::BackendEntry;
-pub(crate) use crate::destination::{Name, Route, Via};
+pub(crate) use crate::destination::{Name, Picker, Route, Via};
 use crate::per_session::Spawner;
 use crate::session::{SessionId, Sessions};
-use crate::vmcp::Vmcp;
 use crate::BackendId;
 use crate::{Backends, CoreError};
 
@@ -58,7 +57,7 @@ pub(crate) struct Resolver<'a> {
     /// The backend set.
     pub(crate) backends: &'a Backends,
     /// The merged lists, when aggregating.
-    pub(crate) vmcp: Option<&'a Vmcp>,
+    pub(crate) vmcp: Option<&'a dyn Picker>,
     /// Which backends give sessions an upstream of their own.
     pub(crate) per_session: &'a Spawner,
     /// The session table (each session's own upstreams).

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use switchboard_wire::{encode_result, object_member, with_members, Message, RequestId};
 
 use crate::access::{Origins, Target};
-use crate::vmcp::View;
+use crate::catalog::View;
 use crate::Principal;
 use crate::{Access, CoreError};
 

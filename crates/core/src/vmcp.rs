@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tracing::warn;
 
-use crate::catalog::{self, BackendRules, Kind, Merged, Strategy};
+pub(crate) use crate::catalog::View;
+use crate::catalog::{self, BackendRules, Kind, Strategy};
 use crate::send::Sender;
 use crate::BackendId;
 use crate::{BackendInfo, Backends, CoreError};
@@ -184,20 +185,6 @@ pub struct RenamedName {
     pub backend: BackendId,
     /// The backend's own name.
     pub original: String,
-}
-
-/// One kind's merged list.
-#[derive(Debug)]
-pub(crate) struct View {
-    /// Every backend's last known items: what names route by.
-    pub(crate) all: Merged,
-    /// Without the backends whose last fetch failed: what lists show.
-    pub(crate) visible: Merged,
-    /// The backends left out, and why.
-    pub(crate) down: Vec<(BackendId, String)>,
-    /// The backends whose breaker was open when this was built (`health`): left out too, so
-    /// the view is built again when that set changes.
-    pub(crate) breakers_open: Vec<BackendId>,
 }
 
 impl Vmcp {

@@ -28,3 +28,7 @@ pub const RESOURCES_LIST_CHANGED: &str = "notifications/resources/list_changed";
 pub const PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
 /// Modern capability/version discovery.
 pub const DISCOVER: &str = "server/discover";
+
+/// The client requests a 2026-07-28 server may answer with `input_required` (multi-round-trip
+/// requests): the ones that can need the client's input before they finish.
+pub const INPUT_CAPABLE: &[&str] = &["tools/call", "prompts/get", "resources/read"];

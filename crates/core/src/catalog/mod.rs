@@ -228,6 +228,21 @@ fn list(collisions: &[Collision]) -> String {
     parts.join("; ")
 }
 
+/// One kind's merged list as the virtual server keeps it (`vmcp`): what routing and lists
+/// read, and which backends it left out.
+#[derive(Debug)]
+pub(crate) struct View {
+    /// Every backend's last known items: what names route by.
+    pub(crate) all: Merged,
+    /// Without the backends whose last fetch failed: what lists show.
+    pub(crate) visible: Merged,
+    /// The backends left out, and why.
+    pub(crate) down: Vec<(BackendId, String)>,
+    /// The backends whose breaker was open when this was built (`health`): left out too, so
+    /// the view is built again when that set changes.
+    pub(crate) breakers_open: Vec<BackendId>,
+}
+
 /// A merged list: entries in deterministic order, and the routing table behind them.
 #[derive(Debug, Clone)]
 pub struct Merged {

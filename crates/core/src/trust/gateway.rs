@@ -118,22 +118,3 @@ pub(crate) fn tools_changed(backends: &Backends, registry: &Registry, released: 
         registry.listeners.list_changed(method::TOOLS_LIST_CHANGED);
     }
 }
-
-impl crate::vmcp::Vmcp {
-    /// Refuses a call to a quarantined tool (`original`: its backend's own name).
-    pub(crate) fn refuse_quarantined(
-        &self,
-        backend: &BackendId,
-        original: &str,
-    ) -> Result<(), CoreError> {
-        match &self.trust {
-            Some(trust) if trust.blocks(backend.as_str(), original) => {
-                Err(CoreError::Quarantined {
-                    backend: backend.clone(),
-                    tool: original.chars().take(128).collect(),
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-}

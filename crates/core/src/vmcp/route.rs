@@ -10,16 +10,9 @@ use switchboard_wire::{method, object_member};
 
 use super::{View, Vmcp};
 use crate::catalog::{self, Kind};
-use crate::destination::Name;
+use crate::destination::{Name, Pick, Picker};
 use crate::BackendId;
 use crate::CoreError;
-
-/// Where an aggregated request goes.
-#[derive(Debug)]
-pub(crate) struct Pick {
-    pub(crate) backend: BackendId,
-    pub(crate) name: Name,
-}
 
 /// The lists a method's routing reads (empty: it does not route by name).
 pub(crate) fn kinds_for(method: &str) -> &'static [Kind] {
@@ -46,6 +39,15 @@ pub(crate) fn routable(method: &str) -> bool {
 /// The list method a request is, if it is one.
 pub(crate) fn list_kind(method: &str) -> Option<Kind> {
     super::KINDS.into_iter().find(|k| k.list_method() == method)
+}
+
+impl Picker for Vmcp {
+    fn pick(&self, method: &str, params: Option<&RawValue>) -> Result<Pick, CoreError> {
+        Vmcp::pick(self, method, params)
+    }
+    fn serving(&self, uri: &str) -> Option<BackendId> {
+        Vmcp::serving(self, uri)
+    }
 }
 
 impl Vmcp {
@@ -171,4 +173,23 @@ fn str_param(params: Option<&RawValue>, key: &str) -> String {
 
 fn str_member(raw: &RawValue, key: &str) -> Option<String> {
     object_member(raw, key).and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+}
+
+impl Vmcp {
+    /// Refuses a call to a quarantined tool (`original`: its backend's own name).
+    pub(crate) fn refuse_quarantined(
+        &self,
+        backend: &BackendId,
+        original: &str,
+    ) -> Result<(), CoreError> {
+        match &self.trust {
+            Some(trust) if trust.blocks(backend.as_str(), original) => {
+                Err(CoreError::Quarantined {
+                    backend: backend.clone(),
+                    tool: original.chars().take(128).collect(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
 }
