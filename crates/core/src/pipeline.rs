@@ -35,12 +35,13 @@ use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::headers::ParamHeader;
 use switchboard_wire::{codes, encode_error, encode_result, method, Message, RequestId};
 
-use crate::access::{Access, Admitted, Path};
+use crate::access::{Access, Admitted, Origins, Path};
 use crate::resolve::{From, Via};
 use crate::resolve::{Resolver, Route};
 use crate::tasks::{Owner, TaskAsk};
 use crate::tool_headers::{TOOLS_CALL, TOOLS_LIST};
 use crate::{Answer, BackendId, CoreError, Era, Exchange, Gateway, Principal};
+use local::LocalAnswers;
 
 /// How `http` delivers a request's answer, decided before the request runs
 /// ([`Gateway::plan`]).
@@ -329,8 +330,8 @@ impl Gateway {
         let (Some(id), Some(name)) = (ex.msg.id.as_ref(), ex.msg.method) else {
             return Err(CoreError::UnexpectedResponse);
         };
-        if self.vmcp().is_some() && pinned.is_none() {
-            if let Some(answer) = self.aggregated(&ex, id, name).await {
+        if let (Some(local), None) = (LocalAnswers::of(self), pinned) {
+            if let Some(answer) = local.aggregated(self, &ex, id, name).await {
                 return answer.map(Answer::ok);
             }
         }
@@ -371,9 +372,9 @@ impl Gateway {
             let route = route.ok_or(CoreError::UnexpectedResponse)?;
             return self.modern_routed(ex, admitted, route).await;
         }
-        if self.vmcp().is_some() {
-            if let Some(answer) = (self.aggregated_modern(ex.caller, msg, ex.stream.as_ref())).await
-            {
+        if let Some(local) = LocalAnswers::of(self) {
+            let stream = ex.stream.as_ref();
+            if let Some(answer) = local.aggregated_modern(self, ex.caller, msg, stream).await {
                 return answer;
             }
         }
@@ -423,6 +424,21 @@ impl Gateway {
             vmcp: self.vmcp().map(|v| v as &dyn crate::destination::Picker),
             per_session: &self.per_session,
             sessions: &self.registry.sessions,
+        }
+    }
+
+    /// Where `msg`'s targets are served, for its admission (`LocalAnswers::origins_for`):
+    /// `None` when not aggregating.
+    async fn origins_for(&self, msg: &Message<'_>) -> Option<&dyn Origins> {
+        Some(LocalAnswers::of(self)?.origins_for(msg).await)
+    }
+
+    /// The lists an unknown name's `method` reads, fetched again where stale
+    /// (`LocalAnswers::refresh_names`): false when not aggregating.
+    async fn refresh_names(&self, method: &str, set: crate::vmcp::CapSet) -> bool {
+        match LocalAnswers::of(self) {
+            Some(local) => local.refresh_names(method, set).await,
+            None => false,
         }
     }
 

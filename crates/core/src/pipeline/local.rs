@@ -1,8 +1,9 @@
 //! Stage 4 of the request path, "answer locally": what the virtual server answers itself,
 //! or prepares before routing: merged lists, `ping`, `server/discover`, `logging/setLevel`
 //! to every backend, tool search's own tools, composites, and the merged lists a
-//! name-routed request needs. Moved from `vmcp/requests.rs` unchanged: it composes
-//! `vmcp`, `tool_search`, `workflow` and `send`.
+//! name-routed request needs. It composes `vmcp`, `tool_search`, `workflow` and `send`,
+//! as [`LocalAnswers`]: the gateway's parts it reads, and the virtual server (it exists only
+//! when aggregating).
 
 use std::sync::Arc;
 
@@ -29,25 +30,49 @@ impl crate::workflow::Steps for Arc<Gateway> {
     }
 }
 
-impl Gateway {
-    /// What a composite's run takes from the gateway (`workflow::Context`).
-    fn composites(self: &Arc<Self>) -> crate::workflow::Context<'_> {
+/// The pipeline's "answer locally" stage: what the aggregating gateway answers itself, and
+/// the merged lists it prepares before routing. Built per request from the gateway
+/// ([`LocalAnswers::of`]); `None` when the gateway is not aggregating.
+#[derive(Clone, Copy)]
+pub(crate) struct LocalAnswers<'a> {
+    gateway: &'a Gateway,
+    vmcp: &'a Vmcp,
+}
+
+impl<'a> LocalAnswers<'a> {
+    /// The stage for `gateway`, when it aggregates (`switchboard serve`).
+    pub(crate) fn of(gateway: &'a Gateway) -> Option<Self> {
+        let vmcp = gateway.vmcp()?;
+        Some(Self { gateway, vmcp })
+    }
+
+    /// The merged list of `kind` (`Vmcp::view`).
+    async fn view(&self, kind: Kind) -> Result<Arc<crate::catalog::View>, CoreError> {
+        let g = self.gateway;
+        self.vmcp.view(kind, &g.sender, &g.backends).await
+    }
+
+    /// What a composite's run takes from the gateway (`workflow::Context`): `steps` is the
+    /// gateway itself, shared, since a step re-enters the request path.
+    fn composites(&self, steps: &'a Arc<Gateway>) -> crate::workflow::Context<'a> {
+        let g = self.gateway;
         crate::workflow::Context {
-            steps: self,
-            access: &self.config.access,
-            vmcp: self.vmcp(),
-            asks: &self.asks,
-            backends: &self.backends,
+            steps,
+            access: &g.config.access,
+            vmcp: Some(self.vmcp),
+            asks: &g.asks,
+            backends: &g.backends,
         }
     }
 
     /// What lists tailored to a caller's capabilities are fetched with (`by_caps`).
-    fn tailoring(&self) -> crate::vmcp::Tailoring<'_> {
+    fn tailoring(&self) -> crate::vmcp::Tailoring<'a> {
+        let g = self.gateway;
         crate::vmcp::Tailoring {
-            backends: &self.backends,
-            per_session: &self.per_session,
-            request_timeout: self.config.request_timeout,
-            handshake_timeout: self.config.handshake_timeout,
+            backends: &g.backends,
+            per_session: &g.per_session,
+            request_timeout: g.config.request_timeout,
+            handshake_timeout: g.config.handshake_timeout,
         }
     }
 
@@ -58,13 +83,13 @@ impl Gateway {
         msg: &Message<'_>,
         modern: bool,
     ) -> Option<Result<Vec<u8>, CoreError>> {
-        let search = self.tool_search()?;
-        let composites = || self.workflows.composite_tools();
+        let search = self.vmcp.tool_search()?;
+        let composites = || self.gateway.workflows.composite_tools();
         let searched = Searched {
             view: self.view(crate::catalog::Kind::Tools),
             composites: &composites,
-            origins: self.origins(),
-            access: &self.config.access,
+            origins: Some(self.vmcp as &dyn Origins),
+            access: &self.gateway.config.access,
         };
         search.own_tool_call(caller, msg, modern, searched).await
     }
@@ -72,7 +97,8 @@ impl Gateway {
     /// A Legacy request the aggregating gateway answers itself (`Some`), or `None` when it
     /// is routed to a backend (whose lists are then ready for `resolve`).
     pub(crate) async fn aggregated(
-        self: &Arc<Self>,
+        &self,
+        steps: &'a Arc<Gateway>,
         call: &Exchange<'_>,
         id: &RequestId,
         name: &str,
@@ -81,7 +107,7 @@ impl Gateway {
             let cursor = cursor_of(call.msg);
             return Some(match cursor {
                 Ok(cursor) => {
-                    let set = crate::vmcp::caps_of(&self.asks, call);
+                    let set = crate::vmcp::caps_of(&self.gateway.asks, call);
                     Box::pin(self.list(id, kind, cursor.as_deref(), (false, set))).await
                 }
                 Err(e) => Err(e),
@@ -89,12 +115,16 @@ impl Gateway {
         }
         // What the gateway answers itself is boxed: a `tools/call` routed to a backend
         // passes here, and its future should not carry theirs.
-        if self.tool_search().is_some() {
+        if self.vmcp.tool_search().is_some() {
             if let Some(answer) = Box::pin(self.own_tool_call(call.caller, call.msg, false)).await {
                 return Some(answer);
             }
         }
-        if let Some(run) = self.workflows.legacy(self.composites(), call, id) {
+        if let Some(run) = self
+            .gateway
+            .workflows
+            .legacy(self.composites(steps), call, id)
+        {
             return Some(Box::pin(run).await);
         }
         match name {
@@ -112,8 +142,8 @@ impl Gateway {
         cursor: Option<&str>,
         (modern, set): (bool, CapSet),
     ) -> Result<Vec<u8>, CoreError> {
-        if kind == crate::catalog::Kind::Tools && self.tool_search().is_some() {
-            let ttl = self.vmcp().map(Vmcp::list_ttl);
+        if kind == crate::catalog::Kind::Tools && self.vmcp.tool_search().is_some() {
+            let ttl = Some(self.vmcp.list_ttl());
             return crate::tool_search::own_tool_list(id, cursor, modern, ttl);
         }
         self.merged_list(id, kind, cursor, (modern, set)).await
@@ -122,11 +152,9 @@ impl Gateway {
     /// After a name `method` routes by was not found: the lists it reads, fetched again where
     /// stale (a tool added since the last fetch, or one offered only to callers declaring
     /// `set`), so the caller resolves once more. At most one fetch per TTL however many
-    /// unknown names arrive. False when not aggregating.
+    /// unknown names arrive. False when a list could not be fetched.
     pub(crate) async fn refresh_names(&self, method: &str, set: CapSet) -> bool {
-        let Some(vmcp) = self.vmcp() else {
-            return false;
-        };
+        let vmcp = self.vmcp;
         for kind in kinds_for(method) {
             if vmcp.refresh_set(*kind, set, self.tailoring()).await {
                 vmcp.forget_view(*kind);
@@ -140,7 +168,8 @@ impl Gateway {
 
     /// Builds the merged lists `msg`'s routing reads, when they are missing.
     pub(crate) async fn prepare(&self, msg: &Message<'_>) -> Result<(), CoreError> {
-        let (Some(vmcp), Some(name)) = (self.vmcp(), msg.method) else {
+        let vmcp = self.vmcp;
+        let Some(name) = msg.method else {
             return Ok(());
         };
         let kinds = lists_read_by(name);
@@ -172,10 +201,13 @@ impl Gateway {
             .and_then(|l| crate::logging::rank(&l))
             .ok_or(CoreError::InvalidParams("level must be a logging level"))?;
         // Kept first: a session's own upstream opened later starts at this level.
-        self.registry.sessions.set_log_level(sid.as_str(), level)?;
+        self.gateway
+            .registry
+            .sessions
+            .set_log_level(sid.as_str(), level)?;
         let logs =
             |e: &crate::backends::BackendEntry| e.info().capabilities.get("logging").is_some();
-        let backends: Vec<_> = self.backends.iter().collect();
+        let backends: Vec<_> = self.gateway.backends.iter().collect();
         if !backends.iter().any(|e| logs(e)) {
             return Err(CoreError::Unsupported(method::SET_LEVEL.to_owned()));
         }
@@ -184,11 +216,15 @@ impl Gateway {
         for entry in backends.iter().filter(|e| e.info().era.legacy && logs(e)) {
             let from = From::Fanout(Some(sid), &entry.id);
             // `None`: the session has not opened its own upstream there yet.
-            let Some(route) = self.resolve(from, method::SET_LEVEL, call.msg.params)? else {
+            let Some(route) = self
+                .gateway
+                .resolve(from, method::SET_LEVEL, call.msg.params)?
+            else {
                 continue;
             };
             let one = if route.via == Via::Own {
                 let answer = self
+                    .gateway
                     .sender
                     .call_backend(
                         Some(sid),
@@ -201,7 +237,7 @@ impl Gateway {
                     .await?;
                 crate::send::restore(id, &answer)
             } else {
-                (self.session_ops())
+                (self.gateway.session_ops())
                     .set_level(sid, id, call.msg, &route)
                     .await?
             };
@@ -212,7 +248,8 @@ impl Gateway {
 
     /// A Modern request the aggregating gateway answers itself.
     pub(crate) async fn aggregated_modern(
-        self: &Arc<Self>,
+        &self,
+        steps: &'a Arc<Gateway>,
         caller: &crate::Principal,
         msg: &Message<'_>,
         stream: Option<&tokio::sync::mpsc::Sender<bytes::Bytes>>,
@@ -221,7 +258,7 @@ impl Gateway {
             return None;
         };
         if name == method::DISCOVER {
-            return Some(Ok(crate::modern::discover(id, &self.presented())));
+            return Some(Ok(crate::modern::discover(id, &self.gateway.presented())));
         }
         if name == crate::modern::LISTEN {
             let Some(stream) = stream.cloned() else {
@@ -230,9 +267,13 @@ impl Gateway {
             if let Err(e) = self.prepare(msg).await {
                 return Some(Err(e));
             }
-            let may_subscribe =
-                |uri: &str| self.config.access.may_watch(self.origins(), caller, uri);
-            let listen = self.modern();
+            let may_subscribe = |uri: &str| {
+                self.gateway
+                    .config
+                    .access
+                    .may_watch(Some(self.vmcp as &dyn Origins), caller, uri)
+            };
+            let listen = self.gateway.modern();
             let listening = listen.aggregated_listen(caller, (id, msg), stream, may_subscribe);
             return Some(Box::pin(listening).await);
         }
@@ -246,7 +287,7 @@ impl Gateway {
             };
             return Some(answer.map(crate::Answer::ok));
         }
-        if self.tool_search().is_some() {
+        if self.vmcp.tool_search().is_some() {
             if let Some(answer) = Box::pin(self.own_tool_call(caller, msg, true)).await {
                 return Some(answer.map(crate::Answer::ok));
             }
@@ -257,8 +298,8 @@ impl Gateway {
         if crate::modern::removed(name) || !routable(name) {
             return Some(Ok(crate::modern::method_not_found(id, name)));
         }
-        let composites = self.composites();
-        if let Some(run) = self.workflows.modern(composites, caller, msg, id) {
+        let composites = self.composites(steps);
+        if let Some(run) = self.gateway.workflows.modern(composites, caller, msg, id) {
             return Some(Ok(Box::pin(run).await));
         }
         self.prepare(msg).await.err().map(Err)
@@ -284,33 +325,30 @@ fn cursor_of(msg: &Message<'_>) -> Result<Option<String>, CoreError> {
     }
 }
 
-impl Gateway {
-    /// Where `msg`'s targets are served, for its admission: `None` when not aggregating.
+impl<'a> LocalAnswers<'a> {
+    /// Where `msg`'s targets are served, for its admission.
     /// The merged lists the request routes by are built first when they are missing or do not
     /// name its target (as routing would build them), so admission sees the backend of a
     /// name added since the last fetch; a failure to build them is the routing step's to
     /// answer (the policy then sees no origin, and routing refuses what it cannot confirm).
-    pub(crate) async fn origins_for(&self, msg: &Message<'_>) -> Option<&dyn Origins> {
-        self.vmcp()?;
+    pub(crate) async fn origins_for(&self, msg: &Message<'_>) -> &'a dyn Origins {
         if let Err(e) = self.prepare(msg).await {
             tracing::debug!("merged lists not ready before admission: {e}");
         }
-        self.origins()
+        self.vmcp
     }
 
     /// A client's list request, answered from the merged list: one page from `cursor`
     /// (`-32602` for a cursor this list did not issue). `modern` stamps it as a Modern
     /// result.
-    pub(crate) async fn merged_list(
+    async fn merged_list(
         &self,
         id: &RequestId,
         kind: Kind,
         cursor: Option<&str>,
         (modern, set): (bool, CapSet),
     ) -> Result<Vec<u8>, CoreError> {
-        let Some(vmcp) = self.vmcp() else {
-            return Err(CoreError::Aggregation("not aggregating".into()));
-        };
+        let vmcp = self.vmcp;
         if vmcp.refresh_set(kind, set, self.tailoring()).await {
             vmcp.forget_view(kind);
         }
@@ -330,14 +368,14 @@ impl Gateway {
         let mut items = page.items_json().get().to_owned();
         if kind == Kind::Tools && page.next.is_none() {
             // Composite tools come after the backends' tools, on the last page.
-            items = self.workflows.with_composites(&items);
+            items = self.gateway.workflows.with_composites(&items);
         }
         let mut result = format!(r#"{{"{}":{}"#, kind.result_key(), items);
         if let Some(next) = &page.next {
             result.push_str(&format!(r#","nextCursor":{}"#, json!(next)));
         }
         if modern {
-            let info = json!({ switchboard_wire::classify::META_SERVER_INFO: self.presented().server_info });
+            let info = json!({ switchboard_wire::classify::META_SERVER_INFO: self.gateway.presented().server_info });
             // The caller may keep the list as long as the gateway keeps its backends' lists
             // (a `list_changed` on its listen stream says when to drop it sooner); private:
             // the list was filtered for this caller.
