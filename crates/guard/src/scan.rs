@@ -88,6 +88,22 @@ fn pattern(kind: Kind) -> String {
 }
 
 impl Kind {
+    /// Whether `secrets: builtin` covers it: a credential, not personal data or an
+    /// injection phrase.
+    pub fn is_secret(self) -> bool {
+        matches!(
+            self,
+            Kind::AwsAccessKey
+                | Kind::GcpApiKey
+                | Kind::GithubToken
+                | Kind::SlackToken
+                | Kind::SlackWebhook
+                | Kind::StripeKey
+                | Kind::Jwt
+                | Kind::PrivateKey
+        )
+    }
+
     /// The kind as `[REDACTED:kind]`, audit lines and configs name it.
     pub fn name(self) -> &'static str {
         match self {
@@ -132,18 +148,7 @@ impl Kinds {
 
     /// Every secret pattern (`secrets: builtin`).
     pub fn secrets() -> Kinds {
-        [
-            Kind::AwsAccessKey,
-            Kind::GcpApiKey,
-            Kind::GithubToken,
-            Kind::SlackToken,
-            Kind::SlackWebhook,
-            Kind::StripeKey,
-            Kind::Jwt,
-            Kind::PrivateKey,
-        ]
-        .into_iter()
-        .collect()
+        ALL.into_iter().filter(|k| k.is_secret()).collect()
     }
 
     pub fn with(self, kind: Kind) -> Kinds {
