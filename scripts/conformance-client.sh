@@ -23,27 +23,11 @@ case "$REVISION" in
   2025-11-25 | 2026-07-28) ;;
   *) echo "conformance-client: usage: $0 2025-11-25|2026-07-28" >&2; exit 2 ;;
 esac
-SUITE="@modelcontextprotocol/conformance@0.2.0-alpha.12"
-TOOLS="$ROOT/.tools"
 RESULTS="$ROOT/conformance/results/client-$REVISION"
 
-# The suite needs Node >= 22; the machines have Node 20. The npm package node@22 ships a binary.
-if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 22 ? 0 : 1)' 2>/dev/null; then
-  if [ ! -x "$TOOLS/node22/node_modules/.bin/node" ]; then
-    echo "conformance-client: installing Node 22 from the npm registry into $TOOLS/node22"
-    npm install --prefix "$TOOLS/node22" --no-audit --no-fund --loglevel=error node@22 >/dev/null
-  fi
-  export PATH="$TOOLS/node22/node_modules/.bin:$PATH"
-fi
-
-# As scripts/conformance.sh: scripts/test.sh hands over the binary its `cargo test` built.
-if [ -n "${SWITCHBOARD_BIN:-}" ]; then
-  BIN="$SWITCHBOARD_BIN"
-else
-  cargo build --quiet --bin switchboard
-  BIN="$ROOT/target/debug/switchboard"
-fi
-[ -x "$BIN" ] || { echo "conformance-client: no gateway binary at $BIN" >&2; exit 2; }
+NAME=conformance-client
+# shellcheck source=scripts/conformance-common.sh
+. "$ROOT/scripts/conformance-common.sh"
 export SWITCHBOARD_BIN="$BIN"
 # The driver logs the gateway's own lines; warnings and errors are what a failure needs.
 export SWITCHBOARD_LOG="${SWITCHBOARD_LOG:-warn}"

@@ -21,30 +21,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODE="${1:-direct}"
 case "$MODE" in direct | run | serve) ;; *) echo "conformance-tasks: unknown mode $MODE" >&2; exit 2 ;; esac
-SUITE="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 SCENARIOS=(tasks-lifecycle tasks-capability-negotiation tasks-wire-fields
   tasks-request-state-removal tasks-mrtr-input tasks-request-headers
   tasks-dispatch-and-envelope tasks-status-notifications tasks-required-task-error
   tasks-mrtr-composition)
-TOOLS="$ROOT/.tools"
 RESULTS="$ROOT/conformance/results/tasks-$MODE"
 
-# The suite needs Node >= 22 (as in scripts/conformance.sh).
-if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 22 ? 0 : 1)' 2>/dev/null; then
-  if [ ! -x "$TOOLS/node22/node_modules/.bin/node" ]; then
-    echo "conformance-tasks: installing Node 22 from the npm registry into $TOOLS/node22"
-    npm install --prefix "$TOOLS/node22" --no-audit --no-fund --loglevel=error node@22 >/dev/null
-  fi
-  export PATH="$TOOLS/node22/node_modules/.bin:$PATH"
-fi
-
-if [ -n "${SWITCHBOARD_BIN:-}" ]; then
-  BIN="$SWITCHBOARD_BIN"
-else
-  cargo build --quiet --bin switchboard
-  BIN="$ROOT/target/debug/switchboard"
-fi
-[ -x "$BIN" ] || { echo "conformance-tasks: no gateway binary at $BIN" >&2; exit 2; }
+NAME=conformance-tasks
+# shellcheck source=scripts/conformance-common.sh
+. "$ROOT/scripts/conformance-common.sh"
 
 LOG="$(mktemp)"
 FXLOG="$(mktemp)"
@@ -55,19 +40,6 @@ cleanup() {
   rm -f "$LOG" "$LOG.err" "$FXLOG" "$FXLOG.err" "$CONFIG"
 }
 trap cleanup EXIT
-
-# Waits (30 s at most) for `PREFIX<url>` in FILE while process PID lives; prints the URL.
-wait_url() {
-  local file="$1" prefix="$2" pid="$3" what="$4" url=""
-  for _ in $(seq 1 300); do
-    url="$(sed -n "s|^$prefix||p" "$file" | head -n 1)"
-    [ -n "$url" ] && { echo "$url"; return 0; }
-    kill -0 "$pid" 2>/dev/null || { cat "$file" "$file.err" >&2; echo "conformance-tasks: $what exited" >&2; return 1; }
-    sleep 0.1
-  done
-  echo "conformance-tasks: $what did not start" >&2
-  return 1
-}
 
 case "$MODE" in
   direct)
