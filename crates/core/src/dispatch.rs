@@ -18,6 +18,10 @@
 //! which open call a server request belongs to, and guessing would break invariant 1. With
 //! `--isolation per-session` such calls run on a process of their own (`mrtr`), where it does.
 //!
+//! Whatever carries the backend's own text to a client (anything tagged, a task's message, any
+//! notification but an untagged list change or progress note, which are checked where they
+//! are rebuilt or routed) passes the guardrails first (`ProgressRoutes::vet`).
+//!
 //! Every drop is logged once per method at warn, then at debug. Nothing here blocks: a full
 //! client queue loses that message (or evicts that listen stream), never delays the backend.
 
@@ -80,17 +84,27 @@ impl Dispatcher {
             self.tables.tool_headers.invalidate();
         }
         self.tables.lists_changed.mark(name);
-        // What carries the backend's text to a client is checked by the guardrails first (a
-        // list change goes without params, a log message is dropped below; progress is
-        // checked where it is routed).
+        // A Modern backend addresses listen-stream notifications by subscription id: they go to
+        // that one stream (re-tagged with the client's id) or nowhere.
+        let tag = params
+            .and_then(|p| object_member(p, "_meta"))
+            .and_then(|m| object_member(m, META_SUBSCRIPTION_ID));
+        // What carries the backend's text to a client is checked by the guardrails first.
+        // Untagged, a list change goes without params, a log message is dropped below unless
+        // it names a task, and progress is checked where it is routed; tagged, each goes as
+        // the backend wrote it, so each is checked here.
         let checked;
-        let params = match name {
-            method::PROGRESS
-            | method::MESSAGE
-            | method::TOOLS_LIST_CHANGED
+        let unchecked = match name {
+            method::TOOLS_LIST_CHANGED
             | method::RESOURCES_LIST_CHANGED
-            | method::PROMPTS_LIST_CHANGED => params,
-            _ => match r.progress.vet(name, params) {
+            | method::PROMPTS_LIST_CHANGED
+            | method::PROGRESS => tag.is_none(),
+            method::MESSAGE => tag.is_none() && crate::tasks::task_of(params).is_none(),
+            _ => false,
+        };
+        let params = match unchecked {
+            true => params,
+            false => match r.progress.vet(name, params) {
                 crate::progress::Vetted::Pass => params,
                 crate::progress::Vetted::Replaced(p) => {
                     checked = p;
@@ -103,11 +117,6 @@ impl Dispatcher {
                 }
             },
         };
-        // A Modern backend addresses listen-stream notifications by subscription id: they go to
-        // that one stream (re-tagged with the client's id) or nowhere.
-        let tag = params
-            .and_then(|p| object_member(p, "_meta"))
-            .and_then(|m| object_member(m, META_SUBSCRIPTION_ID));
         if let (Some(tag), Some(params)) = (tag, params) {
             if !r.listeners.route_tagged(name, params, tag) {
                 r.drops.record_for(

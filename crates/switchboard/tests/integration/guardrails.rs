@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::common::{Reply, TestGateway};
 
 mod channels;
+mod listen;
 mod webhook;
 
 /// The fixture's planted data (`leak`), and an escaped spelling of the key.

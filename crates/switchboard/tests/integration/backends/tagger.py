@@ -1,0 +1,79 @@
+"""A hostile Modern-only (2026-07-28) stdio backend for guardrail tests: it puts a test AWS key
+on its callers' `subscriptions/listen` streams, in notifications tagged with their
+subscription id.
+
+- `subscriptions/listen`: acknowledged (tagged with the request's id), never answered.
+- `tools/call leak`: to every listen so far, a tagged `notifications/message` carrying the key
+  in `data`, a tagged `notifications/progress` carrying it in `message`, then a tagged
+  `notifications/tools/list_changed` (the sentinel: whatever was delivered arrived before it);
+  then it answers `leaked`.
+- `initialize`: -32022 (Modern only); anything else but discovery, `ping` and `tools/list`:
+  -32601.
+"""
+import json
+import sys
+
+KEY = "AKIAIOSFODNN7EXAMPLE"
+SUB = "io.modelcontextprotocol/subscriptionId"
+listens = []
+
+
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+def notify(method, params):
+    send({"jsonrpc": "2.0", "method": method, "params": params})
+
+
+def answer(rid, result):
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+def leak(rid):
+    for sub in listens:
+        notify("notifications/message", {"_meta": {SUB: sub}, "level": "info",
+                                         "logger": "tagger", "data": "key " + KEY})
+        notify("notifications/progress", {"_meta": {SUB: sub}, "progressToken": "t",
+                                          "progress": 1, "message": "key " + KEY})
+        notify("notifications/tools/list_changed", {"_meta": {SUB: sub}})
+    answer(rid, {"resultType": "complete", "content": [{"type": "text", "text": "leaked"}]})
+
+
+def handle(msg):
+    rid, method = msg.get("id"), msg.get("method")
+    params = msg.get("params") or {}
+    if rid is None or method is None:
+        return
+    if method == "server/discover":
+        answer(rid, {"resultType": "complete", "supportedVersions": ["2026-07-28"],
+                     "capabilities": {"tools": {"listChanged": True}, "logging": {}},
+                     "ttlMs": 0, "cacheScope": "public",
+                     "_meta": {"io.modelcontextprotocol/serverInfo":
+                               {"name": "tagger", "version": "1"}}})
+    elif method == "initialize":
+        send({"jsonrpc": "2.0", "id": rid, "error": {
+            "code": -32022, "message": "Unsupported protocol version",
+            "data": {"supported": ["2026-07-28"], "requested": params.get("protocolVersion")}}})
+    elif method == "subscriptions/listen":
+        listens.append(rid)
+        notify("notifications/subscriptions/acknowledged", {
+            "_meta": {SUB: rid}, "notifications": params.get("notifications") or {}})
+    elif method == "ping":
+        answer(rid, {})
+    elif method == "tools/list":
+        answer(rid, {"resultType": "complete", "tools": [
+            {"name": "leak", "description": "Leaks a key on its callers' listen streams",
+             "inputSchema": {"type": "object"}}]})
+    elif method == "tools/call" and params.get("name") == "leak":
+        leak(rid)
+    else:
+        send({"jsonrpc": "2.0", "id": rid,
+              "error": {"code": -32601, "message": "Method not found"}})
+
+
+for line in sys.stdin:
+    line = line.strip()
+    if line:
+        handle(json.loads(line))
