@@ -53,10 +53,24 @@ impl InboundSink for CallSink {
                 let _ = backend.try_send_line(encode_result(id, "{}"));
             }
             (MessageKind::Request, Some(id)) if capability_of(name).is_some() => {
+                // Checked by the guardrails before the client sees it; refused, the backend
+                // gets the guardrail's error as its one answer.
+                let vetted =
+                    (self.registry.upgrade()).map(|r| (r.progress.vet(name, msg.params), r));
+                let params = match vetted {
+                    Some((Vetted::Replaced(p), _)) => Some(p),
+                    Some((Vetted::Refused(guardrail), registry)) => {
+                        registry.drops.record("refused by a guardrail", name);
+                        let err = crate::guardrails::refusal(&guardrail);
+                        let _ = backend.try_send_line(encode_error(Some(id), &err));
+                        return;
+                    }
+                    Some((Vetted::Pass, _)) | None => msg.params.map(ToOwned::to_owned),
+                };
                 let asked = Asked {
                     id: id.clone(),
                     method: name.to_owned(),
-                    params: msg.params.map(ToOwned::to_owned),
+                    params,
                 };
                 let slot = self.asked.lock();
                 match slot.as_ref().map(|tx| tx.try_send(asked)) {

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{is_input_required, MAX_ROUNDS};
 use crate::client_ask::ClientAsks;
 use crate::in_flight::InFlightGuard;
+use crate::progress::Vetted;
 use crate::resolve::Route;
 use crate::send::{Outgoing, Sender};
 use crate::session::SessionId;
@@ -204,10 +205,24 @@ impl ToLegacy<'_> {
         );
         let mut responses = Vec::with_capacity(round.requests.len());
         for (key, method, input) in &round.requests {
+            // The backend's question is checked by the guardrails before the client sees it;
+            // refused, that is the call's answer (the backend, stateless, waits for nothing).
+            let checked;
+            let input = match self.sender.registry.progress.vet(method, input.as_deref()) {
+                Vetted::Pass => input.as_deref(),
+                Vetted::Replaced(p) => {
+                    checked = p;
+                    Some(&*checked)
+                }
+                Vetted::Refused(guardrail) => {
+                    let err = crate::guardrails::refusal(&guardrail);
+                    return Ok(Err(encode_error(Some(id), &err)));
+                }
+            };
             let asked = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(CoreError::Cancelled),
-                asked = self.asks.ask(sid, call.stream.as_ref(), method, input.as_deref()) => asked?,
+                asked = self.asks.ask(sid, call.stream.as_ref(), method, input) => asked?,
             };
             match asked {
                 Ok(answer) => responses.push((key.clone(), answer)),

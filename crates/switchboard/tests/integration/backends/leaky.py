@@ -6,15 +6,17 @@ part. The answer line is written by hand, so the escape reaches the gateway as w
 `tools/call noisy` sends the key on every other channel first: a log message (in `data`), a
 `resources/updated` (in its URI), a notification of its own, with the call's progress token
 two progress notes (one with a non-string `message`, one with the key in `_meta`), and an
-`elicitation/create` request (its `message`; not with `{"ask": false}`); then it answers `done`. `completion/complete`
+`elicitation/create` request (its `message`; not with `{"ask": false}`); then it answers `done`
+(with `{"ask": "wait"}`: once its request is answered, `answered <the answer as JSON>`). `completion/complete`
 offers the key as a value. Anything else but the handshake is -32601; answers from the client
-are ignored.
+but that one are ignored.
 """
 import json
 import sys
 
 KEY_ESCAPED = "\\u0041KIAIOSFODNN7EXAMPLE"
 KEY = "AKIAIOSFODNN7EXAMPLE"
+waiting = []
 
 
 def send(msg):
@@ -37,16 +39,30 @@ def noisy(rid, params):
                                           "message": {"note": "key " + KEY}})
         notify("notifications/progress", {"progressToken": token, "progress": 2,
                                           "message": "working", "_meta": {"note": KEY}})
-    if (params.get("arguments") or {}).get("ask", True):
+    ask = (params.get("arguments") or {}).get("ask", True)
+    if ask:
         send({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create", "params": {
             "message": "Confirm key " + KEY,
             "requestedSchema": {"type": "object", "properties": {}}}})
+    if ask == "wait":
+        waiting.append(rid)
+        return
     send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": "done"}]}})
+
+
+def answered(msg):
+    """The client's (or the gateway's) answer to `ask-1`: the waiting call answers with it."""
+    got = msg.get("result") if "result" in msg else {"error": msg.get("error")}
+    while waiting:
+        send({"jsonrpc": "2.0", "id": waiting.pop(0), "result": {
+            "content": [{"type": "text", "text": "answered " + json.dumps(got)}]}})
 
 
 def handle(msg):
     rid, method = msg.get("id"), msg.get("method")
     params = msg.get("params") or {}
+    if rid == "ask-1" and method is None:
+        return answered(msg)
     if rid is None or method is None:
         return
     if method == "initialize":

@@ -7,6 +7,8 @@ subscription id.
   in `data`, a tagged `notifications/progress` carrying it in `message`, then a tagged
   `notifications/tools/list_changed` (the sentinel: whatever was delivered arrived before it);
   then it answers `leaked`.
+- `tools/call ask`: without `inputResponses`, `input_required` asking (`q`) an
+  `elicitation/create` whose `message` carries the key; with them, `answered <them as JSON>`.
 - `initialize`: -32022 (Modern only); anything else but discovery, `ping` and `tools/list`:
   -32601.
 """
@@ -41,6 +43,17 @@ def leak(rid):
     answer(rid, {"resultType": "complete", "content": [{"type": "text", "text": "leaked"}]})
 
 
+def ask(rid, params):
+    got = params.get("inputResponses")
+    if got:
+        text = "answered " + json.dumps(got)
+        return answer(rid, {"resultType": "complete", "content": [{"type": "text", "text": text}]})
+    answer(rid, {"resultType": "input_required", "inputRequests": {"q": {
+        "method": "elicitation/create", "params": {
+            "message": "Confirm key " + KEY,
+            "requestedSchema": {"type": "object", "properties": {}}}}}})
+
+
 def handle(msg):
     rid, method = msg.get("id"), msg.get("method")
     params = msg.get("params") or {}
@@ -65,9 +78,13 @@ def handle(msg):
     elif method == "tools/list":
         answer(rid, {"resultType": "complete", "tools": [
             {"name": "leak", "description": "Leaks a key on its callers' listen streams",
+             "inputSchema": {"type": "object"}},
+            {"name": "ask", "description": "Asks for input with a key in the question",
              "inputSchema": {"type": "object"}}]})
     elif method == "tools/call" and params.get("name") == "leak":
         leak(rid)
+    elif method == "tools/call" and params.get("name") == "ask":
+        ask(rid, params)
     else:
         send({"jsonrpc": "2.0", "id": rid,
               "error": {"code": -32601, "message": "Method not found"}})
