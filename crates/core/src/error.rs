@@ -32,10 +32,6 @@ pub enum CoreError {
     /// The method only makes sense inside a session (subscriptions, log level).
     #[error("{0} requires an Mcp-Session-Id")]
     SessionRequired(&'static str),
-    /// A task-augmented request from an anonymous caller without a session: the task would
-    /// belong to no one, so any other anonymous caller could read or cancel it.
-    #[error("a task-augmented request needs an Mcp-Session-Id or an authenticated caller")]
-    TaskOwnerRequired,
     /// The gateway itself validated a parameter and refused it.
     #[error("invalid params: {0}")]
     InvalidParams(&'static str),

@@ -133,9 +133,6 @@ pub(crate) fn refusal(
             return Ok(Some(Answer::error(id, &crate::tasks::unknown_task())));
         }
     }
-    if task.unownable() {
-        return Err(CoreError::TaskOwnerRequired);
-    }
     if removed(name) {
         return Ok(Some(method_not_found(id, name)));
     }

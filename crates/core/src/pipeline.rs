@@ -353,7 +353,7 @@ impl Gateway {
         let task = TaskAsk::of(&ex);
         let owner = Owner::of(ex.caller, ex.session());
         let answer = self.adapt(adapter, ex, &route, &task).await?;
-        Ok(self.expose_created(&route, owner.as_ref(), (name, &task), answer))
+        Ok(self.expose_created(&route, Some(&owner), (name, &task), answer))
     }
 
     /// Modern: answer locally (vMCP), resolve (the lists fetched again once for an unknown
@@ -413,7 +413,7 @@ impl Gateway {
         let answer = self.adapt(adapter, ex, &route, &task).await?;
         let owner = task.owner.as_ref();
         let answer = crate::modern::own_tasks_only(&self.registry, owner, msg, answer, &route);
-        Ok(self.expose_created(&route, creator.as_ref(), (method, &task), answer))
+        Ok(self.expose_created(&route, Some(&creator), (method, &task), answer))
     }
 
     /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session
@@ -578,7 +578,7 @@ impl Gateway {
     ) -> Result<Vec<u8>, CoreError> {
         let owner = Owner::of(ex.caller, ex.session());
         let tables = self.registry.tables(&route.backend);
-        if !tables.tasks.admits(owner.as_ref(), name, ex.msg.params) {
+        if !tables.tasks.admits(Some(&owner), name, ex.msg.params) {
             return Ok(encode_error(Some(id), &crate::tasks::unknown_task()));
         }
         let credential = ex.caller.credential.as_ref();
@@ -589,7 +589,7 @@ impl Gateway {
                 .call_backend(session, id, name, ex.msg, (stream, credential), route))
             .await?;
         if name == crate::tasks::LIST && !answer.is_error() {
-            let filtered = tables.tasks.filter_list(owner.as_ref(), answer.payload());
+            let filtered = tables.tasks.filter_list(Some(&owner), answer.payload());
             return Ok(encode_result(id, &filtered));
         }
         Ok(crate::send::restore(id, &answer))

@@ -83,9 +83,6 @@ impl Sender {
         route: &Route,
         task: &TaskAsk,
     ) -> Result<Vec<u8>, CoreError> {
-        if task.unownable() {
-            return Err(CoreError::TaskOwnerRequired);
-        }
         let credential = ex.caller.credential.as_ref();
         let session = ex.session();
         let answer =

@@ -80,15 +80,15 @@ pub(crate) enum Owner {
 }
 
 impl Owner {
-    /// The owner of tasks `caller` creates or names in `session`. (Always one; `None` is
-    /// kept for callers that may have no owner, which `CoreError::TaskOwnerRequired` refuses.)
-    pub(crate) fn of(caller: &Principal, session: Option<&SessionId>) -> Option<Owner> {
+    /// The owner of tasks `caller` creates or names in `session`: the session, else the
+    /// principal (the anonymous one on a gateway without authentication).
+    pub(crate) fn of(caller: &Principal, session: Option<&SessionId>) -> Owner {
         match session {
-            Some(s) => Some(Owner::Session(s.as_str().to_owned())),
-            None => Some(Owner::Principal {
+            Some(s) => Owner::Session(s.as_str().to_owned()),
+            None => Owner::Principal {
                 issuer: caller.issuer.clone(),
                 subject: caller.subject.clone(),
-            }),
+            },
         }
     }
 
@@ -356,13 +356,12 @@ pub(crate) fn created_by<'a>(
     if asked {
         owner.map(Cow::Borrowed)
     } else if name == MAY_CREATE && marks.created_task.is_some() {
-        Owner::of(caller, None).map(Cow::Owned)
+        Some(Cow::Owned(Owner::of(caller, None)))
     } else {
         None
     }
 }
 
-/// The one answer for a task the caller cannot see, whether it exists or not.
 /// Whether a Modern request declares the Tasks extension in its client capabilities
 /// (`_meta["io.modelcontextprotocol/clientCapabilities"].extensions`).
 pub(crate) fn extension_declared(params: Option<&RawValue>) -> bool {
@@ -384,6 +383,7 @@ pub(crate) fn missing_extension() -> ErrorObject {
     .with_data(serde_json::json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}}))
 }
 
+/// The one answer for a task the caller cannot see, whether it exists or not.
 pub(crate) fn unknown_task() -> ErrorObject {
     ErrorObject::new(codes::INVALID_PARAMS, "Invalid params: unknown taskId")
 }
@@ -449,8 +449,7 @@ pub(crate) fn concerns_tasks(method: &str) -> bool {
 
 /// What a request asks of tasks, judged once per request: whether it is task-augmented
 /// (`params.task`), and its owner where one is needed (task-augmented requests, and a Modern
-/// request's task methods; `None` also for an anonymous caller without a session, who can
-/// own no task).
+/// request's task methods; `None` for any other request).
 #[derive(Debug)]
 pub(crate) struct TaskAsk {
     pub(crate) asked: bool,
@@ -461,15 +460,8 @@ impl TaskAsk {
     pub(crate) fn of(ex: &Exchange<'_>) -> Self {
         let asked = is_task_request(ex.msg.params);
         let task_method = ex.is_modern() && ex.msg.method.is_some_and(concerns_tasks);
-        let owner = (asked || task_method)
-            .then(|| Owner::of(ex.caller, ex.session()))
-            .flatten();
+        let owner = (asked || task_method).then(|| Owner::of(ex.caller, ex.session()));
         TaskAsk { asked, owner }
-    }
-
-    /// A task-augmented request from a caller who could own no task.
-    pub(crate) fn unownable(&self) -> bool {
-        self.asked && self.owner.is_none()
     }
 }
 

@@ -444,8 +444,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         ),
         CoreError::SessionRequired(_)
         | CoreError::NotInitialized
-        | CoreError::AlreadyInitialized
-        | CoreError::TaskOwnerRequired => (
+        | CoreError::AlreadyInitialized => (
             StatusCode::BAD_REQUEST,
             ErrorObject::new(codes::INVALID_REQUEST, format!("Bad Request: {e}")),
         ),

@@ -58,8 +58,8 @@ impl Gateway {
     ) -> Result<Answer, CoreError> {
         let owner = Owner::of(ex.caller, ex.session());
         let handle = crate::tasks::requested_task(ex.msg.params);
-        let found = (handle.as_deref())
-            .and_then(|h| Some((h, self.registry.find_task(owner.as_ref(), h)?)));
+        let found =
+            (handle.as_deref()).and_then(|h| Some((h, self.registry.find_task(Some(&owner), h)?)));
         let (Some((handle, (backend, task))), Some(params)) = (found, ex.msg.params) else {
             return self.era_route(ex, admitted, None).await;
         };
@@ -97,10 +97,7 @@ impl Gateway {
             return Ok(era_error(&ex, id, &err));
         }
         let owner = Owner::of(ex.caller, ex.session());
-        let backends = owner
-            .as_ref()
-            .map(|o| self.registry.with_tasks_of(o))
-            .unwrap_or_default();
+        let backends = self.registry.with_tasks_of(&owner);
         let mut tasks: Vec<Box<RawValue>> = Vec::new();
         for backend in backends {
             if let Err(answer) = self.list_at(&ex, admitted, &backend, &mut tasks).await? {

@@ -82,17 +82,17 @@ fn owners_by_session_and_principal() {
     let sid = SessionId::mint();
     assert_eq!(
         Owner::of(&Principal::anonymous(), None),
-        Some(Owner::Principal {
+        Owner::Principal {
             issuer: "anonymous".into(),
             subject: "anonymous".into()
-        })
+        }
     );
     assert_eq!(
         Owner::of(&Principal::anonymous(), Some(&sid)),
-        Some(session(sid.as_str()))
+        session(sid.as_str())
     );
-    assert_eq!(Owner::of(&alice, None), Some(principal("alice")));
-    assert_eq!(Owner::of(&alice, Some(&sid)), Some(session(sid.as_str())));
+    assert_eq!(Owner::of(&alice, None), principal("alice"));
+    assert_eq!(Owner::of(&alice, Some(&sid)), session(sid.as_str()));
 
     let t = TaskOwners::default();
     t.record(&principal("alice"), &legacy_task("p1"));

@@ -368,6 +368,12 @@ async fn anonymous_sessionless_tasks_are_the_anonymous_principals() {
         era: Era::Sessionless,
     };
     let mut listed = sessionless.listed(&gw).await;
+    // One pool: a sessionless Legacy caller cancels the task a Modern caller created (the
+    // README's warning for `--allow-anonymous-non-loopback`).
+    let cancelled = (sessionless)
+        .ask(&gw, "tasks/cancel", json!({"taskId": made[0]}))
+        .await;
+    assert!(cancelled.json()["result"].is_object(), "{}", cancelled.text);
     listed.sort();
     made.sort();
     assert_eq!(listed, made);
