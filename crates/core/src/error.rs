@@ -171,6 +171,9 @@ pub enum Gone {
     Question,
     /// The HTTP+SSE stream that is the session: a 404, as for an unknown session.
     Stream,
+    /// The task a task method names (its handle names the replica that minted it): gone
+    /// with that replica's backends, so the unknown-task answer.
+    Task,
 }
 
 /// Another replica, as the store holds its registration: its name and the registration's

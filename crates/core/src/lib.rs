@@ -89,4 +89,5 @@ pub use switchboard_upstream::outgoing_auth::OutgoingAuthError;
 pub use switchboard_upstream::remote::RemoteError;
 pub use switchboard_upstream::Credential;
 pub use switchboard_upstream::UpstreamError;
+pub use tasks::unknown_task;
 pub use vmcp::{FailureMode, RenamedName, VmcpConfig};

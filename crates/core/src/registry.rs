@@ -29,6 +29,10 @@ pub struct Registry {
     /// Replicas on one session store: where a message for a session whose listen stream is
     /// held by another replica goes ([`PeerDelivery`], `session_store`). Set once, after start.
     pub(crate) peers: std::sync::OnceLock<Arc<dyn PeerDelivery>>,
+    /// This replica's name, with replicas: the task handles minted here carry it, so a
+    /// replica receiving one it did not mint sends the request here (`session_store::home`).
+    /// Set before any backend's tables are made.
+    replica: std::sync::OnceLock<String>,
 }
 
 /// Replicas on one session store: the way to the replica holding a session's listen stream.
@@ -60,6 +64,16 @@ pub(crate) struct BackendTables {
     /// Which of its lists the backend said changed since the gateway last fetched them
     /// (aggregating: `vmcp` fetches those again).
     pub(crate) lists_changed: ListsChanged,
+}
+
+impl BackendTables {
+    /// Tables whose task handles name `replica` (with replicas).
+    fn at_replica(replica: Option<&String>) -> Self {
+        BackendTables {
+            tasks: crate::tasks::TaskOwners::at_replica(replica.cloned()),
+            ..BackendTables::default()
+        }
+    }
 }
 
 /// One flag per list kind, set by the backend's `list_changed` and taken by the fetch.
@@ -108,7 +122,14 @@ impl Registry {
             drops: DropLog::default(),
             per_backend: Mutex::new(HashMap::new()),
             peers: std::sync::OnceLock::new(),
+            replica: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Names this replica in the task handles minted from now on (`GatewayConfig::registry`,
+    /// before any backend's tables exist).
+    pub(crate) fn at_replica(&self, replica: &str) {
+        let _ = self.replica.set(replica.to_owned());
     }
 
     /// The sink to give the `default` backend's reader (see [`Self::sink_for`]).
@@ -130,7 +151,7 @@ impl Registry {
         self.per_backend
             .lock()
             .entry(id.clone())
-            .or_default()
+            .or_insert_with(|| Arc::new(BackendTables::at_replica(self.replica.get())))
             .clone()
     }
 

@@ -23,8 +23,10 @@
 //! backend: answers, listings and status notifications name the handle (`expose`), and a task
 //! method naming it is sent to that backend under the backend's own id (`pipeline/tasks.rs`).
 //! Two backends handing out the same ids, or a guessed id, name nothing for anyone else.
-//! Handles live in this process only: a replica on a shared session store does not know
-//! another replica's handles (see ARCHITECTURE.md, issue 36).
+//! Handles live in the process that minted them, next to the backend process (or upstream
+//! session) running the task. With replicas a handle names its replica
+//! (`sbt-REPLICA-<128 bits>`), and a task method naming another replica's handle is served
+//! there over the hop (`session_store::home`), where the owner check happens as here.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -102,6 +104,8 @@ impl Owner {
 #[derive(Debug, Default)]
 pub(crate) struct TaskOwners {
     table: Mutex<Table>,
+    /// This replica's name, in the handles minted here (with replicas).
+    replica: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -174,13 +178,32 @@ impl Table {
 /// Prefix of the task handles the gateway mints (recognisable in logs, like route keys).
 const HANDLE_PREFIX: &str = "sbt-";
 
-/// A fresh task handle: 128 bits from the CSPRNG (`route::random_hex`). A handle names a task
-/// only together with its owner: nothing about it says which backend, or whose, it is.
-fn mint_handle() -> String {
-    format!("{HANDLE_PREFIX}{}", crate::route::random_hex())
+/// A fresh task handle: 128 bits from the CSPRNG (`route::random_hex`), after the replica
+/// that minted it when there are replicas. A handle names a task only together with its
+/// owner: nothing about it says which backend, or whose, it is.
+fn mint_handle(replica: Option<&str>) -> String {
+    match replica {
+        Some(r) => format!("{HANDLE_PREFIX}{r}-{}", crate::route::random_hex()),
+        None => format!("{HANDLE_PREFIX}{}", crate::route::random_hex()),
+    }
+}
+
+/// The replica a task handle names (`sbt-REPLICA-…`), unverified: where a request naming it
+/// is served (`session_store::home`), never whose task it is.
+pub(crate) fn replica_of_handle(handle: &str) -> Option<&str> {
+    let (replica, _) = handle.strip_prefix(HANDLE_PREFIX)?.split_once('-')?;
+    Some(replica)
 }
 
 impl TaskOwners {
+    /// An empty table whose handles name `replica` (with replicas).
+    pub(crate) fn at_replica(replica: Option<String>) -> Self {
+        TaskOwners {
+            table: Mutex::default(),
+            replica,
+        }
+    }
+
     /// Records the task a `CreateTaskResult` names, if any: `{task:{taskId}}` (2025-11-25) or
     /// `{resultType:"task", taskId}` (the Modern Tasks extension).
     ///
@@ -203,7 +226,7 @@ impl TaskOwners {
             None if table.owners.len() >= MAX_TASKS => return,
             None => {}
         }
-        let handle = mint_handle();
+        let handle = mint_handle(self.replica.as_deref());
         table.handles.insert(handle.clone(), id.clone());
         let owned = Owned {
             owner: owner.clone(),
@@ -383,8 +406,9 @@ pub(crate) fn missing_extension() -> ErrorObject {
     .with_data(serde_json::json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}}))
 }
 
-/// The one answer for a task the caller cannot see, whether it exists or not.
-pub(crate) fn unknown_task() -> ErrorObject {
+/// The one answer for a task the caller cannot see, whether it exists or not (also the
+/// HTTP layer's, for a handle whose replica is gone).
+pub fn unknown_task() -> ErrorObject {
     ErrorObject::new(codes::INVALID_PARAMS, "Invalid params: unknown taskId")
 }
 

@@ -299,6 +299,7 @@ fn unavailable(gone: Gone, id: Option<RequestId>) -> Response {
         }
         Gone::RequestState => HttpError::ReplicaGone(id).into_response(),
         Gone::Question => HttpError::ClientResponse.into_response(),
+        Gone::Task => HttpError::Rpc(id, switchboard_core::unknown_task()).into_response(),
     }
 }
 

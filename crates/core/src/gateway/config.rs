@@ -97,6 +97,9 @@ impl GatewayConfig {
             Some(n) => sessions.with_principal_limit(n),
             None => sessions,
         });
+        if let Some(replica) = &self.replica_id {
+            registry.at_replica(replica);
+        }
         if let Some(guards) = &self.guardrails {
             registry
                 .progress

@@ -92,6 +92,28 @@ impl SessionStore {
         }
     }
 
+    /// Where a task method (`tasks/get|result|cancel|update`) is served: at the replica whose
+    /// handle its `taskId` is (the task's owner table and its backend live there), while that
+    /// replica is registered. Anything else is served here, where a handle this replica did
+    /// not mint names nothing (the unknown-task answer). Both eras; reads the request only.
+    pub(crate) async fn task_home(
+        &self,
+        msg: &switchboard_wire::Message<'_>,
+    ) -> Result<(), CoreError> {
+        if self.replica_id.is_none()
+            || !msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m))
+        {
+            return Ok(());
+        }
+        let Some(handle) = crate::tasks::requested_task(msg.params) else {
+            return Ok(());
+        };
+        match crate::tasks::replica_of_handle(&handle) {
+            Some(replica) => self.elsewhere(replica, Gone::Task).await,
+            None => Ok(()),
+        }
+    }
+
     /// Where a client's answer to a gateway question is taken: the replica that asked it,
     /// named in its key (`client_ask`), while that replica is registered. `Ok` when the key
     /// names none, this one, or one that is gone (the caller then refuses the answer).

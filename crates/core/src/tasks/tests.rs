@@ -209,3 +209,16 @@ fn handles_name_tasks_for_their_owner_only() {
     t.clear();
     assert_eq!(t.task_for(Some(&bob), &hb), None);
 }
+
+#[test]
+fn handles_name_their_replica_when_there_are_replicas() {
+    let here = TaskOwners::at_replica(Some("0123456789abcdef".into()));
+    here.record(&principal("alice"), &legacy_task("t1"));
+    let handle = here.handle_for(Some(&principal("alice")), "t1").unwrap();
+    assert_eq!(super::replica_of_handle(&handle), Some("0123456789abcdef"));
+    assert_eq!(handle.len(), "sbt-".len() + 16 + 1 + 32);
+    let alone = TaskOwners::default();
+    alone.record(&principal("alice"), &legacy_task("t1"));
+    let handle = alone.handle_for(Some(&principal("alice")), "t1").unwrap();
+    assert_eq!(super::replica_of_handle(&handle), None, "{handle}");
+}

@@ -9,6 +9,7 @@ mod home;
 mod modern;
 mod proxy;
 pub(crate) mod redis;
+mod tasks;
 
 use futures::future::join_all;
 use reqwest::StatusCode;
