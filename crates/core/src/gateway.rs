@@ -424,9 +424,14 @@ impl Gateway {
         // Waiting on the client (a relayed question): the backend holds nothing to cancel.
         if let Some(params) = params.filter(|_| in_flight.at_backend) {
             let from = From::Cancel(sid, &in_flight.backend);
-            if let Ok(Some(route)) = self.resolve(from, method::CANCELLED, Some(&params)) {
-                let _ = route
-                    .upstream
+            let route = self.resolve(from, method::CANCELLED, Some(&params));
+            // A replicated backend: only the replica that holds the call hears of it.
+            let target = route
+                .ok()
+                .flatten()
+                .and_then(|r| r.upstream.for_key(in_flight.key.as_str()));
+            if let Some(upstream) = target {
+                let _ = upstream
                     .send_line(encode_notification(method::CANCELLED, Some(&params)))
                     .await;
             }

@@ -111,6 +111,10 @@ impl Drop for CancelOnDrop<'_> {
 /// will be dropped as unattributable anyway.
 pub(crate) fn send_cancel(backend: &Upstream, key: &RouteKey, reason: &str) {
     let params = json!({"requestId": key.as_str(), "reason": reason}).to_string();
+    // A replicated backend: only the replica that holds the call.
+    let Some(backend) = backend.for_key(key.as_str()) else {
+        return;
+    };
     if let Ok(params) = RawValue::from_string(params) {
         let _ = backend.try_send_line(encode_notification(method::CANCELLED, Some(&params)));
     }

@@ -84,7 +84,10 @@ impl Resolver<'_> {
                 name: name.clone(),
             })
         };
-        let shared = || entry.backend.handle.clone();
+        // A replicated backend: a request is pinned here to the replica it goes to (so its
+        // cancellation follows it); a notification with no key reaches every replica.
+        let shared = || entry.backend.handle.for_request(method, params);
+        let every = || entry.backend.handle.clone();
         let per_session_backend = self.per_session.for_backend(&entry.id).is_some();
         Ok(match from {
             From::Request(Some(sid)) | From::Fanout(Some(sid), _) | From::Pinned(Some(sid), _) => {
@@ -103,14 +106,15 @@ impl Resolver<'_> {
                 Some(own) => route(Via::Own, own),
                 // Per-session mode: a session's traffic never reaches a process others use.
                 None if per_session_backend => None,
-                None => route(Via::Shared, shared()),
+                None => route(Via::Shared, every()),
             },
             From::Cancel(sid, _) => match self.own_upstream(sid, &entry.id) {
                 Some(own) => route(Via::Own, own),
                 // Per-session mode: none of the session's requests went to the shared process,
                 // so neither does a cancellation (not even a gateway-minted key of it).
                 None if per_session_backend => None,
-                None => route(Via::Shared, shared()),
+                // Narrowed by the cancelled call's key where it is sent.
+                None => route(Via::Shared, every()),
             },
             From::Request(None)
             | From::Fanout(None, _)
@@ -118,7 +122,7 @@ impl Resolver<'_> {
             | From::Notification(None)
             | From::Modern
             | From::Initialize => route(Via::Shared, shared()),
-            From::Teardown(_) => route(Via::Shared, shared()),
+            From::Teardown(_) => route(Via::Shared, every()),
             From::Started(_, upstream) => route(Via::Started, upstream),
         })
     }

@@ -282,7 +282,9 @@ impl Sender {
         let route = Route::internal(&entry);
         let key = RouteKey::mint();
         let line = encode_request(&key.to_request_id(), name, Some(&params));
-        let call = route.upstream.call(key.as_str(), line).await?;
+        // A replicated backend: an unsubscribe reaches the replica that has the subscription.
+        let upstream = route.upstream.for_request(name, Some(&params));
+        let call = upstream.call(key.as_str(), line).await?;
         let deadline = self.request_timeout;
         tokio::time::timeout(deadline, call)
             .await

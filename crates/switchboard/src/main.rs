@@ -16,6 +16,7 @@ mod replica;
 mod running;
 mod session_store;
 mod start_backends;
+mod start_replicas;
 mod token_store;
 mod tokens_cli;
 mod traces;

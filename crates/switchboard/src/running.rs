@@ -25,7 +25,8 @@ pub(crate) struct RunningSet {
     /// Cancelled as soon as the gateway is told to stop (before it drains): a backend that
     /// exits from then on is not restarted.
     stopping: CancellationToken,
-    supervisors: HashMap<BackendId, Keeper>,
+    /// One keeper per process (several for a replicated backend).
+    supervisors: HashMap<BackendId, Vec<Keeper>>,
     internals: HashMap<BackendId, UpstreamOwner>,
 }
 
@@ -40,7 +41,7 @@ struct Keeper {
 
 /// One backend's keepers, taken out of the set (it left it): stopped once drained.
 pub(crate) struct Retired {
-    supervisor: Option<Keeper>,
+    supervisor: Vec<Keeper>,
     internal: Option<UpstreamOwner>,
 }
 
@@ -61,41 +62,15 @@ impl RunningSet {
         processes: Vec<(BackendId, Supervised)>,
         internals: Vec<(BackendId, UpstreamOwner)>,
     ) {
+        let mut adopted: HashMap<BackendId, Vec<Keeper>> = HashMap::new();
         for (id, p) in processes {
-            let stop = CancellationToken::new();
-            let revive = self.gateway.clone();
-            let named = id.clone();
-            let retired = Arc::new(AtomicBool::new(false));
-            let gone = retired.clone();
-            let task = tokio::spawn(switchboard_upstream::supervise(
-                p.handle,
-                p.config,
-                p.sink,
-                p.process,
-                switchboard_upstream::Stop {
-                    now: stop.clone(),
-                    gateway: self.stopping.clone(),
-                },
-                RESTART_WAIT,
-                move |standby| {
-                    let gateway = revive.clone();
-                    let id = named.clone();
-                    let gone = gone.clone();
-                    async move {
-                        // Retired: it only drains; its stop is on the way.
-                        !gone.load(Ordering::Acquire)
-                            && gateway.upkeep().revive_backend_named(&id, standby).await
-                    }
-                },
-            ));
-            let keeper = Keeper {
-                stop,
-                task,
-                retired,
-            };
-            if let Some(old) = self.supervisors.insert(id, keeper) {
-                // A name adopted twice without a retire in between: never leave a keeper
-                // without an owner.
+            let keeper = self.keeper(&id, p);
+            adopted.entry(id).or_default().push(keeper);
+        }
+        for (id, keepers) in adopted {
+            // A name adopted twice without a retire in between: never leave a keeper
+            // without an owner.
+            for old in self.supervisors.insert(id, keepers).unwrap_or_default() {
                 old.retired.store(true, Ordering::Release);
                 old.stop.cancel();
             }
@@ -103,10 +78,54 @@ impl RunningSet {
         self.internals.extend(internals);
     }
 
+    /// Starts the supervisor of one of `id`'s processes.
+    fn keeper(&self, id: &BackendId, p: Supervised) -> Keeper {
+        let stop = CancellationToken::new();
+        let revive = self.gateway.clone();
+        let named = id.clone();
+        let retired = Arc::new(AtomicBool::new(false));
+        let gone = retired.clone();
+        let replica = p.replica;
+        let task = tokio::spawn(switchboard_upstream::supervise(
+            p.handle,
+            p.config,
+            p.sink,
+            p.process,
+            switchboard_upstream::Stop {
+                now: stop.clone(),
+                gateway: self.stopping.clone(),
+            },
+            RESTART_WAIT,
+            move |standby| {
+                let gateway = revive.clone();
+                let id = named.clone();
+                let gone = gone.clone();
+                let replica = replica.clone();
+                async move {
+                    let index = replica.as_ref().map(|(i, _)| *i);
+                    // Retired: it only drains; its stop is on the way.
+                    let ready = !gone.load(Ordering::Acquire)
+                        && (gateway.upkeep())
+                            .revive_backend_named(&id, index, standby)
+                            .await;
+                    if let (true, Some((_, slot))) = (ready, &replica) {
+                        slot.revived();
+                    }
+                    ready
+                }
+            },
+        ));
+        Keeper {
+            stop,
+            task,
+            retired,
+        }
+    }
+
     /// Takes `id`'s keepers out of the set.
     pub(crate) fn retire(&mut self, id: &BackendId) -> Retired {
-        let supervisor = self.supervisors.remove(id);
-        if let Some(k) = &supervisor {
+        let supervisor = self.supervisors.remove(id).unwrap_or_default();
+        for k in &supervisor {
             k.retired.store(true, Ordering::Release);
         }
         Retired {
@@ -121,10 +140,10 @@ impl RunningSet {
         for (_, internal) in self.internals {
             internal.shutdown(Duration::from_secs(2)).await;
         }
-        for k in self.supervisors.values() {
+        for k in self.supervisors.values().flatten() {
             k.stop.cancel();
         }
-        for (_, k) in self.supervisors {
+        for k in self.supervisors.into_values().flatten() {
             let _ = k.task.await;
         }
     }
@@ -136,8 +155,10 @@ impl Retired {
         if let Some(internal) = self.internal {
             internal.shutdown(Duration::from_secs(2)).await;
         }
-        if let Some(k) = self.supervisor {
+        for k in &self.supervisor {
             k.stop.cancel();
+        }
+        for k in self.supervisor {
             let _ = k.task.await;
         }
     }

@@ -105,8 +105,11 @@ pub(crate) async fn start_all(
             BackendId::default_id()
         };
         let started = match origin {
-            Origin::Stdio(stdio, isolation) => {
+            Origin::Stdio(stdio, isolation, 1) => {
                 start_stdio(args, stdio, isolation, registry, &id).await
+            }
+            Origin::Stdio(stdio, _, replicas) => {
+                crate::start_replicas::start(args, stdio, replicas, registry, &id).await
             }
             Origin::Remote(endpoint, transport, shown) => {
                 start_remote(args, endpoint, transport, &shown, registry, &id).await
@@ -158,7 +161,7 @@ pub(crate) async fn start_all(
             per_session.push((id.clone(), spawner));
         }
         internals.extend(started.internal.take().map(|i| (id.clone(), i)));
-        if let Some(p) = started.process.take() {
+        for p in std::mem::take(&mut started.processes) {
             processes.push((id.clone(), p));
         }
         backends.push((id, started.backend));
@@ -302,8 +305,8 @@ impl Shape {
 
 /// What the backend is: a local command or a remote URL (checked before anything starts).
 pub(crate) enum Origin {
-    /// The command and how sessions share it.
-    Stdio(StdioConfig, Isolation),
+    /// The command, how sessions share it, and how many processes serve it (`replicas`).
+    Stdio(StdioConfig, Isolation, usize),
     /// The endpoint, the transport to try, and the URL as configured (shown, never the
     /// expanded one).
     Remote(
@@ -335,7 +338,7 @@ impl Origin {
             BackendKind::Stdio(stdio) => {
                 let mut config = stdio_config(args, stdio);
                 config.homes = homes.clone();
-                return Ok(Origin::Stdio(config, stdio.isolation));
+                return Ok(Origin::Stdio(config, stdio.isolation, stdio.replicas));
             }
             BackendKind::OpenApi(o) => return Ok(Origin::OpenApi(openapi_origin(args, o))),
             BackendKind::Remote(r) => r,
@@ -359,17 +362,18 @@ impl Origin {
 
 /// A backend connected and ready to serve, and what keeps it so.
 pub(crate) struct Started {
-    backend: Backend,
-    /// A shared process and what its supervisor needs to restart it.
-    process: Option<Supervised>,
+    pub(crate) backend: Backend,
+    /// The shared processes (one, or `replicas`) and what their supervisors need to restart
+    /// them.
+    pub(crate) processes: Vec<Supervised>,
     /// The gateway's own upstream session (see `Backend::internal`), ended on shutdown.
-    internal: Option<switchboard_upstream::UpstreamOwner>,
+    pub(crate) internal: Option<switchboard_upstream::UpstreamOwner>,
     /// How to open a session's own backend, when sessions get one.
-    per_session: Option<Arc<dyn SpawnBackend>>,
+    pub(crate) per_session: Option<Arc<dyn SpawnBackend>>,
     /// File descriptors one session's own backend may hold (for the connection bound).
-    fds_per_session: u64,
+    pub(crate) fds_per_session: u64,
     /// A remote MCP server (reached statelessly in a set when it answers Modern requests).
-    remote: bool,
+    pub(crate) remote: bool,
 }
 
 pub(crate) struct Supervised {
@@ -377,6 +381,8 @@ pub(crate) struct Supervised {
     pub(crate) config: StdioConfig,
     pub(crate) sink: Arc<dyn switchboard_upstream::InboundSink>,
     pub(crate) process: switchboard_upstream::StdioProcess,
+    /// Which of a replicated backend's processes it is, and its slot in the set.
+    pub(crate) replica: Option<(usize, switchboard_upstream::ReplicaSlot)>,
 }
 
 async fn start_stdio(
@@ -426,12 +432,13 @@ async fn start_stdio(
     Ok(Started {
         backend,
         internal: None,
-        process: Some(Supervised {
+        processes: vec![Supervised {
             handle,
             config: stdio,
             sink,
             process,
-        }),
+            replica: None,
+        }],
         per_session,
         fds_per_session: FDS_PER_BACKEND,
         remote: false,
@@ -452,7 +459,7 @@ async fn start_remote(
         crate::remote::connect_with(endpoint, transport, &registry.sink_for(id), timeout).await?;
     Ok(Started {
         backend,
-        process: None,
+        processes: Vec::new(),
         internal,
         per_session: Some(Arc::new(crate::remote::RemoteSpawner(endpoint))),
         fds_per_session: FDS_PER_REMOTE_SESSION,
@@ -513,7 +520,7 @@ async fn start_openapi(
         .context("backend did not become ready")?;
     Ok(Started {
         backend,
-        process: None,
+        processes: Vec::new(),
         internal: None,
         per_session: None,
         fds_per_session: FDS_PER_BACKEND,
@@ -579,7 +586,7 @@ pub(crate) fn sandbox_homes(backends: &[BackendSpec]) -> Vec<std::path::PathBuf>
         .collect()
 }
 
-fn stdio_config(args: &GatewayArgs, stdio: &StdioSpec) -> StdioConfig {
+pub(crate) fn stdio_config(args: &GatewayArgs, stdio: &StdioSpec) -> StdioConfig {
     let mut config = StdioConfig::new(stdio.program.clone(), stdio.args.clone());
     config.max_line_bytes = args.max_line_bytes;
     config.env.clone_from(&stdio.env);

@@ -69,6 +69,8 @@ pub(crate) enum Withdraw {
 pub struct PendingCall {
     rx: oneshot::Receiver<Result<BackendResponse, UpstreamError>>,
     withdraw: Option<Withdraw>,
+    /// A replica's count of calls in flight, held until the call is answered or dropped.
+    counted: Option<crate::replicated::Counted>,
 }
 
 impl PendingCall {
@@ -79,7 +81,14 @@ impl PendingCall {
         PendingCall {
             rx,
             withdraw: Some(withdraw),
+            counted: None,
         }
+    }
+
+    /// Counts this call in a replica's calls in flight until it is answered or dropped.
+    pub(crate) fn counted(mut self, counted: crate::replicated::Counted) -> Self {
+        self.counted = Some(counted);
+        self
     }
 }
 
@@ -94,6 +103,7 @@ impl Future for PendingCall {
         };
         // Resolved: whoever answered already removed the entry.
         self.withdraw = None;
+        self.counted = None;
         Poll::Ready(out)
     }
 }

@@ -9,6 +9,7 @@ use switchboard_wire::Message;
 
 use crate::openapi::OpenApiUpstream;
 use crate::remote::{RemoteOwner, RemoteUpstream};
+use crate::replicated::Replicated;
 use crate::stdio::{StdioHandle, StdioProcess};
 use crate::{Credential, PendingCall, UpstreamError};
 
@@ -56,6 +57,9 @@ pub enum Upstream {
     /// A REST API described by an OpenAPI document, answered in process (no session, no
     /// messages of its own).
     OpenApi(OpenApiUpstream),
+    /// N processes of one stdio command (`replicas: N`), pinned to one of them or choosing
+    /// one per call.
+    Replicated(Replicated),
 }
 
 impl Upstream {
@@ -79,6 +83,7 @@ impl Upstream {
             Upstream::Stdio(h) => h.call(key, line).await,
             Upstream::Remote(r) => r.call(key, line, credential),
             Upstream::OpenApi(o) => Ok(o.call(key, line)),
+            Upstream::Replicated(r) => r.call(key, line).await,
         }
     }
 
@@ -91,6 +96,7 @@ impl Upstream {
             // Notifications (`initialized`, `cancelled`: dropping the call aborts it) need
             // nothing from a server without state.
             Upstream::OpenApi(_) => Ok(()),
+            Upstream::Replicated(r) => r.send_line(line).await,
         }
     }
 
@@ -100,6 +106,7 @@ impl Upstream {
             Upstream::Stdio(h) => h.try_send_line(line),
             Upstream::Remote(r) => r.try_send_line(Bytes::from(line)),
             Upstream::OpenApi(_) => Ok(()),
+            Upstream::Replicated(r) => r.try_send_line(line),
         }
     }
 
@@ -109,6 +116,7 @@ impl Upstream {
             Upstream::Stdio(h) => h.pending_len(),
             Upstream::Remote(r) => r.pending_len(),
             Upstream::OpenApi(o) => o.pending_len(),
+            Upstream::Replicated(r) => r.pending_len(),
         }
     }
 
@@ -118,6 +126,7 @@ impl Upstream {
             Upstream::Stdio(h) => h.is_closed(),
             Upstream::Remote(r) => r.is_closed(),
             Upstream::OpenApi(_) => false,
+            Upstream::Replicated(r) => r.is_closed(),
         }
     }
 
@@ -128,13 +137,14 @@ impl Upstream {
             Upstream::Stdio(h) => !h.is_closed(),
             Upstream::Remote(r) => r.is_reachable(),
             Upstream::OpenApi(o) => o.is_reachable(),
+            Upstream::Replicated(r) => !r.is_closed(),
         }
     }
 
     /// The transport, as `/status` names it: `stdio`, `streamable-http`, `sse` or `openapi`.
     pub fn transport(&self) -> &'static str {
         match self {
-            Upstream::Stdio(_) => "stdio",
+            Upstream::Stdio(_) | Upstream::Replicated(_) => "stdio",
             Upstream::Remote(r) => match r.transport() {
                 crate::remote::RemoteTransport::Streamable => "streamable-http",
                 crate::remote::RemoteTransport::Sse => "sse",
@@ -147,6 +157,7 @@ impl Upstream {
     pub fn pid(&self) -> Option<u32> {
         match self {
             Upstream::Stdio(h) => h.pid(),
+            Upstream::Replicated(r) => r.pid(),
             Upstream::Remote(_) | Upstream::OpenApi(_) => None,
         }
     }
@@ -155,9 +166,62 @@ impl Upstream {
     pub fn as_stdio(&self) -> Option<&StdioHandle> {
         match self {
             Upstream::Stdio(h) => Some(h),
-            Upstream::Remote(_) | Upstream::OpenApi(_) => None,
+            Upstream::Remote(_) | Upstream::OpenApi(_) | Upstream::Replicated(_) => None,
         }
     }
+
+    /// The handle a request (`method`, `params`) takes. A replicated backend's: pinned to the
+    /// replica that serves the URI for `resources/subscribe`/`unsubscribe` (so both reach the
+    /// process whose `resources/updated` comes back), else to the least busy one, so a
+    /// cancellation on the returned handle reaches the process that has the call. Any other
+    /// backend's: itself.
+    pub fn for_request(
+        &self,
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+    ) -> Upstream {
+        let Upstream::Replicated(r) = self else {
+            return self.clone();
+        };
+        let pinned = match method {
+            switchboard_wire::method::SUBSCRIBE | switchboard_wire::method::UNSUBSCRIBE => {
+                match uri_of(params) {
+                    Some(uri) => r.for_uri(&uri),
+                    None => r.least_busy(),
+                }
+            }
+            _ => r.least_busy(),
+        };
+        Upstream::Replicated(pinned)
+    }
+
+    /// Where a message about the call under `key` (its cancellation) goes: a replicated
+    /// backend's replica that holds the call (`None` when none does: nothing to cancel),
+    /// any other backend itself.
+    pub fn for_key(&self, key: &str) -> Option<Upstream> {
+        match self {
+            Upstream::Replicated(r) => r.for_key(key).map(Upstream::Replicated),
+            other => Some(other.clone()),
+        }
+    }
+
+    /// The replicated set behind this handle, if it is one.
+    pub fn as_replicated(&self) -> Option<&Replicated> {
+        match self {
+            Upstream::Replicated(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// `params.uri`, when it is a string.
+fn uri_of(params: Option<&serde_json::value::RawValue>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Uri {
+        uri: Option<String>,
+    }
+    let parsed: Uri = serde_json::from_str(params?.get()).ok()?;
+    parsed.uri
 }
 
 /// The owner of one backend: the only thing that stops it. Dropping it stops it at once (kills

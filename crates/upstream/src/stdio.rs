@@ -262,6 +262,12 @@ impl StdioHandle {
         self.shared().pending.lock().calls.len()
     }
 
+    /// Whether a call under `key` awaits its answer from this process (where a cancellation
+    /// of it must go).
+    pub fn holds(&self, key: &str) -> bool {
+        self.shared().pending.lock().calls.contains_key(key)
+    }
+
     /// Whether the backend's stdout has ended.
     pub fn is_closed(&self) -> bool {
         self.shared().pending.lock().closed.is_some()

@@ -133,15 +133,24 @@ impl Upkeep {
     /// it is installed (see [`Self::revive_backend`]).
     pub async fn revive(&self, standby: StdioHandle) -> bool {
         let primary = self.backends.primary();
-        self.revive_backend(&primary, Upstream::Stdio(standby))
+        self.revive_backend(&primary, Upstream::Stdio(standby), None)
             .await
     }
 
     /// Readies a restarted process of backend `id` (see [`Self::revive_backend`]); false
     /// (retry) for a name the gateway does not front.
-    pub async fn revive_backend_named(&self, id: &BackendId, standby: StdioHandle) -> bool {
+    /// `replica`: which of a replicated backend's processes it replaces.
+    pub async fn revive_backend_named(
+        &self,
+        id: &BackendId,
+        replica: Option<usize>,
+        standby: StdioHandle,
+    ) -> bool {
         let revived = match self.backends.get(id) {
-            Some(entry) => self.revive_backend(&entry, Upstream::Stdio(standby)).await,
+            Some(entry) => {
+                let standby = Upstream::Stdio(standby);
+                self.revive_backend(&entry, standby, replica).await
+            }
             None => false,
         };
         if revived {
@@ -154,7 +163,13 @@ impl Upkeep {
     /// re-subscribe every URI someone is subscribed to there and re-apply the log level, since
     /// the new process knows nothing of the old one's state. Returns false to make the
     /// supervisor retry.
-    async fn revive_backend(&self, backend: &BackendEntry, standby: Upstream) -> bool {
+    /// A replica re-subscribes only the URIs it serves (the others' are elsewhere).
+    async fn revive_backend(
+        &self,
+        backend: &BackendEntry,
+        standby: Upstream,
+        replica: Option<usize>,
+    ) -> bool {
         let deadline = self.handshake_timeout;
         if let Err(e) = backend.backend.reinitialize(&standby, deadline).await {
             tracing::warn!(error = %e, "restarted backend refused the handshake");
@@ -168,7 +183,12 @@ impl Upkeep {
         // The new process may speak another era than the old one (an upgrade).
         let modern = crate::backend::speaks_modern(&standby).await;
         backend.set_modern(modern);
-        for uri in tables.subs.uris() {
+        let set = backend.backend.handle.as_replicated();
+        let here = |uri: &str| match (set, replica) {
+            (Some(set), Some(i)) => set.uri_index(uri) == i,
+            _ => true,
+        };
+        for uri in tables.subs.uris().into_iter().filter(|u| here(u)) {
             let params = json!({ "uri": uri });
             if let Err(e) =
                 crate::backend::call(&standby, method::SUBSCRIBE, params, deadline).await

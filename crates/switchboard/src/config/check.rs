@@ -20,11 +20,12 @@ const URL_ONLY: [&str; 5] = [
     "forwardCallerToken",
     "auth",
 ];
-const COMMAND_ONLY: [&str; 5] = ["args", "env", "cwd", "isolation", "sandbox"];
+const COMMAND_ONLY: [&str; 6] = ["args", "env", "cwd", "isolation", "sandbox", "replicas"];
 /// What an `openapi` backend does not take (its credentials are `headers`/`headersFile`;
 /// `auth` strategies are not wired to it yet).
-const OPENAPI_NOT: [&str; 8] = [
+const OPENAPI_NOT: [&str; 9] = [
     "args",
+    "replicas",
     "env",
     "cwd",
     "isolation",

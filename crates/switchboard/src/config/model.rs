@@ -311,6 +311,8 @@ pub(crate) struct BackendEntry {
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) isolation: Option<IsolationKey>,
+    /// Processes of the command that share its requests (1 to 64; shared isolation only).
+    pub(crate) replicas: Option<u32>,
     pub(crate) url: Option<String>,
     /// A REST API described by an OpenAPI document.
     pub(crate) openapi: Option<OpenApiKey>,

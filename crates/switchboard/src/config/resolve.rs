@@ -199,6 +199,7 @@ impl Ctx<'_> {
             Some(IsolationKey::PerSession) => Isolation::PerSession,
             Some(IsolationKey::Shared) | None => Isolation::Shared,
         };
+        let replicas = replicas(e, isolation, at)?;
         let sandbox = self.sandbox(e, command, at, &env, cwd.as_deref())?;
         Ok(BackendKind::Stdio(StdioSpec {
             program: command.to_owned(),
@@ -206,6 +207,7 @@ impl Ctx<'_> {
             env,
             cwd,
             isolation,
+            replicas,
             sandbox,
         }))
     }
@@ -475,4 +477,22 @@ fn header_lines(
         }
     }
     out
+}
+
+/// `replicas`: 1 to 64 processes, and only where every session shares them.
+fn replicas(e: &BackendEntry, isolation: Isolation, at: &str) -> Result<usize, Vec<ConfigError>> {
+    let max = switchboard_upstream::MAX_REPLICAS;
+    let at = format!("{at}.replicas");
+    match e.replicas {
+        None => Ok(1),
+        Some(n) if n == 0 || n as usize > max => Err(vec![ConfigError::new(
+            &at,
+            format!("{n} is out of range: give 1 to {max} processes"),
+        )]),
+        Some(n) if n > 1 && isolation == Isolation::PerSession => Err(vec![ConfigError::new(
+            &at,
+            "replicas share their processes among every session, isolation: per-session gives each session a process of its own: give one or the other",
+        )]),
+        Some(n) => Ok(n as usize),
+    }
 }

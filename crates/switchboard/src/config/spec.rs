@@ -74,6 +74,8 @@ pub(crate) struct StdioSpec {
     pub(crate) env: Vec<(String, String)>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) isolation: Isolation,
+    /// How many processes of the command share its requests (`replicas`, 1 unless asked).
+    pub(crate) replicas: usize,
     /// Where it runs contained (`sandbox:`); `None`: as the gateway's own child.
     pub(crate) sandbox: Option<std::sync::Arc<switchboard_upstream::sandbox::Sandbox>>,
 }
@@ -231,6 +233,7 @@ impl crate::cli::RunArgs {
                     env: self.env,
                     cwd: self.cwd,
                     isolation: self.gateway.isolation,
+                    replicas: 1,
                     sandbox: None,
                 })
             }

@@ -375,6 +375,19 @@ impl Listener {
         Self::from_request(req).await
     }
 
+    /// POSTs `body` in `session` asking for an event stream, and follows that request's own
+    /// stream (its progress, then its answer).
+    pub async fn post(gw: &TestGateway, session: &str, body: &Value) -> Self {
+        let req = gw
+            .http
+            .post(&gw.url)
+            .header("accept", "text/event-stream, application/json;q=0.5")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", session)
+            .body(body.to_string());
+        Self::from_request(req).await
+    }
+
     async fn from_request(req: reqwest::RequestBuilder) -> Self {
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);

@@ -14,6 +14,7 @@ mod stdout_log;
 mod acting;
 mod auth;
 mod backend_failure;
+mod backend_replicas;
 mod bench;
 mod breaker;
 mod cli;

@@ -1,0 +1,200 @@
+//! `replicas: N` on a command backend: N processes of the built-in fixture behind one
+//! backend. Each request goes to the replica with the fewest calls in flight, so holding a
+//! call on one replica sends the next to another (deterministic, no sleeps); a cancellation
+//! reaches the replica that has the call and no other; progress from a replica reaches the
+//! caller whose call it is. `isolation: per-session` with replicas is refused.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{tool_text, Listener, TestGateway};
+use crate::config_file::{switchboard, text, Dir, SWITCHBOARD};
+
+/// `serve` with one fixture backend of `replicas` processes.
+async fn replicated(dir: &Dir, replicas: usize) -> TestGateway {
+    let config = dir.write(
+        "sb.yaml",
+        &format!(
+            "timeouts: {{request: 30s}}\nbackends:\n  - name: fixture\n    command: {SWITCHBOARD}\n    args: [fixture]\n    replicas: {replicas}\n"
+        ),
+    );
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"]);
+    TestGateway::start_command(cmd).await
+}
+
+/// The fixture's `whoami` answer (`{"pid", "cancelled"}`) from whichever replica took it.
+async fn whoami(gw: &TestGateway, session: &str) -> Value {
+    let r = gw
+        .call_tool(Some(session), json!("who"), "whoami", json!({}))
+        .await;
+    serde_json::from_str(tool_text(&r.json())).unwrap()
+}
+
+/// A call that runs until cancelled, reporting progress under `token` every 20 ms.
+fn held(id: u64, token: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"progress",
+        "arguments":{"steps":1_000_000,"intervalMs":20},"_meta":{"progressToken":token}}})
+}
+
+/// Holds a call on its request stream and waits for its first progress note, which proves
+/// the call is at a replica (and counted in flight there); the note carries the caller's own
+/// token.
+async fn hold(gw: &TestGateway, session: &str, id: u64, token: &str) -> Listener {
+    let mut stream = Listener::post(gw, session, &held(id, token)).await;
+    let note = stream.next().await.data;
+    assert_eq!(note["method"], "notifications/progress", "{note}");
+    assert_eq!(note["params"]["progressToken"], token, "{note}");
+    stream
+}
+
+/// Reads a held call's stream until its answer: every progress note on the way is the
+/// caller's own.
+async fn answer_of(stream: &mut Listener, id: u64, token: &str) -> Value {
+    loop {
+        let msg = stream.next().await.data;
+        if msg.get("id").is_some() {
+            assert_eq!(msg["id"], id, "{msg}");
+            return msg;
+        }
+        assert_eq!(msg["params"]["progressToken"], token, "{msg}");
+    }
+}
+
+#[tokio::test]
+async fn calls_go_to_the_least_busy_replica_and_cancellations_follow_them() {
+    let dir = Dir::new("backend-replicas");
+    let gw = replicated(&dir, 2).await;
+    let (a, b) = (gw.session().await, gw.session().await);
+    // Nothing in flight: the first replica answers, and takes A's held call too.
+    let first = whoami(&gw, &a).await;
+    let mut held_a = hold(&gw, &a, 1, "tok-a").await;
+    // The first replica is busy: the next call (B's) lands on the other process.
+    let second = whoami(&gw, &b).await;
+    assert_ne!(first["pid"], second["pid"], "{first} {second}");
+    let mut held_b = hold(&gw, &b, 2, "tok-b").await;
+
+    // B cancels its call: the replica that has it hears of it, before the sentinel call
+    // that follows on the same pipe (the second replica is idle again, so it takes it).
+    let cancel = json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+        "params":{"requestId":2,"reason":"changed my mind"}});
+    assert_eq!(
+        gw.post(Some(&b), &cancel).await.status,
+        StatusCode::ACCEPTED
+    );
+    let answer = answer_of(&mut held_b, 2, "tok-b").await;
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
+    let after = whoami(&gw, &b).await;
+    assert_eq!(after["pid"], second["pid"], "{after}");
+    assert_eq!(
+        after["cancelled"], 1,
+        "the second replica stopped B's call: {after}"
+    );
+
+    // The first replica heard no cancellation: with a call held on each, a tie goes to it.
+    let _held_b2 = hold(&gw, &b, 3, "tok-b2").await;
+    let again = whoami(&gw, &a).await;
+    assert_eq!(again["pid"], first["pid"], "{again}");
+    assert_eq!(
+        again["cancelled"], 0,
+        "nothing reached the first replica: {again}"
+    );
+
+    // A's call is still running there, and its progress is still A's alone.
+    for _ in 0..3 {
+        let note = held_a.next().await.data;
+        assert_eq!(note["params"]["progressToken"], "tok-a", "{note}");
+    }
+    let cancel = json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+        "params":{"requestId":1}});
+    assert_eq!(
+        gw.post(Some(&a), &cancel).await.status,
+        StatusCode::ACCEPTED
+    );
+    let answer = answer_of(&mut held_a, 1, "tok-a").await;
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
+}
+
+/// Every replica is a process of the command, each initialized before it takes a request:
+/// under concurrency, calls of one client land on more than one of them.
+#[tokio::test]
+async fn concurrent_calls_of_one_client_spread_over_the_replicas() {
+    let dir = Dir::new("backend-replicas-spread");
+    let gw = replicated(&dir, 4).await;
+    let a = gw.session().await;
+    let mut held = Vec::new();
+    let mut pids = std::collections::BTreeSet::new();
+    // Each call held in turn makes its replica the busiest: the next `whoami` goes elsewhere.
+    for i in 0..3 {
+        pids.insert(whoami(&gw, &a).await["pid"].to_string());
+        held.push(hold(&gw, &a, 10 + i, &format!("t{i}")).await);
+    }
+    pids.insert(whoami(&gw, &a).await["pid"].to_string());
+    assert_eq!(pids.len(), 4, "four replicas answered: {pids:?}");
+}
+
+/// `replicas` shares processes among every session: with `isolation: per-session` (given on
+/// the backend or as the default) it is refused, as is a count out of 1..=64 and replicas of
+/// a remote.
+#[tokio::test]
+async fn replicas_with_per_session_isolation_or_out_of_range_are_refused() {
+    let dir = Dir::new("backend-replicas-refused");
+    let cases = [
+        (
+            "backends:\n  - name: f\n    command: f\n    isolation: per-session\n    replicas: 2\n",
+            "backends[0].replicas: replicas share their processes among every session, isolation: per-session gives each session a process of its own",
+        ),
+        (
+            "isolation: per-session\nbackends:\n  - name: f\n    command: f\n    replicas: 2\n",
+            "backends[0].replicas: replicas share their processes among every session",
+        ),
+        (
+            "backends:\n  - name: f\n    command: f\n    replicas: 0\n",
+            "backends[0].replicas",
+        ),
+        (
+            "backends:\n  - name: f\n    command: f\n    replicas: 65\n",
+            "backends[0].replicas",
+        ),
+        (
+            "backends:\n  - name: r\n    url: http://127.0.0.1:9/mcp\n    replicas: 2\n",
+            "backends[0].replicas: only for a command backend",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let path = dir.write("sb.yaml", yaml);
+        let out = switchboard(
+            &["validate", "--config", path.to_str().unwrap()],
+            &[],
+            &dir.0,
+        )
+        .await;
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{yaml}: {stdout}{stderr}");
+        assert!(stderr.contains(want), "{yaml}: {stderr}");
+    }
+    // And `serve` refuses it before starting anything.
+    let path = dir.write("sb.yaml", cases[0].0);
+    let out = switchboard(
+        &["serve", "--config", path.to_str().unwrap(), "--port", "0"],
+        &[],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("isolation: per-session"), "{stderr}");
+    // One replica with per-session isolation is no contradiction.
+    let path = dir.write(
+        "sb.yaml",
+        "backends:\n  - name: f\n    command: f\n    isolation: per-session\n    replicas: 1\n",
+    );
+    let out = switchboard(
+        &["validate", "--config", path.to_str().unwrap()],
+        &[],
+        &dir.0,
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+}
