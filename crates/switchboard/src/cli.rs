@@ -359,6 +359,11 @@ pub(crate) struct FixtureArgs {
     /// Port to bind with --http (0: any free port; the bound URL is printed).
     #[arg(long, default_value_t = 0, requires = "http")]
     pub(crate) port: u16,
+    /// With --http: serve on N worker threads (a multi-threaded runtime), so the HTTP floor
+    /// scales with cores like a gateway can; default one thread. 1 to 1024.
+    #[arg(long, value_name = "N", requires = "http",
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) threads: Option<u16>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -80,9 +80,13 @@ fn main() -> std::process::ExitCode {
             // The fixture reads one stdin stream and answers from one writer, so it runs on a
             // single thread: a multi-threaded runtime only added work-stealing wake-ups to
             // every request (over 100 µs of CPU per request at concurrency 1, measured).
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
+            // Over HTTP, `--threads N` asks for N workers: the HTTP floor on many cores.
+            let rt = match args.threads {
+                Some(n) => multi_thread(Some(n)),
+                None => tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build(),
+            };
             block_on(rt, async move {
                 let opts = switchboard_fixture::FixtureOptions {
                     era: args.era.into(),

@@ -107,6 +107,11 @@ impl FixtureHttp {
         }
     }
 
+    /// The fixture's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("fixture running")
+    }
+
     /// What the fixture has announced so far.
     pub fn announced(&self) -> Announced {
         self.announced.borrow().clone()
@@ -533,4 +538,67 @@ async fn each_session_is_an_instance_it_announces_and_modern_requests_share_one(
     assert_eq!(deleted.status(), StatusCode::OK);
     fx.announced_when("the DELETE", |s| s.closed == [a.clone()])
         .await;
+}
+
+/// Threads of process `pid` (Linux: its `/proc/PID/task` entries).
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// `--threads 4` serves on a multi-threaded runtime (four workers besides the main thread)
+/// and answers concurrent requests, each its own; without it the fixture is one thread.
+#[tokio::test]
+async fn threads_serve_concurrent_requests_on_that_many_workers() {
+    let single = FixtureHttp::start(&[]).await;
+    assert_eq!(threads_of(single.pid()), 1, "one thread by default");
+    drop(single);
+    let fx = FixtureHttp::start(&["--threads", "4"]).await;
+    assert!(
+        threads_of(fx.pid()) >= 5,
+        "main + 4 workers: {}",
+        threads_of(fx.pid())
+    );
+    let session = fx.session(json!({})).await;
+    let calls = (0..64u64).map(|i| {
+        let fx = &fx;
+        let session = &session;
+        async move {
+            let body = call(i, "echo", json!({"text": format!("n{i}"), "delayMs": 20}));
+            let resp = fx.post(Some(session), &body, &[]).await;
+            assert_eq!(resp.status(), StatusCode::OK);
+            let answer = messages(resp).await.pop().unwrap();
+            assert_eq!(answer["id"], i);
+            assert_eq!(
+                answer["result"]["structuredContent"]["text"],
+                format!("n{i}")
+            );
+        }
+    });
+    futures::future::join_all(calls).await;
+}
+
+/// `--threads` takes 1 to 1024 and only with `--http`; anything else is refused before
+/// anything starts, naming the flag.
+#[tokio::test]
+async fn bad_thread_counts_are_refused() {
+    for (args, want) in [
+        (&["--http", "--threads", "0"][..], "--threads"),
+        (&["--http", "--threads", "many"][..], "--threads"),
+        (&["--http", "--threads", "1025"][..], "--threads"),
+        (&["--threads", "2"][..], "--http"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .arg("fixture")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing served");
+    }
 }
