@@ -146,10 +146,13 @@ fi
 
 URL_TEMPLATE="http://127.0.0.1:@PORT@/mcp"
 # The same fixture answering over HTTP itself (its own axum server, no backend hop): what one
-# loopback HTTP exchange costs with nothing behind it, the floor for any HTTP gateway.
-wanted http-floor && run_target http-floor "fixture over HTTP, no gateway (the HTTP floor)" \
+# loopback HTTP exchange costs with nothing behind it, the floor for any HTTP gateway. On as
+# many worker threads as the gateway gets by default (one per core), so the floor scales
+# with cores like the gateway can.
+FLOOR_THREADS=$(nproc)
+wanted http-floor && run_target http-floor "fixture over HTTP, no gateway (the HTTP floor, \`--threads $FLOOR_THREADS\`)" \
   "the fixture's own axum server answers; no backend hop" -- \
-  "$SB" fixture --http --host 127.0.0.1 --port @PORT@
+  "$SB" fixture --http --threads "$FLOOR_THREADS" --host 127.0.0.1 --port @PORT@
 if wanted switchboard; then
   run_target switchboard "**Switchboard** \`run\`" "default worker threads" -- \
     "$SB" run --host 127.0.0.1 --port @PORT@
@@ -201,8 +204,8 @@ if [ -z "${PEERS_NO_C1:-}" ]; then
         -- "${FIXTURE[@]}" 2>"$OUT/direct-c1.err" || jq -cn '{failed: "direct run failed"}')
     row direct-c1 "fixture over stdio, no gateway" "$d"
   fi
-  wanted http-floor && run_target http-floor-c1 "fixture over HTTP, no gateway" "" -- \
-    "$SB" fixture --http --host 127.0.0.1 --port @PORT@
+  wanted http-floor && run_target http-floor-c1 "fixture over HTTP, no gateway (\`--threads $FLOOR_THREADS\`)" "" -- \
+    "$SB" fixture --http --threads "$FLOOR_THREADS" --host 127.0.0.1 --port @PORT@
   wanted switchboard && run_target switchboard-c1 "**Switchboard** \`run\`" "" -- \
     "$SB" run --host 127.0.0.1 --port @PORT@
   CONC=$CONC_MAIN
