@@ -23,6 +23,7 @@ mod connections;
 mod direct_post;
 mod everything;
 mod fixture_http;
+mod fixture_tasks;
 mod guardrails;
 mod handshake;
 mod health;

@@ -1,0 +1,161 @@
+//! 2025-11-25 tasks in the built-in fixture, through `switchboard run`: the `tasks`
+//! capability, `execution.taskSupport`, a task-augmented `tools/call`, `tasks/get`,
+//! `tasks/result` (blocking), `tasks/list`, `tasks/cancel`, a failed task's error, and one
+//! round of input inside a task (the fixture's elicitation to the session, tagged with the
+//! task, the task `input_required` meanwhile).
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{tool_text, Listener, Reply, TestGateway};
+use crate::per_session::{next, open_call};
+
+fn request(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": "q", "method": method, "params": params})
+}
+
+async fn ask(gw: &TestGateway, sid: &str, method: &str, params: Value) -> Reply {
+    gw.post(Some(sid), &request(method, params)).await
+}
+
+async fn ok(gw: &TestGateway, sid: &str, method: &str, params: Value) -> Value {
+    let r = ask(gw, sid, method, params).await;
+    assert_eq!(r.status, StatusCode::OK, "{method}: {}", r.text);
+    let v = r.json();
+    assert!(v["result"].is_object(), "{method}: {v}");
+    v["result"].clone()
+}
+
+/// A task from `tool` with `arguments`, task-augmented: its `Task`.
+async fn create(gw: &TestGateway, sid: &str, tool: &str, arguments: Value) -> Value {
+    let params = json!({"name": tool, "arguments": arguments, "task": {"ttl": 60000}});
+    let created = ok(gw, sid, "tools/call", params).await;
+    assert_eq!(created["task"]["status"], "working", "{created}");
+    assert!(created["task"]["taskId"].is_string(), "{created}");
+    created["task"].clone()
+}
+
+/// A Legacy session declaring `capabilities`.
+async fn session(gw: &TestGateway, capabilities: Value) -> (String, Value) {
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities": capabilities,
+        "clientInfo":{"name":"it","version":"0"}}});
+    let r = gw.post(None, &init).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let done = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    gw.post(Some(&sid), &done).await;
+    (sid, r.json()["result"].clone())
+}
+
+#[tokio::test]
+async fn the_fixture_runs_2025_11_25_tasks() {
+    let gw = TestGateway::start(&[]).await;
+    let (sid, init) = session(&gw, json!({})).await;
+    let caps = &init["capabilities"]["tasks"];
+    assert!(
+        caps["list"].is_object() && caps["cancel"].is_object(),
+        "{init}"
+    );
+    assert!(caps["requests"]["tools"]["call"].is_object(), "{init}");
+    let tools = ok(&gw, &sid, "tools/list", json!({})).await;
+    let slow = (tools["tools"].as_array().unwrap().iter())
+        .find(|t| t["name"] == "slow_compute")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(slow["execution"]["taskSupport"], "optional", "{slow}");
+
+    let quick = create(
+        &gw,
+        &sid,
+        "slow_compute",
+        json!({"seconds": 0.3, "label": "q"}),
+    )
+    .await;
+    let long = create(
+        &gw,
+        &sid,
+        "slow_compute",
+        json!({"seconds": 60, "label": "l"}),
+    )
+    .await;
+    let (quick, long) = (&quick["taskId"], &long["taskId"]);
+    let got = ok(&gw, &sid, "tasks/get", json!({"taskId": quick})).await;
+    assert_eq!(&got["taskId"], quick, "{got}");
+    assert!(
+        got["createdAt"].is_string() && got["ttl"].is_number(),
+        "{got}"
+    );
+    // `tasks/result` waits for the task to end.
+    let result = ok(&gw, &sid, "tasks/result", json!({"taskId": quick})).await;
+    assert_eq!(
+        tool_text(&json!({ "result": result })),
+        "Computed for 0.3 s (q)"
+    );
+    let done = ok(&gw, &sid, "tasks/get", json!({"taskId": quick})).await;
+    assert_eq!(done["status"], "completed", "{done}");
+
+    let listed = ok(&gw, &sid, "tasks/list", json!({})).await;
+    let ids: Vec<&Value> = (listed["tasks"].as_array().unwrap().iter())
+        .map(|t| &t["taskId"])
+        .collect();
+    assert!(ids.contains(&quick) && ids.contains(&long), "{listed}");
+
+    let cancelled = ok(&gw, &sid, "tasks/cancel", json!({"taskId": long})).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    let again = ask(&gw, &sid, "tasks/cancel", json!({"taskId": long})).await;
+    assert_eq!(again.error_code(), -32602, "an ended task: {}", again.text);
+
+    let failing = create(&gw, &sid, "protocol_error_job", json!({})).await;
+    let failed = ask(
+        &gw,
+        &sid,
+        "tasks/result",
+        json!({"taskId": failing["taskId"]}),
+    )
+    .await;
+    assert_eq!(failed.error_code(), -32603, "{}", failed.text);
+    let status = ok(&gw, &sid, "tasks/get", json!({"taskId": failing["taskId"]})).await;
+    assert_eq!(status["status"], "failed", "{status}");
+}
+
+/// One round of input inside a task: with a process of its own (per-session, so the
+/// fixture's question can reach the session), `confirm_delete` as a task asks the client on
+/// the session's listen stream, tagged with the task, while `tasks/get` says
+/// `input_required`; the answer lets it finish.
+#[tokio::test]
+async fn a_fixture_task_asks_its_client_for_input() {
+    let gw = TestGateway::start(&["--isolation", "per-session"]).await;
+    let (sid, _) = session(&gw, json!({"elicitation": {}})).await;
+    let mut listen = Listener::open(&gw, &sid, None).await;
+    // The question may travel on the call's own stream (still open when the job asks) or,
+    // after it, on the session's listen stream.
+    let params = json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"},
+        "task": {"ttl": 60000}});
+    let mut call = open_call(&gw, &sid, request("tools/call", params)).await;
+    let (mut task, mut question) = (Value::Null, Value::Null);
+    while task.is_null() {
+        let msg = next(&mut call).await;
+        match msg["method"].is_string() {
+            true => question = msg,
+            false => task = msg["result"]["task"].clone(),
+        }
+    }
+    if question.is_null() {
+        question = listen.next().await.data;
+    }
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let related = &question["params"]["_meta"]["io.modelcontextprotocol/related-task"];
+    assert_eq!(related["taskId"], task["taskId"], "{question}");
+    let waiting = ok(&gw, &sid, "tasks/get", json!({"taskId": task["taskId"]})).await;
+    assert_eq!(waiting["status"], "input_required", "{waiting}");
+
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"confirm": true}}});
+    assert_eq!(
+        gw.post(Some(&sid), &answer).await.status,
+        StatusCode::ACCEPTED
+    );
+    let result = ok(&gw, &sid, "tasks/result", json!({"taskId": task["taskId"]})).await;
+    assert_eq!(tool_text(&json!({ "result": result })), "Deleted a.txt");
+}
