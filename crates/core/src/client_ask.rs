@@ -138,7 +138,9 @@ impl ClientAsks {
         if composite_asks() {
             return caps.elicitation;
         }
-        switchboard_wire::method::INPUT_CAPABLE.contains(&name)
+        // `tasks/result` too: on a Modern backend the gateway polls the task, and asks the
+        // client for the input it needs meanwhile (`modern::legacy_tasks`).
+        (switchboard_wire::method::INPUT_CAPABLE.contains(&name) || name == "tasks/result")
             && backends.iter().any(|e| !e.info().era.legacy)
             && (caps.elicitation || caps.sampling || caps.roots)
     }

@@ -31,6 +31,7 @@ use crate::resolve::{From, Resolver, Route};
 use crate::send::{Outgoing, Sender};
 use crate::{Answer, CoreError};
 
+mod legacy_tasks;
 mod listen;
 mod pass;
 
@@ -269,8 +270,11 @@ impl Adapters<'_> {
             method::SUBSCRIBE | method::UNSUBSCRIBE => {
                 return Err(CoreError::Unsupported(name.to_owned()))
             }
-            // 2025-11-25 tasks have no Modern counterpart here, and the gateway could not keep
-            // one session from another's tasks on a backend that knows no sessions.
+            // 2025-11-25 tasks, bridged onto the Tasks extension (`legacy_tasks`); the
+            // extension has no listing, and `tasks/update` is not a Legacy method.
+            "tasks/get" | "tasks/result" | "tasks/cancel" => {
+                return self.legacy_task_method(&call, (id, name), route).await
+            }
             n if crate::tasks::BY_ID.contains(&n) || n == crate::tasks::LIST => {
                 return Err(CoreError::Unsupported(name.to_owned()))
             }
@@ -298,14 +302,20 @@ impl Adapters<'_> {
                 sender: self.sender,
                 asks: self.asks,
             };
-            let params = relay.with_client_caps(&call, params)?;
-            return match relay
+            let mut params = relay.with_client_caps(&call, params)?;
+            let asked = crate::tasks::is_task_request(call.msg.params);
+            if asked {
+                params = legacy_tasks::declaring_extension(&params)
+                    .ok_or(CoreError::InvalidParams("params must be an object"))?;
+            }
+            let answer = match relay
                 .relay_to_legacy(&call, (id, name), route, params)
                 .await?
             {
-                Ok(answer) => Ok(legacy_answer(id, &answer)),
-                Err(instead) => Ok(instead),
+                Ok(answer) => answer,
+                Err(instead) => return Ok(instead),
             };
+            return Ok(self.legacy_call_answer(&call, (id, asked), route, &answer));
         }
         let answer = self
             .sender

@@ -159,3 +159,80 @@ async fn a_fixture_task_asks_its_client_for_input() {
     let result = ok(&gw, &sid, "tasks/result", json!({"taskId": task["taskId"]})).await;
     assert_eq!(tool_text(&json!({ "result": result })), "Deleted a.txt");
 }
+
+/// Cross-era: a Legacy client's 2025-11-25 tasks on a Modern-only backend (the fixture with
+/// the Tasks extension), bridged by the gateway: the task is created under a handle,
+/// `tasks/get` shows a Legacy `Task`, `tasks/result` is the gateway polling the extension's
+/// `tasks/get` (the backend has no `tasks/result`), one round of input inside the task is
+/// asked of the client on its session (tagged with the handle) and handed to the backend with
+/// `tasks/update`, `tasks/cancel` stops the task; another session gets the unknown-task answer.
+#[tokio::test]
+async fn a_legacy_client_polls_a_task_a_modern_backend_created() {
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    let gw = TestGateway::start_with(&[], &[sb, "fixture", "--era", "modern"]).await;
+    let (sid, _) = session(&gw, json!({"elicitation": {}})).await;
+    let (other, _) = session(&gw, json!({})).await;
+
+    let quick = create(
+        &gw,
+        &sid,
+        "slow_compute",
+        json!({"seconds": 0.3, "label": "m"}),
+    )
+    .await;
+    let handle = quick["taskId"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        handle.starts_with("sbt-") && quick["ttl"].is_number(),
+        "{quick}"
+    );
+    assert!(
+        quick.get("resultType").is_none() && quick.get("ttlMs").is_none(),
+        "{quick}"
+    );
+    let got = ok(&gw, &sid, "tasks/get", json!({"taskId": handle})).await;
+    assert_eq!(got["taskId"], json!(handle), "{got}");
+    assert!(got.get("result").is_none(), "a Legacy Task: {got}");
+    let result = ok(&gw, &sid, "tasks/result", json!({"taskId": handle})).await;
+    assert_eq!(
+        tool_text(&json!({ "result": result })),
+        "Computed for 0.3 s (m)"
+    );
+    let related = &result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"];
+    assert_eq!(related, &json!(handle), "{result}");
+
+    for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let stolen = ask(&gw, &other, m, json!({"taskId": handle})).await;
+        let unknown = ask(&gw, &other, m, json!({"taskId": "sbt-nothing"})).await;
+        assert_eq!(stolen.error_code(), -32602, "{m}: {}", stolen.text);
+        assert_eq!(
+            (stolen.status, &stolen.text),
+            (unknown.status, &unknown.text),
+            "{m}"
+        );
+    }
+
+    let confirm = create(&gw, &sid, "confirm_delete", json!({"filename": "b.txt"})).await;
+    let mut waiting = open_call(
+        &gw,
+        &sid,
+        request("tasks/result", json!({"taskId": confirm["taskId"]})),
+    )
+    .await;
+    let question = next(&mut waiting).await;
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let related = &question["params"]["_meta"]["io.modelcontextprotocol/related-task"];
+    assert_eq!(related["taskId"], confirm["taskId"], "{question}");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"confirm": true}}});
+    assert_eq!(
+        gw.post(Some(&sid), &answer).await.status,
+        StatusCode::ACCEPTED
+    );
+    let done = next(&mut waiting).await;
+    assert_eq!(tool_text(&done), "Deleted b.txt", "{done}");
+
+    let long = create(&gw, &sid, "slow_compute", json!({"seconds": 60})).await;
+    let cancelled = ok(&gw, &sid, "tasks/cancel", json!({"taskId": long["taskId"]})).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["taskId"], long["taskId"], "{cancelled}");
+}
