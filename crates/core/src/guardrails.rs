@@ -420,6 +420,14 @@ impl Scope<'_> {
     }
 }
 
+/// What checks backend messages other than answers with `guards` (`ProgressRoutes::guard`).
+pub(crate) fn note_check(
+    guards: &Option<Arc<Guardrails>>,
+) -> Option<Box<dyn crate::progress::NoteCheck>> {
+    let guards = guards.clone()?;
+    Some(Box::new(guards))
+}
+
 /// The JSON-RPC error (`-32603`) that takes the place of a refused answer or backend
 /// message: names the guardrail, never the match.
 pub(crate) fn refusal(guardrail: &str) -> ErrorObject {

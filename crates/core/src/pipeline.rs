@@ -245,7 +245,9 @@ impl Gateway {
         ex: Exchange<'_>,
         admitted: &Admitted<'_>,
     ) -> Result<Answer, CoreError> {
-        match self.guard_scope(&ex) {
+        // Held for the request: a reload meanwhile does not change what checks its answer.
+        let guards = self.guardrails.load_full();
+        match guards.as_deref().and_then(|g| self.guard_scope(g, &ex)) {
             None => self.tasks_routed(ex, admitted).await,
             // Boxed: a guarded request's future would otherwise size every request's.
             Some(scope) => Box::pin(self.guarded_by(scope, ex, admitted)).await,
@@ -254,8 +256,11 @@ impl Gateway {
 
     /// The guardrails covering a request's target (`None`, the fast path: none do, or it is
     /// not a method they check).
-    fn guard_scope(&self, ex: &Exchange<'_>) -> Option<crate::guardrails::Scope<'_>> {
-        let guards = self.config.guardrails.as_deref()?;
+    fn guard_scope<'g>(
+        &self,
+        guards: &'g crate::guardrails::Guardrails,
+        ex: &Exchange<'_>,
+    ) -> Option<crate::guardrails::Scope<'g>> {
         let method = ex.msg.method.filter(|m| GUARDED.contains(m))?;
         let name = match method {
             "resources/read" => ex.msg.param("uri"),

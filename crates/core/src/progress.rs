@@ -56,8 +56,9 @@ pub(crate) struct ProgressRoutes {
     routes: Mutex<foldhash::HashMap<String, Route>>,
     /// What checks each backend message before it is delivered (the guardrails): kept here,
     /// the registry part every backend's sink reaches, for progress and every other channel
-    /// ([`ProgressRoutes::vet`]).
-    guards: std::sync::OnceLock<Arc<dyn NoteCheck>>,
+    /// ([`ProgressRoutes::vet`]). Replaced whole by a reload; without guardrails, reading it
+    /// is the whole cost.
+    guards: arc_swap::ArcSwapOption<Box<dyn NoteCheck>>,
 }
 
 /// Checks a backend message on its way to a client — a notification's or a server request's
@@ -122,15 +123,15 @@ impl ProgressRoutes {
         }
     }
 
-    /// Checks every backend message with `guards` from now on.
-    pub(crate) fn guard(&self, guards: Arc<dyn NoteCheck>) {
-        let _ = self.guards.set(guards);
+    /// Checks every backend message with `guards` from now on (`None`: with nothing).
+    pub(crate) fn guard(&self, guards: Option<Box<dyn NoteCheck>>) {
+        self.guards.store(guards.map(Arc::new));
     }
 
     /// A backend message other than an answer (`method`, its `params`) on its way to a
     /// client, checked by the guardrails (if any).
     pub(crate) fn vet(&self, method: &str, params: Option<&RawValue>) -> Vetted {
-        match (self.guards.get(), params) {
+        match (&*self.guards.load(), params) {
             (Some(guards), Some(params)) => guards.check(method, params),
             _ => Vetted::Pass,
         }

@@ -274,6 +274,23 @@ impl Vmcp {
         self.shape.store(shape);
     }
 
+    /// Checks definitions with `guards` from now on (a reload replaced them): every list is
+    /// fetched and checked again at its next use.
+    pub(crate) async fn set_guardrails(&self, guards: Option<Arc<crate::guardrails::Guardrails>>) {
+        let _held = self.lock_refreshes().await;
+        let old = self.shape();
+        let mut config = old.config.clone();
+        config.guardrails = guards;
+        self.shape.store(Arc::new(Shape {
+            config,
+            order: old.order.clone(),
+            presented: old.presented.clone(),
+        }));
+        let mut state = self.state.lock();
+        state.views.clear();
+        state.lists.clear();
+    }
+
     /// Drops the merged list of `kind` (new names): the next use builds it again.
     pub(crate) fn forget_view(&self, kind: Kind) {
         self.state.lock().views.remove(&kind);

@@ -161,6 +161,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     config.traces = traces.is_some();
     let max_sessions = config.max_sessions;
     config.guardrails = crate::guardrails::build(&guardrails, &backends, access.audit.clone())?;
+    let guard_audit = access.audit.clone();
     config.access = access;
     if aggregate {
         config.workflows.plans = composites;
@@ -266,6 +267,7 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
                 missing: failed.into_iter().map(|(id, _)| id).collect(),
                 per_user_refused,
                 homes,
+                audit: guard_audit,
             }
             .run(reload_stop.clone()),
         )),

@@ -1,7 +1,7 @@
 //! Hot reload (`serve`): one worker watches the config file (polled, by modification time,
 //! length and inode) and `SIGHUP`, reads the file through the same checks `validate` runs,
 //! and applies what may change while serving — backends added, removed or changed, their
-//! filters and overrides, the aggregation settings, the Cedar policy — or refuses the file
+//! filters and overrides, the aggregation settings, the Cedar policy, the guardrails — or refuses the file
 //! whole and keeps the running configuration. The core swaps the snapshots (`Gateway::reshape`);
 //! this worker starts what is new first and drains what left afterwards.
 //!
@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use switchboard_core::guardrails::Guardrails;
 use switchboard_core::{BackendId, Gateway, Registry, ReloadOutcome, Reshape};
 
 use crate::config::spec::{BackendKind, BackendSpec, RemoteSpec};
@@ -62,6 +63,8 @@ pub(crate) struct Reloader {
     /// new ones, and each process started after that hides them. Not part of a backend's
     /// fingerprint, so adding a backend restarts no other.
     pub(crate) homes: switchboard_upstream::sandbox::Homes,
+    /// Where the guardrails a reload builds audit their actions.
+    pub(crate) audit: Option<Arc<switchboard_core::audit::AuditLog>>,
 }
 
 /// First and longest wait between two tries of the backends that did not start.
@@ -90,6 +93,8 @@ pub(crate) struct Served {
     backends: Vec<(BackendId, Digest)>,
     rules: Digest,
     fixed: Digest,
+    /// Every level's guardrails.
+    guards: Digest,
 }
 
 impl Served {
@@ -109,6 +114,7 @@ impl Served {
                 .collect(),
             rules: rules_key(spec),
             fixed: fixed_key(spec),
+            guards: guards_key(spec),
         }
     }
 }
@@ -159,6 +165,20 @@ fn rules_key(spec: &ServeSpec) -> Digest {
         .map(|b| (&b.name, &b.tools, &b.prompts))
         .collect();
     digest(&format!("{:?}|{lists:?}", spec.aggregation))
+}
+
+fn guards_key(spec: &ServeSpec) -> Digest {
+    let per_backend: Vec<_> = spec
+        .backends
+        .iter()
+        .map(|b| {
+            let overrides = (b.tools.overrides.iter())
+                .chain(&b.prompts.overrides)
+                .map(|(name, o)| (name, &o.guardrails));
+            (&b.name, &b.guardrails, overrides.collect::<Vec<_>>())
+        })
+        .collect();
+    digest(&format!("{:?}|{per_backend:?}", spec.guardrails))
 }
 
 fn fixed_key(spec: &ServeSpec) -> Digest {
@@ -285,9 +305,45 @@ impl Reloader {
     ) -> anyhow::Result<Option<String>> {
         // Reading the config converts its OpenAPI specs: bounded, but CPU-heavy for a
         // hostile one, so off the runtime's workers.
-        let mut spec = tokio::task::spawn_blocking(load_spec)
+        let spec = tokio::task::spawn_blocking(load_spec)
             .await
             .context("reading the config")??;
+        // Built first: a file whose guardrails do not build is refused whole. In force once
+        // the rest of the file is.
+        let guards = self.changed_guardrails(&spec)?;
+        let summary = self.apply_spec(spec, drains, stop).await?;
+        let Some((key, guards)) = guards else {
+            return Ok(summary);
+        };
+        self.gateway.set_guardrails(guards).await;
+        self.served.guards = key;
+        Ok(Some(match summary {
+            Some(summary) => format!("{summary}, guardrails replaced"),
+            None => "guardrails replaced".to_owned(),
+        }))
+    }
+
+    /// The guardrails of `spec` and their key, when they differ from those in force.
+    fn changed_guardrails(
+        &self,
+        spec: &ServeSpec,
+    ) -> anyhow::Result<Option<(Digest, Option<Arc<Guardrails>>)>> {
+        let key = guards_key(spec);
+        if key == self.served.guards {
+            return Ok(None);
+        }
+        let guards = crate::guardrails::build(&spec.guardrails, &spec.backends, self.audit.clone())
+            .context("guardrails")?;
+        Ok(Some((key, guards)))
+    }
+
+    /// Applies `spec` but its guardrails.
+    async fn apply_spec(
+        &mut self,
+        mut spec: ServeSpec,
+        drains: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<Option<String>> {
         if let (Some(why), Some(b)) = (
             &self.per_user_refused,
             spec.backends.iter().find(|b| b.per_user()),
@@ -396,6 +452,7 @@ impl Reloader {
         self.running.adopt(processes, internals);
         self.served = Served {
             fixed: self.served.fixed,
+            guards: self.served.guards,
             ..Served::of(&spec)
         };
         if fixed_changed {

@@ -100,11 +100,9 @@ impl GatewayConfig {
         if let Some(replica) = &self.replica_id {
             registry.at_replica(replica);
         }
-        if let Some(guards) = &self.guardrails {
-            registry
-                .progress
-                .guard(guards.clone() as Arc<dyn crate::progress::NoteCheck>);
-        }
+        registry
+            .progress
+            .guard(crate::guardrails::note_check(&self.guardrails));
         registry
     }
 }

@@ -58,7 +58,7 @@ impl Guardrails {
     }
 }
 
-impl crate::progress::NoteCheck for Guardrails {
+impl crate::progress::NoteCheck for Arc<Guardrails> {
     fn check(&self, method: &str, params: &RawValue) -> Vetted {
         self.note(method, params)
     }

@@ -12,6 +12,7 @@ use crate::common::{Reply, TestGateway};
 mod asks;
 mod channels;
 mod listen;
+mod reload;
 mod webhook;
 
 /// The fixture's planted data (`leak`), and an escaped spelling of the key.
