@@ -116,7 +116,7 @@ impl Guardrails {
             .or_else(|| self.backends.get(target.backend))
             .unwrap_or(&self.gateway);
         let tool = match target.method {
-            "tools/call" => target.exposed,
+            "tools/call" | "tasks/result" => target.exposed,
             _ => None,
         };
         if !rules.iter().any(|r| r.covers(target.backend, tool)) {
@@ -470,11 +470,33 @@ fn audit_name(name: &str) -> String {
 }
 
 /// Whether a guarded method's answer names no tool the gateway could look up: a task's
-/// (`tasks/result`, `tasks/get`, `tasks/list`, `tasks/cancel`: whose tool is not known here) and a
-/// completion's. Every configured rule applies to them ([`Guardrails::scope`] with no
-/// backend), whatever its level or `tools`.
+/// (`tasks/get`, `tasks/list`, `tasks/cancel`, and a `tasks/result` whose task's tool is not
+/// known here, [`task_target`]) and a completion's. Every configured rule applies to them
+/// ([`Guardrails::scope`] with no backend), whatever its level or `tools`.
 pub(crate) fn names_no_tool(method: &str) -> bool {
     method.starts_with("tasks/") || method == "completion/complete"
+}
+
+/// What a `tasks/result` is the answer of: the task's backend, and the tool whose call
+/// created it (its own name, and the name clients use: in `tools`, the merged list, when
+/// aggregating). `None` when the task or its tool is not known here.
+pub(crate) fn task_target(
+    registry: &crate::registry::Registry,
+    owner: Option<&crate::tasks::Owner>,
+    params: Option<&serde_json::value::RawValue>,
+    tools: Option<&crate::catalog::Merged>,
+) -> Option<(String, String, String)> {
+    let handle = crate::tasks::requested_task(params)?;
+    let (backend, task) = registry.find_task(owner, &handle)?;
+    let original = registry.tables(&backend).tasks.tool_of(&task)?;
+    let exposed = match tools {
+        Some(list) => (list.entries().iter())
+            .find(|e| e.backend == backend && *e.original == *original)?
+            .exposed
+            .to_string(),
+        None => original.clone(),
+    };
+    Some((backend.to_string(), original, exposed))
 }
 
 /// The merged list a guarded request's name is found in.

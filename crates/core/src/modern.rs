@@ -371,7 +371,7 @@ impl Adapters<'_> {
         if let (Some(owner), false) = (task_owner, answer.is_error()) {
             let registry = self.mrtr.registry;
             let tables = registry.tables(&route.backend);
-            (tables.tasks).record_answer(&registry.sessions, owner, &answer);
+            (tables.tasks).record_answer(&registry.sessions, owner, &answer, (name, params));
         }
         Ok(complete(id, name, &answer, &self.mrtr.presented))
     }

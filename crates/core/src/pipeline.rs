@@ -270,10 +270,25 @@ impl Gateway {
         // Aggregating, the merged list names the backend; else it is the one backend.
         let view = (self.vmcp()).and_then(|v| v.current(crate::guardrails::kind_of(method)));
         let list = view.as_ref().map(|v| &v.all);
-        let (backend, original) = match self.vmcp() {
-            _ if crate::guardrails::names_no_tool(method) => (None, None),
-            Some(_) => crate::guardrails::target_in(list, name.as_deref()),
-            None => (Some(self.backends.primary().id.to_string()), name.clone()),
+        // A task's result is checked as its tool's, when the task's tool is known.
+        let task = (method == "tasks/result").then(|| {
+            let owner = crate::tasks::Owner::of(ex.caller, ex.session());
+            crate::guardrails::task_target(&self.registry, owner.as_ref(), ex.msg.params, list)
+        });
+        let (backend, original, name) = match (self.vmcp(), task.flatten()) {
+            (_, Some((backend, original, exposed))) => {
+                (Some(backend), Some(original), Some(exposed))
+            }
+            _ if crate::guardrails::names_no_tool(method) => (None, None, name),
+            (Some(_), None) => {
+                let (backend, original) = crate::guardrails::target_in(list, name.as_deref());
+                (backend, original, name)
+            }
+            (None, None) => (
+                Some(self.backends.primary().id.to_string()),
+                name.clone(),
+                name,
+            ),
         };
         let target = crate::guardrails::Target {
             backend: backend.as_deref().unwrap_or(""),

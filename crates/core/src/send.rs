@@ -89,7 +89,8 @@ impl Sender {
             (self.call_backend(session, id, name, ex.msg, (ex.stream, credential), route)).await?;
         if let (Some(owner), true, false) = (&task.owner, task.asked, answer.is_error()) {
             let tables = self.registry.tables(&route.backend);
-            (tables.tasks).record_answer(&self.registry.sessions, owner, &answer);
+            let sent = (name, ex.msg.params);
+            (tables.tasks).record_answer(&self.registry.sessions, owner, &answer, sent);
         }
         Ok(restore(id, &answer))
     }

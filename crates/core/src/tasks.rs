@@ -128,6 +128,9 @@ struct Table {
 struct Owned {
     owner: Owner,
     handle: String,
+    /// The backend's own name of the tool whose call created it (its result is checked by
+    /// that tool's guardrails).
+    tool: Option<String>,
 }
 
 impl Table {
@@ -210,10 +213,13 @@ impl TaskOwners {
     /// A task id some other owner already holds is forgotten rather than reassigned: the same
     /// id handed out twice (a backend reusing ids) must not give either owner the other's
     /// task, so neither can name it any more.
-    pub(crate) fn record(&self, owner: &Owner, result: &str) {
+    pub(crate) fn record(&self, owner: &Owner, result: &str, call: Option<&RawValue>) {
         let Some(id) = created_task(result) else {
             return;
         };
+        let tool = call
+            .and_then(|p| object_member(p, "name"))
+            .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
         let mut table = self.table.lock();
         match table.owners.get(&id) {
             // Already this owner's: one index row per task.
@@ -231,6 +237,7 @@ impl TaskOwners {
         let owned = Owned {
             owner: owner.clone(),
             handle,
+            tool,
         };
         table.owners.insert(id.clone(), owned);
         let mine = table.by_owner.entry(owner.clone()).or_default();
@@ -241,6 +248,11 @@ impl TaskOwners {
         if let Some(oldest) = oldest {
             table.forget(owner, &oldest);
         }
+    }
+
+    /// The backend's own name of the tool whose call created `task`, if known.
+    pub(crate) fn tool_of(&self, task: &str) -> Option<String> {
+        self.table.lock().owners.get(task)?.tool.clone()
     }
 
     /// Whether `owner` owns `task` (no owner owns nothing).
@@ -333,20 +345,23 @@ fn created_task(result: &str) -> Option<String> {
 /// What a request's answer does to the owners: recorded as it creates tasks.
 impl TaskOwners {
     /// Records the task a successful answer created as `owner`'s; a session owner's only
-    /// while its session lives in `sessions`.
+    /// while its session lives in `sessions`. `sent`: the request's method and the params
+    /// the backend got (a `tools/call`'s names the task's tool).
     pub(crate) fn record_answer(
         &self,
         sessions: &Sessions,
         owner: &Owner,
         answer: &BackendResponse,
+        (method, params): (&str, Option<&RawValue>),
     ) {
+        let call = params.filter(|_| method == "tools/call");
         match owner {
             // Under the session's lock: a session that ended meanwhile (its tasks already
             // purged) records nothing that nobody would ever purge.
             Owner::Session(sid) => {
-                let _ = sessions.while_live(sid, || self.record(owner, answer.payload()));
+                let _ = sessions.while_live(sid, || self.record(owner, answer.payload(), call));
             }
-            Owner::Principal { .. } => self.record(owner, answer.payload()),
+            Owner::Principal { .. } => self.record(owner, answer.payload(), call),
         }
     }
 

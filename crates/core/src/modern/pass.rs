@@ -67,7 +67,8 @@ impl Adapters<'_> {
         if let Some(owner) = crate::tasks::created_by(caller, who, name, &answer, &marks) {
             let registry = self.mrtr.registry;
             let tables = registry.tables(&route.backend);
-            (tables.tasks).record_answer(&registry.sessions, &owner, &answer);
+            let sent = (name, unsealed.as_deref().or(msg.params));
+            (tables.tasks).record_answer(&registry.sessions, &owner, &answer, sent);
         }
         let sealing = relayed && marks.input_required();
         if name == method::DISCOVER && !answer.is_error() {

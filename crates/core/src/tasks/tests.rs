@@ -20,9 +20,9 @@ fn legacy_task(id: &str) -> String {
 fn ownership_and_filtering() {
     let t = TaskOwners::default();
     let (a, b) = (session("a"), session("b"));
-    t.record(&a, &legacy_task("t1"));
-    t.record(&b, &legacy_task("t2"));
-    t.record(&b, r#"{"content":[]}"#);
+    t.record(&a, &legacy_task("t1"), None);
+    t.record(&b, &legacy_task("t2"), None);
+    t.record(&b, r#"{"content":[]}"#, None);
     assert!(t.owns(Some(&a), "t1") && !t.owns(Some(&b), "t1"));
     assert!(!t.owns(Some(&a), "nope") && !t.owns(None, "t1"));
     let list = json!({"tasks":[{"taskId":"t1"},{"taskId":"t2"},{"taskId":"t3"}],"nextCursor":"c"})
@@ -95,14 +95,16 @@ fn owners_by_session_and_principal() {
     assert_eq!(Owner::of(&alice, Some(&sid)), session(sid.as_str()));
 
     let t = TaskOwners::default();
-    t.record(&principal("alice"), &legacy_task("p1"));
+    t.record(&principal("alice"), &legacy_task("p1"), None);
     t.record(
         &principal("alice"),
         r#"{"resultType":"task","taskId":"m1","status":"working"}"#,
+        None,
     );
     t.record(
         &principal("bob"),
         r#"{"resultType":"complete","taskId":"x"}"#,
+        None,
     );
     assert!(t.owns(Some(&principal("alice")), "p1"));
     assert!(t.owns(Some(&principal("alice")), "m1"), "Modern task shape");
@@ -123,14 +125,14 @@ fn owners_by_session_and_principal() {
 #[test]
 fn a_reused_task_id_belongs_to_nobody() {
     let t = TaskOwners::default();
-    t.record(&principal("alice"), &legacy_task("dup"));
-    t.record(&principal("bob"), &legacy_task("dup"));
+    t.record(&principal("alice"), &legacy_task("dup"), None);
+    t.record(&principal("bob"), &legacy_task("dup"), None);
     assert!(t.owner("dup").is_none());
     assert!(!t.owns(Some(&principal("alice")), "dup"));
     assert!(!t.owns(Some(&principal("bob")), "dup"));
     // Nor anyone who brings it later: the id is retired, not free.
     for who in ["bob", "carol", "alice"] {
-        t.record(&principal(who), &legacy_task("dup"));
+        t.record(&principal(who), &legacy_task("dup"), None);
         assert!(t.owner("dup").is_none(), "{who} was given it");
         assert!(t.handle_for(Some(&principal(who)), "dup").is_none());
     }
@@ -141,15 +143,15 @@ fn a_reused_task_id_belongs_to_nobody() {
 #[test]
 fn a_forgotten_task_is_not_given_to_the_next_owner_of_its_id() {
     let t = TaskOwners::default();
-    t.record(&session("s1"), &legacy_task("t-1"));
+    t.record(&session("s1"), &legacy_task("t-1"), None);
     t.purge("s1");
-    t.record(&principal("mallory"), &legacy_task("t-1"));
+    t.record(&principal("mallory"), &legacy_task("t-1"), None);
     assert!(t.owner("t-1").is_none());
     let greedy = principal("greedy");
     for i in 0..MAX_TASKS_PER_OWNER + 1 {
-        t.record(&greedy, &legacy_task(&format!("g{i}")));
+        t.record(&greedy, &legacy_task(&format!("g{i}")), None);
     }
-    t.record(&principal("mallory"), &legacy_task("g0"));
+    t.record(&principal("mallory"), &legacy_task("g0"), None);
     assert!(t.owner("g0").is_none(), "an evicted id stays retired");
 }
 
@@ -159,11 +161,11 @@ fn a_forgotten_task_is_not_given_to_the_next_owner_of_its_id() {
 fn one_owner_cannot_crowd_out_anothers_tasks() {
     let t = TaskOwners::default();
     let (victim, greedy) = (session("victim"), principal("greedy"));
-    t.record(&victim, &legacy_task("v1"));
-    t.record(&victim, &legacy_task("v1"));
+    t.record(&victim, &legacy_task("v1"), None);
+    t.record(&victim, &legacy_task("v1"), None);
     assert_eq!(t.len(), 2, "a task recorded twice is indexed once");
     for i in 0..MAX_TASKS_PER_OWNER + 10 {
-        t.record(&greedy, &legacy_task(&format!("g{i}")));
+        t.record(&greedy, &legacy_task(&format!("g{i}")), None);
     }
     assert!(t.owns(Some(&victim), "v1"));
     assert!(
@@ -185,8 +187,8 @@ fn one_owner_cannot_crowd_out_anothers_tasks() {
 fn handles_name_tasks_for_their_owner_only() {
     let t = TaskOwners::default();
     let (alice, bob) = (principal("alice"), principal("bob"));
-    t.record(&alice, &legacy_task("t1"));
-    t.record(&bob, &legacy_task("t2"));
+    t.record(&alice, &legacy_task("t1"), None);
+    t.record(&bob, &legacy_task("t2"), None);
     let (ha, hb) = (
         t.handle_for(Some(&alice), "t1").unwrap(),
         t.handle_for(Some(&bob), "t2").unwrap(),
@@ -204,7 +206,7 @@ fn handles_name_tasks_for_their_owner_only() {
     assert_eq!(t.handle_for(Some(&bob), "t1"), None);
     assert_eq!(t.owner("t2"), Some((bob.clone(), hb.clone())));
     assert!(t.has_any(&alice) && !t.has_any(&principal("carol")));
-    t.record(&bob, &legacy_task("t1"));
+    t.record(&bob, &legacy_task("t1"), None);
     assert_eq!(t.task_for(Some(&alice), &ha), None, "a reused id: nobody's");
     t.clear();
     assert_eq!(t.task_for(Some(&bob), &hb), None);
@@ -213,12 +215,25 @@ fn handles_name_tasks_for_their_owner_only() {
 #[test]
 fn handles_name_their_replica_when_there_are_replicas() {
     let here = TaskOwners::at_replica(Some("0123456789abcdef".into()));
-    here.record(&principal("alice"), &legacy_task("t1"));
+    here.record(&principal("alice"), &legacy_task("t1"), None);
     let handle = here.handle_for(Some(&principal("alice")), "t1").unwrap();
     assert_eq!(super::replica_of_handle(&handle), Some("0123456789abcdef"));
     assert_eq!(handle.len(), "sbt-".len() + 16 + 1 + 32);
     let alone = TaskOwners::default();
-    alone.record(&principal("alice"), &legacy_task("t1"));
+    alone.record(&principal("alice"), &legacy_task("t1"), None);
     let handle = alone.handle_for(Some(&principal("alice")), "t1").unwrap();
     assert_eq!(super::replica_of_handle(&handle), None, "{handle}");
+}
+
+/// A task remembers the tool whose call created it (its result is checked as that tool's).
+#[test]
+fn a_task_remembers_its_tool() {
+    let t = TaskOwners::default();
+    let call = serde_json::value::RawValue::from_string(r#"{"name":"work","arguments":{}}"#.into())
+        .unwrap();
+    t.record(&principal("alice"), &legacy_task("w1"), Some(&call));
+    t.record(&principal("alice"), &legacy_task("w2"), None);
+    assert_eq!(t.tool_of("w1").as_deref(), Some("work"));
+    assert_eq!(t.tool_of("w2"), None);
+    assert_eq!(t.tool_of("unknown"), None);
 }

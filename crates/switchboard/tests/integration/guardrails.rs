@@ -13,6 +13,7 @@ mod asks;
 mod channels;
 mod listen;
 mod reload;
+mod tasks;
 mod webhook;
 
 /// The fixture's planted data (`leak`), and an escaped spelling of the key.
