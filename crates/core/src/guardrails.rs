@@ -17,6 +17,7 @@ use crate::audit::AuditLog;
 use crate::{Answer, Principal};
 
 pub(crate) mod hook;
+pub(crate) mod inputs;
 mod notes;
 
 pub use hook::{sign, GuardHook, HookReply, HookRequest, MAX_REPLY_BYTES, SIGNATURE_HEADER};

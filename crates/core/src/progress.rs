@@ -128,6 +128,11 @@ impl ProgressRoutes {
         self.guards.store(guards.map(Arc::new));
     }
 
+    /// Whether some guardrail checks backend messages now.
+    pub(crate) fn guarded(&self) -> bool {
+        self.guards.load().is_some()
+    }
+
     /// A backend message other than an answer (`method`, its `params`) on its way to a
     /// client, checked by the guardrails (if any).
     pub(crate) fn vet(&self, method: &str, params: Option<&RawValue>) -> Vetted {

@@ -79,6 +79,13 @@ impl Adapters<'_> {
             Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
             _ => passthrough(id, &answer),
         };
+        // The backend's questions are checked on their way, as on every other path.
+        let answer = match sealing {
+            true => {
+                crate::guardrails::inputs::input_requests(&self.mrtr.registry.progress, id, answer)
+            }
+            false => answer,
+        };
         let answer = match (sealing, relayed && marks.request_state) {
             (true, _) => {
                 (self.mrtr.bridge.relay).seal(&self.mrtr.bridge.sealer, &bound, id, answer)

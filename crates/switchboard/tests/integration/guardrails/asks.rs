@@ -106,3 +106,36 @@ async fn a_relayed_question_is_checked() {
         assert!(tool_text(&done).starts_with("answered "), "{done}");
     }
 }
+
+/// A Modern client's call of `tagger.py`'s `ask` (a Modern backend's `input_required` passed
+/// on, its state sealed): the question is redacted, or refused with the guardrail's error,
+/// though no guardrail covers the tool.
+#[tokio::test]
+async fn a_modern_backends_input_required_is_checked() {
+    for action in ["redact", "reject"] {
+        let dir = Dir::new(&format!("asks-modern-{action}"));
+        let file = dir.write("guards.yaml", &elsewhere(action));
+        let tagger = script("tagger.py");
+        let gw = TestGateway::start_with(&["--guardrails", &file], &["python3", &tagger]).await;
+        let mut meta = crate::modern::envelope();
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {}});
+        let body = json!({"jsonrpc":"2.0","id":3,"method":"tools/call",
+            "params":{"name":"ask","arguments":{},"_meta":meta}});
+        let headers = [
+            ("mcp-protocol-version", crate::modern::V),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "ask"),
+        ];
+        let reply = gw.post_raw(None, body.to_string(), &headers).await;
+        assert!(!reply.text.contains(AWS), "{}", reply.text);
+        let v = reply.json();
+        if action == "redact" {
+            assert_eq!(v["result"]["resultType"], "input_required", "{v}");
+            let asked = &v["result"]["inputRequests"]["q"];
+            let message = format!("Confirm key {REDACTED}");
+            assert_eq!(asked["params"]["message"], message, "{v}");
+        } else {
+            assert_eq!(v["error"]["data"]["guardrail"], "secrets", "{v}");
+        }
+    }
+}
