@@ -23,10 +23,10 @@ async fn replicated(dir: &Dir, replicas: usize) -> TestGateway {
     TestGateway::start_command(cmd).await
 }
 
-/// The fixture's `whoami` answer (`{"pid", "cancelled"}`) from whichever replica took it.
-async fn whoami(gw: &TestGateway, session: &str) -> Value {
+/// The fixture's `process_stats` answer (`{"pid", "cancelled"}`) from whichever replica took it.
+async fn process_stats(gw: &TestGateway, session: &str) -> Value {
     let r = gw
-        .call_tool(Some(session), json!("who"), "whoami", json!({}))
+        .call_tool(Some(session), json!("who"), "process_stats", json!({}))
         .await;
     serde_json::from_str(tool_text(&r.json())).unwrap()
 }
@@ -67,10 +67,10 @@ async fn calls_go_to_the_least_busy_replica_and_cancellations_follow_them() {
     let gw = replicated(&dir, 2).await;
     let (a, b) = (gw.session().await, gw.session().await);
     // Nothing in flight: the first replica answers, and takes A's held call too.
-    let first = whoami(&gw, &a).await;
+    let first = process_stats(&gw, &a).await;
     let mut held_a = hold(&gw, &a, 1, "tok-a").await;
     // The first replica is busy: the next call (B's) lands on the other process.
-    let second = whoami(&gw, &b).await;
+    let second = process_stats(&gw, &b).await;
     assert_ne!(first["pid"], second["pid"], "{first} {second}");
     let mut held_b = hold(&gw, &b, 2, "tok-b").await;
 
@@ -84,7 +84,7 @@ async fn calls_go_to_the_least_busy_replica_and_cancellations_follow_them() {
     );
     let answer = answer_of(&mut held_b, 2, "tok-b").await;
     assert_eq!(answer["error"]["code"], -32800, "{answer}");
-    let after = whoami(&gw, &b).await;
+    let after = process_stats(&gw, &b).await;
     assert_eq!(after["pid"], second["pid"], "{after}");
     assert_eq!(
         after["cancelled"], 1,
@@ -93,7 +93,7 @@ async fn calls_go_to_the_least_busy_replica_and_cancellations_follow_them() {
 
     // The first replica heard no cancellation: with a call held on each, a tie goes to it.
     let _held_b2 = hold(&gw, &b, 3, "tok-b2").await;
-    let again = whoami(&gw, &a).await;
+    let again = process_stats(&gw, &a).await;
     assert_eq!(again["pid"], first["pid"], "{again}");
     assert_eq!(
         again["cancelled"], 0,
@@ -124,12 +124,12 @@ async fn concurrent_calls_of_one_client_spread_over_the_replicas() {
     let a = gw.session().await;
     let mut held = Vec::new();
     let mut pids = std::collections::BTreeSet::new();
-    // Each call held in turn makes its replica the busiest: the next `whoami` goes elsewhere.
+    // Each call held in turn makes its replica the busiest: the next `process_stats` goes elsewhere.
     for i in 0..3 {
-        pids.insert(whoami(&gw, &a).await["pid"].to_string());
+        pids.insert(process_stats(&gw, &a).await["pid"].to_string());
         held.push(hold(&gw, &a, 10 + i, &format!("t{i}")).await);
     }
-    pids.insert(whoami(&gw, &a).await["pid"].to_string());
+    pids.insert(process_stats(&gw, &a).await["pid"].to_string());
     assert_eq!(pids.len(), 4, "four replicas answered: {pids:?}");
 }
 
