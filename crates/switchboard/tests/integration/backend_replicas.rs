@@ -198,3 +198,47 @@ async fn replicas_with_per_session_isolation_or_out_of_range_are_refused() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
 }
+
+/// The `process_stats` answer, or `None` when the call failed (a replica that just exited).
+async fn try_stats(gw: &TestGateway, session: &str) -> Option<Value> {
+    let r = gw
+        .call_tool(Some(session), json!("s"), "process_stats", json!({}))
+        .await;
+    let text = r.json()["result"]["content"][0]["text"]
+        .as_str()?
+        .to_owned();
+    serde_json::from_str(&text).ok()
+}
+
+/// A replica that exits is restarted by its own supervisor (a new process in its place) and
+/// both serve again; the set never fronts the dead process for good.
+#[tokio::test]
+async fn a_replica_that_exits_is_restarted_in_its_place() {
+    let dir = Dir::new("backend-replicas-restart");
+    let gw = replicated(&dir, 2).await;
+    let a = gw.session().await;
+    let dead = process_stats(&gw, &a).await["pid"].clone();
+    // Idle: the same replica takes the exit.
+    let _ = gw
+        .call_tool(Some(&a), json!("x"), "exit", json!({"code": 3}))
+        .await;
+    // Until the restart, the other replica answers (or the call fails fast while the exit
+    // is being noticed); then both replicas answer, neither with the dead process.
+    let mut pids = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        let _held = hold(&gw, &a, 20, "t-restart").await;
+        if let Some(s) = try_stats(&gw, &a).await {
+            assert_ne!(s["pid"], dead, "the dead process answered: {s}");
+            pids.insert(s["pid"].to_string());
+        }
+        if let Some(s) = try_stats(&gw, &a).await {
+            assert_ne!(s["pid"], dead, "{s}");
+            pids.insert(s["pid"].to_string());
+        }
+        if pids.len() == 2 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("never two live replicas again: {pids:?}");
+}
