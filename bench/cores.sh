@@ -57,6 +57,7 @@ else
   if [ "$NPROC" -ge 2 ]; then
     CORES="1 all"
     DRIVER_CPUS="1-$((NPROC - 1))"
+    [ "$NPROC" -eq 2 ] && DRIVER_CPUS=1
   else
     CORES="all"
     DRIVER_CPUS=""
