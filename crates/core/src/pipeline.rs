@@ -273,7 +273,7 @@ impl Gateway {
         // A task's result is checked as its tool's, when the task's tool is known.
         let task = (method == "tasks/result").then(|| {
             let owner = crate::tasks::Owner::of(ex.caller, ex.session());
-            crate::guardrails::task_target(&self.registry, owner.as_ref(), ex.msg.params, list)
+            crate::guardrails::task_target(&self.registry, Some(&owner), ex.msg.params, list)
         });
         let (backend, original, name) = match (self.vmcp(), task.flatten()) {
             (_, Some((backend, original, exposed))) => {

@@ -92,7 +92,9 @@ impl Adapters<'_> {
         match created {
             Some(task) => {
                 let owner = Owner::of(call.caller, call.session());
-                self.record_created(route, &owner, &task);
+                let renamed = route.name.apply(call.msg.params);
+                let sent = renamed.as_deref().or(call.msg.params);
+                self.record_created(route, &owner, &task, sent);
                 encode_result(id, &task)
             }
             None => super::legacy_answer(id, answer),
@@ -101,14 +103,16 @@ impl Adapters<'_> {
 
     /// Records the task a bridged call created (`result`: the Legacy `{task}`) as `owner`'s;
     /// a session owner's only while its session lives.
-    fn record_created(&self, route: &Route, owner: &Owner, result: &str) {
+    /// `call`: the params the backend got (they name the task's tool, whose guardrails
+    /// check its result).
+    fn record_created(&self, route: &Route, owner: &Owner, result: &str, call: Option<&RawValue>) {
         let tables = self.sender.registry.tables(&route.backend);
         match owner {
             Owner::Session(sid) => {
                 let sessions = &self.sender.registry.sessions;
-                let _ = sessions.while_live(sid, || tables.tasks.record(owner, result));
+                let _ = sessions.while_live(sid, || tables.tasks.record(owner, result, call));
             }
-            Owner::Principal { .. } => tables.tasks.record(owner, result),
+            Owner::Principal { .. } => tables.tasks.record(owner, result, call),
         }
     }
 
