@@ -25,6 +25,13 @@ pub(crate) struct Route {
 }
 
 impl Route {
+    /// Whether the gateway may hand out and follow up tasks the backend creates here: not on
+    /// a backend with more than one replica (a task lives in one process, and a follow-up
+    /// could reach another, where another caller's task may have the same id).
+    pub(crate) fn keeps_tasks(&self) -> bool {
+        self.upstream.replicas() == 1
+    }
+
     /// The entry of the route's backend in `backends` (routes name only backends of the set).
     pub(crate) fn entry(&self, backends: &Backends) -> Result<Arc<BackendEntry>, CoreError> {
         backends

@@ -368,7 +368,7 @@ impl Adapters<'_> {
                 credential,
             })
             .await?;
-        if let (Some(owner), false) = (task_owner, answer.is_error()) {
+        if let (Some(owner), false, true) = (task_owner, answer.is_error(), route.keeps_tasks()) {
             let registry = self.mrtr.registry;
             let tables = registry.tables(&route.backend);
             (tables.tasks).record_answer(&registry.sessions, owner, &answer, (name, params));

@@ -372,6 +372,7 @@ impl Gateway {
             _ => Adapter::Pass,
         };
         let task = TaskAsk::of(&ex);
+        tasks::refuse_on_replicas(&route, &task)?;
         let owner = Owner::of(ex.caller, ex.session());
         let answer = self.adapt(adapter, ex, &route, &task).await?;
         Ok(self.expose_created(&route, Some(&owner), (name, &task), answer))
@@ -426,6 +427,7 @@ impl Gateway {
         if let Some(refused) = crate::modern::refusal(&self.registry, &task, msg, &route)? {
             return Ok(refused);
         }
+        tasks::refuse_on_replicas(&route, &task)?;
         let adapter = match crate::modern::passes(&self.backends, &route)? {
             true => Adapter::PassModern,
             false => Adapter::Bridge,

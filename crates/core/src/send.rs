@@ -87,9 +87,14 @@ impl Sender {
         let session = ex.session();
         let answer =
             (self.call_backend(session, id, name, ex.msg, (ex.stream, credential), route)).await?;
-        if let (Some(owner), true, false) = (&task.owner, task.asked, answer.is_error()) {
+        let keeps = route.keeps_tasks();
+        if let (Some(owner), true, false, true) =
+            (&task.owner, task.asked, answer.is_error(), keeps)
+        {
             let tables = self.registry.tables(&route.backend);
-            let sent = (name, ex.msg.params);
+            // The params as the backend got them: they name the tool by its own name.
+            let renamed = route.name.apply(ex.msg.params);
+            let sent = (name, renamed.as_deref().or(ex.msg.params));
             (tables.tasks).record_answer(&self.registry.sessions, owner, &answer, sent);
         }
         Ok(restore(id, &answer))

@@ -436,6 +436,15 @@ pub(crate) fn untracked_task() -> ErrorObject {
     )
 }
 
+/// A task a replicated backend created anyway (the client did not ask for one): the gateway
+/// cannot say which process holds it, so it is not handed out.
+pub(crate) fn untracked_on_replicas() -> ErrorObject {
+    ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        "Internal error: the backend created a task, but it runs replicas, which keep no tasks",
+    )
+}
+
 /// The task a message concerns: `params.taskId` (status notifications) or the related-task
 /// `_meta` tag.
 pub(crate) fn task_of(params: Option<&RawValue>) -> Option<String> {

@@ -141,6 +141,14 @@ impl Upstream {
         }
     }
 
+    /// How many processes serve this backend: a replicated backend's replicas, else 1.
+    pub fn replicas(&self) -> usize {
+        match self {
+            Upstream::Replicated(r) => r.len(),
+            _ => 1,
+        }
+    }
+
     /// The transport, as `/status` names it: `stdio`, `streamable-http`, `sse` or `openapi`.
     pub fn transport(&self) -> &'static str {
         match self {

@@ -64,7 +64,8 @@ impl Adapters<'_> {
             false => ResultMarks::of(answer.payload()),
         };
         let who = (owner, asked_task);
-        if let Some(owner) = crate::tasks::created_by(caller, who, name, &answer, &marks) {
+        let created = crate::tasks::created_by(caller, who, name, &answer, &marks);
+        if let Some(owner) = created.filter(|_| route.keeps_tasks()) {
             let registry = self.mrtr.registry;
             let tables = registry.tables(&route.backend);
             let sent = (name, unsealed.as_deref().or(msg.params));

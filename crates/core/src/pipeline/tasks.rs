@@ -178,21 +178,39 @@ impl Gateway {
         if route.via == crate::resolve::Via::Own {
             return answer;
         }
-        let tables = self.registry.tables(&route.backend);
-        let renamed = tables
-            .tasks
-            .handle_for(owner, &created)
-            .and_then(|handle| crate::tasks::renamed_answer(&answer.body, &created, &handle));
-        if let Some(body) = renamed {
-            return Answer { body, ..answer };
-        }
-        let err = crate::tasks::untracked_task();
+        // A task lives in one of a replicated backend's processes, and its follow-ups could
+        // reach any of them: not handed out (`refuse_on_replicas` refuses asking for one).
+        let err = if !route.keeps_tasks() {
+            crate::tasks::untracked_on_replicas()
+        } else {
+            let tables = self.registry.tables(&route.backend);
+            let renamed = tables
+                .tasks
+                .handle_for(owner, &created)
+                .and_then(|handle| crate::tasks::renamed_answer(&answer.body, &created, &handle));
+            if let Some(body) = renamed {
+                return Answer { body, ..answer };
+            }
+            crate::tasks::untracked_task()
+        };
         let id = Message::parse(&answer.body).ok().and_then(|m| m.id);
         Answer {
             body: encode_error(id.as_ref(), &err),
             error_code: Some(i64::from(err.code)),
         }
     }
+}
+
+/// A task-augmented request to a backend with more than one replica: refused before it is
+/// sent (a task lives in one process, and its follow-ups could reach another, where another
+/// caller's task may have the same id).
+pub(super) fn refuse_on_replicas(route: &Route, task: &TaskAsk) -> Result<(), CoreError> {
+    if task.asked && !route.keeps_tasks() {
+        return Err(CoreError::InvalidParams(
+            "task: this backend runs replicas, which keep no tasks; call it without a task",
+        ));
+    }
+    Ok(())
 }
 
 /// A request envelope: the client's id, `method`, `params` (raw).

@@ -242,3 +242,26 @@ async fn a_replica_that_exits_is_restarted_in_its_place() {
     }
     panic!("never two live replicas again: {pids:?}");
 }
+
+/// A task lives in one process, and its follow-ups could reach another replica, where
+/// another caller's task may have the same id: a task-augmented call to a backend with
+/// replicas is refused before it is sent, and with one replica it is served.
+#[tokio::test]
+async fn a_task_augmented_call_to_a_backend_with_replicas_is_refused() {
+    let call = json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{
+        "name":"slow_compute","arguments":{"seconds":0.1,"label":"t"},"task":{"ttl":60000}}});
+    let dir = Dir::new("backend-replicas-tasks");
+    let gw = replicated(&dir, 2).await;
+    let sid = gw.session().await;
+    let r = gw.post(Some(&sid), &call).await.json();
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("replicas"), "{r}");
+    assert!(r.get("result").is_none(), "{r}");
+    // The same call to one replica creates a task (the refusal is about replicas only).
+    let dir = Dir::new("backend-replica-tasks");
+    let gw = replicated(&dir, 1).await;
+    let sid = gw.session().await;
+    let r = gw.post(Some(&sid), &call).await.json();
+    assert_eq!(r["result"]["task"]["status"], "working", "{r}");
+}
