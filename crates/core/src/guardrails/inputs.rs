@@ -10,7 +10,7 @@ use switchboard_wire::{encode_result, object_member, with_member, Message, Reque
 use crate::progress::{ProgressRoutes, Vetted};
 use crate::Answer;
 
-/// `answer` (an `input_required` result) with each input request's `params` checked:
+/// `answer` (an `input_required` result) with each input request checked, whole:
 /// redacted in place, or, one refused, the guardrail's error in place of the answer.
 pub(crate) fn input_requests(progress: &ProgressRoutes, id: &RequestId, answer: Answer) -> Answer {
     if !progress.guarded() {
@@ -22,28 +22,30 @@ pub(crate) fn input_requests(progress: &ProgressRoutes, id: &RequestId, answer: 
     let Some(result) = msg.result else {
         return answer;
     };
-    let asked = object_member(result, "inputRequests")
-        .and_then(|r| serde_json::from_str::<Map<String, Value>>(r.get()).ok());
-    let Some(mut asked) = asked else {
+    let Some(raw) = object_member(result, "inputRequests") else {
         return answer;
+    };
+    // What cannot be read here is not delivered unchecked (a number out of `f64`'s range,
+    // say, which clients may still read).
+    let Ok(mut asked) = serde_json::from_str::<Map<String, Value>>(raw.get()) else {
+        return Answer::error(id, &super::refusal("input requests"));
     };
     let mut changed = false;
     for request in asked.values_mut() {
+        // The whole request is checked, not only its `params`: every member reaches the client.
         let method = request["method"].as_str().unwrap_or_default().to_owned();
-        let Some(params) = request.get("params").filter(|p| !p.is_null()) else {
-            continue;
+        let Ok(whole) = RawValue::from_string(request.to_string()) else {
+            return Answer::error(id, &super::refusal("input requests"));
         };
-        let Ok(raw) = RawValue::from_string(params.to_string()) else {
-            continue;
-        };
-        match progress.vet(&method, Some(&raw)) {
+        match progress.vet(&method, Some(&whole)) {
             Vetted::Pass => {}
-            Vetted::Replaced(new) => {
-                if let Ok(new) = serde_json::from_str::<Value>(new.get()) {
-                    request["params"] = new;
+            Vetted::Replaced(new) => match serde_json::from_str::<Value>(new.get()) {
+                Ok(new) => {
+                    *request = new;
                     changed = true;
                 }
-            }
+                Err(_) => return Answer::error(id, &super::refusal("input requests")),
+            },
             Vetted::Refused(guardrail) => {
                 return Answer::error(id, &super::refusal(&guardrail));
             }
@@ -57,5 +59,54 @@ pub(crate) fn input_requests(progress: &ProgressRoutes, id: &RequestId, answer: 
         Some(result) => Answer::ok(encode_result(id, result.get())),
         // Never delivered unchecked.
         None => Answer::error(id, &super::refusal("input requests")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refuses everything it is shown that holds `SECRET`.
+    #[derive(Debug)]
+    struct RefuseSecret;
+    impl crate::progress::NoteCheck for RefuseSecret {
+        fn check(&self, _method: &str, params: &RawValue) -> Vetted {
+            match params.get().contains("SECRET") {
+                true => Vetted::Refused("secrets".into()),
+                false => Vetted::Pass,
+            }
+        }
+    }
+
+    fn asked(requests: &str) -> Answer {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":"1","result":{{"resultType":"input_required","inputRequests":{requests}}}}}"#
+        );
+        Answer::ok(body.into_bytes())
+    }
+
+    /// A backend's question cannot reach the client unchecked: not in `params`, not in
+    /// another member, not behind a number this side cannot read.
+    #[test]
+    fn every_member_of_an_input_request_is_checked_and_what_cannot_be_read_is_refused() {
+        let progress = ProgressRoutes::default();
+        progress.guard(Some(Box::new(RefuseSecret)));
+        let id = RequestId::from_string("1");
+        let clean = r#"{"k":{"method":"elicitation/create","params":{"message":"name?"}}}"#;
+        let out = input_requests(&progress, &id, asked(clean));
+        assert!(out.error_code.is_none(), "a clean question passes");
+        for hidden in [
+            r#"{"k":{"method":"elicitation/create","params":{"message":"SECRET"}}}"#,
+            r#"{"k":{"method":"elicitation/create","params":{"message":"SECRET","x":1e400}}}"#,
+            r#"{"k":{"method":"elicitation/create","params":{},"note":"SECRET"}}"#,
+            r#"{"k":{"method":"elicitation/create","note":"SECRET"}}"#,
+        ] {
+            let out = input_requests(&progress, &id, asked(hidden));
+            assert!(out.error_code.is_some(), "{hidden}");
+            assert!(
+                !String::from_utf8_lossy(&out.body).contains("SECRET"),
+                "{hidden}"
+            );
+        }
     }
 }

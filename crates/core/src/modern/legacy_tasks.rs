@@ -18,6 +18,7 @@ use switchboard_wire::{ErrorObject, RequestId};
 use switchboard_upstream::BackendResponse;
 
 use super::Adapters;
+use crate::progress::Vetted;
 use crate::resolve::Route;
 use crate::send::Outgoing;
 use crate::tasks::{Owner, EXTENSION, META_RELATED_TASK};
@@ -283,6 +284,21 @@ impl Adapters<'_> {
                 meta[META_RELATED_TASK] = json!({"taskId": handle});
             }
             let params = RawValue::from_string(params.to_string()).ok();
+            // The backend's question is checked by the guardrails before the client sees it;
+            // refused, that is the `tasks/result`'s answer.
+            let params = match self
+                .sender
+                .registry
+                .progress
+                .vet(&method, params.as_deref())
+            {
+                Vetted::Pass => params,
+                Vetted::Replaced(p) => Some(p),
+                Vetted::Refused(guardrail) => {
+                    let err = crate::guardrails::refusal(&guardrail);
+                    return Ok(Err(encode_error(Some(ask.id), &err)));
+                }
+            };
             let stream = ask.call.stream.as_ref();
             match self
                 .asks

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::common::{tool_text, Listener, Reply, TestGateway};
 use crate::per_session::{next, open_call};
 
-fn request(method: &str, params: Value) -> Value {
+pub(crate) fn request(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": "q", "method": method, "params": params})
 }
 
@@ -27,7 +27,7 @@ async fn ok(gw: &TestGateway, sid: &str, method: &str, params: Value) -> Value {
 }
 
 /// A task from `tool` with `arguments`, task-augmented: its `Task`.
-async fn create(gw: &TestGateway, sid: &str, tool: &str, arguments: Value) -> Value {
+pub(crate) async fn create(gw: &TestGateway, sid: &str, tool: &str, arguments: Value) -> Value {
     let params = json!({"name": tool, "arguments": arguments, "task": {"ttl": 60000}});
     let created = ok(gw, sid, "tools/call", params).await;
     assert_eq!(created["task"]["status"], "working", "{created}");
@@ -36,7 +36,7 @@ async fn create(gw: &TestGateway, sid: &str, tool: &str, arguments: Value) -> Va
 }
 
 /// A Legacy session declaring `capabilities`.
-async fn session(gw: &TestGateway, capabilities: Value) -> (String, Value) {
+pub(crate) async fn session(gw: &TestGateway, capabilities: Value) -> (String, Value) {
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
         "protocolVersion":"2025-11-25","capabilities": capabilities,
         "clientInfo":{"name":"it","version":"0"}}});

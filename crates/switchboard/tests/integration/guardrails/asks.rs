@@ -139,3 +139,41 @@ async fn a_modern_backends_input_required_is_checked() {
         }
     }
 }
+
+/// A Legacy client's task on a Modern backend (the fixture, Modern only): the gateway polls
+/// the task in `tasks/result` and asks the client the task's question itself. The question
+/// (here naming the planted key) is checked on the way: redacted, the client is asked the
+/// redacted question; refused, the client is asked nothing and `tasks/result` is the
+/// guardrail's error.
+#[tokio::test]
+async fn a_bridged_tasks_question_is_checked() {
+    use crate::fixture_tasks::{create, request, session};
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    for action in ["redact", "reject"] {
+        let dir = Dir::new(&format!("asks-task-{action}"));
+        let file = dir.write("guards.yaml", &elsewhere(action));
+        let args = ["--guardrails", file.as_str()];
+        let gw = TestGateway::start_with(&args, &[sb, "fixture", "--era", "modern"]).await;
+        let (sid, _) = session(&gw, json!({"elicitation": {}})).await;
+        let file_name = format!("{AWS}.txt");
+        let task = create(&gw, &sid, "confirm_delete", json!({"filename": file_name})).await;
+        let poll = request("tasks/result", json!({"taskId": task["taskId"]}));
+        let mut waiting = open_call(&gw, &sid, poll).await;
+        let first = next(&mut waiting).await;
+        assert!(!first.to_string().contains(AWS), "{action}: {first}");
+        if action == "reject" {
+            assert_eq!(first["id"], "q", "{first}");
+            assert!(first["error"]["message"].is_string(), "{first}");
+            continue;
+        }
+        assert_eq!(first["method"], "elicitation/create", "{first}");
+        let message = first["params"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(REDACTED), "{first}");
+        let answer = json!({"jsonrpc": "2.0", "id": first["id"],
+            "result": {"action": "decline"}});
+        let status = gw.post(Some(&sid), &answer).await.status;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let done = next(&mut waiting).await;
+        assert_eq!(done["id"], "q", "{done}");
+    }
+}
