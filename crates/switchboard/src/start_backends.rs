@@ -385,6 +385,14 @@ pub(crate) struct Supervised {
     pub(crate) replica: Option<(usize, switchboard_upstream::ReplicaSlot)>,
 }
 
+/// A command backend's program and arguments as the startup line shows them.
+pub(crate) fn command_line(stdio: &StdioConfig) -> String {
+    std::iter::once(stdio.program.as_str())
+        .chain(stdio.args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 async fn start_stdio(
     args: &GatewayArgs,
     stdio: StdioConfig,
@@ -392,10 +400,7 @@ async fn start_stdio(
     registry: &Arc<Registry>,
     id: &BackendId,
 ) -> anyhow::Result<Started> {
-    let shown = std::iter::once(stdio.program.as_str())
-        .chain(stdio.args.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let shown = command_line(&stdio);
     println!("switchboard: starting backend: {shown}");
     if let Some(sandbox) = &stdio.sandbox {
         println!(

@@ -24,10 +24,7 @@ pub(crate) async fn start(
     registry: &Arc<Registry>,
     id: &BackendId,
 ) -> anyhow::Result<Started> {
-    let shown = std::iter::once(stdio.program.as_str())
-        .chain(stdio.args.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let shown = crate::start_backends::command_line(&stdio);
     println!("switchboard: starting backend: {shown} ({replicas} replicas)");
     let mut processes = Vec::with_capacity(replicas);
     for i in 0..replicas {
