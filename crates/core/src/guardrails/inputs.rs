@@ -5,13 +5,17 @@
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use switchboard_wire::{encode_result, object_member, with_member, Message, RequestId};
+use switchboard_wire::{encode_result, has_key_variant, object_member, with_member};
+use switchboard_wire::{Message, RequestId};
 
 use crate::progress::{ProgressRoutes, Vetted};
 use crate::Answer;
 
-/// `answer` (an `input_required` result) with each input request checked, whole:
-/// redacted in place, or, one refused, the guardrail's error in place of the answer.
+/// `answer` (an `input_required` result) with its `inputRequests` checked whole (the
+/// requests' keys and every member of each): redacted in place, or, refused, the
+/// guardrail's error in place of the answer. What the client gets is exactly what was
+/// checked: the member is written back as it was read (a repeated key once), and one this
+/// side cannot read, or a key another parser would take for it, is refused.
 pub(crate) fn input_requests(progress: &ProgressRoutes, id: &RequestId, answer: Answer) -> Answer {
     if !progress.guarded() {
         return answer;
@@ -22,43 +26,28 @@ pub(crate) fn input_requests(progress: &ProgressRoutes, id: &RequestId, answer: 
     let Some(result) = msg.result else {
         return answer;
     };
+    let unread = || Answer::error(id, &super::refusal("input requests"));
+    if has_key_variant(result.get(), "inputRequests") {
+        return unread();
+    }
     let Some(raw) = object_member(result, "inputRequests") else {
         return answer;
     };
-    // What cannot be read here is not delivered unchecked (a number out of `f64`'s range,
-    // say, which clients may still read).
-    let Ok(mut asked) = serde_json::from_str::<Map<String, Value>>(raw.get()) else {
-        return Answer::error(id, &super::refusal("input requests"));
+    let Ok(asked) = serde_json::from_str::<Map<String, Value>>(raw.get()) else {
+        return unread();
     };
-    let mut changed = false;
-    for request in asked.values_mut() {
-        // The whole request is checked, not only its `params`: every member reaches the client.
-        let method = request["method"].as_str().unwrap_or_default().to_owned();
-        let Ok(whole) = RawValue::from_string(request.to_string()) else {
-            return Answer::error(id, &super::refusal("input requests"));
-        };
-        match progress.vet(&method, Some(&whole)) {
-            Vetted::Pass => {}
-            Vetted::Replaced(new) => match serde_json::from_str::<Value>(new.get()) {
-                Ok(new) => {
-                    *request = new;
-                    changed = true;
-                }
-                Err(_) => return Answer::error(id, &super::refusal("input requests")),
-            },
-            Vetted::Refused(guardrail) => {
-                return Answer::error(id, &super::refusal(&guardrail));
-            }
-        }
-    }
-    if !changed {
-        return answer;
-    }
-    let asked = Value::Object(asked).to_string();
-    match with_member(result, "inputRequests", &asked) {
+    let Ok(whole) = RawValue::from_string(Value::Object(asked).to_string()) else {
+        return unread();
+    };
+    let checked = match progress.vet("input_required", Some(&whole)) {
+        Vetted::Pass => whole,
+        Vetted::Replaced(new) => new,
+        Vetted::Refused(guardrail) => return Answer::error(id, &super::refusal(&guardrail)),
+    };
+    match with_member(result, "inputRequests", checked.get()) {
         Some(result) => Answer::ok(encode_result(id, result.get())),
         // Never delivered unchecked.
-        None => Answer::error(id, &super::refusal("input requests")),
+        None => unread(),
     }
 }
 
@@ -86,7 +75,8 @@ mod tests {
     }
 
     /// A backend's question cannot reach the client unchecked: not in `params`, not in
-    /// another member, not behind a number this side cannot read.
+    /// another member or a request's key, not behind a number this side cannot read, not
+    /// in a repeated key's other copy, not under a key spelled in another case.
     #[test]
     fn every_member_of_an_input_request_is_checked_and_what_cannot_be_read_is_refused() {
         let progress = ProgressRoutes::default();
@@ -100,6 +90,7 @@ mod tests {
             r#"{"k":{"method":"elicitation/create","params":{"message":"SECRET","x":1e400}}}"#,
             r#"{"k":{"method":"elicitation/create","params":{},"note":"SECRET"}}"#,
             r#"{"k":{"method":"elicitation/create","note":"SECRET"}}"#,
+            r#"{"SECRET":{"method":"elicitation/create","params":{"message":"ok"}}}"#,
         ] {
             let out = input_requests(&progress, &id, asked(hidden));
             assert!(out.error_code.is_some(), "{hidden}");
