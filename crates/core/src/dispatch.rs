@@ -4,6 +4,7 @@
 //! | backend sends                                   | shared mode                                |
 //! |-------------------------------------------------|--------------------------------------------|
 //! | `ping` request                                  | answered `{}` by the gateway               |
+//! | sampling, elicitation, roots tagged with a sessionless caller's task | checked, held for the owner's `tasks/get` (`tasks::TaskQuestions`) |
 //! | any other request (sampling, elicitation, roots)| `-32601` back to the backend               |
 //! | `notifications/{tools,resources,prompts}/list_changed` | rebuilt without params, to every live session's listen stream |
 //! | `notifications/progress`                        | only the stream of the request whose gateway-minted token it carries, client token restored |
@@ -35,10 +36,11 @@ use switchboard_upstream::{InboundSink, Upstream};
 use switchboard_wire::classify::META_SUBSCRIPTION_ID;
 use switchboard_wire::{
     codes, encode_error, encode_notification, encode_result, method, object_member, ErrorObject,
-    Message, MessageKind,
+    Message, MessageKind, RequestId,
 };
 
 use crate::registry::{BackendTables, Registry};
+use crate::tasks::{Owner, QUESTIONS};
 use crate::BackendId;
 
 /// Implements the routing table above for one backend.
@@ -59,17 +61,14 @@ impl InboundSink for Dispatcher {
             (MessageKind::Request, Some(id)) if name == method::PING => {
                 let _ = backend.try_send_line(encode_result(id, "{}"));
             }
+            (MessageKind::Request, Some(id)) if self.task_question(msg, id, backend) => {}
             (MessageKind::Request, Some(id)) => {
                 r.drops.record_for(
                     &self.backend,
                     "backend request refused: no client can answer it in shared mode",
                     name,
                 );
-                let err = ErrorObject::new(
-                    codes::METHOD_NOT_FOUND,
-                    "Method not found: this gateway shares the backend between clients and cannot forward server-initiated requests",
-                );
-                let _ = backend.try_send_line(encode_error(Some(id), &err));
+                let _ = backend.try_send_line(encode_error(Some(id), &unanswerable()));
             }
             _ => self.notification(name, msg.params),
         }
@@ -77,6 +76,59 @@ impl InboundSink for Dispatcher {
 }
 
 impl Dispatcher {
+    /// A question (sampling, elicitation, roots) tagged with a task: one whose owner has no
+    /// session (a Modern client's, a sessionless caller's) is held for the owner's
+    /// `tasks/get` (`TaskQuestion::hold`). A task not recorded yet (the answer that created
+    /// it is just ahead of this question, on its way to being recorded) is waited for
+    /// briefly, off the reader (at most [`MAX_WAITING`] at once, each within
+    /// [`RECORD_WAIT`]). `false`: not such a question (refused as any other).
+    fn task_question(&self, msg: &Message<'_>, id: &RequestId, backend: &Upstream) -> bool {
+        let name = msg.method.unwrap_or_default();
+        let task = crate::tasks::task_of(msg.params).filter(|_| QUESTIONS.contains(&name));
+        let Some(task) = task else {
+            return false;
+        };
+        let question = TaskQuestion {
+            task,
+            id: id.clone(),
+            method: name.to_owned(),
+            params: msg.params.map(ToOwned::to_owned),
+        };
+        match self.tables.tasks.owner(&question.task) {
+            Some((Owner::Principal { .. }, handle)) => {
+                question.hold(&self.registry, &self.tables, backend, &handle);
+                true
+            }
+            Some((Owner::Session(_), _)) => false,
+            None => {
+                let runtime = tokio::runtime::Handle::try_current().ok();
+                let waiting = self.tables.questions.waiting(MAX_WAITING);
+                let (Some(runtime), Some(waiting)) = (runtime, waiting) else {
+                    return false;
+                };
+                let (registry, tables) = (Arc::clone(&self.registry), Arc::clone(&self.tables));
+                let (backend, backend_id) = (backend.clone(), self.backend.clone());
+                runtime.spawn(async move {
+                    let _waiting = waiting;
+                    match tables.tasks.owner_soon(&question.task, RECORD_WAIT).await {
+                        Some((Owner::Principal { .. }, handle)) => {
+                            question.hold(&registry, &tables, &backend, &handle);
+                        }
+                        _ => {
+                            let why =
+                                "backend request refused: no client can answer it in shared mode";
+                            registry
+                                .drops
+                                .record_for(&backend_id, why, &question.method);
+                            question.refuse(&backend, &unanswerable());
+                        }
+                    }
+                });
+                true
+            }
+        }
+    }
+
     fn notification(&self, name: &str, params: Option<&RawValue>) {
         let r = &self.registry;
         if name == method::TOOLS_LIST_CHANGED {
@@ -247,5 +299,57 @@ impl Dispatcher {
                 peers.forward(session, data);
             }
         }
+    }
+}
+
+/// How long a question about a task not recorded yet waits for the record.
+const RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Most such questions waiting at once per backend; more are refused at once.
+const MAX_WAITING: usize = 64;
+
+/// The answer to a backend request no client can be asked (shared mode).
+fn unanswerable() -> ErrorObject {
+    ErrorObject::new(
+        codes::METHOD_NOT_FOUND,
+        "Method not found: this gateway shares the backend between clients and cannot forward server-initiated requests",
+    )
+}
+
+/// A backend's question about one of its tasks, owned (it may wait for the task's record).
+struct TaskQuestion {
+    task: String,
+    id: RequestId,
+    method: String,
+    params: Option<Box<RawValue>>,
+}
+
+impl TaskQuestion {
+    /// Held for the task's owner (who knows it as `handle`), after the guardrails checked
+    /// it as the owner would see it; refused to the backend when a guardrail refuses it or
+    /// the table is full.
+    fn hold(self, registry: &Registry, tables: &BackendTables, backend: &Upstream, handle: &str) {
+        let exposed = (self.params.as_deref())
+            .and_then(|p| crate::tasks::renamed(p.get(), &self.task, handle))
+            .and_then(|p| RawValue::from_string(p).ok());
+        let params = exposed.as_deref().or(self.params.as_deref());
+        let checked;
+        let params = match registry.progress.vet(&self.method, params) {
+            crate::progress::Vetted::Pass => params,
+            crate::progress::Vetted::Replaced(p) => {
+                checked = p;
+                Some(&*checked)
+            }
+            crate::progress::Vetted::Refused(guardrail) => {
+                return self.refuse(backend, &crate::guardrails::refusal(&guardrail));
+            }
+        };
+        let asked = (&self.id, self.method.as_str(), params);
+        if let Err(not_held) = tables.questions.hold(&self.task, backend, asked) {
+            self.refuse(backend, &not_held.error());
+        }
+    }
+
+    fn refuse(&self, backend: &Upstream, err: &ErrorObject) {
+        let _ = backend.try_send_line(encode_error(Some(&self.id), err));
     }
 }

@@ -31,6 +31,7 @@ use crate::resolve::{From, Resolver, Route};
 use crate::send::{Outgoing, Sender};
 use crate::{Answer, CoreError};
 
+mod bridged_tasks;
 mod legacy_tasks;
 mod listen;
 mod pass;
@@ -180,6 +181,17 @@ impl Adapters<'_> {
             return Err(CoreError::UnexpectedResponse);
         };
         let entry = route.entry(self.resolver.backends)?;
+        // The Tasks extension on the backend's 2025-11-25 tasks (`bridged_tasks`): on the
+        // shared process, where the gateway tracks their owners.
+        match name {
+            "tasks/get" | "tasks/update" | "tasks/cancel" if route.keeps_tasks() => {
+                return self.task_method(caller, (id, name, msg), route).await
+            }
+            crate::tasks::MAY_CREATE if self.runs_as_task(msg, route).await => {
+                return self.task_call(caller, (id, msg), route).await
+            }
+            _ => {}
+        }
         // Sessions get an upstream of their own on this backend: Modern callers one per
         // principal (a partition), never the shared process.
         let own_backends = self.mrtr.spawner.for_backend(&route.backend).is_some();

@@ -60,6 +60,8 @@ pub trait PeerDelivery: Send + Sync + std::fmt::Debug {
 pub(crate) struct BackendTables {
     pub(crate) subs: Subscriptions,
     pub(crate) tasks: crate::tasks::TaskOwners,
+    /// Questions its tasks asked that wait for a sessionless owner's `tasks/update`.
+    pub(crate) questions: crate::tasks::TaskQuestions,
     pub(crate) tool_headers: crate::tool_headers::ToolHeaders,
     /// Which of its lists the backend said changed since the gateway last fetched them
     /// (aggregating: `vmcp` fetches those again).

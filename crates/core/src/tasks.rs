@@ -56,11 +56,16 @@ pub(crate) const MODERN_REMOVED: &[&str] = &["tasks/result", LIST];
 pub(crate) const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// The method a Modern backend may answer with a task handle unasked (Tasks extension).
 pub(crate) const MAY_CREATE: &str = "tools/call";
+/// The requests a backend may ask a task's client (input inside a task).
+pub(crate) const QUESTIONS: &[&str] =
+    &["elicitation/create", "sampling/createMessage", "roots/list"];
 /// The status notification.
 pub(crate) const STATUS: &str = "notifications/tasks/status";
 
 mod expose;
+mod questions;
 pub(crate) use expose::{created_in, renamed, renamed_answer};
+pub(crate) use questions::{BadAnswer, TaskQuestions};
 
 /// Most tasks remembered at once for all owners together; beyond it new tasks are not
 /// tracked and so are unreachable (refusing is the safe failure). The per-owner bound below
@@ -106,6 +111,8 @@ pub(crate) struct TaskOwners {
     table: Mutex<Table>,
     /// This replica's name, in the handles minted here (with replicas).
     replica: Option<String>,
+    /// Woken whenever a task is recorded (`owner_soon`).
+    recorded: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -204,6 +211,7 @@ impl TaskOwners {
         TaskOwners {
             table: Mutex::default(),
             replica,
+            recorded: tokio::sync::Notify::new(),
         }
     }
 
@@ -247,6 +255,34 @@ impl TaskOwners {
             .flatten();
         if let Some(oldest) = oldest {
             table.forget(owner, &oldest);
+        }
+        drop(table);
+        self.recorded.notify_waiters();
+    }
+
+    /// The owner of `task` and its handle, waiting up to `within` for a task not recorded
+    /// yet: a backend may ask about a task it just created before the answer that created
+    /// it has been recorded (both come from one reader, the question right behind). `None`:
+    /// not recorded in time, or an id no one may be given.
+    pub(crate) async fn owner_soon(
+        &self,
+        task: &str,
+        within: std::time::Duration,
+    ) -> Option<(Owner, String)> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let recorded = self.recorded.notified();
+            tokio::pin!(recorded);
+            recorded.as_mut().enable();
+            if let Some(found) = self.owner(task) {
+                return Some(found);
+            }
+            if self.table.lock().retired.contains(task) {
+                return None;
+            }
+            if tokio::time::timeout_at(deadline, recorded).await.is_err() {
+                return self.owner(task);
+            }
         }
     }
 

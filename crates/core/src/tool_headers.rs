@@ -1,7 +1,7 @@
 //! Which `tools/call` arguments a client must mirror in `Mcp-Param-*` headers (2026-07-28,
-//! SEP-2243): learned from the backend's `tools/list`, cached, and forgotten when the backend
-//! says its tools changed. A stdio backend never sees HTTP headers, so the gateway is the one
-//! that must check them.
+//! SEP-2243), and which tools a Legacy backend runs as tasks: learned from the backend's
+//! `tools/list`, cached, and forgotten when the backend says its tools changed. A stdio
+//! backend never sees HTTP headers, so the gateway is the one that must check them.
 //!
 //! Learning is single-flight, bounded in time, and keeps only a complete walk (`flight`).
 //! While the backend cannot be walked, calls go unchecked (fail open): a backend whose
@@ -10,7 +10,7 @@
 
 mod flight;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -24,8 +24,17 @@ pub(crate) const TOOLS_CALL: &str = "tools/call";
 /// The list the designations are learned from.
 pub(crate) const TOOLS_LIST: &str = "tools/list";
 
-/// Tool name → its header designations (only tools that have any).
-type Table = Arc<HashMap<String, Arc<[ParamHeader]>>>;
+/// What one walk of a backend's `tools/list` taught the gateway.
+#[derive(Debug, Default)]
+struct Learned {
+    /// Tool name → its header designations (only tools that have any).
+    headers: HashMap<String, Arc<[ParamHeader]>>,
+    /// Tools a Legacy backend runs as 2025-11-25 tasks (`execution.taskSupport` `optional`
+    /// or `required`): a Modern client declaring the Tasks extension gets a task of them.
+    tasks: HashSet<String>,
+}
+
+type Table = Arc<Learned>;
 
 /// Pages of `tools/list` read at most (a backend paginating forever must not stall requests).
 const MAX_PAGES: usize = 50;
@@ -48,7 +57,18 @@ impl ToolHeaders {
         P: Future<Output = Result<Value, String>>,
     {
         let table = self.cache.get(walk(fetch)).await?;
-        table.get(name).cloned()
+        table.headers.get(name).cloned()
+    }
+
+    /// Whether the backend's tool `name` (its own name) runs as a 2025-11-25 task; `false`
+    /// when it does not, is unknown, or the backend's tools cannot be learned right now.
+    pub(crate) async fn runs_as_task<F, P>(&self, name: &str, fetch: F) -> bool
+    where
+        F: Fn(Option<String>) -> P,
+        P: Future<Output = Result<Value, String>>,
+    {
+        let table = self.cache.get(walk(fetch)).await;
+        table.is_some_and(|t| t.tasks.contains(name))
     }
 
     /// Forgets the designations (the backend's tools changed), and any walk in progress.
@@ -65,7 +85,7 @@ where
     F: Fn(Option<String>) -> P,
     P: Future<Output = Result<Value, String>>,
 {
-    let mut table = HashMap::new();
+    let mut table = Learned::default();
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
         let page = fetch(cursor.take()).await?;
@@ -76,7 +96,11 @@ where
             };
             let spec = param_headers(schema);
             if !spec.is_empty() {
-                table.insert(name.to_owned(), Arc::from(spec));
+                table.headers.insert(name.to_owned(), Arc::from(spec));
+            }
+            let support = tool["execution"]["taskSupport"].as_str();
+            if matches!(support, Some("optional" | "required")) {
+                table.tasks.insert(name.to_owned());
             }
         }
         cursor = page["nextCursor"].as_str().map(str::to_owned);

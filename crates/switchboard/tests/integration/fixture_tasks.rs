@@ -236,3 +236,164 @@ async fn a_legacy_client_polls_a_task_a_modern_backend_created() {
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
     assert_eq!(cancelled["taskId"], long["taskId"], "{cancelled}");
 }
+
+/// A Modern request declaring the Tasks extension (and elicitation), with its headers.
+async fn modern(gw: &TestGateway, method: &str, mut params: Value) -> Reply {
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":
+            {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}});
+    let name = (params["name"].as_str())
+        .or(params["taskId"].as_str())
+        .map(str::to_owned);
+    let mut headers = vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    if let Some(n) = name.as_deref() {
+        headers.push(("mcp-name", n));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": "m", "method": method, "params": params});
+    gw.post_raw(None, body.to_string(), &headers).await
+}
+
+async fn modern_ok(gw: &TestGateway, method: &str, params: Value) -> Value {
+    let r = modern(gw, method, params).await;
+    assert_eq!(r.status, StatusCode::OK, "{method}: {}", r.text);
+    // The fixture's own task ids (`task-…`) never reach the client.
+    assert!(!r.text.contains("\"task-"), "{method}: {}", r.text);
+    let v = r.json();
+    assert_eq!(v["result"]["resultType"], "complete", "{method}: {v}");
+    v["result"].clone()
+}
+
+/// `tasks/get` until the task's status is one of `statuses` (bounded: the fixture's tasks
+/// here end or ask within a second).
+async fn modern_poll(gw: &TestGateway, handle: &str, statuses: &[&str]) -> Value {
+    for _ in 0..200 {
+        let got = modern_ok(gw, "tasks/get", json!({"taskId": handle})).await;
+        assert_eq!(got["taskId"], json!(handle), "{got}");
+        if statuses.iter().any(|s| got["status"] == *s) {
+            return got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("task {handle} never reached {statuses:?}");
+}
+
+/// A Modern call of `tool` that the Legacy backend runs as a task: the extension's
+/// `CreateTaskResult`, named by a gateway handle.
+async fn modern_task(gw: &TestGateway, tool: &str, arguments: Value) -> String {
+    let r = modern(
+        gw,
+        "tools/call",
+        json!({"name": tool, "arguments": arguments}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(!r.text.contains("\"task-"), "{}", r.text);
+    let created = r.json()["result"].clone();
+    assert_eq!(created["resultType"], "task", "{created}");
+    assert!(
+        created["ttlMs"].is_number() && created.get("task").is_none(),
+        "{created}"
+    );
+    let handle = created["taskId"].as_str().unwrap_or_default().to_owned();
+    assert!(handle.starts_with("sbt-"), "{created}");
+    handle
+}
+
+#[tokio::test]
+async fn a_modern_client_polls_a_task_a_legacy_backend_created() {
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    let gw = TestGateway::start_with(&[], &[sb, "fixture", "--era", "legacy"]).await;
+
+    // A task-capable tool called by a client declaring the extension runs as a task; its
+    // outcome is inlined by `tasks/get` once it ends.
+    let quick = modern_task(&gw, "slow_compute", json!({"seconds": 0.2, "label": "m"})).await;
+    let done = modern_poll(&gw, &quick, &["completed"]).await;
+    assert_eq!(
+        tool_text(&json!({"result": done["result"]})),
+        "Computed for 0.2 s (m)",
+        "{done}"
+    );
+    assert!(
+        done["ttlMs"].is_number() && done.get("ttl").is_none(),
+        "{done}"
+    );
+
+    // One round of input inside the task: the backend's elicitation is the task's
+    // `inputRequests`, answered by `tasks/update`.
+    let confirm = modern_task(&gw, "confirm_delete", json!({"filename": "b.txt"})).await;
+    let asking = modern_poll(&gw, &confirm, &["input_required"]).await;
+    let requests = asking["inputRequests"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(requests.len(), 1, "{asking}");
+    let (key, question) = requests
+        .iter()
+        .next()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .unwrap();
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    assert_eq!(question["params"]["message"], "Delete b.txt?", "{question}");
+    let related = &question["params"]["_meta"]["io.modelcontextprotocol/related-task"];
+    assert_eq!(related["taskId"], json!(confirm), "{question}");
+    let answer = json!({key.clone(): {"action": "accept", "content": {"confirm": true}}});
+    modern_ok(
+        &gw,
+        "tasks/update",
+        json!({"taskId": confirm, "inputResponses": answer}),
+    )
+    .await;
+    let done = modern_poll(&gw, &confirm, &["completed", "failed"]).await;
+    assert_eq!(
+        tool_text(&json!({"result": done["result"]})),
+        "Deleted b.txt",
+        "{done}"
+    );
+    assert!(done.get("inputRequests").is_none(), "{done}");
+
+    // An answer that is not a result object is refused, and the question still waits.
+    let again = modern_task(&gw, "confirm_delete", json!({"filename": "c.txt"})).await;
+    let asking = modern_poll(&gw, &again, &["input_required"]).await;
+    let key = asking["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned());
+    let bad = json!({"taskId": again, "inputResponses": {key.clone().unwrap_or_default(): 7}});
+    let refused = modern(&gw, "tasks/update", bad).await;
+    assert_eq!(refused.error_code(), -32602, "{}", refused.text);
+    let still = modern_poll(&gw, &again, &["input_required"]).await;
+    assert_eq!(still["inputRequests"], asking["inputRequests"], "{still}");
+    let decline = json!({key.unwrap_or_default(): {"action": "decline"}});
+    modern_ok(
+        &gw,
+        "tasks/update",
+        json!({"taskId": again, "inputResponses": decline}),
+    )
+    .await;
+    let done = modern_poll(&gw, &again, &["completed"]).await;
+    assert_eq!(
+        tool_text(&json!({"result": done["result"]})),
+        "Kept c.txt",
+        "{done}"
+    );
+
+    // Cancelled through the backend's own `tasks/cancel`.
+    let long = modern_task(&gw, "slow_compute", json!({"seconds": 60})).await;
+    modern_ok(&gw, "tasks/cancel", json!({"taskId": long})).await;
+    modern_poll(&gw, &long, &["cancelled"]).await;
+
+    // A Legacy session naming the Modern caller's handle gets what a made-up one gets.
+    let (sid, _) = session(&gw, json!({})).await;
+    for m in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let stolen = ask(&gw, &sid, m, json!({"taskId": confirm})).await;
+        let unknown = ask(&gw, &sid, m, json!({"taskId": "sbt-nothing"})).await;
+        assert_eq!(stolen.error_code(), -32602, "{m}: {}", stolen.text);
+        assert_eq!(
+            (stolen.status, &stolen.text),
+            (unknown.status, &unknown.text),
+            "{m}"
+        );
+    }
+}

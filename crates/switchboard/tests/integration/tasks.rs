@@ -177,12 +177,19 @@ impl Caller<'_> {
         gw.post_raw(session, body.to_string(), &headers).await
     }
 
-    /// Creates a task with the pushy backend's task-augmented `tools/call`.
+    /// Creates a task with the pushy backend's task-augmented `tools/call` (a Modern caller
+    /// gets the Tasks extension's flat `CreateTaskResult`).
     async fn create_task(&self, gw: &TestGateway) -> String {
         let r = self.ask(gw, "tools/call", task_call()).await;
         let v = r.json();
-        v["result"]["task"]["taskId"]
-            .as_str()
+        let task = match self.era {
+            Era::Modern => {
+                assert_eq!(v["result"]["resultType"], "task", "{v}");
+                &v["result"]["taskId"]
+            }
+            _ => &v["result"]["task"]["taskId"],
+        };
+        task.as_str()
             .unwrap_or_else(|| panic!("no task in {v}"))
             .to_owned()
     }

@@ -334,3 +334,106 @@ async fn extension_tasks_route_to_their_backend_and_stay_their_owners() {
         .ok(gw, "tasks/cancel", json!({"taskId": a_beta}))
         .await;
 }
+
+/// A `backends:` entry for the fixture speaking only `era`.
+fn era_fixture(name: &str, era: &str) -> String {
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    format!("  - name: {name}\n    command: {sb}\n    args: [fixture, --era, {era}]\n")
+}
+
+/// `tasks/get` by a Modern caller until the task's status is one of `statuses` (10 s at
+/// most).
+async fn modern_until(gw: &TestGateway, task: &str, statuses: &[&str]) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = modern(gw, json!("g"), "tasks/get", json!({"taskId": task}), &[]).await;
+        let got = r.json()["result"].clone();
+        assert_eq!(got["taskId"], json!(task), "{}", r.text);
+        let reached = statuses.iter().any(|s| got["status"] == *s);
+        assert!(reached || tokio::time::Instant::now() < deadline, "{got}");
+        if reached {
+            return got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Tasks across eras through the virtual server, the Legacy-only backend second and the
+/// Modern-only one third: a Modern client's task on the Legacy backend (its question shown as
+/// `inputRequests`, answered with `tasks/update`) and a Legacy session's task on the Modern
+/// backend (its question asked on the session during `tasks/result`), each with one round of
+/// input; neither caller can name the other's task.
+#[tokio::test]
+async fn tasks_cross_eras_through_the_virtual_server() {
+    let yaml = format!(
+        "aggregation: {{conflictResolution: prefix, prefixFormat: \"{{backend}}_\"}}\nbackends:\n{}{}{}",
+        stdio("alpha", ""),
+        era_fixture("old", "legacy"),
+        era_fixture("new", "modern"),
+    );
+    let served = serve("tasks-cross-era", &yaml, None).await;
+    let gw = &served.gw;
+
+    let call = json!({"name": "old_confirm_delete", "arguments": {"filename": "x.txt"}});
+    let created = modern(gw, json!(1), "tools/call", call, &[]).await.json();
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let modern_task = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(modern_task.starts_with("sbt-"), "{created}");
+    let asking = modern_until(gw, &modern_task, &["input_required"]).await;
+    let key = asking["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned());
+    let key = key.unwrap_or_else(|| panic!("no input requests in {asking}"));
+    assert_eq!(
+        asking["inputRequests"][&key]["method"],
+        "elicitation/create"
+    );
+    let answer = json!({"taskId": modern_task,
+        "inputResponses": {key: {"action": "accept", "content": {"confirm": true}}}});
+    let updated = modern(gw, json!(2), "tasks/update", answer, &[]).await;
+    assert_eq!(
+        updated.json()["result"]["resultType"],
+        "complete",
+        "{}",
+        updated.text
+    );
+    let done = modern_until(gw, &modern_task, &["completed", "failed"]).await;
+    assert_eq!(
+        tool_text(&json!({"result": done["result"]})),
+        "Deleted x.txt",
+        "{done}"
+    );
+
+    let (sid, _) = crate::fixture_tasks::session(gw, json!({"elicitation": {}})).await;
+    let legacy_task =
+        crate::fixture_tasks::create(gw, &sid, "new_confirm_delete", json!({"filename": "y.txt"}))
+            .await;
+    let handle = legacy_task["taskId"].clone();
+    let result = crate::fixture_tasks::request("tasks/result", json!({"taskId": handle}));
+    let mut waiting = crate::per_session::open_call(gw, &sid, result).await;
+    let question = crate::per_session::next(&mut waiting).await;
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let reply = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"confirm": true}}});
+    assert_eq!(
+        gw.post(Some(&sid), &reply).await.status,
+        StatusCode::ACCEPTED
+    );
+    let finished = crate::per_session::next(&mut waiting).await;
+    assert_eq!(tool_text(&finished), "Deleted y.txt", "{finished}");
+
+    // Each caller's handle names nothing for the other: the answer a made-up one gets.
+    let never = format!("sbt-{}", "0".repeat(32));
+    for task in [&handle, &json!(never)] {
+        let r = modern(gw, json!("x"), "tasks/get", json!({"taskId": task}), &[]).await;
+        assert_eq!(r.error_code(), -32602, "{}", r.text);
+    }
+    let get = |task: &str| crate::fixture_tasks::request("tasks/get", json!({"taskId": task}));
+    let stolen = gw.post(Some(&sid), &get(&modern_task)).await;
+    let unknown = gw.post(Some(&sid), &get(&never)).await;
+    assert_eq!(stolen.error_code(), -32602, "{}", stolen.text);
+    assert_eq!((stolen.status, stolen.text), (unknown.status, unknown.text));
+}
