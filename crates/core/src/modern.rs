@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 use switchboard_upstream::BackendResponse;
 use switchboard_wire::classify::{META_SERVER_INFO, RESERVED_PREFIX};
 use switchboard_wire::{
-    codes, encode_result, method, object_member, restore_response, retain_members, version,
-    with_member, with_members, ErrorObject, Message, RequestId,
+    codes, encode_result, keys_fold_equal, method, object_member, restore_response, retain_members,
+    version, with_member, with_members, ErrorObject, Message, RequestId,
 };
 
 use crate::client_ask::ClientAsks;
@@ -402,15 +402,8 @@ pub(crate) fn complete(
         return bridge_error(id, answer);
     }
     let server_info = json!({ META_SERVER_INFO: presented.server_info }).to_string();
-    let mut set = vec![("resultType", "\"complete\"")];
-    if CACHEABLE.contains(&name) {
-        set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
-    }
     let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
-    let stamped = result
-        .as_deref()
-        .and_then(|r| with_members(r, &set, |_| true))
-        .and_then(|r| merge_meta(&r, &server_info));
+    let stamped = result.as_deref().and_then(|r| stamp(r, name, &server_info));
     let body = match stamped {
         Some(r) => encode_result(id, r.get()),
         None => restore_response(id, answer.member(), answer.payload()),
@@ -419,6 +412,22 @@ pub(crate) fn complete(
         body,
         error_code: None,
     }
+}
+
+/// A Legacy backend's `result` stamped `complete` (any spelling of `resultType` it gave
+/// replaced: a loose client parser would read that too), with cache hints where `name`
+/// requires them and `server_info` merged into its `_meta`.
+fn stamp(
+    result: &serde_json::value::RawValue,
+    name: &str,
+    server_info: &str,
+) -> Option<Box<serde_json::value::RawValue>> {
+    let mut set = vec![("resultType", "\"complete\"")];
+    if CACHEABLE.contains(&name) {
+        set.extend([("ttlMs", "0"), ("cacheScope", "\"private\"")]);
+    }
+    let stamped = with_members(result, &set, |k| !keys_fold_equal(k, "resultType"))?;
+    merge_meta(&stamped, server_info)
 }
 
 /// `server/discover` for a Legacy backend, from its `initialize` result.
@@ -594,6 +603,14 @@ mod tests {
         let pending = r#"{"resultType":"input_required","inputRequests":{}}"#;
         assert!(legacy_result(pending).is_none());
         assert!(legacy_result(r#"{"content":[]}"#).is_none());
+    }
+
+    #[test]
+    fn a_legacy_result_is_stamped_complete_in_one_spelling_only() {
+        let r = RawValue::from_string(r#"{"ResultType":"input_required","re\u017fultType":1,"inputRequests":{},"resultType":"x","resultType":"y"}"#.into()).unwrap();
+        let out = stamp(&r, "tools/call", "{}").unwrap();
+        let want = r#"{"inputRequests":{},"resultType":"complete","_meta":{}}"#;
+        assert_eq!(out.get(), want);
     }
 
     #[test]

@@ -6,9 +6,8 @@
 
 use std::borrow::Cow;
 
-use crate::find::{
-    decode_string as decode, key_matches, key_matches_ignoring_case, string_at, walk,
-};
+use crate::find::{decode_string as decode, string_at, walk};
+use crate::strict::keys_fold_equal;
 
 /// The marks of one result: its `resultType` and the id of a task it created.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -24,21 +23,36 @@ pub struct ResultMarks<'a> {
     /// simple case folding: `reque\u{17f}tState` too): what a client whose parser matches keys loosely (Go's `encoding/json`) would
     /// read as the backend's state, so the relay must never pass one on bare.
     pub request_state: bool,
+    /// Whether `resultType` cannot be read one way: a top-level key spells it in another
+    /// case (escapes decoded, simple case folding: `re\u{17f}ultType` too), or the exact key
+    /// comes more than once. A loose parser (Go's `encoding/json`) may read a type the
+    /// gateway did not, or parsers disagree on which copy wins, so a client could take for
+    /// `input_required` an answer the gateway checked as complete: never passed on.
+    pub ambiguous_type: bool,
 }
 
 impl<'a> ResultMarks<'a> {
     /// Reads the marks of `result`, JSON the gateway has already parsed (a backend's answer
     /// payload): nothing is validated again, and nothing but decoded strings comes out.
     pub fn of(result: &'a str) -> Self {
-        let (mut result_type, mut task, mut task_id, mut request_state) = (None, None, None, false);
+        let (mut result_type, mut task, mut task_id) = (None, None, None);
+        let (mut request_state, mut ambiguous_type) = (false, false);
         let _ = walk(result, |lit, (start, end)| {
+            // Each key decoded once, whatever it is compared with.
+            let Some(key) = decode(lit) else {
+                return;
+            };
             let value = result.get(start..end);
-            match () {
-                () if key_matches(lit, "resultType") => result_type = value,
-                () if key_matches(lit, "task") => task = value,
-                () if key_matches(lit, "taskId") => task_id = value,
-                () if key_matches_ignoring_case(lit, "requestState") => request_state = true,
-                () => {}
+            match key.as_ref() {
+                "resultType" => {
+                    ambiguous_type |= result_type.is_some();
+                    result_type = value;
+                }
+                "task" => task = value,
+                "taskId" => task_id = value,
+                k if keys_fold_equal(k, "requestState") => request_state = true,
+                k if keys_fold_equal(k, "resultType") => ambiguous_type = true,
+                _ => {}
             }
         });
         let result_type = result_type.and_then(decode);
@@ -52,6 +66,7 @@ impl<'a> ResultMarks<'a> {
             result_type,
             created_task,
             request_state,
+            ambiguous_type,
         }
     }
 
@@ -110,6 +125,33 @@ mod tests {
             "[1]",
         ] {
             assert!(!ResultMarks::of(json).request_state, "{json}");
+        }
+    }
+
+    #[test]
+    fn a_result_type_spelled_loosely_or_twice_is_ambiguous() {
+        for json in [
+            r#"{"ResultType":"input_required","inputRequests":{}}"#,
+            r#"{"resulttype":"complete"}"#,
+            r#"{"RESULTTYPE":1}"#,
+            r#"{"resultType":"complete","ResultType":"input_required"}"#,
+            r#"{"Result\u0054ype":"input_required"}"#,
+            // U+017F (long s) folds to `s` in Go's `encoding/json`, raw or escaped.
+            "{\"re\u{17f}ultType\":\"input_required\"}",
+            r#"{"re\u017fultType":"input_required"}"#,
+            r#"{"resultType":"complete","x":1,"resultType":"input_required"}"#,
+            r#"{"resultType":"input_required","result\u0054ype":"input_required"}"#,
+        ] {
+            assert!(ResultMarks::of(json).ambiguous_type, "{json}");
+        }
+        for json in [
+            r#"{"resultType":"input_required","inputRequests":{}}"#,
+            r#"{"result\u0054ype":"complete","requestState":"s"}"#,
+            r#"{"resultTypes":"x","result_type":"y","a":{"ResultType":1}}"#,
+            r#"{"content":[]}"#,
+            "[1]",
+        ] {
+            assert!(!ResultMarks::of(json).ambiguous_type, "{json}");
         }
     }
 

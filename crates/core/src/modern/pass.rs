@@ -57,12 +57,18 @@ impl Adapters<'_> {
                 credential: caller.credential.as_ref(),
             })
             .await?;
-        // One walk of the backend's result answers both questions asked of it: a task it
-        // created, and whether it carries a requestState to seal (only `input_required` does).
+        // One walk of the backend's result answers every question asked of it: a task it
+        // created, whether it carries a requestState to seal (only `input_required` does),
+        // and whether its resultType reads one way.
         let marks = match answer.is_error() {
             true => ResultMarks::default(),
             false => ResultMarks::of(answer.payload()),
         };
+        if marks.ambiguous_type {
+            // Not recorded, not passed on: a loose client parser may read another resultType
+            // (`input_required`, with questions never checked) than the one the gateway read.
+            return Ok(Answer::error(id, &crate::relay::AmbiguousType::error()));
+        }
         let who = (owner, asked_task);
         let created = crate::tasks::created_by(caller, who, name, &answer, &marks);
         if let Some(owner) = created.filter(|_| route.keeps_tasks()) {
@@ -80,20 +86,33 @@ impl Adapters<'_> {
             Some(_) if !answer.is_error() => self.as_gateway(id, &answer),
             _ => passthrough(id, &answer),
         };
-        // The backend's questions are checked on their way, as on every other path.
-        let answer = match sealing {
-            true => {
-                crate::guardrails::inputs::input_requests(&self.mrtr.registry.progress, id, answer)
-            }
-            false => answer,
-        };
-        let answer = match (sealing, relayed && marks.request_state) {
+        Ok(self.checked_and_sealed(
+            &bound,
+            id,
+            answer,
+            (sealing, relayed && marks.request_state),
+        ))
+    }
+
+    /// A relayed answer as its client gets it: an `input_required`'s questions checked on
+    /// their way, as on every other path, and its `requestState` sealed; another result's
+    /// `requestState` (in any spelling) stripped.
+    fn checked_and_sealed(
+        &self,
+        bound: &crate::relay::Bound<'_>,
+        id: &switchboard_wire::RequestId,
+        answer: Answer,
+        (sealing, state): (bool, bool),
+    ) -> Answer {
+        let relay = &self.mrtr.bridge;
+        match (sealing, state) {
             (true, _) => {
-                (self.mrtr.bridge.relay).seal(&self.mrtr.bridge.sealer, &bound, id, answer)
+                let progress = &self.mrtr.registry.progress;
+                let answer = crate::guardrails::inputs::input_requests(progress, id, answer);
+                (relay.relay).seal(&relay.sealer, bound, id, answer)
             }
             (false, true) => crate::relay::SealedRelay::strip(id, answer),
             (false, false) => answer,
-        };
-        Ok(answer)
+        }
     }
 }

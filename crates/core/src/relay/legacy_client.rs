@@ -13,7 +13,7 @@ use switchboard_wire::{
 
 use tokio_util::sync::CancellationToken;
 
-use super::{is_input_required, MAX_ROUNDS};
+use super::{is_input_required, AmbiguousType, MAX_ROUNDS};
 use crate::client_ask::ClientAsks;
 use crate::in_flight::InFlightGuard;
 use crate::progress::Vetted;
@@ -29,6 +29,29 @@ struct Round {
 }
 
 impl Round {
+    /// The round one backend answer asks for: `Ok(None)` when it is final (an error, or a
+    /// result that asks for nothing), `Err` the client's answer when the backend broke the
+    /// rules (a `resultType` read two ways is never passed on as complete: a loose parser
+    /// may read it as a question).
+    fn in_answer(
+        id: &RequestId,
+        answer: &switchboard_upstream::BackendResponse,
+    ) -> Result<Option<Round>, Vec<u8>> {
+        if answer.is_error() {
+            return Ok(None);
+        }
+        let Ok(result) = RawValue::from_string(answer.payload().to_owned()) else {
+            return Ok(None);
+        };
+        match is_input_required(result.get()) {
+            Ok(true) => Round::of(&result)
+                .map(Some)
+                .map_err(|w| backend_fault(id, w)),
+            Ok(false) => Ok(None),
+            Err(_) => Err(encode_error(Some(id), &AmbiguousType::error())),
+        }
+    }
+
     /// The `inputRequests` and `requestState` of an `input_required` result.
     fn of(result: &RawValue) -> Result<Round, &'static str> {
         let state = switchboard_wire::object_member(result, "requestState").map(|s| s.to_owned());
@@ -152,14 +175,10 @@ impl ToLegacy<'_> {
                     credential: call.caller.credential.as_ref(),
                 })
                 .await?;
-            let result = RawValue::from_string(answer.payload().to_owned()).ok();
-            let Some(result) = result.filter(|r| !answer.is_error() && is_input_required(r.get()))
-            else {
-                return Ok(Ok(answer));
-            };
-            let round = match Round::of(&result) {
-                Ok(round) => round,
-                Err(what) => return Ok(Err(backend_fault(id, what))),
+            let round = match Round::in_answer(id, &answer) {
+                Ok(Some(round)) => round,
+                Ok(None) => return Ok(Ok(answer)),
+                Err(fault) => return Ok(Err(fault)),
             };
             let Some(sid) = call.session() else {
                 // No session, no client to ask: a Legacy client cannot read the result.

@@ -27,7 +27,7 @@ use switchboard_wire::{
 };
 
 use super::envelope::{associated, Envelope};
-use super::is_input_required;
+use super::{is_input_required, AmbiguousType};
 use crate::mrtr::{params_digest, refused, unix_now, Refused, Sealer};
 use crate::BackendId;
 use crate::{Answer, CoreError, Principal};
@@ -180,8 +180,10 @@ impl SealedRelay {
         let Some(result) = result_of(&answer.body) else {
             return unrelayable(id);
         };
-        if !is_input_required(result.get()) {
-            return Self::strip(id, answer);
+        match is_input_required(result.get()) {
+            Ok(true) => {}
+            Ok(false) => return Self::strip(id, answer),
+            Err(_) => return Answer::error(id, &AmbiguousType::error()),
         }
         let state = object_member(&result, "requestState");
         if state.is_some_and(|s| s.get().len() > STATE_MAX_BYTES) {

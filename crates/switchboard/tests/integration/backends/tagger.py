@@ -9,6 +9,8 @@ subscription id.
   then it answers `leaked`.
 - `tools/call ask`: without `inputResponses`, `input_required` asking (`q`) an
   `elicitation/create` whose `message` carries the key; with them, `answered <them as JSON>`.
+  Its arguments may spell the answer's `resultType` loosely: `resultTypeKey` names the key
+  (e.g. `ResultType`), `twice` puts a `"resultType":"complete"` before it.
 - `initialize`: -32022 (Modern only); anything else but discovery, `ping` and `tools/list`:
   -32601.
 """
@@ -48,10 +50,17 @@ def ask(rid, params):
     if got:
         text = "answered " + json.dumps(got)
         return answer(rid, {"resultType": "complete", "content": [{"type": "text", "text": text}]})
-    answer(rid, {"resultType": "input_required", "inputRequests": {"q": {
-        "method": "elicitation/create", "params": {
-            "message": "Confirm key " + KEY,
-            "requestedSchema": {"type": "object", "properties": {}}}}}})
+    args = params.get("arguments") or {}
+    result = json.dumps({args.get("resultTypeKey", "resultType"): "input_required",
+                         "inputRequests": {"q": {
+                             "method": "elicitation/create", "params": {
+                                 "message": "Confirm key " + KEY,
+                                 "requestedSchema": {"type": "object", "properties": {}}}}}})
+    if args.get("twice"):
+        # A repeated key: written by hand, as `json.dumps` never repeats one.
+        result = '{"resultType":"complete",' + result[1:]
+    sys.stdout.write('{"jsonrpc":"2.0","id":%s,"result":%s}\n' % (json.dumps(rid), result))
+    sys.stdout.flush()
 
 
 def handle(msg):

@@ -140,6 +140,73 @@ async fn a_modern_backends_input_required_is_checked() {
     }
 }
 
+/// How `tagger.py`'s `ask` may spell its `input_required` so that parsers read its
+/// `resultType` differently: in another case (Go's `encoding/json` matches keys so), with a
+/// long s (U+017F, which Go folds to `s`), or twice (parsers disagree on which copy wins).
+const LOOSE_TYPES: [(&str, bool); 3] = [
+    ("ResultType", false),
+    ("re\u{17f}ultType", false),
+    ("resultType", true),
+];
+
+/// The internal error a result whose `resultType` reads two ways becomes.
+fn is_ambiguity_error(v: &Value) -> bool {
+    v["error"]["code"] == -32603
+        && v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("resultType"))
+}
+
+/// A Modern client's call of `tagger.py`'s `ask` whose `input_required` spells `resultType`
+/// loosely (or twice): the gateway cannot tell whether it asks for input, so the client gets
+/// an internal error, never the backend's unchecked questions a loose parser would read.
+#[tokio::test]
+async fn a_loosely_typed_input_required_never_reaches_a_modern_client() {
+    let dir = Dir::new("asks-modern-loose");
+    let file = dir.write("guards.yaml", &elsewhere("redact"));
+    let tagger = script("tagger.py");
+    let gw = TestGateway::start_with(&["--guardrails", &file], &["python3", &tagger]).await;
+    for (key, twice) in LOOSE_TYPES {
+        let mut meta = crate::modern::envelope();
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {}});
+        let body = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ask",
+            "arguments":{"resultTypeKey":key,"twice":twice},"_meta":meta}});
+        let headers = [
+            ("mcp-protocol-version", crate::modern::V),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "ask"),
+        ];
+        let reply = gw.post_raw(None, body.to_string(), &headers).await;
+        assert!(!reply.text.contains(AWS), "{key}: {}", reply.text);
+        let v = reply.json();
+        assert!(is_ambiguity_error(&v), "{key} (twice: {twice}): {v}");
+        assert_eq!(v["id"], 3, "{v}");
+    }
+}
+
+/// The same answer to a Legacy client's call (relayed rounds): not taken for a final result
+/// and passed on with its questions, but the call's internal error; nothing is asked first.
+#[tokio::test]
+async fn a_loosely_typed_input_required_never_reaches_a_legacy_client() {
+    let dir = Dir::new("asks-relay-loose");
+    let file = dir.write("guards.yaml", &elsewhere("redact"));
+    let tagger = script("tagger.py");
+    let gw = TestGateway::start_with(&["--guardrails", &file], &["python3", &tagger]).await;
+    let sid = legacy_session(&gw).await;
+    for (key, twice) in LOOSE_TYPES {
+        let call = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"ask",
+            "arguments":{"resultTypeKey":key,"twice":twice}}});
+        let mut stream = open_call(&gw, &sid, call).await;
+        let first = next(&mut stream).await;
+        assert!(!first.to_string().contains(AWS), "{key}: {first}");
+        assert_eq!(first["id"], 5, "no question first: {first}");
+        assert!(
+            is_ambiguity_error(&first),
+            "{key} (twice: {twice}): {first}"
+        );
+    }
+}
+
 /// A Legacy client's task on a Modern backend (the fixture, Modern only): the gateway polls
 /// the task in `tasks/result` and asks the client the task's question itself. The question
 /// (here naming the planted key) is checked on the way: redacted, the client is asked the
