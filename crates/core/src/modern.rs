@@ -283,11 +283,13 @@ impl Adapters<'_> {
                 return Err(CoreError::Unsupported(name.to_owned()))
             }
             // 2025-11-25 tasks, bridged onto the Tasks extension (`legacy_tasks`); the
-            // extension has no listing, and `tasks/update` is not a Legacy method.
+            // extension has no listing (the gateway lists the caller's tasks it recorded),
+            // and `tasks/update` is not a Legacy method.
             "tasks/get" | "tasks/result" | "tasks/cancel" => {
                 return self.legacy_task_method(&call, (id, name), route).await
             }
-            n if crate::tasks::BY_ID.contains(&n) || n == crate::tasks::LIST => {
+            crate::tasks::LIST => return self.legacy_task_list(&call, id, route).await,
+            n if crate::tasks::BY_ID.contains(&n) => {
                 return Err(CoreError::Unsupported(name.to_owned()))
             }
             _ => {}

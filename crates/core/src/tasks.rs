@@ -316,6 +316,14 @@ impl TaskOwners {
         self.table.lock().handle(owner, task).map(str::to_owned)
     }
 
+    /// The backend's ids of `owner`'s tasks here, oldest first.
+    pub(crate) fn tasks_of(&self, owner: &Owner) -> Vec<String> {
+        let table = self.table.lock();
+        let ids = table.by_owner.get(owner);
+        ids.map(|ids| ids.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Whether `owner` may have tasks here (an index row: possibly of forgotten tasks).
     pub(crate) fn has_any(&self, owner: &Owner) -> bool {
         self.table

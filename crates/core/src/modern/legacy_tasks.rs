@@ -6,7 +6,8 @@
 //! `Task`); `tasks/result`, which the extension does not have, is the gateway polling
 //! `tasks/get` until the task ends: input the task asks for (`inputRequests`) is asked of the
 //! client on its session, tagged with the task's handle, and handed to the backend with
-//! `tasks/update`. `tasks/list` is not bridged (the extension has no listing).
+//! `tasks/update`. `tasks/list`, which the extension does not have either, is the gateway's
+//! own: the caller's recorded tasks there, each by `tasks/get`.
 
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -156,6 +157,41 @@ impl Adapters<'_> {
             Ok(detailed) => encode_result(id, &legacy_task(&detailed).to_string()),
             Err(refused) => refused,
         })
+    }
+
+    /// `tasks/list` of a Legacy client's tasks on a Modern backend (the extension has no
+    /// listing): each task of the caller's the gateway recorded there, by the extension's
+    /// `tasks/get`, as a Legacy `Task` under its handle (one the backend no longer knows is
+    /// left out). One page: the gateway's own list gives no cursor and takes none.
+    pub(super) async fn legacy_task_list(
+        &self,
+        call: &Exchange<'_>,
+        id: &RequestId,
+        route: &Route,
+    ) -> Result<Vec<u8>, CoreError> {
+        if call.msg.param("cursor").is_some() {
+            let err = ErrorObject::new(codes::INVALID_PARAMS, "Invalid params: unknown cursor");
+            return Ok(encode_error(Some(id), &err));
+        }
+        let owner = Owner::of(call.caller, call.session());
+        let tables = self.sender.registry.tables(&route.backend);
+        let mut tasks = Vec::new();
+        for task in tables.tasks.tasks_of(&owner) {
+            let ask = TaskCall {
+                call,
+                id,
+                route,
+                task: &task,
+            };
+            if let Ok(detailed) = self.extension(&ask, "tasks/get", None).await? {
+                tasks.push(legacy_task(&detailed));
+            }
+        }
+        let list = json!({ "tasks": tasks }).to_string();
+        Ok(encode_result(
+            id,
+            &tables.tasks.filter_list(Some(&owner), &list),
+        ))
     }
 
     /// One extension method on the task (`inputResponses` for `tasks/update`): its result, or

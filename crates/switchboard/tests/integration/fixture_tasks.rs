@@ -235,6 +235,22 @@ async fn a_legacy_client_polls_a_task_a_modern_backend_created() {
     let cancelled = ok(&gw, &sid, "tasks/cancel", json!({"taskId": long["taskId"]})).await;
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
     assert_eq!(cancelled["taskId"], long["taskId"], "{cancelled}");
+
+    // The extension has no listing: the gateway lists the session's own tasks, each as the
+    // backend's `tasks/get` says it is now, under its handle; another session has none.
+    let listed = ok(&gw, &sid, "tasks/list", json!({})).await;
+    let tasks = listed["tasks"].as_array().cloned().unwrap_or_default();
+    let ids: Vec<&Value> = tasks.iter().map(|t| &t["taskId"]).collect();
+    assert_eq!(
+        ids,
+        vec![&json!(handle), &confirm["taskId"], &long["taskId"]],
+        "{listed}"
+    );
+    assert_eq!(tasks[0]["status"], "completed", "{listed}");
+    assert_eq!(tasks[2]["status"], "cancelled", "{listed}");
+    assert!(tasks[0].get("result").is_none() && tasks[0]["ttl"].is_number(), "{listed}");
+    let theirs = ok(&gw, &other, "tasks/list", json!({})).await;
+    assert_eq!(theirs["tasks"], json!([]), "{theirs}");
 }
 
 /// A Modern request declaring the Tasks extension (and elicitation), with its headers.

@@ -424,6 +424,11 @@ async fn tasks_cross_eras_through_the_virtual_server() {
     );
     let finished = crate::per_session::next(&mut waiting).await;
     assert_eq!(tool_text(&finished), "Deleted y.txt", "{finished}");
+    // The merged listing reaches the Modern backend too (the gateway's own list there).
+    let list = crate::fixture_tasks::request("tasks/list", json!({}));
+    let listed = gw.post(Some(&sid), &list).await.json();
+    assert_eq!(listed["result"]["tasks"][0]["taskId"], handle, "{listed}");
+    assert_eq!(listed["result"]["tasks"].as_array().map(Vec::len), Some(1));
 
     // Each caller's handle names nothing for the other: the answer a made-up one gets.
     let never = format!("sbt-{}", "0".repeat(32));
