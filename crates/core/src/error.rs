@@ -172,8 +172,10 @@ pub enum Gone {
     /// The HTTP+SSE stream that is the session: a 404, as for an unknown session.
     Stream,
     /// The task a task method names (its handle names the replica that minted it): gone
-    /// with that replica's backends, so the unknown-task answer.
-    Task,
+    /// with that replica's backends, so the unknown-task answer, as the request's era gives
+    /// it (`modern`: an HTTP error status; Legacy: 200 with the JSON-RPC error, as a live
+    /// replica answers a handle that names nothing).
+    Task { modern: bool },
 }
 
 /// Another replica, as the store holds its registration: its name and the registration's

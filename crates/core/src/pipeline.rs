@@ -102,7 +102,7 @@ impl Gateway {
         if ex.is_modern() {
             self.store.modern_home(msg).await?;
         }
-        self.store.task_home(msg).await?;
+        self.store.task_home(msg, ex.is_modern()).await?;
         Ok(Plan { stream })
     }
 

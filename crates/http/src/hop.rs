@@ -20,7 +20,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, Method, Request};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
@@ -28,7 +28,7 @@ use http_body_util::Full;
 use sha2::Sha256;
 
 use switchboard_core::{CoreError, Gone, ReplicaAt};
-use switchboard_wire::RequestId;
+use switchboard_wire::{encode_error, RequestId};
 
 use crate::error::HttpError;
 use crate::{headers, AppState};
@@ -299,7 +299,14 @@ fn unavailable(gone: Gone, id: Option<RequestId>) -> Response {
         }
         Gone::RequestState => HttpError::ReplicaGone(id).into_response(),
         Gone::Question => HttpError::ClientResponse.into_response(),
-        Gone::Task => HttpError::Rpc(id, switchboard_core::unknown_task()).into_response(),
+        Gone::Task { modern: true } => {
+            HttpError::Rpc(id, switchboard_core::unknown_task()).into_response()
+        }
+        Gone::Task { modern: false } => {
+            let body = encode_error(id.as_ref(), &switchboard_core::unknown_task());
+            let json = [(header::CONTENT_TYPE, "application/json")];
+            (StatusCode::OK, json, body).into_response()
+        }
     }
 }
 

@@ -99,6 +99,7 @@ impl SessionStore {
     pub(crate) async fn task_home(
         &self,
         msg: &switchboard_wire::Message<'_>,
+        modern: bool,
     ) -> Result<(), CoreError> {
         if self.replica_id.is_none()
             || !msg.method.is_some_and(|m| crate::tasks::BY_ID.contains(&m))
@@ -109,7 +110,7 @@ impl SessionStore {
             return Ok(());
         };
         match crate::tasks::replica_of_handle(&handle) {
-            Some(replica) => self.elsewhere(replica, Gone::Task).await,
+            Some(replica) => self.elsewhere(replica, Gone::Task { modern }).await,
             None => Ok(()),
         }
     }

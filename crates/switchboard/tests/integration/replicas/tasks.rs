@@ -204,3 +204,36 @@ async fn a_task_whose_replica_is_gone_is_an_unknown_task() {
         "Invalid params: unknown taskId"
     );
 }
+
+/// A sessionless Legacy request as `key`'s holder.
+async fn as_sessionless(gw: &TestGateway, key: &str, method: &str, params: Value) -> Reply {
+    let auth = format!("Bearer {key}");
+    let body = json!({"jsonrpc": "2.0", "id": "s", "method": method, "params": params});
+    gw.post_raw(None, body.to_string(), &[("authorization", &auth)])
+        .await
+}
+
+/// A Legacy caller naming a gone replica's handle gets the answer its era gives a handle that
+/// names nothing (200 with the JSON-RPC error), byte for byte, as a Modern one does.
+#[tokio::test]
+async fn a_gone_replicas_handle_is_the_eras_unknown_task() {
+    let Some(redis) = Redis::start_or_skip("task_replica_gone_legacy").await else {
+        return;
+    };
+    let keys = keys_file();
+    let auth = ["--api-keys-file", keys.as_str()];
+    let (a, b) = forwarding_pair_with(&redis, &auth, &[]).await;
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 60.0}, "task": {}});
+    let created = as_sessionless(&a, ALICE, "tools/call", call).await.json();
+    let task = created["result"]["task"]["taskId"].clone();
+    assert!(
+        task.as_str().is_some_and(|t| t.starts_with("sbt-")),
+        "{created}"
+    );
+    super::client::kill_9(&a).await;
+    let gone = as_sessionless(&b, ALICE, "tasks/get", json!({"taskId": task})).await;
+    let never = json!({"taskId": "sbt-nothing"});
+    let unknown = as_sessionless(&b, ALICE, "tasks/get", never).await;
+    assert_eq!(unknown.status, StatusCode::OK, "{}", unknown.text);
+    assert_eq!((gone.status, gone.text), (unknown.status, unknown.text));
+}
