@@ -77,15 +77,16 @@ impl InboundSink for Dispatcher {
 
 impl Dispatcher {
     /// A question (sampling, elicitation, roots) tagged with a task: one whose owner has no
-    /// session (a Modern client's, a sessionless caller's) is held for the owner's
-    /// `tasks/get` (`TaskQuestion::hold`). A task not recorded yet (the answer that created
+    /// session is held for the owner's `tasks/get` when the task is one the bridge runs for a
+    /// Modern client (`TaskQuestion::hold`; any other is refused as in shared mode). A task not recorded yet (the answer that created
     /// it is just ahead of this question, on its way to being recorded) is waited for
     /// briefly, off the reader (at most [`MAX_WAITING`] at once, each within
     /// [`RECORD_WAIT`]). `false`: not such a question (refused as any other).
     fn task_question(&self, msg: &Message<'_>, id: &RequestId, backend: &Upstream) -> bool {
         let name = msg.method.unwrap_or_default();
         let task = crate::tasks::task_of(msg.params).filter(|_| QUESTIONS.contains(&name));
-        let Some(task) = task else {
+        // A backend with replicas keeps no tasks (`destination::Route::keeps_tasks`).
+        let Some(task) = task.filter(|_| backend.replicas() <= 1) else {
             return false;
         };
         let question = TaskQuestion {
@@ -344,7 +345,8 @@ impl TaskQuestion {
             }
         };
         let asked = (&self.id, self.method.as_str(), params);
-        if let Err(not_held) = tables.questions.hold(&self.task, backend, asked) {
+        let named = (self.task.as_str(), handle);
+        if let Err(not_held) = tables.questions.hold(named, backend, asked) {
             self.refuse(backend, &not_held.error());
         }
     }

@@ -128,6 +128,12 @@ pub(crate) fn refusal(
     if crate::tasks::BY_ID.contains(&name) && !crate::tasks::extension_declared(msg.params) {
         return Ok(Some(Answer::error(id, &crate::tasks::missing_extension())));
     }
+    if let Some(err) = (name == "tasks/update")
+        .then(|| crate::tasks::unusable_responses(msg.params))
+        .flatten()
+    {
+        return Ok(Some(Answer::error(id, &err)));
+    }
     if crate::tasks::BY_ID.contains(&name) {
         let requested = crate::tasks::requested_task(msg.params);
         let tables = registry.tables(&route.backend);

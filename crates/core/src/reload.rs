@@ -192,6 +192,7 @@ impl Reload<'_> {
     fn forget(&self, id: &BackendId) {
         let tables = self.registry.tables(id);
         tables.tasks.clear();
+        tables.questions.forget_all();
         tables.tool_headers.invalidate();
     }
 

@@ -65,7 +65,7 @@ pub(crate) const STATUS: &str = "notifications/tasks/status";
 mod expose;
 mod questions;
 pub(crate) use expose::{created_in, renamed, renamed_answer};
-pub(crate) use questions::{BadAnswer, TaskQuestions};
+pub(crate) use questions::TaskQuestions;
 
 /// Most tasks remembered at once for all owners together; beyond it new tasks are not
 /// tracked and so are unreachable (refusing is the safe failure). The per-owner bound below
@@ -453,6 +453,21 @@ pub(crate) fn extension_declared(params: Option<&RawValue>) -> bool {
         .and_then(|c| object_member(c, "extensions"))
         .and_then(|e| object_member(e, EXTENSION));
     caps.is_some_and(|v| v.get().trim() != "null")
+}
+
+/// What is wrong with a `tasks/update`'s `inputResponses` (an object whose every member is a
+/// result object), as the -32602 answer; `None`: nothing. Judged on the request alone, so
+/// before (and saying nothing about) whose the task is.
+pub(crate) fn unusable_responses(params: Option<&RawValue>) -> Option<ErrorObject> {
+    let responses = params
+        .and_then(|p| object_member(p, "inputResponses"))
+        .and_then(|r| serde_json::from_str::<serde_json::Map<String, Value>>(r.get()).ok());
+    let message = match responses {
+        None => "Invalid params: inputResponses must be an object",
+        Some(r) if r.values().all(Value::is_object) => return None,
+        Some(_) => "Invalid params: each of inputResponses must be a result object",
+    };
+    Some(ErrorObject::new(codes::INVALID_PARAMS, message))
 }
 
 /// -32021 for a Modern task method from a request that did not declare the Tasks extension,

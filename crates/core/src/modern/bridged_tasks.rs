@@ -48,6 +48,11 @@ impl Adapters<'_> {
         if crate::tasks::is_task_request(msg.params) {
             return true;
         }
+        // Per-session mode keeps a caller's calls on its own process: the shared one runs a
+        // task only when the client asked for one.
+        if self.mrtr.spawner.for_backend(&route.backend).is_some() {
+            return false;
+        }
         let renamed = route.name.apply(msg.params);
         let tool = (renamed.as_deref().or(msg.params))
             .and_then(|p| object_member(p, "name"))
@@ -107,6 +112,10 @@ impl Adapters<'_> {
         let renamed = route.name.apply(Some(params));
         let sent = renamed.as_deref().or(Some(params));
         let tables = self.sender.registry.tables(&route.backend);
+        // Expected before it is recorded: a question about it may be on its way already.
+        if let Some(id) = task["taskId"].as_str() {
+            tables.questions.expect(id, &owner);
+        }
         tables.tasks.record(&owner, answer.payload(), sent);
         let mut flat = extension_task(task);
         flat.insert("resultType".into(), json!("task"));
@@ -139,31 +148,19 @@ impl Adapters<'_> {
             "tasks/cancel" => {
                 let answer = self.legacy_on_task(&on, "tasks/cancel").await?;
                 if answer.is_error() {
-                    return Ok(super::bridge_error(id, &answer));
+                    return Ok(refused(id, name, &answer));
                 }
                 tables.questions.end(&on.task);
                 Ok(self.answer(id, Map::new()))
             }
             _ => {
+                // Its shape was checked before routing (`modern::refusal`).
                 let responses = msg
                     .param("inputResponses")
-                    .and_then(|r| serde_json::from_str::<Map<String, Value>>(r.get()).ok());
-                let Some(responses) = responses else {
-                    let err = ErrorObject::new(
-                        codes::INVALID_PARAMS,
-                        "Invalid params: inputResponses must be an object",
-                    );
-                    return Ok(Answer::error(id, &err));
-                };
-                match tables.questions.answer(&on.task, &responses) {
-                    Ok(()) => Ok(self.answer(id, Map::new())),
-                    Err(crate::tasks::BadAnswer::NotAnObject(key)) => {
-                        let message =
-                            format!("Invalid params: inputResponses.{key} must be a result object");
-                        let err = ErrorObject::new(codes::INVALID_PARAMS, message);
-                        Ok(Answer::error(id, &err))
-                    }
-                }
+                    .and_then(|r| serde_json::from_str::<Map<String, Value>>(r.get()).ok())
+                    .unwrap_or_default();
+                tables.questions.answer(&on.task, &owner, &responses);
+                Ok(self.answer(id, Map::new()))
             }
         }
     }
@@ -173,7 +170,7 @@ impl Adapters<'_> {
     async fn task_get(&self, on: &OnTask<'_>) -> Result<Answer, CoreError> {
         let answer = self.legacy_on_task(on, "tasks/get").await?;
         if answer.is_error() {
-            return Ok(super::bridge_error(on.id, &answer));
+            return Ok(refused(on.id, "tasks/get", &answer));
         }
         let legacy: Value = serde_json::from_str(answer.payload()).unwrap_or(Value::Null);
         let mut detailed = extension_task(&legacy);
@@ -185,11 +182,11 @@ impl Adapters<'_> {
                 let value: Value = serde_json::from_str(outcome.payload()).unwrap_or(Value::Null);
                 match outcome.is_error() {
                     true => detailed.insert("error".into(), value),
-                    false => detailed.insert("result".into(), untagged(value)),
+                    false => detailed.insert("result".into(), inlined(value)),
                 };
             }
             Some("cancelled") => questions.end(&on.task),
-            status => match questions.pending(&on.task) {
+            status => match questions.pending(&on.task, &Owner::of(on.caller, None)) {
                 Some(requests) => {
                     detailed.insert("status".into(), json!("input_required"));
                     detailed.insert("inputRequests".into(), requests);
@@ -272,18 +269,39 @@ fn extension_task(task: &Value) -> Map<String, Value> {
     out
 }
 
-/// A task's result without the related-task tag (it names the backend's id; the
-/// `DetailedTask` around it names the task).
-fn untagged(mut result: Value) -> Value {
-    if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
+/// A task's result as the `DetailedTask` inlines it: without the related-task tag (it names
+/// the backend's id; the task around it names the task), and with no member a loose parser
+/// would read as its `resultType`, `inputRequests` or `requestState` (a Legacy result has
+/// none of its own).
+fn inlined(mut result: Value) -> Value {
+    let Some(members) = result.as_object_mut() else {
+        return result;
+    };
+    members.retain(|k, _| {
+        !["resultType", "inputRequests", "requestState"]
+            .iter()
+            .any(|m| switchboard_wire::keys_fold_equal(k, m))
+    });
+    if let Some(meta) = members.get_mut("_meta").and_then(Value::as_object_mut) {
         meta.remove(META_RELATED_TASK);
         if meta.is_empty() {
-            if let Some(m) = result.as_object_mut() {
-                m.remove("_meta");
-            }
+            members.remove("_meta");
         }
     }
     result
+}
+
+/// The backend's error for a task method, as the gateway's own words: its message could
+/// name the backend's id for the task. Its code is kept (an unknown task's -32602 becomes the
+/// gateway's unknown-task answer in `modern::own_tasks_only`).
+fn refused(id: &RequestId, method: &str, answer: &BackendResponse) -> Answer {
+    let code = serde_json::from_str::<Value>(answer.payload())
+        .ok()
+        .and_then(|e| e["code"].as_i64())
+        .and_then(|c| i32::try_from(c).ok())
+        .unwrap_or(codes::INTERNAL_ERROR);
+    let message = format!("The backend refused {method} for this task");
+    Answer::error(id, &ErrorObject::new(code, message))
 }
 
 #[cfg(test)]
@@ -307,8 +325,11 @@ mod tests {
     #[test]
     fn an_inlined_result_names_no_backend_task() {
         let tagged = json!({"content":[],"_meta":{META_RELATED_TASK:{"taskId":"backend-1"}}});
-        assert_eq!(untagged(tagged), json!({"content":[]}));
+        assert_eq!(inlined(tagged), json!({"content":[]}));
         let kept = json!({"content":[],"_meta":{META_RELATED_TASK:{"taskId":"b"},"k":1}});
-        assert_eq!(untagged(kept), json!({"content":[],"_meta":{"k":1}}));
+        assert_eq!(inlined(kept), json!({"content":[],"_meta":{"k":1}}));
+        let loose = json!({"content":[],"ResultType":"input_required","inputRequests":{},
+            "re\u{17f}ultType":"x","requeststate":"s","isError":false});
+        assert_eq!(inlined(loose), json!({"content":[],"isError":false}));
     }
 }

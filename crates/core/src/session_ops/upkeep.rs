@@ -178,6 +178,7 @@ impl Upkeep {
         let tables = self.registry.tables(&backend.id);
         // Task ids were the old process's: a new one may hand the same ids to someone else.
         tables.tasks.clear();
+        tables.questions.forget_all();
         // Its tools (and their `Mcp-Param-*` designations) may differ from the old one's.
         tables.tool_headers.invalidate();
         // The new process may speak another era than the old one (an upgrade).

@@ -248,7 +248,10 @@ async fn a_legacy_client_polls_a_task_a_modern_backend_created() {
     );
     assert_eq!(tasks[0]["status"], "completed", "{listed}");
     assert_eq!(tasks[2]["status"], "cancelled", "{listed}");
-    assert!(tasks[0].get("result").is_none() && tasks[0]["ttl"].is_number(), "{listed}");
+    assert!(
+        tasks[0].get("result").is_none() && tasks[0]["ttl"].is_number(),
+        "{listed}"
+    );
     let theirs = ok(&gw, &other, "tasks/list", json!({})).await;
     assert_eq!(theirs["tasks"], json!([]), "{theirs}");
 }
@@ -412,4 +415,22 @@ async fn a_modern_client_polls_a_task_a_legacy_backend_created() {
             "{m}"
         );
     }
+}
+
+/// Per-session mode keeps a Modern caller's calls on its own process: a task-capable tool is
+/// run there, synchronously, unless the client asked for a task (which the shared process,
+/// where the gateway tracks task owners, runs).
+#[tokio::test]
+async fn per_session_mode_runs_a_task_only_when_asked() {
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    let args = ["--isolation", "per-session"];
+    let gw = TestGateway::start_with(&args, &[sb, "fixture", "--era", "legacy"]).await;
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 0.05, "label": "p"}});
+    let r = modern(&gw, "tools/call", call).await;
+    let v = r.json();
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    assert_eq!(tool_text(&v), "Computed for 0.05 s (p)", "{v}");
+    let asked = json!({"name": "slow_compute", "arguments": {"seconds": 0.05}, "task": {}});
+    let v = modern(&gw, "tools/call", asked).await.json();
+    assert_eq!(v["result"]["resultType"], "task", "{v}");
 }
