@@ -9,7 +9,7 @@
 //! | `notifications/{tools,resources,prompts}/list_changed` | rebuilt without params, to every live session's listen stream |
 //! | `notifications/progress`                        | only the stream of the request whose gateway-minted token it carries, client token restored |
 //! | `notifications/resources/updated`               | rebuilt as `{uri}`, only to sessions subscribed to that URI |
-//! | any notification tagged with a subscription id  | only the Modern listen stream it names, re-tagged with the client's listen id |
+//! | any notification tagged with a subscription id  | only the Modern listen stream it names, re-tagged with the client's listen id (`notifications/tasks`: dropped, never asked for) |
 //! | `notifications/tasks/status`, related-task tagged | only the listen stream of the session owning the task; dropped for a principal's stateless task |
 //! | `notifications/message`                         | dropped: it cannot be attributed            |
 //! | anything else                                   | dropped                                    |
@@ -171,6 +171,16 @@ impl Dispatcher {
             },
         };
         if let (Some(tag), Some(params)) = (tag, params) {
+            // Never asked for (`tasks::listen_without_task_ids`), and it would name the
+            // backend's own id for a task.
+            if name == crate::tasks::NOTIFICATION {
+                r.drops.record_for(
+                    &self.backend,
+                    "task status is not offered on listen streams",
+                    name,
+                );
+                return;
+            }
             if !r.listeners.route_tagged(name, params, tag) {
                 r.drops.record_for(
                     &self.backend,

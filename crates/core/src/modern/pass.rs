@@ -28,6 +28,10 @@ impl Adapters<'_> {
             return Err(CoreError::UnexpectedResponse);
         };
         let listen = (name == LISTEN).then(|| (Filter::parse(msg.params), caller));
+        // The gateway offers no task status on listen streams (`tasks::NOTIFICATION`).
+        let listen_params = (name == LISTEN)
+            .then(|| msg.params.and_then(crate::tasks::listen_without_task_ids))
+            .flatten();
         // MRTR: the backend's own requestState only from a verified gateway token.
         let bound = crate::relay::Bound {
             caller,
@@ -50,7 +54,9 @@ impl Adapters<'_> {
                 session: None,
                 id,
                 name,
-                params: unsealed.as_deref().or(msg.params),
+                params: (unsealed.as_deref())
+                    .or(listen_params.as_deref())
+                    .or(msg.params),
                 stream,
                 listen,
                 route,

@@ -542,3 +542,37 @@ async fn a_single_backend_list_gives_no_backend_cursor() {
     let paged = alice.ask(&gw, "tasks/list", json!({"cursor":"1"})).await;
     assert_eq!(paged.error_code(), -32602, "{}", paged.text);
 }
+
+/// The gateway offers no `notifications/tasks`: a listen's `taskIds` (in any spelling) never
+/// reach a Modern backend, which could otherwise be told another caller's task id and send
+/// its status to this stream (`tagger.py` acknowledges what it received), and a backend's
+/// task status tagged for a listen is not delivered: the sentinel list change after it
+/// arrives alone.
+#[tokio::test]
+async fn task_status_is_not_offered_on_listen_streams() {
+    let script = format!(
+        "{}/tests/integration/backends/tagger.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let gw = TestGateway::start_with(&[], &["python3", &script]).await;
+    let mut streams = Vec::new();
+    for key in ["taskIds", "TaskIds"] {
+        let asked = json!({"toolsListChanged": true, key: ["t-1"]});
+        let listen = crate::vmcp::modern_listen(&gw, asked).await;
+        let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+            listen.bytes_stream(),
+        ));
+        let ack = crate::modern::next_message(&mut events).await;
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        let honoured = &ack["params"]["notifications"];
+        assert_eq!(honoured, &json!({"toolsListChanged": true}), "{ack}");
+        streams.push(events);
+    }
+    let call = json!({"name": "tasknote"});
+    let reply = crate::modern::modern(&gw, json!(1), "tools/call", call, &[]).await;
+    assert!(reply.text.contains("noted"), "{}", reply.text);
+    for events in &mut streams {
+        let next = crate::modern::next_message(events).await;
+        assert_eq!(next["method"], "notifications/tools/list_changed", "{next}");
+    }
+}

@@ -11,6 +11,9 @@ subscription id.
   `elicitation/create` whose `message` carries the key; with them, `answered <them as JSON>`.
   Its arguments may spell the answer's `resultType` loosely: `resultTypeKey` names the key
   (e.g. `ResultType`), `twice` puts a `"resultType":"complete"` before it.
+- `subscriptions/listen` echoes in its acknowledgement the `notifications` it received.
+- `tools/call tasknote`: to every listen so far, a tagged `notifications/tasks` for task `t-1`,
+  then the sentinel list change; then it answers `noted`.
 - `initialize`: -32022 (Modern only); anything else but discovery, `ping` and `tools/list`:
   -32601.
 """
@@ -43,6 +46,15 @@ def leak(rid):
                                           "progress": 1, "message": "key " + KEY})
         notify("notifications/tools/list_changed", {"_meta": {SUB: sub}})
     answer(rid, {"resultType": "complete", "content": [{"type": "text", "text": "leaked"}]})
+
+
+def tasknote(rid):
+    for sub in listens:
+        notify("notifications/tasks", {"_meta": {SUB: sub}, "taskId": "t-1", "status": "working",
+                                       "createdAt": "2026-01-01T00:00:00Z",
+                                       "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": None})
+        notify("notifications/tools/list_changed", {"_meta": {SUB: sub}})
+    answer(rid, {"resultType": "complete", "content": [{"type": "text", "text": "noted"}]})
 
 
 def ask(rid, params):
@@ -89,9 +101,13 @@ def handle(msg):
             {"name": "leak", "description": "Leaks a key on its callers' listen streams",
              "inputSchema": {"type": "object"}},
             {"name": "ask", "description": "Asks for input with a key in the question",
+             "inputSchema": {"type": "object"}},
+            {"name": "tasknote", "description": "Sends task status on its callers' listens",
              "inputSchema": {"type": "object"}}]})
     elif method == "tools/call" and params.get("name") == "leak":
         leak(rid)
+    elif method == "tools/call" and params.get("name") == "tasknote":
+        tasknote(rid)
     elif method == "tools/call" and params.get("name") == "ask":
         ask(rid, params)
     else:
