@@ -171,7 +171,7 @@ impl Dispatcher {
             },
         };
         if let (Some(tag), Some(params)) = (tag, params) {
-            // Never asked for (`tasks::listen_without_task_ids`), and it would name the
+            // Never asked for (`tasks::watch::listen_without_task_ids`), and it would name the
             // backend's own id for a task.
             if name == crate::tasks::NOTIFICATION {
                 r.drops.record_for(
@@ -351,7 +351,7 @@ impl TaskQuestion {
                 Some(&*checked)
             }
             crate::progress::Vetted::Refused(guardrail) => {
-                return self.refuse(backend, &crate::guardrails::refusal(&guardrail));
+                return self.refuse(backend, &crate::progress::refusal(&guardrail));
             }
         };
         let asked = (&self.id, self.method.as_str(), params);

@@ -432,11 +432,7 @@ pub(crate) fn note_check(
 /// The JSON-RPC error (`-32603`) that takes the place of a refused answer or backend
 /// message: names the guardrail, never the match.
 pub(crate) fn refusal(guardrail: &str) -> ErrorObject {
-    ErrorObject::new(
-        codes::INTERNAL_ERROR,
-        switchboard_guard::rejected_message(guardrail),
-    )
-    .with_data(json!({"guardrail": guardrail}))
+    crate::progress::refusal(guardrail)
 }
 
 /// Whether `raw` is a JSON-RPC error object (an integer `code`, a string `message`).

@@ -79,6 +79,16 @@ pub(crate) enum Vetted {
     Refused(Arc<str>),
 }
 
+/// The JSON-RPC error (`-32603`) that takes the place of a refused answer or backend
+/// message: names the guardrail, never the match.
+pub(crate) fn refusal(guardrail: &str) -> switchboard_wire::ErrorObject {
+    switchboard_wire::ErrorObject::new(
+        switchboard_wire::codes::INTERNAL_ERROR,
+        switchboard_guard::rejected_message(guardrail),
+    )
+    .with_data(serde_json::json!({"guardrail": guardrail}))
+}
+
 /// Removes a route when its request ends, whichever way it ends.
 #[derive(Debug)]
 pub(crate) struct ProgressGuard<'a> {

@@ -64,6 +64,7 @@ pub(crate) const STATUS: &str = "notifications/tasks/status";
 
 mod expose;
 mod questions;
+pub(crate) mod watch;
 pub(crate) use expose::{created_in, renamed, renamed_answer};
 pub(crate) use questions::TaskQuestions;
 
@@ -458,25 +459,6 @@ pub(crate) fn extension_declared(params: Option<&RawValue>) -> bool {
 /// The extension's task status notification (`subscriptions/listen`, `notifications.taskIds`),
 /// which the gateway does not offer.
 pub(crate) const NOTIFICATION: &str = "notifications/tasks";
-
-/// A `subscriptions/listen`'s params for a Modern backend, without any request for task
-/// status (`notifications.taskIds`, in any spelling a loose parser would read as that): the
-/// gateway offers no `notifications/tasks`, and a backend told a task id by a client would
-/// send that task's status to that client's stream whoever owns it (and the id would be the
-/// backend's own, never a handle). `None`: not an object.
-pub(crate) fn listen_without_task_ids(params: &RawValue) -> Option<Box<RawValue>> {
-    use switchboard_wire::keys_fold_equal;
-    let mut v: Value = serde_json::from_str(params.get()).ok()?;
-    let members = v.as_object_mut()?;
-    members.retain(|k, _| k == "notifications" || !keys_fold_equal(k, "notifications"));
-    if let Some(n) = members
-        .get_mut("notifications")
-        .and_then(Value::as_object_mut)
-    {
-        n.retain(|k, _| !keys_fold_equal(k, "taskIds"));
-    }
-    RawValue::from_string(v.to_string()).ok()
-}
 
 /// What is wrong with a `tasks/update`'s `inputResponses` (an object whose every member is a
 /// result object), as the -32602 answer; `None`: nothing. Judged on the request alone, so

@@ -30,7 +30,10 @@ impl Adapters<'_> {
         let listen = (name == LISTEN).then(|| (Filter::parse(msg.params), caller));
         // The gateway offers no task status on listen streams (`tasks::NOTIFICATION`).
         let listen_params = (name == LISTEN)
-            .then(|| msg.params.and_then(crate::tasks::listen_without_task_ids))
+            .then(|| {
+                msg.params
+                    .and_then(crate::tasks::watch::listen_without_task_ids)
+            })
             .flatten();
         // MRTR: the backend's own requestState only from a verified gateway token.
         let bound = crate::relay::Bound {

@@ -7,19 +7,24 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use switchboard_wire::{codes, RequestId};
-use switchboard_wire::{encode_error, encode_result, object_member, ErrorObject, Message};
+use switchboard_wire::{encode_error, encode_notification, encode_result, object_member};
+use switchboard_wire::{ErrorObject, Message};
 
 use crate::access::Admitted;
 use crate::resolve::Route;
+use crate::tasks::watch::TaskWatch;
 use crate::tasks::{Owner, TaskAsk};
 use crate::{Answer, BackendId, CoreError, Exchange, Gateway};
 
 /// Most pages of one backend's `tasks/list` a merged list reads (each owner's tasks per
 /// backend are bounded in `tasks`, so this is a guard against a backend paging without end).
 const MAX_PAGES: usize = 16;
+/// Messages of a watched listen waiting to be passed on to its client.
+const LISTEN_QUEUE: usize = 64;
 
 impl Gateway {
     /// Stages 4–6 for a task method, and the era's route for everything else.
@@ -33,6 +38,12 @@ impl Gateway {
             // otherwise size every request's.
             Some(n) if crate::tasks::BY_ID.contains(&n) => {
                 Box::pin(self.by_handle(ex, admitted)).await
+            }
+            // Task status on a listen stream is the gateway's own (`tasks::watch`).
+            Some(crate::modern::LISTEN)
+                if ex.is_modern() && TaskWatch::asked(ex.msg.params).is_some() =>
+            {
+                Box::pin(self.watched_listen(ex, admitted)).await
             }
             // The gateway's own list whenever the tables hold the caller's tasks: a backend's
             // cursor pages over everyone's tasks, so none reaches a client. Per-session mode
@@ -79,6 +90,136 @@ impl Gateway {
                 None => answer,
             },
         )
+    }
+
+    /// A Modern `subscriptions/listen` asking for task status (`notifications.taskIds`): the
+    /// listen goes on without it (`tasks::watch::listen_without_task_ids`), its acknowledgement names
+    /// the handles the caller's own `tasks/get` answers for, and while the stream is open the
+    /// gateway polls those with it (`task_state`) and sends `notifications/tasks` whenever a
+    /// task changed, until it ends (`tasks::watch`).
+    async fn watched_listen(
+        self: &Arc<Self>,
+        ex: Exchange<'_>,
+        admitted: &Admitted<'_>,
+    ) -> Result<Answer, CoreError> {
+        let (Some(id), Some(params), Some(client)) =
+            (ex.msg.id.as_ref(), ex.msg.params, ex.stream.clone())
+        else {
+            return self.era_route(ex, admitted, None).await;
+        };
+        let mut watch = match self.agreed(&ex, params).await {
+            Ok(watch) => watch,
+            Err(refused) => return Ok(Answer::error(id, &refused)),
+        };
+        let stripped = crate::tasks::watch::listen_without_task_ids(params)
+            .ok_or(CoreError::InvalidParams("params must be an object"))?;
+        let body = request_body(id, crate::modern::LISTEN, stripped.get());
+        let msg =
+            Message::parse(body.as_bytes()).map_err(|_| CoreError::InvalidParams("params"))?;
+        let (tx, mut rx) = tokio::sync::mpsc::channel(LISTEN_QUEUE);
+        let inner = Exchange {
+            msg: &msg,
+            stream: Some(tx),
+            ..ex
+        };
+        let listening = self.era_route(inner, admitted, None);
+        tokio::pin!(listening);
+        let mut acked = false;
+        let mut tick = tokio::time::interval(watch.every());
+        loop {
+            tokio::select! {
+                answer = &mut listening => return answer,
+                () = client.closed() => return Err(CoreError::Cancelled),
+                Some(line) = rx.recv() => {
+                    // The acknowledgement (first) names the watched tasks; where each is now
+                    // follows it.
+                    let ack = (!acked).then(|| watch.acknowledged(&line)).flatten();
+                    let first = ack.is_some();
+                    acked |= first;
+                    if client.send(ack.unwrap_or(line)).await.is_err() {
+                        return Err(CoreError::Cancelled);
+                    }
+                    if first {
+                        self.send_notes(&client, watch.initial(id));
+                    }
+                }
+                _ = tick.tick(), if acked && !watch.is_empty() => {
+                    let mut notes = Vec::new();
+                    for handle in watch.handles() {
+                        let task = self.task_state(&ex, &handle).await;
+                        notes.extend(watch.observed(&handle, task.as_deref(), id));
+                    }
+                    self.send_notes(&client, notes);
+                }
+            }
+        }
+    }
+
+    /// The listen's watch: the handles it asks for that the caller's own `tasks/get` answers
+    /// (its task now), or -32021 when it did not declare the Tasks extension.
+    async fn agreed(
+        self: &Arc<Self>,
+        ex: &Exchange<'_>,
+        params: &RawValue,
+    ) -> Result<TaskWatch, ErrorObject> {
+        if !crate::tasks::extension_declared(Some(params)) {
+            return Err(crate::tasks::missing_extension());
+        }
+        let mut watch = TaskWatch::asked(Some(params)).ok_or_else(crate::tasks::unknown_task)?;
+        for handle in watch.asked_handles() {
+            if let Some(task) = self.task_state(ex, &handle).await {
+                watch.agree(&handle, &task);
+            }
+        }
+        Ok(watch)
+    }
+
+    /// Task status notifications to a listen's client, as the guardrails let each go (one
+    /// they refuse is not sent); a full queue loses them, as any notification.
+    fn send_notes(&self, client: &tokio::sync::mpsc::Sender<Bytes>, notes: Vec<Box<RawValue>>) {
+        let name = crate::tasks::NOTIFICATION;
+        for note in notes {
+            let body = match self.registry.progress.vet(name, Some(&note)) {
+                crate::progress::Vetted::Pass => encode_notification(name, Some(&note)),
+                crate::progress::Vetted::Replaced(p) => encode_notification(name, Some(&p)),
+                crate::progress::Vetted::Refused(_) => continue,
+            };
+            let _ = client.try_send(Bytes::from(body));
+        }
+    }
+
+    /// The caller's own `tasks/get` of `handle`, admitted (policy, rate limit, audit) as one
+    /// of its requests: the `DetailedTask`, or `None` for an error (no such task of the
+    /// caller's, a refusal, a backend failure).
+    async fn task_state(
+        self: &Arc<Self>,
+        ex: &Exchange<'_>,
+        handle: &str,
+    ) -> Option<Box<RawValue>> {
+        use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
+        let meta = serde_json::json!({
+            META_PROTOCOL_VERSION: switchboard_wire::version::MODERN[0],
+            META_CLIENT_CAPABILITIES: {"extensions": {crate::tasks::EXTENSION: {}}},
+        });
+        let params = serde_json::json!({"taskId": handle, "_meta": meta}).to_string();
+        let poll = RequestId::from_string("sbw-poll");
+        let body = request_body(&poll, "tasks/get", &params);
+        let msg = Message::parse(body.as_bytes()).ok()?;
+        let get = Exchange {
+            caller: ex.caller,
+            era: ex.era,
+            msg: &msg,
+            stream: None,
+        };
+        let origins = self.origins_for(&msg).await;
+        let access = &self.config.access;
+        let admitted = access
+            .admit(get.caller, None, &msg, origins, super::path_of(&get))
+            .ok()?;
+        let answer = self.by_handle(get, &admitted).await;
+        let answer = admitted.finish(answer).ok()?;
+        let read = Message::parse(&answer.body).ok()?;
+        read.result.map(ToOwned::to_owned)
     }
 
     /// `tasks/list`: the caller's tasks from every backend holding any, each

@@ -56,6 +56,7 @@ mod rmcp_client;
 mod sandbox;
 mod server_push;
 mod strict;
+mod task_watch;
 mod tasks;
 mod tokens;
 mod tool_headers;

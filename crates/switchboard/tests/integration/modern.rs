@@ -364,7 +364,7 @@ async fn rmcp_clients_of_both_eras_reach_backends_of_each_era() {
 
 pub(crate) async fn next_message<S>(events: &mut std::pin::Pin<Box<S>>) -> Value
 where
-    S: futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>>,
+    S: futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + ?Sized,
 {
     use futures::StreamExt;
     loop {

@@ -543,13 +543,13 @@ async fn a_single_backend_list_gives_no_backend_cursor() {
     assert_eq!(paged.error_code(), -32602, "{}", paged.text);
 }
 
-/// The gateway offers no `notifications/tasks`: a listen's `taskIds` (in any spelling) never
-/// reach a Modern backend, which could otherwise be told another caller's task id and send
-/// its status to this stream (`tagger.py` acknowledges what it received), and a backend's
-/// task status tagged for a listen is not delivered: the sentinel list change after it
-/// arrives alone.
+/// Task status on a listen is the gateway's own (`task_watch`): a listen's `taskIds` (in any
+/// spelling) never reach a Modern backend, which could otherwise be told another caller's
+/// task id and send its status to this stream (`tagger.py` acknowledges what it received; the
+/// gateway names only tasks of the caller's, and `t-1` is none), and a backend's task status
+/// tagged for a listen is not delivered: the sentinel list change after it arrives alone.
 #[tokio::test]
-async fn task_status_is_not_offered_on_listen_streams() {
+async fn a_backend_never_learns_task_ids_from_a_listen() {
     let script = format!(
         "{}/tests/integration/backends/tagger.py",
         env!("CARGO_MANIFEST_DIR")
@@ -558,7 +558,7 @@ async fn task_status_is_not_offered_on_listen_streams() {
     let mut streams = Vec::new();
     for key in ["taskIds", "TaskIds"] {
         let asked = json!({"toolsListChanged": true, key: ["t-1"]});
-        let listen = crate::vmcp::modern_listen(&gw, asked).await;
+        let listen = crate::vmcp::modern_listen_declaring(&gw, asked).await;
         let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
             listen.bytes_stream(),
         ));

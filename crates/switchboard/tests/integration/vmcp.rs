@@ -158,9 +158,22 @@ pub(crate) async fn modern(
 /// Opens a Modern `subscriptions/listen` asking for `notifications` (its id `"L"`); the answer
 /// is a stream (read it with `crate::modern::next_message`).
 pub(crate) async fn modern_listen(gw: &TestGateway, notifications: Value) -> reqwest::Response {
+    listen_with(gw, notifications, json!({})).await
+}
+
+/// [`modern_listen`] declaring the Tasks extension (task status needs it).
+pub(crate) async fn modern_listen_declaring(
+    gw: &TestGateway,
+    notifications: Value,
+) -> reqwest::Response {
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    listen_with(gw, notifications, caps).await
+}
+
+async fn listen_with(gw: &TestGateway, notifications: Value, caps: Value) -> reqwest::Response {
     let params = json!({
         "_meta": {"io.modelcontextprotocol/protocolVersion": V,
-            "io.modelcontextprotocol/clientCapabilities": {}},
+            "io.modelcontextprotocol/clientCapabilities": caps},
         "notifications": notifications});
     let body = json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
     gw.http

@@ -382,6 +382,22 @@ async fn tasks_cross_eras_through_the_virtual_server() {
         .unwrap_or_default()
         .to_owned();
     assert!(modern_task.starts_with("sbt-"), "{created}");
+    // Its status on a listen stream too (the gateway's own `notifications/tasks`): the
+    // acknowledgement names it, and where it is comes right after.
+    let watch = json!({"taskIds": [modern_task]});
+    let response = super::modern_listen_declaring(gw, watch).await;
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        response.bytes_stream(),
+    ));
+    let ack = crate::modern::next_message(&mut events).await;
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([modern_task]),
+        "{ack}"
+    );
+    let now = crate::modern::next_message(&mut events).await;
+    assert_eq!(now["method"], "notifications/tasks", "{now}");
+    assert_eq!(now["params"]["taskId"], json!(modern_task), "{now}");
     let asking = modern_until(gw, &modern_task, &["input_required"]).await;
     let key = asking["inputRequests"]
         .as_object()

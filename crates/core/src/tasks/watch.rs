@@ -1,0 +1,265 @@
+//! Task status on a Modern `subscriptions/listen` stream: the Tasks extension's
+//! `notifications/tasks`, asked for with `notifications.taskIds`. The gateway serves it itself,
+//! the same way for every backend era and through the virtual server: a backend never sees
+//! the task ids (`listen_without_task_ids`), and what the stream carries comes from the
+//! caller's own `tasks/get` (the pipeline polls it: `pipeline/tasks.rs`), so a handle that
+//! is not the caller's names nothing here either.
+//!
+//! A [`TaskWatch`] is one listen's: the handles asked for (at most [`MAX_WATCHED`]), those
+//! agreed (a `tasks/get` answered for them: they go into the acknowledgement), and the last
+//! state seen of each. A state that differs from the last one is sent as the extension's
+//! `DetailedTask`, tagged with the listen (each watched task's state is sent once right after
+//! the acknowledgement); a task that ended is sent once more and no longer watched.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+
+use switchboard_wire::classify::META_SUBSCRIPTION_ID;
+use switchboard_wire::{encode_notification, object_member, Message, RequestId};
+
+/// Most task handles one listen watches; more are not acknowledged.
+pub(crate) const MAX_WATCHED: usize = 16;
+/// Shortest and longest wait between two polls (the task's own `pollIntervalMs`, bounded):
+/// each poll is a request of the caller's, admitted and audited like one.
+const EVERY_MS: (u64, u64) = (1000, 10_000);
+
+/// One listen's watched tasks.
+#[derive(Debug)]
+pub(crate) struct TaskWatch {
+    asked: Vec<String>,
+    /// Agreed handle → the last state seen (the `DetailedTask`, as sent).
+    watched: Vec<(String, String)>,
+    every: Duration,
+}
+
+impl TaskWatch {
+    /// The task handles a listen's params ask to watch (`notifications.taskIds`, strings,
+    /// each once, at most [`MAX_WATCHED`]); `None` when it asks for none.
+    pub(crate) fn asked(params: Option<&RawValue>) -> Option<Self> {
+        let ids = params
+            .and_then(|p| object_member(p, "notifications"))
+            .and_then(|n| object_member(n, "taskIds"))
+            .and_then(|t| serde_json::from_str::<Vec<Value>>(t.get()).ok())?;
+        let mut asked: Vec<String> = Vec::new();
+        for id in ids.iter().filter_map(Value::as_str) {
+            if asked.len() < MAX_WATCHED && !asked.iter().any(|a| a == id) {
+                asked.push(id.to_owned());
+            }
+        }
+        Some(TaskWatch {
+            asked,
+            watched: Vec::new(),
+            every: Duration::from_millis(EVERY_MS.1),
+        })
+    }
+
+    /// The handles asked for.
+    pub(crate) fn asked_handles(&self) -> Vec<String> {
+        self.asked.clone()
+    }
+
+    /// `handle` is watched: the caller's `tasks/get` answered `task` for it.
+    pub(crate) fn agree(&mut self, handle: &str, task: &RawValue) {
+        let state = detailed(task);
+        let poll = state["pollIntervalMs"].as_u64().unwrap_or(EVERY_MS.0);
+        let every = Duration::from_millis(poll.clamp(EVERY_MS.0, EVERY_MS.1));
+        self.every = self.every.min(every);
+        self.watched.push((handle.to_owned(), state.to_string()));
+    }
+
+    /// The state of each watched task as agreed, sent right after the acknowledgement (so a
+    /// client learns where each task is without a poll of its own); a task that had ended
+    /// already is no longer watched.
+    pub(crate) fn initial(&mut self, listen: &RequestId) -> Vec<Box<RawValue>> {
+        let notes = (self.watched.iter())
+            .filter_map(|(_, state)| serde_json::from_str::<Value>(state).ok())
+            .filter_map(|state| notification(state, listen))
+            .collect();
+        self.watched.retain(|(_, state)| !ended(state));
+        notes
+    }
+
+    /// How long to wait between two polls.
+    pub(crate) fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// The handles still watched.
+    pub(crate) fn handles(&self) -> Vec<String> {
+        self.watched.iter().map(|(h, _)| h.clone()).collect()
+    }
+
+    /// Whether nothing is watched any more.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.watched.is_empty()
+    }
+
+    /// `line`, when it is the listen's acknowledgement, naming the watched handles in its
+    /// `notifications.taskIds` (`None`: not the acknowledgement).
+    pub(crate) fn acknowledged(&self, line: &[u8]) -> Option<Bytes> {
+        let msg = Message::parse(line).ok()?;
+        if msg.method != Some("notifications/subscriptions/acknowledged") {
+            return None;
+        }
+        let mut params: Value = serde_json::from_str(msg.params?.get()).ok()?;
+        let handles: Vec<&str> = self.watched.iter().map(|(h, _)| h.as_str()).collect();
+        if !handles.is_empty() {
+            let notifications = params
+                .as_object_mut()?
+                .entry("notifications")
+                .or_insert_with(|| json!({}));
+            notifications
+                .as_object_mut()?
+                .insert("taskIds".into(), json!(handles));
+        }
+        let params = RawValue::from_string(params.to_string()).ok()?;
+        let note = encode_notification("notifications/subscriptions/acknowledged", Some(&params));
+        Some(Bytes::from(note))
+    }
+
+    /// What the caller's `tasks/get` of `handle` answered (`None`: no task, or an error): the
+    /// notification to send when the task changed, tagged with the listen `listen`. A task
+    /// that ended, or that no longer answers, is no longer watched.
+    pub(crate) fn observed(
+        &mut self,
+        handle: &str,
+        task: Option<&RawValue>,
+        listen: &RequestId,
+    ) -> Option<Box<RawValue>> {
+        let at = self.watched.iter().position(|(h, _)| h == handle)?;
+        let Some(task) = task else {
+            self.watched.remove(at);
+            return None;
+        };
+        let state = detailed(task);
+        let text = state.to_string();
+        let changed = self.watched[at].1 != text;
+        match ended(&text) {
+            true => {
+                self.watched.remove(at);
+            }
+            false => self.watched[at].1 = text,
+        }
+        changed.then(|| notification(state, listen)).flatten()
+    }
+}
+
+/// A `subscriptions/listen`'s params for a Modern backend, without any request for task
+/// status (`notifications.taskIds`, in any spelling a loose parser would read as that): the
+/// gateway offers no `notifications/tasks`, and a backend told a task id by a client would
+/// send that task's status to that client's stream whoever owns it (and the id would be the
+/// backend's own, never a handle). `None`: not an object.
+pub(crate) fn listen_without_task_ids(params: &RawValue) -> Option<Box<RawValue>> {
+    use switchboard_wire::keys_fold_equal;
+    let mut v: Value = serde_json::from_str(params.get()).ok()?;
+    let members = v.as_object_mut()?;
+    members.retain(|k, _| k == "notifications" || !keys_fold_equal(k, "notifications"));
+    if let Some(n) = members
+        .get_mut("notifications")
+        .and_then(Value::as_object_mut)
+    {
+        n.retain(|k, _| !keys_fold_equal(k, "taskIds"));
+    }
+    RawValue::from_string(v.to_string()).ok()
+}
+
+/// Whether a task's state (as kept) says it ended.
+fn ended(state: &str) -> bool {
+    let state: Value = serde_json::from_str(state).unwrap_or(Value::Null);
+    matches!(
+        state["status"].as_str(),
+        Some("completed" | "failed" | "cancelled")
+    )
+}
+
+/// The `DetailedTask` of a `tasks/get` result: without its `resultType` and `_meta` (the
+/// notification carries the listen's tag instead).
+fn detailed(result: &RawValue) -> Value {
+    let mut v: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        m.remove("resultType");
+        m.remove("_meta");
+    }
+    v
+}
+
+/// The `notifications/tasks` params for `state`, tagged with the listen.
+fn notification(mut state: Value, listen: &RequestId) -> Option<Box<RawValue>> {
+    let tag: Value = serde_json::from_str(listen.as_json()).ok()?;
+    let mut meta = Map::new();
+    meta.insert(META_SUBSCRIPTION_ID.into(), tag);
+    state
+        .as_object_mut()?
+        .insert("_meta".into(), Value::Object(meta));
+    RawValue::from_string(state.to_string()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(v: Value) -> Box<RawValue> {
+        RawValue::from_string(v.to_string()).unwrap()
+    }
+
+    #[test]
+    fn asked_handles_are_strings_once_and_bounded() {
+        let many: Vec<String> = (0..40).map(|n| format!("h{n}")).collect();
+        let params = raw(json!({"notifications": {"taskIds": ["a", "a", 7, "b"]}}));
+        let w = TaskWatch::asked(Some(&params)).unwrap();
+        assert_eq!(w.asked_handles(), ["a", "b"]);
+        let params = raw(json!({"notifications": {"taskIds": many}}));
+        let w = TaskWatch::asked(Some(&params)).unwrap();
+        assert_eq!(w.asked_handles().len(), MAX_WATCHED);
+        let none = raw(json!({"notifications": {"toolsListChanged": true}}));
+        assert!(TaskWatch::asked(Some(&none)).is_none());
+    }
+
+    #[test]
+    fn a_change_is_sent_once_and_an_ended_task_is_let_go() {
+        let params = raw(json!({"notifications": {"taskIds": ["h"]}}));
+        let mut w = TaskWatch::asked(Some(&params)).unwrap();
+        let working = raw(
+            json!({"taskId": "h", "status": "working", "pollIntervalMs": 5,
+            "resultType": "complete", "_meta": {"x": 1}}),
+        );
+        w.agree("h", &working);
+        assert_eq!(w.every(), Duration::from_millis(EVERY_MS.0));
+        let listen = RequestId::from_string("L");
+        assert_eq!(w.initial(&listen).len(), 1, "where it is now");
+        assert!(
+            w.observed("h", Some(&working), &listen).is_none(),
+            "unchanged"
+        );
+        let done = raw(
+            json!({"taskId": "h", "status": "completed", "result": {"content": []},
+            "resultType": "complete"}),
+        );
+        let note = w.observed("h", Some(&done), &listen).unwrap();
+        let v: Value = serde_json::from_str(note.get()).unwrap();
+        assert_eq!(v["status"], "completed");
+        assert_eq!(v["_meta"][META_SUBSCRIPTION_ID], "L");
+        assert!(v.get("resultType").is_none(), "{v}");
+        assert!(w.is_empty());
+        assert!(w.observed("h", Some(&done), &listen).is_none());
+    }
+
+    #[test]
+    fn the_acknowledgement_names_the_watched_handles() {
+        let params = raw(json!({"notifications": {"taskIds": ["h", "x"]}}));
+        let mut w = TaskWatch::asked(Some(&params)).unwrap();
+        w.agree("h", &raw(json!({"taskId": "h", "status": "working"})));
+        let ack = br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"L"},"notifications":{"toolsListChanged":true}}}"#;
+        let out = w.acknowledged(ack).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["params"]["notifications"],
+            json!({"toolsListChanged": true, "taskIds": ["h"]})
+        );
+        let other = br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+        assert!(w.acknowledged(other).is_none());
+    }
+}

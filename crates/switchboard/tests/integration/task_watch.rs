@@ -1,0 +1,206 @@
+//! Task status on a Modern `subscriptions/listen` stream (the Tasks extension's
+//! `notifications/tasks`, asked for with `notifications.taskIds`), which the gateway serves
+//! itself from the caller's own `tasks/get`: for a task on a Modern backend and for one it
+//! runs on a Legacy backend's 2025-11-25 tasks, a round of input included. Only the caller's
+//! own tasks are acknowledged and reported.
+
+use serde_json::{json, Value};
+
+use crate::common::{tool_text, Reply, TestGateway, BOTH};
+
+const V: &str = "2026-07-28";
+const ALICE: &str = "alice-watch-key-0123456789ab";
+const BOB: &str = "bob-watch-key-0123456789abcd";
+
+type Events = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>,
+>;
+
+/// `run` in front of the fixture speaking only `era`, alice and bob by API key.
+async fn gateway(era: &str) -> TestGateway {
+    let dir = std::env::temp_dir().join(format!("sb-watch-{era}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    let args = ["--api-keys-file", keys.to_str().unwrap()];
+    TestGateway::start_with(&args, &[sb, "fixture", "--era", era]).await
+}
+
+fn meta(extension: bool) -> Value {
+    let caps = match extension {
+        true => json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}),
+        false => json!({}),
+    };
+    json!({"io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": caps})
+}
+
+/// A Modern request of `key`'s holder declaring the Tasks extension.
+async fn ask(gw: &TestGateway, key: &str, method: &str, mut params: Value) -> Reply {
+    params["_meta"] = meta(true);
+    let name = (params["name"].as_str())
+        .or(params["taskId"].as_str())
+        .map(str::to_owned);
+    let auth = format!("Bearer {key}");
+    let mut headers = vec![
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", V),
+        ("mcp-method", method),
+    ];
+    if let Some(n) = name.as_deref() {
+        headers.push(("mcp-name", n));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    gw.post_raw(None, body.to_string(), &headers).await
+}
+
+/// A task of `key`'s holder: its handle.
+async fn create(gw: &TestGateway, key: &str, tool: &str, arguments: Value) -> String {
+    let r = ask(
+        gw,
+        key,
+        "tools/call",
+        json!({"name": tool, "arguments": arguments}),
+    )
+    .await;
+    let v = r.json();
+    assert_eq!(v["result"]["resultType"], "task", "{v}");
+    v["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A listen of `key`'s holder for `notifications`, `extension` declared or not.
+async fn listen_raw(
+    gw: &TestGateway,
+    key: &str,
+    notifications: Value,
+    extension: bool,
+) -> reqwest::Response {
+    let params = json!({"_meta": meta(extension), "notifications": notifications});
+    let body = json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
+    gw.http
+        .post(&gw.url)
+        .header("accept", BOTH)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {key}"))
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A listen of `key`'s holder for the status of `tasks`: its events after the
+/// acknowledgement, and the task ids the acknowledgement names.
+async fn listen(gw: &TestGateway, key: &str, tasks: &[&str]) -> (Events, Value) {
+    let asked = json!({"toolsListChanged": true, "taskIds": tasks});
+    let response = listen_raw(gw, key, asked, true).await;
+    let mut events: Events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        response.bytes_stream(),
+    ));
+    let ack = crate::modern::next_message(&mut events).await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    let agreed = ack["params"]["notifications"]["taskIds"].clone();
+    (events, agreed)
+}
+
+/// The next task status on `events`.
+async fn status(events: &mut Events) -> Value {
+    loop {
+        let m = crate::modern::next_message(events).await;
+        if m["method"] == "notifications/tasks" {
+            assert_eq!(
+                m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+                "L"
+            );
+            return m["params"].clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn task_status_reaches_its_owners_listen_for_either_backend_era() {
+    for era in ["modern", "legacy"] {
+        let gw = gateway(era).await;
+        let quick = create(
+            &gw,
+            ALICE,
+            "slow_compute",
+            json!({"seconds": 1.0, "label": "a"}),
+        )
+        .await;
+        let confirm = create(&gw, ALICE, "confirm_delete", json!({"filename": "z.txt"})).await;
+        let bobs = create(
+            &gw,
+            BOB,
+            "slow_compute",
+            json!({"seconds": 4.0, "label": "b"}),
+        )
+        .await;
+
+        // Bob asks for alice's task and his own: only his own is his to watch.
+        let (mut bob, agreed) = listen(&gw, BOB, &[&quick, &bobs]).await;
+        assert_eq!(agreed, json!([bobs]), "{era}");
+        let (mut alice, agreed) = listen(&gw, ALICE, &[&quick, &confirm, "sbt-nothing"]).await;
+        assert_eq!(agreed, json!([quick, confirm]), "{era}");
+
+        // Alice hears both of hers: the question as `inputRequests`, answered with
+        // `tasks/update`, and each task's end with its result.
+        let mut ended = Vec::new();
+        while ended.len() < 2 {
+            let task = status(&mut alice).await;
+            let handle = task["taskId"].as_str().unwrap_or_default().to_owned();
+            assert!(handle == quick || handle == confirm, "{era}: {task}");
+            match task["status"].as_str() {
+                Some("input_required") => {
+                    let key = task["inputRequests"]
+                        .as_object()
+                        .and_then(|m| m.keys().next().cloned());
+                    let key = key.unwrap_or_else(|| panic!("{era}: {task}"));
+                    let answer = json!({"taskId": confirm, "inputResponses":
+                        {key: {"action": "accept", "content": {"confirm": true}}}});
+                    let r = ask(&gw, ALICE, "tasks/update", answer).await;
+                    assert_eq!(r.json()["result"]["resultType"], "complete", "{}", r.text);
+                }
+                Some("completed") => ended.push((
+                    handle,
+                    tool_text(&json!({"result": task["result"]})).to_owned(),
+                )),
+                Some("working") => {}
+                _ => panic!("{era}: {task}"),
+            }
+        }
+        ended.sort();
+        let mut expected = vec![
+            (quick.clone(), "Computed for 1 s (a)".to_owned()),
+            (confirm.clone(), "Deleted z.txt".to_owned()),
+        ];
+        expected.sort();
+        assert_eq!(ended, expected, "{era}");
+
+        // Alice's tasks ended long before bob's: had her status reached his stream, it would
+        // come before his task's end. His own is all he hears: where it was, then its end.
+        for expected in ["working", "completed"] {
+            let his = status(&mut bob).await;
+            assert_eq!(his["taskId"], json!(bobs), "{era}: {his}");
+            assert_eq!(his["status"], expected, "{era}: {his}");
+        }
+    }
+}
+
+/// Asking for task status without declaring the extension is refused (-32021).
+#[tokio::test]
+async fn task_status_needs_the_extension() {
+    let gw = gateway("modern").await;
+    let asked = json!({"taskIds": ["sbt-nothing"]});
+    let r = listen_raw(&gw, ALICE, asked, false).await;
+    let text = r.text().await.unwrap();
+    assert!(text.contains("-32021"), "{text}");
+}
