@@ -91,6 +91,7 @@ impl Dispatcher {
         };
         let question = TaskQuestion {
             task,
+            epoch: self.tables.questions.epoch(),
             id: id.clone(),
             method: name.to_owned(),
             params: msg.params.map(ToOwned::to_owned),
@@ -171,12 +172,15 @@ impl Dispatcher {
             },
         };
         if let (Some(tag), Some(params)) = (tag, params) {
-            // Never asked for (`tasks::watch::listen_without_task_ids`), and it would name the
-            // backend's own id for a task.
-            if name == crate::tasks::NOTIFICATION {
+            // Task status on a listen is the gateway's own (`tasks::watch`): a backend's would
+            // name its own id for a task, which a tagged notification cannot be rid of.
+            if name == crate::tasks::NOTIFICATION
+                || name == crate::tasks::STATUS
+                || crate::tasks::task_of(Some(params)).is_some()
+            {
                 r.drops.record_for(
                     &self.backend,
-                    "task status is not offered on listen streams",
+                    "a backend's task status on a listen stream",
                     name,
                 );
                 return;
@@ -329,6 +333,8 @@ fn unanswerable() -> ErrorObject {
 /// A backend's question about one of its tasks, owned (it may wait for the task's record).
 struct TaskQuestion {
     task: String,
+    /// The questions table's epoch when it arrived (`TaskQuestions::forget_all`).
+    epoch: u64,
     id: RequestId,
     method: String,
     params: Option<Box<RawValue>>,
@@ -355,7 +361,7 @@ impl TaskQuestion {
             }
         };
         let asked = (&self.id, self.method.as_str(), params);
-        let named = (self.task.as_str(), handle);
+        let named = (self.task.as_str(), handle, self.epoch);
         if let Err(not_held) = tables.questions.hold(named, backend, asked) {
             self.refuse(backend, &not_held.error());
         }

@@ -24,6 +24,8 @@ pub struct Registry {
     pub(crate) progress: ProgressRoutes,
     pub(crate) listeners: ModernListeners,
     pub(crate) drops: DropLog,
+    /// How many listens each principal has watching tasks (`tasks::watch`).
+    pub(crate) watchers: crate::tasks::watch::Watchers,
     /// Per backend: what its inbound path routes by or invalidates (see [`BackendTables`]).
     per_backend: Mutex<HashMap<BackendId, Arc<BackendTables>>>,
     /// Replicas on one session store: where a message for a session whose listen stream is
@@ -122,6 +124,7 @@ impl Registry {
             progress: ProgressRoutes::default(),
             listeners: ModernListeners::default(),
             drops: DropLog::default(),
+            watchers: crate::tasks::watch::Watchers::default(),
             per_backend: Mutex::new(HashMap::new()),
             peers: std::sync::OnceLock::new(),
             replica: std::sync::OnceLock::new(),

@@ -181,7 +181,7 @@ impl Adapters<'_> {
                 let outcome = self.legacy_on_task(on, "tasks/result").await?;
                 let value: Value = serde_json::from_str(outcome.payload()).unwrap_or(Value::Null);
                 match outcome.is_error() {
-                    true => detailed.insert("error".into(), value),
+                    true => detailed.insert("error".into(), failure(&value)),
                     false => detailed.insert("result".into(), inlined(value)),
                 };
             }
@@ -289,6 +289,15 @@ fn inlined(mut result: Value) -> Value {
         }
     }
     result
+}
+
+/// A failed task's error as the `DetailedTask` inlines it: its code, in the gateway's words
+/// (the backend's could name its own id for the task).
+fn failure(error: &Value) -> Value {
+    let code = error["code"]
+        .as_i64()
+        .unwrap_or(i64::from(codes::INTERNAL_ERROR));
+    json!({"code": code, "message": "The task failed"})
 }
 
 /// The backend's error for a task method, as the gateway's own words: its message could

@@ -93,10 +93,13 @@ impl Gateway {
     }
 
     /// A Modern `subscriptions/listen` asking for task status (`notifications.taskIds`): the
-    /// listen goes on without it (`tasks::watch::listen_without_task_ids`), its acknowledgement names
-    /// the handles the caller's own `tasks/get` answers for, and while the stream is open the
-    /// gateway polls those with it (`task_state`) and sends `notifications/tasks` whenever a
-    /// task changed, until it ends (`tasks::watch`).
+    /// listen goes on without it (`tasks::watch::listen_without_task_ids`), every
+    /// acknowledgement names exactly the handles the caller's own `tasks/get` answers for,
+    /// each one's state follows the first, and while the stream is open the gateway polls
+    /// them with that `tasks/get` (`task_state`) and sends `notifications/tasks` whenever a
+    /// task changed, until it ends (`tasks::watch`). At most a few such listens per principal
+    /// watch at once (another is served without task status), and none past its token's
+    /// expiry. The request ends as the listen does (the client going away drops it).
     async fn watched_listen(
         self: &Arc<Self>,
         ex: Exchange<'_>,
@@ -107,10 +110,11 @@ impl Gateway {
         else {
             return self.era_route(ex, admitted, None).await;
         };
-        let mut watch = match self.agreed(&ex, params).await {
-            Ok(watch) => watch,
-            Err(refused) => return Ok(Answer::error(id, &refused)),
-        };
+        if !crate::tasks::extension_declared(Some(params)) {
+            return Ok(Answer::error(id, &crate::tasks::missing_extension()));
+        }
+        let watching = self.registry.watchers.take(ex.caller);
+        let mut watch = self.agreed(&ex, params, watching.is_some()).await;
         let stripped = crate::tasks::watch::listen_without_task_ids(params)
             .ok_or(CoreError::InvalidParams("params must be an object"))?;
         let body = request_body(id, crate::modern::LISTEN, stripped.get());
@@ -126,57 +130,73 @@ impl Gateway {
         tokio::pin!(listening);
         let mut acked = false;
         let mut tick = tokio::time::interval(watch.every());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                answer = &mut listening => return answer,
-                () = client.closed() => return Err(CoreError::Cancelled),
+                biased;
                 Some(line) = rx.recv() => {
-                    // The acknowledgement (first) names the watched tasks; where each is now
-                    // follows it.
-                    let ack = (!acked).then(|| watch.acknowledged(&line)).flatten();
-                    let first = ack.is_some();
-                    acked |= first;
-                    if client.send(ack.unwrap_or(line)).await.is_err() {
+                    let (line, ack) = passed_on(&watch, line);
+                    if client.send(line).await.is_err() {
                         return Err(CoreError::Cancelled);
                     }
-                    if first {
-                        self.send_notes(&client, watch.initial(id));
+                    if ack && !acked {
+                        acked = true;
+                        self.send_notes(&client, watch.initial(id)).await;
                     }
                 }
-                _ = tick.tick(), if acked && !watch.is_empty() => {
-                    let mut notes = Vec::new();
-                    for handle in watch.handles() {
-                        let task = self.task_state(&ex, &handle).await;
-                        notes.extend(watch.observed(&handle, task.as_deref(), id));
+                answer = &mut listening => {
+                    // What the listen queued before it ended still goes out, first.
+                    while let Ok(line) = rx.try_recv() {
+                        let _ = client.send(passed_on(&watch, line).0).await;
                     }
-                    self.send_notes(&client, notes);
+                    return answer;
+                }
+                _ = tick.tick(), if acked && !watch.is_empty() => {
+                    if lapsed(ex.caller) {
+                        watch.stop();
+                        continue;
+                    }
+                    let handles = watch.handles();
+                    let polls = handles.iter().map(|h| self.task_state(&ex, h));
+                    let polled = futures::future::join_all(polls).await;
+                    let notes = (handles.iter().zip(&polled))
+                        .filter_map(|(h, p)| watch.observed(h, p, id))
+                        .collect();
+                    self.send_notes(&client, notes).await;
                 }
             }
         }
     }
 
     /// The listen's watch: the handles it asks for that the caller's own `tasks/get` answers
-    /// (its task now), or -32021 when it did not declare the Tasks extension.
+    /// (its task now), asked all at once; none when the caller may not watch (`may`).
     async fn agreed(
         self: &Arc<Self>,
         ex: &Exchange<'_>,
         params: &RawValue,
-    ) -> Result<TaskWatch, ErrorObject> {
-        if !crate::tasks::extension_declared(Some(params)) {
-            return Err(crate::tasks::missing_extension());
+        may: bool,
+    ) -> TaskWatch {
+        let mut watch = TaskWatch::asked(Some(params)).unwrap_or_default();
+        if !may {
+            return watch;
         }
-        let mut watch = TaskWatch::asked(Some(params)).ok_or_else(crate::tasks::unknown_task)?;
-        for handle in watch.asked_handles() {
-            if let Some(task) = self.task_state(ex, &handle).await {
-                watch.agree(&handle, &task);
+        let handles = watch.asked_handles();
+        let polls = handles.iter().map(|h| self.task_state(ex, h));
+        for (handle, polled) in handles.iter().zip(futures::future::join_all(polls).await) {
+            if let crate::tasks::watch::Polled::Task(task) = polled {
+                watch.agree(handle, &task);
             }
         }
-        Ok(watch)
+        watch
     }
 
     /// Task status notifications to a listen's client, as the guardrails let each go (one
-    /// they refuse is not sent); a full queue loses them, as any notification.
-    fn send_notes(&self, client: &tokio::sync::mpsc::Sender<Bytes>, notes: Vec<Box<RawValue>>) {
+    /// they refuse is not sent).
+    async fn send_notes(
+        &self,
+        client: &tokio::sync::mpsc::Sender<Bytes>,
+        notes: Vec<Box<RawValue>>,
+    ) {
         let name = crate::tasks::NOTIFICATION;
         for note in notes {
             let body = match self.registry.progress.vet(name, Some(&note)) {
@@ -184,27 +204,28 @@ impl Gateway {
                 crate::progress::Vetted::Replaced(p) => encode_notification(name, Some(&p)),
                 crate::progress::Vetted::Refused(_) => continue,
             };
-            let _ = client.try_send(Bytes::from(body));
+            let _ = client.send(Bytes::from(body)).await;
         }
     }
 
-    /// The caller's own `tasks/get` of `handle`, admitted (policy, rate limit, audit) as one
-    /// of its requests: the `DetailedTask`, or `None` for an error (no such task of the
-    /// caller's, a refusal, a backend failure).
+    /// The caller's own `tasks/get` of `handle`, as one of its requests: admitted (policy,
+    /// rate limit, audit) and checked by the guardrails like any `tasks/get`.
     async fn task_state(
         self: &Arc<Self>,
         ex: &Exchange<'_>,
         handle: &str,
-    ) -> Option<Box<RawValue>> {
+    ) -> crate::tasks::watch::Polled {
+        use crate::tasks::watch::Polled;
         use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
         let meta = serde_json::json!({
             META_PROTOCOL_VERSION: switchboard_wire::version::MODERN[0],
             META_CLIENT_CAPABILITIES: {"extensions": {crate::tasks::EXTENSION: {}}},
         });
         let params = serde_json::json!({"taskId": handle, "_meta": meta}).to_string();
-        let poll = RequestId::from_string("sbw-poll");
-        let body = request_body(&poll, "tasks/get", &params);
-        let msg = Message::parse(body.as_bytes()).ok()?;
+        let body = request_body(&RequestId::from_string("sbw-poll"), "tasks/get", &params);
+        let Ok(msg) = Message::parse(body.as_bytes()) else {
+            return Polled::Failed;
+        };
         let get = Exchange {
             caller: ex.caller,
             era: ex.era,
@@ -213,13 +234,21 @@ impl Gateway {
         };
         let origins = self.origins_for(&msg).await;
         let access = &self.config.access;
-        let admitted = access
-            .admit(get.caller, None, &msg, origins, super::path_of(&get))
-            .ok()?;
-        let answer = self.by_handle(get, &admitted).await;
-        let answer = admitted.finish(answer).ok()?;
-        let read = Message::parse(&answer.body).ok()?;
-        read.result.map(ToOwned::to_owned)
+        let Ok(admitted) = access.admit(get.caller, None, &msg, origins, super::path_of(&get))
+        else {
+            return Polled::Failed;
+        };
+        let answer = Box::pin(self.guarded(get, &admitted)).await;
+        let Ok(answer) = admitted.finish(answer) else {
+            return Polled::Failed;
+        };
+        match Message::parse(&answer.body) {
+            Ok(m) if m.result.is_some() => m
+                .result
+                .map_or(Polled::Failed, |r| Polled::Task(r.to_owned())),
+            Ok(_) if answer.error_code == Some(i64::from(codes::INVALID_PARAMS)) => Polled::Gone,
+            _ => Polled::Failed,
+        }
     }
 
     /// `tasks/list`: the caller's tasks from every backend holding any, each
@@ -352,6 +381,26 @@ pub(super) fn refuse_on_replicas(route: &Route, task: &TaskAsk) -> Result<(), Co
         ));
     }
     Ok(())
+}
+
+/// A watched listen's message as its client gets it, and whether it is an acknowledgement
+/// (each is rewritten to name exactly the watched tasks: `TaskWatch::acknowledged`).
+fn passed_on(watch: &TaskWatch, line: Bytes) -> (Bytes, bool) {
+    match watch.acknowledged(&line) {
+        Some(ack) => (ack, true),
+        None => (line, false),
+    }
+}
+
+/// Whether the caller's token has expired (its `exp` claim): a watched listen polls as the
+/// caller, and stops then.
+fn lapsed(caller: &crate::Principal) -> bool {
+    let exp = caller.claims.get("exp").and_then(serde_json::Value::as_u64);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    exp.is_some_and(|exp| now >= exp)
 }
 
 /// A request envelope: the client's id, `method`, `params` (raw).

@@ -18,7 +18,7 @@
 //! long is forgotten.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,9 @@ pub(crate) struct TaskQuestions {
     inner: Mutex<Inner>,
     /// Questions waiting for their task to be recorded (`dispatch`).
     waiting: Arc<AtomicUsize>,
+    /// Bumped by `forget_all`: a question that arrived before (from the process that was
+    /// there then) is never held.
+    epoch: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -125,6 +128,11 @@ impl Drop for Waiting {
 }
 
 impl TaskQuestions {
+    /// The current epoch (see `forget_all`), taken when a question arrives.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
     /// A place for one question waiting for its task's record; `None` when `most` already
     /// wait.
     pub(crate) fn waiting(&self, most: usize) -> Option<Waiting> {
@@ -172,7 +180,7 @@ impl TaskQuestions {
     /// shown on its owner's next `tasks/get`; `backend` gets the answer.
     pub(crate) fn hold(
         &self,
-        (task, handle): (&str, &str),
+        (task, handle, epoch): (&str, &str, u64),
         backend: &Upstream,
         (id, method, params): (&RequestId, &str, Option<&RawValue>),
     ) -> Result<(), NotHeld> {
@@ -185,6 +193,10 @@ impl TaskQuestions {
         }
         let bytes = params.to_string().len();
         let mut inner = self.inner.lock();
+        // Asked by a process the backend has since replaced: its ids mean nothing now.
+        if epoch != self.epoch() {
+            return Err(NotHeld::NotExpected);
+        }
         inner.sweep();
         let room = inner.bytes.saturating_add(bytes) <= MAX_BYTES;
         let Some(expected) = inner.by_task.get_mut(task) else {
@@ -196,7 +208,8 @@ impl TaskQuestions {
         let mut request = Map::new();
         request.insert("method".into(), Value::String(method.to_owned()));
         request.insert("params".into(), params);
-        expected.backend.get_or_insert_with(|| backend.clone());
+        // The process that asked last is the one whose questions wait.
+        expected.backend = Some(backend.clone());
         expected.questions.push(Question {
             key: format!("q{}", expected.next),
             id: id.clone(),
@@ -255,6 +268,7 @@ impl TaskQuestions {
     /// the ids of what was held mean nothing to the process there now.
     pub(crate) fn forget_all(&self) {
         let mut inner = self.inner.lock();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         let swept = inner.swept;
         *inner = Inner {
             swept,
@@ -370,7 +384,7 @@ mod tests {
         let raw = RawValue::from_string(params.to_string()).unwrap();
         let id = RequestId::from_string(&format!("b-{n}"));
         q.hold(
-            (task, "h"),
+            (task, "h", q.epoch()),
             &backend(),
             (&id, "elicitation/create", Some(&raw)),
         )
@@ -393,8 +407,23 @@ mod tests {
         assert!(q.pending("t1", &alice).is_some());
         q.answer("t1", &alice, answer);
         assert_eq!(q.pending("t1", &alice), None);
-        // A restarted backend's ids mean nothing: all is forgotten.
+        // A restarted backend's ids mean nothing: all is forgotten, and a question that
+        // arrived before the restart is never held.
         assert_eq!(ask(&q, "t1", 2), Ok(()));
+        let before = q.epoch();
+        q.forget_all();
+        assert!(q.expect("t1", &alice));
+        let raw = RawValue::from_string(
+            json!({"_meta": {META_RELATED_TASK: {"taskId": "h"}}}).to_string(),
+        )
+        .unwrap();
+        let id = RequestId::from_string("old");
+        let late = q.hold(
+            ("t1", "h", before),
+            &backend(),
+            (&id, "roots/list", Some(&raw)),
+        );
+        assert_eq!(late, Err(NotHeld::NotExpected));
         q.forget_all();
         assert_eq!(q.pending("t1", &alice), None);
         assert_eq!(ask(&q, "t1", 3), Err(NotHeld::NotExpected));

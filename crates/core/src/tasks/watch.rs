@@ -11,23 +11,85 @@
 //! `DetailedTask`, tagged with the listen (each watched task's state is sent once right after
 //! the acknowledgement); a task that ended is sent once more and no longer watched.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use switchboard_wire::classify::META_SUBSCRIPTION_ID;
-use switchboard_wire::{encode_notification, object_member, Message, RequestId};
+use switchboard_wire::{encode_notification, keys_fold_equal, object_member, Message, RequestId};
 
 /// Most task handles one listen watches; more are not acknowledged.
 pub(crate) const MAX_WATCHED: usize = 16;
+/// Most listens watching tasks at once per principal; another one's task ids are not
+/// acknowledged (it is served without task status).
+const MAX_WATCHING: usize = 4;
+/// The acknowledgement of a listen.
+const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+
+/// What one poll of a watched task found.
+#[derive(Debug)]
+pub(crate) enum Polled {
+    /// The caller's `tasks/get` result.
+    Task(Box<RawValue>),
+    /// The unknown-task answer: not (or no longer) the caller's.
+    Gone,
+    /// Any other failure (refused, rate-limited, timed out, the backend down).
+    Failed,
+}
+
+/// How many listens each principal has watching tasks (one per gateway), bounded by
+/// [`MAX_WATCHING`].
+#[derive(Debug, Default)]
+pub(crate) struct Watchers {
+    by_principal: Mutex<HashMap<(String, String), usize>>,
+}
+
+/// A listen's place among its principal's watching ones; dropping it frees the place.
+#[derive(Debug)]
+pub(crate) struct Watching<'a> {
+    watchers: &'a Watchers,
+    principal: (String, String),
+}
+
+impl Watchers {
+    /// A place for one more listen watching tasks for `principal`, if it has fewer than
+    /// [`MAX_WATCHING`].
+    pub(crate) fn take(&self, principal: &crate::Principal) -> Option<Watching<'_>> {
+        let key = (principal.issuer.clone(), principal.subject.clone());
+        let mut by = self.by_principal.lock();
+        let count = by.entry(key.clone()).or_default();
+        if *count >= MAX_WATCHING {
+            return None;
+        }
+        *count += 1;
+        Some(Watching {
+            watchers: self,
+            principal: key,
+        })
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        let mut by = self.watchers.by_principal.lock();
+        if let Some(count) = by.get_mut(&self.principal) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                by.remove(&self.principal);
+            }
+        }
+    }
+}
 /// Shortest and longest wait between two polls (the task's own `pollIntervalMs`, bounded):
 /// each poll is a request of the caller's, admitted and audited like one.
 const EVERY_MS: (u64, u64) = (1000, 10_000);
 
 /// One listen's watched tasks.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct TaskWatch {
     asked: Vec<String>,
     /// Agreed handle → the last state seen (the `DetailedTask`, as sent).
@@ -63,7 +125,7 @@ impl TaskWatch {
 
     /// `handle` is watched: the caller's `tasks/get` answered `task` for it.
     pub(crate) fn agree(&mut self, handle: &str, task: &RawValue) {
-        let state = detailed(task);
+        let state = detailed(task, handle);
         let poll = state["pollIntervalMs"].as_u64().unwrap_or(EVERY_MS.0);
         let every = Duration::from_millis(poll.clamp(EVERY_MS.0, EVERY_MS.1));
         self.every = self.every.min(every);
@@ -84,7 +146,10 @@ impl TaskWatch {
 
     /// How long to wait between two polls.
     pub(crate) fn every(&self) -> Duration {
-        self.every
+        match self.every.is_zero() {
+            true => Duration::from_millis(EVERY_MS.1),
+            false => self.every,
+        }
     }
 
     /// The handles still watched.
@@ -92,49 +157,69 @@ impl TaskWatch {
         self.watched.iter().map(|(h, _)| h.clone()).collect()
     }
 
+    /// Watches nothing any more (the caller's token expired).
+    pub(crate) fn stop(&mut self) {
+        self.watched.clear();
+    }
+
     /// Whether nothing is watched any more.
     pub(crate) fn is_empty(&self) -> bool {
         self.watched.is_empty()
     }
 
-    /// `line`, when it is the listen's acknowledgement, naming the watched handles in its
-    /// `notifications.taskIds` (`None`: not the acknowledgement).
+    /// `line`, when it is an acknowledgement, naming exactly the watched handles in its
+    /// `notifications.taskIds` (any other spelling, and whatever the backend put there, removed;
+    /// an acknowledgement whose `notifications` is no object gets one). `None`: not an
+    /// acknowledgement.
     pub(crate) fn acknowledged(&self, line: &[u8]) -> Option<Bytes> {
         let msg = Message::parse(line).ok()?;
-        if msg.method != Some("notifications/subscriptions/acknowledged") {
+        if msg.method != Some(ACKNOWLEDGED) {
             return None;
         }
-        let mut params: Value = serde_json::from_str(msg.params?.get()).ok()?;
+        let params = msg.params.map_or("{}", RawValue::get);
+        let mut params: Value = serde_json::from_str(params).unwrap_or_else(|_| json!({}));
+        if !params.is_object() {
+            params = json!({});
+        }
         let handles: Vec<&str> = self.watched.iter().map(|(h, _)| h.as_str()).collect();
+        let members = params.as_object_mut()?;
+        members.retain(|k, _| k == "notifications" || !keys_fold_equal(k, "notifications"));
+        let notifications = members.entry("notifications").or_insert_with(|| json!({}));
+        if !notifications.is_object() {
+            *notifications = json!({});
+        }
+        let notifications = notifications.as_object_mut()?;
+        notifications.retain(|k, _| !keys_fold_equal(k, "taskIds"));
         if !handles.is_empty() {
-            let notifications = params
-                .as_object_mut()?
-                .entry("notifications")
-                .or_insert_with(|| json!({}));
-            notifications
-                .as_object_mut()?
-                .insert("taskIds".into(), json!(handles));
+            notifications.insert("taskIds".into(), json!(handles));
         }
         let params = RawValue::from_string(params.to_string()).ok()?;
-        let note = encode_notification("notifications/subscriptions/acknowledged", Some(&params));
-        Some(Bytes::from(note))
+        Some(Bytes::from(encode_notification(
+            ACKNOWLEDGED,
+            Some(&params),
+        )))
     }
 
-    /// What the caller's `tasks/get` of `handle` answered (`None`: no task, or an error): the
-    /// notification to send when the task changed, tagged with the listen `listen`. A task
-    /// that ended, or that no longer answers, is no longer watched.
+    /// What the caller's `tasks/get` of `handle` answered: the notification to send when the
+    /// task changed, tagged with the listen `listen`. A task that ended, or that is no longer
+    /// the caller's (the unknown-task answer), is no longer watched; a poll that failed
+    /// otherwise (a refusal, a timeout) changes nothing, and the next one tries again.
     pub(crate) fn observed(
         &mut self,
         handle: &str,
-        task: Option<&RawValue>,
+        polled: &Polled,
         listen: &RequestId,
     ) -> Option<Box<RawValue>> {
         let at = self.watched.iter().position(|(h, _)| h == handle)?;
-        let Some(task) = task else {
-            self.watched.remove(at);
-            return None;
+        let task = match polled {
+            Polled::Task(task) => task,
+            Polled::Gone => {
+                self.watched.remove(at);
+                return None;
+            }
+            Polled::Failed => return None,
         };
-        let state = detailed(task);
+        let state = detailed(task, handle);
         let text = state.to_string();
         let changed = self.watched[at].1 != text;
         match ended(&text) {
@@ -153,7 +238,6 @@ impl TaskWatch {
 /// send that task's status to that client's stream whoever owns it (and the id would be the
 /// backend's own, never a handle). `None`: not an object.
 pub(crate) fn listen_without_task_ids(params: &RawValue) -> Option<Box<RawValue>> {
-    use switchboard_wire::keys_fold_equal;
     let mut v: Value = serde_json::from_str(params.get()).ok()?;
     let members = v.as_object_mut()?;
     members.retain(|k, _| k == "notifications" || !keys_fold_equal(k, "notifications"));
@@ -175,13 +259,15 @@ fn ended(state: &str) -> bool {
     )
 }
 
-/// The `DetailedTask` of a `tasks/get` result: without its `resultType` and `_meta` (the
-/// notification carries the listen's tag instead).
-fn detailed(result: &RawValue) -> Value {
+/// The `DetailedTask` of a `tasks/get` result for `handle`: without its `resultType` and
+/// `_meta` (the notification carries the listen's tag instead), and naming the task by its
+/// handle whatever the backend wrote there.
+fn detailed(result: &RawValue, handle: &str) -> Value {
     let mut v: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
     if let Some(m) = v.as_object_mut() {
         m.remove("resultType");
         m.remove("_meta");
+        m.insert("taskId".into(), Value::String(handle.to_owned()));
     }
     v
 }
@@ -231,20 +317,54 @@ mod tests {
         let listen = RequestId::from_string("L");
         assert_eq!(w.initial(&listen).len(), 1, "where it is now");
         assert!(
-            w.observed("h", Some(&working), &listen).is_none(),
+            w.observed("h", &Polled::Task(working.clone()), &listen)
+                .is_none(),
             "unchanged"
         );
         let done = raw(
             json!({"taskId": "h", "status": "completed", "result": {"content": []},
             "resultType": "complete"}),
         );
-        let note = w.observed("h", Some(&done), &listen).unwrap();
+        let note = w
+            .observed("h", &Polled::Task(done.clone()), &listen)
+            .unwrap();
         let v: Value = serde_json::from_str(note.get()).unwrap();
         assert_eq!(v["status"], "completed");
         assert_eq!(v["_meta"][META_SUBSCRIPTION_ID], "L");
         assert!(v.get("resultType").is_none(), "{v}");
         assert!(w.is_empty());
-        assert!(w.observed("h", Some(&done), &listen).is_none());
+        assert!(w.observed("h", &Polled::Task(done), &listen).is_none());
+    }
+
+    #[test]
+    fn a_failed_poll_keeps_watching_and_an_unknown_task_is_let_go() {
+        let params = raw(json!({"notifications": {"taskIds": ["h", "g"]}}));
+        let mut w = TaskWatch::asked(Some(&params)).unwrap();
+        w.agree(
+            "h",
+            &raw(json!({"taskId": "backend-1", "status": "working"})),
+        );
+        w.agree("g", &raw(json!({"taskId": "g", "status": "working"})));
+        let listen = RequestId::from_string("L");
+        // The backend's own id never names the task: the handle does.
+        let now = w.initial(&listen);
+        let first: Value = serde_json::from_str(now[0].get()).unwrap();
+        assert_eq!(first["taskId"], "h", "{first}");
+        assert!(w.observed("h", &Polled::Failed, &listen).is_none());
+        assert_eq!(w.handles(), ["h", "g"]);
+        assert!(w.observed("g", &Polled::Gone, &listen).is_none());
+        assert_eq!(w.handles(), ["h"]);
+    }
+
+    #[test]
+    fn a_principal_watches_from_a_few_listens_at_most() {
+        let watchers = Watchers::default();
+        let alice = crate::Principal::anonymous();
+        let held: Vec<_> = (0..MAX_WATCHING).map(|_| watchers.take(&alice)).collect();
+        assert!(held.iter().all(Option::is_some));
+        assert!(watchers.take(&alice).is_none());
+        drop(held);
+        assert!(watchers.take(&alice).is_some());
     }
 
     #[test]
@@ -258,6 +378,14 @@ mod tests {
         assert_eq!(
             v["params"]["notifications"],
             json!({"toolsListChanged": true, "taskIds": ["h"]})
+        );
+        // A backend's own ids in an acknowledgement never reach the client.
+        let theirs = br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{"TaskIds":["raw-1"],"taskIds":["raw-2"]}}}"#;
+        let v: Value = serde_json::from_slice(&w.acknowledged(theirs).unwrap()).unwrap();
+        assert_eq!(
+            v["params"]["notifications"],
+            json!({"taskIds": ["h"]}),
+            "{v}"
         );
         let other = br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
         assert!(w.acknowledged(other).is_none());

@@ -344,3 +344,34 @@ async fn a_backend_error_goes_to_the_webhook() {
         );
     }
 }
+
+/// Task status on a listen comes from the caller's own `tasks/get`, checked as one: with a
+/// webhook that rejects every answer, a task's direct `tasks/get` is refused, and a listen
+/// asking for its status does not get it (the task is not acknowledged, so nothing of it is
+/// sent), where a poll past the guardrails would have acknowledged it and sent its state.
+#[tokio::test]
+async fn task_status_on_a_listen_is_checked_by_the_webhook() {
+    let hook = hook_server().await;
+    *hook.behaviour.lock() = Behaviour::Reject;
+    let dir = Dir::new("hook-watch");
+    let secret = dir.write("hook.key", &format!("{SECRET}\n"));
+    let (gw, _) = gateway(&dir, Mode::Run, &rules(&hook.url, "closed", &secret)).await;
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 30}});
+    let created = crate::vmcp::modern(&gw, json!(1), "tools/call", call, &[]).await;
+    let task = created.json()["result"]["taskId"].clone();
+    assert!(
+        task.as_str().is_some_and(|t| t.starts_with("sbt-")),
+        "{}",
+        created.text
+    );
+    let direct = crate::vmcp::modern(&gw, json!(2), "tasks/get", json!({"taskId": task}), &[]);
+    let direct = direct.await;
+    assert!(direct.text.contains("corp"), "refused: {}", direct.text);
+    let listen = crate::vmcp::modern_listen_declaring(&gw, json!({"taskIds": [task]})).await;
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        listen.bytes_stream(),
+    ));
+    let ack = crate::modern::next_message(&mut events).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"], json!({}), "{ack}");
+}
