@@ -247,6 +247,16 @@ impl Adapters<'_> {
 
 /// The extension's task (`CreateTaskResult`, `DetailedTask` header) from a Legacy `Task`.
 fn extension_task(task: &Value) -> Map<String, Value> {
+    task_header(task, ("ttl", "ttlMs"), ("pollInterval", "pollIntervalMs"))
+}
+
+/// A task's header in the other era's shape: the members both eras share, and its
+/// time-to-live (`null` when absent: unlimited) and poll interval renamed `from` → `to`.
+pub(super) fn task_header(
+    task: &Value,
+    ttl: (&str, &str),
+    poll: (&str, &str),
+) -> Map<String, Value> {
     let mut out = Map::new();
     for key in [
         "taskId",
@@ -260,11 +270,11 @@ fn extension_task(task: &Value) -> Map<String, Value> {
         }
     }
     out.insert(
-        "ttlMs".into(),
-        task.get("ttl").cloned().unwrap_or(Value::Null),
+        ttl.1.into(),
+        task.get(ttl.0).cloned().unwrap_or(Value::Null),
     );
-    if let Some(poll) = task.get("pollInterval") {
-        out.insert("pollIntervalMs".into(), poll.clone());
+    if let Some(v) = task.get(poll.0) {
+        out.insert(poll.1.into(), v.clone());
     }
     out
 }

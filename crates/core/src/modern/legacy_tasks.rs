@@ -49,26 +49,12 @@ pub(super) fn declaring_extension(params: &RawValue) -> Option<Box<RawValue>> {
 
 /// A Legacy `Task` from the extension's task (flat `CreateTaskResult` or `DetailedTask`).
 fn legacy_task(task: &Value) -> Value {
-    let mut out = Map::new();
-    for key in [
-        "taskId",
-        "status",
-        "statusMessage",
-        "createdAt",
-        "lastUpdatedAt",
-    ] {
-        if let Some(v) = task.get(key) {
-            out.insert(key.into(), v.clone());
-        }
-    }
-    out.insert(
-        "ttl".into(),
-        task.get("ttlMs").cloned().unwrap_or(Value::Null),
+    let header = super::bridged_tasks::task_header(
+        task,
+        ("ttlMs", "ttl"),
+        ("pollIntervalMs", "pollInterval"),
     );
-    if let Some(poll) = task.get("pollIntervalMs") {
-        out.insert("pollInterval".into(), poll.clone());
-    }
-    Value::Object(out)
+    Value::Object(header)
 }
 
 /// A Modern backend's answer to a task-augmented call, as a Legacy client gets it: a created
