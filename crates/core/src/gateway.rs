@@ -232,7 +232,8 @@ impl Gateway {
 
     /// Expires idle sessions every quarter TTL (in per-session mode, sessions whose listen
     /// stream is lost past its grace too) until `stop` fires; parked MRTR calls, idle
-    /// partitions and finished background work on their own clock (`reaper::run`).
+    /// partitions, finished background work and stale task questions on their own clock
+    /// (`reaper::run`).
     pub async fn run_reaper(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         let mut tick = self.registry.sessions.ttl() / 4;
         if self.is_per_session() {
@@ -242,6 +243,11 @@ impl Gateway {
             self.mrtr.reap_held_calls();
             self.mrtr.partitions.reap_in(&self.background);
             self.background.reap_finished();
+            // Task questions nobody answered in time are refused even when nothing else
+            // touches their backend.
+            for tables in self.registry.all_tables() {
+                tables.questions.sweep();
+            }
         };
         crate::reaper::run(tick, stop, held, || self.upkeep.reap_sessions()).await;
     }

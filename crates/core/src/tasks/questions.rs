@@ -264,6 +264,12 @@ impl TaskQuestions {
         self.inner.lock().drop_task(task);
     }
 
+    /// Refuses the questions held too long (the reaper's clock calls this; `hold` and
+    /// `pending` do too).
+    pub(crate) fn sweep(&self) {
+        self.inner.lock().sweep();
+    }
+
     /// Forgets everything without a word to the backend: it restarted, or was replaced, and
     /// the ids of what was held mean nothing to the process there now.
     pub(crate) fn forget_all(&self) {
