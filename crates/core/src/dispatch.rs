@@ -4,7 +4,8 @@
 //! | backend sends                                   | shared mode                                |
 //! |-------------------------------------------------|--------------------------------------------|
 //! | `ping` request                                  | answered `{}` by the gateway               |
-//! | sampling, elicitation, roots tagged with a sessionless caller's task | checked, held for the owner's `tasks/get` (`tasks::TaskQuestions`) |
+//! | sampling, elicitation, roots tagged with a task of a session's | checked, sent to that session's client; its answer goes back to this backend |
+//! | sampling, elicitation, roots tagged with a task the bridge runs for a Modern client | checked, held for the owner's `tasks/get` (`tasks::TaskQuestions`) |
 //! | any other request (sampling, elicitation, roots)| `-32601` back to the backend               |
 //! | `notifications/{tools,resources,prompts}/list_changed` | rebuilt without params, to every live session's listen stream |
 //! | `notifications/progress`                        | only the stream of the request whose gateway-minted token it carries, client token restored |
@@ -35,8 +36,8 @@ use serde_json::value::RawValue;
 use switchboard_upstream::{InboundSink, Upstream};
 use switchboard_wire::classify::META_SUBSCRIPTION_ID;
 use switchboard_wire::{
-    codes, encode_error, encode_notification, encode_result, method, object_member, ErrorObject,
-    Message, MessageKind, RequestId,
+    codes, encode_error, encode_notification, encode_request, encode_result, method, object_member,
+    ErrorObject, Message, MessageKind, RequestId,
 };
 
 use crate::registry::{BackendTables, Registry};
@@ -76,12 +77,13 @@ impl InboundSink for Dispatcher {
 }
 
 impl Dispatcher {
-    /// A question (sampling, elicitation, roots) tagged with a task: one whose owner has no
-    /// session is held for the owner's `tasks/get` when the task is one the bridge runs for a
-    /// Modern client (`TaskQuestion::hold`; any other is refused as in shared mode). A task not recorded yet (the answer that created
-    /// it is just ahead of this question, on its way to being recorded) is waited for
-    /// briefly, off the reader (at most [`MAX_WAITING`] at once, each within
-    /// [`RECORD_WAIT`]). `false`: not such a question (refused as any other).
+    /// A question (sampling, elicitation, roots) tagged with a task goes to the task's owner
+    /// (`TaskQuestion::route`): a session's client is asked, a sessionless owner's question
+    /// is held for its `tasks/get` when the bridge runs the task for a Modern client. A task
+    /// not recorded yet (the answer that created it is just ahead of this question, on its
+    /// way to being recorded) is waited for briefly, off the reader (at most [`MAX_WAITING`]
+    /// at once, each within [`RECORD_WAIT`]). `false`: not such a question (refused as any
+    /// other).
     fn task_question(&self, msg: &Message<'_>, id: &RequestId, backend: &Upstream) -> bool {
         let name = msg.method.unwrap_or_default();
         let task = crate::tasks::task_of(msg.params).filter(|_| QUESTIONS.contains(&name));
@@ -97,11 +99,11 @@ impl Dispatcher {
             params: msg.params.map(ToOwned::to_owned),
         };
         match self.tables.tasks.owner(&question.task) {
-            Some((Owner::Principal { .. }, handle)) => {
-                question.hold(&self.registry, &self.tables, backend, &handle);
+            Some(owner) => {
+                let at = (&*self.registry, &*self.tables, &self.backend);
+                question.route(Some(owner), at, backend);
                 true
             }
-            Some((Owner::Session(_), _)) => false,
             None => {
                 let runtime = tokio::runtime::Handle::try_current().ok();
                 let waiting = self.tables.questions.waiting(MAX_WAITING);
@@ -112,19 +114,8 @@ impl Dispatcher {
                 let (backend, backend_id) = (backend.clone(), self.backend.clone());
                 runtime.spawn(async move {
                     let _waiting = waiting;
-                    match tables.tasks.owner_soon(&question.task, RECORD_WAIT).await {
-                        Some((Owner::Principal { .. }, handle)) => {
-                            question.hold(&registry, &tables, &backend, &handle);
-                        }
-                        _ => {
-                            let why =
-                                "backend request refused: no client can answer it in shared mode";
-                            registry
-                                .drops
-                                .record_for(&backend_id, why, &question.method);
-                            question.refuse(&backend, &unanswerable());
-                        }
-                    }
+                    let owner = tables.tasks.owner_soon(&question.task, RECORD_WAIT).await;
+                    question.route(owner, (&registry, &tables, &backend_id), &backend);
                 });
                 true
             }
@@ -330,6 +321,9 @@ fn unanswerable() -> ErrorObject {
     )
 }
 
+/// A question's params, owned.
+type Params = Option<Box<RawValue>>;
+
 /// A backend's question about one of its tasks, owned (it may wait for the task's record).
 struct TaskQuestion {
     task: String,
@@ -341,29 +335,86 @@ struct TaskQuestion {
 }
 
 impl TaskQuestion {
-    /// Held for the task's owner (who knows it as `handle`), after the guardrails checked
-    /// it as the owner would see it; refused to the backend when a guardrail refuses it or
-    /// the table is full.
-    fn hold(self, registry: &Registry, tables: &BackendTables, backend: &Upstream, handle: &str) {
+    /// To the task's owner, if it has one (and the handle it knows the task by): held for a
+    /// sessionless owner's `tasks/get` (`hold`), sent to a session's client (`ask_session`);
+    /// with none, refused as in shared mode.
+    fn route(
+        self,
+        owner: Option<(Owner, String)>,
+        (registry, tables, backend_id): (&Registry, &BackendTables, &BackendId),
+        backend: &Upstream,
+    ) {
+        match owner {
+            Some((Owner::Principal { .. }, handle)) => {
+                self.hold(registry, tables, backend, &handle)
+            }
+            Some((Owner::Session(session), handle)) => {
+                self.ask_session(registry, backend, (&session, &handle));
+            }
+            None => {
+                let why = "backend request refused: no client can answer it in shared mode";
+                registry.drops.record_for(backend_id, why, &self.method);
+                self.refuse(backend, &unanswerable());
+            }
+        }
+    }
+
+    /// The params as the task's owner sees them (the task named by its `handle`), checked by
+    /// the guardrails; `None` when a guardrail refused them (the backend is told).
+    fn checked(&self, registry: &Registry, backend: &Upstream, handle: &str) -> Option<Params> {
         let exposed = (self.params.as_deref())
             .and_then(|p| crate::tasks::renamed(p.get(), &self.task, handle))
             .and_then(|p| RawValue::from_string(p).ok());
-        let params = exposed.as_deref().or(self.params.as_deref());
-        let checked;
-        let params = match registry.progress.vet(&self.method, params) {
-            crate::progress::Vetted::Pass => params,
-            crate::progress::Vetted::Replaced(p) => {
-                checked = p;
-                Some(&*checked)
-            }
+        let params = exposed.or_else(|| self.params.clone());
+        match registry.progress.vet(&self.method, params.as_deref()) {
+            crate::progress::Vetted::Pass => Some(params),
+            crate::progress::Vetted::Replaced(p) => Some(Some(p)),
             crate::progress::Vetted::Refused(guardrail) => {
-                return self.refuse(backend, &crate::progress::refusal(&guardrail));
+                self.refuse(backend, &crate::progress::refusal(&guardrail));
+                None
             }
+        }
+    }
+
+    /// Held for the task's sessionless owner; refused to the backend when a guardrail refuses
+    /// it or the table cannot take it.
+    fn hold(self, registry: &Registry, tables: &BackendTables, backend: &Upstream, handle: &str) {
+        let Some(params) = self.checked(registry, backend, handle) else {
+            return;
         };
-        let asked = (&self.id, self.method.as_str(), params);
+        let asked = (&self.id, self.method.as_str(), params.as_deref());
         let named = (self.task.as_str(), handle, self.epoch);
         if let Err(not_held) = tables.questions.hold(named, backend, asked) {
             self.refuse(backend, &not_held.error());
+        }
+    }
+
+    /// Sent to the client of the session owning the task, under a key of the gateway's (its
+    /// answer goes back to this backend under the backend's id, as a session's own process's
+    /// would: `per_session::client_response`); refused to the backend when a guardrail
+    /// refuses it or the session cannot take it.
+    fn ask_session(self, registry: &Registry, backend: &Upstream, (session, handle): (&str, &str)) {
+        let Some(params) = self.checked(registry, backend, handle) else {
+            return;
+        };
+        let key = format!("sbs-{}", crate::route::random_hex());
+        let request = encode_request(
+            &RequestId::from_string(&key),
+            &self.method,
+            params.as_deref(),
+        );
+        let line = Bytes::from(request);
+        let sessions = &registry.sessions;
+        if !sessions.deliver_task_question(session, backend, (&key, &self.id), line) {
+            registry.drops.record(
+                "task question with no client stream to carry it",
+                &self.method,
+            );
+            let err = ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "the client has no open stream to receive this request",
+            );
+            self.refuse(backend, &err);
         }
     }
 

@@ -236,19 +236,46 @@ impl Sessions {
         .unwrap_or(false)
     }
 
-    /// The client's answer to server request `key`: the own upstream that asked and its own
-    /// request id, taken out of the session. `Ok(None)`: no own upstream of the session
-    /// asked under that key (keys are minted per request).
+    /// Sends a shared `backend`'s request `id` about one of the session's tasks to its client,
+    /// under the gateway's `key` (`line`), remembering where the answer goes. `false`: the
+    /// session is gone, has [`MAX_SERVER_REQUESTS`] waiting, or has no stream to carry it.
+    pub(crate) fn deliver_task_question(
+        &self,
+        raw: &str,
+        backend: &Upstream,
+        (key, id): (&str, &RequestId),
+        line: Bytes,
+    ) -> bool {
+        self.with(raw, |s| {
+            if s.task_questions.len() >= MAX_SERVER_REQUESTS {
+                return false;
+            }
+            s.task_questions
+                .insert(key.to_owned(), (backend.clone(), id.clone()));
+            if deliver(s, line) {
+                return true;
+            }
+            s.task_questions.remove(key);
+            false
+        })
+        .unwrap_or(false)
+    }
+
+    /// The client's answer to server request `key`: the upstream that asked (the session's
+    /// own, or a shared one about the session's task) and its own request id, taken out of
+    /// the session. `Ok(None)`: nothing of the session asked under that key (keys are minted
+    /// per request).
     pub(crate) fn take_server_request(
         &self,
         raw: &str,
         key: &str,
     ) -> Result<Option<(Upstream, RequestId)>, CoreError> {
         self.with(raw, |s| {
-            s.own.values_mut().find_map(|own| {
+            let own = s.own.values_mut().find_map(|own| {
                 let id = own.server_requests.remove(key)?;
                 Some((own.handle.clone(), id))
-            })
+            });
+            own.or_else(|| s.task_questions.remove(key))
         })
     }
 

@@ -119,26 +119,37 @@ async fn the_fixture_runs_2025_11_25_tasks() {
     assert_eq!(status["status"], "failed", "{status}");
 }
 
-/// One round of input inside a task: with a process of its own (per-session, so the
-/// fixture's question can reach the session), `confirm_delete` as a task asks the client on
-/// the session's listen stream, tagged with the task, while `tasks/get` says
-/// `input_required`; the answer lets it finish.
+/// One round of input inside a task: with a process of its own (per-session), and on the
+/// shared process (where the gateway sends a question tagged with a session's task to that
+/// session, under the task's handle), `confirm_delete` as a task asks the client on the
+/// session's listen stream, tagged with the task, while `tasks/get` says `input_required`;
+/// the answer lets it finish.
 #[tokio::test]
 async fn a_fixture_task_asks_its_client_for_input() {
-    let gw = TestGateway::start(&["--isolation", "per-session"]).await;
+    asks_its_client_for_input(&["--isolation", "per-session"]).await;
+    asks_its_client_for_input(&[]).await;
+}
+
+async fn asks_its_client_for_input(args: &[&str]) {
+    let gw = TestGateway::start(args).await;
     let (sid, _) = session(&gw, json!({"elicitation": {}})).await;
     let mut listen = Listener::open(&gw, &sid, None).await;
     // The question may travel on the call's own stream (still open when the job asks) or,
     // after it, on the session's listen stream.
-    let params = json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"},
-        "task": {"ttl": 60000}});
-    let mut call = open_call(&gw, &sid, request("tools/call", params)).await;
     let (mut task, mut question) = (Value::Null, Value::Null);
-    while task.is_null() {
-        let msg = next(&mut call).await;
-        match msg["method"].is_string() {
-            true => question = msg,
-            false => task = msg["result"]["task"].clone(),
+    if args.is_empty() {
+        // Shared: the call is answered as plain JSON; the question comes on the listen.
+        task = create(&gw, &sid, "confirm_delete", json!({"filename": "a.txt"})).await;
+    } else {
+        let params = json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"},
+            "task": {"ttl": 60000}});
+        let mut call = open_call(&gw, &sid, request("tools/call", params)).await;
+        while task.is_null() {
+            let msg = next(&mut call).await;
+            match msg["method"].is_string() {
+                true => question = msg,
+                false => task = msg["result"]["task"].clone(),
+            }
         }
     }
     if question.is_null() {
