@@ -150,7 +150,9 @@ impl TaskQuestions {
     pub(crate) fn expect(&self, task: &str, owner: &Owner) -> bool {
         let mut inner = self.inner.lock();
         inner.sweep();
-        if inner.by_task.len() >= MAX_TASKS {
+        // Full: the longest-idle task with no question waiting makes room (so tasks idle in
+        // one owner's hands do not shut out everyone else's); with none, the new one waits.
+        if inner.by_task.len() >= MAX_TASKS && !inner.make_room() {
             return false;
         }
         inner.drop_task(task);
@@ -284,6 +286,22 @@ impl TaskQuestions {
 }
 
 impl Inner {
+    /// Forgets the longest-idle expected task with no question waiting; `false`: every one
+    /// has a question waiting.
+    fn make_room(&mut self) -> bool {
+        let idle = (self.by_task.iter())
+            .filter(|(_, e)| e.questions.is_empty())
+            .min_by_key(|(_, e)| e.since)
+            .map(|(t, _)| t.clone());
+        match idle {
+            Some(task) => {
+                self.drop_task(&task);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Forgets `task` and its owner's index row, refusing its waiting questions.
     fn drop_task(&mut self, task: &str) {
         let Some(expected) = self.by_task.remove(task) else {
