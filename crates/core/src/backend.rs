@@ -59,6 +59,19 @@ pub struct BackendInfo {
     pub era: BackendEra,
 }
 
+impl BackendInfo {
+    /// Offers no tasks: neither the 2025-11-25 `tasks` capability nor the Tasks extension
+    /// (a backend with replicas keeps none: `destination::Route::keeps_tasks`).
+    pub fn without_tasks(&mut self) {
+        if let Some(caps) = self.capabilities.as_object_mut() {
+            caps.remove("tasks");
+            if let Some(ext) = caps.get_mut("extensions").and_then(Value::as_object_mut) {
+                ext.remove(crate::tasks::EXTENSION);
+            }
+        }
+    }
+}
+
 /// A connected shared backend.
 #[derive(Debug, Clone)]
 pub struct Backend {

@@ -459,10 +459,15 @@ pub(crate) fn discover(id: &RequestId, info: &crate::BackendInfo) -> Answer {
 
 /// The client talks to the gateway, which serves every version in `version::supported()`
 /// (Legacy ones through sessions): discovery says so, consistently with the gateway's own
-/// `-32022` answers. Everything else in the backend's result passes through.
-fn discover_passthrough(id: &RequestId, answer: &BackendResponse) -> Answer {
+/// `-32022` answers. Everything else in the backend's result passes through, but for the Tasks
+/// extension of a backend that keeps no tasks (`tasks`: false; one with replicas).
+fn discover_passthrough(id: &RequestId, answer: &BackendResponse, tasks: bool) -> Answer {
     let versions = json!(version::supported()).to_string();
-    let result = serde_json::value::RawValue::from_string(answer.payload().to_owned()).ok();
+    let payload = match tasks {
+        true => answer.payload().to_owned(),
+        false => without_tasks_extension(answer.payload()),
+    };
+    let result = serde_json::value::RawValue::from_string(payload).ok();
     match result
         .as_deref()
         .and_then(|r| with_member(r, "supportedVersions", &versions))
@@ -473,6 +478,20 @@ fn discover_passthrough(id: &RequestId, answer: &BackendResponse) -> Answer {
         },
         None => passthrough(id, answer),
     }
+}
+
+/// A discovery result without the Tasks extension among its capabilities.
+fn without_tasks_extension(result: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<Value>(result) else {
+        return result.to_owned();
+    };
+    let extensions = (v.get_mut("capabilities"))
+        .and_then(|c| c.get_mut("extensions"))
+        .and_then(Value::as_object_mut);
+    if let Some(ext) = extensions {
+        ext.remove(crate::tasks::EXTENSION);
+    }
+    v.to_string()
 }
 
 fn passthrough(id: &RequestId, answer: &BackendResponse) -> Answer {

@@ -71,6 +71,9 @@ pub(crate) async fn start(
     let set = Replicated::new(members)?;
     let mut backend = connected.swap_remove(0);
     backend.handle = Upstream::Replicated(set);
+    // Its tasks would live in one process and their follow-ups reach any: it keeps none, so
+    // it offers none to clients.
+    backend.info.without_tasks();
     Ok(Started {
         backend,
         internal: None,

@@ -242,8 +242,7 @@ impl Adapters<'_> {
                     let mut result = detailed["result"].clone();
                     if let Some(m) = result.as_object_mut() {
                         m.remove("resultType");
-                        let meta = m.entry("_meta").or_insert_with(|| json!({}));
-                        meta[META_RELATED_TASK] = json!({"taskId": ask.task});
+                        tag_related(m, ask.task);
                     }
                     return Ok(encode_result(id, &result.to_string()));
                 }
@@ -302,8 +301,7 @@ impl Adapters<'_> {
             }
             let mut params = request.get("params").cloned().unwrap_or(json!({}));
             if let Some(p) = params.as_object_mut() {
-                let meta = p.entry("_meta").or_insert_with(|| json!({}));
-                meta[META_RELATED_TASK] = json!({"taskId": handle});
+                tag_related(p, handle);
             }
             let params = RawValue::from_string(params.to_string()).ok();
             // The backend's question is checked by the guardrails before the client sees it;
@@ -347,6 +345,18 @@ struct TaskCall<'a> {
     task: &'a str,
 }
 
+/// Tags `object` with the related task `task` in its `_meta` (a backend's `_meta` that is no
+/// object is replaced: indexing into it would panic).
+fn tag_related(object: &mut Map<String, Value>, task: &str) {
+    let meta = object.entry("_meta").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert(META_RELATED_TASK.into(), json!({ "taskId": task }));
+    }
+}
+
 /// A failed task's error (its `error`), as a JSON-RPC error object.
 fn error_of(detailed: &Value) -> ErrorObject {
     let error = &detailed["error"];
@@ -362,5 +372,21 @@ fn error_of(detailed: &Value) -> ErrorObject {
     match error.get("data") {
         Some(data) => err.with_data(data.clone()),
         None => err,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_meta_that_is_no_object_is_replaced_not_indexed() {
+        let mut result = json!({"content": [], "_meta": "x"});
+        let m = result.as_object_mut().unwrap();
+        tag_related(m, "h");
+        assert_eq!(result["_meta"], json!({META_RELATED_TASK: {"taskId": "h"}}));
+        let mut kept = json!({"_meta": {"k": 1}});
+        tag_related(kept.as_object_mut().unwrap(), "h");
+        assert_eq!(kept["_meta"]["k"], 1);
     }
 }

@@ -88,7 +88,7 @@ impl Adapters<'_> {
         }
         let sealing = relayed && marks.input_required();
         if name == method::DISCOVER && !answer.is_error() {
-            return Ok(discover_passthrough(id, &answer));
+            return Ok(discover_passthrough(id, &answer, route.keeps_tasks()));
         }
         let answer = match self.resolver.vmcp {
             // Aggregating: the result speaks for the virtual server, not one backend.

@@ -252,7 +252,17 @@ async fn a_task_augmented_call_to_a_backend_with_replicas_is_refused() {
         "name":"slow_compute","arguments":{"seconds":0.1,"label":"t"},"task":{"ttl":60000}}});
     let dir = Dir::new("backend-replicas-tasks");
     let gw = replicated(&dir, 2).await;
-    let sid = gw.session().await;
+    // It offers no tasks either: neither the capability nor the extension.
+    let (sid, init) = gw.session_with_version("2025-11-25").await;
+    let caps = &init["result"]["capabilities"];
+    assert!(caps.get("tasks").is_none(), "{init}");
+    let discover = crate::modern::modern(&gw, json!(9), "server/discover", json!({}), &[]).await;
+    let extensions = &discover.json()["result"]["capabilities"]["extensions"];
+    assert!(
+        extensions.get("io.modelcontextprotocol/tasks").is_none(),
+        "{}",
+        discover.text
+    );
     let r = gw.post(Some(&sid), &call).await.json();
     assert_eq!(r["error"]["code"], -32602, "{r}");
     let message = r["error"]["message"].as_str().unwrap_or_default();
@@ -261,7 +271,11 @@ async fn a_task_augmented_call_to_a_backend_with_replicas_is_refused() {
     // The same call to one replica creates a task (the refusal is about replicas only).
     let dir = Dir::new("backend-replica-tasks");
     let gw = replicated(&dir, 1).await;
-    let sid = gw.session().await;
+    let (sid, init) = gw.session_with_version("2025-11-25").await;
+    assert!(
+        init["result"]["capabilities"]["tasks"].is_object(),
+        "{init}"
+    );
     let r = gw.post(Some(&sid), &call).await.json();
     assert_eq!(r["result"]["task"]["status"], "working", "{r}");
 }
