@@ -63,7 +63,7 @@ pub(crate) const QUESTIONS: &[&str] =
 pub(crate) const STATUS: &str = "notifications/tasks/status";
 
 mod expose;
-mod questions;
+pub(crate) mod questions;
 pub(crate) mod watch;
 pub(crate) use expose::{created_in, renamed, renamed_answer};
 pub(crate) use questions::TaskQuestions;

@@ -114,7 +114,8 @@ impl Adapters<'_> {
         let tables = self.sender.registry.tables(&route.backend);
         // Expected before it is recorded: a question about it may be on its way already.
         if let Some(id) = task["taskId"].as_str() {
-            tables.questions.expect(id, &owner);
+            let answers = crate::tasks::questions::answerable(msg.params);
+            tables.questions.expect(id, &owner, answers);
         }
         tables.tasks.record(&owner, answer.payload(), sent);
         let mut flat = extension_task(task);

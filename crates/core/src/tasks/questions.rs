@@ -55,6 +55,8 @@ pub(crate) enum NotHeld {
     TooMany,
     /// The request names its task in two ways, or its params are unreadable.
     Unreadable,
+    /// The task's client did not declare it can answer this request.
+    NotDeclared,
 }
 
 impl NotHeld {
@@ -64,6 +66,7 @@ impl NotHeld {
             NotHeld::NotExpected => "Method not found: no client can answer this task's request",
             NotHeld::TooMany => "Too many questions waiting for this task's client",
             NotHeld::Unreadable => "Invalid request: the task it concerns is unclear",
+            NotHeld::NotDeclared => "The task's client did not declare it can answer this request",
         };
         let code = match self {
             NotHeld::NotExpected => codes::METHOD_NOT_FOUND,
@@ -97,6 +100,8 @@ struct Inner {
 #[derive(Debug)]
 struct Expected {
     owner: Owner,
+    /// The requests its client declared it can answer.
+    answers: Vec<&'static str>,
     questions: Vec<Question>,
     /// Where the answers go (set with the first question).
     backend: Option<Upstream>,
@@ -147,7 +152,9 @@ impl TaskQuestions {
     /// `task` is one the bridge runs for `owner`: its questions will be held. Called before
     /// the task is recorded, so a question racing the record finds it expected. `false`: the
     /// backend has [`MAX_TASKS`] expected already (its questions will be refused).
-    pub(crate) fn expect(&self, task: &str, owner: &Owner) -> bool {
+    /// `answers`: the requests the owner's client declared it can answer
+    /// (`answerable`); any other is refused to the backend.
+    pub(crate) fn expect(&self, task: &str, owner: &Owner, answers: Vec<&'static str>) -> bool {
         let mut inner = self.inner.lock();
         inner.sweep();
         // Full: the longest-idle task with no question waiting makes room (so tasks idle in
@@ -160,6 +167,7 @@ impl TaskQuestions {
             task.to_owned(),
             Expected {
                 owner: owner.clone(),
+                answers,
                 questions: Vec::new(),
                 backend: None,
                 next: 1,
@@ -204,6 +212,9 @@ impl TaskQuestions {
         let Some(expected) = inner.by_task.get_mut(task) else {
             return Err(NotHeld::NotExpected);
         };
+        if !expected.answers.contains(&method) {
+            return Err(NotHeld::NotDeclared);
+        }
         if !room || expected.questions.len() >= MAX_PER_TASK {
             return Err(NotHeld::TooMany);
         }
@@ -353,6 +364,27 @@ impl Inner {
     }
 }
 
+/// The requests a Modern request's client declared it can answer (its `_meta` client
+/// capabilities: `elicitation`, `sampling`, `roots`).
+pub(crate) fn answerable(params: Option<&RawValue>) -> Vec<&'static str> {
+    use switchboard_wire::{classify::META_CLIENT_CAPABILITIES, object_member};
+    let caps = params
+        .and_then(|p| object_member(p, "_meta"))
+        .and_then(|m| object_member(m, META_CLIENT_CAPABILITIES))
+        .and_then(|c| serde_json::from_str::<Value>(c.get()).ok())
+        .unwrap_or(Value::Null);
+    let declared = |k: &str| caps.get(k).is_some_and(|v| !v.is_null());
+    [
+        ("elicitation", "elicitation/create"),
+        ("sampling", "sampling/createMessage"),
+        ("roots", "roots/list"),
+    ]
+    .into_iter()
+    .filter(|(cap, _)| declared(cap))
+    .map(|(_, method)| method)
+    .collect()
+}
+
 /// Tells the backend `questions` will get no answer.
 fn refuse(expected: &Expected, questions: &[Question], why: &'static str) {
     let Some(backend) = &expected.backend else {
@@ -376,6 +408,20 @@ fn names_only(params: &Value, handle: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    const ALL: &[&str] = &["elicitation/create", "sampling/createMessage", "roots/list"];
+
+    #[tokio::test]
+    async fn a_question_the_client_cannot_answer_is_refused() {
+        let q = TaskQuestions::default();
+        let caps = json!({"_meta": {switchboard_wire::classify::META_CLIENT_CAPABILITIES:
+            {"sampling": {}, "roots": null}}});
+        let caps = RawValue::from_string(caps.to_string()).unwrap();
+        assert_eq!(answerable(Some(&caps)), ["sampling/createMessage"]);
+        assert!(q.expect("t1", &owner("alice"), answerable(Some(&caps))));
+        assert_eq!(ask(&q, "t1", 1), Err(NotHeld::NotDeclared));
+        assert_eq!(q.pending("t1", &owner("alice")), None);
+    }
 
     /// A backend handle that takes every line and sends nothing anywhere.
     fn backend() -> Upstream {
@@ -419,7 +465,7 @@ mod tests {
         let q = TaskQuestions::default();
         let (alice, bob) = (owner("alice"), owner("bob"));
         assert_eq!(ask(&q, "t1", 1), Err(NotHeld::NotExpected));
-        assert!(q.expect("t1", &alice));
+        assert!(q.expect("t1", &alice, ALL.to_vec()));
         assert_eq!(ask(&q, "t1", 1), Ok(()));
         let shown = q.pending("t1", &alice).unwrap();
         assert_eq!(shown["q1"]["method"], "elicitation/create", "{shown}");
@@ -436,7 +482,7 @@ mod tests {
         assert_eq!(ask(&q, "t1", 2), Ok(()));
         let before = q.epoch();
         q.forget_all();
-        assert!(q.expect("t1", &alice));
+        assert!(q.expect("t1", &alice, ALL.to_vec()));
         let raw = RawValue::from_string(
             json!({"_meta": {META_RELATED_TASK: {"taskId": "h"}}}).to_string(),
         )
@@ -456,7 +502,7 @@ mod tests {
     #[tokio::test]
     async fn a_question_naming_its_task_twice_is_refused() {
         let q = TaskQuestions::default();
-        assert!(q.expect("t1", &owner("alice")));
+        assert!(q.expect("t1", &owner("alice"), ALL.to_vec()));
         let other = json!({"_meta": {META_RELATED_TASK: {"taskId": "backend-9"}}});
         assert_eq!(ask_naming(&q, "t1", other, 1), Err(NotHeld::Unreadable));
         let both = json!({"taskId": "backend-9", "_meta": {META_RELATED_TASK: {"taskId": "h"}}});
@@ -468,14 +514,14 @@ mod tests {
     async fn bounds_hold_per_task_and_per_owner() {
         let q = TaskQuestions::default();
         let alice = owner("alice");
-        assert!(q.expect("t0", &alice));
+        assert!(q.expect("t0", &alice, ALL.to_vec()));
         for n in 0..MAX_PER_TASK {
             assert_eq!(ask(&q, "t0", n as u32), Ok(()));
         }
         assert_eq!(ask(&q, "t0", 999), Err(NotHeld::TooMany));
         // An owner's next expected task beyond its bound makes it forget its oldest.
         for n in 1..=MAX_PER_OWNER {
-            assert!(q.expect(&format!("t{n}"), &alice));
+            assert!(q.expect(&format!("t{n}"), &alice, ALL.to_vec()));
         }
         assert_eq!(q.pending("t0", &alice), None);
         assert_eq!(ask(&q, "t0", 1000), Err(NotHeld::NotExpected));

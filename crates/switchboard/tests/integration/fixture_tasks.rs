@@ -268,10 +268,15 @@ async fn a_legacy_client_polls_a_task_a_modern_backend_created() {
 }
 
 /// A Modern request declaring the Tasks extension (and elicitation), with its headers.
-async fn modern(gw: &TestGateway, method: &str, mut params: Value) -> Reply {
+async fn modern(gw: &TestGateway, method: &str, params: Value) -> Reply {
+    let caps = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
+    modern_declaring(gw, method, params, caps).await
+}
+
+/// A Modern request declaring client capabilities `caps`, with its headers.
+async fn modern_declaring(gw: &TestGateway, method: &str, mut params: Value, caps: Value) -> Reply {
     params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities":
-            {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}});
+        "io.modelcontextprotocol/clientCapabilities": caps});
     let name = (params["name"].as_str())
         .or(params["taskId"].as_str())
         .map(str::to_owned);
@@ -444,4 +449,28 @@ async fn per_session_mode_runs_a_task_only_when_asked() {
     let asked = json!({"name": "slow_compute", "arguments": {"seconds": 0.05}, "task": {}});
     let v = modern(&gw, "tools/call", asked).await.json();
     assert_eq!(v["result"]["resultType"], "task", "{v}");
+}
+
+/// A task's question the Modern client did not declare it can answer (no `elicitation`) is
+/// refused to the backend, never shown as `inputRequests`: the fixture's task then ends on
+/// its own terms.
+#[tokio::test]
+async fn a_question_the_modern_client_cannot_answer_is_refused() {
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    let gw = TestGateway::start_with(&[], &[sb, "fixture", "--era", "legacy"]).await;
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let call = json!({"name": "confirm_delete", "arguments": {"filename": "d.txt"}});
+    let created = modern_declaring(&gw, "tools/call", call, caps).await.json();
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let handle = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let done = modern_poll(&gw, &handle, &["completed", "failed", "input_required"]).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = tool_text(&json!({"result": done["result"]})).to_owned();
+    assert_eq!(
+        text, "client answered elicitation/create with an error",
+        "{done}"
+    );
 }
