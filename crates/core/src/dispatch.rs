@@ -344,6 +344,9 @@ impl TaskQuestion {
         (registry, tables, backend_id): (&Registry, &BackendTables, &BackendId),
         backend: &Upstream,
     ) {
+        // Asked by a process the backend has replaced since (its tasks forgotten): its task
+        // ids may name someone else's task now.
+        let owner = owner.filter(|_| self.epoch == tables.questions.epoch());
         match owner {
             Some((Owner::Principal { .. }, handle)) => {
                 self.hold(registry, tables, backend, &handle)
@@ -365,7 +368,16 @@ impl TaskQuestion {
         let exposed = (self.params.as_deref())
             .and_then(|p| crate::tasks::renamed(p.get(), &self.task, handle))
             .and_then(|p| RawValue::from_string(p).ok());
-        let params = exposed.or_else(|| self.params.clone());
+        // Named by its handle and nothing else, or not at all: never the backend's ids.
+        let named = crate::tasks::questions::names_only_raw;
+        let Some(params) = exposed.filter(|p| named(p, handle)) else {
+            self.refuse(
+                backend,
+                &crate::tasks::questions::NotHeld::Unreadable.error(),
+            );
+            return None;
+        };
+        let params = Some(params);
         match registry.progress.vet(&self.method, params.as_deref()) {
             crate::progress::Vetted::Pass => Some(params),
             crate::progress::Vetted::Replaced(p) => Some(Some(p)),
@@ -394,10 +406,28 @@ impl TaskQuestion {
     /// would: `per_session::client_response`); refused to the backend when a guardrail
     /// refuses it or the session cannot take it.
     fn ask_session(self, registry: &Registry, backend: &Upstream, (session, handle): (&str, &str)) {
+        // Only what the client declared it can answer (as the gateway's own questions).
+        let caps = registry.sessions.client_caps(session).unwrap_or_default();
+        let declared = match self.method.as_str() {
+            "elicitation/create" => caps.elicitation,
+            "sampling/createMessage" => caps.sampling,
+            _ => caps.roots,
+        };
+        if !declared {
+            return self.refuse(
+                backend,
+                &crate::tasks::questions::NotHeld::NotDeclared.error(),
+            );
+        }
         let Some(params) = self.checked(registry, backend, handle) else {
             return;
         };
-        let key = format!("sbs-{}", crate::route::random_hex());
+        // Named for this replica: the client's answer may reach another (`answer_home`).
+        let prefix = crate::client_ask::TASK_QUESTION_PREFIX;
+        let key = match registry.replica_id() {
+            Some(replica) => format!("{prefix}{replica}-{}", crate::route::random_hex()),
+            None => format!("{prefix}{}", crate::route::random_hex()),
+        };
         let request = encode_request(
             &RequestId::from_string(&key),
             &self.method,

@@ -131,6 +131,11 @@ impl Registry {
         })
     }
 
+    /// This replica's name, when there are replicas.
+    pub(crate) fn replica_id(&self) -> Option<&str> {
+        self.replica.get().map(String::as_str)
+    }
+
     /// Names this replica in the task handles minted from now on (`GatewayConfig::registry`,
     /// before any backend's tables exist).
     pub(crate) fn at_replica(&self, replica: &str) {

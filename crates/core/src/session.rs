@@ -137,7 +137,7 @@ struct Session {
     own: HashMap<BackendId, OwnBackend>,
     /// A shared backend's questions about this session's tasks, by the key each went to the
     /// client under: the backend that asked, and its id for the question (`dispatch`).
-    task_questions: HashMap<String, (switchboard_upstream::Upstream, switchboard_wire::RequestId)>,
+    task_questions: own::TaskQuestionsAsked,
     /// A set with per-session backends: one gate per backend whose own upstream the session
     /// is opening (`per_session::lazy`), so concurrent first requests open one.
     opening: HashMap<BackendId, Arc<tokio::sync::Mutex<()>>>,
@@ -205,7 +205,7 @@ impl Session {
             in_flight: HashMap::new(),
             tasks,
             own: HashMap::new(),
-            task_questions: HashMap::new(),
+            task_questions: Default::default(),
             initializing: false,
             opening: HashMap::new(),
             client_init: None,

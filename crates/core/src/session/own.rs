@@ -53,6 +53,25 @@ impl OwnBackend {
 /// Most outstanding server→client requests per session; more are refused to the backend.
 const MAX_SERVER_REQUESTS: usize = 256;
 
+/// A shared backend's questions about a session's tasks, by the key each went to the client
+/// under: the backend that asked and its id for the question. The session owns them: one
+/// still unanswered when it ends is answered to the backend with an error then, so the
+/// backend is never left waiting on a client that is gone.
+#[derive(Debug, Default)]
+pub(crate) struct TaskQuestionsAsked(HashMap<String, (Upstream, RequestId)>);
+
+impl Drop for TaskQuestionsAsked {
+    fn drop(&mut self) {
+        let err = switchboard_wire::ErrorObject::new(
+            switchboard_wire::codes::INTERNAL_ERROR,
+            "The session ended before its client answered",
+        );
+        for (backend, id) in self.0.values() {
+            let _ = backend.try_send_line(switchboard_wire::encode_error(Some(id), &err));
+        }
+    }
+}
+
 impl Sessions {
     /// Puts `own` in the session as its own upstream on `backend`. Returns the one it
     /// replaces, to drop outside the table lock. A session that ended takes nothing (`own` is
@@ -247,15 +266,16 @@ impl Sessions {
         line: Bytes,
     ) -> bool {
         self.with(raw, |s| {
-            if s.task_questions.len() >= MAX_SERVER_REQUESTS {
+            if s.task_questions.0.len() >= MAX_SERVER_REQUESTS {
                 return false;
             }
             s.task_questions
+                .0
                 .insert(key.to_owned(), (backend.clone(), id.clone()));
             if deliver(s, line) {
                 return true;
             }
-            s.task_questions.remove(key);
+            s.task_questions.0.remove(key);
             false
         })
         .unwrap_or(false)
@@ -275,7 +295,7 @@ impl Sessions {
                 let id = own.server_requests.remove(key)?;
                 Some((own.handle.clone(), id))
             });
-            own.or_else(|| s.task_questions.remove(key))
+            own.or_else(|| s.task_questions.0.remove(key))
         })
     }
 

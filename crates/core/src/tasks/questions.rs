@@ -373,7 +373,7 @@ pub(crate) fn answerable(params: Option<&RawValue>) -> Vec<&'static str> {
         .and_then(|m| object_member(m, META_CLIENT_CAPABILITIES))
         .and_then(|c| serde_json::from_str::<Value>(c.get()).ok())
         .unwrap_or(Value::Null);
-    let declared = |k: &str| caps.get(k).is_some_and(|v| !v.is_null());
+    let declared = |k: &str| caps.get(k).is_some_and(Value::is_object);
     [
         ("elicitation", "elicitation/create"),
         ("sampling", "sampling/createMessage"),
@@ -399,6 +399,11 @@ fn refuse(expected: &Expected, questions: &[Question], why: &'static str) {
 /// Whether `params`, as the owner will read them, name the task by its `handle` and nothing
 /// else: no `taskId` of their own, and no other id left in the related-task tag (a backend
 /// repeating the tag with another of its ids would otherwise show that id to the owner).
+/// [`names_only`] of raw params.
+pub(crate) fn names_only_raw(params: &RawValue, handle: &str) -> bool {
+    serde_json::from_str::<Value>(params.get()).is_ok_and(|v| names_only(&v, handle))
+}
+
 fn names_only(params: &Value, handle: &str) -> bool {
     let tagged = &params["_meta"][META_RELATED_TASK]["taskId"];
     params.get("taskId").is_none() && tagged.as_str() == Some(handle)
@@ -415,7 +420,7 @@ mod tests {
     async fn a_question_the_client_cannot_answer_is_refused() {
         let q = TaskQuestions::default();
         let caps = json!({"_meta": {switchboard_wire::classify::META_CLIENT_CAPABILITIES:
-            {"sampling": {}, "roots": null}}});
+            {"sampling": {}, "roots": null, "elicitation": false}}});
         let caps = RawValue::from_string(caps.to_string()).unwrap();
         assert_eq!(answerable(Some(&caps)), ["sampling/createMessage"]);
         assert!(q.expect("t1", &owner("alice"), answerable(Some(&caps))));

@@ -237,3 +237,28 @@ async fn a_gone_replicas_handle_is_the_eras_unknown_task() {
     assert_eq!(unknown.status, StatusCode::OK, "{}", unknown.text);
     assert_eq!((gone.status, gone.text), (unknown.status, unknown.text));
 }
+
+/// A shared backend's question about a session's task goes to that session's client under a
+/// key naming the replica that asked: the client's answer, posted through the other replica,
+/// is handed over there, reaches the backend, and the task finishes with it.
+#[tokio::test]
+async fn a_task_question_answered_through_the_other_replica_reaches_its_backend() {
+    let Some(redis) = Redis::start_or_skip("task_question_other_replica").await else {
+        return;
+    };
+    let (a, b) = forwarding_pair_with(&redis, &[], &[]).await;
+    let (sid, _) = crate::fixture_tasks::session(&a, json!({"elicitation": {}})).await;
+    let mut listen = crate::common::Listener::open(&a, &sid, None).await;
+    let name = "confirm_delete";
+    let task = crate::fixture_tasks::create(&a, &sid, name, json!({"filename": "r.txt"})).await;
+    let question = listen.next().await.data;
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"confirm": true}}});
+    let posted = b.post(Some(&sid), &answer).await;
+    assert_eq!(posted.status, StatusCode::ACCEPTED, "{}", posted.text);
+    let result = json!({"jsonrpc": "2.0", "id": "r", "method": "tasks/result",
+        "params": {"taskId": task["taskId"]}});
+    let done = a.post(Some(&sid), &result).await.json();
+    assert_eq!(crate::common::tool_text(&done), "Deleted r.txt", "{done}");
+}
