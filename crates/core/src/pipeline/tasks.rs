@@ -113,7 +113,7 @@ impl Gateway {
         if !crate::tasks::extension_declared(Some(params)) {
             return Ok(Answer::error(id, &crate::tasks::missing_extension()));
         }
-        let watching = self.registry.watchers.take(ex.caller);
+        let mut watching = self.registry.watchers.take(ex.caller);
         let mut watch = self.agreed(&ex, params, watching.is_some()).await;
         let stripped = crate::tasks::watch::listen_without_task_ids(params)
             .ok_or(CoreError::InvalidParams("params must be an object"))?;
@@ -141,7 +141,13 @@ impl Gateway {
                     }
                     if ack && !acked {
                         acked = true;
-                        self.send_notes(&client, watch.initial(id)).await;
+                        let notes = watch.initial(id);
+                        // Watching nothing (any more), it holds none of its principal's
+                        // places: given back before its last status goes out.
+                        if watch.is_empty() {
+                            watching.take();
+                        }
+                        self.send_notes(&client, notes).await;
                     }
                 }
                 answer = &mut listening => {
@@ -154,6 +160,7 @@ impl Gateway {
                 _ = tick.tick(), if acked && !watch.is_empty() => {
                     if lapsed(ex.caller) {
                         watch.stop();
+                        watching.take();
                         continue;
                     }
                     let handles = watch.handles();
@@ -162,6 +169,9 @@ impl Gateway {
                     let notes = (handles.iter().zip(&polled))
                         .filter_map(|(h, p)| watch.observed(h, p, id))
                         .collect();
+                    if watch.is_empty() {
+                        watching.take();
+                    }
                     self.send_notes(&client, notes).await;
                 }
             }

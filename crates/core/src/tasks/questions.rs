@@ -297,13 +297,27 @@ impl TaskQuestions {
 }
 
 impl Inner {
-    /// Forgets the longest-idle expected task with no question waiting; `false`: every one
-    /// has a question waiting.
+    /// Forgets an expected task with no question waiting: the oldest of the owner holding the
+    /// most (so one owner's many tasks give way before anyone else's), else the longest-idle
+    /// of all; `false`: every one has a question waiting.
     fn make_room(&mut self) -> bool {
-        let idle = (self.by_task.iter())
-            .filter(|(_, e)| e.questions.is_empty())
-            .min_by_key(|(_, e)| e.since)
-            .map(|(t, _)| t.clone());
+        let idle_of = |inner: &Inner, tasks: &VecDeque<String>| {
+            (tasks.iter())
+                .find(|t| {
+                    inner
+                        .by_task
+                        .get(*t)
+                        .is_some_and(|e| e.questions.is_empty())
+                })
+                .cloned()
+        };
+        let busiest = self.by_owner.values().max_by_key(|tasks| tasks.len());
+        let idle = busiest.and_then(|tasks| idle_of(self, tasks)).or_else(|| {
+            (self.by_task.iter())
+                .filter(|(_, e)| e.questions.is_empty())
+                .min_by_key(|(_, e)| e.since)
+                .map(|(t, _)| t.clone())
+        });
         match idle {
             Some(task) => {
                 self.drop_task(&task);
@@ -513,6 +527,25 @@ mod tests {
         let both = json!({"taskId": "backend-9", "_meta": {META_RELATED_TASK: {"taskId": "h"}}});
         assert_eq!(ask_naming(&q, "t1", both, 2), Err(NotHeld::Unreadable));
         assert_eq!(q.pending("t1", &owner("alice")), None);
+    }
+
+    #[tokio::test]
+    async fn a_full_table_makes_room_from_the_owner_holding_the_most() {
+        let q = TaskQuestions::default();
+        let victim = owner("victim");
+        for n in 0..20 {
+            assert!(q.expect(&format!("v{n}"), &victim, ALL.to_vec()));
+        }
+        // Many owners fill the table with newer tasks, each up to its own bound.
+        for o in 0..40 {
+            let attacker = owner(&format!("a{o}"));
+            for n in 0..MAX_PER_OWNER {
+                assert!(q.expect(&format!("a{o}-{n}"), &attacker, ALL.to_vec()));
+            }
+        }
+        // The victim's older tasks were not the ones to go.
+        assert_eq!(ask(&q, "v0", 1), Ok(()));
+        assert_eq!(ask(&q, "v19", 2), Ok(()));
     }
 
     #[tokio::test]

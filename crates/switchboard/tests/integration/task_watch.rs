@@ -204,3 +204,27 @@ async fn task_status_needs_the_extension() {
     let text = r.text().await.unwrap();
     assert!(text.contains("-32021"), "{text}");
 }
+
+/// A listen whose watched tasks have all ended holds none of its principal's places: after
+/// four such listens (kept open), a fifth still gets its task watched.
+#[tokio::test]
+async fn a_listen_watching_nothing_any_more_gives_its_place_back() {
+    let gw = gateway("modern").await;
+    let quick = create(&gw, ALICE, "slow_compute", json!({"seconds": 0.05})).await;
+    let long = create(&gw, ALICE, "slow_compute", json!({"seconds": 30})).await;
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        let (mut events, agreed) = listen(&gw, ALICE, &[&quick]).await;
+        assert_eq!(agreed, json!([quick]));
+        // Its one task has ended (or ends): sent once, and no longer watched.
+        loop {
+            let state = status(&mut events).await;
+            if state["status"] == "completed" {
+                break;
+            }
+        }
+        open.push(events);
+    }
+    let (_events, agreed) = listen(&gw, ALICE, &[&long]).await;
+    assert_eq!(agreed, json!([long]));
+}
