@@ -133,13 +133,24 @@ pub(crate) async fn modern(
     gw: &TestGateway,
     id: Value,
     method: &str,
-    mut params: Value,
+    params: Value,
     extra: &[(&str, &str)],
 ) -> Reply {
     // The Tasks extension declared: its task methods exist only for requests that do.
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    modern_declaring(gw, (id, method), params, caps, extra).await
+}
+
+/// [`modern`] declaring the client capabilities `caps`.
+pub(crate) async fn modern_declaring(
+    gw: &TestGateway,
+    (id, method): (Value, &str),
+    mut params: Value,
+    caps: Value,
+    extra: &[(&str, &str)],
+) -> Reply {
     params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientCapabilities":
-            {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
+        "io.modelcontextprotocol/clientCapabilities": caps});
     let name = params
         .get("name")
         .or(params.get("uri"))

@@ -374,8 +374,11 @@ async fn tasks_cross_eras_through_the_virtual_server() {
     let served = serve("tasks-cross-era", &yaml, None).await;
     let gw = &served.gw;
 
+    // Declaring elicitation: the task's question is one this client can answer.
     let call = json!({"name": "old_confirm_delete", "arguments": {"filename": "x.txt"}});
-    let created = modern(gw, json!(1), "tools/call", call, &[]).await.json();
+    let caps = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let created = super::modern_declaring(gw, (json!(1), "tools/call"), call, caps, &[]);
+    let created = created.await.json();
     assert_eq!(created["result"]["resultType"], "task", "{created}");
     let modern_task = created["result"]["taskId"]
         .as_str()
