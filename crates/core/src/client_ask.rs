@@ -30,13 +30,10 @@ use crate::{Backends, CoreError};
 /// Prefix of the keys the gateway's own requests go out under (a backend's are `sbs-`).
 const KEY_PREFIX: &str = "sbg-";
 
-/// Prefix of the keys a shared backend's questions about a session's task go out under
-/// (`dispatch`), `sbq-REPLICA-<hex>` with replicas.
-pub(crate) const TASK_QUESTION_PREFIX: &str = "sbq-";
-
 /// The replica a gateway key names (`sbg-REPLICA-…`, `sbq-REPLICA-…`), unverified.
 pub(crate) fn replica_of_key(key: &str) -> Option<&str> {
-    let rest = (key.strip_prefix(KEY_PREFIX)).or_else(|| key.strip_prefix(TASK_QUESTION_PREFIX))?;
+    let rest = (key.strip_prefix(KEY_PREFIX))
+        .or_else(|| key.strip_prefix(crate::route::TASK_QUESTION_PREFIX))?;
     let (replica, _) = rest.split_once('-')?;
     Some(replica)
 }

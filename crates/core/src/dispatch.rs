@@ -423,7 +423,7 @@ impl TaskQuestion {
             return;
         };
         // Named for this replica: the client's answer may reach another (`answer_home`).
-        let prefix = crate::client_ask::TASK_QUESTION_PREFIX;
+        let prefix = crate::route::TASK_QUESTION_PREFIX;
         let key = match registry.replica_id() {
             Some(replica) => format!("{prefix}{replica}-{}", crate::route::random_hex()),
             None => format!("{prefix}{}", crate::route::random_hex()),

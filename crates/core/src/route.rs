@@ -38,6 +38,10 @@ impl fmt::Debug for RouteKey {
     }
 }
 
+/// Prefix of the keys a shared backend's questions about a session's task go out under
+/// (`dispatch`), `sbq-REPLICA-<hex>` with replicas (`client_ask::replica_of_key` reads it).
+pub(crate) const TASK_QUESTION_PREFIX: &str = "sbq-";
+
 /// 128 bits from a CSPRNG as 32 lowercase hex digits.
 ///
 /// The generator is `rand`'s thread-local ChaCha12, seeded from the OS and reseeded from it
