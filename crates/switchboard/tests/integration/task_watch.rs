@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{tool_text, Reply, TestGateway, BOTH};
+use crate::common::{tool_text, Reply, TestGateway};
 
 const V: &str = "2026-07-28";
 const ALICE: &str = "alice-watch-key-0123456789ab";
@@ -79,19 +79,8 @@ async fn listen_raw(
     notifications: Value,
     extension: bool,
 ) -> reqwest::Response {
-    let params = json!({"_meta": meta(extension), "notifications": notifications});
-    let body = json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
-    gw.http
-        .post(&gw.url)
-        .header("accept", BOTH)
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {key}"))
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
+    let caps = meta(extension)["io.modelcontextprotocol/clientCapabilities"].clone();
+    crate::vmcp::listen_with(gw, notifications, caps, Some(key)).await
 }
 
 /// A listen of `key`'s holder for the status of `tasks`: its events after the
@@ -203,6 +192,12 @@ async fn task_status_needs_the_extension() {
     let r = listen_raw(&gw, ALICE, asked, false).await;
     let text = r.text().await.unwrap();
     assert!(text.contains("-32021"), "{text}");
+    // The listen's answer travels on its stream: the one message there.
+    let data = crate::common::sse_data(&text);
+    assert_eq!(data.len(), 1, "{text}");
+    let answer: Value = serde_json::from_str(&data[0]).unwrap_or(Value::Null);
+    assert_eq!(answer["error"]["code"], -32021, "{text}");
+    assert_eq!(answer["id"], "L", "{text}");
 }
 
 /// A listen whose watched tasks have all ended holds none of its principal's places: after

@@ -169,7 +169,7 @@ pub(crate) async fn modern_declaring(
 /// Opens a Modern `subscriptions/listen` asking for `notifications` (its id `"L"`); the answer
 /// is a stream (read it with `crate::modern::next_message`).
 pub(crate) async fn modern_listen(gw: &TestGateway, notifications: Value) -> reqwest::Response {
-    listen_with(gw, notifications, json!({})).await
+    listen_with(gw, notifications, json!({}), None).await
 }
 
 /// [`modern_listen`] declaring the Tasks extension (task status needs it).
@@ -178,18 +178,27 @@ pub(crate) async fn modern_listen_declaring(
     notifications: Value,
 ) -> reqwest::Response {
     let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
-    listen_with(gw, notifications, caps).await
+    listen_with(gw, notifications, caps, None).await
 }
 
-async fn listen_with(gw: &TestGateway, notifications: Value, caps: Value) -> reqwest::Response {
+/// A Modern listen for `notifications`, declaring `caps`, as `key`'s holder (`None`: no
+/// credential).
+pub(crate) async fn listen_with(
+    gw: &TestGateway,
+    notifications: Value,
+    caps: Value,
+    key: Option<&str>,
+) -> reqwest::Response {
     let params = json!({
         "_meta": {"io.modelcontextprotocol/protocolVersion": V,
             "io.modelcontextprotocol/clientCapabilities": caps},
         "notifications": notifications});
     let body = json!({"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":params});
-    gw.http
-        .post(&gw.url)
-        .header("accept", crate::common::BOTH)
+    let mut post = gw.http.post(&gw.url);
+    if let Some(key) = key {
+        post = post.header("authorization", format!("Bearer {key}"));
+    }
+    post.header("accept", crate::common::BOTH)
         .header("content-type", "application/json")
         .header("mcp-protocol-version", V)
         .header("mcp-method", "subscriptions/listen")
