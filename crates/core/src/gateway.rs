@@ -1,43 +1,41 @@
-//! The gateway: one shared backend, many Legacy sessions, exact per-request routing.
-//!
-//! Request flow: `http` parses the envelope and calls `Gateway::handle` (`pipeline`); the gateway mints a
-//! [`RouteKey`], re-encodes the request with that key as its id (and a minted progress token in
-//! place of the client's), and awaits the one answer the upstream pending table routes back by
-//! that key; it then splices the client's original id back in, byte for byte. Subscriptions
-//! and log levels are intercepted here (`session_ops`); backend-initiated traffic is routed by
-//! `dispatch`.
+//! The gateway: the composition root. It holds every feature's state (the backend set, the
+//! registry, sessions, the virtual server, guardrails, health, the session store…), builds
+//! them once (`Gateway::new`) and hands each stage of the request pipeline (`pipeline`) the
+//! parts it needs. What `http` may ask of it is narrow: `plan` and `handle` for requests of
+//! either era, `initialize` (`gateway::handshake`), `notify` for a client's notifications,
+//! and the views in `gateway/` (`Operator`, `ClientSessions`, `SseEndpoint`). Backend-initiated
+//! traffic is routed by `dispatch`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::value::RawValue;
-use serde_json::{json, Value};
 use tracing::debug;
 
-use switchboard_wire::{
-    encode_notification, encode_result, method, version, with_member, Message, RequestId,
-};
+use switchboard_wire::{encode_notification, method, with_member, Message, RequestId};
 
 use crate::access::Path;
 use crate::registry::Registry;
 use crate::resolve::{From, Via};
-use crate::session::{SessionId, Transport};
+use crate::session::SessionId;
 use crate::CoreError;
 use crate::{Initialized, Principal};
 
 mod config;
+mod handshake;
+mod host;
 mod operator;
 mod sessions;
 mod sse;
 pub use config::GatewayConfig;
+pub(crate) use handshake::{initialize_message, Handshake};
 pub use operator::Operator;
 pub use sessions::ClientSessions;
 pub use sse::{SseEndpoint, SseInit};
 
-/// The routing core for one shared backend.
+/// The routing core: every backend it fronts, every session, every feature's state.
 #[derive(Debug)]
 pub struct Gateway {
-    /// The backends this gateway fronts (today a set of one).
+    /// The backends this gateway fronts (one, or a set when aggregating).
     pub(crate) backends: Arc<crate::Backends>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: GatewayConfig,
@@ -262,8 +260,8 @@ impl Gateway {
         msg: &Message<'_>,
     ) -> Result<Initialized, CoreError> {
         match self.per_session.transparent() {
-            Some(spawner) if self.isolates_legacy(spawner).await => {
-                let (negotiated, _) = self.negotiate(caller, id, msg.params);
+            Some(spawner) if self.handshake().isolates_legacy(spawner).await => {
+                let (negotiated, _) = self.handshake().negotiate(caller, id, msg.params);
                 let params = msg.params;
                 let keep: crate::per_session::Keep<'_> = Box::new(move |session| {
                     Box::pin(async move { self.store.keep_opened(&**self, &session, params).await })
@@ -272,105 +270,16 @@ impl Gateway {
                 let (who, with) = ((caller, negotiated), (spawner, keep));
                 own.initialize_isolated(who, id, msg, with).await
             }
-            _ => self.initialize_shared(caller, id, msg.params).await,
-        }
-    }
-
-    /// Whether Legacy sessions get upstream sessions of their own from `spawner`: a remote
-    /// connected Modern first is asked once whether it speaks Legacy (`per_session::legacy`).
-    pub(crate) async fn isolates_legacy(&self, spawner: &Arc<dyn crate::SpawnBackend>) -> bool {
-        let unprobed = self.backends.primary().backend.legacy_unprobed;
-        let deadline = self.config.handshake_timeout;
-        (self.per_session)
-            .speaks_legacy(unprobed, spawner, deadline)
-            .await
-    }
-
-    /// Answers a client's `initialize` from the backend's own handshake, with the version
-    /// negotiated for *this* client, and opens its session. Audited, opened or refused (see
-    /// `access`).
-    ///
-    /// With a session store the session is written there before it is answered (any replica
-    /// may get its next request); a store that cannot take it refuses the session.
-    pub(crate) async fn initialize_shared(
-        &self,
-        caller: &Principal,
-        id: &RequestId,
-        params: Option<&RawValue>,
-    ) -> Result<Initialized, CoreError> {
-        let msg = initialize_message(id, params);
-        let audit = self.config.access.audit_only(caller, &msg);
-        let (negotiated, response) = self.negotiate(caller, id, params);
-        let opened = self.open_session(caller, negotiated, params).await;
-        match opened {
-            Ok(session) => {
-                audit.finish_initialize(Ok((&session, negotiated, &response[..])));
-                Ok(Initialized { session, response })
-            }
-            Err(e) => {
-                audit.finish_initialize(Err(&e));
-                Err(e)
+            _ => {
+                let shared = self.handshake();
+                shared.initialize_shared(caller, id, msg.params).await
             }
         }
     }
 
-    async fn open_session(
-        &self,
-        caller: &Principal,
-        negotiated: &'static str,
-        params: Option<&RawValue>,
-    ) -> Result<SessionId, CoreError> {
-        let session = self.registry.sessions.create(negotiated, caller)?;
-        debug!(?session, %negotiated, "session opened");
-        self.remember_client_init(&session, negotiated, params);
-        if let Err(e) = self.store.keep_opened(self, &session, params).await {
-            let _ = self.registry.sessions.remove(
-                session.as_str(),
-                Transport::Streamable,
-                Some(caller),
-            );
-            return Err(e);
-        }
-        Ok(session)
-    }
-
-    /// The gateway's answer to a client's `initialize`: the backend's own handshake, with the
-    /// version negotiated for this client. Returns the version and the encoded response.
-    pub(crate) fn negotiate(
-        &self,
-        caller: &Principal,
-        id: &RequestId,
-        params: Option<&RawValue>,
-    ) -> (&'static str, Vec<u8>) {
-        let requested = params
-            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
-            .and_then(|p| {
-                p.get("protocolVersion")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            });
-        let negotiated = version::negotiate_legacy(requested.as_deref());
-        let info = self.presented();
-        let mut capabilities = self
-            .config
-            .access
-            .visible_capabilities(caller, &info.capabilities);
-        if let Some(caps) = capabilities.as_object_mut() {
-            if !self.per_session.delivers_logs(&self.backends) {
-                caps.remove("logging");
-            }
-            // A Modern notion (`server/discover`): 2025-11-25 capabilities have no extensions.
-            caps.remove("extensions");
-        }
-        let mut result = json!({
-            "protocolVersion": negotiated,
-            "capabilities": capabilities,
-            "serverInfo": info.server_info,
-        });
-        if let Some(instructions) = &info.instructions {
-            result["instructions"] = instructions.clone();
-        }
-        (negotiated, encode_result(id, &result.to_string()))
+    /// A client's `initialize` answered by the gateway itself (`gateway::handshake`).
+    pub(crate) fn handshake(&self) -> Handshake<'_> {
+        Handshake { gateway: self }
     }
 
     /// Handles a client notification. `initialized` is the gateway's to consume (the backend
@@ -533,18 +442,6 @@ impl Gateway {
         }
     }
 
-    /// Keeps the client's `initialize` on its new session
-    /// (`per_session::remember_client_init`).
-    pub(crate) fn remember_client_init(
-        &self,
-        session: &SessionId,
-        negotiated: &str,
-        params: Option<&RawValue>,
-    ) {
-        let within = (&*self.registry, &*self.per_session);
-        crate::per_session::remember_client_init(within, session, negotiated, params);
-    }
-
     /// The Modern adapters' view for one request (`modern::Adapters`).
     pub(crate) fn modern(&self) -> crate::modern::Adapters<'_> {
         crate::modern::Adapters {
@@ -683,54 +580,5 @@ impl Gateway {
     }
 }
 
-/// What the session store asks of the gateway (`session_store::Host`).
-impl crate::session_store::Host for Gateway {
-    async fn end_here(&self, raw: &str) {
-        if let Ok(ended) = self.registry.sessions.remove_any(raw) {
-            (self.upkeep)
-                .cleanup(ended, crate::session::EndReason::Deleted)
-                .await;
-        }
-    }
-
-    async fn ask_backend(
-        &self,
-        backend: &crate::BackendId,
-        method: &'static str,
-        params: Value,
-    ) -> bool {
-        let answer = self
-            .sender
-            .internal_call(&self.backends, backend, method, params)
-            .await;
-        answer.is_ok_and(|a| !a.is_error())
-    }
-
-    fn keep_client_init(&self, session: &SessionId, negotiated: &str, params: Option<&RawValue>) {
-        self.remember_client_init(session, negotiated, params);
-    }
-
-    fn may_watch(&self, who: &Principal, uri: &str) -> bool {
-        self.config.access.may_watch(self.origins(), who, uri)
-    }
-
-    fn has_own_upstreams(&self) -> bool {
-        self.is_per_session()
-    }
-}
-
 #[cfg(test)]
 mod tests;
-
-/// An `initialize` request as the audit sees it, for callers that hold only its parts.
-pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue>) -> Message<'a> {
-    Message {
-        kind: switchboard_wire::MessageKind::Request,
-        id: Some(id.clone()),
-        method: Some(method::INITIALIZE),
-        params,
-        meta: params.and_then(|p| switchboard_wire::object_member(p, "_meta")),
-        result: None,
-        error: None,
-    }
-}

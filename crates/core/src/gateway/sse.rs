@@ -70,7 +70,7 @@ impl SseEndpoint<'_> {
         let params = msg.params;
         let init = crate::gateway::initialize_message(id, params);
         let audit = gateway.config.access.audit_only(caller, &init);
-        let (negotiated, response) = gateway.negotiate(caller, id, params);
+        let (negotiated, response) = gateway.handshake().negotiate(caller, id, params);
         let response = Bytes::from(response);
         let queued = (gateway.registry.sessions).queue_initialize_answer(
             session.as_str(),
@@ -78,7 +78,9 @@ impl SseEndpoint<'_> {
             &response,
         );
         if queued.is_ok() {
-            gateway.remember_client_init(session, negotiated, params);
+            gateway
+                .handshake()
+                .remember_client_init(session, negotiated, params);
         }
         match &queued {
             Ok(()) => audit.finish_initialize(Ok((session, negotiated, &response[..]))),
@@ -126,15 +128,17 @@ impl SseEndpoint<'_> {
         let spawner = (gateway.per_session)
             .transparent()
             .ok_or_else(|| CoreError::Unsupported("per-session HTTP+SSE".into()))?;
-        if !gateway.isolates_legacy(spawner).await {
+        if !gateway.handshake().isolates_legacy(spawner).await {
             // The remote speaks no Legacy: this session shares its Modern handle through the
             // relay, as every later one will (the mode is off from now on).
-            let (negotiated, response) = gateway.negotiate(caller, id, msg.params);
+            let (negotiated, response) = gateway.handshake().negotiate(caller, id, msg.params);
             (gateway.registry.sessions).set_protocol_version(session.as_str(), negotiated)?;
-            gateway.remember_client_init(session, negotiated, msg.params);
+            gateway
+                .handshake()
+                .remember_client_init(session, negotiated, msg.params);
             return Ok(response);
         }
-        let (negotiated, _) = gateway.negotiate(caller, id, msg.params);
+        let (negotiated, _) = gateway.handshake().negotiate(caller, id, msg.params);
         let own = gateway.own_upstreams();
         let backend = own.own_backend_for(msg)?;
         let opened = Arc::new(AtomicBool::new(false));
