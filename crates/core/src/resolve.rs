@@ -7,9 +7,10 @@
 //! cancellations, internal calls, subscription and log-level bookkeeping, Modern passthrough
 //! and bridging) takes a `Route` from here instead of reaching for a handle. What the choice
 //! reads (the backend set, the merged lists, which backends are per-session, the session
-//! table) it is given, as a [`Resolver`] the gateway builds for each decision. Today the set
-//! holds one backend, so the choice of backend is always the primary one and the name is always
-//! the client's; the choice of upstream handle is what differs (shared vs per-session).
+//! table) it is given, as a [`Resolver`] the gateway builds for each decision. The backend is
+//! the one a follow-up names, the one the merged lists give the name to (aggregating, through
+//! `destination::Picker`), or the only one; the upstream handle is the shared one (a replica of
+//! it, chosen here), the session's own (per-session) or one started for the call.
 
 use std::sync::Arc;
 
@@ -127,9 +128,9 @@ impl Resolver<'_> {
         })
     }
 
-    /// Which backend: the one a follow-up names (it was routed before), else the set's
-    /// primary, the only one there is. `method` and `params` are where an exposed name or
-    /// URI will pick among many.
+    /// Which backend: the one a follow-up names (it was routed before); aggregating, the one
+    /// the merged lists serve the request's name, URI or reference from (`method` and
+    /// `params` say which); else the set's primary.
     pub(crate) fn choose_backend(
         &self,
         from: &From<'_>,
