@@ -96,13 +96,14 @@ impl Gateway {
         if ex.is_modern() {
             self.check_param_headers(ex, header).await?;
         }
-        if Access::decides_early(stream, self.config.replica_id.is_some()) {
+        let replicated = self.config.replica_id.is_some();
+        if Access::decides_early(stream, replicated) {
             self.authorize_early(ex).await?;
         }
-        if ex.is_modern() {
-            self.store.modern_home(msg).await?;
+        if replicated {
+            // A retry or a task handle another replica issued is served there.
+            self.store.request_home(msg, ex.is_modern()).await?;
         }
-        self.store.task_home(msg, ex.is_modern()).await?;
         Ok(Plan { stream })
     }
 

@@ -66,15 +66,26 @@ impl SessionStore {
         }
     }
 
+    /// Where a request is served on a replicated gateway: a Modern retry at the replica
+    /// whose token it carries (`modern_home`), a task method at the replica whose handle it
+    /// names (`task_home`), anything else here.
+    pub(crate) async fn request_home(
+        &self,
+        msg: &switchboard_wire::Message<'_>,
+        modern: bool,
+    ) -> Result<(), CoreError> {
+        if modern {
+            self.modern_home(msg).await?;
+        }
+        self.task_home(msg, modern).await
+    }
+
     /// Where a Modern retry is served: at the replica whose token its `requestState` is
     /// (a call parked there, or a relayed state whose single use is remembered there),
     /// `ServedElsewhere` while that replica is registered. Anything else — no token, one of
     /// this replica's, a gone replica's — is served here (and a foreign token refused as
     /// it always is).
-    pub(crate) async fn modern_home(
-        &self,
-        msg: &switchboard_wire::Message<'_>,
-    ) -> Result<(), CoreError> {
+    async fn modern_home(&self, msg: &switchboard_wire::Message<'_>) -> Result<(), CoreError> {
         if self.replica_id.is_none() {
             return Ok(());
         }
@@ -96,7 +107,7 @@ impl SessionStore {
     /// handle its `taskId` is (the task's owner table and its backend live there), while that
     /// replica is registered. Anything else is served here, where a handle this replica did
     /// not mint names nothing (the unknown-task answer). Both eras; reads the request only.
-    pub(crate) async fn task_home(
+    async fn task_home(
         &self,
         msg: &switchboard_wire::Message<'_>,
         modern: bool,
