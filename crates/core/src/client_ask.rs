@@ -122,8 +122,7 @@ impl ClientAsks {
     /// client holds a listen stream): a call that may answer `input_required`, from a client
     /// that declared something it can be asked, with a Modern-only backend in `backends`
     /// (whose `input_required` the gateway relays); or a composite tool with an elicitation
-    /// step (`composite_asks`, judged only for a client with capabilities), from a client
-    /// that declared `elicitation`.
+    /// step (`composite_asks`), from a client that declared `elicitation`.
     pub(crate) fn may_ask(
         &self,
         session: Option<&SessionId>,
@@ -134,17 +133,24 @@ impl ClientAsks {
         let (Some(session), Some(name)) = (session, msg.method) else {
             return false;
         };
+        let composite = composite_asks();
+        // `tasks/result` too: on a Modern backend the gateway polls the task, and asks the
+        // client for the input it needs meanwhile (`modern::legacy_tasks`).
+        let relayed = !composite
+            && (switchboard_wire::method::INPUT_CAPABLE.contains(&name) || name == "tasks/result")
+            && backends.iter().any(|e| !e.info().era.legacy);
+        // The session's capabilities (a look into the session table) only when something
+        // could ask.
+        if !composite && !relayed {
+            return false;
+        }
         let Ok(caps) = self.caps(session) else {
             return false;
         };
-        if composite_asks() {
-            return caps.elicitation;
+        match composite {
+            true => caps.elicitation,
+            false => caps.elicitation || caps.sampling || caps.roots,
         }
-        // `tasks/result` too: on a Modern backend the gateway polls the task, and asks the
-        // client for the input it needs meanwhile (`modern::legacy_tasks`).
-        (switchboard_wire::method::INPUT_CAPABLE.contains(&name) || name == "tasks/result")
-            && backends.iter().any(|e| !e.info().era.legacy)
-            && (caps.elicitation || caps.sampling || caps.roots)
     }
 }
 
