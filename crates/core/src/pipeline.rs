@@ -1,6 +1,11 @@
 //! The request pipeline: every client request of either era, top to bottom, in one place.
 //!
-//! `http` builds an [`Exchange`] and calls [`Gateway::handle`]; the stages are, in order:
+//! `http` builds an [`Exchange`], asks [`Gateway::plan`] how to deliver its answer, and calls
+//! [`Gateway::handle`]; the stages are, in order:
+//! 0. **plan** (before the request runs) — the delivery (JSON or a stream: whether the gateway
+//!    may ask a Legacy client something first, `client_ask`, `workflow`), a Modern
+//!    `tools/call`'s `Mcp-Param-*` headers (`tool_headers`), an early denial (`access`), and on
+//!    a replicated gateway the replica a retry or a task handle belongs to (`session_store`);
 //! 1. **trace** — a span per request when traces are on (`trace`);
 //! 2. **unwrap** — tool search's `call_tool` becomes the call it wraps (`tool_search`), and a
 //!    forbidden inner tool answers as a missing one;
@@ -20,7 +25,15 @@
 //!    client onto a Modern backend (`relay`), a Modern client onto a Legacy backend (`modern`,
 //!    `mrtr`), or straight through to a Modern backend (`modern::pass`);
 //! 7. **finish** — ids restored by the adapter, lists filtered and audited by admission, a
-//!    Modern caller's task answers narrowed to its own (`own_tasks_only`).
+//!    Modern caller's task answers narrowed to its own (`own_tasks_only`), a task the call
+//!    created exposed under a handle (`tasks`, `expose_created`).
+//!
+//! Inside the stages: replicas are chosen in `resolve`; sending (`send`) keeps the in-flight
+//! and progress tables, health and breakers (`health`), metrics, and hands the caller's
+//! credential to an upstream that acts as the caller (`upstream`'s outgoing identity);
+//! a quarantined tool (`trust`) is refused where the merged lists route a name (`vmcp`).
+//! A client's notifications take [`Gateway::notify`] (`gateway`), its `initialize`
+//! `gateway::handshake`.
 
 use std::sync::Arc;
 
@@ -33,7 +46,7 @@ use opentelemetry::trace::FutureExt as _;
 
 use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::headers::ParamHeader;
-use switchboard_wire::{codes, encode_error, encode_result, method, Message, RequestId};
+use switchboard_wire::{codes, method, Message};
 
 use crate::access::{Access, Admitted, Origins, Path};
 use crate::resolve::{From, Via};
@@ -586,37 +599,6 @@ fn path_of(ex: &Exchange<'_>) -> Path {
     match ex.era {
         Era::Legacy { .. } => Path::Legacy,
         Era::Modern => Path::Modern,
-    }
-}
-
-impl Gateway {
-    /// The Task adapter: `tasks/get|result|cancel|list` for the caller's own tasks only
-    /// (`tasks`): another's task answers as an unknown one before the backend is asked, and a
-    /// listing is narrowed to the caller's tasks.
-    async fn task_request(
-        &self,
-        ex: Exchange<'_>,
-        id: &RequestId,
-        name: &str,
-        route: &Route,
-    ) -> Result<Vec<u8>, CoreError> {
-        let owner = Owner::of(ex.caller, ex.session());
-        let tables = self.registry.tables(&route.backend);
-        if !tables.tasks.admits(Some(&owner), name, ex.msg.params) {
-            return Ok(encode_error(Some(id), &crate::tasks::unknown_task()));
-        }
-        let credential = ex.caller.credential.as_ref();
-        let (session, stream) = (ex.session(), ex.stream);
-        let answer =
-            (self
-                .sender
-                .call_backend(session, id, name, ex.msg, (stream, credential), route))
-            .await?;
-        if name == crate::tasks::LIST && !answer.is_error() {
-            let filtered = tables.tasks.filter_list(Some(&owner), answer.payload());
-            return Ok(encode_result(id, &filtered));
-        }
-        Ok(crate::send::restore(id, &answer))
     }
 }
 

@@ -58,6 +58,35 @@ impl Gateway {
         }
     }
 
+    /// The Task adapter: `tasks/get|result|cancel|list` for the caller's own tasks only
+    /// (`tasks`): another's task answers as an unknown one before the backend is asked, and a
+    /// listing is narrowed to the caller's tasks.
+    pub(super) async fn task_request(
+        &self,
+        ex: Exchange<'_>,
+        id: &RequestId,
+        name: &str,
+        route: &Route,
+    ) -> Result<Vec<u8>, CoreError> {
+        let owner = Owner::of(ex.caller, ex.session());
+        let tables = self.registry.tables(&route.backend);
+        if !tables.tasks.admits(Some(&owner), name, ex.msg.params) {
+            return Ok(encode_error(Some(id), &crate::tasks::unknown_task()));
+        }
+        let credential = ex.caller.credential.as_ref();
+        let (session, stream) = (ex.session(), ex.stream);
+        let answer =
+            (self
+                .sender
+                .call_backend(session, id, name, ex.msg, (stream, credential), route))
+            .await?;
+        if name == crate::tasks::LIST && !answer.is_error() {
+            let filtered = tables.tasks.filter_list(Some(&owner), answer.payload());
+            return Ok(encode_result(id, &filtered));
+        }
+        Ok(crate::send::restore(id, &answer))
+    }
+
     /// `tasks/get|result|cancel|update` naming a handle: to the task's backend under its own
     /// id, the answer naming the handle again. A name that is no handle of the caller's goes
     /// the way it always went (the route's backend, where only a task the caller owns passes:
