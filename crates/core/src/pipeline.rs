@@ -97,13 +97,13 @@ impl Gateway {
                     msg.method == Some(crate::modern::LISTEN) || msg.meta(META_LOG_LEVEL).is_some()
                 }
                 Era::Legacy { session } => {
+                    // Composites are served by the virtual server only (`LocalAnswers`).
+                    let composite_asks = || {
+                        self.vmcp().is_some()
+                            && self.workflows.asks(ex.caller, msg, &self.config.access)
+                    };
                     (self.is_per_session() && session.is_some())
-                        || self.asks.may_ask(
-                            session,
-                            msg,
-                            || self.workflows.asks(ex.caller, msg, &self.config.access),
-                            &self.backends,
-                        )
+                        || (self.asks).may_ask(session, msg, composite_asks, &self.backends)
                 }
             };
         if ex.is_modern() {
