@@ -37,6 +37,12 @@ impl BackendEntry {
         }
     }
 
+    /// Whether the gateway keeps tasks the backend creates: not with replicas (the same rule
+    /// as `destination::Route::keeps_tasks`, for the backend rather than one route to it).
+    pub(crate) fn keeps_tasks(&self) -> bool {
+        self.backend.handle.replicas() == 1
+    }
+
     /// Whether Modern requests pass through to this backend (else they are bridged).
     pub(crate) fn modern_now(&self) -> bool {
         self.modern_live.load(Ordering::Relaxed)

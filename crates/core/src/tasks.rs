@@ -66,6 +66,7 @@ mod expose;
 pub(crate) mod questions;
 pub(crate) mod watch;
 pub(crate) use expose::{created_in, renamed, renamed_answer};
+pub(crate) use expose::{strip_task_support, without_task_support};
 pub(crate) use questions::TaskQuestions;
 
 /// Most tasks remembered at once for all owners together; beyond it new tasks are not

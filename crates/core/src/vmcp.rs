@@ -606,12 +606,10 @@ async fn fetch_list(
         Kind::Prompts => "prompts",
         Kind::Resources | Kind::ResourceTemplates => "resources",
     };
-    let declared = backends
-        .get(backend)
-        .is_some_and(|b| b.info().capabilities.get(family).is_some());
-    if !declared {
+    let entry = backends.get(backend);
+    let Some(entry) = entry.filter(|b| b.info().capabilities.get(family).is_some()) else {
         return Ok(Vec::new());
-    }
+    };
     let method = kind.list_method();
     let mut items = Vec::new();
     let mut cursor: Option<String> = None;
@@ -625,6 +623,10 @@ async fn fetch_list(
         }
         cursor = page["nextCursor"].as_str().map(str::to_owned);
         if cursor.is_none() {
+            // A backend with replicas runs no tool as a task, whatever its tools say.
+            if kind == Kind::Tools && !entry.keeps_tasks() {
+                crate::tasks::strip_task_support(&mut items);
+            }
             return Ok(items);
         }
     }

@@ -370,7 +370,9 @@ impl Gateway {
 
     /// A task the answer created, under the handle its owner knows it by. One the gateway
     /// could not record (or rename) is an error: the backend's own id never reaches a client
-    /// (a session's own process excepted, whose ids are the session's alone).
+    /// (a session's own process excepted, whose ids are the session's alone). Every routed
+    /// answer of either era passes here, whatever its adapter: so does a `tools/list` of a
+    /// backend that keeps no tasks, whose tools say none is run as one (`tools_as_offered`).
     pub(super) fn expose_created(
         &self,
         route: &Route,
@@ -378,6 +380,7 @@ impl Gateway {
         (name, task): (&str, &TaskAsk),
         answer: Answer,
     ) -> Answer {
+        let answer = tools_as_offered(route, name, answer);
         if !(task.asked || name == crate::tasks::MAY_CREATE) {
             return answer;
         }
@@ -407,6 +410,20 @@ impl Gateway {
             body: encode_error(id.as_ref(), &err),
             error_code: Some(i64::from(err.code)),
         }
+    }
+}
+
+/// A `tools/list` answer as a backend that keeps no tasks (one with replicas) offers its
+/// tools: none says it runs as a task (`execution.taskSupport` removed), as neither its
+/// capabilities nor a call to it do (`BackendInfo::without_tasks`, `refuse_on_replicas`).
+/// Any other answer, and every answer of a backend that keeps tasks, is left unread.
+fn tools_as_offered(route: &Route, name: &str, answer: Answer) -> Answer {
+    if name != crate::tool_headers::TOOLS_LIST || route.keeps_tasks() {
+        return answer;
+    }
+    match crate::tasks::without_task_support(&answer.body) {
+        Some(body) => Answer { body, ..answer },
+        None => answer,
     }
 }
 

@@ -4,8 +4,10 @@
 //! untouched, byte for byte (members are kept raw, in their order).
 
 use serde_json::value::RawValue;
+use serde_json::Value;
 
-use switchboard_wire::{encode_result, Message, ResultMarks};
+use switchboard_wire::{encode_result, keys_fold_equal, object_member, Message, ResultMarks};
+use switchboard_wire::{retain_members, with_member};
 
 use super::META_RELATED_TASK;
 
@@ -45,6 +47,46 @@ pub(crate) fn created_in(body: &[u8]) -> Option<String> {
     let msg = Message::parse(body).ok()?;
     let task = ResultMarks::of(msg.result?.get()).created_task?;
     Some(task.into_owned())
+}
+
+/// The member of a tool's `execution` that says whether it runs as a 2025-11-25 task.
+const TASK_SUPPORT: &str = "taskSupport";
+
+/// Tools of a `tools/list` (parsed) without `execution.taskSupport` (in any spelling a
+/// case-insensitive parser would read): a backend that keeps no tasks (one with replicas:
+/// `destination::Route::keeps_tasks`) runs none of its tools as a task.
+pub(crate) fn strip_task_support(tools: &mut [Value]) {
+    for tool in tools {
+        if let Some(execution) = tool.get_mut("execution").and_then(Value::as_object_mut) {
+            execution.retain(|k, _| !keys_fold_equal(k, TASK_SUPPORT));
+        }
+    }
+}
+
+/// A `tools/list` answer `body` (either era) whose tools carry no `execution.taskSupport`,
+/// [`strip_task_support`] on the raw answer: every other byte of each tool kept, the id
+/// restored as it was. `None`: no result with a `tools` array (an error), left as it is.
+pub(crate) fn without_task_support(body: &[u8]) -> Option<Vec<u8>> {
+    let msg = Message::parse(body).ok()?;
+    let (id, result) = (msg.id.as_ref()?, msg.result?);
+    let tools = object_member(result, "tools")?;
+    let tools: Vec<&RawValue> = serde_json::from_str(tools.get()).ok()?;
+    let mut out = String::with_capacity(body.len());
+    out.push('[');
+    for (i, tool) in tools.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // Every duplicate `execution` becomes the one without it (a parser reading the
+        // first must not find it there either).
+        let stripped = object_member(tool, "execution")
+            .and_then(|e| retain_members(e, |k| !keys_fold_equal(k, TASK_SUPPORT)))
+            .and_then(|e| with_member(tool, "execution", e.get()));
+        out.push_str(stripped.as_deref().unwrap_or(tool).get());
+    }
+    out.push(']');
+    let result = with_member(result, "tools", &out)?;
+    Some(encode_result(id, result.get()))
 }
 
 /// `object` with the string at `path` replaced by `to` when it is `from`.
@@ -141,6 +183,28 @@ mod tests {
         let body = br#"{"jsonrpc":"2.0","id":1,"result":{"taskId":"a\"b"}}"#;
         let out = String::from_utf8(renamed_answer(body, "a\"b", "h").unwrap()).unwrap();
         assert!(out.contains(r#""taskId":"h""#), "{out}");
+    }
+
+    #[test]
+    fn task_support_is_stripped_from_every_tool_and_nothing_else() {
+        let body = br#"{"jsonrpc":"2.0","id":18446744073709551617,"result":{"tools":[
+            {"name":"a","execution":{"taskSupport":"optional","x":1},"n":123456789012345678901},
+            {"name":"b","execution":{"TaskSupport":"required"},"execution":{"taskSupport":"required"}},
+            {"name":"c"}],"nextCursor":"k"}}"#;
+        let out = String::from_utf8(without_task_support(body).unwrap()).unwrap();
+        assert!(!out.to_ascii_lowercase().contains("tasksupport"), "{out}");
+        assert!(out.contains("18446744073709551617"), "{out}");
+        assert!(out.contains("123456789012345678901"), "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let tools = v["result"]["tools"].as_array().unwrap();
+        assert_eq!(tools.len(), 3, "{out}");
+        assert_eq!(tools[0]["execution"], json!({"x": 1}), "{out}");
+        assert_eq!(v["result"]["nextCursor"], "k", "{out}");
+        let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"m"}}"#;
+        assert_eq!(without_task_support(error), None);
+        let mut parsed = vec![json!({"name":"a","execution":{"taskSupport":"optional","x":1}})];
+        strip_task_support(&mut parsed);
+        assert_eq!(parsed[0]["execution"], json!({"x": 1}));
     }
 
     #[test]

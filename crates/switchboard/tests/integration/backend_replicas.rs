@@ -279,3 +279,75 @@ async fn a_task_augmented_call_to_a_backend_with_replicas_is_refused() {
     let r = gw.post(Some(&sid), &call).await.json();
     assert_eq!(r["result"]["task"]["status"], "working", "{r}");
 }
+
+/// `serve` with the fixture (Legacy only, its tools declaring 2025-11-25 task support) as
+/// backend `fixture` of `replicas` processes, and, when `merged_with_one`, a second one of one
+/// process (`single`) merged with it.
+async fn legacy_fixtures(dir: &Dir, replicas: usize, merged_with_one: bool) -> TestGateway {
+    let backend = |name: &str, replicas: usize| {
+        format!("  - name: {name}\n    command: {SWITCHBOARD}\n    args: [fixture, --era, legacy]\n    replicas: {replicas}\n")
+    };
+    let mut config = format!("backends:\n{}", backend("fixture", replicas));
+    if merged_with_one {
+        config.push_str(&backend("single", 1));
+    }
+    let config = dir.write("sb.yaml", &config);
+    let mut cmd = tokio::process::Command::new(SWITCHBOARD);
+    cmd.args(["serve", "--config", config.to_str().unwrap(), "--port", "0"]);
+    TestGateway::start_command(cmd).await
+}
+
+/// Each tool of `gw`'s `tools/list` with its `execution.taskSupport` (null: none), as a
+/// Legacy client and as a Modern one (declaring the Tasks extension) get them.
+async fn task_support(gw: &TestGateway) -> [Vec<(String, Value)>; 2] {
+    let (sid, _) = gw.session_with_version("2025-11-25").await;
+    let list = json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{}});
+    let legacy = gw.post(Some(&sid), &list).await.json();
+    let modern = crate::vmcp::modern(gw, json!(4), "tools/list", json!({}), &[]).await;
+    let modern = modern.json();
+    [legacy, modern].map(|answer| {
+        let tools = answer["result"]["tools"].as_array().cloned();
+        let tools = tools.unwrap_or_else(|| panic!("{answer}"));
+        let support = |t: &Value| t["execution"]["taskSupport"].clone();
+        let name = |t: &Value| t["name"].as_str().unwrap_or_default().to_owned();
+        tools.iter().map(|t| (name(t), support(t))).collect()
+    })
+}
+
+/// A backend with replicas runs no tool as a task (a task lives in one process): its
+/// `tools/list` says none does, to a Legacy client and a Modern one alike, whether its list
+/// passes through (one backend) or is merged with another's. The same tools of a backend of
+/// one process say that some do.
+#[tokio::test]
+async fn tools_of_a_backend_with_replicas_run_none_as_a_task() {
+    let offered = |t: &(String, Value)| t.1 == "optional" || t.1 == "required";
+    let dir = Dir::new("backend-replicas-tools");
+    let one = legacy_fixtures(&dir, 1, false).await;
+    for (era, tools) in ["legacy", "modern"].iter().zip(task_support(&one).await) {
+        assert!(tools.iter().any(offered), "{era}, one process: {tools:?}");
+    }
+    let dir = Dir::new("backend-replicas-tools-2");
+    let two = legacy_fixtures(&dir, 2, false).await;
+    // Every era's and path's tools that say otherwise, all told at once.
+    let mut wrong = Vec::new();
+    for (era, tools) in ["legacy", "modern"].iter().zip(task_support(&two).await) {
+        assert!(!tools.is_empty(), "{era}");
+        let said = tools.into_iter().filter(|t| !t.1.is_null());
+        wrong.extend(said.map(|t| (*era, "one backend", t)));
+    }
+    // Merged: the colliding names are prefixed with their backend's.
+    let dir = Dir::new("backend-replicas-tools-merged");
+    let merged = legacy_fixtures(&dir, 2, true).await;
+    for (era, tools) in ["legacy", "modern"].iter().zip(task_support(&merged).await) {
+        let (replicated, single): (Vec<_>, Vec<_>) =
+            tools.into_iter().partition(|t| t.0.starts_with("fixture_"));
+        assert!(single.iter().any(offered), "{era}, merged: {single:?}");
+        assert!(!replicated.is_empty(), "{era}, merged: {single:?}");
+        let said = replicated.into_iter().filter(|t| !t.1.is_null());
+        wrong.extend(said.map(|t| (*era, "merged", t)));
+    }
+    assert!(
+        wrong.is_empty(),
+        "tools of a backend with replicas: {wrong:#?}"
+    );
+}
