@@ -129,6 +129,8 @@ impl Gateway {
     /// task changed, until it ends (`tasks::watch`). At most a few such listens per principal
     /// watch at once (another is served without task status), and none past its token's
     /// expiry. The request ends as the listen does (the client going away drops it).
+    /// Nothing is polled before the listen is accepted (its first acknowledgement): a listen
+    /// refused on its way (by the policy, the gateway or the backend) asks no `tasks/get`.
     async fn watched_listen(
         self: &Arc<Self>,
         ex: Exchange<'_>,
@@ -143,7 +145,9 @@ impl Gateway {
             return Ok(Answer::error(id, &crate::tasks::missing_extension()));
         }
         let mut watching = self.registry.watchers.take(ex.caller);
-        let mut watch = self.agreed(&ex, params, watching.is_some()).await;
+        let may = watching.is_some();
+        // Agreed on at the first acknowledgement (`agreed_at`); until then it watches nothing.
+        let mut watch = TaskWatch::default();
         let stripped = crate::tasks::watch::listen_without_task_ids(params)
             .ok_or(CoreError::InvalidParams("params must be an object"))?;
         let body = request_body(id, crate::modern::LISTEN, stripped.get());
@@ -158,18 +162,19 @@ impl Gateway {
         let listening = self.era_route(inner, admitted, None);
         tokio::pin!(listening);
         let mut acked = false;
-        let mut tick = tokio::time::interval(watch.every());
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = polls_every(watch.every());
         loop {
             tokio::select! {
                 biased;
                 Some(line) = rx.recv() => {
-                    let (line, ack) = passed_on(&watch, line);
-                    if client.send(line).await.is_err() {
+                    let first = self.agreed_at(&ex, &line, (&mut watch, &mut acked), may).await;
+                    if first {
+                        tick = polls_every(watch.every());
+                    }
+                    if client.send(passed_on(&watch, line)).await.is_err() {
                         return Err(CoreError::Cancelled);
                     }
-                    if ack && !acked {
-                        acked = true;
+                    if first {
                         let notes = watch.initial(id);
                         // Watching nothing (any more), it holds none of its principal's
                         // places: given back before its last status goes out.
@@ -182,22 +187,13 @@ impl Gateway {
                 answer = &mut listening => {
                     // What the listen queued before it ended still goes out, first.
                     while let Ok(line) = rx.try_recv() {
-                        let _ = client.send(passed_on(&watch, line).0).await;
+                        self.agreed_at(&ex, &line, (&mut watch, &mut acked), may).await;
+                        let _ = client.send(passed_on(&watch, line)).await;
                     }
                     return answer;
                 }
                 _ = tick.tick(), if acked && !watch.is_empty() => {
-                    if lapsed(ex.caller) {
-                        watch.stop();
-                        watching.take();
-                        continue;
-                    }
-                    let handles = watch.handles();
-                    let polls = handles.iter().map(|h| self.task_state(&ex, h));
-                    let polled = futures::future::join_all(polls).await;
-                    let notes = (handles.iter().zip(&polled))
-                        .filter_map(|(h, p)| watch.observed(h, p, id))
-                        .collect();
+                    let notes = self.polled(&ex, &mut watch, id).await;
                     if watch.is_empty() {
                         watching.take();
                     }
@@ -205,6 +201,47 @@ impl Gateway {
                 }
             }
         }
+    }
+
+    /// Whether `line` is the listen's first acknowledgement: the listen was accepted, and only
+    /// now is its watch agreed on (`agreed`), before the acknowledgement names its handles
+    /// (`passed_on`). Any other line changes nothing.
+    async fn agreed_at(
+        self: &Arc<Self>,
+        ex: &Exchange<'_>,
+        line: &[u8],
+        (watch, acked): (&mut TaskWatch, &mut bool),
+        may: bool,
+    ) -> bool {
+        if *acked || !crate::tasks::watch::is_acknowledgement(line) {
+            return false;
+        }
+        *acked = true;
+        if let Some(params) = ex.msg.params {
+            *watch = self.agreed(ex, params, may).await;
+        }
+        true
+    }
+
+    /// One round of a watched listen's polls: the status of each watched task that changed.
+    /// None once the caller's token has lapsed (a watched listen polls as the caller): it
+    /// watches nothing from then on.
+    async fn polled(
+        self: &Arc<Self>,
+        ex: &Exchange<'_>,
+        watch: &mut TaskWatch,
+        listen: &RequestId,
+    ) -> Vec<Box<RawValue>> {
+        if lapsed(ex.caller) {
+            watch.stop();
+            return Vec::new();
+        }
+        let handles = watch.handles();
+        let polls = handles.iter().map(|h| self.task_state(ex, h));
+        let polled = futures::future::join_all(polls).await;
+        (handles.iter().zip(&polled))
+            .filter_map(|(h, p)| watch.observed(h, p, listen))
+            .collect()
     }
 
     /// The listen's watch: the handles it asks for that the caller's own `tasks/get` answers
@@ -439,13 +476,17 @@ pub(super) fn refuse_on_replicas(route: &Route, task: &TaskAsk) -> Result<(), Co
     Ok(())
 }
 
-/// A watched listen's message as its client gets it, and whether it is an acknowledgement
-/// (each is rewritten to name exactly the watched tasks: `TaskWatch::acknowledged`).
-fn passed_on(watch: &TaskWatch, line: Bytes) -> (Bytes, bool) {
-    match watch.acknowledged(&line) {
-        Some(ack) => (ack, true),
-        None => (line, false),
-    }
+/// A watched listen's message as its client gets it (an acknowledgement is rewritten to name
+/// exactly the watched tasks: `TaskWatch::acknowledged`).
+fn passed_on(watch: &TaskWatch, line: Bytes) -> Bytes {
+    watch.acknowledged(&line).unwrap_or(line)
+}
+
+/// The timer of a watched listen's polls, every `every` from its first tick (at once).
+fn polls_every(every: std::time::Duration) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
 }
 
 /// Whether the caller's token has expired (its `exp` claim): a watched listen polls as the

@@ -84,6 +84,11 @@ impl Drop for Watching<'_> {
         }
     }
 }
+/// Whether `line` is a listen's acknowledgement (which `TaskWatch::acknowledged` rewrites).
+pub(crate) fn is_acknowledgement(line: &[u8]) -> bool {
+    Message::parse(line).is_ok_and(|m| m.method == Some(ACKNOWLEDGED))
+}
+
 /// Shortest and longest wait between two polls (the task's own `pollIntervalMs`, bounded):
 /// each poll is a request of the caller's, admitted and audited like one.
 const EVERY_MS: (u64, u64) = (1000, 10_000);

@@ -223,3 +223,48 @@ async fn a_listen_watching_nothing_any_more_gives_its_place_back() {
     let (_events, agreed) = listen(&gw, ALICE, &[&long]).await;
     assert_eq!(agreed, json!([long]));
 }
+
+/// How many `tasks/get` requests the gateway has served (`/metrics`), the polls of watched
+/// listens included: each is admitted, counted and audited as a request of its caller's.
+async fn task_gets(gw: &TestGateway) -> u64 {
+    let r = gw
+        .http
+        .get(format!("{}/metrics", gw.base()))
+        .bearer_auth(ALICE);
+    let text = r.send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("switchboard_requests_total{"))
+        .filter(|l| l.contains(r#"mcp_method_name="tasks/get""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A watched listen polls its tasks only once it was accepted: one its backend refuses (an
+/// invalid filter) asks no `tasks/get` for them; the same listen made valid is
+/// acknowledged with the task, having polled it.
+#[tokio::test]
+async fn a_refused_listen_polls_none_of_its_tasks() {
+    let gw = gateway("modern").await;
+    let task = create(&gw, ALICE, "slow_compute", json!({"seconds": 30})).await;
+    let before = task_gets(&gw).await;
+    let invalid = json!({"taskIds": [task], "resourceSubscriptions": "not a list"});
+    let text = listen_raw(&gw, ALICE, invalid, true)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let data = crate::common::sse_data(&text);
+    let answer: Value = serde_json::from_str(data.last().map_or("", |d| d)).unwrap_or_default();
+    assert_eq!(answer["error"]["code"], -32602, "{text}");
+    assert_eq!(
+        task_gets(&gw).await,
+        before,
+        "polled for a refused listen: {text}"
+    );
+    let (_events, agreed) = listen(&gw, ALICE, &[&task]).await;
+    assert_eq!(agreed, json!([task]));
+    assert!(
+        task_gets(&gw).await > before,
+        "the valid listen's poll is counted"
+    );
+}
