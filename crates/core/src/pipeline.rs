@@ -26,7 +26,7 @@
 //!    `mrtr`), or straight through to a Modern backend (`modern::pass`);
 //! 7. **finish** — ids restored by the adapter, lists filtered and audited by admission, a
 //!    Modern caller's task answers narrowed to its own (`own_tasks_only`), a task the call
-//!    created exposed under a handle (`tasks`, `expose_created`).
+//!    created exposed under a handle (`tasks`, `finish_tasks`).
 //!
 //! Inside the stages: replicas are chosen in `resolve`; sending (`send`) keeps the in-flight
 //! and progress tables, health and breakers (`health`), metrics, and hands the caller's
@@ -389,7 +389,7 @@ impl Gateway {
         tasks::refuse_on_replicas(&route, &task)?;
         let owner = Owner::of(ex.caller, ex.session());
         let answer = self.adapt(adapter, ex, &route, &task).await?;
-        Ok(self.expose_created(&route, Some(&owner), (name, &task), answer))
+        Ok(self.finish_tasks(&route, Some(&owner), (name, &task), answer))
     }
 
     /// Modern: answer locally (vMCP), resolve (the lists fetched again once for an unknown
@@ -450,7 +450,7 @@ impl Gateway {
         let answer = self.adapt(adapter, ex, &route, &task).await?;
         let owner = task.owner.as_ref();
         let answer = crate::modern::own_tasks_only(&self.registry, owner, msg, answer, &route);
-        Ok(self.expose_created(&route, Some(&creator), (method, &task), answer))
+        Ok(self.finish_tasks(&route, Some(&creator), (method, &task), answer))
     }
 
     /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session

@@ -405,12 +405,13 @@ impl Gateway {
         Ok(Ok(()))
     }
 
-    /// A task the answer created, under the handle its owner knows it by. One the gateway
-    /// could not record (or rename) is an error: the backend's own id never reaches a client
-    /// (a session's own process excepted, whose ids are the session's alone). Every routed
-    /// answer of either era passes here, whatever its adapter: so does a `tools/list` of a
-    /// backend that keeps no tasks, whose tools say none is run as one (`tools_as_offered`).
-    pub(super) fn expose_created(
+    /// The task stage's half of finishing, for every routed answer of either era whatever
+    /// its adapter: a `tools/list` of a backend that keeps no tasks says none of its tools
+    /// runs as one (`tools_as_offered`), and a task the answer created is given to its owner
+    /// under a handle. One the gateway could not record (or rename) is an error: the
+    /// backend's own id never reaches a client (a session's own process excepted, whose ids
+    /// are the session's alone).
+    pub(super) fn finish_tasks(
         &self,
         route: &Route,
         owner: Option<&Owner>,
