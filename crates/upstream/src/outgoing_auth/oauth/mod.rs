@@ -27,8 +27,6 @@ mod revocation;
 mod start;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_hostile;
 mod tokens;
 
 use std::collections::HashMap;

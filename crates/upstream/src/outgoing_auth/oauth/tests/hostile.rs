@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::*;
+use super::super::*;
 use crate::outgoing_auth::vault::UpstreamToken;
 
 fn backend_at(server_url: &str, client: ClientSettings) -> Arc<Backend> {
