@@ -32,6 +32,15 @@ impl Route {
         self.upstream.replicas() == 1
     }
 
+    /// Who holds the tasks an answer on this route creates (`tasks::finished`).
+    pub(crate) fn task_holder(&self) -> crate::tasks::Holder {
+        match (self.via, self.keeps_tasks()) {
+            (Via::Own, _) => crate::tasks::Holder::Own,
+            (_, false) => crate::tasks::Holder::Replicas,
+            (_, true) => crate::tasks::Holder::Shared,
+        }
+    }
+
     /// The entry of the route's backend in `backends` (routes name only backends of the set).
     pub(crate) fn entry(&self, backends: &Backends) -> Result<Arc<BackendEntry>, CoreError> {
         backends

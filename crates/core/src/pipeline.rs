@@ -26,7 +26,7 @@
 //!    `mrtr`), or straight through to a Modern backend (`modern::pass`);
 //! 7. **finish** — ids restored by the adapter, lists filtered and audited by admission, a
 //!    Modern caller's task answers narrowed to its own (`own_tasks_only`), a task the call
-//!    created exposed under a handle (`tasks`, `finish_tasks`).
+//!    created exposed under a handle (`tasks::finished`).
 //!
 //! Inside the stages: replicas are chosen in `resolve`; sending (`send`) keeps the in-flight
 //! and progress tables, health and breakers (`health`), metrics, and hands the caller's
@@ -389,7 +389,13 @@ impl Gateway {
         tasks::refuse_on_replicas(&route, &task)?;
         let owner = Owner::of(ex.caller, ex.session());
         let answer = self.adapt(adapter, ex, &route, &task).await?;
-        Ok(self.finish_tasks(&route, Some(&owner), (name, &task), answer))
+        let handle_for = |created: &str| self.task_handle(&route, &owner, created);
+        Ok(crate::tasks::finished(
+            route.task_holder(),
+            (name, &task),
+            answer,
+            handle_for,
+        ))
     }
 
     /// Modern: answer locally (vMCP), resolve (the lists fetched again once for an unknown
@@ -450,7 +456,20 @@ impl Gateway {
         let answer = self.adapt(adapter, ex, &route, &task).await?;
         let owner = task.owner.as_ref();
         let answer = crate::modern::own_tasks_only(&self.registry, owner, msg, answer, &route);
-        Ok(self.finish_tasks(&route, Some(&creator), (method, &task), answer))
+        let handle_for = |created: &str| self.task_handle(&route, &creator, created);
+        Ok(crate::tasks::finished(
+            route.task_holder(),
+            (method, &task),
+            answer,
+            handle_for,
+        ))
+    }
+
+    /// The handle `owner` gets for the task `created` the route's backend just created
+    /// (recorded in that backend's table, `tasks::TaskOwners`).
+    fn task_handle(&self, route: &Route, owner: &Owner, created: &str) -> Option<String> {
+        let tables = self.registry.tables(&route.backend);
+        tables.tasks.handle_for(Some(owner), created)
     }
 
     /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session

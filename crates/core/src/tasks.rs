@@ -65,9 +65,20 @@ pub(crate) const STATUS: &str = "notifications/tasks/status";
 mod expose;
 pub(crate) mod questions;
 pub(crate) mod watch;
-pub(crate) use expose::{created_in, renamed, renamed_answer};
-pub(crate) use expose::{strip_task_support, without_task_support};
+pub(crate) use expose::{finished, renamed, renamed_answer, strip_task_support};
 pub(crate) use questions::TaskQuestions;
+
+/// Who holds the tasks a routed answer creates (`destination::Route::task_holder`), as the
+/// task stage's finishing (`finished`) treats them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// A session's own process: its task ids are the session's alone, passed as they are.
+    Own,
+    /// A backend with replicas: it keeps no tasks (a task lives in one process).
+    Replicas,
+    /// A shared backend: a task it creates reaches its owner under a handle.
+    Shared,
+}
 
 /// Most tasks remembered at once for all owners together; beyond it new tasks are not
 /// tracked and so are unreachable (refusing is the safe failure). The per-owner bound below

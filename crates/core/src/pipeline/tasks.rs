@@ -404,65 +404,6 @@ impl Gateway {
         }
         Ok(Ok(()))
     }
-
-    /// The task stage's half of finishing, for every routed answer of either era whatever
-    /// its adapter: a `tools/list` of a backend that keeps no tasks says none of its tools
-    /// runs as one (`tools_as_offered`), and a task the answer created is given to its owner
-    /// under a handle. One the gateway could not record (or rename) is an error: the
-    /// backend's own id never reaches a client (a session's own process excepted, whose ids
-    /// are the session's alone).
-    pub(super) fn finish_tasks(
-        &self,
-        route: &Route,
-        owner: Option<&Owner>,
-        (name, task): (&str, &TaskAsk),
-        answer: Answer,
-    ) -> Answer {
-        let answer = tools_as_offered(route, name, answer);
-        if !(task.asked || name == crate::tasks::MAY_CREATE) {
-            return answer;
-        }
-        let Some(created) = crate::tasks::created_in(&answer.body) else {
-            return answer;
-        };
-        if route.via == crate::resolve::Via::Own {
-            return answer;
-        }
-        // A task lives in one of a replicated backend's processes, and its follow-ups could
-        // reach any of them: not handed out (`refuse_on_replicas` refuses asking for one).
-        let err = if !route.keeps_tasks() {
-            crate::tasks::untracked_on_replicas()
-        } else {
-            let tables = self.registry.tables(&route.backend);
-            let renamed = tables
-                .tasks
-                .handle_for(owner, &created)
-                .and_then(|handle| crate::tasks::renamed_answer(&answer.body, &created, &handle));
-            if let Some(body) = renamed {
-                return Answer { body, ..answer };
-            }
-            crate::tasks::untracked_task()
-        };
-        let id = Message::parse(&answer.body).ok().and_then(|m| m.id);
-        Answer {
-            body: encode_error(id.as_ref(), &err),
-            error_code: Some(i64::from(err.code)),
-        }
-    }
-}
-
-/// A `tools/list` answer as a backend that keeps no tasks (one with replicas) offers its
-/// tools: none says it runs as a task (`execution.taskSupport` removed), as neither its
-/// capabilities nor a call to it do (`BackendInfo::without_tasks`, `refuse_on_replicas`).
-/// Any other answer, and every answer of a backend that keeps tasks, is left unread.
-fn tools_as_offered(route: &Route, name: &str, answer: Answer) -> Answer {
-    if name != crate::tool_headers::TOOLS_LIST || route.keeps_tasks() {
-        return answer;
-    }
-    match crate::tasks::without_task_support(&answer.body) {
-        Some(body) => Answer { body, ..answer },
-        None => answer,
-    }
 }
 
 /// A task-augmented request to a backend with more than one replica: refused before it is

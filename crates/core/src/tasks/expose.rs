@@ -6,10 +6,66 @@
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use switchboard_wire::{encode_result, keys_fold_equal, object_member, Message, ResultMarks};
+use switchboard_wire::{encode_error, encode_result, keys_fold_equal, object_member};
 use switchboard_wire::{retain_members, with_member};
+use switchboard_wire::{Message, ResultMarks};
 
-use super::META_RELATED_TASK;
+use super::{Holder, TaskAsk, META_RELATED_TASK};
+use crate::Answer;
+
+/// The task stage's finishing of a routed answer of either era, whatever its adapter: a
+/// `tools/list` of a backend that keeps no tasks says none of its tools runs as one
+/// (`tools_as_offered`), and a task the answer created is given to its owner under a handle
+/// (`handle_for` records it in the backend's table). One the gateway could not record (or
+/// rename) is an error: the backend's own id never reaches a client (a session's own process
+/// excepted, whose ids are the session's alone).
+pub(crate) fn finished(
+    holder: Holder,
+    (name, task): (&str, &TaskAsk),
+    answer: Answer,
+    handle_for: impl FnOnce(&str) -> Option<String>,
+) -> Answer {
+    let answer = tools_as_offered(holder, name, answer);
+    if !(task.asked || name == super::MAY_CREATE) {
+        return answer;
+    }
+    let Some(created) = created_in(&answer.body) else {
+        return answer;
+    };
+    let err = match holder {
+        Holder::Own => return answer,
+        // A task lives in one of a replicated backend's processes, and its follow-ups could
+        // reach any of them: not handed out (`refuse_on_replicas` refuses asking for one).
+        Holder::Replicas => super::untracked_on_replicas(),
+        Holder::Shared => {
+            let renamed = handle_for(&created)
+                .and_then(|handle| renamed_answer(&answer.body, &created, &handle));
+            if let Some(body) = renamed {
+                return Answer { body, ..answer };
+            }
+            super::untracked_task()
+        }
+    };
+    let id = Message::parse(&answer.body).ok().and_then(|m| m.id);
+    Answer {
+        body: encode_error(id.as_ref(), &err),
+        error_code: Some(i64::from(err.code)),
+    }
+}
+
+/// A `tools/list` answer as a backend that keeps no tasks (one with replicas) offers its
+/// tools: none says it runs as a task (`execution.taskSupport` removed), as neither its
+/// capabilities nor a call to it do (`BackendInfo::without_tasks`, `refuse_on_replicas`).
+/// Any other answer, and every answer of a backend that keeps tasks, is left unread.
+fn tools_as_offered(holder: Holder, name: &str, answer: Answer) -> Answer {
+    if name != crate::tool_headers::TOOLS_LIST || holder != Holder::Replicas {
+        return answer;
+    }
+    match without_task_support(&answer.body) {
+        Some(body) => Answer { body, ..answer },
+        None => answer,
+    }
+}
 
 /// The places a task id sits in a result or params object.
 const PLACES: &[&[&str]] = &[
