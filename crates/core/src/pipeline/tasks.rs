@@ -185,9 +185,10 @@ impl Gateway {
                     }
                 }
                 answer = &mut listening => {
-                    // What the listen queued before it ended still goes out, first.
+                    // What the listen queued before it ended still goes out, first (an
+                    // acknowledgement among it watches nothing: no status would follow).
                     while let Ok(line) = rx.try_recv() {
-                        self.agreed_at(&ex, &line, (&mut watch, &mut acked), may).await;
+                        self.agreed_at(&ex, &line, (&mut watch, &mut acked), false).await;
                         let _ = client.send(passed_on(&watch, line)).await;
                     }
                     return answer;
@@ -217,6 +218,9 @@ impl Gateway {
             return false;
         }
         *acked = true;
+        // The acknowledgement comes when the backend sends it: past the caller's token's
+        // expiry, nothing is polled as the caller any more (as `polled` stops then too).
+        let may = may && !lapsed(ex.caller);
         if let Some(params) = ex.msg.params {
             *watch = self.agreed(ex, params, may).await;
         }

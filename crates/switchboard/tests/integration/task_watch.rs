@@ -268,3 +268,43 @@ async fn a_refused_listen_polls_none_of_its_tasks() {
         "the valid listen's poll is counted"
     );
 }
+
+/// A listen whose token has just expired (within the gateway's clock-skew leeway, so it is
+/// still let in) gets no task status: nothing is polled as a caller past its token's expiry,
+/// not even to agree on the watch. The same listen with a fresh token of the same subject
+/// watches the task.
+#[tokio::test]
+async fn a_listen_past_its_tokens_expiry_polls_nothing() {
+    let jwks = crate::auth::Jwks::serve(&["k1"]).await;
+    let dir = std::env::temp_dir().join(format!("sb-watch-exp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, format!("alice:{ALICE}\n")).unwrap();
+    let args = crate::acting::incoming(&jwks.url, keys.to_str().unwrap());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    let gw = TestGateway::start_with(&args, &[sb, "fixture", "--era", "modern"]).await;
+    let fresh = crate::auth::sign("k1", &crate::auth::claims("carol"));
+    let mut claims = crate::auth::claims("carol");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    claims["exp"] = json!(now - 5);
+    let expired = crate::auth::sign("k1", &claims);
+    let task = create(&gw, &fresh, "slow_compute", json!({"seconds": 30})).await;
+    let before = task_gets(&gw).await;
+    let (_events, agreed) = listen(&gw, &expired, &[&task]).await;
+    assert!(
+        agreed.as_array().is_none_or(Vec::is_empty),
+        "a listen past its token's expiry watches {agreed}"
+    );
+    assert_eq!(
+        task_gets(&gw).await,
+        before,
+        "polled past the token's expiry"
+    );
+    let (_events, agreed) = listen(&gw, &fresh, &[&task]).await;
+    assert_eq!(agreed, json!([task]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
