@@ -98,8 +98,11 @@ pub(crate) fn renamed_answer(body: &[u8], from: &str, to: &str) -> Option<Vec<u8
 
 /// The task a successful answer `body` created (either era's shape).
 pub(crate) fn created_in(body: &[u8]) -> Option<String> {
-    // Most answers create nothing: skip the parse for those that cannot name a task.
-    memchr::memmem::find(body, b"taskId")?;
+    // Most answers create nothing: skip the parse for those that cannot name a task (the
+    // searcher built once, not per answer).
+    static TASK_ID: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"taskId"));
+    TASK_ID.find(body)?;
     let msg = Message::parse(body).ok()?;
     let task = ResultMarks::of(msg.result?.get()).created_task?;
     Some(task.into_owned())
