@@ -28,6 +28,10 @@ impl ClientSessions<'_> {
         let held = sessions
             .touch(raw, Transport::Streamable, caller)
             .map(|(id, _)| id);
+        if gateway.config.session_store.is_none() {
+            // No session store: the sessions this process holds are all there are.
+            return held;
+        }
         let store = &gateway.store;
         match held {
             Ok(id) => store.confirm(gateway, &gateway.backends, id).await,
