@@ -387,9 +387,12 @@ impl Gateway {
         };
         let task = TaskAsk::of(&ex);
         tasks::refuse_on_replicas(&route, &task)?;
-        let owner = Owner::of(ex.caller, ex.session());
+        let (caller, session) = (ex.caller, ex.session());
         let answer = self.adapt(adapter, ex, &route, &task).await?;
-        let handle_for = |created: &str| self.task_handle(&route, &owner, created);
+        let handle_for = |created: &str| {
+            let owner = Owner::of(caller, session);
+            self.task_handle(&route, &owner, created)
+        };
         Ok(crate::tasks::finished(
             route.task_holder(),
             (name, &task),
@@ -452,11 +455,14 @@ impl Gateway {
             true => Adapter::PassModern,
             false => Adapter::Bridge,
         };
-        let creator = Owner::of(ex.caller, None);
+        let caller = ex.caller;
         let answer = self.adapt(adapter, ex, &route, &task).await?;
         let owner = task.owner.as_ref();
         let answer = crate::modern::own_tasks_only(&self.registry, owner, msg, answer, &route);
-        let handle_for = |created: &str| self.task_handle(&route, &creator, created);
+        let handle_for = |created: &str| {
+            let creator = Owner::of(caller, None);
+            self.task_handle(&route, &creator, created)
+        };
         Ok(crate::tasks::finished(
             route.task_holder(),
             (method, &task),
