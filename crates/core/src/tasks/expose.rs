@@ -99,10 +99,17 @@ pub(crate) fn renamed_answer(body: &[u8], from: &str, to: &str) -> Option<Vec<u8
 /// The task a successful answer `body` created (either era's shape).
 pub(crate) fn created_in(body: &[u8]) -> Option<String> {
     // Most answers create nothing: skip the parse for those that cannot name a task (the
-    // searcher built once, not per answer).
-    static TASK_ID: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"taskId"));
-    TASK_ID.find(body)?;
+    // searchers built once, not per answer). A key may be spelled with escapes
+    // (`"task\u0049d"`), which every parser reads as `taskId`: an answer with any `\u` is
+    // parsed too.
+    use std::sync::LazyLock;
+    static TASK_ID: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(b"taskId"));
+    static ESCAPE: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
+    if TASK_ID.find(body).is_none() && ESCAPE.find(body).is_none() {
+        return None;
+    }
     let msg = Message::parse(body).ok()?;
     let task = ResultMarks::of(msg.result?.get()).created_task?;
     Some(task.into_owned())
@@ -276,5 +283,15 @@ mod tests {
         let created = br#"{"jsonrpc":"2.0","id":"q","result":{"task":{"taskId":"t9"}}}"#;
         assert_eq!(created_in(created), Some("t9".to_owned()));
         assert_eq!(created_in(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
+    }
+
+    /// A task id under a key spelled with escapes is still a created task (a client's parser
+    /// reads `taskId`), so it is renamed or refused, never passed on as the backend's own.
+    #[test]
+    fn an_escaped_task_id_key_is_found() {
+        let flat = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","task\u0049d":"t7"}}"#;
+        assert_eq!(created_in(flat), Some("t7".to_owned()));
+        let nested = br#"{"jsonrpc":"2.0","id":1,"result":{"task":{"\u0074askId":"t8"}}}"#;
+        assert_eq!(created_in(nested), Some("t8".to_owned()));
     }
 }
