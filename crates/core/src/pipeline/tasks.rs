@@ -438,7 +438,14 @@ fn polls_every(every: std::time::Duration) -> tokio::time::Interval {
 /// Whether the caller's token has expired (its `exp` claim): a watched listen polls as the
 /// caller, and stops then.
 fn lapsed(caller: &crate::Principal) -> bool {
-    let exp = caller.claims.get("exp").and_then(serde_json::Value::as_u64);
+    // A NumericDate may have a fraction (RFC 7519), which the token's validation accepts.
+    let exp = caller.claims.get("exp").and_then(|exp| {
+        exp.as_u64().or_else(|| {
+            exp.as_f64()
+                .filter(|f| f.is_finite() && *f >= 0.0)
+                .map(|f| f as u64)
+        })
+    });
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

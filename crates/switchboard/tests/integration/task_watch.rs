@@ -304,6 +304,19 @@ async fn a_listen_past_its_tokens_expiry_polls_nothing() {
         before,
         "polled past the token's expiry"
     );
+    // A NumericDate with a fraction is a date too (RFC 7519): just as expired.
+    claims["exp"] = json!(now as f64 - 4.5);
+    let fractional = crate::auth::sign("k1", &claims);
+    let (_events, agreed) = listen(&gw, &fractional, &[&task]).await;
+    assert!(
+        agreed.as_array().is_none_or(Vec::is_empty),
+        "a listen past its token's (fractional) expiry watches {agreed}"
+    );
+    assert_eq!(
+        task_gets(&gw).await,
+        before,
+        "polled past a fractional expiry"
+    );
     let (_events, agreed) = listen(&gw, &fresh, &[&task]).await;
     assert_eq!(agreed, json!([task]));
     let _ = std::fs::remove_dir_all(&dir);
