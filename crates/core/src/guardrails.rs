@@ -22,7 +22,7 @@ mod notes;
 mod target;
 
 pub use hook::{sign, GuardHook, HookReply, HookRequest, MAX_REPLY_BYTES, SIGNATURE_HEADER};
-pub(crate) use target::{kind_of, names_no_tool, output_schema, target_in, task_target};
+pub(crate) use target::{scope_of, Lookup};
 
 /// Every configured guardrail, resolved per backend and per tool; the gateway's state for
 /// them (`GatewayConfig::guardrails`).

@@ -268,51 +268,21 @@ impl Gateway {
         }
     }
 
-    /// The guardrails covering a request's target (`None`, the fast path: none do, or it is
-    /// not a method they check).
+    /// The guardrails covering a request's target (`guardrails::scope_of`; `None`, the fast
+    /// path: none do, or it is not a method they check).
     fn guard_scope<'g>(
         &self,
         guards: &'g crate::guardrails::Guardrails,
         ex: &Exchange<'_>,
     ) -> Option<crate::guardrails::Scope<'g>> {
-        let method = ex.msg.method.filter(|m| GUARDED.contains(m))?;
-        let name = match method {
-            "resources/read" => ex.msg.param("uri"),
-            _ => ex.msg.param("name"),
-        }
-        .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
-        // Aggregating, the merged list names the backend; else it is the one backend.
-        let view = (self.vmcp()).and_then(|v| v.current(crate::guardrails::kind_of(method)));
-        let list = view.as_ref().map(|v| &v.all);
-        // A task's result is checked as its tool's, when the task's tool is known.
-        let task = (method == "tasks/result").then(|| {
-            let owner = crate::tasks::Owner::of(ex.caller, ex.session());
-            crate::guardrails::task_target(&self.registry, Some(&owner), ex.msg.params, list)
-        });
-        let (backend, original, name) = match (self.vmcp(), task.flatten()) {
-            (_, Some((backend, original, exposed))) => {
-                (Some(backend), Some(original), Some(exposed))
-            }
-            _ if crate::guardrails::names_no_tool(method) => (None, None, name),
-            (Some(_), None) => {
-                let (backend, original) = crate::guardrails::target_in(list, name.as_deref());
-                (backend, original, name)
-            }
-            (None, None) => (
-                Some(self.backends.primary().id.to_string()),
-                name.clone(),
-                name,
-            ),
+        let merged = self.vmcp().map(|v| move |kind| v.current(kind));
+        let primary = self.backends.primary();
+        let at = crate::guardrails::Lookup {
+            registry: &self.registry,
+            merged: merged.as_ref().map(|m| m as &dyn Fn(_) -> _),
+            primary: &primary.id,
         };
-        let target = crate::guardrails::Target {
-            backend: backend.as_deref().unwrap_or(""),
-            original: original.as_deref(),
-            exposed: name.as_deref(),
-            method,
-        };
-        let mut scope = guards.scope(target)?;
-        scope.output_schema = crate::guardrails::output_schema(list, method, name.as_deref());
-        Some(scope)
+        crate::guardrails::scope_of(guards, ex, at)
     }
 
     /// A request some guardrail covers: its arguments checked before stages 4–6, its answer
@@ -606,18 +576,6 @@ impl Gateway {
         legacy.map(Answer::ok)
     }
 }
-
-/// The methods guardrails check (a task's and a completion's answers: every rule).
-const GUARDED: [&str; 8] = [
-    "tools/call",
-    "resources/read",
-    "prompts/get",
-    "tasks/result",
-    "tasks/get",
-    "tasks/list",
-    "tasks/cancel",
-    "completion/complete",
-];
 
 /// The era path a request came in on, as admission and the audit see it.
 fn path_of(ex: &Exchange<'_>) -> Path {
