@@ -357,18 +357,9 @@ impl Gateway {
         };
         let task = TaskAsk::of(&ex);
         tasks::refuse_on_replicas(&route, &task)?;
-        let (caller, session) = (ex.caller, ex.session());
+        let who = (ex.caller, ex.session());
         let answer = self.adapt(adapter, ex, &route, &task).await?;
-        let handle_for = |created: &str| {
-            let owner = Owner::of(caller, session);
-            self.task_handle(&route, &owner, created)
-        };
-        Ok(crate::tasks::finished(
-            route.task_holder(),
-            (name, &task),
-            answer,
-            handle_for,
-        ))
+        Ok(self.tasks_finished(&route, who, (name, &task), answer))
     }
 
     /// Modern: answer locally (vMCP), resolve (the lists fetched again once for an unknown
@@ -425,27 +416,29 @@ impl Gateway {
             true => Adapter::PassModern,
             false => Adapter::Bridge,
         };
-        let caller = ex.caller;
+        let who = (ex.caller, None);
         let answer = self.adapt(adapter, ex, &route, &task).await?;
         let owner = task.owner.as_ref();
         let answer = crate::modern::own_tasks_only(&self.registry, owner, msg, answer, &route);
-        let handle_for = |created: &str| {
-            let creator = Owner::of(caller, None);
-            self.task_handle(&route, &creator, created)
-        };
-        Ok(crate::tasks::finished(
-            route.task_holder(),
-            (method, &task),
-            answer,
-            handle_for,
-        ))
+        Ok(self.tasks_finished(&route, who, (method, &task), answer))
     }
 
-    /// The handle `owner` gets for the task `created` the route's backend just created
-    /// (recorded in that backend's table, `tasks::TaskOwners`).
-    fn task_handle(&self, route: &Route, owner: &Owner, created: &str) -> Option<String> {
-        let tables = self.registry.tables(&route.backend);
-        tables.tasks.handle_for(Some(owner), created)
+    /// Stage 7's task half (`tasks::finished`): a task the call created is recorded in the
+    /// route's backend's table for its owner (`who`: the caller, in its session for Legacy;
+    /// built only when there is one) and reaches it under a handle.
+    fn tasks_finished(
+        &self,
+        route: &Route,
+        who: (&Principal, Option<&crate::session::SessionId>),
+        (name, task): (&str, &TaskAsk),
+        answer: Answer,
+    ) -> Answer {
+        let handle_for = |created: &str| {
+            let owner = Owner::of(who.0, who.1);
+            let tables = self.registry.tables(&route.backend);
+            tables.tasks.handle_for(Some(&owner), created)
+        };
+        crate::tasks::finished(route.task_holder(), (name, task), answer, handle_for)
     }
 
     /// Stage 5's inputs as they are now: the backend set, the merged lists, the per-session
