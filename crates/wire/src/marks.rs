@@ -29,6 +29,12 @@ pub struct ResultMarks<'a> {
     /// gateway did not, or parsers disagree on which copy wins, so a client could take for
     /// `input_required` an answer the gateway checked as complete: never passed on.
     pub ambiguous_type: bool,
+    /// Whether the task it names cannot be read one way: `task` or `taskId` spelled in
+    /// another case (escapes decoded, simple case folding) at the top level or, for
+    /// `taskId`, inside `task`; an exact key there more than once; or both shapes present.
+    /// A loose or first-copy parser could read a task id the gateway never renamed: such an
+    /// answer is not passed on.
+    pub ambiguous_task: bool,
 }
 
 impl<'a> ResultMarks<'a> {
@@ -36,7 +42,7 @@ impl<'a> ResultMarks<'a> {
     /// payload): nothing is validated again, and nothing but decoded strings comes out.
     pub fn of(result: &'a str) -> Self {
         let (mut result_type, mut task, mut task_id) = (None, None, None);
-        let (mut request_state, mut ambiguous_type) = (false, false);
+        let (mut request_state, mut ambiguous_type, mut ambiguous_task) = (false, false, false);
         let _ = walk(result, |lit, (start, end)| {
             // Each key decoded once, whatever it is compared with.
             let Some(key) = decode(lit) else {
@@ -48,13 +54,24 @@ impl<'a> ResultMarks<'a> {
                     ambiguous_type |= result_type.is_some();
                     result_type = value;
                 }
-                "task" => task = value,
-                "taskId" => task_id = value,
+                "task" => {
+                    ambiguous_task |= task.is_some();
+                    task = value;
+                }
+                "taskId" => {
+                    ambiguous_task |= task_id.is_some();
+                    task_id = value;
+                }
                 k if keys_fold_equal(k, "requestState") => request_state = true,
                 k if keys_fold_equal(k, "resultType") => ambiguous_type = true,
+                k if keys_fold_equal(k, "task") || keys_fold_equal(k, "taskId") => {
+                    ambiguous_task = true;
+                }
                 _ => {}
             }
         });
+        ambiguous_task |= task.is_some_and(|t| !task_id_reads_one_way(t));
+        ambiguous_task |= task.is_some() && task_id.is_some();
         let result_type = result_type.and_then(decode);
         let legacy = task.and_then(|t| string_at(t, &["taskId"]));
         let modern = || match result_type.as_deref() {
@@ -67,6 +84,7 @@ impl<'a> ResultMarks<'a> {
             created_task,
             request_state,
             ambiguous_type,
+            ambiguous_task,
         }
     }
 
@@ -74,6 +92,19 @@ impl<'a> ResultMarks<'a> {
     pub fn input_required(&self) -> bool {
         self.result_type.as_deref() == Some("input_required")
     }
+}
+
+/// Whether a 2025-11-25 `task` object names its `taskId` one way: at most one exact key, and
+/// none spelled in another case. (Not an object: nothing named, one way.)
+fn task_id_reads_one_way(task: &str) -> bool {
+    let mut exact = 0;
+    let mut loose = false;
+    let _ = walk(task, |lit, _| match decode(lit).as_deref() {
+        Some("taskId") => exact += 1,
+        Some(k) if keys_fold_equal(k, "taskId") => loose = true,
+        _ => {}
+    });
+    exact <= 1 && !loose
 }
 
 #[cfg(test)]
@@ -152,6 +183,31 @@ mod tests {
             "[1]",
         ] {
             assert!(!ResultMarks::of(json).ambiguous_type, "{json}");
+        }
+    }
+
+    #[test]
+    fn a_task_named_loosely_twice_or_in_both_shapes_is_ambiguous() {
+        for json in [
+            r#"{"task":{"TaskID":"b-7"}}"#,
+            r#"{"Task":{"taskId":"b-7"}}"#,
+            r#"{"resultType":"task","TASKID":"b-7"}"#,
+            r#"{"resultType":"task","ta\u017fkId":"b-7"}"#,
+            "{\"resultType\":\"task\",\"ta\u{17f}kId\":\"b-7\"}",
+            r#"{"resultType":"task","taskId":"A","task":{"taskId":"B"}}"#,
+            r#"{"resultType":"task","taskId":"A","taskId":"B"}"#,
+            r#"{"task":{"taskId":"A","taskId":"B"}}"#,
+            r#"{"task":{"taskId":"A"},"task":{"taskId":"B"}}"#,
+        ] {
+            assert!(ResultMarks::of(json).ambiguous_task, "{json}");
+        }
+        for json in [
+            r#"{"task":{"taskId":"t-1","status":"working"}}"#,
+            r#"{"resultType":"task","taskId":"t-2","status":"working"}"#,
+            r#"{"content":[{"type":"text","text":"TaskID"}]}"#,
+            r#"{"task":"not an object"}"#,
+        ] {
+            assert!(!ResultMarks::of(json).ambiguous_task, "{json}");
         }
     }
 
