@@ -512,6 +512,15 @@ pub(crate) fn untracked_task() -> ErrorObject {
     )
 }
 
+/// A task the backend named in a way parsers may read differently
+/// (`ResultMarks::ambiguous_task`): neither recorded nor passed on.
+pub(crate) fn ambiguous_task() -> ErrorObject {
+    ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        "Internal error: the backend named the task it created ambiguously",
+    )
+}
+
 /// A task a replicated backend created anyway (the client did not ask for one): the gateway
 /// cannot say which process holds it, so it is not handed out.
 pub(crate) fn untracked_on_replicas() -> ErrorObject {

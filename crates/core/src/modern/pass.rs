@@ -78,6 +78,11 @@ impl Adapters<'_> {
             // (`input_required`, with questions never checked) than the one the gateway read.
             return Ok(Answer::error(id, &crate::relay::AmbiguousType::error()));
         }
+        if marks.ambiguous_task && (asked_task || name == crate::tasks::MAY_CREATE) {
+            // Not recorded, not passed on: a loose or first-copy parser could read a task id
+            // the gateway never renamed.
+            return Ok(Answer::error(id, &crate::tasks::ambiguous_task()));
+        }
         let who = (owner, asked_task);
         let created = crate::tasks::created_by(caller, who, name, &answer, &marks);
         if let Some(owner) = created.filter(|_| route.keeps_tasks()) {

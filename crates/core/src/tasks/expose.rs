@@ -29,8 +29,11 @@ pub(crate) fn finished(
     if !(task.asked || name == super::MAY_CREATE) {
         return answer;
     }
-    let Some(created) = created_in(&answer.body) else {
-        return answer;
+    let created = match created_in(&answer.body) {
+        Created::Nothing => return answer,
+        Created::Task(task) => task,
+        Created::Ambiguous if holder == Holder::Own => return answer,
+        Created::Ambiguous => return refused(&answer, &super::ambiguous_task()),
     };
     let err = match holder {
         Holder::Own => return answer,
@@ -46,9 +49,14 @@ pub(crate) fn finished(
             super::untracked_task()
         }
     };
+    refused(&answer, &err)
+}
+
+/// `answer` replaced by the error `err`, under its id.
+fn refused(answer: &Answer, err: &switchboard_wire::ErrorObject) -> Answer {
     let id = Message::parse(&answer.body).ok().and_then(|m| m.id);
     Answer {
-        body: encode_error(id.as_ref(), &err),
+        body: encode_error(id.as_ref(), err),
         error_code: Some(i64::from(err.code)),
     }
 }
@@ -96,23 +104,47 @@ pub(crate) fn renamed_answer(body: &[u8], from: &str, to: &str) -> Option<Vec<u8
     Some(encode_result(id, &result))
 }
 
+/// What a successful answer says it created.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Created {
+    /// No task.
+    Nothing,
+    /// This task (the backend's own id).
+    Task(String),
+    /// A task named in a way parsers may read differently (`ResultMarks::ambiguous_task`):
+    /// never passed on.
+    Ambiguous,
+}
+
 /// The task a successful answer `body` created (either era's shape).
-pub(crate) fn created_in(body: &[u8]) -> Option<String> {
-    // Most answers create nothing: skip the parse for those that cannot name a task (the
-    // searchers built once, not per answer). A key may be spelled with escapes
-    // (`"task\u0049d"`), which every parser reads as `taskId`: an answer with any `\u` is
-    // parsed too.
-    use std::sync::LazyLock;
-    static TASK_ID: LazyLock<memchr::memmem::Finder<'static>> =
-        LazyLock::new(|| memchr::memmem::Finder::new(b"taskId"));
-    static ESCAPE: LazyLock<memchr::memmem::Finder<'static>> =
-        LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
-    if TASK_ID.find(body).is_none() && ESCAPE.find(body).is_none() {
-        return None;
+pub(crate) fn created_in(body: &[u8]) -> Created {
+    if !may_name_a_task(body) {
+        return Created::Nothing;
     }
-    let msg = Message::parse(body).ok()?;
-    let task = ResultMarks::of(msg.result?.get()).created_task?;
-    Some(task.into_owned())
+    let Some(result) = Message::parse(body).ok().and_then(|m| m.result) else {
+        return Created::Nothing;
+    };
+    let marks = ResultMarks::of(result.get());
+    match (marks.ambiguous_task, marks.created_task) {
+        (true, _) => Created::Ambiguous,
+        (false, Some(task)) => Created::Task(task.into_owned()),
+        (false, None) => Created::Nothing,
+    }
+}
+
+/// Whether an answer could name a task at all, without parsing it (most answers create
+/// nothing): `task` in any ASCII case, or a spelling only a parse reads (a `\u` escape, or
+/// U+017F / U+212A, which loose parsers fold to `s` / `k`). The searchers are built once.
+fn may_name_a_task(body: &[u8]) -> bool {
+    use std::sync::LazyLock;
+    static WORD: LazyLock<Option<aho_corasick::AhoCorasick>> = LazyLock::new(|| {
+        let spellings = ["task", "\\u", "\u{17f}", "\u{212a}"];
+        (aho_corasick::AhoCorasick::builder().ascii_case_insensitive(true))
+            .build(spellings)
+            .ok()
+    });
+    // Without a searcher (it cannot fail to build), every answer is parsed.
+    WORD.as_ref().is_none_or(|w| w.is_match(body))
 }
 
 /// The member of a tool's `execution` that says whether it runs as a 2025-11-25 task.
@@ -281,8 +313,26 @@ mod tests {
         assert!(text.contains("18446744073709551617"), "{text}");
         assert!(text.contains(r#""taskId":"h""#), "{text}");
         let created = br#"{"jsonrpc":"2.0","id":"q","result":{"task":{"taskId":"t9"}}}"#;
-        assert_eq!(created_in(created), Some("t9".to_owned()));
-        assert_eq!(created_in(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
+        assert_eq!(created_in(created), Created::Task("t9".to_owned()));
+        assert_eq!(
+            created_in(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Created::Nothing
+        );
+    }
+
+    /// A task named in a way parsers may read differently is ambiguous, whatever the
+    /// spelling gives away: another case, twice, both shapes, a folding character.
+    #[test]
+    fn a_task_named_ambiguously_is_found_as_such() {
+        for body in [
+            br#"{"jsonrpc":"2.0","id":1,"result":{"task":{"TaskID":"b-7"}}}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","TASKID":"b"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"A","task":{"taskId":"B"}}}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":\"task\",\"ta\u{17f}kId\":\"b\"}}".as_bytes(),
+        ] {
+            let text = String::from_utf8_lossy(body);
+            assert_eq!(created_in(body), Created::Ambiguous, "{text}");
+        }
     }
 
     /// A task id under a key spelled with escapes is still a created task (a client's parser
@@ -290,8 +340,8 @@ mod tests {
     #[test]
     fn an_escaped_task_id_key_is_found() {
         let flat = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","task\u0049d":"t7"}}"#;
-        assert_eq!(created_in(flat), Some("t7".to_owned()));
+        assert_eq!(created_in(flat), Created::Task("t7".to_owned()));
         let nested = br#"{"jsonrpc":"2.0","id":1,"result":{"task":{"\u0074askId":"t8"}}}"#;
-        assert_eq!(created_in(nested), Some("t8".to_owned()));
+        assert_eq!(created_in(nested), Created::Task("t8".to_owned()));
     }
 }
