@@ -72,6 +72,9 @@ impl<'a> ResultMarks<'a> {
         });
         ambiguous_task |= task.is_some_and(|t| !task_id_reads_one_way(t));
         ambiguous_task |= task.is_some() && task_id.is_some();
+        // A flat task id beside a `resultType` that reads more than one way: a client could
+        // take it for a created task the gateway did not see.
+        ambiguous_task |= ambiguous_type && task_id.is_some();
         let result_type = result_type.and_then(decode);
         let legacy = task.and_then(|t| string_at(t, &["taskId"]));
         let modern = || match result_type.as_deref() {
@@ -198,6 +201,8 @@ mod tests {
             r#"{"resultType":"task","taskId":"A","taskId":"B"}"#,
             r#"{"task":{"taskId":"A","taskId":"B"}}"#,
             r#"{"task":{"taskId":"A"},"task":{"taskId":"B"}}"#,
+            r#"{"resultType":"task","resultType":"complete","taskId":"raw"}"#,
+            r#"{"ResultType":"task","taskId":"raw"}"#,
         ] {
             assert!(ResultMarks::of(json).ambiguous_task, "{json}");
         }
