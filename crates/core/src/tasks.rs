@@ -394,9 +394,14 @@ impl TaskOwners {
     }
 }
 
-/// The task id a `CreateTaskResult` names, in either era's shape.
+/// The task id a `CreateTaskResult` names, in either era's shape; none for one that names
+/// it ambiguously (`ResultMarks::ambiguous_task`), which is refused, not recorded.
 fn created_task(result: &str) -> Option<String> {
-    ResultMarks::of(result).created_task.map(|t| t.into_owned())
+    let marks = ResultMarks::of(result);
+    match marks.ambiguous_task {
+        true => None,
+        false => marks.created_task.map(|t| t.into_owned()),
+    }
 }
 
 /// What a request's answer does to the owners: recorded as it creates tasks.

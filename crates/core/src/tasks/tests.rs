@@ -237,3 +237,19 @@ fn a_task_remembers_its_tool() {
     assert_eq!(t.tool_of("w2"), None);
     assert_eq!(t.tool_of("unknown"), None);
 }
+
+/// A task named ambiguously is refused on its way to the client, so it is not recorded
+/// either: no handle, nothing counted against its owner.
+#[test]
+fn a_task_named_ambiguously_is_not_recorded() {
+    let t = TaskOwners::default();
+    let a = session("a");
+    t.record(&a, r#"{"task":{"taskId":"A","TaskID":"B"}}"#, None);
+    t.record(&a, r#"{"resultType":"task","taskId":"C","task":{"taskId":"D"}}"#, None);
+    for id in ["A", "B", "C", "D"] {
+        assert!(!t.owns(Some(&a), id), "{id} recorded");
+    }
+    assert_eq!(t.len(), 0);
+    t.record(&a, &legacy_task("E"), None);
+    assert!(t.owns(Some(&a), "E"));
+}
