@@ -64,7 +64,9 @@ impl<'a> ResultMarks<'a> {
                 }
                 k if keys_fold_equal(k, "requestState") => request_state = true,
                 k if keys_fold_equal(k, "resultType") => ambiguous_type = true,
-                k if keys_fold_equal(k, "task") || keys_fold_equal(k, "taskId") => {
+                k if may_fold_to_task(k)
+                    && (keys_fold_equal(k, "task") || keys_fold_equal(k, "taskId")) =>
+                {
                     ambiguous_task = true;
                 }
                 _ => {}
@@ -95,6 +97,14 @@ impl<'a> ResultMarks<'a> {
     pub fn input_required(&self) -> bool {
         self.result_type.as_deref() == Some("input_required")
     }
+}
+
+/// Whether a key could fold to `task` or `taskId`: it starts with `t`/`T` or a non-ASCII
+/// byte (a cheap test before the fold, which every other top-level key would pay).
+fn may_fold_to_task(key: &str) -> bool {
+    key.as_bytes()
+        .first()
+        .is_some_and(|b| b.eq_ignore_ascii_case(&b't') || !b.is_ascii())
 }
 
 /// Whether a 2025-11-25 `task` object names its `taskId` one way: at most one exact key, and

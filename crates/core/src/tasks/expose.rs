@@ -133,18 +133,22 @@ pub(crate) fn created_in(body: &[u8]) -> Created {
 }
 
 /// Whether an answer could name a task at all, without parsing it (most answers create
-/// nothing): `task` in any ASCII case, or a spelling only a parse reads (a `\u` escape, or
-/// U+017F / U+212A, which loose parsers fold to `s` / `k`). The searchers are built once.
+/// nothing): `task` in any ASCII case (found from its `k`, the rarer letter), or a spelling
+/// only a parse reads (a `\u` escape, or U+017F / U+212A, which loose parsers fold to `s` /
+/// `k`). The searchers are built once.
 fn may_name_a_task(body: &[u8]) -> bool {
+    use memchr::memmem::Finder;
     use std::sync::LazyLock;
-    static WORD: LazyLock<Option<aho_corasick::AhoCorasick>> = LazyLock::new(|| {
-        let spellings = ["task", "\\u", "\u{17f}", "\u{212a}"];
-        (aho_corasick::AhoCorasick::builder().ascii_case_insensitive(true))
-            .build(spellings)
-            .ok()
+    static ODD: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
+        let spellings: [&'static [u8]; 3] = [b"\\u", "\u{17f}".as_bytes(), "\u{212a}".as_bytes()];
+        spellings.map(Finder::new)
     });
-    // Without a searcher (it cannot fail to build), every answer is parsed.
-    WORD.as_ref().is_none_or(|w| w.is_match(body))
+    let task = memchr::memchr2_iter(b'k', b'K', body).any(|at| {
+        at.checked_sub(3)
+            .and_then(|from| body.get(from..at))
+            .is_some_and(|tas| tas.eq_ignore_ascii_case(b"tas"))
+    });
+    task || ODD.iter().any(|f| f.find(body).is_some())
 }
 
 /// The member of a tool's `execution` that says whether it runs as a 2025-11-25 task.
@@ -329,6 +333,8 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","TASKID":"b"}}"#,
             br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"A","task":{"taskId":"B"}}}"#,
             "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":\"task\",\"ta\u{17f}kId\":\"b\"}}".as_bytes(),
+            // U+212A (Kelvin sign) folds to `k`: no ASCII `k` in the answer at all.
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"TAS\u{212a}\":{\"TAS\u{212a}ID\":\"b\"}}}".as_bytes(),
         ] {
             let text = String::from_utf8_lossy(body);
             assert_eq!(created_in(body), Created::Ambiguous, "{text}");

@@ -245,7 +245,11 @@ fn a_task_named_ambiguously_is_not_recorded() {
     let t = TaskOwners::default();
     let a = session("a");
     t.record(&a, r#"{"task":{"taskId":"A","TaskID":"B"}}"#, None);
-    t.record(&a, r#"{"resultType":"task","taskId":"C","task":{"taskId":"D"}}"#, None);
+    t.record(
+        &a,
+        r#"{"resultType":"task","taskId":"C","task":{"taskId":"D"}}"#,
+        None,
+    );
     for id in ["A", "B", "C", "D"] {
         assert!(!t.owns(Some(&a), id), "{id} recorded");
     }
