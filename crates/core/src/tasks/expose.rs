@@ -134,21 +134,20 @@ pub(crate) fn created_in(body: &[u8]) -> Created {
 
 /// Whether an answer could name a task at all, without parsing it (most answers create
 /// nothing): `task` in any ASCII case (found from its `k`, the rarer letter), or a spelling
-/// only a parse reads (a `\u` escape, or U+017F / U+212A, which loose parsers fold to `s` /
-/// `k`). The searchers are built once.
+/// only a parse reads: a `\u` escape, or U+017F / U+212A, which loose parsers fold to `s` /
+/// `k`. Two vectorised passes, no searcher to build.
 fn may_name_a_task(body: &[u8]) -> bool {
-    use memchr::memmem::Finder;
-    use std::sync::LazyLock;
-    static ODD: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
-        let spellings: [&'static [u8]; 3] = [b"\\u", "\u{17f}".as_bytes(), "\u{212a}".as_bytes()];
-        spellings.map(Finder::new)
-    });
-    let task = memchr::memchr2_iter(b'k', b'K', body).any(|at| {
-        at.checked_sub(3)
+    let ascii = memchr::memchr3_iter(b'k', b'K', b'\\', body).any(|at| match body.get(at) {
+        Some(b'\\') => body.get(at + 1) == Some(&b'u'),
+        _ => (at.checked_sub(3))
             .and_then(|from| body.get(from..at))
-            .is_some_and(|tas| tas.eq_ignore_ascii_case(b"tas"))
+            .is_some_and(|tas| tas.eq_ignore_ascii_case(b"tas")),
     });
-    task || ODD.iter().any(|f| f.find(body).is_some())
+    ascii
+        || memchr::memchr2_iter(0xC5, 0xE2, body).any(|at| {
+            body.get(at..at + 2) == Some("\u{17f}".as_bytes())
+                || body.get(at..at + 3) == Some("\u{212a}".as_bytes())
+        })
 }
 
 /// The member of a tool's `execution` that says whether it runs as a 2025-11-25 task.
