@@ -54,6 +54,25 @@ impl Principal {
         self.issuer == other.issuer && self.subject == other.subject
     }
 
+    /// Whether the caller's token has expired (its `exp` claim; a NumericDate may have a
+    /// fraction, RFC 7519, which the token's validation accepts). A credential without one
+    /// (an API key, anonymous) never expires. What the gateway does as the caller after the
+    /// request arrived (a watched listen's polls) stops then.
+    pub(crate) fn expired(&self) -> bool {
+        let exp = self.claims.get("exp").and_then(|exp| {
+            exp.as_u64().or_else(|| {
+                exp.as_f64()
+                    .filter(|f| f.is_finite() && *f >= 0.0)
+                    .map(|f| f as u64)
+            })
+        });
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        exp.is_some_and(|exp| now >= exp)
+    }
+
     pub(crate) fn key(&self) -> String {
         format!("{}\u{0}{}", self.issuer, self.subject)
     }

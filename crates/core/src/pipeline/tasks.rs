@@ -220,7 +220,7 @@ impl Gateway {
         *acked = true;
         // The acknowledgement comes when the backend sends it: past the caller's token's
         // expiry, nothing is polled as the caller any more (as `polled` stops then too).
-        let may = may && !lapsed(ex.caller);
+        let may = may && !ex.caller.expired();
         if let Some(params) = ex.msg.params {
             *watch = self.agreed(ex, params, may).await;
         }
@@ -236,7 +236,7 @@ impl Gateway {
         watch: &mut TaskWatch,
         listen: &RequestId,
     ) -> Vec<Box<RawValue>> {
-        if lapsed(ex.caller) {
+        if ex.caller.expired() {
             watch.stop();
             return Vec::new();
         }
@@ -433,24 +433,6 @@ fn polls_every(every: std::time::Duration) -> tokio::time::Interval {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick
-}
-
-/// Whether the caller's token has expired (its `exp` claim): a watched listen polls as the
-/// caller, and stops then.
-fn lapsed(caller: &crate::Principal) -> bool {
-    // A NumericDate may have a fraction (RFC 7519), which the token's validation accepts.
-    let exp = caller.claims.get("exp").and_then(|exp| {
-        exp.as_u64().or_else(|| {
-            exp.as_f64()
-                .filter(|f| f.is_finite() && *f >= 0.0)
-                .map(|f| f as u64)
-        })
-    });
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    exp.is_some_and(|exp| now >= exp)
 }
 
 /// A request envelope: the client's id, `method`, `params` (raw).
