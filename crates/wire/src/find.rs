@@ -62,6 +62,9 @@ fn span_at<'a>(text: &'a str, path: &[&str]) -> Option<&'a str> {
 
 /// Byte range of the last `key` member's value in the object `text`.
 fn member_span(text: &str, key: &str) -> Option<(usize, usize)> {
+    if cannot_hold(text, key) {
+        return None;
+    }
     let mut found = None;
     walk(text, |lit, span| {
         if key_matches(lit, key) {
@@ -70,6 +73,59 @@ fn member_span(text: &str, key: &str) -> Option<(usize, usize)> {
     })?;
     found
 }
+
+/// Whether `text` surely has no key spelling `key`, found without walking it (most lookups
+/// miss: a request's `params` seldom carry `task`): a plain key is spelled either literally,
+/// so `key` occurs in `text`, or with a `\u` escape (the other escapes spell only `"`, `\`,
+/// `/` and control characters, which a plain key does not contain). One vectorised pass for
+/// the key's rarest byte and backslashes; `false` means "walk and see" (also for a key that
+/// is long, as namespaced `_meta` keys are, or not plain).
+fn cannot_hold(text: &str, key: &str) -> bool {
+    let k = key.as_bytes();
+    if k.len() > 16 {
+        return false;
+    }
+    let mut rarest: Option<(usize, u8)> = None;
+    for (i, &c) in k.iter().enumerate() {
+        let rank = RARITY[usize::from(c)];
+        if rank == NOT_PLAIN {
+            return false;
+        }
+        if rarest.is_none_or(|(at, _)| rank < RARITY[usize::from(k[at])]) {
+            rarest = Some((i, c));
+        }
+    }
+    let Some((at, rare)) = rarest else {
+        return false;
+    };
+    let t = text.as_bytes();
+    !memchr::memchr2_iter(rare, b'\\', t).any(|pos| match t[pos] {
+        b'\\' => t.get(pos + 1) == Some(&b'u'),
+        _ => (pos.checked_sub(at)).and_then(|s| t.get(s..s + k.len())) == Some(k),
+    })
+}
+
+/// A key byte no plain key has (a quote, a backslash, `/`, a control or non-ASCII byte).
+const NOT_PLAIN: u8 = u8::MAX;
+
+/// How often each byte turns up in JSON text, roughly (lower is rarer): which byte of a key
+/// [`cannot_hold`] searches for.
+static RARITY: [u8; 256] = {
+    let mut t = [NOT_PLAIN; 256];
+    let mut c = 0x20;
+    while c < 0x80 {
+        t[c] = match c as u8 {
+            b'"' | b'\\' | b'/' => NOT_PLAIN,
+            b'A'..=b'Z' | b'_' => 0,
+            b'j' | b'k' | b'q' | b'v' | b'w' | b'x' | b'y' | b'z' => 1,
+            b'b' | b'f' | b'g' | b'h' | b'p' | b'u' => 2,
+            b'c' | b'd' | b'l' | b'm' => 3,
+            _ => 4,
+        };
+        c += 1;
+    }
+    t
+};
 
 /// The byte range of `key`'s value in the object `text` when `key` occurs exactly once
 /// (`None`: absent, repeated, or `text` not an object). For splicing a new value in place.
