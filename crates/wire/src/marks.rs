@@ -213,6 +213,9 @@ mod tests {
             r#"{"task":{"taskId":"A"},"task":{"taskId":"B"}}"#,
             r#"{"resultType":"task","resultType":"complete","taskId":"raw"}"#,
             r#"{"ResultType":"task","taskId":"raw"}"#,
+            // Dotted capital I and dotless small i: `i` to Java's equalsIgnoreCase.
+            r#"{"resultType":"task","task\u0130d":"b-7"}"#,
+            r#"{"task":{"task\u0131d":"b-7"}}"#,
         ] {
             assert!(ResultMarks::of(json).ambiguous_task, "{json}");
         }

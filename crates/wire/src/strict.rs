@@ -283,12 +283,16 @@ pub fn keys_fold_equal(a: &str, b: &str) -> bool {
     folded(a).eq(folded(b))
 }
 
-/// A key's characters under simple case folding (lowercase, and the two non-ASCII letters Go
-/// folds onto ASCII ones: U+017F long s → `s`; U+212A Kelvin sign lowercases to `k` already).
+/// A key's characters under simple case folding (lowercase), with the non-ASCII letters some
+/// parser takes for ASCII ones: U+017F long s → `s` (Go; U+212A Kelvin sign lowercases to `k`
+/// already), and U+0130 dotted capital I and U+0131 dotless small i → `i` (Java's
+/// `equalsIgnoreCase`, .NET's invariant upper case; Rust lowercases U+0130 to two characters).
 fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
-    key.chars()
-        .flat_map(char::to_lowercase)
-        .map(|c| if c == '\u{17f}' { 's' } else { c })
+    key.chars().flat_map(|c| match c {
+        '\u{17f}' => 's'.to_lowercase(),
+        '\u{130}' | '\u{131}' => 'i'.to_lowercase(),
+        c => c.to_lowercase(),
+    })
 }
 
 #[cfg(test)]

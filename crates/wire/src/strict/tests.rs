@@ -37,6 +37,8 @@ fn duplicate_keys_are_refused_at_any_depth_with_the_id() {
         r#"{"arguments":{},"argument\u017f":{}}"#,
         r#"{"k":1,"\u212a":2}"#,
         r#"{"café":1,"CAFÉ":2}"#,
+        r#"{"uri":"file:///a","ur\u0130":"file:///b"}"#,
+        r#"{"uri":"file:///a","ur\u0131":"file:///b"}"#,
     ] {
         let e = refused(&call(params));
         assert_eq!(e.error.code, codes::INVALID_PARAMS, "{params}");
