@@ -16,7 +16,7 @@ use switchboard_wire::{ErrorObject, Message};
 
 use crate::access::Admitted;
 use crate::resolve::Route;
-use crate::tasks::watch::TaskWatch;
+use crate::tasks::watch::{Round, TaskWatch, Watched};
 use crate::tasks::{Owner, TaskAsk};
 use crate::{Answer, BackendId, CoreError, Exchange, Gateway};
 
@@ -131,6 +131,9 @@ impl Gateway {
     /// expiry. The request ends as the listen does (the client going away drops it).
     /// Nothing is polled before the listen is accepted (its first acknowledgement): a listen
     /// refused on its way (by the policy, the gateway or the backend) asks no `tasks/get`.
+    /// A round of polls (`poll_round`) runs beside the listen, one at a time, the next a full
+    /// wait after the last ended: however slow a `tasks/get`, the listen's own messages go on
+    /// reaching the client meanwhile, none held back or dropped for it.
     async fn watched_listen(
         self: &Arc<Self>,
         ex: Exchange<'_>,
@@ -144,10 +147,8 @@ impl Gateway {
         if !crate::tasks::extension_declared(Some(params)) {
             return Ok(Answer::error(id, &crate::tasks::missing_extension()));
         }
-        let mut watching = self.registry.watchers.take(ex.caller);
-        let may = watching.is_some();
         // Agreed on at the first acknowledgement (`agreed_at`); until then it watches nothing.
-        let mut watch = TaskWatch::default();
+        let mut w = Watched::new(self.registry.watchers.take(ex.caller));
         let stripped = crate::tasks::watch::listen_without_task_ids(params)
             .ok_or(CoreError::InvalidParams("params must be an object"))?;
         let body = request_body(id, crate::modern::LISTEN, stripped.get());
@@ -161,47 +162,59 @@ impl Gateway {
         };
         let listening = self.era_route(inner, admitted, None);
         tokio::pin!(listening);
-        let mut acked = false;
-        let mut tick = polls_every(watch.every());
         loop {
             tokio::select! {
                 biased;
-                Some(line) = rx.recv() => {
-                    let first = self.agreed_at(&ex, &line, (&mut watch, &mut acked), may).await;
-                    if first {
-                        tick = polls_every(watch.every());
-                    }
-                    if client.send(passed_on(&watch, line)).await.is_err() {
-                        return Err(CoreError::Cancelled);
-                    }
-                    if first {
-                        let notes = watch.initial(id);
-                        // Watching nothing (any more), it holds none of its principal's
-                        // places: given back before its last status goes out.
-                        if watch.is_empty() {
-                            watching.take();
-                        }
-                        self.send_notes(&client, notes).await;
-                    }
-                }
+                Some(line) = rx.recv() => self.listened((&ex, id), line, &client, &mut w).await?,
                 answer = &mut listening => {
                     // What the listen queued before it ended still goes out, first (an
                     // acknowledgement among it watches nothing: no status would follow).
                     while let Ok(line) = rx.try_recv() {
-                        self.agreed_at(&ex, &line, (&mut watch, &mut acked), false).await;
-                        let _ = client.send(passed_on(&watch, line)).await;
+                        self.agreed_at(&ex, &line, (&mut w.watch, &mut w.acked), false).await;
+                        let _ = client.send(passed_on(&w.watch, line)).await;
                     }
                     return answer;
                 }
-                _ = tick.tick(), if acked && !watch.is_empty() => {
-                    let notes = self.polled(&ex, &mut watch, id).await;
-                    if watch.is_empty() {
-                        watching.take();
-                    }
+                polled = w.round.done() => {
+                    let notes = w.observed(polled, ex.caller.expired(), id);
                     self.send_notes(&client, notes).await;
+                }
+                _ = w.tick.tick(), if w.due() => {
+                    let round = (!ex.caller.expired()).then(|| self.poll_round(&ex, &w.watch));
+                    w.start(round);
                 }
             }
         }
+    }
+
+    /// One of the listen's messages, passed on to its client: at the first acknowledgement
+    /// the watch is agreed on, and each watched task's state follows it. `Err`: the client
+    /// went away.
+    async fn listened(
+        self: &Arc<Self>,
+        (ex, id): (&Exchange<'_>, &RequestId),
+        line: Bytes,
+        client: &tokio::sync::mpsc::Sender<Bytes>,
+        w: &mut Watched<'_>,
+    ) -> Result<(), CoreError> {
+        let may = w.may();
+        let first = self
+            .agreed_at(ex, &line, (&mut w.watch, &mut w.acked), may)
+            .await;
+        if first {
+            w.agreed();
+        }
+        if client.send(passed_on(&w.watch, line)).await.is_err() {
+            return Err(CoreError::Cancelled);
+        }
+        if first {
+            let notes = w.watch.initial(id);
+            // Watching nothing (any more), it holds none of its principal's places: given
+            // back before its last status goes out.
+            w.settle();
+            self.send_notes(client, notes).await;
+        }
+        Ok(())
     }
 
     /// Whether `line` is the listen's first acknowledgement: the listen was accepted, and only
@@ -227,25 +240,18 @@ impl Gateway {
         true
     }
 
-    /// One round of a watched listen's polls: the status of each watched task that changed.
-    /// None once the caller's token has lapsed (a watched listen polls as the caller): it
-    /// watches nothing from then on.
-    async fn polled(
-        self: &Arc<Self>,
-        ex: &Exchange<'_>,
-        watch: &mut TaskWatch,
-        listen: &RequestId,
-    ) -> Vec<Box<RawValue>> {
-        if ex.caller.expired() {
-            watch.stop();
-            return Vec::new();
-        }
+    /// One round of a watched listen's polls: the caller's own `tasks/get` of each task
+    /// `watch` holds, all at once, with what each found (`Watched::observed` applies them). It
+    /// borrows only the gateway and the request, so it runs beside the listen. The caller's
+    /// token is checked before a round starts and when it completes (a watched listen polls
+    /// as the caller): past its expiry, it watches nothing from then on.
+    fn poll_round<'r>(self: &'r Arc<Self>, ex: &'r Exchange<'_>, watch: &TaskWatch) -> Round<'r> {
         let handles = watch.handles();
-        let polls = handles.iter().map(|h| self.task_state(ex, h));
-        let polled = futures::future::join_all(polls).await;
-        (handles.iter().zip(&polled))
-            .filter_map(|(h, p)| watch.observed(h, p, listen))
-            .collect()
+        Box::pin(async move {
+            let polls = handles.iter().map(|h| self.task_state(ex, h));
+            let polled = futures::future::join_all(polls).await;
+            handles.into_iter().zip(polled).collect()
+        })
     }
 
     /// The listen's watch: the handles it asks for that the caller's own `tasks/get` answers
@@ -426,13 +432,6 @@ pub(super) fn refuse_on_replicas(route: &Route, task: &TaskAsk) -> Result<(), Co
 /// exactly the watched tasks: `TaskWatch::acknowledged`).
 fn passed_on(watch: &TaskWatch, line: Bytes) -> Bytes {
     watch.acknowledged(&line).unwrap_or(line)
-}
-
-/// The timer of a watched listen's polls, every `every` from its first tick (at once).
-fn polls_every(every: std::time::Duration) -> tokio::time::Interval {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick
 }
 
 /// A request envelope: the client's id, `method`, `params` (raw).

@@ -12,12 +12,15 @@
 //! the acknowledgement); a task that ended is sent once more and no longer watched.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
+use tokio::time::Interval;
 
 use switchboard_wire::classify::META_SUBSCRIPTION_ID;
 use switchboard_wire::{encode_notification, keys_fold_equal, object_member, Message, RequestId};
@@ -237,6 +240,133 @@ impl TaskWatch {
     }
 }
 
+/// A round of a watched listen's polls: each handle polled, with what the caller's `tasks/get`
+/// found. It borrows neither the watch nor the listen (only the gateway and the request), so
+/// the listen goes on being read while it runs.
+pub(crate) type Round<'r> = Pin<Box<dyn Future<Output = Vec<(String, Polled)>> + Send + 'r>>;
+
+/// The round of a watched listen's polls in flight, if any.
+#[derive(Default)]
+pub(crate) struct InFlight<'r>(Option<Round<'r>>);
+
+impl std::fmt::Debug for InFlight<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("InFlight").field(&self.0.is_some()).finish()
+    }
+}
+
+impl InFlight<'_> {
+    /// What the round in flight found, once it completes; pending while none is. Dropped
+    /// before then, the round stays in flight.
+    pub(crate) async fn done(&mut self) -> Vec<(String, Polled)> {
+        let Some(round) = self.0.as_mut() else {
+            return std::future::pending().await;
+        };
+        let polled = round.await;
+        self.0 = None;
+        polled
+    }
+}
+
+/// A watched listen while it runs: its watch (agreed on at its first acknowledgement), its
+/// place among its principal's watching listens, the timer of its polls and the round of them
+/// in flight (one at most). The round runs beside the listen: a slow `tasks/get` never stops
+/// the listen's own messages (`pipeline/tasks.rs`, `watched_listen`).
+#[derive(Debug)]
+pub(crate) struct Watched<'r> {
+    pub(crate) watch: TaskWatch,
+    /// The listen was accepted (its first acknowledgement came).
+    pub(crate) acked: bool,
+    /// When the next round is due.
+    pub(crate) tick: Interval,
+    pub(crate) round: InFlight<'r>,
+    /// Whether it got a place (it may watch at all).
+    may: bool,
+    place: Option<Watching<'r>>,
+}
+
+impl<'r> Watched<'r> {
+    /// A listen not accepted yet, watching nothing; `place`: its principal's place for it, if
+    /// it got one (without, it is served without task status).
+    pub(crate) fn new(place: Option<Watching<'r>>) -> Self {
+        let watch = TaskWatch::default();
+        Watched {
+            tick: polls_every(watch.every()),
+            watch,
+            acked: false,
+            round: InFlight::default(),
+            may: place.is_some(),
+            place,
+        }
+    }
+
+    /// Whether it may watch (it holds its principal's place).
+    pub(crate) fn may(&self) -> bool {
+        self.may
+    }
+
+    /// The watch was agreed on: its polls are every [`TaskWatch::every`] from now (the first
+    /// at once).
+    pub(crate) fn agreed(&mut self) {
+        self.tick = polls_every(self.watch.every());
+    }
+
+    /// Whether a round may start on a tick: accepted, watching something, none in flight.
+    pub(crate) fn due(&self) -> bool {
+        self.acked && !self.watch.is_empty() && self.round.0.is_none()
+    }
+
+    /// `round` is in flight; `None`: the caller's token has lapsed, and it watches nothing
+    /// from then on.
+    pub(crate) fn start(&mut self, round: Option<Round<'r>>) {
+        match round {
+            Some(round) => self.round.0 = Some(round),
+            None => self.stop(),
+        }
+    }
+
+    /// The status to send of each task a completed round found changed (`TaskWatch::observed`),
+    /// tagged with `listen`; none when the caller's token lapsed meanwhile (`expired`): it
+    /// watches nothing from then on. The next round is due a full wait after this one ended,
+    /// however long it took.
+    pub(crate) fn observed(
+        &mut self,
+        polled: Vec<(String, Polled)>,
+        expired: bool,
+        listen: &RequestId,
+    ) -> Vec<Box<RawValue>> {
+        self.tick.reset();
+        if expired {
+            self.stop();
+            return Vec::new();
+        }
+        let notes = (polled.iter())
+            .filter_map(|(h, p)| self.watch.observed(h, p, listen))
+            .collect();
+        self.settle();
+        notes
+    }
+
+    /// Watching nothing (any more), it holds none of its principal's places: given back.
+    pub(crate) fn settle(&mut self) {
+        if self.watch.is_empty() {
+            self.place.take();
+        }
+    }
+
+    fn stop(&mut self) {
+        self.watch.stop();
+        self.settle();
+    }
+}
+
+/// The timer of a watched listen's polls, every `every` from its first tick (at once).
+fn polls_every(every: Duration) -> Interval {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
 /// A `subscriptions/listen`'s params for a Modern backend, without any request for task
 /// status (`notifications.taskIds`, in any spelling a loose parser would read as that): the
 /// gateway offers no `notifications/tasks`, and a backend told a task id by a client would
@@ -370,6 +500,33 @@ mod tests {
         assert!(watchers.take(&alice).is_none());
         drop(held);
         assert!(watchers.take(&alice).is_some());
+    }
+
+    /// One round at a time, applied when it completes; a lapsed token stops the watch and
+    /// gives the principal's place back.
+    #[tokio::test]
+    async fn a_round_is_in_flight_alone_and_a_lapsed_token_lets_go() {
+        let watchers = Watchers::default();
+        let alice = crate::Principal::anonymous();
+        let mut w = Watched::new(watchers.take(&alice));
+        assert!(w.may() && !w.due(), "nothing before the acknowledgement");
+        let params = raw(json!({"notifications": {"taskIds": ["h"]}}));
+        w.watch = TaskWatch::asked(Some(&params)).unwrap();
+        w.watch
+            .agree("h", &raw(json!({"taskId": "h", "status": "working"})));
+        w.acked = true;
+        assert!(w.due());
+        let done = raw(json!({"taskId": "h", "status": "completed"}));
+        let polled = vec![("h".to_owned(), Polled::Task(done))];
+        w.start(Some(Box::pin(std::future::ready(polled))));
+        assert!(!w.due(), "one round in flight at most");
+        let polled = w.round.done().await;
+        assert!(w.due(), "none in flight any more");
+        let listen = RequestId::from_string("L");
+        assert!(w.observed(polled, true, &listen).is_empty(), "lapsed");
+        assert!(w.watch.is_empty() && !w.due());
+        let held: Vec<_> = (0..MAX_WATCHING).map(|_| watchers.take(&alice)).collect();
+        assert!(held.iter().all(Option::is_some), "its place was given back");
     }
 
     #[test]
