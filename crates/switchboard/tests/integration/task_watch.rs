@@ -313,3 +313,65 @@ async fn a_listen_past_its_tokens_expiry_polls_nothing() {
     assert_eq!(agreed, json!([task]));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `run` in front of `held_poll.py` (a Modern backend whose task polls the test holds open),
+/// alice by API key.
+async fn held_poll() -> TestGateway {
+    let dir = std::env::temp_dir().join(format!("sb-watch-held-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys");
+    std::fs::write(&keys, format!("alice:{ALICE}\n")).unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/backends/held_poll.py"
+    );
+    let args = ["--api-keys-file", keys.to_str().unwrap()];
+    TestGateway::start_with(&args, &["python3", script]).await
+}
+
+/// A round of polls never holds up the listen it serves: while the backend holds the watched
+/// task's `tasks/get` open, more messages than a watched listen queues (64) reach its client,
+/// in order, and then a sentinel; only then is the poll answered, and the task's end follows.
+/// Each burst is sent while the poll is held (the backend waits for it to be), and read before
+/// the next one is asked for, so none could overflow a listen that is being read.
+#[tokio::test]
+async fn a_held_poll_never_holds_up_its_listen() {
+    const BURST: u64 = 30;
+    const BURSTS: u64 = 3;
+    let gw = held_poll().await;
+    let task = create(&gw, ALICE, "work", json!({})).await;
+    let (mut events, agreed) = listen(&gw, ALICE, &[&task]).await;
+    assert_eq!(agreed, json!([task]));
+    assert_eq!(status(&mut events).await["status"], "working");
+    for b in 0..BURSTS {
+        let last = b + 1 == BURSTS;
+        let arguments = json!({"count": BURST, "sentinel": last});
+        let r = ask(
+            &gw,
+            ALICE,
+            "tools/call",
+            json!({"name": "burst", "arguments": arguments}),
+        )
+        .await;
+        assert_eq!(tool_text(&r.json()), "sent", "{}", r.text);
+        for n in b * BURST..(b + 1) * BURST {
+            let m = crate::modern::next_message(&mut events).await;
+            assert_eq!(m["method"], "notifications/message", "{n}: {m}");
+            assert_eq!(m["params"]["data"], n, "{m}");
+        }
+    }
+    let sentinel = crate::modern::next_message(&mut events).await;
+    assert_eq!(
+        sentinel["method"], "notifications/tools/list_changed",
+        "{sentinel}"
+    );
+    // Only now is the poll answered: what it found still reaches the listen.
+    let release = json!({"name": "release", "arguments": {}});
+    let r = ask(&gw, ALICE, "tools/call", release).await;
+    assert_eq!(tool_text(&r.json()), "released", "{}", r.text);
+    let end = status(&mut events).await;
+    assert_eq!(
+        (&end["taskId"], &end["status"]),
+        (&json!(task), &json!("completed"))
+    );
+}
