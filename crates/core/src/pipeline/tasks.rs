@@ -232,7 +232,7 @@ impl Gateway {
         }
         *acked = true;
         // The acknowledgement comes when the backend sends it: past the caller's token's
-        // expiry, nothing is polled as the caller any more (as `polled` stops then too).
+        // expiry, nothing is polled as the caller any more (as a round stops then too).
         let may = may && !ex.caller.expired();
         if let Some(params) = ex.msg.params {
             *watch = self.agreed(ex, params, may).await;
