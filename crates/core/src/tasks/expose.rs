@@ -190,13 +190,15 @@ pub(crate) fn without_task_support(body: &[u8]) -> Option<Vec<u8>> {
     Some(encode_result(id, result.get()))
 }
 
-/// `object` with the string at `path` replaced by `to` when it is `from`.
+/// `object` with the string at `path` replaced by `to` when it is `from`. Each step matches
+/// its key in any spelling a loose parser reads as it (`keys_fold_equal`): a backend's id in
+/// `_meta.<related-task>.TaskId` is swapped too, never left for a client to read.
 fn renamed_at(object: &str, path: &[&str], from: &str, to: &str) -> Option<String> {
     let (first, rest) = path.split_first()?;
     let mut members = members(object)?;
     let mut changed = false;
     for (key, value) in members.iter_mut() {
-        if key != first {
+        if !keys_fold_equal(key, first) {
             continue;
         }
         let replacement = match rest {
@@ -274,6 +276,39 @@ mod tests {
         assert_eq!(v["_meta"][META_RELATED_TASK]["taskId"], "h");
         assert_eq!(renamed(r#"{"taskId":"other"}"#, "t-1", "h"), None);
         assert_eq!(renamed("[1]", "t-1", "h"), None);
+    }
+
+    /// A loose parser (Go's, Java's) reads a key in another case or spelling as the key: the
+    /// backend's id is swapped there too, so no client reads it under a spelling it takes for
+    /// a task id.
+    #[test]
+    fn task_ids_are_swapped_under_every_spelling_of_their_place() {
+        for (object, place) in [
+            (
+                json!({"_meta": {META_RELATED_TASK: {"TaskId": "t-1"}}}),
+                vec!["_meta", META_RELATED_TASK, "TaskId"],
+            ),
+            (
+                json!({"_Meta": {META_RELATED_TASK: {"taskId": "t-1"}}}),
+                vec!["_Meta", META_RELATED_TASK, "taskId"],
+            ),
+            (
+                json!({"_meta": {"IO.modelcontextprotocol/related-task": {"taskId": "t-1"}}}),
+                vec!["_meta", "IO.modelcontextprotocol/related-task", "taskId"],
+            ),
+            (
+                json!({"task": {"task\u{131}d": "t-1"}}),
+                vec!["task", "task\u{131}d"],
+            ),
+            (json!({"TASKID": "t-1"}), vec!["TASKID"]),
+        ] {
+            let out = renamed(&object.to_string(), "t-1", "h").expect("renamed");
+            let v: Value = serde_json::from_str(&out).unwrap();
+            let at = place.iter().fold(&v, |v, k| &v[*k]);
+            assert_eq!(at, "h", "{object}");
+        }
+        let other = json!({"_meta": {META_RELATED_TASK: {"TaskId": "other"}}});
+        assert_eq!(renamed(&other.to_string(), "t-1", "h"), None);
     }
 
     #[test]
