@@ -262,7 +262,7 @@ impl Gateway {
         // Held for the request: a reload meanwhile does not change what checks its answer.
         let guards = self.guardrails.load_full();
         match guards.as_deref().and_then(|g| self.guard_scope(g, &ex)) {
-            None => self.tasks_routed(ex, admitted).await,
+            None => self.routed(ex, admitted).await,
             // Boxed: a guarded request's future would otherwise size every request's.
             Some(scope) => Box::pin(self.guarded_by(scope, ex, admitted)).await,
         }
@@ -307,8 +307,26 @@ impl Gateway {
             }
         };
         let caller = ex.caller;
-        let answer = self.tasks_routed(ex, admitted).await?;
+        let answer = self.routed(ex, admitted).await?;
         Ok(scope.response(answer, caller, era).await)
+    }
+
+    /// Stages 4–6: a method the task stage may take (`pipeline/tasks.rs`: a handle's
+    /// follow-up, a merged `tasks/list`, a listen asking for task status), or the era's route
+    /// (every other request goes straight there).
+    async fn routed(
+        self: &Arc<Self>,
+        ex: Exchange<'_>,
+        admitted: &Admitted<'_>,
+    ) -> Result<Answer, CoreError> {
+        match ex.msg.method {
+            // Boxed, as every path but the era's route: the task stage's future would
+            // otherwise size every request's.
+            Some(m) if crate::tasks::concerns_tasks(m) || m == crate::modern::LISTEN => {
+                Box::pin(self.tasks_routed(ex, admitted)).await
+            }
+            _ => self.era_route(ex, admitted, None).await,
+        }
     }
 
     /// The era's route (`pinned`: to that backend, a task's, rather than by name).

@@ -27,23 +27,20 @@ const MAX_PAGES: usize = 16;
 const LISTEN_QUEUE: usize = 64;
 
 impl Gateway {
-    /// Stages 4–6 for a task method, and the era's route for everything else.
+    /// Stages 4–6 for a method the task stage may take (a task method or a listen; boxed by
+    /// the pipeline's `routed`), and the era's route for the rest of them.
     pub(super) async fn tasks_routed(
         self: &Arc<Self>,
         ex: Exchange<'_>,
         admitted: &Admitted<'_>,
     ) -> Result<Answer, CoreError> {
         match ex.msg.method {
-            // Boxed, as every path but the era's route: a task method's future would
-            // otherwise size every request's.
-            Some(n) if crate::tasks::BY_ID.contains(&n) => {
-                Box::pin(self.by_handle(ex, admitted)).await
-            }
+            Some(n) if crate::tasks::BY_ID.contains(&n) => self.by_handle(ex, admitted).await,
             // Task status on a listen stream is the gateway's own (`tasks::watch`).
             Some(crate::modern::LISTEN)
                 if ex.is_modern() && TaskWatch::asked(ex.msg.params).is_some() =>
             {
-                Box::pin(self.watched_listen(ex, admitted)).await
+                self.watched_listen(ex, admitted).await
             }
             // The gateway's own list whenever the tables hold the caller's tasks: a backend's
             // cursor pages over everyone's tasks, so none reaches a client. Per-session mode
@@ -52,7 +49,7 @@ impl Gateway {
             Some(crate::tasks::LIST)
                 if !ex.is_modern() && (self.vmcp().is_some() || !self.is_per_session()) =>
             {
-                Box::pin(self.merged_task_list(ex, admitted)).await
+                self.merged_task_list(ex, admitted).await
             }
             _ => self.era_route(ex, admitted, None).await,
         }
