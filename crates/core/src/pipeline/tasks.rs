@@ -26,6 +26,9 @@ const MAX_PAGES: usize = 16;
 /// Messages of a watched listen waiting to be passed on to its client.
 const LISTEN_QUEUE: usize = 64;
 
+#[cfg(test)]
+mod tests;
+
 impl Gateway {
     /// Stages 4–6 for a method the task stage may take (a task method or a listen; boxed by
     /// the pipeline's `routed`), and the era's route for the rest of them.
@@ -292,7 +295,9 @@ impl Gateway {
     }
 
     /// The caller's own `tasks/get` of `handle`, as one of its requests: admitted (policy,
-    /// rate limit, audit) and checked by the guardrails like any `tasks/get`.
+    /// rate limit, audit) and checked by the guardrails like any `tasks/get`. Never sent once
+    /// the caller's token has expired (checked here, as the poll goes out, however long after
+    /// its round was started).
     async fn task_state(
         self: &Arc<Self>,
         ex: &Exchange<'_>,
@@ -300,6 +305,9 @@ impl Gateway {
     ) -> crate::tasks::watch::Polled {
         use crate::tasks::watch::Polled;
         use switchboard_wire::classify::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
+        if ex.caller.expired() {
+            return Polled::Failed;
+        }
         let meta = serde_json::json!({
             META_PROTOCOL_VERSION: switchboard_wire::version::MODERN[0],
             META_CLIENT_CAPABILITIES: {"extensions": {crate::tasks::EXTENSION: {}}},
