@@ -306,7 +306,7 @@ impl<'r> Watched<'r> {
     }
 
     /// The watch was agreed on: its polls are every [`TaskWatch::every`] from now (the first
-    /// at once).
+    /// a full wait from now).
     pub(crate) fn agreed(&mut self) {
         self.tick = polls_every(self.watch.every());
     }
@@ -360,9 +360,10 @@ impl<'r> Watched<'r> {
     }
 }
 
-/// The timer of a watched listen's polls, every `every` from its first tick (at once).
+/// The timer of a watched listen's polls, every `every`, the first a full wait from now (the
+/// watch was just agreed on with a poll of each task: polling again at once would ask twice).
 fn polls_every(every: Duration) -> Interval {
-    let mut tick = tokio::time::interval(every);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick
 }
