@@ -300,6 +300,16 @@ fn refusal(v: Violation, id: Option<RequestId>) -> ParseError {
             codes::INVALID_REQUEST,
             "Invalid Request: an object repeats a key",
         ),
+        Violation::NulInKey {
+            within: Within::Params,
+        } => (
+            codes::INVALID_PARAMS,
+            "Invalid params: an object key holds U+0000",
+        ),
+        Violation::NulInKey { .. } => (
+            codes::INVALID_REQUEST,
+            "Invalid Request: an object key holds U+0000",
+        ),
         Violation::NotStrictJson { .. } => (
             codes::PARSE_ERROR,
             "Parse error: unpaired surrogate escape or number out of range",

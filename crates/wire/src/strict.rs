@@ -27,6 +27,9 @@ pub(crate) enum Violation {
     DuplicateKey { within: Within },
     /// An unpaired surrogate escape, or a number that overflows to infinity.
     NotStrictJson { within: Within },
+    /// A key holding U+0000 (`\u0000`): a parser reading keys as C strings cuts it there, and
+    /// takes `"name\u0000"` for `name`.
+    NulInKey { within: Within },
 }
 
 /// The top-level member a violation sits in.
@@ -150,6 +153,11 @@ impl Scanner<'_> {
                 end: i,
                 escaped,
             };
+            if escaped && self.decoded(&key).contains('\0') {
+                return Err(Violation::NulInKey {
+                    within: self.within_here(),
+                });
+            }
             if self.stack.len() == 1 {
                 self.within = match &self.text[start..i] {
                     "id" => Within::Id,
@@ -283,16 +291,20 @@ pub fn keys_fold_equal(a: &str, b: &str) -> bool {
     folded(a).eq(folded(b))
 }
 
-/// A key's characters under simple case folding (lowercase), with the non-ASCII letters some
-/// parser takes for ASCII ones: U+017F long s → `s` (Go; U+212A Kelvin sign lowercases to `k`
-/// already), and U+0130 dotted capital I and U+0131 dotless small i → `i` (Java's
-/// `equalsIgnoreCase`, .NET's invariant upper case; Rust lowercases U+0130 to two characters).
+/// A key's characters as the loosest key-matching parser reads them: lowercase, with the
+/// non-ASCII letters some parser takes for ASCII ones folded onto them — U+017F long s → `s`
+/// (Go; U+212A Kelvin sign lowercases to `k` already), U+0131 dotless i → `i` (Java's
+/// `equalsIgnoreCase`) — and U+0307 combining dot above dropped, so that U+0130 (lowercase
+/// `i` + U+0307, as JavaScript and Python lowercase it too) is `i` as Java reads it.
 fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
-    key.chars().flat_map(|c| match c {
-        '\u{17f}' => 's'.to_lowercase(),
-        '\u{130}' | '\u{131}' => 'i'.to_lowercase(),
-        c => c.to_lowercase(),
-    })
+    key.chars()
+        .flat_map(char::to_lowercase)
+        .filter(|&c| c != '\u{307}')
+        .map(|c| match c {
+            '\u{17f}' => 's',
+            '\u{131}' => 'i',
+            c => c,
+        })
 }
 
 #[cfg(test)]

@@ -39,6 +39,8 @@ fn duplicate_keys_are_refused_at_any_depth_with_the_id() {
         r#"{"café":1,"CAFÉ":2}"#,
         r#"{"uri":"file:///a","ur\u0130":"file:///b"}"#,
         r#"{"uri":"file:///a","ur\u0131":"file:///b"}"#,
+        // U+0130 is i + U+0307 to JavaScript's toLowerCase and Python's lower().
+        r#"{"name":"x","arguments":{"\u0130d":1,"i\u0307d":2}}"#,
     ] {
         let e = refused(&call(params));
         assert_eq!(e.error.code, codes::INVALID_PARAMS, "{params}");
@@ -54,6 +56,24 @@ fn duplicate_keys_are_refused_at_any_depth_with_the_id() {
         assert_eq!(e.error.code, codes::INVALID_REQUEST, "{body}");
         assert_eq!(id_of(&e), Some("7"), "{body}");
     }
+}
+
+/// A parser reading keys as C strings (cJSON) takes `"name\u0000"` for `name`, and its first
+/// copy wins: the gateway would authorize `allowed` and the backend run `forbidden`.
+#[test]
+fn a_key_holding_nul_is_refused() {
+    let e = refused(&call(
+        r#"{"name\u0000":"forbidden","name":"allowed","arguments":{}}"#,
+    ));
+    assert_eq!(e.error.code, codes::INVALID_PARAMS);
+    assert_eq!(id_of(&e), Some("7"));
+    let e = refused(&call(r#"{"name":"a","arguments":{"k\u0000ey":1}}"#));
+    assert_eq!(e.error.code, codes::INVALID_PARAMS);
+    let e = refused(r#"{"jsonrpc":"2.0","id":7,"method":"m","x\u0000":1}"#);
+    assert_eq!(e.error.code, codes::INVALID_REQUEST);
+    // A NUL in a value is the value's business; an escaped backslash before `u0000` is no NUL.
+    let fine = call(r#"{"name":"a","arguments":{"text":"a\u0000b","k\\u0000":1}}"#);
+    assert!(client(&fine).is_ok(), "{fine}");
 }
 
 #[test]
