@@ -348,13 +348,16 @@ impl TaskOwners {
 
     /// `tasks/list` result with only `owner`'s tasks (none without an owner), each under the
     /// handle its owner knows it by. A result that is not a list becomes an empty one: what
-    /// the gateway cannot filter, it does not pass.
+    /// the gateway cannot filter, it does not pass; nor does a member a loose parser would
+    /// read as `tasks` or a task's `taskId` (`loosely_named`).
     pub(crate) fn filter_list(&self, owner: Option<&Owner>, result: &str) -> String {
         let mut v: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+        loosely_named(&mut v, "tasks");
         let table = self.table.lock();
         match v.get_mut("tasks").and_then(Value::as_array_mut) {
             Some(tasks) => {
                 tasks.retain_mut(|t| {
+                    loosely_named(t, "taskId");
                     let handle = t["taskId"].as_str().and_then(|id| table.handle(owner, id));
                     match handle {
                         Some(h) => {
@@ -533,6 +536,14 @@ pub(crate) fn untracked_on_replicas() -> ErrorObject {
         codes::INTERNAL_ERROR,
         "Internal error: the backend created a task, but it runs replicas, which keep no tasks",
     )
+}
+
+/// `object` without the members a loose parser reads as `key` (another case, a folding
+/// character) but `key` itself.
+fn loosely_named(object: &mut Value, key: &str) {
+    if let Some(members) = object.as_object_mut() {
+        members.retain(|k, _| k == key || !switchboard_wire::keys_fold_equal(k, key));
+    }
 }
 
 /// The task a message concerns: `params.taskId` (status notifications) or the related-task

@@ -281,6 +281,14 @@ impl Scanner<'_> {
     }
 }
 
+/// Whether JSON the gateway already parsed (a backend's params, before they reach a client)
+/// reads one way to every parser the client scan guards against: nested at most
+/// [`crate::MAX_CLIENT_DEPTH`] deep, no object repeating a key in any spelling
+/// ([`keys_fold_equal`]), no key holding U+0000, no unpaired surrogate.
+pub fn reads_one_way(value: &serde_json::value::RawValue) -> bool {
+    scan(value.get(), crate::MAX_CLIENT_DEPTH).is_ok()
+}
+
 /// Whether two (decoded) object keys name the same member for a parser that matches keys
 /// case-insensitively, under the simple case folding strict JSON uses for duplicate keys:
 /// `reque\u{17f}tState` is `requestState` for Go's `encoding/json`.

@@ -27,7 +27,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use switchboard_upstream::Upstream;
-use switchboard_wire::{codes, encode_error, encode_result, ErrorObject, RequestId};
+use switchboard_wire::{
+    codes, encode_error, encode_result, keys_fold_equal, ErrorObject, RequestId,
+};
 
 use super::{Owner, META_RELATED_TASK};
 
@@ -195,6 +197,7 @@ impl TaskQuestions {
         (id, method, params): (&RequestId, &str, Option<&RawValue>),
     ) -> Result<(), NotHeld> {
         let params: Value = match params {
+            Some(p) if !switchboard_wire::reads_one_way(p) => return Err(NotHeld::Unreadable),
             Some(p) => serde_json::from_str(p.get()).map_err(|_| NotHeld::Unreadable)?,
             None => Value::Object(Map::new()),
         };
@@ -412,15 +415,20 @@ fn refuse(expected: &Expected, questions: &[Question], why: &'static str) {
 
 /// Whether `params`, as the owner will read them, name the task by its `handle` and nothing
 /// else: no `taskId` of their own, and no other id left in the related-task tag (a backend
-/// repeating the tag with another of its ids would otherwise show that id to the owner).
-/// [`names_only`] of raw params.
+/// repeating the tag with another of its ids would otherwise show that id to the owner), in
+/// any spelling a parser reads as those keys: they read one way
+/// ([`switchboard_wire::reads_one_way`]: no key repeated, in any case or with escapes).
 pub(crate) fn names_only_raw(params: &RawValue, handle: &str) -> bool {
-    serde_json::from_str::<Value>(params.get()).is_ok_and(|v| names_only(&v, handle))
+    switchboard_wire::reads_one_way(params)
+        && serde_json::from_str::<Value>(params.get()).is_ok_and(|v| names_only(&v, handle))
 }
 
+/// [`names_only_raw`] of params read one way (each key spelled once, in any case).
 fn names_only(params: &Value, handle: &str) -> bool {
     let tagged = &params["_meta"][META_RELATED_TASK]["taskId"];
-    params.get("taskId").is_none() && tagged.as_str() == Some(handle)
+    let loose_id =
+        (params.as_object()).is_some_and(|p| p.keys().any(|k| keys_fold_equal(k, "taskId")));
+    !loose_id && tagged.as_str() == Some(handle)
 }
 
 #[cfg(test)]
@@ -429,6 +437,24 @@ mod tests {
     use serde_json::json;
 
     const ALL: &[&str] = &["elicitation/create", "sampling/createMessage", "roots/list"];
+
+    /// The owner sees its handle and no id of the backend's, in no spelling and no copy a
+    /// parser may read instead.
+    #[test]
+    fn a_question_names_its_task_by_the_handle_only() {
+        let named = |v: Value| names_only_raw(&RawValue::from_string(v.to_string()).unwrap(), "h");
+        let tag = |id: &str| json!({META_RELATED_TASK: {"taskId": id}});
+        assert!(named(json!({"_meta": tag("h"), "message": "?"})));
+        assert!(!named(json!({"_meta": tag("t-9")})));
+        assert!(!named(json!({"_meta": tag("h"), "TaskId": "t-9"})));
+        assert!(!named(
+            json!({"_meta": {META_RELATED_TASK: {"taskId": "h", "TASKID": "t-9"}}})
+        ));
+        assert!(!named(json!({"_meta": tag("h"), "_Meta": tag("t-9")})));
+        let twice =
+            format!(r#"{{"_meta":{{"{META_RELATED_TASK}":{{"taskId":"t-9","taskId":"h"}}}}}}"#);
+        assert!(!names_only_raw(&RawValue::from_string(twice).unwrap(), "h"));
+    }
 
     #[tokio::test]
     async fn a_question_the_client_cannot_answer_is_refused() {
