@@ -277,6 +277,17 @@ impl Gateway {
         }
     }
 
+    /// What `resources/subscribe`, `resources/unsubscribe` and `logging/setLevel` need
+    /// (`session_ops`).
+    pub(crate) fn session_ops(&self) -> crate::session_ops::SessionOps<'_> {
+        crate::session_ops::SessionOps {
+            sender: &self.sender,
+            registry: &self.registry,
+            backends: &self.backends,
+            access: &self.config.access,
+        }
+    }
+
     /// A client's `initialize` answered by the gateway itself (`gateway::handshake`).
     pub(crate) fn handshake(&self) -> Handshake<'_> {
         Handshake { gateway: self }

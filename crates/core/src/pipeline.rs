@@ -65,17 +65,6 @@ pub struct Plan {
 }
 
 impl Gateway {
-    /// What `resources/subscribe`, `resources/unsubscribe` and `logging/setLevel` need
-    /// (`session_ops`).
-    pub(crate) fn session_ops(&self) -> crate::session_ops::SessionOps<'_> {
-        crate::session_ops::SessionOps {
-            sender: &self.sender,
-            registry: &self.registry,
-            backends: &self.backends,
-            access: &self.config.access,
-        }
-    }
-
     /// Stage 0, before the request runs: its delivery, for both eras (a stream wherever
     /// something may travel before the answer: progress, a listen's events, a Modern request's
     /// own log messages, a per-session process's or a composite's questions to a Legacy
