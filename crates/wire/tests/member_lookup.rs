@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
-use switchboard_wire::has_member;
+use serde_json::value::RawValue;
+use switchboard_wire::{has_member, object_member};
 
 /// The keys a request's lookups ask for, some near misses, and arbitrary short keys.
 fn key() -> impl Strategy<Value = String> {
@@ -44,6 +45,9 @@ fn member() -> impl Strategy<Value = (String, String)> {
             Just(r#""task""#.to_owned()),
             Just(r#"{"task":{"a":"\\u0074ask"}}"#.to_owned()),
             Just(r#"["task", "\\\\u"]"#.to_owned()),
+            // Brackets of the other kind and inside strings: the skip counts only its own.
+            Just(r#"[{"a":"}]"},["{",{"b":[]}],"[["]"#.to_owned()),
+            Just(r#"{"x":[{"task":1},"}"],"y":"]}","z":{"w":[[{}]]}}"#.to_owned()),
         ],
     )
         .prop_map(|(k, escape, value)| (k.clone(), format!("{}:{value}", spelled(&k, &escape))))
@@ -68,5 +72,10 @@ proptest! {
             parsed.contains_key(&wanted),
             "{} in {}", wanted, text
         );
+        // The value found is the one a parse keeps (the last of duplicates).
+        let raw = RawValue::from_string(text.clone()).unwrap();
+        let found = object_member(&raw, &wanted)
+            .map(|v| serde_json::from_str::<serde_json::Value>(v.get()).unwrap());
+        prop_assert_eq!(found.as_ref(), parsed.get(&wanted), "{} in {}", wanted, text);
     }
 }
