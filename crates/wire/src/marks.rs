@@ -216,6 +216,8 @@ mod tests {
             // Dotted capital I and dotless small i: `i` to Java's equalsIgnoreCase.
             r#"{"resultType":"task","task\u0130d":"b-7"}"#,
             r#"{"task":{"task\u0131d":"b-7"}}"#,
+            // A C-string parser stops a key at U+0000.
+            r#"{"resultType":"task","taskId\u0000x":"b-7"}"#,
         ] {
             assert!(ResultMarks::of(json).ambiguous_task, "{json}");
         }

@@ -290,29 +290,37 @@ pub fn reads_one_way(value: &serde_json::value::RawValue) -> bool {
 }
 
 /// Whether two (decoded) object keys name the same member for a parser that matches keys
-/// case-insensitively, under the simple case folding strict JSON uses for duplicate keys:
+/// case-insensitively (or stops a key at U+0000), under the simple case folding strict JSON uses for duplicate keys:
 /// `reque\u{17f}tState` is `requestState` for Go's `encoding/json`.
 pub fn keys_fold_equal(a: &str, b: &str) -> bool {
+    let (a, b) = (before_nul(a), before_nul(b));
     if a.is_ascii() && b.is_ascii() {
         return a.eq_ignore_ascii_case(b);
     }
     folded(a).eq(folded(b))
 }
 
-/// A key's characters as the loosest key-matching parser reads them: lowercase, with the
-/// non-ASCII letters some parser takes for ASCII ones folded onto them — U+017F long s → `s`
-/// (Go; U+212A Kelvin sign lowercases to `k` already), U+0131 dotless i → `i` (Java's
-/// `equalsIgnoreCase`) — and U+0307 combining dot above dropped, so that U+0130 (lowercase
-/// `i` + U+0307, as JavaScript and Python lowercase it too) is `i` as Java reads it.
+/// A key as a parser reading keys as C strings (cJSON) takes it: up to its first U+0000.
+fn before_nul(key: &str) -> &str {
+    key.split('\0').next().unwrap_or(key)
+}
+
+/// A key's characters as the loosest key-matching parser reads them: each character's
+/// uppercase lowercased (so U+017F long s is `s`, U+0131 dotless i is `i`, U+212A Kelvin sign
+/// is `k`, and σ/ς, µ/μ and the like fold together, as Go's `EqualFold` and Java's
+/// `equalsIgnoreCase` take them), and U+0307 combining dot above dropped right after an `i`:
+/// U+0130 lowercases to `i` + U+0307 (JavaScript, Python), and Java takes it for `i`.
 fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
-    key.chars()
+    before_nul(key)
+        .chars()
+        .flat_map(char::to_uppercase)
         .flat_map(char::to_lowercase)
-        .filter(|&c| c != '\u{307}')
-        .map(|c| match c {
-            '\u{17f}' => 's',
-            '\u{131}' => 'i',
-            c => c,
+        .scan('\0', |before, c| {
+            let dot_on_i = c == '\u{307}' && *before == 'i';
+            *before = c;
+            Some((!dot_on_i).then_some(c))
         })
+        .flatten()
 }
 
 #[cfg(test)]

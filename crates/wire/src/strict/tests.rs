@@ -41,6 +41,8 @@ fn duplicate_keys_are_refused_at_any_depth_with_the_id() {
         r#"{"uri":"file:///a","ur\u0131":"file:///b"}"#,
         // U+0130 is i + U+0307 to JavaScript's toLowerCase and Python's lower().
         r#"{"name":"x","arguments":{"\u0130d":1,"i\u0307d":2}}"#,
+        r#"{"name":"x","arguments":{"\u03c3":1,"\u03c2":2}}"#,
+        r#"{"name":"x","arguments":{"\u00b5":1,"\u03bc":2}}"#,
     ] {
         let e = refused(&call(params));
         assert_eq!(e.error.code, codes::INVALID_PARAMS, "{params}");
@@ -83,6 +85,8 @@ fn distinct_keys_pass_even_when_alike() {
         r#"{"a":{"k":1},"b":{"k":1},"k":[{"k":1},{"k":1}]}"#,
         r#"{"s":"\"k\":1,\"k\":1","k":"{\"k\":1}"}"#,
         r#"{"a\\":1,"a":2,"a\"":3}"#,
+        // A combining dot above is a letter of its own but on an `i`.
+        r#"{"a\u0307":1,"a":2}"#,
     ] {
         assert!(client(&call(params)).is_ok(), "{params}");
     }
