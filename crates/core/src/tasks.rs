@@ -65,7 +65,7 @@ pub(crate) const STATUS: &str = "notifications/tasks/status";
 mod expose;
 pub(crate) mod questions;
 pub(crate) mod watch;
-pub(crate) use expose::{finished, renamed, renamed_answer, strip_task_support};
+pub(crate) use expose::{finished, one_task_named, renamed, renamed_answer, strip_task_support};
 pub(crate) use questions::TaskQuestions;
 mod refusals;
 pub use refusals::unknown_task;
@@ -363,6 +363,7 @@ impl TaskOwners {
             Some(tasks) => {
                 tasks.retain_mut(|t| {
                     loosely_named(t, "taskId");
+                    without_related_task(t);
                     let handle = t["taskId"].as_str().and_then(|id| table.handle(owner, id));
                     match handle {
                         Some(h) => {
@@ -501,10 +502,19 @@ pub(crate) fn unusable_responses(params: Option<&RawValue>) -> Option<ErrorObjec
 }
 
 /// `object` without the members a loose parser reads as `key` (another case, a folding
-/// character) but `key` itself.
-fn loosely_named(object: &mut Value, key: &str) {
+/// character, a tail after U+0000: `keys_fold_equal`) but `key` itself.
+pub(crate) fn loosely_named(object: &mut Value, key: &str) {
     if let Some(members) = object.as_object_mut() {
         members.retain(|k, _| k == key || !switchboard_wire::keys_fold_equal(k, key));
+    }
+}
+
+/// A listed task without a related-task tag (in any spelling of `_meta` or of the tag): its
+/// id there would be the backend's own.
+fn without_related_task(task: &mut Value) {
+    loosely_named(task, "_meta");
+    if let Some(meta) = task.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| !switchboard_wire::keys_fold_equal(k, META_RELATED_TASK));
     }
 }
 

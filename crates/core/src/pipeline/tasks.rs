@@ -113,12 +113,11 @@ impl Gateway {
             Message::parse(body.as_bytes()).map_err(|_| CoreError::InvalidParams("params"))?;
         let pinned = Exchange { msg: &msg, ..ex };
         let answer = self.era_route(pinned, admitted, Some(&backend)).await?;
-        Ok(
-            match crate::tasks::renamed_answer(&answer.body, &task, handle) {
-                Some(body) => Answer { body, ..answer },
-                None => answer,
-            },
-        )
+        let answer = match crate::tasks::renamed_answer(&answer.body, &task, handle) {
+            Some(body) => Answer { body, ..answer },
+            None => answer,
+        };
+        Ok(crate::tasks::one_task_named(name, answer))
     }
 
     /// A Modern `subscriptions/listen` asking for task status (`notifications.taskIds`): the

@@ -52,6 +52,22 @@ pub(crate) fn finished(
     refused(&answer, &err)
 }
 
+/// The answer to a handle's `tasks/get|cancel|update` (a task's state), named by the handle
+/// (`renamed_answer` done): refused when it names a task ambiguously
+/// (`ResultMarks::ambiguous_task`: `taskId` in another spelling, or twice), where a loose or
+/// first-copy parser would read some other id of the backend's. `tasks/result` (the call's
+/// own result) is left as it is.
+pub(crate) fn one_task_named(name: &str, answer: Answer) -> Answer {
+    if name == "tasks/result" || answer.error_code.is_some() {
+        return answer;
+    }
+    let result = Message::parse(&answer.body).ok().and_then(|m| m.result);
+    match result.map(|r| ResultMarks::of(r.get()).ambiguous_task) {
+        Some(true) => refused(&answer, &super::ambiguous_task()),
+        _ => answer,
+    }
+}
+
 /// `answer` replaced by the error `err`, under its id.
 fn refused(answer: &Answer, err: &switchboard_wire::ErrorObject) -> Answer {
     let id = Message::parse(&answer.body).ok().and_then(|m| m.id);
@@ -309,6 +325,33 @@ mod tests {
         }
         let other = json!({"_meta": {META_RELATED_TASK: {"TaskId": "other"}}});
         assert_eq!(renamed(&other.to_string(), "t-1", "h"), None);
+    }
+
+    /// A task's state naming some other id of the backend's where a parser may read it is
+    /// refused; one naming the handle once passes, as does any `tasks/result`.
+    #[test]
+    fn a_tasks_state_names_one_task_or_is_refused() {
+        let answer = |result: &str| Answer {
+            body: format!(r#"{{"jsonrpc":"2.0","id":3,"result":{result}}}"#).into_bytes(),
+            error_code: None,
+        };
+        for loose in [
+            r#"{"taskId":"h","TaskId":"t2","status":"working"}"#,
+            r#"{"taskId":"t2","taskId":"h","status":"working"}"#,
+            r#"{"taskId\u0000":"t2","taskId":"h","status":"working"}"#,
+        ] {
+            let out = one_task_named("tasks/get", answer(loose));
+            assert!(out.error_code.is_some(), "{loose}");
+            assert!(String::from_utf8_lossy(&out.body).contains(r#""id":3"#));
+        }
+        let fine = r#"{"taskId":"h","status":"working"}"#;
+        assert!(one_task_named("tasks/cancel", answer(fine))
+            .error_code
+            .is_none());
+        let result = r#"{"content":[],"TaskId":"t2"}"#;
+        assert!(one_task_named("tasks/result", answer(result))
+            .error_code
+            .is_none());
     }
 
     #[test]

@@ -426,9 +426,9 @@ pub(crate) fn names_only_raw(params: &RawValue, handle: &str) -> bool {
 /// [`names_only_raw`] of params read one way (each key spelled once, in any case).
 fn names_only(params: &Value, handle: &str) -> bool {
     let tagged = &params["_meta"][META_RELATED_TASK]["taskId"];
-    let loose_id =
-        (params.as_object()).is_some_and(|p| p.keys().any(|k| keys_fold_equal(k, "taskId")));
-    !loose_id && tagged.as_str() == Some(handle)
+    let names_an_id =
+        |v: &Value| (v.as_object()).is_some_and(|o| o.keys().any(|k| keys_fold_equal(k, "taskId")));
+    !names_an_id(params) && !names_an_id(&params["task"]) && tagged.as_str() == Some(handle)
 }
 
 #[cfg(test)]
@@ -451,6 +451,9 @@ mod tests {
             json!({"_meta": {META_RELATED_TASK: {"taskId": "h", "TASKID": "t-9"}}})
         ));
         assert!(!named(json!({"_meta": tag("h"), "_Meta": tag("t-9")})));
+        assert!(!named(
+            json!({"_meta": tag("h"), "task": {"taskId": "t-9"}})
+        ));
         let twice =
             format!(r#"{{"_meta":{{"{META_RELATED_TASK}":{{"taskId":"t-9","taskId":"h"}}}}}}"#);
         assert!(!names_only_raw(&RawValue::from_string(twice).unwrap(), "h"));

@@ -33,9 +33,11 @@ fn ownership_and_filtering() {
     let nobody: Value = serde_json::from_str(&t.filter_list(None, &list)).unwrap();
     assert_eq!(nobody, json!({"tasks":[],"nextCursor":"c"}));
     // Another id under a key a loose parser reads as `taskId` (or `tasks`) never passes.
-    let loose = json!({"tasks":[{"taskId":"t1","TaskId":"t2"}],"Tasks":[{"taskId":"t2"}]});
+    let tag = json!({META_RELATED_TASK: {"taskId": "t2"}});
+    let loose = json!({"tasks":[{"taskId":"t1","TaskId":"t2","taskId\u{0}x":"t2","_meta":tag}],
+        "Tasks":[{"taskId":"t2"}]});
     let mine: Value = serde_json::from_str(&t.filter_list(Some(&a), &loose.to_string())).unwrap();
-    assert_eq!(mine, json!({"tasks":[{"taskId":h1}]}));
+    assert_eq!(mine, json!({"tasks":[{"taskId":h1,"_meta":{}}]}));
     let odd = t.filter_list(Some(&a), r#"{"tasks":{"taskId":"t1"}}"#);
     assert_eq!(
         odd, r#"{"tasks":[]}"#,

@@ -397,12 +397,16 @@ fn ended(state: &str) -> bool {
 
 /// The `DetailedTask` of a `tasks/get` result for `handle`: without its `resultType` and
 /// `_meta` (the notification carries the listen's tag instead), and naming the task by its
-/// handle whatever the backend wrote there.
+/// handle whatever the backend wrote there, in whatever spelling a loose parser reads as
+/// these members (`keys_fold_equal`).
 fn detailed(result: &RawValue, handle: &str) -> Value {
     let mut v: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
     if let Some(m) = v.as_object_mut() {
-        m.remove("resultType");
-        m.remove("_meta");
+        m.retain(|k, _| {
+            !["resultType", "_meta", "taskId"]
+                .iter()
+                .any(|n| keys_fold_equal(k, n))
+        });
         m.insert("taskId".into(), Value::String(handle.to_owned()));
     }
     v
@@ -528,6 +532,16 @@ mod tests {
         assert!(w.watch.is_empty() && !w.due());
         let held: Vec<_> = (0..MAX_WATCHING).map(|_| watchers.take(&alice)).collect();
         assert!(held.iter().all(Option::is_some), "its place was given back");
+    }
+
+    /// A status names the task by its handle only: no other id of the backend's under a
+    /// spelling a loose parser reads as `taskId`.
+    #[test]
+    fn a_status_names_its_handle_only() {
+        let got = raw(json!({"taskId": "t1", "TaskId": "t2", "taskId\u{0}": "t2",
+            "ResultType": "task", "_META": {}, "status": "working"}));
+        let v = detailed(&got, "h");
+        assert_eq!(v, json!({"taskId": "h", "status": "working"}));
     }
 
     #[test]
