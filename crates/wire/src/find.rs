@@ -202,6 +202,17 @@ fn string_end(b: &[u8], start: usize) -> Option<usize> {
     }
 }
 
+/// The bytes a container walk must stop at: a string's opening quote and the brackets.
+static STRUCTURAL: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'"' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b'[' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b']' as usize] = true;
+    t
+};
+
 /// Index just past the JSON value starting at `start`.
 fn value_end(b: &[u8], start: usize) -> Option<usize> {
     match *b.get(start)? {
@@ -219,24 +230,21 @@ fn value_end(b: &[u8], start: usize) -> Option<usize> {
 }
 
 /// Index just past the object or array opening at `start`: strings skipped whole (their
-/// brackets do not count), and only the brackets of its own kind counted. In valid JSON an
-/// object's braces and an array's brackets balance whatever they hold, so one vectorised
-/// search for three bytes (the quote and the two brackets) finds every place that matters.
+/// brackets do not count), everything else only looked at where it is structural.
 fn container_end(b: &[u8], start: usize) -> Option<usize> {
-    let (open, close) = match b.get(start)? {
-        b'{' => (b'{', b'}'),
-        _ => (b'[', b']'),
-    };
     let mut depth = 0usize;
     let mut i = start;
     loop {
-        i += memchr::memchr3(b'"', open, close, b.get(i..)?)?;
+        i += b
+            .get(i..)?
+            .iter()
+            .position(|&c| STRUCTURAL[usize::from(c)])?;
         match b[i] {
             b'"' => {
                 i = string_end(b, i)?;
                 continue;
             }
-            c if c == open => depth += 1,
+            b'{' | b'[' => depth += 1,
             _ => {
                 depth = depth.checked_sub(1)?;
                 if depth == 0 {
