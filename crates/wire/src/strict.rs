@@ -293,6 +293,11 @@ pub fn reads_one_way(value: &serde_json::value::RawValue) -> bool {
 /// case-insensitively (or stops a key at U+0000), under the simple case folding strict JSON uses for duplicate keys:
 /// `reque\u{17f}tState` is `requestState` for Go's `encoding/json`.
 pub fn keys_fold_equal(a: &str, b: &str) -> bool {
+    // The common case in one pass per key: ASCII without U+0000.
+    let plain = |k: &str| k.bytes().all(|c| (1..0x80).contains(&c));
+    if plain(a) && plain(b) {
+        return a.eq_ignore_ascii_case(b);
+    }
     let (a, b) = (before_nul(a), before_nul(b));
     if a.is_ascii() && b.is_ascii() {
         return a.eq_ignore_ascii_case(b);
