@@ -79,6 +79,23 @@ fn a_key_holding_nul_is_refused() {
 }
 
 #[test]
+fn keys_fold_equal_up_to_nul_in_any_case() {
+    for (a, b, equal) in [
+        ("taskId", "TASKID", true),
+        ("taskId\0x", "taskid", true),
+        ("ab\0x", "AB\0y", true),
+        ("ab", "abc", false),
+        ("ab\0", "abc", false),
+        ("", "\0", true),
+        ("a", "b", false),
+        ("ta\u{17f}kId\0", "TASKID", true),
+    ] {
+        assert_eq!(keys_fold_equal(a, b), equal, "{a:?} {b:?}");
+        assert_eq!(keys_fold_equal(b, a), equal, "{b:?} {a:?}");
+    }
+}
+
+#[test]
 fn distinct_keys_pass_even_when_alike() {
     for params in [
         r#"{"name":"a","name ":"c","nam":"d"}"#,
