@@ -262,9 +262,9 @@ impl Scanner<'_> {
     /// as `b` there.
     fn same(&self, a: &KeySpan, b: &KeySpan) -> bool {
         if !a.escaped && !b.escaped {
-            return keys_fold_equal(&self.text[a.start..a.end], &self.text[b.start..b.end]);
+            return fold_equal(&self.text[a.start..a.end], &self.text[b.start..b.end]);
         }
-        keys_fold_equal(&self.decoded(a), &self.decoded(b))
+        fold_equal(&self.decoded(a), &self.decoded(b))
     }
 
     /// A key's text after unescaping (borrowed when it has no escapes).
@@ -293,22 +293,21 @@ pub fn reads_one_way(value: &serde_json::value::RawValue) -> bool {
 /// case-insensitively (or stops a key at U+0000), under the case folding strict JSON uses for
 /// duplicate keys: `reque\u{17f}tState` is `requestState` for Go's `encoding/json`.
 pub fn keys_fold_equal(a: &str, b: &str) -> bool {
+    fold_equal(before_nul(a), before_nul(b))
+}
+
+/// [`keys_fold_equal`] of keys without U+0000 (the strict scan's: it refuses a key holding
+/// one before comparing any).
+fn fold_equal(a: &str, b: &str) -> bool {
     if a.is_ascii() && b.is_ascii() {
-        // Equal up to where both end or hold U+0000: one pass, which most pairs of keys leave
-        // at their first byte.
-        let (x, y) = (a.as_bytes(), b.as_bytes());
-        let same = (x.iter().zip(y))
-            .take_while(|(c, d)| **c != 0 && c.eq_ignore_ascii_case(d))
-            .count();
-        let ends = |k: &[u8]| k.get(same).is_none_or(|&c| c == 0);
-        return ends(x) && ends(y);
+        return a.eq_ignore_ascii_case(b);
     }
     folded(a).eq(folded(b))
 }
 
 /// A key as a parser reading keys as C strings (cJSON) takes it: up to its first U+0000.
 fn before_nul(key: &str) -> &str {
-    key.split('\0').next().unwrap_or(key)
+    memchr::memchr(0, key.as_bytes()).map_or(key, |end| &key[..end])
 }
 
 /// A key's characters as the loosest key-matching parser reads them: each character's
