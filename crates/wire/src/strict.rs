@@ -56,6 +56,8 @@ struct KeySpan {
     start: usize,
     end: usize,
     escaped: bool,
+    /// ASCII without escapes: compared as it is, ignoring ASCII case.
+    plain: bool,
 }
 
 struct Scanner<'a> {
@@ -152,6 +154,7 @@ impl Scanner<'_> {
                 start,
                 end: i,
                 escaped,
+                plain: !escaped && self.bytes[start..i].is_ascii(),
             };
             if escaped && self.decoded(&key).contains('\0') {
                 return Err(Violation::NulInKey {
@@ -230,19 +233,22 @@ impl Scanner<'_> {
         }
     }
 
-    /// Whether the object whose keys start at `first` repeats one.
+    /// Whether the object whose keys start at `first` repeats one, for *some* parser: equal
+    /// after unescaping, or equal but for case. Go's `encoding/json` (many MCP servers)
+    /// matches struct fields case-insensitively, so `{"name":"a","Name":"b"}` would be
+    /// authorized as `a` here and run as `b` there.
     fn check_keys(&self, first: usize) -> Result<(), Violation> {
         let keys = &self.keys[first..];
-        let duplicate = if keys.len() <= PAIRWISE_MAX {
-            keys.iter()
-                .enumerate()
-                .any(|(n, a)| keys[n + 1..].iter().any(|b| self.same(a, b)))
+        let duplicate = if keys.iter().all(|k| k.plain) {
+            self.repeats_plain(keys)
         } else {
-            // Sorted by folded spelling without building folded copies: keys borrow the body
-            // unless they hold escapes.
-            let mut names: Vec<Cow<'_, str>> = keys.iter().map(|k| self.decoded(k)).collect();
-            names.sort_unstable_by(|a, b| folded(a).cmp(folded(b)));
-            names.windows(2).any(|w| folded(&w[0]).eq(folded(&w[1])))
+            // Each key folded once: folded per comparison, a few long non-ASCII keys made
+            // one body cost seconds of a server thread.
+            let mut names: Vec<String> = (keys.iter())
+                .map(|k| folded(&self.decoded(k)).collect())
+                .collect();
+            names.sort_unstable();
+            names.windows(2).any(|w| w[0] == w[1])
         };
         if !duplicate {
             return Ok(());
@@ -256,15 +262,22 @@ impl Scanner<'_> {
         Err(Violation::DuplicateKey { within })
     }
 
-    /// Whether two keys name the same member for *some* parser: equal after unescaping, or
-    /// equal but for case. Go's `encoding/json` (many MCP servers) matches struct fields
-    /// case-insensitively, so `{"name":"a","Name":"b"}` would be authorized as `a` here and run
-    /// as `b` there.
-    fn same(&self, a: &KeySpan, b: &KeySpan) -> bool {
-        if !a.escaped && !b.escaped {
-            return fold_equal(&self.text[a.start..a.end], &self.text[b.start..b.end]);
+    /// Whether plain keys (ASCII, unescaped: every key of almost every body) repeat one but
+    /// for ASCII case: pairwise while few, sorted (borrowed) beyond.
+    fn repeats_plain(&self, keys: &[KeySpan]) -> bool {
+        let text = |k: &KeySpan| &self.bytes[k.start..k.end];
+        if keys.len() <= PAIRWISE_MAX {
+            return (keys.iter().enumerate()).any(|(n, a)| {
+                keys[n + 1..]
+                    .iter()
+                    .any(|b| text(a).eq_ignore_ascii_case(text(b)))
+            });
         }
-        fold_equal(&self.decoded(a), &self.decoded(b))
+        let mut names: Vec<&[u8]> = keys.iter().map(text).collect();
+        names.sort_unstable_by(|a, b| {
+            (a.iter().map(u8::to_ascii_lowercase)).cmp(b.iter().map(u8::to_ascii_lowercase))
+        });
+        names.windows(2).any(|w| w[0].eq_ignore_ascii_case(w[1]))
     }
 
     /// A key's text after unescaping (borrowed when it has no escapes).
@@ -306,8 +319,7 @@ pub fn keys_fold_equal(a: &str, b: &str) -> bool {
     fold_equal(before_nul(a), before_nul(b))
 }
 
-/// [`keys_fold_equal`] of keys without U+0000 (the strict scan's: it refuses a key holding
-/// one before comparing any).
+/// [`keys_fold_equal`] of keys cut at U+0000 already.
 fn fold_equal(a: &str, b: &str) -> bool {
     if a.is_ascii() && b.is_ascii() {
         return a.eq_ignore_ascii_case(b);
@@ -320,14 +332,17 @@ fn before_nul(key: &str) -> &str {
     key.split('\0').next().unwrap_or(key)
 }
 
-/// A key's characters as the loosest key-matching parser reads them: each character's
-/// uppercase lowercased (so U+017F long s is `s`, U+0131 dotless i is `i`, U+212A Kelvin sign
-/// is `k`, and σ/ς, µ/μ and the like fold together, as Go's `EqualFold` and Java's
-/// `equalsIgnoreCase` take them), and U+0307 combining dot above dropped right after an `i`:
-/// U+0130 lowercases to `i` + U+0307 (JavaScript, Python), and Java takes it for `i`.
+/// A key's characters as the loosest key-matching parser reads them: each character
+/// lowercased, uppercased and lowercased again (so U+017F long s is `s`, U+0131 dotless i is
+/// `i`, U+212A Kelvin sign is `k`, ß and ẞ meet, and σ/ς, µ/μ and the like fold together, as
+/// Go's `EqualFold` and Java's `equalsIgnoreCase` take them; expansions such as ß → `ss` also
+/// match what code comparing upper-cased keys reads), and U+0307 combining dot above dropped
+/// right after an `i`: U+0130 lowercases to `i` + U+0307 (JavaScript, Python), and Java takes
+/// it for `i`. Up to the first U+0000.
 fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
     before_nul(key)
         .chars()
+        .flat_map(char::to_lowercase)
         .flat_map(char::to_uppercase)
         .flat_map(char::to_lowercase)
         .scan('\0', |before, c| {

@@ -43,6 +43,10 @@ fn duplicate_keys_are_refused_at_any_depth_with_the_id() {
         r#"{"name":"x","arguments":{"\u0130d":1,"i\u0307d":2}}"#,
         r#"{"name":"x","arguments":{"\u03c3":1,"\u03c2":2}}"#,
         r#"{"name":"x","arguments":{"\u00b5":1,"\u03bc":2}}"#,
+        r#"{"name":"x","arguments":{"stra\u00dfe":1,"stra\u1e9ee":2}}"#,
+        // Non-ASCII keys beyond the pairwise bound go through the sorted check too.
+        r#"{"name":"x","arguments":{"a0":0,"a1":0,"a2":0,"a3":0,"a4":0,"a5":0,"a6":0,"a7":0,
+            "a8":0,"a9":0,"b0":0,"b1":0,"b2":0,"b3":0,"b4":0,"b5":0,"\u00e9":1,"\u00c9":2}}"#,
     ] {
         let e = refused(&call(params));
         assert_eq!(e.error.code, codes::INVALID_PARAMS, "{params}");
