@@ -70,7 +70,7 @@ pub(crate) use questions::TaskQuestions;
 mod refusals;
 pub use refusals::unknown_task;
 pub(crate) use refusals::{
-    ambiguous_task, missing_extension, untracked_on_replicas, untracked_task,
+    ambiguous_answer, ambiguous_task, missing_extension, untracked_on_replicas, untracked_task,
 };
 
 /// Who holds the tasks a routed answer creates (`destination::Route::task_holder`), as the

@@ -117,7 +117,7 @@ impl Gateway {
             Some(body) => Answer { body, ..answer },
             None => answer,
         };
-        Ok(crate::tasks::one_task_named(name, answer))
+        Ok(crate::tasks::one_task_named(name, handle, answer))
     }
 
     /// A Modern `subscriptions/listen` asking for task status (`notifications.taskIds`): the

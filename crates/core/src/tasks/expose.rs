@@ -53,18 +53,42 @@ pub(crate) fn finished(
 }
 
 /// The answer to a handle's `tasks/get|cancel|update` (a task's state), named by the handle
-/// (`renamed_answer` done): refused when it names a task ambiguously
-/// (`ResultMarks::ambiguous_task`: `taskId` in another spelling, or twice), where a loose or
-/// first-copy parser would read some other id of the backend's. `tasks/result` (the call's
-/// own result) is left as it is.
-pub(crate) fn one_task_named(name: &str, answer: Answer) -> Answer {
+/// (`renamed_answer` done): refused when it names any task but `handle` where a task id sits
+/// (`PLACES`, in any spelling a loose parser reads: `keys_fold_equal`), or names one
+/// ambiguously (`ResultMarks::ambiguous_task`: twice), where a loose or first-copy parser
+/// would read some other id of the backend's. `tasks/result` (the call's own result) is left
+/// as it is.
+pub(crate) fn one_task_named(name: &str, handle: &str, answer: Answer) -> Answer {
     if name == "tasks/result" || answer.error_code.is_some() {
         return answer;
     }
     let result = Message::parse(&answer.body).ok().and_then(|m| m.result);
-    match result.map(|r| ResultMarks::of(r.get()).ambiguous_task) {
-        Some(true) => refused(&answer, &super::ambiguous_task()),
-        _ => answer,
+    let Some(result) = result else {
+        return answer;
+    };
+    let parsed: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
+    let others = PLACES.iter().any(|path| {
+        let mut ids = Vec::new();
+        ids_at(&parsed, path, &mut ids);
+        ids.iter().any(|id| id.as_str() != Some(handle))
+    });
+    if others || ResultMarks::of(result.get()).ambiguous_task {
+        return refused(&answer, &super::ambiguous_answer());
+    }
+    answer
+}
+
+/// Every value at `path` in `value`, each step's key in any spelling a loose parser reads.
+fn ids_at<'v>(value: &'v Value, path: &[&str], out: &mut Vec<&'v Value>) {
+    let Some((first, rest)) = path.split_first() else {
+        out.push(value);
+        return;
+    };
+    let Some(members) = value.as_object() else {
+        return;
+    };
+    for (_, v) in members.iter().filter(|(k, _)| keys_fold_equal(k, first)) {
+        ids_at(v, rest, out);
     }
 }
 
@@ -96,6 +120,8 @@ const PLACES: &[&[&str]] = &[
     &["taskId"],
     &["task", "taskId"],
     &["_meta", META_RELATED_TASK, "taskId"],
+    // A Modern `tasks/get`'s inlined result, tagged with its task.
+    &["result", "_meta", META_RELATED_TASK, "taskId"],
 ];
 
 /// `object` with task id `from` replaced by `to` wherever a task id sits; `None` when there
@@ -339,17 +365,26 @@ mod tests {
             r#"{"taskId":"h","TaskId":"t2","status":"working"}"#,
             r#"{"taskId":"t2","taskId":"h","status":"working"}"#,
             r#"{"taskId\u0000":"t2","taskId":"h","status":"working"}"#,
+            r#"{"taskId":"t2","status":"working"}"#,
+            r#"{"taskId":"h","task":{"taskId":"t2"}}"#,
+            r#"{"taskId":"h","_META":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}}}"#,
+            r#"{"taskId":"h","result":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}}}}"#,
         ] {
-            let out = one_task_named("tasks/get", answer(loose));
+            let out = one_task_named("tasks/get", "h", answer(loose));
             assert!(out.error_code.is_some(), "{loose}");
             assert!(String::from_utf8_lossy(&out.body).contains(r#""id":3"#));
         }
         let fine = r#"{"taskId":"h","status":"working"}"#;
-        assert!(one_task_named("tasks/cancel", answer(fine))
+        let inlined = r#"{"taskId":"h","status":"completed","result":{"content":[],
+            "_meta":{"io.modelcontextprotocol/related-task":{"taskId":"h"}}}}"#;
+        assert!(one_task_named("tasks/get", "h", answer(inlined))
+            .error_code
+            .is_none());
+        assert!(one_task_named("tasks/cancel", "h", answer(fine))
             .error_code
             .is_none());
         let result = r#"{"content":[],"TaskId":"t2"}"#;
-        assert!(one_task_named("tasks/result", answer(result))
+        assert!(one_task_named("tasks/result", "h", answer(result))
             .error_code
             .is_none());
     }

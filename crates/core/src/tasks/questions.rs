@@ -428,7 +428,12 @@ fn names_only(params: &Value, handle: &str) -> bool {
     let tagged = &params["_meta"][META_RELATED_TASK]["taskId"];
     let names_an_id =
         |v: &Value| (v.as_object()).is_some_and(|o| o.keys().any(|k| keys_fold_equal(k, "taskId")));
-    !names_an_id(params) && !names_an_id(&params["task"]) && tagged.as_str() == Some(handle)
+    // `params.task` in any spelling: a loose parser may read any of them as it.
+    let in_a_task = (params.as_object()).is_some_and(|o| {
+        o.iter()
+            .any(|(k, v)| keys_fold_equal(k, "task") && names_an_id(v))
+    });
+    !names_an_id(params) && !in_a_task && tagged.as_str() == Some(handle)
 }
 
 #[cfg(test)]
@@ -453,6 +458,9 @@ mod tests {
         assert!(!named(json!({"_meta": tag("h"), "_Meta": tag("t-9")})));
         assert!(!named(
             json!({"_meta": tag("h"), "task": {"taskId": "t-9"}})
+        ));
+        assert!(!named(
+            json!({"_meta": tag("h"), "Task": {"taskId": "t-9"}})
         ));
         let twice =
             format!(r#"{{"_meta":{{"{META_RELATED_TASK}":{{"taskId":"t-9","taskId":"h"}}}}}}"#);

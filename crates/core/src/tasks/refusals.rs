@@ -47,3 +47,12 @@ pub(crate) fn untracked_on_replicas() -> ErrorObject {
         "Internal error: the backend created a task, but it runs replicas, which keep no tasks",
     )
 }
+
+/// A task's state a backend answered naming some task other than the caller's, or naming it
+/// ambiguously (`tasks::one_task_named`): not passed on.
+pub(crate) fn ambiguous_answer() -> ErrorObject {
+    ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        "Internal error: the backend's answer names its task ambiguously",
+    )
+}

@@ -403,11 +403,19 @@ fn detailed(result: &RawValue, handle: &str) -> Value {
     let mut v: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
     if let Some(m) = v.as_object_mut() {
         m.retain(|k, _| {
-            !["resultType", "_meta", "taskId"]
+            !["resultType", "_meta", "taskId", "task"]
                 .iter()
                 .any(|n| keys_fold_equal(k, n))
         });
         m.insert("taskId".into(), Value::String(handle.to_owned()));
+        // An inlined result's tag names the backend's own id: dropped, as the bridge does.
+        if let Some(meta) = (m.get_mut("result"))
+            .and_then(Value::as_object_mut)
+            .and_then(|r| r.get_mut("_meta"))
+            .and_then(Value::as_object_mut)
+        {
+            meta.retain(|k, _| !keys_fold_equal(k, super::META_RELATED_TASK));
+        }
     }
     v
 }
@@ -539,9 +547,13 @@ mod tests {
     #[test]
     fn a_status_names_its_handle_only() {
         let got = raw(json!({"taskId": "t1", "TaskId": "t2", "taskId\u{0}": "t2",
-            "ResultType": "task", "_META": {}, "status": "working"}));
+            "ResultType": "task", "_META": {}, "status": "working", "Task": {"taskId": "t2"},
+            "result": {"content": [], "_meta": {super::super::META_RELATED_TASK: {"taskId": "t2"}}}}));
         let v = detailed(&got, "h");
-        assert_eq!(v, json!({"taskId": "h", "status": "working"}));
+        assert_eq!(
+            v,
+            json!({"taskId": "h", "status": "working", "result": {"content": [], "_meta": {}}})
+        );
     }
 
     #[test]
