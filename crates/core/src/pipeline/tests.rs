@@ -19,17 +19,28 @@ const PIPELINE_OVERHEAD: usize = 2048;
 
 fn backend(registry: &Arc<Registry>) -> (Backend, switchboard_upstream::UpstreamOwner) {
     let config = switchboard_upstream::StdioConfig::new("cat", vec![]);
+    let era = BackendEra {
+        legacy: true,
+        modern: false,
+    };
+    stdio_backend(registry, &config, ("2025-11-25", era, json!({})))
+}
+
+/// A backend running `config`'s process, declaring `version`, `era` and `capabilities` (no
+/// handshake: the process need not speak MCP).
+pub(super) fn stdio_backend(
+    registry: &Arc<Registry>,
+    config: &switchboard_upstream::StdioConfig,
+    (version, era, capabilities): (&str, BackendEra, serde_json::Value),
+) -> (Backend, switchboard_upstream::UpstreamOwner) {
     let (handle, process) =
-        switchboard_upstream::spawn_stdio(&config, registry.sink()).expect("spawn cat");
+        switchboard_upstream::spawn_stdio(config, registry.sink()).expect("spawn the backend");
     let info = BackendInfo {
-        protocol_version: "2025-11-25".into(),
-        capabilities: json!({}),
-        server_info: json!({"name": "cat"}),
+        protocol_version: version.into(),
+        capabilities,
+        server_info: json!({"name": config.program}),
         instructions: None,
-        era: BackendEra {
-            legacy: true,
-            modern: false,
-        },
+        era,
     };
     let backend = Backend {
         handle,

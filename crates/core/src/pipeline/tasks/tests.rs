@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::tasks::watch::Polled;
-use crate::{Backend, BackendEra, BackendInfo, Backends, Era, Exchange, Gateway, GatewayConfig};
+use crate::{Backend, BackendEra, Backends, Era, Exchange, Gateway, GatewayConfig};
 use crate::{Principal, Registry};
 
 /// A Modern backend writing every line it is sent to `file`, answering none.
@@ -17,25 +17,12 @@ fn recorder(
 ) -> (Backend, switchboard_upstream::UpstreamOwner) {
     let script = format!("cat > '{}'", file.display());
     let config = switchboard_upstream::StdioConfig::new("sh", vec!["-c".into(), script]);
-    let (handle, process) =
-        switchboard_upstream::spawn_stdio(&config, registry.sink()).expect("spawn sh");
-    let info = BackendInfo {
-        protocol_version: "2026-07-28".into(),
-        capabilities: json!({"extensions": {crate::tasks::EXTENSION: {}}}),
-        server_info: json!({"name": "recorder"}),
-        instructions: None,
-        era: BackendEra {
-            legacy: false,
-            modern: true,
-        },
+    let era = BackendEra {
+        legacy: false,
+        modern: true,
     };
-    let backend = Backend {
-        handle,
-        info,
-        internal: None,
-        legacy_unprobed: false,
-    };
-    (backend, process)
+    let caps = json!({"extensions": {crate::tasks::EXTENSION: {}}});
+    crate::pipeline::tests::stdio_backend(registry, &config, ("2026-07-28", era, caps))
 }
 
 /// A watched listen's poll is checked against its caller's token as it goes out, not only
