@@ -85,19 +85,21 @@ fn cannot_hold(text: &str, key: &str) -> bool {
     if k.len() > 16 {
         return false;
     }
+    // The rarest byte's place and rank.
     let mut rarest: Option<(usize, u8)> = None;
     for (i, &c) in k.iter().enumerate() {
         let rank = RARITY[usize::from(c)];
         if rank == NOT_PLAIN {
             return false;
         }
-        if rarest.is_none_or(|(at, _)| rank < RARITY[usize::from(k[at])]) {
-            rarest = Some((i, c));
+        if rarest.is_none_or(|(_, best)| rank < best) {
+            rarest = Some((i, rank));
         }
     }
-    let Some((at, rare)) = rarest else {
+    let Some((at, _)) = rarest else {
         return false;
     };
+    let rare = k[at];
     let t = text.as_bytes();
     !memchr::memchr2_iter(rare, b'\\', t).any(|pos| match t[pos] {
         b'\\' => t.get(pos + 1) == Some(&b'u'),

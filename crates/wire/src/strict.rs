@@ -316,14 +316,6 @@ pub fn keys_fold_equal(a: &str, b: &str) -> bool {
         let ends = |k: &[u8]| k.get(same).is_none_or(|&c| c == 0);
         return ends(x) && ends(y);
     }
-    fold_equal(before_nul(a), before_nul(b))
-}
-
-/// [`keys_fold_equal`] of keys cut at U+0000 already.
-fn fold_equal(a: &str, b: &str) -> bool {
-    if a.is_ascii() && b.is_ascii() {
-        return a.eq_ignore_ascii_case(b);
-    }
     folded(a).eq(folded(b))
 }
 
