@@ -55,9 +55,9 @@ pub(crate) fn finished(
 /// The answer to a handle's `tasks/get|cancel|update` (a task's state), named by the handle
 /// (`renamed_answer` done): refused when it names any task but `handle` where a task id sits
 /// (`PLACES`, in any spelling a loose parser reads: `keys_fold_equal`), or names one
-/// ambiguously (`ResultMarks::ambiguous_task`: twice), where a loose or first-copy parser
-/// would read some other id of the backend's. `tasks/result` (the call's own result) is left
-/// as it is.
+/// ambiguously (`ResultMarks::ambiguous_task`, or any key repeated: `reads_one_way`), where
+/// a loose or first-copy parser would read some other id of the backend's. `tasks/result`
+/// (the call's own result) is left as it is.
 pub(crate) fn one_task_named(name: &str, handle: &str, answer: Answer) -> Answer {
     if name == "tasks/result" || answer.error_code.is_some() {
         return answer;
@@ -72,7 +72,10 @@ pub(crate) fn one_task_named(name: &str, handle: &str, answer: Answer) -> Answer
         ids_at(&parsed, path, &mut ids);
         ids.iter().any(|id| id.as_str() != Some(handle))
     });
-    if others || ResultMarks::of(result.get()).ambiguous_task {
+    // A repeated key anywhere (a tag naming two ids, say): a first-copy parser would read
+    // the copy this check, reading the last, never saw.
+    let repeated = !switchboard_wire::reads_one_way(result);
+    if others || repeated || ResultMarks::of(result.get()).ambiguous_task {
         return refused(&answer, &super::ambiguous_answer());
     }
     answer
@@ -369,6 +372,8 @@ mod tests {
             r#"{"taskId":"h","task":{"taskId":"t2"}}"#,
             r#"{"taskId":"h","_META":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}}}"#,
             r#"{"taskId":"h","result":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}}}}"#,
+            r#"{"taskId":"h","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t2","taskId":"h"}}}"#,
+            r#"{"taskId":"h","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t2"}},"_meta":{}}"#,
         ] {
             let out = one_task_named("tasks/get", "h", answer(loose));
             assert!(out.error_code.is_some(), "{loose}");
