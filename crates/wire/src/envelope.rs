@@ -76,6 +76,8 @@ impl<'a> Message<'a> {
     /// checked anywhere in the message by one strict scan ([`crate::strict`]):
     /// - nesting deeper than [`MAX_CLIENT_DEPTH`] → `-32600`;
     /// - an object that repeats a key → `-32602` inside `params`, `-32600` elsewhere;
+    /// - a member the gateway reads (of the message, its `params` or `params.ref`) spelled
+    ///   another way, `"Name"` for `name` → `-32602` inside `params`, `-32600` elsewhere;
     /// - an unpaired surrogate escape or a float that overflows a double → `-32700` (not JSON
     ///   by strict rules);
     /// - a `params._meta.progressToken` that is not a string or a number (the gateway routes
@@ -309,6 +311,16 @@ fn refusal(v: Violation, id: Option<RequestId>) -> ParseError {
         Violation::NulInKey { .. } => (
             codes::INVALID_REQUEST,
             "Invalid Request: an object key holds U+0000",
+        ),
+        Violation::LooseMember {
+            within: Within::Params,
+        } => (
+            codes::INVALID_PARAMS,
+            "Invalid params: a protocol member spelled in another case or form",
+        ),
+        Violation::LooseMember { .. } => (
+            codes::INVALID_REQUEST,
+            "Invalid Request: a protocol member spelled in another case or form",
         ),
         Violation::NotStrictJson { .. } => (
             codes::PARSE_ERROR,

@@ -30,6 +30,10 @@ pub(crate) enum Violation {
     /// A key holding U+0000 (`\u0000`): a parser reading keys as C strings cuts it there, and
     /// takes `"name\u0000"` for `name`.
     NulInKey { within: Within },
+    /// A protocol member the gateway reads, spelled another way (`"Name"`, `"argument\u017f"`):
+    /// the gateway, reading `name`, finds none, while a case-insensitive parser (Go's
+    /// `encoding/json`) runs it.
+    LooseMember { within: Within },
 }
 
 /// The top-level member a violation sits in.
@@ -43,6 +47,76 @@ pub(crate) enum Within {
     Params,
     /// Any other member (`result`, `error`, an unknown one).
     Other,
+}
+
+/// The members of a message object.
+static ENVELOPE: Spellings =
+    Spellings::of(&["jsonrpc", "id", "method", "params", "result", "error"]);
+
+/// The members of a request's `params` the gateway reads to admit, route, guard or rename a
+/// request (policy on `name` and `uri`, guardrails on `arguments`, tasks on `task` and
+/// `taskId`, MRTR on `requestState` and `inputResponses`, …): one spelling each.
+static PARAMS: Spellings = Spellings::of(&[
+    "_meta",
+    "argument",
+    "arguments",
+    "capabilities",
+    "clientInfo",
+    "context",
+    "cursor",
+    "inputResponses",
+    "level",
+    "name",
+    "notifications",
+    "progressToken",
+    "protocolVersion",
+    "ref",
+    "requestId",
+    "requestState",
+    "task",
+    "taskId",
+    "uri",
+]);
+
+/// The members of a `completion/complete`'s `params.ref` (policy reads them).
+static REF: Spellings = Spellings::of(&["type", "name", "uri"]);
+
+/// Members that have one spelling, also held by length (at most three of a length), so that
+/// a plain key is compared only with those it could be in another case.
+struct Spellings {
+    members: &'static [&'static str],
+    by_len: [[&'static str; 3]; 16],
+}
+
+impl Spellings {
+    const fn of(members: &'static [&'static str]) -> Self {
+        let mut by_len = [[""; 3]; 16];
+        let mut i = 0;
+        while i < members.len() {
+            let m = members[i];
+            let mut slot = 0;
+            while !by_len[m.len()][slot].is_empty() {
+                slot += 1; // past the row's end (four of one length): a compile error
+            }
+            by_len[m.len()][slot] = m;
+            i += 1;
+        }
+        Spellings { members, by_len }
+    }
+
+    /// Whether the plain (ASCII, unescaped) key `key` is a member in another case.
+    fn misspelled_plain(&self, key: &[u8]) -> bool {
+        let Some(same_len) = self.by_len.get(key.len()) else {
+            return false;
+        };
+        (same_len.iter()).any(|m| key.eq_ignore_ascii_case(m.as_bytes()) && key != m.as_bytes())
+    }
+
+    /// Whether the (decoded) key `key` is a member to a loose parser (`keys_fold_equal`)
+    /// but not to the gateway.
+    fn misspelled(&self, key: &str) -> bool {
+        (self.members.iter()).any(|m| key != *m && keys_fold_equal(key, m))
+    }
 }
 
 /// Objects with at most this many keys are checked pairwise; larger ones are sorted, so a
@@ -70,6 +144,8 @@ struct Scanner<'a> {
     keys: Vec<KeySpan>,
     /// The next string is an object key.
     expect_key: bool,
+    /// The object open at depth 3 is `params.ref`.
+    in_ref: bool,
     within: Within,
 }
 
@@ -82,6 +158,7 @@ pub(crate) fn scan(text: &str, max_depth: usize) -> Result<(), Violation> {
         stack: Vec::new(),
         keys: Vec::new(),
         expect_key: false,
+        in_ref: false,
         within: Within::Envelope,
     };
     s.run(max_depth)
@@ -99,6 +176,10 @@ impl Scanner<'_> {
                     let object = b == b'{';
                     self.stack.push(object.then_some(self.keys.len()));
                     self.expect_key = object;
+                    if object && self.stack.len() == 3 && self.within == Within::Params {
+                        // The last key read is the one whose value this object is.
+                        self.in_ref = self.keys.last().is_some_and(|k| self.decoded(k) == "ref");
+                    }
                     self.pos += 1;
                 }
                 b'}' | b']' => {
@@ -161,6 +242,13 @@ impl Scanner<'_> {
                     within: self.within_here(),
                 });
             }
+            if let Some(members) = self.one_spelling() {
+                if self.misspells(&key, members) {
+                    return Err(Violation::LooseMember {
+                        within: self.within_here(),
+                    });
+                }
+            }
             if self.stack.len() == 1 {
                 self.within = match &self.text[start..i] {
                     "id" => Within::Id,
@@ -222,6 +310,25 @@ impl Scanner<'_> {
             });
         }
         Ok(())
+    }
+
+    /// The members the object being read has in one spelling only: the message, its
+    /// `params`, `params.ref`.
+    fn one_spelling(&self) -> Option<&'static Spellings> {
+        match self.stack.len() {
+            1 => Some(&ENVELOPE),
+            2 if self.within == Within::Params => Some(&PARAMS),
+            3 if self.within == Within::Params && self.in_ref => Some(&REF),
+            _ => None,
+        }
+    }
+
+    /// Whether `key` is one of `members` in another spelling.
+    fn misspells(&self, key: &KeySpan, members: &Spellings) -> bool {
+        if key.plain {
+            return members.misspelled_plain(&self.bytes[key.start..key.end]);
+        }
+        members.misspelled(&self.decoded(key))
     }
 
     /// Where a violation at the current position sits.

@@ -115,6 +115,34 @@ fn bad_bodies() -> Vec<(String, i64, Option<&'static str>)> {
             -32700,
             Some("9"),
         ),
+        // A member the gateway reads, spelled another way: the gateway would find no
+        // `name` (policy on the tool "") or no `arguments` (guardrails on `{}`), while a
+        // case-insensitive backend (Go's encoding/json) runs them.
+        (
+            call("10", &format!(r#"{{"Name":"echo",{args}}}"#)),
+            -32602,
+            Some("10"),
+        ),
+        (
+            call("11", r#"{"name":"echo","ARGUMENTS":{"text":"BAD-MARKER"}}"#),
+            -32602,
+            Some("11"),
+        ),
+        (
+            call(
+                "12",
+                r#"{"name":"echo","argument\u017f":{"text":"BAD-MARKER"}}"#,
+            ),
+            -32602,
+            Some("12"),
+        ),
+        (
+            format!(
+                r#"{{"jsonrpc":"2.0","id":13,"method":"tools/call","Params":{{"name":"echo",{args}}}}}"#
+            ),
+            -32600,
+            Some("13"),
+        ),
         // An id that is itself not strict JSON cannot be echoed.
         (
             call(
@@ -153,9 +181,13 @@ async fn strict_json_violations_are_refused_and_never_reach_the_backend() {
     // Integers beyond 2^64 are not refused, as values or as ids (this test's own parser
     // refuses 400 digits; the wire unit tests cover those).
     let big = "1".repeat(40);
+    // A tool's own arguments may use any spelling (`Name`, `URI`): only protocol members
+    // have one.
     let ok = call(
         &big,
-        &format!(r#"{{"name":"echo","arguments":{{"text":"CONTROL-MARKER","n":{big}}}}}"#),
+        &format!(
+            r#"{{"name":"echo","arguments":{{"text":"CONTROL-MARKER","n":{big},"Name":1,"URI":2}}}}"#
+        ),
     );
     let r = gw.post_raw(Some(&sid), ok, &[]).await;
     assert_eq!(r.status.as_u16(), 200, "{}", r.text);

@@ -251,3 +251,44 @@ proptest! {
         prop_assert_eq!(id_of(&e), Some("7"));
     }
 }
+
+/// A protocol member the gateway reads (of the message, its `params`, `params.ref`) has one
+/// spelling: another case or form is refused, where it sits; a tool's own argument names and
+/// unknown members keep any spelling, and an escaped exact spelling is the member itself.
+#[test]
+fn protocol_members_spelled_another_way_are_refused() {
+    for params in [
+        r#"{"Name":"delete"}"#,
+        r#"{"NAME":"delete","arguments":{}}"#,
+        r#"{"name":"echo","Arguments":{"secret":1}}"#,
+        r#"{"name":"echo","argument\u017f":{}}"#,
+        r#"{"URI":"file:///etc/passwd"}"#,
+        r#"{"name":"echo","Task":{"ttl":1}}"#,
+        r#"{"TaskId":"t-1"}"#,
+        r#"{"requestState":"s","InputResponses":{}}"#,
+        r#"{"ref":{"Type":"ref/prompt","name":"p"},"argument":{}}"#,
+        r#"{"ref":{"type":"ref/prompt","NAME":"p"}}"#,
+        r#"{"_META":{}}"#,
+    ] {
+        let e = refused(&call(params));
+        assert_eq!(e.error.code, codes::INVALID_PARAMS, "{params}");
+        assert_eq!(id_of(&e), Some("7"), "{params}");
+    }
+    for envelope in [
+        r#"{"jsonrpc":"2.0","id":7,"Method":"tools/call","params":{"name":"a"}}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","Params":{"Name":"a"}}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","param\u017f":{}}"#,
+    ] {
+        let e = refused(envelope);
+        assert_eq!(e.error.code, codes::INVALID_REQUEST, "{envelope}");
+    }
+    for params in [
+        r#"{"name":"echo","arguments":{"Name":"x","URI":"y","Arguments":{}}}"#,
+        r#"{"n\u0061me":"echo","arguments":{}}"#,
+        r#"{"name":"echo","Extra":1,"_meta":{"ProgressToken":1}}"#,
+        r#"{"ref":{"type":"ref/resource","uri":"file:///a","Extra":{"Type":1}}}"#,
+        r#"{"name":"echo","list":[{"Name":1}]}"#,
+    ] {
+        assert!(client(&call(params)).is_ok(), "{params}");
+    }
+}
