@@ -238,12 +238,22 @@ impl Dispatcher {
             .and_then(|t| Some((t, self.tables.tasks.owner(t)?)));
         match owner {
             Some((task, (crate::tasks::Owner::Session(session), handle))) => {
-                // The owner knows the task by its handle only.
+                // The owner knows the task by its handle only, and learns no other task's id
+                // (a second one, in a loose spelling or a repeated key, is not renamed).
                 let exposed = params
                     .and_then(|p| crate::tasks::renamed(p.get(), task, &handle))
-                    .and_then(|p| RawValue::from_string(p).ok());
-                let params = exposed.as_deref().or(params);
-                self.to_session(&session, Bytes::from(encode_notification(name, params)));
+                    .and_then(|p| RawValue::from_string(p).ok())
+                    .filter(|p| crate::tasks::names_only(p, &handle));
+                match exposed {
+                    Some(p) => {
+                        self.to_session(&session, Bytes::from(encode_notification(name, Some(&p))))
+                    }
+                    None => r.drops.record_for(
+                        &self.backend,
+                        "task message naming another task, or its own ambiguously",
+                        name,
+                    ),
+                }
             }
             // A stateless owner has no stream the gateway could prove is its own (a Modern
             // listen stream carries only what it asked for, and asked nothing of tasks).

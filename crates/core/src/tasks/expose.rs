@@ -40,6 +40,10 @@ pub(crate) fn finished(
         // A task lives in one of a replicated backend's processes, and its follow-ups could
         // reach any of them: not handed out (`refuse_on_replicas` refuses asking for one).
         Holder::Replicas => super::untracked_on_replicas(),
+        // The created task's id must be the only one the answer names (a second id, in
+        // `_meta`'s tag or a loose spelling, would reach the client unrenamed): checked
+        // before a handle is recorded for it.
+        Holder::Shared if !created_alone(&answer.body, &created) => super::ambiguous_task(),
         Holder::Shared => {
             let renamed = handle_for(&created)
                 .and_then(|handle| renamed_answer(&answer.body, &created, &handle));
@@ -62,23 +66,26 @@ pub(crate) fn one_task_named(name: &str, handle: &str, answer: Answer) -> Answer
     if name == "tasks/result" || answer.error_code.is_some() {
         return answer;
     }
-    let result = Message::parse(&answer.body).ok().and_then(|m| m.result);
-    let Some(result) = result else {
-        return answer;
-    };
-    let parsed: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
+    match Message::parse(&answer.body).ok().and_then(|m| m.result) {
+        Some(result) if !names_only(result, handle) => refused(&answer, &super::ambiguous_answer()),
+        _ => answer,
+    }
+}
+
+/// Whether `object` (a result, or a notification's params) names no task but `task` where a
+/// task id sits (`PLACES`, each key in any spelling a loose parser reads: `keys_fold_equal`),
+/// and names none ambiguously (`ResultMarks::ambiguous_task`, or any key repeated anywhere,
+/// a tag naming two ids, say: `reads_one_way`), so that no parser reads another id there.
+pub(crate) fn names_only(object: &RawValue, task: &str) -> bool {
+    let parsed: Value = serde_json::from_str(object.get()).unwrap_or(Value::Null);
     let others = PLACES.iter().any(|path| {
         let mut ids = Vec::new();
         ids_at(&parsed, path, &mut ids);
-        ids.iter().any(|id| id.as_str() != Some(handle))
+        ids.iter().any(|id| id.as_str() != Some(task))
     });
-    // A repeated key anywhere (a tag naming two ids, say): a first-copy parser would read
-    // the copy this check, reading the last, never saw.
-    let repeated = !switchboard_wire::reads_one_way(result);
-    if others || repeated || ResultMarks::of(result.get()).ambiguous_task {
-        return refused(&answer, &super::ambiguous_answer());
-    }
-    answer
+    !others
+        && switchboard_wire::reads_one_way(object)
+        && !ResultMarks::of(object.get()).ambiguous_task
 }
 
 /// Every value at `path` in `value`, each step's key in any spelling a loose parser reads.
@@ -147,6 +154,11 @@ pub(crate) fn renamed_answer(body: &[u8], from: &str, to: &str) -> Option<Vec<u8
     let (id, result) = (msg.id.as_ref()?, msg.result?);
     let result = renamed(result.get(), from, to)?;
     Some(encode_result(id, &result))
+}
+
+/// Whether the answer `body`, which created `task`, names no other task ([`names_only`]).
+fn created_alone(body: &[u8], task: &str) -> bool {
+    (Message::parse(body).ok().and_then(|m| m.result)).is_some_and(|r| names_only(r, task))
 }
 
 /// What a successful answer says it created.
@@ -392,6 +404,44 @@ mod tests {
         assert!(one_task_named("tasks/result", "h", answer(result))
             .error_code
             .is_none());
+    }
+
+    /// An answer that created a task and names another of the backend's (in the related-task
+    /// tag, under a loose spelling, or behind a repeated key) is refused before a handle is
+    /// recorded: that second id would reach the client as it is.
+    #[test]
+    fn a_created_task_is_the_only_one_its_answer_names() {
+        let answer = |result: &str| Answer {
+            body: format!(r#"{{"jsonrpc":"2.0","id":4,"result":{result}}}"#).into_bytes(),
+            error_code: None,
+        };
+        let ask = TaskAsk {
+            asked: true,
+            owner: None,
+        };
+        for other in [
+            r#"{"task":{"taskId":"t-1"},"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t-2"}}}"#,
+            r#"{"resultType":"task","taskId":"t-1","_meta":{"io.modelcontextprotocol/related-task":{"TASKID":"t-2"}}}"#,
+            r#"{"task":{"taskId":"t-1"},"_Meta":{"io.modelcontextprotocol/related-task":{"taskId":"t-2"}}}"#,
+            r#"{"task":{"taskId":"t-1"},"content":[{"a":1,"a":2}]}"#,
+        ] {
+            let mut recorded = false;
+            let out = finished(Holder::Shared, ("tools/call", &ask), answer(other), |_| {
+                recorded = true;
+                Some("h".into())
+            });
+            assert!(out.error_code.is_some(), "{other}");
+            assert!(!recorded, "{other}");
+        }
+        let alone = r#"{"task":{"taskId":"t-1","status":"working"},
+            "_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t-1"}}}"#;
+        let out = finished(Holder::Shared, ("tools/call", &ask), answer(alone), |_| {
+            Some("h".into())
+        });
+        assert!(out.error_code.is_none());
+        let v: Value = serde_json::from_slice(&out.body).unwrap();
+        assert_eq!(v["result"]["task"]["taskId"], "h");
+        assert_eq!(v["result"]["_meta"][META_RELATED_TASK]["taskId"], "h");
     }
 
     #[test]

@@ -72,6 +72,21 @@ async fn tasks_belong_to_their_session() {
         lb.next().await.data["method"],
         "notifications/prompts/list_changed"
     );
+
+    // A status that also names another task of the backend's (in a related-task tag, under
+    // `_meta` or a spelling of it a loose parser reads as `_meta`) is not passed on: that id
+    // would reach the owner as it is. The sentinel after them is the owner's next message.
+    let tag = json!({"io.modelcontextprotocol/related-task": {"taskId": "task-2"}});
+    let mut loose = status.clone();
+    loose["params"]["_META"] = tag.clone();
+    let mut tagged = status.clone();
+    tagged["params"]["_meta"] = tag;
+    emit(&gw, &b, json!([loose, tagged, sentinel])).await;
+    let next = la.next().await.data;
+    assert_eq!(
+        next["method"], "notifications/prompts/list_changed",
+        "{next}"
+    );
 }
 
 /// A stateless (Modern) caller cannot reach a session's task: the same answer as an unknown
