@@ -78,6 +78,7 @@ impl<'a> Message<'a> {
     /// - an object that repeats a key → `-32602` inside `params`, `-32600` elsewhere;
     /// - a member the gateway reads (of the message, its `params` or `params.ref`) spelled
     ///   another way, `"Name"` for `name` → `-32602` inside `params`, `-32600` elsewhere;
+    /// - a string member of `params` or `params.ref` holding U+0000 → `-32602`;
     /// - an unpaired surrogate escape or a float that overflows a double → `-32700` (not JSON
     ///   by strict rules);
     /// - a `params._meta.progressToken` that is not a string or a number (the gateway routes
@@ -311,6 +312,10 @@ fn refusal(v: Violation, id: Option<RequestId>) -> ParseError {
         Violation::NulInKey { .. } => (
             codes::INVALID_REQUEST,
             "Invalid Request: an object key holds U+0000",
+        ),
+        Violation::NulInValue { .. } => (
+            codes::INVALID_PARAMS,
+            "Invalid params: a protocol member's string holds U+0000",
         ),
         Violation::LooseMember {
             within: Within::Params,

@@ -30,6 +30,8 @@ pub(crate) enum Violation {
     /// A key holding U+0000 (`\u0000`): a parser reading keys as C strings cuts it there, and
     /// takes `"name\u0000"` for `name`.
     NulInKey { within: Within },
+    /// A string value of a protocol member (of `params`, `params.ref`) holding U+0000.
+    NulInValue { within: Within },
     /// A protocol member the gateway reads, spelled another way (`"Name"`, `"argument\u017f"`):
     /// the gateway, reading `name`, finds none, while a case-insensitive parser (Go's
     /// `encoding/json`) runs it.
@@ -104,12 +106,16 @@ impl Spellings {
         Spellings { members, by_len }
     }
 
-    /// Whether the plain (ASCII, unescaped) key `key` is a member in another case.
+    /// Whether the plain (ASCII, unescaped) key `key` is a member in another case. A key
+    /// spelled as one member is no other in another case (no two are equal but for case).
     fn misspelled_plain(&self, key: &[u8]) -> bool {
         let Some(same_len) = self.by_len.get(key.len()) else {
             return false;
         };
-        (same_len.iter()).any(|m| key.eq_ignore_ascii_case(m.as_bytes()) && key != m.as_bytes())
+        if same_len.iter().any(|m| key == m.as_bytes()) {
+            return false;
+        }
+        (same_len.iter()).any(|m| key.eq_ignore_ascii_case(m.as_bytes()))
     }
 
     /// Whether the (decoded) key `key` is a member to a loose parser (`keys_fold_equal`)
@@ -142,6 +148,9 @@ struct Scanner<'a> {
     stack: Vec<Option<usize>>,
     /// Keys of every open object, innermost last.
     keys: Vec<KeySpan>,
+    /// Whether the message's protocol members must have their one spelling (a client's
+    /// message; not a backend's JSON, which [`reads_one_way`] checks).
+    spellings: bool,
     /// The next string is an object key.
     expect_key: bool,
     /// The object open at depth 3 is `params.ref`.
@@ -149,14 +158,22 @@ struct Scanner<'a> {
     within: Within,
 }
 
-/// Scans `text` (valid JSON: serde parsed it) and returns the first violation.
+/// Scans `text`, a client's message (valid JSON: serde parsed it), and returns the first
+/// violation.
 pub(crate) fn scan(text: &str, max_depth: usize) -> Result<(), Violation> {
+    scan_json(text, max_depth, true)
+}
+
+/// Scans `text` (valid JSON) for what a backend's parser may read differently; `spellings`:
+/// also each protocol member of a message in its one spelling.
+fn scan_json(text: &str, max_depth: usize, spellings: bool) -> Result<(), Violation> {
     let mut s = Scanner {
         text,
         bytes: text.as_bytes(),
         pos: 0,
         stack: Vec::new(),
         keys: Vec::new(),
+        spellings,
         expect_key: false,
         in_ref: false,
         within: Within::Envelope,
@@ -250,13 +267,29 @@ impl Scanner<'_> {
                 }
             }
             if self.stack.len() == 1 {
-                self.within = match &self.text[start..i] {
+                // Decoded, as serde reads it: `"par\u0061ms"` is `params`.
+                self.within = match &*self.decoded(&key) {
                     "id" => Within::Id,
                     "params" => Within::Params,
                     _ => Within::Other,
                 };
             }
             self.keys.push(key);
+        } else if escaped && self.stack.len() > 1 && self.is_protocol_value() {
+            // A protocol member's string (`params.name`, `params.ref.uri`): a backend keeping
+            // strings as C strings reads `"exit\u0000x"` as `exit`, which the gateway never
+            // judged.
+            let value = KeySpan {
+                start,
+                end: i,
+                escaped,
+                plain: false,
+            };
+            if self.decoded(&value).contains('\0') {
+                return Err(Violation::NulInValue {
+                    within: self.within,
+                });
+            }
         }
         Ok(())
     }
@@ -315,12 +348,24 @@ impl Scanner<'_> {
     /// The members the object being read has in one spelling only: the message, its
     /// `params`, `params.ref`.
     fn one_spelling(&self) -> Option<&'static Spellings> {
+        if !self.spellings {
+            return None;
+        }
         match self.stack.len() {
             1 => Some(&ENVELOPE),
             2 if self.within == Within::Params => Some(&PARAMS),
             3 if self.within == Within::Params && self.in_ref => Some(&REF),
             _ => None,
         }
+    }
+
+    /// Whether the value being read is a protocol member's own (`params.name`, not a tool
+    /// argument): its key, the last one read, is one of the object's [`Spellings`].
+    fn is_protocol_value(&self) -> bool {
+        let key = self.keys.last().map(|k| self.decoded(k));
+        self.one_spelling()
+            .zip(key)
+            .is_some_and(|(members, key)| members.members.contains(&&*key))
     }
 
     /// Whether `key` is one of `members` in another spelling.
@@ -406,7 +451,7 @@ impl Scanner<'_> {
 /// [`crate::MAX_CLIENT_DEPTH`] deep, no object repeating a key in any spelling
 /// ([`keys_fold_equal`]), no key holding U+0000, no unpaired surrogate.
 pub fn reads_one_way(value: &serde_json::value::RawValue) -> bool {
-    scan(value.get(), crate::MAX_CLIENT_DEPTH).is_ok()
+    scan_json(value.get(), crate::MAX_CLIENT_DEPTH, false).is_ok()
 }
 
 /// Whether two (decoded) object keys name the same member for a parser that matches keys

@@ -143,6 +143,20 @@ fn bad_bodies() -> Vec<(String, i64, Option<&'static str>)> {
             -32600,
             Some("13"),
         ),
+        // `params` escaped is `params` to every parser, and its members are checked too.
+        (
+            format!(
+                r#"{{"jsonrpc":"2.0","id":14,"method":"tools/call","par\u0061ms":{{"Name":"echo",{args}}}}}"#
+            ),
+            -32602,
+            Some("14"),
+        ),
+        // A C-string backend would run `echo`, a tool the gateway did not judge.
+        (
+            call("15", &format!(r#"{{"name":"echo\u0000x",{args}}}"#)),
+            -32602,
+            Some("15"),
+        ),
         // An id that is itself not strict JSON cannot be echoed.
         (
             call(

@@ -269,10 +269,24 @@ fn protocol_members_spelled_another_way_are_refused() {
         r#"{"ref":{"Type":"ref/prompt","name":"p"},"argument":{}}"#,
         r#"{"ref":{"type":"ref/prompt","NAME":"p"}}"#,
         r#"{"_META":{}}"#,
+        // A C-string backend reads these as `exit`, `file:///etc`, `p`.
+        r#"{"name":"exit\u0000x","arguments":{}}"#,
+        r#"{"uri":"file:///etc\u0000.txt"}"#,
+        r#"{"ref":{"type":"ref/prompt","name":"p\u0000"}}"#,
     ] {
         let e = refused(&call(params));
         assert_eq!(e.error.code, codes::INVALID_PARAMS, "{params}");
         assert_eq!(id_of(&e), Some("7"), "{params}");
+    }
+    // `params` escaped is `params` to serde, and so to the scan.
+    for params in [r#"{"Name":"delete"}"#, r#"{"name":"echo","Arguments":{}}"#] {
+        for spelled in ["par\\u0061ms", "\\u0070arams"] {
+            let msg =
+                format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","{spelled}":{params}}}"#);
+            let e = refused(&msg);
+            assert_eq!(e.error.code, codes::INVALID_PARAMS, "{msg}");
+            assert_eq!(id_of(&e), Some("7"), "{msg}");
+        }
     }
     for envelope in [
         r#"{"jsonrpc":"2.0","id":7,"Method":"tools/call","params":{"name":"a"}}"#,
@@ -288,7 +302,13 @@ fn protocol_members_spelled_another_way_are_refused() {
         r#"{"name":"echo","Extra":1,"_meta":{"ProgressToken":1}}"#,
         r#"{"ref":{"type":"ref/resource","uri":"file:///a","Extra":{"Type":1}}}"#,
         r#"{"name":"echo","list":[{"Name":1}]}"#,
+        // A tool's own arguments may hold U+0000.
+        r#"{"name":"echo","arguments":{"text":"a\u0000b"}}"#,
     ] {
         assert!(client(&call(params)).is_ok(), "{params}");
     }
+    // A backend's JSON is no client message: its members keep any spelling.
+    let backend = r#"{"Method":"m","ID":1,"params":{"Name":"x","Task":{}}}"#;
+    let backend: Box<serde_json::value::RawValue> = serde_json::from_str(backend).unwrap();
+    assert!(crate::reads_one_way(&backend));
 }
