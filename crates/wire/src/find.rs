@@ -31,6 +31,14 @@ pub(crate) fn member<'a>(obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
 /// per forwarded request"). Nothing JSON is handed out, only a yes or no, so a walk over text
 /// that was never validated can be wrong but cannot smuggle anything.
 pub(crate) fn has_path(text: &str, path: &[&str]) -> bool {
+    // Every step's key is spelled somewhere in the text: a vectorised pass each for the first
+    // and last rules out most misses (`_meta.progressToken`, with or without a `_meta`)
+    // without a walk.
+    if let [first, .., last] = path {
+        if cannot_hold(text, first) || cannot_hold(text, last) {
+            return false;
+        }
+    }
     span_at(text, path).is_some()
 }
 
@@ -44,7 +52,7 @@ pub(crate) fn string_at<'a>(text: &'a str, path: &[&str]) -> Option<Cow<'a, str>
 /// Borrowed when it has no escapes.
 pub(crate) fn decode_string(lit: &str) -> Option<Cow<'_, str>> {
     let inner = lit.strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.contains('\\') {
+    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
         return Some(Cow::Borrowed(inner));
     }
     serde_json::from_str::<String>(lit).ok().map(Cow::Owned)
@@ -179,9 +187,21 @@ pub(crate) fn key_matches_ignoring_case(lit: &str, key: &str) -> bool {
     decode_string(lit).is_some_and(|k| crate::strict::keys_fold_equal(&k, key))
 }
 
-/// Whether the JSON string literal `lit` (quotes included) spells `key`.
+/// Whether the JSON string literal `lit` (quotes included) spells `key`. An escape only
+/// lengthens a spelling, so a literal shorter than `key` never does, one as long does only
+/// byte for byte, and only a longer one with a backslash is decoded.
 pub(crate) fn key_matches(lit: &str, key: &str) -> bool {
-    decode_string(lit).is_some_and(|k| k == key)
+    let Some(inner) = lit.strip_prefix('"').and_then(|l| l.strip_suffix('"')) else {
+        return false;
+    };
+    let (text, k) = (inner.as_bytes(), key.as_bytes());
+    match text.len().cmp(&k.len()) {
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => text == k && memchr::memchr(b'\\', text).is_none(),
+        std::cmp::Ordering::Greater => {
+            memchr::memchr(b'\\', text).is_some() && decode_string(lit).is_some_and(|d| d == key)
+        }
+    }
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
