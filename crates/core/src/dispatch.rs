@@ -167,7 +167,7 @@ impl Dispatcher {
             // name its own id for a task, which a tagged notification cannot be rid of.
             if name == crate::tasks::NOTIFICATION
                 || name == crate::tasks::STATUS
-                || crate::tasks::task_of(Some(params)).is_some()
+                || crate::tasks::names_a_task(params)
             {
                 r.drops.record_for(
                     &self.backend,
@@ -211,6 +211,21 @@ impl Dispatcher {
                 }
             }
             method::PROGRESS => {
+                // The request's caller holds no handle to rename a task id in the note to
+                // (a backend tagging its progress with its own task): the id is taken out.
+                let untagged = params.map(crate::tasks::untagged);
+                let params = match &untagged {
+                    Some(crate::tasks::Untagged::Stripped(p)) => Some(&**p),
+                    Some(crate::tasks::Untagged::Unreadable) => {
+                        r.drops.record_for(
+                            &self.backend,
+                            "progress naming a task ambiguously",
+                            name,
+                        );
+                        return;
+                    }
+                    _ => params,
+                };
                 if !r.progress.route(params) {
                     r.drops
                         .record_for(&self.backend, "progress for no live request stream", name);

@@ -67,6 +67,7 @@ pub(crate) mod questions;
 pub(crate) mod watch;
 pub(crate) use expose::strip_task_support;
 pub(crate) use expose::{finished, names_only, one_task_named, renamed, renamed_answer};
+pub(crate) use expose::{names_a_task, untagged, Untagged};
 pub(crate) use questions::TaskQuestions;
 mod refusals;
 pub use refusals::unknown_task;
@@ -405,13 +406,16 @@ impl TaskOwners {
 }
 
 /// The task id a `CreateTaskResult` names, in either era's shape; none for one that names
-/// it ambiguously (`ResultMarks::ambiguous_task`), which is refused, not recorded.
+/// it ambiguously (`ResultMarks::ambiguous_task`) or names another task beside it
+/// ([`names_only`]), which `finished` refuses: not recorded either.
 fn created_task(result: &str) -> Option<String> {
     let marks = ResultMarks::of(result);
-    match marks.ambiguous_task {
-        true => None,
-        false => marks.created_task.map(|t| t.into_owned()),
+    if marks.ambiguous_task {
+        return None;
     }
+    let task = marks.created_task?.into_owned();
+    let raw = serde_json::from_str::<&RawValue>(result).ok()?;
+    names_only(raw, &task).then_some(task)
 }
 
 /// What a request's answer does to the owners: recorded as it creates tasks.

@@ -41,8 +41,8 @@ pub(crate) fn finished(
         // reach any of them: not handed out (`refuse_on_replicas` refuses asking for one).
         Holder::Replicas => super::untracked_on_replicas(),
         // The created task's id must be the only one the answer names (a second id, in
-        // `_meta`'s tag or a loose spelling, would reach the client unrenamed): checked
-        // before a handle is recorded for it.
+        // `_meta`'s tag or a loose spelling, would reach the client unrenamed); such a task
+        // was not recorded either (`TaskOwners::record`).
         Holder::Shared if !created_alone(&answer.body, &created) => super::ambiguous_task(),
         Holder::Shared => {
             let renamed = handle_for(&created)
@@ -86,6 +86,61 @@ pub(crate) fn names_only(object: &RawValue, task: &str) -> bool {
     !others
         && switchboard_wire::reads_one_way(object)
         && !ResultMarks::of(object.get()).ambiguous_task
+}
+
+/// Whether `params` (a message passed on as it is: a progress note, a listen's notification)
+/// names a task where a parser may read one: an id where one sits (`PLACES`, in any
+/// spelling), or any key repeated (a copy this check never saw). Most name none, said by a
+/// byte search without parsing.
+pub(crate) fn names_a_task(params: &RawValue) -> bool {
+    if !may_name_a_task(params.get().as_bytes()) {
+        return false;
+    }
+    if !switchboard_wire::reads_one_way(params) {
+        return true;
+    }
+    let parsed: Value = serde_json::from_str(params.get()).unwrap_or(Value::Null);
+    PLACES.iter().any(|path| {
+        let mut ids = Vec::new();
+        ids_at(&parsed, path, &mut ids);
+        !ids.is_empty()
+    })
+}
+
+/// A message the gateway passes on to a caller that holds no handle to rename its task ids
+/// to (a progress note), rid of them.
+pub(crate) enum Untagged {
+    /// It names no task: as it is.
+    Untouched,
+    /// Without the task ids: `taskId` and `task` in any spelling, `_meta` in any spelling
+    /// but its own, and the related-task tag in `_meta` in any spelling.
+    Stripped(Box<RawValue>),
+    /// It reads more than one way (a repeated key), or could not be rewritten: not passed on.
+    Unreadable,
+}
+
+/// [`Untagged`] for `params`.
+pub(crate) fn untagged(params: &RawValue) -> Untagged {
+    if !names_a_task(params) {
+        return Untagged::Untouched;
+    }
+    if !switchboard_wire::reads_one_way(params) {
+        return Untagged::Unreadable;
+    }
+    let names = |k: &str| {
+        keys_fold_equal(k, "taskId")
+            || keys_fold_equal(k, "task")
+            || (k != "_meta" && keys_fold_equal(k, "_meta"))
+    };
+    let Some(top) = retain_members(params, |k| !names(k)) else {
+        return Untagged::Unreadable;
+    };
+    let stripped = match object_member(&top, "_meta") {
+        None => Some(top),
+        Some(meta) => retain_members(meta, |k| !keys_fold_equal(k, META_RELATED_TASK))
+            .and_then(|m| with_member(&top, "_meta", m.get())),
+    };
+    stripped.map_or(Untagged::Unreadable, Untagged::Stripped)
 }
 
 /// Every value at `path` in `value`, each step's key in any spelling a loose parser reads.
@@ -442,6 +497,48 @@ mod tests {
         let v: Value = serde_json::from_slice(&out.body).unwrap();
         assert_eq!(v["result"]["task"]["taskId"], "h");
         assert_eq!(v["result"]["_meta"][META_RELATED_TASK]["taskId"], "h");
+    }
+
+    /// A message passed on as it is (a listen's notification, a progress note) names a task
+    /// under any spelling a parser reads (where `task_of`, reading exact keys, saw none), and
+    /// a progress note is rid of it, every other member kept.
+    #[test]
+    fn task_ids_in_passed_on_messages_are_found_in_any_spelling_and_taken_out() {
+        let raw = |v: &str| RawValue::from_string(v.to_owned()).unwrap();
+        let tag = r#"{"io.modelcontextprotocol/related-task":{"taskId":"t-9"}}"#;
+        for named in [
+            r#"{"TaskId":"t-9","uri":"u"}"#.to_owned(),
+            format!(r#"{{"_META":{tag},"progress":1}}"#),
+            r#"{"_meta":{"io.modelcontextprotocol/Related-Task":{"taskId":"t-9"}}}"#.to_owned(),
+            r#"{"task":{"TASKID":"t-9"}}"#.to_owned(),
+        ] {
+            assert!(
+                super::super::task_of(Some(&raw(&named))).is_none(),
+                "{named}"
+            );
+            assert!(names_a_task(&raw(&named)), "{named}");
+        }
+        let none = r#"{"uri":"u","text":"a task named t-9"}"#;
+        assert!(!names_a_task(&raw(none)));
+        assert!(matches!(untagged(&raw(none)), Untagged::Untouched));
+        for (note, kept) in [
+            (
+                r#"{"progressToken":"p","progress":1,"_meta":{"a":1,"io.modelcontextprotocol/related-task":{"taskId":"t-9"}},"TaskId":"t-9"}"#.to_owned(),
+                json!({"progressToken":"p","progress":1,"_meta":{"a":1}}),
+            ),
+            (
+                format!(r#"{{"progressToken":"p","_Meta":{tag},"Task":{{"taskId":"t-9"}}}}"#),
+                json!({"progressToken":"p"}),
+            ),
+        ] {
+            let Untagged::Stripped(out) = untagged(&raw(&note)) else {
+                panic!("{note}");
+            };
+            let v: Value = serde_json::from_str(out.get()).unwrap();
+            assert_eq!(v, kept, "{note}");
+        }
+        let twice = r#"{"progress":1,"_meta":{"a":1,"a":2},"taskId":"t-9"}"#;
+        assert!(matches!(untagged(&raw(twice)), Untagged::Unreadable));
     }
 
     #[test]

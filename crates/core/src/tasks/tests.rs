@@ -263,3 +263,31 @@ fn a_task_named_ambiguously_is_not_recorded() {
     t.record(&a, &legacy_task("E"), None);
     assert!(t.owns(Some(&a), "E"));
 }
+
+/// An answer that created a task and names another of the backend's beside it is refused
+/// (`finished`), and its task is not recorded: no handle, no owner, no room taken.
+#[test]
+fn a_task_named_beside_another_is_not_recorded() {
+    let t = TaskOwners::default();
+    let alice = principal("alice");
+    let tag = |id: &str| json!({META_RELATED_TASK: {"taskId": id}});
+    for answer in [
+        json!({"task": {"taskId": "t1"}, "_meta": tag("t2")}),
+        json!({"resultType": "task", "taskId": "t1", "_Meta": tag("t2")}),
+    ] {
+        t.record(&alice, &answer.to_string(), None);
+    }
+    t.record(
+        &alice,
+        r#"{"task":{"taskId":"t1"},"content":[{"a":1,"a":2}]}"#,
+        None,
+    );
+    assert!(!t.owns(Some(&alice), "t1"));
+    assert_eq!(t.len(), 0);
+    t.record(
+        &alice,
+        &json!({"task": {"taskId": "t1"}, "_meta": tag("t1")}).to_string(),
+        None,
+    );
+    assert!(t.owns(Some(&alice), "t1"));
+}
