@@ -136,13 +136,5 @@ impl Handshake<'_> {
 
 /// An `initialize` request as the audit sees it, for callers that hold only its parts.
 pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue>) -> Message<'a> {
-    Message {
-        kind: switchboard_wire::MessageKind::Request,
-        id: Some(id.clone()),
-        method: Some(method::INITIALIZE),
-        params,
-        meta: params.and_then(|p| switchboard_wire::object_member(p, "_meta")),
-        result: None,
-        error: None,
-    }
+    Message::request(id.clone(), method::INITIALIZE, params)
 }
