@@ -40,8 +40,6 @@ pub struct Message<'a> {
     pub result: Option<&'a RawValue>,
     /// `error`, raw (responses only).
     pub error: Option<&'a RawValue>,
-    /// `params`' top-level members, found when the message is parsed ([`Message::param`]).
-    members: crate::find::Members<'a>,
 }
 
 /// Serde view of the envelope. `id` uses [`present`] so that `"id": null` is seen as present
@@ -201,46 +199,15 @@ impl<'a> Message<'a> {
                 ))
             }
         };
-        Ok(Message::with_params(
+        Ok(Message {
             kind,
             id,
             method,
             params,
-            (raw.result, raw.error),
-        ))
-    }
-
-    /// A message of these parts, `params`' members found in one walk.
-    fn with_params(
-        kind: MessageKind,
-        id: Option<RequestId>,
-        method: Option<&'a str>,
-        params: Option<&'a RawValue>,
-        (result, error): (Option<&'a RawValue>, Option<&'a RawValue>),
-    ) -> Self {
-        let members = params.map_or(crate::find::Members::NONE, crate::find::Members::of);
-        Message {
-            kind,
-            id,
-            method,
-            params,
-            meta: params.and_then(|p| members.get(p, "_meta")),
-            result,
-            error,
-            members,
-        }
-    }
-
-    /// A request of `method` with `params`, for callers that hold only its parts (the audit's
-    /// view of an `initialize` the gateway answered from what it kept).
-    pub fn request(id: RequestId, method: &'a str, params: Option<&'a RawValue>) -> Self {
-        Message::with_params(
-            MessageKind::Request,
-            Some(id),
-            Some(method),
-            params,
-            (None, None),
-        )
+            meta: params.and_then(|p| object_member(p, "_meta")),
+            result: raw.result,
+            error: raw.error,
+        })
     }
 
     /// Looks up `params._meta[key]` without decoding anything else. `None` when params, `_meta`
@@ -251,7 +218,7 @@ impl<'a> Message<'a> {
 
     /// Looks up a top-level member of `params`.
     pub fn param(&self, key: &str) -> Option<&'a RawValue> {
-        self.members.get(self.params?, key)
+        object_member(self.params?, key)
     }
 }
 

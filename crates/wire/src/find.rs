@@ -23,65 +23,6 @@ pub(crate) fn member<'a>(obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
     serde_json::from_str(text.get(start..end)?).ok()
 }
 
-/// How many top-level members [`Members`] holds; an object with more is walked per lookup.
-const INDEXED: usize = 6;
-
-/// The top-level members of an object (a message's `params`), found in one walk: a lookup
-/// then compares keys instead of walking the object again (a Modern `tools/call`'s `params`
-/// were walked four times, past its `_meta`, for `_meta` and for `name`). The last of a
-/// repeated key wins, as in [`member`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Members<'a> {
-    /// Each member's key literal (quotes included) and value text, in order.
-    found: [(&'a str, &'a str); INDEXED],
-    len: usize,
-    /// Every member is in `found` (`false`: not an object, or more members than fit).
-    complete: bool,
-}
-
-impl<'a> Members<'a> {
-    /// No object: every lookup walks (and finds nothing in what is not an object).
-    pub(crate) const NONE: Members<'static> = Members {
-        found: [("", ""); INDEXED],
-        len: 0,
-        complete: false,
-    };
-
-    /// The members of `obj`, or [`Members::NONE`] when it is not an object.
-    pub(crate) fn of(obj: &'a RawValue) -> Self {
-        let text = obj.get();
-        let mut members = Members {
-            found: [("", ""); INDEXED],
-            len: 0,
-            complete: true,
-        };
-        let walked = walk(text, |lit, (start, end)| {
-            match members.found.get_mut(members.len) {
-                Some(slot) => {
-                    *slot = (lit, text.get(start..end).unwrap_or(""));
-                    members.len += 1;
-                }
-                None => members.complete = false,
-            }
-        });
-        members.complete &= walked.is_some();
-        members
-    }
-
-    /// `key`'s value in `obj` (the object these members were found in), as [`member`] finds
-    /// it: validated again, never non-JSON.
-    pub(crate) fn get(&self, obj: &'a RawValue, key: &str) -> Option<&'a RawValue> {
-        if !self.complete {
-            return member(obj, key);
-        }
-        let (_, value) = self.found[..self.len]
-            .iter()
-            .rev()
-            .find(|(lit, _)| key_matches(lit, key))?;
-        serde_json::from_str(value).ok()
-    }
-}
-
 /// Whether the member at `path` (names, outermost first) exists in the object `text`.
 ///
 /// Takes text, not a [`RawValue`]: its callers hold JSON this gateway already parsed (a
@@ -211,7 +152,7 @@ pub(crate) fn sole_member_span(text: &str, key: &str) -> Option<(usize, usize)> 
 
 /// Calls `f` with each top-level member's key literal and value range, in order; `None` when
 /// `text` is not an object.
-pub(crate) fn walk<'t>(text: &'t str, mut f: impl FnMut(&'t str, (usize, usize))) -> Option<()> {
+pub(crate) fn walk(text: &str, mut f: impl FnMut(&str, (usize, usize))) -> Option<()> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -256,9 +197,9 @@ pub(crate) fn key_matches(lit: &str, key: &str) -> bool {
     let (text, k) = (inner.as_bytes(), key.as_bytes());
     match text.len().cmp(&k.len()) {
         std::cmp::Ordering::Less => false,
-        std::cmp::Ordering::Equal => text == k && !text.contains(&b'\\'),
+        std::cmp::Ordering::Equal => text == k && memchr::memchr(b'\\', text).is_none(),
         std::cmp::Ordering::Greater => {
-            text.contains(&b'\\') && decode_string(lit).is_some_and(|d| d == key)
+            memchr::memchr(b'\\', text).is_some() && decode_string(lit).is_some_and(|d| d == key)
         }
     }
 }
@@ -270,21 +211,9 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// How far [`string_end`] looks byte by byte before a vectorised search: most strings here
-/// (keys, names, ids) are shorter, and a search's setup costs more than walking them.
-const SHORT: usize = 32;
-
 /// Index just past the string literal opening at `start`.
 fn string_end(b: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
-    let short = b.len().min(i + SHORT);
-    while i < short {
-        match b[i] {
-            b'"' => return Some(i + 1),
-            b'\\' => i += 2,
-            _ => i += 1,
-        }
-    }
     loop {
         // Multi-byte UTF-8 never contains these two bytes, so a byte search is exact.
         i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
@@ -476,11 +405,8 @@ mod tests {
                 // Generated objects never repeat a key: the sole span is the span.
                 let sole = sole_member_span(&text, key).map(|(s, e)| &text[s..e]);
                 proptest::prop_assert_eq!(sole, found);
-                let obj = raw(&text);
-                let via_member = member(&obj, key).map(|v| serde_json::from_str::<Value>(v.get()).unwrap());
+                let via_member = member(&raw(&text), key).map(|v| serde_json::from_str::<Value>(v.get()).unwrap());
                 proptest::prop_assert_eq!(via_member.as_ref(), want);
-                let indexed = Members::of(&obj).get(&obj, key);
-                proptest::prop_assert_eq!(indexed.map(RawValue::get), member(&obj, key).map(RawValue::get));
                 for inner in ["a", "b"] {
                     let nested = want.and_then(|w| w.as_object()).and_then(|o| o.get(inner));
                     let got = string_at(&text, &[key, inner]).map(Cow::into_owned);
@@ -488,39 +414,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// Found once, looked up as [`member`] looks: the last of a repeated key, escaped keys
-    /// decoded; more members than it holds, or no object, and it walks.
-    #[test]
-    fn members_found_once_answer_as_a_walk_does() {
-        let many = (0..INDEXED + 2)
-            .map(|i| format!(r#""k{i}":{i}"#))
-            .collect::<Vec<_>>()
-            .join(",");
-        for text in [
-            r#"{"a":1,"b":{"a":2},"a":3}"#.to_owned(),
-            r#"{"\u0061":"x","b":[1,{"a":0}]}"#.to_owned(),
-            format!("{{{many}}}"),
-            "[1,2]".to_owned(),
-            "{}".to_owned(),
-        ] {
-            let obj = raw(&text);
-            let members = Members::of(&obj);
-            for key in ["a", "b", "k0", "k7", "nope"] {
-                let (got, want) = (members.get(&obj, key), member(&obj, key));
-                assert_eq!(
-                    got.map(RawValue::get),
-                    want.map(RawValue::get),
-                    "{text} [{key}]"
-                );
-            }
-        }
-        let obj = raw(r#"{"a":1,"b":{"a":2},"a":3}"#);
-        assert_eq!(
-            Members::of(&obj).get(&obj, "a").map(RawValue::get),
-            Some("3")
-        );
     }
 
     #[test]

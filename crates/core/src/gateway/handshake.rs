@@ -136,5 +136,13 @@ impl Handshake<'_> {
 
 /// An `initialize` request as the audit sees it, for callers that hold only its parts.
 pub(crate) fn initialize_message<'a>(id: &RequestId, params: Option<&'a RawValue>) -> Message<'a> {
-    Message::request(id.clone(), method::INITIALIZE, params)
+    Message {
+        kind: switchboard_wire::MessageKind::Request,
+        id: Some(id.clone()),
+        method: Some(method::INITIALIZE),
+        params,
+        meta: params.and_then(|p| switchboard_wire::object_member(p, "_meta")),
+        result: None,
+        error: None,
+    }
 }
