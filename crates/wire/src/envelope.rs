@@ -78,7 +78,8 @@ impl<'a> Message<'a> {
     /// - an object that repeats a key → `-32602` inside `params`, `-32600` elsewhere;
     /// - a member the gateway reads (of the message, its `params` or `params.ref`) spelled
     ///   another way, `"Name"` for `name` → `-32602` inside `params`, `-32600` elsewhere;
-    /// - a string member of `params` or `params.ref` holding U+0000 → `-32602`;
+    /// - a string the policy judges (`params.name`, `params.uri`, `params.ref.*`) holding
+    ///   U+0000 → `-32602`;
     /// - an unpaired surrogate escape or a float that overflows a double → `-32700` (not JSON
     ///   by strict rules);
     /// - a `params._meta.progressToken` that is not a string or a number (the gateway routes
@@ -315,7 +316,7 @@ fn refusal(v: Violation, id: Option<RequestId>) -> ParseError {
         ),
         Violation::NulInValue { .. } => (
             codes::INVALID_PARAMS,
-            "Invalid params: a protocol member's string holds U+0000",
+            "Invalid params: a name or uri holds U+0000",
         ),
         Violation::LooseMember {
             within: Within::Params,

@@ -30,7 +30,8 @@ pub(crate) enum Violation {
     /// A key holding U+0000 (`\u0000`): a parser reading keys as C strings cuts it there, and
     /// takes `"name\u0000"` for `name`.
     NulInKey { within: Within },
-    /// A string value of a protocol member (of `params`, `params.ref`) holding U+0000.
+    /// A string the policy judges (`params.name`, `params.uri`, `params.ref.*`) holding
+    /// U+0000.
     NulInValue { within: Within },
     /// A protocol member the gateway reads, spelled another way (`"Name"`, `"argument\u017f"`):
     /// the gateway, reading `name`, finds none, while a case-insensitive parser (Go's
@@ -79,6 +80,10 @@ static PARAMS: Spellings = Spellings::of(&[
     "taskId",
     "uri",
 ]);
+
+/// The members whose string values the policy judges (of `params` and `params.ref`): a
+/// U+0000 in one is refused, since a C-string backend reads only what comes before it.
+const JUDGED: &[&str] = &["name", "uri", "type"];
 
 /// The members of a `completion/complete`'s `params.ref` (policy reads them).
 static REF: Spellings = Spellings::of(&["type", "name", "uri"]);
@@ -193,9 +198,11 @@ impl Scanner<'_> {
                     let object = b == b'{';
                     self.stack.push(object.then_some(self.keys.len()));
                     self.expect_key = object;
-                    if object && self.stack.len() == 3 && self.within == Within::Params {
-                        // The last key read is the one whose value this object is.
-                        self.in_ref = self.keys.last().is_some_and(|k| self.decoded(k) == "ref");
+                    if self.stack.len() == 3 && self.within == Within::Params {
+                        // The last key read is the one whose value this object is (an array
+                        // there is no `ref`, whatever came before it).
+                        self.in_ref =
+                            object && self.keys.last().is_some_and(|k| self.decoded(k) == "ref");
                     }
                     self.pos += 1;
                 }
@@ -275,7 +282,7 @@ impl Scanner<'_> {
                 };
             }
             self.keys.push(key);
-        } else if escaped && self.stack.len() > 1 && self.is_protocol_value() {
+        } else if escaped && self.stack.len() > 1 && self.is_judged_value() {
             // A protocol member's string (`params.name`, `params.ref.uri`): a backend keeping
             // strings as C strings reads `"exit\u0000x"` as `exit`, which the gateway never
             // judged.
@@ -359,13 +366,14 @@ impl Scanner<'_> {
         }
     }
 
-    /// Whether the value being read is a protocol member's own (`params.name`, not a tool
-    /// argument): its key, the last one read, is one of the object's [`Spellings`].
-    fn is_protocol_value(&self) -> bool {
-        let key = self.keys.last().map(|k| self.decoded(k));
-        self.one_spelling()
-            .zip(key)
-            .is_some_and(|(members, key)| members.members.contains(&&*key))
+    /// Whether the value being read is one the policy judges (`params.name`, `params.uri`,
+    /// `params.ref.*`; not a tool argument, not an element of an array): a member's own value
+    /// in an object with one spelling per member, under a key in [`JUDGED`]. The key is
+    /// decoded only then (once per member, never per array element).
+    fn is_judged_value(&self) -> bool {
+        self.one_spelling().is_some()
+            && matches!(self.stack.last(), Some(Some(_)))
+            && (self.keys.last()).is_some_and(|k| JUDGED.contains(&&*self.decoded(k)))
     }
 
     /// Whether `key` is one of `members` in another spelling.

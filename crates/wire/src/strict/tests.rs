@@ -302,8 +302,12 @@ fn protocol_members_spelled_another_way_are_refused() {
         r#"{"name":"echo","Extra":1,"_meta":{"ProgressToken":1}}"#,
         r#"{"ref":{"type":"ref/resource","uri":"file:///a","Extra":{"Type":1}}}"#,
         r#"{"name":"echo","list":[{"Name":1}]}"#,
-        // A tool's own arguments may hold U+0000.
+        // A tool's own arguments may hold U+0000, and so may the members no policy judges
+        // (an id to cancel that held one, a backend's cursor), and an array's strings.
         r#"{"name":"echo","arguments":{"text":"a\u0000b"}}"#,
+        r#"{"requestId":"a\u0000b"}"#,
+        r#"{"cursor":"c\u0000"}"#,
+        r#"{"uri":["file:///a\u0000"],"ref":{"type":"ref/resource","x":["\u0000"]}}"#,
     ] {
         assert!(client(&call(params)).is_ok(), "{params}");
     }
