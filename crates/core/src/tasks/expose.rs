@@ -89,22 +89,22 @@ pub(crate) fn names_only(object: &RawValue, task: &str) -> bool {
 }
 
 /// Whether `params` (a message passed on as it is: a progress note, a listen's notification)
-/// names a task where a parser may read one: an id where one sits (`PLACES`, in any
-/// spelling), or any key repeated (a copy this check never saw). Most name none, said by a
-/// byte search without parsing.
+/// names a task where a parser may read one: any value where a task id sits (`PLACES`), each
+/// step's key in any spelling, every copy of a repeated key seen (the raw members, not a
+/// parse that keeps the last). Most name none, said by a byte search without parsing.
 pub(crate) fn names_a_task(params: &RawValue) -> bool {
-    if !may_name_a_task(params.get().as_bytes()) {
-        return false;
-    }
-    if !switchboard_wire::reads_one_way(params) {
+    may_name_a_task(params.get().as_bytes())
+        && PLACES.iter().any(|path| names_at(params.get(), path))
+}
+
+/// Whether the raw object `object` has any value at `path`, each step's key in any spelling
+/// a loose parser reads, every copy of a repeated key looked into.
+fn names_at(object: &str, path: &[&str]) -> bool {
+    let Some((first, rest)) = path.split_first() else {
         return true;
-    }
-    let parsed: Value = serde_json::from_str(params.get()).unwrap_or(Value::Null);
-    PLACES.iter().any(|path| {
-        let mut ids = Vec::new();
-        ids_at(&parsed, path, &mut ids);
-        !ids.is_empty()
-    })
+    };
+    (members(object).unwrap_or_default().iter())
+        .any(|(k, v)| keys_fold_equal(k, first) && names_at(v.get(), rest))
 }
 
 /// A message the gateway passes on to a caller that holds no handle to rename its task ids
@@ -115,7 +115,8 @@ pub(crate) enum Untagged {
     /// Without the task ids: `taskId` and `task` in any spelling, `_meta` in any spelling
     /// but its own, and the related-task tag in `_meta` in any spelling.
     Stripped(Box<RawValue>),
-    /// It reads more than one way (a repeated key), or could not be rewritten: not passed on.
+    /// Still naming one after that (in a place a note does not have: `result`), or not
+    /// rewritable: not passed on.
     Unreadable,
 }
 
@@ -123,9 +124,6 @@ pub(crate) enum Untagged {
 pub(crate) fn untagged(params: &RawValue) -> Untagged {
     if !names_a_task(params) {
         return Untagged::Untouched;
-    }
-    if !switchboard_wire::reads_one_way(params) {
-        return Untagged::Unreadable;
     }
     let names = |k: &str| {
         keys_fold_equal(k, "taskId")
@@ -140,7 +138,10 @@ pub(crate) fn untagged(params: &RawValue) -> Untagged {
         Some(meta) => retain_members(meta, |k| !keys_fold_equal(k, META_RELATED_TASK))
             .and_then(|m| with_member(&top, "_meta", m.get())),
     };
-    stripped.map_or(Untagged::Unreadable, Untagged::Stripped)
+    match stripped {
+        Some(p) if !names_a_task(&p) => Untagged::Stripped(p),
+        _ => Untagged::Unreadable,
+    }
 }
 
 /// Every value at `path` in `value`, each step's key in any spelling a loose parser reads.
@@ -537,8 +538,25 @@ mod tests {
             let v: Value = serde_json::from_str(out.get()).unwrap();
             assert_eq!(v, kept, "{note}");
         }
-        let twice = r#"{"progress":1,"_meta":{"a":1,"a":2},"taskId":"t-9"}"#;
-        assert!(matches!(untagged(&raw(twice)), Untagged::Unreadable));
+        // Every copy of a repeated key is stripped, or the note is not passed on; keys
+        // repeated elsewhere (a payload's own) change nothing.
+        let twice = r#"{"progress":1,"_meta":{"a":1,"a":2},"taskId":"t-9","taskId":"t-8"}"#;
+        let Untagged::Stripped(out) = untagged(&raw(twice)) else {
+            panic!("{twice}");
+        };
+        assert!(!out.get().contains("t-"), "{}", out.get());
+        let meta_twice = format!(r#"{{"progress":1,"_meta":{tag},"_meta":{{}}}}"#);
+        let Untagged::Stripped(out) = untagged(&raw(&meta_twice)) else {
+            panic!("{meta_twice}");
+        };
+        assert_eq!(out.get(), r#"{"progress":1,"_meta":{}}"#);
+        // A place a note does not have, still named after stripping: not passed on.
+        let inlined = format!(r#"{{"progress":1,"Result":{{"_meta":{tag}}}}}"#);
+        assert!(names_a_task(&raw(&inlined)));
+        assert!(matches!(untagged(&raw(&inlined)), Untagged::Unreadable));
+        // A listen's notification with a payload repeating keys of its own names no task.
+        let own = r#"{"uri":"u","data":{"Content-Type":1,"content-type":2,"task":"x"}}"#;
+        assert!(!names_a_task(&raw(own)));
     }
 
     #[test]
