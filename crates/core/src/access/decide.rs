@@ -50,6 +50,15 @@ pub(super) fn decide(
             };
             (target, origin, verdict)
         }
+        // A C-string backend would subscribe `file:///secret` for `file:///secret\u0000x`,
+        // a URI the policy never judged (the strict scan checks `params.uri`, not a list).
+        Gate::Listen(uris) if uris.iter().any(|u| u.contains('\0')) => (
+            Target::Server,
+            None,
+            Err(CoreError::InvalidParams(
+                "a listen's resource URI holds U+0000",
+            )),
+        ),
         Gate::Listen(uris) => {
             // A URI the caller may not even read is hidden: the listen leaves it out of its
             // acknowledgement, as it leaves out one no backend serves (`aggregated_listen`).

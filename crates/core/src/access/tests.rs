@@ -69,6 +69,11 @@ fn a_listen_is_judged_on_every_uri_it_subscribes() {
         let admitted = access.admit(&p, None, &msg, None, Path::Modern);
         assert!(matches!(admitted, Err(CoreError::Forbidden(_))), "{subs}");
     }
+    // A URI a C-string backend reads as another (`file:///secret`) is refused, judged or not.
+    let req = r#"{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["file:///open","file:///secret\u0000x"]}}}"#;
+    let msg = Message::parse(req.as_bytes()).unwrap();
+    let admitted = access.admit(&p, None, &msg, None, Path::Modern);
+    assert!(matches!(admitted, Err(CoreError::InvalidParams(_))));
 }
 
 #[test]

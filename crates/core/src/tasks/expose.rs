@@ -98,13 +98,19 @@ pub(crate) fn names_a_task(params: &RawValue) -> bool {
 }
 
 /// Whether the raw object `object` has any value at `path`, each step's key in any spelling
-/// a loose parser reads, every copy of a repeated key looked into.
+/// a loose parser reads, every copy of a repeated key looked into. An object whose members
+/// cannot be read (a key that is a lone surrogate, which a backend's JSON may hold and a
+/// client's parser reads) may name anything: it counts as naming a task.
 fn names_at(object: &str, path: &[&str]) -> bool {
     let Some((first, rest)) = path.split_first() else {
         return true;
     };
-    (members(object).unwrap_or_default().iter())
-        .any(|(k, v)| keys_fold_equal(k, first) && names_at(v.get(), rest))
+    match members(object) {
+        Some(members) => {
+            (members.iter()).any(|(k, v)| keys_fold_equal(k, first) && names_at(v.get(), rest))
+        }
+        None => object.trim_start().starts_with('{'),
+    }
 }
 
 /// A message the gateway passes on to a caller that holds no handle to rename its task ids

@@ -185,6 +185,30 @@ fn task_ids_in_passed_on_messages_are_found_in_any_spelling_and_taken_out() {
     let inlined = format!(r#"{{"progress":1,"Result":{{"_meta":{tag}}}}}"#);
     assert!(names_a_task(&raw(&inlined)));
     assert!(matches!(untagged(&raw(&inlined)), Untagged::Unreadable));
+    // A level whose keys cannot be read (a lone surrogate: a backend's JSON may hold one,
+    // and clients' parsers read past it) may name anything: the member holding it is taken
+    // out whole, or the note is not passed on.
+    for (hidden, kept) in [
+        (
+            r#"{"progressToken":"p","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t-9","\udc00":1}}}"#,
+            Some(r#"{"progressToken":"p","_meta":{}}"#),
+        ),
+        (
+            r#"{"progressToken":"p","task":{"taskId":"t-9","\ud800":0}}"#,
+            Some(r#"{"progressToken":"p"}"#),
+        ),
+        (
+            r#"{"progressToken":"p","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t-9"}},"\ud800":0}"#,
+            None,
+        ),
+    ] {
+        assert!(names_a_task(&raw(hidden)), "{hidden}");
+        match (untagged(&raw(hidden)), kept) {
+            (Untagged::Stripped(out), Some(kept)) => assert_eq!(out.get(), kept),
+            (Untagged::Unreadable, None) => {}
+            _ => panic!("{hidden}"),
+        }
+    }
     // A listen's notification with a payload repeating keys of its own names no task.
     let own = r#"{"uri":"u","data":{"Content-Type":1,"content-type":2,"task":"x"}}"#;
     assert!(!names_a_task(&raw(own)));
