@@ -141,6 +141,11 @@ pub enum CoreError {
     /// Aggregating: a merged list could not be built.
     #[error("{0}")]
     Aggregation(String),
+    /// Aggregating: the merged lists a request routes by were missing when it was routed (a
+    /// reload cleared them after its admission); built again and routed once more before
+    /// this reaches a client (`LocalAnswers::relisted`).
+    #[error("the merged lists are not built yet")]
+    ListsNotBuilt,
     /// The gateway needs to ask the client for input the client did not declare in its
     /// `initialize` (`elicitation`, `sampling`, `roots`): -32021 with `requiredCapabilities`.
     #[error("Client does not support the {0} capability required for this request")]

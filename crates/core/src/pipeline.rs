@@ -392,9 +392,8 @@ impl Gateway {
             }
         }
         let resolved = match self.resolve(From::Modern, method, msg.params) {
-            Err(CoreError::UnknownName(..))
-                if Box::pin(self.refresh_names(method, crate::vmcp::CapSet::of_modern(msg)))
-                    .await =>
+            Err(e)
+                if Box::pin(self.relisted(&e, msg, crate::vmcp::CapSet::of_modern(msg))).await =>
             {
                 self.resolve(From::Modern, method, msg.params)
             }
@@ -465,11 +464,11 @@ impl Gateway {
         Some(LocalAnswers::of(self)?.origins_for(msg).await)
     }
 
-    /// The lists an unknown name's `method` reads, fetched again where stale
-    /// (`LocalAnswers::refresh_names`): false when not aggregating.
-    async fn refresh_names(&self, method: &str, set: crate::vmcp::CapSet) -> bool {
+    /// After routing `msg` failed with `err`: its lists fetched again, for one more try
+    /// (`LocalAnswers::relisted`); false when not aggregating.
+    async fn relisted(&self, err: &CoreError, msg: &Message<'_>, set: crate::vmcp::CapSet) -> bool {
         match LocalAnswers::of(self) {
-            Some(local) => local.refresh_names(method, set).await,
+            Some(local) => local.relisted(err, msg, set).await,
             None => false,
         }
     }
@@ -497,9 +496,13 @@ impl Gateway {
         let from = || From::Request(call.session());
         let params = call.msg.params;
         let route = match self.resolve(from(), name, params) {
-            Err(CoreError::UnknownName(..))
-                if Box::pin(self.refresh_names(name, crate::vmcp::caps_of(&self.asks, call)))
-                    .await =>
+            Err(e)
+                if Box::pin(self.relisted(
+                    &e,
+                    call.msg,
+                    crate::vmcp::caps_of(&self.asks, call),
+                ))
+                .await =>
             {
                 self.resolve(from(), name, params)
             }

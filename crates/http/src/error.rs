@@ -430,7 +430,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             (StatusCode::OK, err)
         }
         // Details (names a backend listed) go to the log, not to every client.
-        CoreError::Aggregation(_) => (
+        CoreError::Aggregation(_) | CoreError::ListsNotBuilt => (
             StatusCode::BAD_GATEWAY,
             internal("Backend unavailable: the merged list could not be built".to_owned()),
         ),

@@ -149,11 +149,24 @@ impl<'a> LocalAnswers<'a> {
         self.merged_list(id, kind, cursor, (modern, set)).await
     }
 
+    /// After routing `msg` failed with `err`, whether the lists it routes by were fetched
+    /// again so that it may be routed once more: a name not found (`refresh_names`), or lists
+    /// a reload cleared between its admission and its routing (`prepare`). False for any
+    /// other error, or when a list could not be fetched.
+    pub(crate) async fn relisted(&self, err: &CoreError, msg: &Message<'_>, set: CapSet) -> bool {
+        let method = msg.method.unwrap_or_default();
+        match err {
+            CoreError::UnknownName(..) => self.refresh_names(method, set).await,
+            CoreError::ListsNotBuilt => self.prepare(msg).await.is_ok(),
+            _ => false,
+        }
+    }
+
     /// After a name `method` routes by was not found: the lists it reads, fetched again where
     /// stale (a tool added since the last fetch, or one offered only to callers declaring
     /// `set`), so the caller resolves once more. At most one fetch per TTL however many
     /// unknown names arrive. False when a list could not be fetched.
-    pub(crate) async fn refresh_names(&self, method: &str, set: CapSet) -> bool {
+    async fn refresh_names(&self, method: &str, set: CapSet) -> bool {
         let vmcp = self.vmcp;
         for kind in kinds_for(method) {
             if vmcp.refresh_set(*kind, set, self.tailoring()).await {
@@ -388,3 +401,6 @@ impl<'a> LocalAnswers<'a> {
         Ok(encode_result(id, &result))
     }
 }
+
+#[cfg(test)]
+mod tests;

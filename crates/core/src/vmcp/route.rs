@@ -53,11 +53,7 @@ impl Picker for Vmcp {
 impl Vmcp {
     /// Where a client's request goes, from the current merged lists.
     pub(crate) fn pick(&self, method: &str, params: Option<&RawValue>) -> Result<Pick, CoreError> {
-        let view = |kind| {
-            self.current(kind).ok_or(CoreError::Aggregation(
-                "the merged lists are not built yet".into(),
-            ))
-        };
+        let view = |kind| self.current(kind).ok_or(CoreError::ListsNotBuilt);
         match method {
             "tools/call" => {
                 let name = str_param(params, "name");
@@ -114,9 +110,9 @@ impl Vmcp {
                 let name = reference
                     .and_then(|r| str_member(r, "name"))
                     .unwrap_or_default();
-                let view = self.current(Kind::Prompts).ok_or(CoreError::Aggregation(
-                    "the merged lists are not built yet".into(),
-                ))?;
+                let view = self
+                    .current(Kind::Prompts)
+                    .ok_or(CoreError::ListsNotBuilt)?;
                 let pick = by_name(&view, name, "prompt")?;
                 Ok(Pick {
                     name: match pick.name {
@@ -132,9 +128,7 @@ impl Vmcp {
                     .unwrap_or_default();
                 let view = self
                     .current(Kind::ResourceTemplates)
-                    .ok_or(CoreError::Aggregation(
-                        "the merged lists are not built yet".into(),
-                    ))?;
+                    .ok_or(CoreError::ListsNotBuilt)?;
                 match view
                     .all
                     .lookup(&uri)
