@@ -39,12 +39,14 @@ pub async fn run(socket: &Path, program: &OsString, args: &[OsString]) -> std::i
     for var in NO_PROXY_VARS {
         command.env_remove(var);
     }
-    let mut child = command.spawn()?;
-    let pid = child.id().and_then(|p| i32::try_from(p).ok());
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // Listened for before the program starts: a signal sent once it runs (its first output
+    // read, say) is passed on, never the bridge's own death leaving the program behind.
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    let mut child = command.spawn()?;
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let forward_signal = tokio::select! {
             status = child.wait() => return Ok(code(status?)),
