@@ -55,12 +55,17 @@ async fn a_call_routed_while_a_reload_rebuilds_the_lists_is_routed_once_they_are
         stream: None,
     };
     let local = super::LocalAnswers::of(&gateway).expect("aggregating");
-    local.prepare(&msg).await.expect("the lists, as admission builds them");
+    local
+        .prepare(&msg)
+        .await
+        .expect("the lists, as admission builds them");
     let vmcp = gateway.vmcp().expect("aggregating");
     // The reload's clear, between the call's admission and its routing.
     vmcp.forget_view(Kind::Tools);
     assert!(vmcp.current(Kind::Tools).is_none());
     let route = gateway.request_route(&call, "tools/call").await;
-    let route = route.expect("routed once the lists are built").expect("a route");
+    let route = route
+        .expect("routed once the lists are built")
+        .expect("a route");
     assert_eq!(route.backend, id("a"));
 }
