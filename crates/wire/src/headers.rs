@@ -204,16 +204,15 @@ fn primitive(kind: Option<&serde_json::Value>) -> bool {
 /// Checks the `Mcp-Param-*` headers of a `tools/call` against its arguments: a designated
 /// argument with a value needs its header, equal after sentinel decoding (integers compare
 /// numerically, booleans as `true`/`false`); a header without a value in the body is a
-/// mismatch too. `header` returns `None` when absent, `Some(None)` when not visible ASCII.
+/// mismatch too. A designated argument spelled another way is refused ([`designated`]).
+/// `header` returns `None` when absent, `Some(None)` when not visible ASCII.
 pub fn check_params<'h>(
     arguments: Option<&serde_json::Value>,
     spec: &[ParamHeader],
     header: impl Fn(&str) -> Option<Option<&'h str>>,
 ) -> Result<(), ErrorObject> {
     for p in spec {
-        let value = arguments
-            .and_then(|args| p.path.iter().try_fold(args, |v, k| v.get(k)))
-            .filter(|v| !v.is_null());
+        let value = designated(arguments, p)?.filter(|v| !v.is_null());
         let matches = match (value, header(&p.header)) {
             (None, None) => true,
             (None, Some(_)) | (Some(_), None) | (Some(_), Some(None)) => false,
@@ -231,15 +230,15 @@ pub fn check_params<'h>(
 }
 
 /// The `Mcp-Param-*` headers a client must send for these `arguments` (what
-/// [`check_params`] accepts): for an upstream that checks them.
+/// [`check_params`] accepts): for an upstream that checks them. Refused as [`check_params`]
+/// refuses a designated argument spelled another way.
 pub fn param_values(
     arguments: Option<&serde_json::Value>,
     spec: &[ParamHeader],
-) -> Vec<(String, String)> {
+) -> Result<Vec<(String, String)>, ErrorObject> {
     let mut out = Vec::new();
     for p in spec {
-        let value = arguments.and_then(|args| p.path.iter().try_fold(args, |v, k| v.get(k)));
-        let text = match value {
+        let text = match designated(arguments, p)? {
             Some(serde_json::Value::String(s)) => encode_value(s),
             Some(serde_json::Value::Bool(b)) => b.to_string(),
             Some(serde_json::Value::Number(n)) => n.to_string(),
@@ -247,7 +246,37 @@ pub fn param_values(
         };
         out.push((p.header.clone(), text));
     }
-    out
+    Ok(out)
+}
+
+/// The value of the argument `p` designates, `None` when absent. Refused (-32602) when an
+/// object on its path holds a member that names the designated one for a parser matching keys
+/// loosely ([`crate::keys_fold_equal`]: `Region` for `region`, with or without `region`
+/// beside it): Go's `encoding/json` reads that member as the argument, so the backend would act
+/// on a value no header mirrors and the gateway never compared.
+fn designated<'a>(
+    arguments: Option<&'a serde_json::Value>,
+    p: &ParamHeader,
+) -> Result<Option<&'a serde_json::Value>, ErrorObject> {
+    let mut at = arguments;
+    for name in &p.path {
+        let Some(members) = at.and_then(serde_json::Value::as_object) else {
+            return Ok(None);
+        };
+        let loose = |k: &String| k != name && crate::keys_fold_equal(k, name);
+        if members.keys().any(loose) {
+            return Err(ErrorObject::new(
+                crate::codes::INVALID_PARAMS,
+                format!(
+                    "Invalid params: the argument {} (mirrored in {}) is spelled another way",
+                    p.path.join("."),
+                    p.header
+                ),
+            ));
+        }
+        at = members.get(name);
+    }
+    Ok(at)
 }
 
 fn mirrors(body: &serde_json::Value, header: &str) -> bool {

@@ -35,11 +35,15 @@ async fn regional(gw: &TestGateway, id: u64, header: &str) -> crate::common::Rep
 /// How many `tools/list` the backend has answered (asked over Legacy, which checks no
 /// headers and so learns nothing itself).
 async fn walks(gw: &TestGateway, session: &str) -> u64 {
+    stats(gw, session).await["toolsList"].as_u64().unwrap()
+}
+
+/// The backend's counts (`toolsy.py`'s `stats` tool).
+async fn stats(gw: &TestGateway, session: &str) -> Value {
     let r = gw
         .call_tool(Some(session), json!("s"), "stats", json!({}))
         .await;
-    let stats: Value = serde_json::from_str(tool_text(&r.json())).unwrap();
-    stats["toolsList"].as_u64().unwrap()
+    serde_json::from_str(tool_text(&r.json())).unwrap()
 }
 
 /// A walk that fails is not kept: once the backend answers, the designations are learned and
@@ -123,4 +127,25 @@ async fn a_hidden_tools_param_headers_are_not_checked_before_it_is_refused() {
         hidden.text.replace("regional", "NAME"),
         missing.text.replace("no_such_tool", "NAME")
     );
+}
+
+/// A designated argument spelled another way (`Region` for `region`) is refused before the
+/// backend sees it: a backend matching keys loosely (Go's `encoding/json`) would run it as
+/// `region` though no `Mcp-Param-Region` mirrors it. Before, the call needed no header and
+/// reached the backend. The sentinel (`stats`, after the refusals) proves only the exact call
+/// ran.
+#[tokio::test]
+async fn a_designated_argument_spelled_another_way_never_reaches_the_backend() {
+    let gw = toolsy(0, 0).await;
+    let r = regional(&gw, 1, "us-west1").await;
+    assert_eq!(tool_text(&r.json()), "ok", "{}", r.text);
+    for (id, spelled) in [(2, "Region"), (3, "REGION"), (4, "reg\u{131}on")] {
+        let call = json!({"name":"regional","arguments":{spelled:"eu-north1"}});
+        let r = modern(&gw, json!(id), "tools/call", call, &[]).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{spelled}: {}", r.text);
+        assert_eq!(r.error_code(), -32602, "{spelled}: {}", r.text);
+        assert_eq!(r.json()["id"], json!(id), "{}", r.text);
+    }
+    let session = gw.session().await;
+    assert_eq!(stats(&gw, &session).await["regional"], json!(1));
 }

@@ -377,6 +377,10 @@ impl RemoteUpstream {
         if let Some(refusal) = self.refuse_rejected(&facts, id) {
             return refusal.map(super::RemoteResponse::into_backend);
         }
+        let params = match self.param_headers(&facts) {
+            Ok(params) => params,
+            Err(why) => return refused(id, &why).map(super::RemoteResponse::into_backend),
+        };
         if !facts.modern {
             self.listen_settled().await;
         }
@@ -385,9 +389,7 @@ impl RemoteUpstream {
             let (sent, per_request) = self.authorization(caller).await?;
             let mut headers = facts.headers();
             headers.extend(per_request.map(|v| (hyper::header::AUTHORIZATION, v)));
-            if facts.modern && facts.arguments.is_some() {
-                headers.extend(self.param_headers(&facts));
-            }
+            headers.extend(params.iter().cloned());
             let out = Outgoing {
                 id,
                 headers,
@@ -431,17 +433,24 @@ impl RemoteUpstream {
         Ok(answer.into_backend())
     }
 
-    /// `Mcp-Param-*` for a Modern `tools/call`, from the designations learned so far.
-    fn param_headers(&self, facts: &Facts) -> Vec<(HeaderName, HeaderValue)> {
+    /// `Mcp-Param-*` for a Modern `tools/call`, from the designations learned so far; refused
+    /// when a designated argument is spelled another way (`headers::param_values`).
+    fn param_headers(
+        &self,
+        facts: &Facts,
+    ) -> Result<Vec<(HeaderName, HeaderValue)>, switchboard_wire::ErrorObject> {
+        if !facts.modern {
+            return Ok(Vec::new());
+        }
         let spec = facts
             .name
             .as_ref()
             .and_then(|tool| self.shared.designations.lock().get(tool).cloned());
         let (Some(spec), Some(args)) = (spec, facts.arguments.as_deref()) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let args: Option<serde_json::Value> = serde_json::from_str(args).ok();
-        param_values(args.as_ref(), &spec)
+        Ok(param_values(args.as_ref(), &spec)?
             .into_iter()
             .filter_map(|(name, value)| {
                 Some((
@@ -449,7 +458,7 @@ impl RemoteUpstream {
                     HeaderValue::from_str(&value).ok()?,
                 ))
             })
-            .collect()
+            .collect())
     }
 
     /// A Modern `tools/list` answer: the designations of its tools learned, and the tools
@@ -516,15 +525,11 @@ impl RemoteUpstream {
         }
         let tool = facts.name.as_deref()?;
         let why = self.shared.rejected.lock().get(tool).cloned()?;
-        let error = serde_json::json!({
-            "code": switchboard_wire::codes::INVALID_PARAMS,
-            "message": format!("Unknown tool: {tool} (dropped by the gateway: {why})"),
-        });
-        let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#);
-        Some(
-            super::answer_from(Bytes::from(line), id, hyper::StatusCode::OK)
-                .map_err(UpstreamError::Remote),
-        )
+        let error = switchboard_wire::ErrorObject::new(
+            switchboard_wire::codes::INVALID_PARAMS,
+            format!("Unknown tool: {tool} (dropped by the gateway: {why})"),
+        );
+        Some(refused(id, &error))
     }
 
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
@@ -756,4 +761,14 @@ impl Drop for RemoteOwner {
             .lock()
             .get_or_insert(UpstreamError::Closed("upstream session ended".into()));
     }
+}
+
+/// The gateway's own error answer to the call `id`, which the remote never saw.
+fn refused(
+    id: &str,
+    error: &switchboard_wire::ErrorObject,
+) -> Result<super::RemoteResponse, UpstreamError> {
+    let error = serde_json::json!({"code": error.code, "message": &*error.message});
+    let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#);
+    super::answer_from(Bytes::from(line), id, hyper::StatusCode::OK).map_err(UpstreamError::Remote)
 }

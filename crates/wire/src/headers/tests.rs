@@ -13,7 +13,7 @@ fn param_values_pass_their_own_check() {
         "flag":{"type":"boolean","x-mcp-header":"Flag"}}});
     let spec = param_headers(&schema);
     let args = serde_json::json!({"region":"zürich","n":42,"flag":true});
-    let values = param_values(Some(&args), &spec);
+    let values = param_values(Some(&args), &spec).unwrap();
     assert_eq!(values.len(), 3);
     let get = |h: &str| {
         values
@@ -22,8 +22,43 @@ fn param_values_pass_their_own_check() {
             .map(|(_, v)| Some(v.as_str()))
     };
     assert!(check_params(Some(&args), &spec, get).is_ok());
-    let none = param_values(Some(&serde_json::json!({})), &spec);
+    let none = param_values(Some(&serde_json::json!({})), &spec).unwrap();
     assert!(none.is_empty());
+}
+
+/// A designated argument spelled another way (`Region`, `REGION`, `regıon` with a dotless i,
+/// a nested member's `Flag`) is what a parser matching keys loosely (Go's `encoding/json`)
+/// reads as the argument: refused by the check and by the headers built for an upstream,
+/// alone or beside the exact spelling. Before, `{"Region":"eu"}` needed no header and passed.
+#[test]
+fn a_designated_argument_spelled_another_way_is_refused() {
+    let schema = serde_json::json!({"type":"object","properties":{
+        "region":{"type":"string","x-mcp-header":"Region"},
+        "deep":{"type":"object","properties":{"flag":{"type":"boolean","x-mcp-header":"Flag"}}}}});
+    let spec = param_headers(&schema);
+    let none = |_: &str| None;
+    for args in [
+        serde_json::json!({"Region":"eu"}),
+        serde_json::json!({"REGION":"eu"}),
+        serde_json::json!({"reg\u{131}on":"eu"}),
+        serde_json::json!({"region":"us","Region":"eu"}),
+        serde_json::json!({"deep":{"Flag":true}}),
+        serde_json::json!({"Deep":{"flag":true}}),
+    ] {
+        let refused = check_params(Some(&args), &spec, none).unwrap_err();
+        assert_eq!(refused.code, codes::INVALID_PARAMS, "{args}");
+        assert!(refused.message.contains("spelled another way"), "{args}");
+        assert_eq!(
+            param_values(Some(&args), &spec).unwrap_err().code,
+            codes::INVALID_PARAMS,
+            "{args}"
+        );
+    }
+    // Other members keep any spelling, and a value in the exact spelling is checked as before.
+    let args = serde_json::json!({"region":"us","Note":"x","deep":{"Other":1}});
+    let us = |h: &str| (h == "mcp-param-region").then_some(Some("us"));
+    assert!(check_params(Some(&args), &spec, us).is_ok());
+    assert_eq!(param_values(Some(&args), &spec).unwrap().len(), 1);
 }
 
 #[test]

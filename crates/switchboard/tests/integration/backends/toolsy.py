@@ -5,7 +5,8 @@ Usage: toolsy.py [FAIL_FIRST [LIST_DELAY_MS]]
 - `tools/list` counts itself; the first FAIL_FIRST of them answer an error, the rest answer
   after LIST_DELAY_MS with one tool, `regional`, whose `region` argument is mirrored in
   `Mcp-Param-Region`.
-- `tools/call regional` answers `ok`; `tools/call stats` answers `{"toolsList": <count>}`.
+- `tools/call regional` answers `ok`; `tools/call stats` answers
+  `{"toolsList": <count>, "regional": <calls of regional>}`.
 Each request is handled on its own thread, so a slow `tools/list` never delays `stats`.
 """
 import json
@@ -17,6 +18,7 @@ FAIL_FIRST = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 LIST_DELAY = (int(sys.argv[2]) if len(sys.argv) > 2 else 0) / 1000.0
 lock = threading.Lock()
 lists = 0
+calls = 0
 
 TOOLS = [{"name": "regional", "inputSchema": {"type": "object", "properties": {
     "region": {"type": "string", "x-mcp-header": "Region"}}}}]
@@ -44,6 +46,12 @@ def tools_list(rid):
     send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
 
 
+def count_call():
+    global calls
+    with lock:
+        calls += 1
+
+
 def handle(msg):
     method, rid = msg["method"], msg["id"]
     params = msg.get("params") or {}
@@ -54,9 +62,10 @@ def handle(msg):
         tools_list(rid)
     elif method == "tools/call" and params.get("name") == "stats":
         with lock:
-            n = lists
-        text(rid, json.dumps({"toolsList": n}))
+            n, c = lists, calls
+        text(rid, json.dumps({"toolsList": n, "regional": c}))
     elif method == "tools/call":
+        count_call()
         text(rid, "ok")
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})

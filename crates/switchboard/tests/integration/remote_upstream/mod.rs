@@ -532,3 +532,36 @@ async fn mismatched_param_headers_are_refused_in_front_of_a_legacy_remote() {
         assert_eq!(r.error_code(), -32020, "{what}");
     }
 }
+
+/// A Legacy client's call bridged to a Modern-only remote gets its `Mcp-Param-*` headers from
+/// the arguments (`headers::param_values`); a designated argument spelled another way
+/// (`Region`) has none, and a remote matching keys loosely would run it as `region`: the
+/// gateway refuses it without sending it. Before, the fixture answered `region=`.
+#[tokio::test]
+async fn a_bridged_call_with_a_designated_argument_spelled_another_way_is_refused() {
+    let fx = FixtureHttp::start(&["--era", "modern"]).await;
+    let gw = gateway(&fx.url, &[]).await;
+    let session = gw.session().await;
+    let list = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list"});
+    let listed = gw.post(Some(&session), &list).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.text);
+    let ok = gw
+        .call_tool(
+            Some(&session),
+            json!(1),
+            "test_custom_header",
+            json!({"region": "us-west"}),
+        )
+        .await;
+    assert_eq!(tool_text(&ok.json()), "region=us-west", "{}", ok.text);
+    let loose = gw
+        .call_tool(
+            Some(&session),
+            json!(2),
+            "test_custom_header",
+            json!({"Region": "eu-north"}),
+        )
+        .await;
+    assert_eq!(loose.error_code(), -32602, "{}", loose.text);
+    assert!(loose.text.contains("spelled another way"), "{}", loose.text);
+}
