@@ -153,6 +153,17 @@ impl Gateway {
     /// one, which has no designations to check: admission refuses it next), or the backend's
     /// tools cannot be learned right now.
     async fn param_headers(&self, caller: &Principal, tool: &str) -> Option<Arc<[ParamHeader]>> {
+        let spec = self.designations(tool).await?;
+        // Judged only for the few tools that designate headers: the common call is judged
+        // once, by admission.
+        let access = &self.config.access;
+        access
+            .shows_tool(self.origins(), caller, tool)
+            .then_some(spec)
+    }
+
+    /// The `Mcp-Param-*` designations of `tool` whoever calls it, learned on first use.
+    async fn designations(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
         // The backend the Modern `tools/call` of `tool` would go to, and its name there
         // (aggregating: the merged list's; `None`, unchecked, before it is built — it is
         // built at startup).
@@ -177,13 +188,17 @@ impl Gateway {
                 .await
             }
         };
-        let spec = tables.tool_headers.of(&name, fetch).await?;
-        // Judged only for the few tools that designate headers: the common call is judged
-        // once, by admission.
-        let access = &self.config.access;
-        access
-            .shows_tool(self.origins(), caller, tool)
-            .then_some(spec)
+        tables.tool_headers.of(&name, fetch).await
+    }
+
+    /// A Legacy `tools/call` bridged to a Modern-only backend: a remote upstream builds its
+    /// `Mcp-Param-*` headers from the `tools/list` answers it carried, so the backend's tools
+    /// are walked first (once per backend, `tool_headers`) when no list has passed yet.
+    async fn learn_param_headers(&self, ex: &Exchange<'_>) {
+        let tool = ex.msg.param("name");
+        if let Some(tool) = tool.and_then(|n| serde_json::from_str::<String>(n.get()).ok()) {
+            self.designations(&tool).await;
+        }
     }
 
     /// Handles one client request, either era, and returns its one answer with the client's
@@ -554,8 +569,13 @@ impl Gateway {
             }
             Adapter::Task => Box::pin(self.task_request(ex, id, name, route)).await,
             Adapter::LegacyToModern => {
-                let modern = self.modern();
-                Box::pin(modern.legacy_to_modern(ex, id, name, route)).await
+                let bridged = async move {
+                    if name == TOOLS_CALL {
+                        self.learn_param_headers(&ex).await;
+                    }
+                    self.modern().legacy_to_modern(ex, id, name, route).await
+                };
+                Box::pin(bridged).await
             }
             Adapter::PassModern => {
                 let (caller, stream) = (ex.caller, ex.stream);

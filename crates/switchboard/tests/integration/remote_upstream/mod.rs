@@ -565,3 +565,17 @@ async fn a_bridged_call_with_a_designated_argument_spelled_another_way_is_refuse
     assert_eq!(loose.error_code(), -32602, "{}", loose.text);
     assert!(loose.text.contains("spelled another way"), "{}", loose.text);
 }
+
+/// A Legacy client's first call of a designated tool on a Modern-only remote, before any
+/// `tools/list` passed: the gateway learns the designations first, so the bridged call carries
+/// `Mcp-Param-Region`. Before, the remote refused it (-32020, no header) until some client
+/// listed the tools.
+#[tokio::test]
+async fn a_bridged_call_carries_its_param_headers_before_any_list() {
+    let fx = FixtureHttp::start(&["--era", "modern"]).await;
+    let gw = gateway(&fx.url, &[]).await;
+    let session = gw.session().await;
+    let args = json!({"region": "us-west"});
+    let r = (gw.call_tool(Some(&session), json!(1), "test_custom_header", args)).await;
+    assert_eq!(tool_text(&r.json()), "region=us-west", "{}", r.text);
+}
