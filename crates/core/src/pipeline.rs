@@ -22,7 +22,8 @@
 //!    the route confirmed against what admission judged;
 //! 6. **adapter** — by era, backend era and method: pass through (`send`), the session's own
 //!    process (`per_session`), session operations (`session_ops`), tasks (`tasks`), a Legacy
-//!    client onto a Modern backend (`relay`), a Modern client onto a Legacy backend (`modern`,
+//!    client onto a Modern backend (`relay`; a `tools/call`'s `Mcp-Param-*` designations
+//!    learned first, `tool_headers`), a Modern client onto a Legacy backend (`modern`,
 //!    `mrtr`), or straight through to a Modern backend (`modern::pass`);
 //! 7. **finish** — ids restored by the adapter, lists filtered and audited by admission, a
 //!    Modern caller's task answers narrowed to its own (`own_tasks_only`), a task the call
