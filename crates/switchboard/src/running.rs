@@ -108,10 +108,13 @@ impl RunningSet {
                         && (gateway.upkeep())
                             .revive_backend_named(&id, index, standby)
                             .await;
-                    if let (true, Some((_, slot))) = (ready, &replica) {
-                        slot.revived();
-                    }
-                    ready
+                    // Once installed: usable again (`supervise`).
+                    ready.then_some(move || {
+                        gateway.upkeep().restarted(&id);
+                        if let Some((_, slot)) = &replica {
+                            slot.revived();
+                        }
+                    })
                 }
             },
         ));

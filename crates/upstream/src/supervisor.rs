@@ -54,8 +54,11 @@ impl Stop {
 /// down. An exit while the gateway stops is not a crash: it is logged as part of the stop.
 ///
 /// `ready` gets the replacement (pinned to the new process) and must make it usable (the MCP
-/// handshake); returning false discards it and retries after the backoff.
-pub async fn supervise<F, Fut>(
+/// handshake); `None` discards it and retries after the backoff. `Some(announce)`: the
+/// replacement is installed in `handle`, and only then `announce` runs (a replica marked
+/// running again, a breaker half-open): announced before, a call could be sent to the old,
+/// ended process in between.
+pub async fn supervise<F, Fut, A>(
     handle: StdioHandle,
     config: StdioConfig,
     sink: Arc<dyn InboundSink>,
@@ -65,7 +68,8 @@ pub async fn supervise<F, Fut>(
     mut ready: F,
 ) where
     F: FnMut(StdioHandle) -> Fut,
-    Fut: Future<Output = bool>,
+    Fut: Future<Output = Option<A>>,
+    A: FnOnce(),
 {
     let mut backoff = MIN_BACKOFF;
     let mut started = Instant::now();
@@ -112,8 +116,9 @@ pub async fn supervise<F, Fut>(
                     continue;
                 }
             };
-            if ready(standby.clone()).await {
+            if let Some(announce) = ready(standby.clone()).await {
                 handle.adopt(&standby);
+                announce();
                 process = next;
                 started = Instant::now();
                 info!(pid = ?handle.pid(), "backend restarted");
@@ -124,3 +129,6 @@ pub async fn supervise<F, Fut>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

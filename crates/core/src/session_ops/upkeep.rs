@@ -138,7 +138,8 @@ impl Upkeep {
     }
 
     /// Readies a restarted process of backend `id` (see [`Self::revive_backend`]); false
-    /// (retry) for a name the gateway does not front.
+    /// (retry) for a name the gateway does not front. Once the supervisor installed it,
+    /// [`Self::restarted`] says so.
     /// `replica`: which of a replicated backend's processes it replaces.
     pub async fn revive_backend_named(
         &self,
@@ -146,17 +147,19 @@ impl Upkeep {
         replica: Option<usize>,
         standby: StdioHandle,
     ) -> bool {
-        let revived = match self.backends.get(id) {
+        match self.backends.get(id) {
             Some(entry) => {
                 let standby = Upstream::Stdio(standby);
                 self.revive_backend(&entry, standby, replica).await
             }
             None => false,
-        };
-        if revived {
-            self.health.restarted(id);
         }
-        revived
+    }
+
+    /// A restarted process of backend `id` is installed: its health starts again (counted,
+    /// the breaker half-open).
+    pub fn restarted(&self, id: &BackendId) {
+        self.health.restarted(id);
     }
 
     /// Readies a restarted process of `backend` before it is installed: handshake, then
