@@ -477,6 +477,7 @@ impl Gateway {
             registry: &self.registry,
             per_session: &self.per_session,
             sender: &self.sender,
+            guardrails: &self.guardrails,
             handshake_timeout: self.config.handshake_timeout,
             rejudge: Box::new(rejudge),
         }

@@ -41,7 +41,7 @@ use std::sync::Arc;
 mod local;
 mod tasks;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use opentelemetry::trace::FutureExt as _;
 

@@ -17,6 +17,7 @@ use futures::future::BoxFuture;
 
 use crate::backends::BackendEntry;
 use crate::catalog::Kind;
+use crate::guardrails::Guardrails;
 use crate::health::Health;
 use crate::per_session::Spawner;
 use crate::registry::Registry;
@@ -35,6 +36,10 @@ pub struct Reshape {
     pub vmcp: VmcpConfig,
     /// The policy was replaced: any session's lists may look different now.
     pub policy_changed: bool,
+    /// New guardrails (`Some(None)`: none any more), put in force in the same step as the
+    /// set: a backend the reload adds is never reachable, nor its tools listed, under the
+    /// rules from before it (which lack its own). `None`: unchanged.
+    pub guardrails: Option<Option<Arc<Guardrails>>>,
 }
 
 /// What a reload did.
@@ -82,6 +87,8 @@ pub struct Reload<'a> {
     pub(crate) registry: &'a Registry,
     pub(crate) per_session: &'a Spawner,
     pub(crate) sender: &'a Sender,
+    /// The guardrails in force, which a reshape may replace with the set.
+    pub(crate) guardrails: &'a arc_swap::ArcSwapOption<Guardrails>,
     /// How long a started process may take to answer a re-subscribe.
     pub(crate) handshake_timeout: std::time::Duration,
     /// Judges every session's subscriptions under the policy now in force
@@ -132,13 +139,21 @@ impl Reload<'_> {
             .collect();
         let dropped: Vec<BackendId> = retired.iter().map(|e| e.id.clone()).collect();
         let old_shape = vmcp.shape();
+        let old_guards = plan
+            .guardrails
+            .as_ref()
+            .map(|_| self.guardrails.load_full());
         {
             let infos: Vec<(BackendId, &crate::BackendInfo)> =
                 entries.iter().map(|e| (e.id.clone(), e.info())).collect();
-            vmcp.reshape(plan.vmcp, &infos, &dropped, || {
+            let guards = plan.guardrails.clone();
+            vmcp.reshape(plan.vmcp, guards, &infos, &dropped, || {
                 // A new process starts with a health entry of its own (its predecessor's
                 // breaker is not its history).
                 self.health.reshape(&plan.order, &fresh);
+                if let Some(guards) = plan.guardrails {
+                    self.put_guardrails(guards);
+                }
                 self.backends.replace(entries.clone());
             })
             .await;
@@ -148,7 +163,7 @@ impl Reload<'_> {
             match vmcp.view(*kind, self.sender, self.backends).await {
                 Ok(_) => after.push(digest_of(vmcp, *kind)),
                 Err(e) if before[i].is_some() => {
-                    self.roll_back(old_shape, old).await;
+                    self.roll_back(old_shape, old, old_guards).await;
                     return Err(e);
                 }
                 Err(_) => after.push(None),
@@ -173,8 +188,14 @@ impl Reload<'_> {
         })
     }
 
-    /// Puts the set and shape from before a reshape back.
-    async fn roll_back(&self, shape: Arc<crate::vmcp::Shape>, old: Vec<Arc<BackendEntry>>) {
+    /// Puts the set, shape and guardrails from before a reshape back (`guards`: those the
+    /// reshape replaced, if it did).
+    async fn roll_back(
+        &self,
+        shape: Arc<crate::vmcp::Shape>,
+        old: Vec<Arc<BackendEntry>>,
+        guards: Option<Option<Arc<Guardrails>>>,
+    ) {
         let Some(vmcp) = self.vmcp else {
             return;
         };
@@ -182,8 +203,18 @@ impl Reload<'_> {
         vmcp.restore(shape, || {
             self.health.reshape(&order, &[]);
             self.backends.replace(old);
+            if let Some(guards) = guards {
+                self.put_guardrails(guards);
+            }
         })
         .await;
+    }
+
+    /// The guardrails requests start with from now on, and every backend message's check
+    /// (the merged lists' copy is the shape's).
+    fn put_guardrails(&self, guards: Option<Arc<Guardrails>>) {
+        (self.registry.progress).guard(crate::guardrails::note_check(&guards));
+        self.guardrails.store(guards);
     }
 
     /// What the gateway kept about a backend process that left: the task ids it handed out

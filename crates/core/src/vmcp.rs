@@ -234,12 +234,14 @@ impl Vmcp {
 
     /// Puts a reloaded shape in place: `backends` is the new set in order, `dropped` the
     /// backends whose cached lists go (removed, or replaced by a new process). `install`
-    /// swaps the backend set itself. Every kind's refresh lock is held throughout, so no
+    /// swaps the backend set itself; `guardrails`, when replaced, check every definition from
+    /// now on. Every kind's refresh lock is held throughout, so no
     /// refresh reads one of shape and set without the other, and none that read the old ones
     /// installs its view after this. Every merged view is built again at its next use.
     pub(crate) async fn reshape(
         &self,
         mut config: VmcpConfig,
+        guardrails: Option<Option<Arc<crate::guardrails::Guardrails>>>,
         backends: &[(BackendId, &BackendInfo)],
         dropped: &[BackendId],
         install: impl FnOnce(),
@@ -248,14 +250,16 @@ impl Vmcp {
         let old = self.shape();
         config.tool_search = old.config.tool_search;
         config.trust.clone_from(&old.config.trust);
-        config.guardrails.clone_from(&old.config.guardrails);
+        // New guardrails check every definition again (`set_guardrails`).
+        let recheck = guardrails.is_some();
+        config.guardrails = guardrails.unwrap_or_else(|| old.config.guardrails.clone());
         install();
         self.shape.store(Arc::new(Shape::new(config, backends)));
         let kept = |id: &BackendId| !dropped.contains(id) && backends.iter().any(|(b, _)| b == id);
         self.by_caps.retain(kept);
         let mut state = self.state.lock();
         state.views.clear();
-        state.lists.retain(|(id, _), _| kept(id));
+        state.lists.retain(|(id, _), _| kept(id) && !recheck);
     }
 
     /// Puts a shape taken before a reshape back (the reload was rolled back); `install`
@@ -265,11 +269,15 @@ impl Vmcp {
         install();
         self.by_caps
             .retain(|id| shape.order.iter().any(|(b, _)| b == id));
+        // Lists fetched under the reshape's guardrails are checked again under these.
+        let (now, then) = (&self.shape().config.guardrails, &shape.config.guardrails);
+        let same_guards = match (now, then) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
         let mut state = self.state.lock();
         state.views.clear();
-        state
-            .lists
-            .retain(|(id, _), _| shape.order.iter().any(|(b, _)| b == id));
+        (state.lists).retain(|(id, _), _| same_guards && shape.order.iter().any(|(b, _)| b == id));
         drop(state);
         self.shape.store(shape);
     }

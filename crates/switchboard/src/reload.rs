@@ -309,13 +309,18 @@ impl Reloader {
             .await
             .context("reading the config")??;
         // Built first: a file whose guardrails do not build is refused whole. In force once
-        // the rest of the file is.
-        let guards = self.changed_guardrails(&spec)?;
-        let summary = self.apply_spec(spec, drains, stop).await?;
-        let Some((key, guards)) = guards else {
-            return Ok(summary);
+        // the rest of the file is: with the new set when the backends change (the reshape
+        // carries them), else on their own.
+        let Some((key, guards)) = self.changed_guardrails(&spec)? else {
+            return self.apply_spec(spec, None, drains, stop).await;
         };
-        self.gateway.set_guardrails(guards).await;
+        let mut carried = Some(guards);
+        let summary = self
+            .apply_spec(spec, Some(&mut carried), drains, stop)
+            .await?;
+        if let Some(guards) = carried {
+            self.gateway.set_guardrails(guards).await;
+        }
         self.served.guards = key;
         Ok(Some(match summary {
             Some(summary) => format!("{summary}, guardrails replaced"),
@@ -337,10 +342,12 @@ impl Reloader {
         Ok(Some((key, guards)))
     }
 
-    /// Applies `spec` but its guardrails.
+    /// Applies `spec` but its guardrails; `guards`, new guardrails, are taken when the
+    /// backends change, to be put in force with them.
     async fn apply_spec(
         &mut self,
         mut spec: ServeSpec,
+        guards: Option<&mut Option<Option<Arc<Guardrails>>>>,
         drains: &mut JoinSet<()>,
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<String>> {
@@ -423,6 +430,7 @@ impl Reloader {
             started: backends,
             vmcp,
             policy_changed,
+            guardrails: guards.and_then(Option::take),
         };
         let reshaped = match self.gateway.reload().reshape(reshape).await {
             Ok(reshaped) => reshaped,

@@ -28,7 +28,7 @@ fn backend(registry: &Arc<Registry>) -> (Backend, switchboard_upstream::Upstream
 
 /// A backend running `config`'s process, declaring `version`, `era` and `capabilities` (no
 /// handshake: the process need not speak MCP).
-pub(super) fn stdio_backend(
+pub(crate) fn stdio_backend(
     registry: &Arc<Registry>,
     config: &switchboard_upstream::StdioConfig,
     (version, era, capabilities): (&str, BackendEra, serde_json::Value),

@@ -1,4 +1,5 @@
-//! The gateway's own loops: the reaper's clock driving session teardowns.
+//! The gateway's own loops: the reaper's clock driving session teardowns; its reloads
+//! (`reload`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,8 @@ use switchboard_upstream::StdioConfig;
 
 use crate::{Backend, BackendEra, BackendId, BackendInfo, Gateway, GatewayConfig};
 use crate::{Principal, Registry};
+
+mod reload;
 
 const SESSIONS: usize = 4;
 

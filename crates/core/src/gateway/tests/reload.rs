@@ -1,0 +1,103 @@
+//! `Gateway::reload`: a reload's new set and the guardrails that came with it are put in
+//! force together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::guardrails::Guardrails;
+use crate::pipeline::tests::stdio_backend;
+use crate::vmcp::VmcpConfig;
+use crate::{BackendEra, BackendId, Backends, Gateway, GatewayConfig};
+
+/// A backend listing one tool, `echo`; with a path argument, its `tools/list` is answered
+/// only once that file exists (the test holds the reload there). Anything else: `{}`.
+const ONE_TOOL: &str = r#"
+import json, os, sys, time
+gate = sys.argv[1] if len(sys.argv) > 1 else None
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m or "method" not in m:
+        continue
+    result = {}
+    if m["method"] == "tools/list":
+        while gate and not os.path.exists(gate):
+            time.sleep(0.01)
+        result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}), flush=True)
+"#;
+
+fn program(gate: Option<&std::path::Path>) -> switchboard_upstream::StdioConfig {
+    let mut args = vec!["-c".to_owned(), ONE_TOOL.to_owned()];
+    args.extend(gate.map(|p| p.to_string_lossy().into_owned()));
+    switchboard_upstream::StdioConfig::new("python3", args)
+}
+
+/// Guardrails with a rule of backend `x`'s own.
+fn guards_of_x() -> Arc<Guardrails> {
+    let check = json!({"secrets": "builtin", "action": "reject"});
+    let specs = json!([{"name": "x-own", "on": ["response"], "check": check}]);
+    let specs: Vec<switchboard_guard::RuleSpec> = serde_json::from_value(specs).unwrap();
+    let mut guards = Guardrails::new(Vec::new());
+    guards.set_backend("x", switchboard_guard::compile(&specs).unwrap());
+    Arc::new(guards)
+}
+
+/// A reload adding backend `x` with rules of its own: from the moment `x` is in the set
+/// (reachable, its tools listed), the guardrails in force are the ones with its rules. Held
+/// while the reload lists `x`'s tools, the set already holds `x`. Before, the binary put the
+/// guardrails in force after the whole reshape, so `x` was served and listed under the
+/// rules from before it (review, issue 33).
+#[tokio::test]
+async fn a_backend_a_reload_adds_is_served_only_under_the_guardrails_that_came_with_it() {
+    let config = GatewayConfig {
+        vmcp: Some(VmcpConfig::default()),
+        ..GatewayConfig::default()
+    };
+    let registry = config.registry();
+    let era = BackendEra {
+        legacy: true,
+        modern: false,
+    };
+    let declared = ("2025-11-25", era, json!({"tools": {}}));
+    let (a, _a) = stdio_backend(&registry, &program(None), declared.clone());
+    let gate = std::env::temp_dir().join(format!("sb-reload-gate-{}", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    let (x, _x) = stdio_backend(&registry, &program(Some(&gate)), declared);
+    let id = |name: &str| BackendId::try_from(name).expect("a backend name");
+    let backends = Backends::new(vec![(id("a"), a)]).expect("one backend");
+    let gateway = Arc::new(Gateway::new(backends, registry, config));
+    assert!(gateway.guardrails.load_full().is_none());
+    let guards = guards_of_x();
+    let plan = crate::reload::Reshape {
+        order: vec![id("a"), id("x")],
+        started: vec![(id("x"), x)],
+        vmcp: VmcpConfig::default(),
+        policy_changed: false,
+        guardrails: Some(Some(guards.clone())),
+    };
+    let reloading = gateway.clone();
+    let reload = tokio::spawn(async move { reloading.reload().reshape(plan).await.map(|_| ()) });
+    // Bounded: the reshape puts `x` in the set, then waits on its `tools/list`.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while gateway.backends.get(&id("x")).is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "x never joined the set"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let in_force = gateway.guardrails.load_full();
+    let shape = gateway.vmcp().expect("aggregating").shape();
+    std::fs::write(&gate, b"").unwrap();
+    let reshaped = reload.await.unwrap();
+    let _ = std::fs::remove_file(&gate);
+    reshaped.expect("the reload applied");
+    assert!(
+        in_force.is_some_and(|g| Arc::ptr_eq(&g, &guards)),
+        "x was in the set under the guardrails from before it"
+    );
+    let listing = shape.config.guardrails.as_ref();
+    assert!(listing.is_some_and(|g| Arc::ptr_eq(g, &guards)));
+}
