@@ -66,7 +66,7 @@ pub struct Gateway {
     /// (`session_ops::Upkeep`).
     pub(crate) upkeep: Arc<crate::session_ops::Upkeep>,
     /// The guardrails in force (`GatewayConfig::guardrails` until a reload replaces them,
-    /// [`Gateway::set_guardrails`]): read once per request.
+    /// `reload::Reload`): read once per request.
     pub(crate) guardrails: arc_swap::ArcSwapOption<crate::guardrails::Guardrails>,
 }
 
@@ -159,17 +159,6 @@ impl Gateway {
             sse_streams,
             store,
         })
-    }
-
-    /// Replaces the guardrails (a reload): requests that start from now on, every backend
-    /// message on its way to a client, and the definitions of lists fetched from now on are
-    /// checked by `guards` (`None`: by none).
-    pub async fn set_guardrails(&self, guards: Option<Arc<crate::guardrails::Guardrails>>) {
-        if let Some(vmcp) = self.vmcp() {
-            vmcp.set_guardrails(guards.clone()).await;
-        }
-        (self.registry.progress).guard(crate::guardrails::note_check(&guards));
-        self.guardrails.store(guards);
     }
 
     /// The aggregating state, when the gateway fronts more than one backend.

@@ -277,6 +277,32 @@ impl Reload<'_> {
         all.to_vec()
     }
 
+    /// New guardrails alone (no backend changed): requests that start from now on, every
+    /// backend message on its way to a client, and every merged list are checked by `guards`
+    /// (`None`: by none). The lists are built again at once, and each family whose content
+    /// changed is announced once: a definition the new rules refuse is gone, a redacted one
+    /// replaced, and a client would otherwise keep the old ones until it lists again. A
+    /// transparent proxy checks no definitions, so it has nothing to announce.
+    pub async fn guardrails_replaced(&self, guards: Option<Arc<Guardrails>>) -> Vec<&'static str> {
+        let Some(vmcp) = self.vmcp else {
+            self.put_guardrails(guards);
+            return Vec::new();
+        };
+        let before: Vec<Option<Digest>> = KINDS.iter().map(|k| digest_of(vmcp, *k)).collect();
+        vmcp.set_guardrails(guards.clone()).await;
+        self.put_guardrails(guards);
+        let mut after = Vec::with_capacity(KINDS.len());
+        for kind in KINDS {
+            let built = vmcp.view(kind, self.sender, self.backends).await;
+            after.push(built.ok().and_then(|_| digest_of(vmcp, kind)));
+        }
+        let announced = announcements(&before, &after, false);
+        for name in &announced {
+            self.announce(name);
+        }
+        announced
+    }
+
     /// One payload-free `name` to every live session and Modern listener that asked for
     /// list changes (as a backend's own are rebuilt, `dispatch`).
     fn announce(&self, name: &'static str) {

@@ -318,13 +318,15 @@ impl Reloader {
         let summary = self
             .apply_spec(spec, Some(&mut carried), drains, stop)
             .await?;
-        if let Some(guards) = carried {
-            self.gateway.set_guardrails(guards).await;
-        }
+        let announced = match carried {
+            Some(guards) => self.gateway.reload().guardrails_replaced(guards).await,
+            None => Vec::new(),
+        };
         self.served.guards = key;
-        Ok(Some(match summary {
-            Some(summary) => format!("{summary}, guardrails replaced"),
-            None => "guardrails replaced".to_owned(),
+        Ok(Some(match (summary, announced.is_empty()) {
+            (Some(summary), _) => format!("{summary}, guardrails replaced"),
+            (None, true) => "guardrails replaced".to_owned(),
+            (None, false) => format!("announced [{}], guardrails replaced", announced.join(", ")),
         }))
     }
 

@@ -14,6 +14,7 @@ use crate::vmcp::{
     call_text, list_all, modern, remote, request, serve, stdio, tool_names, Dir, Era,
 };
 
+mod guardrails;
 mod load;
 mod openapi;
 mod policy;
