@@ -45,6 +45,7 @@ pub(crate) mod tests;
 
 use opentelemetry::trace::FutureExt as _;
 
+use switchboard_upstream::Upstream;
 use switchboard_wire::classify::META_LOG_LEVEL;
 use switchboard_wire::headers::ParamHeader;
 use switchboard_wire::{codes, method, Message};
@@ -141,10 +142,13 @@ impl Gateway {
         let Some(spec) = self.param_headers(ex.caller, &tool).await else {
             return Ok(());
         };
-        let args: Option<serde_json::Value> = ex
+        // Arguments that do not read as values (a number past a double) are refused: taken
+        // as absent, they would need no header.
+        let args = ex
             .msg
             .param("arguments")
-            .and_then(|a| serde_json::from_str(a.get()).ok());
+            .map(|a| serde_json::from_str(a.get()));
+        let args = args.transpose().map_err(|_| unreadable_arguments())?;
         switchboard_wire::headers::check_params(args.as_ref(), &spec, header)
             .map_err(CoreError::HeaderMismatch)
     }
@@ -571,7 +575,8 @@ impl Gateway {
             Adapter::Task => Box::pin(self.task_request(ex, id, name, route)).await,
             Adapter::LegacyToModern => {
                 let bridged = async move {
-                    if name == TOOLS_CALL {
+                    // Only a remote sends headers (a stdio backend never sees them).
+                    if name == TOOLS_CALL && matches!(route.upstream, Upstream::Remote(_)) {
                         self.learn_param_headers(&ex).await;
                     }
                     self.modern().legacy_to_modern(ex, id, name, route).await
@@ -599,6 +604,14 @@ impl Gateway {
         };
         legacy.map(Answer::ok)
     }
+}
+
+/// A designated tool's `arguments` that do not read as JSON values.
+fn unreadable_arguments() -> CoreError {
+    CoreError::HeaderMismatch(switchboard_wire::ErrorObject::new(
+        codes::INVALID_PARAMS,
+        "Invalid params: the arguments cannot be checked against their Mcp-Param-* headers",
+    ))
 }
 
 /// The era path a request came in on, as admission and the audit see it.

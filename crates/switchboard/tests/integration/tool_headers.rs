@@ -146,6 +146,21 @@ async fn a_designated_argument_spelled_another_way_never_reaches_the_backend() {
         assert_eq!(r.error_code(), -32602, "{spelled}: {}", r.text);
         assert_eq!(r.json()["id"], json!(id), "{}", r.text);
     }
+    // Arguments a value parser cannot read (an integer past a double) would read as absent
+    // and need no header: refused too.
+    let mut params = json!({"name":"regional","arguments":{"Region":"eu","pad":"PAD"}});
+    params["_meta"] = crate::modern::envelope();
+    let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":params});
+    let body = body
+        .to_string()
+        .replace("\"PAD\"", &format!("1{}", "0".repeat(400)));
+    let headers = [
+        ("mcp-protocol-version", crate::modern::V),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "regional"),
+    ];
+    let r = gw.post_raw(None, body, &headers).await;
+    assert_eq!(r.error_code(), -32602, "{}", r.text);
     let session = gw.session().await;
     assert_eq!(stats(&gw, &session).await["regional"], json!(1));
 }

@@ -449,8 +449,14 @@ impl RemoteUpstream {
         let (Some(spec), Some(args)) = (spec, facts.arguments.as_deref()) else {
             return Ok(Vec::new());
         };
-        let args: Option<serde_json::Value> = serde_json::from_str(args).ok();
-        Ok(param_values(args.as_ref(), &spec)?
+        // Taken as absent, arguments that do not read as values would send no header.
+        let args: serde_json::Value = serde_json::from_str(args).map_err(|_| {
+            switchboard_wire::ErrorObject::new(
+                switchboard_wire::codes::INVALID_PARAMS,
+                "Invalid params: the arguments cannot be mirrored in their Mcp-Param-* headers",
+            )
+        })?;
+        Ok(param_values(Some(&args), &spec)?
             .into_iter()
             .filter_map(|(name, value)| {
                 Some((

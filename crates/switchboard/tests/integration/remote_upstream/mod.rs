@@ -564,6 +564,15 @@ async fn a_bridged_call_with_a_designated_argument_spelled_another_way_is_refuse
         .await;
     assert_eq!(loose.error_code(), -32602, "{}", loose.text);
     assert!(loose.text.contains("spelled another way"), "{}", loose.text);
+    // Arguments a value parser cannot read (an integer past a double) would send no header.
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "test_custom_header", "arguments": {"region": "eu-north", "pad": "PAD"}}});
+    let call = call
+        .to_string()
+        .replace("\"PAD\"", &format!("1{}", "0".repeat(400)));
+    let unreadable = gw.post_raw(Some(&session), call, &[]).await;
+    assert_eq!(unreadable.error_code(), -32602, "{}", unreadable.text);
+    assert!(unreadable.text.contains("Mcp-Param"), "{}", unreadable.text);
 }
 
 /// A Legacy client's first call of a designated tool on a Modern-only remote, before any
