@@ -1,6 +1,7 @@
 //! `guardrails:` from the config (or `run --guardrails FILE`) to the core's
 //! `Guardrails`: the gateway's rules, each backend's over them, each tool's over its
-//! backend's; webhook secrets read once at startup; the webhook's HTTP client.
+//! backend's; webhook secrets read at startup and at every reload (a rotated `secretFile`
+//! counts as a change); the webhook's HTTP client.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -99,7 +100,7 @@ fn overrides(b: &BackendSpec) -> impl Iterator<Item = (&String, &crate::config::
 }
 
 /// Each webhook's secret (the first line of its `secretFile`), by path.
-fn secrets(
+pub(crate) fn secrets(
     gateway: &[RuleSpec],
     backends: &[BackendSpec],
 ) -> anyhow::Result<HashMap<PathBuf, Vec<u8>>> {

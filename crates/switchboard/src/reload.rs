@@ -178,7 +178,16 @@ fn guards_key(spec: &ServeSpec) -> Digest {
             (&b.name, &b.guardrails, overrides.collect::<Vec<_>>())
         })
         .collect();
-    digest(&format!("{:?}|{per_backend:?}", spec.guardrails))
+    // A webhook's secret rotated in its `secretFile` (then SIGHUP) builds them again: the
+    // files' contents count, digested with the rest and never shown (unreadable: the build
+    // refuses the file).
+    let secrets = crate::guardrails::secrets(&spec.guardrails, &spec.backends)
+        .ok()
+        .map(|s| s.into_iter().collect::<std::collections::BTreeMap<_, _>>());
+    digest(&format!(
+        "{:?}|{per_backend:?}|{secrets:?}",
+        spec.guardrails
+    ))
 }
 
 fn fixed_key(spec: &ServeSpec) -> Digest {

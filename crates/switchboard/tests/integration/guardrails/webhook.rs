@@ -37,6 +37,8 @@ struct Hook {
     url: String,
     behaviour: Arc<Mutex<Behaviour>>,
     seen: Arc<Mutex<Seen>>,
+    /// The secret signatures are verified with (`SECRET` until a test rotates it).
+    secret: Arc<Mutex<String>>,
 }
 
 async fn hook_server() -> Hook {
@@ -44,17 +46,19 @@ async fn hook_server() -> Hook {
     let url = format!("http://{}/check", listener.local_addr().unwrap());
     let behaviour = Arc::new(Mutex::new(Behaviour::Allow));
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let (b, s) = (behaviour.clone(), seen.clone());
+    let secret = Arc::new(Mutex::new(SECRET.to_owned()));
+    let (b, s, k) = (behaviour.clone(), seen.clone(), secret.clone());
     tokio::spawn(async move {
         while let Ok((conn, _)) = listener.accept().await {
-            let (b, s) = (b.clone(), s.clone());
-            tokio::spawn(serve_one(conn, b, s));
+            let (b, s, k) = (b.clone(), s.clone(), k.clone());
+            tokio::spawn(serve_one(conn, b, s, k));
         }
     });
     Hook {
         url,
         behaviour,
         seen,
+        secret,
     }
 }
 
@@ -62,6 +66,7 @@ async fn serve_one(
     mut conn: tokio::net::TcpStream,
     behaviour: Arc<Mutex<Behaviour>>,
     seen: Arc<Mutex<Seen>>,
+    secret: Arc<Mutex<String>>,
 ) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
@@ -95,7 +100,8 @@ async fn serve_one(
         buf.extend_from_slice(&chunk[..n]);
     }
     let body = &buf[head_end..head_end + len];
-    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    let key = secret.lock().clone();
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap();
     mac.update(body);
     let expected: String = mac
         .finalize()
@@ -374,4 +380,38 @@ async fn task_status_on_a_listen_is_checked_by_the_webhook() {
     let ack = crate::modern::next_message(&mut events).await;
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(ack["params"]["notifications"], json!({}), "{ack}");
+}
+
+/// A webhook secret rotated in its `secretFile` signs the bodies from the next reload
+/// (SIGHUP) on: the file's contents count as part of the guardrails. Before, the config file
+/// was unchanged, so the reload kept the old secret until a restart.
+#[tokio::test]
+async fn a_rotated_webhook_secret_signs_from_the_next_reload() {
+    const ROTATED: &str = "hook-secret-rotated-98765";
+    let hook = hook_server().await;
+    let dir = Dir::new("hook-rotate");
+    let secret = dir.write("hook.key", &format!("{SECRET}\n"));
+    let (gw, _) = gateway(&dir, Mode::Serve, &rules(&hook.url, "closed", &secret)).await;
+    let s = gw.session().await;
+    let (_, m) = call(&gw, Some(&s), "echo", r#"{"text":"before"}"#, false).await;
+    assert_eq!(texts(&answer(&m)["result"])[0], "before");
+    assert!(hook.seen.lock().signed.iter().all(|s| *s));
+
+    *hook.secret.lock() = ROTATED.to_owned();
+    std::fs::write(&secret, format!("{ROTATED}\n")).unwrap();
+    crate::reload::hangup(&gw);
+    let line = gw
+        .wait_stdout(crate::reload::RELOADED, crate::reload::BOUND)
+        .await;
+    assert!(line.contains("guardrails replaced"), "{line}");
+    let before = hook.seen.lock().bodies.len();
+    let (_, m) = call(&gw, Some(&s), "echo", r#"{"text":"after"}"#, false).await;
+    assert_eq!(texts(&answer(&m)["result"])[0], "after");
+    let seen = hook.seen.lock();
+    assert_eq!(seen.signed.len(), before + 2, "{:?}", seen.bodies);
+    assert!(
+        seen.signed[before..].iter().all(|s| *s),
+        "signed with the old secret"
+    );
+    assert!(!gw.stderr.lock().contains(ROTATED));
 }
