@@ -257,6 +257,9 @@ impl Vmcp {
         self.shape.store(Arc::new(Shape::new(config, backends)));
         let kept = |id: &BackendId| !dropped.contains(id) && backends.iter().any(|(b, _)| b == id);
         self.by_caps.retain(kept);
+        if recheck {
+            self.by_caps.forget_lists();
+        }
         let mut state = self.state.lock();
         state.views.clear();
         state.lists.retain(|(id, _), _| kept(id) && !recheck);
@@ -275,6 +278,9 @@ impl Vmcp {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (a, b) => a.is_none() && b.is_none(),
         };
+        if !same_guards {
+            self.by_caps.forget_lists();
+        }
         let mut state = self.state.lock();
         state.views.clear();
         (state.lists).retain(|(id, _), _| same_guards && shape.order.iter().any(|(b, _)| b == id));
@@ -282,8 +288,8 @@ impl Vmcp {
         self.shape.store(shape);
     }
 
-    /// Checks definitions with `guards` from now on (a reload replaced them): every list is
-    /// fetched and checked again at its next use.
+    /// Checks definitions with `guards` from now on (a reload replaced them): every list, each
+    /// capability set's too, is fetched and checked again at its next use.
     pub(crate) async fn set_guardrails(&self, guards: Option<Arc<crate::guardrails::Guardrails>>) {
         let _held = self.lock_refreshes().await;
         let old = self.shape();
@@ -294,6 +300,7 @@ impl Vmcp {
             order: old.order.clone(),
             presented: old.presented.clone(),
         }));
+        self.by_caps.forget_lists();
         let mut state = self.state.lock();
         state.views.clear();
         state.lists.clear();

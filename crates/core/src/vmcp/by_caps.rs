@@ -117,6 +117,12 @@ impl ByCaps {
         self.listers.lock().retain(|(b, _), _| keep(b));
     }
 
+    /// Forgets every set's lists (new guardrails check them again at their next fetch); the
+    /// upstreams stay.
+    pub(super) fn forget_lists(&self) {
+        self.lists.lock().clear();
+    }
+
     /// Stops every upstream (gateway shutdown).
     pub(crate) fn end(&self) {
         self.lists.lock().clear();
@@ -200,6 +206,12 @@ impl Vmcp {
             let fetched = tokio::time::timeout(deadline, self.fetch_for_set(&id, kind, set, t))
                 .await
                 .unwrap_or_else(|_| Err(format!("no complete list within {deadline:?}")));
+            // Checked as the shared list's definitions are (`Vmcp::view`): a definition a
+            // guardrail refuses is left out of this set's list too, a redacted one replaced.
+            let fetched = match (&shape.config.guardrails, fetched) {
+                (Some(g), Ok(items)) => Ok(g.definitions(id.as_str(), kind, items)),
+                (_, fetched) => fetched,
+            };
             // Pinned like the shared list's tools (`trust`): a tool offered only to callers
             // with some capability is held until approved all the same.
             if let (Kind::Tools, Ok(items), Some(trust)) = (kind, &fetched, &vmcp.trust) {
