@@ -59,6 +59,18 @@ pub(crate) fn build(
     backends: &[BackendSpec],
     audit: Option<Arc<AuditLog>>,
 ) -> anyhow::Result<Option<Arc<Guardrails>>> {
+    let secrets = secrets(gateway, backends)?;
+    build_with(gateway, backends, audit, secrets)
+}
+
+/// [`build`] with the webhooks' secrets already read ([`secrets`]: a reload keys the
+/// guardrails by the same secrets it builds them with).
+pub(crate) fn build_with(
+    gateway: &[RuleSpec],
+    backends: &[BackendSpec],
+    audit: Option<Arc<AuditLog>>,
+    secrets: HashMap<PathBuf, Vec<u8>>,
+) -> anyhow::Result<Option<Arc<Guardrails>>> {
     let any = !gateway.is_empty()
         || backends.iter().any(|b| {
             !b.guardrails.is_empty() || overrides(b).any(|(_, o)| !o.guardrails.is_empty())
@@ -67,7 +79,6 @@ pub(crate) fn build(
         return Ok(None);
     }
     let mut guards = build_rules(gateway, backends).map_err(anyhow::Error::msg)?;
-    let secrets = secrets(gateway, backends)?;
     guards = guards.with_audit(audit);
     guards = guards.with_hook(Arc::new(HttpHook::new()?), secrets);
     Ok(Some(Arc::new(guards)))

@@ -12,6 +12,7 @@
 
 pub(crate) mod policy;
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -105,7 +106,19 @@ impl Served {
         self
     }
 
+    /// What `spec` serves, its guardrails keyed with their webhooks' secrets as they are now
+    /// (startup: unreadable ones stopped it already).
     pub(crate) fn of(spec: &ServeSpec) -> Self {
+        let secrets = crate::guardrails::secrets(&spec.guardrails, &spec.backends);
+        Served {
+            guards: guards_key(spec, &secrets.unwrap_or_default()),
+            ..Served::shape_of(spec)
+        }
+    }
+
+    /// What `spec` serves but its guardrails' key (a diff's, or what follows an applied
+    /// reload, which keys the guardrails itself).
+    fn shape_of(spec: &ServeSpec) -> Self {
         Served {
             backends: spec
                 .backends
@@ -114,7 +127,7 @@ impl Served {
                 .collect(),
             rules: rules_key(spec),
             fixed: fixed_key(spec),
-            guards: guards_key(spec),
+            guards: Digest::default(),
         }
     }
 }
@@ -167,7 +180,7 @@ fn rules_key(spec: &ServeSpec) -> Digest {
     digest(&format!("{:?}|{lists:?}", spec.aggregation))
 }
 
-fn guards_key(spec: &ServeSpec) -> Digest {
+fn guards_key(spec: &ServeSpec, secrets: &HashMap<PathBuf, Vec<u8>>) -> Digest {
     let per_backend: Vec<_> = spec
         .backends
         .iter()
@@ -179,11 +192,8 @@ fn guards_key(spec: &ServeSpec) -> Digest {
         })
         .collect();
     // A webhook's secret rotated in its `secretFile` (then SIGHUP) builds them again: the
-    // files' contents count, digested with the rest and never shown (unreadable: the build
-    // refuses the file).
-    let secrets = crate::guardrails::secrets(&spec.guardrails, &spec.backends)
-        .ok()
-        .map(|s| s.into_iter().collect::<std::collections::BTreeMap<_, _>>());
+    // files' contents count, digested with the rest and never shown.
+    let secrets: std::collections::BTreeMap<_, _> = secrets.iter().collect();
     digest(&format!(
         "{:?}|{per_backend:?}|{secrets:?}",
         spec.guardrails
@@ -344,12 +354,17 @@ impl Reloader {
         &self,
         spec: &ServeSpec,
     ) -> anyhow::Result<Option<(Digest, Option<Arc<Guardrails>>)>> {
-        let key = guards_key(spec);
+        // Read once: the key and the guardrails come from the same secrets.
+        let secrets =
+            crate::guardrails::secrets(&spec.guardrails, &spec.backends).context("guardrails")?;
+        let key = guards_key(spec, &secrets);
         if key == self.served.guards {
             return Ok(None);
         }
-        let guards = crate::guardrails::build(&spec.guardrails, &spec.backends, self.audit.clone())
-            .context("guardrails")?;
+        let audit = self.audit.clone();
+        let guards =
+            crate::guardrails::build_with(&spec.guardrails, &spec.backends, audit, secrets)
+                .context("guardrails")?;
         Ok(Some((key, guards)))
     }
 
@@ -472,7 +487,7 @@ impl Reloader {
         self.served = Served {
             fixed: self.served.fixed,
             guards: self.served.guards,
-            ..Served::of(&spec)
+            ..Served::shape_of(&spec)
         };
         if fixed_changed {
             warn_fixed();
@@ -527,7 +542,7 @@ struct Plan {
 
 impl Plan {
     fn of(served: &Served, spec: &ServeSpec) -> Self {
-        let now = Served::of(spec);
+        let now = Served::shape_of(spec);
         let old = |id: &BackendId| served.backends.iter().find(|(b, _)| b == id);
         let mut plan = Plan {
             added: Vec::new(),
