@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::catalog::{Conflict, Strategy};
 use crate::guardrails::Guardrails;
 use crate::pipeline::tests::stdio_backend;
 use crate::vmcp::VmcpConfig;
@@ -48,8 +49,8 @@ fn guards_of_x() -> Arc<Guardrails> {
 /// (reachable, its tools listed), the guardrails in force are the ones with its rules. Held
 /// while the reload lists `x`'s tools, the set already holds `x`. Before, the binary put the
 /// guardrails in force after the whole reshape, so `x` was served and listed under the
-/// rules from before it (review, issue 33).
-#[tokio::test]
+/// rules from before it (review, issue 33). Two workers: the check runs beside the reshape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_a_reload_adds_is_served_only_under_the_guardrails_that_came_with_it() {
     let config = GatewayConfig {
         vmcp: Some(VmcpConfig::default()),
@@ -100,4 +101,50 @@ async fn a_backend_a_reload_adds_is_served_only_under_the_guardrails_that_came_w
     );
     let listing = shape.config.guardrails.as_ref();
     assert!(listing.is_some_and(|g| Arc::ptr_eq(g, &guards)));
+}
+
+/// A reload whose lists no longer merge (a `manual` collision the new backend brings) is
+/// rolled back, and the guardrails that came with it go with it: the old ones (none) are in
+/// force again, for requests and for the lists.
+#[tokio::test]
+async fn a_rolled_back_reload_takes_its_guardrails_back() {
+    let config = GatewayConfig {
+        vmcp: Some(VmcpConfig::default()),
+        ..GatewayConfig::default()
+    };
+    let registry = config.registry();
+    let era = BackendEra {
+        legacy: true,
+        modern: false,
+    };
+    let declared = ("2025-11-25", era, json!({"tools": {}}));
+    let (a, _a) = stdio_backend(&registry, &program(None), declared.clone());
+    let (x, _x) = stdio_backend(&registry, &program(None), declared);
+    let id = |name: &str| BackendId::try_from(name).expect("a backend name");
+    let backends = Backends::new(vec![(id("a"), a)]).expect("one backend");
+    let gateway = Arc::new(Gateway::new(backends, registry, config));
+    gateway.warm_catalog().await;
+    let manual = VmcpConfig {
+        strategy: Strategy {
+            conflict: Conflict::Manual,
+            ..Strategy::default()
+        },
+        ..VmcpConfig::default()
+    };
+    let plan = crate::reload::Reshape {
+        order: vec![id("a"), id("x")],
+        started: vec![(id("x"), x)],
+        vmcp: manual,
+        policy_changed: false,
+        guardrails: Some(Some(guards_of_x())),
+    };
+    let refused = gateway.reload().reshape(plan).await;
+    assert!(
+        refused.is_err(),
+        "both backends list `echo`: the merge fails"
+    );
+    assert!(gateway.backends.get(&id("x")).is_none());
+    assert!(gateway.guardrails.load_full().is_none());
+    let shape = gateway.vmcp().expect("aggregating").shape();
+    assert!(shape.config.guardrails.is_none());
 }
