@@ -10,7 +10,9 @@ use crate::catalog::{Conflict, Strategy};
 use crate::guardrails::Guardrails;
 use crate::pipeline::tests::stdio_backend;
 use crate::vmcp::VmcpConfig;
-use crate::{BackendEra, BackendId, Backends, Gateway, GatewayConfig};
+use switchboard_upstream::UpstreamOwner;
+
+use crate::{Backend, BackendEra, BackendId, Backends, Gateway, GatewayConfig};
 
 /// A backend listing one tool, `echo`; with a path argument, its `tools/list` is answered
 /// only once that file exists (the test holds the reload there). Anything else: `{}`.
@@ -35,6 +37,30 @@ fn program(gate: Option<&std::path::Path>) -> switchboard_upstream::StdioConfig 
     switchboard_upstream::StdioConfig::new("python3", args)
 }
 
+/// An aggregating gateway serving `a`, and a started backend `x` (its `tools/list` held at
+/// `gate` when given) that no set holds yet; the processes stop when dropped.
+fn a_and_x(gate: Option<&std::path::Path>) -> (Arc<Gateway>, Backend, [UpstreamOwner; 2]) {
+    let config = GatewayConfig {
+        vmcp: Some(VmcpConfig::default()),
+        ..GatewayConfig::default()
+    };
+    let registry = config.registry();
+    let era = BackendEra {
+        legacy: true,
+        modern: false,
+    };
+    let declared = ("2025-11-25", era, json!({"tools": {}}));
+    let (a, a_process) = stdio_backend(&registry, &program(None), declared.clone());
+    let (x, x_process) = stdio_backend(&registry, &program(gate), declared);
+    let backends = Backends::new(vec![(id("a"), a)]).expect("one backend");
+    let gateway = Gateway::new(backends, registry, config);
+    (gateway, x, [a_process, x_process])
+}
+
+fn id(name: &str) -> BackendId {
+    BackendId::try_from(name).expect("a backend name")
+}
+
 /// Guardrails with a rule of backend `x`'s own.
 fn guards_of_x() -> Arc<Guardrails> {
     let check = json!({"secrets": "builtin", "action": "reject"});
@@ -52,23 +78,9 @@ fn guards_of_x() -> Arc<Guardrails> {
 /// rules from before it (review, issue 33). Two workers: the check runs beside the reshape.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_a_reload_adds_is_served_only_under_the_guardrails_that_came_with_it() {
-    let config = GatewayConfig {
-        vmcp: Some(VmcpConfig::default()),
-        ..GatewayConfig::default()
-    };
-    let registry = config.registry();
-    let era = BackendEra {
-        legacy: true,
-        modern: false,
-    };
-    let declared = ("2025-11-25", era, json!({"tools": {}}));
-    let (a, _a) = stdio_backend(&registry, &program(None), declared.clone());
     let gate = std::env::temp_dir().join(format!("sb-reload-gate-{}", std::process::id()));
     let _ = std::fs::remove_file(&gate);
-    let (x, _x) = stdio_backend(&registry, &program(Some(&gate)), declared);
-    let id = |name: &str| BackendId::try_from(name).expect("a backend name");
-    let backends = Backends::new(vec![(id("a"), a)]).expect("one backend");
-    let gateway = Arc::new(Gateway::new(backends, registry, config));
+    let (gateway, x, _processes) = a_and_x(Some(&gate));
     assert!(gateway.guardrails.load_full().is_none());
     let guards = guards_of_x();
     let plan = crate::reload::Reshape {
@@ -108,21 +120,7 @@ async fn a_backend_a_reload_adds_is_served_only_under_the_guardrails_that_came_w
 /// force again, for requests and for the lists.
 #[tokio::test]
 async fn a_rolled_back_reload_takes_its_guardrails_back() {
-    let config = GatewayConfig {
-        vmcp: Some(VmcpConfig::default()),
-        ..GatewayConfig::default()
-    };
-    let registry = config.registry();
-    let era = BackendEra {
-        legacy: true,
-        modern: false,
-    };
-    let declared = ("2025-11-25", era, json!({"tools": {}}));
-    let (a, _a) = stdio_backend(&registry, &program(None), declared.clone());
-    let (x, _x) = stdio_backend(&registry, &program(None), declared);
-    let id = |name: &str| BackendId::try_from(name).expect("a backend name");
-    let backends = Backends::new(vec![(id("a"), a)]).expect("one backend");
-    let gateway = Arc::new(Gateway::new(backends, registry, config));
+    let (gateway, x, _processes) = a_and_x(None);
     gateway.warm_catalog().await;
     let manual = VmcpConfig {
         strategy: Strategy {
