@@ -100,21 +100,15 @@ impl RunningSet {
                 let gateway = revive.clone();
                 let id = named.clone();
                 let gone = gone.clone();
-                let replica = replica.clone();
                 async move {
-                    let index = replica.as_ref().map(|(i, _)| *i);
                     // Retired: it only drains; its stop is on the way.
                     let ready = !gone.load(Ordering::Acquire)
                         && (gateway.upkeep())
-                            .revive_backend_named(&id, index, standby)
+                            .revive_backend_named(&id, replica, standby)
                             .await;
-                    // Once installed: usable again (`supervise`).
-                    ready.then_some(move || {
-                        gateway.upkeep().restarted(&id);
-                        if let Some((_, slot)) = &replica {
-                            slot.revived();
-                        }
-                    })
+                    // Once installed (a replica runs again as its handle reaches the new
+                    // process): its breaker half-open (`supervise`).
+                    ready.then_some(move || gateway.upkeep().restarted(&id))
                 }
             },
         ));

@@ -381,8 +381,8 @@ pub(crate) struct Supervised {
     pub(crate) config: StdioConfig,
     pub(crate) sink: Arc<dyn switchboard_upstream::InboundSink>,
     pub(crate) process: switchboard_upstream::StdioProcess,
-    /// Which of a replicated backend's processes it is, and its slot in the set.
-    pub(crate) replica: Option<(usize, switchboard_upstream::ReplicaSlot)>,
+    /// Which of a replicated backend's processes it is.
+    pub(crate) replica: Option<usize>,
 }
 
 /// A command backend's program and arguments as the startup line shows them.

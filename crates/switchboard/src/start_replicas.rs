@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use switchboard_core::{Backend, BackendId, EraPolicy, Registry};
-use switchboard_upstream::{ReplicaSlot, Replicated, StdioConfig, StdioHandle, Upstream};
+use switchboard_upstream::{Replicated, StdioConfig, StdioHandle, Upstream};
 
 use crate::app::FDS_PER_BACKEND;
 use crate::cli::GatewayArgs;
@@ -28,8 +28,8 @@ pub(crate) async fn start(
     println!("switchboard: starting backend: {shown} ({replicas} replicas)");
     let mut processes = Vec::with_capacity(replicas);
     for i in 0..replicas {
-        let slot = ReplicaSlot::new(registry.sink_for(id));
-        let spawned = switchboard_upstream::spawn(&stdio, slot.sink.clone());
+        let sink = registry.sink_for(id);
+        let spawned = switchboard_upstream::spawn(&stdio, sink.clone());
         let (handle, process) = match spawned {
             Ok(pair) => pair,
             Err(e) => {
@@ -40,9 +40,9 @@ pub(crate) async fn start(
         processes.push(Supervised {
             handle,
             config: stdio.clone(),
-            sink: slot.sink.clone(),
+            sink,
             process,
-            replica: Some((i, slot)),
+            replica: Some(i),
         });
     }
     let timeout = GatewayArgs::secs(args.startup_timeout);
@@ -64,11 +64,7 @@ pub(crate) async fn start(
             }
         }
     }
-    let members = processes
-        .iter()
-        .filter_map(|p| p.replica.as_ref().map(|(_, slot)| (p.handle.clone(), slot)))
-        .collect();
-    let set = Replicated::new(members)?;
+    let set = Replicated::new(handles)?;
     let mut backend = connected.swap_remove(0);
     backend.handle = Upstream::Replicated(set);
     // Its tasks would live in one process and their follow-ups reach any: it keeps none, so

@@ -30,6 +30,6 @@ pub use error::UpstreamError;
 pub use exit::Exit;
 pub use forker::on_forker;
 pub use handle::{spawn_stdio, InboundSink, Upstream, UpstreamOwner};
-pub use replicated::{ReplicaSlot, Replicated, MAX_REPLICAS};
+pub use replicated::{Replicated, MAX_REPLICAS};
 pub use stdio::{spawn, StdioConfig, StdioHandle, StdioProcess};
 pub use supervisor::{supervise, Stop};

@@ -16,14 +16,11 @@
 //! A notification with no key (`roots/list_changed`) goes to every replica.
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use switchboard_wire::Message;
-
 use crate::stdio::StdioHandle;
-use crate::{InboundSink, PendingCall, Upstream, UpstreamError};
+use crate::{PendingCall, UpstreamError};
 
 /// The most processes one backend may have.
 pub const MAX_REPLICAS: usize = 64;
@@ -45,14 +42,14 @@ struct Set {
     replicas: Box<[Replica]>,
 }
 
-/// One process's slot, its calls in flight and whether its process is running, on a cache
-/// line of its own (every call writes the counter).
+/// One process's slot and its calls in flight, on a cache line of its own (every call writes
+/// the counter). Whether it runs is its handle's (`StdioHandle::is_running`): the process the
+/// slot holds now, never one a restart replaced.
 #[derive(Debug)]
 #[repr(align(64))]
 struct Replica {
     handle: StdioHandle,
     in_flight: Arc<AtomicUsize>,
-    up: Arc<AtomicBool>,
 }
 
 /// One call counted in its replica's calls in flight, until dropped.
@@ -65,55 +62,10 @@ impl Drop for Counted {
     }
 }
 
-/// A replica's sink: marks the replica down when its process ends, then hands everything to
-/// the backend's sink.
-#[derive(Debug)]
-struct ReplicaSink {
-    inner: Arc<dyn InboundSink>,
-    up: Arc<AtomicBool>,
-}
-
-impl InboundSink for ReplicaSink {
-    fn deliver(&self, line: &Bytes, msg: &Message<'_>, backend: &Upstream) {
-        self.inner.deliver(line, msg, backend);
-    }
-
-    fn closed(&self, reason: &str) {
-        self.up.store(false, Ordering::Release);
-        self.inner.closed(reason);
-    }
-}
-
-/// What starting one replica needs: the sink its process (and every restart of it) reports
-/// to, and how to tell the set it runs again.
-#[derive(Debug, Clone)]
-pub struct ReplicaSlot {
-    /// The sink to spawn (and respawn) this replica's process with.
-    pub sink: Arc<dyn InboundSink>,
-    up: Arc<AtomicBool>,
-}
-
-impl ReplicaSlot {
-    /// A slot for one replica of the backend whose sink is `sink`.
-    pub fn new(sink: Arc<dyn InboundSink>) -> ReplicaSlot {
-        let up = Arc::new(AtomicBool::new(true));
-        let sink = Arc::new(ReplicaSink {
-            inner: sink,
-            up: up.clone(),
-        });
-        ReplicaSlot { sink, up }
-    }
-
-    /// The replica's process was replaced by a ready one: it may be chosen again.
-    pub fn revived(&self) {
-        self.up.store(true, Ordering::Release);
-    }
-}
-
 impl Replicated {
-    /// The set of `replicas`, each a started process's handle and the slot it was spawned
-    /// with (see [`ReplicaSlot`]). At least one, at most [`MAX_REPLICAS`].
-    pub fn new(replicas: Vec<(StdioHandle, &ReplicaSlot)>) -> Result<Replicated, UpstreamError> {
+    /// The set of `replicas`, each a started process's handle. At least one, at most
+    /// [`MAX_REPLICAS`].
+    pub fn new(replicas: Vec<StdioHandle>) -> Result<Replicated, UpstreamError> {
         if replicas.is_empty() || replicas.len() > MAX_REPLICAS {
             return Err(UpstreamError::Spawn {
                 program: String::new(),
@@ -122,10 +74,9 @@ impl Replicated {
         }
         let replicas = replicas
             .into_iter()
-            .map(|(handle, slot)| Replica {
+            .map(|handle| Replica {
                 handle,
                 in_flight: Arc::new(AtomicUsize::new(0)),
-                up: slot.up.clone(),
             })
             .collect();
         Ok(Replicated {
@@ -177,10 +128,22 @@ impl Replicated {
     }
 
     fn least_busy_index(&self) -> usize {
+        // Whether one runs takes its slot's lock: asked of the least busy one only, and of
+        // every one only when that one is down (rare).
+        let best = self.least_loaded(|_| false);
+        match self.set.replicas[best].handle.is_running() {
+            true => best,
+            false => self.least_loaded(|r| !r.handle.is_running()),
+        }
+    }
+
+    /// The first replica with the fewest calls in flight, those `down` says are down counted
+    /// only when every replica is.
+    fn least_loaded(&self, down: impl Fn(&Replica) -> bool) -> usize {
         let mut best = (usize::MAX, 0);
         for (i, r) in self.set.replicas.iter().enumerate() {
             let mut load = r.in_flight.load(Ordering::Relaxed);
-            if !r.up.load(Ordering::Relaxed) {
+            if down(r) {
                 load = load.saturating_add(DOWN);
             }
             if load < best.0 {

@@ -105,6 +105,9 @@ struct Shared {
     pid: Option<u32>,
     writer: mpsc::Sender<Bytes>,
     pending: Mutex<PendingTable>,
+    /// Set once its pending table closed (stdout ended, or it was shut down): read without a
+    /// lock by [`StdioHandle::is_running`].
+    ended: std::sync::atomic::AtomicBool,
     stderr_tail: Mutex<std::collections::VecDeque<String>>,
 }
 
@@ -159,6 +162,7 @@ pub fn spawn(
         pid,
         writer: write_tx,
         pending: Mutex::new(PendingTable::default()),
+        ended: std::sync::atomic::AtomicBool::new(false),
         stderr_tail: Mutex::new(std::collections::VecDeque::new()),
     });
     let stop_writer = CancellationToken::new();
@@ -271,6 +275,17 @@ impl StdioHandle {
     /// Whether the backend's stdout has ended.
     pub fn is_closed(&self) -> bool {
         self.shared().pending.lock().closed.is_some()
+    }
+
+    /// Whether the process this handle reaches now still runs (its stdout has not ended):
+    /// after a restart, the new one's, whatever the old one's reader reports late. No lock
+    /// but the slot's read lock.
+    pub fn is_running(&self) -> bool {
+        !self
+            .slot
+            .read()
+            .ended
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The backend's process id.
@@ -536,6 +551,7 @@ fn close_pending(shared: &Shared, error: UpstreamError) {
         let error = table.closed.get_or_insert(error).clone();
         (std::mem::take(&mut table.calls), error)
     };
+    (shared.ended).store(true, std::sync::atomic::Ordering::Release);
     for (_, call) in calls {
         let _ = call.reply.send(Err(error.clone()));
     }

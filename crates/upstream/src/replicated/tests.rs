@@ -1,27 +1,55 @@
 use std::time::Duration;
 
+use std::sync::atomic::AtomicUsize;
+
+use bytes::Bytes;
+use switchboard_wire::Message;
+
 use super::*;
 use crate::stdio::{spawn, StdioConfig, StdioProcess};
+use crate::{InboundSink, Upstream};
 
-/// Drops everything (`cat` echoes requests back; they are not answers).
+/// Drops everything (`cat` echoes requests back; they are not answers), counting the ends
+/// its processes report.
 #[derive(Debug, Default)]
-struct Ignore;
+struct Ignore {
+    ended: AtomicUsize,
+}
 
 impl InboundSink for Ignore {
     fn deliver(&self, _line: &Bytes, _msg: &Message<'_>, _backend: &Upstream) {}
+
+    fn closed(&self, _reason: &str) {
+        self.ended.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
-/// `n` replicas of `cat` (they never answer: every call stays in flight).
-fn cats(n: usize) -> (Replicated, Vec<StdioProcess>, Vec<ReplicaSlot>) {
-    let slots: Vec<_> = (0..n).map(|_| ReplicaSlot::new(Arc::new(Ignore))).collect();
+/// `n` replicas of `cat` (they never answer: every call stays in flight), their handles, and
+/// the sink they all report to.
+fn cats(n: usize) -> (Replicated, Vec<StdioProcess>, Vec<StdioHandle>, Arc<Ignore>) {
+    let sink = Arc::new(Ignore::default());
     let mut handles = Vec::new();
     let mut processes = Vec::new();
-    for slot in &slots {
-        let (h, p) = spawn(&StdioConfig::new("cat", vec![]), slot.sink.clone()).unwrap();
-        handles.push((h, slot));
+    for _ in 0..n {
+        let (h, p) = spawn(&StdioConfig::new("cat", vec![]), sink.clone()).unwrap();
+        handles.push(h);
         processes.push(p);
     }
-    (Replicated::new(handles).unwrap(), processes, slots)
+    (
+        Replicated::new(handles.clone()).unwrap(),
+        processes,
+        handles,
+        sink,
+    )
+}
+
+/// Waits (bounded) until the processes' readers have reported `n` ends.
+async fn until_ended(sink: &Ignore, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sink.ended.load(Ordering::Acquire) < n {
+        assert!(tokio::time::Instant::now() < deadline, "no end reported");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 fn line(key: &str) -> Vec<u8> {
@@ -32,7 +60,7 @@ fn line(key: &str) -> Vec<u8> {
 /// replica 1, the third to 0 again; an answered or dropped call no longer counts.
 #[tokio::test]
 async fn each_call_goes_to_the_replica_with_fewest_in_flight() {
-    let (set, _procs, _slots) = cats(2);
+    let (set, _procs, _handles, _sink) = cats(2);
     let first = set.least_busy();
     assert_eq!(first.pinned(), Some(0));
     let a = first.call("a", line("a")).await.unwrap();
@@ -55,7 +83,7 @@ async fn each_call_goes_to_the_replica_with_fewest_in_flight() {
 /// none does.
 #[tokio::test]
 async fn a_key_is_found_at_the_replica_that_holds_its_call() {
-    let (set, _procs, _slots) = cats(3);
+    let (set, _procs, _handles, _sink) = cats(3);
     let _a = set.least_busy().call("a", line("a")).await.unwrap();
     let _b = set.least_busy().call("b", line("b")).await.unwrap();
     assert_eq!(set.for_key("a").and_then(|r| r.pinned()), Some(0));
@@ -66,7 +94,7 @@ async fn a_key_is_found_at_the_replica_that_holds_its_call() {
 /// Subscribe and unsubscribe of one URI reach the same replica, and URIs spread.
 #[tokio::test]
 async fn a_uri_always_maps_to_one_replica() {
-    let (set, _procs, _slots) = cats(4);
+    let (set, _procs, _handles, _sink) = cats(4);
     let seen: std::collections::HashSet<_> = (0..64)
         .map(|i| {
             let uri = format!("fixture://r/{i}");
@@ -86,19 +114,16 @@ async fn a_uri_always_maps_to_one_replica() {
     assert_eq!(unsub.as_replicated().and_then(Replicated::pinned), want);
 }
 
-/// A replica whose process ended is not chosen while another runs; once revived it is.
+/// A replica whose process ended is not chosen while another runs; once its handle reaches a
+/// new process (a restart), it is.
 #[tokio::test]
-async fn a_replica_that_is_down_is_passed_over_until_revived() {
-    let (set, procs, slots) = cats(2);
+async fn a_replica_that_is_down_is_passed_over_until_restarted() {
+    let (set, procs, handles, sink) = cats(2);
     let mut procs = procs.into_iter();
     let first = procs.next().unwrap();
     first.shutdown(Duration::from_secs(5)).await;
-    // The reader sees stdout end, then marks the replica down.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while slots[0].up.load(Ordering::Acquire) {
-        assert!(tokio::time::Instant::now() < deadline, "never marked down");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_ended(&sink, 1).await;
+    assert!(!handles[0].is_running());
     for _ in 0..3 {
         assert_eq!(set.least_busy().pinned(), Some(1));
     }
@@ -106,7 +131,26 @@ async fn a_replica_that_is_down_is_passed_over_until_revived() {
     assert_eq!(set.loads(), vec![0, 1]);
     // Even busier, the running replica is chosen over the one that is down.
     assert_eq!(set.least_busy().pinned(), Some(1));
-    slots[0].revived();
+    let (standby, _next) = spawn(&StdioConfig::new("cat", vec![]), sink.clone()).unwrap();
+    handles[0].adopt(&standby);
+    assert_eq!(set.least_busy().pinned(), Some(0));
+}
+
+/// The end of a process a restart replaced, reported after the new one was installed (a
+/// grandchild held its stdout), leaves the new one chosen. Before, the replica's one running
+/// flag was shared by every process of the slot, so the late report marked the new process
+/// down for good.
+#[tokio::test]
+async fn a_late_end_of_a_replaced_process_leaves_its_successor_chosen() {
+    let (set, procs, handles, sink) = cats(2);
+    // Replica 1 runs throughout (dropping its process would end it too).
+    let mut procs = procs.into_iter();
+    let old = procs.next().unwrap();
+    let (standby, _next) = spawn(&StdioConfig::new("cat", vec![]), sink.clone()).unwrap();
+    handles[0].adopt(&standby);
+    old.shutdown(Duration::from_secs(5)).await;
+    until_ended(&sink, 1).await;
+    assert!(handles[0].is_running() && handles[1].is_running());
     assert_eq!(set.least_busy().pinned(), Some(0));
 }
 
