@@ -278,14 +278,15 @@ impl Vmcp {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (a, b) => a.is_none() && b.is_none(),
         };
-        if !same_guards {
-            self.by_caps.forget_lists();
-        }
         let mut state = self.state.lock();
         state.views.clear();
         (state.lists).retain(|(id, _), _| same_guards && shape.order.iter().any(|(b, _)| b == id));
         drop(state);
         self.shape.store(shape);
+        // After the store: a capability set's fetch reads the shape after the generation.
+        if !same_guards {
+            self.by_caps.forget_lists();
+        }
     }
 
     /// Checks definitions with `guards` from now on (a reload replaced them): every list, each

@@ -84,6 +84,9 @@ impl CapSet {
 #[derive(Debug, Default)]
 pub(crate) struct ByCaps {
     lists: parking_lot::Mutex<HashMap<(BackendId, Kind, CapSet), Cached>>,
+    /// How many times the lists were forgotten (new guardrails): a fetch that began before
+    /// keeps nothing (it was checked by the guardrails the lists were forgotten for).
+    generation: std::sync::atomic::AtomicU64,
     /// Each (backend, set) its own slot, started once: one slow backend's start never holds
     /// up another's. A slot taken out of the map (its backend left) stops its upstream when
     /// the last user lets go of it, a start still in flight included.
@@ -120,7 +123,14 @@ impl ByCaps {
     /// Forgets every set's lists (new guardrails check them again at their next fetch); the
     /// upstreams stay.
     pub(super) fn forget_lists(&self) {
-        self.lists.lock().clear();
+        let mut lists = self.lists.lock();
+        lists.clear();
+        (self.generation).fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// See [`ByCaps::generation`]'s field: read before the shape a fetch is checked by.
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Stops every upstream (gateway shutdown).
@@ -185,6 +195,9 @@ impl Vmcp {
         if set.is_empty() {
             return false;
         }
+        // Before the shape: lists forgotten after this (new guardrails, stored before they
+        // are forgotten) keep nothing this refresh fetched under the shape read here.
+        let generation = vmcp.by_caps.generation();
         let shape = vmcp.shape();
         let ttl = shape.config.list_ttl;
         let stale: Vec<BackendId> = shape
@@ -218,6 +231,9 @@ impl Vmcp {
                 trust.screen_tools(&id, items).await;
             }
             let mut lists = vmcp.by_caps.lists.lock();
+            if vmcp.by_caps.generation() != generation {
+                return changed;
+            }
             let key = (id.clone(), kind, set);
             let before = lists.get(&key).map(|c| c.items.clone());
             let items: Arc<[Value]> = match fetched {
