@@ -77,7 +77,9 @@ enum Keepers {
 }
 
 async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
-    let served = Served::of(&spec);
+    // Read once: the guardrails are built with the secrets a reload's key compares against.
+    let secrets = crate::guardrails::secrets(&spec.guardrails, &spec.backends)?;
+    let served = Served::of(&spec, &secrets);
     let ServeSpec {
         options: args,
         backends,
@@ -160,7 +162,8 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     let traces = crate::traces::install(&args.ops)?;
     config.traces = traces.is_some();
     let max_sessions = config.max_sessions;
-    config.guardrails = crate::guardrails::build(&guardrails, &backends, access.audit.clone())?;
+    config.guardrails =
+        crate::guardrails::build(&guardrails, &backends, access.audit.clone(), secrets)?;
     let guard_audit = access.audit.clone();
     config.access = access;
     if aggregate {

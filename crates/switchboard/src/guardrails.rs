@@ -53,19 +53,10 @@ pub(crate) fn check(gateway: &[RuleSpec], backends: &[BackendSpec]) -> Result<()
     build_rules(gateway, backends).map(|_| ())
 }
 
-/// The core's guardrails, or `None` when no rule is declared anywhere.
+/// The core's guardrails, or `None` when no rule is declared anywhere, with the webhooks'
+/// `secrets` already read ([`secrets`]: startup and a reload key the guardrails by the
+/// secrets they are built with).
 pub(crate) fn build(
-    gateway: &[RuleSpec],
-    backends: &[BackendSpec],
-    audit: Option<Arc<AuditLog>>,
-) -> anyhow::Result<Option<Arc<Guardrails>>> {
-    let secrets = secrets(gateway, backends)?;
-    build_with(gateway, backends, audit, secrets)
-}
-
-/// [`build`] with the webhooks' secrets already read ([`secrets`]: a reload keys the
-/// guardrails by the same secrets it builds them with).
-pub(crate) fn build_with(
     gateway: &[RuleSpec],
     backends: &[BackendSpec],
     audit: Option<Arc<AuditLog>>,

@@ -106,12 +106,11 @@ impl Served {
         self
     }
 
-    /// What `spec` serves, its guardrails keyed with their webhooks' secrets as they are now
-    /// (startup: unreadable ones stopped it already).
-    pub(crate) fn of(spec: &ServeSpec) -> Self {
-        let secrets = crate::guardrails::secrets(&spec.guardrails, &spec.backends);
+    /// What `spec` serves at startup, its guardrails keyed with the webhooks' `secrets` they
+    /// are built with.
+    pub(crate) fn of(spec: &ServeSpec, secrets: &HashMap<PathBuf, Vec<u8>>) -> Self {
         Served {
-            guards: guards_key(spec, &secrets.unwrap_or_default()),
+            guards: guards_key(spec, secrets),
             ..Served::shape_of(spec)
         }
     }
@@ -362,9 +361,8 @@ impl Reloader {
             return Ok(None);
         }
         let audit = self.audit.clone();
-        let guards =
-            crate::guardrails::build_with(&spec.guardrails, &spec.backends, audit, secrets)
-                .context("guardrails")?;
+        let guards = crate::guardrails::build(&spec.guardrails, &spec.backends, audit, secrets)
+            .context("guardrails")?;
         Ok(Some((key, guards)))
     }
 
