@@ -278,8 +278,8 @@ impl StdioHandle {
     }
 
     /// Whether the process this handle reaches now still runs (its stdout has not ended):
-    /// after a restart, the new one's, whatever the old one's reader reports late. No lock
-    /// but the slot's read lock.
+    /// after a restart, the new one's, whatever the old one's reader reports late. Takes the
+    /// slot's read lock.
     pub fn is_running(&self) -> bool {
         !self
             .slot

@@ -55,8 +55,8 @@ impl Stop {
 ///
 /// `ready` gets the replacement (pinned to the new process) and must make it usable (the MCP
 /// handshake); `None` discards it and retries after the backoff. `Some(announce)`: the
-/// replacement is installed in `handle`, and only then `announce` runs (a replica marked
-/// running again, a breaker half-open): announced before, a call could be sent to the old,
+/// replacement is installed in `handle`, and only then `announce` runs (a breaker
+/// half-open): announced before, a call could be sent to the old,
 /// ended process in between.
 pub async fn supervise<F, Fut, A>(
     handle: StdioHandle,

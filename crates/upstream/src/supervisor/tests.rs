@@ -21,9 +21,9 @@ fn exits_on_a_line() -> StdioConfig {
     StdioConfig::new("python3", vec!["-c".to_owned(), script.to_owned()])
 }
 
-/// A restarted process is announced (a replica marked running, a breaker half-open) only
-/// once the handle reaches it: a call sent when the announcement runs goes to the new
-/// process, never to the ended one. Before, the replica was marked running inside `ready`,
+/// A restarted process is announced (its breaker half-open) only once the handle reaches it:
+/// a call sent when the announcement runs goes to the new process, never to the ended one.
+/// Before, the replica was marked running (and the breaker half-opened) inside `ready`,
 /// before the handle was switched.
 #[tokio::test]
 async fn a_restart_is_announced_only_once_the_handle_reaches_the_new_process() {
