@@ -43,7 +43,7 @@ struct Set {
 }
 
 /// One process's slot and its calls in flight, on a cache line of its own (every call writes
-/// the counter). Whether it runs is its handle's (`StdioHandle::is_running`): the process the
+/// the counter). Whether it runs is its handle's (`StdioHandle::is_closed`): the process the
 /// slot holds now, never one a restart replaced.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -131,9 +131,9 @@ impl Replicated {
         // Whether one runs takes its slot's lock: asked of the least busy one only, and of
         // every one only when that one is down (rare).
         let best = self.least_loaded(|_| false);
-        match self.set.replicas[best].handle.is_running() {
-            true => best,
-            false => self.least_loaded(|r| !r.handle.is_running()),
+        match self.set.replicas[best].handle.is_closed() {
+            false => best,
+            true => self.least_loaded(|r| r.handle.is_closed()),
         }
     }
 

@@ -105,8 +105,8 @@ struct Shared {
     pid: Option<u32>,
     writer: mpsc::Sender<Bytes>,
     pending: Mutex<PendingTable>,
-    /// Set once its pending table closed (stdout ended, or it was shut down): read without a
-    /// lock by [`StdioHandle::is_running`].
+    /// Set once its pending table closed (stdout ended, or it was shut down): read without
+    /// the table's lock by [`StdioHandle::is_closed`].
     ended: std::sync::atomic::AtomicBool,
     stderr_tail: Mutex<std::collections::VecDeque<String>>,
 }
@@ -272,20 +272,11 @@ impl StdioHandle {
         self.shared().pending.lock().calls.contains_key(key)
     }
 
-    /// Whether the backend's stdout has ended.
+    /// Whether the process this handle reaches now has ended (its stdout closed, or it was
+    /// shut down): after a restart, the new one's, whatever the old one's reader reports
+    /// late. Takes the slot's read lock, no other.
     pub fn is_closed(&self) -> bool {
-        self.shared().pending.lock().closed.is_some()
-    }
-
-    /// Whether the process this handle reaches now still runs (its stdout has not ended):
-    /// after a restart, the new one's, whatever the old one's reader reports late. Takes the
-    /// slot's read lock.
-    pub fn is_running(&self) -> bool {
-        !self
-            .slot
-            .read()
-            .ended
-            .load(std::sync::atomic::Ordering::Acquire)
+        (self.slot.read().ended).load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The backend's process id.
@@ -549,9 +540,9 @@ fn close_pending(shared: &Shared, error: UpstreamError) {
     let (calls, error) = {
         let mut table = shared.pending.lock();
         let error = table.closed.get_or_insert(error).clone();
+        (shared.ended).store(true, std::sync::atomic::Ordering::Release);
         (std::mem::take(&mut table.calls), error)
     };
-    (shared.ended).store(true, std::sync::atomic::Ordering::Release);
     for (_, call) in calls {
         let _ = call.reply.send(Err(error.clone()));
     }
