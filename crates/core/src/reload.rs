@@ -178,10 +178,7 @@ impl Reload<'_> {
         if plan.policy_changed {
             (self.rejudge)().await;
         }
-        let announced = announcements(&before, &after, plan.policy_changed);
-        for name in &announced {
-            self.announce(name);
-        }
+        let announced = self.announce_changes(&before, &after, plan.policy_changed);
         Ok(Reshaped {
             retired: retired.into_iter().map(Retiring).collect(),
             announced,
@@ -296,7 +293,18 @@ impl Reload<'_> {
             let built = vmcp.view(kind, self.sender, self.backends).await;
             after.push(built.ok().and_then(|_| digest_of(vmcp, kind)));
         }
-        let announced = announcements(&before, &after, false);
+        self.announce_changes(&before, &after, false)
+    }
+
+    /// Each list family whose merged content differs between `before` and `after` (every one
+    /// after a policy change), announced once to everyone; the names sent.
+    fn announce_changes(
+        &self,
+        before: &[Option<Digest>],
+        after: &[Option<Digest>],
+        policy_changed: bool,
+    ) -> Vec<&'static str> {
+        let announced = announcements(before, after, policy_changed);
         for name in &announced {
             self.announce(name);
         }

@@ -330,12 +330,10 @@ impl Reloader {
         // the rest of the file is: with the new set when the backends change (the reshape
         // carries them), else on their own.
         let Some((key, guards)) = self.changed_guardrails(&spec)? else {
-            return self.apply_spec(spec, None, drains, stop).await;
+            return self.apply_spec(spec, &mut None, drains, stop).await;
         };
         let mut carried = Some(guards);
-        let summary = self
-            .apply_spec(spec, Some(&mut carried), drains, stop)
-            .await?;
+        let summary = self.apply_spec(spec, &mut carried, drains, stop).await?;
         let announced = match carried {
             Some(guards) => self.gateway.reload().guardrails_replaced(guards).await,
             None => Vec::new(),
@@ -366,12 +364,12 @@ impl Reloader {
         Ok(Some((key, guards)))
     }
 
-    /// Applies `spec` but its guardrails; `guards`, new guardrails, are taken when the
-    /// backends change, to be put in force with them.
+    /// Applies `spec` but its guardrails; `guards`, new guardrails when `Some`, are taken
+    /// when the backends change, to be put in force with them.
     async fn apply_spec(
         &mut self,
         mut spec: ServeSpec,
-        guards: Option<&mut Option<Option<Arc<Guardrails>>>>,
+        guards: &mut Option<Option<Arc<Guardrails>>>,
         drains: &mut JoinSet<()>,
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<String>> {
@@ -454,7 +452,7 @@ impl Reloader {
             started: backends,
             vmcp,
             policy_changed,
-            guardrails: guards.and_then(Option::take),
+            guardrails: guards.take(),
         };
         let reshaped = match self.gateway.reload().reshape(reshape).await {
             Ok(reshaped) => reshaped,
