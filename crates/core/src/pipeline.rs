@@ -132,11 +132,7 @@ impl Gateway {
         if ex.msg.method != Some("tools/call") {
             return Ok(());
         }
-        let tool = ex
-            .msg
-            .param("name")
-            .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
-        let Some(tool) = tool else {
+        let Some(tool) = tool_of(ex.msg) else {
             return Ok(());
         };
         let Some(spec) = self.param_headers(ex.caller, &tool).await else {
@@ -200,8 +196,7 @@ impl Gateway {
     /// `Mcp-Param-*` headers from the `tools/list` answers it carried, so the backend's tools
     /// are walked first (once per backend, `tool_headers`) when no list has passed yet.
     async fn learn_param_headers(&self, ex: &Exchange<'_>) {
-        let tool = ex.msg.param("name");
-        if let Some(tool) = tool.and_then(|n| serde_json::from_str::<String>(n.get()).ok()) {
+        if let Some(tool) = tool_of(ex.msg) {
             self.designations(&tool).await;
         }
     }
@@ -604,6 +599,11 @@ impl Gateway {
         };
         legacy.map(Answer::ok)
     }
+}
+
+/// The tool a `tools/call` names (`params.name`).
+fn tool_of(msg: &Message<'_>) -> Option<String> {
+    serde_json::from_str(msg.param("name")?.get()).ok()
 }
 
 /// A designated tool's `arguments` that do not read as JSON values.
