@@ -119,7 +119,8 @@ impl Replicated {
     }
 
     /// Pinned to the replica with the fewest calls in flight (a running one, while there is
-    /// one; the first of equals). Reads one atomic per replica, no lock.
+    /// one; the first of equals). Reads one atomic per replica, and the slot read lock of the
+    /// least busy one (of each, only when that one is down).
     pub fn least_busy(&self) -> Replicated {
         if self.pinned.is_some() {
             return self.clone();
