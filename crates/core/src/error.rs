@@ -146,6 +146,14 @@ pub enum CoreError {
     /// this reaches a client (`LocalAnswers::relisted`).
     #[error("the merged lists are not built yet")]
     ListsNotBuilt,
+    /// Aggregating: what a request was judged by (the merged lists its policy decision or
+    /// its guardrails were chosen from, or the guardrails themselves) changed before it was
+    /// routed, so the route would reach something it was not judged for. Nothing was sent;
+    /// the caller retries, and is judged again under what is in force then.
+    #[error(
+        "the lists or guardrails the request was checked by changed before it was routed; retry"
+    )]
+    ChangedMeanwhile,
     /// The gateway needs to ask the client for input the client did not declare in its
     /// `initialize` (`elicitation`, `sampling`, `roots`): -32021 with `requiredCapabilities`.
     #[error("Client does not support the {0} capability required for this request")]

@@ -22,7 +22,7 @@ mod notes;
 mod target;
 
 pub use hook::{sign, GuardHook, HookReply, HookRequest, MAX_REPLY_BYTES, SIGNATURE_HEADER};
-pub(crate) use target::{scope_of, Lookup};
+pub(crate) use target::{checks, scope_of, Checked, Item, Lookup};
 
 /// Every configured guardrail, resolved per backend and per tool; the gateway's state for
 /// them (`GatewayConfig::guardrails`).

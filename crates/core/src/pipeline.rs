@@ -234,7 +234,7 @@ impl Gateway {
     async fn admitted(self: &Arc<Self>, ex: Exchange<'_>) -> Result<Answer, CoreError> {
         let origins = self.origins_for(ex.msg).await;
         let path = path_of(&ex);
-        let admitted =
+        let mut admitted =
             (self.config.access).admit(ex.caller, ex.session(), ex.msg, origins, path)?;
         // What a Legacy session keeps beyond this process changes: written before it is
         // answered.
@@ -245,7 +245,7 @@ impl Gateway {
         let stored = ex
             .session()
             .filter(|_| keeps && self.store.records().is_some());
-        let answer = self.guarded(ex, &admitted).await;
+        let answer = self.guarded(ex, &mut admitted).await;
         if let (Some(session), Ok(_)) = (stored, &answer) {
             if let Err(e) = self.store.write(&**self, session).await {
                 tracing::warn!(error = %e, "session change not written to the store");
@@ -257,28 +257,42 @@ impl Gateway {
     /// Stage 3½: guardrails around stages 4–6 (`guardrails`): a `tools/call`'s arguments
     /// before it is routed, and the result of `tools/call`, `resources/read` and
     /// `prompts/get` before admission filters and audits it. Where no guardrail covers the
-    /// tool, nothing is parsed or copied.
-    async fn guarded(
-        self: &Arc<Self>,
+    /// tool, nothing is parsed or copied. What they judged the target to be is confirmed
+    /// when the request is routed (`Admitted::confirm_route`).
+    async fn guarded<'a>(
+        self: &'a Arc<Self>,
         ex: Exchange<'_>,
-        admitted: &Admitted<'_>,
+        admitted: &mut Admitted<'a>,
     ) -> Result<Answer, CoreError> {
         // Held for the request: a reload meanwhile does not change what checks its answer.
         let guards = self.guardrails.load_full();
-        match guards.as_deref().and_then(|g| self.guard_scope(g, &ex)) {
+        let (item, scope) = match guards.as_deref() {
+            Some(g) => self.guard_scope(g, &ex).unzip(),
+            None => (None, None),
+        };
+        if crate::guardrails::checks(ex.msg.method) {
+            let by = guards.clone();
+            let checked = crate::guardrails::Checked::new(&self.guardrails, by, item.flatten());
+            admitted.checked_by_guardrails(checked);
+        }
+        let admitted = &*admitted;
+        match scope.flatten() {
             None => self.routed(ex, admitted).await,
             // Boxed: a guarded request's future would otherwise size every request's.
             Some(scope) => Box::pin(self.guarded_by(scope, ex, admitted)).await,
         }
     }
 
-    /// The guardrails covering a request's target (`guardrails::scope_of`; `None`, the fast
-    /// path: none do, or it is not a method they check).
+    /// The guardrails covering a request's target and the item they judged it to be
+    /// (`guardrails::scope_of`; `None` when it is not a method they check).
     fn guard_scope<'g>(
         &self,
         guards: &'g crate::guardrails::Guardrails,
         ex: &Exchange<'_>,
-    ) -> Option<crate::guardrails::Scope<'g>> {
+    ) -> Option<(
+        Option<crate::guardrails::Item>,
+        Option<crate::guardrails::Scope<'g>>,
+    )> {
         let merged = self.vmcp().map(|v| move |kind| v.current(kind));
         let primary = self.backends.primary();
         let at = crate::guardrails::Lookup {

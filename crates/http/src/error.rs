@@ -434,6 +434,10 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::BAD_GATEWAY,
             internal("Backend unavailable: the merged list could not be built".to_owned()),
         ),
+        // Nothing was sent; HTTP 200 (a client takes a 5xx for its transport failing).
+        CoreError::ChangedMeanwhile => {
+            (StatusCode::OK, internal(format!("Request not routed: {e}")))
+        }
         CoreError::Unsupported(_) => (
             StatusCode::OK,
             ErrorObject::new(codes::METHOD_NOT_FOUND, format!("Method not found: {e}")),

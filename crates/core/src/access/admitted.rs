@@ -34,13 +34,16 @@ pub(crate) struct Admitted<'a> {
     pub(super) origins: Option<&'a dyn Origins>,
     /// Where the request's target was served when it was admitted.
     pub(super) origin: Option<Origin>,
+    /// What the guardrails judged, for a method they check ([`Self::checked_by_guardrails`]):
+    /// the route confirms it too.
+    pub(super) guarded: Option<crate::guardrails::Checked<'a>>,
     pub(super) started: Instant,
     /// Counted in the request metrics (once, whatever the audit does).
     pub(super) measured: bool,
     pub(super) done: bool,
 }
 
-impl Admitted<'_> {
+impl<'a> Admitted<'a> {
     /// Completes a request of either era: filters list results (and Modern discovery flags),
     /// counts it, audits it. A Legacy answer's error is read from its body (its status does
     /// not depend on it); a Modern one's from its error code.
@@ -122,7 +125,13 @@ impl Admitted<'_> {
     /// prefix that appeared or went away) that the policy was never asked about. The caller
     /// retries; the new lists are then the ones both steps read. Not aggregating, or without
     /// a policy, there is nothing to confirm.
+    ///
+    /// The guardrails' judgment is confirmed the same way, policy or not
+    /// (`guardrails::Checked::confirm`).
     pub(crate) fn confirm_route(&self, backend: &BackendId, name: &Name) -> Result<(), CoreError> {
+        if let Some(checked) = &self.guarded {
+            checked.confirm(backend, name)?;
+        }
         if self.origins.is_none() || self.policy.is_none() {
             return Ok(());
         }
@@ -140,10 +149,14 @@ impl Admitted<'_> {
         if same {
             Ok(())
         } else {
-            Err(CoreError::Aggregation(
-                "the merged lists changed while the request was admitted; retry".into(),
-            ))
+            Err(CoreError::ChangedMeanwhile)
         }
+    }
+
+    /// Records what the guardrails judged the request's target to be (stage 3½), for
+    /// [`Self::confirm_route`].
+    pub(crate) fn checked_by_guardrails(&mut self, checked: crate::guardrails::Checked<'a>) {
+        self.guarded = Some(checked);
     }
 
     /// A response body with its `result` filtered for the caller (lists, discovery). Bodies

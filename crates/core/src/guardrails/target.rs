@@ -33,15 +33,97 @@ pub(crate) struct Lookup<'a> {
     pub(crate) primary: &'a crate::BackendId,
 }
 
-/// The guardrails covering a request's target (`None`, the fast path: none do, or it is not
-/// a method they check): its backend and tool's own name (from the merged list when
+/// Whether guardrails check `method`'s requests or answers.
+pub(crate) fn checks(method: Option<&str>) -> bool {
+    method.is_some_and(|m| GUARDED.contains(&m))
+}
+
+/// What the guardrails judged a request's target to be (the pipeline's stage 3½), for the
+/// route to confirm (stage 5, [`Checked::confirm`], beside admission's own judgment): the
+/// merged lists can be rebuilt, and a reload can replace the guardrails and add backends,
+/// between the two. Only for a method guardrails check ([`checks`]).
+pub(crate) struct Checked<'a> {
+    /// The guardrails in force now (a reload replaces them).
+    in_force: &'a arc_swap::ArcSwapOption<Guardrails>,
+    /// The ones that checked the request (`None`: none were configured).
+    by: Option<Arc<Guardrails>>,
+    /// The item whose rules checked it, found by the name the request uses; `None` when
+    /// every configured rule did (a name the merged lists did not hold), none did (no
+    /// guardrails), or its route is not chosen by that name (a task's, a completion's).
+    item: Option<Item>,
+}
+
+/// A listed item, as [`Checked`] judged it: its backend, that backend's own name for it, and
+/// the name the request uses.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Item {
+    backend: String,
+    original: String,
+    exposed: String,
+}
+
+impl std::fmt::Debug for Checked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checked")
+            .field("guarded", &self.by.is_some())
+            .field("item", &self.item)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Checked<'a> {
+    /// A request checked by `by` (the guardrails it holds; `None`, none configured), judged
+    /// to be about `item`.
+    pub(crate) fn new(
+        in_force: &'a arc_swap::ArcSwapOption<Guardrails>,
+        by: Option<Arc<Guardrails>>,
+        item: Option<Item>,
+    ) -> Self {
+        Checked { in_force, by, item }
+    }
+
+    /// Whether routing to `name` at `backend` reaches what the rules that checked the
+    /// request were chosen for. A judged item must be the one routed to (the merged lists
+    /// changed in between otherwise: another item's rules checked it). Without one, the
+    /// rules were every rule configured, or none: enough only while those are still the
+    /// guardrails in force (a reload in between may have added the routed backend and
+    /// rules of its own). Otherwise the caller retries, under what is in force then.
+    pub(crate) fn confirm(
+        &self,
+        backend: &crate::BackendId,
+        name: &crate::destination::Name,
+    ) -> Result<(), crate::CoreError> {
+        let reached = match &self.item {
+            Some(item) => {
+                let original = match name {
+                    crate::destination::Name::AsClient => &item.exposed,
+                    crate::destination::Name::Renamed(o)
+                    | crate::destination::Name::RenamedRef(o) => o.as_ref(),
+                };
+                item.backend == backend.as_str() && item.original == *original
+            }
+            None => match (&self.by, &*self.in_force.load()) {
+                (Some(by), Some(now)) => Arc::ptr_eq(by, now),
+                (by, now) => by.is_none() && now.is_none(),
+            },
+        };
+        match reached {
+            true => Ok(()),
+            false => Err(crate::CoreError::ChangedMeanwhile),
+        }
+    }
+}
+
+/// The guardrails covering a request's target (the scope: `None`, the fast path, when none
+/// do), and the item they judged it to be ([`Checked`]); `None` when it is not a method they
+/// check. The target: its backend and tool's own name (from the merged list when
 /// aggregating; a `tasks/result`'s from its task), the name clients use, and the tool's
 /// `outputSchema`.
 pub(crate) fn scope_of<'g>(
     guards: &'g Guardrails,
     ex: &Exchange<'_>,
     at: Lookup<'_>,
-) -> Option<Scope<'g>> {
+) -> Option<(Option<Item>, Option<Scope<'g>>)> {
     let method = ex.msg.method.filter(|m| GUARDED.contains(m))?;
     let name = match method {
         "resources/read" => ex.msg.param("uri"),
@@ -55,14 +137,16 @@ pub(crate) fn scope_of<'g>(
         let owner = crate::tasks::Owner::of(ex.caller, ex.session());
         task_target(at.registry, Some(&owner), ex.msg.params, list)
     });
-    let (backend, original, name) = match (at.merged.is_some(), task.flatten()) {
-        (_, Some((backend, original, exposed))) => (Some(backend), Some(original), Some(exposed)),
-        _ if names_no_tool(method) => (None, None, name),
+    let (backend, original, name, by_name) = match (at.merged.is_some(), task.flatten()) {
+        (_, Some((backend, original, exposed))) => {
+            (Some(backend), Some(original), Some(exposed), false)
+        }
+        _ if names_no_tool(method) => (None, None, name, false),
         (true, None) => {
             let (backend, original) = target_in(list, name.as_deref());
-            (backend, original, name)
+            (backend, original, name, true)
         }
-        (false, None) => (Some(at.primary.to_string()), name.clone(), name),
+        (false, None) => (Some(at.primary.to_string()), name.clone(), name, true),
     };
     let target = Target {
         backend: backend.as_deref().unwrap_or(""),
@@ -70,9 +154,19 @@ pub(crate) fn scope_of<'g>(
         exposed: name.as_deref(),
         method,
     };
-    let mut scope = guards.scope(target)?;
-    scope.output_schema = output_schema(list, method, name.as_deref());
-    Some(scope)
+    let scope = guards.scope(target).map(|mut scope| {
+        scope.output_schema = output_schema(list, method, name.as_deref());
+        scope
+    });
+    let item = match (by_name, backend, original, name) {
+        (true, Some(backend), Some(original), Some(exposed)) => Some(Item {
+            backend,
+            original,
+            exposed,
+        }),
+        _ => None,
+    };
+    Some((item, scope))
 }
 
 /// Whether a guarded method's answer names no tool the gateway could look up: a task's
@@ -140,4 +234,68 @@ pub(crate) fn output_schema(
     let entry = list?.entry(name?)?;
     let schema = object_member(&entry.item, "outputSchema")?;
     serde_json::from_str(schema.get()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arc_swap::ArcSwapOption;
+
+    use super::{Checked, Item};
+    use crate::destination::Name;
+    use crate::guardrails::Guardrails;
+    use crate::{BackendId, CoreError};
+
+    fn id(name: &str) -> BackendId {
+        BackendId::try_from(name).expect("a backend name")
+    }
+
+    fn item(backend: &str, original: &str, exposed: &str) -> Option<Item> {
+        Some(Item {
+            backend: backend.into(),
+            original: original.into(),
+            exposed: exposed.into(),
+        })
+    }
+
+    fn changed(r: Result<(), CoreError>) -> bool {
+        matches!(r, Err(CoreError::ChangedMeanwhile))
+    }
+
+    /// A judged item is confirmed only by a route to that same item (its backend, and its
+    /// own name there, whether the route renames it or not), whatever is in force now.
+    #[test]
+    fn a_judged_item_must_be_the_one_routed_to() {
+        let in_force = ArcSwapOption::new(Some(Arc::new(Guardrails::default())));
+        let by = in_force.load_full();
+        let checked = Checked::new(&in_force, by, item("a", "search", "a_search"));
+        let renamed = Name::Renamed("search".into());
+        assert!(checked.confirm(&id("a"), &renamed).is_ok());
+        assert!(changed(checked.confirm(&id("b"), &renamed)));
+        assert!(changed(checked.confirm(&id("a"), &Name::AsClient)));
+        let bare = Checked::new(&in_force, in_force.load_full(), item("a", "echo", "echo"));
+        assert!(bare.confirm(&id("a"), &Name::AsClient).is_ok());
+        // Guardrails replaced meanwhile: the same item keeps the ones it was checked by.
+        in_force.store(Some(Arc::new(Guardrails::default())));
+        assert!(bare.confirm(&id("a"), &Name::AsClient).is_ok());
+    }
+
+    /// Without an item (every rule checked it, or none), the route is confirmed only while
+    /// the guardrails that checked it are still the ones in force.
+    #[test]
+    fn without_an_item_the_guardrails_must_still_be_in_force() {
+        let in_force = ArcSwapOption::new(Some(Arc::new(Guardrails::default())));
+        let every_rule = Checked::new(&in_force, in_force.load_full(), None);
+        assert!(every_rule.confirm(&id("x"), &Name::AsClient).is_ok());
+        in_force.store(Some(Arc::new(Guardrails::default())));
+        assert!(changed(every_rule.confirm(&id("x"), &Name::AsClient)));
+        in_force.store(None);
+        assert!(changed(every_rule.confirm(&id("x"), &Name::AsClient)));
+
+        let none = Checked::new(&in_force, None, None);
+        assert!(none.confirm(&id("x"), &Name::AsClient).is_ok());
+        in_force.store(Some(Arc::new(Guardrails::default())));
+        assert!(changed(none.confirm(&id("x"), &Name::AsClient)));
+    }
 }

@@ -324,11 +324,11 @@ impl Gateway {
         };
         let origins = self.origins_for(&msg).await;
         let access = &self.config.access;
-        let Ok(admitted) = access.admit(get.caller, None, &msg, origins, super::path_of(&get))
+        let Ok(mut admitted) = access.admit(get.caller, None, &msg, origins, super::path_of(&get))
         else {
             return Polled::Failed;
         };
-        let answer = Box::pin(self.guarded(get, &admitted)).await;
+        let answer = Box::pin(self.guarded(get, &mut admitted)).await;
         let Ok(answer) = admitted.finish(answer) else {
             return Polled::Failed;
         };
