@@ -35,9 +35,10 @@ pub enum CoreError {
     /// The gateway itself validated a parameter and refused it.
     #[error("invalid params: {0}")]
     InvalidParams(&'static str),
-    /// A Modern request's headers do not mirror its body (`Mcp-Param-*`): the error to answer.
+    /// A Modern `tools/call`'s `Mcp-Param-*` headers do not mirror its arguments, or its
+    /// arguments cannot be read to check them (a number past a double): the error to answer.
     #[error("{}", .0.message)]
-    HeaderMismatch(switchboard_wire::ErrorObject),
+    ParamHeaders(switchboard_wire::ErrorObject),
     /// An HTTP+SSE session already runs as many requests as it may.
     #[error("too many requests in flight on this session (limit {0})")]
     SessionBusy(usize),

@@ -146,7 +146,7 @@ impl Gateway {
             .map(|a| serde_json::from_str(a.get()));
         let args = args.transpose().map_err(|_| unreadable_arguments())?;
         switchboard_wire::headers::check_params(args.as_ref(), &spec, header)
-            .map_err(CoreError::HeaderMismatch)
+            .map_err(CoreError::ParamHeaders)
     }
 
     /// The `Mcp-Param-*` designations of `tool` for `caller` (`tool_headers`); `None` when it
@@ -622,7 +622,7 @@ fn tool_of(msg: &Message<'_>) -> Option<String> {
 
 /// A designated tool's `arguments` that do not read as JSON values.
 fn unreadable_arguments() -> CoreError {
-    CoreError::HeaderMismatch(switchboard_wire::ErrorObject::new(
+    CoreError::ParamHeaders(switchboard_wire::ErrorObject::new(
         codes::INVALID_PARAMS,
         "Invalid params: the arguments cannot be checked against their Mcp-Param-* headers",
     ))

@@ -346,7 +346,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
     let internal = |m: String| ErrorObject::new(codes::INTERNAL_ERROR, m);
     match e {
         CoreError::Forbidden(m) => (StatusCode::FORBIDDEN, ErrorObject::new(FORBIDDEN, *m)),
-        CoreError::HeaderMismatch(err) => (status_of(i64::from(err.code)), err.clone()),
+        CoreError::ParamHeaders(err) => (status_of(i64::from(err.code)), err.clone()),
         CoreError::RateLimited(secs) => (
             StatusCode::TOO_MANY_REQUESTS,
             ErrorObject::new(RATE_LIMITED, "Rate limit exceeded")
