@@ -29,9 +29,13 @@ use crate::{BackendInfo, Backends, CoreError};
 mod by_caps;
 mod counts;
 mod origins;
+mod pages;
+mod renamed;
 mod route;
 
 pub(crate) use by_caps::{caps_of, CapSet, Tailoring};
+use pages::{fetch_list, MAX_ITEMS, MAX_PAGES};
+pub use renamed::RenamedName;
 pub(crate) use route::{kinds_for, list_kind, routable};
 
 /// Every list kind, in the order the gateway keeps them.
@@ -41,14 +45,6 @@ pub(crate) const KINDS: [Kind; 4] = [
     Kind::Resources,
     Kind::ResourceTemplates,
 ];
-
-/// Pages of one backend's list read at most (a backend paginating forever must not stall
-/// the list of every caller).
-const MAX_PAGES: usize = 50;
-
-/// Items of one backend's list kept at most: a longer list is a failed fetch (merging is
-/// superlinear in hostile inputs, and every caller's list would carry it).
-const MAX_ITEMS: usize = 10_000;
 
 /// A backend whose last fetch failed is asked again after this long, not at every list (a
 /// hung one would make each list wait out its deadline).
@@ -174,18 +170,6 @@ struct Cached {
 
 /// One backend's last known list of a kind, its rules, and why its last fetch failed.
 type Known<'a> = (BackendId, &'a BackendRules, Arc<[Value]>, Option<String>);
-
-/// A tool or prompt the virtual server exposes under a name of its own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenamedName {
-    /// `tool` or `prompt`.
-    pub kind: &'static str,
-    /// The name clients see.
-    pub exposed: String,
-    pub backend: BackendId,
-    /// The backend's own name.
-    pub original: String,
-}
 
 impl Vmcp {
     /// The state for `backends` (in configured order, with each one's declared info).
@@ -574,79 +558,6 @@ impl Vmcp {
             }
         }
     }
-
-    /// Every tool and prompt exposed under a name other than its backend's own (prefixed,
-    /// shortened to the 64-character rule, overridden), from the lists as last built: the
-    /// mapping an operator needs to read logs and policies.
-    pub(crate) async fn renamed_names(
-        &self,
-        sender: &Sender,
-        backends: &Backends,
-    ) -> Vec<RenamedName> {
-        for kind in [Kind::Tools, Kind::Prompts] {
-            let _ = self.view(kind, sender, backends).await;
-        }
-        self.renamed_now()
-    }
-
-    /// The same from the lists as they are now (nothing fetched).
-    pub(crate) fn renamed_now(&self) -> Vec<RenamedName> {
-        let vmcp = self;
-        let mut out = Vec::new();
-        for (kind, label) in [(Kind::Tools, "tool"), (Kind::Prompts, "prompt")] {
-            let Some(view) = vmcp.current(kind) else {
-                continue;
-            };
-            out.extend(view.all.renamed().map(|e| RenamedName {
-                kind: label,
-                exposed: e.exposed.to_string(),
-                backend: e.backend.clone(),
-                original: e.original.to_string(),
-            }));
-        }
-        out
-    }
-}
-
-/// Every page of `backend`'s list of `kind`, through the gateway's own route; nothing
-/// for a kind the backend did not declare (a tools-only server answers `prompts/list`
-/// with an error, which is not a failure).
-async fn fetch_list(
-    sender: &Sender,
-    backends: &Backends,
-    backend: &BackendId,
-    kind: Kind,
-) -> Result<Vec<Value>, String> {
-    let family = match kind {
-        Kind::Tools => "tools",
-        Kind::Prompts => "prompts",
-        Kind::Resources | Kind::ResourceTemplates => "resources",
-    };
-    let entry = backends.get(backend);
-    let Some(entry) = entry.filter(|b| b.info().capabilities.get(family).is_some()) else {
-        return Ok(Vec::new());
-    };
-    let method = kind.list_method();
-    let mut items = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..MAX_PAGES {
-        let mut page = (sender.list_page(backends, backend, method, cursor.as_deref())).await?;
-        if let Some(Value::Array(list)) = page.get_mut(kind.result_key()).map(Value::take) {
-            items.extend(list);
-        }
-        if items.len() > MAX_ITEMS {
-            return Err(format!("{method} has more than {MAX_ITEMS} items"));
-        }
-        cursor = page["nextCursor"].as_str().map(str::to_owned);
-        if cursor.is_none() {
-            // A backend with replicas runs no tool as a task, whatever its tools say.
-            if kind == Kind::Tools && !entry.keeps_tasks() {
-                crate::tasks::strip_task_support(&mut items);
-            }
-            return Ok(items);
-        }
-    }
-    Err(format!("{method} has more than {MAX_PAGES} pages",))
 }
 
 fn kind_index(kind: Kind) -> usize {
