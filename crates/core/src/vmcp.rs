@@ -34,7 +34,7 @@ mod renamed;
 mod route;
 
 pub(crate) use by_caps::{caps_of, CapSet, Tailoring};
-use pages::{fetch_list, MAX_ITEMS, MAX_PAGES};
+use pages::fetch_list;
 pub use renamed::RenamedName;
 pub(crate) use route::{kinds_for, list_kind, routable};
 

@@ -27,7 +27,7 @@ use switchboard_wire::{
     codes, encode_error, encode_result, method, ErrorObject, Message, MessageKind,
 };
 
-use super::{Cached, Vmcp, MAX_ITEMS, MAX_PAGES};
+use super::{Cached, Vmcp};
 use crate::catalog::{Entry, Kind, Merged};
 use crate::client_ask::ClientAsks;
 use crate::per_session::Spawner;
@@ -311,33 +311,24 @@ impl Vmcp {
         let handle = self.lister(backend, set, t).await?;
         let deadline = t.request_timeout;
         let method = kind.list_method();
-        let mut items = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let params = match &cursor {
-                Some(c) => json!({ "cursor": c }),
-                None => json!({}),
-            };
-            let answer = crate::backend::call(&handle, method, params, deadline)
-                .await
-                .map_err(|e| format!("{method} failed: {e}"))?;
-            if answer.is_error() {
-                return Err(crate::backend::refused(method, answer.payload()));
+        let page = |cursor: Option<String>| {
+            let handle = &handle;
+            async move {
+                let params = match cursor {
+                    Some(c) => json!({ "cursor": c }),
+                    None => json!({}),
+                };
+                let answer = crate::backend::call(handle, method, params, deadline)
+                    .await
+                    .map_err(|e| format!("{method} failed: {e}"))?;
+                if answer.is_error() {
+                    return Err(crate::backend::refused(method, answer.payload()));
+                }
+                serde_json::from_str(answer.payload())
+                    .map_err(|e| format!("{method} answered unreadable JSON: {e}"))
             }
-            let mut page: Value = serde_json::from_str(answer.payload())
-                .map_err(|e| format!("{method} answered unreadable JSON: {e}"))?;
-            if let Some(Value::Array(list)) = page.get_mut(kind.result_key()).map(Value::take) {
-                items.extend(list);
-            }
-            if items.len() > MAX_ITEMS {
-                return Err(format!("{method} has more than {MAX_ITEMS} items"));
-            }
-            cursor = page["nextCursor"].as_str().map(str::to_owned);
-            if cursor.is_none() {
-                return Ok(items);
-            }
-        }
-        Err(format!("{method} has more than {MAX_PAGES} pages"))
+        };
+        super::pages::every_page(kind, page).await
     }
 
     /// The gateway's own upstream on `backend` handshaken with `set`, started (or started
