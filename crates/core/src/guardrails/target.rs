@@ -53,13 +53,25 @@ pub(crate) struct Checked<'a> {
     item: Option<Item>,
 }
 
-/// A listed item, as [`Checked`] judged it: its backend, that backend's own name for it, and
-/// the name the request uses.
+/// A listed item, as [`Checked`] judged it: its backend, and its own name there when routing
+/// renames it (a tool or prompt exposed under another name; never a resource URI, which
+/// routes as sent, whatever the case of its scheme).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Item {
     backend: String,
-    original: String,
-    exposed: String,
+    renamed: Option<String>,
+}
+
+impl Item {
+    /// Whether a route to `name` at `backend` reaches this item.
+    fn reached(&self, backend: &crate::BackendId, name: &crate::destination::Name) -> bool {
+        use crate::destination::Name;
+        let renamed = match name {
+            Name::AsClient => None,
+            Name::Renamed(o) | Name::RenamedRef(o) => Some(o.as_ref()),
+        };
+        self.backend == backend.as_str() && self.renamed.as_deref() == renamed
+    }
 }
 
 impl std::fmt::Debug for Checked<'_> {
@@ -83,31 +95,22 @@ impl<'a> Checked<'a> {
     }
 
     /// Whether routing to `name` at `backend` reaches what the rules that checked the
-    /// request were chosen for. A judged item must be the one routed to (the merged lists
-    /// changed in between otherwise: another item's rules checked it). Without one, the
-    /// rules were every rule configured, or none: enough only while those are still the
-    /// guardrails in force (a reload in between may have added the routed backend and
-    /// rules of its own). Otherwise the caller retries, under what is in force then.
+    /// request were chosen for: the guardrails that checked it are still the ones in force
+    /// (a reload in between may have added the routed backend, or replaced it under the same
+    /// name, with rules of its own), and a judged item is the one routed to (the merged lists
+    /// were rebuilt in between otherwise: another item's rules checked it). Otherwise the
+    /// caller retries, checked by what is in force then.
     pub(crate) fn confirm(
         &self,
         backend: &crate::BackendId,
         name: &crate::destination::Name,
     ) -> Result<(), crate::CoreError> {
-        let reached = match &self.item {
-            Some(item) => {
-                let original = match name {
-                    crate::destination::Name::AsClient => &item.exposed,
-                    crate::destination::Name::Renamed(o)
-                    | crate::destination::Name::RenamedRef(o) => o.as_ref(),
-                };
-                item.backend == backend.as_str() && item.original == *original
-            }
-            None => match (&self.by, &*self.in_force.load()) {
-                (Some(by), Some(now)) => Arc::ptr_eq(by, now),
-                (by, now) => by.is_none() && now.is_none(),
-            },
+        let held = match (&self.by, &*self.in_force.load()) {
+            (Some(by), Some(now)) => Arc::ptr_eq(by, now),
+            (by, now) => by.is_none() && now.is_none(),
         };
-        match reached {
+        let reached = (self.item.as_ref()).is_none_or(|item| item.reached(backend, name));
+        match held && reached {
             true => Ok(()),
             false => Err(crate::CoreError::ChangedMeanwhile),
         }
@@ -161,8 +164,7 @@ pub(crate) fn scope_of<'g>(
     let item = match (by_name, backend, original, name) {
         (true, Some(backend), Some(original), Some(exposed)) => Some(Item {
             backend,
-            original,
-            exposed,
+            renamed: (method != "resources/read" && original != exposed).then_some(original),
         }),
         _ => None,
     };
@@ -251,11 +253,10 @@ mod tests {
         BackendId::try_from(name).expect("a backend name")
     }
 
-    fn item(backend: &str, original: &str, exposed: &str) -> Option<Item> {
+    fn item(backend: &str, renamed: Option<&str>) -> Option<Item> {
         Some(Item {
             backend: backend.into(),
-            original: original.into(),
-            exposed: exposed.into(),
+            renamed: renamed.map(str::to_owned),
         })
     }
 
@@ -263,22 +264,31 @@ mod tests {
         matches!(r, Err(CoreError::ChangedMeanwhile))
     }
 
-    /// A judged item is confirmed only by a route to that same item (its backend, and its
-    /// own name there, whether the route renames it or not), whatever is in force now.
+    /// A judged item is confirmed only by a route to that same item: its backend, renamed to
+    /// its own name there exactly when it was judged to be renamed.
     #[test]
     fn a_judged_item_must_be_the_one_routed_to() {
         let in_force = ArcSwapOption::new(Some(Arc::new(Guardrails::default())));
-        let by = in_force.load_full();
-        let checked = Checked::new(&in_force, by, item("a", "search", "a_search"));
+        let checked = Checked::new(&in_force, in_force.load_full(), item("a", Some("search")));
         let renamed = Name::Renamed("search".into());
         assert!(checked.confirm(&id("a"), &renamed).is_ok());
         assert!(changed(checked.confirm(&id("b"), &renamed)));
         assert!(changed(checked.confirm(&id("a"), &Name::AsClient)));
-        let bare = Checked::new(&in_force, in_force.load_full(), item("a", "echo", "echo"));
+        let other = Name::Renamed("find".into());
+        assert!(changed(checked.confirm(&id("a"), &other)));
+        let bare = Checked::new(&in_force, in_force.load_full(), item("a", None));
         assert!(bare.confirm(&id("a"), &Name::AsClient).is_ok());
-        // Guardrails replaced meanwhile: the same item keeps the ones it was checked by.
+        assert!(changed(bare.confirm(&id("a"), &renamed)));
+    }
+
+    /// Guardrails replaced between the check and the route: refused even for the same item
+    /// (a reload may have replaced its backend under the same name, with rules of its own).
+    #[test]
+    fn a_judged_item_is_not_confirmed_under_replaced_guardrails() {
+        let in_force = ArcSwapOption::new(Some(Arc::new(Guardrails::default())));
+        let bare = Checked::new(&in_force, in_force.load_full(), item("a", None));
         in_force.store(Some(Arc::new(Guardrails::default())));
-        assert!(bare.confirm(&id("a"), &Name::AsClient).is_ok());
+        assert!(changed(bare.confirm(&id("a"), &Name::AsClient)));
     }
 
     /// Without an item (every rule checked it, or none), the route is confirmed only while

@@ -114,20 +114,32 @@ async fn holding_hook() -> (
 /// backends.)
 #[tokio::test]
 async fn a_call_checked_before_a_reload_adding_its_backend_is_not_sent_there_unchecked() {
-    checked_then_reloaded(false).await;
+    checked_then_reloaded(false, false).await;
 }
 
 /// The same for a Modern call.
 #[tokio::test]
 async fn a_modern_call_checked_before_a_reload_adding_its_backend_is_not_sent_there_unchecked() {
-    checked_then_reloaded(true).await;
+    checked_then_reloaded(true, false).await;
 }
 
-async fn checked_then_reloaded(modern: bool) {
-    let dir = Dir::new(if modern {
-        "reload-judged-m"
-    } else {
-        "reload-judged"
+/// The same when the backend serving the tool was there already, without rules of its own,
+/// and the reload gives it one: the route reaches the item the guardrails judged, but they
+/// are no longer the ones in force (a reload may equally replace the backend under the same
+/// name). Before the review's fix, the call reached `x` with the key.
+#[tokio::test]
+async fn a_call_checked_before_a_reload_giving_its_backend_a_rule_is_not_sent_unchecked() {
+    checked_then_reloaded(false, true).await;
+}
+
+/// A call of `leaky` with a key, held at the gateway's webhook across a reload that adds
+/// backend `x` (`x_before`: gives the `x` already served) a rule rejecting keys: answered
+/// "retry", and the retry is refused by that rule.
+async fn checked_then_reloaded(modern: bool, x_before: bool) {
+    let dir = Dir::new(match (modern, x_before) {
+        (true, _) => "reload-judged-m",
+        (false, false) => "reload-judged",
+        (false, true) => "reload-judged-x",
     });
     let (url, arrival, release) = holding_hook().await;
     let secret = dir.write("hook.key", "hook-secret-0123456789");
@@ -138,7 +150,16 @@ async fn checked_then_reloaded(modern: bool) {
         "backends:\n  - name: fixture\n    command: {}\n    args: [fixture]\n    tools:\n      overrides:\n        leak: {{title: Leak}}\n",
         env!("CARGO_BIN_EXE_switchboard")
     );
-    let config = dir.write("sb.yaml", &format!("{hook}{fixture}"));
+    let leaky = format!(
+        "{}/tests/integration/backends/leaky.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let x = format!("  - name: x\n    command: python3\n    args: [{leaky}]\n");
+    let before = match x_before {
+        true => x.as_str(),
+        false => "",
+    };
+    let config = dir.write("sb.yaml", &format!("{hook}{fixture}{before}"));
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"));
     cmd.args(["serve", "--config", &config, "--port", "0"]);
     let gw = std::sync::Arc::new(TestGateway::start_command(cmd).await);
@@ -156,12 +177,8 @@ async fn checked_then_reloaded(modern: bool) {
         .await
         .expect("the call reached the webhook")
         .unwrap();
-    let leaky = format!(
-        "{}/tests/integration/backends/leaky.py",
-        env!("CARGO_MANIFEST_DIR")
-    );
     let x = format!(
-        "  - name: x\n    command: python3\n    args: [{leaky}]\n    guardrails:\n      - name: x-secrets\n        on: [request]\n        check: {{secrets: builtin, action: reject}}\n"
+        "{x}    guardrails:\n      - name: x-secrets\n        on: [request]\n        check: {{secrets: builtin, action: reject}}\n"
     );
     rewrite(
         std::path::Path::new(&config),

@@ -1,7 +1,7 @@
 //! Resource URIs whose scheme differs only in case (RFC 3986: a scheme is case-insensitive,
 //! the rest of the URI is not): routed to the backend that listed the URI or its template, and
 //! judged by the policy in the same canonical form, so a case variant reaches nothing the
-//! caller may not read.
+//! caller may not read; with guardrails configured too.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -23,6 +23,11 @@ const POLICY: &str = r#"
 permit(principal, action, resource);
 forbid(principal, action == Action::"read_resource", resource == Resource::"rema://secret");
 "#;
+
+/// A guardrail on every answer: the route then confirms what the guardrails judged a read to
+/// be about (`guardrails::Checked`), a case variant included. Before, a variant was refused
+/// ("retry") on every try: the listed URI was taken for a rename of the one sent.
+const GUARDED: &str = "guardrails:\n  - name: size\n    on: [response]\n    check: {maxBytes: 1MiB, action: truncate}\n";
 
 async fn read(gw: &TestGateway, era: Era, sid: &str, uri: &str) -> Reply {
     let params = json!({ "uri": uri });
@@ -50,7 +55,7 @@ async fn a_scheme_in_another_case_routes_like_the_listed_one_and_is_judged_like_
     let dir = Dir::new("schemes");
     let policy = dir.write("policy.cedar", POLICY);
     let yaml = format!(
-        "policy: {{file: {}}}\nbackends:\n{}{}",
+        "policy: {{file: {}}}\n{GUARDED}backends:\n{}{}",
         policy.display(),
         schemes("rema"),
         schemes("remb")
