@@ -207,7 +207,7 @@ impl OwnUpstreams<'_> {
                 let Some(sid) = call.session() else {
                     return Err(CoreError::OfBackend(backend, e));
                 };
-                return self.own_request_again(call, sid, id, name, &backend).await;
+                return self.own_request_again(call, sid, (id, name), route).await;
             }
             // The remote lost the upstream session: the client's session is over, and it
             // learns the standard way (404), so it re-initializes (on a fresh upstream session).
@@ -275,15 +275,18 @@ impl OwnUpstreams<'_> {
     }
 
     /// A request whose remote upstream session expired, once more on a fresh one (never a
-    /// third time: a remote that loses every session is failing, and says so).
+    /// third time: a remote that loses every session is failing, and says so). Resolved
+    /// again for the fresh upstream, it must reach what `confirmed` (the route admission and
+    /// the guardrails confirmed) reached: the same backend, under the same name there (the
+    /// merged lists may have been rebuilt in between).
     async fn own_request_again(
         &self,
         call: Exchange<'_>,
         session: &SessionId,
-        id: &RequestId,
-        name: &str,
-        backend: &BackendId,
+        (id, name): (&RequestId, &str),
+        confirmed: &Route,
     ) -> Result<Vec<u8>, CoreError> {
+        let backend = &confirmed.backend;
         let credential = call.caller.credential.as_ref();
         let opener = super::Opener {
             sender: self.sender,
@@ -296,6 +299,9 @@ impl OwnUpstreams<'_> {
             .resolve(From::Request(Some(session)), name, call.msg.params)?
             .filter(|r| r.via == Via::Own && &r.backend == backend)
             .ok_or_else(|| CoreError::UnknownBackend(backend.clone()))?;
+        if route.name != confirmed.name {
+            return Err(CoreError::ChangedMeanwhile);
+        }
         let out = Outgoing {
             session: Some(session),
             id,
