@@ -80,7 +80,7 @@ pub use registry::{PeerDelivery, Registry};
 pub use reload::{Reload, ReloadOutcome, Reshape, Reshaped, Retiring};
 pub use session::{ClientCaps, ClientReply, MAX_ASKS};
 pub use session::{SessionId, Transport};
-pub use session_ops::Upkeep;
+pub use session_ops::{BackendInstance, Upkeep};
 pub use session_store::{
     new_replica_id, Presence, SessionRecords, SessionStore, StoreError, STORE_TIMEOUT,
 };

@@ -17,7 +17,7 @@ use crate::{Backends, CoreError, Exchange};
 
 mod upkeep;
 
-pub use upkeep::Upkeep;
+pub use upkeep::{BackendInstance, Upkeep};
 
 /// What the requests that change a Legacy session's routing state need, taken explicitly
 /// (`Gateway::session_ops` builds it): the way to the backends, the routing tables, the set

@@ -82,7 +82,9 @@ impl RunningSet {
     fn keeper(&self, id: &BackendId, p: Supervised) -> Keeper {
         let stop = CancellationToken::new();
         let revive = self.gateway.clone();
-        let named = id.clone();
+        // The backend as the set holds it now (adopted after the reshape that installed it):
+        // a reload that puts another under the same name is not revived by this one.
+        let instance = self.gateway.upkeep().instance_of(id);
         let retired = Arc::new(AtomicBool::new(false));
         let gone = retired.clone();
         let replica = p.replica;
@@ -98,17 +100,22 @@ impl RunningSet {
             RESTART_WAIT,
             move |standby| {
                 let gateway = revive.clone();
-                let id = named.clone();
+                let instance = instance.clone();
                 let gone = gone.clone();
                 async move {
                     // Retired: it only drains; its stop is on the way.
-                    let ready = !gone.load(Ordering::Acquire)
-                        && (gateway.upkeep())
-                            .revive_backend_named(&id, replica, standby)
-                            .await;
+                    let ready = match &instance {
+                        Some(instance) if !gone.load(Ordering::Acquire) => {
+                            (gateway.upkeep())
+                                .revive_backend_instance(instance, replica, standby)
+                                .await
+                        }
+                        _ => false,
+                    };
                     // Once installed (a replica runs again as its handle reaches the new
                     // process): its breaker half-open (`supervise`).
-                    ready.then_some(move || gateway.upkeep().restarted(&id))
+                    let instance = instance.filter(|_| ready)?;
+                    Some(move || gateway.upkeep().restarted(&instance))
                 }
             },
         ));

@@ -27,6 +27,15 @@ use crate::session::{EndReason, Ended, SessionId, SubKey};
 use crate::session_store::{Host, SessionStore};
 use crate::{BackendId, Backends, Principal};
 
+/// One backend of the set, as a supervisor adopted its processes: a reload that replaces
+/// the backend under the same name makes another ([`Upkeep::instance_of`]). Holds no more than
+/// a weak reference.
+#[derive(Debug, Clone)]
+pub struct BackendInstance {
+    id: BackendId,
+    entry: std::sync::Weak<BackendEntry>,
+}
+
 /// The state a session's end, a backend's restart and a policy change act on, shared with
 /// the gateway (which builds it in `Gateway::new` and holds it as `Gateway::upkeep`); a
 /// session's own upstream holds a weak handle on it to end its session (`per_session::Ends`).
@@ -137,17 +146,36 @@ impl Upkeep {
             .await
     }
 
-    /// Readies a restarted process of backend `id` (see [`Self::revive_backend`]); false
-    /// (retry) for a name the gateway does not front. Once the supervisor installed it,
-    /// [`Self::restarted`] says so.
+    /// The backend of the set named `id` as it is now, for a supervisor adopting its
+    /// processes ([`BackendInstance`]); `None` for a name the set does not hold.
+    pub fn instance_of(&self, id: &BackendId) -> Option<BackendInstance> {
+        let entry = self.backends.get(id)?;
+        Some(BackendInstance {
+            id: id.clone(),
+            entry: Arc::downgrade(&entry),
+        })
+    }
+
+    /// `instance`'s entry, while the set still holds that very one (not another a reload
+    /// put under its name since).
+    fn in_set(&self, instance: &BackendInstance) -> Option<Arc<BackendEntry>> {
+        let now = self.backends.get(&instance.id)?;
+        let then = instance.entry.upgrade()?;
+        Arc::ptr_eq(&now, &then).then_some(now)
+    }
+
+    /// Readies a restarted process of `instance` (see [`Self::revive_backend`]); false
+    /// (retry) once the set no longer holds it: a reload retired it, or replaced it under
+    /// the same name (the new backend's tables, era and log level are never touched by the
+    /// old one's process). Once the supervisor installed it, [`Self::restarted`] says so.
     /// `replica`: which of a replicated backend's processes it replaces.
-    pub async fn revive_backend_named(
+    pub async fn revive_backend_instance(
         &self,
-        id: &BackendId,
+        instance: &BackendInstance,
         replica: Option<usize>,
         standby: StdioHandle,
     ) -> bool {
-        match self.backends.get(id) {
+        match self.in_set(instance) {
             Some(entry) => {
                 let standby = Upstream::Stdio(standby);
                 self.revive_backend(&entry, standby, replica).await
@@ -156,10 +184,12 @@ impl Upkeep {
         }
     }
 
-    /// A restarted process of backend `id` is installed: its health starts again (counted,
-    /// the breaker half-open).
-    pub fn restarted(&self, id: &BackendId) {
-        self.health.restarted(id);
+    /// A restarted process of `instance` is installed: its health starts again (counted, the
+    /// breaker half-open), while the set still holds it.
+    pub fn restarted(&self, instance: &BackendInstance) {
+        if self.in_set(instance).is_some() {
+            self.health.restarted(&instance.id);
+        }
     }
 
     /// Readies a restarted process of `backend` before it is installed: handshake, then

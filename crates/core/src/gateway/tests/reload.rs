@@ -15,7 +15,8 @@ use switchboard_upstream::UpstreamOwner;
 use crate::{Backend, BackendEra, BackendId, Backends, Gateway, GatewayConfig};
 
 /// A backend listing one tool, `echo`; with a path argument, its `tools/list` is answered
-/// only once that file exists (the test holds the reload there). Anything else: `{}`.
+/// only once that file exists (the test holds the reload there). It answers `initialize`;
+/// anything else: `{}`.
 const ONE_TOOL: &str = r#"
 import json, os, sys, time
 gate = sys.argv[1] if len(sys.argv) > 1 else None
@@ -24,6 +25,9 @@ for line in sys.stdin:
     if "id" not in m or "method" not in m:
         continue
     result = {}
+    if m["method"] == "initialize":
+        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "one-tool", "version": "1"}}
     if m["method"] == "tools/list":
         while gate and not os.path.exists(gate):
             time.sleep(0.01)
@@ -145,4 +149,59 @@ async fn a_rolled_back_reload_takes_its_guardrails_back() {
     assert!(gateway.guardrails.load_full().is_none());
     let shape = gateway.vmcp().expect("aggregating").shape();
     assert!(shape.config.guardrails.is_none());
+}
+
+/// A supervisor of a backend that a reload replaced under the same name revives nothing of
+/// the new one: its restarted process is refused (`false`, never installed), and the new
+/// backend's state (here its era: the old program answers `server/discover`, which would
+/// have set it) is untouched. The supervisor of the new backend revives it. Before, revival
+/// went by name, so the old keeper's restart, in the window before the reload retires it,
+/// handshook against the new entry and set its era, cleared its task table and half-opened
+/// its breaker (review LOW).
+#[tokio::test]
+async fn a_replaced_backends_restart_revives_nothing_of_its_successor() {
+    let (gateway, _x, _processes) = a_and_x(None);
+    let upkeep = gateway.upkeep();
+    let old = upkeep.instance_of(&id("a")).expect("a is served");
+    let era = BackendEra {
+        legacy: true,
+        modern: false,
+    };
+    let declared = ("2025-11-25", era, json!({"tools": {}}));
+    let (new_a, _new_process) = stdio_backend(&gateway.registry, &program(None), declared);
+    let plan = crate::reload::Reshape {
+        order: vec![id("a")],
+        started: vec![(id("a"), new_a)],
+        vmcp: VmcpConfig::default(),
+        policy_changed: false,
+        guardrails: None,
+    };
+    let reshaped = gateway
+        .reload()
+        .reshape(plan)
+        .await
+        .expect("the reload applied");
+    assert_eq!(reshaped.retired.len(), 1, "the old `a` is retired");
+    let standby = || {
+        let spawned = switchboard_upstream::spawn(&program(None), gateway.registry.sink());
+        spawned.expect("spawn a standby")
+    };
+    let (old_standby, _old_process) = standby();
+    assert!(
+        !upkeep
+            .revive_backend_instance(&old, None, old_standby)
+            .await
+    );
+    let entry = gateway.backends.get(&id("a")).expect("the new a");
+    assert!(
+        !entry.modern_now(),
+        "the old keeper's restart set the new a's era"
+    );
+    let new = upkeep.instance_of(&id("a")).expect("the new a");
+    let (new_standby, _new_standby_process) = standby();
+    assert!(
+        upkeep
+            .revive_backend_instance(&new, None, new_standby)
+            .await
+    );
 }
