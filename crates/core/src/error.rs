@@ -102,6 +102,9 @@ pub enum CoreError {
     /// Every warm Modern partition is in use (per-session mode).
     #[error("too many warm backend processes for Modern callers (limit {0}); retry later")]
     TooManyPartitions(usize),
+    /// The caller already holds its share of the warm Modern partitions (per-session mode).
+    #[error("this caller holds as many warm backend processes as it may (limit {0}); retry later")]
+    PartitionShare(usize),
     /// A route named a backend the gateway does not front (a bug: routes come from the set).
     #[error("no backend named {0}")]
     UnknownBackend(crate::BackendId),

@@ -344,7 +344,7 @@ impl Calls<'_> {
             match self.partition(&key, req.caller.credential.as_ref()).await {
                 Ok(using) => using.lease(),
                 // No room for another partition: the call still gets a process of its own.
-                Err(CoreError::TooManyPartitions(_)) => None,
+                Err(CoreError::TooManyPartitions(_) | CoreError::PartitionShare(_)) => None,
                 Err(e) => return Err(e),
             }
         };

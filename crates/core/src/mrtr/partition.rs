@@ -230,12 +230,22 @@ impl Drop for PlainCall {
 
 type Cell = Arc<OnceCell<Arc<Partition>>>;
 
-/// Every partition, bounded.
+/// Every partition, bounded in all and per principal.
 #[derive(Debug)]
 pub(crate) struct Partitions {
     cells: parking_lot::Mutex<HashMap<Key, Cell>>,
     max: usize,
+    /// Partitions one principal may hold at once ([`share_of`]).
+    share: usize,
     idle: Duration,
+}
+
+/// One principal's share of a table of `max` partitions: an eighth, and at least the eight
+/// capability sets of one backend (never more than the table). Without it, one caller's open
+/// listens (each holds a partition per per-session backend) and capability sets could fill
+/// the table, and every other caller's Modern requests would be refused.
+pub(crate) fn share_of(max: usize) -> usize {
+    (max / 8).max(1 << CAPABILITIES.len()).min(max.max(1))
 }
 
 impl Partitions {
@@ -243,6 +253,7 @@ impl Partitions {
         Partitions {
             cells: parking_lot::Mutex::new(HashMap::new()),
             max: max.max(1),
+            share: share_of(max),
             idle,
         }
     }
@@ -261,12 +272,23 @@ impl Partitions {
             .collect()
     }
 
-    /// The cell for `key`, made room for by reaping idle partitions when the table is full.
+    /// The cell for `key`, made room for by reaping idle partitions when the table, or the
+    /// principal's share of it, is full.
     fn cell(&self, key: &Key) -> Result<(Cell, Vec<UpstreamOwner>), CoreError> {
         let mut cells = self.cells.lock();
         let mut reaped = Vec::new();
-        if !cells.contains_key(key) && cells.len() >= self.max {
-            reaped = sweep(&mut cells, Duration::ZERO);
+        let held = |cells: &HashMap<Key, Cell>| {
+            (cells.keys())
+                .filter(|k| k.principal == key.principal)
+                .count()
+        };
+        if !cells.contains_key(key) {
+            if cells.len() >= self.max || held(&cells) >= self.share {
+                reaped = sweep(&mut cells, Duration::ZERO);
+            }
+            if held(&cells) >= self.share {
+                return Err(CoreError::PartitionShare(self.share));
+            }
             if cells.len() >= self.max {
                 return Err(CoreError::TooManyPartitions(self.max));
             }
@@ -576,3 +598,6 @@ impl Drop for PartitionSubscriptions<'_> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests;
