@@ -408,6 +408,13 @@ async fn start_stdio(
             sandbox.describe()
         );
     }
+    // Per-session: the shared process serves callers too (sessionless and Modern requests),
+    // so what it writes must not become the home every caller's own process starts from: it
+    // gets a private home as they do, and the backend's home is only ever the seed.
+    let stdio = StdioConfig {
+        private_home: isolation == Isolation::PerSession,
+        ..stdio
+    };
     let sink = registry.sink_for(id);
     let (handle, process) = switchboard_upstream::spawn(&stdio, sink.clone())?;
     let upstream = switchboard_upstream::Upstream::Stdio(handle.clone());
@@ -426,14 +433,9 @@ async fn start_stdio(
             return Err(e).context("backend did not become ready");
         }
     };
-    // Each of them serves one caller: a home of its own, not the shared process's.
-    let per_session = (isolation == Isolation::PerSession).then(|| {
-        let own = StdioConfig {
-            private_home: true,
-            ..stdio.clone()
-        };
-        Arc::new(Spawner(own)) as Arc<dyn SpawnBackend>
-    });
+    // Each of them serves one caller: a home of its own, as the shared process has.
+    let per_session = (isolation == Isolation::PerSession)
+        .then(|| Arc::new(Spawner(stdio.clone())) as Arc<dyn SpawnBackend>);
     Ok(Started {
         backend,
         internal: None,

@@ -32,7 +32,8 @@
 //! cannot be filled, with a bounded `/dev/shm` of its own (`S`: [`Sandbox::scratch_size`]).
 //!
 //! A process that serves one caller (a Legacy session's own, a Modern partition's, one the
-//! MRTR bridge starts: [`crate::StdioConfig::private_home`]) gets a home that exists only
+//! MRTR bridge starts), and a per-session backend's shared process (which serves callers
+//! whose processes start from the seed: [`crate::StdioConfig::private_home`]) gets a home that exists only
 //! inside its sandbox: a tmpfs of at most `S` bytes, into which its first command copies the
 //! backend's home (bound read-only), so warm `npx`/`uvx` caches still work offline (npm
 //! refuses a read-only cache). Nothing of it is on the host: there is nothing for the gateway

@@ -63,7 +63,8 @@ pub struct StdioConfig {
     /// Sandboxed, each process gets a home of its own instead of the backend's: a bounded
     /// tmpfs inside its sandbox, seeded with a copy of the backend's home, gone with the
     /// process ([`crate::sandbox`]). For the processes that serve one caller (per-session,
-    /// partitions, MRTR), never the shared one.
+    /// partitions, MRTR), and a per-session backend's shared process (the others start from
+    /// the backend's home: no process serving callers may write it).
     pub private_home: bool,
     /// Every sandboxed backend's home, shared by the gateway's backends: the others' are
     /// hidden in this one's sandbox ([`crate::sandbox::Homes`]).

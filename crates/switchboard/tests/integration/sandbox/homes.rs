@@ -137,6 +137,13 @@ async fn each_caller_s_process_has_a_bounded_home_of_its_own_inside_its_sandbox(
         listed, r#"ok: ["alice-cwd-marker", "alice-home-marker", "cache"]"#,
         "the session's own, not the partition's"
     );
+    // A sessionless Legacy request runs on the backend's shared process: what it writes stays
+    // in that process's own home, never in the seed of the processes started after it (Bob's
+    // below). Before, the shared process wrote the backend's home itself.
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
+        "name": "hostile_write", "arguments": {"path": "/home/switchboard/sessionless-marker"}}});
+    let r = (gw.post_raw(None, body.to_string(), &[("authorization", &bearer(ALICE))])).await;
+    assert_eq!(tool_text(&r.json()), "ok: written", "{}", r.text);
 
     let bob = session_as(&gw, BOB).await;
     let w = tool(
