@@ -101,21 +101,26 @@ fn overrides(b: &BackendSpec) -> impl Iterator<Item = (&String, &crate::config::
     b.tools.overrides.iter().chain(b.prompts.overrides.iter())
 }
 
+/// Every webhook rule's `secretFile`, at every level, with the rule naming it.
+pub(crate) fn secret_files<'a>(
+    gateway: &'a [RuleSpec],
+    backends: &'a [BackendSpec],
+) -> impl Iterator<Item = (&'a RuleSpec, &'a PathBuf)> {
+    let all = gateway.iter().chain(backends.iter().flat_map(|b| {
+        b.guardrails
+            .iter()
+            .chain(overrides(b).flat_map(|(_, o)| o.guardrails.iter()))
+    }));
+    all.filter_map(|rule| Some((rule, rule.webhook.as_ref()?.secret_file.as_ref()?)))
+}
+
 /// Each webhook's secret (the first line of its `secretFile`), by path.
 pub(crate) fn secrets(
     gateway: &[RuleSpec],
     backends: &[BackendSpec],
 ) -> anyhow::Result<HashMap<PathBuf, Vec<u8>>> {
     let mut out = HashMap::new();
-    let all = gateway.iter().chain(backends.iter().flat_map(|b| {
-        b.guardrails
-            .iter()
-            .chain(overrides(b).flat_map(|(_, o)| o.guardrails.iter()))
-    }));
-    for rule in all {
-        let Some(path) = rule.webhook.as_ref().and_then(|w| w.secret_file.as_ref()) else {
-            continue;
-        };
+    for (rule, path) in secret_files(gateway, backends) {
         if out.contains_key(path) {
             continue;
         }

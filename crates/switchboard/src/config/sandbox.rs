@@ -486,8 +486,9 @@ fn gateway_home() -> Option<PathBuf> {
     (depth >= 2 && home.is_dir()).then_some(home)
 }
 
-/// The gateway's own files (config, secrets, keys, state, audit log, and the policy and
-/// audit log its auth-config file names), by path whether or not they exist yet: no
+/// The gateway's own files (config, secrets, keys, state, audit log, guardrail webhooks'
+/// secret files, and the policy and audit log its auth-config file names), by path whether
+/// or not they exist yet: no
 /// sandboxed backend can see them, nor files created beside them later. Fails when a
 /// backend's `read` or `write` path is or holds one of them (those its flags name are known
 /// only here; the file's own were refused when it was loaded).
@@ -503,6 +504,9 @@ pub(crate) fn hide(spec: &mut super::ServeSpec, files: &[PathBuf]) -> anyhow::Re
     all.extend(args.replica_secret_file.clone());
     all.extend(args.token_store_key_file.clone());
     all.extend(spec.trust.config.state_file.clone());
+    // A webhook's key signs what the guardrails send it: no backend may forge those.
+    let webhooks = crate::guardrails::secret_files(&spec.guardrails, &spec.backends);
+    all.extend(webhooks.map(|(_, path)| path.clone()));
     let mut found: Vec<PathBuf> = all
         .iter()
         .filter(|p| p.as_os_str() != "-")

@@ -152,10 +152,15 @@ async fn hostile_sandboxed_in(
         &format!("UNUSED_TOKEN={SECRET_SENTINEL}\n"),
         0o600,
     );
+    // A guardrail webhook's key, world-readable beside the config (the webhook covers no
+    // tool: it is never called).
+    dir.write("hook.key", &format!("{SECRET_SENTINEL}\n"), 0o644);
     let out = dir.open_dir("out");
     dir.open_dir("elsewhere");
     let yaml = format!(
         "# {CONFIG_SENTINEL}\nsecretsFile: sb.secrets.env\n\
+         guardrails:\n  - name: corp\n    tools: [no_such_tool]\n\
+         \x20   webhook: {{url: \"http://127.0.0.1:9/check\", secretFile: hook.key}}\n\
          aggregation: {{conflictResolution: prefix}}\nbackends:\n\
          \x20 - name: hostile\n    command: python3\n    args: [{HOSTILE}]\n\
          \x20   sandbox:\n      filesystem: {{write: [{}]}}\n      {HOSTILE_SANDBOX}{more}\n\
@@ -220,7 +225,8 @@ impl Hostile {
     }
 }
 
-/// The gateway's home (an SSH key), config file, secrets file and environment (its own
+/// The gateway's home (an SSH key), config file, secrets file, a guardrail webhook's key and
+/// environment (its own
 /// variables, PID 1's and the parent's `/proc/*/environ`, the gateway's own by its host pid)
 /// are out of reach; the backend's own world is its sandbox home and a cleared environment.
 #[tokio::test]
@@ -242,6 +248,15 @@ async fn the_gateway_s_secrets_homes_and_environment_are_out_of_reach() {
     let secrets = h.dir.0.join("sb.secrets.env");
     let secrets = h.tool("read", json!({"path": secrets})).await;
     assert!(secrets.starts_with("error: FileNotFoundError"), "{secrets}");
+    // So is a guardrail webhook's key: a backend that read it could sign what the webhook
+    // trusts (review).
+    let hook_key = h
+        .tool("read", json!({"path": h.dir.0.join("hook.key")}))
+        .await;
+    assert!(
+        hook_key.starts_with("error: FileNotFoundError"),
+        "{hook_key}"
+    );
     let env: Value = serde_json::from_str(&h.tool("env", json!({})).await).unwrap();
     assert_eq!(env["HOME"], "/home/switchboard", "{env}");
     assert!(env.get("SB_IT_SECRET").is_none(), "{env}");
