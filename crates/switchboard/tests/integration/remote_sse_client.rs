@@ -107,7 +107,9 @@ async fn fixture_session(capabilities: Value) -> (FixtureHttp, Connected) {
     assert!(!init.is_error(), "{:?}", init.line());
     assert!(payload(&init)["serverInfo"].is_object());
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    c.send(Bytes::from(initialized.to_string())).await.unwrap();
+    c.send(Bytes::from(initialized.to_string()), &[])
+        .await
+        .unwrap();
     (fx, connected)
 }
 
@@ -193,7 +195,7 @@ async fn a_server_request_reaches_the_sink_and_its_answer_goes_back() {
     assert_eq!(request["method"], "sampling/createMessage");
     let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"role": "assistant",
         "model": "m", "content": {"type": "text", "text": "from-the-client"}}});
-    c.send(Bytes::from(answer.to_string())).await.unwrap();
+    c.send(Bytes::from(answer.to_string()), &[]).await.unwrap();
     let result = tokio::time::timeout(WAIT, pending)
         .await
         .unwrap()
@@ -260,7 +262,10 @@ async fn close_fails_pending_calls_and_ends_the_session_once() {
     let again = call(&c, json!(2), "ping", json!({})).await;
     assert!(matches!(again, Err(RemoteError::SessionLost)), "{again:?}");
     let note = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-    assert!(matches!(c.send(note).await, Err(RemoteError::SessionLost)));
+    assert!(matches!(
+        c.send(note, &[]).await,
+        Err(RemoteError::SessionLost)
+    ));
     drop(c);
     assert_eq!(sink.closed.load(Ordering::SeqCst), 1);
 }

@@ -266,12 +266,17 @@ impl SseClient {
             .unwrap_or(Err(RemoteError::Timeout))
     }
 
-    /// POSTs a notification, or an answer to one of the remote's requests; `Ok` on 2xx.
-    pub async fn send(&self, line: Bytes) -> Result<(), RemoteError> {
+    /// POSTs a notification, or an answer to one of the remote's requests, with `extra`
+    /// headers; `Ok` on 2xx.
+    pub async fn send(
+        &self,
+        line: Bytes,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<(), RemoteError> {
         if self.is_closed() {
             return Err(RemoteError::SessionLost);
         }
-        let request = self.post(line, &[])?;
+        let request = self.post(line, extra)?;
         tokio::time::timeout(self.inner.call_timeout, self.send_post(request, None))
             .await
             .unwrap_or(Err(RemoteError::Timeout))

@@ -129,7 +129,11 @@ impl Link {
     ) -> Result<super::RemoteResponse, RemoteError> {
         match self {
             Link::Streamable(c) => c.call_noting(out, challenge).await,
-            Link::Sse { .. } => self.sse().await?.call(out).await,
+            Link::Sse { auth, .. } => {
+                let mut out = out;
+                out.headers.extend(current(auth));
+                self.sse().await?.call(out).await
+            }
             Link::NoSession => Err(NO_SESSION),
         }
     }
@@ -147,7 +151,10 @@ impl Link {
                 headers.extend(auth.map(|v| (hyper::header::AUTHORIZATION, v)));
                 c.send_with(line, &headers).await
             }
-            Link::Sse { .. } => self.sse().await?.send(line).await,
+            Link::Sse { auth, .. } => {
+                let headers: Vec<_> = current(auth).into_iter().collect();
+                self.sse().await?.send(line, &headers).await
+            }
             Link::NoSession => Err(NO_SESSION),
         }
     }
@@ -185,10 +192,20 @@ impl Link {
     }
 
     /// The session's owner holds no token any more (revoked): nothing it sends carries one.
+    /// An HTTP+SSE session's stream was opened with it, and its POSTs would carry it as a
+    /// fixed header: the session ends instead (its caller opens another).
     fn clear_caller_auth(&self) {
         match self {
             Link::Streamable(c) => c.clear_caller_auth(),
-            Link::Sse { auth: slot, .. } => *slot.lock() = None,
+            Link::Sse {
+                auth: slot, conn, ..
+            } => {
+                if slot.lock().take().is_some() {
+                    if let Some(c) = conn.get() {
+                        c.close();
+                    }
+                }
+            }
             Link::NoSession => {}
         }
     }
@@ -219,6 +236,13 @@ impl Link {
             Link::NoSession => Ok(()),
         }
     }
+}
+
+/// An HTTP+SSE session's `Authorization` now, for one POST: the one its caller's latest
+/// request obtained (a refreshed or newly exchanged token replaces the one it connected with).
+fn current(slot: &Mutex<Option<HeaderValue>>) -> Option<(HeaderName, HeaderValue)> {
+    let auth = slot.lock().clone()?;
+    Some((hyper::header::AUTHORIZATION, auth))
 }
 
 const NO_SESSION: RemoteError =

@@ -18,7 +18,7 @@ use crate::remote::{Mode, RemoteConfig, RemoteEndpoint, RemoteError, RemoteUpstr
 use crate::{Credential, InboundSink, Upstream, UpstreamError};
 
 #[derive(Debug)]
-struct Quiet;
+pub(super) struct Quiet;
 impl InboundSink for Quiet {
     fn deliver(&self, _: &bytes::Bytes, _: &switchboard_wire::Message<'_>, _: &Upstream) {}
 }

@@ -3,6 +3,7 @@
 
 mod credential;
 mod listen_first;
+mod sse_session;
 mod tool_screen;
 
 use super::*;

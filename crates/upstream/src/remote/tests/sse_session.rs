@@ -1,0 +1,132 @@
+//! An HTTP+SSE upstream session acting as its caller: every POST carries the `Authorization`
+//! the caller's latest request obtained, not the one the stream was opened with. Against a
+//! loopback HTTP+SSE server that records each request's `Authorization`.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpListener;
+
+use super::credential::Quiet;
+use crate::outgoing_auth::OutgoingAuth;
+use crate::remote::{Mode, RemoteConfig, RemoteEndpoint, RemoteTransport, RemoteUpstream};
+use crate::{Credential, Upstream};
+
+/// Each request's method (`GET` or the JSON-RPC method POSTed) and its `Authorization`.
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+/// A server whose `GET /sse` opens the stream (its endpoint: `/messages`) and whose POSTs
+/// are answered `202`, with `{"result":{}}` on the stream for a request.
+async fn sse_server() -> (String, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    let seen: Seen = Arc::default();
+    let stream: Arc<tokio::sync::Mutex<Option<OwnedWriteHalf>>> = Arc::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let (log, stream) = (log.clone(), stream.clone());
+            tokio::spawn(async move {
+                let (mut read, mut write) = sock.into_split();
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let (head, body) = loop {
+                    let n = read.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        if body.len() >= length(head) {
+                            break (head.to_owned(), body.to_owned());
+                        }
+                    }
+                };
+                let auth = (head.lines())
+                    .filter_map(|l| l.split_once(':'))
+                    .find(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+                    .map_or("none".to_owned(), |(_, v)| v.trim().to_owned());
+                if head.starts_with("GET ") {
+                    log.lock().push(("GET".into(), auth));
+                    let open = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                                cache-control: no-cache\r\n\r\nevent: endpoint\ndata: /messages\n\n";
+                    let _ = write.write_all(open.as_bytes()).await;
+                    *stream.lock().await = Some(write);
+                    // The read half stays open with the stream.
+                    let _ = read.read(&mut chunk).await;
+                    return;
+                }
+                let msg: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                let method = msg["method"].as_str().unwrap_or("answer").to_owned();
+                log.lock().push((method, auth));
+                let accepted = "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\
+                                connection: close\r\n\r\n";
+                let _ = write.write_all(accepted.as_bytes()).await;
+                if let Some(id) = msg.get("id").filter(|_| msg.get("method").is_some()) {
+                    let answer = format!(
+                        "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{}}}}\n\n"
+                    );
+                    if let Some(s) = stream.lock().await.as_mut() {
+                        let _ = s.write_all(answer.as_bytes()).await;
+                    }
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+fn length(head: &str) -> usize {
+    (head.lines())
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn line(key: &str, method: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":"{key}","method":"{method}","params":{{}}}}"#).into_bytes()
+}
+
+/// A caller whose token changes while its HTTP+SSE session lives (refreshed, or its own
+/// token passed through): each POST carries the token of the request that sent it, and a
+/// notification the session sends on its own the latest. Before, every POST carried the
+/// token the stream was opened with, for the session's life (review MEDIUM: a revoked or
+/// expired token kept being sent, and a refresh never reached the remote).
+#[tokio::test]
+async fn an_sse_session_posts_with_its_callers_current_token() {
+    let (url, seen) = sse_server().await;
+    let mut config = RemoteConfig::new(&url);
+    config.auth = OutgoingAuth::Passthrough;
+    let endpoint = RemoteEndpoint::new(config)
+        .unwrap()
+        .with_transport(RemoteTransport::Sse);
+    let up = Upstream::Remote(RemoteUpstream::new(
+        &endpoint,
+        Mode::Session,
+        Arc::new(Quiet),
+    ));
+    let first = Credential::bearer("alice-1", "https://idp", "alice").unwrap();
+    let second = Credential::bearer("alice-2", "https://idp", "alice").unwrap();
+    for (key, who) in [("k1", &first), ("k2", &second)] {
+        let pending = up.call_as(key, line(key, "tools/list"), Some(who)).await;
+        let answer = pending.unwrap().await.unwrap();
+        assert!(!answer.is_error(), "{answer:?}");
+    }
+    let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
+    up.send_line(note.to_vec()).await.unwrap();
+    let seen = seen.lock().clone();
+    let expected = [
+        ("GET", "Bearer alice-1"),
+        ("tools/list", "Bearer alice-1"),
+        ("tools/list", "Bearer alice-2"),
+        ("notifications/cancelled", "Bearer alice-2"),
+    ];
+    let expected: Vec<(String, String)> = (expected.iter())
+        .map(|(m, a)| (m.to_string(), a.to_string()))
+        .collect();
+    assert_eq!(seen, expected);
+}
