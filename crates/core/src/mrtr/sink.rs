@@ -96,18 +96,19 @@ impl InboundSink for CallSink {
                     return;
                 };
                 let delivered = match name {
-                    // The call's process is an instance of the backend Modern clients use:
-                    // its list changes go, payload-free, to Modern listen streams (Legacy
-                    // sessions here own processes of their own, whose lists are theirs).
+                    // A partition's list changes go, payload-free, to its principal's listens.
+                    // A process started for one call is that call's: what it announces is no
+                    // list anyone else is served (and would tell every listen when another
+                    // caller's call ran).
                     method::TOOLS_LIST_CHANGED
                     | method::RESOURCES_LIST_CHANGED
-                    | method::PROMPTS_LIST_CHANGED => {
-                        match &self.listeners {
-                            Some(own) => own.list_changed(name),
-                            None => registry.listeners.list_changed(name),
+                    | method::PROMPTS_LIST_CHANGED => match &self.listeners {
+                        Some(own) => {
+                            own.list_changed(name);
+                            true
                         }
-                        true
-                    }
+                        None => false,
+                    },
                     // A partition's resources are its principal's: only its listens hear.
                     method::RESOURCE_UPDATED => match (&self.listeners, msg.param("uri")) {
                         (Some(own), Some(uri)) => serde_json::from_str::<String>(uri.get())

@@ -58,3 +58,54 @@ async fn a_modern_listen_hears_every_backend_but_each_uri_only_from_its_server()
         "L"
     );
 }
+
+/// A list change from a process the MRTR bridge started for one caller's call (a Modern call
+/// of a per-session Legacy backend asking for its own log level gets one of its own) is that
+/// call's alone: no gateway-served listen hears it. The sentinel: a resource update the
+/// shared backend makes after it, which the listen hears first. Before, every caller's
+/// listen heard the call's `tools/list_changed` (review LOW: it told everyone when another
+/// caller's call ran).
+#[tokio::test]
+async fn a_list_change_of_one_callers_bridged_process_reaches_no_listen() {
+    // beta first: it serves the watched URI; alpha is the per-session Legacy backend.
+    let alpha = "    args: [fixture, --era, legacy]\n    isolation: per-session\n";
+    let yaml = format!(
+        "backends:\n{}  - name: alpha\n    command: {}\n{alpha}",
+        stdio("beta", ""),
+        super::SB
+    );
+    let served = serve("listen-bridged", &yaml, None).await;
+    let gw = &served.gw;
+    let notifications = json!({"toolsListChanged": true, "resourceSubscriptions": [WATCHED]});
+    let resp = super::modern_listen(gw, notifications).await;
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resp.bytes_stream(),
+    ));
+    let ack = next_message(&mut events).await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "alpha_trigger", "arguments": {"kind": "tools_list_changed"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": super::V,
+                  "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+                  "io.modelcontextprotocol/logLevel": "info"}}});
+    let headers = [
+        ("mcp-protocol-version", super::V),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "alpha_trigger"),
+    ];
+    let r = gw.post_raw(None, call.to_string(), &headers).await;
+    assert!(r.text.contains("\"result\""), "{}", r.text);
+
+    let sid = gw.session().await;
+    let args = json!({"kind": "resource_updated", "uri": WATCHED});
+    call_text(gw, Era::Legacy, Some(&sid), "beta_trigger", args).await;
+    let next = next_message(&mut events).await;
+    assert_eq!(
+        next["method"], "notifications/resources/updated",
+        "the bridged call's list change reached the listen: {next}"
+    );
+}
