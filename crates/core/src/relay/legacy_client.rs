@@ -261,9 +261,17 @@ fn relayable(method: &str) -> bool {
 }
 
 /// The client's params as the first round sends them: without `requestState` and
-/// `inputResponses`.
+/// `inputResponses`, in any spelling ([`relay_owned`]).
 fn first_round(params: &RawValue) -> Option<Box<RawValue>> {
-    retain_members(params, |k| k != "requestState" && k != "inputResponses")
+    retain_members(params, |k| !relay_owned(k))
+}
+
+/// Whether a params member is one the relay alone sets: `requestState` or `inputResponses`
+/// as a backend that matches keys loosely reads them (`RequestState`, `reque\u{17f}tState`),
+/// so a client cannot hand a Modern backend a state of its own making.
+fn relay_owned(key: &str) -> bool {
+    switchboard_wire::keys_fold_equal(key, "requestState")
+        || switchboard_wire::keys_fold_equal(key, "inputResponses")
 }
 
 /// The original params with this round's `inputResponses` (replacing the last round's) and
@@ -287,7 +295,7 @@ fn next_params(
     if let Some(state) = state {
         set.push(("requestState", state.get()));
     }
-    with_members(original, &set, |k| k != "requestState")
+    with_members(original, &set, |k| !relay_owned(k))
 }
 
 #[cfg(test)]
@@ -308,6 +316,26 @@ mod tests {
             sent.get().contains(r#""arguments":{"n":1}"#),
             "{}",
             sent.get()
+        );
+    }
+
+    /// Another spelling of either member (a loose parser's `requestState`) is dropped too,
+    /// in the first round and in the next. Before, only the exact spellings were: a backend
+    /// matching keys loosely read a client's `RequestState` as its own state (review LOW).
+    #[test]
+    fn a_loosely_spelled_request_state_never_reaches_the_backend() {
+        let p = RawValue::from_string(
+            r#"{"name":"t","RequestState":"forged","inputresponses":{"a":{}},"requeſtState":"x","arguments":{"n":1}}"#
+                .to_owned(),
+        )
+        .unwrap();
+        let sent = first_round(&p).unwrap();
+        assert_eq!(sent.get(), r#"{"name":"t","arguments":{"n":1}}"#);
+        let answer = RawValue::from_string("{}".to_owned()).unwrap();
+        let next = next_params(&p, &[("a".to_owned(), answer)], None).unwrap();
+        assert_eq!(
+            next.get(),
+            r#"{"name":"t","arguments":{"n":1},"inputResponses":{"a":{}}}"#
         );
     }
 
