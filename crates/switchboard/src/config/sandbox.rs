@@ -198,6 +198,7 @@ pub(crate) fn resolve(
 ) -> Result<Sandbox, Vec<ConfigError>> {
     let at = b.switched_at.clone();
     let mut errors = Vec::new();
+    errors.extend(loader_env(b));
     let limits = limits(settings, &at, &mut errors);
     let egress = network(settings, &at, b.name, &mut errors);
     let fs = settings.filesystem.clone().unwrap_or_default();
@@ -250,6 +251,41 @@ pub(crate) fn resolve(
     };
     visible(&sandbox, b)?;
     Ok(sandbox)
+}
+
+/// Variables the dynamic loader and C library read (glibc's list of those it drops for
+/// set-user-ID programs, `TMPDIR` and the `MALLOC_*` tunings aside): `LD_*` and these.
+const LOADER: [&str; 12] = [
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TZDIR",
+];
+
+/// A sandboxed backend's `env` is the environment its launchers run with too (`setpriv`,
+/// as root for a root gateway, and `bwrap`, on the host), not only its program's: a loader
+/// variable there would have them load what the backend may write (a `filesystem.write`
+/// path) outside the sandbox. Refused; a wrapper inside the sandbox can set one.
+fn loader_env(b: &Backend<'_>) -> Vec<ConfigError> {
+    let loader = |k: &str| k.starts_with("LD_") || LOADER.contains(&k);
+    (b.env.iter())
+        .filter(|(k, _)| loader(k))
+        .map(|(k, _)| {
+            ConfigError::new(
+                &format!("{}.env.{k}", b.at),
+                "a sandboxed backend's environment is its launchers' too, on the host: the \
+                 dynamic loader's variables are refused (set it in a wrapper inside the sandbox)",
+            )
+        })
+        .collect()
 }
 
 fn limits(settings: &SandboxSettings, at: &str, errors: &mut Vec<ConfigError>) -> Limits {

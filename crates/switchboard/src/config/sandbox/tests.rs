@@ -189,3 +189,37 @@ fn a_path_not_created_yet_is_resolved() {
     assert_eq!(canonical(&dir.join("link/new/..")), real.join("real"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A sandboxed backend's `env` may not set the dynamic loader's variables: its launchers run
+/// on the host with that environment (a root gateway's `setpriv` as root), and would load what
+/// the backend can write. Each is named; others pass. Before, they were applied as given
+/// (review LOW).
+#[test]
+fn loader_variables_are_refused_in_a_sandboxed_env() {
+    let env: Vec<(String, String)> = [
+        ("LD_PRELOAD", "/srv/out/x.so"),
+        ("PATH", "/usr/bin"),
+        ("GLIBC_TUNABLES", "glibc.malloc.check=1"),
+        ("LD_LIBRARY_PATH", "/srv/out"),
+        ("NODE_OPTIONS", "--max-old-space-size=512"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .into();
+    let b = Backend {
+        at: "backends[0]",
+        switched_at: "backends[0].sandbox".into(),
+        name: "b",
+        program: "node",
+        env: &env,
+        cwd: None,
+    };
+    let keys: Vec<String> = loader_env(&b).into_iter().map(|e| e.path).collect();
+    assert_eq!(
+        keys,
+        [
+            "backends[0].env.LD_PRELOAD",
+            "backends[0].env.GLIBC_TUNABLES",
+            "backends[0].env.LD_LIBRARY_PATH"
+        ]
+    );
+}

@@ -89,3 +89,32 @@ fn listed_paths_that_name_the_gateway_s_files_or_a_home_are_refused() {
         "{text}"
     );
 }
+
+/// A sandboxed backend's `env` setting a dynamic loader variable is refused by `validate`
+/// (its launchers run on the host with that environment), naming the key; the same `env`
+/// unsandboxed is the backend's own business and passes.
+#[test]
+fn a_loader_variable_in_a_sandboxed_env_is_refused() {
+    if !ready("listed-loader") {
+        return;
+    }
+    let dir = Dir::new("listed-loader");
+    let backend = |sandbox: &str| {
+        format!(
+            "backends:\n\
+             \x20 - name: a\n    command: python3\n    args: [{HOSTILE}]\n\
+             \x20   env: {{LD_PRELOAD: /srv/out/x.so, LANG: C.UTF-8}}\n{sandbox}"
+        )
+    };
+    let sandboxed = dir.write("sandboxed.yaml", &backend("    sandbox: on\n"), 0o644);
+    let (code, text) = run(
+        &["validate", "--config", sandboxed.to_str().unwrap()],
+        &dir.0,
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("backends[0].env.LD_PRELOAD"), "{text}");
+    assert!(!text.contains("env.LANG"), "{text}");
+    let plain = dir.write("plain.yaml", &backend(""), 0o644);
+    let (code, text) = run(&["validate", "--config", plain.to_str().unwrap()], &dir.0);
+    assert_eq!(code, Some(0), "{text}");
+}
