@@ -230,22 +230,32 @@ impl Drop for PlainCall {
 
 type Cell = Arc<OnceCell<Arc<Partition>>>;
 
-/// Every partition, bounded in all and per principal.
+/// Every partition, bounded in all; a principal past its share of them may not take the
+/// last free ones.
 #[derive(Debug)]
 pub(crate) struct Partitions {
     cells: parking_lot::Mutex<HashMap<Key, Cell>>,
     max: usize,
-    /// Partitions one principal may hold at once ([`share_of`]).
+    /// Partitions any principal may hold ([`share_of`]) ...
     share: usize,
+    /// ... and the free ones only a principal within its share may take ([`reserve_of`]).
+    reserve: usize,
     idle: Duration,
 }
 
 /// One principal's share of a table of `max` partitions: an eighth, and at least the eight
-/// capability sets of one backend (never more than the table). Without it, one caller's open
-/// listens (each holds a partition per per-session backend) and capability sets could fill
-/// the table, and every other caller's Modern requests would be refused.
+/// capability sets of one backend (never more than the table).
 pub(crate) fn share_of(max: usize) -> usize {
     (max / 8).max(1 << CAPABILITIES.len()).min(max.max(1))
+}
+
+/// The free partitions kept for principals within their share: a quarter of the table.
+/// Without it, one caller's open listens (each holds a partition per per-session backend)
+/// and capability sets could fill the table, and every other caller's Modern requests would
+/// be refused; with it, a caller past its share still uses what nobody needs (a lone user,
+/// or every anonymous caller, who are one principal, with many per-session backends).
+pub(crate) fn reserve_of(max: usize) -> usize {
+    max / 4
 }
 
 impl Partitions {
@@ -254,6 +264,7 @@ impl Partitions {
             cells: parking_lot::Mutex::new(HashMap::new()),
             max: max.max(1),
             share: share_of(max),
+            reserve: reserve_of(max),
             idle,
         }
     }
@@ -272,25 +283,29 @@ impl Partitions {
             .collect()
     }
 
-    /// The cell for `key`, made room for by reaping idle partitions when the table, or the
-    /// principal's share of it, is full.
+    /// The cell for `key`, made room for by reaping idle partitions: the principal's own
+    /// when it is past its share and only the reserve is free, everyone's when the table is
+    /// full.
     fn cell(&self, key: &Key) -> Result<(Cell, Vec<UpstreamOwner>), CoreError> {
         let mut cells = self.cells.lock();
         let mut reaped = Vec::new();
-        let held = |cells: &HashMap<Key, Cell>| {
-            (cells.keys())
-                .filter(|k| k.principal == key.principal)
-                .count()
+        let mine = |k: &Key| k.principal == key.principal;
+        let past_share = |cells: &HashMap<Key, Cell>| {
+            cells.keys().filter(|k| mine(k)).count() >= self.share
+                && cells.len() + self.reserve >= self.max
         };
         if !cells.contains_key(key) {
-            if cells.len() >= self.max || held(&cells) >= self.share {
-                reaped = sweep(&mut cells, Duration::ZERO);
-            }
-            if held(&cells) >= self.share {
-                return Err(CoreError::PartitionShare(self.share));
+            if past_share(&cells) {
+                reaped = sweep(&mut cells, Duration::ZERO, mine);
+                if past_share(&cells) {
+                    return Err(CoreError::PartitionShare(self.share));
+                }
             }
             if cells.len() >= self.max {
-                return Err(CoreError::TooManyPartitions(self.max));
+                reaped.extend(sweep(&mut cells, Duration::ZERO, |_| true));
+                if cells.len() >= self.max {
+                    return Err(CoreError::TooManyPartitions(self.max));
+                }
             }
         }
         let cell = cells.entry(key.clone()).or_default().clone();
@@ -317,7 +332,7 @@ impl Partitions {
 
     /// Removes idle partitions (and ones whose process died); their processes to stop.
     pub(crate) fn reap(&self) -> Vec<UpstreamOwner> {
-        sweep(&mut self.cells.lock(), self.idle)
+        sweep(&mut self.cells.lock(), self.idle, |_| true)
     }
 
     /// Removes every partition (gateway shutdown).
@@ -330,10 +345,19 @@ impl Partitions {
     }
 }
 
-fn sweep(cells: &mut HashMap<Key, Cell>, idle: Duration) -> Vec<UpstreamOwner> {
+/// Removes the idle partitions (and ones whose process died) among those `of` picks; their
+/// processes to stop.
+fn sweep(
+    cells: &mut HashMap<Key, Cell>,
+    idle: Duration,
+    of: impl Fn(&Key) -> bool,
+) -> Vec<UpstreamOwner> {
     let now = Instant::now();
     let mut stopped = Vec::new();
-    cells.retain(|_, cell| {
+    cells.retain(|key, cell| {
+        if !of(key) {
+            return true;
+        }
         // A request between `cell()` and its `Use` holds a clone of the cell (taken under this
         // lock): its partition is not idle, even though `users` does not count it yet.
         if Arc::strong_count(cell) > 1 {
