@@ -146,37 +146,63 @@ impl Http {
 }
 
 /// Whether `host` (as a URI spells it) is `localhost` or an IP literal of this host or a
-/// private network: loopback, RFC 1918, link-local, CGNAT (100.64/10), unspecified, IPv6
-/// unique-local (fc00::/7) and link-local (fe80::/10), IPv4-mapped ones included.
+/// private or reserved network: loopback, RFC 1918, link-local, CGNAT (100.64/10), "this
+/// network" (0/8), benchmarking (198.18/15), IETF protocol assignments (192.0.0/24),
+/// multicast and reserved (224/3), IPv6 unique-local (fc00::/7) and link-local (fe80::/10);
+/// an IPv4 address inside an IPv6 one (mapped, compatible, NAT64 64:ff9b::/96, 6to4
+/// 2002::/16) counts as that IPv4 address.
 pub(crate) fn local_host(host: &str) -> bool {
     use std::net::IpAddr;
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let ip = match bare.parse::<IpAddr>() {
-        Ok(IpAddr::V6(v6)) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        Ok(ip) => ip,
+    match bare.parse::<IpAddr>() {
+        Ok(IpAddr::V4(v4)) => local_v4(v4),
+        Ok(IpAddr::V6(v6)) => match embedded_v4(v6) {
+            Some(v4) => local_v4(v4),
+            None => {
+                let first = v6.segments()[0];
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || (first & 0xfe00) == 0xfc00
+                    || (first & 0xffc0) == 0xfe80
+            }
+        },
         Err(_) => {
             let name = bare.trim_end_matches('.');
-            return name.eq_ignore_ascii_case("localhost")
-                || name.to_ascii_lowercase().ends_with(".localhost");
+            name.eq_ignore_ascii_case("localhost")
+                || name.to_ascii_lowercase().ends_with(".localhost")
         }
+    }
+}
+
+fn local_v4(v4: std::net::Ipv4Addr) -> bool {
+    let [a, b, c, _] = v4.octets();
+    v4.is_loopback()
+        || v4.is_private()
+        || v4.is_link_local()
+        || v4.is_broadcast()
+        || a == 0
+        || a >= 224
+        || (a == 100 && (64..128).contains(&b))
+        || (a == 198 && (b == 18 || b == 19))
+        || (a == 192 && b == 0 && c == 0)
+}
+
+/// The IPv4 address an IPv6 one carries, where a host or a translator reaches it: mapped
+/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`) or 6to4
+/// (`2002:aabb:ccdd::`). `::` and `::1` are IPv6's own.
+fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = |hi: u16, lo: u16| {
+        let [a, b] = hi.to_be_bytes();
+        let [c, d] = lo.to_be_bytes();
+        std::net::Ipv4Addr::new(a, b, c, d)
     };
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || (a == 100 && (64..128).contains(&b))
-        }
-        IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-        }
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, hi, lo] | [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(v4(hi, lo)),
+        [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
+        [0, 0, 0, 0, 0, 0, hi, lo] => Some(v4(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(v4(hi, lo)),
+        _ => None,
     }
 }
 
@@ -201,6 +227,18 @@ mod tests {
             "[fd00::1]",
             "[fe80::1]",
             "[::ffff:10.0.0.1]",
+            // Reserved IPv4 ranges, and IPv4 addresses inside IPv6 ones that a host or a
+            // translator delivers to (review: these reached this host or its network).
+            "0.1.2.3",
+            "198.18.0.1",
+            "192.0.0.8",
+            "224.0.0.1",
+            "255.255.255.254",
+            "[::10.0.0.5]",
+            "[64:ff9b::10.0.0.5]",
+            "[64:ff9b::a9fe:a9fe]",
+            "[2002:7f00:1::]",
+            "[2002:c0a8:101::1]",
         ] {
             assert!(local_host(host), "{host}");
         }
@@ -210,6 +248,9 @@ mod tests {
             "[2001:db8::1]",
             "172.32.0.1",
             "100.128.0.1",
+            "198.20.0.1",
+            "[64:ff9b::8.8.8.8]",
+            "[2002:808:808::]",
         ] {
             assert!(!local_host(host), "{host}");
         }
