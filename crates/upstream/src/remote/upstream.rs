@@ -112,7 +112,8 @@ enum Link {
     Sse {
         config: Box<super::RemoteConfig>,
         sink: Arc<dyn RemoteSink>,
-        conn: tokio::sync::OnceCell<SseClient>,
+        /// The stream, and whether it was opened with a caller's `Authorization`.
+        conn: tokio::sync::OnceCell<(SseClient, bool)>,
         /// The `Authorization` to connect with (the session's caller's, or one obtained for
         /// it): the stream is the session, so it is the one the session keeps.
         auth: Mutex<Option<HeaderValue>>,
@@ -169,17 +170,27 @@ impl Link {
         else {
             return Err(NO_SESSION);
         };
-        conn.get_or_try_init(|| {
-            let mut config = super::RemoteConfig::clone(config);
-            if let Some(auth) = auth.lock().clone() {
-                config
-                    .headers
-                    .retain(|(n, _)| n != hyper::header::AUTHORIZATION);
-                config.headers.push((hyper::header::AUTHORIZATION, auth));
-            }
-            SseClient::connect(config, sink.clone())
-        })
-        .await
+        let (client, with_auth) = conn
+            .get_or_try_init(|| async {
+                let mut config = super::RemoteConfig::clone(config);
+                let caller = auth.lock().clone();
+                let with_auth = caller.is_some();
+                if let Some(auth) = caller {
+                    config
+                        .headers
+                        .retain(|(n, _)| n != hyper::header::AUTHORIZATION);
+                    config.headers.push((hyper::header::AUTHORIZATION, auth));
+                }
+                Ok::<_, RemoteError>((SseClient::connect(config, sink.clone()).await?, with_auth))
+            })
+            .await?;
+        // Opened with a token its caller no longer holds (revoked while it connected): its
+        // POSTs would carry that token as a fixed header. The session ends instead.
+        if *with_auth && auth.lock().is_none() {
+            client.close();
+            return Err(RemoteError::SessionLost);
+        }
+        Ok(client)
     }
 
     /// A session's `Authorization`, kept for everything the session sends.
@@ -201,7 +212,7 @@ impl Link {
                 auth: slot, conn, ..
             } => {
                 if slot.lock().take().is_some() {
-                    if let Some(c) = conn.get() {
+                    if let Some((c, _)) = conn.get() {
                         c.close();
                     }
                 }
@@ -228,7 +239,7 @@ impl Link {
         match self {
             Link::Streamable(c) => c.end_session().await,
             Link::Sse { conn, .. } => {
-                if let Some(c) = conn.get() {
+                if let Some((c, _)) = conn.get() {
                     c.close();
                 }
                 Ok(())

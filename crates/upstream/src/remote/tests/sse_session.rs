@@ -130,3 +130,75 @@ async fn an_sse_session_posts_with_its_callers_current_token() {
         .collect();
     assert_eq!(seen, expected);
 }
+
+/// A token the caller holds no more (its consent revoked) is never sent again by its open
+/// HTTP+SSE session: the next request ends the session instead (the caller opens another),
+/// and nothing more reaches the remote with it. Before, the stream's POSTs carried the token
+/// it was opened with for the session's life (review MEDIUM).
+#[tokio::test]
+async fn a_revoked_token_ends_the_callers_sse_session() {
+    use crate::outgoing_auth::oauth::{Backend, ClientSettings, Flows, OAuthConfig};
+    use crate::outgoing_auth::vault::VaultKeyMaterial;
+    let (url, seen) = sse_server().await;
+    let vault = crate::outgoing_auth::MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap());
+    let oauth = OAuthConfig {
+        backend: "svc".into(),
+        server_url: url.clone(),
+        scopes: Vec::new(),
+        client: ClientSettings::default(),
+        timeout: std::time::Duration::from_secs(1),
+    };
+    let backend = Backend::new(oauth, Arc::new(Flows::default()), Arc::new(vault)).unwrap();
+    let carol = Credential::bearer("incoming", "https://idp", "carol").unwrap();
+    let token = crate::outgoing_auth::UpstreamToken {
+        access_token: "at.carol".into(),
+        refresh_token: None,
+        expires_at: None,
+        issued_at: None,
+        scope: None,
+        issuer: "http://as.invalid".into(),
+        resource: url.clone(),
+        client_id: "c".into(),
+        client_secret: None,
+        client_auth: None,
+    };
+    backend.keep(carol.principal(), &token).await.unwrap();
+    let mut config = RemoteConfig::new(&url);
+    config.auth = OutgoingAuth::OAuth(backend.clone());
+    let endpoint = RemoteEndpoint::new(config)
+        .unwrap()
+        .with_transport(RemoteTransport::Sse);
+    let up = Upstream::Remote(RemoteUpstream::new(
+        &endpoint,
+        Mode::Session,
+        Arc::new(Quiet),
+    ));
+    let answer = (up
+        .call_as("k1", line("k1", "tools/list"), Some(&carol))
+        .await)
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(!answer.is_error(), "{answer:?}");
+    backend.forget(carol.principal()).await;
+    let after = up
+        .call_as("k2", line("k2", "tools/list"), Some(&carol))
+        .await;
+    let after = match after {
+        Ok(pending) => pending.await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    assert!(after.is_err(), "the session went on after the revocation");
+    let seen = seen.lock().clone();
+    let expected = [
+        ("GET", "Bearer at.carol"),
+        ("tools/list", "Bearer at.carol"),
+    ];
+    let expected: Vec<(String, String)> = (expected.iter())
+        .map(|(m, a)| (m.to_string(), a.to_string()))
+        .collect();
+    assert_eq!(
+        seen, expected,
+        "a request after the revocation reached the remote"
+    );
+}
