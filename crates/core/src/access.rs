@@ -161,6 +161,10 @@ pub(crate) trait Origins: Send + Sync + fmt::Debug {
     fn composite(&self, _tool: &str) -> bool {
         false
     }
+    /// Every item the merged lists hold of `backend`, with its origin.
+    fn items_of(&self, _backend: &BackendId) -> Vec<(Target, Origin)> {
+        Vec::new()
+    }
 }
 
 /// Authorization, rate limits and audit, all optional. The default admits everything and
@@ -311,6 +315,20 @@ impl Access {
         let composite = origins.is_some_and(|o| o.composite(tool));
         (origins.is_none() || origin.is_some() || composite)
             && self.allows(caller, "call_tool", &target, origin.as_ref())
+    }
+
+    /// Whether `caller`'s lists show anything of `backend` (always, without a policy): what
+    /// the gateway does on its own for a caller (a listen's warm processes, started as the
+    /// caller) reaches no backend the caller may use nothing of.
+    pub(crate) fn shows_any_of(
+        &self,
+        origins: &dyn Origins,
+        caller: &Principal,
+        backend: &BackendId,
+    ) -> bool {
+        !self.has_policy()
+            || (origins.items_of(backend).iter())
+                .any(|(target, origin)| self.allows_listed(caller, target, Some(origin), false))
     }
 
     /// Whether a list would show `target` to `principal`, with `origin` from the merged

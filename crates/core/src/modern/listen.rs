@@ -58,13 +58,15 @@ impl<'a> Adapters<'a> {
     /// capabilities can feed, each URI subscribed at the backend that serves it (where
     /// `resources/read` goes, and what admission judged), a URI no backend serves left out
     /// of the acknowledgement; list changes come from every backend's sink. The merged lists
-    /// are prepared by the caller; `may_subscribe` judges a URI for the caller.
+    /// are prepared by the caller; `may_subscribe` judges a URI for the caller, `may_use` a
+    /// backend (whether the caller may use anything of it: only there is a warm process
+    /// started for it, as the caller).
     pub(crate) async fn aggregated_listen(
         &self,
         caller: &crate::Principal,
         (id, msg): (&RequestId, &Message<'_>),
         stream: mpsc::Sender<Bytes>,
-        may_subscribe: impl Fn(&str) -> bool,
+        (may_subscribe, may_use): (impl Fn(&str) -> bool, impl Fn(&BackendId) -> bool),
     ) -> Result<Answer, CoreError> {
         let mut honoured = honoured(&self.mrtr.presented, Filter::parse(msg.params));
         let placed: Vec<(BackendId, String)> = std::mem::take(&mut honoured.uris)
@@ -92,6 +94,7 @@ impl<'a> Adapters<'a> {
         let keys: Vec<_> = (self.resolver.backends)
             .iter()
             .filter(|e| self.mrtr.spawner.for_backend(&e.id).is_some() && !e.modern_now())
+            .filter(|e| may_use(&e.id))
             .map(|e| crate::mrtr::PartitionKey::of(caller, msg, &e.id))
             .collect();
         let credential = caller.credential.as_ref();

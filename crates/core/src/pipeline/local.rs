@@ -280,14 +280,13 @@ impl<'a> LocalAnswers<'a> {
             if let Err(e) = self.prepare(msg).await {
                 return Some(Err(e));
             }
-            let may_subscribe = |uri: &str| {
-                self.gateway
-                    .config
-                    .access
-                    .may_watch(Some(self.vmcp as &dyn Origins), caller, uri)
-            };
+            let access = &self.gateway.config.access;
+            let may_subscribe =
+                |uri: &str| access.may_watch(Some(self.vmcp as &dyn Origins), caller, uri);
+            let may_use = |b: &crate::BackendId| access.shows_any_of(self.vmcp, caller, b);
             let listen = self.gateway.modern();
-            let listening = listen.aggregated_listen(caller, (id, msg), stream, may_subscribe);
+            let judge = (may_subscribe, may_use);
+            let listening = listen.aggregated_listen(caller, (id, msg), stream, judge);
             return Some(Box::pin(listening).await);
         }
         if let Some(kind) = list_kind(name) {

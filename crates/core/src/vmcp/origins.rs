@@ -66,4 +66,29 @@ impl Origins for Vmcp {
     fn composite(&self, tool: &str) -> bool {
         self.composites.contains(tool)
     }
+
+    fn items_of(&self, backend: &crate::BackendId) -> Vec<(Target, Origin)> {
+        type Wrap = fn(String) -> Target;
+        let wrap: [(Kind, Wrap); 4] = [
+            (Kind::Tools, Target::Tool),
+            (Kind::Prompts, Target::Prompt),
+            (Kind::Resources, Target::resource),
+            (Kind::ResourceTemplates, Target::ResourceTemplate),
+        ];
+        let mut items = Vec::new();
+        for (kind, target) in wrap {
+            let Some(view) = self.current(kind) else {
+                continue;
+            };
+            let of = view.all.entries().iter().filter(|e| e.backend == *backend);
+            items.extend(of.map(|e| {
+                let origin = Origin {
+                    backend: backend.clone(),
+                    original: e.original.to_string(),
+                };
+                (target(e.exposed.to_string()), origin)
+            }));
+        }
+        items
+    }
 }

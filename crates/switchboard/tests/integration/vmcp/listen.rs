@@ -109,3 +109,58 @@ async fn a_list_change_of_one_callers_bridged_process_reaches_no_listen() {
         "the bridged call's list change reached the listen: {next}"
     );
 }
+
+/// A listen starts a warm process, as its caller, only on the per-session backends the
+/// caller may use something of: the policy forbids alice everything of `alpha`, so her listen
+/// starts one on `beta` alone. Once her own call's list change on that process reaches the
+/// listen (it was registered there, after every start), one partition is live. Before, one was
+/// started on every per-session backend, `alpha` included, handshaken as her (review LOW).
+#[tokio::test]
+async fn a_listen_starts_no_process_on_a_backend_its_caller_may_not_use() {
+    const KEY: &str = "alice-listen-policy-key-0123456789";
+    let dir = super::Dir::new("listen-policy-files");
+    let policy = dir.write(
+        "policy.cedar",
+        "permit(principal, action, resource);\n\
+         forbid(principal, action, resource)\n  \
+         when { resource has backend && resource.backend == \"alpha\" };\n",
+    );
+    let legacy = "    args: [fixture, --era, legacy]\n    isolation: per-session\n";
+    let entry = |name: &str| format!("  - name: {name}\n    command: {}\n{legacy}", super::SB);
+    let yaml = format!(
+        "auth:\n  apiKeys:\n    - {{name: alice, key: {KEY}}}\npolicy: {{file: {}}}\nbackends:\n{}{}",
+        policy.display(),
+        entry("alpha"),
+        entry("beta")
+    );
+    let served = serve("listen-policy", &yaml, None).await;
+    let gw = &served.gw;
+    let notifications = json!({"toolsListChanged": true});
+    let resp = super::listen_with(gw, notifications, json!({}), Some(KEY)).await;
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resp.bytes_stream(),
+    ));
+    let ack = next_message(&mut events).await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    let params = json!({"name": "beta_trigger", "arguments": {"kind": "tools_list_changed"}});
+    let auth = format!("Bearer {KEY}");
+    let r = super::modern(
+        gw,
+        json!(1),
+        "tools/call",
+        params,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert!(r.text.contains("\"result\""), "{}", r.text);
+    let next = next_message(&mut events).await;
+    assert_eq!(next["method"], "notifications/tools/list_changed", "{next}");
+    let stats = crate::common::stats_as(gw, Some(KEY)).await;
+    assert_eq!(
+        stats["partitions"], 1,
+        "a process was started on alpha: {stats}"
+    );
+}
