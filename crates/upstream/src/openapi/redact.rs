@@ -2,7 +2,8 @@
 //! API that echoes its request (a debug endpoint, an error page quoting the headers) would
 //! otherwise hand the backend's credential to whoever calls it. Each value, the token after
 //! an `Authorization` scheme (`Bearer`, `Basic`, `Token`; a Basic token's decoded
-//! `user:password` and password too), and their JSON-escaped forms (`/` as `\/` included)
+//! `user:password` and password too), and their JSON-escaped forms (`/` as `\/` included,
+//! and every other character as `\uXXXX`) and percent-encoded forms
 //! are replaced by `[redacted]` in every response body before it becomes a result, success
 //! or error. Values shorter than [`MIN_SECRET`] bytes are left alone: they would mangle
 //! ordinary text and cannot be secrets worth the name.
@@ -88,7 +89,9 @@ fn basic_parts(token: &[u8]) -> Vec<Vec<u8>> {
     [Some(decoded), password].into_iter().flatten().collect()
 }
 
-/// `s` as sent, as JSON writes it inside a string, and with `/` escaped as `\/`.
+/// `s` as sent, as JSON writes it inside a string, with `/` escaped as `\/`, with every
+/// character but letters and digits escaped as `\uXXXX` (as .NET's encoder writes `+`), and
+/// percent-encoded (as an echoed URL or form carries it); hex digits in either case.
 fn forms(s: &[u8]) -> Vec<Vec<u8>> {
     let mut out = vec![s.to_vec()];
     if let Ok(text) = std::str::from_utf8(s) {
@@ -100,6 +103,27 @@ fn forms(s: &[u8]) -> Vec<Vec<u8>> {
         out.push(escaped.as_bytes().to_vec());
         out.push(escaped.replace('/', "\\/").into_bytes());
     }
+    let plain = |b: &u8| b.is_ascii_alphanumeric();
+    let unreserved = |b: &u8| b.is_ascii_alphanumeric() || b"-._~".contains(b);
+    for upper in [true, false] {
+        let hex = |b: u8| match upper {
+            true => format!("{b:02X}"),
+            false => format!("{b:02x}"),
+        };
+        let each = |keep: &dyn Fn(&u8) -> bool, prefix: &str| -> Vec<u8> {
+            let mut form = Vec::with_capacity(s.len() * 3);
+            for b in s {
+                match keep(b) {
+                    true => form.push(*b),
+                    false => form.extend(format!("{prefix}{}", hex(*b)).bytes()),
+                }
+            }
+            form
+        };
+        out.push(each(&plain, "\\u00"));
+        out.push(each(&unreserved, "%"));
+    }
+    out.retain(|f| !f.is_empty());
     out
 }
 
@@ -166,6 +190,23 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains(&token), "{out}");
+    }
+
+    /// A value echoed with its other characters `\uXXXX`-escaped (.NET's JSON encoder writes
+    /// `+` as `\u002B`) or percent-encoded (in an echoed URL), in either hex case, is
+    /// redacted too. Before, only the raw and the JSON-escaped forms were (review LOW).
+    #[test]
+    fn unicode_escaped_and_percent_encoded_values_are_redacted() {
+        let r = redactor(&[("x-api-key", "abc+def==")]);
+        for echoed in [
+            "abc\\u002Bdef\\u003D\\u003D",
+            "abc\\u002bdef\\u003d\\u003d",
+            "abc%2Bdef%3D%3D",
+            "abc%2bdef%3d%3d",
+        ] {
+            let body = format!("{{\"echo\":\"{echoed}\"}}");
+            assert_eq!(apply(&r, &body), r#"{"echo":"[redacted]"}"#, "{echoed}");
+        }
     }
 
     #[test]
