@@ -330,7 +330,14 @@ pub(crate) fn merge_headers<'a>(
 }
 
 pub(crate) fn connector(connect_timeout: Duration) -> hyper_rustls::HttpsConnector<HttpConnector> {
-    let mut http = HttpConnector::new();
+    connector_over(HttpConnector::new(), connect_timeout)
+}
+
+/// [`connector`] over `http` (a connector with a resolver of its own).
+pub(crate) fn connector_over<R>(
+    mut http: HttpConnector<R>,
+    connect_timeout: Duration,
+) -> hyper_rustls::HttpsConnector<HttpConnector<R>> {
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));

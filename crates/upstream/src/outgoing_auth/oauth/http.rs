@@ -7,8 +7,9 @@
 //! `authorization_servers`, the authorization server's endpoints), so a hostile backend
 //! chooses them. A backend that is not itself on this host or a private network cannot send
 //! the gateway to one: loopback, private, link-local, shared-address and unique-local
-//! addresses written as IP literals, and `localhost`, are refused for it. (A host name that
-//! resolves to such an address is not caught here.)
+//! addresses written as IP literals, and `localhost`, are refused for it; so is a host name
+//! that resolves only to such addresses ([`Resolve`]: the addresses connected to are the
+//! ones checked, so a name that rebinds between two lookups gains nothing).
 
 use std::time::Duration;
 
@@ -27,7 +28,10 @@ const MAX_BODY: usize = 256 * 1024;
 /// The pool and the deadline of one request.
 #[derive(Clone)]
 pub(crate) struct Http {
-    client: crate::remote::Client,
+    client: hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector<Resolve>>,
+        Full<Bytes>,
+    >,
     timeout: Duration,
     /// The backend is itself on this host or a private network: its OAuth endpoints may be.
     local_backend: bool,
@@ -50,14 +54,18 @@ pub(crate) struct Answer {
 impl Http {
     /// The client for the OAuth endpoints of the backend at `server_url`.
     pub(crate) fn new(timeout: Duration, server_url: &str) -> Self {
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .build(crate::remote::connector(timeout));
         let local_backend = crate::remote::url::parse_noting(server_url)
             .ok()
             .and_then(|(u, _)| u.host().map(local_host))
             .unwrap_or(false);
+        let resolve = Resolve {
+            allow_local: local_backend,
+        };
+        let http = hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(resolve);
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(crate::remote::connector_over(http, timeout));
         Http {
             client,
             timeout,
@@ -142,6 +150,47 @@ impl Http {
         tokio::time::timeout(self.timeout, once)
             .await
             .map_err(|_| OutgoingAuthError::Timeout)?
+    }
+}
+
+/// The system's resolver, keeping for a backend that is not itself on this host or a private
+/// network (`allow_local` false) only the addresses [`local_host`] does not refuse: none
+/// left is a failed lookup, and nothing is connected to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resolve {
+    allow_local: bool,
+}
+
+type Resolved = std::vec::IntoIter<std::net::SocketAddr>;
+
+impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for Resolve {
+    type Response = Resolved;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Resolved, std::io::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), std::io::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
+        let allow_local = self.allow_local;
+        Box::pin(async move {
+            let found = tokio::net::lookup_host((name.as_str(), 0)).await?;
+            let kept: Vec<_> = found
+                .filter(|a| allow_local || !local_host(&a.ip().to_string()))
+                .collect();
+            if kept.is_empty() {
+                return Err(std::io::Error::other(
+                    "the name resolves only to this host or a private network",
+                ));
+            }
+            Ok(kept.into_iter())
+        })
     }
 }
 
@@ -269,6 +318,25 @@ mod tests {
             assert!(local.may_reach(uri), "{uri}");
         }
         assert!(public.may_reach(&elsewhere));
+    }
+
+    /// A name the system resolves to this host (`localhost`, by its hosts file) is no
+    /// address at all for a public backend's OAuth requests; for a backend on this host it
+    /// is. Before, only IP literals and the name `localhost` itself were refused (review).
+    #[tokio::test]
+    async fn a_name_resolving_to_this_host_resolves_to_nothing_for_a_public_backend() {
+        use tower_service::Service as _;
+        let name = |n: &str| n.parse::<hyper_util::client::legacy::connect::dns::Name>();
+        let mut public = Resolve { allow_local: false };
+        let refused = public.call(name("localhost").unwrap()).await;
+        assert!(refused.is_err(), "{refused:?}");
+        let mut local = Resolve { allow_local: true };
+        let found: Vec<_> = local
+            .call(name("localhost").unwrap())
+            .await
+            .unwrap()
+            .collect();
+        assert!(found.iter().all(|a| a.ip().is_loopback()) && !found.is_empty());
     }
 
     #[tokio::test]
