@@ -16,6 +16,7 @@ mod body;
 mod callers;
 mod error;
 mod facts;
+mod link;
 mod listen;
 mod sse_client;
 mod upstream;
