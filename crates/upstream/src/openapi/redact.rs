@@ -2,8 +2,8 @@
 //! API that echoes its request (a debug endpoint, an error page quoting the headers) would
 //! otherwise hand the backend's credential to whoever calls it. Each value, the token after
 //! an `Authorization` scheme (`Bearer`, `Basic`, `Token`; a Basic token's decoded
-//! `user:password` and password too), and their JSON-escaped forms (`/` as `\/` included,
-//! and every other character as `\uXXXX`) and percent-encoded forms
+//! `user:password` and password too), each byte as sent or JSON-escaped (`\uXXXX`, `\/`,
+//! `\"`, `\\`) or percent-encoded, each its own way (encoders escape different characters),
 //! are replaced by `[redacted]` in every response body before it becomes a result, success
 //! or error. Values shorter than [`MIN_SECRET`] bytes are left alone: they would mangle
 //! ordinary text and cannot be secrets worth the name.
@@ -11,7 +11,6 @@
 use base64::Engine as _;
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
-use memchr::memmem::Finder;
 
 /// What replaces a secret.
 const MARK: &[u8] = b"[redacted]";
@@ -20,10 +19,11 @@ pub(crate) const MIN_SECRET: usize = 4;
 /// Schemes whose token is searched for on its own.
 const SCHEMES: [&str; 3] = ["bearer", "basic", "token"];
 
-/// Every form of every configured value, longest first.
+/// Every configured value, each byte of it as sent or in any escape an encoder may have
+/// chosen for it ([`byte_pattern`]), in one pattern: longest value first.
 #[derive(Default)]
 pub(crate) struct Redactor {
-    needles: Vec<Finder<'static>>,
+    pattern: Option<regex::bytes::Regex>,
 }
 
 impl Redactor {
@@ -39,33 +39,54 @@ impl Redactor {
                 }
             }
         }
-        let mut all: Vec<Vec<u8>> = Vec::new();
-        for one in raw {
-            for form in forms(&one) {
-                if form.len() >= MIN_SECRET && !all.contains(&form) {
-                    all.push(form);
-                }
-            }
-        }
-        all.sort_by_key(|n| std::cmp::Reverse(n.len()));
-        Redactor {
-            needles: all
-                .into_iter()
-                .map(|n| Finder::new(&n).into_owned())
-                .collect(),
-        }
+        raw.retain(|v| v.len() >= MIN_SECRET);
+        raw.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        raw.dedup();
+        let alternatives: Vec<String> = (raw.iter())
+            .map(|v| v.iter().map(|b| byte_pattern(*b)).collect())
+            .collect();
+        let pattern = (!alternatives.is_empty())
+            .then(|| regex::bytes::Regex::new(&alternatives.join("|")).ok())
+            .flatten();
+        Redactor { pattern }
     }
 
-    /// `body` with every occurrence of every form replaced (the same bytes if none occurs).
+    /// `body` with every occurrence of every value replaced (the same bytes if none occurs).
     pub(crate) fn apply(&self, body: Bytes) -> Bytes {
-        let mut body = body;
-        for needle in &self.needles {
-            if let Some(replaced) = replace(&body, needle) {
-                body = Bytes::from(replaced);
-            }
+        let Some(pattern) = &self.pattern else {
+            return body;
+        };
+        match pattern.replace_all(&body, MARK) {
+            std::borrow::Cow::Borrowed(_) => body,
+            std::borrow::Cow::Owned(replaced) => Bytes::from(replaced),
         }
-        body
     }
+}
+
+/// One byte of a secret as an echo may spell it: as sent; JSON-escaped as `\uXXXX` (an ASCII
+/// byte; .NET escapes `+` so, Go `<>&`), as `\/`, `\"` or `\\`; or percent-encoded (an
+/// echoed URL or form); hex digits in either case. Encoders escape some characters and
+/// not others, so each byte may be spelled its own way.
+fn byte_pattern(b: u8) -> String {
+    let hex = |n: u8| {
+        let (upper, lower) = (format!("{n:X}"), format!("{n:x}"));
+        match upper == lower {
+            true => upper,
+            false => format!("[{upper}{lower}]"),
+        }
+    };
+    let escaped = format!("{}{}", hex(b >> 4), hex(b & 0xf));
+    let mut forms = vec![format!("\\x{b:02x}"), format!("%{escaped}")];
+    if b.is_ascii() {
+        forms.push(format!("\\\\u00{escaped}"));
+    }
+    match b {
+        b'/' => forms.push("\\\\/".to_owned()),
+        b'"' => forms.push("\\\\\"".to_owned()),
+        b'\\' => forms.push("\\\\\\\\".to_owned()),
+        _ => {}
+    }
+    format!("(?-u:{})", forms.join("|"))
 }
 
 /// `Bearer abc` → (`Bearer`, `abc`), for the schemes in [`SCHEMES`].
@@ -87,59 +108,6 @@ fn basic_parts(token: &[u8]) -> Vec<Vec<u8>> {
         .position(|b| *b == b':')
         .map(|i| decoded[i + 1..].to_vec());
     [Some(decoded), password].into_iter().flatten().collect()
-}
-
-/// `s` as sent, as JSON writes it inside a string, with `/` escaped as `\/`, with every
-/// character but letters and digits escaped as `\uXXXX` (as .NET's encoder writes `+`), and
-/// percent-encoded (as an echoed URL or form carries it); hex digits in either case.
-fn forms(s: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = vec![s.to_vec()];
-    if let Ok(text) = std::str::from_utf8(s) {
-        let quoted = serde_json::to_string(text).unwrap_or_default();
-        let escaped = quoted
-            .strip_prefix('"')
-            .and_then(|q| q.strip_suffix('"'))
-            .unwrap_or("");
-        out.push(escaped.as_bytes().to_vec());
-        out.push(escaped.replace('/', "\\/").into_bytes());
-    }
-    let plain = |b: &u8| b.is_ascii_alphanumeric();
-    let unreserved = |b: &u8| b.is_ascii_alphanumeric() || b"-._~".contains(b);
-    for upper in [true, false] {
-        let hex = |b: u8| match upper {
-            true => format!("{b:02X}"),
-            false => format!("{b:02x}"),
-        };
-        let each = |keep: &dyn Fn(&u8) -> bool, prefix: &str| -> Vec<u8> {
-            let mut form = Vec::with_capacity(s.len() * 3);
-            for b in s {
-                match keep(b) {
-                    true => form.push(*b),
-                    false => form.extend(format!("{prefix}{}", hex(*b)).bytes()),
-                }
-            }
-            form
-        };
-        out.push(each(&plain, "\\u00"));
-        out.push(each(&unreserved, "%"));
-    }
-    out.retain(|f| !f.is_empty());
-    out
-}
-
-fn replace(hay: &[u8], needle: &Finder<'_>) -> Option<Vec<u8>> {
-    let mut hits = needle.find_iter(hay).peekable();
-    hits.peek()?;
-    let len = needle.needle().len();
-    let mut out = Vec::with_capacity(hay.len());
-    let mut last = 0;
-    for at in hits {
-        out.extend_from_slice(&hay[last..at]);
-        out.extend_from_slice(MARK);
-        last = at + len;
-    }
-    out.extend_from_slice(&hay[last..]);
-    Some(out)
 }
 
 #[cfg(test)]
@@ -192,21 +160,31 @@ mod tests {
         assert!(!out.contains(&token), "{out}");
     }
 
-    /// A value echoed with its other characters `\uXXXX`-escaped (.NET's JSON encoder writes
-    /// `+` as `\u002B`) or percent-encoded (in an echoed URL), in either hex case, is
-    /// redacted too. Before, only the raw and the JSON-escaped forms were (review LOW).
+    /// A value echoed with some of its characters `\\uXXXX`-escaped (.NET's JSON encoder
+    /// writes `abc+def==` as `abc\\u002Bdef==`), or percent-encoded (an echoed URL), in
+    /// either hex case, and each character its own way, is redacted too. Before, only the raw
+    /// and the JSON-escaped forms were (review LOW), then only the form escaping every one.
     #[test]
     fn unicode_escaped_and_percent_encoded_values_are_redacted() {
         let r = redactor(&[("x-api-key", "abc+def==")]);
         for echoed in [
-            "abc\\u002Bdef\\u003D\\u003D",
-            "abc\\u002bdef\\u003d\\u003d",
+            "abc\\u002Bdef==",
+            "abc\\u002bdef\\u003D=",
             "abc%2Bdef%3D%3D",
-            "abc%2bdef%3d%3d",
+            "abc%2bdef==",
+            "\\u0061bc+def==",
         ] {
             let body = format!("{{\"echo\":\"{echoed}\"}}");
             assert_eq!(apply(&r, &body), r#"{"echo":"[redacted]"}"#, "{echoed}");
         }
+    }
+
+    /// A value too short to be a secret is not searched for in any spelling: `/v` percent-
+    /// encoded is four bytes, and ordinary paths must stay as they are.
+    #[test]
+    fn a_short_value_is_short_in_every_spelling() {
+        let r = redactor(&[("x-prefix", "/v")]);
+        assert_eq!(apply(&r, "GET %2Fv/x and /v/x"), "GET %2Fv/x and /v/x");
     }
 
     #[test]
