@@ -249,7 +249,8 @@ pub(crate) fn share_of(max: usize) -> usize {
     (max / 8).max(1 << CAPABILITIES.len()).min(max.max(1))
 }
 
-/// The free partitions kept for principals within their share: a quarter of the table.
+/// The free partitions kept for principals within their share: a quarter of the table (and a
+/// principal past its share holds at most half of it).
 /// Without it, one caller's open listens (each holds a partition per per-session backend)
 /// and capability sets could fill the table, and every other caller's Modern requests would
 /// be refused; with it, a caller past its share still uses what nobody needs (a lone user,
@@ -290,9 +291,11 @@ impl Partitions {
         let mut cells = self.cells.lock();
         let mut reaped = Vec::new();
         let mine = |k: &Key| k.principal == key.principal;
+        // Past its share, a principal takes free room above the reserve, up to half the
+        // table: however few principals collude, the others keep room.
         let past_share = |cells: &HashMap<Key, Cell>| {
-            cells.keys().filter(|k| mine(k)).count() >= self.share
-                && cells.len() + self.reserve >= self.max
+            let held = cells.keys().filter(|k| mine(k)).count();
+            held >= self.share && (cells.len() + self.reserve >= self.max || held >= self.max / 2)
         };
         if !cells.contains_key(key) {
             if past_share(&cells) {

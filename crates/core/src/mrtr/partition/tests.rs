@@ -13,72 +13,103 @@ fn key(principal: &str, backend: &str, caps: u8) -> Key {
     }
 }
 
-/// One caller past its share (8 of 16: its listens on eight capability sets, say) still takes
+/// One caller past its share (8 of 32: its listens on eight capability sets, say) still takes
 /// free partitions, but never the last quarter of the table: those stay for callers within
 /// their share. Before, only the whole table was bounded: one caller could fill it and every
 /// other caller's Modern requests were refused (review).
 #[test]
 fn one_caller_cannot_take_the_whole_table() {
-    let partitions = Partitions::new(16, Duration::from_secs(60));
-    assert_eq!((share_of(16), reserve_of(16)), (8, 4));
+    let partitions = Partitions::new(32, Duration::from_secs(60));
+    assert_eq!((share_of(32), reserve_of(32)), (8, 8));
     let mut held = Vec::new();
-    for (backend, caps) in (0..12).map(|i| (["a", "b"][i / 8], (i % 8) as u8)) {
-        let (cell, _) = (partitions.cell(&key("alice", backend, caps))).expect("free room");
-        held.push(cell);
+    for (who, backend) in [("bob", "a"), ("carol", "a")] {
+        for caps in 0..8 {
+            held.push(
+                partitions
+                    .cell(&key(who, backend, caps))
+                    .expect("their share"),
+            );
+        }
     }
-    let refused = partitions.cell(&key("alice", "c", 0));
+    for caps in 0..8 {
+        held.push(
+            partitions
+                .cell(&key("alice", "a", caps))
+                .expect("her share"),
+        );
+    }
+    // 24 of 32 taken: alice, past her share, is refused the reserve.
+    let refused = partitions.cell(&key("alice", "b", 0));
     assert!(
         matches!(refused, Err(CoreError::PartitionShare(8))),
         "{refused:?}"
     );
     // A key that is hers already is no new partition.
     assert!(partitions.cell(&key("alice", "a", 3)).is_ok());
-    for caps in 0..4 {
-        let bob = partitions.cell(&key("bob", "a", caps));
+    for caps in 0..8 {
+        let dave = partitions.cell(&key("dave", "a", caps));
         assert!(
-            bob.is_ok(),
-            "the reserve is for callers within their share: {bob:?}"
+            dave.is_ok(),
+            "the reserve is for callers within their share: {dave:?}"
         );
     }
-    // Full now: one of hers let go of (an abandoned start) is reaped for her, but the free
-    // place it leaves is in the reserve.
+    // Full now (dave's let go of, but idle ones are reaped only for a full table): one of
+    // hers let go of (an abandoned start) is reaped for her, and within her share again she
+    // gets a place; dave's idle ones are left alone.
     drop(held.pop());
-    let refused = partitions.cell(&key("alice", "c", 0));
-    assert!(
-        matches!(refused, Err(CoreError::PartitionShare(8))),
-        "{refused:?}"
-    );
-    assert_eq!(partitions.len(), 15);
+    assert!(partitions.cell(&key("alice", "c", 0)).is_ok());
+    assert_eq!(partitions.len(), 32);
 }
 
 /// Making room within a caller's share reaps only that caller's idle partitions: another
 /// caller's, idle too, are left alone (the review found every caller's reaped for it).
 #[test]
 fn a_caller_past_its_share_reaps_only_its_own() {
-    let partitions = Partitions::new(16, Duration::from_secs(60));
+    let partitions = Partitions::new(32, Duration::from_secs(60));
     // Bob's two, started and let go of (abandoned starts: idle, reapable).
     for caps in 0..2 {
         drop(partitions.cell(&key("bob", "a", caps)).expect("room"));
     }
     let mut held = Vec::new();
-    for caps in 0..8 {
-        held.push(partitions.cell(&key("alice", "a", caps)).expect("room"));
+    for i in 0..16u8 {
+        let backend = ["a", "b"][usize::from(i / 8)];
+        held.push(
+            partitions
+                .cell(&key("alice", backend, i % 8))
+                .expect("room"),
+        );
     }
-    for caps in 0..2 {
-        held.push(partitions.cell(&key("alice", "b", caps)).expect("room"));
-    }
-    // 12 of 16 taken (bob's 2 idle ones among them): alice, past her share, is refused the
-    // reserve, and bob's idle partitions are still there.
-    let refused = partitions.cell(&key("alice", "b", 2));
+    // Alice holds half the table: refused, and bob's idle partitions are still there.
+    let refused = partitions.cell(&key("alice", "c", 0));
     assert!(
         matches!(refused, Err(CoreError::PartitionShare(8))),
         "{refused:?}"
     );
     assert_eq!(
         partitions.len(),
-        12,
+        18,
         "bob's idle partitions were reaped for alice"
     );
+}
+
+/// A principal past its share stops at half the table, even with room above the reserve:
+/// two or three colluding principals cannot hold it all (review: one could hold 96 of 128,
+/// and two more their shares, leaving nothing).
+#[test]
+fn a_principal_past_its_share_holds_at_most_half() {
+    let partitions = Partitions::new(128, Duration::from_secs(60));
+    let mut held = Vec::new();
+    for i in 0..64u8 {
+        let backend = format!("b{}", i / 8);
+        let got = partitions.cell(&key("alice", &backend, i % 8));
+        held.push(got.expect("room below half the table"));
+    }
+    let refused = partitions.cell(&key("alice", "b8", 0));
+    assert!(
+        matches!(refused, Err(CoreError::PartitionShare(16))),
+        "{refused:?}"
+    );
+    assert!(partitions.cell(&key("bob", "b0", 0)).is_ok());
 }
 
 /// The share is an eighth of the table, at least the eight capability sets of one backend,
