@@ -267,11 +267,13 @@ fn first_round(params: &RawValue) -> Option<Box<RawValue>> {
 }
 
 /// Whether a params member is one the relay alone sets: `requestState` or `inputResponses`
-/// as a backend that matches keys loosely reads them (`RequestState`, `reque\u{17f}tState`),
-/// so a client cannot hand a Modern backend a state of its own making.
+/// as a backend that matches keys loosely reads them (`RequestState`, `reque\u{17f}tState`,
+/// `request_state`), so a client cannot hand a Modern backend a state of its own making.
 fn relay_owned(key: &str) -> bool {
-    switchboard_wire::keys_fold_equal(key, "requestState")
-        || switchboard_wire::keys_fold_equal(key, "inputResponses")
+    // `request_state`, `input-responses`: what a model with camel-case aliases also reads.
+    let bare: String = key.chars().filter(|c| !matches!(c, '_' | '-')).collect();
+    switchboard_wire::keys_fold_equal(&bare, "requestState")
+        || switchboard_wire::keys_fold_equal(&bare, "inputResponses")
 }
 
 /// The original params with this round's `inputResponses` (replacing the last round's) and
@@ -325,7 +327,7 @@ mod tests {
     #[test]
     fn a_loosely_spelled_request_state_never_reaches_the_backend() {
         let p = RawValue::from_string(
-            r#"{"name":"t","RequestState":"forged","inputresponses":{"a":{}},"requeſtState":"x","arguments":{"n":1}}"#
+            r#"{"name":"t","RequestState":"forged","inputresponses":{"a":{}},"requeſtState":"x","request_state":"y","input-responses":{},"arguments":{"n":1}}"#
                 .to_owned(),
         )
         .unwrap();
