@@ -276,16 +276,21 @@ const LOADER: [&str; 12] = [
 /// path) outside the sandbox. Refused; a wrapper inside the sandbox can set one.
 fn loader_env(b: &Backend<'_>) -> Vec<ConfigError> {
     let loader = |k: &str| k.starts_with("LD_") || LOADER.contains(&k);
-    (b.env.iter())
-        .filter(|(k, _)| loader(k))
-        .map(|(k, _)| {
-            ConfigError::new(
-                &format!("{}.env.{k}", b.at),
+    let mut errors = Vec::new();
+    for (k, _) in b.env {
+        let why = match k.as_str() {
+            // `A=B` as a name would set the variable `A` (with `B=` before its value).
+            "" => "an empty variable name",
+            k if k.contains('=') || k.contains('\0') => "not a variable name (`=` or NUL in it)",
+            k if loader(k) => {
                 "a sandboxed backend's environment is its launchers' too, on the host: the \
-                 dynamic loader's variables are refused (set it in a wrapper inside the sandbox)",
-            )
-        })
-        .collect()
+                 dynamic loader's variables are refused (set it in a wrapper inside the sandbox)"
+            }
+            _ => continue,
+        };
+        errors.push(ConfigError::new(&format!("{}.env.{k}", b.at), why));
+    }
+    errors
 }
 
 fn limits(settings: &SandboxSettings, at: &str, errors: &mut Vec<ConfigError>) -> Limits {

@@ -202,6 +202,7 @@ fn loader_variables_are_refused_in_a_sandboxed_env() {
         ("GLIBC_TUNABLES", "glibc.malloc.check=1"),
         ("LD_LIBRARY_PATH", "/srv/out"),
         ("NODE_OPTIONS", "--max-old-space-size=512"),
+        ("GLIBC_TUNABLES=glibc.malloc.check", "1"),
     ]
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .into();
@@ -219,7 +220,8 @@ fn loader_variables_are_refused_in_a_sandboxed_env() {
         [
             "backends[0].env.LD_PRELOAD",
             "backends[0].env.GLIBC_TUNABLES",
-            "backends[0].env.LD_LIBRARY_PATH"
+            "backends[0].env.LD_LIBRARY_PATH",
+            "backends[0].env.GLIBC_TUNABLES=glibc.malloc.check"
         ]
     );
 }
