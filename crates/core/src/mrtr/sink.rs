@@ -35,7 +35,7 @@ pub(crate) struct CallSink {
     pub(crate) registry: Weak<Registry>,
     pub(crate) log: Arc<parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>>,
     /// A partition's own listen streams (its principal's only); `None` for a dedicated
-    /// process, whose payload-free list changes go to every Modern listen stream.
+    /// process, whose list changes (its one call's business) reach no listen.
     pub(crate) listeners: Option<Arc<ModernListeners>>,
     /// A partition's calls that declared no input capability, running now.
     pub(crate) plain: Option<super::Plain>,
