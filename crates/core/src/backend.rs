@@ -287,6 +287,20 @@ pub(crate) fn refused(method: &str, error: &str) -> String {
     }
 }
 
+/// One page of a list the gateway asked for itself (`method`), as its result's JSON; why not,
+/// in words for the log (never the backend's own: [`refused`]).
+pub(crate) fn list_page(
+    method: &str,
+    answer: Result<BackendResponse, CoreError>,
+) -> Result<serde_json::Value, String> {
+    let answer = answer.map_err(|e| format!("{method} failed: {e}"))?;
+    if answer.is_error() {
+        return Err(refused(method, answer.payload()));
+    }
+    serde_json::from_str(answer.payload())
+        .map_err(|e| format!("{method} answered unreadable JSON: {e}"))
+}
+
 /// A backend that let a handshake step pass unanswered.
 pub(crate) fn no_answer(name: &str, limit: Duration) -> CoreError {
     CoreError::BackendInit(format!(

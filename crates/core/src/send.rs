@@ -317,16 +317,9 @@ impl Sender {
         if let Some(c) = cursor {
             params["cursor"] = json!(c);
         }
-        let answer = self
-            .internal_call(backends, backend, method, params)
-            .await
-            .map_err(|e| format!("{method} failed: {e}"))?;
-        if answer.is_error() {
-            // Never the backend's words: this goes to the log, and they may quote a secret.
-            return Err(crate::backend::refused(method, answer.payload()));
-        }
-        serde_json::from_str(answer.payload())
-            .map_err(|e| format!("{method} answered unreadable JSON: {e}"))
+        let answer = self.internal_call(backends, backend, method, params).await;
+        // Never the backend's words: this goes to the log, and they may quote a secret.
+        crate::backend::list_page(method, answer)
     }
 }
 

@@ -318,14 +318,8 @@ impl Vmcp {
                     Some(c) => json!({ "cursor": c }),
                     None => json!({}),
                 };
-                let answer = crate::backend::call(handle, method, params, deadline)
-                    .await
-                    .map_err(|e| format!("{method} failed: {e}"))?;
-                if answer.is_error() {
-                    return Err(crate::backend::refused(method, answer.payload()));
-                }
-                serde_json::from_str(answer.payload())
-                    .map_err(|e| format!("{method} answered unreadable JSON: {e}"))
+                let answer = crate::backend::call(handle, method, params, deadline).await;
+                crate::backend::list_page(method, answer)
             }
         };
         super::pages::every_page(kind, page).await
