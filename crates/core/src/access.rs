@@ -161,9 +161,14 @@ pub(crate) trait Origins: Send + Sync + fmt::Debug {
     fn composite(&self, _tool: &str) -> bool {
         false
     }
-    /// Every item the merged lists hold of `backend`, with its origin.
-    fn items_of(&self, _backend: &BackendId) -> Vec<(Target, Origin)> {
-        Vec::new()
+    /// Whether `judge` holds for any item the merged lists hold of `backend` (with its
+    /// origin); the items after the first it holds for are not looked at.
+    fn any_item_of(
+        &self,
+        _backend: &BackendId,
+        _judge: &mut dyn FnMut(Target, Origin) -> bool,
+    ) -> bool {
+        false
     }
 }
 
@@ -327,8 +332,9 @@ impl Access {
         backend: &BackendId,
     ) -> bool {
         !self.has_policy()
-            || (origins.items_of(backend).iter())
-                .any(|(target, origin)| self.allows_listed(caller, target, Some(origin), false))
+            || origins.any_item_of(backend, &mut |target, origin| {
+                self.allows_listed(caller, &target, Some(&origin), false)
+            })
     }
 
     /// Whether a list would show `target` to `principal`, with `origin` from the merged

@@ -67,7 +67,11 @@ impl Origins for Vmcp {
         self.composites.contains(tool)
     }
 
-    fn items_of(&self, backend: &crate::BackendId) -> Vec<(Target, Origin)> {
+    fn any_item_of(
+        &self,
+        backend: &crate::BackendId,
+        judge: &mut dyn FnMut(Target, Origin) -> bool,
+    ) -> bool {
         type Wrap = fn(String) -> Target;
         let wrap: [(Kind, Wrap); 4] = [
             (Kind::Tools, Target::Tool),
@@ -75,20 +79,18 @@ impl Origins for Vmcp {
             (Kind::Resources, Target::resource),
             (Kind::ResourceTemplates, Target::ResourceTemplate),
         ];
-        let mut items = Vec::new();
-        for (kind, target) in wrap {
+        wrap.into_iter().any(|(kind, target)| {
             let Some(view) = self.current(kind) else {
-                continue;
+                return false;
             };
             let of = view.all.entries().iter().filter(|e| e.backend == *backend);
-            items.extend(of.map(|e| {
+            of.into_iter().any(|e| {
                 let origin = Origin {
                     backend: backend.clone(),
                     original: e.original.to_string(),
                 };
-                (target(e.exposed.to_string()), origin)
-            }));
-        }
-        items
+                judge(target(e.exposed.to_string()), origin)
+            })
+        })
     }
 }
