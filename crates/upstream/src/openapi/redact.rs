@@ -20,11 +20,14 @@ pub(crate) const MIN_SECRET: usize = 4;
 const SCHEMES: [&str; 3] = ["bearer", "basic", "token"];
 
 /// Every configured value, each byte of it as sent or in any escape an encoder may have
-/// chosen for it ([`byte_pattern`]), in one pattern: longest value first.
+/// chosen for it ([`byte_pattern`]): one pattern per value, longest value first.
 #[derive(Default)]
 pub(crate) struct Redactor {
-    pattern: Option<regex::bytes::Regex>,
+    patterns: Vec<regex::bytes::Regex>,
 }
+
+/// Room for a long credential's pattern (a 16 KB token's is a few MB compiled).
+const PATTERN_LIMIT: usize = 64 << 20;
 
 impl Redactor {
     pub(crate) fn new(headers: &[(HeaderName, HeaderValue)]) -> Self {
@@ -42,25 +45,33 @@ impl Redactor {
         raw.retain(|v| v.len() >= MIN_SECRET);
         raw.sort_by_key(|v| std::cmp::Reverse(v.len()));
         raw.dedup();
-        let alternatives: Vec<String> = (raw.iter())
-            .map(|v| v.iter().map(|b| byte_pattern(*b)).collect())
-            .collect();
-        let pattern = (!alternatives.is_empty())
-            .then(|| regex::bytes::Regex::new(&alternatives.join("|")).ok())
-            .flatten();
-        Redactor { pattern }
+        let patterns = raw.iter().filter_map(|v| pattern_of(v)).collect();
+        Redactor { patterns }
     }
 
     /// `body` with every occurrence of every value replaced (the same bytes if none occurs).
     pub(crate) fn apply(&self, body: Bytes) -> Bytes {
-        let Some(pattern) = &self.pattern else {
-            return body;
-        };
-        match pattern.replace_all(&body, MARK) {
-            std::borrow::Cow::Borrowed(_) => body,
-            std::borrow::Cow::Owned(replaced) => Bytes::from(replaced),
+        let mut body = body;
+        for pattern in &self.patterns {
+            if let std::borrow::Cow::Owned(replaced) = pattern.replace_all(&body, MARK) {
+                body = Bytes::from(replaced);
+            }
         }
+        body
     }
+}
+
+/// `value`'s pattern, every spelling of every byte; where that cannot be built (past
+/// [`PATTERN_LIMIT`]), its bytes as sent: never nothing.
+fn pattern_of(value: &[u8]) -> Option<regex::bytes::Regex> {
+    let build = |pattern: String| {
+        regex::bytes::RegexBuilder::new(&pattern)
+            .size_limit(PATTERN_LIMIT)
+            .build()
+    };
+    let every: String = value.iter().map(|b| byte_pattern(*b)).collect();
+    let exact: String = value.iter().map(|b| format!("(?-u:\\x{b:02x})")).collect();
+    build(every).or_else(|_| build(exact)).ok()
 }
 
 /// One byte of a secret as an echo may spell it: as sent; JSON-escaped as `\uXXXX` (an ASCII
@@ -185,6 +196,16 @@ mod tests {
     fn a_short_value_is_short_in_every_spelling() {
         let r = redactor(&[("x-prefix", "/v")]);
         assert_eq!(apply(&r, "GET %2Fv/x and /v/x"), "GET %2Fv/x and /v/x");
+    }
+
+    /// A long credential (a 4 KB JWT beside its Basic-style parts) still builds a pattern
+    /// and is redacted: nothing configured is silently left unsearched.
+    #[test]
+    fn a_long_value_is_redacted_too() {
+        let jwt = "eyJ".to_owned() + &"a1_-".repeat(1024);
+        let r = redactor(&[("authorization", &format!("Bearer {jwt}"))]);
+        assert_eq!(r.patterns.len(), 2, "the header value and its token");
+        assert_eq!(apply(&r, &format!("x {jwt} y")), "x [redacted] y");
     }
 
     #[test]
