@@ -197,8 +197,8 @@ impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for 
 /// Whether `host` (as a URI spells it) is `localhost` or an IP literal of this host or a
 /// private or reserved network: loopback, RFC 1918, link-local, CGNAT (100.64/10), "this
 /// network" (0/8), benchmarking (198.18/15), IETF protocol assignments (192.0.0/24),
-/// multicast and reserved (224/3), IPv6 unique-local (fc00::/7), link-local (fe80::/10) and
-/// multicast (ff00::/8);
+/// multicast and reserved (224/3), IPv6 unique-local (fc00::/7), link-local (fe80::/10),
+/// site-local (fec0::/10), multicast (ff00::/8) and local-use NAT64 (64:ff9b:1::/48);
 /// an IPv4 address inside an IPv6 one (mapped, compatible, NAT64 64:ff9b::/96, 6to4
 /// 2002::/16) counts as that IPv4 address.
 pub(crate) fn local_host(host: &str) -> bool {
@@ -210,11 +210,16 @@ pub(crate) fn local_host(host: &str) -> bool {
             Some(v4) => local_v4(v4),
             None => {
                 let first = v6.segments()[0];
+                let s = v6.segments();
                 v6.is_loopback()
                     || v6.is_unspecified()
                     || v6.is_multicast()
                     || (first & 0xfe00) == 0xfc00
                     || (first & 0xffc0) == 0xfe80
+                    || (first & 0xffc0) == 0xfec0
+                    // Local-use NAT64 (RFC 8215): a network's own translator, whose prefix
+                    // (a /48 to /64) places the IPv4 address elsewhere: all of it refused.
+                    || (s[0], s[1], s[2]) == (0x64, 0xff9b, 1)
             }
         },
         Err(_) => {
@@ -239,8 +244,7 @@ fn local_v4(v4: std::net::Ipv4Addr) -> bool {
 }
 
 /// The IPv4 address an IPv6 one carries, where a host or a translator reaches it: mapped
-/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`, and the
-/// local-use `64:ff9b:1::/48`, RFC 8215, with the address in its last 32 bits) or 6to4
+/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`) or 6to4
 /// (`2002:aabb:ccdd::`). `::` and `::1` are IPv6's own.
 fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
     let s = v6.segments();
@@ -250,9 +254,7 @@ fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
         std::net::Ipv4Addr::new(a, b, c, d)
     };
     match s {
-        [0, 0, 0, 0, 0, 0xffff, hi, lo]
-        | [0x64, 0xff9b, 0, 0, 0, 0, hi, lo]
-        | [0x64, 0xff9b, 1, _, _, _, hi, lo] => Some(v4(hi, lo)),
+        [0, 0, 0, 0, 0, 0xffff, hi, lo] | [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(v4(hi, lo)),
         [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
         [0, 0, 0, 0, 0, 0, hi, lo] => Some(v4(hi, lo)),
         [0x2002, hi, lo, ..] => Some(v4(hi, lo)),
@@ -294,6 +296,8 @@ mod tests {
             "[2002:7f00:1::]",
             "[2002:c0a8:101::1]",
             "[64:ff9b:1::a9fe:a9fe]",
+            "[64:ff9b:1:0:a:0:100:0]",
+            "[fec0::1]",
             "[ff02::1]",
         ] {
             assert!(local_host(host), "{host}");
