@@ -292,7 +292,8 @@ impl Partitions {
         let mut reaped = Vec::new();
         let mine = |k: &Key| k.principal == key.principal;
         // Past its share, a principal takes free room above the reserve, up to half the
-        // table: however few principals collude, the others keep room.
+        // table: one principal never holds more than half, and the reserve stays for
+        // principals within their shares (several such, together, can still fill it).
         let past_share = |cells: &HashMap<Key, Cell>| {
             let held = cells.keys().filter(|k| mine(k)).count();
             held >= self.share && (cells.len() + self.reserve >= self.max || held >= self.max / 2)

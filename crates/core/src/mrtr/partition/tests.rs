@@ -92,9 +92,8 @@ fn a_caller_past_its_share_reaps_only_its_own() {
     );
 }
 
-/// A principal past its share stops at half the table, even with room above the reserve:
-/// two or three colluding principals cannot hold it all (review: one could hold 96 of 128,
-/// and two more their shares, leaving nothing).
+/// A principal past its share stops at half the table, even with room above the reserve
+/// (review: one could hold 96 of 128, and two more their shares, leaving nothing).
 #[test]
 fn a_principal_past_its_share_holds_at_most_half() {
     let partitions = Partitions::new(128, Duration::from_secs(60));
