@@ -203,6 +203,16 @@ impl OutgoingAuth {
         }
     }
 
+    /// Whether `principal` still holds what its session acts with here: false only for a
+    /// per-user OAuth backend whose token for it is gone (consent revoked). Other kinds
+    /// are judged at each call.
+    pub(crate) async fn still_held(&self, principal: &str) -> bool {
+        match self {
+            OutgoingAuth::OAuth(o) => o.has_token(principal).await,
+            _ => true,
+        }
+    }
+
     /// The backend answered `status` with `challenge` (its `WWW-Authenticate`) to a call for
     /// `caller`: for a per-user OAuth backend, the error that asks the user's consent (401, or
     /// 403 `insufficient_scope`), or why it cannot be asked. `None`: not this kind of refusal.

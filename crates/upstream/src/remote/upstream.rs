@@ -72,6 +72,8 @@ struct Shared {
     /// call with another principal's credential is refused, so an upstream session opened
     /// with one caller's token never carries another's request.
     owner: Mutex<Option<Owner>>,
+    /// That owner's principal, for what the session sends on its own (`send_line`).
+    owner_principal: Mutex<Option<String>>,
     /// Exchanges under way (calls and lines being sent).
     live: AtomicUsize,
     /// A stateless handle acting as its callers: whose each call is, for its cancellation.
@@ -149,6 +151,7 @@ impl RemoteUpstream {
                 mode,
                 auth: endpoint.config().auth.clone(),
                 owner: Mutex::new(None),
+                owner_principal: Mutex::new(None),
                 live: AtomicUsize::new(0),
                 callers: Arc::default(),
                 lost: Mutex::new(None),
@@ -212,7 +215,11 @@ impl RemoteUpstream {
         };
         let mut owner = self.shared.owner.lock();
         match *owner.get_or_insert(*c.owner()) == *c.owner() {
-            true => Ok(()),
+            true => {
+                let mut principal = self.shared.owner_principal.lock();
+                principal.get_or_insert_with(|| c.principal().to_owned());
+                Ok(())
+            }
             false => Err(auth_error(OutgoingAuthError::ForeignSession)),
         }
     }
@@ -433,6 +440,15 @@ impl RemoteUpstream {
             (Mode::Stateless, Some(key)) => self.shared.callers.take(key),
             _ => None,
         };
+        // A session acting as its owner: what it sends on its own (answers to the remote's
+        // questions, cancellations) goes without the owner's token once consent is revoked,
+        // as its calls do (an HTTP+SSE session ends).
+        let owner = self.shared.owner_principal.lock().clone();
+        if let Some(principal) = owner {
+            if !self.shared.auth.still_held(&principal).await {
+                self.shared.link.clear_caller_auth();
+            }
+        }
         let sent = match self.authorization(caller.as_ref()).await {
             Ok((_, per_request)) => {
                 let sent = self

@@ -181,6 +181,10 @@ async fn a_revoked_token_ends_the_callers_sse_session() {
         .unwrap();
     assert!(!answer.is_error(), "{answer:?}");
     backend.forget(carol.principal()).await;
+    // What the session sends on its own (a cancellation, an answer to the remote) does not
+    // carry the revoked token either.
+    let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
+    assert!(up.send_line(note.to_vec()).await.is_err());
     let after = up
         .call_as("k2", line("k2", "tools/list"), Some(&carol))
         .await;
