@@ -203,13 +203,14 @@ impl OutgoingAuth {
         }
     }
 
-    /// Whether `principal` still holds what its session acts with here: false only for a
-    /// per-user OAuth backend whose token for it is gone (consent revoked). Other kinds
-    /// are judged at each call.
-    pub(crate) async fn still_held(&self, principal: &str) -> bool {
+    /// Whether `principal`'s consent here is known to be gone: a per-user OAuth backend's
+    /// vault holds no token for it. A vault that cannot answer says nothing (the session's
+    /// token is kept, as a call keeps it through such an outage); other kinds are judged at
+    /// each call.
+    pub(crate) async fn revoked(&self, principal: &str) -> bool {
         match self {
-            OutgoingAuth::OAuth(o) => o.has_token(principal).await,
-            _ => true,
+            OutgoingAuth::OAuth(o) => o.revoked(principal).await,
+            _ => false,
         }
     }
 

@@ -107,6 +107,15 @@ impl Link {
         }
     }
 
+    /// Whether the session carries a caller's `Authorization` now.
+    pub(super) fn carries_caller_auth(&self) -> bool {
+        match self {
+            Link::Streamable(c) => c.carries_caller_auth(),
+            Link::Sse { auth, .. } => auth.lock().is_some(),
+            Link::NoSession => false,
+        }
+    }
+
     /// The session's owner holds no token any more (revoked): nothing it sends carries one.
     /// An HTTP+SSE session's stream was opened with it, and its POSTs would carry it as a
     /// fixed header: the session ends instead (its caller opens another).

@@ -373,6 +373,11 @@ impl RemoteClient {
         *self.inner.version.lock() = HeaderValue::from_str(version).ok();
     }
 
+    /// Whether this session carries a caller's `Authorization` (see `Inner::caller_auth`).
+    pub(crate) fn carries_caller_auth(&self) -> bool {
+        self.inner.caller_auth.lock().is_some()
+    }
+
     /// Use `auth` as this session's `Authorization` from now on (see `Inner::caller_auth`).
     pub(crate) fn set_caller_auth(&self, auth: &HeaderValue) {
         *self.inner.caller_auth.lock() = Some(auth.clone());

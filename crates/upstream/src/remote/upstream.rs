@@ -440,12 +440,12 @@ impl RemoteUpstream {
             (Mode::Stateless, Some(key)) => self.shared.callers.take(key),
             _ => None,
         };
-        // A session acting as its owner: what it sends on its own (answers to the remote's
-        // questions, cancellations) goes without the owner's token once consent is revoked,
-        // as its calls do (an HTTP+SSE session ends).
+        // A session carrying its owner's token: what it sends on its own (answers to the
+        // remote's questions, cancellations) goes without it once consent is revoked, as its
+        // calls do (an HTTP+SSE session ends).
         let owner = self.shared.owner_principal.lock().clone();
-        if let Some(principal) = owner {
-            if !self.shared.auth.still_held(&principal).await {
+        if let Some(principal) = owner.filter(|_| self.shared.link.carries_caller_auth()) {
+            if self.shared.auth.revoked(&principal).await {
                 self.shared.link.clear_caller_auth();
             }
         }

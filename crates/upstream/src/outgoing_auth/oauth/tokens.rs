@@ -197,6 +197,12 @@ impl Backend {
     }
 
     /// Whether `principal` holds a token here.
+    /// Whether `principal` is known to hold no token here (none kept, or one kept for
+    /// another server); `false` when the vault cannot say.
+    pub(crate) async fn revoked(&self, principal: &str) -> bool {
+        matches!(self.kept(&self.key(principal)).await, Ok(None))
+    }
+
     pub async fn has_token(&self, principal: &str) -> bool {
         matches!(self.vault.get(&self.key(principal)).await, Ok(Some(t)) if self.bound_here(&t))
     }

@@ -137,6 +137,19 @@ async fn an_sse_session_posts_with_its_callers_current_token() {
 /// it was opened with for the session's life (review MEDIUM).
 #[tokio::test]
 async fn a_revoked_token_ends_the_callers_sse_session() {
+    revoked(false).await;
+}
+
+/// The same, the session's first use after the revocation being a line it sends on its own
+/// (a cancellation): before, that line still carried the revoked token (review LOW).
+#[tokio::test]
+async fn a_revoked_token_ends_the_sse_session_at_a_line_it_sends_on_its_own() {
+    revoked(true).await;
+}
+
+/// Carol's session opened with her token; her consent revoked; then (`on_its_own`) a line
+/// the session sends itself, and a call: nothing after the revocation reaches the remote.
+async fn revoked(on_its_own: bool) {
     use crate::outgoing_auth::oauth::{Backend, ClientSettings, Flows, OAuthConfig};
     use crate::outgoing_auth::vault::VaultKeyMaterial;
     let (url, seen) = sse_server().await;
@@ -181,10 +194,12 @@ async fn a_revoked_token_ends_the_callers_sse_session() {
         .unwrap();
     assert!(!answer.is_error(), "{answer:?}");
     backend.forget(carol.principal()).await;
-    // What the session sends on its own (a cancellation, an answer to the remote) does not
-    // carry the revoked token either.
-    let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
-    assert!(up.send_line(note.to_vec()).await.is_err());
+    if on_its_own {
+        // What the session sends on its own (a cancellation, an answer to the remote) does
+        // not carry the revoked token either: the session ends there.
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
+        assert!(up.send_line(note.to_vec()).await.is_err());
+    }
     let after = up
         .call_as("k2", line("k2", "tools/list"), Some(&carol))
         .await;
@@ -205,4 +220,158 @@ async fn a_revoked_token_ends_the_callers_sse_session() {
         seen, expected,
         "a request after the revocation reached the remote"
     );
+}
+
+/// A vault that answers, or fails every request while `down` (an unreachable store).
+#[derive(Debug)]
+struct Flaky {
+    inner: crate::outgoing_auth::MemoryVault,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Flaky {
+    fn fail<'a, T: Send + 'static>(
+        &self,
+        ok: futures::future::BoxFuture<'a, Result<T, crate::outgoing_auth::VaultError>>,
+    ) -> futures::future::BoxFuture<'a, Result<T, crate::outgoing_auth::VaultError>> {
+        match self.down.load(std::sync::atomic::Ordering::Acquire) {
+            true => Box::pin(async { Err(crate::outgoing_auth::VaultError::Open) }),
+            false => ok,
+        }
+    }
+}
+
+impl crate::outgoing_auth::TokenVault for Flaky {
+    fn get<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<crate::outgoing_auth::UpstreamToken>, crate::outgoing_auth::VaultError>,
+    > {
+        self.fail(self.inner.get(key))
+    }
+    fn put<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+        token: &'a crate::outgoing_auth::UpstreamToken,
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::outgoing_auth::VaultError>> {
+        self.fail(self.inner.put(key, token))
+    }
+    fn replace<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+        stale: &'a str,
+        token: &'a crate::outgoing_auth::UpstreamToken,
+    ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
+        self.fail(self.inner.replace(key, stale, token))
+    }
+    fn remove<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+    ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
+        self.fail(self.inner.remove(key))
+    }
+    fn remove_if<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+        stale: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
+        self.fail(self.inner.remove_if(key, stale))
+    }
+    fn list<'a>(
+        &'a self,
+        principal: Option<&'a str>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Vec<crate::outgoing_auth::TokenSummary>, crate::outgoing_auth::VaultError>,
+    > {
+        self.fail(self.inner.list(principal))
+    }
+    fn refresh_lock<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+        wait: std::time::Duration,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<crate::outgoing_auth::RefreshGuard>, crate::outgoing_auth::VaultError>,
+    > {
+        self.fail(self.inner.refresh_lock(key, wait))
+    }
+}
+
+/// A vault that cannot answer says nothing of a revocation: a line the session sends on its
+/// own meanwhile still goes out, with the token, and the session lives on (review: the
+/// first version read a vault error as a revocation and ended the session).
+#[tokio::test]
+async fn an_unreachable_vault_ends_no_sse_session() {
+    use crate::outgoing_auth::oauth::{Backend, ClientSettings, Flows, OAuthConfig};
+    use crate::outgoing_auth::vault::VaultKeyMaterial;
+    use std::sync::atomic::Ordering;
+    let (url, seen) = sse_server().await;
+    let vault = Arc::new(Flaky {
+        inner: crate::outgoing_auth::MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap()),
+        down: std::sync::atomic::AtomicBool::new(false),
+    });
+    let oauth = OAuthConfig {
+        backend: "svc".into(),
+        server_url: url.clone(),
+        scopes: Vec::new(),
+        client: ClientSettings::default(),
+        timeout: std::time::Duration::from_secs(1),
+    };
+    let backend = Backend::new(oauth, Arc::new(Flows::default()), vault.clone()).unwrap();
+    let dave = Credential::bearer("incoming", "https://idp", "dave").unwrap();
+    let token = crate::outgoing_auth::UpstreamToken {
+        access_token: "at.dave".into(),
+        refresh_token: None,
+        expires_at: None,
+        issued_at: None,
+        scope: None,
+        issuer: "http://as.invalid".into(),
+        resource: url.clone(),
+        client_id: "c".into(),
+        client_secret: None,
+        client_auth: None,
+    };
+    backend.keep(dave.principal(), &token).await.unwrap();
+    let mut config = RemoteConfig::new(&url);
+    config.auth = OutgoingAuth::OAuth(backend.clone());
+    let endpoint = RemoteEndpoint::new(config)
+        .unwrap()
+        .with_transport(RemoteTransport::Sse);
+    let up = Upstream::Remote(RemoteUpstream::new(
+        &endpoint,
+        Mode::Session,
+        Arc::new(Quiet),
+    ));
+    let answer = (up
+        .call_as("k1", line("k1", "tools/list"), Some(&dave))
+        .await)
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(!answer.is_error(), "{answer:?}");
+    vault.down.store(true, Ordering::Release);
+    let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
+    up.send_line(note.to_vec()).await.unwrap();
+    vault.down.store(false, Ordering::Release);
+    let answer = (up
+        .call_as("k2", line("k2", "tools/list"), Some(&dave))
+        .await)
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(!answer.is_error(), "{answer:?}");
+    let seen = seen.lock().clone();
+    let expected = [
+        ("GET", "Bearer at.dave"),
+        ("tools/list", "Bearer at.dave"),
+        ("notifications/cancelled", "Bearer at.dave"),
+        ("tools/list", "Bearer at.dave"),
+    ];
+    let expected: Vec<(String, String)> = (expected.iter())
+        .map(|(m, a)| (m.to_string(), a.to_string()))
+        .collect();
+    assert_eq!(seen, expected);
 }
