@@ -112,23 +112,17 @@ async fn an_sse_session_posts_with_its_callers_current_token() {
     let first = Credential::bearer("alice-1", "https://idp", "alice").unwrap();
     let second = Credential::bearer("alice-2", "https://idp", "alice").unwrap();
     for (key, who) in [("k1", &first), ("k2", &second)] {
-        let pending = up.call_as(key, line(key, "tools/list"), Some(who)).await;
-        let answer = pending.unwrap().await.unwrap();
-        assert!(!answer.is_error(), "{answer:?}");
+        list(&up, key, who).await;
     }
     let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
     up.send_line(note.to_vec()).await.unwrap();
-    let seen = seen.lock().clone();
-    let expected = [
+    let expected = pairs(&[
         ("GET", "Bearer alice-1"),
         ("tools/list", "Bearer alice-1"),
         ("tools/list", "Bearer alice-2"),
         ("notifications/cancelled", "Bearer alice-2"),
-    ];
-    let expected: Vec<(String, String)> = (expected.iter())
-        .map(|(m, a)| (m.to_string(), a.to_string()))
-        .collect();
-    assert_eq!(seen, expected);
+    ]);
+    assert_eq!(*seen.lock(), expected);
 }
 
 /// A token the caller holds no more (its consent revoked) is never sent again by its open
@@ -147,36 +141,38 @@ async fn a_revoked_token_ends_the_sse_session_at_a_line_it_sends_on_its_own() {
     revoked(true).await;
 }
 
-/// Carol's session opened with her token; her consent revoked; then (`on_its_own`) a line
-/// the session sends itself, and a call: nothing after the revocation reaches the remote.
-async fn revoked(on_its_own: bool) {
+/// An HTTP+SSE session on `url` for a per-user OAuth backend whose tokens live in `vault`,
+/// `who`'s token (`at.<subject>`, bound to `url`) kept there, opened by one `tools/list` as
+/// `who`. The backend, to forget the token with, and the session.
+async fn oauth_session(
+    url: &str,
+    vault: Arc<dyn crate::outgoing_auth::TokenVault>,
+    who: &Credential,
+    access_token: &str,
+) -> (Arc<crate::outgoing_auth::oauth::Backend>, Upstream) {
     use crate::outgoing_auth::oauth::{Backend, ClientSettings, Flows, OAuthConfig};
-    use crate::outgoing_auth::vault::VaultKeyMaterial;
-    let (url, seen) = sse_server().await;
-    let vault = crate::outgoing_auth::MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap());
     let oauth = OAuthConfig {
         backend: "svc".into(),
-        server_url: url.clone(),
+        server_url: url.to_owned(),
         scopes: Vec::new(),
         client: ClientSettings::default(),
         timeout: std::time::Duration::from_secs(1),
     };
-    let backend = Backend::new(oauth, Arc::new(Flows::default()), Arc::new(vault)).unwrap();
-    let carol = Credential::bearer("incoming", "https://idp", "carol").unwrap();
+    let backend = Backend::new(oauth, Arc::new(Flows::default()), vault).unwrap();
     let token = crate::outgoing_auth::UpstreamToken {
-        access_token: "at.carol".into(),
+        access_token: access_token.into(),
         refresh_token: None,
         expires_at: None,
         issued_at: None,
         scope: None,
         issuer: "http://as.invalid".into(),
-        resource: url.clone(),
+        resource: url.to_owned(),
         client_id: "c".into(),
         client_secret: None,
         client_auth: None,
     };
-    backend.keep(carol.principal(), &token).await.unwrap();
-    let mut config = RemoteConfig::new(&url);
+    backend.keep(who.principal(), &token).await.unwrap();
+    let mut config = RemoteConfig::new(url);
     config.auth = OutgoingAuth::OAuth(backend.clone());
     let endpoint = RemoteEndpoint::new(config)
         .unwrap()
@@ -186,13 +182,34 @@ async fn revoked(on_its_own: bool) {
         Mode::Session,
         Arc::new(Quiet),
     ));
-    let answer = (up
-        .call_as("k1", line("k1", "tools/list"), Some(&carol))
-        .await)
+    list(&up, "k1", who).await;
+    (backend, up)
+}
+
+/// One `tools/list` as `who`, answered without error.
+async fn list(up: &Upstream, key: &str, who: &Credential) {
+    let answer = (up.call_as(key, line(key, "tools/list"), Some(who)).await)
         .unwrap()
         .await
         .unwrap();
     assert!(!answer.is_error(), "{answer:?}");
+}
+
+/// `(method, Authorization)` pairs as the recorder logs them.
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    (expected.iter())
+        .map(|(m, a)| (m.to_string(), a.to_string()))
+        .collect()
+}
+
+/// Carol's session opened with her token; her consent revoked; then (`on_its_own`) a line
+/// the session sends itself, and a call: nothing after the revocation reaches the remote.
+async fn revoked(on_its_own: bool) {
+    use crate::outgoing_auth::vault::VaultKeyMaterial;
+    let (url, seen) = sse_server().await;
+    let vault = crate::outgoing_auth::MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap());
+    let carol = Credential::bearer("incoming", "https://idp", "carol").unwrap();
+    let (backend, up) = oauth_session(&url, Arc::new(vault), &carol, "at.carol").await;
     backend.forget(carol.principal()).await;
     if on_its_own {
         // What the session sends on its own (a cancellation, an answer to the remote) does
@@ -208,16 +225,13 @@ async fn revoked(on_its_own: bool) {
         Err(e) => Err(e),
     };
     assert!(after.is_err(), "the session went on after the revocation");
-    let seen = seen.lock().clone();
-    let expected = [
+    let expected = pairs(&[
         ("GET", "Bearer at.carol"),
         ("tools/list", "Bearer at.carol"),
-    ];
-    let expected: Vec<(String, String)> = (expected.iter())
-        .map(|(m, a)| (m.to_string(), a.to_string()))
-        .collect();
+    ]);
     assert_eq!(
-        seen, expected,
+        *seen.lock(),
+        expected,
         "a request after the revocation reached the remote"
     );
 }
@@ -305,7 +319,6 @@ impl crate::outgoing_auth::TokenVault for Flaky {
 /// first version read a vault error as a revocation and ended the session).
 #[tokio::test]
 async fn an_unreachable_vault_ends_no_sse_session() {
-    use crate::outgoing_auth::oauth::{Backend, ClientSettings, Flows, OAuthConfig};
     use crate::outgoing_auth::vault::VaultKeyMaterial;
     use std::sync::atomic::Ordering;
     let (url, seen) = sse_server().await;
@@ -313,65 +326,18 @@ async fn an_unreachable_vault_ends_no_sse_session() {
         inner: crate::outgoing_auth::MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap()),
         down: std::sync::atomic::AtomicBool::new(false),
     });
-    let oauth = OAuthConfig {
-        backend: "svc".into(),
-        server_url: url.clone(),
-        scopes: Vec::new(),
-        client: ClientSettings::default(),
-        timeout: std::time::Duration::from_secs(1),
-    };
-    let backend = Backend::new(oauth, Arc::new(Flows::default()), vault.clone()).unwrap();
     let dave = Credential::bearer("incoming", "https://idp", "dave").unwrap();
-    let token = crate::outgoing_auth::UpstreamToken {
-        access_token: "at.dave".into(),
-        refresh_token: None,
-        expires_at: None,
-        issued_at: None,
-        scope: None,
-        issuer: "http://as.invalid".into(),
-        resource: url.clone(),
-        client_id: "c".into(),
-        client_secret: None,
-        client_auth: None,
-    };
-    backend.keep(dave.principal(), &token).await.unwrap();
-    let mut config = RemoteConfig::new(&url);
-    config.auth = OutgoingAuth::OAuth(backend.clone());
-    let endpoint = RemoteEndpoint::new(config)
-        .unwrap()
-        .with_transport(RemoteTransport::Sse);
-    let up = Upstream::Remote(RemoteUpstream::new(
-        &endpoint,
-        Mode::Session,
-        Arc::new(Quiet),
-    ));
-    let answer = (up
-        .call_as("k1", line("k1", "tools/list"), Some(&dave))
-        .await)
-        .unwrap()
-        .await
-        .unwrap();
-    assert!(!answer.is_error(), "{answer:?}");
+    let (_backend, up) = oauth_session(&url, vault.clone(), &dave, "at.dave").await;
     vault.down.store(true, Ordering::Release);
     let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
     up.send_line(note.to_vec()).await.unwrap();
     vault.down.store(false, Ordering::Release);
-    let answer = (up
-        .call_as("k2", line("k2", "tools/list"), Some(&dave))
-        .await)
-        .unwrap()
-        .await
-        .unwrap();
-    assert!(!answer.is_error(), "{answer:?}");
-    let seen = seen.lock().clone();
-    let expected = [
+    list(&up, "k2", &dave).await;
+    let expected = pairs(&[
         ("GET", "Bearer at.dave"),
         ("tools/list", "Bearer at.dave"),
         ("notifications/cancelled", "Bearer at.dave"),
         ("tools/list", "Bearer at.dave"),
-    ];
-    let expected: Vec<(String, String)> = (expected.iter())
-        .map(|(m, a)| (m.to_string(), a.to_string()))
-        .collect();
-    assert_eq!(seen, expected);
+    ]);
+    assert_eq!(*seen.lock(), expected);
 }
