@@ -20,10 +20,7 @@ async fn a_modern_listen_hears_every_backend_but_each_uri_only_from_its_server()
         json!({"toolsListChanged": true, "resourceSubscriptions": [WATCHED, "test://nowhere"]}),
     )
     .await;
-    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
-        resp.bytes_stream(),
-    ));
-    let ack = next_message(&mut events).await;
+    let (mut events, ack) = acknowledged(resp).await;
     assert_eq!(
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
@@ -78,10 +75,7 @@ async fn a_list_change_of_one_callers_bridged_process_reaches_no_listen() {
     let gw = &served.gw;
     let notifications = json!({"toolsListChanged": true, "resourceSubscriptions": [WATCHED]});
     let resp = super::modern_listen(gw, notifications).await;
-    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
-        resp.bytes_stream(),
-    ));
-    let ack = next_message(&mut events).await;
+    let (mut events, ack) = acknowledged(resp).await;
     assert_eq!(
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
@@ -137,10 +131,7 @@ async fn a_listen_starts_no_process_on_a_backend_its_caller_may_not_use() {
     let gw = &served.gw;
     let notifications = json!({"toolsListChanged": true});
     let resp = super::listen_with(gw, notifications, json!({}), Some(KEY)).await;
-    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
-        resp.bytes_stream(),
-    ));
-    let ack = next_message(&mut events).await;
+    let (mut events, ack) = acknowledged(resp).await;
     assert_eq!(
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
@@ -163,4 +154,19 @@ async fn a_listen_starts_no_process_on_a_backend_its_caller_may_not_use() {
         stats["partitions"], 1,
         "a process was started on alpha: {stats}"
     );
+}
+
+/// A listen's event stream, past its first message (returned: its acknowledgement, which
+/// each test asserts on).
+async fn acknowledged(
+    resp: reqwest::Response,
+) -> (
+    std::pin::Pin<Box<impl futures::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>>>>,
+    Value,
+) {
+    let mut events = Box::pin(sse_stream::SseStream::from_bytes_stream(
+        resp.bytes_stream(),
+    ));
+    let ack = next_message(&mut events).await;
+    (events, ack)
 }
