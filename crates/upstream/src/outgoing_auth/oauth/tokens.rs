@@ -196,13 +196,18 @@ impl Backend {
             .map_err(vault_error)
     }
 
-    /// Whether `principal` holds a token here.
     /// Whether `principal` is known to hold no token here (none kept, or one kept for
-    /// another server); `false` when the vault cannot say.
+    /// another server); `false` when the vault cannot say. Read only: a token is forgotten
+    /// by a call's look-up (`kept`), never by this check.
     pub(crate) async fn revoked(&self, principal: &str) -> bool {
-        matches!(self.kept(&self.key(principal)).await, Ok(None))
+        match self.vault.get(&self.key(principal)).await {
+            Ok(None) => true,
+            Ok(Some(token)) => !self.bound_here(&token),
+            Err(_) => false,
+        }
     }
 
+    /// Whether `principal` holds a token here.
     pub async fn has_token(&self, principal: &str) -> bool {
         matches!(self.vault.get(&self.key(principal)).await, Ok(Some(t)) if self.bound_here(&t))
     }

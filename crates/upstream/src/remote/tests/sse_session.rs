@@ -236,11 +236,13 @@ async fn revoked(on_its_own: bool) {
     );
 }
 
-/// A vault that answers, or fails every request while `down` (an unreachable store).
+/// A vault that answers, or fails every request while `down` (an unreachable store),
+/// counting the requests it failed.
 #[derive(Debug)]
 struct Flaky {
     inner: crate::outgoing_auth::MemoryVault,
     down: std::sync::atomic::AtomicBool,
+    failed: std::sync::atomic::AtomicUsize,
 }
 
 impl Flaky {
@@ -249,7 +251,12 @@ impl Flaky {
         ok: futures::future::BoxFuture<'a, Result<T, crate::outgoing_auth::VaultError>>,
     ) -> futures::future::BoxFuture<'a, Result<T, crate::outgoing_auth::VaultError>> {
         match self.down.load(std::sync::atomic::Ordering::Acquire) {
-            true => Box::pin(async { Err(crate::outgoing_auth::VaultError::Open) }),
+            true => {
+                self.failed
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                let down = crate::outgoing_auth::VaultError::Unavailable("down");
+                Box::pin(async move { Err(down) })
+            }
             false => ok,
         }
     }
@@ -325,6 +332,7 @@ async fn an_unreachable_vault_ends_no_sse_session() {
     let vault = Arc::new(Flaky {
         inner: crate::outgoing_auth::MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap()),
         down: std::sync::atomic::AtomicBool::new(false),
+        failed: std::sync::atomic::AtomicUsize::new(0),
     });
     let dave = Credential::bearer("incoming", "https://idp", "dave").unwrap();
     let (_backend, up) = oauth_session(&url, vault.clone(), &dave, "at.dave").await;
@@ -332,6 +340,10 @@ async fn an_unreachable_vault_ends_no_sse_session() {
     let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
     up.send_line(note.to_vec()).await.unwrap();
     vault.down.store(false, Ordering::Release);
+    assert!(
+        vault.failed.load(Ordering::Acquire) > 0,
+        "the vault was not asked"
+    );
     list(&up, "k2", &dave).await;
     let expected = pairs(&[
         ("GET", "Bearer at.dave"),
