@@ -29,12 +29,13 @@
 //! ```
 //!
 //! `/dev` is bubblewrap's own tmpfs with the few device nodes bound in: read-only, so it
-//! cannot be filled, with a bounded `/dev/shm` of its own (`S`: [`Sandbox::scratch_size`]).
+//! cannot be filled, with a bounded `/dev/shm` of its own. `S` and `N`: the shares of one
+//! budget, the backend's `memory`, that its writable tmpfs hold together ([`Scratch`]).
 //!
 //! A process that serves one caller (a Legacy session's own, a Modern partition's, one the
 //! MRTR bridge starts), and a per-session backend's shared process (which serves callers
 //! whose processes start from the seed: [`crate::StdioConfig::private_home`]) gets a home that exists only
-//! inside its sandbox: a tmpfs of at most `S` bytes, into which its first command copies the
+//! inside its sandbox: a tmpfs of at most its share of the budget, into which its first command copies the
 //! backend's home (bound read-only), so warm `npx`/`uvx` caches still work offline (npm
 //! refuses a read-only cache). Nothing of it is on the host: there is nothing for the gateway
 //! to create, own, clean up or follow a link in, and it is gone with the sandbox.
@@ -57,8 +58,8 @@ pub const SANDBOX_HOME: &str = "/home/switchboard";
 /// Where a process with a private home sees the backend's home (read-only), which it copies
 /// into its own before the program starts.
 pub const SEED: &str = "/run/switchboard/seed";
-/// Bound of each scratch tmpfs (`/tmp`, `/var/tmp`, `/dev/shm`, a private home) when the
-/// sandbox has no `memory` limit.
+/// What the scratch tmpfs (`/tmp`, `/var/tmp`, `/dev/shm`, a private home) hold together
+/// when the sandbox has no `memory` limit ([`Scratch`]).
 pub const SCRATCH_DEFAULT: u64 = 1 << 30;
 /// The `PATH` a sandboxed backend gets unless its configuration passes one.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -68,6 +69,40 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 pub const MASKED: [&str; 5] = ["/home", "/root", "/run", "/tmp", "/var/tmp"];
 /// The unprivileged user a root gateway's backends run as.
 pub const NOBODY: (u32, u32) = (65534, 65534);
+
+/// The bounds of one sandbox's writable tmpfs, which hold host memory that no process's
+/// address space counts: one budget (the backend's `memory`) shared among them, so that
+/// together they hold at most that much. In eighths: `/tmp` three (six without a private
+/// home), a private home three, `/var/tmp` and `/dev/shm` one each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scratch {
+    /// `/tmp`.
+    pub tmp: u64,
+    /// `/var/tmp`.
+    pub var_tmp: u64,
+    /// `/dev/shm`.
+    pub shm: u64,
+    /// A private home ([`SANDBOX_HOME`]); 0 for the shared process, whose home is on the host.
+    pub home: u64,
+}
+
+impl Scratch {
+    /// `budget` shared out; each share at least a page (a tmpfs of size 0 would be unbounded).
+    pub fn of(budget: u64, private: bool) -> Scratch {
+        const PAGE: u64 = 4096;
+        let eighth = (budget / 8).max(PAGE);
+        let (tmp, home) = match private {
+            true => (3 * eighth, 3 * eighth),
+            false => (6 * eighth, 0),
+        };
+        Scratch {
+            tmp,
+            var_tmp: eighth,
+            shm: eighth,
+            home,
+        }
+    }
+}
 
 /// How to sandbox one stdio backend.
 #[derive(Debug, Clone, PartialEq)]
@@ -341,9 +376,10 @@ impl Sandbox {
         others: &[PathBuf],
         socket: Option<&Path>,
     ) -> Launch {
-        let layers = self.layers(private);
+        let scratch = self.scratch(private);
+        let layers = self.layers(scratch);
         let mut argv = self.host.prefix();
-        argv.extend(base_mounts(self.scratch_size()));
+        argv.extend(base_mounts(scratch.shm));
         for layer in &layers {
             layer.push(&mut argv);
         }
@@ -386,10 +422,10 @@ impl Sandbox {
         Launch { program, args }
     }
 
-    /// The bound of each scratch tmpfs: `/tmp`, `/var/tmp`, `/dev/shm` and a private home
-    /// hold at most the backend's `memory` each ([`SCRATCH_DEFAULT`] without one).
-    pub fn scratch_size(&self) -> u64 {
-        self.limits.memory.unwrap_or(SCRATCH_DEFAULT)
+    /// The bounds of a process's scratch tmpfs, which share one budget: the backend's
+    /// `memory` ([`SCRATCH_DEFAULT`] without one), with `private` a home among them.
+    pub fn scratch(&self, private: bool) -> Scratch {
+        Scratch::of(self.limits.memory.unwrap_or(SCRATCH_DEFAULT), private)
     }
 
     /// The directories masked with an empty tmpfs, in mount order (parents first), each

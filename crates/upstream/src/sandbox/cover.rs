@@ -9,10 +9,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use super::{Sandbox, SANDBOX_HOME, SEED};
-
-/// The masks a backend may use as scratch space.
-const SCRATCH: [&str; 2] = ["/tmp", "/var/tmp"];
+use super::{Sandbox, Scratch, SANDBOX_HOME, SEED};
 /// Bound of every other mask: room for the mount points bubblewrap makes there.
 pub(crate) const MASK_SIZE: u64 = 16 << 20;
 
@@ -74,29 +71,26 @@ impl Sandbox {
     /// the backend's (the shared process's), or with `private` a bounded tmpfs of the
     /// process's own and the backend's home read-only at [`SEED`] (nothing of it on the
     /// host).
-    pub(crate) fn layers(&self, private: bool) -> Vec<Layer> {
-        let masks = self.mask_layers();
+    pub(crate) fn layers(&self, scratch: Scratch) -> Vec<Layer> {
+        let masks = self.mask_layers(scratch);
         let read = self.read.iter().cloned().map(Layer::Read);
         let write = self.write.iter().cloned().map(Layer::Write);
-        let home = match private {
-            true => vec![
-                Layer::OwnHome(self.scratch_size()),
-                Layer::Seed(self.home.clone()),
-            ],
-            false => vec![Layer::Home(self.home.clone())],
+        let home = match scratch.home {
+            0 => vec![Layer::Home(self.home.clone())],
+            size => vec![Layer::OwnHome(size), Layer::Seed(self.home.clone())],
         };
         masks.chain(read).chain(write).chain(home).collect()
     }
 
     /// The masks, each bounded: a backend cannot fill the host's memory through them. The
-    /// scratch directories (`/tmp`, `/var/tmp`) hold at most
-    /// [`scratch_size`](Sandbox::scratch_size) each; the others, meant to stay empty,
-    /// [`MASK_SIZE`].
-    pub(crate) fn mask_layers(&self) -> impl Iterator<Item = Layer> {
-        let scratch = self.scratch_size();
+    /// scratch directories (`/tmp`, `/var/tmp`) hold their shares of the budget
+    /// ([`Scratch`]); the others, meant to stay empty, [`MASK_SIZE`].
+    pub(crate) fn mask_layers(&self, scratch: Scratch) -> impl Iterator<Item = Layer> {
         self.masks().into_iter().map(move |m| {
-            let size = if SCRATCH.iter().any(|s| m == Path::new(s)) {
-                scratch
+            let size = if m == Path::new("/tmp") {
+                scratch.tmp
+            } else if m == Path::new("/var/tmp") {
+                scratch.var_tmp
             } else {
                 MASK_SIZE
             };

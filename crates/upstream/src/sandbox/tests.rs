@@ -52,15 +52,19 @@ fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
     let s = sandbox(Path::new("/var/cache/sb/files"));
     let all = argv(&s.launch("npx", &["-y".into(), "pkg".into()], None, false, &[], None));
     let text = all.join(" ");
-    // /dev read-only (nothing to fill), its /dev/shm bounded at `memory`.
+    // /dev read-only (nothing to fill), its /dev/shm an eighth of `memory` (256 MiB).
     assert!(
         text.starts_with(
-            "/usr/bin/bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --size 268435456 --tmpfs /dev/shm --remount-ro /dev --proc /proc --size 16777216 --tmpfs "
+            "/usr/bin/bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --size 33554432 --tmpfs /dev/shm --remount-ro /dev --proc /proc --size 16777216 --tmpfs "
         ),
         "{text}"
     );
-    // Scratch masks hold at most `memory`, the others (meant to stay empty) 16 MiB.
-    assert!(text.contains("--size 268435456 --tmpfs /tmp "), "{text}");
+    // The scratch masks share `memory` with /dev/shm (/tmp six eighths, /var/tmp one), the
+    // others (meant to stay empty) hold 16 MiB.
+    assert!(text.contains("--size 201326592 --tmpfs /tmp "), "{text}");
+    if Path::new("/var/tmp").is_dir() {
+        assert!(text.contains("--size 33554432 --tmpfs /var/tmp "), "{text}");
+    }
     assert!(text.contains("--size 16777216 --tmpfs /root "), "{text}");
     let at = |needle: &str| {
         text.find(needle)
@@ -84,10 +88,12 @@ fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
     let text = all.join(" ");
     assert!(
         text.contains(
-            "--bind /srv/out /srv/out --size 268435456 --tmpfs /home/switchboard --ro-bind /var/cache/sb/files /run/switchboard/seed --chdir /home/switchboard -- "
+            "--bind /srv/out /srv/out --size 100663296 --tmpfs /home/switchboard --ro-bind /var/cache/sb/files /run/switchboard/seed --chdir /home/switchboard -- "
         ),
         "{text}"
     );
+    // The home takes three eighths of `memory` from /tmp's six.
+    assert!(text.contains("--size 100663296 --tmpfs /tmp "), "{text}");
     assert!(!text.contains("--bind /var/cache/sb/files /home"), "{text}");
     let limits = all.iter().position(|a| a == "--core=0").expect("limits");
     assert_eq!(all[limits + 1..limits + 3], ["--", "/bin/sh"]);
@@ -104,6 +110,21 @@ fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
         "{script}"
     );
     assert_eq!(all[limits + 5..], ["sh", "/bin/cp", "npx", "-y", "pkg"]);
+}
+
+/// The writable tmpfs hold at most the budget together (none unbounded, however small it
+/// is), with a private home or without.
+#[test]
+fn the_scratch_tmpfs_share_one_budget() {
+    for budget in [1 << 30, 256 << 20, 100_000_007, 64 << 10] {
+        for private in [false, true] {
+            let s = Scratch::of(budget, private);
+            let sum = s.tmp + s.var_tmp + s.shm + s.home;
+            assert!(sum <= budget.max(8 * 4096), "{budget} {private}: {s:?}");
+            assert!(s.tmp > 0 && s.var_tmp > 0 && s.shm > 0, "{s:?}");
+            assert_eq!(s.home > 0, private, "{s:?}");
+        }
+    }
 }
 
 /// A root gateway drops to nobody before bwrap; a configured directory is where it starts.

@@ -168,10 +168,11 @@ def fill(args):
                 written += 1
     except OSError as e:
         error = "%s: %s" % (type(e).__name__, e)
-    try:
-        os.remove(args["path"])
-    except OSError:
-        pass
+    if not args.get("keep"):
+        try:
+            os.remove(args["path"])
+        except OSError:
+            pass
     return json.dumps({"mib": written, "error": error})
 
 

@@ -68,10 +68,12 @@ async fn a_backend_filling_its_tmp_stops_at_the_bound_and_the_gateway_serves_on(
     let dir = Dir::new("tmpfs");
     let gw = gateway(&dir).await;
     let sid = gw.session().await;
-    // /tmp and /dev/shm hold at most `memory` (256 MiB); /run, meant to stay empty, 16 MiB.
+    // /tmp, /var/tmp and /dev/shm share `memory` (256 MiB: six eighths, one, one); /run,
+    // meant to stay empty, holds 16 MiB.
     let bounded = [
-        ("/tmp/fill", 400, 256),
-        ("/dev/shm/fill", 400, 256),
+        ("/tmp/fill", 400, 192),
+        ("/var/tmp/fill", 400, 32),
+        ("/dev/shm/fill", 400, 32),
         ("/run/fill", 64, 16),
     ];
     for (path, tried, bound) in bounded {
@@ -88,6 +90,18 @@ async fn a_backend_filling_its_tmp_stops_at_the_bound_and_the_gateway_serves_on(
         assert!(wrote > 0, "{path}: it may use the space: {v}");
         let error = v["error"].as_str().unwrap_or_default();
         assert!(error.contains("No space left on device"), "{path}: {v}");
+    }
+    // Filled together, and kept, they hold no more than `memory` of the host's memory.
+    let mut held = 0;
+    for path in ["/tmp/keep", "/var/tmp/keep", "/dev/shm/keep"] {
+        let args = json!({"path": path, "mib": 400, "keep": true});
+        let v: Value = serde_json::from_str(&tool(&gw, &sid, "hostile_fill", args).await).unwrap();
+        assert!(v["mib"].as_u64().unwrap() > 0, "{path}: {v}");
+        held += v["mib"].as_u64().unwrap();
+    }
+    assert!(held <= 256, "the scratch tmpfs hold {held} MiB together");
+    for path in ["/tmp/keep", "/var/tmp/keep", "/dev/shm/keep"] {
+        tool(&gw, &sid, "hostile_fill", json!({"path": path, "mib": 0})).await;
     }
     // bubblewrap's /dev is a tmpfs of its own: read-only, so nothing fills it.
     let said = tool(
