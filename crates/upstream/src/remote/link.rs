@@ -107,25 +107,35 @@ impl Link {
         }
     }
 
-    /// Whether the session carries a caller's `Authorization` now.
-    pub(super) fn carries_caller_auth(&self) -> bool {
+    /// The caller's `Authorization` the session carries now.
+    pub(super) fn caller_auth(&self) -> Option<HeaderValue> {
         match self {
-            Link::Streamable(c) => c.carries_caller_auth(),
-            Link::Sse { auth, .. } => auth.lock().is_some(),
-            Link::NoSession => false,
+            Link::Streamable(c) => c.caller_auth(),
+            Link::Sse { auth, .. } => auth.lock().clone(),
+            Link::NoSession => None,
         }
     }
 
-    /// The session's owner holds no token any more (revoked): nothing it sends carries one.
+    /// The session's owner holds no token any more (revoked), as a lookup made while the
+    /// session carried `seen` said: nothing it sends carries one. Compare and clear: a
+    /// token set since (its owner consented again, and a later call's lookup found it) stays.
     /// An HTTP+SSE session's stream was opened with it, and its POSTs would carry it as a
     /// fixed header: the session ends instead (its caller opens another).
-    pub(super) fn clear_caller_auth(&self) {
+    pub(super) fn clear_caller_auth_if(&self, seen: &HeaderValue) {
         match self {
-            Link::Streamable(c) => c.clear_caller_auth(),
+            Link::Streamable(c) => c.clear_caller_auth_if(seen),
             Link::Sse {
                 auth: slot, conn, ..
             } => {
-                if slot.lock().take().is_some() {
+                let cleared = {
+                    let mut slot = slot.lock();
+                    let same = slot.as_ref() == Some(seen);
+                    if same {
+                        *slot = None;
+                    }
+                    same
+                };
+                if cleared {
                     if let Some((c, _)) = conn.get() {
                         c.close();
                     }

@@ -373,9 +373,9 @@ impl RemoteClient {
         *self.inner.version.lock() = HeaderValue::from_str(version).ok();
     }
 
-    /// Whether this session carries a caller's `Authorization` (see `Inner::caller_auth`).
-    pub(crate) fn carries_caller_auth(&self) -> bool {
-        self.inner.caller_auth.lock().is_some()
+    /// The caller's `Authorization` this session carries now (see `Inner::caller_auth`).
+    pub(crate) fn caller_auth(&self) -> Option<HeaderValue> {
+        self.inner.caller_auth.lock().clone()
     }
 
     /// Use `auth` as this session's `Authorization` from now on (see `Inner::caller_auth`).
@@ -383,9 +383,13 @@ impl RemoteClient {
         *self.inner.caller_auth.lock() = Some(auth.clone());
     }
 
-    /// Forgets the session owner's `Authorization`: later requests go without one.
-    pub(crate) fn clear_caller_auth(&self) {
-        *self.inner.caller_auth.lock() = None;
+    /// Forgets the session owner's `Authorization` if it is still `seen` (one set since came
+    /// from a later lookup): later requests go without one.
+    pub(crate) fn clear_caller_auth_if(&self, seen: &HeaderValue) {
+        let mut slot = self.inner.caller_auth.lock();
+        if slot.as_ref() == Some(seen) {
+            *slot = None;
+        }
     }
 
     /// Whether an upstream session is established (its id stays private).

@@ -232,6 +232,7 @@ impl RemoteUpstream {
         &self,
         caller: Option<&Credential>,
     ) -> Result<(Option<HeaderValue>, Option<HeaderValue>), UpstreamError> {
+        let seen = self.shared.link.caller_auth();
         let auth = self
             .shared
             .auth
@@ -246,7 +247,9 @@ impl RemoteUpstream {
             // The caller has no token now (its consent revoked): the session stops sending
             // the one it was opened or last used with.
             (Mode::Session, None) if caller.is_some() => {
-                self.shared.link.clear_caller_auth();
+                if let Some(seen) = &seen {
+                    self.shared.link.clear_caller_auth_if(seen);
+                }
                 Ok((None, None))
             }
             _ => Ok((auth.clone(), auth)),
@@ -444,9 +447,9 @@ impl RemoteUpstream {
         // remote's questions, cancellations) goes without it once consent is revoked, as its
         // calls do (an HTTP+SSE session ends).
         let owner = self.shared.owner_principal.lock().clone();
-        if let Some(principal) = owner.filter(|_| self.shared.link.carries_caller_auth()) {
+        if let Some((principal, seen)) = owner.zip(self.shared.link.caller_auth()) {
             if self.shared.auth.revoked(&principal).await {
-                self.shared.link.clear_caller_auth();
+                self.shared.link.clear_caller_auth_if(&seen);
             }
         }
         let sent = match self.authorization(caller.as_ref()).await {

@@ -159,18 +159,7 @@ async fn oauth_session(
         timeout: std::time::Duration::from_secs(1),
     };
     let backend = Backend::new(oauth, Arc::new(Flows::default()), vault).unwrap();
-    let token = crate::outgoing_auth::UpstreamToken {
-        access_token: access_token.into(),
-        refresh_token: None,
-        expires_at: None,
-        issued_at: None,
-        scope: None,
-        issuer: "http://as.invalid".into(),
-        resource: url.to_owned(),
-        client_id: "c".into(),
-        client_secret: None,
-        client_auth: None,
-    };
+    let token = oauth_token(url, access_token);
     backend.keep(who.principal(), &token).await.unwrap();
     let mut config = RemoteConfig::new(url);
     config.auth = OutgoingAuth::OAuth(backend.clone());
@@ -184,6 +173,22 @@ async fn oauth_session(
     ));
     list(&up, "k1", who).await;
     (backend, up)
+}
+
+/// A token for `url` that the vault keeps as consent gave it.
+fn oauth_token(url: &str, access_token: &str) -> crate::outgoing_auth::UpstreamToken {
+    crate::outgoing_auth::UpstreamToken {
+        access_token: access_token.into(),
+        refresh_token: None,
+        expires_at: None,
+        issued_at: None,
+        scope: None,
+        issuer: "http://as.invalid".into(),
+        resource: url.to_owned(),
+        client_id: "c".into(),
+        client_secret: None,
+        client_auth: None,
+    }
 }
 
 /// One `tools/list` as `who`, answered without error.
@@ -237,15 +242,34 @@ async fn revoked(on_its_own: bool) {
 }
 
 /// A vault that answers, or fails every request while `down` (an unreachable store),
-/// counting the requests it failed.
+/// counting the requests it failed; with `hold` set, its next `get` reads the answer, says
+/// so, and returns it only when released.
 #[derive(Debug)]
 struct Flaky {
     inner: crate::outgoing_auth::MemoryVault,
     down: std::sync::atomic::AtomicBool,
     failed: std::sync::atomic::AtomicUsize,
+    hold: Mutex<Option<Hold>>,
+}
+
+/// Where a held `get` says it has read (`read`) and waits to return (`release`).
+#[derive(Debug)]
+struct Hold {
+    read: tokio::sync::oneshot::Sender<()>,
+    release: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl Flaky {
+    fn new() -> Flaky {
+        use crate::outgoing_auth::vault::VaultKeyMaterial;
+        Flaky {
+            inner: crate::outgoing_auth::MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap()),
+            down: std::sync::atomic::AtomicBool::new(false),
+            failed: std::sync::atomic::AtomicUsize::new(0),
+            hold: Mutex::new(None),
+        }
+    }
+
     fn fail<'a, T: Send + 'static>(
         &self,
         ok: futures::future::BoxFuture<'a, Result<T, crate::outgoing_auth::VaultError>>,
@@ -270,7 +294,17 @@ impl crate::outgoing_auth::TokenVault for Flaky {
         'a,
         Result<Option<crate::outgoing_auth::UpstreamToken>, crate::outgoing_auth::VaultError>,
     > {
-        self.fail(self.inner.get(key))
+        let read = self.inner.get(key);
+        let read: futures::future::BoxFuture<'a, _> = match self.hold.lock().take() {
+            Some(hold) => Box::pin(async move {
+                let answer = read.await;
+                let _ = hold.read.send(());
+                let _ = hold.release.await;
+                answer
+            }),
+            None => read,
+        };
+        self.fail(read)
     }
     fn put<'a>(
         &'a self,
@@ -326,14 +360,9 @@ impl crate::outgoing_auth::TokenVault for Flaky {
 /// first version read a vault error as a revocation and ended the session).
 #[tokio::test]
 async fn an_unreachable_vault_ends_no_sse_session() {
-    use crate::outgoing_auth::vault::VaultKeyMaterial;
     use std::sync::atomic::Ordering;
     let (url, seen) = sse_server().await;
-    let vault = Arc::new(Flaky {
-        inner: crate::outgoing_auth::MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap()),
-        down: std::sync::atomic::AtomicBool::new(false),
-        failed: std::sync::atomic::AtomicUsize::new(0),
-    });
+    let vault = Arc::new(Flaky::new());
     let dave = Credential::bearer("incoming", "https://idp", "dave").unwrap();
     let (_backend, up) = oauth_session(&url, vault.clone(), &dave, "at.dave").await;
     vault.down.store(true, Ordering::Release);
@@ -350,6 +379,48 @@ async fn an_unreachable_vault_ends_no_sse_session() {
         ("tools/list", "Bearer at.dave"),
         ("notifications/cancelled", "Bearer at.dave"),
         ("tools/list", "Bearer at.dave"),
+    ]);
+    assert_eq!(*seen.lock(), expected);
+}
+
+/// A revocation check that a consent given again overtakes clears nothing: the line the
+/// session sends on its own reads "no token" at the vault, Erin consents again and calls
+/// (with her new token) before that check ends, and the line then goes with the new token;
+/// the session lives on. Before, the check cleared whatever the session carried by then
+/// (the new token), and the HTTP+SSE session ended (review LOW: check, then clear).
+#[tokio::test]
+async fn a_consent_given_again_during_a_revocation_check_is_kept() {
+    let (url, seen) = sse_server().await;
+    let vault = Arc::new(Flaky::new());
+    let erin = Credential::bearer("incoming", "https://idp", "erin").unwrap();
+    let (backend, up) = oauth_session(&url, vault.clone(), &erin, "at.erin-1").await;
+    backend.forget(erin.principal()).await;
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel();
+    *vault.hold.lock() = Some(Hold {
+        read: read_tx,
+        release: release_rx,
+    });
+    let note = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#;
+    let line = {
+        let up = up.clone();
+        tokio::spawn(async move { up.send_line(note.to_vec()).await })
+    };
+    read_rx
+        .await
+        .expect("the line's revocation check read the vault");
+    let again = oauth_token(&url, "at.erin-2");
+    backend.keep(erin.principal(), &again).await.unwrap();
+    list(&up, "k2", &erin).await;
+    release_tx.send(()).unwrap();
+    line.await.unwrap().expect("the line went out");
+    list(&up, "k3", &erin).await;
+    let expected = pairs(&[
+        ("GET", "Bearer at.erin-1"),
+        ("tools/list", "Bearer at.erin-1"),
+        ("tools/list", "Bearer at.erin-2"),
+        ("notifications/cancelled", "Bearer at.erin-2"),
+        ("tools/list", "Bearer at.erin-2"),
     ]);
     assert_eq!(*seen.lock(), expected);
 }
