@@ -86,6 +86,7 @@ impl RemoteClient {
             let wait = reopen_wait(was_open, asked, backoff);
             debug!(error = %reason, ?wait, "remote listen stream dropped; reopening");
             tokio::time::sleep(wait).await;
+            self.inner.sink.reopening().await;
             backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
         }
     }

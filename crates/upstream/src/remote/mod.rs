@@ -79,6 +79,11 @@ pub trait RemoteSink: Send + Sync + std::fmt::Debug + 'static {
     fn deliver(&self, line: &Bytes, msg: &Message<'_>);
     /// The listen stream ended (`reason` says why); a new one may be opened.
     fn listen_closed(&self, _reason: &RemoteError) {}
+    /// The listen stream is about to be opened again, with the `Authorization` the session
+    /// carries then: a session acting as its caller drops a token revoked meanwhile here.
+    fn reopening(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Where the remote is and how much of it to accept.

@@ -129,6 +129,14 @@ impl RemoteSink for Bridge {
             (_, reason) => debug!(%reason, "remote listen stream ended"),
         }
     }
+
+    fn reopening(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(shared) = self.me.upgrade() {
+                shared.drop_revoked_auth().await;
+            }
+        })
+    }
 }
 
 impl RemoteUpstream {
@@ -446,12 +454,7 @@ impl RemoteUpstream {
         // A session carrying its owner's token: what it sends on its own (answers to the
         // remote's questions, cancellations) goes without it once consent is revoked, as its
         // calls do (an HTTP+SSE session ends).
-        let owner = self.shared.owner_principal.lock().clone();
-        if let Some((principal, seen)) = owner.zip(self.shared.link.caller_auth()) {
-            if self.shared.auth.revoked(&principal).await {
-                self.shared.link.clear_caller_auth_if(&seen);
-            }
-        }
+        self.shared.drop_revoked_auth().await;
         let sent = match self.authorization(caller.as_ref()).await {
             Ok((_, per_request)) => {
                 let sent = self
@@ -579,6 +582,19 @@ impl RemoteUpstream {
 }
 
 impl Shared {
+    /// A session carrying its owner's token whose consent was revoked stops carrying it
+    /// (an HTTP+SSE session ends): for what the session sends on its own, its lines and its
+    /// listen stream's reopening, which no call's lookup precedes. Read only; a vault that
+    /// cannot answer revokes nothing.
+    async fn drop_revoked_auth(&self) {
+        let owner = self.owner_principal.lock().clone();
+        if let Some((principal, seen)) = owner.zip(self.link.caller_auth()) {
+            if self.auth.revoked(&principal).await {
+                self.link.clear_caller_auth_if(&seen);
+            }
+        }
+    }
+
     /// The upstream session is gone: every later call fails, and the sink hears it once.
     fn lose(&self, why: RemoteError) -> UpstreamError {
         let error = UpstreamError::Remote(why);

@@ -3,6 +3,7 @@
 
 mod credential;
 mod listen_first;
+mod listen_revoked;
 mod sse_session;
 mod tool_screen;
 

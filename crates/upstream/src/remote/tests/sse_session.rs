@@ -142,7 +142,7 @@ async fn a_revoked_token_ends_the_sse_session_at_a_line_it_sends_on_its_own() {
 }
 
 /// An HTTP+SSE session on `url` for a per-user OAuth backend whose tokens live in `vault`,
-/// `who`'s token (`at.<subject>`, bound to `url`) kept there, opened by one `tools/list` as
+/// `who`'s token (`access_token`, bound to `url`) kept there, opened by one `tools/list` as
 /// `who`. The backend, to forget the token with, and the session.
 async fn oauth_session(
     url: &str,
@@ -150,6 +150,27 @@ async fn oauth_session(
     who: &Credential,
     access_token: &str,
 ) -> (Arc<crate::outgoing_auth::oauth::Backend>, Upstream) {
+    let (backend, config) = oauth_remote(url, vault, who, access_token).await;
+    let endpoint = RemoteEndpoint::new(config)
+        .unwrap()
+        .with_transport(RemoteTransport::Sse);
+    let up = Upstream::Remote(RemoteUpstream::new(
+        &endpoint,
+        Mode::Session,
+        Arc::new(Quiet),
+    ));
+    list(&up, "k1", who).await;
+    (backend, up)
+}
+
+/// A per-user OAuth backend on `url` whose tokens live in `vault`, `who`'s token kept there,
+/// and a remote's configuration using it.
+pub(super) async fn oauth_remote(
+    url: &str,
+    vault: Arc<dyn crate::outgoing_auth::TokenVault>,
+    who: &Credential,
+    access_token: &str,
+) -> (Arc<crate::outgoing_auth::oauth::Backend>, RemoteConfig) {
     use crate::outgoing_auth::oauth::{Backend, ClientSettings, Flows, OAuthConfig};
     let oauth = OAuthConfig {
         backend: "svc".into(),
@@ -163,20 +184,11 @@ async fn oauth_session(
     backend.keep(who.principal(), &token).await.unwrap();
     let mut config = RemoteConfig::new(url);
     config.auth = OutgoingAuth::OAuth(backend.clone());
-    let endpoint = RemoteEndpoint::new(config)
-        .unwrap()
-        .with_transport(RemoteTransport::Sse);
-    let up = Upstream::Remote(RemoteUpstream::new(
-        &endpoint,
-        Mode::Session,
-        Arc::new(Quiet),
-    ));
-    list(&up, "k1", who).await;
-    (backend, up)
+    (backend, config)
 }
 
 /// A token for `url` that the vault keeps as consent gave it.
-fn oauth_token(url: &str, access_token: &str) -> crate::outgoing_auth::UpstreamToken {
+pub(super) fn oauth_token(url: &str, access_token: &str) -> crate::outgoing_auth::UpstreamToken {
     crate::outgoing_auth::UpstreamToken {
         access_token: access_token.into(),
         refresh_token: None,
