@@ -94,6 +94,13 @@ const MAX_TASKS: usize = 100_000;
 /// Most tasks remembered per owner: an owner's next task makes it forget its oldest, so an
 /// owner that creates tasks without end only loses track of its own.
 const MAX_TASKS_PER_OWNER: usize = 1024;
+/// Most tasks remembered per principal, over all its owners (its sessions, and itself
+/// sessionless): past it, its next task in another owner is not tracked (refused as
+/// [`MAX_TASKS`] would be), so one principal opening sessions cannot fill the table alone.
+const MAX_TASKS_PER_PRINCIPAL: usize = MAX_TASKS / 8;
+
+/// (issuer, subject): whose tasks count together against [`MAX_TASKS_PER_PRINCIPAL`].
+type PrincipalKey = std::sync::Arc<(String, String)>;
 /// Most retired task ids remembered (see `Table::retired`); the oldest is forgotten first.
 const MAX_RETIRED: usize = 100_000;
 
@@ -142,6 +149,8 @@ struct Table {
     /// Handle → the backend's task id.
     handles: HashMap<String, String>,
     by_owner: HashMap<Owner, VecDeque<String>>,
+    /// How many tracked tasks each principal holds, over all its owners.
+    per_principal: HashMap<PrincipalKey, usize>,
     /// Ids no one may be given again: contested (handed out twice), or forgotten while the
     /// backend may still run them (their session ended, their owner's bound evicted them).
     /// Without it, a backend that repeats ids would give the next caller to bring one an
@@ -154,6 +163,8 @@ struct Table {
 #[derive(Debug)]
 struct Owned {
     owner: Owner,
+    /// The principal the owner is (or whose session it is).
+    principal: PrincipalKey,
     handle: String,
     /// The backend's own name of the tool whose call created it (its result is checked by
     /// that tool's guardrails).
@@ -172,6 +183,12 @@ impl Table {
     fn remove(&mut self, task: &str) {
         if let Some(owned) = self.owners.remove(task) {
             self.handles.remove(&owned.handle);
+            if let Some(held) = self.per_principal.get_mut(&owned.principal) {
+                *held -= 1;
+                if *held == 0 {
+                    self.per_principal.remove(&owned.principal);
+                }
+            }
             if let Some(ids) = self.by_owner.get_mut(&owned.owner) {
                 ids.retain(|id| id != task);
                 if ids.is_empty() {
@@ -241,7 +258,14 @@ impl TaskOwners {
     /// A task id some other owner already holds is forgotten rather than reassigned: the same
     /// id handed out twice (a backend reusing ids) must not give either owner the other's
     /// task, so neither can name it any more.
-    pub(crate) fn record(&self, owner: &Owner, result: &str, call: Option<&RawValue>) {
+    /// `principal`: the owner's (a session's, the one that opened it).
+    fn record(
+        &self,
+        owner: &Owner,
+        principal: &(String, String),
+        result: &str,
+        call: Option<&RawValue>,
+    ) {
         let Some(id) = created_task(result) else {
             return;
         };
@@ -260,10 +284,23 @@ impl TaskOwners {
             None if table.owners.len() >= MAX_TASKS => return,
             None => {}
         }
+        // At its bound, a principal's owner that will forget its own oldest task for this one
+        // may still record it; any other of its owners may not.
+        let held = table.per_principal.get(principal).copied().unwrap_or(0);
+        let evicts = (table.by_owner.get(owner)).is_some_and(|m| m.len() >= MAX_TASKS_PER_OWNER);
+        if held >= MAX_TASKS_PER_PRINCIPAL && !evicts {
+            return;
+        }
+        let principal = match table.per_principal.get_key_value(principal) {
+            Some((key, _)) => key.clone(),
+            None => PrincipalKey::new(principal.clone()),
+        };
+        *table.per_principal.entry(principal.clone()).or_default() += 1;
         let handle = mint_handle(self.replica.as_deref());
         table.handles.insert(handle.clone(), id.clone());
         let owned = Owned {
             owner: owner.clone(),
+            principal,
             handle,
             tool,
         };
@@ -431,13 +468,32 @@ impl TaskOwners {
         (method, params): (&str, Option<&RawValue>),
     ) {
         let call = params.filter(|_| method == "tools/call");
+        self.record_for(sessions, owner, answer.payload(), call);
+    }
+
+    /// Records the task `result` (a `CreateTaskResult`) names as `owner`'s; a session
+    /// owner's only while its session lives in `sessions`. `call`: the `tools/call` params
+    /// the backend got (they name the task's tool).
+    pub(crate) fn record_for(
+        &self,
+        sessions: &Sessions,
+        owner: &Owner,
+        result: &str,
+        call: Option<&RawValue>,
+    ) {
         match owner {
             // Under the session's lock: a session that ended meanwhile (its tasks already
             // purged) records nothing that nobody would ever purge.
             Owner::Session(sid) => {
-                let _ = sessions.while_live(sid, || self.record(owner, answer.payload(), call));
+                let recorded = |principal: &(String, String)| {
+                    self.record(owner, principal, result, call);
+                };
+                let _ = sessions.while_live(sid, recorded);
             }
-            Owner::Principal { .. } => self.record(owner, answer.payload(), call),
+            Owner::Principal { issuer, subject } => {
+                let principal = (issuer.clone(), subject.clone());
+                self.record(owner, &principal, result, call);
+            }
         }
     }
 

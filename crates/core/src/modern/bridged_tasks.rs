@@ -117,7 +117,12 @@ impl Adapters<'_> {
             let answers = crate::tasks::questions::answerable(msg.params);
             tables.questions.expect(id, &owner, answers);
         }
-        tables.tasks.record(&owner, answer.payload(), sent);
+        (tables.tasks).record_for(
+            &self.sender.registry.sessions,
+            &owner,
+            answer.payload(),
+            sent,
+        );
         let mut flat = extension_task(task);
         flat.insert("resultType".into(), json!("task"));
         Ok(self.answer(id, flat))

@@ -95,13 +95,7 @@ impl Adapters<'_> {
     /// check its result).
     fn record_created(&self, route: &Route, owner: &Owner, result: &str, call: Option<&RawValue>) {
         let tables = self.sender.registry.tables(&route.backend);
-        match owner {
-            Owner::Session(sid) => {
-                let sessions = &self.sender.registry.sessions;
-                let _ = sessions.while_live(sid, || tables.tasks.record(owner, result, call));
-            }
-            Owner::Principal { .. } => tables.tasks.record(owner, result, call),
-        }
+        (tables.tasks).record_for(&self.sender.registry.sessions, owner, result, call);
     }
 
     /// `tasks/get`, `tasks/result`, `tasks/cancel` from a Legacy client for a task on a

@@ -360,11 +360,15 @@ impl Sessions {
         self.with(raw, |_| ()).is_ok()
     }
 
-    /// Runs `f` under the table lock while `raw` names a live session (`f` touches no
-    /// session and must not block): work that must not outlive the session, such as
-    /// recording what its end purges.
-    pub(crate) fn while_live<R>(&self, raw: &str, f: impl FnOnce() -> R) -> Result<R, CoreError> {
-        self.with(raw, |_| f())
+    /// Runs `f` with the session's owner (issuer, subject) under the table lock while `raw`
+    /// names a live session (`f` touches no session and must not block): work that must
+    /// not outlive the session, such as recording what its end purges.
+    pub(crate) fn while_live<R>(
+        &self,
+        raw: &str,
+        f: impl FnOnce(&(String, String)) -> R,
+    ) -> Result<R, CoreError> {
+        self.with(raw, |s| f(s.owner()))
     }
 
     /// Live sessions per transport: (Streamable HTTP, HTTP+SSE).

@@ -12,6 +12,15 @@ fn principal(subject: &str) -> Owner {
     }
 }
 
+/// Records as `owner`, a session's being its own principal's (`owner-of-<id>`).
+fn record(t: &TaskOwners, owner: &Owner, result: &str, call: Option<&RawValue>) {
+    let principal = match owner {
+        Owner::Principal { issuer, subject } => (issuer.clone(), subject.clone()),
+        Owner::Session(id) => ("api-key".to_owned(), format!("owner-of-{id}")),
+    };
+    t.record(owner, &principal, result, call);
+}
+
 fn legacy_task(id: &str) -> String {
     format!(r#"{{"task":{{"taskId":"{id}","status":"working"}}}}"#)
 }
@@ -20,9 +29,9 @@ fn legacy_task(id: &str) -> String {
 fn ownership_and_filtering() {
     let t = TaskOwners::default();
     let (a, b) = (session("a"), session("b"));
-    t.record(&a, &legacy_task("t1"), None);
-    t.record(&b, &legacy_task("t2"), None);
-    t.record(&b, r#"{"content":[]}"#, None);
+    record(&t, &a, &legacy_task("t1"), None);
+    record(&t, &b, &legacy_task("t2"), None);
+    record(&t, &b, r#"{"content":[]}"#, None);
     assert!(t.owns(Some(&a), "t1") && !t.owns(Some(&b), "t1"));
     assert!(!t.owns(Some(&a), "nope") && !t.owns(None, "t1"));
     let list = json!({"tasks":[{"taskId":"t1"},{"taskId":"t2"},{"taskId":"t3"}],"nextCursor":"c"})
@@ -101,13 +110,15 @@ fn owners_by_session_and_principal() {
     assert_eq!(Owner::of(&alice, Some(&sid)), session(sid.as_str()));
 
     let t = TaskOwners::default();
-    t.record(&principal("alice"), &legacy_task("p1"), None);
-    t.record(
+    record(&t, &principal("alice"), &legacy_task("p1"), None);
+    record(
+        &t,
         &principal("alice"),
         r#"{"resultType":"task","taskId":"m1","status":"working"}"#,
         None,
     );
-    t.record(
+    record(
+        &t,
         &principal("bob"),
         r#"{"resultType":"complete","taskId":"x"}"#,
         None,
@@ -131,14 +142,14 @@ fn owners_by_session_and_principal() {
 #[test]
 fn a_reused_task_id_belongs_to_nobody() {
     let t = TaskOwners::default();
-    t.record(&principal("alice"), &legacy_task("dup"), None);
-    t.record(&principal("bob"), &legacy_task("dup"), None);
+    record(&t, &principal("alice"), &legacy_task("dup"), None);
+    record(&t, &principal("bob"), &legacy_task("dup"), None);
     assert!(t.owner("dup").is_none());
     assert!(!t.owns(Some(&principal("alice")), "dup"));
     assert!(!t.owns(Some(&principal("bob")), "dup"));
     // Nor anyone who brings it later: the id is retired, not free.
     for who in ["bob", "carol", "alice"] {
-        t.record(&principal(who), &legacy_task("dup"), None);
+        record(&t, &principal(who), &legacy_task("dup"), None);
         assert!(t.owner("dup").is_none(), "{who} was given it");
         assert!(t.handle_for(Some(&principal(who)), "dup").is_none());
     }
@@ -149,15 +160,15 @@ fn a_reused_task_id_belongs_to_nobody() {
 #[test]
 fn a_forgotten_task_is_not_given_to_the_next_owner_of_its_id() {
     let t = TaskOwners::default();
-    t.record(&session("s1"), &legacy_task("t-1"), None);
+    record(&t, &session("s1"), &legacy_task("t-1"), None);
     t.purge("s1");
-    t.record(&principal("mallory"), &legacy_task("t-1"), None);
+    record(&t, &principal("mallory"), &legacy_task("t-1"), None);
     assert!(t.owner("t-1").is_none());
     let greedy = principal("greedy");
     for i in 0..MAX_TASKS_PER_OWNER + 1 {
-        t.record(&greedy, &legacy_task(&format!("g{i}")), None);
+        record(&t, &greedy, &legacy_task(&format!("g{i}")), None);
     }
-    t.record(&principal("mallory"), &legacy_task("g0"), None);
+    record(&t, &principal("mallory"), &legacy_task("g0"), None);
     assert!(t.owner("g0").is_none(), "an evicted id stays retired");
 }
 
@@ -167,11 +178,11 @@ fn a_forgotten_task_is_not_given_to_the_next_owner_of_its_id() {
 fn one_owner_cannot_crowd_out_anothers_tasks() {
     let t = TaskOwners::default();
     let (victim, greedy) = (session("victim"), principal("greedy"));
-    t.record(&victim, &legacy_task("v1"), None);
-    t.record(&victim, &legacy_task("v1"), None);
+    record(&t, &victim, &legacy_task("v1"), None);
+    record(&t, &victim, &legacy_task("v1"), None);
     assert_eq!(t.len(), 2, "a task recorded twice is indexed once");
     for i in 0..MAX_TASKS_PER_OWNER + 10 {
-        t.record(&greedy, &legacy_task(&format!("g{i}")), None);
+        record(&t, &greedy, &legacy_task(&format!("g{i}")), None);
     }
     assert!(t.owns(Some(&victim), "v1"));
     assert!(
@@ -193,8 +204,8 @@ fn one_owner_cannot_crowd_out_anothers_tasks() {
 fn handles_name_tasks_for_their_owner_only() {
     let t = TaskOwners::default();
     let (alice, bob) = (principal("alice"), principal("bob"));
-    t.record(&alice, &legacy_task("t1"), None);
-    t.record(&bob, &legacy_task("t2"), None);
+    record(&t, &alice, &legacy_task("t1"), None);
+    record(&t, &bob, &legacy_task("t2"), None);
     let (ha, hb) = (
         t.handle_for(Some(&alice), "t1").unwrap(),
         t.handle_for(Some(&bob), "t2").unwrap(),
@@ -212,7 +223,7 @@ fn handles_name_tasks_for_their_owner_only() {
     assert_eq!(t.handle_for(Some(&bob), "t1"), None);
     assert_eq!(t.owner("t2"), Some((bob.clone(), hb.clone())));
     assert!(t.has_any(&alice) && !t.has_any(&principal("carol")));
-    t.record(&bob, &legacy_task("t1"), None);
+    record(&t, &bob, &legacy_task("t1"), None);
     assert_eq!(t.task_for(Some(&alice), &ha), None, "a reused id: nobody's");
     t.clear();
     assert_eq!(t.task_for(Some(&bob), &hb), None);
@@ -221,12 +232,12 @@ fn handles_name_tasks_for_their_owner_only() {
 #[test]
 fn handles_name_their_replica_when_there_are_replicas() {
     let here = TaskOwners::at_replica(Some("0123456789abcdef".into()));
-    here.record(&principal("alice"), &legacy_task("t1"), None);
+    record(&here, &principal("alice"), &legacy_task("t1"), None);
     let handle = here.handle_for(Some(&principal("alice")), "t1").unwrap();
     assert_eq!(super::replica_of_handle(&handle), Some("0123456789abcdef"));
     assert_eq!(handle.len(), "sbt-".len() + 16 + 1 + 32);
     let alone = TaskOwners::default();
-    alone.record(&principal("alice"), &legacy_task("t1"), None);
+    record(&alone, &principal("alice"), &legacy_task("t1"), None);
     let handle = alone.handle_for(Some(&principal("alice")), "t1").unwrap();
     assert_eq!(super::replica_of_handle(&handle), None, "{handle}");
 }
@@ -237,8 +248,8 @@ fn a_task_remembers_its_tool() {
     let t = TaskOwners::default();
     let call = serde_json::value::RawValue::from_string(r#"{"name":"work","arguments":{}}"#.into())
         .unwrap();
-    t.record(&principal("alice"), &legacy_task("w1"), Some(&call));
-    t.record(&principal("alice"), &legacy_task("w2"), None);
+    record(&t, &principal("alice"), &legacy_task("w1"), Some(&call));
+    record(&t, &principal("alice"), &legacy_task("w2"), None);
     assert_eq!(t.tool_of("w1").as_deref(), Some("work"));
     assert_eq!(t.tool_of("w2"), None);
     assert_eq!(t.tool_of("unknown"), None);
@@ -250,8 +261,9 @@ fn a_task_remembers_its_tool() {
 fn a_task_named_ambiguously_is_not_recorded() {
     let t = TaskOwners::default();
     let a = session("a");
-    t.record(&a, r#"{"task":{"taskId":"A","TaskID":"B"}}"#, None);
-    t.record(
+    record(&t, &a, r#"{"task":{"taskId":"A","TaskID":"B"}}"#, None);
+    record(
+        &t,
         &a,
         r#"{"resultType":"task","taskId":"C","task":{"taskId":"D"}}"#,
         None,
@@ -260,7 +272,7 @@ fn a_task_named_ambiguously_is_not_recorded() {
         assert!(!t.owns(Some(&a), id), "{id} recorded");
     }
     assert_eq!(t.len(), 0);
-    t.record(&a, &legacy_task("E"), None);
+    record(&t, &a, &legacy_task("E"), None);
     assert!(t.owns(Some(&a), "E"));
 }
 
@@ -275,19 +287,71 @@ fn a_task_named_beside_another_is_not_recorded() {
         json!({"task": {"taskId": "t1"}, "_meta": tag("t2")}),
         json!({"resultType": "task", "taskId": "t1", "_Meta": tag("t2")}),
     ] {
-        t.record(&alice, &answer.to_string(), None);
+        record(&t, &alice, &answer.to_string(), None);
     }
-    t.record(
+    record(
+        &t,
         &alice,
         r#"{"task":{"taskId":"t1"},"content":[{"a":1,"a":2}]}"#,
         None,
     );
     assert!(!t.owns(Some(&alice), "t1"));
     assert_eq!(t.len(), 0);
-    t.record(
+    record(
+        &t,
         &alice,
         &json!({"task": {"taskId": "t1"}, "_meta": tag("t1")}).to_string(),
         None,
     );
     assert!(t.owns(Some(&alice), "t1"));
+}
+
+/// One principal's owners (sessions) together hold at most its share of the table: past
+/// it, a task in another of its sessions is not tracked, while another principal's still
+/// is, and a session at its own bound still trades its oldest for its newest. Before, each
+/// session had its own bound and nothing else, so one principal opening sessions filled
+/// the table for every caller (review MEDIUM).
+#[test]
+fn one_principal_s_sessions_cannot_fill_the_table() {
+    let t = TaskOwners::default();
+    let of_greedy = |i: usize| Owner::session(&format!("greedy-{i}"));
+    let greedy = ("api-key".to_owned(), "greedy".to_owned());
+    let sessions = MAX_TASKS_PER_PRINCIPAL / MAX_TASKS_PER_OWNER + 1;
+    for s in 0..sessions {
+        for i in 0..MAX_TASKS_PER_OWNER {
+            t.record(
+                &of_greedy(s),
+                &greedy,
+                &legacy_task(&format!("g{s}-{i}")),
+                None,
+            );
+        }
+    }
+    let held = (t.table.lock().per_principal.get(&greedy)).copied();
+    assert_eq!(held, Some(MAX_TASKS_PER_PRINCIPAL));
+    let next = sessions;
+    t.record(&of_greedy(next), &greedy, &legacy_task("over"), None);
+    assert!(
+        t.owner("over").is_none(),
+        "past its share, a new session's task"
+    );
+    // Its first session holds its own bound: its next task replaces its oldest.
+    t.record(&of_greedy(0), &greedy, &legacy_task("traded"), None);
+    assert!(
+        t.owns(Some(&of_greedy(0)), "traded"),
+        "a session at its own bound trades"
+    );
+    assert!(!t.owns(Some(&of_greedy(0)), "g0-0"));
+    record(&t, &principal("alice"), &legacy_task("a1"), None);
+    assert!(
+        t.owns(Some(&principal("alice")), "a1"),
+        "another principal still records"
+    );
+    for s in 0..=next {
+        t.purge(&format!("greedy-{s}"));
+    }
+    assert!(
+        !t.table.lock().per_principal.contains_key(&greedy),
+        "purged, it holds none"
+    );
 }

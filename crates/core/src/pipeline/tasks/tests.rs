@@ -54,9 +54,8 @@ async fn a_poll_past_its_callers_token_expiry_is_never_sent() {
     // Carol's own task: a poll of it would go to the backend.
     let owner = crate::tasks::Owner::of(&caller, None);
     let tables = gateway.registry.tables(&gateway.backends.primary().id);
-    tables
-        .tasks
-        .record(&owner, r#"{"task":{"taskId":"t-1"}}"#, None);
+    let sessions = &gateway.registry.sessions;
+    (tables.tasks).record_for(sessions, &owner, r#"{"task":{"taskId":"t-1"}}"#, None);
     let handle = tables
         .tasks
         .handle_for(Some(&owner), "t-1")
