@@ -233,3 +233,88 @@ async fn a_null_id_error_that_may_be_another_lines_goes_to_nobody() {
     assert_eq!(release.await.unwrap().payload(), r#"{"echo": "release"}"#);
     process.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Keeps the handle each request came with, and every notification's text.
+#[derive(Debug, Default)]
+struct Asked {
+    handles: Mutex<Vec<crate::Upstream>>,
+    notes: Mutex<Vec<String>>,
+    heard: tokio::sync::Notify,
+}
+
+impl InboundSink for Asked {
+    fn deliver(&self, line: &Bytes, msg: &Message<'_>, backend: &crate::Upstream) {
+        match msg.id {
+            Some(_) => self.handles.lock().push(backend.clone()),
+            None => self
+                .notes
+                .lock()
+                .push(String::from_utf8_lossy(line).into_owned()),
+        }
+        self.heard.notify_waiters();
+    }
+}
+
+impl Asked {
+    /// Waits (bounded) until `ready` holds of what was heard.
+    async fn until(&self, ready: impl Fn(&Asked) -> bool) {
+        let wait = async {
+            loop {
+                let heard = self.heard.notified();
+                if ready(self) {
+                    return;
+                }
+                heard.await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .expect("heard in time");
+    }
+}
+
+/// Asks its client something (request id 0, as SDKs number them per process), then tells
+/// of every line it reads (`notifications/got`, with its own name).
+const ASKS_BACKEND: &str = r#"
+import json, sys
+name = sys.argv[1]
+print(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "elicitation/create", "params": {}}), flush=True)
+for line in sys.stdin:
+    print(json.dumps({"jsonrpc": "2.0", "method": "notifications/got", "params": {"by": name, "line": json.loads(line)}}), flush=True)
+"#;
+
+/// The handle a backend's request comes with reaches the process that asked, also after a
+/// restart installed another in the backend's slot: an answer a client gives late goes to
+/// the asker (or nowhere), never to its successor, whose own request 0 is someone else's
+/// question. The successor hears the sentinel sent after that answer, and not the answer.
+#[tokio::test]
+async fn an_answer_goes_to_the_process_that_asked_not_its_successor() {
+    let old_sink = Arc::new(Asked::default());
+    let (slot, old) = spawn(&python(ASKS_BACKEND, &["old"]), old_sink.clone()).unwrap();
+    old_sink.until(|a| !a.handles.lock().is_empty()).await;
+    let asker = old_sink.handles.lock()[0].clone();
+    let new_sink = Arc::new(Asked::default());
+    let (standby, new) = spawn(&python(ASKS_BACKEND, &["new"]), new_sink.clone()).unwrap();
+    new_sink.until(|a| !a.handles.lock().is_empty()).await;
+    slot.adopt(&standby);
+    let answer = br#"{"jsonrpc":"2.0","id":0,"result":{"action":"accept"}}"#;
+    asker.send_line(answer.to_vec()).await.unwrap();
+    slot.send_line(br#"{"jsonrpc":"2.0","method":"sentinel"}"#.to_vec())
+        .await
+        .unwrap();
+    new_sink.until(|a| !a.notes.lock().is_empty()).await;
+    old_sink.until(|a| !a.notes.lock().is_empty()).await;
+    let heard_new = new_sink.notes.lock().clone();
+    assert_eq!(heard_new.len(), 1, "{heard_new:?}");
+    assert!(
+        heard_new[0].contains(r#""method": "sentinel""#),
+        "{heard_new:?}"
+    );
+    let heard_old = old_sink.notes.lock().clone();
+    assert!(
+        heard_old[0].contains(r#""action": "accept""#),
+        "{heard_old:?}"
+    );
+    old.shutdown(Duration::from_secs(5)).await;
+    new.shutdown(Duration::from_secs(5)).await;
+}
