@@ -99,6 +99,9 @@ pub enum CoreError {
     /// Every dedicated MRTR process (or parking place) is in use, across all callers.
     #[error("every dedicated backend process for Modern calls that may need client input is in use (limit {0}); retry later")]
     BridgeFull(usize),
+    /// The session holds as many resource subscriptions as it may.
+    #[error("this session holds as many resource subscriptions as it may (limit {0})")]
+    TooManySubscriptions(usize),
     /// Every warm Modern partition is in use (per-session mode).
     #[error("too many warm backend processes for Modern callers (limit {0}); retry later")]
     TooManyPartitions(usize),

@@ -22,6 +22,7 @@ use switchboard_wire::classify::META_SUBSCRIPTION_ID;
 use switchboard_wire::{encode_notification, method, object_member, with_meta_member, RequestId};
 
 use crate::route::RouteKey;
+use crate::session::{MAX_SUBSCRIPTIONS, MAX_URI_BYTES};
 
 /// What a listen stream asked for (`params.notifications`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +35,8 @@ pub(crate) struct Filter {
 
 impl Filter {
     /// Parses `params.notifications`; unknown members are ignored, wrong types count as absent.
+    /// Of `resourceSubscriptions`, the first [`MAX_SUBSCRIPTIONS`] URIs of at most
+    /// [`MAX_URI_BYTES`] each are taken (the acknowledgement names what was).
     pub(crate) fn parse(params: Option<&RawValue>) -> Filter {
         let v: Value = params
             .and_then(|p| object_member(p, "notifications"))
@@ -49,7 +52,10 @@ impl Filter {
                 .and_then(Value::as_array)
                 .map(|a| {
                     a.iter()
-                        .filter_map(|u| u.as_str().map(str::to_owned))
+                        .filter_map(Value::as_str)
+                        .filter(|u| u.len() <= MAX_URI_BYTES)
+                        .take(MAX_SUBSCRIPTIONS)
+                        .map(str::to_owned)
                         .collect()
                 })
                 .unwrap_or_default(),
@@ -270,6 +276,24 @@ mod tests {
             json!({"toolsListChanged":true,"resourceSubscriptions":["a"]})
         );
         assert_eq!(Filter::parse(None), Filter::default());
+    }
+
+    /// A listen watches at most 1024 URIs of at most 8 KiB each; its acknowledgement names
+    /// those (review MEDIUM: a listen held every URI its body carried).
+    #[test]
+    fn a_listen_watches_a_bounded_set_of_uris() {
+        let long = "x".repeat(MAX_URI_BYTES + 1);
+        let uris: Vec<String> = std::iter::once(long)
+            .chain((0..MAX_SUBSCRIPTIONS + 10).map(|i| format!("file:///{i}")))
+            .collect();
+        let params = json!({"notifications": {"resourceSubscriptions": uris}}).to_string();
+        let f = Filter::parse(Some(&raw(&params)));
+        assert_eq!(f.uris.len(), MAX_SUBSCRIPTIONS);
+        assert_eq!(f.uris[0], "file:///0");
+        let acked = f.to_json()["resourceSubscriptions"]
+            .as_array()
+            .map(Vec::len);
+        assert_eq!(acked, Some(MAX_SUBSCRIPTIONS));
     }
 
     #[test]

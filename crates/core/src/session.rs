@@ -47,7 +47,7 @@ pub(crate) use sessions::Ended;
 pub use sessions::Sessions;
 use streams::deliver;
 pub use streams::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
-pub(crate) use watch::OwnWatch;
+pub(crate) use watch::{OwnWatch, MAX_SUBSCRIPTIONS, MAX_URI_BYTES};
 
 /// A gateway-minted session id (visible ASCII, 32 hex digits).
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -94,6 +94,9 @@ impl SessionOps<'_> {
                 .untracked(sid, (id, method::SUBSCRIBE), msg, route)
                 .await;
         };
+        if uri.len() > crate::session::MAX_URI_BYTES {
+            return Err(CoreError::InvalidParams("uri is longer than 8192 bytes"));
+        }
         let tables = self.registry.tables(&route.backend);
         let subs = &tables.subs;
         let lock = subs.lock(&uri).await;
@@ -102,6 +105,7 @@ impl SessionOps<'_> {
         if sessions.is_subscribed(sid.as_str(), &key)? {
             return Ok(encode_result(id, "{}"));
         }
+        sessions.may_subscribe(sid.as_str(), &key)?;
         if subs.has_subscribers(&key.1) {
             sessions.add_subscription(sid.as_str(), &key)?;
             subs.add(&lock, sid.as_str());
@@ -112,16 +116,17 @@ impl SessionOps<'_> {
             .call_backend(Some(sid), id, method::SUBSCRIBE, msg, (None, None), route)
             .await?;
         if !answer.is_error() {
-            let recorded = sessions.add_subscription(sid.as_str(), &key);
-            if recorded.is_ok() {
-                subs.add(&lock, sid.as_str());
-            } else {
-                // The session ended while we were subscribing: undo upstream.
-                let params = json!({ "uri": key.1 });
-                let _ = self
-                    .sender
-                    .internal_call(self.backends, &route.backend, method::UNSUBSCRIBE, params)
-                    .await;
+            match sessions.add_subscription(sid.as_str(), &key) {
+                Ok(_) => subs.add(&lock, sid.as_str()),
+                // The session ended, or took its last subscription elsewhere, while we were
+                // subscribing: undo upstream.
+                Err(e) => {
+                    let params = json!({ "uri": key.1 });
+                    let _ = (self.sender)
+                        .internal_call(self.backends, &route.backend, method::UNSUBSCRIBE, params)
+                        .await;
+                    return Err(e);
+                }
             }
         }
         Ok(restore(id, &answer))

@@ -452,6 +452,8 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             StatusCode::BAD_REQUEST,
             ErrorObject::new(codes::INVALID_REQUEST, format!("Bad Request: {e}")),
         ),
+        // The session's own bound, not the gateway's capacity or a rate: nothing to retry.
+        CoreError::TooManySubscriptions(_) => (StatusCode::OK, internal(e.to_string())),
         CoreError::InvalidParams(_) => (
             StatusCode::OK,
             ErrorObject::new(codes::INVALID_PARAMS, format!("Invalid params: {e}")),

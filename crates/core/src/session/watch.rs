@@ -10,6 +10,10 @@ use crate::Principal;
 
 /// Most URIs one session watches at its own processes under a policy (more are withheld).
 const MAX_OWN_WATCHED: usize = 1024;
+/// Most resource subscriptions one session holds (`resources/subscribe` past it is refused).
+pub(crate) const MAX_SUBSCRIPTIONS: usize = 1024;
+/// Longest resource URI the gateway subscribes to or watches for a caller, in bytes.
+pub(crate) const MAX_URI_BYTES: usize = 8192;
 
 /// What an answered subscribe or unsubscribe at a session's own process means for the URIs
 /// the session watches there.
@@ -29,9 +33,25 @@ impl Sessions {
         self.with(raw, |s| s.subscriptions.contains(key))
     }
 
-    /// Records the session's subscription to `key`; true when it is new.
+    /// Whether session `raw` may record a subscription to `key`: it holds it already, or
+    /// fewer than [`MAX_SUBSCRIPTIONS`].
+    pub(crate) fn may_subscribe(&self, raw: &str, key: &SubKey) -> Result<(), CoreError> {
+        self.with(raw, |s| {
+            let room = s.subscriptions.contains(key) || s.subscriptions.len() < MAX_SUBSCRIPTIONS;
+            room.then_some(())
+                .ok_or(CoreError::TooManySubscriptions(MAX_SUBSCRIPTIONS))
+        })?
+    }
+
+    /// Records the session's subscription to `key` (within [`MAX_SUBSCRIPTIONS`]); true
+    /// when it is new.
     pub(crate) fn add_subscription(&self, raw: &str, key: &SubKey) -> Result<bool, CoreError> {
-        self.with(raw, |s| s.subscriptions.insert(key.clone()))
+        self.with(raw, |s| {
+            if !s.subscriptions.contains(key) && s.subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                return Err(CoreError::TooManySubscriptions(MAX_SUBSCRIPTIONS));
+            }
+            Ok(s.subscriptions.insert(key.clone()))
+        })?
     }
 
     /// Forgets the session's subscription to `key`; true when it had one.

@@ -347,3 +347,42 @@ async fn closing_a_request_stream_cancels_it_upstream() {
     assert_eq!(cancelled, held);
     assert_eq!(stats(&gw).await["tableEntries"], 0, "nothing left behind");
 }
+
+/// A session holds at most 1024 resource subscriptions, each URI at most 8 KiB: past them a
+/// subscribe is refused before the backend sees it, and changes nothing; a subscription held
+/// already is still answered, room made by an unsubscribe is usable, and another session
+/// has its own bound. Before, one session could subscribe without end (each URI up to the
+/// body limit), held twice in the gateway and once in the shared backend (review MEDIUM).
+#[tokio::test]
+async fn a_session_s_subscriptions_are_bounded() {
+    let gw = pushy(&[]).await;
+    let (a, b) = (gw.session().await, gw.session().await);
+    let sub = |uri: &str| json!({"jsonrpc":"2.0","id":"s","method":"resources/subscribe","params":{"uri":uri}});
+    for i in 0..1024 {
+        let r = gw.post(Some(&a), &sub(&format!("file:///n{i}"))).await;
+        assert_eq!(r.json()["result"], json!({}), "{i}: {}", r.text);
+    }
+    let over = gw.post(Some(&a), &sub("file:///over")).await;
+    assert_eq!(over.status, StatusCode::OK);
+    assert_eq!(over.error_code(), -32603, "{}", over.text);
+    assert!(over.text.contains("limit 1024"), "{}", over.text);
+    let long = format!("file:///{}", "x".repeat(8192));
+    assert_eq!(gw.post(Some(&b), &sub(&long)).await.error_code(), -32602);
+    let again = gw.post(Some(&a), &sub("file:///n7")).await;
+    assert_eq!(again.json()["result"], json!({}), "one it holds");
+    let unsub = json!({"jsonrpc":"2.0","id":"u","method":"resources/unsubscribe","params":{"uri":"file:///n0"}});
+    gw.post(Some(&a), &unsub).await;
+    let room = gw.post(Some(&a), &sub("file:///room")).await;
+    assert_eq!(room.json()["result"], json!({}), "{}", room.text);
+    let other = gw.post(Some(&b), &sub("file:///over")).await;
+    assert_eq!(other.json()["result"], json!({}), "{}", other.text);
+    let st = backend_stats(&gw, &a).await;
+    let seen: Vec<String> = serde_json::from_value(st["subscribe"].clone()).unwrap();
+    assert_eq!(
+        seen.len(),
+        1024 + 2,
+        "refused ones never reached the backend"
+    );
+    assert_eq!(seen.iter().filter(|u| *u == "file:///over").count(), 1);
+    assert!(seen.iter().all(|u| u.len() < 8192));
+}
