@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! [setpriv --reuid=65534 --regid=65534 --clear-groups --]     only when the gateway is root
-//! bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL
+//! bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session --cap-drop ALL
 //!       --ro-bind / / --dev /dev --size S --tmpfs /dev/shm --remount-ro /dev --proc /proc
 //!       --size N --tmpfs /home --size N --tmpfs /root ... /run /tmp /var/tmp   (masks)
 //!       --size N --tmpfs <the gateway's HOME, the backend's home, other masked directories>
@@ -322,6 +322,10 @@ impl Host {
         args.extend(
             [
                 "--unshare-all",
+                // No user namespace of its own inside (bubblewrap 0.8): there it could mount
+                // tmpfs without bound, and reach kernel code only a namespace's root may.
+                "--unshare-user",
+                "--disable-userns",
                 "--die-with-parent",
                 "--new-session",
                 "--cap-drop",

@@ -55,7 +55,7 @@ fn the_argv_masks_first_and_binds_the_listed_paths_over_the_masks() {
     // /dev read-only (nothing to fill), its /dev/shm an eighth of `memory` (256 MiB).
     assert!(
         text.starts_with(
-            "/usr/bin/bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --size 33554432 --tmpfs /dev/shm --remount-ro /dev --proc /proc --size 16777216 --tmpfs "
+            "/usr/bin/bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session --cap-drop ALL --ro-bind / / --dev /dev --size 33554432 --tmpfs /dev/shm --remount-ro /dev --proc /proc --size 16777216 --tmpfs "
         ),
         "{text}"
     );

@@ -176,7 +176,15 @@ def fill(args):
     return json.dumps({"mib": written, "error": error})
 
 
-TOOLS = {"read": read, "environ": environ, "env": lambda _a: json.dumps(dict(os.environ)),
+def userns(_args):
+    # A user namespace of its own (CLONE_NEWUSER), where it could mount what it likes.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.unshare(0x10000000)
+    return json.dumps({"rc": rc, "errno": ctypes.get_errno()})
+
+
+TOOLS = {"userns": userns, "read": read, "environ": environ, "env": lambda _a: json.dumps(dict(os.environ)),
          "whoami": whoami, "write": write, "connect": connect, "tunnel": tunnel,
          "proxied_get": proxied_get, "fork_bomb": fork_bomb,
          "allocate": allocate, "die_allocating": die_allocating, "fds": fds, "fill": fill}

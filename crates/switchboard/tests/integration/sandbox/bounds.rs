@@ -122,3 +122,23 @@ async fn a_backend_filling_its_tmp_stops_at_the_bound_and_the_gateway_serves_on(
     let fine = tool(&gw, &sid, "plain_whoami", json!({})).await;
     assert!(fine.contains("\"uid\""), "and so does the other: {fine}");
 }
+
+/// A sandboxed backend cannot make a user namespace of its own, where it could mount a
+/// tmpfs of any size (its memory counted against no bound) and reach kernel code only a
+/// namespace's root may; the same script unsandboxed can (so the refusal is the sandbox's).
+/// Before, `unshare -Urm` inside worked (review MEDIUM).
+#[tokio::test]
+async fn a_backend_cannot_make_a_user_namespace_of_its_own() {
+    if !ready("userns") {
+        return;
+    }
+    let dir = Dir::new("userns");
+    let gw = gateway(&dir).await;
+    let sid = gw.session().await;
+    let inside: Value =
+        serde_json::from_str(&tool(&gw, &sid, "hostile_userns", json!({})).await).unwrap();
+    assert_eq!(inside["rc"], -1, "{inside}");
+    let outside: Value =
+        serde_json::from_str(&tool(&gw, &sid, "plain_userns", json!({})).await).unwrap();
+    assert_eq!(outside["rc"], 0, "{outside}");
+}
