@@ -401,6 +401,7 @@ impl Sandbox {
             argv.extend(["--ro-bind".into(), egress.bridge().into(), BRIDGE.into()]);
             argv.extend(["--ro-bind".into(), socket.into(), SOCKET.into()]);
         }
+        Sandbox::seal_masks(&layers, &mut argv);
         // Relative to the gateway's directory, as an unsandboxed backend's would be.
         let start = cwd.map_or_else(
             || PathBuf::from(SANDBOX_HOME),

@@ -98,6 +98,19 @@ impl Sandbox {
         })
     }
 
+    /// Makes the masks that are meant to stay empty (all but `/tmp` and `/var/tmp`)
+    /// read-only, once everything mounted under them is: the mount points bubblewrap made
+    /// there stay, and nothing more can be written (16 MiB each, outside the budget).
+    pub(crate) fn seal_masks(layers: &[Layer], argv: &mut Vec<OsString>) {
+        for layer in layers {
+            if let Layer::Tmpfs(p, _) = layer {
+                if p != Path::new("/tmp") && p != Path::new("/var/tmp") {
+                    argv.extend(["--remount-ro".into(), p.clone().into_os_string()]);
+                }
+            }
+        }
+    }
+
     /// The directories to cover: each hidden file's nearest existing one, when the backend
     /// would see into it (not inside another hidden path), parents first. `/` cannot be covered; a file there gets
     /// `/dev/null` (when it exists).

@@ -88,10 +88,18 @@ fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
     let text = all.join(" ");
     assert!(
         text.contains(
-            "--bind /srv/out /srv/out --size 100663296 --tmpfs /home/switchboard --ro-bind /var/cache/sb/files /run/switchboard/seed --chdir /home/switchboard -- "
+            "--bind /srv/out /srv/out --size 100663296 --tmpfs /home/switchboard --ro-bind /var/cache/sb/files /run/switchboard/seed --remount-ro "
         ),
         "{text}"
     );
+    // The masks meant to stay empty are sealed once everything under them is laid; the
+    // scratch ones stay writable.
+    let seed = text
+        .find("/run/switchboard/seed --remount-ro")
+        .expect("sealed");
+    assert!(text[seed..].contains(" --remount-ro /run "), "{text}");
+    assert!(!text.contains("--remount-ro /tmp"), "{text}");
+    assert!(!text.contains("--remount-ro /var/tmp"), "{text}");
     // The home takes three eighths of `memory` from /tmp's six.
     assert!(text.contains("--size 100663296 --tmpfs /tmp "), "{text}");
     assert!(!text.contains("--bind /var/cache/sb/files /home"), "{text}");
