@@ -72,8 +72,9 @@ pub const NOBODY: (u32, u32) = (65534, 65534);
 
 /// The bounds of one sandbox's writable tmpfs, which hold host memory that no process's
 /// address space counts: one budget (the backend's `memory`) shared among them, so that
-/// together they hold at most that much. In eighths: `/tmp` three (six without a private
-/// home), a private home three, `/var/tmp` and `/dev/shm` one each.
+/// together they hold at most that much. In eighths: `/tmp` two (six without a private
+/// home), a private home four (it holds a copy of the backend's home), `/var/tmp` and
+/// `/dev/shm` one each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scratch {
     /// `/tmp`.
@@ -92,7 +93,7 @@ impl Scratch {
         const PAGE: u64 = 4096;
         let eighth = (budget / 8).max(PAGE);
         let (tmp, home) = match private {
-            true => (3 * eighth, 3 * eighth),
+            true => (2 * eighth, 4 * eighth),
             false => (6 * eighth, 0),
         };
         Scratch {

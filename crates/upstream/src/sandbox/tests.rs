@@ -88,7 +88,7 @@ fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
     let text = all.join(" ");
     assert!(
         text.contains(
-            "--bind /srv/out /srv/out --size 100663296 --tmpfs /home/switchboard --ro-bind /var/cache/sb/files /run/switchboard/seed --remount-ro "
+            "--bind /srv/out /srv/out --size 134217728 --tmpfs /home/switchboard --ro-bind /var/cache/sb/files /run/switchboard/seed --remount-ro "
         ),
         "{text}"
     );
@@ -100,8 +100,8 @@ fn a_private_home_is_a_bounded_tmpfs_seeded_inside() {
     assert!(text[seed..].contains(" --remount-ro /run "), "{text}");
     assert!(!text.contains("--remount-ro /tmp"), "{text}");
     assert!(!text.contains("--remount-ro /var/tmp"), "{text}");
-    // The home takes three eighths of `memory` from /tmp's six.
-    assert!(text.contains("--size 100663296 --tmpfs /tmp "), "{text}");
+    // The home takes half of `memory`, /tmp keeps a quarter.
+    assert!(text.contains("--size 67108864 --tmpfs /tmp "), "{text}");
     assert!(!text.contains("--bind /var/cache/sb/files /home"), "{text}");
     let limits = all.iter().position(|a| a == "--core=0").expect("limits");
     assert_eq!(all[limits + 1..limits + 3], ["--", "/bin/sh"]);
