@@ -118,18 +118,21 @@ impl Guardrails {
             .and_then(|t| self.tools.get(target.backend)?.get(t))
             .or_else(|| self.backends.get(target.backend))
             .unwrap_or(&self.gateway);
-        let tool = match target.method {
-            "tools/call" | "tasks/result" => target.exposed,
-            _ => None,
+        let (exposed, original) = match target.method {
+            "tools/call" | "tasks/result" => (target.exposed, target.original),
+            _ => (None, None),
         };
-        if !rules.iter().any(|r| r.covers(target.backend, tool)) {
+        // By the name the client uses or the backend's own: an exposed name changes when
+        // another backend's tool collides with it (conditional prefixing), and a rule must
+        // not stop covering a tool then.
+        let covers = |r: &&Arc<Rule>| {
+            r.covers(target.backend, exposed)
+                || original.is_some_and(|o| r.covers(target.backend, Some(o)))
+        };
+        if !rules.iter().any(|r| covers(&r)) {
             return None;
         }
-        let applying = rules
-            .iter()
-            .filter(|r| r.covers(target.backend, tool))
-            .cloned()
-            .collect();
+        let applying = rules.iter().filter(covers).cloned().collect();
         Some(Scope {
             guards: self,
             rules: RuleSet::new(applying),
@@ -510,6 +513,37 @@ mod tests {
         let scope = guards.scope(target("")).expect("every rule applies");
         let names: Vec<&str> = scope.rules.rules().iter().map(|r| &*r.name).collect();
         assert_eq!(names, ["gw", "own"]);
+    }
+
+    /// A rule naming a tool covers it by the backend's own name too: another backend's
+    /// colliding tool renames it (`files_read_file`), and the rule went on covering nothing
+    /// (review MEDIUM: a third-party backend could switch a guardrail off so).
+    #[test]
+    fn a_renamed_tool_is_covered_by_its_own_name() {
+        let check = serde_json::json!({"secrets": "builtin", "action": "reject"});
+        for tools in [["files/read_file"], ["read_*"]] {
+            let guards = Guardrails::new(rules(serde_json::json!([
+                {"name": "dlp", "check": check, "tools": tools}
+            ])));
+            let target = |exposed| Target {
+                backend: "files",
+                original: Some("read_file"),
+                exposed: Some(exposed),
+                method: "tools/call",
+            };
+            assert!(guards.scope(target("read_file")).is_some(), "{tools:?}");
+            assert!(
+                guards.scope(target("files_read_file")).is_some(),
+                "{tools:?}"
+            );
+            let other = Target {
+                backend: "files",
+                original: Some("write_file"),
+                exposed: Some("write_file"),
+                method: "tools/call",
+            };
+            assert!(guards.scope(other).is_none(), "{tools:?}");
+        }
     }
 
     /// A name in an audit line carries no secret the guardrail kept from the client.
