@@ -33,6 +33,8 @@ pub struct Guardrails {
     backends: HashMap<String, Vec<Arc<Rule>>>,
     /// Backend name → original tool name → that tool's effective rules.
     tools: HashMap<String, HashMap<String, Vec<Arc<Rule>>>>,
+    /// Backend name → original prompt name → that prompt's (its `prompts/get`'s).
+    prompts: HashMap<String, HashMap<String, Vec<Arc<Rule>>>>,
     audit: Option<Arc<AuditLog>>,
     hooks: hook::Hooks,
     /// [`Guardrails::note_rules`], computed at the first backend message checked.
@@ -91,6 +93,12 @@ impl Guardrails {
         (self.tools.entry(backend.to_owned()).or_default()).insert(original.to_owned(), rules);
     }
 
+    /// The effective rules of `backend`'s prompt `original` (apart from a tool's of the
+    /// same name).
+    pub fn set_prompt(&mut self, backend: &str, original: &str, rules: Vec<Arc<Rule>>) {
+        (self.prompts.entry(backend.to_owned()).or_default()).insert(original.to_owned(), rules);
+    }
+
     /// Where actions are audited.
     pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
         self.audit = audit;
@@ -113,9 +121,13 @@ impl Guardrails {
         if target.backend.is_empty() {
             return self.unresolved_scope(target);
         }
-        let rules = target
-            .original
-            .and_then(|t| self.tools.get(target.backend)?.get(t))
+        let overrides = match target.method {
+            "tools/call" | "tasks/result" => Some(&self.tools),
+            "prompts/get" => Some(&self.prompts),
+            _ => None,
+        };
+        let rules = (overrides.zip(target.original))
+            .and_then(|(o, t)| o.get(target.backend)?.get(t))
             .or_else(|| self.backends.get(target.backend))
             .unwrap_or(&self.gateway);
         let (exposed, original) = match target.method {
@@ -150,7 +162,8 @@ impl Guardrails {
         let mut all: Vec<Arc<Rule>> = Vec::new();
         let levels = std::iter::once(&self.gateway)
             .chain(self.backends.values())
-            .chain(self.tools.values().flat_map(|t| t.values()));
+            .chain(self.tools.values().flat_map(|t| t.values()))
+            .chain(self.prompts.values().flat_map(|t| t.values()));
         for rule in levels.flatten() {
             if !all.iter().any(|r| Arc::ptr_eq(r, rule)) {
                 all.push(rule.clone());
@@ -179,14 +192,21 @@ impl Guardrails {
         items: Vec<Value>,
     ) -> Vec<Value> {
         use crate::catalog::Kind;
-        let (stage, key, method) = match kind {
-            Kind::Tools => (Stage::ToolDefinition, "name", "tools/list"),
-            Kind::Prompts => (Stage::PromptDefinition, "name", "prompts/list"),
-            Kind::Resources => (Stage::ResourceDefinition, "uri", "resources/list"),
+        // `used`: the request the item is used by, whose rules judge its definition.
+        let (stage, key, method, used) = match kind {
+            Kind::Tools => (Stage::ToolDefinition, "name", "tools/list", "tools/call"),
+            Kind::Prompts => (
+                Stage::PromptDefinition,
+                "name",
+                "prompts/list",
+                "prompts/get",
+            ),
+            Kind::Resources => (Stage::ResourceDefinition, "uri", "resources/list", "-"),
             Kind::ResourceTemplates => (
                 Stage::ResourceDefinition,
                 "uriTemplate",
                 "resources/templates/list",
+                "-",
             ),
         };
         let mut out = Vec::with_capacity(items.len());
@@ -196,7 +216,7 @@ impl Guardrails {
                 backend,
                 original: name.as_deref(),
                 exposed: name.as_deref(),
-                method: "tools/call",
+                method: used,
             };
             let Some(scope) = self.scope(target).filter(|s| s.rules.runs_at(stage)) else {
                 out.push(item);
@@ -544,6 +564,37 @@ mod tests {
             };
             assert!(guards.scope(other).is_none(), "{tools:?}");
         }
+    }
+
+    /// A prompt's override and a tool's of the same name keep their own rules, each for its
+    /// own request: before, both went into one map by name, so the prompt's replaced the
+    /// tool's (and a tool's `off` removed a rule from the prompt's `prompts/get`; review LOW).
+    #[test]
+    fn a_prompt_and_a_tool_of_one_name_keep_their_own_rules() {
+        let check = serde_json::json!({"secrets": "builtin", "action": "reject"});
+        let mut guards = Guardrails::new(Vec::new());
+        let tool = rules(serde_json::json!([{"name": "pii", "check": check}]));
+        let prompt = rules(serde_json::json!([{"name": "injection", "check": check}]));
+        guards.set_tool("b", "export", tool);
+        guards.set_prompt("b", "export", prompt);
+        let names = |method| {
+            let target = Target {
+                backend: "b",
+                original: Some("export"),
+                exposed: Some("export"),
+                method,
+            };
+            let scope = guards.scope(target).expect("rules apply");
+            let names: Vec<String> = scope
+                .rules
+                .rules()
+                .iter()
+                .map(|r| r.name.to_string())
+                .collect();
+            names
+        };
+        assert_eq!(names("tools/call"), ["pii"]);
+        assert_eq!(names("prompts/get"), ["injection"]);
     }
 
     /// A name in an audit line carries no secret the guardrail kept from the client.
