@@ -155,6 +155,10 @@ struct Session {
     init_params: Option<Box<serde_json::value::RawValue>>,
     /// With a session store: the revision of its record this process last wrote or read.
     stored_rev: Option<u64>,
+    /// With a session store: its record was last found larger than the store takes (it is
+    /// served by this replica only until a write fits): a lost record is not written
+    /// again at every request.
+    unstorable: bool,
     /// Counts this session against its principal's limit while it exists (any way it ends,
     /// dropping the session gives the place back). `None` when there is no such limit.
     _counted: Option<OwnerSlot>,
@@ -212,6 +216,7 @@ impl Session {
             asks: Default::default(),
             init_params: None,
             stored_rev: None,
+            unstorable: false,
             _counted: counted,
         }
     }

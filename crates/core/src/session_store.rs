@@ -278,11 +278,11 @@ impl SessionStore {
         };
         let bytes = serde_json::to_vec(&record).map_err(|e| CoreError::Store(e.to_string()))?;
         if bytes.len() > MAX_RECORD {
-            tracing::warn!(
-                bytes = bytes.len(),
-                "session record too large for the store: not written"
-            );
-            return Ok(());
+            // Not tried again at every request (`confirm`); a later change that fits is.
+            self.registry.sessions.set_unstorable(session.as_str());
+            return Err(CoreError::InvalidParams(
+                "the session's state is larger than the session store takes (64 KiB)",
+            ));
         }
         let rev = new_rev();
         let written = store.put(session.as_str(), bytes, rev).await;
@@ -440,6 +440,8 @@ impl SessionStore {
                 }
                 Ok(id)
             }
+            // One too large for the store is served from here only.
+            Ok(Presence::Lost) if self.registry.sessions.is_unstorable(id.as_str()) => Ok(id),
             Ok(Presence::Lost) => {
                 // Written again from what this process holds: a store that restarted empty
                 // costs no session that a replica still serves.

@@ -56,7 +56,24 @@ impl Sessions {
 
     /// The session's record was written (or read) at revision `rev`.
     pub(crate) fn set_stored_rev(&self, raw: &str, rev: u64) {
-        let _ = self.with(raw, |s| s.stored_rev = Some(rev));
+        let _ = self.with(raw, |s| {
+            s.stored_rev = Some(rev);
+            s.unstorable = false;
+        });
+    }
+
+    /// The session's record is larger than the store takes: served here only, and its
+    /// `initialize` params (kept for the record alone) dropped.
+    pub(crate) fn set_unstorable(&self, raw: &str) {
+        let _ = self.with(raw, |s| {
+            s.unstorable = true;
+            s.init_params = None;
+        });
+    }
+
+    /// Whether the session's record was last found larger than the store takes.
+    pub(crate) fn is_unstorable(&self, raw: &str) -> bool {
+        self.with(raw, |s| s.unstorable).unwrap_or(false)
     }
 
     /// A session adopted from its record (revision `rev`): its log level and `initialize`

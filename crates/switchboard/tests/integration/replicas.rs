@@ -7,6 +7,7 @@ pub(crate) mod client;
 mod failover;
 mod home;
 mod modern;
+mod oversized;
 mod proxy;
 pub(crate) mod redis;
 mod tasks;
