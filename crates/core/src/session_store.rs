@@ -248,6 +248,10 @@ impl SessionStore {
         };
         if self.fallback_memory {
             tracing::warn!(error = %e, "session served by this process only: the session store did not take it");
+            if self.registry.sessions.is_unstorable(session.as_str()) {
+                // Kept for the record alone, which cannot hold them.
+                self.registry.sessions.set_init_params(session.as_str(), None);
+            }
             return Ok(());
         }
         tracing::warn!(error = %e, "session refused: the session store did not take it");

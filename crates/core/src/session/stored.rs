@@ -62,13 +62,10 @@ impl Sessions {
         });
     }
 
-    /// The session's record is larger than the store takes: served here only, and its
-    /// `initialize` params (kept for the record alone) dropped.
+    /// The session's record is larger than the store takes: served here only until a
+    /// write fits.
     pub(crate) fn set_unstorable(&self, raw: &str) {
-        let _ = self.with(raw, |s| {
-            s.unstorable = true;
-            s.init_params = None;
-        });
+        let _ = self.with(raw, |s| s.unstorable = true);
     }
 
     /// Whether the session's record was last found larger than the store takes.
