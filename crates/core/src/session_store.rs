@@ -250,7 +250,9 @@ impl SessionStore {
             tracing::warn!(error = %e, "session served by this process only: the session store did not take it");
             if self.registry.sessions.is_unstorable(session.as_str()) {
                 // Kept for the record alone, which cannot hold them.
-                self.registry.sessions.set_init_params(session.as_str(), None);
+                self.registry
+                    .sessions
+                    .set_init_params(session.as_str(), None);
             }
             return Ok(());
         }

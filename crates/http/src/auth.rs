@@ -493,7 +493,8 @@ impl JwtValidator {
                 lookup(&cache)
             }
             Err(e) => {
-                warn!(error = %e, url = %self.config.jwks_url, "JWKS fetch failed; keeping the cached keys");
+                let url = switchboard_upstream::remote::shown_url(&self.config.jwks_url);
+                warn!(error = %e, %url, "JWKS fetch failed; keeping the cached keys");
                 // Stale keys are better than none while the issuer is unreachable.
                 lookup(&self.keys.read())
             }

@@ -266,26 +266,8 @@ impl crate::cli::RunArgs {
     }
 }
 
-/// A `--url` as logs and messages show it: without a query or user info, which may carry
-/// credentials (`?key=…`, `user:pass@`).
-pub(crate) fn shown(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, _)) => (base, "?…"),
-        None => (url, ""),
-    };
-    let base = match base.split_once("://") {
-        Some((scheme, rest)) => {
-            // User info ends at the last `@` before the path.
-            let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-            match authority.rfind('@') {
-                Some(at) => format!("{scheme}://…@{}", &rest[at + 1..]),
-                None => base.to_owned(),
-            }
-        }
-        None => base.to_owned(),
-    };
-    format!("{base}{query}")
-}
+/// A `--url` as logs and messages show it (without a query or user info).
+pub(crate) use switchboard_upstream::remote::shown_url as shown;
 
 /// This binary, which runs the built-in fixture as `switchboard fixture`.
 fn fixture_program() -> anyhow::Result<String> {
@@ -293,15 +275,4 @@ fn fixture_program() -> anyhow::Result<String> {
     let me = std::env::current_exe()
         .context("cannot locate the switchboard binary for the built-in fixture")?;
     Ok(me.to_string_lossy().into_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_url_is_shown_without_its_query_or_user_info() {
-        assert_eq!(super::shown("http://h:1/mcp"), "http://h:1/mcp");
-        assert_eq!(super::shown("https://h/mcp?key=s3cret"), "https://h/mcp?…");
-        assert_eq!(super::shown("https://u:p@h/mcp"), "https://…@h/mcp");
-        assert_eq!(super::shown("https://h/a@b"), "https://h/a@b");
-    }
 }

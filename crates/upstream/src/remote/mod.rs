@@ -18,6 +18,7 @@ mod error;
 mod facts;
 mod link;
 mod listen;
+mod shown;
 mod sse_client;
 mod upstream;
 pub(crate) mod url;
@@ -39,6 +40,7 @@ use switchboard_wire::{Message, MessageKind};
 use body::{EventStream, Limits};
 pub use error::RemoteError;
 pub use listen::ListenHandle;
+pub use shown::shown_url;
 pub use sse_client::SseClient;
 pub use upstream::{Mode, RemoteOwner, RemoteTransport, RemoteUpstream};
 
