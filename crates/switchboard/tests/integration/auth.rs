@@ -50,7 +50,7 @@ fn bearer(token: &str) -> String {
 }
 
 /// POST as the holder of `token` (None: no credential).
-async fn post_as(
+pub(crate) async fn post_as(
     gw: &TestGateway,
     token: Option<&str>,
     session: Option<&str>,
@@ -83,7 +83,7 @@ fn call(id: Value, name: &str, args: Value) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args}})
 }
 
-fn request(id: Value, method: &str, params: Value) -> Value {
+pub(crate) fn request(id: Value, method: &str, params: Value) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})
 }
 

@@ -28,6 +28,7 @@ mod guardrails;
 mod handshake;
 mod health;
 mod isolation;
+mod jwks_log;
 mod leaks;
 mod legacy_sse;
 mod lifecycle;
