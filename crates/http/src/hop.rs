@@ -102,8 +102,9 @@ pub(crate) struct Forward<'a> {
 }
 
 impl Hop {
-    /// The hop of replica `replica`, keyed with the secret every replica shares.
-    pub fn new(replica: String, secret: &[u8], request_timeout: Duration) -> Result<Hop, HopError> {
+    /// The hop of replica `replica`, keyed with the secret every replica shares; a hop waits
+    /// for its answer's head up to `longest` (the longest a request may run) and a slack.
+    pub fn new(replica: String, secret: &[u8], longest: Duration) -> Result<Hop, HopError> {
         if secret.len() < MIN_SECRET_BYTES {
             return Err(HopError::SecretTooShort);
         }
@@ -112,7 +113,7 @@ impl Hop {
             replica,
             keyed,
             client: crate::outbound::client(CONNECT_TIMEOUT),
-            answer_within: request_timeout + ANSWER_SLACK,
+            answer_within: longest + ANSWER_SLACK,
         })
     }
 

@@ -40,7 +40,10 @@ impl Replica {
             bail!("the replica secret must be at least {MIN_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)");
         }
         let id = switchboard_core::new_replica_id();
-        let timeout = std::time::Duration::try_from_secs_f64(args.request_timeout)
+        // The home answers a call delivered as JSON when it ends, which progress may extend
+        // past the request deadline up to `--max-request-time`.
+        let longest = args.request_timeout.max(args.max_request_time);
+        let timeout = std::time::Duration::try_from_secs_f64(longest)
             .unwrap_or(std::time::Duration::from_secs(60));
         let hop =
             Hop::new(id.clone(), secret.as_bytes(), timeout).map_err(|e| anyhow::anyhow!("{e}"))?;
