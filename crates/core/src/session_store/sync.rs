@@ -35,8 +35,18 @@ impl SessionStore {
         let Ok(held) = held else {
             return;
         };
+        // Made through a replica whose policy this one may not share (mid-reload): judged
+        // again here, as the session's subscriber, as an adopted session's are.
+        let judge = self.policy.then(|| self.registry.sessions.subscriber_of(id.as_str()));
         for key in wanted.iter().filter(|k| !held.contains(*k)) {
-            self.resubscribe(host, backends, id, key.clone()).await;
+            let allowed = match &judge {
+                None => true,
+                Some(Some(who)) => host.may_watch(who, &key.1),
+                Some(None) => false,
+            };
+            if allowed {
+                self.resubscribe(host, backends, id, key.clone()).await;
+            }
         }
         for key in held.iter().filter(|k| !wanted.contains(*k)) {
             self.drop_subscription(host, id, key).await;
