@@ -273,6 +273,12 @@ impl SessionStore {
         let Some(store) = self.records() else {
             return Ok(());
         };
+        // An HTTP+SSE session lives with its stream: a record would let its id (which travels
+        // in a URL) be served as a Streamable HTTP session, here or elsewhere, after the
+        // stream is gone.
+        if self.registry.sessions.is_sse(session.as_str()) {
+            return Ok(());
+        }
         let state = self.registry.sessions.stored_state(session.as_str())?;
         let record = Record {
             owner: state.owner,

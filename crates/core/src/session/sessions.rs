@@ -355,6 +355,13 @@ impl Sessions {
         self.len() == 0
     }
 
+    /// Whether `raw` names a live HTTP+SSE session (its stream is the session: it has no
+    /// record another replica could serve it from).
+    pub(crate) fn is_sse(&self, raw: &str) -> bool {
+        self.with(raw, |s| s.transport == Transport::Sse)
+            .unwrap_or(false)
+    }
+
     /// Whether `raw` names a live session (any transport).
     pub(crate) fn is_live(&self, raw: &str) -> bool {
         self.with(raw, |_| ()).is_ok()

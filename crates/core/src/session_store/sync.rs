@@ -37,7 +37,9 @@ impl SessionStore {
         };
         // Made through a replica whose policy this one may not share (mid-reload): judged
         // again here, as the session's subscriber, as an adopted session's are.
-        let judge = self.policy.then(|| self.registry.sessions.subscriber_of(id.as_str()));
+        let judge = self
+            .policy
+            .then(|| self.registry.sessions.subscriber_of(id.as_str()));
         for key in wanted.iter().filter(|k| !held.contains(*k)) {
             let allowed = match &judge {
                 None => true,

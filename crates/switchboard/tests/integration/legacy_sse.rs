@@ -21,7 +21,7 @@ pub(crate) struct SseClient {
     events: Events,
     /// The `endpoint` event's data, verbatim.
     endpoint: String,
-    session: String,
+    pub(crate) session: String,
     post_url: String,
     http: reqwest::Client,
     sentinels: u32,

@@ -10,6 +10,7 @@ mod modern;
 mod oversized;
 mod proxy;
 pub(crate) mod redis;
+mod sse_records;
 mod tasks;
 
 use futures::future::join_all;
