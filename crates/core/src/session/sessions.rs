@@ -127,7 +127,9 @@ impl Sessions {
 
     /// Makes a Streamable HTTP session held in the session store live here, under its own
     /// id and owner (`session_store`, which checked the owner). Already live (a concurrent
-    /// request adopted it first): nothing changes.
+    /// request adopted it first): nothing changes, if it is that owner's Streamable HTTP
+    /// session; another's, or an HTTP+SSE one, is not found (a record naming another owner
+    /// than the session live here is not this session's).
     pub(crate) fn adopt(
         &self,
         raw: &str,
@@ -135,8 +137,13 @@ impl Sessions {
         owner: &Principal,
     ) -> Result<SessionId, CoreError> {
         let mut sessions = self.sessions.lock();
-        if sessions.contains_key(raw) {
-            return Ok(SessionId(raw.to_owned()));
+        if let Some(live) = sessions.get(raw) {
+            let same = live.transport == Transport::Streamable
+                && *live.owner() == (owner.issuer.clone(), owner.subject.clone());
+            return match same {
+                true => Ok(SessionId(raw.to_owned())),
+                false => Err(CoreError::SessionNotFound),
+            };
         }
         if sessions.len() >= self.max {
             return Err(CoreError::TooManySessions(self.max));

@@ -158,3 +158,28 @@ fn one_principal_cannot_take_every_session() {
     assert!(store.create("2025-11-25", &alice).is_ok());
     let _ = (a2, a3);
 }
+
+/// Adopting a session already live here names it only for its owner, and only a Streamable
+/// HTTP one: a stored record naming another owner (written by whoever can write to the
+/// store) is not that session's, and never rewrites its state (review MEDIUM: `adopt`
+/// answered any live id as adopted).
+#[tokio::test]
+async fn adopting_a_live_session_is_for_its_owner_only() {
+    let store = Sessions::new(10, Duration::from_secs(60));
+    let alice = store.create("2025-11-25", &named("alice")).unwrap();
+    assert!(matches!(
+        store.adopt(alice.as_str(), "2025-11-25", &named("mallory")),
+        Err(CoreError::SessionNotFound)
+    ));
+    let again = store.adopt(alice.as_str(), "2025-11-25", &named("alice"));
+    assert_eq!(again.unwrap().as_str(), alice.as_str());
+    let (listen, _rx) = ListenState::stream_only(crate::stream_queue::Limits {
+        events: 4,
+        bytes: 1024,
+    });
+    let sse = (store.create_with(Transport::Sse, "2024-11-05", listen, None, &anon())).unwrap();
+    assert!(matches!(
+        store.adopt(sse.as_str(), "2025-11-25", &anon()),
+        Err(CoreError::SessionNotFound)
+    ));
+}
