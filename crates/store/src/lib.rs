@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+mod integrity;
 mod peers;
 mod replicas;
 mod tokens;
@@ -30,6 +31,8 @@ pub struct RedisStore {
     ttl_ms: u64,
     /// The URL without its password, for logs.
     shown: String,
+    /// With a replica secret: records and published messages are tagged and checked.
+    integrity: Option<integrity::Integrity>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -71,7 +74,15 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),
             shown,
+            integrity: None,
         })
+    }
+
+    /// Tags every record and published message under `key` (derived from the replica
+    /// secret) and ignores those whose tag does not verify (`integrity`).
+    pub fn with_integrity(mut self, key: &[u8]) -> Self {
+        self.integrity = Some(integrity::Integrity::new(key));
+        self
     }
 
     /// Whether Redis answers `PING` now.
@@ -181,6 +192,10 @@ impl SessionRecords for RedisStore {
         let mut c = self.connection.clone();
         let (key, gone) = (self.key(id), self.gone(id));
         let ttl = self.ttl_ms;
+        let record = match &self.integrity {
+            Some(integrity) => integrity.seal_record(id, rev, &record),
+            None => record,
+        };
         async move {
             let written: i64 = bounded("put", async move {
                 redis::Script::new(PUT_UNLESS_ENDED)
@@ -211,7 +226,18 @@ impl SessionRecords for RedisStore {
                     .await
             })
             .await?;
-            Ok(rec.map(|r| (r, revision(rev.as_deref()))))
+            let rev = revision(rev.as_deref());
+            let Some(integrity) = &self.integrity else {
+                return Ok(rec.map(|r| (r, rev)));
+            };
+            let opened = rec.and_then(|r| {
+                let opened = integrity.open_record(id, rev, &r).map(<[u8]>::to_vec);
+                if opened.is_none() {
+                    tracing::warn!("a session record in the store failed its integrity check (not written by a replica holding the secret): ignored");
+                }
+                opened
+            });
+            Ok(opened.map(|r| (r, rev)))
         }
         .boxed()
     }

@@ -142,6 +142,10 @@ impl RedisStore {
                 payload.push(b'\n');
                 payload.extend_from_slice(&data);
             }
+            let payload = match &self.integrity {
+                Some(integrity) => integrity.seal_message(&payload),
+                None => payload,
+            };
             let mut c = self.connection.clone();
             let channel = channel.clone();
             let sent = crate::bounded("publish", async move {
@@ -169,7 +173,17 @@ impl RedisStore {
                     if matches!(subscribe.await, Ok(Ok(()))) {
                         let mut messages = pubsub.on_message();
                         while let Some(msg) = messages.next().await {
-                            hand_over(msg.get_payload_bytes(), &mine, &deliver);
+                            let payload = msg.get_payload_bytes();
+                            let opened = match &self.integrity {
+                                Some(integrity) => integrity.open_message(payload),
+                                None => Some(payload),
+                            };
+                            match opened {
+                                Some(payload) => hand_over(payload, &mine, &deliver),
+                                None => tracing::debug!(
+                                    "a cross-replica message failed its integrity check: dropped"
+                                ),
+                            }
                         }
                     }
                     tracing::warn!(store = %self.shown, "cross-replica subscription lost; subscribing again");

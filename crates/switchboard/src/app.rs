@@ -144,6 +144,11 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         config.session_ttl,
     )
     .await?;
+    // Replicas holding a secret trust only the records and messages tagged under it.
+    let redis = match &replica {
+        Some(replica) => redis.map(|r| r.with_integrity(&replica.store_key)),
+        None => redis,
+    };
     // Callers' upstream tokens: one vault for the process (Redis with the sessions when a
     // key file is given), for per-user outgoing auth and the `/oauth/tokens` routes.
     let token_vault = crate::token_store::open(&args, redis.as_ref())?;

@@ -19,6 +19,9 @@ pub(crate) const SECRET_ENV: &str = "SWITCHBOARD_REPLICA_SECRET";
 pub(crate) struct Replica {
     pub(crate) id: String,
     pub(crate) hop: Arc<Hop>,
+    /// What the session store tags records and messages with (`RedisStore::with_integrity`),
+    /// derived from the secret (never the secret itself, which keys the hop).
+    pub(crate) store_key: [u8; 32],
 }
 
 impl Replica {
@@ -50,6 +53,7 @@ impl Replica {
         Ok(Some(Replica {
             id,
             hop: Arc::new(hop),
+            store_key: store_key(secret.as_bytes()),
         }))
     }
 
@@ -89,6 +93,15 @@ impl Replica {
         });
         tokio::spawn(task)
     }
+}
+
+/// The session store's integrity key: HMAC-SHA256 of a fixed label under the secret.
+fn store_key(secret: &[u8]) -> [u8; 32] {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret)
+        .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+    mac.update(b"switchboard session store integrity v1");
+    mac.finalize().into_bytes().into()
 }
 
 fn secret(args: &GatewayArgs) -> anyhow::Result<Option<String>> {

@@ -5,6 +5,7 @@
 
 pub(crate) mod client;
 mod failover;
+mod forged;
 mod home;
 mod modern;
 mod oversized;

@@ -115,6 +115,27 @@ impl Redis {
         values
     }
 
+    /// The keys matching `pattern`.
+    pub async fn keys(&self, pattern: &str) -> Vec<String> {
+        let keys = cli(self.port, &["KEYS", pattern]).await;
+        let keys = String::from_utf8(keys).unwrap();
+        keys.lines()
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `HGET key field` (its text, without the newline `--raw` adds).
+    pub async fn hget(&self, key: &str, field: &str) -> String {
+        let value = String::from_utf8(cli(self.port, &["HGET", key, field]).await).unwrap();
+        value.strip_suffix('\n').unwrap_or(&value).to_owned()
+    }
+
+    /// `HSET key field value`, as whoever can write to Redis may.
+    pub async fn hset(&self, key: &str, field: &str, value: &str) {
+        cli(self.port, &["HSET", key, field, value]).await;
+    }
+
     /// `SET key value` (for the harness's own test).
     pub async fn set(&self, key: &str, value: &str) {
         let cmd = format!(
