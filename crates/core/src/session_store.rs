@@ -427,11 +427,13 @@ impl SessionStore {
     /// round-trip): one that was ended elsewhere (DELETE on another replica) ends here too
     /// and is not found; one the store lost is written again. A store that does not answer
     /// leaves it working: its owner was checked when it was opened or adopted here.
+    /// `caller`: its owner, making this request (what changed elsewhere is judged as it).
     pub(crate) async fn confirm(
         &self,
         host: &impl Host,
         backends: &crate::Backends,
         id: SessionId,
+        caller: &Principal,
     ) -> Result<SessionId, CoreError> {
         let Some(store) = self.records() else {
             return Ok(id);
@@ -448,7 +450,7 @@ impl SessionStore {
                 let known = self.registry.sessions.stored_rev(id.as_str());
                 if known.ok().flatten() != Some(rev) {
                     // Changed through another replica since this one last read or wrote it.
-                    self.reconcile(host, backends, &id).await;
+                    self.reconcile(host, backends, &id, caller).await;
                 }
                 Ok(id)
             }

@@ -34,7 +34,7 @@ impl ClientSessions<'_> {
         }
         let store = &gateway.store;
         match held {
-            Ok(id) => store.confirm(gateway, &gateway.backends, id).await,
+            Ok(id) => store.confirm(gateway, &gateway.backends, id, caller).await,
             Err(CoreError::SessionNotFound)
                 if store.adopt(gateway, &gateway.backends, raw, caller).await? =>
             {

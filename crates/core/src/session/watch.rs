@@ -65,11 +65,6 @@ impl Sessions {
         let _ = self.with(raw, |s| s.subscriber = Some(who));
     }
 
-    /// Who subscribed last in session `raw` (recorded under a policy).
-    pub(crate) fn subscriber_of(&self, raw: &str) -> Option<Arc<Principal>> {
-        self.with(raw, |s| s.subscriber.clone()).ok().flatten()
-    }
-
     /// Every subscription of a session with a recorded subscriber: (session, subscriber,
     /// subscription), for judging them again.
     pub(crate) fn judged_subscriptions(&self) -> Vec<(String, Arc<Principal>, SubKey)> {

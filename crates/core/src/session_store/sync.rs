@@ -17,6 +17,7 @@ impl SessionStore {
         host: &impl Host,
         backends: &crate::Backends,
         id: &SessionId,
+        caller: &crate::Principal,
     ) {
         let Some(store) = self.records() else {
             return;
@@ -36,17 +37,10 @@ impl SessionStore {
             return;
         };
         // Made through a replica whose policy this one may not share (mid-reload): judged
-        // again here, as the session's subscriber, as an adopted session's are.
-        let judge = self
-            .policy
-            .then(|| self.registry.sessions.subscriber_of(id.as_str()));
+        // again here, as the caller (the session's owner, checked), as an adopted
+        // session's are.
         for key in wanted.iter().filter(|k| !held.contains(*k)) {
-            let allowed = match &judge {
-                None => true,
-                Some(Some(who)) => host.may_watch(who, &key.1),
-                Some(None) => false,
-            };
-            if allowed {
+            if !self.policy || host.may_watch(caller, &key.1) {
                 self.resubscribe(host, backends, id, key.clone()).await;
             }
         }
