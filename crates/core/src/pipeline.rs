@@ -232,6 +232,10 @@ impl Gateway {
     /// Stage 3: admission first, so a refused request reaches neither a backend nor a routing
     /// table; the answer is filtered and audited on the way out.
     async fn admitted(self: &Arc<Self>, ex: Exchange<'_>) -> Result<Answer, CoreError> {
+        // Whatever adapter serves it (a shared backend, a session's own process).
+        if ex.msg.method == Some(method::SUBSCRIBE) && crate::session_ops::uri_too_long(ex.msg) {
+            return Err(CoreError::InvalidParams("uri is longer than 8192 bytes"));
+        }
         let origins = self.origins_for(ex.msg).await;
         let path = path_of(&ex);
         let mut admitted =

@@ -94,9 +94,6 @@ impl SessionOps<'_> {
                 .untracked(sid, (id, method::SUBSCRIBE), msg, route)
                 .await;
         };
-        if uri.len() > crate::session::MAX_URI_BYTES {
-            return Err(CoreError::InvalidParams("uri is longer than 8192 bytes"));
-        }
         let tables = self.registry.tables(&route.backend);
         let subs = &tables.subs;
         let lock = subs.lock(&uri).await;
@@ -223,6 +220,12 @@ pub(crate) async fn reconcile_log_level(
         *current = Some(target);
     }
     Some(answer)
+}
+
+/// Whether a subscribe's `uri` is longer than the gateway watches
+/// ([`crate::session::MAX_URI_BYTES`]).
+pub(crate) fn uri_too_long(msg: &Message<'_>) -> bool {
+    uri_param(msg).is_some_and(|u| u.len() > crate::session::MAX_URI_BYTES)
 }
 
 fn uri_param(msg: &Message<'_>) -> Option<String> {

@@ -386,3 +386,20 @@ async fn a_session_s_subscriptions_are_bounded() {
     assert_eq!(seen.iter().filter(|u| *u == "file:///over").count(), 1);
     assert!(seen.iter().all(|u| u.len() < 8192));
 }
+
+/// The URI bound holds whichever process serves the session: a session's own process (per
+/// session) is not asked to subscribe to a URI past 8 KiB either (review: the bound was
+/// the shared backends' path only, and a policy kept such URIs per session).
+#[tokio::test]
+async fn a_long_uri_is_refused_for_a_session_s_own_process_too() {
+    let gw = pushy(&["--isolation", "per-session"]).await;
+    let sid = gw.session().await;
+    let long = format!("file:///{}", "x".repeat(8192));
+    let sub =
+        json!({"jsonrpc":"2.0","id":"s","method":"resources/subscribe","params":{"uri":long}});
+    assert_eq!(gw.post(Some(&sid), &sub).await.error_code(), -32602);
+    let fine = json!({"jsonrpc":"2.0","id":"t","method":"resources/subscribe","params":{"uri":"file:///short"}});
+    assert_eq!(gw.post(Some(&sid), &fine).await.json()["result"], json!({}));
+    let st = backend_stats(&gw, &sid).await;
+    assert_eq!(st["subscribe"], json!(["file:///short"]), "{st}");
+}
