@@ -46,7 +46,7 @@ impl Principal {
 
     /// Whether this is the principal of unauthenticated callers, whom nothing tells apart.
     pub fn is_anonymous(&self) -> bool {
-        self.issuer == "anonymous" && self.subject == "anonymous"
+        is_anonymous(&self.issuer, &self.subject)
     }
 
     /// Whether `self` and `other` are the same owner (issuer and subject).
@@ -76,4 +76,10 @@ impl Principal {
     pub(crate) fn key(&self) -> String {
         format!("{}\u{0}{}", self.issuer, self.subject)
     }
+}
+
+/// Whether (`issuer`, `subject`) is the anonymous principal's (the reserved issuer: no
+/// token's can be it).
+pub(crate) fn is_anonymous(issuer: &str, subject: &str) -> bool {
+    issuer == "anonymous" && subject == "anonymous"
 }

@@ -97,6 +97,7 @@ const MAX_TASKS_PER_OWNER: usize = 1024;
 /// Most tasks remembered per principal, over all its owners (its sessions, and itself
 /// sessionless): past it, its next task in another owner is not tracked (refused as
 /// [`MAX_TASKS`] would be), so one principal opening sessions cannot fill the table alone.
+/// Not the anonymous principal's: on a gateway without authentication it is every caller.
 const MAX_TASKS_PER_PRINCIPAL: usize = MAX_TASKS / 8;
 
 /// (issuer, subject): whose tasks count together against [`MAX_TASKS_PER_PRINCIPAL`].
@@ -288,7 +289,8 @@ impl TaskOwners {
         // may still record it; any other of its owners may not.
         let held = table.per_principal.get(principal).copied().unwrap_or(0);
         let evicts = (table.by_owner.get(owner)).is_some_and(|m| m.len() >= MAX_TASKS_PER_OWNER);
-        if held >= MAX_TASKS_PER_PRINCIPAL && !evicts {
+        let bounded = !crate::principal::is_anonymous(&principal.0, &principal.1);
+        if bounded && held >= MAX_TASKS_PER_PRINCIPAL && !evicts {
             return;
         }
         let principal = match table.per_principal.get_key_value(principal) {

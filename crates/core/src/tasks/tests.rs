@@ -355,3 +355,20 @@ fn one_principal_s_sessions_cannot_fill_the_table() {
         "purged, it holds none"
     );
 }
+
+/// The anonymous principal is every caller of a gateway without authentication: its
+/// sessions together are bounded by the table, not by one principal's share.
+#[test]
+fn the_anonymous_principal_s_sessions_share_the_whole_table() {
+    let t = TaskOwners::default();
+    let anonymous = ("anonymous".to_owned(), "anonymous".to_owned());
+    let sessions = MAX_TASKS_PER_PRINCIPAL / MAX_TASKS_PER_OWNER + 1;
+    for s in 0..=sessions {
+        let owner = Owner::session(&format!("anon-{s}"));
+        for i in 0..MAX_TASKS_PER_OWNER {
+            t.record(&owner, &anonymous, &legacy_task(&format!("a{s}-{i}")), None);
+        }
+    }
+    let last = Owner::session(&format!("anon-{sessions}"));
+    assert!(t.owns(Some(&last), &format!("a{sessions}-0")));
+}
