@@ -100,13 +100,20 @@ impl Sandbox {
 
     /// Makes the masks that are meant to stay empty (all but `/tmp` and `/var/tmp`)
     /// read-only, once everything mounted under them is: the mount points bubblewrap made
-    /// there stay, and nothing more can be written (16 MiB each, outside the budget).
+    /// there stay, and nothing more can be written (16 MiB each, outside the budget). A
+    /// mask a listed path is bound exactly over is left alone: `--remount-ro` acts on the
+    /// topmost mount at its path, which is then that path's.
     pub(crate) fn seal_masks(layers: &[Layer], argv: &mut Vec<OsString>) {
         for layer in layers {
-            if let Layer::Tmpfs(p, _) = layer {
-                if p != Path::new("/tmp") && p != Path::new("/var/tmp") {
-                    argv.extend(["--remount-ro".into(), p.clone().into_os_string()]);
-                }
+            let Layer::Tmpfs(p, _) = layer else {
+                continue;
+            };
+            let scratch = p == Path::new("/tmp") || p == Path::new("/var/tmp");
+            let covered = layers
+                .iter()
+                .any(|l| !matches!(l, Layer::Tmpfs(..)) && l.at() == p);
+            if !scratch && !covered {
+                argv.extend(["--remount-ro".into(), p.clone().into_os_string()]);
             }
         }
     }

@@ -454,3 +454,21 @@ async fn a_seed_that_cannot_be_copied_fails_the_start_and_says_so() {
     process.shutdown(Duration::from_secs(5)).await;
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A listed path bound exactly over a mask stays as listed: the mask under it is not
+/// sealed (`--remount-ro` would act on the bind, the topmost mount there). One below a mask
+/// leaves the mask sealed (review of the sealing: `write: [/run]` was made read-only).
+#[test]
+fn a_path_listed_exactly_at_a_mask_is_not_sealed() {
+    let mut s = sandbox(Path::new("/var/cache/sb/files"));
+    s.write = vec![PathBuf::from("/run")];
+    s.read = vec![PathBuf::from("/home/shared")];
+    let text = argv(&s.launch("srv", &[], None, false, &[], None)).join(" ");
+    if Path::new("/run").is_dir() {
+        assert!(text.contains("--bind /run /run"), "{text}");
+        assert!(!text.contains("--remount-ro /run "), "{text}");
+    }
+    if Path::new("/home").is_dir() {
+        assert!(text.contains("--remount-ro /home "), "{text}");
+    }
+}
