@@ -1,24 +1,26 @@
 //! How a URL appears in logs and messages: without what may carry a credential.
 
-/// A URL as logs and messages show it: without a query or user info, which may carry
-/// credentials (`?key=…`, `user:pass@`).
+/// A URL as logs and messages show it: without user info or a query (or fragment), which
+/// may carry credentials (`user:pass@`, `?key=…`). User info is taken off first, up to the
+/// last `@` before the path, so a `?` or `#` in a password does not end it early.
 pub fn shown_url(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, _)) => (base, "?…"),
-        None => (url, ""),
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
     };
-    let base = match base.split_once("://") {
-        Some((scheme, rest)) => {
-            // User info ends at the last `@` before the path.
-            let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-            match authority.rfind('@') {
-                Some(at) => format!("{scheme}://…@{}", &rest[at + 1..]),
-                None => base.to_owned(),
-            }
-        }
-        None => base.to_owned(),
+    let path_at = rest.find('/').unwrap_or(rest.len());
+    let (user, rest) = match rest[..path_at].rfind('@') {
+        Some(at) => ("…@", &rest[at + 1..]),
+        None => ("", rest),
     };
-    format!("{base}{query}")
+    let (base, query) = match rest.find(['?', '#']) {
+        Some(at) => (&rest[..at], "?…"),
+        None => (rest, ""),
+    };
+    match scheme {
+        Some(scheme) => format!("{scheme}://{user}{base}{query}"),
+        None => format!("{user}{base}{query}"),
+    }
 }
 
 #[cfg(test)]
@@ -32,5 +34,12 @@ mod tests {
         );
         assert_eq!(super::shown_url("https://u:p@h/mcp"), "https://…@h/mcp");
         assert_eq!(super::shown_url("https://h/a@b"), "https://h/a@b");
+        // A `?` or `#` in the password (review: the query was cut first, leaving `pa`).
+        let shown = super::shown_url("https://user:pa?ss@idp/jwks");
+        assert_eq!(shown, "https://…@idp/jwks");
+        assert_eq!(
+            super::shown_url("https://u:p#w@h/x#frag"),
+            "https://…@h/x?…"
+        );
     }
 }
