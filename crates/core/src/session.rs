@@ -120,6 +120,8 @@ struct Session {
     /// (backend, URI) pairs this session subscribed to (mirror of the backends' subscription
     /// tables, for cleanup).
     subscriptions: HashSet<SubKey>,
+    /// Its subscriptions' place in its principal's count (see `watch`), once it has any.
+    subscribed: Option<watch::Share>,
     /// Who subscribed (the latest subscribe's caller, its credential dropped): a changed
     /// policy judges the subscriptions again as this principal.
     subscriber: Option<std::sync::Arc<Principal>>,
@@ -204,6 +206,7 @@ impl Session {
             listen,
             log_level: None,
             subscriptions: HashSet::new(),
+            subscribed: None,
             subscriber: None,
             own_watched: HashSet::new(),
             in_flight: HashMap::new(),

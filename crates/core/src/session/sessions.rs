@@ -42,6 +42,8 @@ pub struct Sessions {
     /// Most live sessions one principal may hold (`usize::MAX`: no limit).
     max_per_principal: usize,
     per_principal: OwnerCounts,
+    /// Resource subscriptions per principal, over its sessions (`watch`).
+    pub(super) subscriptions_per_principal: OwnerCounts,
     ttl: Duration,
     generation: std::sync::atomic::AtomicU64,
 }
@@ -54,6 +56,7 @@ impl Sessions {
             max,
             max_per_principal: usize::MAX,
             per_principal: OwnerCounts::default(),
+            subscriptions_per_principal: OwnerCounts::default(),
             ttl,
             generation: std::sync::atomic::AtomicU64::new(1),
         }

@@ -12,6 +12,9 @@ use crate::Principal;
 const MAX_OWN_WATCHED: usize = 1024;
 /// Most resource subscriptions one session holds (`resources/subscribe` past it is refused).
 pub(crate) const MAX_SUBSCRIPTIONS: usize = 1024;
+/// Most resource subscriptions one principal holds over all its sessions (the anonymous
+/// principal, every caller of a gateway without authentication, excepted).
+pub(crate) const MAX_SUBSCRIPTIONS_PER_PRINCIPAL: usize = 4 * MAX_SUBSCRIPTIONS;
 /// Longest resource URI the gateway subscribes to or watches for a caller, in bytes.
 pub(crate) const MAX_URI_BYTES: usize = 8192;
 
@@ -34,29 +37,58 @@ impl Sessions {
     }
 
     /// Whether session `raw` may record a subscription to `key`: it holds it already, or
-    /// fewer than [`MAX_SUBSCRIPTIONS`].
+    /// fewer than [`MAX_SUBSCRIPTIONS`] and its principal fewer than
+    /// [`MAX_SUBSCRIPTIONS_PER_PRINCIPAL`].
     pub(crate) fn may_subscribe(&self, raw: &str, key: &SubKey) -> Result<(), CoreError> {
-        self.with(raw, |s| {
-            let room = s.subscriptions.contains(key) || s.subscriptions.len() < MAX_SUBSCRIPTIONS;
-            room.then_some(())
-                .ok_or(CoreError::TooManySubscriptions(MAX_SUBSCRIPTIONS))
-        })?
+        self.with(raw, |s| self.room_for(s, key))?
     }
 
-    /// Records the session's subscription to `key` (within [`MAX_SUBSCRIPTIONS`]); true
-    /// when it is new.
+    fn room_for(&self, s: &super::Session, key: &SubKey) -> Result<(), CoreError> {
+        if s.subscriptions.contains(key) {
+            return Ok(());
+        }
+        if s.subscriptions.len() >= MAX_SUBSCRIPTIONS {
+            return Err(CoreError::TooManySubscriptions(MAX_SUBSCRIPTIONS));
+        }
+        let (issuer, subject) = s.owner();
+        if crate::principal::is_anonymous(issuer, subject) {
+            return Ok(());
+        }
+        let counts = self.subscriptions_per_principal.lock();
+        match counts.get(s.owner()) {
+            Some(n) if *n >= MAX_SUBSCRIPTIONS_PER_PRINCIPAL => Err(
+                CoreError::TooManySubscriptions(MAX_SUBSCRIPTIONS_PER_PRINCIPAL),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records the session's subscription to `key` (within [`MAX_SUBSCRIPTIONS`] and its
+    /// principal's [`MAX_SUBSCRIPTIONS_PER_PRINCIPAL`]); true when it is new.
     pub(crate) fn add_subscription(&self, raw: &str, key: &SubKey) -> Result<bool, CoreError> {
         self.with(raw, |s| {
-            if !s.subscriptions.contains(key) && s.subscriptions.len() >= MAX_SUBSCRIPTIONS {
-                return Err(CoreError::TooManySubscriptions(MAX_SUBSCRIPTIONS));
+            self.room_for(s, key)?;
+            if !s.subscriptions.insert(key.clone()) {
+                return Ok(false);
             }
-            Ok(s.subscriptions.insert(key.clone()))
+            let counts = &self.subscriptions_per_principal;
+            let owner = s.owner().clone();
+            (s.subscribed
+                .get_or_insert_with(|| Share::new(counts.clone(), owner)))
+            .add();
+            Ok(true)
         })?
     }
 
     /// Forgets the session's subscription to `key`; true when it had one.
     pub(crate) fn remove_subscription(&self, raw: &str, key: &SubKey) -> Result<bool, CoreError> {
-        self.with(raw, |s| s.subscriptions.remove(key))
+        self.with(raw, |s| {
+            let had = s.subscriptions.remove(key);
+            if let (true, Some(share)) = (had, s.subscribed.as_mut()) {
+                share.remove();
+            }
+            had
+        })
     }
 
     /// Remembers who subscribed last (its credential dropped): a changed policy judges the
@@ -131,5 +163,55 @@ impl Sessions {
         let mut levels = Vec::new();
         self.for_each(|_, s| levels.extend(s.log_level));
         levels
+    }
+}
+
+/// A session's subscriptions in its principal's count: added and removed with them, given
+/// back whole when the session is dropped, however it ends. Lock order: the session table,
+/// then the counts.
+#[derive(Debug)]
+pub(crate) struct Share {
+    counts: super::OwnerCounts,
+    owner: (String, String),
+    held: usize,
+}
+
+impl Share {
+    fn new(counts: super::OwnerCounts, owner: (String, String)) -> Share {
+        Share {
+            counts,
+            owner,
+            held: 0,
+        }
+    }
+
+    fn add(&mut self) {
+        *self.counts.lock().entry(self.owner.clone()).or_default() += 1;
+        self.held += 1;
+    }
+
+    fn remove(&mut self) {
+        self.give_back(1);
+    }
+
+    fn give_back(&mut self, n: usize) {
+        let n = n.min(self.held);
+        if n == 0 {
+            return;
+        }
+        self.held -= n;
+        let mut counts = self.counts.lock();
+        if let Some(count) = counts.get_mut(&self.owner) {
+            *count = count.saturating_sub(n);
+            if *count == 0 {
+                counts.remove(&self.owner);
+            }
+        }
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.give_back(self.held);
     }
 }

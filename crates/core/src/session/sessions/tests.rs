@@ -183,3 +183,49 @@ async fn adopting_a_live_session_is_for_its_owner_only() {
         Err(CoreError::SessionNotFound)
     ));
 }
+
+/// One principal's sessions hold at most `MAX_SUBSCRIPTIONS_PER_PRINCIPAL` subscriptions
+/// together: past it a new one is refused in any of its sessions, one given up (or a session
+/// ended) makes room, and another principal (or the anonymous one) is not held by it. Before,
+/// only each session was bounded, so a principal opening sessions held without end (review
+/// MEDIUM).
+#[tokio::test]
+async fn a_principal_s_sessions_share_one_subscription_bound() {
+    use crate::session::watch::{MAX_SUBSCRIPTIONS, MAX_SUBSCRIPTIONS_PER_PRINCIPAL};
+    let store = Sessions::new(100, Duration::from_secs(60));
+    let backend = BackendId::default_id();
+    let key = |i: usize| (backend.clone(), format!("file:///{i}"));
+    let full = MAX_SUBSCRIPTIONS_PER_PRINCIPAL / MAX_SUBSCRIPTIONS;
+    let mut bobs = Vec::new();
+    for s in 0..=full {
+        let sid = store.create("2025-11-25", &named("bob")).unwrap();
+        if s < full {
+            for i in 0..MAX_SUBSCRIPTIONS {
+                assert!(store.add_subscription(sid.as_str(), &key(i)).unwrap());
+            }
+        }
+        bobs.push(sid);
+    }
+    let last = bobs[full].as_str();
+    assert!(matches!(
+        store.add_subscription(last, &key(0)),
+        Err(CoreError::TooManySubscriptions(
+            MAX_SUBSCRIPTIONS_PER_PRINCIPAL
+        ))
+    ));
+    assert!(store.may_subscribe(last, &key(0)).is_err());
+    let alice = store.create("2025-11-25", &named("alice")).unwrap();
+    assert!(store.add_subscription(alice.as_str(), &key(0)).unwrap());
+    let anyone = store.create("2025-11-25", &anon()).unwrap();
+    assert!(store.add_subscription(anyone.as_str(), &key(0)).unwrap());
+    assert!(store
+        .remove_subscription(bobs[0].as_str(), &key(0))
+        .unwrap());
+    assert!(store.add_subscription(last, &key(0)).unwrap());
+    assert!(store.add_subscription(last, &key(1)).is_err());
+    store.remove(bobs[1].as_str(), S, None).unwrap();
+    // Bob's ended session gave its place back: his last one fills to its own bound.
+    for i in 1..MAX_SUBSCRIPTIONS {
+        assert!(store.add_subscription(last, &key(i)).is_ok(), "{i}");
+    }
+}
