@@ -277,7 +277,9 @@ impl Guardrails {
 }
 
 impl Scope<'_> {
-    /// A `tools/call`'s arguments checked (and the webhooks asked): passed, rewritten or
+    /// A `tools/call`'s arguments checked (and the webhooks asked, with the whole request),
+    /// and the answers a Modern retry carries to the backend's questions (`inputResponses`:
+    /// what a user typed into an elicitation, a sampled completion): passed, rewritten or
     /// refused with `-32602` naming the guardrail.
     pub(crate) async fn request(
         &self,
@@ -298,6 +300,14 @@ impl Scope<'_> {
             .map(|a| a.get())
             .unwrap_or("{}");
         let mut checked = self.rules.request(args);
+        let answers = object_member(params, "inputResponses");
+        let mut answered = answers.map(|a| self.rules.request(a.get()));
+        if let Some(answered) = answered.as_mut() {
+            self.audit(caller, era, "request", &answered.events);
+            if let Some(name) = answered.rejected.take() {
+                checked.rejected.get_or_insert(name);
+            }
+        }
         if checked.rejected.is_none() {
             let message = wire_text(msg);
             let hooked = self
@@ -320,17 +330,30 @@ impl Scope<'_> {
             .with_data(json!({"guardrail": &**name}));
             return Request::Refused(Answer::error(id, &err));
         }
-        let Some(new_args) = checked.replaced else {
+        let new_answers = answered.and_then(|a| a.replaced);
+        if checked.replaced.is_none() && new_answers.is_none() {
             return Request::Pass;
-        };
-        match with_member(params, "arguments", &new_args) {
-            Some(p) => Request::Replaced(encode_request(id, method, Some(&p))),
-            // Arguments that cannot be spliced back are not sent unchecked.
-            None => {
-                let err = ErrorObject::new(codes::INVALID_PARAMS, "arguments could not be checked");
-                Request::Refused(Answer::error(id, &err))
+        }
+        let mut spliced: Option<Box<serde_json::value::RawValue>> = None;
+        for (key, new) in [
+            ("arguments", checked.replaced),
+            ("inputResponses", new_answers),
+        ] {
+            let Some(new) = new else {
+                continue;
+            };
+            let base = spliced.as_deref().unwrap_or(params);
+            match with_member(base, key, &new) {
+                Some(p) => spliced = Some(p),
+                // What cannot be spliced back is not sent unchecked.
+                None => {
+                    let err =
+                        ErrorObject::new(codes::INVALID_PARAMS, "arguments could not be checked");
+                    return Request::Refused(Answer::error(id, &err));
+                }
             }
         }
+        Request::Replaced(encode_request(id, method, spliced.as_deref()))
     }
 
     /// The answer's result checked (and the webhooks asked): passed, rewritten, or, refused,

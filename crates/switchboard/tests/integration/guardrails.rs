@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::common::{Reply, TestGateway};
 
+mod answers;
 mod asks;
 mod channels;
 mod listen;

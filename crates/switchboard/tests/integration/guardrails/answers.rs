@@ -1,0 +1,46 @@
+//! What a client answers a backend's question with is checked on its way to the backend as
+//! a request is: the `inputResponses` of a Modern retry (an elicitation's typed text, a
+//! sampled completion) under `on: [request]` rules.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use super::{Dir, AWS};
+use crate::common::tool_text;
+use crate::mrtr::{bridge, call, elicitation, input_required};
+
+/// A user types an AWS key into the elicitation a Legacy backend asked through the MRTR
+/// bridge: redacted, the backend is answered the redacted text (and greets that); refused,
+/// the retry gets the guardrail's `-32602` and the backend is answered nothing. Before, the
+/// request rules checked a call's `arguments` only, and the key reached the backend (review
+/// MEDIUM).
+#[tokio::test]
+async fn an_answer_to_a_backends_question_is_checked_as_a_request() {
+    for action in ["redact", "reject"] {
+        let dir = Dir::new(&format!("answers-{action}"));
+        // On requests only: no response check can hide what reached the backend.
+        let rules = format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n");
+        let file = dir.write("guards.yaml", &rules);
+        let gw = bridge(&["--guardrails", &file]).await;
+        let tool = "test_input_required_result_elicitation";
+        let first = call(&gw, None, tool, json!({}), elicitation(), json!({})).await;
+        let state = input_required(&first)["requestState"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let answer = json!({"user_name": {"action": "accept", "content": {"name": AWS}}});
+        let extra = json!({"inputResponses": answer, "requestState": state});
+        let r = call(&gw, None, tool, json!({}), elicitation(), extra).await;
+        assert!(!r.text.contains(AWS), "{action}: {}", r.text);
+        let v = r.json();
+        if action == "redact" {
+            assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+            assert_eq!(tool_text(&v), "Hello, [REDACTED:aws_access_key]!", "{v}");
+        } else {
+            // Modern invalid params: HTTP 400, as a refused call's arguments.
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+            assert_eq!(v["error"]["code"], -32602, "{v}");
+            assert_eq!(v["error"]["data"]["guardrail"], "secrets", "{v}");
+        }
+    }
+}
