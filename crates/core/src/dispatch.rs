@@ -377,7 +377,7 @@ impl TaskQuestion {
                 self.hold(registry, tables, backend, &handle)
             }
             Some((Owner::Session(session), handle)) => {
-                self.ask_session(registry, backend, (&session, &handle));
+                self.ask_session(registry, (backend, backend_id), (&session, &handle));
             }
             None => {
                 let why = "backend request refused: no client can answer it in shared mode";
@@ -430,7 +430,12 @@ impl TaskQuestion {
     /// answer goes back to this backend under the backend's id, as a session's own process's
     /// would: `per_session::client_response`); refused to the backend when a guardrail
     /// refuses it or the session cannot take it.
-    fn ask_session(self, registry: &Registry, backend: &Upstream, (session, handle): (&str, &str)) {
+    fn ask_session(
+        self,
+        registry: &Registry,
+        (backend, backend_id): (&Upstream, &BackendId),
+        (session, handle): (&str, &str),
+    ) {
         // Only what the client declared it can answer (as the gateway's own questions).
         let caps = registry.sessions.client_caps(session).unwrap_or_default();
         let declared = match self.method.as_str() {
@@ -460,7 +465,8 @@ impl TaskQuestion {
         );
         let line = Bytes::from(request);
         let sessions = &registry.sessions;
-        if !sessions.deliver_task_question(session, backend, (&key, &self.id), line) {
+        let asker = (backend, backend_id);
+        if !sessions.deliver_task_question(session, asker, (&key, &self.id), line) {
             registry.drops.record(
                 "task question with no client stream to carry it",
                 &self.method,

@@ -64,6 +64,16 @@ pub(crate) struct Scope<'g> {
     pub(crate) output_schema: Option<Value>,
 }
 
+/// What becomes of a client's answer to a backend's question.
+#[derive(Debug)]
+pub(crate) enum ClientAnswer {
+    Pass,
+    /// Send this result instead (redacted).
+    Replaced(String),
+    /// Answer the backend this error instead (`-32603` naming the guardrail).
+    Refused(ErrorObject),
+}
+
 /// What becomes of a request.
 #[derive(Debug)]
 pub(crate) enum Request {
@@ -75,6 +85,35 @@ pub(crate) enum Request {
 }
 
 impl Guardrails {
+    /// A client's answer (`result`) to `backend`'s question (elicitation, sampling, roots),
+    /// checked by that backend's request rules that name no tools (the question comes from
+    /// no tool call the gateway can name), as a request's arguments are: the webhooks are
+    /// not asked (they judge `tools/call` requests).
+    pub(crate) fn client_answer(&self, backend: &str, result: &str) -> ClientAnswer {
+        let target = Target {
+            backend,
+            original: None,
+            exposed: None,
+            method: "-",
+        };
+        let Some(scope) = self
+            .scope(target)
+            .filter(|s| s.rules.runs_at(Stage::Request))
+        else {
+            return ClientAnswer::Pass;
+        };
+        let checked = scope.rules.request(result);
+        let place = Some((backend, None));
+        self.record(None, "client answer", "request", place, &checked.events);
+        if let Some(name) = &checked.rejected {
+            return ClientAnswer::Refused(refusal(name));
+        }
+        match checked.replaced {
+            Some(new) => ClientAnswer::Replaced(new),
+            None => ClientAnswer::Pass,
+        }
+    }
+
     /// The gateway's rules (each backend without rules of its own gets these).
     pub fn new(gateway: Vec<Arc<Rule>>) -> Self {
         Guardrails {

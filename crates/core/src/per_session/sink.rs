@@ -201,6 +201,7 @@ impl SessionSink {
 /// backend's own id restored. Answers for ids this session's backend never sent are refused.
 pub(crate) async fn client_response(
     registry: &Registry,
+    guards: Option<&crate::guardrails::Guardrails>,
     session: &str,
     msg: &Message<'_>,
 ) -> Result<(), CoreError> {
@@ -214,7 +215,7 @@ pub(crate) async fn client_response(
         return Ok(());
     }
     // Only the process that asked knows the key (keys are minted per request).
-    let (handle, backend_id) = registry
+    let (handle, asked_id, backend) = registry
         .sessions
         .take_server_request(session, &key)?
         .ok_or(CoreError::UnexpectedResponse)?;
@@ -223,8 +224,21 @@ pub(crate) async fn client_response(
         (None, Some(e)) => ("error", e.get()),
         (None, None) => return Err(CoreError::UnexpectedResponse),
     };
-    handle
-        .send_line(restore_response(&backend_id, member, payload))
-        .await?;
+    // What the client answers (a user's typed text, a sampled completion) is checked on its
+    // way to the backend as a request is.
+    let checked = match (guards, member) {
+        (Some(g), "result") => g.client_answer(backend.as_str(), payload),
+        _ => crate::guardrails::ClientAnswer::Pass,
+    };
+    let line = match &checked {
+        crate::guardrails::ClientAnswer::Pass => restore_response(&asked_id, member, payload),
+        crate::guardrails::ClientAnswer::Replaced(new) => {
+            restore_response(&asked_id, "result", new)
+        }
+        crate::guardrails::ClientAnswer::Refused(err) => {
+            switchboard_wire::encode_error(Some(&asked_id), err)
+        }
+    };
+    handle.send_line(line).await?;
     Ok(())
 }

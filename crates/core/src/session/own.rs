@@ -58,7 +58,7 @@ const MAX_SERVER_REQUESTS: usize = 256;
 /// still unanswered when it ends is answered to the backend with an error then, so the
 /// backend is never left waiting on a client that is gone.
 #[derive(Debug, Default)]
-pub(crate) struct TaskQuestionsAsked(HashMap<String, (Upstream, RequestId)>);
+pub(crate) struct TaskQuestionsAsked(HashMap<String, (Upstream, RequestId, BackendId)>);
 
 impl Drop for TaskQuestionsAsked {
     fn drop(&mut self) {
@@ -66,7 +66,7 @@ impl Drop for TaskQuestionsAsked {
             switchboard_wire::codes::INTERNAL_ERROR,
             "The session ended before its client answered",
         );
-        for (backend, id) in self.0.values() {
+        for (backend, id, _) in self.0.values() {
             let _ = backend.try_send_line(switchboard_wire::encode_error(Some(id), &err));
         }
     }
@@ -261,7 +261,7 @@ impl Sessions {
     pub(crate) fn deliver_task_question(
         &self,
         raw: &str,
-        backend: &Upstream,
+        (backend, backend_id): (&Upstream, &BackendId),
         (key, id): (&str, &RequestId),
         line: Bytes,
     ) -> bool {
@@ -269,9 +269,8 @@ impl Sessions {
             if s.task_questions.0.len() >= MAX_SERVER_REQUESTS {
                 return false;
             }
-            s.task_questions
-                .0
-                .insert(key.to_owned(), (backend.clone(), id.clone()));
+            let asker = (backend.clone(), id.clone(), backend_id.clone());
+            s.task_questions.0.insert(key.to_owned(), asker);
             if deliver(s, line) {
                 return true;
             }
@@ -282,18 +281,18 @@ impl Sessions {
     }
 
     /// The client's answer to server request `key`: the upstream that asked (the session's
-    /// own, or a shared one about the session's task) and its own request id, taken out of
-    /// the session. `Ok(None)`: nothing of the session asked under that key (keys are minted
-    /// per request).
+    /// own, or a shared one about the session's task), its own request id and its backend,
+    /// taken out of the session. `Ok(None)`: nothing of the session asked under that key
+    /// (keys are minted per request).
     pub(crate) fn take_server_request(
         &self,
         raw: &str,
         key: &str,
-    ) -> Result<Option<(Upstream, RequestId)>, CoreError> {
+    ) -> Result<Option<(Upstream, RequestId, BackendId)>, CoreError> {
         self.with(raw, |s| {
-            let own = s.own.values_mut().find_map(|own| {
+            let own = s.own.iter_mut().find_map(|(backend, own)| {
                 let id = own.server_requests.remove(key)?;
-                Some((own.handle.clone(), id))
+                Some((own.handle.clone(), id, backend.clone()))
             });
             own.or_else(|| s.task_questions.0.remove(key))
         })

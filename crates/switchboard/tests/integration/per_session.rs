@@ -48,11 +48,11 @@ pub(crate) async fn next(events: &mut Events) -> Value {
     }
 }
 
-fn elicit() -> Value {
+pub(crate) fn elicit() -> Value {
     json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"trigger","arguments":{"kind":"elicitation"}}})
 }
 
-async fn client_session(gw: &TestGateway) -> String {
+pub(crate) async fn client_session(gw: &TestGateway) -> String {
     // Declares elicitation so the backend may ask.
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
         "protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"it","version":"0"}}});

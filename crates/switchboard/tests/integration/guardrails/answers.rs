@@ -44,3 +44,44 @@ async fn an_answer_to_a_backends_question_is_checked_as_a_request() {
         }
     }
 }
+
+/// The same for a Legacy session's client answering its own backend process's elicitation
+/// (the answer POSTed as a JSON-RPC response): redacted, the backend gets the redacted
+/// answer; refused, it gets the guardrail's `-32603` error instead. Before, the client's
+/// answer was sent to the backend as it came (review MEDIUM).
+#[tokio::test]
+async fn a_legacy_clients_answer_is_checked_as_a_request() {
+    use crate::per_session::{client_session, elicit, next, open_call};
+    for action in ["redact", "reject"] {
+        let dir = Dir::new(&format!("legacy-answers-{action}"));
+        let rules = format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n");
+        let file = dir.write("guards.yaml", &rules);
+        let gw = crate::common::TestGateway::start(&[
+            "--isolation",
+            "per-session",
+            "--guardrails",
+            &file,
+        ])
+        .await;
+        let sid = client_session(&gw).await;
+        let mut stream = open_call(&gw, &sid, elicit()).await;
+        let question = next(&mut stream).await;
+        assert_eq!(question["method"], "elicitation/create", "{question}");
+        let answer = json!({"jsonrpc":"2.0","id":question["id"],
+            "result":{"action":"accept","content":{"who":AWS}}});
+        let r = gw.post(Some(&sid), &answer).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+        let done = next(&mut stream).await;
+        let text = tool_text(&done);
+        assert!(!text.contains(AWS), "{action}: {done}");
+        let report: serde_json::Value = serde_json::from_str(text).unwrap();
+        if action == "redact" {
+            let who = &report["answer"]["result"]["content"]["who"];
+            assert_eq!(who, "[REDACTED:aws_access_key]", "{report}");
+        } else {
+            let error = &report["answer"]["error"];
+            assert_eq!(error["code"], -32603, "{report}");
+            assert_eq!(error["data"]["guardrail"], "secrets", "{report}");
+        }
+    }
+}
