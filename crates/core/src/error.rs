@@ -99,6 +99,9 @@ pub enum CoreError {
     /// Every dedicated MRTR process (or parking place) is in use, across all callers.
     #[error("every dedicated backend process for Modern calls that may need client input is in use (limit {0}); retry later")]
     BridgeFull(usize),
+    /// The caller holds as many `subscriptions/listen` streams open as it may.
+    #[error("this caller holds as many listen streams open as it may (limit {0})")]
+    TooManyListens(usize),
     /// The session holds as many resource subscriptions as it may.
     #[error("this session holds as many resource subscriptions as it may (limit {0})")]
     TooManySubscriptions(usize),

@@ -23,6 +23,7 @@ use switchboard_wire::{encode_notification, method, object_member, with_meta_mem
 
 use crate::route::RouteKey;
 use crate::session::{MAX_SUBSCRIPTIONS, MAX_URI_BYTES};
+use crate::CoreError;
 
 /// What a listen stream asked for (`params.notifications`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -107,6 +108,59 @@ struct Listener {
 #[derive(Debug, Default)]
 pub(crate) struct ModernListeners {
     inner: Mutex<HashMap<String, Listener>>,
+    /// Listens open per principal, whatever serves them (`hold`).
+    open: Mutex<HashMap<(String, String), usize>>,
+}
+
+/// Most `subscriptions/listen` streams one principal holds open at once (the anonymous
+/// principal, every caller of a gateway without authentication, excepted): each holds a
+/// connection and an in-flight place for as long as it lives.
+pub(crate) const MAX_LISTENS_PER_PRINCIPAL: usize = 64;
+
+/// One open listen in its principal's count; given back on drop.
+#[derive(Debug)]
+pub(crate) struct ListenHeld<'a> {
+    listeners: &'a ModernListeners,
+    owner: Option<(String, String)>,
+}
+
+impl Drop for ListenHeld<'_> {
+    fn drop(&mut self) {
+        let Some(owner) = self.owner.take() else {
+            return;
+        };
+        let mut open = self.listeners.open.lock();
+        if let Some(n) = open.get_mut(&owner) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&owner);
+            }
+        }
+    }
+}
+
+impl ModernListeners {
+    /// A place for one more listen of `caller`'s, held while the returned guard lives;
+    /// `TooManyListens` past [`MAX_LISTENS_PER_PRINCIPAL`].
+    pub(crate) fn hold(&self, caller: &crate::Principal) -> Result<ListenHeld<'_>, CoreError> {
+        if caller.is_anonymous() {
+            return Ok(ListenHeld {
+                listeners: self,
+                owner: None,
+            });
+        }
+        let owner = (caller.issuer.clone(), caller.subject.clone());
+        let mut open = self.open.lock();
+        let n = open.entry(owner.clone()).or_default();
+        if *n >= MAX_LISTENS_PER_PRINCIPAL {
+            return Err(CoreError::TooManyListens(MAX_LISTENS_PER_PRINCIPAL));
+        }
+        *n += 1;
+        Ok(ListenHeld {
+            listeners: self,
+            owner: Some(owner),
+        })
+    }
 }
 
 /// Removes a listener when its stream ends.
@@ -276,6 +330,36 @@ mod tests {
             json!({"toolsListChanged":true,"resourceSubscriptions":["a"]})
         );
         assert_eq!(Filter::parse(None), Filter::default());
+    }
+
+    /// A principal holds at most `MAX_LISTENS_PER_PRINCIPAL` listens open at once, each
+    /// place given back when its guard drops; another principal, and the anonymous one, are
+    /// not held by it (review LOW: one caller's listens took every in-flight place).
+    #[test]
+    fn a_principal_holds_a_bounded_number_of_listens() {
+        let listeners = ModernListeners::default();
+        let who = |subject: &str| crate::Principal {
+            issuer: "api-key".into(),
+            subject: subject.into(),
+            ..crate::Principal::anonymous()
+        };
+        let bob = who("bob");
+        let held: Vec<_> = (0..MAX_LISTENS_PER_PRINCIPAL)
+            .map(|_| listeners.hold(&bob).expect("within the bound"))
+            .collect();
+        assert!(matches!(
+            listeners.hold(&bob),
+            Err(CoreError::TooManyListens(MAX_LISTENS_PER_PRINCIPAL))
+        ));
+        assert!(listeners.hold(&who("alice")).is_ok());
+        let anonymous = crate::Principal::anonymous();
+        let many: Vec<_> = (0..=MAX_LISTENS_PER_PRINCIPAL)
+            .map(|_| listeners.hold(&anonymous))
+            .collect();
+        assert!(many.iter().all(Result::is_ok));
+        drop(held);
+        assert!(listeners.hold(&bob).is_ok());
+        assert!(listeners.open.lock().is_empty(), "every place given back");
     }
 
     /// A listen watches at most 1024 URIs of at most 8 KiB each; its acknowledgement names

@@ -236,6 +236,12 @@ impl Gateway {
         if ex.msg.method == Some(method::SUBSCRIBE) && crate::session_ops::uri_too_long(ex.msg) {
             return Err(CoreError::InvalidParams("uri is longer than 8192 bytes"));
         }
+        // A listen holds its place in its caller's count while it is served (until its
+        // stream closes), whatever serves it.
+        let _listening = match ex.msg.method {
+            Some(crate::modern::LISTEN) => Some(self.registry.listeners.hold(ex.caller)?),
+            _ => None,
+        };
         let origins = self.origins_for(ex.msg).await;
         let path = path_of(&ex);
         let mut admitted =

@@ -375,7 +375,9 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
             (StatusCode::SERVICE_UNAVAILABLE, internal(e.to_string()))
         }
         // The caller's own quota, not the gateway's capacity: 429, like a rate limit.
-        CoreError::TooManyPrincipalSessions(_) | CoreError::PartitionShare(_) => (
+        CoreError::TooManyPrincipalSessions(_)
+        | CoreError::PartitionShare(_)
+        | CoreError::TooManyListens(_) => (
             StatusCode::TOO_MANY_REQUESTS,
             ErrorObject::new(RATE_LIMITED, e.to_string()),
         ),
