@@ -101,6 +101,15 @@ pub(crate) struct Forward<'a> {
     pub(crate) body: Bytes,
 }
 
+/// Why a stored registration names no replica to forward to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotRegistered {
+    /// Not signed under the secret for that replica (or not a registration at all).
+    Forged,
+    /// Signed, but past its expiry by more than the skew allowed.
+    Expired,
+}
+
 impl Hop {
     /// The hop of replica `replica`, keyed with the secret every replica shares; a hop waits
     /// for its answer's head up to `longest` (the longest a request may run) and a slack.
@@ -127,21 +136,29 @@ impl Hop {
     }
 
     /// The address in replica `replica`'s stored registration, if a replica holding the
-    /// secret signed it for that name and it has not expired.
-    pub(crate) fn registered_address<'a>(&self, replica: &str, value: &'a str) -> Option<&'a str> {
+    /// secret signed it for that name and it has not expired (its expiry read with the same
+    /// clock skew allowed as a hop's, [`MAX_SKEW_MS`]: Redis expires the key itself).
+    pub(crate) fn registered_address<'a>(
+        &self,
+        replica: &str,
+        value: &'a str,
+    ) -> Result<&'a str, NotRegistered> {
         let mut parts = value.splitn(4, '.');
         let (Some("v1"), Some(until), Some(tag), Some(address)) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return None;
+            return Err(NotRegistered::Forged);
         };
-        let live = until.parse::<u64>().is_ok_and(|u| u >= unix_ms());
         let signed = unhex(tag).is_some_and(|tag| {
             self.registration_mac(replica, until, address)
                 .verify_slice(&tag)
                 .is_ok()
         });
-        (live && signed).then_some(address)
+        if !signed {
+            return Err(NotRegistered::Forged);
+        }
+        let live = (until.parse::<u64>()).is_ok_and(|u| u.saturating_add(MAX_SKEW_MS) >= unix_ms());
+        live.then_some(address).ok_or(NotRegistered::Expired)
     }
 
     fn registration_mac(&self, replica: &str, until: &str, address: &str) -> HmacSha256 {
@@ -261,12 +278,14 @@ pub(crate) async fn serve_elsewhere(
         return unavailable(gone, id);
     };
     let forwarded = match hop.registered_address(&at.replica, &at.registration) {
-        Some(address) => hop.forward(address, req).await,
-        None => {
-            // Not a replica holding the secret: nothing is ever sent there. What it claims
-            // to serve is treated as served by no one.
+        Ok(address) => hop.forward(address, req).await,
+        // Its replica is gone (a registration outlives a `kill -9` by its expiry).
+        Err(NotRegistered::Expired) => Err(HopFailure::Refused),
+        // Not written by a replica holding the secret: nothing is ever sent there, and
+        // nothing ends for it either (the home writes its own again within seconds).
+        Err(NotRegistered::Forged) => {
             tracing::warn!(replica = %at.replica, "a replica registration that does not verify");
-            Err(HopFailure::Refused)
+            Err(HopFailure::Unreachable)
         }
     };
     match forwarded {
@@ -325,7 +344,7 @@ pub(crate) async fn resume_elsewhere(
         .hop
         .as_ref()
         .filter(|_| !headers.contains_key(HOP_HEADER))?;
-    let to = hop.registered_address(&at.replica, &at.registration)?;
+    let to = hop.registered_address(&at.replica, &at.registration).ok()?;
     let req = Forward {
         method: Method::GET,
         path,
@@ -468,24 +487,43 @@ mod tests {
 
     #[test]
     fn a_registration_opens_only_for_its_replica_under_the_secret_while_live() {
+        use super::NotRegistered::{Expired, Forged};
         let (a, b) = (hop("aaaa", SECRET), hop("bbbb", SECRET));
         let value = a.registration("http://10.0.0.1:8080", Duration::from_secs(15));
         assert_eq!(
             b.registered_address("aaaa", &value),
-            Some("http://10.0.0.1:8080")
+            Ok("http://10.0.0.1:8080")
         );
         // Filed under another replica's name, or signed with another secret: not a replica.
-        assert_eq!(b.registered_address("cccc", &value), None);
+        assert_eq!(b.registered_address("cccc", &value), Err(Forged));
         let other = hop("aaaa", b"another secret of thirty-two bytes!!");
         let forged = other.registration("http://attacker:80", Duration::from_secs(15));
-        assert_eq!(b.registered_address("aaaa", &forged), None);
-        // The address swapped in a signed value, a bare address, an expired registration.
+        assert_eq!(b.registered_address("aaaa", &forged), Err(Forged));
+        // The address swapped in a signed value, a bare address.
         let swapped = value.replace("10.0.0.1", "10.6.6.6");
-        assert_eq!(b.registered_address("aaaa", &swapped), None);
-        assert_eq!(b.registered_address("aaaa", "http://10.0.0.1:8080"), None);
-        let expired = a.registration("http://10.0.0.1:8080", Duration::ZERO);
-        std::thread::sleep(Duration::from_millis(2));
-        assert_eq!(b.registered_address("aaaa", &expired), None);
+        assert_eq!(b.registered_address("aaaa", &swapped), Err(Forged));
+        assert_eq!(
+            b.registered_address("aaaa", "http://10.0.0.1:8080"),
+            Err(Forged)
+        );
+        // Expired by less than the skew a clock may have (review LOW: a replica whose clock
+        // ran 10 s ahead found every registration expired, and ended the sessions homed
+        // there), and by more.
+        let signed_until = |until: u64| {
+            let until = until.to_string();
+            let tag = a.registration_mac("aaaa", &until, "http://10.0.0.1:8080");
+            format!(
+                "v1.{until}.{}.http://10.0.0.1:8080",
+                hex(&tag.finalize().into_bytes())
+            )
+        };
+        let skewed = signed_until(unix_ms() - 10_000);
+        assert_eq!(
+            b.registered_address("aaaa", &skewed),
+            Ok("http://10.0.0.1:8080")
+        );
+        let expired = signed_until(unix_ms() - 2 * MAX_SKEW_MS);
+        assert_eq!(b.registered_address("aaaa", &expired), Err(Expired));
     }
 
     #[test]

@@ -47,3 +47,34 @@ async fn a_record_rewritten_in_redis_is_not_adopted() {
         .await;
     assert_eq!(tool_text(&alice.json()), "hers", "{}", alice.text);
 }
+
+/// A replica's registration overwritten in Redis (not signed under the secret) sends the
+/// hop nowhere and ends nothing: the request through the other replica is a retryable 503,
+/// and the session lives on at its home. Before, a registration that did not verify counted
+/// as the home being gone, and the session was ended everywhere (review LOW: so did a
+/// replica's clock running 10 s ahead of the home's).
+#[tokio::test]
+async fn a_forged_registration_ends_no_session() {
+    let Some(redis) = Redis::start_or_skip("forged_registration").await else {
+        return;
+    };
+    let per_session = ["--isolation", "per-session"];
+    let (a, b) = forwarding_pair_with(&redis, &per_session, &[]).await;
+    let sid = Endpoint::of(&a).session().await;
+    let registrations = redis.keys("*:replica:*").await;
+    assert_eq!(registrations.len(), 2, "{registrations:?}");
+    for key in &registrations {
+        redis
+            .set(key, "v1.99999999999999.00.http://127.0.0.1:9")
+            .await;
+    }
+    let there = Endpoint::of(&b).echo(&sid, json!(1), "via b").await;
+    assert_eq!(
+        there.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        there.text
+    );
+    let home = Endpoint::of(&a).echo(&sid, json!(2), "at home").await;
+    assert_eq!(tool_text(&home.json()), "at home", "{}", home.text);
+}
