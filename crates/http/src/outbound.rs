@@ -21,6 +21,12 @@ where
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(connect_timeout));
+    // A peer that vanished (a replica's host gone, a black-holed route) is found within
+    // about 30 s even while an answer may legitimately take long (a hop waits up to
+    // `--max-request-time`): TCP keepalive probes, not a shorter deadline.
+    http.set_keepalive(Some(std::time::Duration::from_secs(15)));
+    http.set_keepalive_interval(Some(std::time::Duration::from_secs(5)));
+    http.set_keepalive_retries(Some(3));
     let builder = hyper_rustls::HttpsConnectorBuilder::new();
     let builder =
         match builder.with_provider_and_native_roots(rustls::crypto::ring::default_provider()) {
