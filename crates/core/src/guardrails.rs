@@ -70,8 +70,8 @@ pub(crate) enum ClientAnswer {
     Pass,
     /// Send this result instead (redacted).
     Replaced(String),
-    /// Answer the backend this error instead (`-32603` naming the guardrail).
-    Refused(ErrorObject),
+    /// Answer the backend the refusal of this guardrail instead (`-32603` naming it).
+    Refused(Arc<str>),
 }
 
 /// What becomes of a request.
@@ -85,10 +85,10 @@ pub(crate) enum Request {
 }
 
 impl Guardrails {
-    /// A client's answer (`result`) to `backend`'s question (elicitation, sampling, roots),
-    /// checked by that backend's request rules that name no tools (the question comes from
-    /// no tool call the gateway can name), as a request's arguments are: the webhooks are
-    /// not asked (they judge `tools/call` requests).
+    /// A client's answer (its `result`, or its `error`) to `backend`'s question
+    /// (elicitation, sampling, roots), checked by that backend's request rules that name no
+    /// tools (the question comes from no tool call the gateway can name), as a request's
+    /// arguments are: the webhooks are not asked (they judge `tools/call` requests).
     pub(crate) fn client_answer(&self, backend: &str, result: &str) -> ClientAnswer {
         let target = Target {
             backend,
@@ -105,8 +105,8 @@ impl Guardrails {
         let checked = scope.rules.request(result);
         let place = Some((backend, None));
         self.record(None, "client answer", "request", place, &checked.events);
-        if let Some(name) = &checked.rejected {
-            return ClientAnswer::Refused(refusal(name));
+        if let Some(name) = checked.rejected {
+            return ClientAnswer::Refused(name);
         }
         match checked.replaced {
             Some(new) => ClientAnswer::Replaced(new),

@@ -66,6 +66,9 @@ pub(crate) struct ProgressRoutes {
 /// so this base layer names no feature).
 pub(crate) trait NoteCheck: Send + Sync + std::fmt::Debug {
     fn check(&self, method: &str, params: &RawValue) -> Vetted;
+    /// A client's answer (its `result` or `error`) to `backend`'s question, on its way to
+    /// the backend: checked by the backend's request rules.
+    fn answer(&self, backend: &str, answer: &RawValue) -> Vetted;
 }
 
 /// What becomes of a backend message on its way to a client.
@@ -149,6 +152,15 @@ impl ProgressRoutes {
         match (&*self.guards.load(), params) {
             (Some(guards), Some(params)) => guards.check(method, params),
             _ => Vetted::Pass,
+        }
+    }
+
+    /// A client's answer to `backend`'s question checked on its way there
+    /// ([`NoteCheck::answer`]); `Pass` without guardrails.
+    pub(crate) fn vet_answer(&self, backend: &str, answer: &RawValue) -> Vetted {
+        match &*self.guards.load() {
+            Some(guards) => guards.answer(backend, answer),
+            None => Vetted::Pass,
         }
     }
 

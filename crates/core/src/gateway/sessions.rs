@@ -75,10 +75,7 @@ impl ClientSessions<'_> {
         msg: &Message<'_>,
     ) -> Result<(), CoreError> {
         let registry = &self.gateway.registry;
-        let guards = self.gateway.guardrails.load_full();
-        let answered =
-            crate::per_session::client_response(registry, guards.as_deref(), session.as_str(), msg);
-        match answered.await {
+        match crate::per_session::client_response(registry, session.as_str(), msg).await {
             Err(CoreError::UnexpectedResponse) => {
                 self.gateway.store.answer_home(msg).await?;
                 Err(CoreError::UnexpectedResponse)

@@ -62,4 +62,16 @@ impl crate::progress::NoteCheck for Arc<Guardrails> {
     fn check(&self, method: &str, params: &RawValue) -> Vetted {
         self.note(method, params)
     }
+
+    fn answer(&self, backend: &str, answer: &RawValue) -> Vetted {
+        match self.client_answer(backend, answer.get()) {
+            super::ClientAnswer::Pass => Vetted::Pass,
+            super::ClientAnswer::Refused(guardrail) => Vetted::Refused(guardrail),
+            // Not JSON after redaction: not sent unchecked.
+            super::ClientAnswer::Replaced(new) => match RawValue::from_string(new) {
+                Ok(raw) => Vetted::Replaced(raw),
+                Err(_) => Vetted::Refused(Arc::from("answer")),
+            },
+        }
+    }
 }

@@ -320,6 +320,17 @@ impl Adapters<'_> {
                 .await?
             {
                 Ok(answer) => {
+                    // Reaches the backend (in `tasks/update`) only as its request rules
+                    // allow; refused, that is the `tasks/result`'s answer.
+                    let progress = &self.sender.registry.progress;
+                    let answer = match progress.vet_answer(ask.route.backend.as_str(), &answer) {
+                        Vetted::Pass => answer,
+                        Vetted::Replaced(new) => new,
+                        Vetted::Refused(guardrail) => {
+                            let err = crate::guardrails::refusal(&guardrail);
+                            return Ok(Err(encode_error(Some(ask.id), &err)));
+                        }
+                    };
                     let answer = serde_json::from_str(answer.get()).unwrap_or(Value::Null);
                     responses.insert(key, answer);
                 }

@@ -201,7 +201,6 @@ impl SessionSink {
 /// backend's own id restored. Answers for ids this session's backend never sent are refused.
 pub(crate) async fn client_response(
     registry: &Registry,
-    guards: Option<&crate::guardrails::Guardrails>,
     session: &str,
     msg: &Message<'_>,
 ) -> Result<(), CoreError> {
@@ -220,23 +219,18 @@ pub(crate) async fn client_response(
         .take_server_request(session, &key)?
         .ok_or(CoreError::UnexpectedResponse)?;
     let (member, payload) = match (msg.result, msg.error) {
-        (Some(r), _) => ("result", r.get()),
-        (None, Some(e)) => ("error", e.get()),
+        (Some(r), _) => ("result", r),
+        (None, Some(e)) => ("error", e),
         (None, None) => return Err(CoreError::UnexpectedResponse),
     };
-    // What the client answers (a user's typed text, a sampled completion) is checked on its
-    // way to the backend as a request is.
-    let checked = match (guards, member) {
-        (Some(g), "result") => g.client_answer(backend.as_str(), payload),
-        _ => crate::guardrails::ClientAnswer::Pass,
-    };
-    let line = match &checked {
-        crate::guardrails::ClientAnswer::Pass => restore_response(&asked_id, member, payload),
-        crate::guardrails::ClientAnswer::Replaced(new) => {
-            restore_response(&asked_id, "result", new)
-        }
-        crate::guardrails::ClientAnswer::Refused(err) => {
-            switchboard_wire::encode_error(Some(&asked_id), err)
+    // What the client answers (a user's typed text, a sampled completion, or whatever an
+    // error's `data` carries) is checked on its way to the backend as a request is.
+    let line = match registry.progress.vet_answer(backend.as_str(), payload) {
+        Vetted::Pass => restore_response(&asked_id, member, payload.get()),
+        Vetted::Replaced(new) => restore_response(&asked_id, member, new.get()),
+        Vetted::Refused(guardrail) => {
+            let err = crate::guardrails::refusal(&guardrail);
+            switchboard_wire::encode_error(Some(&asked_id), &err)
         }
     };
     handle.send_line(line).await?;

@@ -243,9 +243,20 @@ impl ToLegacy<'_> {
                 () = cancel.cancelled() => return Err(CoreError::Cancelled),
                 asked = self.asks.ask(sid, call.stream.as_ref(), method, input) => asked?,
             };
-            match asked {
-                Ok(answer) => responses.push((key.clone(), answer)),
+            let answer = match asked {
+                Ok(answer) => answer,
                 Err(error) => return Ok(Err(restore_response(id, "error", error.get()))),
+            };
+            // What the client answers reaches the backend (in the retry) only as its request
+            // rules allow; refused, that is the call's answer.
+            let progress = &self.sender.registry.progress;
+            match progress.vet_answer(route.backend.as_str(), &answer) {
+                Vetted::Pass => responses.push((key.clone(), answer)),
+                Vetted::Replaced(new) => responses.push((key.clone(), new)),
+                Vetted::Refused(guardrail) => {
+                    let err = crate::guardrails::refusal(&guardrail);
+                    return Ok(Err(encode_error(Some(id), &err)));
+                }
             }
         }
         Ok(Ok(responses))

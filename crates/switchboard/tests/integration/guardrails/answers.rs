@@ -85,3 +85,69 @@ async fn a_legacy_clients_answer_is_checked_as_a_request() {
         }
     }
 }
+
+/// A Legacy client answering a Modern backend's question (the gateway asks it, then retries
+/// the call with the answer): the retry carries the redacted answer, or the call is refused
+/// with the guardrail's error and no retry is sent. Before, the gateway built the retry
+/// from the client's answer unchecked (review of 0ec9545: this path answers the gateway's own
+/// question, which the check in the session sink never sees).
+#[tokio::test]
+async fn a_legacy_clients_answer_relayed_to_a_modern_backend_is_checked() {
+    use crate::per_session::{next, open_call};
+    use crate::relay::{legacy_session, modern_backend};
+    for action in ["redact", "reject"] {
+        let dir = Dir::new(&format!("relay-answers-{action}"));
+        let rules = format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n");
+        let file = dir.write("guards.yaml", &rules);
+        let gw = modern_backend(&["--guardrails", &file]).await;
+        let sid = legacy_session(&gw, json!({"elicitation": {}})).await;
+        let call = json!({"jsonrpc":"2.0","id":5,"method":"tools/call",
+            "params":{"name":"test_input_required_result_elicitation","arguments":{}}});
+        let mut stream = open_call(&gw, &sid, call).await;
+        let q = next(&mut stream).await;
+        assert_eq!(q["method"], "elicitation/create", "{q}");
+        let answer = json!({"jsonrpc":"2.0","id":q["id"],
+            "result":{"action":"accept","content":{"name":AWS}}});
+        let r = gw.post(Some(&sid), &answer).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+        let done = next(&mut stream).await;
+        assert!(!done.to_string().contains(AWS), "{action}: {done}");
+        if action == "redact" {
+            assert_eq!(
+                tool_text(&done),
+                "Hello, [REDACTED:aws_access_key]!",
+                "{done}"
+            );
+        } else {
+            assert_eq!(done["error"]["code"], -32603, "{done}");
+            assert_eq!(done["error"]["data"]["guardrail"], "secrets", "{done}");
+        }
+    }
+}
+
+/// A Legacy client's answer sent as an error carries its `data` to the backend only as the
+/// request rules allow: refused, the backend gets the guardrail's error instead.
+#[tokio::test]
+async fn a_legacy_clients_error_answer_is_checked_too() {
+    use crate::per_session::{client_session, elicit, next, open_call};
+    let dir = Dir::new("error-answers");
+    let rules = "guardrails:\n  - name: secrets\n    on: [request]\n    check: {secrets: builtin, action: reject}\n";
+    let file = dir.write("guards.yaml", rules);
+    let gw =
+        crate::common::TestGateway::start(&["--isolation", "per-session", "--guardrails", &file])
+            .await;
+    let sid = client_session(&gw).await;
+    let mut stream = open_call(&gw, &sid, elicit()).await;
+    let question = next(&mut stream).await;
+    let answer = json!({"jsonrpc":"2.0","id":question["id"],
+        "error":{"code":-1,"message":"declined","data":{"note":AWS}}});
+    let r = gw.post(Some(&sid), &answer).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    let done = next(&mut stream).await;
+    let report: serde_json::Value = serde_json::from_str(tool_text(&done)).unwrap();
+    assert!(!report.to_string().contains(AWS), "{report}");
+    assert_eq!(
+        report["answer"]["error"]["data"]["guardrail"], "secrets",
+        "{report}"
+    );
+}
