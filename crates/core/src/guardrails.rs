@@ -329,7 +329,8 @@ impl Scope<'_> {
         let (Some(id), Some(method)) = (msg.id.as_ref(), msg.method) else {
             return Request::Pass;
         };
-        if method != "tools/call" || !self.rules.runs_at(Stage::Request) {
+        let call = method == "tools/call";
+        if !(call || method == "tasks/update") || !self.rules.runs_at(Stage::Request) {
             return Request::Pass;
         }
         let Some(params) = msg.params else {
@@ -347,7 +348,8 @@ impl Scope<'_> {
                 checked.rejected.get_or_insert(name);
             }
         }
-        if checked.rejected.is_none() {
+        // The webhooks judge `tools/call` requests (their documented body).
+        if call && checked.rejected.is_none() {
             let message = wire_text(msg);
             let hooked = self
                 .guards

@@ -11,8 +11,9 @@ use super::{Guardrails, Scope, Target};
 use crate::catalog::{Kind, View};
 use crate::Exchange;
 
-/// The methods guardrails check (a task's and a completion's answers: every rule).
-const GUARDED: [&str; 8] = [
+/// The methods guardrails check (a task's and a completion's answers: every rule; a
+/// `tasks/update`'s `inputResponses` on the way in).
+const GUARDED: [&str; 9] = [
     "tools/call",
     "resources/read",
     "prompts/get",
@@ -20,6 +21,7 @@ const GUARDED: [&str; 8] = [
     "tasks/get",
     "tasks/list",
     "tasks/cancel",
+    "tasks/update",
     "completion/complete",
 ];
 

@@ -151,3 +151,61 @@ async fn a_legacy_clients_error_answer_is_checked_too() {
         "{report}"
     );
 }
+
+/// A Modern client's `tasks/update` answering a task's question (a Legacy backend's, asked
+/// through the gateway): refused by the request rules, the backend never gets the answer
+/// and the task still waits for one. Before, `tasks/update` was not a method the
+/// guardrails checked (review of 0ec9545).
+#[tokio::test]
+async fn a_modern_tasks_update_answer_is_checked() {
+    use crate::vmcp::{modern, modern_declaring};
+    let dir = Dir::new("update-answers");
+    let rules = "guardrails:\n  - name: secrets\n    on: [request]\n    check: {secrets: builtin, action: reject}\n";
+    let file = dir.write("guards.yaml", rules);
+    let sb = env!("CARGO_BIN_EXE_switchboard");
+    let gw = crate::common::TestGateway::start_with(
+        &["--guardrails", &file],
+        &[sb, "fixture", "--era", "legacy"],
+    )
+    .await;
+    let call = json!({"name": "confirm_delete", "arguments": {"filename": "x.txt"}});
+    let caps = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let created = modern_declaring(&gw, (json!(1), "tools/call"), call, caps, &[]).await;
+    let created = created.json();
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let asking = until_asked(&gw, &task).await;
+    let key = asking["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .unwrap();
+    let answer = json!({"taskId": task,
+        "inputResponses": {key: {"action": "accept", "content": {"confirm": true, "note": AWS}}}});
+    let updated = modern(&gw, json!(2), "tasks/update", answer, &[]).await;
+    assert!(!updated.text.contains(AWS), "{}", updated.text);
+    let v = updated.json();
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert_eq!(v["error"]["data"]["guardrail"], "secrets", "{v}");
+    let still = modern(&gw, json!(3), "tasks/get", json!({"taskId": task}), &[]).await;
+    assert_eq!(
+        still.json()["result"]["status"],
+        "input_required",
+        "{}",
+        still.text
+    );
+}
+
+/// `tasks/get` until the task asks for input (10 s at most).
+async fn until_asked(gw: &crate::common::TestGateway, task: &str) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = crate::vmcp::modern(gw, json!("g"), "tasks/get", json!({"taskId": task}), &[]);
+        let got = r.await.json()["result"].clone();
+        if got["status"] == "input_required" {
+            return got;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{got}");
+        // Polling a task's status: there is nothing to wait on but the next answer.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
