@@ -405,9 +405,15 @@ impl SessionStore {
         if backends.get(&key.0).is_none() {
             return;
         }
+        // Within the session's and its principal's bounds, or not made at all (a backend
+        // subscription no session holds would never be undone).
+        if self.registry.sessions.may_subscribe(id.as_str(), &key).is_err() {
+            return;
+        }
         let tables = self.registry.tables(&key.0);
         let lock = tables.subs.lock(&key.1).await;
-        if !tables.subs.has_subscribers(&key.1) {
+        let first = !tables.subs.has_subscribers(&key.1);
+        if first {
             let params = serde_json::json!({ "uri": key.1 });
             let subscribe = host
                 .ask_backend(&key.0, switchboard_wire::method::SUBSCRIBE, params)
@@ -418,8 +424,16 @@ impl SessionStore {
             }
         }
         let added = self.registry.sessions.add_subscription(id.as_str(), &key);
-        if added.is_ok() {
-            tables.subs.add(&lock, id.as_str());
+        match added {
+            Ok(_) => tables.subs.add(&lock, id.as_str()),
+            // Ended, or its bound taken meanwhile: the subscription made for it is undone.
+            Err(_) if first => {
+                let params = serde_json::json!({ "uri": key.1 });
+                let _ = host
+                    .ask_backend(&key.0, switchboard_wire::method::UNSUBSCRIBE, params)
+                    .await;
+            }
+            Err(_) => {}
         }
     }
 
