@@ -407,7 +407,12 @@ impl SessionStore {
         }
         // Within the session's and its principal's bounds, or not made at all (a backend
         // subscription no session holds would never be undone).
-        if self.registry.sessions.may_subscribe(id.as_str(), &key).is_err() {
+        if self
+            .registry
+            .sessions
+            .may_subscribe(id.as_str(), &key)
+            .is_err()
+        {
             return;
         }
         let tables = self.registry.tables(&key.0);

@@ -81,21 +81,19 @@ fn build_rules(gateway: &[RuleSpec], backends: &[BackendSpec]) -> Result<Guardra
     for b in backends {
         let name = b.name.to_string();
         let own = layered(&base, &b.guardrails).map_err(|e| format!("backend {name}: {e}"))?;
-        for (tool, o) in &b.tools.overrides {
-            if o.guardrails.is_empty() {
-                continue;
+        // A tool's and a prompt's override of one name each keep their own rules.
+        for (kind, overrides) in [
+            ("tool", &b.tools.overrides),
+            ("prompt", &b.prompts.overrides),
+        ] {
+            for (item, o) in overrides.iter().filter(|(_, o)| !o.guardrails.is_empty()) {
+                let rules = layered(&own, &o.guardrails)
+                    .map_err(|e| format!("backend {name}, {kind} {item}: {e}"))?;
+                match kind {
+                    "tool" => guards.set_tool(&name, item, rules),
+                    _ => guards.set_prompt(&name, item, rules),
+                }
             }
-            let rules = layered(&own, &o.guardrails)
-                .map_err(|e| format!("backend {name}, tool {tool}: {e}"))?;
-            guards.set_tool(&name, tool, rules);
-        }
-        for (prompt, o) in &b.prompts.overrides {
-            if o.guardrails.is_empty() {
-                continue;
-            }
-            let rules = layered(&own, &o.guardrails)
-                .map_err(|e| format!("backend {name}, prompt {prompt}: {e}"))?;
-            guards.set_prompt(&name, prompt, rules);
         }
         if !b.guardrails.is_empty() {
             guards.set_backend(&name, own);

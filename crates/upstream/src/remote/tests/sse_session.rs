@@ -101,14 +101,7 @@ async fn an_sse_session_posts_with_its_callers_current_token() {
     let (url, seen) = sse_server().await;
     let mut config = RemoteConfig::new(&url);
     config.auth = OutgoingAuth::Passthrough;
-    let endpoint = RemoteEndpoint::new(config)
-        .unwrap()
-        .with_transport(RemoteTransport::Sse);
-    let up = Upstream::Remote(RemoteUpstream::new(
-        &endpoint,
-        Mode::Session,
-        Arc::new(Quiet),
-    ));
+    let up = sse_upstream(config);
     let first = Credential::bearer("alice-1", "https://idp", "alice").unwrap();
     let second = Credential::bearer("alice-2", "https://idp", "alice").unwrap();
     for (key, who) in [("k1", &first), ("k2", &second)] {
@@ -151,16 +144,21 @@ async fn oauth_session(
     access_token: &str,
 ) -> (Arc<crate::outgoing_auth::oauth::Backend>, Upstream) {
     let (backend, config) = oauth_remote(url, vault, who, access_token).await;
+    let up = sse_upstream(config);
+    list(&up, "k1", who).await;
+    (backend, up)
+}
+
+/// An HTTP+SSE session upstream on `config`'s remote.
+fn sse_upstream(config: RemoteConfig) -> Upstream {
     let endpoint = RemoteEndpoint::new(config)
         .unwrap()
         .with_transport(RemoteTransport::Sse);
-    let up = Upstream::Remote(RemoteUpstream::new(
+    Upstream::Remote(RemoteUpstream::new(
         &endpoint,
         Mode::Session,
         Arc::new(Quiet),
-    ));
-    list(&up, "k1", who).await;
-    (backend, up)
+    ))
 }
 
 /// A per-user OAuth backend on `url` whose tokens live in `vault`, `who`'s token kept there,
