@@ -15,19 +15,24 @@ const MAX_LARGE: usize = 40;
 /// The byte budgets of a listen stream, of the replay buffer and of a request stream.
 const BUDGET: usize = 4 * MIB;
 
-fn updated(uri: &str) -> Value {
-    json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":uri}})
+/// A status of the slow session's task (pushy's first, `task-1`) carrying 1 MiB: the
+/// backend's messages that reach one session with what they carry (a resource update is
+/// rebuilt from its URI, at most 8 KiB).
+fn status(message: &str) -> Value {
+    json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"task-1",
+        "status":"working","statusMessage":message,"createdAt":"x","lastUpdatedAt":"x","ttl":null}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_listen_stream_is_evicted_by_bytes_long_before_the_event_bound() {
     let gw = pushy(&[]).await;
-    // Every resources/updated for this URI is 1 MiB on the wire.
-    let uri = format!("file:///{}", "m".repeat(MIB));
+    let message = "m".repeat(MIB);
     let slow = gw.session().await;
-    let sub = json!({"jsonrpc":"2.0","id":"s","method":"resources/subscribe","params":{"uri":uri}});
-    let r = bounded("subscribe", gw.post(Some(&slow), &sub)).await;
-    assert_eq!(r.json()["result"], json!({}), "{}", r.text);
+    let create = json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"work","arguments":{},"task":{"ttl":60000}}});
+    let created = bounded("create a task", gw.post(Some(&slow), &create)).await;
+    let task = created.json()["result"]["task"]["taskId"].clone();
+    assert!(task.is_string(), "{}", created.text);
     // Opened, then never read.
     let stalled = bounded(
         "GET listen",
@@ -53,7 +58,7 @@ async fn a_stalled_listen_stream_is_evicted_by_bytes_long_before_the_event_bound
     let mut sent = 0;
     let mut evicted = false;
     while !evicted && sent < MAX_LARGE {
-        let lines = json!([updated(&uri), updated(&uri)]);
+        let lines = json!([status(&message), status(&message)]);
         bounded("a flood round", emit(&gw, &flooder, lines)).await;
         sent += 2;
         evicted = stats(&gw).await["tableEntries"].as_u64().unwrap() == attached - 1;
@@ -76,7 +81,11 @@ async fn a_stalled_listen_stream_is_evicted_by_bytes_long_before_the_event_bound
         if event.data["method"] == SENTINEL {
             break;
         }
-        assert_eq!(event.data["params"]["uri"], uri.as_str());
+        assert_eq!(
+            event.data["params"]["taskId"], task,
+            "{}",
+            event.data["method"]
+        );
         replayed += 1;
     }
     assert!(

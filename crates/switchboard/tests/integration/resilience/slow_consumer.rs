@@ -2,9 +2,10 @@
 
 use super::*;
 
-/// A URI of about 64 KiB: every `resources/updated` for it is that large on the wire.
+/// A URI of almost 8 KiB (the longest a session may subscribe to): every
+/// `resources/updated` for it is that large on the wire.
 fn big_uri() -> String {
-    format!("file:///{}", "u".repeat(64 * 1024))
+    format!("file:///{}", "u".repeat(8 * 1024 - 16))
 }
 
 fn updated(uri: &str) -> Value {
