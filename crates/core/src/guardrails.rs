@@ -317,9 +317,10 @@ impl Guardrails {
 
 impl Scope<'_> {
     /// A `tools/call`'s arguments checked (and the webhooks asked, with the whole request),
-    /// and the answers a Modern retry carries to the backend's questions (`inputResponses`:
-    /// what a user typed into an elicitation, a sampled completion): passed, rewritten or
-    /// refused with `-32602` naming the guardrail.
+    /// and the answers any request carries to a backend's questions (`inputResponses` of a
+    /// retried `tools/call`, `prompts/get` or `resources/read`, or of a `tasks/update`: what
+    /// a user typed into an elicitation, a sampled completion): passed, rewritten or refused
+    /// with `-32602` naming the guardrail.
     pub(crate) async fn request(
         &self,
         msg: &Message<'_>,
@@ -329,25 +330,27 @@ impl Scope<'_> {
         let (Some(id), Some(method)) = (msg.id.as_ref(), msg.method) else {
             return Request::Pass;
         };
-        let call = method == "tools/call";
-        if !(call || method == "tasks/update") || !self.rules.runs_at(Stage::Request) {
-            return Request::Pass;
-        }
         let Some(params) = msg.params else {
             return Request::Pass;
         };
-        let args = object_member(params, "arguments")
-            .map(|a| a.get())
-            .unwrap_or("{}");
-        let mut checked = self.rules.request(args);
+        let call = method == "tools/call";
         let answers = object_member(params, "inputResponses");
-        let mut answered = answers.map(|a| self.rules.request(a.get()));
-        if let Some(answered) = answered.as_mut() {
-            self.audit(caller, era, "request", &answered.events);
-            if let Some(name) = answered.rejected.take() {
-                checked.rejected.get_or_insert(name);
-            }
+        if !(call || answers.is_some()) || !self.rules.runs_at(Stage::Request) {
+            return Request::Pass;
         }
+        let args = match call {
+            true => object_member(params, "arguments").map_or("{}", |a| a.get()),
+            false => "{}",
+        };
+        let mut checked = self.rules.request(args);
+        let new_answers = match answers.map(|a| self.answers(a, caller, era)) {
+            Some(Err(name)) => {
+                checked.rejected.get_or_insert(name);
+                None
+            }
+            Some(Ok(new)) => new,
+            None => None,
+        };
         // The webhooks judge `tools/call` requests (their documented body).
         if call && checked.rejected.is_none() {
             let message = wire_text(msg);
@@ -371,7 +374,6 @@ impl Scope<'_> {
             .with_data(json!({"guardrail": &**name}));
             return Request::Refused(Answer::error(id, &err));
         }
-        let new_answers = answered.and_then(|a| a.replaced);
         if checked.replaced.is_none() && new_answers.is_none() {
             return Request::Pass;
         }
@@ -397,11 +399,50 @@ impl Scope<'_> {
         Request::Replaced(encode_request(id, method, spliced.as_deref()))
     }
 
+    /// Each answer of an `inputResponses` object checked on its own, its key kept (a key
+    /// rewritten would answer no question): the object again when an answer was rewritten;
+    /// `Err`: the guardrail that refused one (or an answer that could not be rewritten).
+    fn answers(
+        &self,
+        answers: &serde_json::value::RawValue,
+        caller: &Principal,
+        era: &str,
+    ) -> Result<Option<String>, Arc<str>> {
+        let Ok(all) = serde_json::from_str::<serde_json::Map<String, Value>>(answers.get()) else {
+            // Not an object: checked whole.
+            let checked = self.rules.request(answers.get());
+            self.audit(caller, era, "request", &checked.events);
+            return match checked.rejected {
+                Some(name) => Err(name),
+                None => Ok(checked.replaced),
+            };
+        };
+        let (mut out, mut changed) = (serde_json::Map::new(), false);
+        for (key, value) in all {
+            let checked = self.rules.request(&value.to_string());
+            self.audit(caller, era, "request", &checked.events);
+            if let Some(name) = checked.rejected {
+                return Err(name);
+            }
+            let value = match checked.replaced {
+                None => value,
+                Some(new) => {
+                    changed = true;
+                    serde_json::from_str(&new).map_err(|_| Arc::from("inputResponses"))?
+                }
+            };
+            out.insert(key, value);
+        }
+        Ok(changed.then(|| Value::Object(out).to_string()))
+    }
+
     /// The answer's result checked (and the webhooks asked): passed, rewritten, or, refused,
     /// an `isError` tool result (a JSON-RPC error for `resources/read` and `prompts/get`)
     /// naming the guardrail.
     pub(crate) async fn response(&self, answer: Answer, caller: &Principal, era: &str) -> Answer {
-        if !self.rules.runs_at(Stage::Response) {
+        // A `tasks/update` is checked on its way in (its answers); what it returns says only
+        // that they were taken.
+        if !self.rules.runs_at(Stage::Response) || self.method == "tasks/update" {
             return answer;
         }
         let Ok(msg) = Message::parse(&answer.body) else {
@@ -525,7 +566,7 @@ pub(crate) fn refusal(guardrail: &str) -> ErrorObject {
 }
 
 /// Whether `raw` is a JSON-RPC error object (an integer `code`, a string `message`).
-fn is_error(raw: &str) -> bool {
+pub(crate) fn is_error(raw: &str) -> bool {
     let Ok(Value::Object(e)) = serde_json::from_str::<Value>(raw) else {
         return false;
     };

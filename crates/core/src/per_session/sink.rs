@@ -227,6 +227,11 @@ pub(crate) async fn client_response(
     // error's `data` carries) is checked on its way to the backend as a request is.
     let line = match registry.progress.vet_answer(backend.as_str(), payload) {
         Vetted::Pass => restore_response(&asked_id, member, payload.get()),
+        // A rewritten error must still be one (a redacted `code` is not).
+        Vetted::Replaced(new) if member == "error" && !crate::guardrails::is_error(new.get()) => {
+            let err = crate::guardrails::refusal("error");
+            switchboard_wire::encode_error(Some(&asked_id), &err)
+        }
         Vetted::Replaced(new) => restore_response(&asked_id, member, new.get()),
         Vetted::Refused(guardrail) => {
             let err = crate::guardrails::refusal(&guardrail);

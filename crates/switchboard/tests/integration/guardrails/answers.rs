@@ -209,3 +209,51 @@ async fn until_asked(gw: &crate::common::TestGateway, task: &str) -> serde_json:
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// The answers a Modern `prompts/get` retry carries are checked as a `tools/call`'s are
+/// (the MRTR bridge answers them for `prompts/get` and `resources/read` too): redacted, the
+/// prompt is built from the redacted text; refused, the retry gets the guardrail's error.
+/// Before, only `tools/call` and `tasks/update` had their `inputResponses` checked (review
+/// HIGH).
+#[tokio::test]
+async fn a_prompts_get_retry_s_answers_are_checked() {
+    for action in ["redact", "reject"] {
+        let dir = Dir::new(&format!("prompt-answers-{action}"));
+        let rules = format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n");
+        let file = dir.write("guards.yaml", &rules);
+        let gw = bridge(&["--guardrails", &file]).await;
+        let prompt = "test_input_required_result_prompt";
+        let get = |extra: serde_json::Value| {
+            let mut params = json!({"name": prompt, "arguments": {}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": crate::modern::V,
+                "io.modelcontextprotocol/clientCapabilities": elicitation()}});
+            for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+                params[k] = v;
+            }
+            let body = json!({"jsonrpc":"2.0","id":9,"method":"prompts/get","params":params});
+            let headers = [
+                ("mcp-protocol-version", crate::modern::V),
+                ("mcp-method", "prompts/get"),
+                ("mcp-name", prompt),
+            ];
+            let gw = &gw;
+            async move { gw.post_raw(None, body.to_string(), &headers).await }
+        };
+        let first = get(json!({})).await;
+        let state = input_required(&first)["requestState"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let answer = json!({"user_context": {"action": "accept", "content": {"context": AWS}}});
+        let r = get(json!({"inputResponses": answer, "requestState": state})).await;
+        assert!(!r.text.contains(AWS), "{action}: {}", r.text);
+        let v = r.json();
+        if action == "redact" {
+            let text = &v["result"]["messages"][0]["content"]["text"];
+            assert_eq!(text, "Use this context: [REDACTED:aws_access_key]", "{v}");
+        } else {
+            assert_eq!(v["error"]["code"], -32602, "{v}");
+            assert_eq!(v["error"]["data"]["guardrail"], "secrets", "{v}");
+        }
+    }
+}
