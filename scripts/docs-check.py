@@ -141,7 +141,13 @@ def check_command(binary, words, where, failures):
 
 
 # Flags of other programs that the pages name in passing (bubblewrap's, a peer's).
-FOREIGN_FLAGS = {"--die-with-parent", "--unshare-all", "--stateful", "--no-dereference"}
+FOREIGN_FLAGS = {
+    "--die-with-parent",
+    "--unshare-all",
+    "--disable-userns",
+    "--stateful",
+    "--no-dereference",
+}
 
 
 def check_inline_flags(binary, failures):
