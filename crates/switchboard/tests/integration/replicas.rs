@@ -9,6 +9,7 @@ mod forged;
 mod home;
 mod modern;
 mod oversized;
+mod policy;
 mod proxy;
 pub(crate) mod redis;
 mod sse_records;
