@@ -257,3 +257,31 @@ async fn a_prompts_get_retry_s_answers_are_checked() {
         }
     }
 }
+
+/// A Legacy session's task on a Modern backend: the task's question is asked on the session
+/// during `tasks/result`, and the client's answer goes on to the backend in a `tasks/update`
+/// only as the request rules allow. Refused, the `tasks/result` is the guardrail's error and
+/// no `tasks/update` carries the key.
+#[tokio::test]
+async fn a_legacy_clients_answer_to_a_modern_task_is_checked() {
+    use crate::fixture_tasks::{create, request, session};
+    use crate::per_session::{next, open_call};
+    let dir = Dir::new("legacy-task-answers");
+    let rules = "guardrails:\n  - name: secrets\n    on: [request]\n    check: {secrets: builtin, action: reject}\n";
+    let file = dir.write("guards.yaml", rules);
+    let gw = crate::relay::modern_backend(&["--guardrails", &file]).await;
+    let (sid, _) = session(&gw, json!({"elicitation": {}})).await;
+    let task = create(&gw, &sid, "confirm_delete", json!({"filename": "y.txt"})).await;
+    let result = request("tasks/result", json!({"taskId": task["taskId"]}));
+    let mut waiting = open_call(&gw, &sid, result).await;
+    let question = next(&mut waiting).await;
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let reply = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"confirm": true, "note": AWS}}});
+    let r = gw.post(Some(&sid), &reply).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    let done = next(&mut waiting).await;
+    assert!(!done.to_string().contains(AWS), "{done}");
+    assert_eq!(done["error"]["code"], -32603, "{done}");
+    assert_eq!(done["error"]["data"]["guardrail"], "secrets", "{done}");
+}
