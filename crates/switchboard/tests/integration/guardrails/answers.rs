@@ -9,6 +9,11 @@ use super::{Dir, AWS};
 use crate::common::tool_text;
 use crate::mrtr::{bridge, call, elicitation, input_required};
 
+/// One `secrets` guardrail with `action`, on requests only: no response check can hide
+/// what reached a backend.
+fn on_requests(action: &str) -> String {
+    format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n")
+}
 /// A user types an AWS key into the elicitation a Legacy backend asked through the MRTR
 /// bridge: redacted, the backend is answered the redacted text (and greets that); refused,
 /// the retry gets the guardrail's `-32602` and the backend is answered nothing. Before, the
@@ -19,7 +24,7 @@ async fn an_answer_to_a_backends_question_is_checked_as_a_request() {
     for action in ["redact", "reject"] {
         let dir = Dir::new(&format!("answers-{action}"));
         // On requests only: no response check can hide what reached the backend.
-        let rules = format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n");
+        let rules = on_requests(action);
         let file = dir.write("guards.yaml", &rules);
         let gw = bridge(&["--guardrails", &file]).await;
         let tool = "test_input_required_result_elicitation";
@@ -54,7 +59,7 @@ async fn a_legacy_clients_answer_is_checked_as_a_request() {
     use crate::per_session::{client_session, elicit, next, open_call};
     for action in ["redact", "reject"] {
         let dir = Dir::new(&format!("legacy-answers-{action}"));
-        let rules = format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n");
+        let rules = on_requests(action);
         let file = dir.write("guards.yaml", &rules);
         let gw = crate::common::TestGateway::start(&[
             "--isolation",
@@ -97,7 +102,7 @@ async fn a_legacy_clients_answer_relayed_to_a_modern_backend_is_checked() {
     use crate::relay::{legacy_session, modern_backend};
     for action in ["redact", "reject"] {
         let dir = Dir::new(&format!("relay-answers-{action}"));
-        let rules = format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n");
+        let rules = on_requests(action);
         let file = dir.write("guards.yaml", &rules);
         let gw = modern_backend(&["--guardrails", &file]).await;
         let sid = legacy_session(&gw, json!({"elicitation": {}})).await;
@@ -131,8 +136,8 @@ async fn a_legacy_clients_answer_relayed_to_a_modern_backend_is_checked() {
 async fn a_legacy_clients_error_answer_is_checked_too() {
     use crate::per_session::{client_session, elicit, next, open_call};
     let dir = Dir::new("error-answers");
-    let rules = "guardrails:\n  - name: secrets\n    on: [request]\n    check: {secrets: builtin, action: reject}\n";
-    let file = dir.write("guards.yaml", rules);
+    let rules = on_requests("reject");
+    let file = dir.write("guards.yaml", &rules);
     let gw =
         crate::common::TestGateway::start(&["--isolation", "per-session", "--guardrails", &file])
             .await;
@@ -160,8 +165,8 @@ async fn a_legacy_clients_error_answer_is_checked_too() {
 async fn a_modern_tasks_update_answer_is_checked() {
     use crate::vmcp::{modern, modern_declaring};
     let dir = Dir::new("update-answers");
-    let rules = "guardrails:\n  - name: secrets\n    on: [request]\n    check: {secrets: builtin, action: reject}\n";
-    let file = dir.write("guards.yaml", rules);
+    let rules = on_requests("reject");
+    let file = dir.write("guards.yaml", &rules);
     let sb = env!("CARGO_BIN_EXE_switchboard");
     let gw = crate::common::TestGateway::start_with(
         &["--guardrails", &file],
@@ -219,7 +224,7 @@ async fn until_asked(gw: &crate::common::TestGateway, task: &str) -> serde_json:
 async fn a_prompts_get_retry_s_answers_are_checked() {
     for action in ["redact", "reject"] {
         let dir = Dir::new(&format!("prompt-answers-{action}"));
-        let rules = format!("guardrails:\n  - name: secrets\n    on: [request]\n    check: {{secrets: builtin, action: {action}}}\n");
+        let rules = on_requests(action);
         let file = dir.write("guards.yaml", &rules);
         let gw = bridge(&["--guardrails", &file]).await;
         let prompt = "test_input_required_result_prompt";
@@ -267,8 +272,8 @@ async fn a_legacy_clients_answer_to_a_modern_task_is_checked() {
     use crate::fixture_tasks::{create, request, session};
     use crate::per_session::{next, open_call};
     let dir = Dir::new("legacy-task-answers");
-    let rules = "guardrails:\n  - name: secrets\n    on: [request]\n    check: {secrets: builtin, action: reject}\n";
-    let file = dir.write("guards.yaml", rules);
+    let rules = on_requests("reject");
+    let file = dir.write("guards.yaml", &rules);
     let gw = crate::relay::modern_backend(&["--guardrails", &file]).await;
     let (sid, _) = session(&gw, json!({"elicitation": {}})).await;
     let task = create(&gw, &sid, "confirm_delete", json!({"filename": "y.txt"})).await;
