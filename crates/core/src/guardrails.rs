@@ -161,7 +161,7 @@ impl Guardrails {
             return self.unresolved_scope(target);
         }
         let overrides = match target.method {
-            "tools/call" | "tasks/result" => Some(&self.tools),
+            "tools/call" | "tasks/result" | "tasks/update" => Some(&self.tools),
             "prompts/get" => Some(&self.prompts),
             _ => None,
         };
@@ -170,7 +170,7 @@ impl Guardrails {
             .or_else(|| self.backends.get(target.backend))
             .unwrap_or(&self.gateway);
         let (exposed, original) = match target.method {
-            "tools/call" | "tasks/result" => (target.exposed, target.original),
+            "tools/call" | "tasks/result" | "tasks/update" => (target.exposed, target.original),
             _ => (None, None),
         };
         // By the name the client uses or the backend's own: an exposed name changes when
@@ -408,32 +408,35 @@ impl Scope<'_> {
         caller: &Principal,
         era: &str,
     ) -> Result<Option<String>, Arc<str>> {
+        // Checked whole first (its keys, its size), audited once; rewritten answer by answer.
+        let whole = self.rules.request(answers.get());
+        self.audit(caller, era, "request", &whole.events);
+        if let Some(name) = whole.rejected {
+            return Err(name);
+        }
+        if whole.replaced.is_none() {
+            return Ok(None);
+        }
         let Ok(all) = serde_json::from_str::<serde_json::Map<String, Value>>(answers.get()) else {
-            // Not an object: checked whole.
-            let checked = self.rules.request(answers.get());
-            self.audit(caller, era, "request", &checked.events);
-            return match checked.rejected {
-                Some(name) => Err(name),
-                None => Ok(checked.replaced),
-            };
+            return Ok(whole.replaced);
         };
-        let (mut out, mut changed) = (serde_json::Map::new(), false);
+        let mut out = serde_json::Map::new();
         for (key, value) in all {
-            let checked = self.rules.request(&value.to_string());
-            self.audit(caller, era, "request", &checked.events);
-            if let Some(name) = checked.rejected {
-                return Err(name);
-            }
-            let value = match checked.replaced {
+            let value = match self.rules.request(&value.to_string()).replaced {
                 None => value,
-                Some(new) => {
-                    changed = true;
-                    serde_json::from_str(&new).map_err(|_| Arc::from("inputResponses"))?
-                }
+                Some(new) => serde_json::from_str(&new).map_err(|_| Arc::from("inputResponses"))?,
             };
             out.insert(key, value);
         }
-        Ok(changed.then(|| Value::Object(out).to_string()))
+        // What is left to rewrite is in a key: a renamed key answers no question, and the
+        // key must not reach the backend either.
+        let rewritten = Value::Object(out).to_string();
+        let again = self.rules.request(&rewritten);
+        if again.rejected.is_some() || again.replaced.is_some() {
+            let name = whole.events.first().map(|e| e.guardrail.clone());
+            return Err(name.unwrap_or_else(|| Arc::from("inputResponses")));
+        }
+        Ok(Some(rewritten))
     }
 
     /// The answer's result checked (and the webhooks asked): passed, rewritten, or, refused,

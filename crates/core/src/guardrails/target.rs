@@ -137,23 +137,16 @@ pub(crate) fn scope_of<'g>(
     .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
     let view = at.merged.and_then(|current| current(kind_of(method)));
     let list = view.as_ref().map(|v| &v.all);
-    // A task's result is checked as its tool's, when the task's tool is known; a task's
-    // update (the answers to its questions) by its backend's rules that name no tool.
-    let owner = || crate::tasks::Owner::of(ex.caller, ex.session());
-    let task = (method == "tasks/result")
-        .then(|| task_target(at.registry, Some(&owner()), ex.msg.params, list));
-    let updated = (method == "tasks/update")
-        .then(|| {
-            let handle = crate::tasks::requested_task(ex.msg.params)?;
-            let (backend, _) = at.registry.find_task(Some(&owner()), &handle)?;
-            Some(backend.to_string())
-        })
-        .flatten();
+    // A task's result, and its update (the answers to its questions), are checked as its
+    // tool's, when the task's tool is known (else by every rule, `names_no_tool`).
+    let task = matches!(method, "tasks/result" | "tasks/update").then(|| {
+        let owner = crate::tasks::Owner::of(ex.caller, ex.session());
+        task_target(at.registry, Some(&owner), ex.msg.params, list)
+    });
     let (backend, original, name, by_name) = match (at.merged.is_some(), task.flatten()) {
         (_, Some((backend, original, exposed))) => {
             (Some(backend), Some(original), Some(exposed), false)
         }
-        _ if updated.is_some() => (updated, None, None, false),
         _ if names_no_tool(method) => (None, None, name, false),
         (true, None) => {
             let (backend, original) = target_in(list, name.as_deref());

@@ -290,3 +290,29 @@ async fn a_legacy_clients_answer_to_a_modern_task_is_checked() {
     assert_eq!(done["error"]["code"], -32603, "{done}");
     assert_eq!(done["error"]["data"]["guardrail"], "secrets", "{done}");
 }
+
+/// A secret in an answer's key is not passed on, nor renamed (a renamed key answers no
+/// question): the retry is refused under either action (review: each answer's value was
+/// checked, its key not at all).
+#[tokio::test]
+async fn a_secret_in_an_answers_key_is_refused() {
+    for action in ["redact", "reject"] {
+        let dir = Dir::new(&format!("answer-keys-{action}"));
+        let file = dir.write("guards.yaml", &on_requests(action));
+        let gw = bridge(&["--guardrails", &file]).await;
+        let tool = "test_input_required_result_elicitation";
+        let first = call(&gw, None, tool, json!({}), elicitation(), json!({})).await;
+        let state = input_required(&first)["requestState"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let answer = json!({"user_name": {"action": "accept", "content": {"name": "Ada"}},
+            AWS: {"action": "decline"}});
+        let extra = json!({"inputResponses": answer, "requestState": state});
+        let r = call(&gw, None, tool, json!({}), elicitation(), extra).await;
+        assert!(!r.text.contains(AWS), "{action}: {}", r.text);
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32602, "{action}: {v}");
+        assert_eq!(v["error"]["data"]["guardrail"], "secrets", "{v}");
+    }
+}
