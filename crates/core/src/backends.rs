@@ -130,6 +130,13 @@ impl Backends {
         self.entries.load().as_ref().clone().into_iter()
     }
 
+    /// Whether a backend of the set speaks Modern only, so that its `input_required` is
+    /// relayed to a Legacy client as questions (`ClientAsk::may_ask`). Reads the set in place:
+    /// asked on every Legacy request's plan.
+    pub(crate) fn relays_questions(&self) -> bool {
+        self.entries.load().iter().any(|e| !e.info().era.legacy)
+    }
+
     /// The primary backend's eras (for logs and `/stats`).
     pub fn primary_era(&self) -> crate::BackendEra {
         let primary = self.primary();

@@ -138,7 +138,7 @@ impl ClientAsks {
         // client for the input it needs meanwhile (`modern::legacy_tasks`).
         let relayed = !composite
             && (switchboard_wire::method::INPUT_CAPABLE.contains(&name) || name == "tasks/result")
-            && backends.iter().any(|e| !e.info().era.legacy);
+            && backends.relays_questions();
         // The session's capabilities (a look into the session table) only when something
         // could ask.
         if !composite && !relayed {

@@ -93,8 +93,12 @@ impl Gateway {
                         self.vmcp().is_some()
                             && self.workflows.asks(ex.caller, msg, &self.config.access)
                     };
+                    // Only a composite or a relayed Modern backend asks a Legacy client
+                    // anything (`ClientAsk` not consulted otherwise).
+                    let something_asks = self.vmcp().is_some() || self.backends.relays_questions();
                     (self.is_per_session() && session.is_some())
-                        || (self.asks).may_ask(session, msg, composite_asks, &self.backends)
+                        || (something_asks
+                            && (self.asks).may_ask(session, msg, composite_asks, &self.backends))
                 }
             };
         if ex.is_modern() {

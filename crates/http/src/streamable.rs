@@ -51,7 +51,8 @@ pub(crate) async fn serve_post(
                 headers,
                 body: bytes,
             };
-            hop::serve_elsewhere(state, (&at, gone), forward, id).await
+            // Boxed: the hop's state would otherwise be part of every POST's future.
+            Box::pin(hop::serve_elsewhere(state, (&at, gone), forward, id)).await
         }
         Err(e) => e.into_response(),
     }
