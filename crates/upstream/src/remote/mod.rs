@@ -14,6 +14,7 @@
 
 mod body;
 mod callers;
+mod designations;
 mod endpoint;
 mod error;
 mod facts;

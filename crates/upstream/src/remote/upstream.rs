@@ -11,21 +11,20 @@
 //! handle to answer through. When the remote loses the session (404 on its id) or ends it, the
 //! handle closes for good and the sink hears it once, so the client's session ends with it.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::header::{HeaderName, HeaderValue};
+use hyper::header::HeaderValue;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use switchboard_wire::headers::{invalid_designation, param_headers, param_values, ParamHeader};
 use switchboard_wire::Message;
 
 use super::callers::Callers;
+use super::designations::Designations;
 use super::facts::{negotiated_version, Facts};
 use super::link::Link;
 use super::{ListenHandle, Outgoing, RemoteEndpoint, RemoteError, RemoteSink};
@@ -89,17 +88,10 @@ struct Shared {
     /// a request makes it ask the client (an elicitation) on that stream alone, and drops it
     /// when the stream is not there yet.
     listen_settled: tokio::sync::watch::Sender<bool>,
-    /// Tool → its `x-mcp-header` designations, learned from the Modern `tools/list` answers
-    /// this handle carried: a remote checks `Mcp-Param-*`, and the gateway must send them.
-    designations: Mutex<HashMap<String, Arc<[ParamHeader]>>>,
-    /// Tool → why its `x-mcp-header` designations are invalid, from the same answers: such a
-    /// tool is dropped from the list and never called (SEP-2243: a client MUST reject it).
-    rejected: Mutex<HashMap<String, String>>,
+    /// The `x-mcp-header` designations of the tools this handle listed (`Designations`).
+    designations: Designations,
     sink: Arc<dyn InboundSink>,
 }
-
-/// Most tools whose designations are remembered.
-const MAX_DESIGNATED: usize = 4096;
 
 /// Longest a session's request waits for its listen stream to open (see
 /// `Shared::listen_settled`).
@@ -166,8 +158,7 @@ impl RemoteUpstream {
                 reachable: endpoint.reachability(),
                 listen: Mutex::new(None),
                 listen_settled: tokio::sync::watch::Sender::new(true),
-                designations: Mutex::new(HashMap::new()),
-                rejected: Mutex::new(HashMap::new()),
+                designations: Designations::default(),
                 sink,
             }
         });
@@ -271,10 +262,10 @@ impl RemoteUpstream {
         caller: Option<&Credential>,
     ) -> Result<BackendResponse, UpstreamError> {
         let facts = Facts::of(&line);
-        if let Some(refusal) = self.refuse_rejected(&facts, id) {
+        if let Some(refusal) = self.shared.designations.refuse_rejected(&facts, id) {
             return refusal.map(super::RemoteResponse::into_backend);
         }
-        let params = match self.param_headers(&facts) {
+        let params = match self.shared.designations.headers(&facts) {
             Ok(params) => params,
             Err(why) => return refused(id, &why).map(super::RemoteResponse::into_backend),
         };
@@ -320,7 +311,7 @@ impl RemoteUpstream {
         };
         let mut answer = self.note(answer)?;
         if facts.modern && facts.method.as_deref() == Some("tools/list") && !answer.is_error() {
-            answer = self.screen_tools(answer, id)?;
+            answer = self.shared.designations.screen(answer, id)?;
         }
         if facts.initialize && !answer.is_error() {
             if let Some(version) = negotiated_version(answer.payload()) {
@@ -328,111 +319,6 @@ impl RemoteUpstream {
             }
         }
         Ok(answer.into_backend())
-    }
-
-    /// `Mcp-Param-*` for a Modern `tools/call`, from the designations learned so far; refused
-    /// when a designated argument is spelled another way (`headers::param_values`).
-    fn param_headers(
-        &self,
-        facts: &Facts,
-    ) -> Result<Vec<(HeaderName, HeaderValue)>, switchboard_wire::ErrorObject> {
-        if !facts.modern {
-            return Ok(Vec::new());
-        }
-        let spec = facts
-            .name
-            .as_ref()
-            .and_then(|tool| self.shared.designations.lock().get(tool).cloned());
-        let (Some(spec), Some(args)) = (spec, facts.arguments.as_deref()) else {
-            return Ok(Vec::new());
-        };
-        // Taken as absent, arguments that do not read as values would send no header.
-        let args: serde_json::Value = serde_json::from_str(args).map_err(|_| {
-            switchboard_wire::ErrorObject::new(
-                switchboard_wire::codes::INVALID_PARAMS,
-                "Invalid params: the arguments cannot be mirrored in their Mcp-Param-* headers",
-            )
-        })?;
-        Ok(param_values(Some(&args), &spec)?
-            .into_iter()
-            .filter_map(|(name, value)| {
-                Some((
-                    HeaderName::from_bytes(name.as_bytes()).ok()?,
-                    HeaderValue::from_str(&value).ok()?,
-                ))
-            })
-            .collect())
-    }
-
-    /// A Modern `tools/list` answer: the designations of its tools learned, and the tools
-    /// whose designations are invalid dropped from it (with a warning) and remembered, so a
-    /// call of one is refused here (see [`Self::refuse_rejected`]).
-    fn screen_tools(
-        &self,
-        answer: super::RemoteResponse,
-        id: &str,
-    ) -> Result<super::RemoteResponse, UpstreamError> {
-        let Ok(mut message) = serde_json::from_slice::<serde_json::Value>(answer.line()) else {
-            return Ok(answer);
-        };
-        let Some(tools) = message
-            .pointer_mut("/result/tools")
-            .and_then(serde_json::Value::as_array_mut)
-        else {
-            return Ok(answer);
-        };
-        let before = tools.len();
-        {
-            let mut table = self.shared.designations.lock();
-            let mut rejected = self.shared.rejected.lock();
-            tools.retain(|tool| {
-                let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else {
-                    return true;
-                };
-                let schema = tool.get("inputSchema");
-                if let Some(why) = schema.and_then(invalid_designation) {
-                    warn!(tool = name, reason = %why, "remote tool dropped: invalid x-mcp-header");
-                    table.remove(name);
-                    if rejected.len() < MAX_DESIGNATED || rejected.contains_key(name) {
-                        rejected.insert(name.to_owned(), why);
-                    }
-                    return false;
-                }
-                rejected.remove(name);
-                let spec = schema.map(param_headers).unwrap_or_default();
-                if spec.is_empty() {
-                    table.remove(name);
-                } else if table.len() < MAX_DESIGNATED || table.contains_key(name) {
-                    table.insert(name.to_owned(), spec.into());
-                }
-                true
-            });
-        }
-        if tools.len() == before {
-            return Ok(answer);
-        }
-        let line = Bytes::from(message.to_string());
-        let status = hyper::StatusCode::from_u16(answer.status()).unwrap_or(hyper::StatusCode::OK);
-        super::answer_from(line, id, status).map_err(UpstreamError::Remote)
-    }
-
-    /// The answer to a Modern `tools/call` of a tool dropped for invalid designations: the
-    /// error a server gives for a tool it does not have; the remote never sees the call.
-    fn refuse_rejected(
-        &self,
-        facts: &Facts,
-        id: &str,
-    ) -> Option<Result<super::RemoteResponse, UpstreamError>> {
-        if !facts.modern || facts.method.as_deref() != Some("tools/call") {
-            return None;
-        }
-        let tool = facts.name.as_deref()?;
-        let why = self.shared.rejected.lock().get(tool).cloned()?;
-        let error = switchboard_wire::ErrorObject::new(
-            switchboard_wire::codes::INVALID_PARAMS,
-            format!("Unknown tool: {tool} (dropped by the gateway: {why})"),
-        );
-        Some(refused(id, &error))
     }
 
     pub(crate) async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
@@ -684,7 +570,7 @@ impl Drop for RemoteOwner {
 }
 
 /// The gateway's own error answer to the call `id`, which the remote never saw.
-fn refused(
+pub(super) fn refused(
     id: &str,
     error: &switchboard_wire::ErrorObject,
 ) -> Result<super::RemoteResponse, UpstreamError> {
