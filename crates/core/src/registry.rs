@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use switchboard_upstream::InboundSink;
 
@@ -27,7 +27,9 @@ pub struct Registry {
     /// How many listens each principal has watching tasks (`tasks::watch`).
     pub(crate) watchers: crate::tasks::watch::Watchers,
     /// Per backend: what its inbound path routes by or invalidates (see [`BackendTables`]).
-    per_backend: Mutex<HashMap<BackendId, Arc<BackendTables>>>,
+    /// Read on every Modern `tools/call` (its designations) and written once per backend id:
+    /// a read lock, so requests on many cores do not queue behind one another here.
+    per_backend: RwLock<HashMap<BackendId, Arc<BackendTables>>>,
     /// Replicas on one session store: where a message for a session whose listen stream is
     /// held by another replica goes ([`PeerDelivery`], `session_store`). Set once, after start.
     pub(crate) peers: std::sync::OnceLock<Arc<dyn PeerDelivery>>,
@@ -125,7 +127,7 @@ impl Registry {
             listeners: ModernListeners::default(),
             drops: DropLog::default(),
             watchers: crate::tasks::watch::Watchers::default(),
-            per_backend: Mutex::new(HashMap::new()),
+            per_backend: RwLock::new(HashMap::new()),
             peers: std::sync::OnceLock::new(),
             replica: std::sync::OnceLock::new(),
         })
@@ -158,8 +160,10 @@ impl Registry {
 
     /// Backend `id`'s tables (made on first use: ids come only from the gateway's own set).
     pub(crate) fn tables(&self, id: &BackendId) -> Arc<BackendTables> {
-        self.per_backend
-            .lock()
+        if let Some(tables) = self.per_backend.read().get(id) {
+            return tables.clone();
+        }
+        (self.per_backend.write())
             .entry(id.clone())
             .or_insert_with(|| Arc::new(BackendTables::at_replica(self.replica.get())))
             .clone()
@@ -167,7 +171,7 @@ impl Registry {
 
     /// Every backend's tables.
     pub(crate) fn all_tables(&self) -> Vec<Arc<BackendTables>> {
-        self.per_backend.lock().values().cloned().collect()
+        self.per_backend.read().values().cloned().collect()
     }
 
     /// The backend holding the task `owner` knows as `handle`, and the backend's own id for
@@ -179,7 +183,7 @@ impl Registry {
     ) -> Option<(BackendId, String)> {
         let tables: Vec<_> = self
             .per_backend
-            .lock()
+            .read()
             .iter()
             .map(|(id, t)| (id.clone(), t.clone()))
             .collect();
@@ -190,7 +194,7 @@ impl Registry {
 
     /// The backends where `owner` may have tasks (what a merged `tasks/list` asks).
     pub(crate) fn with_tasks_of(&self, owner: &crate::tasks::Owner) -> Vec<BackendId> {
-        let mut ids: Vec<BackendId> = (self.per_backend.lock().iter())
+        let mut ids: Vec<BackendId> = (self.per_backend.read().iter())
             .filter(|(_, t)| t.tasks.has_any(owner))
             .map(|(id, _)| id.clone())
             .collect();
