@@ -310,8 +310,9 @@ impl Ctx<'_> {
         };
         Ok(BackendKind::Remote(RemoteSpec {
             url: expanded,
-            // As written: its references are shown, never their values.
-            shown_url: url.to_owned(),
+            // As written (a reference, never its value), without user info or a query: a
+            // literal credential there must not reach the logs either.
+            shown_url: super::spec::shown(url),
             label: format!("{at}.url"),
             transport: match e.transport {
                 None | Some(Transport::Auto) => TransportArg::Auto,

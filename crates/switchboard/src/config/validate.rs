@@ -139,7 +139,8 @@ fn describe(b: &BackendEntry, default: Option<super::model::IsolationKey>) -> St
                 (None, false) => String::new(),
             };
             format!(
-                "url      {url}, transport {}, {} header(s){auth}",
+                "url      {}, transport {}, {} header(s){auth}",
+                super::spec::shown(url),
                 transport.to_lowercase(),
                 b.headers.len()
             )
