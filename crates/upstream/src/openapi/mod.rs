@@ -214,9 +214,7 @@ impl Inner {
         match bounded_json(&result, limit) {
             Some(body) => encode_text(&id, "result", body),
             None => {
-                let too_large = response::error_result(&format!(
-                    "the API's response is too large: as a result it would be more than {limit} bytes"
-                ));
+                let too_large = response::error_result(&response::too_large(limit));
                 encode(&id, "result", &decorated(too_large))
             }
         }
@@ -274,7 +272,8 @@ impl Inner {
         // An API that echoes its request would hand the configured credential back.
         let bytes = self.redactor.apply(bytes);
         tracing::debug!(tool = %tool.name, status = status.as_u16(), bytes = bytes.len(), "openapi call answered");
-        Ok(response::result(tool, status, &content_type, &bytes))
+        let response = (content_type.as_str(), &bytes[..]);
+        Ok(response::result(tool, status, response, self.max_result).await)
     }
 }
 

@@ -37,28 +37,41 @@ pub(crate) fn error_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 
-/// The result for a response with `status`, `content_type` and `body`.
-pub(crate) fn result(
+/// Most values (elements, members and their names, scalars) one JSON response may hold: a
+/// parsed value takes tens of times its text's size, and is what a response schema checks.
+pub(crate) const MAX_JSON_VALUES: usize = 1 << 20;
+
+/// Values the JSON responses being parsed at once may hold, every OpenAPI backend together:
+/// what bounds the memory parsing takes (a call waits for room, within its deadline).
+const PARSING_VALUES: usize = 4 * MAX_JSON_VALUES;
+
+static PARSING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PARSING_VALUES);
+
+/// The result for a response with `status`, `content_type` and `body`; `max_result`, the
+/// most a result may be (a JSON body is carried twice: as text and as `structuredContent`).
+pub(crate) async fn result(
     tool: &Tool,
     status: hyper::StatusCode,
-    content_type: &str,
-    body: &[u8],
+    (content_type, body): (&str, &[u8]),
+    max_result: usize,
 ) -> Value {
     if !status.is_success() {
         return error_result(&failed(status, body));
     }
-    let text = String::from_utf8_lossy(body);
     if body.is_empty() {
         return json!({"content": [{"type": "text", "text": format!("HTTP {}", status.as_u16())}]});
     }
-    if !is_json(content_type) {
+    let json = is_json(content_type);
+    if body.len().saturating_mul(if json { 2 } else { 1 }) > max_result {
+        return error_result(&too_large(max_result));
+    }
+    let text = String::from_utf8_lossy(body);
+    if !json {
         return json!({"content": [{"type": "text", "text": text}]});
     }
-    let Ok(value) = serde_json::from_slice::<Value>(body) else {
-        return error_result(&format!(
-            "HTTP {}: the API said its response is JSON, but it is not",
-            status.as_u16()
-        ));
+    let value = match parse(body, status).await {
+        Ok(value) => value,
+        Err(why) => return error_result(&why),
     };
     let structured = match (tool.wrapped, value) {
         (false, Value::Object(map)) => Value::Object(map),
@@ -75,6 +88,51 @@ pub(crate) fn result(
         }
     }
     json!({"content": [{"type": "text", "text": text}], "structuredContent": structured})
+}
+
+/// What a result past `max_result` says (the same words as a result found too large once
+/// built).
+pub(crate) fn too_large(max_result: usize) -> String {
+    format!("the API's response is too large: as a result it would be more than {max_result} bytes")
+}
+
+/// `body` parsed, if it holds at most [`MAX_JSON_VALUES`] values, once the parses under way
+/// leave room for them ([`PARSING_VALUES`]).
+async fn parse(body: &[u8], status: hyper::StatusCode) -> Result<Value, String> {
+    let values = values_in(body);
+    if values > MAX_JSON_VALUES {
+        return Err(format!(
+            "HTTP {}: the API's JSON response holds more than {MAX_JSON_VALUES} values",
+            status.as_u16()
+        ));
+    }
+    // `values` ≤ MAX_JSON_VALUES < PARSING_VALUES, and the semaphore is never closed.
+    let permits = u32::try_from(values.max(1)).unwrap_or(u32::MAX);
+    let _room = PARSING.acquire_many(permits).await;
+    serde_json::from_slice::<Value>(body).map_err(|_| {
+        format!(
+            "HTTP {}: the API said its response is JSON, but it is not",
+            status.as_u16()
+        )
+    })
+}
+
+/// An upper bound on the values JSON text `body` parses into (for a valid text): one per
+/// `,` `:` `[` `{` outside strings, and one more. A scan, no allocation.
+pub(crate) fn values_in(body: &[u8]) -> usize {
+    let (mut values, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in body {
+        match (in_string, escaped, b) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, b'"') => in_string = true,
+            (false, _, b',' | b':' | b'[' | b'{') => values += 1,
+            (false, _, _) => {}
+        }
+    }
+    values
 }
 
 fn failed(status: hyper::StatusCode, body: &[u8]) -> String {

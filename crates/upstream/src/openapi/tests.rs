@@ -182,6 +182,11 @@ async fn only_a_failed_connect_marks_the_api_unreachable() {
 
 /// Answers one request with `body` as `text/plain`.
 async fn answer_once(body: Vec<u8>) -> u16 {
+    answer_once_as("text/plain", body).await
+}
+
+/// Answers one request with `body` as `content_type`.
+async fn answer_once_as(content_type: &'static str, body: Vec<u8>) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -190,7 +195,7 @@ async fn answer_once(body: Vec<u8>) -> u16 {
         let mut buf = [0u8; 4096];
         let _ = conn.read(&mut buf).await;
         let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
             body.len()
         );
         let _ = conn.write_all(head.as_bytes()).await;
@@ -223,4 +228,72 @@ async fn a_result_that_would_pass_the_line_bound_is_a_too_large_error() {
             false => assert_eq!(text.len(), 20_000, "{r}"),
         }
     }
+}
+
+/// `[0,0,…]` of `n` elements: the JSON text with the most values per byte.
+fn zeros(n: usize) -> Vec<u8> {
+    let mut body = b"[0".to_vec();
+    body.extend(std::iter::repeat_n(*b",0", n - 1).flatten());
+    body.push(b']');
+    body
+}
+
+/// A JSON answer is parsed only when its result could fit (it is carried twice) and it holds
+/// at most `MAX_JSON_VALUES` values: parsed, a value takes tens of times its text (review: a
+/// 14 MiB array of zeros took the gateway to 1.1 GB before the result was found too large).
+#[tokio::test]
+async fn a_json_answer_too_large_or_with_too_many_values_is_refused_unparsed() {
+    let doc = parse(tools::tests::PETS).unwrap();
+    let (catalog, _) = Catalog::from_document(&doc).unwrap();
+    let catalog = Arc::new(catalog);
+    let args = json!({"name": "listPets", "arguments": {"limit": 1}});
+    let max = response::MAX_JSON_VALUES;
+    let cases = [
+        // Over half the result bound: it can never be sent, and is not even parsed (invalid
+        // JSON is "too large" too, not "not JSON").
+        (zeros(20_000), 64 * 1024, Some("more than 65536 bytes")),
+        (
+            zeros(20_000)[1..].to_vec(),
+            64 * 1024,
+            Some("more than 65536 bytes"),
+        ),
+        (zeros(15_000), 64 * 1024, None),
+        // Within the bound, but more values than are parsed.
+        (
+            zeros(max + 1),
+            8 << 20,
+            Some("holds more than 1048576 values"),
+        ),
+        (zeros(max - 1), 8 << 20, None),
+    ];
+    for (body, bound, refused) in cases {
+        let size = body.len();
+        let port = answer_once_as("application/json", body).await;
+        let mut config = OpenApiConfig::new(format!("http://127.0.0.1:{port}"));
+        config.max_response_bytes = 8 << 20;
+        config.max_result_bytes = bound;
+        let u = OpenApiUpstream::new(catalog.clone(), config).unwrap();
+        let (_, r) = ask(&u, "tools/call", args.clone()).await;
+        let text = r["content"][0]["text"].as_str().unwrap_or("");
+        match refused {
+            Some(why) => {
+                assert_eq!(r["isError"], true, "{size}: {text:.80}");
+                assert!(text.contains(why), "{size}: {text:.80}");
+            }
+            // Parsed, and checked against listPets' response schema (pets, not numbers).
+            None => assert!(text.contains("response schema"), "{size}: {text:.80}"),
+        }
+    }
+}
+
+#[test]
+fn values_are_counted_outside_strings_only() {
+    use response::values_in;
+    assert_eq!(values_in(b"0"), 1);
+    assert_eq!(values_in(b"[0,0,0]"), 4);
+    assert_eq!(values_in(br#"{"a":1,"b":[2]}"#), 6);
+    assert_eq!(values_in(br#""a,b:[{""#), 1);
+    // An escaped quote stays in the string; an escaped backslash ends it.
+    assert_eq!(values_in(br#"["a\",[{",1]"#), 3);
+    assert_eq!(values_in(br#"["a\\",[1]]"#), 4);
 }
