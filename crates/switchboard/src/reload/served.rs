@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use hyper::header::{HeaderName, HeaderValue};
 use switchboard_core::BackendId;
 
 use crate::config::spec::{BackendKind, BackendSpec, RemoteSpec};
@@ -67,18 +68,29 @@ pub(super) fn fingerprint(b: &BackendSpec) -> Digest {
             headers,
             auth: _,
             auth_fingerprint,
-        }) => format!("{url:?}|{shown_url:?}|{transport:?}|{headers:?}|{auth_fingerprint}"),
+        }) => {
+            let headers = header_text(headers);
+            format!("{url:?}|{shown_url:?}|{transport:?}|{headers:?}|{auth_fingerprint}")
+        }
         // The spec's digest: a changed spec file restarts the backend (its tools change).
         BackendKind::OpenApi(o) => format!(
             "{:?}|{:?}|{:?}|{:?}|{}",
             o.source,
             o.base_url,
-            o.headers,
+            header_text(&o.headers),
             o.max_response_bytes,
             o.loaded.as_ref().map(|l| l.digest.as_str()).unwrap_or("")
         ),
     };
     digest(&format!("{kind}|{:?}", b.timeout))
+}
+
+/// Headers with their values: a sensitive value's `Debug` is `Sensitive`, whatever it is,
+/// so a rotated credential would look unchanged.
+fn header_text(headers: &[(HeaderName, HeaderValue)]) -> Vec<(&str, &[u8])> {
+    (headers.iter())
+        .map(|(name, value)| (name.as_str(), value.as_bytes()))
+        .collect()
 }
 
 /// What the diff keeps of a backend, its lists and the fixed settings: a SHA-256 of their

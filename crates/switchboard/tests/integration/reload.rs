@@ -351,6 +351,30 @@ async fn removing_the_first_backend_leaves_the_moved_ones_unchanged() {
     assert!(!now.iter().any(|n| n.starts_with("a_")), "{now:?}");
 }
 
+/// A remote's header value rotated in the file (a revoked key replaced) restarts the remote:
+/// its value is part of what the backend is (review: a header value hashed as its redacted
+/// `Debug` form, `Sensitive`, so a rotation reloaded nothing and the old key stayed in use).
+#[tokio::test]
+async fn a_rotated_header_value_restarts_its_remote() {
+    let rem = FixtureHttp::start(&[]).await;
+    let entry = |key: &str| {
+        let r = remote("rem", &rem.url);
+        format!("{r}    headers: {{X-Api-Key: \"{key}\"}}\n")
+    };
+    let yaml = |key: &str| format!("backends:\n{}{}", stdio("a", ""), entry(key));
+    let (first, second) = (yaml("it-rotated-key-1"), yaml("it-rotated-key-2"));
+    let served = serve("reload-rotate", &first, Some(rem)).await;
+    let gw = &served.gw;
+    rewrite(&config_of(&served._dir), &second);
+    let line = gw.wait_stdout("switchboard: config reload", BOUND).await;
+    assert!(line.starts_with(RELOADED), "{line}");
+    assert!(
+        line.contains("added [], removed [], restarted [rem]"),
+        "{line}"
+    );
+    assert!(!line.contains("it-rotated-key"), "{line}");
+}
+
 #[tokio::test]
 async fn sighup_reloads() {
     let served = serve("reload-sighup", &pair(""), None).await;
