@@ -152,12 +152,17 @@ fn error_type(e: &CoreError) -> &'static str {
     }
 }
 
-/// The name or URI a request is about, for its span's name and attributes.
+/// The name or URI a request is about, for its span's name and attributes. A URI without
+/// user info or query (`shown_url`): a caller's credential there must not reach the
+/// collector.
 fn target_of(msg: &Message<'_>) -> Option<String> {
     let params = msg.params?;
-    let raw = object_member(params, "name").or_else(|| object_member(params, "uri"))?;
-    let text: String = serde_json::from_str(raw.get()).ok()?;
-    Some(clip(&text))
+    if let Some(raw) = object_member(params, "name") {
+        let name: String = serde_json::from_str(raw.get()).ok()?;
+        return Some(clip(&name));
+    }
+    let uri: String = serde_json::from_str(object_member(params, "uri")?.get()).ok()?;
+    Some(clip(&switchboard_upstream::remote::shown_url(&uri)))
 }
 
 fn clip(text: &str) -> String {

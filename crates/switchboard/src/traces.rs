@@ -34,7 +34,8 @@ pub(crate) fn install(ops: &OpsArgs) -> anyhow::Result<Option<TraceExport>> {
         .join()
         .map_err(|_| anyhow::anyhow!("the trace exporter could not be built"))??;
     opentelemetry::global::set_tracer_provider(provider.clone());
-    tracing::info!(endpoint = %endpoint, "exporting traces (OTLP/HTTP)");
+    let shown = switchboard_upstream::remote::shown_url(endpoint);
+    tracing::info!(endpoint = %shown, "exporting traces (OTLP/HTTP)");
     Ok(Some(TraceExport(provider)))
 }
 
@@ -72,7 +73,10 @@ fn traces_url(endpoint: &str) -> anyhow::Result<String> {
     let rest = endpoint
         .strip_prefix("http://")
         .or_else(|| endpoint.strip_prefix("https://"))
-        .with_context(|| format!("--otlp-endpoint {endpoint:?}: not an http(s) URL"))?;
+        .with_context(|| {
+            let shown = switchboard_upstream::remote::shown_url(endpoint);
+            format!("--otlp-endpoint {shown:?}: not an http(s) URL")
+        })?;
     Ok(match rest.find('/') {
         Some(i) if rest.len() > i + 1 => endpoint.to_owned(),
         _ => format!("{}/v1/traces", endpoint.trim_end_matches('/')),

@@ -543,3 +543,25 @@ async fn forwarding_the_callers_token_excludes_a_static_authorization() {
     );
     assert!(!all.contains("it-secret-value"), "{all}");
 }
+
+/// A malformed `--header` is refused without quoting it: it is a credential more often than
+/// not (review: the first 24 characters were echoed).
+#[tokio::test]
+async fn a_malformed_header_flag_is_refused_without_its_value() {
+    let dir = Dir::new("header-flag");
+    let args = [
+        "run",
+        "--url",
+        "http://127.0.0.1:9/mcp",
+        "--header",
+        "X-Api-Key sk_live_SECRET123456789",
+    ];
+    let out = switchboard(&args, &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("--header"), "{stderr}");
+    assert!(
+        !stdout.contains("sk_live") && !stderr.contains("sk_live"),
+        "{stderr}"
+    );
+}

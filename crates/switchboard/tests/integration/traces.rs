@@ -289,3 +289,38 @@ async fn only_a_propagated_printable_tracestate_reaches_the_backend_and_client_t
     let exported = attribute(&server, "jsonrpc.request.id").unwrap();
     assert!(exported.len() <= 256, "{} bytes", exported.len());
 }
+
+/// Credentials in the exporter's own URL (user info, a query key) and in a caller's resource
+/// URI reach neither the logs nor the spans (review: the endpoint was logged as given, and a
+/// `resources/read` URI was a span's name and attribute as sent).
+#[tokio::test]
+async fn credentials_in_the_endpoint_or_a_resource_uri_reach_no_log_or_span() {
+    const SECRETS: [&str; 4] = ["OTLPSECRET-9", "QKEY-9", "RESSECRET-9", "TOKVALUE-9"];
+    let mut receiver = Receiver::start().await;
+    let endpoint = receiver
+        .url
+        .replacen("http://", "http://otuser:OTLPSECRET-9@", 1);
+    let endpoint = format!("{endpoint}/v1/traces?key=QKEY-9");
+    let mut gw = TestGateway::start(&["--otlp-endpoint", &endpoint]).await;
+    let sid = gw.session().await;
+    let uri = "https://alice:RESSECRET-9@db.example/x?token=TOKVALUE-9";
+    let body = json!({"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":uri}});
+    let reply = gw.post(Some(&sid), &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let read = receiver
+        .span("resources/read", |s| {
+            str_of(s, "name").starts_with("resources/read") && kind(s) == "SERVER"
+        })
+        .await;
+    let shown = "https://…@db.example/x?…";
+    assert_eq!(str_of(&read, "name"), format!("resources/read {shown}"));
+    assert_eq!(attribute(&read, "mcp.resource.uri"), Some(shown));
+    let mut evidence = crate::leaks::Evidence::collect(&mut gw, None, None).await;
+    let spans = serde_json::to_string(&receiver.all()).unwrap();
+    evidence.add("spans", spans);
+    assert!(
+        evidence.of("stderr (logs)").contains("exporting traces"),
+        "the endpoint's log line is searched"
+    );
+    evidence.assert_free_of(&SECRETS);
+}
