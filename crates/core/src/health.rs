@@ -57,6 +57,7 @@ mod status;
 pub(crate) use flight::Flight;
 pub(crate) use recent::Recent;
 pub(crate) use status::ItemCounts;
+pub(crate) use status::PrincipalView;
 
 use breaker::{Admission, Breaker};
 pub use breaker::{BreakerConfig, BreakerState};

@@ -175,7 +175,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(ready));
     if state.config.status_open {
         open = open
-            .route("/status", get(status))
+            .route("/status", get(open_status))
             .route("/stats", get(stats));
         if state.config.metrics_here {
             open = open.route("/metrics", get(metrics));
@@ -308,8 +308,22 @@ async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn status(State(state): State<AppState>) -> Response {
-    let mut status = state.gateway.operator().status();
+/// `/status` behind `/mcp`'s admission: by principal, the caller's own sessions (an
+/// approver's: everyone's).
+async fn status(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Arc<Principal>>,
+) -> Response {
+    status_for(&state, Some(&caller))
+}
+
+/// `/status` opened (`--status-open`): nobody's sessions by principal.
+async fn open_status(State(state): State<AppState>) -> Response {
+    status_for(&state, None)
+}
+
+fn status_for(state: &AppState, caller: Option<&Principal>) -> Response {
+    let mut status = state.gateway.operator().status(caller);
     if let Some(map) = status.as_object_mut() {
         map.insert("links".to_owned(), ops_ui::links(&state.config));
     }

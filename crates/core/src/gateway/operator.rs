@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::health::Health;
+use crate::health::{Health, PrincipalView};
 use crate::mrtr::Bridge;
 use crate::registry::Registry;
 use crate::trust::{Approval, Trust};
@@ -47,11 +47,17 @@ impl Operator<'_> {
     }
 
     /// `/status`: per backend its health, era, transport, breaker, process, traffic and item
-    /// counts; the live sessions by transport and by principal.
-    pub fn status(&self) -> Value {
+    /// counts; the live sessions by transport, and by principal as `caller` may see them
+    /// (`None`: an open `/status`, nobody's; see `PrincipalView`).
+    pub fn status(&self, caller: Option<&Principal>) -> Value {
         let items = |id: &crate::BackendId| self.vmcp.map(|v| v.item_counts(id));
-        self.health
-            .status(self.backends, &self.registry.sessions, &items)
+        let view = match caller {
+            None => PrincipalView::Nobody,
+            Some(who) if self.trust.is_some_and(|t| t.is_approver(who)) => PrincipalView::Every,
+            Some(who) => PrincipalView::Own(who),
+        };
+        let sessions = &self.registry.sessions;
+        self.health.status(self.backends, (sessions, view), &items)
     }
 
     /// The text exposition of every metric, with the gauges set from the gateway now.

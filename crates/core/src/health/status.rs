@@ -14,6 +14,26 @@ use crate::{BackendId, Backends};
 /// Principals listed by `/status` at most (the most sessions first); the rest are counted.
 const MAX_PRINCIPALS: usize = 100;
 
+/// Whose sessions `/status` lists by principal: every principal's for an operator (a
+/// `trust.approvers` principal), the caller's own for anyone else, and nobody's on an open
+/// `/status` (who is asking is not known). One caller never learns who else uses the gateway.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PrincipalView<'a> {
+    Every,
+    Own(&'a crate::Principal),
+    Nobody,
+}
+
+impl PrincipalView<'_> {
+    fn shows(&self, owner: &(String, String)) -> bool {
+        match self {
+            PrincipalView::Every => true,
+            PrincipalView::Own(p) => p.issuer == owner.0 && p.subject == owner.1,
+            PrincipalView::Nobody => false,
+        }
+    }
+}
+
 /// Seconds, to a tenth.
 fn tenths(seconds: f64) -> f64 {
     (seconds * 10.0).round() / 10.0
@@ -31,7 +51,7 @@ impl Health {
     pub(crate) fn status(
         &self,
         backends: &Backends,
-        sessions: &Sessions,
+        (sessions, view): (&Sessions, PrincipalView<'_>),
         items: &dyn Fn(&BackendId) -> Option<ItemCounts>,
     ) -> Value {
         let mut entries: Vec<Value> = backends
@@ -66,7 +86,7 @@ impl Health {
         json!({
             "ready": self.ready(),
             "backends": entries,
-            "sessions": sessions_status(streamable, sse, sessions),
+            "sessions": sessions_status(streamable, sse, sessions, view),
         })
     }
 
@@ -113,13 +133,19 @@ fn last_minute(b: &BackendHealth, now: Instant) -> Value {
 }
 
 /// Sessions by transport, and by principal (issuer and subject, never a session id or a
-/// credential), the principals with most sessions first.
-fn sessions_status(streamable: usize, sse: usize, sessions: &Sessions) -> Value {
+/// credential) as `view` shows them, the principals with most sessions first.
+fn sessions_status(
+    streamable: usize,
+    sse: usize,
+    sessions: &Sessions,
+    view: PrincipalView<'_>,
+) -> Value {
     let mut by_principal = sessions.count_by_principal();
     by_principal.sort_by(|a, b| (b.1 + b.2).cmp(&(a.1 + a.2)).then_with(|| a.0.cmp(&b.0)));
-    let hidden = by_principal.len().saturating_sub(MAX_PRINCIPALS);
+    let all = by_principal.len();
     let listed: Vec<Value> = by_principal
         .into_iter()
+        .filter(|(owner, ..)| view.shows(owner))
         .take(MAX_PRINCIPALS)
         .map(|((issuer, subject), streamable, sse)| {
             json!({
@@ -130,6 +156,7 @@ fn sessions_status(streamable: usize, sse: usize, sessions: &Sessions) -> Value 
             })
         })
         .collect();
+    let hidden = all - listed.len();
     json!({
         "streamableHttp": streamable,
         "sse": sse,

@@ -320,10 +320,25 @@ async fn status_needs_the_mcp_credential_unless_opened() {
         );
     }
     let gw = TestGateway::start(&["--api-keys-file", &keys, "--status-open"]).await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "it", "version": "0"}}});
+    let opened = (gw.http.post(gw.url.as_str()))
+        .bearer_auth("ops-key-0123456789abcdef")
+        .header("accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    assert!(opened.headers().contains_key("mcp-session-id"));
     let (code, body) = get(&gw, "/status", None).await;
     assert_eq!(code, StatusCode::OK, "{body}");
     let s: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(backend(&s, "default")["era"], "dual", "{s}");
+    // Open to anyone: who uses the gateway is counted, never named.
+    assert_eq!(s["sessions"]["byPrincipal"], json!([]), "{s}");
+    assert_eq!(s["sessions"]["principalsNotListed"], 1, "{s}");
+    assert!(!body.contains("\"ops\""), "{body}");
     let (code, body) = get(&gw, "/stats", None).await;
     assert_eq!(code, StatusCode::OK, "{body}");
 }

@@ -348,6 +348,19 @@ async fn status_shows_processes_traffic_counts_and_sessions_by_principal() {
         "{s}"
     );
     assert_eq!(sessions["principalsNotListed"], 0);
+    // Anyone but an approver sees their own row only: who else uses the gateway is not theirs
+    // to know (review: every principal was listed to any caller).
+    let r = (gw.http.get(format!("{}/status", gw.base())))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    let as_alice: Value = r.json().await.unwrap();
+    let sessions = &as_alice["sessions"];
+    let own = json!([{"issuer": "api-key", "subject": "alice", "streamableHttp": 2, "sse": 0}]);
+    assert_eq!(sessions["byPrincipal"], own, "{as_alice}");
+    assert_eq!(sessions["principalsNotListed"], 1, "{as_alice}");
+    assert_eq!(sessions["streamableHttp"], 3, "{as_alice}");
     let text = s.to_string();
     for secret in scene.alice.iter().chain([&scene.ops]).map(String::as_str) {
         assert!(!text.contains(secret), "a session id in /status: {text}");
