@@ -174,12 +174,16 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .route("/readyz", get(ready));
     if state.config.status_open {
-        open = open
+        // Opened to callers without a credential, not to other sites: Origin/Host still
+        // apply (a page elsewhere must not read it through a rebound name).
+        let mut opened = Router::new()
             .route("/status", get(open_status))
             .route("/stats", get(stats));
         if state.config.metrics_here {
-            open = open.route("/metrics", get(metrics));
+            opened = opened.route("/metrics", get(metrics));
         }
+        let same_site = axum::middleware::from_fn_with_state(state.clone(), same_site);
+        open = open.merge(opened.route_layer(same_site));
     }
     open.route("/.well-known/oauth-protected-resource", get(auth::metadata))
         .route(
@@ -212,6 +216,14 @@ async fn admit(State(state): State<AppState>, mut request: Request, next: Next) 
             request.extensions_mut().insert(caller);
             in_flight::hold(next.run(request).await, permit)
         }
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// Origin/Host alone (an opened `/status`): no credential asked.
+async fn same_site(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match origin::admit(&state, &request) {
+        Ok(()) => next.run(request).await,
         Err(refused) => refused.into_response(),
     }
 }

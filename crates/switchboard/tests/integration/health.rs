@@ -339,6 +339,15 @@ async fn status_needs_the_mcp_credential_unless_opened() {
     assert_eq!(s["sessions"]["byPrincipal"], json!([]), "{s}");
     assert_eq!(s["sessions"]["principalsNotListed"], 1, "{s}");
     assert!(!body.contains("\"ops\""), "{body}");
+    // Opened to callers, not to other sites: a foreign Origin is refused as on `/mcp`.
+    for path in ["/status", "/stats", "/metrics"] {
+        let r = (gw.http.get(format!("{}{path}", gw.base())))
+            .header("origin", "http://evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{path}");
+    }
     let (code, body) = get(&gw, "/stats", None).await;
     assert_eq!(code, StatusCode::OK, "{body}");
 }
