@@ -10,7 +10,7 @@ use tracing::info;
 
 use super::registration::Registration;
 use super::{discovery, Backend};
-use crate::outgoing_auth::vault::UpstreamToken;
+use crate::outgoing_auth::vault::{UpstreamToken, VaultError};
 use crate::outgoing_auth::OutgoingAuthError;
 
 /// The most a revocation at the authorization server may take (discovery and both requests):
@@ -43,7 +43,19 @@ impl Backend {
         // last try removes whatever is there).
         let mut taken = None;
         for attempt in 1..=REMOVE_TRIES {
-            let Some(token) = self.vault.get(&key).await.map_err(vault_error)? else {
+            let read = match self.vault.get(&key).await {
+                // Not openable: nothing to revoke upstream, but it is the principal's to
+                // remove.
+                Err(VaultError::Open) => {
+                    self.vault.remove(&key).await.map_err(vault_error)?;
+                    return Ok(Revoked {
+                        removed: true,
+                        upstream: None,
+                    });
+                }
+                read => read.map_err(vault_error)?,
+            };
+            let Some(token) = read else {
                 break;
             };
             let gone = if attempt == REMOVE_TRIES {

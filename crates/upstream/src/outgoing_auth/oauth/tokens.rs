@@ -136,7 +136,7 @@ impl Backend {
     /// `key`'s token in the vault, when it is bound here ([`Backend::bound_here`]); one that
     /// is not is forgotten.
     async fn kept(&self, key: &VaultKey) -> Result<Option<UpstreamToken>, VaultError> {
-        let Some(token) = self.vault.get(key).await? else {
+        let Some(token) = self.openable(key).await? else {
             return Ok(None);
         };
         if self.bound_here(&token) {
@@ -145,6 +145,21 @@ impl Backend {
         info!(backend = %self.config.backend, "a kept token was issued for another server or by another authorization server; forgotten, consent is needed again");
         self.forget(&key.principal).await;
         Ok(None)
+    }
+
+    /// `key`'s token in the vault. One that does not open (sealed with another key, altered,
+    /// or moved there) is removed, as if there were none: kept, it would fail every call of
+    /// its principal before a 401 could lead to consent again, and the principal could not
+    /// delete it either (`revoke` reads it first).
+    async fn openable(&self, key: &VaultKey) -> Result<Option<UpstreamToken>, VaultError> {
+        match self.vault.get(key).await {
+            Err(VaultError::Open) => {
+                info!(backend = %self.config.backend, "a kept token could not be opened (another encryption key, or altered); removed, consent is needed again");
+                self.vault.remove(key).await?;
+                Ok(None)
+            }
+            read => read,
+        }
     }
 
     /// `principal`'s token for this backend, refreshed first when it is about to expire;

@@ -54,6 +54,12 @@ impl MemoryVault {
         self.inner.values.lock().get(key).cloned()
     }
 
+    /// Stores `sealed` under `key` as it is (a value sealed elsewhere, for tests).
+    #[cfg(test)]
+    pub(crate) fn put_sealed(&self, key: &VaultKey, sealed: Vec<u8>) {
+        self.inner.values.lock().insert(key.clone(), sealed);
+    }
+
     /// How many callers wait on `key`'s refresh lock.
     #[cfg(test)]
     pub(crate) fn inner_waiters(&self, key: &VaultKey) -> usize {

@@ -187,3 +187,45 @@ fn per_issuer_maps_are_bounded_and_keep_the_latest() {
     after.sort();
     assert_eq!(before, after);
 }
+
+/// A kept token that does not open (sealed with another key: a rotated key file, or another
+/// replica's) is as good as none: removed, so the principal's next call goes out without
+/// one and its 401 leads to consent, and the principal's own delete removes it. Review: every
+/// call of the principal failed with "token store unavailable", and so did the delete.
+#[tokio::test]
+async fn a_kept_token_that_does_not_open_is_removed_not_a_lockout() {
+    use crate::outgoing_auth::vault::{TokenVault, VaultKey, VaultKeyMaterial};
+    use crate::outgoing_auth::MemoryVault;
+    let server = "https://mcp.example.com/mcp";
+    let key = VaultKey::new("alice", "gh");
+    let elsewhere = MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap());
+    elsewhere
+        .put(&key, &token_for(server, "https://as"))
+        .await
+        .unwrap();
+    let sealed = elsewhere.sealed(&key).unwrap();
+    let here = Arc::new(MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap()));
+    let config = OAuthConfig {
+        backend: "gh".into(),
+        server_url: server.into(),
+        scopes: vec![],
+        client: ClientSettings::default(),
+        timeout: Duration::from_secs(1),
+    };
+    let b = Backend::new(config, Arc::new(Flows::default()), here.clone()).unwrap();
+
+    here.put_sealed(&key, sealed.clone());
+    assert!(b.token("alice").await.unwrap().is_none());
+    assert!(here.sealed(&key).is_none(), "the unreadable value is gone");
+
+    here.put_sealed(&key, sealed);
+    let revoked = b.revoke("alice").await.unwrap();
+    assert!(revoked.removed && revoked.upstream.is_none());
+    assert!(here.sealed(&key).is_none());
+    // Nothing else was touched: another principal's token still opens.
+    let bob = VaultKey::new("bob", "gh");
+    here.put(&bob, &token_for(server, "https://as"))
+        .await
+        .unwrap();
+    assert!(b.token("bob").await.unwrap().is_some());
+}
