@@ -252,6 +252,24 @@ impl Reloader {
     /// when the backends change, to be put in force with them.
     async fn apply_spec(
         &mut self,
+        spec: ServeSpec,
+        guards: &mut Option<Option<Arc<Guardrails>>>,
+        drains: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<Option<String>> {
+        let configured: Vec<BackendId> = spec.backends.iter().map(|b| b.name.clone()).collect();
+        let applied = self.apply_backends(spec, guards, drains, stop).await?;
+        // Once the file is taken (a refused one changes nothing): a backend that never
+        // started and is no longer configured is forgotten, not retried, not shown, not
+        // waited for by `/readyz`.
+        self.missing.retain(|id| configured.contains(id));
+        self.gateway.health().forget_absent_except(&configured);
+        Ok(applied)
+    }
+
+    /// [`Self::apply_spec`]'s backends, policy and shape.
+    async fn apply_backends(
+        &mut self,
         mut spec: ServeSpec,
         guards: &mut Option<Option<Arc<Guardrails>>>,
         drains: &mut JoinSet<()>,
@@ -263,11 +281,6 @@ impl Reloader {
         ) {
             bail!("backend {}: {why}", b.name);
         }
-        // A backend that never started and is no longer configured is forgotten: not
-        // retried, not shown, not waited for by `/readyz`.
-        let configured: Vec<BackendId> = spec.backends.iter().map(|b| b.name.clone()).collect();
-        self.missing.retain(|id| configured.contains(id));
-        self.gateway.health().forget_absent_except(&configured);
         let new_policy = self.check_policy(&spec)?;
         let mut plan = Plan::of(&self.served, &spec);
         let fixed_changed = fixed_key(&spec) != self.served.fixed;

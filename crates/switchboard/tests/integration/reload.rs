@@ -375,6 +375,47 @@ async fn a_rotated_header_value_restarts_its_remote() {
     assert!(!line.contains("it-rotated-key"), "{line}");
 }
 
+/// A refused file changes nothing, not even what the gateway remembers of backends that
+/// never started: one the refused file dropped is still shown and still keeps `/readyz` at
+/// 503 under `readyWhen: all` (review: it was forgotten before the file was refused, and the
+/// gateway reported ready).
+#[tokio::test]
+async fn a_refused_reload_does_not_forget_a_backend_that_never_started() {
+    let broken = "  - name: broken\n    command: /nonexistent/sb-it-broken\n";
+    let head = "health: {readyWhen: all}\nbackends:\n";
+    let first = format!("{head}{}{broken}{}", stdio("a", ""), stdio("b", ""));
+    let served = serve("reload-refused-missing", &first, None).await;
+    let gw = &served.gw;
+    let ready = |gw: &TestGateway| {
+        let url = format!("{}/readyz", gw.base());
+        let http = gw.http.clone();
+        async move { http.get(url).send().await.unwrap().status().as_u16() }
+    };
+    let shown = |gw: &TestGateway| {
+        let url = format!("{}/status", gw.base());
+        let http = gw.http.clone();
+        async move {
+            let status: Value = http.get(url).send().await.unwrap().json().await.unwrap();
+            let names = status["backends"].as_array().unwrap().iter();
+            names
+                .filter_map(|b| b["name"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ready(gw).await, 503);
+    assert!(shown(gw).await.contains(&"broken".to_owned()));
+    // `broken` dropped, and `b` changed to a command that cannot start: refused whole.
+    let b_broken = "  - name: b\n    command: /nonexistent/sb-it-b\n";
+    rewrite(
+        &config_of(&served._dir),
+        &format!("{head}{}{b_broken}", stdio("a", "")),
+    );
+    let line = gw.wait_stdout("switchboard: config reload", BOUND).await;
+    assert!(line.starts_with(REFUSED), "{line}");
+    assert_eq!(ready(gw).await, 503, "still waiting for broken");
+    assert!(shown(gw).await.contains(&"broken".to_owned()));
+}
+
 #[tokio::test]
 async fn sighup_reloads() {
     let served = serve("reload-sighup", &pair(""), None).await;
