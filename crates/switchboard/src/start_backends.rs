@@ -477,6 +477,7 @@ async fn start_remote(
 fn openapi_origin(args: &GatewayArgs, spec: &crate::config::spec::OpenApiSpec) -> OpenApiOrigin {
     let mut config = switchboard_upstream::openapi::OpenApiConfig::new(spec.base_url.clone());
     config.headers.clone_from(&spec.headers);
+    config.secrets.clone_from(&spec.url_secrets);
     // Bounded by the whole-request bound, as a remote's calls are (the gateway's own
     // deadline cancels a call earlier).
     config.call_timeout = GatewayArgs::secs(args.max_request_time);

@@ -437,6 +437,9 @@ impl Ctx<'_> {
             source,
             shown_spec: shown,
             base_url,
+            url_secrets: super::secrets::references(&key.base_url)
+                .filter_map(|var| self.secrets.get(var))
+                .collect(),
             headers,
             max_response_bytes: key.max_response_bytes,
             loaded,

@@ -40,6 +40,17 @@ pub(crate) fn expand(
     Ok(out)
 }
 
+/// The names `value` references (`${NAME}`), in order; an unclosed one ends them.
+pub(crate) fn references(value: &str) -> impl Iterator<Item = &str> {
+    let mut rest = value;
+    std::iter::from_fn(move || {
+        let after = &rest[rest.find("${")? + 2..];
+        let end = after.find('}')?;
+        rest = &after[end + 1..];
+        Some(&after[..end])
+    })
+}
+
 /// Why a secrets file was refused.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SecretsFileError {
@@ -155,6 +166,13 @@ fn unquote(v: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn references_are_named_in_order() {
+        let names: Vec<_> = references("http://h/bot${TOKEN}/x${B}${C").collect();
+        assert_eq!(names, ["TOKEN", "B"]);
+        assert_eq!(references("plain").count(), 0);
+    }
 
     #[test]
     fn expands_references_and_names_what_is_missing() {

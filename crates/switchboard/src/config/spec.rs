@@ -105,6 +105,8 @@ pub(crate) struct OpenApiSpec {
     pub(crate) shown_spec: String,
     /// With references expanded: used, never shown.
     pub(crate) base_url: String,
+    /// The values of the references in the base URL: never to come back in a result.
+    pub(crate) url_secrets: Vec<String>,
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     pub(crate) max_response_bytes: Option<usize>,
     /// A file's spec, read and converted with the config (so on every reload too); a URL's

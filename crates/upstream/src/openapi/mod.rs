@@ -48,6 +48,9 @@ pub struct OpenApiConfig {
     pub base_url: String,
     /// Sent on every call (credentials); never logged.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// More values that never come back to a caller, as the headers' do: the `${VAR}`
+    /// values written into the base URL's path (a key in the path is common).
+    pub secrets: Vec<String>,
     /// Largest response body read; a larger one fails the call.
     pub max_response_bytes: usize,
     /// Largest answer line (a stdio backend's line bound): a call's result that encodes
@@ -64,6 +67,7 @@ impl std::fmt::Debug for OpenApiConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenApiConfig")
             .field("headers", &self.headers.len())
+            .field("secrets", &self.secrets.len())
             .field("max_response_bytes", &self.max_response_bytes)
             .finish_non_exhaustive()
     }
@@ -75,6 +79,7 @@ impl OpenApiConfig {
         OpenApiConfig {
             base_url: base_url.into(),
             headers: Vec::new(),
+            secrets: Vec::new(),
             max_response_bytes: 16 * 1024 * 1024,
             max_result_bytes: crate::StdioConfig::DEFAULT_MAX_LINE_BYTES,
             call_timeout: Duration::from_secs(60),
@@ -126,7 +131,7 @@ impl OpenApiUpstream {
             inner: Arc::new(Inner {
                 catalog,
                 base,
-                redactor: redact::Redactor::new(&headers),
+                redactor: redact::Redactor::new(&headers, &config.secrets),
                 headers,
                 client: client(config.connect_timeout),
                 limit: config.max_response_bytes,

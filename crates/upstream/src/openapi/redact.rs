@@ -10,7 +10,7 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
-use hyper::header::{HeaderName, HeaderValue};
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, COOKIE, PROXY_AUTHORIZATION};
 
 /// What replaces a secret.
 const MARK: &[u8] = b"[redacted]";
@@ -30,16 +30,25 @@ pub(crate) struct Redactor {
 const PATTERN_LIMIT: usize = 64 << 20;
 
 impl Redactor {
-    pub(crate) fn new(headers: &[(HeaderName, HeaderValue)]) -> Self {
-        let mut raw: Vec<Vec<u8>> = Vec::new();
-        for (_, value) in headers {
+    /// The patterns of `headers`' values and of `more` (other secrets: the `${VAR}` values
+    /// in the base URL's path).
+    pub(crate) fn new(headers: &[(HeaderName, HeaderValue)], more: &[String]) -> Self {
+        let mut raw: Vec<Vec<u8>> = more.iter().map(|v| v.as_bytes().to_vec()).collect();
+        for (name, value) in headers {
             let value = value.as_bytes();
             raw.push(value.to_vec());
-            if let Some((scheme, token)) = split_scheme(value) {
+            // An `Authorization` token after any scheme (`ApiKey`, `SSWS`, `Bot`, `DPoP`…);
+            // elsewhere after the usual ones only.
+            let any_scheme = name == AUTHORIZATION || name == PROXY_AUTHORIZATION;
+            if let Some((scheme, token)) = split_scheme(value, any_scheme) {
                 raw.push(token.to_vec());
                 if scheme.eq_ignore_ascii_case("basic") {
                     raw.extend(basic_parts(token));
                 }
+            }
+            // Each cookie's value on its own: an API may echo the cookies it parsed.
+            if name == COOKIE {
+                raw.extend(cookie_values(value));
             }
         }
         raw.retain(|v| v.len() >= MIN_SECRET);
@@ -115,12 +124,19 @@ fn byte_pattern(b: u8) -> String {
 }
 
 /// `Bearer abc` → (`Bearer`, `abc`), for the schemes in [`SCHEMES`].
-fn split_scheme(value: &[u8]) -> Option<(&str, &[u8])> {
+fn split_scheme(value: &[u8], any_scheme: bool) -> Option<(&str, &[u8])> {
     let text = std::str::from_utf8(value).ok()?;
     let (scheme, token) = text.trim().split_once(|c: char| c.is_ascii_whitespace())?;
     let token = token.trim();
-    let known = SCHEMES.iter().any(|s| scheme.eq_ignore_ascii_case(s));
+    let known = any_scheme || SCHEMES.iter().any(|s| scheme.eq_ignore_ascii_case(s));
     (known && !token.is_empty()).then_some((scheme, token.as_bytes()))
+}
+
+/// The values of a `Cookie` header's `name=value` pairs.
+fn cookie_values(value: &[u8]) -> impl Iterator<Item = Vec<u8>> + '_ {
+    (value.split(|b| *b == b';'))
+        .filter_map(|pair| pair.splitn(2, |b| *b == b'=').nth(1))
+        .map(|v| v.trim_ascii().to_vec())
 }
 
 /// A Basic token's `user:password` and its password.
@@ -149,11 +165,40 @@ mod tests {
                 )
             })
             .collect();
-        Redactor::new(&headers)
+        Redactor::new(&headers, &[])
     }
 
     fn apply(r: &Redactor, body: &str) -> String {
         String::from_utf8(r.apply(Bytes::from(body.to_owned())).to_vec()).unwrap()
+    }
+
+    /// Review: an `Authorization` token after a scheme other than Bearer/Basic/Token, each
+    /// cookie's value and a secret of the base URL came back as an echoing API sent them.
+    #[test]
+    fn any_schemes_token_each_cookie_and_the_url_secrets_are_redacted() {
+        let headers = [
+            ("Authorization", "ApiKey CustomSchemeSecret555"),
+            ("Cookie", "session=CookieSecret987; theme=dark"),
+        ];
+        let headers: Vec<_> = (headers.iter())
+            .map(|(n, v)| {
+                let name = HeaderName::from_bytes(n.as_bytes()).unwrap();
+                (name, HeaderValue::from_str(v).unwrap())
+            })
+            .collect();
+        let r = Redactor::new(&headers, &["123456:BotPathSecretXYZ".to_owned()]);
+        let body = r#"{"credential":"CustomSchemeSecret555","cookies":{"session":"CookieSecret987","theme":"dark"},"path":"/v1/bot123456:BotPathSecretXYZ/items"}"#;
+        let out = apply(&r, body);
+        for secret in [
+            "CustomSchemeSecret555",
+            "CookieSecret987",
+            "BotPathSecretXYZ",
+        ] {
+            assert!(!out.contains(secret), "{out}");
+        }
+        // Another header's words after a space are not taken for a token.
+        let plain = redactor(&[("X-Client", "my agent")]);
+        assert_eq!(apply(&plain, "agent"), "agent");
     }
 
     #[test]

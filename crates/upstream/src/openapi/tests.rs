@@ -297,3 +297,41 @@ fn values_are_counted_outside_strings_only() {
     assert_eq!(values_in(br#"["a\",[{",1]"#), 3);
     assert_eq!(values_in(br#"["a\\",[1]]"#), 4);
 }
+
+/// A secret written into the base URL's path (`…/bot${TOKEN}`) never comes back, as a
+/// configured header's does not: an API quoting its request line hands it back otherwise
+/// (review: it reached the caller in the text and `structuredContent`).
+#[tokio::test]
+async fn a_secret_in_the_base_urls_path_is_redacted_from_results() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 4096];
+        let n = conn.read(&mut buf).await.unwrap();
+        let line = String::from_utf8_lossy(&buf[..n]);
+        let first = line.lines().next().unwrap_or_default().to_owned();
+        let body = serde_json::to_vec(&json!({"request": first})).unwrap();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        let _ = conn.write_all(head.as_bytes()).await;
+        let _ = conn.write_all(&body).await;
+    });
+    let doc = parse(tools::tests::PETS).unwrap();
+    let (catalog, _) = Catalog::from_document(&doc).unwrap();
+    let secret = "123456:BotPathSecretXYZ";
+    let mut config = OpenApiConfig::new(format!("http://127.0.0.1:{port}/bot{secret}"));
+    config.secrets = vec![secret.to_owned()];
+    let u = OpenApiUpstream::new(Arc::new(catalog), config).unwrap();
+    let args = json!({"name": "deletePet", "arguments": {"petId": "a"}});
+    let (_, r) = ask(&u, "tools/call", args).await;
+    let text = r.to_string();
+    assert!(
+        text.contains("/pets/a"),
+        "the request line came back: {text}"
+    );
+    assert!(!text.contains("BotPathSecretXYZ"), "{text}");
+}
