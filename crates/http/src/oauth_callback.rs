@@ -3,9 +3,10 @@
 //!   principal and backend and asks for a click; `POST /oauth/start`, the click, binds the
 //!   flow to this browser (a cookie) and redirects to the authorization server
 //!   (`switchboard_core::oauth::start` says why);
-//! - `GET /oauth/callback`, where the authorization server sends the user back (the state,
-//!   the browser's cookie, the code and `iss` are checked and the code redeemed by
-//!   `switchboard_core::oauth::complete`);
+//! - `GET /oauth/callback` and `GET /oauth/callback/{tag}` (a dynamically registered client's
+//!   redirect URI, one per issuer), where the authorization server sends the user back (the
+//!   state, the browser's cookie, the path, the code and `iss` are checked and the code
+//!   redeemed by `switchboard_core::oauth::complete`);
 //! - `GET /oauth/client-metadata.json`, the gateway's Client ID Metadata Document.
 //!
 //! None needs the caller's credential: the flow's keys and the browser's cookie are what bind
@@ -80,11 +81,18 @@ pub(crate) async fn start(headers: HeaderMap, form: Bytes) -> Response {
     }
 }
 
-/// `GET /oauth/callback`.
-pub(crate) async fn callback(headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
+/// `GET /oauth/callback` and `GET /oauth/callback/{tag}` (a dynamic client's redirect URI at
+/// one issuer): the path goes to `complete`, which refuses an answer that came back to
+/// another redirect URI than its flow's.
+pub(crate) async fn callback(
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
     let site = oauth::site();
     let cookies = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
-    match oauth::complete(&site, query.as_deref().unwrap_or(""), cookies).await {
+    let query = query.as_deref().unwrap_or("");
+    match oauth::complete(&site, uri.path(), query, cookies).await {
         Ok(backend) => page(
             StatusCode::OK,
             "Authorized",

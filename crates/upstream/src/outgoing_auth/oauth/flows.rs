@@ -105,6 +105,25 @@ pub struct Flows {
     backends: Mutex<std::collections::HashMap<String, Vec<std::sync::Weak<Backend>>>>,
 }
 
+/// The redirect URI's last segment for `issuer`: the first 16 lowercase hex digits of the
+/// SHA-256 of the issuer URL as written.
+pub fn issuer_tag(issuer: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(issuer.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether a callback that arrived at `path` (the request's path, as the gateway's router
+/// saw it) arrived at `redirect_uri`: the same path, or, behind a proxy that strips the
+/// public URL's path, its `/oauth/callback…` tail.
+pub(crate) fn arrived_at(redirect_uri: &str, path: &str) -> bool {
+    let Some((_, expected)) = super::discovery::split(redirect_uri) else {
+        return false;
+    };
+    let path = path.trim_end_matches('/');
+    path == expected || (path.starts_with("/oauth/callback") && expected.ends_with(path))
+}
+
 /// The process's callback site (what the gateway's `/oauth/callback` completes).
 pub fn site() -> Arc<Flows> {
     static SITE: std::sync::OnceLock<Arc<Flows>> = std::sync::OnceLock::new();
@@ -174,9 +193,38 @@ impl Flows {
         *self.redirect.lock() = Some(format!("{}/oauth/callback", base.trim_end_matches('/')));
     }
 
-    /// The redirect URI, once the public URL is known.
+    /// The shared redirect URI (`<base>/oauth/callback`), once the public URL is known: the
+    /// one of a pre-registered client and of the client metadata document.
     pub fn redirect_uri(&self) -> Option<String> {
         self.redirect.lock().clone()
+    }
+
+    /// The redirect URI of a dynamic registration at `issuer`, once the public URL is known:
+    /// `<base>/oauth/callback/<tag>`, [`issuer_tag`] of the issuer. Each issuer's client
+    /// gets its own, so an answer one issuer sends cannot complete another issuer's flow
+    /// (mix-up, RFC 9700 §4.4).
+    pub fn issuer_redirect_uri(&self, issuer: &str) -> Option<String> {
+        Some(format!("{}/{}", self.redirect_uri()?, issuer_tag(issuer)))
+    }
+
+    /// Whether answers from more than one authorization server may come back to the shared
+    /// redirect URI, so that a flow there cannot be told from another issuer's without `iss`:
+    /// more than one oauth backend completes here, or an issuer other than `issuer` is
+    /// known (pinned by the config, or met in discovery) to any of them.
+    pub(crate) fn shared_by_issuers(&self, issuer: &str) -> bool {
+        let live: Vec<Arc<Backend>> = self
+            .backends
+            .lock()
+            .values()
+            .filter_map(|built| built.iter().rev().find_map(std::sync::Weak::upgrade))
+            .collect();
+        if live.len() > 1 {
+            return true;
+        }
+        live.iter().any(|b| {
+            let pinned = b.config.client.authorization_server.as_deref();
+            pinned.is_some_and(|p| p != issuer) || b.servers.lock().keys().any(|k| k != issuer)
+        })
     }
 
     /// Records the configured URL of the client metadata document (its `client_id`).

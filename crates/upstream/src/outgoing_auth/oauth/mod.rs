@@ -8,8 +8,11 @@
 //! this backend, single use, expiring); the call then fails with
 //! [`OutgoingAuthError::ConsentRequired`], which carries the URL the user must open: the
 //! gateway's start page (`start`), whose click binds the flow to that browser and sends it
-//! on to the authorization server. The browser comes back to the gateway's callback, where
-//! [`complete`] checks `state`, the browser's cookie and `iss` (RFC 9207), redeems the code with the verifier and the RFC 8707 `resource`, and
+//! on to the authorization server. The browser comes back to the gateway's callback (a
+//! dynamic client's redirect URI is its issuer's own, `/oauth/callback/<tag>`), where
+//! [`complete`] checks `state`, the browser's cookie, that the answer came back to its flow's
+//! redirect URI and `iss` (RFC 9207; mix-up, RFC 9700 §4.4), redeems the code with the
+//! verifier and the RFC 8707 `resource`, and
 //! keeps the token for that principal and backend only. Tokens are refreshed shortly before
 //! they expire when a refresh token came; a failed refresh asks for consent again.
 //!
@@ -39,7 +42,7 @@ use serde_json::Value;
 use tracing::{debug, info};
 
 pub use challenge::Challenge;
-pub use flows::{site, Flows, FLOW_LIFETIME, MAX_FLOWS, MAX_FLOWS_PER_PRINCIPAL};
+pub use flows::{issuer_tag, site, Flows, FLOW_LIFETIME, MAX_FLOWS, MAX_FLOWS_PER_PRINCIPAL};
 pub use revocation::Revoked;
 pub use start::{ClickFrom, Cookie, StartError, StartPage, Started};
 
@@ -274,6 +277,12 @@ impl Backend {
         ))
     }
 
+    fn issuer_redirect_uri(&self, issuer: &str) -> Result<String, OutgoingAuthError> {
+        (self.flows.issuer_redirect_uri(issuer)).ok_or(OutgoingAuthError::Config(
+            "the gateway's public URL is not known yet",
+        ))
+    }
+
     /// The backend refused `owner`'s call (401, or 403 `insufficient_scope`) with
     /// `challenge`: a new authorization request, whose URL the user must open.
     pub(crate) async fn consent(
@@ -308,8 +317,20 @@ impl Backend {
         .await?;
         let server = discovery::server_metadata(&self.http, &resource.issuer).await?;
         per_issuer(&mut self.servers.lock(), &server.issuer, server.clone());
-        let redirect_uri = self.redirect_uri()?;
-        let registration = self.registration(&server, &redirect_uri).await?;
+        let registration = self.registration(&server).await?;
+        // A dynamic client has its issuer's own redirect URI (the one it registered); a
+        // configured one and the metadata document's share `<base>/oauth/callback`, where
+        // only `iss` tells issuers apart (see `Flows::shared_by_issuers`).
+        let (redirect_uri, iss_required) = if registration.dynamic {
+            (
+                self.issuer_redirect_uri(&server.issuer)?,
+                server.iss_supported,
+            )
+        } else {
+            let cimd = self.config.client.client_id.is_none();
+            let shared = cimd && self.flows.shared_by_issuers(&server.issuer);
+            (self.redirect_uri()?, server.iss_supported || shared)
+        };
         let scope = authorization::select_scope(
             challenge.scope.as_deref(),
             resource.scopes_supported.as_deref(),
@@ -344,7 +365,7 @@ impl Backend {
                 redirect_uri: redirect_uri.clone(),
                 scope,
                 issuer: server.issuer.clone(),
-                iss_required: server.iss_supported,
+                iss_required,
                 created: Instant::now(),
                 start: start.clone(),
                 csrf: Secret::new(&pkce::random_token()?),
@@ -367,17 +388,18 @@ impl Backend {
     }
 
     /// The registration at `server`: the configured client, the metadata document, or the
-    /// dynamic registration made there (kept per issuer, never used at another).
+    /// dynamic registration made there (kept per issuer, never used at another), which
+    /// registers that issuer's own redirect URI.
     async fn registration(
         &self,
         server: &discovery::ServerMetadata,
-        redirect_uri: &str,
     ) -> Result<Registration, OutgoingAuthError> {
         if let Some(r) = self.registrations.lock().get(&server.issuer) {
             return Ok(r.clone());
         }
+        let redirect_uri = self.issuer_redirect_uri(&server.issuer)?;
         let made =
-            registration::register(&self.http, &self.config.client, server, redirect_uri).await?;
+            registration::register(&self.http, &self.config.client, server, &redirect_uri).await?;
         debug!(backend = %self.config.backend, "client registration ready");
         per_issuer(&mut self.registrations.lock(), &server.issuer, made.clone());
         Ok(made)
@@ -390,6 +412,10 @@ pub enum CallbackError {
     /// No live authorization request has this `state` (wrong, used, expired, or none).
     #[error("this authorization link is unknown, was already used, or has expired; start again from your MCP client")]
     UnknownState,
+    /// The answer came back to another redirect URI than its request named (each issuer's
+    /// dynamic client has its own): another issuer's answer, a mix-up (RFC 9700 §4.4).
+    #[error("the authorization answer came back to another address than its request named (mix-up); it was not used")]
+    WrongRedirect,
     /// `iss` is not the issuer the request was sent to (RFC 9207): a mix-up.
     #[error("the authorization answer came from another issuer than the one asked (iss mismatch); it was not used")]
     IssuerMismatch,
@@ -411,11 +437,12 @@ pub enum CallbackError {
     Token(OutgoingAuthError),
 }
 
-/// The callback's query (`state`, `code`, `iss`, `error`) and the browser's `Cookie` header:
-/// checks them and redeems the code, keeping the token for the principal and backend the
-/// request was made for. Returns the backend's name.
+/// The callback's request path, its query (`state`, `code`, `iss`, `error`) and the browser's
+/// `Cookie` header: checks them and redeems the code, keeping the token for the principal and
+/// backend the request was made for. Returns the backend's name.
 pub async fn complete(
     flows: &Flows,
+    path: &str,
     query: &str,
     cookies: Option<&str>,
 ) -> Result<String, CallbackError> {
@@ -428,7 +455,12 @@ pub async fn complete(
     }
     let state = params.get("state").ok_or(CallbackError::UnknownState)?;
     let flow = flows.take_in_browser(state, cookies)?;
-    // RFC 9207: before anything in the answer is acted on, even an error.
+    // Mix-up defence (RFC 9700 §4.4), before anything in the answer is acted on, even an
+    // error: the answer must come back where its request said (the flow is consumed).
+    if !flows::arrived_at(&flow.redirect_uri, path) {
+        return Err(CallbackError::WrongRedirect);
+    }
+    // RFC 9207: likewise.
     match (params.get("iss"), flow.iss_required) {
         (Some(iss), _) if *iss != flow.issuer => return Err(CallbackError::IssuerMismatch),
         (None, true) => return Err(CallbackError::IssuerMissing),

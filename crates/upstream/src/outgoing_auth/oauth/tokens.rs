@@ -340,11 +340,9 @@ impl Backend {
                 | super::registration::Choice::MetadataDocument(_))
         );
         if configured {
-            if let Ok(uri) = self.redirect_uri() {
-                let configured = self.registration(server, &uri).await.ok();
-                if let Some(r) = configured.filter(|r| r.client_id == token.client_id) {
-                    return Some(r);
-                }
+            let configured = self.registration(server).await.ok();
+            if let Some(r) = configured.filter(|r| r.client_id == token.client_id) {
+                return Some(r);
             }
         }
         token

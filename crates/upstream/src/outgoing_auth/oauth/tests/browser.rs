@@ -8,11 +8,11 @@ async fn the_callback_checks_state_and_iss_before_anything_else() {
     let flows = Arc::new(Flows::default());
     let b = backend(&flows);
     assert_eq!(
-        complete(&flows, "code=x", browser_of(1)).await,
+        complete(&flows, CB, "code=x", browser_of(1)).await,
         Err(CallbackError::UnknownState)
     );
     assert_eq!(
-        complete(&flows, "state=nope&code=x", browser_of(1)).await,
+        complete(&flows, CB, "state=nope&code=x", browser_of(1)).await,
         Err(CallbackError::UnknownState)
     );
 
@@ -20,6 +20,7 @@ async fn the_callback_checks_state_and_iss_before_anything_else() {
     assert_eq!(
         complete(
             &flows,
+            CB,
             "state=s1&code=x&iss=https%3A%2F%2Fevil.example.com",
             browser_of(1)
         )
@@ -30,6 +31,7 @@ async fn the_callback_checks_state_and_iss_before_anything_else() {
     assert_eq!(
         complete(
             &flows,
+            CB,
             "state=s1&code=x&iss=http%3A%2F%2Fas%3A9",
             browser_of(1)
         )
@@ -38,7 +40,7 @@ async fn the_callback_checks_state_and_iss_before_anything_else() {
     );
     flows.insert("s2".into(), flow(&b, 1, true)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s2&code=x", browser_of(1)).await,
+        complete(&flows, CB, "state=s2&code=x", browser_of(1)).await,
         Err(CallbackError::IssuerMissing)
     );
     // Compared as written: a trailing slash is another issuer.
@@ -46,6 +48,7 @@ async fn the_callback_checks_state_and_iss_before_anything_else() {
     assert_eq!(
         complete(
             &flows,
+            CB,
             "state=s3&code=x&iss=http%3A%2F%2Fas%3A9%2F",
             browser_of(1)
         )
@@ -57,6 +60,7 @@ async fn the_callback_checks_state_and_iss_before_anything_else() {
     assert_eq!(
         complete(
             &flows,
+            CB,
             "state=s4&code=x&iss=http%3A%2F%2Fevil",
             browser_of(1)
         )
@@ -66,21 +70,21 @@ async fn the_callback_checks_state_and_iss_before_anything_else() {
     // A duplicated parameter is refused.
     flows.insert("s5".into(), flow(&b, 1, false)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s5&state=s5&code=x", browser_of(1)).await,
+        complete(&flows, CB, "state=s5&state=s5&code=x", browser_of(1)).await,
         Err(CallbackError::UnknownState)
     );
     // Passing the checks reaches the token request (nothing listens: unreachable), and no
     // token is kept for anyone.
     flows.insert("s6".into(), flow(&b, 1, false)).unwrap();
     assert!(matches!(
-        complete(&flows, "state=s6&code=x", browser_of(1)).await,
+        complete(&flows, CB, "state=s6&code=x", browser_of(1)).await,
         Err(CallbackError::Token(OutgoingAuthError::Unreachable))
     ));
     assert!(!b.has_token("p1").await);
     // An error answer from the right issuer is a refusal, not a token.
     flows.insert("s7".into(), flow(&b, 1, false)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s7&error=access_denied", browser_of(1)).await,
+        complete(&flows, CB, "state=s7&error=access_denied", browser_of(1)).await,
         Err(CallbackError::Denied("access_denied".into()))
     );
 }
@@ -164,7 +168,7 @@ async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
     // The authorization server's URL opened without the start page: no browser cookie.
     flows.insert("s0".into(), fresh(&b, 2)).unwrap();
     assert_eq!(
-        complete(&flows, "state=s0&code=x", None).await,
+        complete(&flows, CB, "state=s0&code=x", None).await,
         Err(CallbackError::OtherBrowser)
     );
 
@@ -191,7 +195,7 @@ async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
     // Another browser (another cookie value) brings the code back: refused, and the flow
     // is over (single use), so the right browser cannot complete it afterwards either.
     assert_eq!(
-        complete(&flows, "state=s1&code=x", Some("sb_oauth_start1=other")).await,
+        complete(&flows, CB, "state=s1&code=x", Some("sb_oauth_start1=other")).await,
         Err(CallbackError::OtherBrowser)
     );
     assert_eq!(flows.start_page("start1").unwrap_err(), StartError::Unknown);
@@ -207,7 +211,7 @@ async fn a_flow_completes_only_in_the_browser_that_clicked_its_start_page() {
         .header();
     let value = value.split(';').next().unwrap();
     assert!(matches!(
-        complete(&flows, "state=s3&code=x", Some(value)).await,
+        complete(&flows, CB, "state=s3&code=x", Some(value)).await,
         Err(CallbackError::Token(OutgoingAuthError::Unreachable))
     ));
 }

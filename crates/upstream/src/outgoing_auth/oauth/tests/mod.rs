@@ -13,6 +13,7 @@ use super::*;
 
 mod browser;
 mod hostile;
+mod mixup;
 
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -282,6 +283,9 @@ fn flow(backend: &Arc<Backend>, owner: u8, iss_required: bool) -> flows::Flow {
         browser: Some(Secret::new("browser")),
     }
 }
+
+/// The path a callback of `flow(..)` arrives at (its `redirect_uri`'s).
+const CB: &str = "/oauth/callback";
 
 /// The `Cookie` header of the browser that started `flow(_, owner, _)`.
 fn browser_of(owner: u8) -> Option<&'static str> {
