@@ -320,16 +320,10 @@ impl Backend {
         let registration = self.registration(&server).await?;
         // A dynamic client has its issuer's own redirect URI (the one it registered); a
         // configured one and the metadata document's share `<base>/oauth/callback`, where
-        // only `iss` tells issuers apart (see `Flows::shared_by_issuers`).
-        let (redirect_uri, iss_required) = if registration.dynamic {
-            (
-                self.issuer_redirect_uri(&server.issuer)?,
-                server.iss_supported,
-            )
-        } else {
-            let cimd = self.config.client.client_id.is_none();
-            let shared = cimd && self.flows.shared_by_issuers(&server.issuer);
-            (self.redirect_uri()?, server.iss_supported || shared)
+        // only `iss` tells issuers apart (see `complete`).
+        let redirect_uri = match registration.dynamic {
+            true => self.issuer_redirect_uri(&server.issuer)?,
+            false => self.redirect_uri()?,
         };
         let scope = authorization::select_scope(
             challenge.scope.as_deref(),
@@ -365,7 +359,7 @@ impl Backend {
                 redirect_uri: redirect_uri.clone(),
                 scope,
                 issuer: server.issuer.clone(),
-                iss_required,
+                iss_required: server.iss_supported,
                 created: Instant::now(),
                 start: start.clone(),
                 csrf: Secret::new(&pkce::random_token()?),
@@ -419,8 +413,9 @@ pub enum CallbackError {
     /// `iss` is not the issuer the request was sent to (RFC 9207): a mix-up.
     #[error("the authorization answer came from another issuer than the one asked (iss mismatch); it was not used")]
     IssuerMismatch,
-    /// The server promised `iss` and the answer has none.
-    #[error("the authorization answer lacks the iss its server promises; it was not used")]
+    /// The server promised `iss`, or the flow's redirect URI is shared by several issuers
+    /// (the metadata document's), and the answer has none.
+    #[error("the authorization answer lacks the iss it must carry; it was not used")]
     IssuerMissing,
     /// The browser is not the one that started the flow on the gateway's start page (no
     /// or another cookie): the authorization server's URL was opened elsewhere.
@@ -460,8 +455,14 @@ pub async fn complete(
     if !flows::arrived_at(&flow.redirect_uri, path) {
         return Err(CallbackError::WrongRedirect);
     }
+    // The metadata document's one redirect URI serves every issuer: where another could
+    // answer there, only `iss` tells this flow's issuer's answer from theirs.
+    let metadata_document =
+        !flow.registration.dynamic && flow.backend.config.client.client_id.is_none();
+    let iss_required =
+        flow.iss_required || (metadata_document && flows.shared_by_issuers(&flow.issuer));
     // RFC 9207: likewise.
-    match (params.get("iss"), flow.iss_required) {
+    match (params.get("iss"), iss_required) {
         (Some(iss), _) if *iss != flow.issuer => return Err(CallbackError::IssuerMismatch),
         (None, true) => return Err(CallbackError::IssuerMissing),
         _ => {}

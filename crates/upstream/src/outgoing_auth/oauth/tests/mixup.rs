@@ -252,8 +252,9 @@ async fn a_metadata_document_flow_needs_iss_when_issuers_share_its_redirect_uri(
     assert_eq!(done, Ok("evil".to_owned()));
     assert_eq!(evil_as.bodies("POST /token").len(), 1);
 
-    let _honest = backend_of(&flows, "honest", &honest_as, true);
+    // A request made while it was alone is checked as things are at its callback.
     let (e, cookie) = started(&flows, &evil).await;
+    let _honest = backend_of(&flows, "honest", &honest_as, true);
     let answer = format!("state={}&code=honest-code", e["state"]);
     assert_eq!(
         complete(&flows, "/oauth/callback", &answer, Some(&cookie)).await,
@@ -263,6 +264,12 @@ async fn a_metadata_document_flow_needs_iss_when_issuers_share_its_redirect_uri(
         evil_as.bodies("POST /token").len(),
         1,
         "nothing more posted"
+    );
+    let (e, cookie) = started(&flows, &evil).await;
+    let answer = format!("state={}&code=honest-code", e["state"]);
+    assert_eq!(
+        complete(&flows, "/oauth/callback", &answer, Some(&cookie)).await,
+        Err(CallbackError::IssuerMissing)
     );
     // Its own server's answer, naming itself, completes it.
     let (e, cookie) = started(&flows, &evil).await;
