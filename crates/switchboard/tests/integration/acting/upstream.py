@@ -217,8 +217,8 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 clients[cid] = secrets.token_hex(16)
                 issued.append(clients[cid])
-                as_log.append({"kind": "register"})
-            body = json.loads(raw or b"{}")
+                body = json.loads(raw or b"{}")
+                as_log.append({"kind": "register", "redirect_uris": body.get("redirect_uris")})
             body.update({"client_id": cid, "client_secret": clients[cid],
                          "token_endpoint_auth_method": "client_secret_basic"})
             self.reply(201, body)
