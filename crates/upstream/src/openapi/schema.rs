@@ -107,16 +107,24 @@ impl Walk<'_> {
             .filter(|(k, _)| k.as_str() != "$ref")
             .map(|(k, v)| Ok((k.clone(), self.node(v, depth + 1)?)))
             .collect::<Result<_, String>>()?;
-        if siblings.is_empty() {
-            return Ok(resolved);
-        }
+        // Annotations beside it describe the target; any other keyword constrains it as
+        // well as the target's own (both hold, as 2020-12 says): an `allOf`, never a merge
+        // that would replace the target's `maxLength` or `properties` with the sibling's.
+        let (notes, rules): (Map<String, Value>, Map<String, Value>) = siblings
+            .into_iter()
+            .partition(|(k, _)| ANNOTATIONS.contains(&k.as_str()));
         match resolved.as_object_mut() {
-            Some(obj) => {
-                obj.extend(siblings);
+            Some(obj) if rules.is_empty() => {
+                obj.extend(notes);
                 Ok(resolved)
             }
-            None => {
-                let mut all = siblings;
+            _ => {
+                let mut all = rules;
+                all.extend(notes);
+                // The target's type at the top too, where a parameter's style is read.
+                if let Some(kind) = resolved.get("type") {
+                    all.entry("type").or_insert_with(|| kind.clone());
+                }
                 all.insert("allOf".into(), json!([resolved]));
                 Ok(Value::Object(all))
             }
@@ -192,6 +200,19 @@ pub(crate) fn is_object(s: &Value) -> bool {
     }
 }
 
+/// Keywords that describe a schema without constraining it.
+const ANNOTATIONS: [&str; 9] = [
+    "description",
+    "title",
+    "example",
+    "examples",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$comment",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +281,40 @@ mod tests {
             &json!({"$ref": "#/components/schemas/Bomb"}),
         );
         assert!(same.is_ok());
+    }
+
+    /// Review: keywords beside a `$ref` replaced the target's (`maxLength: 64` over its 4,
+    /// `properties: {note}` over its `amount`): both must hold.
+    #[test]
+    fn keywords_beside_a_reference_constrain_with_the_target() {
+        let d = json!({"components": {"schemas": {
+            "Id": {"type": "string", "maxLength": 4, "pattern": "^[a-z]+$"},
+            "Transfer": {"type": "object", "required": ["amount"],
+                "properties": {"amount": {"type": "integer"}}}}}});
+        let id = json!({"$ref": "#/components/schemas/Id", "maxLength": 64, "pattern": "^.*$",
+            "description": "id"});
+        let id = inline(&d, Version::V31, &id).unwrap();
+        let check = jsonschema::validator_for(&id).unwrap();
+        assert!(!check.is_valid(&json!("UPPER-and-long-XYZ")), "{id}");
+        assert!(check.is_valid(&json!("abc")), "{id}");
+        assert_eq!(id["type"], "string", "{id}");
+        assert_eq!(id["description"], "id", "{id}");
+        let transfer = json!({"$ref": "#/components/schemas/Transfer",
+            "properties": {"note": {"type": "string"}}});
+        let transfer = inline(&d, Version::V31, &transfer).unwrap();
+        let check = jsonschema::validator_for(&transfer).unwrap();
+        assert!(
+            check.is_valid(&json!({"amount": 5, "note": "x"})),
+            "{transfer}"
+        );
+        assert!(!check.is_valid(&json!({"note": "x"})), "{transfer}");
+        // A description alone is merged: the schema stays as plain as it was.
+        let plain = json!({"$ref": "#/components/schemas/Id", "description": "d"});
+        let plain = inline(&d, Version::V31, &plain).unwrap();
+        assert!(
+            plain.get("allOf").is_none() && plain["maxLength"] == 4,
+            "{plain}"
+        );
     }
 
     #[test]
