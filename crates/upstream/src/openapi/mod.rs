@@ -201,9 +201,14 @@ impl Inner {
         let params = request.get("params").cloned().unwrap_or(json!({}));
         let id = request.get("id").cloned().unwrap_or(id);
         let (answer, call) = match server::ask(&self.catalog, method, &params) {
-            Ask::Now(answer) => (answer, false),
-            Ask::Call { tool, args } => (Ok(self.tool_call(&tool, &args).await), true),
+            Ask::Now(answer) => (answer, None),
+            Ask::Call { tool, args } => {
+                let (result, room) = self.tool_call(&tool, &args).await;
+                (Ok(result), Some(room))
+            }
         };
+        // A parsed answer's room is held until its result is written (`response::Room`).
+        let (call, _room) = (call.is_some(), call.flatten());
         let decorated = |mut result: Value| {
             if server::is_modern(method, &params) {
                 server::decorate(&self.catalog, method, &mut result);
@@ -225,10 +230,16 @@ impl Inner {
         }
     }
 
-    /// One `tools/call`: arguments checked, the request built (or refused), sent, answered.
-    async fn tool_call(&self, name: &str, args: &serde_json::Map<String, Value>) -> Value {
+    /// One `tools/call`: arguments checked, the request built (or refused), sent, answered;
+    /// with the room its parsed answer holds.
+    async fn tool_call(
+        &self,
+        name: &str,
+        args: &serde_json::Map<String, Value>,
+    ) -> (Value, response::Room) {
+        let refused = |text: &str| (response::error_result(text), None);
         let Some(tool) = self.catalog.get(name) else {
-            return response::error_result(&format!("Unknown tool: {name}"));
+            return refused(&format!("Unknown tool: {name}"));
         };
         let instance = Value::Object(args.clone());
         if let Err(e) = tool.input.validate(&instance) {
@@ -238,17 +249,17 @@ impl Inner {
             } else {
                 at
             };
-            return response::error_result(&format!("invalid arguments: {at}: {}", e.masked()));
+            return refused(&format!("invalid arguments: {at}: {}", e.masked()));
         }
         let request = match request::build(&self.base, &tool.op, args, &self.headers) {
             Ok(r) => r,
-            Err(e) => return response::error_result(&format!("refused before sending: {e}")),
+            Err(e) => return refused(&format!("refused before sending: {e}")),
         };
         let exchange = self.exchange(tool, request);
         match tokio::time::timeout(self.call_timeout, exchange).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(e)) => response::error_result(&e.to_string()),
-            Err(_) => response::error_result(&format!(
+            Ok(Ok(answered)) => answered,
+            Ok(Err(e)) => refused(&e.to_string()),
+            Err(_) => refused(&format!(
                 "the API did not answer within {} s",
                 self.call_timeout.as_secs_f64()
             )),
@@ -259,7 +270,7 @@ impl Inner {
         &self,
         tool: &Tool,
         request: hyper::Request<Full<Bytes>>,
-    ) -> Result<Value, OpenApiError> {
+    ) -> Result<(Value, response::Room), OpenApiError> {
         // The request was built from the base URL's own scheme and authority: never another.
         debug_assert_eq!(request.uri().authority(), Some(&self.base.authority));
         let sent = self.client.request(request).await;

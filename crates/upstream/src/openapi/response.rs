@@ -3,6 +3,8 @@
 //! (redirects included: they are never followed) as an `isError` result naming the status
 //! and the body's first bytes. The body is read within a bound and dropped past it.
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::header::CONTENT_TYPE;
@@ -37,15 +39,20 @@ pub(crate) fn error_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 
-/// Most values (elements, members and their names, scalars) one JSON response may hold: a
-/// parsed value takes tens of times its text's size, and is what a response schema checks.
-pub(crate) const MAX_JSON_VALUES: usize = 1 << 20;
+/// The most memory one JSON response may take once parsed (as [`parsed_size`] estimates
+/// it): a parsed value takes tens of times its text, hundreds of bytes for each tiny
+/// container, and is what a response schema checks.
+pub(crate) const MAX_PARSED_BYTES: usize = 128 << 20;
 
-/// Values the JSON responses being parsed at once may hold, every OpenAPI backend together:
-/// what bounds the memory parsing takes (a call waits for room, within its deadline).
-const PARSING_VALUES: usize = 4 * MAX_JSON_VALUES;
+/// The memory the parsed JSON responses held at once may take, every OpenAPI backend
+/// together, in KiB: a call waits for room (within its deadline), and holds it until its
+/// result is written.
+const PARSING_KIB: usize = 3 * (MAX_PARSED_BYTES >> 10);
 
-static PARSING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PARSING_VALUES);
+static PARSING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PARSING_KIB);
+
+/// Room held by a parsed response until its result is written.
+pub(crate) type Room = Option<tokio::sync::SemaphorePermit<'static>>;
 
 /// The result for a response with `status`, `content_type` and `body`; `max_result`, the
 /// most a result may be (a JSON body is carried twice: as text and as `structuredContent`).
@@ -54,25 +61,32 @@ pub(crate) async fn result(
     status: hyper::StatusCode,
     (content_type, body): (&str, &[u8]),
     max_result: usize,
-) -> Value {
+) -> (Value, Room) {
     if !status.is_success() {
-        return error_result(&failed(status, body));
+        return (error_result(&failed(status, body)), None);
     }
     if body.is_empty() {
-        return json!({"content": [{"type": "text", "text": format!("HTTP {}", status.as_u16())}]});
+        let text = format!("HTTP {}", status.as_u16());
+        return (json!({"content": [{"type": "text", "text": text}]}), None);
     }
     let json = is_json(content_type);
     if body.len().saturating_mul(if json { 2 } else { 1 }) > max_result {
-        return error_result(&too_large(max_result));
+        return (error_result(&too_large(max_result)), None);
     }
     let text = String::from_utf8_lossy(body);
     if !json {
-        return json!({"content": [{"type": "text", "text": text}]});
+        return (json!({"content": [{"type": "text", "text": text}]}), None);
     }
-    let value = match parse(body, status).await {
-        Ok(value) => value,
-        Err(why) => return error_result(&why),
+    let (value, room) = match parse(body, status).await {
+        Ok(parsed) => parsed,
+        Err(why) => return (error_result(&why), None),
     };
+    (checked(tool, status, text, value), room)
+}
+
+/// A parsed JSON answer as `structuredContent` (beside its `text`), checked against the
+/// operation's response schema.
+fn checked(tool: &Tool, status: hyper::StatusCode, text: Cow<'_, str>, value: Value) -> Value {
     let structured = match (tool.wrapped, value) {
         (false, Value::Object(map)) => Value::Object(map),
         (_, other) => json!({"result": other}),
@@ -96,43 +110,61 @@ pub(crate) fn too_large(max_result: usize) -> String {
     format!("the API's response is too large: as a result it would be more than {max_result} bytes")
 }
 
-/// `body` parsed, if it holds at most [`MAX_JSON_VALUES`] values, once the parses under way
-/// leave room for them ([`PARSING_VALUES`]).
-async fn parse(body: &[u8], status: hyper::StatusCode) -> Result<Value, String> {
-    let values = values_in(body);
-    if values > MAX_JSON_VALUES {
+/// `body` parsed, if [`parsed_size`] finds it within [`MAX_PARSED_BYTES`], once the parses
+/// held leave room for it ([`PARSING_KIB`]); the room is the caller's to hold.
+async fn parse(body: &[u8], status: hyper::StatusCode) -> Result<(Value, Room), String> {
+    let size = parsed_size(body);
+    if size > MAX_PARSED_BYTES {
         return Err(format!(
-            "HTTP {}: the API's JSON response holds more than {MAX_JSON_VALUES} values",
-            status.as_u16()
+            "HTTP {}: the API's JSON response is too large to check: parsed, it would take more than {} MiB",
+            status.as_u16(),
+            MAX_PARSED_BYTES >> 20
         ));
     }
-    // `values` ≤ MAX_JSON_VALUES < PARSING_VALUES, and the semaphore is never closed.
-    let permits = u32::try_from(values.max(1)).unwrap_or(u32::MAX);
-    let _room = PARSING.acquire_many(permits).await;
-    serde_json::from_slice::<Value>(body).map_err(|_| {
+    // At most MAX_PARSED_BYTES in KiB, below PARSING_KIB; the semaphore is never closed.
+    let kib = u32::try_from((size >> 10).max(1)).unwrap_or(u32::MAX);
+    let room = PARSING.acquire_many(kib).await.ok();
+    let value = serde_json::from_slice::<Value>(body).map_err(|_| {
         format!(
             "HTTP {}: the API said its response is JSON, but it is not",
             status.as_u16()
         )
-    })
+    })?;
+    Ok((value, room))
 }
 
-/// An upper bound on the values JSON text `body` parses into (for a valid text): one per
-/// `,` `:` `[` `{` outside strings, and one more. A scan, no allocation.
-pub(crate) fn values_in(body: &[u8]) -> usize {
-    let (mut values, mut in_string, mut escaped) = (1usize, false, false);
+/// Bytes a parsed value takes, estimated from above (`Value`s of 80 bytes with ordered
+/// maps, vectors doubling): the text, 160 per element or member (`,` `:`), 400 per array
+/// (`[`, four slots at first), 600 per object (`{`), counted outside strings. A scan, no
+/// allocation.
+pub(crate) fn parsed_size(body: &[u8]) -> usize {
+    let (mut size, mut in_string, mut escaped) = (body.len() + 160, false, false);
     for &b in body {
-        match (in_string, escaped, b) {
-            (true, true, _) => escaped = false,
-            (true, false, b'\\') => escaped = true,
-            (true, false, b'"') => in_string = false,
-            (true, false, _) => {}
-            (false, _, b'"') => in_string = true,
-            (false, _, b',' | b':' | b'[' | b'{') => values += 1,
-            (false, _, _) => {}
-        }
+        let add = match (in_string, escaped, b) {
+            (true, true, _) => {
+                escaped = false;
+                0
+            }
+            (true, false, b'\\') => {
+                escaped = true;
+                0
+            }
+            (true, false, b'"') => {
+                in_string = false;
+                0
+            }
+            (false, _, b'"') => {
+                in_string = true;
+                0
+            }
+            (false, _, b',' | b':') => 160,
+            (false, _, b'[') => 400,
+            (false, _, b'{') => 600,
+            _ => 0,
+        };
+        size = size.saturating_add(add);
     }
-    values
+    size
 }
 
 fn failed(status: hyper::StatusCode, body: &[u8]) -> String {

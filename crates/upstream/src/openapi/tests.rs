@@ -238,16 +238,24 @@ fn zeros(n: usize) -> Vec<u8> {
     body
 }
 
-/// A JSON answer is parsed only when its result could fit (it is carried twice) and it holds
-/// at most `MAX_JSON_VALUES` values: parsed, a value takes tens of times its text (review: a
-/// 14 MiB array of zeros took the gateway to 1.1 GB before the result was found too large).
+/// A JSON answer is parsed only when its result could fit (it is carried twice) and its
+/// parsed size, estimated from above, is within `MAX_PARSED_BYTES`: parsed, JSON takes tens
+/// of times its text (review: a 14 MiB array of zeros took the gateway to 1.1 GB before the
+/// result was found too large; then a 2 MiB array of one-element arrays to ~190 MB).
 #[tokio::test]
-async fn a_json_answer_too_large_or_with_too_many_values_is_refused_unparsed() {
+async fn a_json_answer_too_large_or_too_large_parsed_is_refused_unparsed() {
     let doc = parse(tools::tests::PETS).unwrap();
     let (catalog, _) = Catalog::from_document(&doc).unwrap();
     let catalog = Arc::new(catalog);
     let args = json!({"name": "listPets", "arguments": {"limit": 1}});
-    let max = response::MAX_JSON_VALUES;
+    let max = response::MAX_PARSED_BYTES;
+    // `[[0],[0],…]`: 2 MiB of text, hundreds of bytes per element parsed.
+    let nested = {
+        let mut body = b"[[0]".to_vec();
+        body.extend(std::iter::repeat_n(*b",[0]", (2 << 20) / 4).flatten());
+        body.push(b']');
+        body
+    };
     let cases = [
         // Over half the result bound: it can never be sent, and is not even parsed (invalid
         // JSON is "too large" too, not "not JSON").
@@ -258,19 +266,16 @@ async fn a_json_answer_too_large_or_with_too_many_values_is_refused_unparsed() {
             Some("more than 65536 bytes"),
         ),
         (zeros(15_000), 64 * 1024, None),
-        // Within the bound, but more values than are parsed.
-        (
-            zeros(max + 1),
-            8 << 20,
-            Some("holds more than 1048576 values"),
-        ),
-        (zeros(max - 1), 8 << 20, None),
+        // Within the bound, but larger than parsing may take.
+        (zeros(max / 160), 16 << 20, Some("too large to check")),
+        (nested, 16 << 20, Some("too large to check")),
+        (zeros(max / 200), 16 << 20, None),
     ];
     for (body, bound, refused) in cases {
         let size = body.len();
         let port = answer_once_as("application/json", body).await;
         let mut config = OpenApiConfig::new(format!("http://127.0.0.1:{port}"));
-        config.max_response_bytes = 8 << 20;
+        config.max_response_bytes = 16 << 20;
         config.max_result_bytes = bound;
         let u = OpenApiUpstream::new(catalog.clone(), config).unwrap();
         let (_, r) = ask(&u, "tools/call", args.clone()).await;
@@ -287,15 +292,15 @@ async fn a_json_answer_too_large_or_with_too_many_values_is_refused_unparsed() {
 }
 
 #[test]
-fn values_are_counted_outside_strings_only() {
-    use response::values_in;
-    assert_eq!(values_in(b"0"), 1);
-    assert_eq!(values_in(b"[0,0,0]"), 4);
-    assert_eq!(values_in(br#"{"a":1,"b":[2]}"#), 6);
-    assert_eq!(values_in(br#""a,b:[{""#), 1);
+fn the_parsed_size_is_counted_outside_strings_only() {
+    use response::parsed_size;
+    assert_eq!(parsed_size(b"0"), 1 + 160);
+    assert_eq!(parsed_size(b"[0,0]"), 5 + 160 + 400 + 160);
+    assert_eq!(parsed_size(br#"{"a":1}"#), 7 + 160 + 600 + 160);
+    assert_eq!(parsed_size(br#""a,b:[{""#), 8 + 160);
     // An escaped quote stays in the string; an escaped backslash ends it.
-    assert_eq!(values_in(br#"["a\",[{",1]"#), 3);
-    assert_eq!(values_in(br#"["a\\",[1]]"#), 4);
+    assert_eq!(parsed_size(br#"["a\",[{",1]"#), 12 + 160 + 400 + 160);
+    assert_eq!(parsed_size(br#"["a\\",[1]]"#), 11 + 160 + 400 + 160 + 400);
 }
 
 /// A secret written into the base URL's path (`…/bot${TOKEN}`) never comes back, as a
