@@ -195,7 +195,7 @@ pub fn router(state: AppState) -> Router {
             get(oauth_callback::start_page).post(oauth_callback::start),
         )
         .route("/oauth/callback", get(oauth_callback::callback))
-        .route("/oauth/callback/{tag}", get(oauth_callback::callback))
+        .route("/oauth/i/{tag}/callback", get(oauth_callback::callback))
         .route(
             "/oauth/client-metadata.json",
             get(oauth_callback::client_metadata),

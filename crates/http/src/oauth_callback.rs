@@ -3,7 +3,7 @@
 //!   principal and backend and asks for a click; `POST /oauth/start`, the click, binds the
 //!   flow to this browser (a cookie) and redirects to the authorization server
 //!   (`switchboard_core::oauth::start` says why);
-//! - `GET /oauth/callback` and `GET /oauth/callback/{tag}` (a dynamically registered client's
+//! - `GET /oauth/callback` and `GET /oauth/i/{tag}/callback` (a dynamically registered client's
 //!   redirect URI, one per issuer), where the authorization server sends the user back (the
 //!   state, the browser's cookie, the path, the code and `iss` are checked and the code
 //!   redeemed by `switchboard_core::oauth::complete`);
@@ -81,7 +81,7 @@ pub(crate) async fn start(headers: HeaderMap, form: Bytes) -> Response {
     }
 }
 
-/// `GET /oauth/callback` and `GET /oauth/callback/{tag}` (a dynamic client's redirect URI at
+/// `GET /oauth/callback` and `GET /oauth/i/{tag}/callback` (a dynamic client's redirect URI at
 /// one issuer): the path goes to `complete`, which refuses an answer that came back to
 /// another redirect URI than its flow's.
 pub(crate) async fn callback(

@@ -214,15 +214,15 @@ async fn each_principal_consents_for_itself_and_gets_only_its_own_token() {
     for e in log.iter().filter(|e| e["kind"] == "token") {
         assert_eq!(e["resource"], format!("{}/mcp", up.base), "{e}");
     }
-    // It registered its issuer's own redirect URI (`/oauth/callback/<16 hex>`), where the
+    // It registered its issuer's own redirect URI (`/oauth/i/<32 hex>/callback`), where the
     // browsers came back (mix-up defence).
     let register = log.iter().find(|e| e["kind"] == "register").unwrap();
     let uri = register["redirect_uris"][0].as_str().unwrap_or_default();
-    let tag = uri
-        .strip_prefix(&format!("{}/oauth/callback/", gw.base()))
+    let tag = (uri.strip_prefix(&format!("{}/oauth/i/", gw.base())))
+        .and_then(|rest| rest.strip_suffix("/callback"))
         .unwrap_or_default();
     assert!(
-        tag.len() == 16 && tag.bytes().all(|b| b.is_ascii_hexdigit()),
+        tag.len() == 32 && tag.bytes().all(|b| b.is_ascii_hexdigit()),
         "{register}"
     );
     // No token, code or refresh token in anything the gateway wrote.

@@ -105,23 +105,24 @@ pub struct Flows {
     backends: Mutex<std::collections::HashMap<String, Vec<std::sync::Weak<Backend>>>>,
 }
 
-/// The redirect URI's last segment for `issuer`: the first 16 lowercase hex digits of the
+/// The segment of `issuer`'s redirect URI that names it: the first 32 lowercase hex digits
+/// (128 bits: no issuer URL an attacker picks can be made to share another's) of the
 /// SHA-256 of the issuer URL as written.
 pub fn issuer_tag(issuer: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(issuer.as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Whether a callback that arrived at `path` (the request's path, as the gateway's router
 /// saw it) arrived at `redirect_uri`: the same path, or, behind a proxy that strips the
-/// public URL's path, its `/oauth/callback…` tail.
+/// public URL's path, its `/oauth/…` tail.
 pub(crate) fn arrived_at(redirect_uri: &str, path: &str) -> bool {
     let Some((_, expected)) = super::discovery::split(redirect_uri) else {
         return false;
     };
     let path = path.trim_end_matches('/');
-    path == expected || (path.starts_with("/oauth/callback") && expected.ends_with(path))
+    path == expected || (path.starts_with("/oauth/") && expected.ends_with(path))
 }
 
 /// The process's callback site (what the gateway's `/oauth/callback` completes).
@@ -200,11 +201,14 @@ impl Flows {
     }
 
     /// The redirect URI of a dynamic registration at `issuer`, once the public URL is known:
-    /// `<base>/oauth/callback/<tag>`, [`issuer_tag`] of the issuer. Each issuer's client
+    /// `<base>/oauth/i/<tag>/callback`, [`issuer_tag`] of the issuer. Each issuer's client
     /// gets its own, so an answer one issuer sends cannot complete another issuer's flow
-    /// (mix-up, RFC 9700 §4.4).
+    /// (mix-up, RFC 9700 §4.4); none lies under another or under the shared one (a server
+    /// that accepts any path below a registered one cannot reach it from there).
     pub fn issuer_redirect_uri(&self, issuer: &str) -> Option<String> {
-        Some(format!("{}/{}", self.redirect_uri()?, issuer_tag(issuer)))
+        let shared = self.redirect_uri()?;
+        let base = shared.trim_end_matches("/oauth/callback");
+        Some(format!("{base}/oauth/i/{}/callback", issuer_tag(issuer)))
     }
 
     /// Whether answers from more than one authorization server may come back to the shared

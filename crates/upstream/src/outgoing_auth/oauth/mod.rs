@@ -9,7 +9,7 @@
 //! [`OutgoingAuthError::ConsentRequired`], which carries the URL the user must open: the
 //! gateway's start page (`start`), whose click binds the flow to that browser and sends it
 //! on to the authorization server. The browser comes back to the gateway's callback (a
-//! dynamic client's redirect URI is its issuer's own, `/oauth/callback/<tag>`), where
+//! dynamic client's redirect URI is its issuer's own, `/oauth/i/<tag>/callback`), where
 //! [`complete`] checks `state`, the browser's cookie, that the answer came back to its flow's
 //! redirect URI and `iss` (RFC 9207; mix-up, RFC 9700 §4.4), redeems the code with the
 //! verifier and the RFC 8707 `resource`, and

@@ -164,7 +164,7 @@ async fn an_honest_servers_answer_to_evils_state_is_refused_and_not_posted_to_ev
     let (h, _) = started(&flows, &honest).await;
     let honest_redirect = h["redirect_uri"].clone();
     let expected = format!(
-        "http://127.0.0.1:2/oauth/callback/{}",
+        "http://127.0.0.1:2/oauth/i/{}/callback",
         issuer_tag(&honest_as.base)
     );
     assert_eq!(honest_redirect, expected);
@@ -206,7 +206,10 @@ async fn a_dynamic_clients_flow_completes_at_its_issuers_redirect_uri() {
     let (h, cookie) = started(&flows, &honest).await;
     let answer = format!("state={}&code=c1", h["state"]);
     let path = path_of(&h["redirect_uri"]);
-    assert!(path.starts_with("/oauth/callback/"), "{path}");
+    assert!(
+        path.starts_with("/oauth/i/") && path.ends_with("/callback"),
+        "{path}"
+    );
     assert_eq!(
         complete(&flows, path, &answer, Some(&cookie)).await,
         Ok("honest".to_owned())
@@ -220,21 +223,29 @@ async fn a_dynamic_clients_flow_completes_at_its_issuers_redirect_uri() {
     assert!(honest.has_token("p1").await);
     // Behind a proxy that strips the public URL's path, the tail is what arrives.
     assert!(flows::arrived_at(
-        "https://gw.example/sb/oauth/callback/ab",
-        "/oauth/callback/ab"
+        "https://gw.example/sb/oauth/i/ab/callback",
+        "/oauth/i/ab/callback"
     ));
     assert!(!flows::arrived_at(
-        "https://gw.example/sb/oauth/callback/ab",
+        "https://gw.example/sb/oauth/i/ab/callback",
         "/oauth/callback"
     ));
     assert!(!flows::arrived_at(
         "https://gw.example/sb/oauth/callback",
-        "/oauth/callback/ab"
+        "/oauth/i/ab/callback"
     ));
     assert!(!flows::arrived_at(
-        "https://gw.example/oauth/callback/ab",
-        "/x/callback/ab"
+        "https://gw.example/oauth/i/ab/callback",
+        "/x/i/ab/callback"
     ));
+    // No issuer's path lies under the shared one, or under another's.
+    let shared = flows.redirect_uri().unwrap();
+    let own = flows.issuer_redirect_uri("https://as.example").unwrap();
+    assert!(
+        !own.starts_with(&shared) && !shared.starts_with(&own),
+        "{own}"
+    );
+    assert_eq!(issuer_tag("https://as.example").len(), 32);
 }
 
 /// The metadata document lists one redirect URI for every issuer: where another issuer's
