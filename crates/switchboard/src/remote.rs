@@ -215,7 +215,10 @@ fn parse_header(
         )
     })?;
     let name = header_name(name.trim()).map_err(|e| match e {
-        HeaderNameError::Invalid(_) => anyhow::anyhow!("--header: {e}"),
+        // Not quoted: with the `:` misplaced, a credential sits before it.
+        HeaderNameError::Invalid(_) => anyhow::anyhow!(
+            "--header: the text before the first `:` is not a header name (not shown: it may be a credential)"
+        ),
         HeaderNameError::Reserved(_) => anyhow::anyhow!("--header {e}"),
     })?;
     let value = crate::config::secrets::expand(value.trim(), &env)

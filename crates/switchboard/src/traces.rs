@@ -54,7 +54,10 @@ fn build(url: String, service: String) -> anyhow::Result<SdkTracerProvider> {
         .with_endpoint(url)
         .with_timeout(EXPORT_TIMEOUT)
         .build()
-        .context("cannot build the OTLP exporter")?;
+        // Its error quotes the URL as given, user info and query included.
+        .map_err(|_| {
+            anyhow::anyhow!("cannot build the OTLP exporter: --otlp-endpoint is not a URL it takes")
+        })?;
     let batch = BatchConfigBuilder::default()
         .with_scheduled_delay(BATCH_DELAY)
         .with_max_queue_size(QUEUE)

@@ -564,4 +564,35 @@ async fn a_malformed_header_flag_is_refused_without_its_value() {
         !stdout.contains("sk_live") && !stderr.contains("sk_live"),
         "{stderr}"
     );
+    // A `:` inside the token: what precedes it is not quoted either.
+    let args = [
+        "run",
+        "--url",
+        "http://127.0.0.1:9/mcp",
+        "--header",
+        "Bearer 123456:ABCdef",
+    ];
+    let out = switchboard(&args, &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert!(
+        !out.status.success() && stderr.contains("--header"),
+        "{stderr}"
+    );
+    assert!(
+        !stdout.contains("123456") && !stderr.contains("123456"),
+        "{stderr}"
+    );
+    // An OTLP endpoint its exporter will not take is not quoted (its error quotes it).
+    let endpoint = "http://otuser:OTLP SECRET-7@127.0.0.1:1/v1/traces?key=a b";
+    let args = ["run", "--otlp-endpoint", endpoint];
+    let out = switchboard(&args, &[], &dir.0).await;
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("--otlp-endpoint"), "{stderr}");
+    for secret in ["SECRET-7", "otuser", "key=a"] {
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "{stderr}"
+        );
+    }
 }
