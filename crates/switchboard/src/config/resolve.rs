@@ -437,9 +437,7 @@ impl Ctx<'_> {
             source,
             shown_spec: shown,
             base_url,
-            url_secrets: super::secrets::references(&key.base_url)
-                .filter_map(|var| self.secrets.get(var))
-                .collect(),
+            url_secrets: self.secrets.in_path_of(&key.base_url),
             headers,
             max_response_bytes: key.max_response_bytes,
             loaded,

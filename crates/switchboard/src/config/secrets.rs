@@ -40,6 +40,9 @@ pub(crate) fn expand(
     Ok(out)
 }
 
+/// The shortest value in a URL's path taken for a secret ([`Secrets::in_path_of`]).
+const PATH_SECRET_MIN: usize = 12;
+
 /// The names `value` references (`${NAME}`), in order; an unclosed one ends them.
 pub(crate) fn references(value: &str) -> impl Iterator<Item = &str> {
     let mut rest = value;
@@ -151,6 +154,19 @@ impl Secrets {
     pub(crate) fn expand(&self, value: &str) -> Result<String, ExpandError> {
         expand(value, &|v| self.get(v))
     }
+
+    /// The values of the references in `url`'s path (as written) of [`PATH_SECRET_MIN`]
+    /// bytes or more: an OpenAPI base URL's key there never comes back in a result. Not the
+    /// host's, nor a short one (an account number, a version), which would be cut out of
+    /// ordinary numbers and text.
+    pub(crate) fn in_path_of(&self, url: &str) -> Vec<String> {
+        let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let path = after_scheme.find('/').map_or("", |at| &after_scheme[at..]);
+        references(path)
+            .filter_map(|var| self.get(var))
+            .filter(|value| value.len() >= PATH_SECRET_MIN)
+            .collect()
+    }
 }
 
 /// `"v"` or `'v'` → `v` (as shell-style env files write values).
@@ -166,6 +182,19 @@ fn unquote(v: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_long_value_in_a_urls_path_is_a_secret() {
+        let values = [
+            ("HOST", "api.example.com.internal"),
+            ("TOKEN", "123456:BotPathSecretXYZ"),
+            ("ACCOUNT", "1234"),
+        ];
+        let s = Secrets::only(values.map(|(k, v)| (k.to_owned(), v.to_owned())).into());
+        let url = "https://${HOST}/v1/${ACCOUNT}/bot${TOKEN}";
+        assert_eq!(s.in_path_of(url), ["123456:BotPathSecretXYZ"]);
+        assert!(s.in_path_of("https://${HOST}").is_empty());
+    }
 
     #[test]
     fn references_are_named_in_order() {
