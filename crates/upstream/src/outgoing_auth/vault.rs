@@ -194,6 +194,9 @@ pub enum VaultError {
     /// under another principal or backend.
     #[error("a stored token could not be opened (another encryption key, or the value was altered or moved)")]
     Open,
+    /// A stored value in a format this build does not read (a newer build's).
+    #[error("a stored token is in a format this build does not read")]
+    Format,
     /// The store is full.
     #[error("the token store is full")]
     Full,
@@ -360,8 +363,11 @@ impl VaultKeyMaterial {
 
     /// The token `sealed` holds, if this key sealed it for `key`.
     pub fn open(&self, key: &VaultKey, sealed: &[u8]) -> Result<UpstreamToken, VaultError> {
-        let [VERSION, rest @ ..] = sealed else {
-            return Err(VaultError::Open);
+        let rest = match sealed {
+            [VERSION, rest @ ..] => rest,
+            [] => return Err(VaultError::Open),
+            // Written by a newer build (a rolling upgrade): not this key's to judge.
+            [_, ..] => return Err(VaultError::Format),
         };
         if rest.len() < NONCE_LEN + TAG_LEN {
             return Err(VaultError::Open);
@@ -379,7 +385,9 @@ impl VaultKeyMaterial {
                 },
             )
             .map_err(|_| VaultError::Open)?;
-        let token = serde_json::from_slice(&plain).map_err(|_| VaultError::Open);
+        // Sealed by this key, for this caller: a shape this build does not read is a newer
+        // build's, not an altered value.
+        let token = serde_json::from_slice(&plain).map_err(|_| VaultError::Format);
         wipe(plain);
         token
     }

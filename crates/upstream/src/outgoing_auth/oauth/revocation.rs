@@ -46,7 +46,7 @@ impl Backend {
             let read = match self.vault.get(&key).await {
                 // Not openable: nothing to revoke upstream, but it is the principal's to
                 // remove.
-                Err(VaultError::Open) => {
+                Err(VaultError::Open | VaultError::Format) => {
                     self.vault.remove(&key).await.map_err(vault_error)?;
                     return Ok(Revoked {
                         removed: true,

@@ -89,6 +89,13 @@ fn moved_or_altered_value_does_not_open() {
         k.open(&key("alice", "github"), &[]),
         Err(VaultError::Open)
     ));
+    // Another format's version byte: a newer build's value, not an altered one.
+    let mut newer = sealed.clone();
+    newer[0] = newer[0].wrapping_add(1);
+    assert!(matches!(
+        k.open(&key("alice", "github"), &newer),
+        Err(VaultError::Format)
+    ));
 }
 
 #[test]

@@ -222,10 +222,30 @@ async fn a_kept_token_that_does_not_open_is_removed_not_a_lockout() {
     let revoked = b.revoke("alice").await.unwrap();
     assert!(revoked.removed && revoked.upstream.is_none());
     assert!(here.sealed(&key).is_none());
+    // A newer build's format is not this build's to remove: no token here, kept there.
+    let mut newer = sealed_again(&elsewhere, &key, server).await;
+    newer[0] = newer[0].wrapping_add(1);
+    here.put_sealed(&key, newer.clone());
+    assert!(b.token("alice").await.unwrap().is_none());
+    assert_eq!(here.sealed(&key), Some(newer));
     // Nothing else was touched: another principal's token still opens.
     let bob = VaultKey::new("bob", "gh");
     here.put(&bob, &token_for(server, "https://as"))
         .await
         .unwrap();
     assert!(b.token("bob").await.unwrap().is_some());
+}
+
+/// `vault`'s sealed value of a token for `server`, under `key`.
+async fn sealed_again(
+    vault: &crate::outgoing_auth::MemoryVault,
+    key: &crate::outgoing_auth::vault::VaultKey,
+    server: &str,
+) -> Vec<u8> {
+    use crate::outgoing_auth::vault::TokenVault;
+    vault
+        .put(key, &token_for(server, "https://as"))
+        .await
+        .unwrap();
+    vault.sealed(key).unwrap()
 }
