@@ -173,7 +173,7 @@ impl Flows {
             flow.browser = Some(Secret::new(&browser));
             Ok(Started {
                 location: flow.authorize_url.clone(),
-                cookie: names.browser(&flow.start, &browser),
+                cookie: names.browser(&flow.start, &browser, &flow.redirect_uri),
             })
         })
         .unwrap_or(Err(StartError::Unknown))
@@ -303,11 +303,18 @@ impl CookieNames {
         }
     }
 
-    fn browser(&self, start: &str, value: &str) -> Cookie {
+    /// The browser's cookie, sent back to the flow's own redirect URI (a dynamic client's
+    /// is its issuer's, `…/oauth/i/<tag>/callback`), and nowhere else.
+    fn browser(&self, start: &str, value: &str, redirect_uri: &str) -> Cookie {
+        let path = match self.secure {
+            true => "/".to_owned(),
+            false => super::discovery::split(redirect_uri)
+                .map_or_else(|| self.path("callback"), |(_, path)| path.to_owned()),
+        };
         Cookie {
             name: self.browser_name(start),
             value: value.to_owned(),
-            path: self.path("callback"),
+            path,
             same_site: "Lax",
             secure: self.secure,
         }

@@ -136,10 +136,14 @@ async fn started(flows: &Flows, backend: &Arc<Backend>) -> (HashMap<String, Stri
         .begin(form.as_bytes(), Some(&csrf_cookie), from)
         .unwrap();
     let query = begun.location.split_once('?').unwrap().1;
-    let params = form_urlencoded::parse(query.as_bytes())
+    let params: HashMap<String, String> = form_urlencoded::parse(query.as_bytes())
         .into_owned()
         .collect();
     let cookie = begun.cookie.header();
+    // The browser brings it back to where its answer comes (CI: a cookie scoped to
+    // `/oauth/callback` never reached `/oauth/i/<tag>/callback`, and every callback failed).
+    let scope = format!("; Path={};", path_of(&params["redirect_uri"]));
+    assert!(cookie.contains(&scope), "{cookie}");
     (params, cookie.split(';').next().unwrap().to_owned())
 }
 
