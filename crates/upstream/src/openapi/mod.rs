@@ -13,6 +13,7 @@
 //! - `tools`: the [`Catalog`]: names, input/output schemas, annotations; [`Skipped`] operations.
 
 mod error;
+mod plain;
 mod redact;
 mod request;
 mod response;

@@ -1,0 +1,83 @@
+//! JSON text into a `serde_json::Value`, reading what the text says and nothing more.
+//!
+//! `Value`'s own deserializer, with serde_json's `raw_value` feature (which this workspace
+//! enables), treats an object whose first key is `$serde_json::private::RawValue` as a
+//! string of JSON to parse again: a hostile API hides any structure in a string, past a size
+//! estimate that does not read strings (`response::parsed_size`) and with a fresh nesting
+//! limit. Here an object is an object and a string a string, whatever its keys.
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+/// `text` as a `Value`, keys read as plain strings.
+pub(crate) fn parse(text: &[u8]) -> Result<Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let value = Plain.deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// The seed (and visitor) of one value.
+#[derive(Clone, Copy)]
+struct Plain;
+
+impl<'de> DeserializeSeed<'de> for Plain {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Value, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Plain {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(n).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Plain)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Plain)?;
+            members.insert(key, value);
+        }
+        Ok(Value::Object(members))
+    }
+}
