@@ -220,6 +220,9 @@ impl Backend {
         match self.vault.get(&self.key(principal)).await {
             Ok(None) => true,
             Ok(Some(token)) => !self.bound_here(&token),
+            // No token this build can use is held: whatever a session carries was withdrawn
+            // (a value put there in another shape is not a consent).
+            Err(VaultError::Open | VaultError::Format) => true,
             Err(_) => false,
         }
     }
