@@ -43,17 +43,6 @@ pub(crate) fn expand(
 /// The shortest value in a URL's path taken for a secret ([`Secrets::in_path_of`]).
 const PATH_SECRET_MIN: usize = 12;
 
-/// The names `value` references (`${NAME}`), in order; an unclosed one ends them.
-pub(crate) fn references(value: &str) -> impl Iterator<Item = &str> {
-    let mut rest = value;
-    std::iter::from_fn(move || {
-        let after = &rest[rest.find("${")? + 2..];
-        let end = after.find('}')?;
-        rest = &after[end + 1..];
-        Some(&after[..end])
-    })
-}
-
 /// Why a secrets file was refused.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SecretsFileError {
@@ -155,17 +144,36 @@ impl Secrets {
         expand(value, &|v| self.get(v))
     }
 
-    /// The values of the references in `url`'s path (as written) of [`PATH_SECRET_MIN`]
-    /// bytes or more: an OpenAPI base URL's key there never comes back in a result. Not the
-    /// host's, nor a short one (an account number, a version), which would be cut out of
-    /// ordinary numbers and text.
+    /// The path segments the references in `url` put there, once expanded, of
+    /// [`PATH_SECRET_MIN`] bytes or more: an OpenAPI base URL's key there never comes back in a result. Judged
+    /// where each value lands (a reference may hold the path, or the whole URL), not where it
+    /// is written; the host's and a short one (an account number, a version) are left alone:
+    /// they would be cut out of ordinary numbers and text.
     pub(crate) fn in_path_of(&self, url: &str) -> Vec<String> {
-        let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
-        let path = after_scheme.find('/').map_or("", |at| &after_scheme[at..]);
-        references(path)
-            .filter_map(|var| self.get(var))
-            .filter(|value| value.len() >= PATH_SECRET_MIN)
-            .collect()
+        let (mut expanded, mut placed) = (String::new(), Vec::new());
+        let mut rest = url;
+        while let Some(start) = rest.find("${") {
+            expanded.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let Some(end) = after.find('}') else {
+                break;
+            };
+            if let Some(value) = self.get(&after[..end]) {
+                placed.push((expanded.len(), value.clone()));
+                expanded.push_str(&value);
+            }
+            rest = &after[end + 1..];
+        }
+        expanded.push_str(rest);
+        let authority = expanded.find("://").map_or(0, |at| at + 3);
+        let path_at = (expanded[authority..].find('/')).map_or(expanded.len(), |at| authority + at);
+        // Each segment on its own: an echo may quote the key apart from its neighbours.
+        let in_path = |(at, value): &(usize, String)| {
+            let part = value.get(path_at.saturating_sub(*at)..).unwrap_or_default();
+            let segments = part.split('/').filter(|s| s.len() >= PATH_SECRET_MIN);
+            segments.map(str::to_owned).collect::<Vec<_>>()
+        };
+        placed.iter().flat_map(in_path).collect()
     }
 }
 
@@ -194,13 +202,18 @@ mod tests {
         let url = "https://${HOST}/v1/${ACCOUNT}/bot${TOKEN}";
         assert_eq!(s.in_path_of(url), ["123456:BotPathSecretXYZ"]);
         assert!(s.in_path_of("https://${HOST}").is_empty());
-    }
-
-    #[test]
-    fn references_are_named_in_order() {
-        let names: Vec<_> = references("http://h/bot${TOKEN}/x${B}${C").collect();
-        assert_eq!(names, ["TOKEN", "B"]);
-        assert_eq!(references("plain").count(), 0);
+        // Judged where the value lands (review: the path was looked for as written).
+        let s = Secrets::only(
+            [
+                ("BOT_PATH", "/bot123456:BotPathSecretXYZ"),
+                ("API_URL", "https://api.example.com/v2/k-0123456789abcdef"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into(),
+        );
+        let telegram = "https://api.telegram.org${BOT_PATH}";
+        assert_eq!(s.in_path_of(telegram), ["bot123456:BotPathSecretXYZ"]);
+        assert_eq!(s.in_path_of("${API_URL}"), ["k-0123456789abcdef"]);
     }
 
     #[test]
