@@ -194,7 +194,7 @@ fn client(connect_timeout: Duration) -> crate::remote::Client {
 impl Inner {
     async fn answer(&self, key: &str, line: &[u8]) -> BackendResponse {
         let id = json!(key);
-        let Ok(request) = serde_json::from_slice::<Value>(line) else {
+        let Ok(request) = plain::parse(line) else {
             let e = json!({"code": switchboard_wire::codes::PARSE_ERROR, "message": "Parse error"});
             return encode(&id, "error", &e);
         };

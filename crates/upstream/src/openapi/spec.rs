@@ -26,7 +26,8 @@ pub fn parse(text: &str) -> Result<Value, SpecError> {
         ));
     }
     if text.trim_start().starts_with('{') {
-        return serde_json::from_str(text).map_err(|e| {
+        // As written (`plain`): no string parsed again behind serde_json's RawValue key.
+        return super::plain::parse(text.as_bytes()).map_err(|e| {
             SpecError::new(
                 "",
                 format!(

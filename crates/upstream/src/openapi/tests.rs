@@ -374,3 +374,23 @@ fn a_string_is_a_string_whatever_its_key() {
     let own: Value = serde_json::from_slice(numbers).unwrap();
     assert_eq!(plain::parse(numbers).unwrap(), own);
 }
+
+/// The spec and the request line are read as written too: a JSON spec's member and a call's
+/// arguments behind serde_json's RawValue key stay a string (review of 4cf4ec5: both still
+/// went through `Value`'s own reading).
+#[tokio::test]
+async fn a_spec_and_a_request_are_read_as_written() {
+    let text =
+        r#"{"openapi": "3.1.0", "paths": {}, "x": {"$serde_json::private::RawValue": "[]"}}"#;
+    assert!(parse(text).unwrap()["x"].is_object());
+    let u = upstream();
+    let hidden = json!({"$serde_json::private::RawValue": "{\"limit\": 1}"});
+    let (_, r) = ask(
+        &u,
+        "tools/call",
+        json!({"name": "listPets", "arguments": hidden}),
+    )
+    .await;
+    let text = r["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.starts_with("invalid arguments"), "{r}");
+}
