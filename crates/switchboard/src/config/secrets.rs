@@ -167,11 +167,17 @@ impl Secrets {
         expanded.push_str(rest);
         let authority = expanded.find("://").map_or(0, |at| at + 3);
         let path_at = (expanded[authority..].find('/')).map_or(expanded.len(), |at| authority + at);
-        // Each segment on its own: an echo may quote the key apart from its neighbours.
+        // The whole part, and each segment on its own too: an echo may quote the key apart
+        // from its neighbours, and a key may hold a `/` (base64).
         let in_path = |(at, value): &(usize, String)| {
             let part = value.get(path_at.saturating_sub(*at)..).unwrap_or_default();
-            let segments = part.split('/').filter(|s| s.len() >= PATH_SECRET_MIN);
-            segments.map(str::to_owned).collect::<Vec<_>>()
+            let part = part.trim_start_matches('/');
+            let mut found: Vec<String> = part.split('/').map(str::to_owned).collect();
+            if found.len() > 1 {
+                found.push(part.to_owned());
+            }
+            found.retain(|s| s.len() >= PATH_SECRET_MIN);
+            found
         };
         placed.iter().flat_map(in_path).collect()
     }
@@ -213,7 +219,14 @@ mod tests {
         );
         let telegram = "https://api.telegram.org${BOT_PATH}";
         assert_eq!(s.in_path_of(telegram), ["bot123456:BotPathSecretXYZ"]);
-        assert_eq!(s.in_path_of("${API_URL}"), ["k-0123456789abcdef"]);
+        assert_eq!(
+            s.in_path_of("${API_URL}"),
+            ["k-0123456789abcdef", "v2/k-0123456789abcdef"]
+        );
+        // A key holding a `/` is kept whole, though its pieces are short (review).
+        let s = Secrets::only([("TOKEN".to_owned(), "Zm9vYmFy/YmF6cXV4".to_owned())].into());
+        let hooks = "https://api.example.com/hooks/${TOKEN}";
+        assert_eq!(s.in_path_of(hooks), ["Zm9vYmFy/YmF6cXV4"]);
     }
 
     #[test]
