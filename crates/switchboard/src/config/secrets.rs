@@ -40,6 +40,33 @@ pub(crate) fn expand(
     Ok(out)
 }
 
+/// Every run of adjacent segments of `part` (`a/b/c`: `a`, `a/b`, `a/b/c`, `b`…) of
+/// [`PATH_SECRET_MIN`] bytes or more: an echo may quote a key apart from its neighbours, and
+/// a key may hold a `/` (base64). At most [`MAX_SEGMENTS`] segments are taken apart.
+fn segment_runs(part: &str) -> Vec<String> {
+    let ends: Vec<usize> = (part.match_indices('/').map(|(at, _)| at))
+        .chain([part.len()])
+        .take(MAX_SEGMENTS)
+        .collect();
+    let starts = std::iter::once(0).chain(ends.iter().map(|end| end + 1));
+    let mut runs = Vec::new();
+    for (i, start) in starts.enumerate().take(ends.len()) {
+        for end in &ends[i..] {
+            let run = part.get(start..*end).unwrap_or_default();
+            if run.len() >= PATH_SECRET_MIN {
+                runs.push(run.to_owned());
+            }
+        }
+    }
+    if ends.last() != Some(&part.len()) && part.len() >= PATH_SECRET_MIN {
+        runs.push(part.to_owned());
+    }
+    runs
+}
+
+/// Segments of one value's path part taken apart, at most.
+const MAX_SEGMENTS: usize = 16;
+
 /// The shortest value in a URL's path taken for a secret ([`Secrets::in_path_of`]).
 const PATH_SECRET_MIN: usize = 12;
 
@@ -167,17 +194,9 @@ impl Secrets {
         expanded.push_str(rest);
         let authority = expanded.find("://").map_or(0, |at| at + 3);
         let path_at = (expanded[authority..].find('/')).map_or(expanded.len(), |at| authority + at);
-        // The whole part, and each segment on its own too: an echo may quote the key apart
-        // from its neighbours, and a key may hold a `/` (base64).
         let in_path = |(at, value): &(usize, String)| {
             let part = value.get(path_at.saturating_sub(*at)..).unwrap_or_default();
-            let part = part.trim_start_matches('/');
-            let mut found: Vec<String> = part.split('/').map(str::to_owned).collect();
-            if found.len() > 1 {
-                found.push(part.to_owned());
-            }
-            found.retain(|s| s.len() >= PATH_SECRET_MIN);
-            found
+            segment_runs(part.trim_start_matches('/'))
         };
         placed.iter().flat_map(in_path).collect()
     }
@@ -221,8 +240,12 @@ mod tests {
         assert_eq!(s.in_path_of(telegram), ["bot123456:BotPathSecretXYZ"]);
         assert_eq!(
             s.in_path_of("${API_URL}"),
-            ["k-0123456789abcdef", "v2/k-0123456789abcdef"]
+            ["v2/k-0123456789abcdef", "k-0123456789abcdef"]
         );
+        // A key with a `/` inside a longer part is a secret on its own (review).
+        let runs = segment_runs("v1/Zm9vYmFy/YmF6cXV4");
+        assert!(runs.contains(&"Zm9vYmFy/YmF6cXV4".to_owned()), "{runs:?}");
+        assert!(!runs.iter().any(|r| r.len() < PATH_SECRET_MIN), "{runs:?}");
         // A key holding a `/` is kept whole, though its pieces are short (review).
         let s = Secrets::only([("TOKEN".to_owned(), "Zm9vYmFy/YmF6cXV4".to_owned())].into());
         let hooks = "https://api.example.com/hooks/${TOKEN}";
