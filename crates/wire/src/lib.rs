@@ -18,6 +18,7 @@ pub mod headers;
 mod id;
 mod marks;
 mod members;
+pub mod plain;
 pub mod method;
 pub mod sse;
 pub mod sse_decode;

@@ -13,7 +13,6 @@
 //! - `tools`: the [`Catalog`]: names, input/output schemas, annotations; [`Skipped`] operations.
 
 mod error;
-mod plain;
 mod redact;
 mod request;
 mod response;
@@ -194,7 +193,7 @@ fn client(connect_timeout: Duration) -> crate::remote::Client {
 impl Inner {
     async fn answer(&self, key: &str, line: &[u8]) -> BackendResponse {
         let id = json!(key);
-        let Ok(request) = plain::parse(line) else {
+        let Ok(request) = switchboard_wire::plain::parse(line) else {
             let e = json!({"code": switchboard_wire::codes::PARSE_ERROR, "message": "Parse error"});
             return encode(&id, "error", &e);
         };

@@ -126,7 +126,7 @@ async fn parse(body: &[u8], status: hyper::StatusCode) -> Result<(Value, Room), 
     let room = PARSING.acquire_many(kib).await.ok();
     // Not `Value`'s own deserializer: it parses a string again as JSON behind one key
     // (`plain`), past this estimate.
-    let value = super::plain::parse(body).map_err(|_| {
+    let value = switchboard_wire::plain::parse(body).map_err(|_| {
         format!(
             "HTTP {}: the API said its response is JSON, but it is not",
             status.as_u16()

@@ -27,7 +27,7 @@ pub fn parse(text: &str) -> Result<Value, SpecError> {
     }
     if text.trim_start().starts_with('{') {
         // As written (`plain`): no string parsed again behind serde_json's RawValue key.
-        return super::plain::parse(text.as_bytes()).map_err(|e| {
+        return switchboard_wire::plain::parse(text.as_bytes()).map_err(|e| {
             SpecError::new(
                 "",
                 format!(

@@ -348,33 +348,6 @@ async fn a_secret_in_the_base_urls_path_is_redacted_from_results() {
     assert!(!text.contains("BotPathSecretXYZ"), "{text}");
 }
 
-/// An API's JSON is read as written: serde_json's own `Value` (with `raw_value`, as this
-/// workspace builds it) parses a string again as JSON behind the key
-/// `$serde_json::private::RawValue`, in any escaped spelling, past `parsed_size` (which does
-/// not read strings) and with a fresh nesting limit (review HIGH).
-#[test]
-fn a_string_is_a_string_whatever_its_key() {
-    let body = br#"{"$serde_json::private::RawValue":"[[0],[0]]","b":{"\u0024serde_json::private::RawValue":"{}"}}"#;
-    let plain = plain::parse(body).unwrap();
-    assert_eq!(plain["$serde_json::private::RawValue"], "[[0],[0]]");
-    assert_eq!(plain["b"]["$serde_json::private::RawValue"], "{}");
-    // What it guards against: serde_json's own reading of such a text.
-    let alone = br#"{"$serde_json::private::RawValue":"[[0],[0]]"}"#;
-    let own: Value = serde_json::from_slice(alone).unwrap();
-    assert_eq!(own, json!([[0], [0]]));
-    assert_eq!(
-        plain::parse(alone).unwrap()["$serde_json::private::RawValue"],
-        "[[0],[0]]"
-    );
-    // Otherwise the same: trailing text refused, nesting bounded, numbers kept.
-    assert!(plain::parse(b"[1] x").is_err());
-    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-    assert!(plain::parse(deep.as_bytes()).is_err());
-    let numbers = br#"[1,-2,3.5,18446744073709551615,true,null,"s"]"#;
-    let own: Value = serde_json::from_slice(numbers).unwrap();
-    assert_eq!(plain::parse(numbers).unwrap(), own);
-}
-
 /// The spec and the request line are read as written too: a JSON spec's member and a call's
 /// arguments behind serde_json's RawValue key stay a string (review of 4cf4ec5: both still
 /// went through `Value`'s own reading).

@@ -10,7 +10,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 /// `text` as a `Value`, keys read as plain strings.
-pub(crate) fn parse(text: &[u8]) -> Result<Value, serde_json::Error> {
+pub fn parse(text: &[u8]) -> Result<Value, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(text);
     let value = Plain.deserialize(&mut de)?;
     de.end()?;
@@ -79,5 +79,38 @@ impl<'de> Visitor<'de> for Plain {
             members.insert(key, value);
         }
         Ok(Value::Object(members))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+    use serde_json::{json, Value};
+
+    /// JSON is read as written: serde_json's own `Value` (with `raw_value`, as this
+    /// workspace builds it) parses a string again as JSON behind the key
+    /// `$serde_json::private::RawValue`, in any escaped spelling, past `parsed_size` (which does
+    /// not read strings) and with a fresh nesting limit (review HIGH).
+    #[test]
+    fn a_string_is_a_string_whatever_its_key() {
+        let body = br#"{"$serde_json::private::RawValue":"[[0],[0]]","b":{"\u0024serde_json::private::RawValue":"{}"}}"#;
+        let plain = parse(body).unwrap();
+        assert_eq!(plain["$serde_json::private::RawValue"], "[[0],[0]]");
+        assert_eq!(plain["b"]["$serde_json::private::RawValue"], "{}");
+        // What it guards against: serde_json's own reading of such a text.
+        let alone = br#"{"$serde_json::private::RawValue":"[[0],[0]]"}"#;
+        let own: Value = serde_json::from_slice(alone).unwrap();
+        assert_eq!(own, json!([[0], [0]]));
+        assert_eq!(
+            parse(alone).unwrap()["$serde_json::private::RawValue"],
+            "[[0],[0]]"
+        );
+        // Otherwise the same: trailing text refused, nesting bounded, numbers kept.
+        assert!(parse(b"[1] x").is_err());
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(parse(deep.as_bytes()).is_err());
+        let numbers = br#"[1,-2,3.5,18446744073709551615,true,null,"s"]"#;
+        let own: Value = serde_json::from_slice(numbers).unwrap();
+        assert_eq!(parse(numbers).unwrap(), own);
     }
 }
