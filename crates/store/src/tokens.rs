@@ -291,6 +291,37 @@ impl RedisTokenVault {
         Ok(removed == 1)
     }
 
+    async fn remove_unopenable_now(&self, key: &VaultKey) -> Result<bool, VaultError> {
+        let mut c = self.connection.clone();
+        let name = self.storage_key(key);
+        let read = name.clone();
+        let current: Option<Vec<u8>> = bounded("token_get", async move {
+            redis::cmd("GET").arg(&read).query_async(&mut c).await
+        })
+        .await?;
+        let Some(current) = current else {
+            return Ok(false);
+        };
+        if !matches!(self.key.open(key, &current), Err(VaultError::Open)) {
+            return Ok(false);
+        }
+        // Compare-and-delete on the bytes read: a token written since stays.
+        let mut c = self.connection.clone();
+        let index = self.index_key(&key.principal);
+        let member = hex(&key.backend);
+        let removed: i64 = bounded("token_remove_if", async move {
+            redis::Script::new(REMOVE_IF)
+                .key(&name)
+                .key(&index)
+                .arg(current)
+                .arg(member)
+                .invoke_async(&mut c)
+                .await
+        })
+        .await?;
+        Ok(removed == 1)
+    }
+
     async fn remove_now(&self, key: &VaultKey) -> Result<bool, VaultError> {
         let mut c = self.connection.clone();
         let (name, index) = (self.storage_key(key), self.index_key(&key.principal));
@@ -508,6 +539,13 @@ impl TokenVault for RedisTokenVault {
         stale: &'a str,
     ) -> BoxFuture<'a, Result<bool, VaultError>> {
         Box::pin(self.remove_if_now(key, stale))
+    }
+
+    fn remove_unopenable<'a>(
+        &'a self,
+        key: &'a VaultKey,
+    ) -> BoxFuture<'a, Result<bool, VaultError>> {
+        Box::pin(self.remove_unopenable_now(key))
     }
 
     fn remove<'a>(&'a self, key: &'a VaultKey) -> BoxFuture<'a, Result<bool, VaultError>> {

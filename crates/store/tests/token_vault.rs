@@ -325,3 +325,23 @@ async fn remove_if_removes_only_the_token_that_was_refused() {
     assert!(two.get(&k).await.unwrap().is_none());
     assert!(two.list(Some(&k.principal)).await.unwrap().is_empty());
 }
+
+/// A value another key sealed is removed only while it still does not open: once a token
+/// this key opens is written there (a consent completed meanwhile), it stays.
+#[tokio::test]
+async fn remove_unopenable_removes_only_what_does_not_open() {
+    let Some(redis) = Redis::start_or_skip("token_vault_remove_unopenable").await else {
+        return;
+    };
+    let (here, rotated) = (redis.vault([7; 32]), redis.vault([8; 32]));
+    let k = key("alice", "github");
+    rotated.put(&k, &token("old", None, 600)).await.unwrap();
+    assert!(matches!(here.get(&k).await, Err(VaultError::Open)));
+    assert!(here.remove_unopenable(&k).await.unwrap());
+    assert!(rotated.get(&k).await.unwrap().is_none());
+    assert!(here.list(Some(&k.principal)).await.unwrap().is_empty());
+    here.put(&k, &token("fresh", None, 600)).await.unwrap();
+    assert!(!here.remove_unopenable(&k).await.unwrap());
+    assert_eq!(here.get(&k).await.unwrap().unwrap().access_token, "fresh");
+    assert!(!here.remove_unopenable(&key("bob", "github")).await.unwrap());
+}

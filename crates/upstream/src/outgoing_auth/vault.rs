@@ -265,6 +265,13 @@ pub trait TokenVault: Send + Sync + std::fmt::Debug {
         key: &'a VaultKey,
         stale: &'a str,
     ) -> BoxFuture<'a, Result<bool, VaultError>>;
+    /// Removes `key`'s value only if it still does not open ([`VaultError::Open`]: sealed
+    /// with another key, or altered): false, and nothing removed, when a token that opens was
+    /// written meanwhile (a consent that completed between the read and this removal).
+    fn remove_unopenable<'a>(
+        &'a self,
+        key: &'a VaultKey,
+    ) -> BoxFuture<'a, Result<bool, VaultError>>;
     /// Every token (principal = None) or one principal's.
     fn list<'a>(
         &'a self,

@@ -130,6 +130,15 @@ impl TokenVault for ProcessVault {
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
+    fn remove_unopenable<'a>(
+        &'a self,
+        key: &'a super::vault::VaultKey,
+    ) -> futures::future::BoxFuture<'a, Result<bool, super::vault::VaultError>> {
+        match process_vault() {
+            Ok(v) => v.remove_unopenable(key),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
     fn list<'a>(
         &'a self,
         principal: Option<&'a str>,

@@ -143,7 +143,7 @@ impl Backend {
             return Ok(Some(token));
         }
         info!(backend = %self.config.backend, "a kept token was issued for another server or by another authorization server; forgotten, consent is needed again");
-        self.forget(&key.principal).await;
+        self.forget_if(key, &token).await;
         Ok(None)
     }
 
@@ -155,7 +155,8 @@ impl Backend {
         match self.vault.get(key).await {
             Err(VaultError::Open) => {
                 info!(backend = %self.config.backend, "a kept token could not be opened (another encryption key, or altered); removed, consent is needed again");
-                self.vault.remove(key).await?;
+                // Only if it still does not open: a consent completed meanwhile stays.
+                self.vault.remove_unopenable(key).await?;
                 Ok(None)
             }
             // A newer build's (a rolling upgrade): not used here, and left for it.
@@ -197,6 +198,14 @@ impl Backend {
     /// Forgets `principal`'s token here.
     pub(crate) async fn forget(&self, principal: &str) {
         if let Err(e) = self.vault.remove(&self.key(principal)).await {
+            info!(error = %e, "token vault unavailable");
+        }
+    }
+
+    /// Forgets `stale`, `key`'s token, if it is still the one kept: a token written
+    /// meanwhile (a consent completed between the read and now) stays.
+    async fn forget_if(&self, key: &VaultKey, stale: &UpstreamToken) {
+        if let Err(e) = self.vault.remove_if(key, &stale.access_token).await {
             info!(error = %e, "token vault unavailable");
         }
     }
@@ -244,7 +253,7 @@ impl Backend {
         stale: &UpstreamToken,
     ) -> Result<Option<HeaderValue>, OutgoingAuthError> {
         if stale.refresh_token.is_none() {
-            self.forget(&key.principal).await;
+            self.forget_if(key, stale).await;
             return Ok(None);
         }
         let guard = (self.vault.refresh_lock(key, REFRESH_WAIT).await).map_err(vault_error)?;

@@ -115,6 +115,18 @@ impl MemoryVault {
         Ok(true)
     }
 
+    fn remove_unopenable_now(&self, key: &VaultKey) -> Result<bool, VaultError> {
+        let mut values = self.inner.values.lock();
+        let Some(current) = values.get(key) else {
+            return Ok(false);
+        };
+        if !matches!(self.inner.key.open(key, current), Err(VaultError::Open)) {
+            return Ok(false);
+        }
+        values.remove(key);
+        Ok(true)
+    }
+
     fn list_now(&self, principal: Option<&str>) -> Result<Vec<TokenSummary>, VaultError> {
         let chosen: Vec<(VaultKey, Vec<u8>)> = self
             .inner
@@ -191,6 +203,13 @@ impl TokenVault for MemoryVault {
         stale: &'a str,
     ) -> BoxFuture<'a, Result<bool, VaultError>> {
         Box::pin(async move { self.remove_if_now(key, stale) })
+    }
+
+    fn remove_unopenable<'a>(
+        &'a self,
+        key: &'a VaultKey,
+    ) -> BoxFuture<'a, Result<bool, VaultError>> {
+        Box::pin(async move { self.remove_unopenable_now(key) })
     }
 
     fn list<'a>(

@@ -337,6 +337,12 @@ impl crate::outgoing_auth::TokenVault for Flaky {
     ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
         self.fail(self.inner.remove(key))
     }
+    fn remove_unopenable<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+    ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
+        self.fail(self.inner.remove_unopenable(key))
+    }
     fn remove_if<'a>(
         &'a self,
         key: &'a crate::outgoing_auth::VaultKey,

@@ -252,3 +252,144 @@ async fn sealed_again(
         .unwrap();
     vault.sealed(key).unwrap()
 }
+
+/// A vault where a consent lands right after the next read: `get` answers what was there,
+/// then `landing` is written (a callback completing between the engine's read and its
+/// removal of what it read).
+#[derive(Debug)]
+struct Landing {
+    inner: Arc<crate::outgoing_auth::MemoryVault>,
+    landing: parking_lot::Mutex<Option<UpstreamToken>>,
+}
+
+impl crate::outgoing_auth::TokenVault for Landing {
+    fn get<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<UpstreamToken>, crate::outgoing_auth::VaultError>,
+    > {
+        Box::pin(async move {
+            let read = self.inner.get(key).await;
+            let landing = self.landing.lock().take();
+            if let Some(token) = landing {
+                self.inner.put(key, &token).await?;
+            }
+            read
+        })
+    }
+    fn put<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+        token: &'a UpstreamToken,
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::outgoing_auth::VaultError>> {
+        self.inner.put(key, token)
+    }
+    fn replace<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+        stale: &'a str,
+        token: &'a UpstreamToken,
+    ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
+        self.inner.replace(key, stale, token)
+    }
+    fn remove<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+    ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
+        self.inner.remove(key)
+    }
+    fn remove_if<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+        stale: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
+        self.inner.remove_if(key, stale)
+    }
+    fn remove_unopenable<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+    ) -> futures::future::BoxFuture<'a, Result<bool, crate::outgoing_auth::VaultError>> {
+        self.inner.remove_unopenable(key)
+    }
+    fn list<'a>(
+        &'a self,
+        principal: Option<&'a str>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Vec<crate::outgoing_auth::vault::TokenSummary>, crate::outgoing_auth::VaultError>,
+    > {
+        self.inner.list(principal)
+    }
+    fn refresh_lock<'a>(
+        &'a self,
+        key: &'a crate::outgoing_auth::VaultKey,
+        wait: Duration,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<crate::outgoing_auth::vault::RefreshGuard>, crate::outgoing_auth::VaultError>,
+    > {
+        self.inner.refresh_lock(key, wait)
+    }
+}
+
+/// What the engine forgets is exactly what it read: a kept token that does not open, one
+/// issued for another server, or an expired one without a refresh token. A consent completed
+/// between that read and the removal stays (the removal was unconditional: the user who had
+/// just consented was asked again).
+#[tokio::test]
+async fn a_consent_landing_between_read_and_removal_is_kept() {
+    use crate::outgoing_auth::vault::{TokenVault, VaultKey, VaultKeyMaterial};
+    use crate::outgoing_auth::MemoryVault;
+    let server = "https://mcp.example.com/mcp";
+    let key = VaultKey::new("alice", "gh");
+    let elsewhere = MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap());
+    let unopenable = sealed_again(&elsewhere, &key, server).await;
+    let mut expired = token_for(server, "https://as");
+    expired.access_token = "expired".into();
+    expired.expires_at = Some(1);
+    let mut moved = token_for("https://other.example.com/mcp", "https://as");
+    moved.access_token = "moved".into();
+    let mut fresh = token_for(server, "https://as");
+    fresh.access_token = "fresh".into();
+
+    for before in ["unopenable", "expired", "moved"] {
+        let inner = Arc::new(MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap()));
+        match before {
+            "unopenable" => inner.put_sealed(&key, unopenable.clone()),
+            "expired" => inner.put(&key, &expired).await.unwrap(),
+            _ => inner.put(&key, &moved).await.unwrap(),
+        }
+        let vault = Arc::new(Landing {
+            inner: inner.clone(),
+            landing: parking_lot::Mutex::new(Some(fresh.clone())),
+        });
+        let config = OAuthConfig {
+            backend: "gh".into(),
+            server_url: server.into(),
+            scopes: vec![],
+            client: ClientSettings::default(),
+            timeout: Duration::from_secs(1),
+        };
+        let b = Backend::new(config, Arc::new(Flows::default()), vault).unwrap();
+        // This call read what was there before the consent: it goes out without a token.
+        assert!(b.token("alice").await.unwrap().is_none(), "{before}");
+        let kept = inner.get(&key).await.unwrap();
+        assert_eq!(
+            kept.map(|t| t.access_token).as_deref(),
+            Some("fresh"),
+            "{before}"
+        );
+        // The next call uses it.
+        assert!(b.token("alice").await.unwrap().is_some(), "{before}");
+    }
+    // Without a landing, each is still removed.
+    let inner = MemoryVault::new(VaultKeyMaterial::ephemeral().unwrap());
+    inner.put_sealed(&key, unopenable);
+    assert!(inner.remove_unopenable(&key).await.unwrap());
+    assert!(inner.sealed(&key).is_none());
+    inner.put(&key, &fresh).await.unwrap();
+    assert!(!inner.remove_unopenable(&key).await.unwrap());
+    assert!(inner.sealed(&key).is_some());
+}
