@@ -207,9 +207,12 @@ fn changed(out: &Checked) -> bool {
         .any(|e| matches!(e.action, Action::Redact | Action::Truncate))
 }
 
+/// `raw` read once, as written and whole (`plain::parse_unique`): serde_json's own `Value`
+/// would parse a string again behind its RawValue key, or keep one of two values of a key,
+/// and a match a reader of `raw` sees would go unchecked; such a payload is unreadable.
 fn parsed<'a>(doc: &'a mut Option<Value>, raw: &str) -> Option<&'a mut Value> {
     if doc.is_none() {
-        *doc = serde_json::from_str(raw).ok();
+        *doc = switchboard_wire::plain::parse_unique(raw.as_bytes()).ok();
     }
     doc.as_mut()
 }

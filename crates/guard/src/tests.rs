@@ -404,3 +404,35 @@ fn truncate_cuts_more_than_the_items_and_checks_the_size_again() {
     let raw = json!({"content": big}).to_string();
     assert_eq!(r.result(&raw, None).rejected.as_deref(), Some("size"));
 }
+
+/// A result is read as its reader reads it. serde_json's own `Value` parsed the string behind
+/// `$serde_json::private::RawValue` again and kept the last of two values of a key: the key
+/// below was in the text the client gets but in no string the guardrail walked, so the result
+/// passed unredacted and unrefused.
+#[test]
+fn a_match_serde_json_would_drop_is_still_found_or_refused() {
+    let hidden = format!(r#"{{\"a\":\"{AWS}\",\"a\":\"x\"}}"#);
+    let result = format!(
+        r#"{{"content":[{{"type":"text","text":"hi"}}],"structuredContent":{{"$serde_json::private::RawValue":"{hidden}"}}}}"#
+    );
+    let out = secrets("redact").result(&result, None);
+    let replaced = out.replaced.as_deref().expect("redacted");
+    assert!(!replaced.contains(AWS), "{replaced}");
+    let v = switchboard_wire::plain::parse(replaced.as_bytes()).expect("json");
+    let kept = v["structuredContent"]["$serde_json::private::RawValue"].as_str();
+    assert!(
+        kept.is_some_and(|s| s.contains("[REDACTED:aws_access_key]")),
+        "{replaced}"
+    );
+    assert_eq!(
+        secrets("reject").result(&result, None).rejected.as_deref(),
+        Some("secrets")
+    );
+    // A key repeated in plain sight: one `Value` cannot hold both, so it cannot be checked.
+    let repeated = format!(
+        r#"{{"content":[{{"type":"text","text":"hi"}}],"structuredContent":{{"a":"{AWS}","a":"x"}}}}"#
+    );
+    let out = secrets("redact").result(&repeated, None);
+    assert_eq!(out.rejected.as_deref(), Some("secrets"), "{out:?}");
+    assert_eq!(out.events[0].kind, "unreadable");
+}

@@ -463,6 +463,14 @@ fn route_line(handle: &Upstream, shared: &Shared, sink: &dyn InboundSink, line: 
     let msg = match Message::parse(&line) {
         Ok(m) => m,
         Err(e) => {
+            // One with a call's id (a malformed answer, or one holding a key the gateway does
+            // not read): that call gets an error now rather than at its deadline.
+            let key = e.id.as_ref().and_then(|id| id.as_str());
+            if let Some(reply) = key.and_then(|k| shared.pending.lock().answer(k.as_str())) {
+                warn!(error = ?e.error.message, "backend answered with a message that is not read; the call gets an error");
+                answer_unreadable(reply);
+                return;
+            }
             match switchboard_wire::null_id_error(&line) {
                 Some(error) => route_unparsed(shared, &line, error),
                 None => warn!(
@@ -501,7 +509,23 @@ fn resolve(reply: Reply, line: &Bytes, payload: &RawValue, is_error: bool) {
 }
 
 /// What the one certain call gets when the backend could not parse its line.
-const UNPARSED_ANSWER: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: the backend could not parse the request"}}"#;
+/// (`"id": 0`, a placeholder: the payload is what is used, and the line must parse to find
+/// it; `null` did not, so the backend's own error went out instead.)
+const UNPARSED_ANSWER: &str = r#"{"jsonrpc":"2.0","id":0,"error":{"code":-32700,"message":"Parse error: the backend could not parse the request"}}"#;
+
+/// What a call gets when its answer could not be read (the gateway's words only).
+const UNREADABLE_ANSWER: &str = r#"{"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"Internal error: the backend's answer could not be read"}}"#;
+
+fn answer_unreadable(reply: Reply) {
+    let own = Bytes::from_static(UNREADABLE_ANSWER.as_bytes());
+    match own_error(&own) {
+        Some(payload) => resolve(reply, &own, payload, true),
+        // Unreachable (the constant parses); the call still gets an answer.
+        None => {
+            let _ = reply.send(Err(UpstreamError::Closed("unreadable answer".into())));
+        }
+    }
+}
 
 /// The `error` member of [`UNPARSED_ANSWER`], borrowed from `line`.
 fn own_error(line: &Bytes) -> Option<&RawValue> {

@@ -111,10 +111,22 @@ impl<'a> Message<'a> {
     ///
     /// Errors: invalid JSON or UTF-8 → `-32700`; a top-level array (batch), a non-object, a
     /// wrong `jsonrpc`, a forbidden id (null, fraction, bool, object, array), a non-string
-    /// method, or an impossible member combination → `-32600`. The error carries the id when it
-    /// could be read and is valid.
+    /// method, or an impossible member combination → `-32600`; an object key anywhere that
+    /// serde_json's `Value` would read as JSON to parse again
+    /// (`$serde_json::private::RawValue`, see `strict`) → `-32603`, since code reading the
+    /// message into a `Value` would see another message (or recurse until the stack
+    /// overflows). The error carries the id when it could be read and is valid.
     pub fn parse(input: &'a [u8]) -> Result<Self, ParseError> {
-        Self::parse_text(utf8(input)?)
+        let text = utf8(input)?;
+        let msg = Self::parse_text(text)?;
+        if crate::strict::holds_reserved_key(text) {
+            return Err(ParseError::new(
+                msg.id,
+                codes::INTERNAL_ERROR,
+                "Internal error: a message holding the object key $serde_json::private::RawValue is not read",
+            ));
+        }
+        Ok(msg)
     }
 
     fn parse_text(text: &'a str) -> Result<Self, ParseError> {
@@ -327,6 +339,16 @@ fn refusal(v: Violation, id: Option<RequestId>) -> ParseError {
         Violation::LooseMember { .. } => (
             codes::INVALID_REQUEST,
             "Invalid Request: a protocol member spelled in another case or form",
+        ),
+        Violation::ReservedKey {
+            within: Within::Params,
+        } => (
+            codes::INVALID_PARAMS,
+            "Invalid params: the object key $serde_json::private::RawValue is reserved",
+        ),
+        Violation::ReservedKey { .. } => (
+            codes::INVALID_REQUEST,
+            "Invalid Request: the object key $serde_json::private::RawValue is reserved",
         ),
         Violation::NotStrictJson { .. } => (
             codes::PARSE_ERROR,

@@ -2,24 +2,39 @@
 //!
 //! `Value`'s own deserializer, with serde_json's `raw_value` feature (which this workspace
 //! enables), treats an object whose first key is `$serde_json::private::RawValue` as a
-//! string of JSON to parse again: a hostile API hides any structure in a string, past a size
-//! estimate that does not read strings (`response::parsed_size`) and with a fresh nesting
-//! limit. Here an object is an object and a string a string, whatever its keys.
+//! string of JSON to parse again: a hostile client, backend or API hides any structure in a
+//! string, past a size estimate that does not read strings and with a fresh nesting limit,
+//! and what the gateway checks is not what the next reader reads. Here an object is an
+//! object and a string a string, whatever its keys. (A client's message never holds that key:
+//! the strict scan refuses it.)
 
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-/// `text` as a `Value`, keys read as plain strings.
+/// `text` as a `Value`, keys read as plain strings (a repeated key: the last one's value).
 pub fn parse(text: &[u8]) -> Result<Value, serde_json::Error> {
+    read(text, Plain { unique: false })
+}
+
+/// `text` as a `Value` that holds all of it: an object repeating a key (after unescaping) is
+/// refused, since the `Value` would hold one value where the text shows two. For a checker
+/// that must see every string a reader of the text may see (guardrails).
+pub fn parse_unique(text: &[u8]) -> Result<Value, serde_json::Error> {
+    read(text, Plain { unique: true })
+}
+
+fn read(text: &[u8], seed: Plain) -> Result<Value, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(text);
-    let value = Plain.deserialize(&mut de)?;
+    let value = seed.deserialize(&mut de)?;
     de.end()?;
     Ok(value)
 }
 
-/// The seed (and visitor) of one value.
+/// The seed (and visitor) of one value; `unique`: a repeated key is an error.
 #[derive(Clone, Copy)]
-struct Plain;
+struct Plain {
+    unique: bool,
+}
 
 impl<'de> DeserializeSeed<'de> for Plain {
     type Value = Value;
@@ -66,7 +81,7 @@ impl<'de> Visitor<'de> for Plain {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(Plain)? {
+        while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -75,8 +90,10 @@ impl<'de> Visitor<'de> for Plain {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut members = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value_seed(Plain)?;
-            members.insert(key, value);
+            let value = map.next_value_seed(self)?;
+            if members.insert(key, value).is_some() && self.unique {
+                return Err(A::Error::custom("an object repeats a key"));
+            }
         }
         Ok(Value::Object(members))
     }
@@ -84,7 +101,7 @@ impl<'de> Visitor<'de> for Plain {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, parse_unique};
     use serde_json::{json, Value};
 
     /// JSON is read as written: serde_json's own `Value` (with `raw_value`, as this
@@ -112,5 +129,22 @@ mod tests {
         let numbers = br#"[1,-2,3.5,18446744073709551615,true,null,"s"]"#;
         let own: Value = serde_json::from_slice(numbers).unwrap();
         assert_eq!(parse(numbers).unwrap(), own);
+    }
+
+    #[test]
+    fn parse_unique_refuses_a_repeated_key_at_any_depth() {
+        for text in [r#"{"a":1,"a":2}"#, r#"[{"b":{"a":1,"\u0061":2}}]"#] {
+            assert_eq!(
+                parse(text.as_bytes())
+                    .unwrap()
+                    .to_string()
+                    .matches("2")
+                    .count(),
+                1
+            );
+            assert!(parse_unique(text.as_bytes()).is_err(), "{text}");
+        }
+        let fine = br#"{"a":{"a":1},"A":[{"a":2}],"$serde_json::private::RawValue":"{}"}"#;
+        assert_eq!(parse_unique(fine).unwrap(), parse(fine).unwrap());
     }
 }

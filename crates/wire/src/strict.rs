@@ -37,7 +37,16 @@ pub(crate) enum Violation {
     /// the gateway, reading `name`, finds none, while a case-insensitive parser (Go's
     /// `encoding/json`) runs it.
     LooseMember { within: Within },
+    /// serde_json's private key [`RAW_VALUE_KEY`], in any spelling: the gateway's `Value`
+    /// reads an object starting with it as the JSON text in its string, every other parser
+    /// as an object holding that key.
+    ReservedKey { within: Within },
 }
+
+/// The key behind which serde_json's `Value` (built with `raw_value`, as this workspace is)
+/// parses a string again as JSON: `{"$serde_json::private::RawValue":"{\"a\":1}"}` is
+/// `{"a":1}` to the gateway and an object with one odd key to a backend.
+pub(crate) const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
 /// The top-level member a violation sits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,6 +275,11 @@ impl Scanner<'_> {
                     within: self.within_here(),
                 });
             }
+            if self.is_raw_value_key(&key) {
+                return Err(Violation::ReservedKey {
+                    within: self.within_here(),
+                });
+            }
             if let Some(members) = self.one_spelling() {
                 if self.misspells(&key, members) {
                     return Err(Violation::LooseMember {
@@ -440,6 +454,67 @@ impl Scanner<'_> {
         names.windows(2).any(|w| w[0].eq_ignore_ascii_case(w[1]))
     }
 
+    /// Whether `key` is [`RAW_VALUE_KEY`] (after unescaping: serde reads `"\u0024serde…"`
+    /// as it).
+    fn is_raw_value_key(&self, key: &KeySpan) -> bool {
+        if key.plain {
+            return &self.bytes[key.start..key.end] == RAW_VALUE_KEY.as_bytes();
+        }
+        key.escaped && self.decoded(key) == RAW_VALUE_KEY
+    }
+
+    /// The key-only pass of [`holds_reserved_key`]: containers and strings, nothing else
+    /// checked (a backend's JSON may repeat keys or nest deep; that is not refused here).
+    fn reserved_key(&mut self) -> bool {
+        while let Some(&b) = self.bytes.get(self.pos) {
+            match b {
+                b'"' => {
+                    let start = self.pos + 1;
+                    let (mut i, mut escaped) = (start, false);
+                    // Valid JSON: the string is closed, each escape two bytes or more.
+                    while let Some(&c) = self.bytes.get(i) {
+                        match c {
+                            b'"' => break,
+                            b'\\' => {
+                                escaped = true;
+                                i += 2;
+                            }
+                            _ => i += 1,
+                        }
+                    }
+                    self.pos = i + 1;
+                    if std::mem::take(&mut self.expect_key) {
+                        let plain = !escaped && self.bytes[start..i].is_ascii();
+                        let key = KeySpan {
+                            start,
+                            end: i,
+                            escaped,
+                            plain,
+                        };
+                        if self.is_raw_value_key(&key) {
+                            return true;
+                        }
+                    }
+                }
+                b'{' | b'[' => {
+                    self.stack.push((b == b'{').then_some(0));
+                    self.expect_key = b == b'{';
+                    self.pos += 1;
+                }
+                b'}' | b']' => {
+                    self.stack.pop();
+                    self.pos += 1;
+                }
+                b',' => {
+                    self.expect_key = matches!(self.stack.last(), Some(Some(_)));
+                    self.pos += 1;
+                }
+                _ => self.pos += 1,
+            }
+        }
+        false
+    }
+
     /// A key's text after unescaping (borrowed when it has no escapes).
     fn decoded(&self, k: &KeySpan) -> Cow<'_, str> {
         let raw = &self.text[k.start..k.end];
@@ -454,10 +529,37 @@ impl Scanner<'_> {
     }
 }
 
+/// Whether `text` (valid JSON: serde parsed it) holds an object key that is
+/// [`RAW_VALUE_KEY`] in any spelling, at any depth. Every message a backend sends is checked
+/// (`Message::parse`), so no `Value` read from one expands a string: cheap first, since every
+/// spelling holds `RawValue` as written or a `\u` escape (the key has no `/`, the only other
+/// escape a key character could take).
+pub(crate) fn holds_reserved_key(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    if memchr::memmem::find(bytes, b"RawValue").is_none()
+        && memchr::memmem::find(bytes, b"\\u").is_none()
+    {
+        return false;
+    }
+    let mut s = Scanner {
+        text,
+        bytes,
+        pos: 0,
+        stack: Vec::new(),
+        keys: Vec::new(),
+        spellings: false,
+        expect_key: false,
+        in_ref: false,
+        within: Within::Envelope,
+    };
+    s.reserved_key()
+}
+
 /// Whether JSON the gateway already parsed (a backend's params, before they reach a client)
 /// reads one way to every parser the client scan guards against: nested at most
 /// [`crate::MAX_CLIENT_DEPTH`] deep, no object repeating a key in any spelling
-/// ([`keys_fold_equal`]), no key holding U+0000, no unpaired surrogate.
+/// ([`keys_fold_equal`]), no key holding U+0000 or being [`RAW_VALUE_KEY`], no unpaired
+/// surrogate.
 pub fn reads_one_way(value: &serde_json::value::RawValue) -> bool {
     scan_json(value.get(), crate::MAX_CLIENT_DEPTH, false).is_ok()
 }

@@ -545,8 +545,11 @@ fn finish(plan: &Plan, params: &Value, results: &[Option<StepResult>]) -> Outcom
 
 /// A `tools/call` answer as a step's output (`structuredContent`, else the text content
 /// parsed as JSON, else the text), or why it failed.
-fn tool_outcome(bytes: &[u8]) -> Result<Value, String> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("unreadable answer: {e}"))?;
+pub(super) fn tool_outcome(bytes: &[u8]) -> Result<Value, String> {
+    // As written (`plain`): serde_json's own `Value` parses a string again behind its RawValue
+    // key, with a fresh nesting limit each time (a tool's text, which anyone may have written,
+    // could nest until the stack overflows), and a step would see what no client sees.
+    let v = switchboard_wire::plain::parse(bytes).map_err(|e| format!("unreadable answer: {e}"))?;
     if let Some(err) = v.get("error") {
         let message = err
             .get("message")
@@ -573,7 +576,7 @@ fn tool_outcome(bytes: &[u8]) -> Result<Value, String> {
         return Ok(s.clone());
     }
     Ok(match text {
-        Some(t) => serde_json::from_str(&t).unwrap_or(Value::String(t)),
+        Some(t) => switchboard_wire::plain::parse(t.as_bytes()).unwrap_or(Value::String(t)),
         None => Value::Null,
     })
 }

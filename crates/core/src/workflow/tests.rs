@@ -274,3 +274,24 @@ fn a_safer_claim_than_the_steps_is_refused_naming_the_step() {
         json!({"title": "T", "destructiveHint": true, "readOnlyHint": true, "openWorldHint": false})
     );
 }
+
+/// A step's output is what the tool wrote, read as any client reads it: serde_json's own
+/// `Value` took a text behind `$serde_json::private::RawValue` for JSON to parse again (a
+/// fetched page could nest that until the gateway's stack overflowed: review HIGH).
+#[test]
+fn a_steps_output_is_read_as_written() {
+    let text = r#"{"$serde_json::private::RawValue":"{\"a\":1}"}"#;
+    let answer = json!({"jsonrpc": "2.0", "id": 1,
+        "result": {"content": [{"type": "text", "text": text}]}});
+    let out = super::engine::tool_outcome(answer.to_string().as_bytes()).unwrap();
+    assert_eq!(out, json!({"$serde_json::private::RawValue": "{\"a\":1}"}));
+    // Nested again and again, still one string inside one object.
+    let mut deep = String::from("0");
+    for _ in 0..12 {
+        deep = json!({ "$serde_json::private::RawValue": format!("[{deep}]") }).to_string();
+    }
+    let answer = json!({"jsonrpc": "2.0", "id": 1,
+        "result": {"content": [{"type": "text", "text": deep}]}});
+    let out = super::engine::tool_outcome(answer.to_string().as_bytes()).unwrap();
+    assert!(out["$serde_json::private::RawValue"].is_string());
+}

@@ -161,13 +161,9 @@ impl Session {
     /// One message: the answer of a pending call resolves it; a request or notification goes
     /// to the sink; a response nobody awaits is dropped.
     fn route(&self, line: Bytes) {
-        let Ok(msg) = Message::parse(&line) else {
-            if self.warned.swap(true, Ordering::Relaxed) {
-                debug!("remote sent an event that is not JSON-RPC; skipped");
-            } else {
-                warn!("remote sent an event that is not JSON-RPC; skipped");
-            }
-            return;
+        let msg = match Message::parse(&line) {
+            Ok(msg) => msg,
+            Err(e) => return self.unread(e),
         };
         if msg.kind != MessageKind::Response {
             self.sink.deliver(&line, &msg);
@@ -184,6 +180,24 @@ impl Session {
         let answer = response_of(&line, &msg, StatusCode::OK)
             .ok_or_else(|| RemoteError::Malformed("answer has neither result nor error".into()));
         let _ = tx.send(answer);
+    }
+
+    /// A message that could not be read: one with a call's id (a malformed answer, or one
+    /// holding a key the gateway does not read) fails that call now; anything else is skipped.
+    fn unread(&self, e: switchboard_wire::ParseError) {
+        let waiter = (e.id.as_ref()).and_then(|id| self.table.lock().calls.remove(id.as_json()));
+        if let Some((_, tx)) = waiter {
+            warn!("remote answered with a message that is not read; the call gets an error");
+            let _ = tx.send(Err(RemoteError::Malformed(
+                "the answer could not be read".into(),
+            )));
+            return;
+        }
+        if self.warned.swap(true, Ordering::Relaxed) {
+            debug!("remote sent an event that is not JSON-RPC; skipped");
+        } else {
+            warn!("remote sent an event that is not JSON-RPC; skipped");
+        }
     }
 }
 

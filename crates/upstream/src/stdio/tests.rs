@@ -178,7 +178,10 @@ for line in sys.stdin:
     held = []
 "#;
 
-const PARSE_ERROR: &str = r#"{"code": -32700, "message": "Parse error"}"#;
+/// What the call gets: the gateway's words, not the backend's (whose message may quote a
+/// line; the answer's `"id": null` placeholder kept the backend's error in use before).
+const PARSE_ERROR: &str =
+    r#"{"code":-32700,"message":"Parse error: the backend could not parse the request"}"#;
 
 #[tokio::test]
 async fn a_null_id_error_answers_the_one_call_it_can_only_be() {
@@ -317,4 +320,51 @@ async fn an_answer_goes_to_the_process_that_asked_not_its_successor() {
     );
     old.shutdown(Duration::from_secs(5)).await;
     new.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Answers `hidden` with a result holding serde_json's RawValue key, `old` with a wrong
+/// `jsonrpc`, anything else with an echo, in order.
+const UNREAD_BACKEND: &str = r#"
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["method"] == "hidden":
+        out = {"jsonrpc": "2.0", "id": m["id"], "result": {"x": {"$serde_json::private::RawValue": "{}"}}}
+    elif m["method"] == "old":
+        out = {"jsonrpc": "1.0", "id": m["id"], "result": {}}
+    else:
+        out = {"jsonrpc": "2.0", "id": m["id"], "result": {"echo": m["method"]}}
+    print(json.dumps(out), flush=True)
+"#;
+
+/// An answer the gateway does not read (one holding the key serde_json's `Value` would
+/// expand, or not JSON-RPC 2.0) fails its call at once, with the gateway's own words; before,
+/// it was skipped and the call waited for its deadline. Shown by order: the echo answered
+/// after it finds it already resolved.
+#[tokio::test]
+async fn an_answer_not_read_fails_its_call_at_once() {
+    use futures::FutureExt;
+    let (handle, process, inbound) = start(&python(UNREAD_BACKEND, &[]));
+    for method in ["hidden", "old"] {
+        let unread = handle.call("u1", request("u1", method)).await.unwrap();
+        let after = handle.call("e1", request("e1", "echo")).await.unwrap();
+        let echo = tokio::time::timeout(Duration::from_secs(10), after).await;
+        assert_eq!(
+            echo.expect("answered").unwrap().payload(),
+            r#"{"echo": "echo"}"#
+        );
+        let answer = unread
+            .now_or_never()
+            .expect("resolved before the echo")
+            .unwrap();
+        assert!(answer.is_error(), "{method}");
+        assert!(answer.payload().contains("-32603"), "{}", answer.payload());
+        assert!(
+            !answer.payload().contains("RawValue"),
+            "{}",
+            answer.payload()
+        );
+    }
+    assert!(inbound.0.lock().is_empty(), "nothing unsolicited");
+    process.shutdown(Duration::from_secs(5)).await;
 }

@@ -316,3 +316,74 @@ fn protocol_members_spelled_another_way_are_refused() {
     let backend: Box<serde_json::value::RawValue> = serde_json::from_str(backend).unwrap();
     assert!(crate::reads_one_way(&backend));
 }
+
+/// serde_json's `Value` (with `raw_value`, as the gateway builds it) reads an object starting
+/// with `$serde_json::private::RawValue` as the JSON text in its string: the gateway would
+/// judge `{"path":"/tmp"}` where a backend reads an object with one odd key. Refused in every
+/// spelling serde reads as that key, anywhere, and in a backend's JSON too.
+#[test]
+fn serde_jsons_raw_value_key_is_refused_in_any_spelling() {
+    for (params, code) in [
+        (
+            r#"{"name":"a","arguments":{"$serde_json::private::RawValue":"{\"path\":\"/tmp\"}"}}"#,
+            codes::INVALID_PARAMS,
+        ),
+        (
+            r#"{"name":"a","arguments":{"k":[{"\u0024serde_json::private::RawValue":"1"}]}}"#,
+            codes::INVALID_PARAMS,
+        ),
+        (
+            r#"{"$serde_json::private::RawValu\u0065":"{}","name":"a"}"#,
+            codes::INVALID_PARAMS,
+        ),
+    ] {
+        let e = refused(&call(params));
+        assert_eq!(e.error.code, code, "{params}");
+        assert_eq!(id_of(&e), Some("7"));
+        assert!(e.error.message.contains("reserved"), "{}", e.error.message);
+    }
+    let e =
+        refused(r#"{"jsonrpc":"2.0","id":7,"method":"m","$serde_json::private::RawValue":"1"}"#);
+    assert_eq!(e.error.code, codes::INVALID_REQUEST);
+    // What the gateway would have read: the string parsed again.
+    let own: serde_json::Value =
+        serde_json::from_str(r#"{"$serde_json::private::RawValue":"{\"path\":\"/tmp\"}"}"#)
+            .unwrap();
+    assert_eq!(own, serde_json::json!({"path": "/tmp"}));
+    // Keys that only look like it, and the key as a value, pass.
+    for params in [
+        r#"{"name":"a","arguments":{"$serde_json::private::RawValue2":"1","$Serde_json::private::RawValue":"1"}}"#,
+        r#"{"name":"a","arguments":{"k":"$serde_json::private::RawValue"}}"#,
+    ] {
+        assert!(client(&call(params)).is_ok(), "{params}");
+    }
+    let backend = serde_json::value::RawValue::from_string(
+        r#"{"a":{"$serde_json::private::RawValue":"[]"}}"#.into(),
+    )
+    .unwrap();
+    assert!(!crate::reads_one_way(&backend));
+}
+
+/// A backend's message holding the key is not read either: serde's `Value` would expand the
+/// string, and strings inside strings nest a fresh 128 levels each (a 90 KB `tools/list`
+/// overflowed a 2 MiB stack: review HIGH). The id is kept, so the call it answers gets an
+/// error at once; the key as a value, and a backend's repeated keys, are not this check's.
+#[test]
+fn a_backend_message_holding_the_key_is_refused_with_its_id() {
+    for result in [
+        r#"{"tools":[{"inputSchema":{"$serde_json::private::RawValue":"{}"}}]}"#,
+        r#"{"a":[1,{"b":{"x":1,"\u0024serde_json::private::RawValu\u0065":"1"}}]}"#,
+    ] {
+        let line = format!(r#"{{"jsonrpc":"2.0","id":"sb-1","result":{result}}}"#);
+        let e = Message::parse(line.as_bytes()).expect_err(&line);
+        assert_eq!(e.error.code, codes::INTERNAL_ERROR);
+        assert_eq!(id_of(&e), Some("\"sb-1\""));
+    }
+    for fine in [
+        r#"{"jsonrpc":"2.0","id":"sb-1","result":{"text":"{\"$serde_json::private::RawValue\":\"1\"}"}}"#,
+        r#"{"jsonrpc":"2.0","id":"sb-1","result":{"k":1,"k":2,"s":"\u00e9 RawValue"}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":["$serde_json::private::RawValue"]}}"#,
+    ] {
+        assert!(Message::parse(fine.as_bytes()).is_ok(), "{fine}");
+    }
+}

@@ -18,7 +18,8 @@ use crate::{Credential, Upstream};
 type Seen = Arc<Mutex<Vec<(String, String)>>>;
 
 /// A server whose `GET /sse` opens the stream (its endpoint: `/messages`) and whose POSTs
-/// are answered `202`, with `{"result":{}}` on the stream for a request.
+/// are answered `202`, with `{"result":{}}` on the stream for a request (for `hidden`, a
+/// result the gateway does not read).
 async fn sse_server() -> (String, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/sse", listener.local_addr().unwrap());
@@ -61,13 +62,18 @@ async fn sse_server() -> (String, Seen) {
                 }
                 let msg: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                 let method = msg["method"].as_str().unwrap_or("answer").to_owned();
-                log.lock().push((method, auth));
+                log.lock().push((method.clone(), auth));
                 let accepted = "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\
                                 connection: close\r\n\r\n";
                 let _ = write.write_all(accepted.as_bytes()).await;
                 if let Some(id) = msg.get("id").filter(|_| msg.get("method").is_some()) {
+                    // `hidden`: a result holding serde_json's RawValue key.
+                    let result = match method.as_str() {
+                        "hidden" => r#"{"x":{"$serde_json::private::RawValue":"{}"}}"#,
+                        _ => "{}",
+                    };
                     let answer = format!(
-                        "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{}}}}\n\n"
+                        "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}\n\n"
                     );
                     if let Some(s) = stream.lock().await.as_mut() {
                         let _ = s.write_all(answer.as_bytes()).await;
@@ -439,4 +445,22 @@ async fn a_consent_given_again_during_a_revocation_check_is_kept() {
         ("tools/list", "Bearer at.erin-2"),
     ]);
     assert_eq!(*seen.lock(), expected);
+}
+
+/// An answer on the stream that the gateway does not read (it holds serde_json's RawValue
+/// key, which `Value` would expand) fails its call at once instead of at its deadline. Shown
+/// by order: the answer to the next call, written after it, finds it resolved.
+#[tokio::test]
+async fn an_answer_not_read_fails_its_call_at_once() {
+    use futures::FutureExt;
+    let (url, _seen) = sse_server().await;
+    let up = sse_upstream(RemoteConfig::new(&url));
+    let unread = (up.call_as("h1", line("h1", "hidden"), None).await).unwrap();
+    let next = (up.call_as("t1", line("t1", "tools/list"), None).await).unwrap();
+    let next = tokio::time::timeout(std::time::Duration::from_secs(10), next).await;
+    assert!(!next.expect("answered").unwrap().is_error());
+    let answer = unread
+        .now_or_never()
+        .expect("resolved before the next answer");
+    assert!(answer.is_err(), "{answer:?}");
 }
