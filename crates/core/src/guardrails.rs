@@ -448,8 +448,10 @@ impl Scope<'_> {
         if !self.rules.runs_at(Stage::Response) || self.method == "tasks/update" {
             return answer;
         }
-        let Ok(msg) = Message::parse(&answer.body) else {
-            return answer;
+        let msg = match Message::parse(&answer.body) {
+            Ok(msg) => msg,
+            // Not readable, so not checkable: refused, never passed unchecked.
+            Err(e) => return self.unreadable(answer, e.id, caller, era),
         };
         let Some(id) = msg.id.clone() else {
             return answer;
@@ -487,6 +489,34 @@ impl Scope<'_> {
             Some(new) => Answer::ok(switchboard_wire::encode_result(&id, &new)),
             None => answer,
         }
+    }
+
+    /// An answer that does not parse (one holding the key serde_json's `Value` would expand,
+    /// `Message::parse`) in place of one the response rules would check: refused by the first
+    /// of them, audited as `unreadable`. Without an id there is no answer to replace.
+    fn unreadable(
+        &self,
+        answer: Answer,
+        id: Option<switchboard_wire::RequestId>,
+        caller: &Principal,
+        era: &str,
+    ) -> Answer {
+        let rule = (self.rules.rules().iter()).find(|r| r.response);
+        let (Some(id), Some(rule)) = (id, rule) else {
+            return answer;
+        };
+        let event = Event {
+            guardrail: rule.name.clone(),
+            action: switchboard_guard::Action::Reject,
+            kind: "unreadable",
+            count: 1,
+        };
+        self.audit(caller, era, "response", std::slice::from_ref(&event));
+        if matches!(self.method.as_str(), "tools/call" | "tasks/result") {
+            let body = switchboard_guard::rejected_result(&rule.name);
+            return Answer::ok(switchboard_wire::encode_result(&id, &body));
+        }
+        Answer::error(&id, &refusal(&rule.name))
     }
 
     /// A backend's error answer: its `error` (message and data) checked by the built-in

@@ -16,6 +16,9 @@
 //! looks only at what serde skipped. It replaced the depth scan: still two passes in all.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 
 /// What the scan refused, and where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -458,7 +461,7 @@ impl Scanner<'_> {
     /// as it).
     fn is_raw_value_key(&self, key: &KeySpan) -> bool {
         if key.plain {
-            return &self.bytes[key.start..key.end] == RAW_VALUE_KEY.as_bytes();
+            return self.bytes.get(key.start..key.end) == Some(RAW_VALUE_KEY.as_bytes());
         }
         key.escaped && self.decoded(key) == RAW_VALUE_KEY
     }
@@ -482,6 +485,8 @@ impl Scanner<'_> {
                             _ => i += 1,
                         }
                     }
+                    // (Clamped: text that is not JSON must not make this panic.)
+                    let i = i.min(self.bytes.len());
                     self.pos = i + 1;
                     if std::mem::take(&mut self.expect_key) {
                         let plain = !escaped && self.bytes[start..i].is_ascii();
@@ -517,28 +522,31 @@ impl Scanner<'_> {
 
     /// A key's text after unescaping (borrowed when it has no escapes).
     fn decoded(&self, k: &KeySpan) -> Cow<'_, str> {
-        let raw = &self.text[k.start..k.end];
+        // (`get`: the spans of valid JSON always hold; text that is not must not panic.)
+        let raw = self.text.get(k.start..k.end).unwrap_or_default();
         if !k.escaped {
             return Cow::Borrowed(raw);
         }
         // The escapes were checked (no lone surrogates), so decoding succeeds; were it to
         // fail, the raw spelling is a safe stand-in (two spellings then compare unequal only
         // if they differ as text).
-        let quoted = &self.text[k.start - 1..=k.end];
+        let quoted = self.text.get(k.start - 1..=k.end).unwrap_or_default();
         serde_json::from_str::<String>(quoted).map_or(Cow::Borrowed(raw), Cow::Owned)
     }
 }
 
-/// Whether `text` (valid JSON: serde parsed it) holds an object key that is
+/// Whether `text` (valid JSON: serde parsed it; for other text the answer means nothing, but
+/// it does not panic) holds an object key that is
 /// [`RAW_VALUE_KEY`] in any spelling, at any depth. Every message a backend sends is checked
 /// (`Message::parse`), so no `Value` read from one expands a string: cheap first, since every
 /// spelling holds `RawValue` as written or a `\u` escape (the key has no `/`, the only other
 /// escape a key character could take).
-pub(crate) fn holds_reserved_key(text: &str) -> bool {
+pub fn holds_reserved_key(text: &str) -> bool {
+    // Built once: building a searcher costs more than searching a short message with it.
+    static PLAIN: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"RawValue"));
+    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
     let bytes = text.as_bytes();
-    if memchr::memmem::find(bytes, b"RawValue").is_none()
-        && memchr::memmem::find(bytes, b"\\u").is_none()
-    {
+    if PLAIN.find(bytes).is_none() && ESCAPE.find(bytes).is_none() {
         return false;
     }
     let mut s = Scanner {

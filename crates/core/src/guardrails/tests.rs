@@ -102,3 +102,31 @@ fn an_audited_name_shows_no_secret() {
     assert!(shown.contains("[REDACTED:aws_access_key]"), "{shown}");
     assert_eq!(super::audit_name("get_weather"), "get_weather");
 }
+
+/// An answer the response rules cannot read (one holding serde_json's RawValue key, which
+/// `Message::parse` refuses) is refused by them, not passed unchecked (review HIGH: an
+/// OpenAPI answer built in-process held the key, and its email went out unredacted).
+#[tokio::test]
+async fn an_answer_the_rules_cannot_read_is_refused_not_passed() {
+    let check = serde_json::json!({"secrets": "builtin", "action": "redact"});
+    let guards = Guardrails::new(rules(serde_json::json!([
+        {"name": "dlp", "on": ["response"], "check": check}
+    ])));
+    let target = Target {
+        backend: "api",
+        original: Some("get"),
+        exposed: Some("get"),
+        method: "tools/call",
+    };
+    let scope = guards.scope(target).expect("the rule applies");
+    let body = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"AKIAIOSFODNN7EXAMPLE"}],"m":{"$serde_json::private::RawValue":"1"}}}"#;
+    let caller = crate::Principal::anonymous();
+    let out = scope
+        .response(crate::Answer::ok(body.to_vec()), &caller, "legacy")
+        .await;
+    let text = String::from_utf8(out.body).unwrap();
+    assert!(!text.contains("AKIA"), "{text}");
+    assert!(text.contains("\"id\":7") && text.contains("dlp"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["result"]["isError"], true, "{text}");
+}

@@ -576,7 +576,12 @@ pub(super) fn tool_outcome(bytes: &[u8]) -> Result<Value, String> {
         return Ok(s.clone());
     }
     Ok(match text {
-        Some(t) => switchboard_wire::plain::parse(t.as_bytes()).unwrap_or(Value::String(t)),
+        // A text holding the key serde_json's `Value` would expand stays a text: the step's
+        // output goes on in answers the gateway reads again.
+        Some(t) => match switchboard_wire::plain::parse(t.as_bytes()) {
+            Ok(v) if !switchboard_wire::holds_reserved_key(&t) => v,
+            _ => Value::String(t),
+        },
         None => Value::Null,
     })
 }

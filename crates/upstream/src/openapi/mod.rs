@@ -222,6 +222,12 @@ impl Inner {
         // Only a call's result carries what the API said; the rest is bounded by the spec.
         let limit = if call { self.max_result } else { usize::MAX };
         match bounded_json(&result, limit) {
+            // Not passed on: no reader of the gateway's would read it as written (see
+            // `switchboard_wire::holds_reserved_key`).
+            Some(body) if switchboard_wire::holds_reserved_key(&body) => {
+                let refused = response::error_result(RESERVED_KEY);
+                encode(&id, "result", &decorated(refused))
+            }
             Some(body) => encode_text(&id, "result", body),
             None => {
                 let too_large = response::error_result(&response::too_large(limit));
@@ -298,6 +304,11 @@ fn encode(id: &Value, member: &'static str, payload: &Value) -> BackendResponse 
     let body = serde_json::to_string(payload).unwrap_or_else(|_| "null".into());
     encode_text(id, member, body)
 }
+
+/// What a call gets when the API's answer (or the spec's part of a list) holds the object key
+/// that serde_json's `Value` reads as JSON to parse again.
+const RESERVED_KEY: &str =
+    "the answer holds the object key $serde_json::private::RawValue, which the gateway does not pass";
 
 /// `value` as JSON text, or `None` as soon as it passes `limit` bytes (never built whole).
 fn bounded_json(value: &Value, limit: usize) -> Option<String> {

@@ -25,9 +25,9 @@ pub fn parse(text: &str) -> Result<Value, SpecError> {
             format!("larger than {MAX_SPEC_BYTES} bytes"),
         ));
     }
-    if text.trim_start().starts_with('{') {
+    let doc = if text.trim_start().starts_with('{') {
         // As written (`plain`): no string parsed again behind serde_json's RawValue key.
-        return switchboard_wire::plain::parse(text.as_bytes()).map_err(|e| {
+        switchboard_wire::plain::parse(text.as_bytes()).map_err(|e| {
             SpecError::new(
                 "",
                 format!(
@@ -36,9 +36,19 @@ pub fn parse(text: &str) -> Result<Value, SpecError> {
                     e.column()
                 ),
             )
-        });
+        })?
+    } else {
+        super::yaml::parse(text)?
+    };
+    // The key would reach tool definitions and answers, which the gateway reads again.
+    let written = serde_json::to_string(&doc).unwrap_or_default();
+    if switchboard_wire::holds_reserved_key(&written) {
+        return Err(SpecError::new(
+            "",
+            "holds the object key $serde_json::private::RawValue, which the gateway does not pass",
+        ));
     }
-    super::yaml::parse(text)
+    Ok(doc)
 }
 
 /// The document's OpenAPI version; Swagger 2.0 and other versions are refused.

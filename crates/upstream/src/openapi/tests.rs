@@ -348,14 +348,23 @@ async fn a_secret_in_the_base_urls_path_is_redacted_from_results() {
     assert!(!text.contains("BotPathSecretXYZ"), "{text}");
 }
 
-/// The spec and the request line are read as written too: a JSON spec's member and a call's
-/// arguments behind serde_json's RawValue key stay a string (review of 4cf4ec5: both still
-/// went through `Value`'s own reading).
+/// The spec and the request line are read as written too: a call's arguments behind
+/// serde_json's RawValue key stay a string (review of 4cf4ec5: both still went through
+/// `Value`'s own reading), and a spec holding the key, JSON or YAML, is refused (it would
+/// reach the tools' definitions, which the gateway reads again: review of 8d4c7f1).
 #[tokio::test]
 async fn a_spec_and_a_request_are_read_as_written() {
-    let text =
-        r#"{"openapi": "3.1.0", "paths": {}, "x": {"$serde_json::private::RawValue": "[]"}}"#;
-    assert!(parse(text).unwrap()["x"].is_object());
+    for text in [
+        r#"{"openapi": "3.1.0", "paths": {}, "x": {"$serde_json::private::RawValue": "[]"}}"#,
+        "openapi: 3.1.0\npaths: {}\nx:\n  \"$serde_json::private::RawValue\": \"[]\"\n",
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(e.message.contains("does not pass"), "{text}: {e:?}");
+    }
+    assert!(
+        parse(r#"{"openapi": "3.1.0", "paths": {}, "x": "$serde_json::private::RawValue"}"#)
+            .is_ok()
+    );
     let u = upstream();
     let hidden = json!({"$serde_json::private::RawValue": "{\"limit\": 1}"});
     let (_, r) = ask(
@@ -366,4 +375,40 @@ async fn a_spec_and_a_request_are_read_as_written() {
     .await;
     let text = r["content"][0]["text"].as_str().unwrap_or("");
     assert!(text.starts_with("invalid arguments"), "{r}");
+}
+
+/// An API's answer that holds serde_json's RawValue key as a key (a pet's free-form member
+/// keyed by a user) is not passed on: kept as a key by the reader, it went into the result,
+/// where every other reader of the gateway's took it for JSON to parse again, and the
+/// response guardrails, failing to read the answer, let it through unchecked (review HIGH).
+#[tokio::test]
+async fn an_answer_holding_serde_jsons_key_is_refused() {
+    let doc = parse(tools::tests::PETS).unwrap();
+    let (catalog, _) = Catalog::from_document(&doc).unwrap();
+    let catalog = Arc::new(catalog);
+    let args = json!({"name": "listPets", "arguments": {"limit": 1}});
+    let body = br#"[{"name":"rex","meta":{"$serde_json::private::RawValue":"1"}}]"#.to_vec();
+    let port = answer_once_as("application/json", body).await;
+    let u = OpenApiUpstream::new(
+        catalog.clone(),
+        OpenApiConfig::new(format!("http://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let (_, r) = ask(&u, "tools/call", args.clone()).await;
+    assert_eq!(r["isError"], true, "{r}");
+    let text = r["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("does not pass"), "{text}");
+    // The same pet without it is passed.
+    let port = answer_once_as(
+        "application/json",
+        br#"[{"name":"rex","meta":{"k":"1"}}]"#.to_vec(),
+    )
+    .await;
+    let u = OpenApiUpstream::new(
+        catalog,
+        OpenApiConfig::new(format!("http://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let (_, r) = ask(&u, "tools/call", args).await;
+    assert_ne!(r["isError"], true, "{r}");
 }

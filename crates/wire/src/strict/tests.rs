@@ -387,3 +387,18 @@ fn a_backend_message_holding_the_key_is_refused_with_its_id() {
         assert!(Message::parse(fine.as_bytes()).is_ok(), "{fine}");
     }
 }
+
+/// Text that is not JSON gets an answer that means nothing, but no panic.
+#[test]
+fn holds_reserved_key_does_not_panic_on_text_that_is_not_json() {
+    for text in [
+        r#"{"a\"#,
+        r#"{"\u0024"#,
+        "{\"RawValue",
+        "{\"\\u",
+        "[\"é\\",
+        "{\"é\\u00",
+    ] {
+        let _ = holds_reserved_key(text);
+    }
+}
