@@ -367,7 +367,7 @@ impl RemoteClient {
             }
             let line = Bytes::from(event.data);
             if let Some(answer) = self.route(line, Some(id), status) {
-                return Ok(answer);
+                return answer;
             }
         }
         Err(RemoteError::NoAnswer)
@@ -396,10 +396,26 @@ impl RemoteClient {
     }
 
     /// One message from a stream: the answer to `id` is returned, anything else delivered.
-    fn route(&self, line: Bytes, id: Option<&str>, status: StatusCode) -> Option<RemoteResponse> {
+    /// An answer to `id` that is not read (malformed, or holding a key the gateway does not
+    /// read) fails the call at once.
+    fn route(
+        &self,
+        line: Bytes,
+        id: Option<&str>,
+        status: StatusCode,
+    ) -> Option<Result<RemoteResponse, RemoteError>> {
         let msg = match Message::parse(&line) {
             Ok(msg) => msg,
-            Err(_) => {
+            Err(e) => {
+                let ours = id.is_some_and(|id| e.id.as_ref().is_some_and(|m| m.as_json() == id));
+                if ours {
+                    warn!(
+                        "remote answered with a message that is not read; the call gets an error"
+                    );
+                    return Some(Err(RemoteError::Malformed(
+                        "the answer could not be read".into(),
+                    )));
+                }
                 warn!("remote sent an event that is not JSON-RPC; skipped");
                 return None;
             }
@@ -413,7 +429,7 @@ impl RemoteClient {
             debug!("remote response for another request on this stream; dropped");
             return None;
         }
-        response_of(&line, &msg, status)
+        response_of(&line, &msg, status).map(Ok)
     }
 
     /// POST a notification, or an answer to the remote's own request (202 expected).

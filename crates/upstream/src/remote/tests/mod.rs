@@ -5,6 +5,7 @@ mod credential;
 mod listen_first;
 mod listen_revoked;
 mod sse_session;
+mod stream_answer;
 mod tool_screen;
 
 use super::*;

@@ -1,0 +1,86 @@
+//! A streamable HTTP remote's answer on a POST's event stream that the gateway does not read
+//! (it holds serde_json's RawValue key, which `Value` would expand) fails its call at once;
+//! before, it was skipped and the call waited for the stream to end or its deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::remote::{Mode, RemoteConfig, RemoteEndpoint, RemoteUpstream};
+use crate::{InboundSink, Upstream};
+
+#[derive(Debug)]
+struct Quiet;
+impl InboundSink for Quiet {
+    fn deliver(&self, _: &bytes::Bytes, _: &switchboard_wire::Message<'_>, _: &Upstream) {}
+}
+
+/// A remote answering each POST with an event stream that carries one answer holding the key
+/// and then stays open (until the test ends).
+async fn remote() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let body = loop {
+                    let n = sock.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let len = (head.lines())
+                            .filter_map(|l| l.split_once(':'))
+                            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                            .and_then(|(_, v)| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if body.len() >= len {
+                            break body.to_owned();
+                        }
+                    }
+                };
+                let request: Value = serde_json::from_str(&body).unwrap_or_default();
+                let answer = json!({"jsonrpc": "2.0", "id": request["id"],
+                    "result": {"x": {"$serde_json::private::RawValue": "1"}}});
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
+                     event: message\ndata: {answer}\n\n"
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+                // The stream stays open: only the unread answer can end the call.
+                let _ = sock.read(&mut chunk).await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn an_unread_answer_on_the_stream_fails_its_call_at_once() {
+    let url = remote().await;
+    let mut config = RemoteConfig::new(&url);
+    config.call_timeout = Duration::from_secs(60);
+    let endpoint = RemoteEndpoint::new(config).unwrap();
+    let up = Upstream::Remote(RemoteUpstream::new(
+        &endpoint,
+        Mode::Stateless,
+        Arc::new(Quiet),
+    ));
+    let line = json!({"jsonrpc": "2.0", "id": "k1", "method": "tools/list", "params": {}});
+    let call = up
+        .call_as("k1", line.to_string().into_bytes(), None)
+        .await
+        .unwrap();
+    // Bounded so that a call left waiting fails the test rather than hanging it; the
+    // remote's stream never ends and the call's own deadline is a minute away.
+    let answer = tokio::time::timeout(Duration::from_secs(10), call).await;
+    let answer = answer.expect("answered at once");
+    assert!(answer.is_err(), "{answer:?}");
+}
