@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use switchboard_wire::{method, object_member, restore_response, with_member, Message, RequestId};
+use switchboard_wire::{
+    codes, method, object_member, restore_response, with_member, ErrorObject, Message, RequestId,
+};
 
 use super::gate::{item_action, str_member, LISTS};
 use super::lines::{client_info, line, reason_of, session_label, truncate, REASON_LIMIT};
@@ -160,7 +162,7 @@ impl<'a> Admitted<'a> {
     }
 
     /// A response body with its `result` filtered for the caller (lists, discovery). Bodies
-    /// that are errors, or that do not parse, pass unchanged.
+    /// that are errors pass unchanged; one that does not parse becomes an error.
     fn filter_body(&self, body: Vec<u8>) -> Vec<u8> {
         let Some(authorizer) = &self.policy else {
             return body;
@@ -171,7 +173,12 @@ impl<'a> Admitted<'a> {
             return body;
         }
         let Ok(parsed) = Message::parse(&body) else {
-            return body;
+            // Not readable, so not filterable: an error, never the whole list.
+            let e = ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                "Internal error: the answer could not be read to filter it",
+            );
+            return switchboard_wire::encode_error(self.msg.id.as_ref(), &e);
         };
         let (Some(id), Some(result)) = (parsed.id.as_ref(), parsed.result) else {
             return body;

@@ -405,3 +405,21 @@ fn admission_lists_and_audit_see_the_backend_and_original_name() {
     let (_, line) = next_line(&rx);
     assert!(line.get("backend").is_none(), "{line}");
 }
+
+/// A list the policy cannot read (one holding serde_json's RawValue key, which
+/// `Message::parse` refuses) becomes an error, not the whole list unfiltered (review LOW:
+/// no producer yields one today; the filter must not depend on that).
+#[test]
+fn a_list_that_cannot_be_read_is_an_error_not_unfiltered() {
+    let access = access();
+    let p = Principal::anonymous();
+    let msg = Message::parse(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#).unwrap();
+    let admitted = access.admit(&p, None, &msg, None, Path::Legacy).unwrap();
+    let body = br#"{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"add","inputSchema":{"$serde_json::private::RawValue":"1"}},{"name":"echo"}]}}"#;
+    let out = (admitted.finish(Ok(crate::Answer::ok(body.to_vec()))))
+        .map(|a| a.body)
+        .unwrap();
+    let out = std::str::from_utf8(&out).unwrap();
+    assert!(!out.contains("add"), "{out}");
+    assert!(out.contains(r#""id":7"#) && out.contains("-32603"), "{out}");
+}
