@@ -402,3 +402,27 @@ fn holds_reserved_key_does_not_panic_on_text_that_is_not_json() {
         let _ = holds_reserved_key(text);
     }
 }
+
+/// The key-only pass skips long strings by searching for their end: an escaped quote or
+/// backslash inside one does not end it, and a key after it is still found.
+#[test]
+fn long_strings_are_skipped_to_their_real_end() {
+    let long = "x".repeat(100);
+    let key = r#""$serde_json::private::RawValue":"1""#;
+    let cases = [
+        (format!(r#"{{"a":"{long}\"{long}\\","b":{{{key}}}}}"#), true),
+        (
+            format!(r#"{{"a":"{long}\"$serde_json::private::RawValue\":1{long}"}}"#),
+            false,
+        ),
+        (format!(r#"{{"a":["{long}\\\\",{{{key}}}]}}"#), true),
+        (format!(r#"{{"{long}\u00e9":"{long}","b":1}}"#), false),
+    ];
+    for (text, holds) in cases {
+        assert!(
+            serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(),
+            "{text}"
+        );
+        assert_eq!(holds_reserved_key(&text), holds, "{text}");
+    }
+}
