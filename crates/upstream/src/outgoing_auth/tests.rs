@@ -514,3 +514,20 @@ fn secrets_are_never_printed() {
     let config = exchange_config("http://127.0.0.1:9/token");
     assert!(!format!("{config:?}").contains("s3cr"));
 }
+
+/// A token service's answer is read as written: serde_json's own `Value` parsed the string
+/// behind `$serde_json::private::RawValue` again (with a fresh nesting limit each time), so
+/// the gateway read an `error` that is not in the document.
+#[tokio::test]
+async fn a_token_service_answer_is_read_as_written() {
+    let hidden: Answer = Arc::new(|_, _| {
+        (
+            400,
+            r#"{"$serde_json::private::RawValue":"{\"error\":\"invalid_grant\"}"}"#.into(),
+        )
+    });
+    let (url, _) = token_service(hidden).await;
+    let auth = OutgoingAuth::token_exchange(exchange_config(&url)).unwrap();
+    let err = auth.authorization(Some(&alice())).await.unwrap_err();
+    assert_eq!(err, OutgoingAuthError::Status { status: 400 });
+}

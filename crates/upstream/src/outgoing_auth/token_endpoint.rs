@@ -139,7 +139,8 @@ impl TokenEndpoint {
         let (status, body) = tokio::time::timeout(self.timeout, exchange_once)
             .await
             .map_err(|_| OutgoingAuthError::Timeout)??;
-        let json: Option<Value> = serde_json::from_slice(&body).ok();
+        // As written (`plain`): no string parsed again behind serde_json's RawValue key.
+        let json: Option<Value> = switchboard_wire::plain::parse(&body).ok();
         if !status.is_success() {
             // RFC 6749 §5.2: only the `error` code is kept; the description may quote anything
             // the server was sent.

@@ -142,9 +142,11 @@ impl Http {
                 .await
                 .map_err(|_| OutgoingAuthError::Malformed("body unreadable or too large"))?
                 .to_bytes();
+            // As written (`plain`): a hostile server's strings behind serde_json's RawValue
+            // key would be parsed again, each with a fresh nesting limit.
             Ok::<_, OutgoingAuthError>(Answer {
                 status,
-                json: serde_json::from_slice(&bytes).ok(),
+                json: switchboard_wire::plain::parse(&bytes).ok(),
             })
         };
         tokio::time::timeout(self.timeout, once)
@@ -369,5 +371,32 @@ mod tests {
             "{reached:?}"
         );
         drop(canary);
+    }
+
+    /// A document is read as written: serde_json's own `Value` parsed the string behind
+    /// `$serde_json::private::RawValue` again, with a fresh nesting limit each time (a hostile
+    /// server's 3 KB of strings in strings overflowed a debug build's stack).
+    #[tokio::test]
+    async fn a_document_is_read_as_written() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/.well-known/x", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 2048];
+            let _ = sock.read(&mut buf).await;
+            let body = r#"{"a":{"$serde_json::private::RawValue":"{\"b\":1}"}}"#;
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(reply.as_bytes()).await;
+        });
+        let local = Http::new(Duration::from_secs(5), "http://127.0.0.1:9/mcp");
+        let doc = local.get_json(&url).await.unwrap().expect("a document");
+        assert_eq!(
+            doc["a"]["$serde_json::private::RawValue"], "{\"b\":1}",
+            "{doc}"
+        );
     }
 }
