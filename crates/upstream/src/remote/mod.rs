@@ -333,7 +333,8 @@ impl RemoteClient {
             last_event = events.last_event_id().map(str::to_owned).or(last_event);
             retry = events.retry().or(retry);
             let ended = match read {
-                Ok(answer) => return Ok(answer),
+                // The answer came (read, or not readable: nothing to resume for).
+                Ok(answer) => return answer,
                 Err(e) => e,
             };
             // A stream cut before the answer is resumed where the remote can replay it (it
@@ -355,19 +356,21 @@ impl RemoteClient {
         }
     }
 
+    /// The stream until the message answering `id`: `Ok` with that answer (or why it could
+    /// not be read), `Err` when the stream ended or broke first.
     async fn read_until_answer(
         &self,
         events: &mut EventStream,
         id: &str,
         status: StatusCode,
-    ) -> Result<RemoteResponse, RemoteError> {
+    ) -> Result<Result<RemoteResponse, RemoteError>, RemoteError> {
         while let Some(event) = events.next().await? {
             if event.data.is_empty() {
                 continue;
             }
             let line = Bytes::from(event.data);
             if let Some(answer) = self.route(line, Some(id), status) {
-                return answer;
+                return Ok(answer);
             }
         }
         Err(RemoteError::NoAnswer)

@@ -1,6 +1,7 @@
 //! A streamable HTTP remote's answer on a POST's event stream that the gateway does not read
 //! (it holds serde_json's RawValue key, which `Value` would expand) fails its call at once;
-//! before, it was skipped and the call waited for the stream to end or its deadline.
+//! before, it was skipped and the call waited for the stream to end or its deadline, and
+//! then for a resumption.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,13 +50,16 @@ async fn remote() -> String {
                 let request: Value = serde_json::from_str(&body).unwrap_or_default();
                 let answer = json!({"jsonrpc": "2.0", "id": request["id"],
                     "result": {"x": {"$serde_json::private::RawValue": "1"}}});
+                // With an event id and a long `retry`: a stream that ended here would be
+                // resumed after 30 s (review of def8b69: so was one whose answer was not read).
                 let reply = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
-                     event: message\ndata: {answer}\n\n"
+                     id: e1\nretry: 30000\nevent: message\ndata: {answer}\n\n"
                 );
                 let _ = sock.write_all(reply.as_bytes()).await;
-                // The stream stays open: only the unread answer can end the call.
-                let _ = sock.read(&mut chunk).await;
+                // The stream ends after it: the unread answer must end the call, not a
+                // resumption.
+                drop(sock);
             });
         }
     });
@@ -78,9 +82,10 @@ async fn an_unread_answer_on_the_stream_fails_its_call_at_once() {
         .call_as("k1", line.to_string().into_bytes(), None)
         .await
         .unwrap();
-    // Bounded so that a call left waiting fails the test rather than hanging it; the
-    // remote's stream never ends and the call's own deadline is a minute away.
+    // Bounded so that a call left waiting fails the test rather than hanging it; a
+    // resumption would wait 30 s first, and the call's own deadline is a minute away.
     let answer = tokio::time::timeout(Duration::from_secs(10), call).await;
     let answer = answer.expect("answered at once");
-    assert!(answer.is_err(), "{answer:?}");
+    let err = answer.expect_err("not an answer");
+    assert!(err.to_string().contains("could not be read"), "{err}");
 }
