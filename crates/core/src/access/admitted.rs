@@ -53,6 +53,15 @@ impl<'a> Admitted<'a> {
         mut self,
         result: Result<crate::Answer, CoreError>,
     ) -> Result<crate::Answer, CoreError> {
+        // Filtered first, so that a list the policy cannot read is counted as the error it
+        // becomes.
+        let result = match self.done {
+            true => result,
+            false => result.map(|answer| match answer.error_code {
+                Some(_) => answer,
+                None => self.filtered(answer),
+            }),
+        };
         let id = self.msg.id.as_ref().map(RequestId::as_json);
         let legacy = self.path == Path::Legacy;
         self.measure(match &result {
@@ -64,12 +73,6 @@ impl<'a> Admitted<'a> {
         if self.done {
             return result;
         }
-        let result = result.map(|mut answer| {
-            if answer.error_code.is_none() {
-                answer.body = self.filter_body(std::mem::take(&mut answer.body));
-            }
-            answer
-        });
         self.record_result(result.as_ref().map(|a| a.body.as_slice()));
         result
     }
@@ -161,27 +164,44 @@ impl<'a> Admitted<'a> {
         self.guarded = Some(checked);
     }
 
+    /// `answer` with its list filtered for the caller; one the policy cannot read is an
+    /// error instead (with its code, which a Modern caller's status and the metrics read).
+    fn filtered(&self, mut answer: crate::Answer) -> crate::Answer {
+        match self.filter_body(std::mem::take(&mut answer.body)) {
+            Ok(body) => {
+                answer.body = body;
+                answer
+            }
+            Err(e) => match self.msg.id.as_ref() {
+                Some(id) => crate::Answer::error(id, &e),
+                None => {
+                    answer.body = switchboard_wire::encode_error(None, &e);
+                    answer
+                }
+            },
+        }
+    }
+
     /// A response body with its `result` filtered for the caller (lists, discovery). Bodies
-    /// that are errors pass unchanged; one that does not parse becomes an error.
-    fn filter_body(&self, body: Vec<u8>) -> Vec<u8> {
+    /// that are errors pass unchanged; one that does not parse is `Err`: not readable, so not
+    /// filterable, never the whole list.
+    fn filter_body(&self, body: Vec<u8>) -> Result<Vec<u8>, ErrorObject> {
         let Some(authorizer) = &self.policy else {
-            return body;
+            return Ok(body);
         };
         let name = self.msg.method.unwrap_or_default();
         let list = LISTS.iter().find(|l| l.0 == name);
         if list.is_none() && name != method::DISCOVER {
-            return body;
+            return Ok(body);
         }
         let Ok(parsed) = Message::parse(&body) else {
-            // Not readable, so not filterable: an error, never the whole list.
-            let e = ErrorObject::new(
+            return Err(ErrorObject::new(
                 codes::INTERNAL_ERROR,
                 "Internal error: the answer could not be read to filter it",
-            );
-            return switchboard_wire::encode_error(self.msg.id.as_ref(), &e);
+            ));
         };
         let (Some(id), Some(result)) = (parsed.id.as_ref(), parsed.result) else {
-            return body;
+            return Ok(body);
         };
         let filtered = match list {
             Some(&(_, _, member, key, wrap)) => filter_list(result, member, |item| {
@@ -220,10 +240,10 @@ impl<'a> Admitted<'a> {
                 })
                 .and_then(|caps| with_member(result, "capabilities", &caps.to_string())),
         };
-        match filtered {
+        Ok(match filtered {
             Some(result) => reencode(id, &result),
             None => body,
-        }
+        })
     }
 
     fn record_result(&mut self, result: Result<&[u8], &CoreError>) {

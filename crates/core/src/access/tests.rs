@@ -416,10 +416,12 @@ fn a_list_that_cannot_be_read_is_an_error_not_unfiltered() {
     let msg = Message::parse(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#).unwrap();
     let admitted = access.admit(&p, None, &msg, None, Path::Legacy).unwrap();
     let body = br#"{"jsonrpc":"2.0","id":7,"result":{"tools":[{"name":"add","inputSchema":{"$serde_json::private::RawValue":"1"}},{"name":"echo"}]}}"#;
-    let out = (admitted.finish(Ok(crate::Answer::ok(body.to_vec()))))
-        .map(|a| a.body)
+    let answer = admitted
+        .finish(Ok(crate::Answer::ok(body.to_vec())))
         .unwrap();
-    let out = std::str::from_utf8(&out).unwrap();
+    // An error with its code: counted as one, and a Modern caller's status says so.
+    assert_eq!(answer.error_code, Some(-32603));
+    let out = std::str::from_utf8(&answer.body).unwrap();
     assert!(!out.contains("add"), "{out}");
     assert!(out.contains(r#""id":7"#) && out.contains("-32603"), "{out}");
 }
