@@ -275,20 +275,7 @@ impl RedisTokenVault {
         let Some(current) = self.sealed_if(key, &name, stale).await? else {
             return Ok(false);
         };
-        let mut c = self.connection.clone();
-        let index = self.index_key(&key.principal);
-        let member = hex(&key.backend);
-        let removed: i64 = bounded("token_remove_if", async move {
-            redis::Script::new(REMOVE_IF)
-                .key(&name)
-                .key(&index)
-                .arg(current)
-                .arg(member)
-                .invoke_async(&mut c)
-                .await
-        })
-        .await?;
-        Ok(removed == 1)
+        self.remove_sealed(key, name, current).await
     }
 
     async fn remove_unopenable_now(&self, key: &VaultKey) -> Result<bool, VaultError> {
@@ -305,7 +292,17 @@ impl RedisTokenVault {
         if !matches!(self.key.open(key, &current), Err(VaultError::Open)) {
             return Ok(false);
         }
-        // Compare-and-delete on the bytes read: a token written since stays.
+        self.remove_sealed(key, name, current).await
+    }
+
+    /// Compare-and-delete: removes `key`'s value (at `name`) only if it is still `current`,
+    /// the bytes read; a token written since stays.
+    async fn remove_sealed(
+        &self,
+        key: &VaultKey,
+        name: String,
+        current: Vec<u8>,
+    ) -> Result<bool, VaultError> {
         let mut c = self.connection.clone();
         let index = self.index_key(&key.principal);
         let member = hex(&key.backend);
