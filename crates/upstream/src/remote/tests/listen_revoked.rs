@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use super::credential::Quiet;
+use super::read_request;
 use super::sse_session::oauth_remote;
 use crate::remote::{Mode, RemoteEndpoint, RemoteUpstream};
 use crate::{Credential, Upstream};
@@ -71,30 +72,6 @@ async fn remote() -> (
         }
     });
     (url, gets, drops_tx)
-}
-
-/// One HTTP request's head and body.
-async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<(String, String)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = sock.read(&mut chunk).await.unwrap_or(0);
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&buf).to_string();
-        if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let length = (head.lines())
-                .filter_map(|l| l.split_once(':'))
-                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-                .and_then(|(_, v)| v.trim().parse().ok())
-                .unwrap_or(0);
-            if body.len() >= length {
-                return Some((head.to_owned(), body.to_owned()));
-            }
-        }
-    }
 }
 
 /// Frank's session opens its listen stream with his token; his consent is revoked; the

@@ -65,3 +65,29 @@ fn only_http_urls_are_accepted() {
         assert!(matches!(err, RemoteError::InvalidUrl(_)), "{bad}: {err:?}");
     }
 }
+
+/// One HTTP request's head and body.
+pub(super) async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = tokio::io::AsyncReadExt::read(sock, &mut chunk)
+            .await
+            .unwrap_or(0);
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = (head.lines())
+                .filter_map(|l| l.split_once(':'))
+                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return Some((head.to_owned(), body.to_owned()));
+            }
+        }
+    }
+}

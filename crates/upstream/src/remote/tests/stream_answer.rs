@@ -7,45 +7,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
+use super::credential::Quiet;
+use super::read_request;
 use crate::remote::{Mode, RemoteConfig, RemoteEndpoint, RemoteUpstream};
-use crate::{InboundSink, Upstream};
-
-#[derive(Debug)]
-struct Quiet;
-impl InboundSink for Quiet {
-    fn deliver(&self, _: &bytes::Bytes, _: &switchboard_wire::Message<'_>, _: &Upstream) {}
-}
+use crate::Upstream;
 
 /// A remote answering each POST with an event stream that carries one answer holding the key
-/// and then stays open (until the test ends).
+/// (with an event id, so that the stream could be resumed) and then ends.
 async fn remote() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let body = loop {
-                    let n = sock.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                        let len = (head.lines())
-                            .filter_map(|l| l.split_once(':'))
-                            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-                            .and_then(|(_, v)| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        if body.len() >= len {
-                            break body.to_owned();
-                        }
-                    }
+                let Some((_, body)) = read_request(&mut sock).await else {
+                    return;
                 };
                 let request: Value = serde_json::from_str(&body).unwrap_or_default();
                 let answer = json!({"jsonrpc": "2.0", "id": request["id"],
