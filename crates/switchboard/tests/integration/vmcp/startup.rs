@@ -161,7 +161,10 @@ async fn serve_starts_without_an_unreachable_and_a_refusing_remote_and_picks_bot
     );
 
     // The refusing one starts accepting: it joins too.
-    drop(locked);
+    // Killed and reaped before its port is taken again: dropped, it was only signalled, and
+    // could still hold the port when the fixture bound it ("fixture exited before listening").
+    let mut locked = locked;
+    locked.kill().await.unwrap();
     let _locked = FixtureHttp::start_at(locked_port, &[]).await;
     until_listed(gw, &sid, "locked_echo").await;
     assert_eq!(
