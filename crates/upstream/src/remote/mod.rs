@@ -304,7 +304,10 @@ impl RemoteClient {
                 answer_from(bytes, out.id, status)
             }
             "text/event-stream" if status.is_success() => {
-                self.answer_from_stream(EventStream::new(body, self.inner.limits), out.id, status)
+                let events = EventStream::new(body, self.inner.limits);
+                // Only a session's stream can be resumed (the GET names the session).
+                let resumable = !out.stateless && self.has_session();
+                self.answer_from_stream(events, (out.id, resumable), status)
                     .await
             }
             _ if !status.is_success() => Err(RemoteError::Status {
@@ -318,10 +321,11 @@ impl RemoteClient {
     }
 
     /// Read an SSE response until the message answering `id`; deliver everything before it.
+    /// A stream cut before the answer is resumed only where it is `resumable`.
     async fn answer_from_stream(
         &self,
         mut events: EventStream,
-        id: &str,
+        (id, resumable): (&str, bool),
         status: StatusCode,
     ) -> Result<RemoteResponse, RemoteError> {
         let mut last_event: Option<String> = None;
@@ -338,8 +342,10 @@ impl RemoteClient {
                 Err(e) => e,
             };
             // A stream cut before the answer is resumed where the remote can replay it (it
-            // gave event ids, and this is a session's stream); otherwise the call fails.
-            let Some(after) = last_event.clone().filter(|_| resumes < MAX_RESUMES) else {
+            // gave event ids, and this is a session's stream); otherwise the call fails at
+            // once, without waiting the remote's `retry` first.
+            let may_resume = resumable && resumes < MAX_RESUMES;
+            let Some(after) = last_event.clone().filter(|_| may_resume) else {
                 return Err(ended);
             };
             resumes += 1;
