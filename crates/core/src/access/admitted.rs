@@ -195,10 +195,7 @@ impl<'a> Admitted<'a> {
             return Ok(body);
         }
         let Ok(parsed) = Message::parse(&body) else {
-            return Err(ErrorObject::new(
-                codes::INTERNAL_ERROR,
-                "Internal error: the answer could not be read to filter it",
-            ));
+            return Err(unfilterable());
         };
         let (Some(id), Some(result)) = (parsed.id.as_ref(), parsed.result) else {
             return Ok(body);
@@ -240,10 +237,15 @@ impl<'a> Admitted<'a> {
                 })
                 .and_then(|caps| with_member(result, "capabilities", &caps.to_string())),
         };
-        Ok(match filtered {
-            Some(result) => reencode(id, &result),
-            None => body,
-        })
+        let member = list.map_or("capabilities", |l| l.2);
+        match filtered {
+            Some(result) => Ok(reencode(id, &result)),
+            // Nothing to filter: the answer holds no such member.
+            None if object_member(result, member).is_none() => Ok(body),
+            // A member that is there but cannot be filtered (not a list, not an object) is
+            // not passed unfiltered.
+            None => Err(unfilterable()),
+        }
     }
 
     fn record_result(&mut self, result: Result<&[u8], &CoreError>) {
@@ -369,6 +371,14 @@ fn reencode(id: &RequestId, result: &RawValue) -> Vec<u8> {
 
 /// `result` with `result[member]` (an array) reduced to the items `keep` accepts. Items are
 /// copied verbatim. `None` when the member is absent or not an array.
+/// The error answering a list or discovery result the policy could not filter.
+fn unfilterable() -> ErrorObject {
+    ErrorObject::new(
+        codes::INTERNAL_ERROR,
+        "Internal error: the answer could not be read to filter it",
+    )
+}
+
 fn filter_list(
     result: &RawValue,
     member: &str,

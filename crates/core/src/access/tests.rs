@@ -425,3 +425,28 @@ fn a_list_that_cannot_be_read_is_an_error_not_unfiltered() {
     assert!(!out.contains("add"), "{out}");
     assert!(out.contains(r#""id":7"#) && out.contains("-32603"), "{out}");
 }
+
+/// A list member the policy cannot filter (not an array) is an error, not passed as it came;
+/// a result without the member has nothing to filter and passes.
+#[test]
+fn a_list_member_that_is_not_a_list_is_an_error_not_unfiltered() {
+    let access = access();
+    let p = Principal::anonymous();
+    let finish = |result: &str| {
+        let msg = Message::parse(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#).unwrap();
+        let admitted = access.admit(&p, None, &msg, None, Path::Legacy).unwrap();
+        let body = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{result}}}"#);
+        admitted
+            .finish(Ok(crate::Answer::ok(body.into_bytes())))
+            .unwrap()
+    };
+    let answer = finish(r#"{"tools":{"0":{"name":"add"},"1":{"name":"echo"}}}"#);
+    assert_eq!(answer.error_code, Some(-32603));
+    let out = std::str::from_utf8(&answer.body).unwrap();
+    assert!(!out.contains("add") && out.contains("-32603"), "{out}");
+
+    let answer = finish(r#"{"nextCursor":"c"}"#);
+    assert_eq!(answer.error_code, None);
+    let out = std::str::from_utf8(&answer.body).unwrap();
+    assert!(out.contains(r#""nextCursor":"c""#), "{out}");
+}
