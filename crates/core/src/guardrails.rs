@@ -271,8 +271,14 @@ impl Guardrails {
             if checked.rejected.is_some() {
                 continue;
             }
-            match checked.replaced.and_then(|r| serde_json::from_str(&r).ok()) {
-                Some(new) => out.push(new),
+            // The rewrite, read as written; one that does not read back is withheld, never
+            // replaced by the original it rewrote.
+            match checked
+                .replaced
+                .map(|r| switchboard_wire::plain::parse(r.as_bytes()))
+            {
+                Some(Ok(new)) => out.push(new),
+                Some(Err(_)) => {}
                 None => out.push(item),
             }
         }

@@ -130,3 +130,21 @@ async fn an_answer_the_rules_cannot_read_is_refused_not_passed() {
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["result"]["isError"], true, "{text}");
 }
+
+/// A definition the rules rewrote is read back as written: one holding serde_json's RawValue
+/// key (no backend list can carry it today; `Message::parse` refuses it) kept the original,
+/// secret and all, when the rewrite did not read back (review LOW).
+#[test]
+fn a_rewritten_definition_is_never_replaced_by_the_original() {
+    let check = serde_json::json!({"secrets": "builtin", "action": "redact"});
+    let guards = Guardrails::new(rules(serde_json::json!([
+        {"name": "dlp", "on": ["tool_definitions"], "check": check}
+    ])));
+    let item = br#"{"name":"t","description":"AKIAIOSFODNN7EXAMPLE","m":{"$serde_json::private::RawValue":"x"}}"#;
+    let item = switchboard_wire::plain::parse(item).unwrap();
+    let out = guards.definitions("api", crate::catalog::Kind::Tools, vec![item]);
+    let text = serde_json::to_string(&out).unwrap();
+    assert!(!text.contains("AKIA"), "{text}");
+    assert_eq!(out.len(), 1, "{text}");
+    assert_eq!(out[0]["name"], "t", "{text}");
+}
