@@ -77,11 +77,32 @@ pub(crate) async fn result(
     if !json {
         return (json!({"content": [{"type": "text", "text": text}]}), None);
     }
-    let (value, room) = match parse(body, status).await {
-        Ok(parsed) => parsed,
+    let room = match room_for(body, status).await {
+        Ok(room) => room,
         Err(why) => return (error_result(&why), None),
     };
-    (checked(tool, status, text, value), room)
+    let result = off_the_workers(body.len(), || match parse(body, status) {
+        Ok(value) => checked(tool, status, text, value),
+        Err(why) => error_result(&why),
+    });
+    (result, room)
+}
+
+/// Answers of at least this many bytes are parsed and checked off the async workers.
+const PARSED_IN_PLACE: usize = 256 << 10;
+
+/// `work`, which parses and checks `len` bytes: of [`PARSED_IN_PLACE`] or more, on a
+/// multi-threaded runtime, with the worker's other tasks handed to another thread
+/// (`block_in_place`), so that one large answer (up to [`MAX_PARSED_BYTES`] parsed, about
+/// 0.1 s) does not stall every request queued behind it.
+fn off_the_workers<T>(len: usize, work: impl FnOnce() -> T) -> T {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi && len >= PARSED_IN_PLACE {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
 }
 
 /// A parsed JSON answer as `structuredContent` (beside its `text`), checked against the
@@ -110,9 +131,9 @@ pub(crate) fn too_large(max_result: usize) -> String {
     format!("the API's response is too large: as a result it would be more than {max_result} bytes")
 }
 
-/// `body` parsed, if [`parsed_size`] finds it within [`MAX_PARSED_BYTES`], once the parses
-/// held leave room for it ([`PARSING_KIB`]); the room is the caller's to hold.
-async fn parse(body: &[u8], status: hyper::StatusCode) -> Result<(Value, Room), String> {
+/// Room to parse `body`, if [`parsed_size`] finds it within [`MAX_PARSED_BYTES`], once the
+/// parses held leave it ([`PARSING_KIB`]); the room is the caller's to hold.
+async fn room_for(body: &[u8], status: hyper::StatusCode) -> Result<Room, String> {
     let size = parsed_size(body);
     if size > MAX_PARSED_BYTES {
         return Err(format!(
@@ -123,16 +144,18 @@ async fn parse(body: &[u8], status: hyper::StatusCode) -> Result<(Value, Room), 
     }
     // At most MAX_PARSED_BYTES in KiB, below PARSING_KIB; the semaphore is never closed.
     let kib = u32::try_from((size >> 10).max(1)).unwrap_or(u32::MAX);
-    let room = PARSING.acquire_many(kib).await.ok();
-    // Not `Value`'s own deserializer: it parses a string again as JSON behind one key
-    // (`plain`), past this estimate.
-    let value = switchboard_wire::plain::parse(body).map_err(|_| {
+    Ok(PARSING.acquire_many(kib).await.ok())
+}
+
+/// `body` parsed; not by `Value`'s own deserializer, which parses a string again as JSON
+/// behind one key (`plain`), past the room's estimate.
+fn parse(body: &[u8], status: hyper::StatusCode) -> Result<Value, String> {
+    switchboard_wire::plain::parse(body).map_err(|_| {
         format!(
             "HTTP {}: the API said its response is JSON, but it is not",
             status.as_u16()
         )
-    })?;
-    Ok((value, room))
+    })
 }
 
 /// Bytes a parsed value takes, estimated from above (`Value`s of 80 bytes with ordered

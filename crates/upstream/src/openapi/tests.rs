@@ -412,3 +412,47 @@ async fn an_answer_holding_serde_jsons_key_is_refused() {
     let (_, r) = ask(&u, "tools/call", args).await;
     assert_ne!(r["isError"], true, "{r}");
 }
+
+/// A large JSON answer is parsed and checked with the worker's other tasks handed to another
+/// thread: on a runtime of one worker, a task that only yields goes on running while the
+/// parse runs (before, the worker ran nothing else until the parse ended, up to ~0.1 s
+/// within the bounds). The only await before the parse is an uncontended semaphore, which
+/// does not yield, so without the hand-off the ticker cannot move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_large_answer_is_parsed_off_the_workers() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let doc = parse(tools::tests::PETS).unwrap();
+    let (catalog, _) = Catalog::from_document(&doc).unwrap();
+    let ticks = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                ticks.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    // 1.3 MiB, within what parsing may take.
+    let body = zeros(response::MAX_PARSED_BYTES / 200);
+    let moved = tokio::spawn(async move {
+        let tool = catalog.get("listPets").unwrap();
+        let before = ticks.load(Ordering::Relaxed);
+        let status = hyper::StatusCode::OK;
+        let answer = ("application/json", &body[..]);
+        let (result, _room) = response::result(tool, status, answer, usize::MAX).await;
+        let text = result["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        (ticks.load(Ordering::Relaxed) - before, text)
+    });
+    let (moved, text) = moved.await.unwrap();
+    ticker.abort();
+    // Parsed and checked: the schema wants pets, not numbers.
+    assert!(text.contains("response schema"), "{text:.80}");
+    assert!(
+        moved > 0,
+        "the worker ran nothing else while the answer was parsed"
+    );
+}
