@@ -30,6 +30,7 @@ mod bridge;
 mod dedicated;
 mod digest;
 mod partition;
+mod plain;
 mod share;
 mod sink;
 mod state;
@@ -60,7 +61,8 @@ use crate::{CoreError, Principal};
 use sink::Asked;
 
 pub(crate) use bridge::{Bridge, Limits};
-pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions, Plain};
+pub(crate) use partition::{acknowledge, Key as PartitionKey, Partitions};
+pub(crate) use plain::Plain;
 pub(crate) use share::{default_share, SharePermit, Shares};
 pub(crate) use state::replica_of_token;
 
