@@ -253,13 +253,10 @@ impl Adapters<'_> {
                 }
                 // A call that declared nothing the backend could ask for: refused with -32021
                 // when the backend asks anyway and the request is attributable to it.
-                let mut running = using.0.plain.start();
-                tokio::select! {
-                    answer = self.bridged(
-                        id, (name, msg), stream, (on_partition, credential), None,
-                    ) => answer,
-                    Ok(cap) = &mut running.blamed => Ok(crate::mrtr::missing_capability(id, cap)),
-                }
+                let running = using.0.plain.start();
+                let answer =
+                    self.bridged(id, (name, msg), stream, (on_partition, credential), None);
+                running.answer_or_blamed(id, answer).await
             }
             _ => {
                 let record = owner.filter(|_| asked_task);

@@ -1,7 +1,12 @@
 //! A partition's running calls that declared no input capability ([`Plain`]).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
+
+use switchboard_wire::RequestId;
+
+use crate::{Answer, CoreError};
 
 /// A partition's running calls that declared no input capability. A server request for input
 /// cannot be answered for them; when exactly one runs, it is attributable, and that call is
@@ -48,8 +53,59 @@ impl Plain {
     }
 }
 
+impl PlainCall {
+    /// The call's `answer`, or -32021 when the backend asked, while it ran, for a capability
+    /// the call did not declare. The blame is sent before the backend's request is refused,
+    /// so it is there before any answer that refusal led to, and it wins over an answer that
+    /// is there too: a task woken late (under load) finds both ready.
+    pub(crate) async fn answer_or_blamed(
+        mut self,
+        id: &RequestId,
+        answer: impl Future<Output = Result<Answer, CoreError>>,
+    ) -> Result<Answer, CoreError> {
+        tokio::select! {
+            biased;
+            Ok(cap) = &mut self.blamed => Ok(super::missing_capability(id, cap)),
+            answer = answer => answer,
+        }
+    }
+}
+
 impl Drop for PlainCall {
     fn drop(&mut self) {
         self.plain.0.lock().calls.remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The blame wins over an answer that is ready too (a CI run once got the backend's
+    /// answer to a call it had blamed: `tokio::select!` picks at random among ready
+    /// branches). Many rounds, so that a random pick fails the test.
+    #[tokio::test]
+    async fn a_blamed_call_answers_minus_32021_even_when_its_answer_is_ready_too() {
+        let id = RequestId::from_string("7");
+        for _ in 0..64 {
+            let plain = Plain::default();
+            let call = plain.start();
+            plain.blame("sampling");
+            let answered = Answer::ok(br#"{"jsonrpc":"2.0","id":"7","result":{}}"#.to_vec());
+            let answer = call.answer_or_blamed(&id, async { Ok(answered) }).await;
+            assert_eq!(answer.unwrap().error_code, Some(-32021));
+        }
+    }
+
+    /// Two calls running: the backend's request is nobody's to blame; each gets its answer.
+    #[tokio::test]
+    async fn with_two_calls_running_nobody_is_blamed() {
+        let id = RequestId::from_string("7");
+        let plain = Plain::default();
+        let (one, _two) = (plain.start(), plain.start());
+        plain.blame("sampling");
+        let answered = Answer::ok(br#"{"jsonrpc":"2.0","id":"7","result":{}}"#.to_vec());
+        let answer = one.answer_or_blamed(&id, async { Ok(answered) }).await;
+        assert_eq!(answer.unwrap().error_code, None);
     }
 }
