@@ -246,14 +246,13 @@ impl Adapters<'_> {
                 // The name at the backend is the one routing chose (an exposed name renamed).
                 on_partition.name = route.name.clone();
                 let on_partition = &on_partition;
-                if !crate::mrtr::METHODS.contains(&name) {
-                    return self
-                        .bridged(id, (name, msg), stream, (on_partition, credential), None)
-                        .await;
-                }
-                // A call that declared nothing the backend could ask for: refused with -32021
-                // when the backend asks anyway and the request is attributable to it.
-                let running = using.0.plain.start();
+                // While it runs, what the backend asks is attributable to no one call; a call
+                // that declared nothing the backend could ask for is refused with -32021 when
+                // the backend asks anyway and the request is attributable to it.
+                let running = match crate::mrtr::METHODS.contains(&name) {
+                    true => using.0.plain.start(),
+                    false => using.0.plain.start_other(),
+                };
                 let answer =
                     self.bridged(id, (name, msg), stream, (on_partition, credential), None);
                 running.answer_or_blamed(id, answer).await
