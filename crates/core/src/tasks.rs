@@ -87,9 +87,9 @@ pub(crate) enum Holder {
     Shared,
 }
 
-/// Most tasks remembered at once for all owners together; beyond it new tasks are not
-/// tracked and so are unreachable (refusing is the safe failure). The per-owner bound below
-/// keeps one owner from getting there alone.
+/// Most tasks remembered at once for all owners together; a new task beyond it makes the
+/// principal holding the most forget its oldest (`Table::make_room`). The per-owner and
+/// per-principal bounds below keep one owner or principal from getting there alone.
 const MAX_TASKS: usize = 100_000;
 /// Most tasks remembered per owner: an owner's next task makes it forget its oldest, so an
 /// owner that creates tasks without end only loses track of its own.
@@ -177,6 +177,37 @@ impl Table {
     fn forget(&mut self, owner: &Owner, task: &str) {
         if self.owners.get(task).is_some_and(|o| &o.owner == owner) {
             self.remove(task);
+        }
+    }
+
+    /// Room for one more task in a full table: the oldest task of the busiest owner of the
+    /// principal holding the most is forgotten (and retired), so that a few principals
+    /// within their shares, or the anonymous one, cannot keep every other caller's tasks
+    /// untracked (review MEDIUM: records are forgotten only with their session or owner).
+    /// Scans the owners: only when the table is full.
+    fn make_room(&mut self) -> bool {
+        let heaviest = (self.per_principal.iter())
+            .max_by_key(|(_, held)| **held)
+            .map(|(principal, _)| principal.clone());
+        let Some(heaviest) = heaviest else {
+            return false;
+        };
+        let owners = &self.owners;
+        let of_heaviest = |ids: &&VecDeque<String>| {
+            (ids.front())
+                .and_then(|id| owners.get(id))
+                .is_some_and(|o| o.principal == heaviest)
+        };
+        let oldest = (self.by_owner.values())
+            .filter(of_heaviest)
+            .max_by_key(|ids| ids.len())
+            .and_then(|ids| ids.front().cloned());
+        match oldest {
+            Some(task) => {
+                self.remove(&task);
+                true
+            }
+            None => false,
         }
     }
 
@@ -282,7 +313,6 @@ impl TaskOwners {
                 return;
             }
             None if table.retired.contains(&id) => return,
-            None if table.owners.len() >= MAX_TASKS => return,
             None => {}
         }
         // At its bound, a principal's owner that will forget its own oldest task for this one
@@ -291,6 +321,9 @@ impl TaskOwners {
         let evicts = (table.by_owner.get(owner)).is_some_and(|m| m.len() >= MAX_TASKS_PER_OWNER);
         let bounded = !crate::principal::is_anonymous(&principal.0, &principal.1);
         if bounded && held >= MAX_TASKS_PER_PRINCIPAL && !evicts {
+            return;
+        }
+        if table.owners.len() >= MAX_TASKS && !evicts && !table.make_room() {
             return;
         }
         let principal = match table.per_principal.get_key_value(principal) {

@@ -372,3 +372,44 @@ fn the_anonymous_principal_s_sessions_share_the_whole_table() {
     let last = Owner::session(&format!("anon-{sessions}"));
     assert!(t.owns(Some(&last), &format!("a{sessions}-0")));
 }
+
+/// A full table makes room from the principal holding the most: eight principals within
+/// their shares filled it, and every other caller's task was created at the backend but not
+/// tracked, for as long as their sessions lived (review MEDIUM).
+#[test]
+fn a_full_table_makes_room_from_the_principal_holding_the_most() {
+    let t = TaskOwners::default();
+    let heavy = MAX_TASKS / MAX_TASKS_PER_PRINCIPAL;
+    for p in 0..heavy {
+        let who = ("api-key".to_owned(), format!("heavy-{p}"));
+        for i in 0..MAX_TASKS_PER_PRINCIPAL {
+            let session = Owner::session(&format!("h{p}-{}", i / MAX_TASKS_PER_OWNER));
+            t.record(&session, &who, &legacy_task(&format!("h{p}-{i}")), None);
+        }
+    }
+    assert_eq!(t.table.lock().owners.len(), MAX_TASKS);
+    // One more task of the first: it holds the most, so its own oldest goes.
+    let first = ("api-key".to_owned(), "heavy-0".to_owned());
+    let last_session = Owner::session(&format!(
+        "h0-{}",
+        MAX_TASKS_PER_PRINCIPAL / MAX_TASKS_PER_OWNER
+    ));
+    t.record(&last_session, &first, &legacy_task("h0-more"), None);
+    // Past its share: not tracked, and nobody else's task was forgotten for it.
+    assert!(t.owner("h0-more").is_none());
+    assert_eq!(t.table.lock().owners.len(), MAX_TASKS);
+
+    record(&t, &principal("alice"), &legacy_task("a1"), None);
+    assert!(
+        t.owns(Some(&principal("alice")), "a1"),
+        "another caller's task is tracked"
+    );
+    let table = t.table.lock();
+    assert_eq!(table.owners.len(), MAX_TASKS);
+    let forgotten: Vec<&String> = table.retired.iter().collect();
+    assert_eq!(forgotten.len(), 1, "{forgotten:?}");
+    assert!(
+        forgotten[0].starts_with('h'),
+        "a heavy principal's: {forgotten:?}"
+    );
+}
