@@ -17,6 +17,7 @@ use crate::access::Path;
 use crate::registry::Registry;
 use crate::resolve::{From, Via};
 use crate::session::SessionId;
+use crate::tasks::names_a_task;
 use crate::CoreError;
 use crate::{Initialized, Principal};
 
@@ -284,8 +285,9 @@ impl Gateway {
 
     /// Handles a client notification. `initialized` is the gateway's to consume (the backend
     /// was initialized once, by the gateway); `cancelled` is rewritten to the route key the
-    /// backend saw, and only for the caller's own in-flight requests; anything else passes
-    /// through.
+    /// backend saw, and only for the caller's own in-flight requests; one naming a task goes
+    /// to no shared backend (its task ids are the gateway's handles there, never the
+    /// client's to name); anything else passes through.
     pub async fn notify(
         &self,
         caller: &Principal,
@@ -322,6 +324,10 @@ impl Gateway {
             // A per-session backend saw the client's own `initialize`: it gets the client's
             // `initialized` too. The shared backend was initialized once, by the gateway.
             Some(route) if name == method::INITIALIZED && route.via != Via::Own => Ok(()),
+            Some(route) if route.via != Via::Own && msg.params.is_some_and(names_a_task) => {
+                debug!("a client notification naming a task; not passed to a shared backend");
+                Ok(())
+            }
             Some(route) => Ok(route
                 .upstream
                 .send_line(encode_notification(name, msg.params))

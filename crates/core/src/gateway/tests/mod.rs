@@ -102,3 +102,43 @@ async fn expired_sessions_are_torn_down_concurrently() {
     process.shutdown(Duration::from_secs(5)).await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// A client notification naming a task (`notifications/tasks/status` with a guessed id, any
+/// notification with the related-task tag) reaches no shared backend, where task ids are the
+/// gateway's handles and never the client's to name; the notification sent after it, naming
+/// none, does, and shows the first was not merely late (review LOW).
+#[tokio::test]
+async fn a_client_notification_naming_a_task_reaches_no_shared_backend() {
+    let log = std::env::temp_dir().join(format!("sb-notify-{}", crate::route::random_hex()));
+    let config = GatewayConfig::default();
+    let registry = config.registry();
+    let (backend, process) = silent_backend(&registry, &log);
+    let gateway = Gateway::new(crate::Backends::single(backend), registry.clone(), config);
+    let caller = Principal::anonymous();
+    let sid = (registry.sessions)
+        .create("2025-11-25", &caller)
+        .expect("session");
+    let naming = [
+        r#"{"jsonrpc":"2.0","method":"notifications/tasks/status","params":{"taskId":"guessed-1","status":"cancelled"}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1,"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"guessed-2"}}}}"#,
+    ];
+    let sentinel = r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed","params":{}}"#;
+    for line in naming.iter().chain([&sentinel]) {
+        let msg = switchboard_wire::Message::parse(line.as_bytes()).unwrap();
+        gateway.notify(&caller, Some(&sid), &msg).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let seen = || std::fs::read_to_string(&log).unwrap_or_default();
+    while !seen().contains("roots/list_changed") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sentinel never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = seen();
+    assert!(!seen.contains("guessed"), "{seen}");
+    gateway.background.join(Duration::ZERO).await;
+    process.shutdown(Duration::from_secs(5)).await;
+    let _ = std::fs::remove_file(&log);
+}
