@@ -234,8 +234,8 @@ impl Partitions {
     }
 
     /// The cell for `key`, made room for by reaping idle partitions: the principal's own
-    /// when it is past its share and only the reserve is free, everyone's when the table is
-    /// full.
+    /// when it is past its share and only the reserve is free; when the table is full, dead
+    /// ones and then the one idle the longest.
     fn cell(&self, key: &Key) -> Result<(Cell, Vec<UpstreamOwner>), CoreError> {
         let mut cells = self.cells.lock();
         let mut reaped = Vec::new();
@@ -255,7 +255,13 @@ impl Partitions {
                 }
             }
             if cells.len() >= self.max {
-                reaped.extend(sweep(&mut cells, Duration::ZERO, |_| true));
+                // Dead, retired and abandoned ones first (nobody loses anything), then the one
+                // idle the longest: not every idle one of every principal, whose backend
+                // state partitions exist to keep.
+                reaped.extend(sweep(&mut cells, Duration::MAX, |_| true));
+                if cells.len() >= self.max {
+                    reaped.extend(evict_least_recent(&mut cells));
+                }
                 if cells.len() >= self.max {
                     return Err(CoreError::TooManyPartitions(self.max));
                 }
@@ -296,6 +302,19 @@ impl Partitions {
             .filter_map(|(_, c)| c.get().and_then(|p| p.take_process()))
             .collect()
     }
+}
+
+/// Removes the partition idle the longest (no request using or starting it); its process to
+/// stop.
+fn evict_least_recent(cells: &mut HashMap<Key, Cell>) -> Option<UpstreamOwner> {
+    let oldest = (cells.iter())
+        .filter(|(_, cell)| Arc::strong_count(cell) == 1)
+        .filter_map(|(key, cell)| Some((key, cell.get()?)))
+        .filter(|(_, part)| part.users.load(Ordering::Acquire) == 0)
+        .min_by_key(|(_, part)| *part.last_used.lock())
+        .map(|(key, _)| key.clone())?;
+    let cell = cells.remove(&oldest)?;
+    cell.get().and_then(|p| p.take_process())
 }
 
 /// Removes the idle partitions (and ones whose process died) among those `of` picks; their

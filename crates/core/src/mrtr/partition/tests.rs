@@ -121,3 +121,69 @@ fn a_share_is_an_eighth_and_at_least_one_backends_capability_sets() {
     assert_eq!(share_of(0), 1);
     assert_eq!(reserve_of(128), 32);
 }
+
+/// A started partition for `key` in `partitions` (its process `sh`, reading and dropping
+/// what it is sent), last used `ago`.
+fn started(partitions: &Partitions, key: &Key, ago: Duration) {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::sync::Arc;
+
+    use super::{CallSink, ModernListeners, Partition, Plain};
+    let (cell, reaped) = partitions.cell(key).expect("room");
+    assert!(reaped.is_empty());
+    let log = Arc::new(parking_lot::Mutex::new(None));
+    let sink = Arc::new(CallSink {
+        asked: Arc::default(),
+        registry: std::sync::Weak::new(),
+        log: log.clone(),
+        listeners: None,
+        plain: None,
+    });
+    let config = switchboard_upstream::StdioConfig::new(
+        "sh",
+        vec!["-c".into(), "cat > /dev/null; exit".into()],
+    );
+    let (handle, process) = switchboard_upstream::spawn_stdio(&config, sink).expect("sh");
+    let part = Partition {
+        handle,
+        process: parking_lot::Mutex::new(Some(process)),
+        asked: Arc::default(),
+        log,
+        input: Arc::new(tokio::sync::Semaphore::new(1)),
+        users: AtomicUsize::new(0),
+        retired: AtomicBool::new(false),
+        last_used: parking_lot::Mutex::new(std::time::Instant::now() - ago),
+        listeners: Arc::new(ModernListeners::default()),
+        subscribed: parking_lot::Mutex::new(HashMap::new()),
+        plain: Plain::default(),
+    };
+    cell.set(Arc::new(part)).expect("a new cell");
+}
+
+/// A full table makes room by stopping the one partition idle the longest: every idle one of
+/// every principal was stopped, their backend state with them, whenever the table filled
+/// (review LOW).
+#[tokio::test]
+async fn a_full_table_stops_only_the_partition_idle_the_longest() {
+    let partitions = Partitions::new(8, Duration::from_secs(60));
+    for i in 0..8u32 {
+        let who = format!("p{i}");
+        // p3 was used the longest ago.
+        let ago = Duration::from_secs(if i == 3 { 50 } else { 10 + u64::from(i) });
+        started(&partitions, &key(&who, "a", 0), ago);
+    }
+    let (_cell, reaped) = partitions.cell(&key("new", "a", 0)).expect("room made");
+    assert_eq!(reaped.len(), 1, "one partition stopped");
+    assert_eq!(partitions.len(), 8);
+    let kept: Vec<String> = partitions
+        .cells
+        .lock()
+        .keys()
+        .map(|k| k.principal.clone())
+        .collect();
+    assert!(!kept.contains(&"p3".to_owned()), "{kept:?}");
+    for process in reaped.into_iter().chain(partitions.drain()) {
+        process.shutdown(Duration::from_secs(5)).await;
+    }
+}
