@@ -451,7 +451,7 @@ impl Calls<'_> {
             .ok_or_else(|| CoreError::Unsupported(method::INITIALIZE.to_owned()))?;
         let asked: AskedSlot = Arc::default();
         let listeners = Arc::new(ModernListeners::default());
-        let plain = Plain::default();
+        let plain = Plain::new(self.bridge.limits.max_request_time);
         let log = Arc::new(parking_lot::Mutex::new(None));
         let sink = Arc::new(CallSink {
             asked: asked.clone(),
@@ -528,9 +528,11 @@ impl Calls<'_> {
             };
             subs.uris.push(uri.clone());
             if first {
+                // Counted as running: what the backend asks meanwhile is no one call's.
+                let running = part.plain.start_other();
                 let params = json!({ "uri": uri });
-                let _ =
-                    crate::backend::call(&part.handle, method::SUBSCRIBE, params, deadline).await;
+                let sent = crate::backend::call(&part.handle, method::SUBSCRIBE, params, deadline);
+                running.ended(sent.await.is_ok());
             }
         }
         acknowledge(&stream, id, &honoured).await;
@@ -585,11 +587,14 @@ impl Drop for PartitionSubscriptions<'_> {
             return;
         }
         let handle = self.part.handle.clone();
+        let plain = self.part.plain.clone();
         let deadline = self.deadline;
         self.background.spawn(async move {
             for uri in last {
+                let running = plain.start_other();
                 let params = json!({ "uri": uri });
-                let _ = crate::backend::call(&handle, method::UNSUBSCRIBE, params, deadline).await;
+                let sent = crate::backend::call(&handle, method::UNSUBSCRIBE, params, deadline);
+                running.ended(sent.await.is_ok());
             }
         });
     }

@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use switchboard_wire::RequestId;
 
@@ -16,22 +18,25 @@ use crate::{Answer, CoreError};
 /// exactly one request runs and it is a call that declared no input capability, the request
 /// is attributable, and that call is told which capability it lacked (-32021) instead of
 /// running on with a refusal. Once a request ended without the backend's answer (timed out,
-/// its client gone), the backend may still be running its handler, and what it asks later
-/// belongs to nobody alive: nothing is blamed on this partition again.
-#[derive(Debug, Clone, Default)]
+/// its client gone), the backend may still be running its handler, and what it asks belongs
+/// to nobody alive: nothing is blamed on the partition until `hold` (the longest a request
+/// may take) has passed since.
+#[derive(Debug, Clone)]
 pub(crate) struct Plain(Arc<parking_lot::Mutex<PlainInner>>);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PlainInner {
     next: u64,
     /// Each running request; a call that can be blamed holds the sender that tells it.
     calls: HashMap<u64, Option<oneshot::Sender<&'static str>>>,
-    /// A request ended without its answer: see [`Plain`].
-    unattributable: bool,
+    /// How long after a request ended unanswered nothing is blamed.
+    hold: Duration,
+    /// Until when nothing is blamed: see [`Plain`].
+    quiet_until: Option<Instant>,
 }
 
 /// One running request; removed on drop, which without its answer makes the partition's
-/// requests for input unattributable.
+/// requests for input unattributable for a while (see [`Plain`]).
 #[derive(Debug)]
 pub(crate) struct PlainCall {
     plain: Plain,
@@ -42,6 +47,16 @@ pub(crate) struct PlainCall {
 }
 
 impl Plain {
+    /// Nothing blamed for `hold` after a request ended unanswered.
+    pub(crate) fn new(hold: Duration) -> Plain {
+        Plain(Arc::new(parking_lot::Mutex::new(PlainInner {
+            next: 0,
+            calls: HashMap::new(),
+            hold,
+            quiet_until: None,
+        })))
+    }
+
     /// A call that declared no input capability starts: it can be blamed.
     pub(crate) fn start(&self) -> PlainCall {
         let (tx, rx) = oneshot::channel();
@@ -72,10 +87,13 @@ impl Plain {
     }
 
     /// A server request needed `cap`: the one running request, if exactly one runs, it is a
-    /// call, and every request before it was answered, is told.
+    /// call, and no request ended unanswered within `hold`, is told.
     pub(crate) fn blame(&self, cap: &'static str) {
         let mut inner = self.0.lock();
-        if inner.calls.len() == 1 && !inner.unattributable {
+        let quiet = inner
+            .quiet_until
+            .is_some_and(|until| Instant::now() < until);
+        if inner.calls.len() == 1 && !quiet {
             if let Some(tx) = inner.calls.values_mut().next().and_then(Option::take) {
                 let _ = tx.send(cap);
             }
@@ -84,6 +102,12 @@ impl Plain {
 }
 
 impl PlainCall {
+    /// A request that is never blamed (a listen's subscription) ended: `answered` when its
+    /// backend answered.
+    pub(crate) fn ended(mut self, answered: bool) {
+        self.answered = answered;
+    }
+
     /// The request's `answer`, or -32021 when the backend asked, while the call ran, for a
     /// capability it did not declare. The blame is sent before the backend's request is
     /// refused, so it is there before any answer that refusal led to, and it wins over an
@@ -126,7 +150,8 @@ impl Drop for PlainCall {
         let mut inner = self.plain.0.lock();
         inner.calls.remove(&self.id);
         if !self.answered {
-            inner.unattributable = true;
+            let until = Instant::now() + inner.hold;
+            inner.quiet_until = Some(inner.quiet_until.map_or(until, |u| u.max(until)));
         }
     }
 }

@@ -156,7 +156,7 @@ fn started(partitions: &Partitions, key: &Key, ago: Duration) {
         last_used: parking_lot::Mutex::new(std::time::Instant::now() - ago),
         listeners: Arc::new(ModernListeners::default()),
         subscribed: parking_lot::Mutex::new(HashMap::new()),
-        plain: Plain::default(),
+        plain: Plain::new(Duration::from_secs(60)),
     };
     cell.set(Arc::new(part)).expect("a new cell");
 }
