@@ -36,4 +36,4 @@ pub use error::{codes, ErrorObject, ParseError};
 pub use id::RequestId;
 pub use marks::ResultMarks;
 pub use members::{retain_members, with_member, with_members, with_meta_member};
-pub use strict::{holds_reserved_key, keys_fold_equal, reads_one_way};
+pub use strict::{holds_reserved_key, keys_fold_equal, keys_read_one_way, reads_one_way};

@@ -169,6 +169,8 @@ struct Scanner<'a> {
     /// Whether the message's protocol members must have their one spelling (a client's
     /// message; not a backend's JSON, which [`reads_one_way`] checks).
     spellings: bool,
+    /// Whether a number a double cannot hold is a violation (not for [`keys_read_one_way`]).
+    numbers: bool,
     /// The next string is an object key.
     expect_key: bool,
     /// The object open at depth 3 is `params.ref`.
@@ -179,12 +181,17 @@ struct Scanner<'a> {
 /// Scans `text`, a client's message (valid JSON: serde parsed it), and returns the first
 /// violation.
 pub(crate) fn scan(text: &str, max_depth: usize) -> Result<(), Violation> {
-    scan_json(text, max_depth, true)
+    scan_json(text, max_depth, true, true)
 }
 
 /// Scans `text` (valid JSON) for what a backend's parser may read differently; `spellings`:
 /// also each protocol member of a message in its one spelling.
-fn scan_json(text: &str, max_depth: usize, spellings: bool) -> Result<(), Violation> {
+fn scan_json(
+    text: &str,
+    max_depth: usize,
+    spellings: bool,
+    numbers: bool,
+) -> Result<(), Violation> {
     let mut s = Scanner {
         text,
         bytes: text.as_bytes(),
@@ -192,6 +199,7 @@ fn scan_json(text: &str, max_depth: usize, spellings: bool) -> Result<(), Violat
         stack: Vec::new(),
         keys: Vec::new(),
         spellings,
+        numbers,
         expect_key: false,
         in_ref: false,
         within: Within::Envelope,
@@ -362,7 +370,7 @@ impl Scanner<'_> {
         // Without an exponent, a double overflows only past 309 integer digits.
         let literal = &self.text[start..i];
         let risky = literal.contains(['e', 'E']) || literal.len() > 300;
-        if float && risky && !literal.parse::<f64>().is_ok_and(f64::is_finite) {
+        if self.numbers && float && risky && !literal.parse::<f64>().is_ok_and(f64::is_finite) {
             return Err(Violation::NotStrictJson {
                 within: self.within_here(),
             });
@@ -572,6 +580,7 @@ pub fn holds_reserved_key(text: &str) -> bool {
         stack: Vec::new(),
         keys: Vec::new(),
         spellings: false,
+        numbers: false,
         expect_key: false,
         in_ref: false,
         within: Within::Envelope,
@@ -585,7 +594,16 @@ pub fn holds_reserved_key(text: &str) -> bool {
 /// ([`keys_fold_equal`]), no key holding U+0000 or being [`RAW_VALUE_KEY`], no unpaired
 /// surrogate.
 pub fn reads_one_way(value: &serde_json::value::RawValue) -> bool {
-    scan_json(value.get(), crate::MAX_CLIENT_DEPTH, false).is_ok()
+    scan_json(value.get(), crate::MAX_CLIENT_DEPTH, false, true).is_ok()
+}
+
+/// Whether no object in JSON the gateway already parsed repeats a key in any spelling (nor
+/// holds a key with U+0000 or [`RAW_VALUE_KEY`]), however deep and whatever its numbers: what
+/// a filter that judges items by their members needs, so that no parser reads another member
+/// or name than the one judged.
+pub fn keys_read_one_way(value: &serde_json::value::RawValue) -> bool {
+    // serde's own nesting limit (128) bounds what reached here; this one only makes room.
+    scan_json(value.get(), 256, false, false).is_ok()
 }
 
 /// Whether two (decoded) object keys name the same member for a parser that matches keys

@@ -200,6 +200,12 @@ impl<'a> Admitted<'a> {
         let (Some(id), Some(result)) = (parsed.id.as_ref(), parsed.result) else {
             return Ok(body);
         };
+        // A result that reads two ways (a member, or an item's name, repeated in any
+        // spelling) is not filtered: the filter would judge one reading, and a client could
+        // take the other (a case-insensitive parser reads `Tools` as `tools`).
+        if !switchboard_wire::keys_read_one_way(result) {
+            return Err(unfilterable());
+        }
         let filtered = match list {
             Some(&(_, _, member, key, wrap)) => filter_list(result, member, |item| {
                 let target = wrap(str_member(Some(item), key));
@@ -240,8 +246,8 @@ impl<'a> Admitted<'a> {
         let member = list.map_or("capabilities", |l| l.2);
         match filtered {
             Some(result) => Ok(reencode(id, &result)),
-            // Nothing to filter: the answer holds no such member.
-            None if object_member(result, member).is_none() => Ok(body),
+            // Nothing to filter: the answer holds no such member, or `null`.
+            None if object_member(result, member).is_none_or(|m| m.get() == "null") => Ok(body),
             // A member that is there but cannot be filtered (not a list, not an object) is
             // not passed unfiltered.
             None => Err(unfilterable()),

@@ -445,8 +445,25 @@ fn a_list_member_that_is_not_a_list_is_an_error_not_unfiltered() {
     let out = std::str::from_utf8(&answer.body).unwrap();
     assert!(!out.contains("add") && out.contains("-32603"), "{out}");
 
-    let answer = finish(r#"{"nextCursor":"c"}"#);
-    assert_eq!(answer.error_code, None);
-    let out = std::str::from_utf8(&answer.body).unwrap();
-    assert!(out.contains(r#""nextCursor":"c""#), "{out}");
+    for nothing in [
+        r#"{"nextCursor":"c"}"#,
+        r#"{"tools":null,"nextCursor":"c"}"#,
+    ] {
+        let answer = finish(nothing);
+        assert_eq!(answer.error_code, None, "{nothing}");
+        let out = std::str::from_utf8(&answer.body).unwrap();
+        assert!(out.contains(r#""nextCursor":"c""#), "{out}");
+    }
+    // Read two ways (review LOW): the filter judged `tools` and passed `Tools`, or judged an
+    // item by the last of two names; a case-insensitive or first-copy parser reads the other.
+    for two_ways in [
+        r#"{"tools":[{"name":"echo"}],"Tools":[{"name":"add"}]}"#,
+        r#"{"tools":[{"name":"add","name":"echo"}]}"#,
+        r#"{"tools":[{"name":"echo","Name":"add"}]}"#,
+    ] {
+        let answer = finish(two_ways);
+        assert_eq!(answer.error_code, Some(-32603), "{two_ways}");
+        let out = std::str::from_utf8(&answer.body).unwrap();
+        assert!(!out.contains("add"), "{out}");
+    }
 }

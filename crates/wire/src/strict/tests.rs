@@ -426,3 +426,27 @@ fn long_strings_are_skipped_to_their_real_end() {
         assert_eq!(holds_reserved_key(&text), holds, "{text}");
     }
 }
+
+/// `keys_read_one_way` refuses a key repeated in any spelling, at any depth, and takes what
+/// `reads_one_way` also judges (numbers a double cannot hold, nesting past the client's
+/// bound), which a filter judging items by their members need not refuse.
+#[test]
+fn keys_read_one_way_judges_keys_only() {
+    let raw = |t: &str| serde_json::value::RawValue::from_string(t.to_owned()).unwrap();
+    let deep = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+    for fine in [
+        r#"{"a":1e400}"#,
+        r#"{"a":[{"b":1},{"b":2}]}"#,
+        deep.as_str(),
+    ] {
+        assert!(crate::keys_read_one_way(&raw(fine)), "{fine}");
+    }
+    for two_ways in [
+        r#"{"tools":[],"Tools":[]}"#,
+        r#"{"tools":[{"name":"a","name":"b"}]}"#,
+        r#"{"tools":[{"name":"a","n\u0061me":"b"}]}"#,
+        r#"{"x":{"$serde_json::private::RawValue":"1"}}"#,
+    ] {
+        assert!(!crate::keys_read_one_way(&raw(two_ways)), "{two_ways}");
+    }
+}
