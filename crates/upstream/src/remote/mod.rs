@@ -344,7 +344,8 @@ impl RemoteClient {
             // A stream cut before the answer is resumed where the remote can replay it (it
             // gave event ids, and this is a session's stream); otherwise the call fails at
             // once, without waiting the remote's `retry` first.
-            let may_resume = resumable && resumes < MAX_RESUMES;
+            // The session may have been lost meanwhile (another call found it gone).
+            let may_resume = resumable && resumes < MAX_RESUMES && self.has_session();
             let Some(after) = last_event.clone().filter(|_| may_resume) else {
                 return Err(ended);
             };
