@@ -14,7 +14,7 @@
 //! text plus the backend's configured name and the principal's name, escaped; never the
 //! query. No page may be framed (clickjacking the click).
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::RawQuery;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -54,8 +54,28 @@ pub(crate) async fn start_page(RawQuery(query): RawQuery) -> Response {
     }
 }
 
+/// The most a click's form may be (its flow and anti-forgery token take about 100 bytes).
+const START_FORM_LIMIT: usize = 4096;
+
 /// `POST /oauth/start`: the click; on to the authorization server.
-pub(crate) async fn start(headers: HeaderMap, form: Bytes) -> Response {
+pub(crate) async fn start(headers: HeaderMap, body: Body) -> Response {
+    // Read within a bound and a deadline, as the MCP routes read theirs: a form sent slowly,
+    // or never finished, held its connection (busy, so never evicted) for good, and a few
+    // such connections, from anyone, filled the connection bound (review HIGH).
+    let form = match crate::streamable::read_body(&headers, body, START_FORM_LIMIT).await {
+        Ok(form) => form,
+        Err(e) => {
+            let status = match e {
+                crate::error::HttpError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            return page(
+                status,
+                "Authorization failed",
+                "The form could not be read.",
+            );
+        }
+    };
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let from = oauth::ClickFrom {
         origin: text(header::ORIGIN.as_str()),

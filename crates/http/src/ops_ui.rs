@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -105,7 +105,7 @@ pub(crate) async fn approve(
     State(state): State<AppState>,
     Extension(caller): Extension<Arc<Principal>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     // JSON only: a cross-site form or `no-cors` fetch can send `text/plain` without a
     // preflight, and must not be read as an approval.
@@ -117,9 +117,14 @@ pub(crate) async fn approve(
     if !json {
         return OpsError::NotJson.into_response();
     }
-    if body.len() > APPROVE_BODY_LIMIT {
-        return OpsError::TooLarge.into_response();
-    }
+    // Within a bound and a deadline (see `oauth_callback::start`).
+    let body = match crate::streamable::read_body(&headers, body, APPROVE_BODY_LIMIT).await {
+        Ok(body) => body,
+        Err(crate::error::HttpError::PayloadTooLarge(_)) => {
+            return OpsError::TooLarge.into_response()
+        }
+        Err(_) => return OpsError::BadBody.into_response(),
+    };
     let Ok(ask) = serde_json::from_slice::<Approve>(&body) else {
         return OpsError::BadBody.into_response();
     };

@@ -352,3 +352,24 @@ async fn shutdown_lets_an_in_flight_request_finish() {
         "{text}"
     );
 }
+
+/// A form body sent slowly, or never finished, is read within a deadline like every MCP body:
+/// `POST /oauth/start` (routed without a credential, OAuth configured or not) read its form
+/// with no deadline, so its connection stayed busy and was never evicted, and a few such
+/// connections from anyone filled the connection bound (review HIGH). The connection is
+/// answered (400) and closed within `BOUND`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_form_body_does_not_hold_its_connection() {
+    let gw = TestGateway::start(&["--header-read-timeout", "3600", "--idle-timeout", "3600"]).await;
+    let mut held = TcpStream::connect(addr(&gw)).await.unwrap();
+    held.write_all(
+        b"POST /oauth/start HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\
+          Content-Type: application/x-www-form-urlencoded\r\n\r\nflow=",
+    )
+    .await
+    .unwrap();
+    let answered = read_until_closed(&mut held)
+        .await
+        .expect("the connection was held past the body deadline");
+    assert!(answered.starts_with("HTTP/1.1 400"), "{answered}");
+}
