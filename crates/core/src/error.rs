@@ -42,6 +42,10 @@ pub enum CoreError {
     /// An HTTP+SSE session already runs as many requests as it may.
     #[error("too many requests in flight on this session (limit {0})")]
     SessionBusy(usize),
+    /// An HTTP+SSE session's stream has not taken the answers it was sent (past the bytes
+    /// given): no more requests until it reads them.
+    #[error("the session's stream has not read its answers (over {0} bytes); read them first")]
+    AnswersUnread(usize),
     /// The method cannot be served for this backend through the gateway.
     #[error("method not available through the gateway for this backend: {0}")]
     Unsupported(String),

@@ -59,6 +59,14 @@ impl Weigh for ListenEvent {
             self.data.len() + self.id.len()
         }
     }
+
+    fn answer_bytes(&self) -> usize {
+        if self.answer {
+            self.data.len() + self.id.len()
+        } else {
+            0
+        }
+    }
 }
 
 /// What a new listen stream starts with.
@@ -167,10 +175,18 @@ impl ListenState {
     /// every request the session may have running) and weigh nothing against the byte
     /// budget: neither is an answer refused for its size, nor does a large answer make the
     /// budgeted notifications behind it evict a client that is reading. What answers can pin
-    /// is bounded by the session's requests in flight instead. A full or closed queue evicts
-    /// as [`push`] does.
+    /// is bounded by refusing the session more requests while the answers it has not read
+    /// pass [`SSE_ANSWER_BYTES`](crate::SSE_ANSWER_BYTES) ([`Self::queued_answer_bytes`]),
+    /// and by its requests in flight. A full or closed queue evicts as [`push`] does.
     ///
     /// [`push`]: Self::push
+    /// Answer bytes queued on the active stream and not yet taken by it.
+    pub(crate) fn queued_answer_bytes(&self) -> usize {
+        self.active
+            .as_ref()
+            .map_or(0, |(_, tx)| tx.queued_answer_bytes())
+    }
+
     pub(crate) fn push_answer(&mut self, data: Bytes) -> bool {
         let Some((_, tx)) = &self.active else {
             return false;

@@ -23,6 +23,13 @@ use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
 pub trait Weigh {
     /// Bytes this event keeps alive while queued. Must not change while it is queued.
     fn weight(&self) -> usize;
+
+    /// Bytes of it that are a request's answer (queued by [`QueueTx::try_send_answer`],
+    /// whatever its [`weight`](Weigh::weight)), counted apart: see
+    /// [`QueueTx::queued_answer_bytes`]. Must not change while it is queued.
+    fn answer_bytes(&self) -> usize {
+        0
+    }
 }
 
 impl Weigh for Bytes {
@@ -55,6 +62,8 @@ pub struct QueueTx<T> {
     tx: mpsc::Sender<T>,
     /// Bytes accepted by `try_send` and not yet taken by the receiver.
     queued: Arc<AtomicUsize>,
+    /// Answer bytes accepted and not yet taken ([`Weigh::answer_bytes`]).
+    answers: Arc<AtomicUsize>,
     max_bytes: usize,
 }
 
@@ -63,18 +72,28 @@ pub struct QueueTx<T> {
 pub struct QueueRx<T> {
     rx: mpsc::Receiver<T>,
     queued: Arc<AtomicUsize>,
+    answers: Arc<AtomicUsize>,
 }
 
 /// A new queue with these bounds.
 pub fn bounded<T: Weigh>(limits: Limits) -> (QueueTx<T>, QueueRx<T>) {
     let (tx, rx) = mpsc::channel(limits.events.max(1));
     let queued = Arc::new(AtomicUsize::new(0));
+    let answers = Arc::new(AtomicUsize::new(0));
     let tx = QueueTx {
         tx,
         queued: queued.clone(),
+        answers: answers.clone(),
         max_bytes: limits.bytes,
     };
-    (tx, QueueRx { rx, queued })
+    (
+        tx,
+        QueueRx {
+            rx,
+            queued,
+            answers,
+        },
+    )
 }
 
 impl<T: Weigh> QueueTx<T> {
@@ -92,6 +111,13 @@ impl<T: Weigh> QueueTx<T> {
     /// answer.
     pub fn try_send_answer(&self, item: T) -> Result<(), Rejected> {
         self.send_if(item, 0, |_, _| true)
+    }
+
+    /// Answer bytes queued and not yet taken by the consumer: what a client that does not
+    /// read has left the gateway holding for it, which its owner bounds by refusing it more
+    /// requests (answers themselves are never refused).
+    pub fn queued_answer_bytes(&self) -> usize {
+        self.answers.load(Ordering::Acquire)
     }
 
     /// Queues `item` only if it leaves `events` slots and `bytes` of the byte budget free for
@@ -119,6 +145,7 @@ impl<T: Weigh> QueueTx<T> {
             return Err(Rejected::Full);
         }
         let w = item.weight();
+        let answer = item.answer_bytes();
         // Reserve the bytes before the event becomes visible, so the receiver's subtraction
         // can never run first and wrap the counter.
         let reserved = self
@@ -129,8 +156,10 @@ impl<T: Weigh> QueueTx<T> {
         if reserved.is_err() {
             return Err(Rejected::Full);
         }
+        self.answers.fetch_add(answer, Ordering::AcqRel);
         self.tx.try_send(item).map_err(|e| {
             self.queued.fetch_sub(w, Ordering::AcqRel);
+            self.answers.fetch_sub(answer, Ordering::AcqRel);
             match e {
                 TrySendError::Full(_) => Rejected::Full,
                 TrySendError::Closed(_) => Rejected::Closed,
@@ -153,6 +182,8 @@ impl<T: Weigh> QueueRx<T> {
 
     fn taken(&self, item: T) -> T {
         self.queued.fetch_sub(item.weight(), Ordering::AcqRel);
+        self.answers
+            .fetch_sub(item.answer_bytes(), Ordering::AcqRel);
         item
     }
 }
@@ -247,6 +278,42 @@ mod tests {
         let (tx, rx) = bounded::<Bytes>(SMALL);
         drop(rx);
         assert_eq!(tx.try_send(bytes(3)), Err(Rejected::Closed));
+        assert_eq!(tx.queued_bytes(), 0);
+    }
+
+    /// An answer: weighs nothing against the budget, counted apart.
+    struct Answer(usize);
+
+    impl Weigh for Answer {
+        fn weight(&self) -> usize {
+            0
+        }
+        fn answer_bytes(&self) -> usize {
+            self.0
+        }
+    }
+
+    #[test]
+    fn answer_bytes_are_counted_until_taken_and_a_refused_one_costs_nothing() {
+        let (tx, mut rx) = bounded(Limits {
+            events: 2,
+            bytes: 10,
+        });
+        assert_eq!(tx.try_send_answer(Answer(300)), Ok(()));
+        assert_eq!(tx.try_send_answer(Answer(200)), Ok(()));
+        assert_eq!(
+            tx.queued_answer_bytes(),
+            500,
+            "past the byte budget: never refused"
+        );
+        assert_eq!(
+            tx.try_send_answer(Answer(1)),
+            Err(Rejected::Full),
+            "the event bound"
+        );
+        assert_eq!(tx.queued_answer_bytes(), 500);
+        assert_eq!(rx.try_recv().map(|a| a.0), Ok(300));
+        assert_eq!(tx.queued_answer_bytes(), 200);
         assert_eq!(tx.queued_bytes(), 0);
     }
 }

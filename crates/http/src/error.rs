@@ -370,6 +370,7 @@ fn core_parts(e: &CoreError) -> (StatusCode, ErrorObject) {
         CoreError::TooManySessions(_)
         | CoreError::Store(_)
         | CoreError::SessionBusy(_)
+        | CoreError::AnswersUnread(_)
         | CoreError::BridgeFull(_)
         | CoreError::TooManyPartitions(_) => {
             (StatusCode::SERVICE_UNAVAILABLE, internal(e.to_string()))

@@ -51,7 +51,9 @@ impl Sessions {
     }
 
     /// Runs `task` as one of the HTTP+SSE session's own tasks (aborted when the session
-    /// ends); refused when the session already runs [`SSE_MAX_REQUESTS`].
+    /// ends); refused when the session already runs [`SSE_MAX_REQUESTS`], or when the
+    /// answers its stream has not taken pass [`SSE_ANSWER_BYTES`] (a client that posts and
+    /// does not read would otherwise have every answer held for it: 150 MB, in review).
     pub(crate) fn spawn_task(
         &self,
         raw: &str,
@@ -63,6 +65,9 @@ impl Sessions {
             while tasks.try_join_next().is_some() {}
             if tasks.len() >= SSE_MAX_REQUESTS {
                 return Err(CoreError::SessionBusy(SSE_MAX_REQUESTS));
+            }
+            if s.listen.queued_answer_bytes() >= SSE_ANSWER_BYTES {
+                return Err(CoreError::AnswersUnread(SSE_ANSWER_BYTES));
             }
             tasks.spawn(task);
             Ok(())

@@ -1000,3 +1000,48 @@ pub(crate) async fn sdk_python(sdk: &str) -> String {
     );
     String::from_utf8(install.stdout).unwrap().trim().to_owned()
 }
+
+/// A client that posts and does not read its stream has the answers it left unread bounded:
+/// past the session's answer budget, further requests get 503 until it reads (before, every
+/// answer was held for it: 150 MB in review, up to gigabytes per session). Nothing accepted
+/// is lost: reading, it gets each answer, and may post again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_answers_bound_what_a_session_may_ask() {
+    let gw = TestGateway::start(&[]).await;
+    let mut c = SseClient::open(&gw).await;
+    let mut accepted = Vec::new();
+    // 512 KiB answers to small requests: 150 of them are 75 MiB, far past the budget and the
+    // socket buffers, and under the stream's event bound (256), which would evict instead.
+    let refused = tokio::time::timeout(Duration::from_secs(60), async {
+        for i in 0..150 {
+            let call = json!({"jsonrpc":"2.0","id":i,"method":"tools/call",
+                "params":{"name":"leak","arguments":{"kind":"filler","bytes":512 << 10}}});
+            loop {
+                let (status, reply) = c.post_raw(call.to_string()).await;
+                if status == StatusCode::ACCEPTED {
+                    accepted.push(i);
+                    break;
+                }
+                // The session's 64 requests in flight: they end (the backend answers), so
+                // the same request is sent again; any other refusal is the outcome.
+                if !reply.contains("too many requests in flight") {
+                    return Some((status, reply));
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        None
+    })
+    .await
+    .expect("bounded");
+    let (status, reply) = refused.expect("every request accepted while no answer was read");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{reply}");
+    assert!(reply.contains("read its answers"), "{reply}");
+    let mut ids = Vec::new();
+    for _ in 0..accepted.len() {
+        ids.push(c.next().await["id"].as_i64().expect("an answer's id"));
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, accepted);
+    c.sentinel().await;
+}
