@@ -41,6 +41,10 @@ use crate::AppState;
 
 /// Deadline of one JWKS fetch.
 const JWKS_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed key set fetch, the cached keys (stale or not) serve without another fetch
+/// for this long: an issuer that is down is not asked again by every request, each waiting
+/// behind the one before (up to [`JWKS_TIMEOUT`] each).
+const FAILED_FETCH_BACKOFF: Duration = Duration::from_secs(30);
 
 type JwksClient = crate::outbound::Client<http_body_util::Empty<bytes::Bytes>>;
 
@@ -353,6 +357,8 @@ struct KeyCache {
     fetched_at: Option<Instant>,
     /// Last fetch attempt caused by an unknown `kid` (for the cooldown).
     last_forced: Option<Instant>,
+    /// When the last fetch failed (cleared by one that succeeds): see [`FAILED_FETCH_BACKOFF`].
+    failed_at: Option<Instant>,
 }
 
 #[derive(Clone)]
@@ -454,17 +460,40 @@ impl JwtValidator {
                 .fetched_at
                 .is_some_and(|t| t.elapsed() < self.config.jwks_max_age)
         };
+        let backing_off = |cache: &KeyCache| {
+            (cache.failed_at).is_some_and(|t| t.elapsed() < FAILED_FETCH_BACKOFF)
+        };
         {
             let cache = self.keys.read();
-            if fresh(&cache) {
+            if fresh(&cache) || backing_off(&cache) {
                 if let Some(key) = lookup(&cache) {
                     return Some(key);
                 }
             }
         }
-        let _single = self.fetching.lock().await;
+        let _single = match self.fetching.try_lock() {
+            Ok(single) => single,
+            Err(_) => {
+                // A fetch is under way. Where the last one failed (the issuer may be down),
+                // the stale key serves rather than a wait of up to `JWKS_TIMEOUT`; with a
+                // healthy issuer, the fetch's outcome decides.
+                let stale = {
+                    let cache = self.keys.read();
+                    lookup(&cache).filter(|_| cache.failed_at.is_some())
+                };
+                if stale.is_some() {
+                    return stale;
+                }
+                self.fetching.lock().await
+            }
+        };
         let forced = {
             let cache = self.keys.read();
+            if backing_off(&cache) && !fresh(&cache) {
+                // Failed while this request waited: the stale keys, or nothing, until the
+                // back-off passes.
+                return lookup(&cache);
+            }
             if fresh(&cache) {
                 if let Some(key) = lookup(&cache) {
                     // Someone else fetched while we waited.
@@ -490,13 +519,16 @@ impl JwtValidator {
                 let mut cache = self.keys.write();
                 cache.keys = keys;
                 cache.fetched_at = Some(Instant::now());
+                cache.failed_at = None;
                 lookup(&cache)
             }
             Err(e) => {
                 let url = switchboard_upstream::remote::shown_url(&self.config.jwks_url);
                 warn!(error = %e, %url, "JWKS fetch failed; keeping the cached keys");
                 // Stale keys are better than none while the issuer is unreachable.
-                lookup(&self.keys.read())
+                let mut cache = self.keys.write();
+                cache.failed_at = Some(Instant::now());
+                lookup(&cache)
             }
         }
     }
@@ -598,5 +630,69 @@ mod tests {
         h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
         assert!(auth.authenticate(&h).await.is_err());
         assert!(Authenticator::new(vec![("x".into(), "short".into())], None, "").is_err());
+    }
+
+    /// A key set server that answers its first request with `k1` and every later one with
+    /// 500, counting them.
+    async fn failing_jwks() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let jwk = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../switchboard/tests/integration/keys/k1.jwk.json"
+        ))
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = vec![0u8; 4096];
+                let mut read = 0;
+                while !buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf[read..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => read += n,
+                    }
+                }
+                let reply = match counted.fetch_add(1, Ordering::SeqCst) {
+                    0 => {
+                        let body = format!("{{\"keys\":[{jwk}]}}");
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    }
+                    _ => "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\
+                          connection: close\r\n\r\n"
+                        .to_owned(),
+                };
+                let _ = conn.write_all(reply.as_bytes()).await;
+            }
+        });
+        (url, hits)
+    }
+
+    /// While the issuer's key set cannot be fetched, the stale keys serve and the fetch is
+    /// retried after a back-off, not by every request: each waited on (and made) its own
+    /// fetch, up to 10 s each behind one lock, so JWT callers were served one per fetch
+    /// (review MEDIUM).
+    #[tokio::test]
+    async fn a_failing_key_set_fetch_is_not_retried_by_every_request() {
+        let (url, hits) = failing_jwks().await;
+        let mut config = JwtConfig::new("https://idp.test".into(), vec!["aud".into()], url);
+        // Always stale: every lookup would fetch.
+        config.jwks_max_age = Duration::ZERO;
+        let validator = JwtValidator::new(config);
+        for _ in 0..6 {
+            assert!(
+                validator.key(Some("k1")).await.is_some(),
+                "the stale key serves"
+            );
+        }
+        // The first fetch, and one that failed; then nothing until the back-off passes.
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }
