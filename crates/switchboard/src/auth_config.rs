@@ -185,6 +185,14 @@ impl AuthArgs {
         Ok(Resolved { file, args_keys })
     }
 
+    /// Whether callers must present a credential (API keys or JWTs are configured).
+    pub(crate) fn authenticated(&self, r: &Resolved) -> bool {
+        !r.args_keys.is_empty()
+            || !r.file.api_keys.is_empty()
+            || self.jwt_issuer.is_some()
+            || r.file.jwt.is_some()
+    }
+
     /// Whether a caller without credentials would be served on `host`.
     /// `per_user`: a backend keeps tokens per principal (`auth: oauth`), which anonymous
     /// callers, all one principal, would share: refused off loopback whatever the opt-in.
@@ -194,10 +202,7 @@ impl AuthArgs {
         host: &str,
         per_user: bool,
     ) -> anyhow::Result<()> {
-        let authenticated = !r.args_keys.is_empty()
-            || !r.file.api_keys.is_empty()
-            || self.jwt_issuer.is_some()
-            || r.file.jwt.is_some();
+        let authenticated = self.authenticated(r);
         let loopback = host.eq_ignore_ascii_case("localhost")
             || host
                 .trim_matches(|c| c == '[' || c == ']')

@@ -931,6 +931,9 @@ async fn session_lifecycle_and_refused_credentials_are_audited() {
         audit.to_str().unwrap(),
         "--max-sessions",
         "2",
+        // Alice fills the table (the default share would stop her at one).
+        "--max-sessions-per-principal",
+        "2",
     ])
     .await;
     // Client-chosen text that would break a hand-built line, and longer than is kept.
@@ -1234,6 +1237,21 @@ async fn one_principal_cannot_take_every_session() {
         .unwrap();
     assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
     let _again = session_as(&gw, ALICE).await;
+}
+
+/// With authentication on and no `--max-sessions-per-principal`, one principal holds at most
+/// an eighth of the session table: before, none was set by default, and one principal could
+/// take every session (review MEDIUM: bob got 503 for the session TTL).
+#[tokio::test]
+async fn with_authentication_a_principal_holds_an_eighth_of_the_sessions_by_default() {
+    let keys = keys_file();
+    let gw = TestGateway::start(&["--api-keys-file", &keys, "--max-sessions", "16"]).await;
+    let _alice = (session_as(&gw, ALICE).await, session_as(&gw, ALICE).await);
+    let init = json!({"jsonrpc":"2.0","id":"third","method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"0"}}});
+    let r = post_as(&gw, Some(ALICE), None, &init).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    let _bob = session_as(&gw, BOB).await;
 }
 
 /// `switchboard_policy_evaluations_total{outcome}` as alice reads it.
