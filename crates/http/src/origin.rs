@@ -63,6 +63,14 @@ impl OriginPolicy {
                 return Err(HttpError::Forbidden("Forbidden: Host not allowed"));
             }
         }
+        // A browser's request without `Origin` (a no-cors GET: an `<img>` or `<script>` of
+        // another site opening `/sse`) still says where it comes from.
+        if self.origins.is_some()
+            && headers.get(header::ORIGIN).is_none()
+            && (headers.get("sec-fetch-site")).is_some_and(|v| v.as_bytes() == b"cross-site")
+        {
+            return Err(HttpError::Forbidden("Forbidden: cross-site request"));
+        }
         if let (Some(origins), Some(origin)) = (&self.origins, headers.get(header::ORIGIN)) {
             let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
             let host = origin
@@ -133,6 +141,26 @@ mod tests {
         assert!(OriginPolicy::any()
             .check(&headers("evil.example.com", Some("http://x")))
             .is_ok());
+    }
+
+    /// Another site's page opening `/sse` or `/mcp` without `Origin` (a no-cors GET) is
+    /// refused by what the browser says of it (review LOW: it opened sessions on a loopback
+    /// gateway); a request of the gateway's own site, or of no browser, is not.
+    #[test]
+    fn a_cross_site_request_without_origin_is_refused() {
+        let with = |site: Option<&str>| {
+            let mut h = headers("127.0.0.1:8080", None);
+            if let Some(site) = site {
+                h.insert("sec-fetch-site", HeaderValue::from_str(site).unwrap());
+            }
+            h
+        };
+        let p = OriginPolicy::loopback();
+        assert!(p.check(&with(Some("cross-site"))).is_err());
+        for fine in [None, Some("same-origin"), Some("same-site"), Some("none")] {
+            assert!(p.check(&with(fine)).is_ok(), "{fine:?}");
+        }
+        assert!(OriginPolicy::any().check(&with(Some("cross-site"))).is_ok());
     }
 
     /// A repeated Host, Origin or Authorization is refused whatever the values and their
