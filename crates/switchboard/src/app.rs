@@ -128,11 +128,15 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
         None => None,
     };
     let mut config = gateway_config(&args, shape);
-    // With authentication on, one principal holds at most an eighth of the session table
-    // unless `--max-sessions-per-principal` says otherwise. Not without: anonymous callers
-    // are one principal, and there they are every caller.
+    // With authentication on, one principal holds at most an eighth of the session table (or
+    // of the connection bound, which its HTTP+SSE sessions' streams hold) unless
+    // `--max-sessions-per-principal` says otherwise. Not without: anonymous callers are one
+    // principal, and there they are every caller.
     if config.max_sessions_per_principal.is_none() && args.auth.authenticated(&auth) {
-        config.max_sessions_per_principal = Some((config.max_sessions / 8).max(1));
+        let connections = args.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        let connections = usize::try_from(connections).unwrap_or(usize::MAX);
+        let shared = config.max_sessions.min(connections);
+        config.max_sessions_per_principal = Some((shared / 8).max(1));
     }
     let transparent_per_session = !aggregate && shape.isolation == Isolation::PerSession;
     let replica = crate::replica::Replica::of(&args)?;
