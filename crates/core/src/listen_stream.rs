@@ -39,6 +39,11 @@ const LISTEN_LIMITS: Limits = Limits {
 
 const PREFIX: &str = "listen-";
 
+/// Most answer bytes an HTTP+SSE stream may leave unread before it is evicted (eight times
+/// the bytes that refuse it new requests): what a burst of its requests, all admitted while
+/// nothing was queued, may pin (review HIGH: 64 answers of 8 MiB pinned 540 MB).
+pub(crate) const MAX_UNREAD_ANSWERS: usize = 8 * crate::SSE_ANSWER_BYTES;
+
 /// One event on a listen stream.
 #[derive(Debug, Clone)]
 pub struct ListenEvent {
@@ -170,16 +175,6 @@ impl ListenState {
         true
     }
 
-    /// Queues the answer to one of the client's requests (HTTP+SSE). Answers are the one
-    /// reply a request gets, so they are bounded by events only (the stream keeps a slot for
-    /// every request the session may have running) and weigh nothing against the byte
-    /// budget: neither is an answer refused for its size, nor does a large answer make the
-    /// budgeted notifications behind it evict a client that is reading. What answers can pin
-    /// is bounded by refusing the session more requests while the answers it has not read
-    /// pass [`SSE_ANSWER_BYTES`](crate::SSE_ANSWER_BYTES) ([`Self::queued_answer_bytes`]),
-    /// and by its requests in flight. A full or closed queue evicts as [`push`] does.
-    ///
-    /// [`push`]: Self::push
     /// Answer bytes queued on the active stream and not yet taken by it.
     pub(crate) fn queued_answer_bytes(&self) -> usize {
         self.active
@@ -187,6 +182,19 @@ impl ListenState {
             .map_or(0, |(_, tx)| tx.queued_answer_bytes())
     }
 
+    /// Queues the answer to one of the client's requests (HTTP+SSE). Answers are the one
+    /// reply a request gets, so they are bounded by events only (the stream keeps a slot for
+    /// every request the session may have running) and weigh nothing against the byte
+    /// budget: neither is an answer refused for its size, nor does a large answer make the
+    /// budgeted notifications behind it evict a client that is reading. What answers can pin
+    /// is bounded by refusing the session more requests while the answers it has not read
+    /// pass [`SSE_ANSWER_BYTES`](crate::SSE_ANSWER_BYTES) ([`Self::queued_answer_bytes`]),
+    /// by its requests in flight, and, for a burst of them (every request admitted while
+    /// nothing was queued yet), by [`MAX_UNREAD_ANSWERS`]: past it a client that is not
+    /// reading is evicted, as a listen stream is past its budget. A full or closed queue
+    /// evicts as [`push`] does.
+    ///
+    /// [`push`]: Self::push
     pub(crate) fn push_answer(&mut self, data: Bytes) -> bool {
         let Some((_, tx)) = &self.active else {
             return false;
@@ -196,7 +204,10 @@ impl ListenState {
             data,
             answer: true,
         };
-        if tx.try_send_answer(event.clone()).is_err() {
+        let unread = tx.queued_answer_bytes();
+        // One answer of any size fits an empty queue, as any event does.
+        let over = unread > 0 && unread.saturating_add(event.answer_bytes()) > MAX_UNREAD_ANSWERS;
+        if over || tx.try_send_answer(event.clone()).is_err() {
             self.lose_stream();
             return false;
         }

@@ -1045,3 +1045,27 @@ async fn unread_answers_bound_what_a_session_may_ask() {
     assert_eq!(ids, accepted);
     c.sentinel().await;
 }
+
+/// A burst of requests, all admitted while nothing was queued yet, whose answers the client
+/// does not read: past the unread-answer bound the stream is evicted (detached: the table
+/// holds one entry fewer once the calls are done) rather than holding them all (review HIGH:
+/// 64 answers of 8 MiB pinned 540 MB for one client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_unread_answers_past_the_bound_evicts_the_stream() {
+    let gw = TestGateway::start(&[]).await;
+    let c = SseClient::open(&gw).await;
+    let attached = stats(&gw).await["tableEntries"].as_u64().unwrap();
+    // 48 answers of 1 MiB: past the 32 MiB bound and the socket buffers, within the 64
+    // requests a session may run.
+    for i in 0..48 {
+        c.send(&json!({"jsonrpc":"2.0","id":i,"method":"tools/call",
+            "params":{"name":"leak","arguments":{"kind":"filler","bytes":1 << 20}}}))
+            .await;
+    }
+    // Without the bound, the stream stays attached (the count never drops below `attached`).
+    eventually("the unread stream to be evicted", || async {
+        stats(&gw).await["tableEntries"].as_u64() == Some(attached - 1)
+    })
+    .await;
+    drop(c);
+}
