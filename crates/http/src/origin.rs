@@ -64,10 +64,13 @@ impl OriginPolicy {
             }
         }
         // A browser's request without `Origin` (a no-cors GET: an `<img>` or `<script>` of
-        // another site opening `/sse`) still says where it comes from.
+        // another page opening `/sse`, even one on another port of this host) still says
+        // where it comes from: only the gateway's own pages and the user's own navigation
+        // pass. A browser client's CORS requests carry `Origin`, judged below.
         if self.origins.is_some()
             && headers.get(header::ORIGIN).is_none()
-            && (headers.get("sec-fetch-site")).is_some_and(|v| v.as_bytes() == b"cross-site")
+            && (headers.get(SEC_FETCH_SITE))
+                .is_some_and(|v| !matches!(v.as_bytes(), b"same-origin" | b"none"))
         {
             return Err(HttpError::Forbidden("Forbidden: cross-site request"));
         }
@@ -86,6 +89,9 @@ impl OriginPolicy {
         Ok(())
     }
 }
+
+/// What a browser says of where its request comes from (Fetch Metadata).
+const SEC_FETCH_SITE: header::HeaderName = header::HeaderName::from_static("sec-fetch-site");
 
 /// `host[:port]` → `host`, keeping IPv6 brackets.
 fn strip_port(authority: &str) -> &str {
@@ -143,9 +149,9 @@ mod tests {
             .is_ok());
     }
 
-    /// Another site's page opening `/sse` or `/mcp` without `Origin` (a no-cors GET) is
-    /// refused by what the browser says of it (review LOW: it opened sessions on a loopback
-    /// gateway); a request of the gateway's own site, or of no browser, is not.
+    /// Another page opening `/sse` or `/mcp` without `Origin` (a no-cors GET) is refused by
+    /// what the browser says of it (review LOW: it opened sessions on a loopback gateway); a
+    /// request of the gateway's own origin, the user's own navigation, or no browser, is not.
     #[test]
     fn a_cross_site_request_without_origin_is_refused() {
         let with = |site: Option<&str>| {
@@ -156,8 +162,11 @@ mod tests {
             h
         };
         let p = OriginPolicy::loopback();
-        assert!(p.check(&with(Some("cross-site"))).is_err());
-        for fine in [None, Some("same-origin"), Some("same-site"), Some("none")] {
+        // Same-site: a page on another port of this host (review LOW of bb1820f).
+        for refused in ["cross-site", "same-site"] {
+            assert!(p.check(&with(Some(refused))).is_err(), "{refused}");
+        }
+        for fine in [None, Some("same-origin"), Some("none")] {
             assert!(p.check(&with(fine)).is_ok(), "{fine:?}");
         }
         assert!(OriginPolicy::any().check(&with(Some("cross-site"))).is_ok());
