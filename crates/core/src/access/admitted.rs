@@ -206,8 +206,19 @@ impl<'a> Admitted<'a> {
         if !switchboard_wire::keys_read_one_way(result) {
             return Err(unfilterable());
         }
+        // The member in another case only (`Tools`): a loose parser takes it for the member
+        // the filter did not find (review LOW of 0899a9f).
+        let member = list.map_or("capabilities", |l| l.2);
+        if switchboard_wire::has_key_variant(result.get(), member) {
+            return Err(unfilterable());
+        }
         let filtered = match list {
             Some(&(_, _, member, key, wrap)) => filter_list(result, member, |item| {
+                // Named in another case only (`Name`): judged by a name a loose parser does
+                // not read, so not shown.
+                if switchboard_wire::has_key_variant(item.get(), key) {
+                    return false;
+                }
                 let target = wrap(str_member(Some(item), key));
                 if let (Some(origins), Target::Tool(name)) = (self.origins, &target) {
                     if origins.own_tool(name) {
@@ -243,7 +254,6 @@ impl<'a> Admitted<'a> {
                 })
                 .and_then(|caps| with_member(result, "capabilities", &caps.to_string())),
         };
-        let member = list.map_or("capabilities", |l| l.2);
         match filtered {
             Some(result) => Ok(reencode(id, &result)),
             // Nothing to filter: the answer holds no such member, or `null`.

@@ -457,6 +457,7 @@ fn a_list_member_that_is_not_a_list_is_an_error_not_unfiltered() {
     // Read two ways (review LOW): the filter judged `tools` and passed `Tools`, or judged an
     // item by the last of two names; a case-insensitive or first-copy parser reads the other.
     for two_ways in [
+        r#"{"Tools":[{"name":"add"}]}"#,
         r#"{"tools":[{"name":"echo"}],"Tools":[{"name":"add"}]}"#,
         r#"{"tools":[{"name":"add","name":"echo"}]}"#,
         r#"{"tools":[{"name":"echo","Name":"add"}]}"#,
@@ -466,4 +467,33 @@ fn a_list_member_that_is_not_a_list_is_an_error_not_unfiltered() {
         let out = std::str::from_utf8(&answer.body).unwrap();
         assert!(!out.contains("add"), "{out}");
     }
+}
+
+#[derive(Debug)]
+struct AllButAdd;
+
+impl Authorizer for AllButAdd {
+    fn is_allowed(&self, _: &Principal, _: &str, target: &Target) -> bool {
+        *target != Target::Tool("add".into())
+    }
+}
+
+/// An item named in another case only (`Name`) is judged by no name a deny-list refuses, and
+/// a case-insensitive parser reads the denied name: not shown (review LOW of 0899a9f).
+#[test]
+fn an_item_named_in_another_case_only_is_not_shown() {
+    let access = Access {
+        authorizer: Some(Arc::new(AllButAdd)),
+        ..Access::default()
+    };
+    let p = Principal::anonymous();
+    let msg = Message::parse(br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#).unwrap();
+    let admitted = access.admit(&p, None, &msg, None, Path::Legacy).unwrap();
+    let body = br#"{"jsonrpc":"2.0","id":7,"result":{"tools":[{"Name":"add"},{"name":"echo"}]}}"#;
+    let answer = admitted
+        .finish(Ok(crate::Answer::ok(body.to_vec())))
+        .unwrap();
+    assert_eq!(answer.error_code, None);
+    let out = std::str::from_utf8(&answer.body).unwrap();
+    assert!(!out.contains("add") && out.contains("echo"), "{out}");
 }
