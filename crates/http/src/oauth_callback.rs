@@ -59,6 +59,12 @@ const START_FORM_LIMIT: usize = 4096;
 
 /// `POST /oauth/start`: the click; on to the authorization server.
 pub(crate) async fn start(headers: HeaderMap, body: Body) -> Response {
+    // Only a browser holding a live flow's anti-forgery cookie can be clicking: anything
+    // else is refused before its body is read.
+    let cookies = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
+    if !oauth::site().carries_a_flows_cookie(cookies) {
+        return refused(StatusCode::BAD_REQUEST, &oauth::StartError::Forged);
+    }
     // Read within a bound and a deadline, as the MCP routes read theirs: a form sent slowly,
     // or never finished, held its connection (busy, so never evicted) for good, and a few
     // such connections, from anyone, filled the connection bound (review HIGH).

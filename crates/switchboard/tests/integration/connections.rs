@@ -353,11 +353,12 @@ async fn shutdown_lets_an_in_flight_request_finish() {
     );
 }
 
-/// A form body sent slowly, or never finished, is read within a deadline like every MCP body:
-/// `POST /oauth/start` (routed without a credential, OAuth configured or not) read its form
-/// with no deadline, so its connection stayed busy and was never evicted, and a few such
-/// connections from anyone filled the connection bound (review HIGH). The connection is
-/// answered (400) and closed within `BOUND`.
+/// A form body sent slowly, or never finished, does not hold its connection: `POST
+/// /oauth/start` (routed without a credential, OAuth configured or not) read its form with
+/// no deadline, so its connection stayed busy and was never evicted, and a few such
+/// connections from anyone filled the connection bound (review HIGH). Now it is read within
+/// the deadline every MCP body has, and (below) not at all without a flow's cookie. The
+/// connection is answered (400) and closed within `BOUND`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfinished_form_body_does_not_hold_its_connection() {
     let gw = TestGateway::start(&["--header-read-timeout", "3600", "--idle-timeout", "3600"]).await;
@@ -371,5 +372,26 @@ async fn an_unfinished_form_body_does_not_hold_its_connection() {
     let answered = read_until_closed(&mut held)
         .await
         .expect("the connection was held past the body deadline");
+    assert!(answered.starts_with("HTTP/1.1 400"), "{answered}");
+}
+
+/// A click on `/oauth/start` carries its flow's anti-forgery cookie; a POST without one is
+/// refused before its body is read: with `Expect: 100-continue`, the refusal comes without a
+/// `100 Continue` first (reading the body would have sent one), so an unauthenticated caller
+/// cannot hold the connection busy while a body trickles in (review MEDIUM of 1db9503: it
+/// could, 10 s at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_that_cannot_be_a_click_is_refused_before_its_body_is_read() {
+    let gw = TestGateway::start(&[]).await;
+    let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
+    s.write_all(
+        b"POST /oauth/start HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\
+          Expect: 100-continue\r\nContent-Type: application/x-www-form-urlencoded\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let answered = read_until_closed(&mut s)
+        .await
+        .expect("answered and closed");
     assert!(answered.starts_with("HTTP/1.1 400"), "{answered}");
 }

@@ -163,6 +163,11 @@ impl Flows {
     }
 
     /// `f` on the live flow whose start key is `start` (an expired one is dropped).
+    /// Whether any live flow satisfies `f`.
+    pub(crate) fn any_live(&self, f: impl Fn(&Flow) -> bool) -> bool {
+        (self.table.lock().by_state.values()).any(|flow| flow.live() && f(flow))
+    }
+
     pub(crate) fn with_start<T>(&self, start: &str, f: impl FnOnce(&mut Flow) -> T) -> Option<T> {
         let mut table = self.table.lock();
         let state = table.by_start.get(start)?.clone();

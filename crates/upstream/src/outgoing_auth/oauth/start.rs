@@ -135,6 +135,21 @@ impl Flows {
         .unwrap_or(Err(StartError::Unknown))
     }
 
+    /// Whether `cookies` (a `Cookie` header) hold a live flow's anti-forgery cookie, with its
+    /// value: what a click from that flow's start page carries. Judged before the form is
+    /// read, so that a POST that cannot be a click (anyone's: the route needs no credential)
+    /// is answered at once rather than holding its connection while its body trickles in.
+    pub fn carries_a_flows_cookie(&self, cookies: Option<&str>) -> bool {
+        if cookies.is_none() {
+            return false;
+        }
+        let names = self.cookie_names();
+        self.any_live(|flow| {
+            cookie(cookies, &names.csrf_name(&flow.start))
+                .is_some_and(|value| equal(value, flow.csrf.expose()))
+        })
+    }
+
     /// The start page's form (`flow`, `csrf`) posted with the browser's `Cookie` header,
     /// from the gateway's own origin (`from`: a same-site page on another port or subdomain
     /// would carry the `SameSite=Strict` cookie too): the flow is bound to this browser,
