@@ -305,9 +305,12 @@ impl RemoteClient {
             }
             "text/event-stream" if status.is_success() => {
                 let events = EventStream::new(body, self.inner.limits);
-                // Only a session's stream can be resumed (the GET names the session).
-                let resumable = !out.stateless && self.has_session();
-                self.answer_from_stream(events, (out.id, resumable), status)
+                // Only a session's stream can be resumed, and only in that session (the GET
+                // names it).
+                let session = (!out.stateless)
+                    .then(|| self.inner.session.lock().clone())
+                    .flatten();
+                self.answer_from_stream(events, (out.id, session), status)
                     .await
             }
             _ if !status.is_success() => Err(RemoteError::Status {
@@ -321,11 +324,12 @@ impl RemoteClient {
     }
 
     /// Read an SSE response until the message answering `id`; deliver everything before it.
-    /// A stream cut before the answer is resumed only where it is `resumable`.
+    /// A stream cut before the answer is resumed only in its upstream `session`, while that
+    /// is still the client's.
     async fn answer_from_stream(
         &self,
         mut events: EventStream,
-        (id, resumable): (&str, bool),
+        (id, session): (&str, Option<HeaderValue>),
         status: StatusCode,
     ) -> Result<RemoteResponse, RemoteError> {
         let mut last_event: Option<String> = None;
@@ -344,9 +348,12 @@ impl RemoteClient {
             // A stream cut before the answer is resumed where the remote can replay it (it
             // gave event ids, and this is a session's stream); otherwise the call fails at
             // once, without waiting the remote's `retry` first.
-            // The session may have been lost meanwhile (another call found it gone).
-            let may_resume = resumable && resumes < MAX_RESUMES && self.has_session();
-            let Some(after) = last_event.clone().filter(|_| may_resume) else {
+            // The session may have been lost (or replaced) meanwhile.
+            let ours = session
+                .as_ref()
+                .filter(|s| self.inner.session.lock().as_ref() == Some(*s));
+            let after = last_event.clone().filter(|_| resumes < MAX_RESUMES);
+            let (Some(after), Some(session)) = (after, ours) else {
                 return Err(ended);
             };
             resumes += 1;
@@ -356,7 +363,7 @@ impl RemoteClient {
                 tokio::time::sleep(wait.min(MAX_RETRY_WAIT)).await;
             }
             debug!(error = %ended, resumes, ?retry, "remote response stream cut; resuming");
-            events = match self.resume(&after).await {
+            events = match self.resume(&after, session).await {
                 Ok(events) => events,
                 Err(_) => return Err(ended),
             };
@@ -383,13 +390,14 @@ impl RemoteClient {
         Err(RemoteError::NoAnswer)
     }
 
-    /// Reopens a cut response stream with a GET naming the last event received.
-    async fn resume(&self, after: &str) -> Result<EventStream, RemoteError> {
+    /// Reopens a cut response stream with a GET naming the last event received, in the
+    /// stream's own upstream `session` only.
+    async fn resume(&self, after: &str, session: &HeaderValue) -> Result<EventStream, RemoteError> {
         let last = HeaderValue::from_str(after)
             .map_err(|_| RemoteError::Malformed("unusable event id".into()))?;
         let extra = [(HeaderName::from_static("last-event-id"), last)];
         let (request, with_session) = self.request(Method::GET, Bytes::new(), false, &extra)?;
-        let Some(sent) = with_session else {
+        let Some(sent) = with_session.filter(|s| s == session) else {
             return Err(RemoteError::NoAnswer);
         };
         let response = self.send_request(request).await?;
