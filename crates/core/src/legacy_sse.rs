@@ -27,6 +27,8 @@ use bytes::Bytes;
 use tokio::task::JoinSet;
 use tracing::debug;
 
+use switchboard_wire::RequestId;
+
 use crate::listen_stream::{ListenEvent, ListenState};
 use crate::session::{SessionId, Transport};
 pub use crate::session::{SSE_ANSWER_BYTES, SSE_MAX_REQUESTS};
@@ -148,14 +150,22 @@ impl SseStreams {
             .push_sse_progress(session.as_str(), data)
     }
 
-    /// Queues a request's answer on its HTTP+SSE session's stream: never refused for its
-    /// size (see [`ListenState::push_answer`]); a queue over its event bound, which the
-    /// reserved slots make unreachable while the client reads, evicts the consumer. False
-    /// when it was not queued (the session is gone: the answer is dropped, never kept).
-    pub fn deliver_answer(&self, session: &SessionId, data: Bytes) -> bool {
+    /// Queues request `id`'s answer on its HTTP+SSE session's stream: never refused for its
+    /// size, but replaced by an error for `id` past the unread bound (see
+    /// [`ListenState::push_answer`]); a queue over its event bound, which the reserved slots
+    /// make unreachable while the client reads, evicts the consumer. False when it was not
+    /// queued (the session is gone: the answer is dropped, never kept).
+    pub fn deliver_answer(&self, session: &SessionId, id: &RequestId, data: Bytes) -> bool {
+        let too_many = || {
+            let err = switchboard_wire::ErrorObject::new(
+                switchboard_wire::codes::INTERNAL_ERROR,
+                "Internal error: the answer was not sent: the session's stream has too many answers unread",
+            );
+            Bytes::from(switchboard_wire::encode_error(Some(id), &err))
+        };
         self.registry
             .sessions
-            .push_sse_answer(session.as_str(), data)
+            .push_sse_answer(session.as_str(), data, too_many)
     }
 
     /// Whether requests of this HTTP+SSE session are still running (their answers are still to

@@ -39,9 +39,10 @@ const LISTEN_LIMITS: Limits = Limits {
 
 const PREFIX: &str = "listen-";
 
-/// Most answer bytes an HTTP+SSE stream may leave unread before it is evicted (eight times
-/// the bytes that refuse it new requests): what a burst of its requests, all admitted while
-/// nothing was queued, may pin (review HIGH: 64 answers of 8 MiB pinned 540 MB).
+/// Most answer bytes an HTTP+SSE stream may leave unread (eight times the bytes that refuse
+/// it new requests): past it an answer is replaced by a small error for its request. What a
+/// burst of its requests, all admitted while nothing was queued, may pin (review HIGH: 64
+/// answers of 8 MiB pinned 540 MB).
 pub(crate) const MAX_UNREAD_ANSWERS: usize = 8 * crate::SSE_ANSWER_BYTES;
 
 /// One event on a listen stream.
@@ -190,24 +191,27 @@ impl ListenState {
     /// is bounded by refusing the session more requests while the answers it has not read
     /// pass [`SSE_ANSWER_BYTES`](crate::SSE_ANSWER_BYTES) ([`Self::queued_answer_bytes`]),
     /// by its requests in flight, and, for a burst of them (every request admitted while
-    /// nothing was queued yet), by [`MAX_UNREAD_ANSWERS`]: past it a client that is not
-    /// reading is evicted, as a listen stream is past its budget. A full or closed queue
-    /// evicts as [`push`] does.
+    /// nothing was queued), by [`MAX_UNREAD_ANSWERS`]: an answer that would pass it is
+    /// replaced by `too_many` (a small error for the same request), so the request still gets
+    /// one answer and a client reading slower than the burst is not evicted. A full or closed
+    /// queue evicts as [`push`] does.
     ///
     /// [`push`]: Self::push
-    pub(crate) fn push_answer(&mut self, data: Bytes) -> bool {
+    pub(crate) fn push_answer(&mut self, data: Bytes, too_many: impl FnOnce() -> Bytes) -> bool {
         let Some((_, tx)) = &self.active else {
             return false;
         };
-        let event = ListenEvent {
+        let mut event = ListenEvent {
             id: format!("{PREFIX}{}", self.next_seq + 1),
             data,
             answer: true,
         };
         let unread = tx.queued_answer_bytes();
         // One answer of any size fits an empty queue, as any event does.
-        let over = unread > 0 && unread.saturating_add(event.answer_bytes()) > MAX_UNREAD_ANSWERS;
-        if over || tx.try_send_answer(event.clone()).is_err() {
+        if unread > 0 && unread.saturating_add(event.answer_bytes()) > MAX_UNREAD_ANSWERS {
+            event.data = too_many();
+        }
+        if tx.try_send_answer(event.clone()).is_err() {
             self.lose_stream();
             return false;
         }

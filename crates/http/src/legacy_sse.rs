@@ -313,7 +313,7 @@ async fn run_request(
         // The client cancelled it: per the cancellation rules no response follows.
         Err(CoreError::Cancelled) => return,
         Err(e) => {
-            let failure = HttpError::Core(Some(id), e);
+            let failure = HttpError::Core(Some(id.clone()), e);
             let (_, id, err) = failure.parts();
             encode_error(id, &err)
         }
@@ -321,7 +321,7 @@ async fn run_request(
     if !gateway
         .sse()
         .streams()
-        .deliver_answer(&session, Bytes::from(answer))
+        .deliver_answer(&session, &id, Bytes::from(answer))
     {
         debug!(?session, "answer for an ended HTTP+SSE session dropped");
     }
@@ -345,7 +345,7 @@ async fn run_initialize(
             .start_own(&caller, claim, &id, &msg)
             .await
             .unwrap_or_else(|e| {
-                let failure = HttpError::Core(Some(id), e);
+                let failure = HttpError::Core(Some(id.clone()), e);
                 let (_, id, err) = failure.parts();
                 encode_error(id, &err)
             }),
@@ -355,7 +355,7 @@ async fn run_initialize(
     if !gateway
         .sse()
         .streams()
-        .deliver_answer(&session, Bytes::from(answer))
+        .deliver_answer(&session, &id, Bytes::from(answer))
     {
         debug!(
             ?session,

@@ -99,7 +99,7 @@ fn answers_neither_are_refused_for_bytes_nor_crowd_out_notifications() {
     let (mut l, mut rx) = ListenState::stream_only(limits);
     for _ in 0..3 {
         assert!(
-            l.push_answer(big(1500)),
+            l.push_answer(big(1500), || Bytes::from_static(b"error")),
             "an answer is never refused for bytes"
         );
     }
@@ -184,4 +184,40 @@ fn the_replay_buffer_forgets_the_oldest_events_by_bytes() {
         l.push(ev(&i.to_string()));
     }
     assert_eq!(l.replay.events.len(), REPLAY_EVENTS);
+}
+
+/// An HTTP+SSE stream's unread answers stop at the bound: past it each answer is replaced by
+/// its request's small error, so every request still gets one answer, what a burst pins is
+/// bounded, and the stream is not evicted (review HIGH: a burst of 64 answers of 8 MiB pinned
+/// 540 MB; then review MEDIUM: evicting instead cut off a client reading slower than it).
+#[test]
+fn unread_answers_past_the_bound_are_replaced_by_errors() {
+    let limits = Limits {
+        events: crate::SSE_QUEUE,
+        bytes: crate::SSE_QUEUE_BYTES,
+    };
+    let (mut l, mut rx) = ListenState::stream_only(limits);
+    let mib = Bytes::from(vec![b'x'; 1 << 20]);
+    let error = || Bytes::from_static(b"error");
+    for _ in 0..48 {
+        assert!(l.push_answer(mib.clone(), error));
+    }
+    assert!(l.is_attached(), "not evicted");
+    let (mut full, mut replaced) = (0, 0);
+    while let Ok(event) = rx.try_recv() {
+        match event.data.len() {
+            n if n == mib.len() => full += 1,
+            _ => replaced += 1,
+        }
+    }
+    assert_eq!(full + replaced, 48, "one answer each");
+    // Up to the bound (each answer weighs its 1 MiB and its event id).
+    let bound = MAX_UNREAD_ANSWERS >> 20;
+    assert!(
+        (bound - 1..=bound).contains(&full),
+        "{full} full answers queued"
+    );
+    // Taken, the room is there again.
+    assert!(l.push_answer(mib.clone(), error));
+    assert_eq!(rx.try_recv().map(|e| e.data.len()), Ok(mib.len()));
 }

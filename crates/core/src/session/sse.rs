@@ -63,6 +63,11 @@ impl Sessions {
             let tasks = s.tasks.get_or_insert_with(JoinSet::new);
             // Finished tasks stay in the set until joined; collect them first.
             while tasks.try_join_next().is_some() {}
+            // Its stream was evicted: nothing it asks could be answered, and the session ends
+            // with the stream.
+            if !s.listen.is_attached() {
+                return Err(CoreError::SessionNotFound);
+            }
             if tasks.len() >= SSE_MAX_REQUESTS {
                 return Err(CoreError::SessionBusy(SSE_MAX_REQUESTS));
             }
@@ -85,10 +90,18 @@ impl Sessions {
     }
 
     /// Queues a request's answer on its HTTP+SSE session's stream (never refused for its
-    /// size). False when not queued (no such session).
-    pub(crate) fn push_sse_answer(&self, raw: &str, data: Bytes) -> bool {
-        self.with_transport(raw, Transport::Sse, |s| s.listen.push_answer(data))
-            .unwrap_or(false)
+    /// size; `too_many` in its place past the unread bound). False when not queued (no such
+    /// session).
+    pub(crate) fn push_sse_answer(
+        &self,
+        raw: &str,
+        data: Bytes,
+        too_many: impl FnOnce() -> Bytes,
+    ) -> bool {
+        self.with_transport(raw, Transport::Sse, |s| {
+            s.listen.push_answer(data, too_many)
+        })
+        .unwrap_or(false)
     }
 
     /// Whether requests of this HTTP+SSE session are still running. False once it ended.
