@@ -59,10 +59,14 @@ const START_FORM_LIMIT: usize = 4096;
 
 /// `POST /oauth/start`: the click; on to the authorization server.
 pub(crate) async fn start(headers: HeaderMap, body: Body) -> Response {
-    // Only a browser holding a live flow's anti-forgery cookie can be clicking: anything
-    // else is refused before its body is read.
-    let cookies = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
-    if !oauth::site().carries_a_flows_cookie(cookies) {
+    // Only a browser on the gateway's own page, holding a live flow's anti-forgery cookie,
+    // can be clicking: anything else is refused before its body is read.
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let from = oauth::ClickFrom {
+        origin: text(header::ORIGIN.as_str()),
+        fetch_site: text("sec-fetch-site"),
+    };
+    if !oauth::site().may_be_a_click(text(header::COOKIE.as_str()), from) {
         return refused(StatusCode::BAD_REQUEST, &oauth::StartError::Forged);
     }
     // Read within a bound and a deadline, as the MCP routes read theirs: a form sent slowly,
@@ -81,11 +85,6 @@ pub(crate) async fn start(headers: HeaderMap, body: Body) -> Response {
                 "The form could not be read.",
             );
         }
-    };
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let from = oauth::ClickFrom {
-        origin: text(header::ORIGIN.as_str()),
-        fetch_site: text("sec-fetch-site"),
     };
     match oauth::site().begin(&form, text(header::COOKIE.as_str()), from) {
         Ok(started) => {

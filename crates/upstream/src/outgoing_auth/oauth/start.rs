@@ -135,18 +135,32 @@ impl Flows {
         .unwrap_or(Err(StartError::Unknown))
     }
 
-    /// Whether `cookies` (a `Cookie` header) hold a live flow's anti-forgery cookie, with its
-    /// value: what a click from that flow's start page carries. Judged before the form is
-    /// read, so that a POST that cannot be a click (anyone's: the route needs no credential)
-    /// is answered at once rather than holding its connection while its body trickles in.
-    pub fn carries_a_flows_cookie(&self, cookies: Option<&str>) -> bool {
-        if cookies.is_none() {
+    /// Whether a click's POST could be genuine, judged from its headers alone: from the
+    /// gateway's own origin (`from`), with `cookies` (a `Cookie` header) holding a live flow's
+    /// anti-forgery cookie, with its value. Judged before the form is read, so that a POST
+    /// that cannot be a click (anyone's: the route needs no credential) is answered at once
+    /// rather than holding its connection while its body trickles in. Cheap whatever the
+    /// header: at most [`MAX_CLICK_COOKIES`] of its cookies, read once, outside the flows'
+    /// lock, and a header past [`MAX_COOKIE_HEADER`] is no click's.
+    pub fn may_be_a_click(&self, cookies: Option<&str>, from: ClickFrom<'_>) -> bool {
+        let Some(header) = cookies.filter(|h| h.len() <= MAX_COOKIE_HEADER) else {
+            return false;
+        };
+        if !self.same_origin(from) {
             return false;
         }
-        let names = self.cookie_names();
+        let prefix = self.cookie_names().csrf_prefix();
+        let candidates: Vec<(&str, &str)> = (header.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .filter_map(|(name, value)| Some((name.strip_prefix(prefix.as_str())?, value)))
+            .take(MAX_CLICK_COOKIES)
+            .collect();
+        if candidates.is_empty() {
+            return false;
+        }
         self.any_live(|flow| {
-            cookie(cookies, &names.csrf_name(&flow.start))
-                .is_some_and(|value| equal(value, flow.csrf.expose()))
+            (candidates.iter())
+                .any(|(t, value)| *t == tag(&flow.start) && equal(value, flow.csrf.expose()))
         })
     }
 
@@ -274,6 +288,11 @@ fn shown_origin(url: &str) -> String {
 }
 
 /// The start key's first characters: enough to keep two flows' cookies apart in one browser.
+/// Most anti-forgery cookies of one `Cookie` header that [`Flows::may_be_a_click`] looks at
+/// (a browser holds one per flow it was shown), and the longest header it reads.
+const MAX_CLICK_COOKIES: usize = 8;
+const MAX_COOKIE_HEADER: usize = 8 << 10;
+
 fn tag(start: &str) -> &str {
     start.get(..16).unwrap_or(start)
 }
@@ -302,6 +321,11 @@ impl CookieNames {
 
     fn csrf_name(&self, start: &str) -> String {
         self.name("csrf", start)
+    }
+
+    /// What every anti-forgery cookie's name starts with (its flow's tag follows).
+    fn csrf_prefix(&self) -> String {
+        self.name("csrf", "")
     }
 
     fn browser_name(&self, start: &str) -> String {
