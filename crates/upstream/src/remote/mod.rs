@@ -306,9 +306,10 @@ impl RemoteClient {
             "text/event-stream" if status.is_success() => {
                 let events = EventStream::new(body, self.inner.limits);
                 // Only a session's stream can be resumed, and only in that session (the GET
-                // names it).
+                // names it): the one the POST was sent in, else (an `initialize`) the one its
+                // answer opened. Read now, another call may have replaced it meanwhile.
                 let session = (!out.stateless)
-                    .then(|| self.inner.session.lock().clone())
+                    .then(|| with_session.or_else(|| self.inner.session.lock().clone()))
                     .flatten();
                 self.answer_from_stream(events, (out.id, session), status)
                     .await
