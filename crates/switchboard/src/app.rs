@@ -271,9 +271,9 @@ async fn start_with(spec: ServeSpec, aggregate: bool) -> anyhow::Result<()> {
     // Applies config changes while serving; owns the running set until shutdown.
     let reload_stop = CancellationToken::new();
     let keepers = match watched {
-        Some(path) => Keepers::Reloading(tokio::spawn(
+        Some(watched) => Keepers::Reloading(tokio::spawn(
             Reloader {
-                path,
+                watched,
                 gateway: gateway.clone(),
                 registry,
                 running,

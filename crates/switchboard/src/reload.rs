@@ -43,7 +43,8 @@ const DRAIN_POLL: Duration = Duration::from_millis(50);
 
 /// What the worker needs, handed over by `serve` once the gateway is up.
 pub(crate) struct Reloader {
-    pub(crate) path: PathBuf,
+    /// The file, and how it looked when the running configuration was read from it.
+    pub(crate) watched: Watched,
     pub(crate) gateway: Arc<Gateway>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) running: RunningSet,
@@ -91,7 +92,26 @@ impl Trigger {
 }
 
 /// The file's identity now; `None` while it cannot be read.
-fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64, u64)> {
+/// What a file looked like (modified, length, inode): a change to any is a change.
+pub(crate) type Stamp = Option<(std::time::SystemTime, u64, u64)>;
+
+/// The config file `serve` watches, with how it looked before it was read: a change made
+/// while the gateway started (before the reload worker first looks) is still a change.
+#[derive(Debug, Clone)]
+pub(crate) struct Watched {
+    pub(crate) path: PathBuf,
+    pub(crate) seen: Stamp,
+}
+
+impl Watched {
+    /// `path`, stamped now: call it before the file is read.
+    pub(crate) fn before_reading(path: PathBuf) -> Watched {
+        let seen = stamp(&path);
+        Watched { path, seen }
+    }
+}
+
+pub(crate) fn stamp(path: &Path) -> Stamp {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len(), meta.ino()))
@@ -103,7 +123,7 @@ impl Reloader {
     pub(crate) async fn run(mut self, stop: CancellationToken) -> RunningSet {
         let mut hangup = self.hangup.take();
         let mut drains = JoinSet::new();
-        let mut seen = stamp(&self.path);
+        let mut seen = self.watched.seen;
         let mut pending = None;
         let mut tick = tokio::time::interval(POLL);
         let mut backoff = RETRY_FIRST;
@@ -119,7 +139,7 @@ impl Reloader {
             tokio::select! {
                 () = stop.cancelled() => break,
                 Some(()) = hup => {
-                    seen = stamp(&self.path);
+                    seen = stamp(&self.watched.path);
                     pending = None;
                     if self.apply_or_stop(Trigger::Operator("SIGHUP"), &mut drains, &stop).await {
                         break;
@@ -135,7 +155,7 @@ impl Reloader {
                     retry.as_mut().reset(tokio::time::Instant::now() + backoff);
                 }
                 _ = tick.tick() => {
-                    let now = stamp(&self.path);
+                    let now = stamp(&self.watched.path);
                     if now == seen {
                         pending = None;
                     } else if pending.is_some() && pending == now {

@@ -196,6 +196,10 @@ pub(crate) fn serve_spec(
     args: crate::cli::ServeArgs,
     given: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<ServeSpec> {
+    // Stamped before it is read: an edit while the gateway starts is reloaded, not missed.
+    let watched = (args.config.clone())
+        .or_else(|| args.mcp_json.clone())
+        .map(crate::reload::Watched::before_reading);
     let loaded = match (&args.config, &args.mcp_json) {
         (Some(path), _) => load(path)?,
         (None, Some(path)) => load_mcp_json(path)?,
@@ -216,8 +220,7 @@ pub(crate) fn serve_spec(
     let source = args.config.as_ref().or(args.mcp_json.as_ref());
     let trust =
         source.map(|path| trust::resolve(loaded.file.trust.as_ref(), &args.gateway.trust, path));
-    let watched = args.config.clone().or_else(|| args.mcp_json.clone());
-    let files = own_files(&loaded, watched.as_deref());
+    let files = own_files(&loaded, watched.as_ref().map(|w| w.path.as_path()));
     let mut spec = merge::serve_spec(loaded, args.gateway, given)?;
     spec.trust = trust.unwrap_or_default();
     spec.watched = watched;

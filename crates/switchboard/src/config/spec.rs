@@ -24,7 +24,7 @@ pub(crate) struct ServeSpec {
     /// Tool pins (`serve` only; `run` passes lists through).
     pub(crate) trust: super::trust::TrustSpec,
     /// The file this came from, watched for hot reload (`serve` only).
-    pub(crate) watched: Option<std::path::PathBuf>,
+    pub(crate) watched: Option<crate::reload::Watched>,
     /// The gateway's guardrails (`guardrails`); webhook secret files made absolute.
     pub(crate) guardrails: Vec<switchboard_guard::RuleSpec>,
 }

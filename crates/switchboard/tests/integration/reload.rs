@@ -530,3 +530,40 @@ async fn a_reload_whose_lists_no_longer_merge_is_rolled_back() {
     assert_eq!(answer, "k");
     assert!(!printed_reloaded(gw), "{:?}", gw.stdout.lines());
 }
+
+/// An edit made while the gateway starts (after it read the file, before the reload worker
+/// first looked at it) is reloaded: the worker took that first look as what was running, and
+/// the edit was never applied (a CI run saw `a_rotated_header_value_restarts_its_remote`
+/// miss its reload so). Backend `late` marks when its process starts (the file has been
+/// read) and starts a second later; the reload worker starts after every backend.
+#[tokio::test]
+async fn an_edit_made_while_the_gateway_starts_is_reloaded() {
+    let dir = Dir::new("reload-early-edit");
+    let marker = dir.0.join("late-started");
+    let late = format!(
+        "  - name: late\n    command: sh\n    args: [-c, \"touch '{}'; sleep 1; exec '{}' fixture\"]\n",
+        marker.display(),
+        crate::vmcp::SB
+    );
+    let first = format!("backends:\n{}{late}", stdio("a", ""));
+    let second = format!("backends:\n{}{late}", stdio("a", DENY_SLOW));
+    let config = dir.write("sb.yaml", &first);
+    let edit = {
+        let config = config.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + BOUND;
+            while !marker.exists() {
+                assert!(tokio::time::Instant::now() < deadline, "late never started");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            rewrite(&config, &second);
+        })
+    };
+    let mut cmd = tokio::process::Command::new(crate::vmcp::SB);
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--host", "127.0.0.1", "--port", "0"]);
+    let gw = TestGateway::start_command(cmd).await;
+    edit.await.unwrap();
+    let line = gw.wait_stdout("switchboard: config reload", BOUND).await;
+    assert!(line.starts_with(RELOADED), "{line}");
+}
