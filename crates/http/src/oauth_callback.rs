@@ -46,6 +46,12 @@ pub(crate) async fn start_page(RawQuery(query): RawQuery) -> Response {
                 escape(&p.csrf),
             );
             let mut r = page(StatusCode::OK, "Authorize Switchboard", &text);
+            // Its form must carry the gateway's origin: under `no-referrer` a browser sends
+            // `Origin: null` with it. Its URL (the flow key) still goes to no other origin.
+            r.headers_mut().insert(
+                header::REFERRER_POLICY,
+                header::HeaderValue::from_static("same-origin"),
+            );
             set_cookie(&mut r, &p.csrf_cookie);
             r
         }

@@ -323,6 +323,10 @@ async fn an_authorization_completes_only_in_the_browser_that_started_it() {
     let alice = jwt("alice");
 
     let url = modern_consent_url(&modern_call(&gw, &alice).await);
+    // The page's form must carry the gateway's origin: under `no-referrer` a real browser
+    // posts it with `Origin: null`, which was refused as forged (review HIGH).
+    let shown = reqwest::get(&url).await.unwrap();
+    assert_eq!(shown.headers()["referrer-policy"], "same-origin");
     let alices = Browser::default();
     let page = alices.get(&url).await;
     assert_eq!(page.status, 200, "{}", page.body);

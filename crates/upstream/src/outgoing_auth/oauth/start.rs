@@ -209,18 +209,20 @@ impl Flows {
     }
 
     /// Whether a click came from the gateway's own origin: `Origin` present and equal to the
-    /// public URL's (`null`, absent or another refused), and `Sec-Fetch-Site`, where the
-    /// browser sends it, `same-origin`.
+    /// public URL's (absent or another refused), and `Sec-Fetch-Site`, where the browser
+    /// sends it, `same-origin`. `Origin: null` passes only beside `Sec-Fetch-Site:
+    /// same-origin`, which no page can set: a browser sends `null` for a form of a page
+    /// whose referrer policy withholds its origin (the start page's no longer does, but a
+    /// user's own policy may).
     fn same_origin(&self, from: ClickFrom<'_>) -> bool {
         let Some(ours) = self.redirect_uri() else {
             return false;
         };
-        let fetch_ok = from
-            .fetch_site
-            .is_none_or(|s| s.eq_ignore_ascii_case("same-origin"));
-        let origin_ok = from
-            .origin
-            .is_some_and(|o| o.eq_ignore_ascii_case(origin(&ours)));
+        let same = |s: &str| s.eq_ignore_ascii_case("same-origin");
+        let fetch_ok = from.fetch_site.is_none_or(same);
+        let origin_ok = from.origin.is_some_and(|o| {
+            o.eq_ignore_ascii_case(origin(&ours)) || (o == "null" && from.fetch_site.is_some())
+        });
         fetch_ok && origin_ok
     }
 

@@ -242,7 +242,11 @@ async fn a_click_from_another_origin_or_without_one_is_refused() {
         origin: Some("http://127.0.0.1:2"),
         fetch_site: Some("cross-site"),
     };
-    for from in [sibling, no_origin, null, cross] {
+    let null_elsewhere = ClickFrom {
+        origin: Some("null"),
+        fetch_site: Some("cross-site"),
+    };
+    for from in [sibling, no_origin, null, cross, null_elsewhere] {
         assert_eq!(
             flows.begin(form, cookie, from).unwrap_err(),
             StartError::Forged
@@ -250,4 +254,23 @@ async fn a_click_from_another_origin_or_without_one_is_refused() {
     }
     // Nothing was bound: the gateway's own page still can.
     assert!(flows.begin(form, cookie, HERE).is_ok());
+}
+
+/// A browser posts a form with `Origin: null` when its page's referrer policy withholds the
+/// origin (the start page said `no-referrer`, so every real browser's click was refused as
+/// forged: review HIGH); beside `Sec-Fetch-Site: same-origin`, which no page can set, it is
+/// the gateway's own page.
+#[tokio::test]
+async fn a_click_with_origin_null_from_the_gateways_own_page_is_taken() {
+    let flows = Arc::new(Flows::default());
+    flows.set_public_url("http://127.0.0.1:2");
+    let b = backend(&flows);
+    flows.insert("s1".into(), fresh(&b, 1)).unwrap();
+    let from = ClickFrom {
+        origin: Some("null"),
+        fetch_site: Some("same-origin"),
+    };
+    let cookie = Some("sb_csrf_start1=csrf");
+    assert!(flows.may_be_a_click(cookie, from));
+    assert!(flows.begin(b"flow=start1&csrf=csrf", cookie, from).is_ok());
 }
