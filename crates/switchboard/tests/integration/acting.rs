@@ -16,6 +16,7 @@ mod oauth_refresh;
 mod oauth_replicas;
 mod oidc;
 mod passthrough;
+mod real_browser;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -20,7 +20,7 @@ use crate::vmcp::{self, Dir};
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 /// Chromium and playwright-core's `node_modules`, installing what is missing.
-async fn install() -> (String, String) {
+pub(crate) async fn install() -> (String, String) {
     let out = Command::new(format!("{ROOT}/scripts/install-chromium.sh"))
         .stderr(Stdio::inherit())
         .output();
@@ -36,7 +36,7 @@ async fn install() -> (String, String) {
     (chromium, modules)
 }
 
-fn chromium_present() -> bool {
+pub(crate) fn chromium_present() -> bool {
     ["chromium", "chromium-browser"].iter().any(|c| {
         std::process::Command::new("sh")
             .args(["-c", &format!("command -v {c}")])
