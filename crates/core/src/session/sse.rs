@@ -11,7 +11,8 @@ use crate::CoreError;
 
 impl Sessions {
     /// Records the version an HTTP+SSE session's `initialize` negotiated and queues its
-    /// answer on the session's stream.
+    /// answer on the session's stream, as any request's answer (the room kept for answers).
+    /// A session whose stream was evicted is not found: the answer could never be sent.
     pub(crate) fn queue_initialize_answer(
         &self,
         raw: &str,
@@ -19,9 +20,16 @@ impl Sessions {
         response: &Bytes,
     ) -> Result<(), CoreError> {
         self.with_transport(raw, Transport::Sse, |s| {
-            s.protocol_version = version;
-            s.listen.push(response.clone());
-        })
+            // An answer of the gateway's own, a few hundred bytes: never past the bound.
+            let queued = s.listen.is_attached()
+                && s.listen.push_answer(response.clone(), || response.clone());
+            if queued {
+                s.protocol_version = version;
+            }
+            queued
+        })?
+        .then_some(())
+        .ok_or(CoreError::SessionNotFound)
     }
 
     /// Records the version the session's `initialize` negotiated.
