@@ -150,7 +150,9 @@ impl Flows {
             return false;
         }
         let prefix = self.cookie_names().csrf_prefix();
-        let candidates: Vec<(&str, &str)> = (header.split(';'))
+        // The newest last (browsers send older cookies of one path first): the flow being
+        // clicked was shown last.
+        let candidates: Vec<(&str, &str)> = (header.rsplit(';'))
             .filter_map(|pair| pair.trim().split_once('='))
             .filter_map(|(name, value)| Some((name.strip_prefix(prefix.as_str())?, value)))
             .take(MAX_CLICK_COOKIES)
@@ -290,10 +292,10 @@ fn shown_origin(url: &str) -> String {
 }
 
 /// The start key's first characters: enough to keep two flows' cookies apart in one browser.
-/// Most anti-forgery cookies of one `Cookie` header that [`Flows::may_be_a_click`] looks at
-/// (a browser holds one per flow it was shown), and the longest header it reads.
+/// Most anti-forgery cookies of one `Cookie` header that [`Flows::may_be_a_click`] looks at,
+/// the newest (a browser holds one per flow it was shown), and the longest header it reads.
 const MAX_CLICK_COOKIES: usize = 8;
-const MAX_COOKIE_HEADER: usize = 8 << 10;
+const MAX_COOKIE_HEADER: usize = 32 << 10;
 
 fn tag(start: &str) -> &str {
     start.get(..16).unwrap_or(start)

@@ -274,3 +274,17 @@ async fn a_click_with_origin_null_from_the_gateways_own_page_is_taken() {
     assert!(flows.may_be_a_click(cookie, from));
     assert!(flows.begin(b"flow=start1&csrf=csrf", cookie, from).is_ok());
 }
+
+/// The clicked flow's cookie is the newest a browser sends (older ones of the same path come
+/// first): it is looked at however many older ones come before it (review LOW: the first
+/// eight were kept, and a ninth flow's click was refused).
+#[tokio::test]
+async fn the_newest_anti_forgery_cookie_is_looked_at_behind_many_older_ones() {
+    let flows = Arc::new(Flows::default());
+    flows.set_public_url("http://127.0.0.1:2");
+    let b = backend(&flows);
+    flows.insert("s1".into(), fresh(&b, 1)).unwrap();
+    let older: Vec<String> = (0..12).map(|i| format!("sb_csrf_gone{i:011}=x")).collect();
+    let cookies = format!("{}; sb_csrf_start1=csrf", older.join("; "));
+    assert!(flows.may_be_a_click(Some(&cookies), HERE));
+}
