@@ -297,6 +297,8 @@ impl RemoteClient {
             return Err(self.session_lost(sent));
         }
         let content_type = content_type(response.headers());
+        // The session this answer opened (an `initialize`'s), as the answer names it.
+        let opened = response.headers().get(SESSION).cloned();
         let mut body = response.into_body();
         match content_type.as_str() {
             "application/json" => {
@@ -307,10 +309,8 @@ impl RemoteClient {
                 let events = EventStream::new(body, self.inner.limits);
                 // Only a session's stream can be resumed, and only in that session (the GET
                 // names it): the one the POST was sent in, else (an `initialize`) the one its
-                // answer opened. Read now, another call may have replaced it meanwhile.
-                let session = (!out.stateless)
-                    .then(|| with_session.or_else(|| self.inner.session.lock().clone()))
-                    .flatten();
+                // answer opened, as the answer names it (another call may hold another).
+                let session = (!out.stateless).then(|| with_session.or(opened)).flatten();
                 self.answer_from_stream(events, (out.id, session), status)
                     .await
             }
