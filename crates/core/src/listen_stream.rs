@@ -40,10 +40,10 @@ const LISTEN_LIMITS: Limits = Limits {
 const PREFIX: &str = "listen-";
 
 /// Most answer bytes an HTTP+SSE stream may leave unread (eight times the bytes that refuse
-/// it new requests): past it an answer is replaced by a small error for its request. What a
+/// it new requests, `SSE_ANSWER_BYTES`, a listen stream's budget): past it an answer is replaced by a small error for its request. What a
 /// burst of its requests, all admitted while nothing was queued, may pin (review HIGH: 64
 /// answers of 8 MiB pinned 540 MB).
-pub(crate) const MAX_UNREAD_ANSWERS: usize = 8 * crate::SSE_ANSWER_BYTES;
+pub(crate) const MAX_UNREAD_ANSWERS: usize = 8 * LISTEN_QUEUE_BYTES;
 
 /// One event on a listen stream.
 #[derive(Debug, Clone)]
@@ -189,7 +189,7 @@ impl ListenState {
     /// budget: neither is an answer refused for its size, nor does a large answer make the
     /// budgeted notifications behind it evict a client that is reading. What answers can pin
     /// is bounded by refusing the session more requests while the answers it has not read
-    /// pass [`SSE_ANSWER_BYTES`](crate::SSE_ANSWER_BYTES) ([`Self::queued_answer_bytes`]),
+    /// pass `SSE_ANSWER_BYTES` ([`Self::queued_answer_bytes`]),
     /// by its requests in flight, and, for a burst of them (every request admitted while
     /// nothing was queued), by [`MAX_UNREAD_ANSWERS`]: an answer that would pass it is
     /// replaced by `too_many` (a small error for the same request), so the request still gets

@@ -193,8 +193,9 @@ fn the_replay_buffer_forgets_the_oldest_events_by_bytes() {
 #[test]
 fn unread_answers_past_the_bound_are_replaced_by_errors() {
     let limits = Limits {
-        events: crate::SSE_QUEUE,
-        bytes: crate::SSE_QUEUE_BYTES,
+        // An HTTP+SSE stream's (`legacy_sse`).
+        events: 256,
+        bytes: 8 << 20,
     };
     let (mut l, mut rx) = ListenState::stream_only(limits);
     let mib = Bytes::from(vec![b'x'; 1 << 20]);

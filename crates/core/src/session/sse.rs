@@ -11,8 +11,10 @@ use crate::CoreError;
 
 impl Sessions {
     /// Records the version an HTTP+SSE session's `initialize` negotiated and queues its
-    /// answer on the session's stream, as any request's answer (the room kept for answers).
-    /// A session whose stream was evicted is not found: the answer could never be sent.
+    /// answer on the session's stream, against the stream's byte budget (it echoes the
+    /// client's id, of any length, and is answered without a task: counted as an answer, a
+    /// client repeating it unread would pin the event bound's worth, review HIGH). A session
+    /// whose stream was evicted, or is by this answer, is not found: it could never be sent.
     pub(crate) fn queue_initialize_answer(
         &self,
         raw: &str,
@@ -20,9 +22,7 @@ impl Sessions {
         response: &Bytes,
     ) -> Result<(), CoreError> {
         self.with_transport(raw, Transport::Sse, |s| {
-            // An answer of the gateway's own, a few hundred bytes: never past the bound.
-            let queued = s.listen.is_attached()
-                && s.listen.push_answer(response.clone(), || response.clone());
+            let queued = s.listen.is_attached() && s.listen.push(response.clone());
             if queued {
                 s.protocol_version = version;
             }

@@ -1076,3 +1076,30 @@ async fn a_burst_of_unread_answers_gets_one_answer_each_within_the_bound() {
     assert_eq!(ids, (0..48).collect::<Vec<_>>());
     c.sentinel().await;
 }
+
+/// `initialize` repeated on an HTTP+SSE session whose stream is not read: its answers (each
+/// echoing an id of any length) count against the stream's byte budget, so the stream is
+/// evicted and the session then answers 404, rather than every answer being held (review
+/// HIGH of 495619e: queued as answers, weighing nothing, 255 of them pinned 1 GiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_initializes_unread_do_not_pin_their_answers() {
+    let gw = TestGateway::start(&[]).await;
+    let c = SseClient::connect(&gw).await;
+    let id = "i".repeat(1 << 20);
+    let mut statuses = Vec::new();
+    for _ in 0..24 {
+        let init = json!({"jsonrpc":"2.0","id":id,"method":"initialize","params":{
+            "protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"it","version":"0"}}});
+        let (status, _) = c.post_raw(init.to_string()).await;
+        statuses.push(status);
+        if status != StatusCode::ACCEPTED {
+            break;
+        }
+    }
+    // 24 MiB of answers: past the 8 MiB budget and the socket buffers.
+    assert_eq!(
+        statuses.last(),
+        Some(&StatusCode::NOT_FOUND),
+        "{statuses:?}"
+    );
+}
