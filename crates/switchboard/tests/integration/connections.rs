@@ -356,9 +356,10 @@ async fn shutdown_lets_an_in_flight_request_finish() {
 /// A form body sent slowly, or never finished, does not hold its connection: `POST
 /// /oauth/start` (routed without a credential, OAuth configured or not) read its form with
 /// no deadline, so its connection stayed busy and was never evicted, and a few such
-/// connections from anyone filled the connection bound (review HIGH). Now it is read within
-/// the deadline every MCP body has, and (below) not at all without a flow's cookie. The
-/// connection is answered (400) and closed within `BOUND`.
+/// connections from anyone filled the connection bound (review HIGH). Without a flow's
+/// cookie it is now refused before its body is read (below); with one, the body's deadline
+/// answers (`acting::oauth_hostile::an_unfinished_click_form_is_answered_at_the_body_deadline`).
+/// The connection is answered (400) and closed within `BOUND`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfinished_form_body_does_not_hold_its_connection() {
     let gw = TestGateway::start(&["--header-read-timeout", "3600", "--idle-timeout", "3600"]).await;

@@ -1047,33 +1047,53 @@ async fn unread_answers_bound_what_a_session_may_ask() {
 }
 
 /// A burst of requests, all admitted while nothing was queued yet, whose answers the client
-/// reads only later: past the unread-answer bound an answer is replaced by its request's
-/// error, so what the burst pins is bounded, yet each request gets exactly one answer and the
-/// stream goes on (review HIGH: 64 answers of 8 MiB pinned 540 MB; review MEDIUM of the first
-/// fix, which evicted the stream: a client reading slower than the burst lost its answers).
+/// reads only once every one was produced: past the unread-answer bound answers are replaced
+/// by their requests' errors, so what the burst pins is bounded, yet each request gets
+/// exactly one answer and the stream goes on (review HIGH: 64 answers of 8 MiB pinned 540 MB;
+/// review MEDIUM of the first fix, which evicted the stream: a client reading slower than the
+/// burst lost its answers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_unread_answers_gets_one_answer_each_within_the_bound() {
     let gw = TestGateway::start(&[]).await;
     let mut c = SseClient::open(&gw).await;
-    // 48 answers of 1 MiB: past the 32 MiB bound and the socket buffers, within the 64
-    // requests a session may run.
+    let idle = stats(&gw).await["tableEntries"].as_u64().unwrap();
+    // 48 answers of 1 MiB (the text twice), each after 5 s: all admitted before the first
+    // answer exists; past the 32 MiB bound and the socket buffers, within the 64 requests a
+    // session may run.
+    let text = "t".repeat(512 << 10);
     for i in 0..48 {
         c.send(&json!({"jsonrpc":"2.0","id":i,"method":"tools/call",
-            "params":{"name":"leak","arguments":{"kind":"filler","bytes":1 << 20}}}))
+            "params":{"name":"echo","arguments":{"text":text,"delayMs":5000}}}))
             .await;
     }
-    let mut ids = Vec::new();
+    // Every call is pending at the backend, then answered (and its answer queued).
+    eventually("the calls to be pending", || async {
+        stats(&gw).await["tableEntries"].as_u64().unwrap() > idle
+    })
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stats(&gw).await["tableEntries"].as_u64().unwrap() > idle {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the calls never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (mut ids, mut replaced) = (Vec::new(), 0);
     for _ in 0..48 {
         let answer = c.next().await;
         let id = answer["id"].as_i64().expect("an answer's id");
-        let replaced = answer["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("too many answers unread"));
-        assert!(replaced || answer["result"].is_object(), "{id}");
+        let error = answer["error"]["message"].as_str().unwrap_or("");
+        if error.contains("too many answers unread") {
+            replaced += 1;
+        } else {
+            assert!(answer["result"].is_object(), "{id}: {answer:.200}");
+        }
         ids.push(id);
     }
     ids.sort_unstable();
     assert_eq!(ids, (0..48).collect::<Vec<_>>());
+    assert!(replaced > 0, "48 MiB of answers held unread, none replaced");
     c.sentinel().await;
 }
 
@@ -1102,4 +1122,11 @@ async fn repeated_initializes_unread_do_not_pin_their_answers() {
         Some(&StatusCode::NOT_FOUND),
         "{statuses:?}"
     );
+    // The stream was evicted: the session takes nothing more, and says so spec-shaped.
+    let (status, text) = c
+        .post_raw(json!({"jsonrpc":"2.0","id":"after","method":"ping"}).to_string())
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert!(body["error"]["code"].is_i64(), "{body}");
 }

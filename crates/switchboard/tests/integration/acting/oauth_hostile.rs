@@ -318,3 +318,39 @@ async fn protected_legacy() -> Protected {
         base,
     }
 }
+
+/// A click whose form never finishes, sent with a live flow's anti-forgery cookie from the
+/// gateway's origin (so the pre-check passes and the body is read), is answered once the
+/// body deadline passes, not held: `POST /oauth/start` read its form with no deadline, and
+/// its connection stayed busy, never evicted, for good (review HIGH).
+#[tokio::test]
+async fn an_unfinished_click_form_is_answered_at_the_body_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Protected::start("modern", "3600").await;
+    let jwks = Jwks::serve(&["k1"]).await;
+    let dir = Dir::new("oauth-slow-form");
+    let gw = super::oauth::gateway(&up, &jwks.url, &dir).await;
+    let url = modern_consent_url(&modern_call(&gw, &jwt("alice")).await);
+    let shown = reqwest::get(&url).await.unwrap();
+    let set = shown.headers()["set-cookie"].to_str().unwrap();
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let (origin, rest) = url.split_once("/oauth/start?flow=").unwrap();
+    let authority = origin.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let head = format!(
+        "POST /oauth/start HTTP/1.1\r\nHost: {authority}\r\nOrigin: {origin}\r\n\
+         Cookie: {cookie}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: 1000\r\n\r\nflow={rest}&csrf="
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(BOUND, s.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "the connection was held past the body deadline"
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // The body's deadline answered, not the pre-check (which says the click was forged).
+    assert!(answer.contains("The form could not be read."), "{answer}");
+}
